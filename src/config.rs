@@ -1,0 +1,296 @@
+//! Layered settings: built-in defaults < config file < `BLOBGATE_*` environment < command-line flags.
+//!
+//! This is the only module that reads the environment. Nested keys use `__` in the environment, e.g.
+//! `BLOBGATE_LIMITS__MAX_HEAD_BYTES=32768` sets `limits.max_head_bytes`. Every error names the key it is about.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+/// Used when `--config` is not given and this file exists in the working directory.
+pub const DEFAULT_CONFIG_FILE: &str = "config/default.toml";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// Holds `blobgate.db` and the blob files.
+    pub data_dir: PathBuf,
+    /// The sendfile data listener (GET/HEAD only).
+    pub listen: SocketAddr,
+    /// Uploads, management, `/healthz` and `/metrics`.
+    pub admin_listen: SocketAddr,
+    /// A `tracing` filter, e.g. `info` or `blobgate=debug`; `RUST_LOG` wins when set.
+    pub log: String,
+    pub limits: Limits,
+    pub timeouts: Timeouts,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Largest request head (request line + headers) on the data listener; larger gets 431.
+    pub max_head_bytes: usize,
+    /// Most header fields in one request head; more gets 431.
+    pub max_headers: usize,
+    /// Longest request target; longer gets 414.
+    pub max_uri_bytes: usize,
+    /// Open data connections at once; further connections wait in the kernel's accept backlog.
+    pub max_connections: usize,
+    /// Most bytes handed to one sendfile call before yielding, so one fast reader cannot starve the others.
+    pub sendfile_chunk_bytes: usize,
+    /// Largest object accepted by an upload on the admin listener; larger gets 413.
+    pub max_upload_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Timeouts {
+    /// From the first byte of a request (or from accept) until its head is complete.
+    #[serde(with = "humantime_serde")]
+    pub header_read: Duration,
+    /// How long an idle keep-alive connection is kept open waiting for its next request.
+    #[serde(with = "humantime_serde")]
+    pub keep_alive_idle: Duration,
+    /// How long a response may make no progress (the client reads nothing) before the connection is dropped.
+    #[serde(with = "humantime_serde")]
+    pub send_progress: Duration,
+    /// How long a handler (auth, lookup, open) may take; this never covers the send.
+    #[serde(with = "humantime_serde")]
+    pub handler: Duration,
+    /// After SIGINT/SIGTERM, how long in-flight responses may take to finish before the process exits.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("./data"),
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            admin_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            log: "info".into(),
+            limits: Limits::default(),
+            timeouts: Timeouts::default(),
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_head_bytes: 16 * 1024,
+            max_headers: 100,
+            max_uri_bytes: 8 * 1024,
+            max_connections: 10_000,
+            sendfile_chunk_bytes: 2 * 1024 * 1024,
+            max_upload_bytes: 5 * 1024 * 1024 * 1024,
+        }
+    }
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            header_read: Duration::from_secs(10),
+            keep_alive_idle: Duration::from_secs(75),
+            send_progress: Duration::from_secs(30),
+            handler: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Values given as command-line flags: the top layer. `None` leaves the lower layers alone.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct FlagOverrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_listen: Option<SocketAddr>,
+}
+
+/// Top-level keys; other `BLOBGATE_*` variables (such as `BLOBGATE_CONFIG`) are not settings.
+const SETTING_KEYS: &[&str] = &[
+    "data_dir",
+    "listen",
+    "admin_listen",
+    "log",
+    "limits",
+    "timeouts",
+];
+
+impl Settings {
+    /// Loads the layers. `config_file` is `--config`/`BLOBGATE_CONFIG`; when it is `None`, `config/default.toml` is
+    /// read if it exists. A named file that does not exist is an error.
+    pub fn load(config_file: Option<&Path>, flags: &FlagOverrides) -> anyhow::Result<Self> {
+        let mut figment = Figment::from(Serialized::defaults(Settings::default()));
+        match config_file {
+            Some(path) => {
+                if !path.is_file() {
+                    bail!("config file {} does not exist", path.display());
+                }
+                figment = figment.merge(Toml::file_exact(path));
+            }
+            None if Path::new(DEFAULT_CONFIG_FILE).is_file() => {
+                figment = figment.merge(Toml::file_exact(DEFAULT_CONFIG_FILE));
+            }
+            None => {}
+        }
+        let env = Env::prefixed("BLOBGATE_")
+            .filter(|key| {
+                let top = key.as_str().split("__").next().unwrap_or_default();
+                SETTING_KEYS.iter().any(|k| top.eq_ignore_ascii_case(k))
+            })
+            .split("__");
+        let settings: Settings = figment
+            .merge(env)
+            .merge(Serialized::defaults(flags))
+            .extract()
+            .map_err(|e| anyhow::anyhow!(first_error(e)))?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Range checks that the types alone cannot express. Each message names its key.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let l = &self.limits;
+        check("limits.max_head_bytes", l.max_head_bytes, 1024, 1 << 20)?;
+        check("limits.max_headers", l.max_headers, 8, 1000)?;
+        check(
+            "limits.max_uri_bytes",
+            l.max_uri_bytes,
+            256,
+            l.max_head_bytes,
+        )?;
+        check("limits.max_connections", l.max_connections, 1, 1_000_000)?;
+        check(
+            "limits.sendfile_chunk_bytes",
+            l.sendfile_chunk_bytes,
+            4096,
+            1 << 30,
+        )?;
+        if l.max_upload_bytes == 0 {
+            bail!("limits.max_upload_bytes must be at least 1");
+        }
+        let t = &self.timeouts;
+        for (key, value) in [
+            ("timeouts.header_read", t.header_read),
+            ("timeouts.keep_alive_idle", t.keep_alive_idle),
+            ("timeouts.send_progress", t.send_progress),
+            ("timeouts.handler", t.handler),
+        ] {
+            if value.is_zero() {
+                bail!("{key} must be greater than zero");
+            }
+        }
+        if self.data_dir.as_os_str().is_empty() {
+            bail!("data_dir must not be empty");
+        }
+        Ok(())
+    }
+
+    pub fn database_path(&self) -> PathBuf {
+        self.data_dir.join("blobgate.db")
+    }
+}
+
+fn check(key: &str, value: usize, min: usize, max: usize) -> anyhow::Result<()> {
+    if value < min || value > max {
+        bail!("{key} must be between {min} and {max}, got {value}");
+    }
+    Ok(())
+}
+
+/// figment reports every problem; the first one, with its key and source, is the useful one-line message.
+fn first_error(error: figment::Error) -> String {
+    let error = error
+        .into_iter()
+        .next()
+        .expect("a figment error holds at least one error");
+    let mut message = format!("invalid configuration: {}", error.kind);
+    if !error.path.is_empty() {
+        message.push_str(&format!(" for key '{}'", error.path.join(".")));
+    }
+    if let Some(source) = &error.metadata {
+        message.push_str(&format!(" (from {})", source.name));
+        if let Some(src) = &source.source {
+            message.push_str(&format!(" {src}"));
+        }
+    }
+    message
+}
+
+/// Creates the data directory with a clear message when that fails.
+pub fn ensure_data_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create data dir {}", dir.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use figment::Jail;
+
+    #[test]
+    fn layers_apply_in_order_defaults_file_env_flags() {
+        Jail::expect_with(|jail| {
+            jail.create_file("c.toml", "listen = \"127.0.0.1:9000\"\nadmin_listen = \"127.0.0.1:9001\"\n[limits]\nmax_headers = 50\n")?;
+            jail.set_env("BLOBGATE_ADMIN_LISTEN", "127.0.0.1:9101");
+            jail.set_env("BLOBGATE_LIMITS__MAX_HEAD_BYTES", "32768");
+            jail.set_env("BLOBGATE_BIN", "ignored: not a setting");
+            let flags = FlagOverrides {
+                data_dir: Some("/tmp/x".into()),
+                ..Default::default()
+            };
+            let s = Settings::load(Some(Path::new("c.toml")), &flags).map_err(|e| e.to_string())?;
+            assert_eq!(s.listen.port(), 9000);
+            assert_eq!(s.admin_listen.port(), 9101);
+            assert_eq!(s.limits.max_headers, 50);
+            assert_eq!(s.limits.max_head_bytes, 32768);
+            assert_eq!(s.data_dir, PathBuf::from("/tmp/x"));
+            assert_eq!(s.timeouts.header_read, Duration::from_secs(10));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        Jail::expect_with(|jail| {
+            jail.set_env("BLOBGATE_LIMITS__MAX_HEADERS", "lots");
+            let err = Settings::load(None, &FlagOverrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("limits.max_headers"), "{err}");
+            jail.set_env("BLOBGATE_LIMITS__MAX_HEADERS", "3");
+            let err = Settings::load(None, &FlagOverrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("limits.max_headers"), "{err}");
+            Ok(())
+        });
+        Jail::expect_with(|jail| {
+            jail.create_file("c.toml", "[timeouts]\nheader_read = \"soon\"\n")?;
+            let err = Settings::load(Some(Path::new("c.toml")), &FlagOverrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("timeouts.header_read"), "{err}");
+            jail.create_file("d.toml", "lisen = \"127.0.0.1:1\"\n")?;
+            let err = Settings::load(Some(Path::new("d.toml")), &FlagOverrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("lisen"), "{err}");
+            let err = Settings::load(Some(Path::new("missing.toml")), &FlagOverrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("missing.toml"), "{err}");
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,255 @@
+//! One data connection: read a head, call the router, write the response, repeat (keep-alive and pipelining,
+//! strictly in order). Timeouts: `header_read` from accept or from the first byte of a request until its head is
+//! complete, `keep_alive_idle` between requests, and `send_progress` while a response is being written.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::response::{IntoResponse, Response};
+use bytes::{Buf, BytesMut};
+use http::header::{self, HeaderValue};
+use http::{Method, Request, StatusCode, Version};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+use super::DriverContext;
+use super::head::{Parsed, Persistence, RequestHead, parse_request_head, write_response_head};
+use super::sendfile::{SendOutcome, send_bytes, send_file_response};
+use crate::file_body::FileBody;
+use crate::http::error::ApiError;
+
+/// Largest buffered (non-file) response body we accept from a handler: errors and small JSON only.
+const MAX_BUFFERED_BODY: usize = 1 << 20;
+
+enum NextHead {
+    Head(RequestHead),
+    /// Clean end: EOF between requests, idle timeout, or shutdown while idle.
+    Closed,
+    /// A malformed or over-limit head (or a timeout mid-head): answer this, then close.
+    Refuse(StatusCode, &'static str),
+}
+
+pub(crate) struct Connection {
+    stream: TcpStream,
+    peer: SocketAddr,
+    /// Bytes read but not yet parsed; may hold the start of the next pipelined request.
+    buf: BytesMut,
+    ctx: Arc<DriverContext>,
+}
+
+impl Connection {
+    pub(crate) fn new(stream: TcpStream, peer: SocketAddr, ctx: Arc<DriverContext>) -> Self {
+        Self {
+            stream,
+            peer,
+            buf: BytesMut::with_capacity(4096),
+            ctx,
+        }
+    }
+
+    pub(crate) async fn run(mut self, shutdown: CancellationToken) {
+        let mut first = true;
+        loop {
+            let head = match self.next_head(first, &shutdown).await {
+                NextHead::Head(head) => head,
+                NextHead::Closed => return,
+                NextHead::Refuse(status, message) => {
+                    let response = ApiError::BadRequestHead { status, message }.into_response();
+                    let _ = self
+                        .send_buffered(response, false, Persistence::Close)
+                        .await;
+                    return;
+                }
+            };
+            first = false;
+            if !self.respond(head, &shutdown).await {
+                return;
+            }
+        }
+    }
+
+    async fn next_head(&mut self, first: bool, shutdown: &CancellationToken) -> NextHead {
+        let timeouts = &self.ctx.timeouts;
+        // The header clock starts at accept for the first request and at its first byte for later ones.
+        let mut head_deadline = first.then(|| Instant::now() + timeouts.header_read);
+        let idle_deadline = Instant::now() + timeouts.keep_alive_idle;
+        loop {
+            if !self.buf.is_empty() {
+                head_deadline.get_or_insert_with(|| Instant::now() + timeouts.header_read);
+                match parse_request_head(&self.buf, &self.ctx.head_limits) {
+                    Ok(Parsed::Complete(head)) => {
+                        self.buf.advance(head.len);
+                        return NextHead::Head(head);
+                    }
+                    Ok(Parsed::Partial) => {}
+                    Err(e) => return NextHead::Refuse(e.status, e.message),
+                }
+            }
+            let deadline = head_deadline.unwrap_or(idle_deadline);
+            self.buf.reserve(4096);
+            let read = tokio::select! {
+                biased;
+                _ = shutdown.cancelled(), if self.buf.is_empty() => return NextHead::Closed,
+                read = tokio::time::timeout_at(deadline, self.stream.read_buf(&mut self.buf)) => read,
+            };
+            match read {
+                Ok(Ok(0)) | Ok(Err(_)) => return NextHead::Closed,
+                Ok(Ok(_)) => {}
+                Err(_elapsed) if self.buf.is_empty() => return NextHead::Closed,
+                Err(_elapsed) => {
+                    return NextHead::Refuse(
+                        StatusCode::REQUEST_TIMEOUT,
+                        "request head not received in time",
+                    );
+                }
+            }
+        }
+    }
+
+    /// Serves one request; returns whether the connection may carry another.
+    async fn respond(&mut self, head: RequestHead, shutdown: &CancellationToken) -> bool {
+        let is_head = head.method == Method::HEAD;
+        let persistence = match (head.keep_alive && !shutdown.is_cancelled(), head.version) {
+            (false, _) => Persistence::Close,
+            (true, Version::HTTP_10) => Persistence::KeepAliveHttp10,
+            (true, _) => Persistence::KeepAlive,
+        };
+        let mut request = Request::new(Body::empty());
+        *request.method_mut() = head.method;
+        *request.uri_mut() = head.uri;
+        *request.version_mut() = head.version;
+        *request.headers_mut() = head.headers;
+        request.extensions_mut().insert(ConnectInfo(self.peer));
+        let Ok(mut response) = self.ctx.router.clone().oneshot(request).await;
+        match response.extensions_mut().remove::<FileBody>() {
+            Some(body) => self.send_file(response, body, is_head, persistence).await,
+            None => self.send_buffered(response, is_head, persistence).await,
+        }
+    }
+
+    async fn send_file(
+        &mut self,
+        response: Response,
+        body: FileBody,
+        is_head: bool,
+        persistence: Persistence,
+    ) -> bool {
+        if let Err(why) = check_file_response(&response, &body) {
+            // A handler bug: refuse rather than fall back to copying or send a body that contradicts its head.
+            tracing::error!(peer = %self.peer, why, "inconsistent file response");
+            let response = ApiError::Internal(anyhow::anyhow!("inconsistent file response: {why}"))
+                .into_response();
+            let _ = self
+                .send_buffered(response, is_head, Persistence::Close)
+                .await;
+            return false;
+        }
+        let mut head = Vec::with_capacity(512);
+        write_response_head(
+            &mut head,
+            response.status(),
+            response.headers(),
+            &super::http_date(),
+            persistence,
+        );
+        if is_head || body.total_len() == 0 {
+            let sent = send_bytes(&self.stream, &head, false, self.ctx.send.progress_timeout).await;
+            return sent.is_ok() && persistence != Persistence::Close;
+        }
+        let started = Instant::now();
+        let _active = self.ctx.metrics.download_started();
+        let report =
+            send_file_response(&self.stream, &head, &body, self.ctx.send, &self.ctx.metrics).await;
+        self.ctx.metrics.finished(&body, &report, started.elapsed());
+        match &report.outcome {
+            SendOutcome::Completed => persistence != Persistence::Close,
+            SendOutcome::Truncated { missing } => {
+                tracing::error!(peer = %self.peer, key = %body.object.key, missing,
+                    "sendfile reported that the blob was truncated; closing the connection");
+                false
+            }
+            SendOutcome::Stalled => {
+                tracing::info!(peer = %self.peer, key = %body.object.key, "client made no progress; closing");
+                false
+            }
+            SendOutcome::Aborted(e) => {
+                tracing::debug!(peer = %self.peer, key = %body.object.key, error = %e, "client went away mid-response");
+                false
+            }
+        }
+    }
+
+    /// Writes a response whose (small) body is in memory: errors, JSON, redirects, 304s.
+    async fn send_buffered(
+        &mut self,
+        response: Response,
+        is_head: bool,
+        persistence: Persistence,
+    ) -> bool {
+        let (mut parts, body) = response.into_parts();
+        let Ok(bytes) = axum::body::to_bytes(body, MAX_BUFFERED_BODY).await else {
+            tracing::error!("handler produced an unreadable or oversized in-memory body");
+            return false;
+        };
+        let status = parts.status;
+        let bodiless = status.is_informational()
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED;
+        if bodiless {
+            parts.headers.remove(header::CONTENT_LENGTH);
+        } else if !(is_head && parts.headers.contains_key(header::CONTENT_LENGTH)) {
+            parts
+                .headers
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+        }
+        let mut out = Vec::with_capacity(256 + bytes.len());
+        write_response_head(
+            &mut out,
+            status,
+            &parts.headers,
+            &super::http_date(),
+            persistence,
+        );
+        if !is_head && !bodiless {
+            out.extend_from_slice(&bytes);
+        }
+        self.ctx.metrics.buffered_response(status);
+        let sent = send_bytes(&self.stream, &out, false, self.ctx.send.progress_timeout).await;
+        sent.is_ok() && persistence != Persistence::Close
+    }
+}
+
+/// RFC 9112 framing checks before a single file byte goes out: the head must describe exactly the bytes the
+/// regions will produce, with no transfer or content coding in between.
+fn check_file_response(response: &Response, body: &FileBody) -> Result<(), &'static str> {
+    let status = response.status();
+    if status != StatusCode::OK && status != StatusCode::PARTIAL_CONTENT {
+        return Err("file bodies go with 200 or 206 only");
+    }
+    let headers = response.headers();
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        return Err("a file response must not carry Transfer-Encoding");
+    }
+    if let Some(ce) = headers.get(header::CONTENT_ENCODING)
+        && !ce.as_bytes().eq_ignore_ascii_case(b"identity")
+    {
+        return Err("a file response must not carry a Content-Encoding");
+    }
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or("a file response needs a Content-Length")?;
+    if declared != body.total_len() {
+        return Err("Content-Length differs from the body's length");
+    }
+    if !body.regions_in_bounds() {
+        return Err("a region lies outside the file");
+    }
+    Ok(())
+}

@@ -1,0 +1,434 @@
+//! Pure HTTP/1.1 request-head parsing, framing decisions and response-head serialisation. No IO.
+//!
+//! The data listener takes requests without bodies only (GET/HEAD), so framing is simple and strict: any
+//! `Transfer-Encoding` or a non-zero `Content-Length` ends the connection after an error response (RFC 9112
+//! §6.3 says a server that cannot determine the framing MUST close). After any parse error the connection is
+//! closed: we never try to find the next request in a byte stream we failed to understand.
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode, Uri, Version};
+
+#[derive(Debug, Clone, Copy)]
+pub struct HeadLimits {
+    pub max_head_bytes: usize,
+    pub max_headers: usize,
+    pub max_uri_bytes: usize,
+}
+
+/// A parsed request head.
+#[derive(Debug)]
+pub struct RequestHead {
+    pub method: Method,
+    pub uri: Uri,
+    pub version: Version,
+    pub headers: HeaderMap,
+    /// Whether the connection may carry another request after this one (RFC 9112 §9.3).
+    pub keep_alive: bool,
+    /// Bytes of the buffer this head used; whatever follows belongs to the next (pipelined) request.
+    pub len: usize,
+}
+
+/// Why a request head was refused. The connection is always closed afterwards.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeadError {
+    pub status: StatusCode,
+    pub message: &'static str,
+}
+
+impl HeadError {
+    fn new(status: StatusCode, message: &'static str) -> Self {
+        Self { status, message }
+    }
+}
+
+pub enum Parsed {
+    Complete(RequestHead),
+    /// More bytes are needed.
+    Partial,
+}
+
+/// Parses one request head from the start of `buf`.
+pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, HeadError> {
+    // RFC 9112 §2.2: a server SHOULD ignore at least one empty line before the request-line.
+    let skipped = leading_empty_lines(buf);
+    let buf = &buf[skipped..];
+    let mut storage = [httparse::EMPTY_HEADER; 64];
+    let mut spill;
+    let slots: &mut [httparse::Header<'_>] = if limits.max_headers <= storage.len() {
+        &mut storage[..limits.max_headers]
+    } else {
+        spill = vec![httparse::EMPTY_HEADER; limits.max_headers];
+        &mut spill
+    };
+    let mut req = httparse::Request::new(slots);
+    let status = match req.parse(buf) {
+        Ok(s) => s,
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(HeadError::new(
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "too many header fields",
+            ));
+        }
+        Err(httparse::Error::Token) if req.method.is_none() => {
+            return Err(HeadError::new(
+                StatusCode::BAD_REQUEST,
+                "malformed request line",
+            ));
+        }
+        Err(httparse::Error::Version) => {
+            return Err(HeadError::new(
+                StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+                "only HTTP/1.0 and HTTP/1.1 are supported",
+            ));
+        }
+        Err(_) => {
+            return Err(HeadError::new(
+                StatusCode::BAD_REQUEST,
+                "malformed request head",
+            ));
+        }
+    };
+    let len = match status {
+        httparse::Status::Complete(len) => len,
+        httparse::Status::Partial => {
+            return if request_line_too_long(buf, limits) {
+                Err(HeadError::new(
+                    StatusCode::URI_TOO_LONG,
+                    "request target too long",
+                ))
+            } else if buf.len() + skipped >= limits.max_head_bytes {
+                Err(HeadError::new(
+                    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                    "request head too large",
+                ))
+            } else {
+                Ok(Parsed::Partial)
+            };
+        }
+    };
+    let target = req.path.unwrap_or_default();
+    if target.len() > limits.max_uri_bytes {
+        return Err(HeadError::new(
+            StatusCode::URI_TOO_LONG,
+            "request target too long",
+        ));
+    }
+    if len + skipped > limits.max_head_bytes {
+        return Err(HeadError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "request head too large",
+        ));
+    }
+    let version = match req.version {
+        Some(0) => Version::HTTP_10,
+        _ => Version::HTTP_11,
+    };
+    let method = Method::from_bytes(req.method.unwrap_or_default().as_bytes())
+        .map_err(|_| HeadError::new(StatusCode::BAD_REQUEST, "malformed method"))?;
+    let uri = parse_target(target, &method)?;
+
+    let mut headers = HeaderMap::with_capacity(req.headers.len());
+    for h in req.headers.iter() {
+        let name = HeaderName::from_bytes(h.name.as_bytes())
+            .map_err(|_| HeadError::new(StatusCode::BAD_REQUEST, "malformed header name"))?;
+        // httparse already refused CR, LF, NUL and other controls in values.
+        let value = HeaderValue::from_bytes(h.value)
+            .map_err(|_| HeadError::new(StatusCode::BAD_REQUEST, "malformed header value"))?;
+        headers.append(name, value);
+    }
+    check_framing(&headers, version)?;
+    let keep_alive = wants_keep_alive(&headers, version);
+    Ok(Parsed::Complete(RequestHead {
+        method,
+        uri,
+        version,
+        headers,
+        keep_alive,
+        len: len + skipped,
+    }))
+}
+
+fn leading_empty_lines(buf: &[u8]) -> usize {
+    let mut i = 0;
+    while buf[i..].starts_with(b"\r\n") {
+        i += 2;
+    }
+    i
+}
+
+/// The request line is still incomplete but already longer than any target we accept.
+fn request_line_too_long(buf: &[u8], limits: &HeadLimits) -> bool {
+    let line_end = buf.iter().position(|&b| b == b'\n').unwrap_or(buf.len());
+    // Method, two spaces and "HTTP/1.1" fit easily in 64 bytes beside the target.
+    line_end > limits.max_uri_bytes + 64
+}
+
+/// Origin-form (`/path?q`) and absolute-form (`http://host/path`, RFC 9112 §3.2.2) are accepted; the path alone
+/// is what gets authorised. `*` is for OPTIONS only; authority-form is for CONNECT, which we do not serve.
+fn parse_target(target: &str, method: &Method) -> Result<Uri, HeadError> {
+    let bad = || HeadError::new(StatusCode::BAD_REQUEST, "malformed request target");
+    if target == "*" {
+        return if method == Method::OPTIONS {
+            Ok(Uri::from_static("*"))
+        } else {
+            Err(bad())
+        };
+    }
+    let uri: Uri = target.parse().map_err(|_| bad())?;
+    if target.starts_with('/') {
+        return Ok(uri);
+    }
+    match uri.scheme_str() {
+        Some("http") | Some("https") if uri.authority().is_some() => {
+            // Keep only the path and query: the data listener serves one origin.
+            let pq = uri.path_and_query().map(|pq| pq.as_str()).unwrap_or("/");
+            pq.parse().map_err(|_| bad())
+        }
+        _ => Err(bad()),
+    }
+}
+
+/// Requests on the data listener carry no body. RFC 9112 §6.3: TE with CL, differing or invalid CL, and TE on
+/// HTTP/1.0 are framing errors; we refuse every TE and every non-zero CL, and close.
+fn check_framing(headers: &HeaderMap, version: Version) -> Result<(), HeadError> {
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        return Err(HeadError::new(
+            StatusCode::BAD_REQUEST,
+            "request bodies are not accepted on this listener",
+        ));
+    }
+    let mut lengths = headers.get_all(header::CONTENT_LENGTH).iter();
+    if let Some(first) = lengths.next() {
+        if lengths.next().is_some() {
+            return Err(HeadError::new(
+                StatusCode::BAD_REQUEST,
+                "repeated Content-Length",
+            ));
+        }
+        let digits = first.as_bytes();
+        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+            return Err(HeadError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid Content-Length",
+            ));
+        }
+        if digits.iter().any(|&d| d != b'0') {
+            return Err(HeadError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request bodies are not accepted on this listener",
+            ));
+        }
+    }
+    // RFC 9112 §3.2: a client MUST send Host in HTTP/1.1; a server MUST answer 400 when it is missing or repeated.
+    let hosts = headers.get_all(header::HOST).iter().count();
+    if (version == Version::HTTP_11 && hosts != 1) || hosts > 1 {
+        return Err(HeadError::new(
+            StatusCode::BAD_REQUEST,
+            "exactly one Host header is required",
+        ));
+    }
+    Ok(())
+}
+
+fn wants_keep_alive(headers: &HeaderMap, version: Version) -> bool {
+    let has_token = |token: &str| {
+        headers.get_all(header::CONNECTION).iter().any(|v| {
+            v.to_str()
+                .map(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+                .unwrap_or(false)
+        })
+    };
+    match version {
+        Version::HTTP_10 => has_token("keep-alive"),
+        _ => !has_token("close"),
+    }
+}
+
+/// How the response head says the connection continues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persistence {
+    KeepAlive,
+    /// HTTP/1.0 keep-alive must be said explicitly (RFC 9112 §9.3).
+    KeepAliveHttp10,
+    Close,
+}
+
+/// Serialises a response head into `out`. `date` is the preformatted IMF-fixdate for the Date header.
+pub fn write_response_head(
+    out: &mut Vec<u8>,
+    status: StatusCode,
+    headers: &HeaderMap,
+    date: &[u8],
+    persistence: Persistence,
+) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in headers {
+        // The driver owns connection management.
+        if name == header::CONNECTION || name == header::DATE {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"date: ");
+    out.extend_from_slice(date);
+    out.extend_from_slice(b"\r\n");
+    match persistence {
+        Persistence::KeepAlive => {}
+        Persistence::KeepAliveHttp10 => out.extend_from_slice(b"connection: keep-alive\r\n"),
+        Persistence::Close => out.extend_from_slice(b"connection: close\r\n"),
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: HeadLimits = HeadLimits {
+        max_head_bytes: 1024,
+        max_headers: 8,
+        max_uri_bytes: 256,
+    };
+
+    fn parse(raw: &[u8]) -> Result<Parsed, HeadError> {
+        parse_request_head(raw, &LIMITS)
+    }
+
+    fn complete(raw: &[u8]) -> RequestHead {
+        match parse(raw) {
+            Ok(Parsed::Complete(h)) => h,
+            Ok(Parsed::Partial) => panic!("partial: {:?}", String::from_utf8_lossy(raw)),
+            Err(e) => panic!("error {e:?} for {:?}", String::from_utf8_lossy(raw)),
+        }
+    }
+
+    fn status_of(raw: &[u8]) -> StatusCode {
+        match parse(raw) {
+            Err(e) => e.status,
+            Ok(_) => StatusCode::OK,
+        }
+    }
+
+    #[test]
+    fn parses_a_pipelined_head_and_reports_its_length() {
+        let raw = b"GET /b/k HTTP/1.1\r\nHost: x\r\n\r\nGET /b/j HTTP/1.1\r\n";
+        let head = complete(raw);
+        assert_eq!(head.method, Method::GET);
+        assert_eq!(head.uri.path(), "/b/k");
+        assert_eq!(&raw[head.len..], b"GET /b/j HTTP/1.1\r\n");
+        assert!(head.keep_alive);
+        assert!(matches!(parse(&raw[head.len..]), Ok(Parsed::Partial)));
+    }
+
+    #[test]
+    fn keep_alive_follows_version_and_connection_tokens() {
+        assert!(!complete(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: Close\r\n\r\n").keep_alive);
+        assert!(
+            !complete(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: foo, close\r\n\r\n").keep_alive
+        );
+        assert!(!complete(b"GET / HTTP/1.0\r\n\r\n").keep_alive);
+        assert!(complete(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").keep_alive);
+    }
+
+    #[test]
+    fn absolute_form_keeps_only_path_and_query() {
+        let head =
+            complete(b"GET http://example.com/b/k?x=1 HTTP/1.1\r\nHost: example.com\r\n\r\n");
+        assert_eq!(head.uri.path(), "/b/k");
+        assert_eq!(head.uri.query(), Some("x=1"));
+        assert!(head.uri.authority().is_none());
+    }
+
+    #[test]
+    fn refuses_bodies_and_ambiguous_framing() {
+        let cases: &[(&[u8], u16)] = &[
+            (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello", 413),
+            (b"GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 0x5\r\n\r\n", 400),
+            (b"GET / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost : x\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n b\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\0b\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\rb\r\n\r\n", 400),
+            (b"GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505),
+            (b"GET nothing HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+            (b"G@T / HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(
+                status_of(raw).as_u16(),
+                *want,
+                "{:?}",
+                String::from_utf8_lossy(raw)
+            );
+        }
+        assert_eq!(
+            status_of(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"),
+            StatusCode::OK
+        );
+    }
+
+    #[test]
+    fn enforces_size_limits() {
+        let long_target = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(300));
+        assert_eq!(status_of(long_target.as_bytes()), StatusCode::URI_TOO_LONG);
+        let partial_long_line = format!("GET /{}", "a".repeat(400));
+        assert_eq!(
+            status_of(partial_long_line.as_bytes()),
+            StatusCode::URI_TOO_LONG
+        );
+        let many = format!(
+            "GET / HTTP/1.1\r\nHost: x\r\n{}\r\n",
+            "X-A: b\r\n".repeat(9)
+        );
+        assert_eq!(
+            status_of(many.as_bytes()),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+        );
+        let big = format!(
+            "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n",
+            "v".repeat(1100)
+        );
+        assert_eq!(
+            status_of(big.as_bytes()),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+        );
+    }
+
+    #[test]
+    fn leading_empty_lines_are_skipped() {
+        let head = complete(b"\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(head.len, 4 + 27);
+    }
+
+    #[test]
+    fn response_heads_are_serialised_with_date_and_persistence() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("5"));
+        h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        let mut out = Vec::new();
+        write_response_head(
+            &mut out,
+            StatusCode::PARTIAL_CONTENT,
+            &h,
+            b"Mon, 30 Nov 2026 07:00:00 GMT",
+            Persistence::Close,
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 206 Partial Content\r\ncontent-length: 5\r\ndate: Mon, 30 Nov 2026 07:00:00 GMT\r\nconnection: close\r\n\r\n"
+        );
+    }
+}

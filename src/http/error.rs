@@ -1,0 +1,136 @@
+//! The one error type at the HTTP edge, and its one conversion into a response. Bodies are small JSON objects:
+//! `{"error": "<code>", "message": "<text>"}`. Client mistakes are 4xx; only our own failures are 5xx.
+
+use axum::Json;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
+
+use crate::names::NameError;
+use crate::store::{MetadataError, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    InvalidName(#[from] NameError),
+    /// The driver refused a request head (malformed, over a limit, timed out).
+    #[error("{message}")]
+    BadRequestHead {
+        status: StatusCode,
+        message: &'static str,
+    },
+    #[error("{0}")]
+    BadRequest(String),
+    /// Missing, malformed, expired or revoked credentials.
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    /// Valid credentials that do not grant this access.
+    #[error("access denied")]
+    Forbidden,
+    /// Bucket or object does not exist. One message for both, so responses do not tell them apart.
+    #[error("no such object")]
+    NotFound,
+    #[error("no such bucket")]
+    NoSuchBucket,
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("precondition failed")]
+    PreconditionFailed,
+    #[error("range not satisfiable")]
+    RangeNotSatisfiable { size: u64 },
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error("not enough storage space")]
+    InsufficientStorage,
+    #[error("not ready")]
+    NotReady,
+    /// The object exists but its blob is missing or unreadable.
+    #[error("object data unavailable")]
+    BlobUnavailable(#[source] std::io::Error),
+    #[error("internal error")]
+    Internal(#[from] anyhow::Error),
+}
+
+impl ApiError {
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::InvalidName(_) => (StatusCode::BAD_REQUEST, "invalid_name"),
+            ApiError::BadRequestHead { status, .. } => (*status, "bad_request"),
+            ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            ApiError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::Forbidden => (StatusCode::FORBIDDEN, "forbidden"),
+            ApiError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::NoSuchBucket => (StatusCode::NOT_FOUND, "no_such_bucket"),
+            ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            ApiError::PreconditionFailed => {
+                (StatusCode::PRECONDITION_FAILED, "precondition_failed")
+            }
+            ApiError::RangeNotSatisfiable { .. } => {
+                (StatusCode::RANGE_NOT_SATISFIABLE, "range_not_satisfiable")
+            }
+            ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::InsufficientStorage => {
+                (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage")
+            }
+            ApiError::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
+            ApiError::BlobUnavailable(_) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "object_data_unavailable")
+            }
+            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        if status.is_server_error() {
+            // The cause chain goes to the log; the client gets the short message only.
+            let chain = match &self {
+                ApiError::Internal(e) => format!("{e:#}"),
+                ApiError::BlobUnavailable(e) => e.to_string(),
+                _ => String::new(),
+            };
+            tracing::error!(status = status.as_u16(), error = %self, cause = %chain, "request failed");
+        }
+        let body = Json(serde_json::json!({ "error": code, "message": self.to_string() }));
+        let mut response = (status, body).into_response();
+        let headers = response.headers_mut();
+        match &self {
+            ApiError::Unauthorized(_) => {
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"blobgate\""),
+                );
+            }
+            ApiError::RangeNotSatisfiable { size } => {
+                let value = HeaderValue::from_str(&format!("bytes */{size}"))
+                    .expect("digits are a valid header value");
+                headers.insert(header::CONTENT_RANGE, value);
+            }
+            ApiError::MethodNotAllowed => {
+                headers.insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            }
+            _ => {}
+        }
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        response
+    }
+}
+
+impl From<MetadataError> for ApiError {
+    fn from(e: MetadataError) -> Self {
+        match e {
+            MetadataError::NoSuchBucket(_) => ApiError::NoSuchBucket,
+            other => ApiError::Internal(other.into()),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NoSuchBucket(_) => ApiError::NoSuchBucket,
+            StoreError::Other(e) => ApiError::Internal(e),
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! The axum side of both listeners: routes, handlers and the one error type.
+
+pub mod admin;
+pub mod conditional;
+pub mod disposition;
+pub mod error;
+pub mod multipart;
+pub mod object;
+pub mod range;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use axum::Router;
+use axum::routing::get;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::config::Settings;
+use crate::store::Store;
+
+/// Shared by every handler on both listeners. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub settings: Arc<Settings>,
+    pub range_policy: Arc<range::RangePolicy>,
+    pub prometheus: PrometheusHandle,
+    /// Set once migrations have run and both listeners are bound: `/healthz` reports it.
+    pub ready: Arc<AtomicBool>,
+}
+
+/// The data listener's routes. Anything that is not `/{bucket}/{key}` still goes to the object handler, which
+/// answers 400 for a malformed path rather than a bare 404.
+pub fn data_router(state: AppState) -> Router {
+    let handler_timeout = state.settings.timeouts.handler;
+    Router::new()
+        .fallback(
+            get(object::get_object)
+                .head(object::get_object)
+                .fallback(object::get_object),
+        )
+        .layer(TimeoutLayer::with_status_code(
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            handler_timeout,
+        ))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}

@@ -1,0 +1,26 @@
+//! # blobgate
+//!
+//! An object-storage download gateway whose data listener sends object bytes with `sendfile(2)` only.
+//!
+//! ## Layout
+//! - [`cli`]: the command line (serve, bucket, put, import, token, presign).
+//! - [`config`]: layered settings; the only module that reads the environment.
+//! - [`startup`]: builds the application from settings and runs both listeners until shutdown.
+//! - [`names`]: bucket names and object keys, parsed once and shared by every entry point.
+//! - [`store`]: SQLite metadata (the only SQL) and content-addressed blob files.
+//! - [`http`]: axum routes and handlers for both listeners, and the one error type.
+//! - [`auth`]: who may read or write what.
+//! - [`file_body`]: the response extension that hands file regions from handlers to the driver.
+//! - [`driver`]: the data listener's own HTTP/1.1 loop; `driver::sendfile` is the only raw-fd code.
+//! - [`metrics`]: Prometheus series, all names in one place.
+
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod driver;
+pub mod file_body;
+pub mod http;
+pub mod metrics;
+pub mod names;
+pub mod startup;
+pub mod store;

@@ -1,0 +1,184 @@
+//! Prometheus series: every name is defined here, with the `blobgate_` prefix, and every label has a small,
+//! fixed set of values (status class, response kind). Per-object figures never become labels; they go to the
+//! database instead.
+//!
+//! Handles are registered once and kept, so the send path pays an atomic add per sendfile call, not a lookup.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use http::StatusCode;
+use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+use crate::driver::sendfile::{SendObserver, SendOutcome, SendReport};
+use crate::file_body::{DownloadKind, FileBody};
+
+pub const SENT_BYTES: &str = "blobgate_sent_bytes_total";
+pub const SENDFILE_CALLS: &str = "blobgate_sendfile_calls_total";
+pub const RESPONSES: &str = "blobgate_responses_total";
+pub const OPEN_CONNECTIONS: &str = "blobgate_open_connections";
+pub const ACTIVE_DOWNLOADS: &str = "blobgate_active_downloads";
+pub const TRUNCATED: &str = "blobgate_truncated_responses_total";
+pub const ABORTED: &str = "blobgate_aborted_responses_total";
+pub const STALLED: &str = "blobgate_stalled_responses_total";
+pub const ACCEPT_ERRORS: &str = "blobgate_accept_errors_total";
+pub const BLOB_OPEN_ERRORS: &str = "blobgate_blob_open_errors_total";
+pub const RESPONSE_SECONDS: &str = "blobgate_response_duration_seconds";
+
+const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+const KINDS: [&str; 4] = ["full", "range", "multipart", "other"];
+
+/// Installs the process-wide Prometheus recorder once and returns its render handle.
+pub fn prometheus() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let handle = PrometheusBuilder::new()
+                .set_buckets(&[0.001, 0.005, 0.025, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0])
+                .expect("bucket list is non-empty")
+                .install_recorder()
+                .expect("no other metrics recorder is installed");
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        SENT_BYTES,
+        Unit::Bytes,
+        "Object bytes handed to sockets, summed from sendfile return values."
+    );
+    describe_counter!(SENDFILE_CALLS, "sendfile(2) calls that moved bytes.");
+    describe_counter!(
+        RESPONSES,
+        "Responses written on the data listener, by status class and kind."
+    );
+    describe_gauge!(OPEN_CONNECTIONS, "Open data connections.");
+    describe_gauge!(ACTIVE_DOWNLOADS, "File responses currently being sent.");
+    describe_counter!(
+        TRUNCATED,
+        "File responses cut short because the blob shrank (never padded)."
+    );
+    describe_counter!(
+        ABORTED,
+        "File responses cut short because the client went away."
+    );
+    describe_counter!(
+        STALLED,
+        "File responses dropped after the send-progress timeout."
+    );
+    describe_counter!(
+        ACCEPT_ERRORS,
+        "accept(2) failures from resource exhaustion (EMFILE, ENFILE, ...)."
+    );
+    describe_counter!(
+        BLOB_OPEN_ERRORS,
+        "Blobs that were missing or unreadable when a request opened them."
+    );
+    describe_histogram!(
+        RESPONSE_SECONDS,
+        Unit::Seconds,
+        "File responses, from head written to last byte sent."
+    );
+}
+
+/// Pre-registered handles for the data driver.
+pub struct DriverMetrics {
+    sent_bytes: Counter,
+    sendfile_calls: Counter,
+    responses: [[Counter; KINDS.len()]; CLASSES.len()],
+    open_connections: Gauge,
+    active_downloads: Gauge,
+    truncated: Counter,
+    aborted: Counter,
+    stalled: Counter,
+    accept_errors: Counter,
+    duration: Histogram,
+}
+
+impl Default for DriverMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl DriverMetrics {
+    pub fn new() -> Self {
+        Self {
+            sent_bytes: counter!(SENT_BYTES),
+            sendfile_calls: counter!(SENDFILE_CALLS),
+            responses: CLASSES.map(|class| {
+                KINDS.map(|kind| counter!(RESPONSES, "class" => class, "kind" => kind))
+            }),
+            open_connections: gauge!(OPEN_CONNECTIONS),
+            active_downloads: gauge!(ACTIVE_DOWNLOADS),
+            truncated: counter!(TRUNCATED),
+            aborted: counter!(ABORTED),
+            stalled: counter!(STALLED),
+            accept_errors: counter!(ACCEPT_ERRORS),
+            duration: histogram!(RESPONSE_SECONDS),
+        }
+    }
+
+    pub fn connection_opened(&self) -> GaugeGuard<'_> {
+        self.open_connections.increment(1.0);
+        GaugeGuard(&self.open_connections)
+    }
+
+    pub fn download_started(&self) -> GaugeGuard<'_> {
+        self.active_downloads.increment(1.0);
+        GaugeGuard(&self.active_downloads)
+    }
+
+    pub fn accept_error(&self) {
+        self.accept_errors.increment(1);
+    }
+
+    pub fn buffered_response(&self, status: StatusCode) {
+        self.responses[class_index(status)][3].increment(1);
+    }
+
+    /// One file response ended (completed or not).
+    pub fn finished(&self, body: &FileBody, report: &SendReport, elapsed: Duration) {
+        let kind = match body.kind {
+            DownloadKind::Full => 0,
+            DownloadKind::Range => 1,
+            DownloadKind::Multipart => 2,
+        };
+        self.responses[1][kind].increment(1);
+        self.sendfile_calls.increment(report.sendfile_calls);
+        match report.outcome {
+            SendOutcome::Completed => self.duration.record(elapsed.as_secs_f64()),
+            SendOutcome::Truncated { .. } => self.truncated.increment(1),
+            SendOutcome::Aborted(_) => self.aborted.increment(1),
+            SendOutcome::Stalled => self.stalled.increment(1),
+        }
+    }
+}
+
+impl SendObserver for DriverMetrics {
+    fn sent(&self, object_bytes: u64) {
+        self.sent_bytes.increment(object_bytes);
+    }
+}
+
+/// Decrements its gauge when dropped, so early returns cannot leak a count.
+pub struct GaugeGuard<'a>(&'a Gauge);
+
+impl Drop for GaugeGuard<'_> {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
+}
+
+pub fn blob_open_error() {
+    counter!(BLOB_OPEN_ERRORS).increment(1);
+}
+
+fn class_index(status: StatusCode) -> usize {
+    (status.as_u16() / 100).clamp(1, 5) as usize - 1
+}

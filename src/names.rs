@@ -1,0 +1,285 @@
+//! Bucket names and object keys: parsed once at the edge ("parse, don't validate"), shared by the CLI, the data
+//! listener and the admin listener so that every entry point applies the same rules.
+
+use std::fmt;
+
+/// Longest key we accept, in bytes (the contract: 1 to 1024 bytes of UTF-8).
+pub const MAX_KEY_BYTES: usize = 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("invalid bucket name {name:?}: {reason}")]
+    Bucket { name: String, reason: &'static str },
+    #[error("invalid object key: {0}")]
+    Key(&'static str),
+    #[error("invalid {field}: {reason}")]
+    Attr {
+        field: &'static str,
+        reason: &'static str,
+    },
+}
+
+/// Longest stored header value we accept for an object attribute.
+const MAX_ATTR_BYTES: usize = 1024;
+
+/// Checks the attributes a caller may set on an object (CLI flags or upload headers), so that every stored
+/// value is a well-formed header value when it is served later.
+pub fn parse_attrs(
+    content_type: Option<String>,
+    cache_control: Option<String>,
+    content_disposition: Option<String>,
+) -> Result<crate::store::ObjectAttrs, NameError> {
+    let header_text = |field: &'static str, v: &str| {
+        if v.is_empty() || v.len() > MAX_ATTR_BYTES {
+            return Err(NameError::Attr {
+                field,
+                reason: "must be 1 to 1024 characters",
+            });
+        }
+        if !v.bytes().all(|b| b == b'\t' || (0x20..0x7f).contains(&b)) {
+            return Err(NameError::Attr {
+                field,
+                reason: "must be printable ASCII",
+            });
+        }
+        Ok(())
+    };
+    if let Some(ct) = &content_type {
+        header_text("content type", ct)?;
+        if ct.parse::<mime::Mime>().is_err() {
+            return Err(NameError::Attr {
+                field: "content type",
+                reason: "is not a media type like text/plain",
+            });
+        }
+    }
+    if let Some(cc) = &cache_control {
+        header_text("cache control", cc)?;
+    }
+    if let Some(cd) = &content_disposition {
+        header_text("content disposition", cd)?;
+        crate::http::disposition::validate_content_disposition(cd).map_err(|reason| {
+            NameError::Attr {
+                field: "content disposition",
+                reason,
+            }
+        })?;
+    }
+    Ok(crate::store::ObjectAttrs {
+        content_type,
+        cache_control,
+        content_disposition,
+    })
+}
+
+/// An S3-style bucket name: 3 to 63 characters of `a-z`, `0-9`, `.` and `-`, starting and ending with a letter or
+/// digit, without `..`, and not shaped like an IPv4 address.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BucketName(String);
+
+impl BucketName {
+    pub fn parse(name: &str) -> Result<Self, NameError> {
+        let fail = |reason| {
+            Err(NameError::Bucket {
+                name: name.chars().take(80).collect(),
+                reason,
+            })
+        };
+        if !(3..=63).contains(&name.len()) {
+            return fail("must be 3 to 63 characters long");
+        }
+        if !name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+        {
+            return fail("only lower-case letters, digits, '.' and '-' are allowed");
+        }
+        let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+        let bytes = name.as_bytes();
+        if !alnum(bytes[0]) || !alnum(bytes[bytes.len() - 1]) {
+            return fail("must start and end with a letter or digit");
+        }
+        if name.contains("..") {
+            return fail("must not contain '..'");
+        }
+        if name.parse::<std::net::Ipv4Addr>().is_ok() {
+            return fail("must not be formatted as an IP address");
+        }
+        Ok(Self(name.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for BucketName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An object key: 1 to 1024 bytes of UTF-8 that may contain `/`, but no NUL or other control characters (they
+/// would end up in logs and headers) and no `.` or `..` segments (they mean something else to every path-aware
+/// client and proxy). Keys are never turned into file paths; blobs are addressed by content hash.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ObjectKey(String);
+
+impl ObjectKey {
+    pub fn parse(key: &str) -> Result<Self, NameError> {
+        if key.is_empty() {
+            return Err(NameError::Key("key is empty"));
+        }
+        if key.len() > MAX_KEY_BYTES {
+            return Err(NameError::Key("key is longer than 1024 bytes"));
+        }
+        if key.contains('\0') {
+            return Err(NameError::Key("key contains NUL"));
+        }
+        if key.chars().any(char::is_control) {
+            return Err(NameError::Key("key contains a control character"));
+        }
+        if key
+            .split('/')
+            .any(|segment| segment == "." || segment == "..")
+        {
+            return Err(NameError::Key("key contains a '.' or '..' segment"));
+        }
+        Ok(Self(key.to_owned()))
+    }
+
+    /// Decodes a key taken from a request path: percent-decoded exactly once, then parsed. A `%2F` becomes `/`
+    /// and `%252F` becomes the three characters `%2F`.
+    pub fn from_url_path(raw: &str) -> Result<Self, NameError> {
+        let decoded = percent_encoding::percent_decode_str(raw)
+            .decode_utf8()
+            .map_err(|_| NameError::Key("key is not UTF-8 after percent-decoding"))?;
+        Self::parse(&decoded)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Splits a request path (`/{bucket}/{key}`, still percent-encoded) into its parsed parts.
+pub fn parse_object_path(path: &str) -> Result<(BucketName, ObjectKey), NameError> {
+    let rest = path.strip_prefix('/').unwrap_or(path);
+    let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+    // A bucket name has no characters that need escaping, so it is never decoded.
+    let bucket = BucketName::parse(bucket)?;
+    let key = ObjectKey::from_url_path(key)?;
+    Ok((bucket, key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn bucket_names_follow_s3_rules() {
+        for ok in ["abc", "my-bucket.v2", "a1b", &"a".repeat(63), "123"] {
+            assert!(BucketName::parse(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "ab",
+            &"a".repeat(64),
+            "BAD_NAME",
+            "Abc",
+            "-abc",
+            "abc-",
+            ".abc",
+            "a..b",
+            "192.168.1.1",
+            "a b",
+            "ab/c",
+            "äbc",
+        ] {
+            assert!(BucketName::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn keys_reject_empty_long_nul_controls_and_dot_segments() {
+        for ok in [
+            "a",
+            "dir/obj.bin",
+            "a//b",
+            "/lead",
+            "trail/",
+            ".hidden",
+            "a/..b/c",
+            "résumé.pdf",
+            "%41",
+        ] {
+            assert!(ObjectKey::parse(ok).is_ok(), "{ok}");
+        }
+        assert!(ObjectKey::parse(&"k".repeat(1024)).is_ok());
+        for bad in [
+            "", "a\0b", "a\nb", ".", "..", "a/./b", "a/../b", "../x", "x/..", "x/.",
+        ] {
+            assert!(ObjectKey::parse(bad).is_err(), "{bad:?}");
+        }
+        assert!(ObjectKey::parse(&"k".repeat(1025)).is_err());
+    }
+
+    #[test]
+    fn url_paths_are_decoded_exactly_once() {
+        let (b, k) = parse_object_path("/bkt/dir%2Fa%20b").unwrap();
+        assert_eq!((b.as_str(), k.as_str()), ("bkt", "dir/a b"));
+        let (_, k) = parse_object_path("/bkt/%252E%252E").unwrap();
+        assert_eq!(k.as_str(), "%2E%2E");
+        assert!(parse_object_path("/bkt/%2E%2E").is_err());
+        assert!(parse_object_path("/bkt/a/%2e/b").is_err());
+        assert!(parse_object_path("/bkt/%00").is_err());
+        assert!(parse_object_path("/bkt/%ff").is_err());
+        assert!(parse_object_path("/bkt/").is_err());
+        assert!(parse_object_path("/bkt").is_err());
+        assert!(parse_object_path("/").is_err());
+        assert!(parse_object_path("/BKT/x").is_err());
+    }
+
+    #[test]
+    fn attrs_must_be_well_formed_header_values() {
+        let ok = parse_attrs(
+            Some("text/plain; charset=utf-8".into()),
+            Some("max-age=60".into()),
+            Some("attachment".into()),
+        );
+        assert!(ok.is_ok());
+        assert!(parse_attrs(Some("nonsense".into()), None, None).is_err());
+        assert!(parse_attrs(None, Some("a\r\nb".into()), None).is_err());
+        assert!(parse_attrs(None, Some(String::new()), None).is_err());
+        assert!(parse_attrs(None, None, Some("attachment; filename=\"a\nb\"".into())).is_err());
+        assert!(parse_attrs(None, None, Some("résumé".into())).is_err());
+    }
+
+    proptest! {
+        /// An accepted key never holds NUL or a `.`/`..` segment, whatever the raw path.
+        #[test]
+        fn accepted_keys_are_safe(raw in "[a-z%./0-9A-F\\x00]{0,40}") {
+            if let Ok(key) = ObjectKey::from_url_path(&raw) {
+                let k = key.as_str();
+                prop_assert!(!k.contains('\0'));
+                prop_assert!(!k.split('/').any(|s| s == "." || s == ".."));
+                prop_assert!(!k.is_empty() && k.len() <= MAX_KEY_BYTES);
+            }
+        }
+
+        /// Decoding happens once: encoding an accepted key and decoding it gives the key back.
+        #[test]
+        fn decoding_inverts_encoding(key in "[a-zA-Z0-9 %/._~é-]{1,60}") {
+            if let Ok(parsed) = ObjectKey::parse(&key) {
+                let encoded = percent_encoding::utf8_percent_encode(&key, percent_encoding::NON_ALPHANUMERIC).to_string();
+                prop_assert_eq!(ObjectKey::from_url_path(&encoded).unwrap(), parsed);
+            }
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! Builds the application from settings (store, sweep, both listeners) and runs it until a shutdown signal.
+//! Tests call `Application::build` with port 0 and read the bound addresses back.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::Settings;
+use crate::driver::{self, DriverContext};
+use crate::http::{AppState, admin::admin_router, data_router, range::RangePolicy};
+use crate::store::Store;
+
+pub struct Application {
+    settings: Arc<Settings>,
+    state: AppState,
+    data_listener: TcpListener,
+    admin_listener: TcpListener,
+}
+
+impl Application {
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let store = Store::open(&settings.data_dir).await?;
+        let swept = store.sweep().await.context("start-up sweep failed")?;
+        if swept != Default::default() {
+            tracing::info!(
+                temp_files = swept.temp_files,
+                unreferenced_blobs = swept.unreferenced_blobs,
+                "start-up sweep removed leftovers"
+            );
+        }
+        let data_listener = TcpListener::bind(settings.listen)
+            .await
+            .with_context(|| format!("cannot listen on {} (listen)", settings.listen))?;
+        let admin_listener = TcpListener::bind(settings.admin_listen)
+            .await
+            .with_context(|| {
+                format!("cannot listen on {} (admin_listen)", settings.admin_listen)
+            })?;
+        let settings = Arc::new(settings);
+        let state = AppState {
+            store,
+            settings: settings.clone(),
+            range_policy: Arc::new(RangePolicy::default()),
+            prometheus: crate::metrics::prometheus(),
+            ready: Arc::new(AtomicBool::new(false)),
+        };
+        Ok(Self {
+            settings,
+            state,
+            data_listener,
+            admin_listener,
+        })
+    }
+
+    pub fn data_addr(&self) -> SocketAddr {
+        self.data_listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// Serves until `signal` resolves, then stops accepting, lets in-flight responses finish within
+    /// `timeouts.shutdown_grace`, and returns.
+    pub async fn run_until(self, signal: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let shutdown = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let prometheus = self.state.prometheus.clone();
+        let upkeep = tokio::spawn(async move {
+            // Histograms are drained into the exporter's buckets by upkeep.
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                prometheus.run_upkeep();
+            }
+        });
+
+        let ctx = Arc::new(DriverContext::new(
+            data_router(self.state.clone()),
+            &self.settings,
+        ));
+        let data = tokio::spawn(driver::serve(
+            self.data_listener,
+            ctx,
+            self.settings.limits.max_connections,
+            shutdown.clone(),
+            tracker.clone(),
+        ));
+        let admin = tokio::spawn(serve_admin(
+            self.admin_listener,
+            admin_router(self.state.clone()),
+            self.settings.timeouts.header_read,
+            shutdown.clone(),
+            tracker.clone(),
+        ));
+        self.state.ready.store(true, Ordering::Release);
+        tracing::info!(data = %self.settings.listen, admin = %self.settings.admin_listen, "blobgate is serving");
+
+        signal.await;
+        tracing::info!("shutting down: no new connections; waiting for in-flight responses");
+        self.state.ready.store(false, Ordering::Release);
+        shutdown.cancel();
+        let _ = data.await;
+        let _ = admin.await;
+        tracker.close();
+        let grace = self.settings.timeouts.shutdown_grace;
+        if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
+            tracing::warn!(
+                open = tracker.len(),
+                "shutdown grace period over; dropping remaining connections"
+            );
+        }
+        upkeep.abort();
+        self.state.store.meta.close().await;
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// The admin listener: hyper's HTTP/1.1 server with its timer installed, so `header_read_timeout` really fires
+/// (axum::serve offers no way to set a timer). Idle keep-alive connections close on shutdown.
+async fn serve_admin(
+    listener: TcpListener,
+    router: axum::Router,
+    header_read_timeout: Duration,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+) {
+    let service = tower::ServiceBuilder::new()
+        .map_request(|req: http::Request<hyper::body::Incoming>| req.map(axum::body::Body::new))
+        .service(router);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.cancelled() => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, "admin accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(service.clone());
+        let shutdown = shutdown.clone();
+        tracker.spawn(async move {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder.timer(TokioTimer::new()).header_read_timeout(header_read_timeout);
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(e) = result { tracing::debug!(error = %e, "admin connection ended with an error"); }
+                }
+                _ = shutdown.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("can install a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term.recv() => {},
+    }
+}

@@ -1,0 +1,337 @@
+//! Content-addressed, immutable blob files under `<data_dir>/blobs/ab/cd/<sha256>`.
+//!
+//! A blob is written to `<data_dir>/tmp/`, fsynced, then renamed into place, so a reader never sees a partial file
+//! under a blob name. Blob names come only from content hashes: object keys never become file paths. Installing
+//! and retiring blobs happen while the caller holds the metadata write lock, which serialises them across
+//! processes (a CLI `put` beside a running server) against the reference counts in the database.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use sha2::{Digest, Sha256};
+
+/// Prefix of in-progress uploads in `tmp/`; the creator's pid follows, so the sweep can tell live ones apart.
+const STAGE_PREFIX: &str = "stage-";
+/// Prefix of blobs being removed: renamed out of `blobs/` first, so a failed commit can put them back.
+const RETIRED_PREFIX: &str = "retired-";
+
+#[derive(Debug, Clone)]
+pub struct BlobStore {
+    blobs_dir: PathBuf,
+    tmp_dir: PathBuf,
+}
+
+/// A fully written and fsynced temp file that is not yet visible as a blob. Dropping it removes the temp file,
+/// so an aborted upload or a failed commit leaves nothing behind.
+#[derive(Debug)]
+pub struct StagedBlob {
+    temp_path: PathBuf,
+    pub sha256: String,
+    pub size: u64,
+}
+
+impl Drop for StagedBlob {
+    fn drop(&mut self) {
+        // After `install` the temp path is gone and this is a harmless ENOENT.
+        let _ = fs::remove_file(&self.temp_path);
+    }
+}
+
+/// A blob moved aside by `retire`. `discard` deletes it after the metadata commit; `restore` puts it back when the
+/// commit failed.
+#[derive(Debug)]
+pub struct RetiredBlob {
+    retired_path: PathBuf,
+    blob_path: PathBuf,
+}
+
+impl RetiredBlob {
+    pub fn discard(self) {
+        if let Err(e) = fs::remove_file(&self.retired_path) {
+            tracing::warn!(path = %self.retired_path.display(), error = %e, "could not remove a retired blob; the next sweep will");
+        }
+    }
+
+    pub fn restore(self) -> io::Result<()> {
+        fs::rename(&self.retired_path, &self.blob_path)
+    }
+}
+
+/// Streams bytes into a staged blob, hashing as it goes.
+pub struct BlobWriter {
+    file: File,
+    hasher: Sha256,
+    size: u64,
+    /// Owns the temp path so that an abandoned writer removes its file on drop.
+    staged: StagedBlob,
+}
+
+impl BlobWriter {
+    pub fn write(&mut self, chunk: &[u8]) -> io::Result<()> {
+        self.file.write_all(chunk)?;
+        self.hasher.update(chunk);
+        self.size += chunk.len() as u64;
+        Ok(())
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// fsyncs the data and returns the staged blob, named by its hash.
+    pub fn finish(mut self) -> io::Result<StagedBlob> {
+        self.file.sync_all()?;
+        // Taking the path disarms the writer's own clean-up: the returned StagedBlob owns the file now.
+        Ok(StagedBlob {
+            temp_path: std::mem::take(&mut self.staged.temp_path),
+            sha256: hex::encode(self.hasher.finalize_reset()),
+            size: self.size,
+        })
+    }
+}
+
+impl BlobStore {
+    pub fn open(data_dir: &Path) -> anyhow::Result<Self> {
+        let store = Self {
+            blobs_dir: data_dir.join("blobs"),
+            tmp_dir: data_dir.join("tmp"),
+        };
+        for dir in [&store.blobs_dir, &store.tmp_dir] {
+            fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        Ok(store)
+    }
+
+    /// `blobs/ab/cd/abcd…`: two fan-out levels keep directories small at millions of blobs.
+    pub fn path_of(&self, sha256: &str) -> PathBuf {
+        debug_assert!(is_blob_hash(sha256));
+        self.blobs_dir
+            .join(&sha256[0..2])
+            .join(&sha256[2..4])
+            .join(sha256)
+    }
+
+    pub fn open_blob(&self, sha256: &str) -> io::Result<File> {
+        File::open(self.path_of(sha256))
+    }
+
+    pub fn writer(&self) -> io::Result<BlobWriter> {
+        let temp_path = self.tmp_dir.join(format!(
+            "{STAGE_PREFIX}{}-{}",
+            std::process::id(),
+            random_suffix()
+        ));
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp_path)?;
+        Ok(BlobWriter {
+            file,
+            hasher: Sha256::new(),
+            size: 0,
+            staged: StagedBlob {
+                temp_path,
+                sha256: String::new(),
+                size: 0,
+            },
+        })
+    }
+
+    /// Copies a local file into a staged blob. `progress` is told about every chunk copied.
+    pub fn stage_file(
+        &self,
+        source: &Path,
+        mut progress: impl FnMut(u64),
+    ) -> anyhow::Result<StagedBlob> {
+        let mut input =
+            File::open(source).with_context(|| format!("cannot open {}", source.display()))?;
+        let mut writer = self
+            .writer()
+            .context("cannot create a temp file in the data dir")?;
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = match input.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    return Err(e).with_context(|| format!("cannot read {}", source.display()));
+                }
+            };
+            writer
+                .write(&buf[..n])
+                .context("cannot write to the data dir")?;
+            progress(n as u64);
+        }
+        writer.finish().context("cannot sync the staged blob")
+    }
+
+    /// Makes a staged blob visible under its hash. Call while holding the metadata write lock. When the blob
+    /// already exists (identical content), the staged copy is dropped and the existing file is kept.
+    pub fn install(&self, staged: &StagedBlob) -> anyhow::Result<()> {
+        let target = self.path_of(&staged.sha256);
+        if target.is_file() {
+            return Ok(());
+        }
+        let dir = target.parent().expect("blob paths have a parent");
+        fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        fs::rename(&staged.temp_path, &target)
+            .with_context(|| format!("cannot move blob into {}", target.display()))?;
+        // The rename is durable only once the directory entry is.
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .with_context(|| format!("cannot sync {}", dir.display()))?;
+        Ok(())
+    }
+
+    /// Moves a blob out of `blobs/` so that it can be deleted once the metadata commit that dropped its last
+    /// reference succeeds. Call while holding the metadata write lock. `None` when the blob is already gone.
+    pub fn retire(&self, sha256: &str) -> anyhow::Result<Option<RetiredBlob>> {
+        let blob_path = self.path_of(sha256);
+        let retired_path = self
+            .tmp_dir
+            .join(format!("{RETIRED_PREFIX}{sha256}-{}", random_suffix()));
+        match fs::rename(&blob_path, &retired_path) {
+            Ok(()) => Ok(Some(RetiredBlob {
+                retired_path,
+                blob_path,
+            })),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("cannot retire blob {sha256}")),
+        }
+    }
+
+    /// Removes leftovers in `tmp/`: retired blobs, and staged files whose creating process is gone (a crash or a
+    /// kill -9 mid-upload). Staged files of live processes (a concurrent CLI put) are left alone.
+    pub fn sweep_temp_files(&self) -> anyhow::Result<usize> {
+        let mut removed = 0;
+        for entry in fs::read_dir(&self.tmp_dir)
+            .with_context(|| format!("cannot list {}", self.tmp_dir.display()))?
+        {
+            let entry = entry?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let stale = if name.starts_with(RETIRED_PREFIX) {
+                true
+            } else if let Some(rest) = name.strip_prefix(STAGE_PREFIX) {
+                let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+                !pid.is_some_and(process_is_alive)
+            } else {
+                false
+            };
+            if stale && fs::remove_file(entry.path()).is_ok() {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Every blob hash present on disk (for the start-up sweep of unreferenced blobs).
+    pub fn list_hashes(&self) -> anyhow::Result<Vec<String>> {
+        let mut hashes = Vec::new();
+        for entry in walkdir::WalkDir::new(&self.blobs_dir)
+            .min_depth(3)
+            .max_depth(3)
+        {
+            let entry = entry.context("cannot list the blob directory")?;
+            if entry.file_type().is_file()
+                && let Some(name) = entry.file_name().to_str()
+                && is_blob_hash(name)
+            {
+                hashes.push(name.to_owned());
+            }
+        }
+        Ok(hashes)
+    }
+}
+
+/// Lower-case hex SHA-256, the only form a blob name takes.
+pub fn is_blob_hash(s: &str) -> bool {
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+fn random_suffix() -> String {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).expect("the OS random source is available");
+    hex::encode(bytes)
+}
+
+fn process_is_alive(pid: u32) -> bool {
+    pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staged_blobs_are_named_by_content_and_installed_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = BlobStore::open(dir.path()).unwrap();
+        let mut w = store.writer().unwrap();
+        w.write(b"hello ").unwrap();
+        w.write(b"world").unwrap();
+        let staged = w.finish().unwrap();
+        assert_eq!(
+            staged.sha256,
+            "b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9"
+        );
+        assert_eq!(staged.size, 11);
+        store.install(&staged).unwrap();
+        drop(staged);
+        let path =
+            store.path_of("b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9");
+        assert_eq!(fs::read(&path).unwrap(), b"hello world");
+        assert!(path.starts_with(dir.path().join("blobs/b9/4d")));
+        // The temp file is gone after install + drop.
+        assert_eq!(fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn dropped_writers_and_staged_blobs_leave_no_temp_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = BlobStore::open(dir.path()).unwrap();
+        let mut w = store.writer().unwrap();
+        w.write(b"partial").unwrap();
+        drop(w);
+        let staged = store.writer().unwrap().finish().unwrap();
+        drop(staged);
+        assert_eq!(fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn retire_then_restore_or_discard() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = BlobStore::open(dir.path()).unwrap();
+        let mut w = store.writer().unwrap();
+        w.write(b"x").unwrap();
+        let staged = w.finish().unwrap();
+        store.install(&staged).unwrap();
+        let path = store.path_of(&staged.sha256);
+        let retired = store.retire(&staged.sha256).unwrap().unwrap();
+        assert!(!path.exists());
+        retired.restore().unwrap();
+        assert!(path.exists());
+        store.retire(&staged.sha256).unwrap().unwrap().discard();
+        assert!(!path.exists());
+        assert!(store.retire(&staged.sha256).unwrap().is_none());
+    }
+
+    #[test]
+    fn sweep_removes_dead_stage_files_and_retired_blobs_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = BlobStore::open(dir.path()).unwrap();
+        let tmp = dir.path().join("tmp");
+        // pid 0 is never a user process, so this stage file is from a dead process.
+        fs::write(tmp.join("stage-0-abc"), b"dead").unwrap();
+        fs::write(tmp.join(format!("retired-{}-x", "a".repeat(64))), b"old").unwrap();
+        let live = store.writer().unwrap();
+        assert_eq!(store.sweep_temp_files().unwrap(), 2);
+        assert_eq!(fs::read_dir(&tmp).unwrap().count(), 1);
+        drop(live);
+    }
+}

@@ -1,0 +1,301 @@
+//! The SQLite metadata store: the only module that contains SQL.
+//!
+//! WAL lets the server read while a CLI writes; a busy timeout turns lock contention into waiting rather than
+//! errors; every write transaction starts with `BEGIN IMMEDIATE`, so it takes the write lock up front instead of
+//! failing with SQLITE_BUSY half-way when it upgrades from a read.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, Sqlite, SqlitePool, Transaction};
+
+use crate::names::{BucketName, ObjectKey};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bucket {
+    pub id: i64,
+    pub name: String,
+    pub public: bool,
+    pub created_at: i64,
+}
+
+/// What the caller chooses about an object besides its bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObjectAttrs {
+    pub content_type: Option<String>,
+    pub cache_control: Option<String>,
+    pub content_disposition: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRecord {
+    pub bucket_id: i64,
+    pub key: String,
+    pub sha256: String,
+    pub size: u64,
+    pub attrs: ObjectAttrs,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// How an upsert changed the object row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Upsert {
+    Created,
+    /// The row already held exactly this content and these attributes: nothing was written.
+    Unchanged,
+    /// The row was rewritten; `previous_sha256` is the hash it referenced before.
+    Replaced {
+        previous_sha256: String,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetadataError {
+    #[error("bucket {0} already exists")]
+    BucketExists(String),
+    #[error("no such bucket: {0}")]
+    NoSuchBucket(String),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+#[derive(Clone)]
+pub struct Metadata {
+    pool: SqlitePool,
+}
+
+impl Metadata {
+    /// Opens (creating if needed) the database and applies the embedded migrations.
+    pub async fn open(path: &Path) -> anyhow::Result<Self> {
+        let url = format!("sqlite://{}", path.display());
+        let options = SqliteConnectOptions::from_str(&url)
+            .with_context(|| format!("invalid database path {}", path.display()))?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // NORMAL is durable across process crashes in WAL mode; blob files are fsynced separately.
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(options)
+            .await
+            .with_context(|| format!("cannot open database {}", path.display()))?;
+        sqlx::migrate!("./migrations")
+            .run(&pool)
+            .await
+            .context("cannot apply database migrations")?;
+        Ok(Self { pool })
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// Starts a write transaction holding SQLite's write lock (`BEGIN IMMEDIATE`).
+    pub async fn begin_write(&self) -> Result<WriteTx, MetadataError> {
+        Ok(WriteTx {
+            tx: self.pool.begin_with("BEGIN IMMEDIATE").await?,
+        })
+    }
+
+    pub async fn create_bucket(
+        &self,
+        name: &BucketName,
+        public: bool,
+        now: i64,
+    ) -> Result<Bucket, MetadataError> {
+        let mut tx = self.begin_write().await?;
+        let inserted = sqlx::query(
+            "INSERT INTO buckets (name, public, created_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (name) DO NOTHING RETURNING id",
+        )
+        .bind(name.as_str())
+        .bind(public)
+        .bind(now)
+        .fetch_optional(&mut *tx.tx)
+        .await?;
+        let Some(row) = inserted else {
+            return Err(MetadataError::BucketExists(name.to_string()));
+        };
+        tx.commit().await?;
+        Ok(Bucket {
+            id: row.get(0),
+            name: name.to_string(),
+            public,
+            created_at: now,
+        })
+    }
+
+    pub async fn bucket(&self, name: &BucketName) -> Result<Option<Bucket>, MetadataError> {
+        let row = sqlx::query("SELECT id, name, public, created_at FROM buckets WHERE name = ?1")
+            .bind(name.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| bucket_from_row(&r)))
+    }
+
+    pub async fn list_buckets(&self) -> Result<Vec<Bucket>, MetadataError> {
+        let rows = sqlx::query("SELECT id, name, public, created_at FROM buckets ORDER BY name")
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(bucket_from_row).collect())
+    }
+
+    pub async fn object(
+        &self,
+        bucket_id: i64,
+        key: &ObjectKey,
+    ) -> Result<Option<ObjectRecord>, MetadataError> {
+        let row = sqlx::query(
+            "SELECT bucket_id, key, sha256, size, content_type, cache_control, content_disposition,
+                    created_at, updated_at
+             FROM objects WHERE bucket_id = ?1 AND key = ?2",
+        )
+        .bind(bucket_id)
+        .bind(key.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| object_from_row(&r)))
+    }
+
+    /// How many objects reference the blob, outside any write transaction (for the sweep's first pass).
+    pub async fn blob_is_referenced(&self, sha256: &str) -> Result<bool, MetadataError> {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM objects WHERE sha256 = ?1")
+            .bind(sha256)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(n > 0)
+    }
+}
+
+/// A write transaction. Dropping it without `commit` rolls back.
+pub struct WriteTx {
+    tx: Transaction<'static, Sqlite>,
+}
+
+impl WriteTx {
+    pub async fn commit(self) -> Result<(), MetadataError> {
+        Ok(self.tx.commit().await?)
+    }
+
+    pub async fn bucket(&mut self, name: &BucketName) -> Result<Option<Bucket>, MetadataError> {
+        let row = sqlx::query("SELECT id, name, public, created_at FROM buckets WHERE name = ?1")
+            .bind(name.as_str())
+            .fetch_optional(&mut *self.tx)
+            .await?;
+        Ok(row.map(|r| bucket_from_row(&r)))
+    }
+
+    /// Inserts or replaces the object row. A row that already holds the same hash and attributes is left as it
+    /// is, so importing the same tree twice changes nothing (not even Last-Modified).
+    pub async fn upsert_object(
+        &mut self,
+        bucket_id: i64,
+        key: &ObjectKey,
+        sha256: &str,
+        size: u64,
+        attrs: &ObjectAttrs,
+        now: i64,
+    ) -> Result<Upsert, MetadataError> {
+        let existing = sqlx::query(
+            "SELECT sha256, size, content_type, cache_control, content_disposition
+             FROM objects WHERE bucket_id = ?1 AND key = ?2",
+        )
+        .bind(bucket_id)
+        .bind(key.as_str())
+        .fetch_optional(&mut *self.tx)
+        .await?;
+        let size = i64::try_from(size).expect("object sizes fit in i64");
+        let outcome = match existing {
+            Some(row) => {
+                let same = row.get::<String, _>(0) == sha256
+                    && row.get::<i64, _>(1) == size
+                    && row.get::<Option<String>, _>(2) == attrs.content_type
+                    && row.get::<Option<String>, _>(3) == attrs.cache_control
+                    && row.get::<Option<String>, _>(4) == attrs.content_disposition;
+                if same {
+                    return Ok(Upsert::Unchanged);
+                }
+                Upsert::Replaced {
+                    previous_sha256: row.get(0),
+                }
+            }
+            None => Upsert::Created,
+        };
+        sqlx::query(
+            "INSERT INTO objects (bucket_id, key, sha256, size, content_type, cache_control, content_disposition,
+                                  created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)
+             ON CONFLICT (bucket_id, key) DO UPDATE SET
+                 sha256 = excluded.sha256, size = excluded.size, content_type = excluded.content_type,
+                 cache_control = excluded.cache_control, content_disposition = excluded.content_disposition,
+                 updated_at = excluded.updated_at",
+        )
+        .bind(bucket_id)
+        .bind(key.as_str())
+        .bind(sha256)
+        .bind(size)
+        .bind(&attrs.content_type)
+        .bind(&attrs.cache_control)
+        .bind(&attrs.content_disposition)
+        .bind(now)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(outcome)
+    }
+
+    /// Deletes the object row; returns the hash it referenced, or `None` when there was no such object.
+    pub async fn delete_object(
+        &mut self,
+        bucket_id: i64,
+        key: &ObjectKey,
+    ) -> Result<Option<String>, MetadataError> {
+        let sha = sqlx::query_scalar(
+            "DELETE FROM objects WHERE bucket_id = ?1 AND key = ?2 RETURNING sha256",
+        )
+        .bind(bucket_id)
+        .bind(key.as_str())
+        .fetch_optional(&mut *self.tx)
+        .await?;
+        Ok(sha)
+    }
+
+    pub async fn blob_is_referenced(&mut self, sha256: &str) -> Result<bool, MetadataError> {
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM objects WHERE sha256 = ?1 LIMIT 1")
+                .bind(sha256)
+                .fetch_optional(&mut *self.tx)
+                .await?;
+        Ok(found.is_some())
+    }
+}
+
+fn bucket_from_row(r: &sqlx::sqlite::SqliteRow) -> Bucket {
+    Bucket {
+        id: r.get(0),
+        name: r.get(1),
+        public: r.get(2),
+        created_at: r.get(3),
+    }
+}
+
+fn object_from_row(r: &sqlx::sqlite::SqliteRow) -> ObjectRecord {
+    ObjectRecord {
+        bucket_id: r.get(0),
+        key: r.get(1),
+        sha256: r.get(2),
+        size: r.get::<i64, _>(3) as u64,
+        attrs: ObjectAttrs {
+            content_type: r.get(4),
+            cache_control: r.get(5),
+            content_disposition: r.get(6),
+        },
+        created_at: r.get(7),
+        updated_at: r.get(8),
+    }
+}
