@@ -13,11 +13,7 @@ use crate::names::{BucketName, ObjectKey, parse_attrs};
 use crate::store::{Store, StoreError, unix_now};
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "blobgate",
-    version,
-    about = "Object-storage download gateway that serves blobs with sendfile(2)"
-)]
+#[command(name = "blobgate", version, about = "Object-storage download gateway that serves blobs with sendfile(2)")]
 pub struct Cli {
     /// Where the database and blob files live (created if missing) [env: BLOBGATE_DATA_DIR] [default: ./data]
     #[arg(long, global = true, value_name = "DIR")]
@@ -55,6 +51,26 @@ pub enum Command {
         #[arg(long, value_name = "VALUE")]
         content_disposition: Option<String>,
     },
+    /// Manage bearer tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Print a signed URL for BUCKET/KEY.
+    Presign {
+        bucket: String,
+        key: String,
+        /// Lifetime in seconds (at most auth.presign_max_lifetime).
+        #[arg(long, value_name = "SECS", default_value_t = 3600)]
+        expires_in: u64,
+        /// Scheme, host and port of the data listener [default: http://<listen>]
+        #[arg(long, value_name = "URL")]
+        base_url: Option<String>,
+        /// Make the response carry this Content-Disposition (e.g. `attachment`); covered by the signature.
+        #[arg(long, value_name = "VALUE")]
+        response_content_disposition: Option<String>,
+    },
+    /// Manage signed-URL keys, and revoke single signed URLs.
+    #[command(subcommand)]
+    Signing(SigningCommand),
     /// Store every regular file under DIR, keyed by its path relative to DIR (idempotent).
     Import {
         bucket: String,
@@ -77,17 +93,44 @@ pub enum BucketCommand {
     List,
 }
 
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Create a token and print it (it is shown only once).
+    Create {
+        #[arg(long)]
+        bucket: String,
+        /// Only keys starting with this prefix.
+        #[arg(long, default_value = "")]
+        prefix: String,
+        /// read (GET/HEAD), write (read + PUT/DELETE) or admin.
+        #[arg(long, default_value = "read")]
+        scope: String,
+        /// Lifetime in seconds; without it the token does not expire.
+        #[arg(long, value_name = "SECS")]
+        expires_in: Option<u64>,
+    },
+    /// Revoke a token, given the token itself or its id. Takes effect on running servers at once.
+    Revoke { token: String },
+    /// List tokens as JSON lines (ids, scopes, expiry; never secrets).
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SigningCommand {
+    /// Add a new signing key; new links are signed with it, old ones keep verifying.
+    Rotate,
+    /// Stop a key from verifying: every link signed with it stops working.
+    Retire { key_id: String },
+    /// List signing keys as JSON lines (never secrets).
+    List,
+    /// Revoke one signed URL.
+    RevokeUrl { url: String },
+}
+
 impl Cli {
     pub fn settings(&self) -> anyhow::Result<Settings> {
-        let mut flags = FlagOverrides {
-            data_dir: self.data_dir.clone(),
-            ..Default::default()
-        };
-        if let Command::Serve {
-            listen,
-            admin_listen,
-        } = &self.command
-        {
+        let mut flags = FlagOverrides { data_dir: self.data_dir.clone(), ..Default::default() };
+        if let Command::Serve { listen, admin_listen } = &self.command {
             flags.listen = *listen;
             flags.admin_listen = *admin_listen;
         }
@@ -103,54 +146,43 @@ pub async fn run_command(command: Command, settings: Settings) -> anyhow::Result
         Command::Bucket(BucketCommand::Create { name, public }) => {
             let name = BucketName::parse(&name)?;
             let bucket = store.meta.create_bucket(&name, public, unix_now()).await?;
-            println!(
-                "{}",
-                serde_json::json!({ "bucket": bucket.name, "public": bucket.public })
-            );
+            println!("{}", serde_json::json!({ "bucket": bucket.name, "public": bucket.public }));
             Ok(())
         }
         Command::Bucket(BucketCommand::List) => {
             for b in store.meta.list_buckets().await? {
-                println!(
-                    "{}",
-                    serde_json::json!({ "bucket": b.name, "public": b.public })
-                );
+                println!("{}", serde_json::json!({ "bucket": b.name, "public": b.public }));
             }
             Ok(())
         }
-        Command::Put {
-            bucket,
-            key,
-            file,
-            content_type,
-            cache_control,
-            content_disposition,
-        } => {
+        Command::Put { bucket, key, file, content_type, cache_control, content_disposition } => {
             let bucket = BucketName::parse(&bucket)?;
             let key = ObjectKey::parse(&key)?;
             let attrs = parse_attrs(content_type, cache_control, content_disposition)?;
             require_regular_file(&file)?;
             require_bucket(&store, &bucket).await?;
             let blobs = store.blobs.clone();
-            let staged =
-                tokio::task::spawn_blocking(move || blobs.stage_file(&file, |_| {})).await??;
+            let staged = tokio::task::spawn_blocking(move || blobs.stage_file(&file, |_| {})).await??;
             let report = store.put(&bucket, &key, staged, attrs).await?;
             println!("{}", serde_json::to_string(&report)?);
             Ok(())
         }
-        Command::Import {
-            bucket,
-            dir,
-            prefix,
-        } => import(&store, &bucket, &dir, &prefix).await,
+        Command::Import { bucket, dir, prefix } => import(&store, &bucket, &dir, &prefix).await,
+        Command::Token(command) => crate::cli_auth::token(&store, command).await,
+        Command::Presign { bucket, key, expires_in, base_url, response_content_disposition } => {
+            let base_url = base_url.unwrap_or_else(|| format!("http://{}", settings.listen));
+            let request =
+                crate::cli_auth::PresignRequest { bucket, key, expires_in, base_url, response_content_disposition };
+            crate::cli_auth::presign(&store, &settings, request).await
+        }
+        Command::Signing(command) => crate::cli_auth::signing(&store, command).await,
     };
     store.meta.close().await;
     result
 }
 
 fn require_regular_file(path: &Path) -> anyhow::Result<()> {
-    let meta =
-        std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let meta = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
     if !meta.is_file() {
         bail!("{} is not a regular file", path.display());
     }
@@ -172,52 +204,33 @@ async fn import(store: &Store, bucket: &str, dir: &Path, prefix: &str) -> anyhow
     }
     require_bucket(store, &bucket).await?;
     let mut files = Vec::new();
-    for entry in walkdir::WalkDir::new(dir)
-        .follow_links(false)
-        .sort_by_file_name()
-    {
+    for entry in walkdir::WalkDir::new(dir).follow_links(false).sort_by_file_name() {
         let entry = entry.with_context(|| format!("cannot walk {}", dir.display()))?;
         // Symlinks and special files are skipped: only regular files become objects.
         if !entry.file_type().is_file() {
             continue;
         }
-        let relative = entry
-            .path()
-            .strip_prefix(dir)
-            .expect("walkdir yields paths under its root");
-        let relative = relative
-            .to_str()
-            .with_context(|| format!("{} is not valid UTF-8", entry.path().display()))?;
-        let key = ObjectKey::parse(&format!(
-            "{prefix}{}",
-            relative.replace(std::path::MAIN_SEPARATOR, "/")
-        ))
-        .with_context(|| format!("cannot import {}", entry.path().display()))?;
+        let relative = entry.path().strip_prefix(dir).expect("walkdir yields paths under its root");
+        let relative = relative.to_str().with_context(|| format!("{} is not valid UTF-8", entry.path().display()))?;
+        let key = ObjectKey::parse(&format!("{prefix}{}", relative.replace(std::path::MAIN_SEPARATOR, "/")))
+            .with_context(|| format!("cannot import {}", entry.path().display()))?;
         let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
         files.push((entry.into_path(), key, size));
     }
     let total: u64 = files.iter().map(|f| f.2).sum();
     let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {msg}",
-        )
-        .expect("valid template")
-        .progress_chars("=> "),
+        indicatif::ProgressStyle::with_template("{spinner} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
     );
     let (mut created, mut replaced, mut unchanged) = (0u64, 0u64, 0u64);
     for (path, key, _) in files.iter() {
         bar.set_message(key.to_string());
         let blobs = store.blobs.clone();
         let (path, progress) = (path.clone(), bar.clone());
-        let staged =
-            tokio::task::spawn_blocking(move || blobs.stage_file(&path, |n| progress.inc(n)))
-                .await??;
-        match store
-            .put(&bucket, key, staged, Default::default())
-            .await?
-            .status
-        {
+        let staged = tokio::task::spawn_blocking(move || blobs.stage_file(&path, |n| progress.inc(n))).await??;
+        match store.put(&bucket, key, staged, Default::default()).await?.status {
             "created" => created += 1,
             "replaced" => replaced += 1,
             _ => unchanged += 1,

@@ -28,6 +28,21 @@ pub struct Settings {
     pub log: String,
     pub limits: Limits,
     pub timeouts: Timeouts,
+    pub auth: AuthSettings,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthSettings {
+    /// Longest lifetime `presign` will sign, and the server will accept, for a signed URL.
+    #[serde(with = "humantime_serde")]
+    pub presign_max_lifetime: Duration,
+}
+
+impl Default for AuthSettings {
+    fn default() -> Self {
+        Self { presign_max_lifetime: Duration::from_secs(7 * 24 * 3600) }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -76,6 +91,7 @@ impl Default for Settings {
             log: "info".into(),
             limits: Limits::default(),
             timeouts: Timeouts::default(),
+            auth: AuthSettings::default(),
         }
     }
 }
@@ -117,14 +133,7 @@ pub struct FlagOverrides {
 }
 
 /// Top-level keys; other `BLOBGATE_*` variables (such as `BLOBGATE_CONFIG`) are not settings.
-const SETTING_KEYS: &[&str] = &[
-    "data_dir",
-    "listen",
-    "admin_listen",
-    "log",
-    "limits",
-    "timeouts",
-];
+const SETTING_KEYS: &[&str] = &["data_dir", "listen", "admin_listen", "log", "limits", "timeouts"];
 
 impl Settings {
     /// Loads the layers. `config_file` is `--config`/`BLOBGATE_CONFIG`; when it is `None`, `config/default.toml` is
@@ -163,19 +172,9 @@ impl Settings {
         let l = &self.limits;
         check("limits.max_head_bytes", l.max_head_bytes, 1024, 1 << 20)?;
         check("limits.max_headers", l.max_headers, 8, 1000)?;
-        check(
-            "limits.max_uri_bytes",
-            l.max_uri_bytes,
-            256,
-            l.max_head_bytes,
-        )?;
+        check("limits.max_uri_bytes", l.max_uri_bytes, 256, l.max_head_bytes)?;
         check("limits.max_connections", l.max_connections, 1, 1_000_000)?;
-        check(
-            "limits.sendfile_chunk_bytes",
-            l.sendfile_chunk_bytes,
-            4096,
-            1 << 30,
-        )?;
+        check("limits.sendfile_chunk_bytes", l.sendfile_chunk_bytes, 4096, 1 << 30)?;
         if l.max_upload_bytes == 0 {
             bail!("limits.max_upload_bytes must be at least 1");
         }
@@ -189,6 +188,9 @@ impl Settings {
             if value.is_zero() {
                 bail!("{key} must be greater than zero");
             }
+        }
+        if self.auth.presign_max_lifetime.is_zero() {
+            bail!("auth.presign_max_lifetime must be greater than zero");
         }
         if self.data_dir.as_os_str().is_empty() {
             bail!("data_dir must not be empty");
@@ -210,10 +212,7 @@ fn check(key: &str, value: usize, min: usize, max: usize) -> anyhow::Result<()> 
 
 /// figment reports every problem; the first one, with its key and source, is the useful one-line message.
 fn first_error(error: figment::Error) -> String {
-    let error = error
-        .into_iter()
-        .next()
-        .expect("a figment error holds at least one error");
+    let error = error.into_iter().next().expect("a figment error holds at least one error");
     let mut message = format!("invalid configuration: {}", error.kind);
     if !error.path.is_empty() {
         message.push_str(&format!(" for key '{}'", error.path.join(".")));
@@ -229,11 +228,12 @@ fn first_error(error: figment::Error) -> String {
 
 /// Creates the data directory with a clear message when that fails.
 pub fn ensure_data_dir(dir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("cannot create data dir {}", dir.display()))
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create data dir {}", dir.display()))
 }
 
 #[cfg(test)]
+// figment's Jail closures return figment::Error, which is large; that is its API, not ours.
+#[allow(clippy::result_large_err)]
 mod tests {
     use super::*;
     use figment::Jail;
@@ -241,14 +241,14 @@ mod tests {
     #[test]
     fn layers_apply_in_order_defaults_file_env_flags() {
         Jail::expect_with(|jail| {
-            jail.create_file("c.toml", "listen = \"127.0.0.1:9000\"\nadmin_listen = \"127.0.0.1:9001\"\n[limits]\nmax_headers = 50\n")?;
+            jail.create_file(
+                "c.toml",
+                "listen = \"127.0.0.1:9000\"\nadmin_listen = \"127.0.0.1:9001\"\n[limits]\nmax_headers = 50\n",
+            )?;
             jail.set_env("BLOBGATE_ADMIN_LISTEN", "127.0.0.1:9101");
             jail.set_env("BLOBGATE_LIMITS__MAX_HEAD_BYTES", "32768");
             jail.set_env("BLOBGATE_BIN", "ignored: not a setting");
-            let flags = FlagOverrides {
-                data_dir: Some("/tmp/x".into()),
-                ..Default::default()
-            };
+            let flags = FlagOverrides { data_dir: Some("/tmp/x".into()), ..Default::default() };
             let s = Settings::load(Some(Path::new("c.toml")), &flags).map_err(|e| e.to_string())?;
             assert_eq!(s.listen.port(), 9000);
             assert_eq!(s.admin_listen.port(), 9101);
@@ -264,31 +264,22 @@ mod tests {
     fn bad_values_name_their_key() {
         Jail::expect_with(|jail| {
             jail.set_env("BLOBGATE_LIMITS__MAX_HEADERS", "lots");
-            let err = Settings::load(None, &FlagOverrides::default())
-                .unwrap_err()
-                .to_string();
+            let err = Settings::load(None, &FlagOverrides::default()).unwrap_err().to_string();
             assert!(err.contains("limits.max_headers"), "{err}");
             jail.set_env("BLOBGATE_LIMITS__MAX_HEADERS", "3");
-            let err = Settings::load(None, &FlagOverrides::default())
-                .unwrap_err()
-                .to_string();
+            let err = Settings::load(None, &FlagOverrides::default()).unwrap_err().to_string();
             assert!(err.contains("limits.max_headers"), "{err}");
             Ok(())
         });
         Jail::expect_with(|jail| {
             jail.create_file("c.toml", "[timeouts]\nheader_read = \"soon\"\n")?;
-            let err = Settings::load(Some(Path::new("c.toml")), &FlagOverrides::default())
-                .unwrap_err()
-                .to_string();
+            let err = Settings::load(Some(Path::new("c.toml")), &FlagOverrides::default()).unwrap_err().to_string();
             assert!(err.contains("timeouts.header_read"), "{err}");
             jail.create_file("d.toml", "lisen = \"127.0.0.1:1\"\n")?;
-            let err = Settings::load(Some(Path::new("d.toml")), &FlagOverrides::default())
-                .unwrap_err()
-                .to_string();
+            let err = Settings::load(Some(Path::new("d.toml")), &FlagOverrides::default()).unwrap_err().to_string();
             assert!(err.contains("lisen"), "{err}");
-            let err = Settings::load(Some(Path::new("missing.toml")), &FlagOverrides::default())
-                .unwrap_err()
-                .to_string();
+            let err =
+                Settings::load(Some(Path::new("missing.toml")), &FlagOverrides::default()).unwrap_err().to_string();
             assert!(err.contains("missing.toml"), "{err}");
             Ok(())
         });

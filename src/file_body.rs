@@ -76,9 +76,7 @@ impl FileBody {
     /// Every region lies inside the file as it was when opened.
     pub fn regions_in_bounds(&self) -> bool {
         self.segments.iter().all(|s| match s {
-            Segment::Region { offset, len } => offset
-                .checked_add(*len)
-                .is_some_and(|end| end <= self.file_size),
+            Segment::Region { offset, len } => offset.checked_add(*len).is_some_and(|end| end <= self.file_size),
             Segment::Literal(_) => true,
         })
     }

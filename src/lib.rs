@@ -16,6 +16,7 @@
 
 pub mod auth;
 pub mod cli;
+mod cli_auth;
 pub mod config;
 pub mod driver;
 pub mod file_body;

@@ -22,9 +22,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let settings = cli.settings()?;
     let serving = matches!(cli.command, Command::Serve { .. });
     init_logging(if serving { &settings.log } else { "warn" });
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         if serving {
             let app = Application::build(settings).await?;
@@ -38,8 +36,5 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 fn init_logging(default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
 }

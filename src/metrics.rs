@@ -24,6 +24,7 @@ pub const ABORTED: &str = "blobgate_aborted_responses_total";
 pub const STALLED: &str = "blobgate_stalled_responses_total";
 pub const ACCEPT_ERRORS: &str = "blobgate_accept_errors_total";
 pub const BLOB_OPEN_ERRORS: &str = "blobgate_blob_open_errors_total";
+pub const AUTH_FAILURES: &str = "blobgate_auth_failures_total";
 pub const RESPONSE_SECONDS: &str = "blobgate_response_duration_seconds";
 
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
@@ -47,43 +48,17 @@ pub fn prometheus() -> PrometheusHandle {
 
 fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
-    describe_counter!(
-        SENT_BYTES,
-        Unit::Bytes,
-        "Object bytes handed to sockets, summed from sendfile return values."
-    );
+    describe_counter!(SENT_BYTES, Unit::Bytes, "Object bytes handed to sockets, summed from sendfile return values.");
     describe_counter!(SENDFILE_CALLS, "sendfile(2) calls that moved bytes.");
-    describe_counter!(
-        RESPONSES,
-        "Responses written on the data listener, by status class and kind."
-    );
+    describe_counter!(RESPONSES, "Responses written on the data listener, by status class and kind.");
     describe_gauge!(OPEN_CONNECTIONS, "Open data connections.");
     describe_gauge!(ACTIVE_DOWNLOADS, "File responses currently being sent.");
-    describe_counter!(
-        TRUNCATED,
-        "File responses cut short because the blob shrank (never padded)."
-    );
-    describe_counter!(
-        ABORTED,
-        "File responses cut short because the client went away."
-    );
-    describe_counter!(
-        STALLED,
-        "File responses dropped after the send-progress timeout."
-    );
-    describe_counter!(
-        ACCEPT_ERRORS,
-        "accept(2) failures from resource exhaustion (EMFILE, ENFILE, ...)."
-    );
-    describe_counter!(
-        BLOB_OPEN_ERRORS,
-        "Blobs that were missing or unreadable when a request opened them."
-    );
-    describe_histogram!(
-        RESPONSE_SECONDS,
-        Unit::Seconds,
-        "File responses, from head written to last byte sent."
-    );
+    describe_counter!(TRUNCATED, "File responses cut short because the blob shrank (never padded).");
+    describe_counter!(ABORTED, "File responses cut short because the client went away.");
+    describe_counter!(STALLED, "File responses dropped after the send-progress timeout.");
+    describe_counter!(ACCEPT_ERRORS, "accept(2) failures from resource exhaustion (EMFILE, ENFILE, ...).");
+    describe_counter!(BLOB_OPEN_ERRORS, "Blobs that were missing or unreadable when a request opened them.");
+    describe_histogram!(RESPONSE_SECONDS, Unit::Seconds, "File responses, from head written to last byte sent.");
 }
 
 /// Pre-registered handles for the data driver.
@@ -111,9 +86,7 @@ impl DriverMetrics {
         Self {
             sent_bytes: counter!(SENT_BYTES),
             sendfile_calls: counter!(SENDFILE_CALLS),
-            responses: CLASSES.map(|class| {
-                KINDS.map(|kind| counter!(RESPONSES, "class" => class, "kind" => kind))
-            }),
+            responses: CLASSES.map(|class| KINDS.map(|kind| counter!(RESPONSES, "class" => class, "kind" => kind))),
             open_connections: gauge!(OPEN_CONNECTIONS),
             active_downloads: gauge!(ACTIVE_DOWNLOADS),
             truncated: counter!(TRUNCATED),
@@ -177,6 +150,12 @@ impl Drop for GaugeGuard<'_> {
 
 pub fn blob_open_error() {
     counter!(BLOB_OPEN_ERRORS).increment(1);
+}
+
+/// `reason` is one of a fixed set of literals (missing, malformed, unknown_token, revoked, expired, forbidden,
+/// bad_signature, signature_expired, signature_revoked), so the label stays bounded.
+pub fn auth_failure(reason: &'static str) {
+    counter!(AUTH_FAILURES, "reason" => reason).increment(1);
 }
 
 fn class_index(status: StatusCode) -> usize {

@@ -13,10 +13,7 @@ pub enum NameError {
     #[error("invalid object key: {0}")]
     Key(&'static str),
     #[error("invalid {field}: {reason}")]
-    Attr {
-        field: &'static str,
-        reason: &'static str,
-    },
+    Attr { field: &'static str, reason: &'static str },
 }
 
 /// Longest stored header value we accept for an object attribute.
@@ -31,26 +28,17 @@ pub fn parse_attrs(
 ) -> Result<crate::store::ObjectAttrs, NameError> {
     let header_text = |field: &'static str, v: &str| {
         if v.is_empty() || v.len() > MAX_ATTR_BYTES {
-            return Err(NameError::Attr {
-                field,
-                reason: "must be 1 to 1024 characters",
-            });
+            return Err(NameError::Attr { field, reason: "must be 1 to 1024 characters" });
         }
         if !v.bytes().all(|b| b == b'\t' || (0x20..0x7f).contains(&b)) {
-            return Err(NameError::Attr {
-                field,
-                reason: "must be printable ASCII",
-            });
+            return Err(NameError::Attr { field, reason: "must be printable ASCII" });
         }
         Ok(())
     };
     if let Some(ct) = &content_type {
         header_text("content type", ct)?;
         if ct.parse::<mime::Mime>().is_err() {
-            return Err(NameError::Attr {
-                field: "content type",
-                reason: "is not a media type like text/plain",
-            });
+            return Err(NameError::Attr { field: "content type", reason: "is not a media type like text/plain" });
         }
     }
     if let Some(cc) = &cache_control {
@@ -58,18 +46,10 @@ pub fn parse_attrs(
     }
     if let Some(cd) = &content_disposition {
         header_text("content disposition", cd)?;
-        crate::http::disposition::validate_content_disposition(cd).map_err(|reason| {
-            NameError::Attr {
-                field: "content disposition",
-                reason,
-            }
-        })?;
+        crate::http::disposition::validate_content_disposition(cd)
+            .map_err(|reason| NameError::Attr { field: "content disposition", reason })?;
     }
-    Ok(crate::store::ObjectAttrs {
-        content_type,
-        cache_control,
-        content_disposition,
-    })
+    Ok(crate::store::ObjectAttrs { content_type, cache_control, content_disposition })
 }
 
 /// An S3-style bucket name: 3 to 63 characters of `a-z`, `0-9`, `.` and `-`, starting and ending with a letter or
@@ -79,19 +59,11 @@ pub struct BucketName(String);
 
 impl BucketName {
     pub fn parse(name: &str) -> Result<Self, NameError> {
-        let fail = |reason| {
-            Err(NameError::Bucket {
-                name: name.chars().take(80).collect(),
-                reason,
-            })
-        };
+        let fail = |reason| Err(NameError::Bucket { name: name.chars().take(80).collect(), reason });
         if !(3..=63).contains(&name.len()) {
             return fail("must be 3 to 63 characters long");
         }
-        if !name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
-        {
+        if !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-') {
             return fail("only lower-case letters, digits, '.' and '-' are allowed");
         }
         let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
@@ -139,10 +111,7 @@ impl ObjectKey {
         if key.chars().any(char::is_control) {
             return Err(NameError::Key("key contains a control character"));
         }
-        if key
-            .split('/')
-            .any(|segment| segment == "." || segment == "..")
-        {
+        if key.split('/').any(|segment| segment == "." || segment == "..") {
             return Err(NameError::Key("key contains a '.' or '..' segment"));
         }
         Ok(Self(key.to_owned()))
@@ -208,23 +177,11 @@ mod tests {
 
     #[test]
     fn keys_reject_empty_long_nul_controls_and_dot_segments() {
-        for ok in [
-            "a",
-            "dir/obj.bin",
-            "a//b",
-            "/lead",
-            "trail/",
-            ".hidden",
-            "a/..b/c",
-            "résumé.pdf",
-            "%41",
-        ] {
+        for ok in ["a", "dir/obj.bin", "a//b", "/lead", "trail/", ".hidden", "a/..b/c", "résumé.pdf", "%41"] {
             assert!(ObjectKey::parse(ok).is_ok(), "{ok}");
         }
         assert!(ObjectKey::parse(&"k".repeat(1024)).is_ok());
-        for bad in [
-            "", "a\0b", "a\nb", ".", "..", "a/./b", "a/../b", "../x", "x/..", "x/.",
-        ] {
+        for bad in ["", "a\0b", "a\nb", ".", "..", "a/./b", "a/../b", "../x", "x/..", "x/."] {
             assert!(ObjectKey::parse(bad).is_err(), "{bad:?}");
         }
         assert!(ObjectKey::parse(&"k".repeat(1025)).is_err());
@@ -248,11 +205,8 @@ mod tests {
 
     #[test]
     fn attrs_must_be_well_formed_header_values() {
-        let ok = parse_attrs(
-            Some("text/plain; charset=utf-8".into()),
-            Some("max-age=60".into()),
-            Some("attachment".into()),
-        );
+        let ok =
+            parse_attrs(Some("text/plain; charset=utf-8".into()), Some("max-age=60".into()), Some("attachment".into()));
         assert!(ok.is_ok());
         assert!(parse_attrs(Some("nonsense".into()), None, None).is_err());
         assert!(parse_attrs(None, Some("a\r\nb".into()), None).is_err());

@@ -42,9 +42,7 @@ impl Application {
             .with_context(|| format!("cannot listen on {} (listen)", settings.listen))?;
         let admin_listener = TcpListener::bind(settings.admin_listen)
             .await
-            .with_context(|| {
-                format!("cannot listen on {} (admin_listen)", settings.admin_listen)
-            })?;
+            .with_context(|| format!("cannot listen on {} (admin_listen)", settings.admin_listen))?;
         let settings = Arc::new(settings);
         let state = AppState {
             store,
@@ -53,24 +51,15 @@ impl Application {
             prometheus: crate::metrics::prometheus(),
             ready: Arc::new(AtomicBool::new(false)),
         };
-        Ok(Self {
-            settings,
-            state,
-            data_listener,
-            admin_listener,
-        })
+        Ok(Self { settings, state, data_listener, admin_listener })
     }
 
     pub fn data_addr(&self) -> SocketAddr {
-        self.data_listener
-            .local_addr()
-            .expect("a bound listener has an address")
+        self.data_listener.local_addr().expect("a bound listener has an address")
     }
 
     pub fn admin_addr(&self) -> SocketAddr {
-        self.admin_listener
-            .local_addr()
-            .expect("a bound listener has an address")
+        self.admin_listener.local_addr().expect("a bound listener has an address")
     }
 
     /// Serves until `signal` resolves, then stops accepting, lets in-flight responses finish within
@@ -88,10 +77,7 @@ impl Application {
             }
         });
 
-        let ctx = Arc::new(DriverContext::new(
-            data_router(self.state.clone()),
-            &self.settings,
-        ));
+        let ctx = Arc::new(DriverContext::new(data_router(self.state.clone()), &self.settings));
         let data = tokio::spawn(driver::serve(
             self.data_listener,
             ctx,
@@ -118,10 +104,7 @@ impl Application {
         tracker.close();
         let grace = self.settings.timeouts.shutdown_grace;
         if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
-            tracing::warn!(
-                open = tracker.len(),
-                "shutdown grace period over; dropping remaining connections"
-            );
+            tracing::warn!(open = tracker.len(), "shutdown grace period over; dropping remaining connections");
         }
         upkeep.abort();
         self.state.store.meta.close().await;

@@ -1,20 +1,321 @@
-//! TEMPORARY: public buckets only; replaced by tokens and signed URLs.
+//! Who may read or write what. Decisions happen *before* an object is looked up, so that callers without
+//! access get the same answer for present and absent keys (and absent buckets).
+//!
+//! - no credentials on a private (or absent) bucket → 401 with `WWW-Authenticate: Bearer`;
+//! - malformed, unknown, expired or revoked credentials → 401;
+//! - valid credentials that do not cover this bucket, prefix or operation → 403;
+//! - public buckets are readable by anyone; writes always need a `write` or `admin` token.
+//!
+//! `token` and `presign` are pure; this module adds the lookups and the ordering.
+
+pub mod presign;
+pub mod token;
+
+use http::Uri;
+use http::header::{self, HeaderMap};
+
 use crate::http::AppState;
 use crate::http::error::ApiError;
 use crate::names::ObjectKey;
-use crate::store::Bucket;
-use axum::http::{HeaderMap, Method, Uri};
+use crate::store::{Bucket, TokenRecord, unix_now};
+use presign::{PresignParams, SignedFields};
+use token::Scope;
 
+/// The operation being authorised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+}
+
+/// Credentials found on a request, before they are checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credentials {
+    Anonymous,
+    Bearer(String),
+    Presigned(PresignParams),
+}
+
+/// What a successful read authorisation allows beyond the object itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadGrant {
+    pub bucket: Bucket,
+    /// A `response-content-disposition` that a valid signature covered.
+    pub content_disposition: Option<String>,
+}
+
+/// Finds the credentials of a request. RFC 9110 §11.6.2 allows one Authorization field; several are refused
+/// (400), as is a request that carries both a bearer token and a signature.
+pub fn credentials(headers: &HeaderMap, uri: &Uri) -> Result<Credentials, ApiError> {
+    let mut fields = headers.get_all(header::AUTHORIZATION).iter();
+    let bearer = match (fields.next(), fields.next()) {
+        (None, _) => None,
+        (Some(_), Some(_)) => return Err(ApiError::BadRequest("repeated Authorization header".into())),
+        (Some(value), None) => Some(parse_bearer(value.as_bytes()).ok_or_else(|| {
+            crate::metrics::auth_failure("malformed");
+            ApiError::Unauthorized("malformed Authorization header; expected 'Bearer <token>'")
+        })?),
+    };
+    let signed = presign::parse_query(uri.query()).map_err(|why| {
+        crate::metrics::auth_failure("malformed");
+        ApiError::Unauthorized(why)
+    })?;
+    match (bearer, signed) {
+        (Some(_), Some(_)) => Err(ApiError::BadRequest("send a bearer token or a signed URL, not both".into())),
+        (Some(token), None) => Ok(Credentials::Bearer(token)),
+        (None, Some(params)) => Ok(Credentials::Presigned(params)),
+        (None, None) => Ok(Credentials::Anonymous),
+    }
+}
+
+/// RFC 9110 §11.1: the scheme is case-insensitive; RFC 6750 §2.1: `Bearer 1*SP b64token`.
+fn parse_bearer(value: &[u8]) -> Option<String> {
+    let value = std::str::from_utf8(value).ok()?;
+    let (scheme, rest) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let token = rest.trim_start_matches(' ');
+    let b64token = |b: u8| b.is_ascii_alphanumeric() || b"-._~+/".contains(&b);
+    let body = token.trim_end_matches('=');
+    (!body.is_empty() && body.bytes().all(b64token)).then(|| token.to_owned())
+}
+
+/// Why a token does not grant an access. Pure, so the whole matrix is unit-tested.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Denial {
+    Revoked,
+    Expired,
+    /// Valid token, but not for this bucket, prefix or operation.
+    Forbidden,
+}
+
+pub fn check_token(
+    token: &TokenRecord,
+    bucket_id: Option<i64>,
+    key: &str,
+    access: Access,
+    now: i64,
+) -> Result<(), Denial> {
+    if token.revoked_at.is_some() {
+        return Err(Denial::Revoked);
+    }
+    if token.expires_at.is_some_and(|at| now >= at) {
+        return Err(Denial::Expired);
+    }
+    if bucket_id != Some(token.bucket_id) || !key.starts_with(&token.prefix) {
+        return Err(Denial::Forbidden);
+    }
+    let needed = match access {
+        Access::Read => Scope::Read,
+        Access::Write => Scope::Write,
+    };
+    match Scope::parse(&token.scope) {
+        Some(scope) if scope >= needed => Ok(()),
+        _ => Err(Denial::Forbidden),
+    }
+}
+
+/// Authorises a GET/HEAD of `bucket/key`. `bucket` is `None` when no such bucket exists; that case answers
+/// exactly like a private bucket the caller may not read.
 pub async fn authorize_read(
-    _app: &AppState,
+    app: &AppState,
     bucket: Option<Bucket>,
-    _key: &ObjectKey,
-    _m: &Method,
-    _u: &Uri,
-    _h: &HeaderMap,
-) -> Result<Bucket, ApiError> {
-    match bucket {
-        Some(b) if b.public => Ok(b),
-        _ => Err(ApiError::Unauthorized("credentials required")),
+    key: &ObjectKey,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Result<ReadGrant, ApiError> {
+    let credentials = credentials(headers, uri)?;
+    if let Some(b) = bucket.as_ref().filter(|b| b.public) {
+        return Ok(ReadGrant { bucket: b.clone(), content_disposition: None });
+    }
+    match credentials {
+        Credentials::Anonymous => {
+            crate::metrics::auth_failure("missing");
+            Err(ApiError::Unauthorized("credentials required"))
+        }
+        Credentials::Bearer(token) => {
+            authorize_token(app, &token, bucket.as_ref().map(|b| b.id), key, Access::Read).await?;
+            let bucket = bucket.expect("a token only passes for an existing bucket");
+            Ok(ReadGrant { bucket, content_disposition: None })
+        }
+        Credentials::Presigned(params) => {
+            let bucket_name = uri.path().trim_start_matches('/').split('/').next().unwrap_or_default();
+            verify_presigned(app, &params, bucket_name, key).await?;
+            // A valid signature for a bucket that does not exist (any more) is simply a missing object.
+            let bucket = bucket.ok_or(ApiError::NotFound)?;
+            Ok(ReadGrant { bucket, content_disposition: params.response_disposition })
+        }
+    }
+}
+
+/// Authorises an upload or delete on the admin listener: a bearer token with `write` or `admin` scope.
+pub async fn authorize_write(
+    app: &AppState,
+    bucket: Option<&Bucket>,
+    key: &ObjectKey,
+    headers: &HeaderMap,
+) -> Result<(), ApiError> {
+    match credentials(headers, &Uri::from_static("/"))? {
+        Credentials::Bearer(token) => authorize_token(app, &token, bucket.map(|b| b.id), key, Access::Write).await,
+        _ => {
+            crate::metrics::auth_failure("missing");
+            Err(ApiError::Unauthorized("a bearer token with write scope is required"))
+        }
+    }
+}
+
+async fn authorize_token(
+    app: &AppState,
+    presented: &str,
+    bucket_id: Option<i64>,
+    key: &ObjectKey,
+    access: Access,
+) -> Result<(), ApiError> {
+    let record = match token::token_id(presented) {
+        Some(id) => app.store.meta.token(id).await?,
+        None => None,
+    };
+    // Hash even when nothing was found, so unknown ids and wrong secrets take the same time.
+    let unknown = [0u8; 32];
+    let hash_matches = token::matches(presented, record.as_ref().map_or(&unknown[..], |r| &r.secret_hash));
+    let Some(record) = record.filter(|_| hash_matches) else {
+        crate::metrics::auth_failure("unknown_token");
+        return Err(ApiError::Unauthorized("invalid token"));
+    };
+    match check_token(&record, bucket_id, key.as_str(), access, unix_now()) {
+        Ok(()) => Ok(()),
+        Err(Denial::Revoked) => {
+            crate::metrics::auth_failure("revoked");
+            Err(ApiError::Unauthorized("token revoked"))
+        }
+        Err(Denial::Expired) => {
+            crate::metrics::auth_failure("expired");
+            Err(ApiError::Unauthorized("token expired"))
+        }
+        Err(Denial::Forbidden) => {
+            crate::metrics::auth_failure("forbidden");
+            Err(ApiError::Forbidden)
+        }
+    }
+}
+
+async fn verify_presigned(
+    app: &AppState,
+    params: &PresignParams,
+    bucket: &str,
+    key: &ObjectKey,
+) -> Result<(), ApiError> {
+    let now = unix_now();
+    let max_lifetime = app.settings.auth.presign_max_lifetime.as_secs() as i64;
+    let fail = |reason: &'static str, message: &'static str| {
+        crate::metrics::auth_failure(reason);
+        Err(ApiError::Unauthorized(message))
+    };
+    if now >= params.expires {
+        return fail("signature_expired", "signed URL expired");
+    }
+    // Allow a minute of clock skew between the signing host and this one.
+    if params.expires > now.saturating_add(max_lifetime).saturating_add(60) {
+        return fail("bad_signature", "signed URL lives longer than the configured maximum");
+    }
+    let Some(signing_key) = app.store.meta.signing_key(&params.key_id).await? else {
+        return fail("bad_signature", "invalid signed URL");
+    };
+    if signing_key.retired_at.is_some() {
+        return fail("bad_signature", "signed URL's key has been retired");
+    }
+    let fields = SignedFields {
+        method: "GET",
+        bucket,
+        key: key.as_str(),
+        expires: params.expires,
+        key_id: &params.key_id,
+        response_disposition: params.response_disposition.as_deref(),
+    };
+    if !presign::verify(&signing_key.secret, &fields, &params.signature) {
+        return fail("bad_signature", "invalid signed URL");
+    }
+    if app.store.meta.signature_revoked(&params.signature).await? {
+        return fail("signature_revoked", "signed URL revoked");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(scope: &str, prefix: &str) -> TokenRecord {
+        TokenRecord {
+            id: "0123456789ab".into(),
+            secret_hash: vec![0; 32],
+            bucket_id: 1,
+            bucket_name: "bkt".into(),
+            prefix: prefix.into(),
+            scope: scope.into(),
+            created_at: 0,
+            expires_at: Some(100),
+            revoked_at: None,
+        }
+    }
+
+    #[test]
+    fn token_matrix() {
+        use Access::*;
+        let ok = Ok(());
+        let forbidden = Err(Denial::Forbidden);
+        // (scope, prefix, bucket asked for, key, access, now, expected)
+        type Case = (&'static str, &'static str, Option<i64>, &'static str, Access, i64, Result<(), Denial>);
+        let cases: &[Case] = &[
+            ("read", "", Some(1), "a", Read, 50, ok),
+            ("read", "", Some(1), "a", Write, 50, forbidden),
+            ("write", "", Some(1), "a", Write, 50, ok),
+            ("write", "", Some(1), "a", Read, 50, ok),
+            ("admin", "", Some(1), "a", Write, 50, ok),
+            ("read", "", Some(2), "a", Read, 50, forbidden),
+            ("read", "", None, "a", Read, 50, forbidden),
+            ("read", "pub/", Some(1), "pub/x", Read, 50, ok),
+            ("read", "pub/", Some(1), "pubx", Read, 50, forbidden),
+            ("read", "pub/", Some(1), "other/pub/x", Read, 50, forbidden),
+            ("read", "", Some(1), "a", Read, 100, Err(Denial::Expired)),
+            ("read", "", Some(2), "a", Read, 100, Err(Denial::Expired)),
+            ("bogus", "", Some(1), "a", Read, 50, forbidden),
+        ];
+        for (scope, prefix, bucket, key, access, now, want) in cases {
+            let got = check_token(&token(scope, prefix), *bucket, key, *access, *now);
+            assert_eq!(&got, want, "{scope} {prefix:?} {bucket:?} {key} {access:?} {now}");
+        }
+        let mut revoked = token("admin", "");
+        revoked.revoked_at = Some(1);
+        assert_eq!(check_token(&revoked, Some(1), "a", Access::Read, 0), Err(Denial::Revoked));
+        let mut forever = token("read", "");
+        forever.expires_at = None;
+        assert_eq!(check_token(&forever, Some(1), "a", Access::Read, i64::MAX), Ok(()));
+    }
+
+    #[test]
+    fn bearer_parsing() {
+        assert_eq!(parse_bearer(b"Bearer abc"), Some("abc".into()));
+        assert_eq!(parse_bearer(b"bEaReR  abc=="), Some("abc==".into()));
+        for bad in [&b"Basic abc"[..], b"Bearer", b"Bearer ", b"Bearer a b", b"Bearerabc", b"Bearer \xff", b"Bearer ="]
+        {
+            assert_eq!(parse_bearer(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn credentials_are_single_and_unambiguous() {
+        let uri: Uri = "/b/k".parse().unwrap();
+        let mut h = HeaderMap::new();
+        assert_eq!(credentials(&h, &uri).unwrap(), Credentials::Anonymous);
+        h.append(header::AUTHORIZATION, "Bearer x".parse().unwrap());
+        assert_eq!(credentials(&h, &uri).unwrap(), Credentials::Bearer("x".into()));
+        let signed: Uri = "/b/k?bg-expires=1&bg-key=k&bg-sig=s".parse().unwrap();
+        assert!(matches!(credentials(&h, &signed), Err(ApiError::BadRequest(_))));
+        h.append(header::AUTHORIZATION, "Bearer y".parse().unwrap());
+        assert!(matches!(credentials(&h, &uri), Err(ApiError::BadRequest(_))));
+        let h = HeaderMap::new();
+        assert!(matches!(credentials(&h, &signed).unwrap(), Credentials::Presigned(_)));
     }
 }

@@ -26,6 +26,8 @@ use crate::http::error::ApiError;
 /// Largest buffered (non-file) response body we accept from a handler: errors and small JSON only.
 const MAX_BUFFERED_BODY: usize = 1 << 20;
 
+// Returned once per request and consumed at once: boxing the head would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 enum NextHead {
     Head(RequestHead),
     /// Clean end: EOF between requests, idle timeout, or shutdown while idle.
@@ -44,12 +46,7 @@ pub(crate) struct Connection {
 
 impl Connection {
     pub(crate) fn new(stream: TcpStream, peer: SocketAddr, ctx: Arc<DriverContext>) -> Self {
-        Self {
-            stream,
-            peer,
-            buf: BytesMut::with_capacity(4096),
-            ctx,
-        }
+        Self { stream, peer, buf: BytesMut::with_capacity(4096), ctx }
     }
 
     pub(crate) async fn run(mut self, shutdown: CancellationToken) {
@@ -60,9 +57,7 @@ impl Connection {
                 NextHead::Closed => return,
                 NextHead::Refuse(status, message) => {
                     let response = ApiError::BadRequestHead { status, message }.into_response();
-                    let _ = self
-                        .send_buffered(response, false, Persistence::Close)
-                        .await;
+                    let _ = self.send_buffered(response, false, Persistence::Close).await;
                     return;
                 }
             };
@@ -102,10 +97,7 @@ impl Connection {
                 Ok(Ok(_)) => {}
                 Err(_elapsed) if self.buf.is_empty() => return NextHead::Closed,
                 Err(_elapsed) => {
-                    return NextHead::Refuse(
-                        StatusCode::REQUEST_TIMEOUT,
-                        "request head not received in time",
-                    );
+                    return NextHead::Refuse(StatusCode::REQUEST_TIMEOUT, "request head not received in time");
                 }
             }
         }
@@ -132,39 +124,23 @@ impl Connection {
         }
     }
 
-    async fn send_file(
-        &mut self,
-        response: Response,
-        body: FileBody,
-        is_head: bool,
-        persistence: Persistence,
-    ) -> bool {
+    async fn send_file(&mut self, response: Response, body: FileBody, is_head: bool, persistence: Persistence) -> bool {
         if let Err(why) = check_file_response(&response, &body) {
             // A handler bug: refuse rather than fall back to copying or send a body that contradicts its head.
             tracing::error!(peer = %self.peer, why, "inconsistent file response");
-            let response = ApiError::Internal(anyhow::anyhow!("inconsistent file response: {why}"))
-                .into_response();
-            let _ = self
-                .send_buffered(response, is_head, Persistence::Close)
-                .await;
+            let response = ApiError::Internal(anyhow::anyhow!("inconsistent file response: {why}")).into_response();
+            let _ = self.send_buffered(response, is_head, Persistence::Close).await;
             return false;
         }
         let mut head = Vec::with_capacity(512);
-        write_response_head(
-            &mut head,
-            response.status(),
-            response.headers(),
-            &super::http_date(),
-            persistence,
-        );
+        write_response_head(&mut head, response.status(), response.headers(), &super::http_date(), persistence);
         if is_head || body.total_len() == 0 {
             let sent = send_bytes(&self.stream, &head, false, self.ctx.send.progress_timeout).await;
             return sent.is_ok() && persistence != Persistence::Close;
         }
         let started = Instant::now();
         let _active = self.ctx.metrics.download_started();
-        let report =
-            send_file_response(&self.stream, &head, &body, self.ctx.send, &self.ctx.metrics).await;
+        let report = send_file_response(&self.stream, &head, &body, self.ctx.send, &self.ctx.metrics).await;
         self.ctx.metrics.finished(&body, &report, started.elapsed());
         match &report.outcome {
             SendOutcome::Completed => persistence != Persistence::Close,
@@ -185,36 +161,22 @@ impl Connection {
     }
 
     /// Writes a response whose (small) body is in memory: errors, JSON, redirects, 304s.
-    async fn send_buffered(
-        &mut self,
-        response: Response,
-        is_head: bool,
-        persistence: Persistence,
-    ) -> bool {
+    async fn send_buffered(&mut self, response: Response, is_head: bool, persistence: Persistence) -> bool {
         let (mut parts, body) = response.into_parts();
         let Ok(bytes) = axum::body::to_bytes(body, MAX_BUFFERED_BODY).await else {
             tracing::error!("handler produced an unreadable or oversized in-memory body");
             return false;
         };
         let status = parts.status;
-        let bodiless = status.is_informational()
-            || status == StatusCode::NO_CONTENT
-            || status == StatusCode::NOT_MODIFIED;
+        let bodiless =
+            status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
         if bodiless {
             parts.headers.remove(header::CONTENT_LENGTH);
         } else if !(is_head && parts.headers.contains_key(header::CONTENT_LENGTH)) {
-            parts
-                .headers
-                .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+            parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
         }
         let mut out = Vec::with_capacity(256 + bytes.len());
-        write_response_head(
-            &mut out,
-            status,
-            &parts.headers,
-            &super::http_date(),
-            persistence,
-        );
+        write_response_head(&mut out, status, &parts.headers, &super::http_date(), persistence);
         if !is_head && !bodiless {
             out.extend_from_slice(&bytes);
         }

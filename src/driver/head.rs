@@ -41,6 +41,8 @@ impl HeadError {
     }
 }
 
+// Returned once per request and consumed at once: boxing the head would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 pub enum Parsed {
     Complete(RequestHead),
     /// More bytes are needed.
@@ -64,16 +66,10 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
     let status = match req.parse(buf) {
         Ok(s) => s,
         Err(httparse::Error::TooManyHeaders) => {
-            return Err(HeadError::new(
-                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                "too many header fields",
-            ));
+            return Err(HeadError::new(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "too many header fields"));
         }
         Err(httparse::Error::Token) if req.method.is_none() => {
-            return Err(HeadError::new(
-                StatusCode::BAD_REQUEST,
-                "malformed request line",
-            ));
+            return Err(HeadError::new(StatusCode::BAD_REQUEST, "malformed request line"));
         }
         Err(httparse::Error::Version) => {
             return Err(HeadError::new(
@@ -82,25 +78,16 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
             ));
         }
         Err(_) => {
-            return Err(HeadError::new(
-                StatusCode::BAD_REQUEST,
-                "malformed request head",
-            ));
+            return Err(HeadError::new(StatusCode::BAD_REQUEST, "malformed request head"));
         }
     };
     let len = match status {
         httparse::Status::Complete(len) => len,
         httparse::Status::Partial => {
             return if request_line_too_long(buf, limits) {
-                Err(HeadError::new(
-                    StatusCode::URI_TOO_LONG,
-                    "request target too long",
-                ))
+                Err(HeadError::new(StatusCode::URI_TOO_LONG, "request target too long"))
             } else if buf.len() + skipped >= limits.max_head_bytes {
-                Err(HeadError::new(
-                    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                    "request head too large",
-                ))
+                Err(HeadError::new(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "request head too large"))
             } else {
                 Ok(Parsed::Partial)
             };
@@ -108,16 +95,10 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
     };
     let target = req.path.unwrap_or_default();
     if target.len() > limits.max_uri_bytes {
-        return Err(HeadError::new(
-            StatusCode::URI_TOO_LONG,
-            "request target too long",
-        ));
+        return Err(HeadError::new(StatusCode::URI_TOO_LONG, "request target too long"));
     }
     if len + skipped > limits.max_head_bytes {
-        return Err(HeadError::new(
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            "request head too large",
-        ));
+        return Err(HeadError::new(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "request head too large"));
     }
     let version = match req.version {
         Some(0) => Version::HTTP_10,
@@ -138,14 +119,7 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
     }
     check_framing(&headers, version)?;
     let keep_alive = wants_keep_alive(&headers, version);
-    Ok(Parsed::Complete(RequestHead {
-        method,
-        uri,
-        version,
-        headers,
-        keep_alive,
-        len: len + skipped,
-    }))
+    Ok(Parsed::Complete(RequestHead { method, uri, version, headers, keep_alive, len: len + skipped }))
 }
 
 fn leading_empty_lines(buf: &[u8]) -> usize {
@@ -168,11 +142,7 @@ fn request_line_too_long(buf: &[u8], limits: &HeadLimits) -> bool {
 fn parse_target(target: &str, method: &Method) -> Result<Uri, HeadError> {
     let bad = || HeadError::new(StatusCode::BAD_REQUEST, "malformed request target");
     if target == "*" {
-        return if method == Method::OPTIONS {
-            Ok(Uri::from_static("*"))
-        } else {
-            Err(bad())
-        };
+        return if method == Method::OPTIONS { Ok(Uri::from_static("*")) } else { Err(bad()) };
     }
     let uri: Uri = target.parse().map_err(|_| bad())?;
     if target.starts_with('/') {
@@ -192,25 +162,16 @@ fn parse_target(target: &str, method: &Method) -> Result<Uri, HeadError> {
 /// HTTP/1.0 are framing errors; we refuse every TE and every non-zero CL, and close.
 fn check_framing(headers: &HeaderMap, version: Version) -> Result<(), HeadError> {
     if headers.contains_key(header::TRANSFER_ENCODING) {
-        return Err(HeadError::new(
-            StatusCode::BAD_REQUEST,
-            "request bodies are not accepted on this listener",
-        ));
+        return Err(HeadError::new(StatusCode::BAD_REQUEST, "request bodies are not accepted on this listener"));
     }
     let mut lengths = headers.get_all(header::CONTENT_LENGTH).iter();
     if let Some(first) = lengths.next() {
         if lengths.next().is_some() {
-            return Err(HeadError::new(
-                StatusCode::BAD_REQUEST,
-                "repeated Content-Length",
-            ));
+            return Err(HeadError::new(StatusCode::BAD_REQUEST, "repeated Content-Length"));
         }
         let digits = first.as_bytes();
         if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-            return Err(HeadError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid Content-Length",
-            ));
+            return Err(HeadError::new(StatusCode::BAD_REQUEST, "invalid Content-Length"));
         }
         if digits.iter().any(|&d| d != b'0') {
             return Err(HeadError::new(
@@ -222,21 +183,17 @@ fn check_framing(headers: &HeaderMap, version: Version) -> Result<(), HeadError>
     // RFC 9112 §3.2: a client MUST send Host in HTTP/1.1; a server MUST answer 400 when it is missing or repeated.
     let hosts = headers.get_all(header::HOST).iter().count();
     if (version == Version::HTTP_11 && hosts != 1) || hosts > 1 {
-        return Err(HeadError::new(
-            StatusCode::BAD_REQUEST,
-            "exactly one Host header is required",
-        ));
+        return Err(HeadError::new(StatusCode::BAD_REQUEST, "exactly one Host header is required"));
     }
     Ok(())
 }
 
 fn wants_keep_alive(headers: &HeaderMap, version: Version) -> bool {
     let has_token = |token: &str| {
-        headers.get_all(header::CONNECTION).iter().any(|v| {
-            v.to_str()
-                .map(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
-                .unwrap_or(false)
-        })
+        headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .any(|v| v.to_str().map(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token))).unwrap_or(false))
     };
     match version {
         Version::HTTP_10 => has_token("keep-alive"),
@@ -291,11 +248,7 @@ pub fn write_response_head(
 mod tests {
     use super::*;
 
-    const LIMITS: HeadLimits = HeadLimits {
-        max_head_bytes: 1024,
-        max_headers: 8,
-        max_uri_bytes: 256,
-    };
+    const LIMITS: HeadLimits = HeadLimits { max_head_bytes: 1024, max_headers: 8, max_uri_bytes: 256 };
 
     fn parse(raw: &[u8]) -> Result<Parsed, HeadError> {
         parse_request_head(raw, &LIMITS)
@@ -330,17 +283,14 @@ mod tests {
     #[test]
     fn keep_alive_follows_version_and_connection_tokens() {
         assert!(!complete(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: Close\r\n\r\n").keep_alive);
-        assert!(
-            !complete(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: foo, close\r\n\r\n").keep_alive
-        );
+        assert!(!complete(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: foo, close\r\n\r\n").keep_alive);
         assert!(!complete(b"GET / HTTP/1.0\r\n\r\n").keep_alive);
         assert!(complete(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").keep_alive);
     }
 
     #[test]
     fn absolute_form_keeps_only_path_and_query() {
-        let head =
-            complete(b"GET http://example.com/b/k?x=1 HTTP/1.1\r\nHost: example.com\r\n\r\n");
+        let head = complete(b"GET http://example.com/b/k?x=1 HTTP/1.1\r\nHost: example.com\r\n\r\n");
         assert_eq!(head.uri.path(), "/b/k");
         assert_eq!(head.uri.query(), Some("x=1"));
         assert!(head.uri.authority().is_none());
@@ -367,17 +317,9 @@ mod tests {
             (b"G@T / HTTP/1.1\r\nHost: x\r\n\r\n", 400),
         ];
         for (raw, want) in cases {
-            assert_eq!(
-                status_of(raw).as_u16(),
-                *want,
-                "{:?}",
-                String::from_utf8_lossy(raw)
-            );
+            assert_eq!(status_of(raw).as_u16(), *want, "{:?}", String::from_utf8_lossy(raw));
         }
-        assert_eq!(
-            status_of(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"),
-            StatusCode::OK
-        );
+        assert_eq!(status_of(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"), StatusCode::OK);
     }
 
     #[test]
@@ -385,26 +327,11 @@ mod tests {
         let long_target = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(300));
         assert_eq!(status_of(long_target.as_bytes()), StatusCode::URI_TOO_LONG);
         let partial_long_line = format!("GET /{}", "a".repeat(400));
-        assert_eq!(
-            status_of(partial_long_line.as_bytes()),
-            StatusCode::URI_TOO_LONG
-        );
-        let many = format!(
-            "GET / HTTP/1.1\r\nHost: x\r\n{}\r\n",
-            "X-A: b\r\n".repeat(9)
-        );
-        assert_eq!(
-            status_of(many.as_bytes()),
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
-        );
-        let big = format!(
-            "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n",
-            "v".repeat(1100)
-        );
-        assert_eq!(
-            status_of(big.as_bytes()),
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
-        );
+        assert_eq!(status_of(partial_long_line.as_bytes()), StatusCode::URI_TOO_LONG);
+        let many = format!("GET / HTTP/1.1\r\nHost: x\r\n{}\r\n", "X-A: b\r\n".repeat(9));
+        assert_eq!(status_of(many.as_bytes()), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+        let big = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n", "v".repeat(1100));
+        assert_eq!(status_of(big.as_bytes()), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
     }
 
     #[test]

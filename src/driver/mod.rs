@@ -104,19 +104,14 @@ pub async fn serve(
         let shutdown = shutdown.clone();
         tracker.spawn(async move {
             let _open = ctx.metrics.connection_opened();
-            conn::Connection::new(stream, peer, ctx.clone())
-                .run(shutdown)
-                .await;
+            conn::Connection::new(stream, peer, ctx.clone()).run(shutdown).await;
             drop(permit);
         });
     }
 }
 
 fn is_resource_exhaustion(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-    )
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
 }
 
 /// The Date header value, formatted at most once per second per thread.
@@ -125,17 +120,11 @@ pub fn http_date() -> Vec<u8> {
         static CACHE: RefCell<(u64, Vec<u8>)> = const { RefCell::new((u64::MAX, Vec::new())) };
     }
     let now = SystemTime::now();
-    let second = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let second = now.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     CACHE.with(|cache| {
         let mut cache = cache.borrow_mut();
         if cache.0 != second {
-            *cache = (
-                second,
-                crate::http::conditional::format_http_date(now).into_bytes(),
-            );
+            *cache = (second, crate::http::conditional::format_http_date(now).into_bytes());
         }
         cache.1.clone()
     })

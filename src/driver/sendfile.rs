@@ -61,11 +61,7 @@ pub async fn send_file_response(
     options: SendOptions,
     observer: &impl SendObserver,
 ) -> SendReport {
-    let mut report = SendReport {
-        object_bytes: 0,
-        sendfile_calls: 0,
-        outcome: SendOutcome::Completed,
-    };
+    let mut report = SendReport { object_bytes: 0, sendfile_calls: 0, outcome: SendOutcome::Completed };
     let more_follows = !body.segments.is_empty();
     if let Err(outcome) = send_bytes(stream, head, more_follows, options.progress_timeout).await {
         report.outcome = outcome;
@@ -74,20 +70,9 @@ pub async fn send_file_response(
     let last = body.segments.len().saturating_sub(1);
     for (i, segment) in body.segments.iter().enumerate() {
         let result = match segment {
-            Segment::Literal(bytes) => {
-                send_bytes(stream, bytes, i < last, options.progress_timeout).await
-            }
+            Segment::Literal(bytes) => send_bytes(stream, bytes, i < last, options.progress_timeout).await,
             Segment::Region { offset, len } => {
-                send_region(
-                    stream,
-                    &body.file,
-                    *offset,
-                    *len,
-                    options,
-                    &mut report,
-                    observer,
-                )
-                .await
+                send_region(stream, &body.file, *offset, *len, options, &mut report, observer).await
             }
         };
         if let Err(outcome) = result {
@@ -99,22 +84,12 @@ pub async fn send_file_response(
 }
 
 /// Writes a buffer completely, from memory. Used only for heads and multipart boundaries.
-pub async fn send_bytes(
-    stream: &TcpStream,
-    mut buf: &[u8],
-    more: bool,
-    timeout: Duration,
-) -> Result<(), SendOutcome> {
-    let flags = if more {
-        MsgFlags::from_bits_retain(libc::MSG_MORE)
-    } else {
-        MsgFlags::empty()
-    };
+pub async fn send_bytes(stream: &TcpStream, mut buf: &[u8], more: bool, timeout: Duration) -> Result<(), SendOutcome> {
+    let flags = if more { MsgFlags::from_bits_retain(libc::MSG_MORE) } else { MsgFlags::empty() };
     while !buf.is_empty() {
         wait_writable(stream, timeout).await?;
         match stream.try_io(Interest::WRITABLE, || {
-            send(raw(stream).as_raw_fd(), buf, flags | MsgFlags::MSG_NOSIGNAL)
-                .map_err(io::Error::from)
+            send(raw(stream).as_raw_fd(), buf, flags | MsgFlags::MSG_NOSIGNAL).map_err(io::Error::from)
         }) {
             Ok(n) => buf = &buf[n..],
             Err(e) if retryable(&e) => continue,
@@ -141,14 +116,11 @@ async fn send_region(
         // sendfile advances `position` by what it sent; the file's own offset is never used, so one open file
         // can serve many concurrent ranges.
         let result = stream.try_io(Interest::WRITABLE, || {
-            nix::sys::sendfile::sendfile(raw(stream), file, Some(&mut position), want)
-                .map_err(io::Error::from)
+            nix::sys::sendfile::sendfile(raw(stream), file, Some(&mut position), want).map_err(io::Error::from)
         });
         match result {
             Ok(0) => {
-                return Err(SendOutcome::Truncated {
-                    missing: end - position as u64,
-                });
+                return Err(SendOutcome::Truncated { missing: end - position as u64 });
             }
             Ok(n) => {
                 report.object_bytes += n as u64;
@@ -168,10 +140,7 @@ async fn send_region(
 
 /// WouldBlock clears tokio's readiness inside `try_io`; EINTR just means "again".
 fn retryable(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-    )
+    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted)
 }
 
 async fn wait_writable(stream: &TcpStream, timeout: Duration) -> Result<(), SendOutcome> {

@@ -72,12 +72,7 @@ impl Precondition {
 
 /// `now` is the server's current time (for the "Last-Modified is strong" test of §8.8.2.2 used by If-Range).
 #[must_use]
-pub fn evaluate(
-    method: &Method,
-    headers: &HeaderMap,
-    v: &Validators<'_>,
-    now: SystemTime,
-) -> Precondition {
+pub fn evaluate(method: &Method, headers: &HeaderMap, v: &Validators<'_>, now: SystemTime) -> Precondition {
     let current = parse_entity_tag(v.etag.as_bytes());
     let last_modified = truncate_to_secs(v.last_modified);
     let get_or_head = *method == Method::GET || *method == Method::HEAD;
@@ -98,11 +93,7 @@ pub fn evaluate(
     if headers.contains_key(header::IF_NONE_MATCH) {
         if if_none_match_matches(headers, current) {
             // §13.1.2: 304 is only for GET/HEAD; other methods get 412.
-            return if get_or_head {
-                Precondition::NotModified
-            } else {
-                Precondition::Failed
-            };
+            return if get_or_head { Precondition::NotModified } else { Precondition::Failed };
         }
     } else if get_or_head {
         // §13.1.3: only GET/HEAD; future dates ignored (see module docs).
@@ -155,11 +146,7 @@ const MAX_HTTP_DATE_SECS: u64 = 253_402_300_799;
 pub fn etag_from_sha256(hex: &str) -> String {
     let mut tag = String::with_capacity(hex.len() + 2);
     tag.push('"');
-    tag.extend(
-        hex.chars()
-            .filter(char::is_ascii_hexdigit)
-            .map(|c| c.to_ascii_lowercase()),
-    );
+    tag.extend(hex.chars().filter(char::is_ascii_hexdigit).map(|c| c.to_ascii_lowercase()));
     tag.push('"');
     tag
 }
@@ -197,13 +184,7 @@ const fn case(
     headers: &'static [(&'static str, &'static str)],
     status: u16,
 ) -> CondCase {
-    CondCase {
-        name,
-        method,
-        headers,
-        fresh: false,
-        status,
-    }
+    CondCase { name, method, headers, fresh: false, status }
 }
 
 const fn fresh(mut c: CondCase) -> CondCase {
@@ -354,12 +335,7 @@ fn format_rfc850_date(t: SystemTime) -> String {
             "Sat" => "Saturday",
             _ => "Sunday",
         };
-        let (day, month, year2, time) = (
-            imf.get(5..7)?,
-            imf.get(8..11)?,
-            imf.get(14..16)?,
-            imf.get(17..25)?,
-        );
+        let (day, month, year2, time) = (imf.get(5..7)?, imf.get(8..11)?, imf.get(14..16)?, imf.get(17..25)?);
         Some(format!("{day_name}, {day}-{month}-{year2} {time} GMT"))
     })();
     parts.unwrap_or(imf)
@@ -369,16 +345,9 @@ fn format_rfc850_date(t: SystemTime) -> String {
 fn format_asctime_date(t: SystemTime) -> String {
     let imf = format_http_date(t);
     let parts = (|| {
-        let (day_name, day, month, year, time) = (
-            imf.get(0..3)?,
-            imf.get(5..7)?,
-            imf.get(8..11)?,
-            imf.get(12..16)?,
-            imf.get(17..25)?,
-        );
-        let day = day
-            .strip_prefix('0')
-            .map_or(day.to_owned(), |d| format!(" {d}"));
+        let (day_name, day, month, year, time) =
+            (imf.get(0..3)?, imf.get(5..7)?, imf.get(8..11)?, imf.get(12..16)?, imf.get(17..25)?);
+        let day = day.strip_prefix('0').map_or(day.to_owned(), |d| format!(" {d}"));
         Some(format!("{day_name} {month} {day} {time} {year}"))
     })();
     parts.unwrap_or(imf)
@@ -471,11 +440,7 @@ impl<'a> Iterator for ListIter<'a> {
             }
             // Junk after (or instead of) an element: resynchronise at the next comma.
             Some(_) => {
-                self.rest = after
-                    .iter()
-                    .position(|&b| b == b',')
-                    .and_then(|i| after.get(i + 1..))
-                    .unwrap_or(&[]);
+                self.rest = after.iter().position(|&b| b == b',').and_then(|i| after.get(i + 1..)).unwrap_or(&[]);
                 Some(Element::Malformed)
             }
         }
@@ -483,14 +448,8 @@ impl<'a> Iterator for ListIter<'a> {
 }
 
 /// All elements of all field lines of `name`, in order.
-fn list_elements<'h>(
-    headers: &'h HeaderMap,
-    name: &header::HeaderName,
-) -> impl Iterator<Item = Element<'h>> {
-    headers
-        .get_all(name)
-        .iter()
-        .flat_map(|v| ListIter { rest: v.as_bytes() })
+fn list_elements<'h>(headers: &'h HeaderMap, name: &header::HeaderName) -> impl Iterator<Item = Element<'h>> {
+    headers.get_all(name).iter().flat_map(|v| ListIter { rest: v.as_bytes() })
 }
 
 /// §13.1.1: true for `*` alone (the representation exists) or a strong match in the list.
@@ -541,9 +500,7 @@ fn if_range_matches(
             _ => false,
         };
     }
-    let strong = now
-        .duration_since(last_modified)
-        .is_ok_and(|age| age >= Duration::from_secs(1));
+    let strong = now.duration_since(last_modified).is_ok_and(|age| age >= Duration::from_secs(1));
     strong && parse_http_date(raw) == Some(last_modified)
 }
 
@@ -563,9 +520,7 @@ fn truncate_to_secs(t: SystemTime) -> SystemTime {
         Err(e) => {
             let d = e.duration();
             let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
-            UNIX_EPOCH
-                .checked_sub(Duration::from_secs(secs))
-                .unwrap_or(t)
+            UNIX_EPOCH.checked_sub(Duration::from_secs(secs)).unwrap_or(t)
         }
     }
 }
@@ -611,14 +566,9 @@ mod tests {
 
     fn eval(method: &Method, pairs: &[(&str, &str)], now: SystemTime) -> Precondition {
         let etag = etag_from_sha256(SHA);
-        let owned: Vec<(&str, Vec<u8>)> = pairs
-            .iter()
-            .map(|(n, v)| (*n, render_wire_value(v, &etag, lm()).into_bytes()))
-            .collect();
-        let v = Validators {
-            etag: &etag,
-            last_modified: lm(),
-        };
+        let owned: Vec<(&str, Vec<u8>)> =
+            pairs.iter().map(|(n, v)| (*n, render_wire_value(v, &etag, lm()).into_bytes())).collect();
+        let v = Validators { etag: &etag, last_modified: lm() };
         evaluate(method, &headers_of(&owned), &v, now)
     }
 
@@ -627,25 +577,15 @@ mod tests {
         let etag = etag_from_sha256(SHA);
         let mut failures = Vec::new();
         for c in wire_cases() {
-            let mut pairs: Vec<(&str, Vec<u8>)> = c
-                .headers
-                .iter()
-                .map(|(n, v)| (*n, render_wire_value(v, &etag, lm()).into_bytes()))
-                .collect();
+            let mut pairs: Vec<(&str, Vec<u8>)> =
+                c.headers.iter().map(|(n, v)| (*n, render_wire_value(v, &etag, lm()).into_bytes())).collect();
             pairs.push(("range", b"bytes=0-0".to_vec()));
             for (_, value) in &pairs {
                 assert!(!value.contains(&b'{'), "{}: unrendered token", c.name);
             }
             let method = Method::from_bytes(c.method.as_bytes()).expect("method");
-            let now = if c.fresh {
-                lm()
-            } else {
-                lm() + Duration::from_secs(3600)
-            };
-            let v = Validators {
-                etag: &etag,
-                last_modified: lm(),
-            };
+            let now = if c.fresh { lm() } else { lm() + Duration::from_secs(3600) };
+            let v = Validators { etag: &etag, last_modified: lm() };
             let got = evaluate(&method, &headers_of(&pairs), &v, now).status_with_range();
             if got != c.status {
                 failures.push(format!("{}: expected {}, got {got}", c.name, c.status));
@@ -673,22 +613,13 @@ mod tests {
         assert_eq!(render_wire_value("{ETAG}", etag, lm()), "\"abc\"");
         assert_eq!(render_wire_value("{WEAK_ETAG}", etag, lm()), "W/\"abc\"");
         assert_eq!(render_wire_value("x{OPAQUE}y", etag, lm()), "xabcy");
-        assert_eq!(
-            render_wire_value("{LM}", etag, lm()),
-            "Wed, 01 May 2024 12:00:00 GMT"
-        );
+        assert_eq!(render_wire_value("{LM}", etag, lm()), "Wed, 01 May 2024 12:00:00 GMT");
         assert_eq!(
             render_wire_value("{LM+1}|{LM-1}", etag, lm()),
             "Wed, 01 May 2024 12:00:01 GMT|Wed, 01 May 2024 11:59:59 GMT"
         );
-        assert_eq!(
-            render_wire_value("{LM_RFC850}", etag, lm()),
-            "Wednesday, 01-May-24 12:00:00 GMT"
-        );
-        assert_eq!(
-            render_wire_value("{LM_ASCTIME}", etag, lm()),
-            "Wed May  1 12:00:00 2024"
-        );
+        assert_eq!(render_wire_value("{LM_RFC850}", etag, lm()), "Wednesday, 01-May-24 12:00:00 GMT");
+        assert_eq!(render_wire_value("{LM_ASCTIME}", etag, lm()), "Wed May  1 12:00:00 2024");
         assert_eq!(render_wire_value("{NOPE} {", etag, lm()), "{NOPE} {");
     }
 
@@ -716,22 +647,14 @@ mod tests {
             b"Sun, 31 Feb 2024 00:00:00 GMT",
             b"1714564800",
         ] {
-            assert_eq!(
-                parse_http_date(bad),
-                None,
-                "{:?}",
-                String::from_utf8_lossy(bad)
-            );
+            assert_eq!(parse_http_date(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
     }
 
     #[test]
     fn format_http_date_clamps() {
         assert_eq!(format_http_date(lm()), "Wed, 01 May 2024 12:00:00 GMT");
-        assert_eq!(
-            format_http_date(lm() + Duration::from_millis(999)),
-            "Wed, 01 May 2024 12:00:00 GMT"
-        );
+        assert_eq!(format_http_date(lm() + Duration::from_millis(999)), "Wed, 01 May 2024 12:00:00 GMT");
         let before = UNIX_EPOCH - Duration::from_secs(5);
         assert_eq!(format_http_date(before), "Thu, 01 Jan 1970 00:00:00 GMT");
         let far = UNIX_EPOCH + Duration::from_secs(400_000_000_000);
@@ -751,28 +674,16 @@ mod tests {
 
     #[test]
     fn list_tokeniser() {
-        let elems: Vec<_> = ListIter {
-            rest: b" ,\"a,b\" , W/\"c\",*,x\"y\", \"unterminated, \"d\"",
-        }
-        .collect();
+        let elems: Vec<_> = ListIter { rest: b" ,\"a,b\" , W/\"c\",*,x\"y\", \"unterminated, \"d\"" }.collect();
         assert_eq!(
             elems,
             vec![
-                Element::Tag(EntityTag {
-                    weak: false,
-                    opaque: b"a,b"
-                }),
-                Element::Tag(EntityTag {
-                    weak: true,
-                    opaque: b"c"
-                }),
+                Element::Tag(EntityTag { weak: false, opaque: b"a,b" }),
+                Element::Tag(EntityTag { weak: true, opaque: b"c" }),
                 Element::Star,
                 Element::Malformed,
                 Element::Malformed,
-                Element::Tag(EntityTag {
-                    weak: false,
-                    opaque: b"d"
-                }),
+                Element::Tag(EntityTag { weak: false, opaque: b"d" }),
             ]
         );
         assert_eq!(ListIter { rest: b"" }.count(), 0);
@@ -781,15 +692,9 @@ mod tests {
 
     #[test]
     fn bad_stored_etag_never_matches() {
-        let headers = headers_of(&[
-            ("if-none-match", b"\"abc\"".to_vec()),
-            ("if-range", b"\"abc\"".to_vec()),
-        ]);
+        let headers = headers_of(&[("if-none-match", b"\"abc\"".to_vec()), ("if-range", b"\"abc\"".to_vec())]);
         for etag in ["abc", "W/\"abc\"", "\"abc", ""] {
-            let v = Validators {
-                etag,
-                last_modified: lm(),
-            };
+            let v = Validators { etag, last_modified: lm() };
             let got = evaluate(&Method::GET, &headers, &v, lm() + Duration::from_secs(60));
             // W/"abc" matches If-None-Match weakly, the rest not at all; none match If-Range strongly.
             let expected = if etag == "W/\"abc\"" {
@@ -800,59 +705,32 @@ mod tests {
             assert_eq!(got, expected, "{etag}");
         }
         let im = headers_of(&[("if-match", b"W/\"abc\"".to_vec())]);
-        let v = Validators {
-            etag: "W/\"abc\"",
-            last_modified: lm(),
-        };
+        let v = Validators { etag: "W/\"abc\"", last_modified: lm() };
         assert_eq!(evaluate(&Method::GET, &im, &v, lm()), Precondition::Failed);
     }
 
     #[test]
     fn subsecond_last_modified_is_truncated() {
         let etag = etag_from_sha256(SHA);
-        let v = Validators {
-            etag: &etag,
-            last_modified: lm() + Duration::from_millis(700),
-        };
-        let h = headers_of(&[(
-            "if-modified-since",
-            b"Wed, 01 May 2024 12:00:00 GMT".to_vec(),
-        )]);
+        let v = Validators { etag: &etag, last_modified: lm() + Duration::from_millis(700) };
+        let h = headers_of(&[("if-modified-since", b"Wed, 01 May 2024 12:00:00 GMT".to_vec())]);
         let now = lm() + Duration::from_secs(10);
-        assert_eq!(
-            evaluate(&Method::GET, &h, &v, now),
-            Precondition::NotModified
-        );
+        assert_eq!(evaluate(&Method::GET, &h, &v, now), Precondition::NotModified);
         let h = headers_of(&[("if-range", b"Wed, 01 May 2024 12:00:00 GMT".to_vec())]);
-        assert_eq!(
-            evaluate(&Method::GET, &h, &v, now),
-            Precondition::Proceed { honor_range: true }
-        );
+        assert_eq!(evaluate(&Method::GET, &h, &v, now), Precondition::Proceed { honor_range: true });
         // 0.9 s after the (truncated) second began is not yet a full second: weak.
         let now = lm() + Duration::from_millis(900);
-        assert_eq!(
-            evaluate(&Method::GET, &h, &v, now),
-            Precondition::Proceed { honor_range: false }
-        );
+        assert_eq!(evaluate(&Method::GET, &h, &v, now), Precondition::Proceed { honor_range: false });
     }
 
     #[test]
     fn other_methods() {
         let now = lm() + Duration::from_secs(60);
         for m in [Method::POST, Method::PUT, Method::DELETE, Method::PATCH] {
-            assert_eq!(
-                eval(&m, &[("if-none-match", "{WEAK_ETAG}")], now),
-                Precondition::Failed
-            );
-            assert_eq!(
-                eval(&m, &[("if-match", "{ETAG}")], now),
-                Precondition::Proceed { honor_range: true }
-            );
+            assert_eq!(eval(&m, &[("if-none-match", "{WEAK_ETAG}")], now), Precondition::Failed);
+            assert_eq!(eval(&m, &[("if-match", "{ETAG}")], now), Precondition::Proceed { honor_range: true });
             // If-Range has no meaning without GET.
-            assert_eq!(
-                eval(&m, &[("if-range", "\"x\"")], now),
-                Precondition::Proceed { honor_range: true }
-            );
+            assert_eq!(eval(&m, &[("if-range", "\"x\"")], now), Precondition::Proceed { honor_range: true });
         }
     }
 
@@ -864,10 +742,7 @@ mod tests {
             eval(&Method::GET, &[("if-modified-since", "{LM}")], now),
             Precondition::Proceed { honor_range: true }
         );
-        assert_eq!(
-            eval(&Method::GET, &[("if-range", "{LM}")], now),
-            Precondition::Proceed { honor_range: false }
-        );
+        assert_eq!(eval(&Method::GET, &[("if-range", "{LM}")], now), Precondition::Proceed { honor_range: false });
     }
 
     fn fragment() -> impl Strategy<Value = Vec<u8>> {
@@ -901,19 +776,11 @@ mod tests {
         } else {
             UNIX_EPOCH.checked_sub(Duration::from_secs(secs.unsigned_abs()))
         };
-        base.and_then(|t| t.checked_add(Duration::from_nanos(u64::from(nanos))))
-            .unwrap_or(UNIX_EPOCH)
+        base.and_then(|t| t.checked_add(Duration::from_nanos(u64::from(nanos)))).unwrap_or(UNIX_EPOCH)
     }
 
-    const NAMES: [&str; 7] = [
-        "if-match",
-        "if-none-match",
-        "if-modified-since",
-        "if-unmodified-since",
-        "if-range",
-        "range",
-        "x-other",
-    ];
+    const NAMES: [&str; 7] =
+        ["if-match", "if-none-match", "if-modified-since", "if-unmodified-since", "if-range", "range", "x-other"];
     const METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "FROB"];
 
     proptest! {

@@ -64,10 +64,7 @@ pub fn content_disposition(kind: DispositionKind, filename: &str) -> String {
     if filename.is_empty() {
         return out;
     }
-    let cleaned: String = filename
-        .chars()
-        .map(|c| if is_unsafe_char(c) { '_' } else { c })
-        .collect();
+    let cleaned: String = filename.chars().map(|c| if is_unsafe_char(c) { '_' } else { c }).collect();
     out.push_str("; filename=\"");
     for c in cleaned.chars() {
         match c {
@@ -89,8 +86,7 @@ pub fn content_disposition(kind: DispositionKind, filename: &str) -> String {
 
 /// Controls could split or corrupt the header; bidi controls can make `gpj.exe` look like `exe.jpg`.
 fn is_unsafe_char(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+    c.is_control() || matches!(c, '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
 }
 
 /// Validates a stored/user-supplied Content-Disposition value well enough to refuse header injection:
@@ -112,11 +108,8 @@ pub fn validate_content_disposition(value: &str) -> Result<(), &'static str> {
             _ => return Err("contains non-ASCII bytes"),
         }
     }
-    let mut p = Cursor {
-        s: value.as_bytes(),
-    };
-    p.token()
-        .ok_or("does not start with a disposition-type token")?;
+    let mut p = Cursor { s: value.as_bytes() };
+    p.token().ok_or("does not start with a disposition-type token")?;
     let mut seen: Vec<&[u8]> = Vec::new();
     loop {
         p.skip_ows();
@@ -143,11 +136,9 @@ pub fn validate_content_disposition(value: &str) -> Result<(), &'static str> {
                 return Err("extended parameter value is not charset'lang'pct-encoded");
             }
         } else if p.s.first() == Some(&b'"') {
-            p.quoted_string()
-                .ok_or("unterminated or invalid quoted-string")?;
+            p.quoted_string().ok_or("unterminated or invalid quoted-string")?;
         } else {
-            p.token()
-                .ok_or("parameter value is not a token or quoted-string")?;
+            p.token().ok_or("parameter value is not a token or quoted-string")?;
         }
         if seen.iter().any(|n| n.eq_ignore_ascii_case(name)) {
             return Err("duplicate parameter");
@@ -163,11 +154,7 @@ struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     fn skip_ows(&mut self) {
-        let n = self
-            .s
-            .iter()
-            .take_while(|&&b| b == b' ' || b == b'\t')
-            .count();
+        let n = self.s.iter().take_while(|&&b| b == b' ' || b == b'\t').count();
         self.s = self.s.get(n..).unwrap_or(&[]);
     }
 
@@ -221,17 +208,12 @@ fn is_tchar(b: u8) -> bool {
 /// ext-value = charset "'" [ language ] "'" value-chars (RFC 8187 §3.2.1).
 fn is_ext_value(v: &[u8]) -> bool {
     let mut parts = v.splitn(3, |&b| b == b'\'');
-    let (Some(charset), Some(language), Some(chars)) = (parts.next(), parts.next(), parts.next())
-    else {
+    let (Some(charset), Some(language), Some(chars)) = (parts.next(), parts.next(), parts.next()) else {
         return false;
     };
-    let charset_ok = !charset.is_empty()
-        && charset
-            .iter()
-            .all(|&b| b.is_ascii_alphanumeric() || b"!#$%&+-^_`{}~".contains(&b));
-    let language_ok = language
-        .iter()
-        .all(|&b| b.is_ascii_alphanumeric() || b == b'-');
+    let charset_ok =
+        !charset.is_empty() && charset.iter().all(|&b| b.is_ascii_alphanumeric() || b"!#$%&+-^_`{}~".contains(&b));
+    let language_ok = language.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'-');
     charset_ok && language_ok && is_value_chars(chars)
 }
 
@@ -276,14 +258,8 @@ mod tests {
 
     #[test]
     fn plain_ascii() {
-        assert_eq!(
-            content_disposition(Attachment, "report.pdf"),
-            "attachment; filename=\"report.pdf\""
-        );
-        assert_eq!(
-            content_disposition(Inline, "a b;c=d.txt"),
-            "inline; filename=\"a b;c=d.txt\""
-        );
+        assert_eq!(content_disposition(Attachment, "report.pdf"), "attachment; filename=\"report.pdf\"");
+        assert_eq!(content_disposition(Inline, "a b;c=d.txt"), "inline; filename=\"a b;c=d.txt\"");
     }
 
     #[test]
@@ -366,52 +342,22 @@ mod tests {
             ("attachment\x0b", "contains a control character"),
             ("attachment\x7f", "contains a control character"),
             ("attachment; filename=\"é\"", "contains non-ASCII bytes"),
-            (
-                " attachment",
-                "does not start with a disposition-type token",
-            ),
-            (
-                "; filename=a",
-                "does not start with a disposition-type token",
-            ),
-            (
-                "\"attachment\"",
-                "does not start with a disposition-type token",
-            ),
+            (" attachment", "does not start with a disposition-type token"),
+            ("; filename=a", "does not start with a disposition-type token"),
+            ("\"attachment\"", "does not start with a disposition-type token"),
             ("attachment filename=a", "expected ';' before a parameter"),
             ("attachment;", "empty parameter"),
             ("attachment;; filename=a", "empty parameter"),
             ("attachment; filename", "parameter without '='"),
             ("attachment; =a", "parameter name is not a token"),
-            (
-                "attachment; filename=\"a",
-                "unterminated or invalid quoted-string",
-            ),
-            (
-                "attachment; filename=\"a\\",
-                "unterminated or invalid quoted-string",
-            ),
-            (
-                "attachment; filename=",
-                "parameter value is not a token or quoted-string",
-            ),
-            (
-                "attachment; filename=a b",
-                "expected ';' before a parameter",
-            ),
+            ("attachment; filename=\"a", "unterminated or invalid quoted-string"),
+            ("attachment; filename=\"a\\", "unterminated or invalid quoted-string"),
+            ("attachment; filename=", "parameter value is not a token or quoted-string"),
+            ("attachment; filename=a b", "expected ';' before a parameter"),
             ("attachment; filename=a; FILENAME=b", "duplicate parameter"),
-            (
-                "attachment; filename*=\"UTF-8''a\"",
-                "extended parameter value is not a token",
-            ),
-            (
-                "attachment; filename*=UTF-8''%E",
-                "extended parameter value is not charset'lang'pct-encoded",
-            ),
-            (
-                "attachment; filename*=a.txt",
-                "extended parameter value is not charset'lang'pct-encoded",
-            ),
+            ("attachment; filename*=\"UTF-8''a\"", "extended parameter value is not a token"),
+            ("attachment; filename*=UTF-8''%E", "extended parameter value is not charset'lang'pct-encoded"),
+            ("attachment; filename*=a.txt", "extended parameter value is not charset'lang'pct-encoded"),
         ] {
             assert_eq!(validate_content_disposition(bad), Err(reason), "{bad:?}");
         }
@@ -420,14 +366,12 @@ mod tests {
     #[test]
     fn repr_digest_known_vectors() {
         assert_eq!(
-            repr_digest_sha256("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
-                .as_deref(),
+            repr_digest_sha256("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855").as_deref(),
             Some("sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:")
         );
         // SHA-256("abc").
         assert_eq!(
-            repr_digest_sha256("BA7816BF8F01CFEA414140DE5DAE2223B00361A396177A9CB410FF61F20015AD")
-                .as_deref(),
+            repr_digest_sha256("BA7816BF8F01CFEA414140DE5DAE2223B00361A396177A9CB410FF61F20015AD").as_deref(),
             Some("sha-256=:ungWv48Bz+pBQUDeXa4iI7ADYaOWF3qctBD/YfIAFa0=:")
         );
     }

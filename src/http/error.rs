@@ -14,10 +14,7 @@ pub enum ApiError {
     InvalidName(#[from] NameError),
     /// The driver refused a request head (malformed, over a limit, timed out).
     #[error("{message}")]
-    BadRequestHead {
-        status: StatusCode,
-        message: &'static str,
-    },
+    BadRequestHead { status: StatusCode, message: &'static str },
     #[error("{0}")]
     BadRequest(String),
     /// Missing, malformed, expired or revoked credentials.
@@ -61,20 +58,12 @@ impl ApiError {
             ApiError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::NoSuchBucket => (StatusCode::NOT_FOUND, "no_such_bucket"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
-            ApiError::PreconditionFailed => {
-                (StatusCode::PRECONDITION_FAILED, "precondition_failed")
-            }
-            ApiError::RangeNotSatisfiable { .. } => {
-                (StatusCode::RANGE_NOT_SATISFIABLE, "range_not_satisfiable")
-            }
+            ApiError::PreconditionFailed => (StatusCode::PRECONDITION_FAILED, "precondition_failed"),
+            ApiError::RangeNotSatisfiable { .. } => (StatusCode::RANGE_NOT_SATISFIABLE, "range_not_satisfiable"),
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
-            ApiError::InsufficientStorage => {
-                (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage")
-            }
+            ApiError::InsufficientStorage => (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage"),
             ApiError::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
-            ApiError::BlobUnavailable(_) => {
-                (StatusCode::INTERNAL_SERVER_ERROR, "object_data_unavailable")
-            }
+            ApiError::BlobUnavailable(_) => (StatusCode::INTERNAL_SERVER_ERROR, "object_data_unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }
     }
@@ -97,14 +86,10 @@ impl IntoResponse for ApiError {
         let headers = response.headers_mut();
         match &self {
             ApiError::Unauthorized(_) => {
-                headers.insert(
-                    header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static("Bearer realm=\"blobgate\""),
-                );
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"blobgate\""));
             }
             ApiError::RangeNotSatisfiable { size } => {
-                let value = HeaderValue::from_str(&format!("bytes */{size}"))
-                    .expect("digits are a valid header value");
+                let value = HeaderValue::from_str(&format!("bytes */{size}")).expect("digits are a valid header value");
                 headers.insert(header::CONTENT_RANGE, value);
             }
             ApiError::MethodNotAllowed => {

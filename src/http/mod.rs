@@ -7,6 +7,7 @@ pub mod error;
 pub mod multipart;
 pub mod object;
 pub mod range;
+pub mod upload;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -36,15 +37,8 @@ pub struct AppState {
 pub fn data_router(state: AppState) -> Router {
     let handler_timeout = state.settings.timeouts.handler;
     Router::new()
-        .fallback(
-            get(object::get_object)
-                .head(object::get_object)
-                .fallback(object::get_object),
-        )
-        .layer(TimeoutLayer::with_status_code(
-            http::StatusCode::SERVICE_UNAVAILABLE,
-            handler_timeout,
-        ))
+        .fallback(get(object::get_object).head(object::get_object).fallback(object::get_object))
+        .layer(TimeoutLayer::with_status_code(http::StatusCode::SERVICE_UNAVAILABLE, handler_timeout))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

@@ -20,24 +20,16 @@ pub fn layout(ranges: &[ByteRange], size: u64, content_type: &str, boundary: &st
             range.last()
         );
         segments.push(Segment::Literal(Bytes::from(part_head)));
-        segments.push(Segment::Region {
-            offset: range.start,
-            len: range.len(),
-        });
+        segments.push(Segment::Region { offset: range.start, len: range.len() });
     }
-    segments.push(Segment::Literal(Bytes::from(format!(
-        "\r\n--{boundary}--\r\n"
-    ))));
+    segments.push(Segment::Literal(Bytes::from(format!("\r\n--{boundary}--\r\n"))));
     segments
 }
 
 /// A fresh boundary: 1–70 characters from RFC 2046's bchars, random so that no stored object can be crafted to
 /// contain it.
 pub fn new_boundary() -> String {
-    format!(
-        "blobgate-{:016x}",
-        getrandom::u64().unwrap_or(0x5eed_b10b_6a7e_0001)
-    )
+    format!("blobgate-{:016x}", getrandom::u64().unwrap_or(0x5eed_b10b_6a7e_0001))
 }
 
 #[cfg(test)]
@@ -46,10 +38,7 @@ mod tests {
 
     #[test]
     fn layout_matches_the_rfc_example_shape() {
-        let ranges = [
-            ByteRange { start: 0, end: 2 },
-            ByteRange { start: 8, end: 10 },
-        ];
+        let ranges = [ByteRange { start: 0, end: 2 }, ByteRange { start: 8, end: 10 }];
         let segments = layout(&ranges, 10, "text/plain", "B");
         let text: String = segments
             .iter()

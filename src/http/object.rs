@@ -44,23 +44,19 @@ pub async fn get_object(
     }
     let (bucket_name, key) = parse_object_path(uri.path())?;
     let bucket = app.store.meta.bucket(&bucket_name).await?;
-    let bucket = crate::auth::authorize_read(&app, bucket, &key, &method, &uri, &headers).await?;
-    let object = app
-        .store
-        .meta
-        .object(bucket.id, &key)
-        .await?
-        .ok_or(ApiError::NotFound)?;
+    let grant = crate::auth::authorize_read(&app, bucket, &key, &uri, &headers).await?;
+    let bucket = grant.bucket;
+    let object = app.store.meta.object(bucket.id, &key).await?.ok_or(ApiError::NotFound)?;
 
     let etag = etag_from_sha256(&object.sha256);
     let last_modified = UNIX_EPOCH + Duration::from_secs(object.updated_at.max(0) as u64);
-    let validators = Validators {
-        etag: &etag,
-        last_modified,
-    };
-    let representation = representation_headers(&object, &etag, last_modified);
-    let honor_range = match conditional::evaluate(&method, &headers, &validators, SystemTime::now())
-    {
+    let validators = Validators { etag: &etag, last_modified };
+    let mut representation = representation_headers(&object, &etag, last_modified);
+    // A signed URL may choose the download name; the signature covered it, so it is the signer's choice.
+    if let Some(v) = grant.content_disposition.as_deref().and_then(|v| disposition_value(v, &object.key)) {
+        representation.insert(header::CONTENT_DISPOSITION, v);
+    }
+    let honor_range = match conditional::evaluate(&method, &headers, &validators, SystemTime::now()) {
         Precondition::Failed => return Err(ApiError::PreconditionFailed),
         Precondition::NotModified => return Ok(not_modified(representation)),
         Precondition::Proceed { honor_range } => honor_range,
@@ -68,65 +64,33 @@ pub async fn get_object(
 
     let (file, size) = open_blob(&app, &object).await?;
     // RFC 9110 §14.2: Range is defined for GET only; HEAD answers what a plain GET would.
-    let range_header = match (
-        honor_range && method == Method::GET,
-        headers.get_all(header::RANGE).iter().count(),
-    ) {
+    let range_header = match (honor_range && method == Method::GET, headers.get_all(header::RANGE).iter().count()) {
         (true, 1) => headers.get(header::RANGE).map(HeaderValue::as_bytes),
         // Several Range fields cannot be combined meaningfully: ignore them all.
         _ => None,
     };
-    let object_ref = ObjectRef {
-        bucket_id: bucket.id,
-        key: Arc::from(object.key.as_str()),
-    };
+    let object_ref = ObjectRef { bucket_id: bucket.id, key: Arc::from(object.key.as_str()) };
     let content_type = effective_content_type(object.attrs.content_type.as_deref(), &object.key);
     let file = Arc::new(file);
-    let (status, kind, segments, extra) =
-        match range::evaluate(range_header, size, &app.range_policy) {
-            RangeDecision::Full => (
-                StatusCode::OK,
-                DownloadKind::Full,
-                vec![Segment::Region {
-                    offset: 0,
-                    len: size,
-                }],
-                None,
-            ),
-            RangeDecision::Unsatisfiable => return Err(ApiError::RangeNotSatisfiable { size }),
-            RangeDecision::Partial(ranges) if ranges.len() == 1 => {
-                let r = ranges[0];
-                let content_range = format!("bytes {}-{}/{size}", r.start, r.last());
-                let segments = vec![Segment::Region {
-                    offset: r.start,
-                    len: r.len(),
-                }];
-                (
-                    StatusCode::PARTIAL_CONTENT,
-                    DownloadKind::Range,
-                    segments,
-                    Some((header::CONTENT_RANGE, content_range)),
-                )
-            }
-            RangeDecision::Partial(ranges) => {
-                let boundary = multipart::new_boundary();
-                let segments = multipart::layout(&ranges, size, &content_type, &boundary);
-                let ct = format!("multipart/byteranges; boundary={boundary}");
-                (
-                    StatusCode::PARTIAL_CONTENT,
-                    DownloadKind::Multipart,
-                    segments,
-                    Some((header::CONTENT_TYPE, ct)),
-                )
-            }
-        };
-    let body = FileBody {
-        file,
-        file_size: size,
-        segments,
-        kind,
-        object: object_ref,
+    let (status, kind, segments, extra) = match range::evaluate(range_header, size, &app.range_policy) {
+        RangeDecision::Full => {
+            (StatusCode::OK, DownloadKind::Full, vec![Segment::Region { offset: 0, len: size }], None)
+        }
+        RangeDecision::Unsatisfiable => return Err(ApiError::RangeNotSatisfiable { size }),
+        RangeDecision::Partial(ranges) if ranges.len() == 1 => {
+            let r = ranges[0];
+            let content_range = format!("bytes {}-{}/{size}", r.start, r.last());
+            let segments = vec![Segment::Region { offset: r.start, len: r.len() }];
+            (StatusCode::PARTIAL_CONTENT, DownloadKind::Range, segments, Some((header::CONTENT_RANGE, content_range)))
+        }
+        RangeDecision::Partial(ranges) => {
+            let boundary = multipart::new_boundary();
+            let segments = multipart::layout(&ranges, size, &content_type, &boundary);
+            let ct = format!("multipart/byteranges; boundary={boundary}");
+            (StatusCode::PARTIAL_CONTENT, DownloadKind::Multipart, segments, Some((header::CONTENT_TYPE, ct)))
+        }
     };
+    let body = FileBody { file, file_size: size, segments, kind, object: object_ref };
 
     let mut response = Response::new(Body::empty());
     *response.status_mut() = status;
@@ -143,43 +107,23 @@ pub async fn get_object(
 
 /// Headers that describe the representation and go on 200, 206 and 304 alike (RFC 9110 §15.4.5 lists what a
 /// 304 must repeat: Cache-Control, Content-Location, Date, ETag, Expires and Vary).
-fn representation_headers(
-    object: &ObjectRecord,
-    etag: &str,
-    last_modified: SystemTime,
-) -> HeaderMap {
+fn representation_headers(object: &ObjectRecord, etag: &str, last_modified: SystemTime) -> HeaderMap {
     let mut h = HeaderMap::with_capacity(12);
-    h.insert(
-        header::ETAG,
-        HeaderValue::from_str(etag).expect("hex digits in quotes are a valid header value"),
-    );
+    h.insert(header::ETAG, HeaderValue::from_str(etag).expect("hex digits in quotes are a valid header value"));
     h.insert(
         header::LAST_MODIFIED,
-        HeaderValue::from_str(&format_http_date(last_modified))
-            .expect("an HTTP date is a valid header value"),
+        HeaderValue::from_str(&format_http_date(last_modified)).expect("an HTTP date is a valid header value"),
     );
     h.insert(header::ACCEPT_RANGES, BYTES.clone());
     h.insert(header::X_CONTENT_TYPE_OPTIONS, NOSNIFF.clone());
     // Stored values were validated on the way in; an unrepresentable one is skipped rather than failing reads.
-    if let Some(v) = object
-        .attrs
-        .cache_control
-        .as_deref()
-        .and_then(|v| HeaderValue::from_str(v).ok())
-    {
+    if let Some(v) = object.attrs.cache_control.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
         h.insert(header::CACHE_CONTROL, v);
     }
-    if let Some(v) = object
-        .attrs
-        .content_disposition
-        .as_deref()
-        .and_then(|v| disposition_value(v, &object.key))
-    {
+    if let Some(v) = object.attrs.content_disposition.as_deref().and_then(|v| disposition_value(v, &object.key)) {
         h.insert(header::CONTENT_DISPOSITION, v);
     }
-    if let Some(digest) =
-        repr_digest_sha256(&object.sha256).and_then(|d| HeaderValue::from_str(&d).ok())
-    {
+    if let Some(digest) = repr_digest_sha256(&object.sha256).and_then(|d| HeaderValue::from_str(&d).ok()) {
         h.insert(HeaderName::from_static("repr-digest"), digest);
     }
     h
@@ -232,6 +176,5 @@ async fn open_blob(app: &AppState, object: &ObjectRecord) -> Result<(File, u64),
 }
 
 fn header_value(v: &str) -> Result<HeaderValue, ApiError> {
-    HeaderValue::from_str(v)
-        .map_err(|_| ApiError::Internal(anyhow::anyhow!("unrepresentable header value {v:?}")))
+    HeaderValue::from_str(v).map_err(|_| ApiError::Internal(anyhow::anyhow!("unrepresentable header value {v:?}")))
 }

@@ -94,10 +94,7 @@ impl BlobWriter {
 
 impl BlobStore {
     pub fn open(data_dir: &Path) -> anyhow::Result<Self> {
-        let store = Self {
-            blobs_dir: data_dir.join("blobs"),
-            tmp_dir: data_dir.join("tmp"),
-        };
+        let store = Self { blobs_dir: data_dir.join("blobs"), tmp_dir: data_dir.join("tmp") };
         for dir in [&store.blobs_dir, &store.tmp_dir] {
             fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         }
@@ -107,10 +104,7 @@ impl BlobStore {
     /// `blobs/ab/cd/abcd…`: two fan-out levels keep directories small at millions of blobs.
     pub fn path_of(&self, sha256: &str) -> PathBuf {
         debug_assert!(is_blob_hash(sha256));
-        self.blobs_dir
-            .join(&sha256[0..2])
-            .join(&sha256[2..4])
-            .join(sha256)
+        self.blobs_dir.join(&sha256[0..2]).join(&sha256[2..4]).join(sha256)
     }
 
     pub fn open_blob(&self, sha256: &str) -> io::Result<File> {
@@ -118,38 +112,20 @@ impl BlobStore {
     }
 
     pub fn writer(&self) -> io::Result<BlobWriter> {
-        let temp_path = self.tmp_dir.join(format!(
-            "{STAGE_PREFIX}{}-{}",
-            std::process::id(),
-            random_suffix()
-        ));
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp_path)?;
+        let temp_path = self.tmp_dir.join(format!("{STAGE_PREFIX}{}-{}", std::process::id(), random_suffix()));
+        let file = OpenOptions::new().write(true).create_new(true).open(&temp_path)?;
         Ok(BlobWriter {
             file,
             hasher: Sha256::new(),
             size: 0,
-            staged: StagedBlob {
-                temp_path,
-                sha256: String::new(),
-                size: 0,
-            },
+            staged: StagedBlob { temp_path, sha256: String::new(), size: 0 },
         })
     }
 
     /// Copies a local file into a staged blob. `progress` is told about every chunk copied.
-    pub fn stage_file(
-        &self,
-        source: &Path,
-        mut progress: impl FnMut(u64),
-    ) -> anyhow::Result<StagedBlob> {
-        let mut input =
-            File::open(source).with_context(|| format!("cannot open {}", source.display()))?;
-        let mut writer = self
-            .writer()
-            .context("cannot create a temp file in the data dir")?;
+    pub fn stage_file(&self, source: &Path, mut progress: impl FnMut(u64)) -> anyhow::Result<StagedBlob> {
+        let mut input = File::open(source).with_context(|| format!("cannot open {}", source.display()))?;
+        let mut writer = self.writer().context("cannot create a temp file in the data dir")?;
         let mut buf = vec![0u8; 1 << 20];
         loop {
             let n = match input.read(&mut buf) {
@@ -160,9 +136,7 @@ impl BlobStore {
                     return Err(e).with_context(|| format!("cannot read {}", source.display()));
                 }
             };
-            writer
-                .write(&buf[..n])
-                .context("cannot write to the data dir")?;
+            writer.write(&buf[..n]).context("cannot write to the data dir")?;
             progress(n as u64);
         }
         writer.finish().context("cannot sync the staged blob")
@@ -180,9 +154,7 @@ impl BlobStore {
         fs::rename(&staged.temp_path, &target)
             .with_context(|| format!("cannot move blob into {}", target.display()))?;
         // The rename is durable only once the directory entry is.
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .with_context(|| format!("cannot sync {}", dir.display()))?;
+        File::open(dir).and_then(|d| d.sync_all()).with_context(|| format!("cannot sync {}", dir.display()))?;
         Ok(())
     }
 
@@ -190,14 +162,9 @@ impl BlobStore {
     /// reference succeeds. Call while holding the metadata write lock. `None` when the blob is already gone.
     pub fn retire(&self, sha256: &str) -> anyhow::Result<Option<RetiredBlob>> {
         let blob_path = self.path_of(sha256);
-        let retired_path = self
-            .tmp_dir
-            .join(format!("{RETIRED_PREFIX}{sha256}-{}", random_suffix()));
+        let retired_path = self.tmp_dir.join(format!("{RETIRED_PREFIX}{sha256}-{}", random_suffix()));
         match fs::rename(&blob_path, &retired_path) {
-            Ok(()) => Ok(Some(RetiredBlob {
-                retired_path,
-                blob_path,
-            })),
+            Ok(()) => Ok(Some(RetiredBlob { retired_path, blob_path })),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e).with_context(|| format!("cannot retire blob {sha256}")),
         }
@@ -207,9 +174,7 @@ impl BlobStore {
     /// kill -9 mid-upload). Staged files of live processes (a concurrent CLI put) are left alone.
     pub fn sweep_temp_files(&self) -> anyhow::Result<usize> {
         let mut removed = 0;
-        for entry in fs::read_dir(&self.tmp_dir)
-            .with_context(|| format!("cannot list {}", self.tmp_dir.display()))?
-        {
+        for entry in fs::read_dir(&self.tmp_dir).with_context(|| format!("cannot list {}", self.tmp_dir.display()))? {
             let entry = entry?;
             let name = entry.file_name();
             let name = name.to_string_lossy();
@@ -231,10 +196,7 @@ impl BlobStore {
     /// Every blob hash present on disk (for the start-up sweep of unreferenced blobs).
     pub fn list_hashes(&self) -> anyhow::Result<Vec<String>> {
         let mut hashes = Vec::new();
-        for entry in walkdir::WalkDir::new(&self.blobs_dir)
-            .min_depth(3)
-            .max_depth(3)
-        {
+        for entry in walkdir::WalkDir::new(&self.blobs_dir).min_depth(3).max_depth(3) {
             let entry = entry.context("cannot list the blob directory")?;
             if entry.file_type().is_file()
                 && let Some(name) = entry.file_name().to_str()
@@ -249,9 +211,7 @@ impl BlobStore {
 
 /// Lower-case hex SHA-256, the only form a blob name takes.
 pub fn is_blob_hash(s: &str) -> bool {
-    s.len() == 64
-        && s.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn random_suffix() -> String {
@@ -276,15 +236,11 @@ mod tests {
         w.write(b"hello ").unwrap();
         w.write(b"world").unwrap();
         let staged = w.finish().unwrap();
-        assert_eq!(
-            staged.sha256,
-            "b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9"
-        );
+        assert_eq!(staged.sha256, "b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9");
         assert_eq!(staged.size, 11);
         store.install(&staged).unwrap();
         drop(staged);
-        let path =
-            store.path_of("b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9");
+        let path = store.path_of("b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9");
         assert_eq!(fs::read(&path).unwrap(), b"hello world");
         assert!(path.starts_with(dir.path().join("blobs/b9/4d")));
         // The temp file is gone after install + drop.

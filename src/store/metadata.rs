@@ -85,10 +85,7 @@ impl Metadata {
             .connect_with(options)
             .await
             .with_context(|| format!("cannot open database {}", path.display()))?;
-        sqlx::migrate!("./migrations")
-            .run(&pool)
-            .await
-            .context("cannot apply database migrations")?;
+        sqlx::migrate!("./migrations").run(&pool).await.context("cannot apply database migrations")?;
         Ok(Self { pool })
     }
 
@@ -98,17 +95,10 @@ impl Metadata {
 
     /// Starts a write transaction holding SQLite's write lock (`BEGIN IMMEDIATE`).
     pub async fn begin_write(&self) -> Result<WriteTx, MetadataError> {
-        Ok(WriteTx {
-            tx: self.pool.begin_with("BEGIN IMMEDIATE").await?,
-        })
+        Ok(WriteTx { tx: self.pool.begin_with("BEGIN IMMEDIATE").await? })
     }
 
-    pub async fn create_bucket(
-        &self,
-        name: &BucketName,
-        public: bool,
-        now: i64,
-    ) -> Result<Bucket, MetadataError> {
+    pub async fn create_bucket(&self, name: &BucketName, public: bool, now: i64) -> Result<Bucket, MetadataError> {
         let mut tx = self.begin_write().await?;
         let inserted = sqlx::query(
             "INSERT INTO buckets (name, public, created_at) VALUES (?1, ?2, ?3)
@@ -123,12 +113,7 @@ impl Metadata {
             return Err(MetadataError::BucketExists(name.to_string()));
         };
         tx.commit().await?;
-        Ok(Bucket {
-            id: row.get(0),
-            name: name.to_string(),
-            public,
-            created_at: now,
-        })
+        Ok(Bucket { id: row.get(0), name: name.to_string(), public, created_at: now })
     }
 
     pub async fn bucket(&self, name: &BucketName) -> Result<Option<Bucket>, MetadataError> {
@@ -140,17 +125,12 @@ impl Metadata {
     }
 
     pub async fn list_buckets(&self) -> Result<Vec<Bucket>, MetadataError> {
-        let rows = sqlx::query("SELECT id, name, public, created_at FROM buckets ORDER BY name")
-            .fetch_all(&self.pool)
-            .await?;
+        let rows =
+            sqlx::query("SELECT id, name, public, created_at FROM buckets ORDER BY name").fetch_all(&self.pool).await?;
         Ok(rows.iter().map(bucket_from_row).collect())
     }
 
-    pub async fn object(
-        &self,
-        bucket_id: i64,
-        key: &ObjectKey,
-    ) -> Result<Option<ObjectRecord>, MetadataError> {
+    pub async fn object(&self, bucket_id: i64, key: &ObjectKey) -> Result<Option<ObjectRecord>, MetadataError> {
         let row = sqlx::query(
             "SELECT bucket_id, key, sha256, size, content_type, cache_control, content_disposition,
                     created_at, updated_at
@@ -170,6 +150,152 @@ impl Metadata {
             .fetch_one(&self.pool)
             .await?;
         Ok(n > 0)
+    }
+}
+
+/// A bearer token's stored form: never the token itself, only its hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRecord {
+    pub id: String,
+    pub secret_hash: Vec<u8>,
+    pub bucket_id: i64,
+    pub bucket_name: String,
+    pub prefix: String,
+    pub scope: String,
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+    pub revoked_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SigningKey {
+    pub id: String,
+    pub secret: Vec<u8>,
+    pub created_at: i64,
+    pub retired_at: Option<i64>,
+}
+
+const TOKEN_COLUMNS: &str =
+    "t.id, t.secret_hash, t.bucket_id, b.name, t.prefix, t.scope, t.created_at, t.expires_at, t.revoked_at";
+
+impl Metadata {
+    pub async fn create_token(&self, token: &TokenRecord) -> Result<(), MetadataError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO tokens (id, secret_hash, bucket_id, prefix, scope, created_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .bind(&token.id)
+        .bind(&token.secret_hash)
+        .bind(token.bucket_id)
+        .bind(&token.prefix)
+        .bind(&token.scope)
+        .bind(token.created_at)
+        .bind(token.expires_at)
+        .execute(&mut *tx.tx)
+        .await?;
+        tx.commit().await
+    }
+
+    pub async fn token(&self, id: &str) -> Result<Option<TokenRecord>, MetadataError> {
+        let sql = format!("SELECT {TOKEN_COLUMNS} FROM tokens t JOIN buckets b ON b.id = t.bucket_id WHERE t.id = ?1");
+        let row = sqlx::query(&sql).bind(id).fetch_optional(&self.pool).await?;
+        Ok(row.map(|r| token_from_row(&r)))
+    }
+
+    pub async fn list_tokens(&self) -> Result<Vec<TokenRecord>, MetadataError> {
+        let sql = format!(
+            "SELECT {TOKEN_COLUMNS} FROM tokens t JOIN buckets b ON b.id = t.bucket_id ORDER BY t.created_at, t.id"
+        );
+        let rows = sqlx::query(&sql).fetch_all(&self.pool).await?;
+        Ok(rows.iter().map(token_from_row).collect())
+    }
+
+    /// Marks a token revoked; `false` when there is no such live token.
+    pub async fn revoke_token(&self, id: &str, now: i64) -> Result<bool, MetadataError> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query("UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL")
+            .bind(id)
+            .bind(now)
+            .execute(&mut *tx.tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(done == 1)
+    }
+
+    pub async fn create_signing_key(&self, key: &SigningKey) -> Result<(), MetadataError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("INSERT INTO signing_keys (id, secret, created_at) VALUES (?1, ?2, ?3)")
+            .bind(&key.id)
+            .bind(&key.secret)
+            .bind(key.created_at)
+            .execute(&mut *tx.tx)
+            .await?;
+        tx.commit().await
+    }
+
+    /// The newest key that is not retired: the one new links are signed with.
+    pub async fn newest_signing_key(&self) -> Result<Option<SigningKey>, MetadataError> {
+        let row = sqlx::query(
+            "SELECT id, secret, created_at, retired_at FROM signing_keys WHERE retired_at IS NULL
+             ORDER BY created_at DESC, rowid DESC LIMIT 1",
+        )
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| signing_key_from_row(&r)))
+    }
+
+    pub async fn signing_key(&self, id: &str) -> Result<Option<SigningKey>, MetadataError> {
+        let row = sqlx::query("SELECT id, secret, created_at, retired_at FROM signing_keys WHERE id = ?1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| signing_key_from_row(&r)))
+    }
+
+    pub async fn list_signing_keys(&self) -> Result<Vec<SigningKey>, MetadataError> {
+        let rows =
+            sqlx::query("SELECT id, secret, created_at, retired_at FROM signing_keys ORDER BY created_at, rowid")
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows.iter().map(signing_key_from_row).collect())
+    }
+
+    pub async fn retire_signing_key(&self, id: &str, now: i64) -> Result<bool, MetadataError> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query("UPDATE signing_keys SET retired_at = ?2 WHERE id = ?1 AND retired_at IS NULL")
+            .bind(id)
+            .bind(now)
+            .execute(&mut *tx.tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(done == 1)
+    }
+
+    /// Revokes one signed URL by its signature; expired entries are pruned on the way.
+    pub async fn revoke_signature(&self, signature: &str, expires_at: i64, now: i64) -> Result<(), MetadataError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("DELETE FROM revoked_signatures WHERE expires_at < ?1").bind(now).execute(&mut *tx.tx).await?;
+        sqlx::query(
+            "INSERT INTO revoked_signatures (signature, expires_at, revoked_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (signature) DO NOTHING",
+        )
+        .bind(signature)
+        .bind(expires_at)
+        .bind(now)
+        .execute(&mut *tx.tx)
+        .await?;
+        tx.commit().await
+    }
+
+    pub async fn signature_revoked(&self, signature: &str) -> Result<bool, MetadataError> {
+        let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM revoked_signatures WHERE signature = ?1")
+            .bind(signature)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(found.is_some())
     }
 }
 
@@ -221,9 +347,7 @@ impl WriteTx {
                 if same {
                     return Ok(Upsert::Unchanged);
                 }
-                Upsert::Replaced {
-                    previous_sha256: row.get(0),
-                }
+                Upsert::Replaced { previous_sha256: row.get(0) }
             }
             None => Upsert::Created,
         };
@@ -250,38 +374,44 @@ impl WriteTx {
     }
 
     /// Deletes the object row; returns the hash it referenced, or `None` when there was no such object.
-    pub async fn delete_object(
-        &mut self,
-        bucket_id: i64,
-        key: &ObjectKey,
-    ) -> Result<Option<String>, MetadataError> {
-        let sha = sqlx::query_scalar(
-            "DELETE FROM objects WHERE bucket_id = ?1 AND key = ?2 RETURNING sha256",
-        )
-        .bind(bucket_id)
-        .bind(key.as_str())
-        .fetch_optional(&mut *self.tx)
-        .await?;
+    pub async fn delete_object(&mut self, bucket_id: i64, key: &ObjectKey) -> Result<Option<String>, MetadataError> {
+        let sha = sqlx::query_scalar("DELETE FROM objects WHERE bucket_id = ?1 AND key = ?2 RETURNING sha256")
+            .bind(bucket_id)
+            .bind(key.as_str())
+            .fetch_optional(&mut *self.tx)
+            .await?;
         Ok(sha)
     }
 
     pub async fn blob_is_referenced(&mut self, sha256: &str) -> Result<bool, MetadataError> {
-        let found: Option<i64> =
-            sqlx::query_scalar("SELECT 1 FROM objects WHERE sha256 = ?1 LIMIT 1")
-                .bind(sha256)
-                .fetch_optional(&mut *self.tx)
-                .await?;
+        let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM objects WHERE sha256 = ?1 LIMIT 1")
+            .bind(sha256)
+            .fetch_optional(&mut *self.tx)
+            .await?;
         Ok(found.is_some())
     }
 }
 
 fn bucket_from_row(r: &sqlx::sqlite::SqliteRow) -> Bucket {
-    Bucket {
+    Bucket { id: r.get(0), name: r.get(1), public: r.get(2), created_at: r.get(3) }
+}
+
+fn token_from_row(r: &sqlx::sqlite::SqliteRow) -> TokenRecord {
+    TokenRecord {
         id: r.get(0),
-        name: r.get(1),
-        public: r.get(2),
-        created_at: r.get(3),
+        secret_hash: r.get(1),
+        bucket_id: r.get(2),
+        bucket_name: r.get(3),
+        prefix: r.get(4),
+        scope: r.get(5),
+        created_at: r.get(6),
+        expires_at: r.get(7),
+        revoked_at: r.get(8),
     }
+}
+
+fn signing_key_from_row(r: &sqlx::sqlite::SqliteRow) -> SigningKey {
+    SigningKey { id: r.get(0), secret: r.get(1), created_at: r.get(2), retired_at: r.get(3) }
 }
 
 fn object_from_row(r: &sqlx::sqlite::SqliteRow) -> ObjectRecord {
@@ -290,11 +420,7 @@ fn object_from_row(r: &sqlx::sqlite::SqliteRow) -> ObjectRecord {
         key: r.get(1),
         sha256: r.get(2),
         size: r.get::<i64, _>(3) as u64,
-        attrs: ObjectAttrs {
-            content_type: r.get(4),
-            cache_control: r.get(5),
-            content_disposition: r.get(6),
-        },
+        attrs: ObjectAttrs { content_type: r.get(4), cache_control: r.get(5), content_disposition: r.get(6) },
         created_at: r.get(7),
         updated_at: r.get(8),
     }

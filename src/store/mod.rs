@@ -14,7 +14,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 pub use blobs::{BlobStore, StagedBlob};
-pub use metadata::{Bucket, Metadata, MetadataError, ObjectAttrs, ObjectRecord, Upsert};
+pub use metadata::{Bucket, Metadata, MetadataError, ObjectAttrs, ObjectRecord, SigningKey, TokenRecord, Upsert};
 
 use crate::names::{BucketName, ObjectKey};
 
@@ -79,10 +79,7 @@ impl Store {
     ) -> Result<PutReport, StoreError> {
         let now = unix_now();
         let mut tx = self.meta.begin_write().await?;
-        let bucket_row = tx
-            .bucket(bucket)
-            .await?
-            .ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))?;
+        let bucket_row = tx.bucket(bucket).await?.ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))?;
         // Under the write lock: no concurrent delete can retire this hash between the rename and the commit.
         let blobs = self.blobs.clone();
         let (staged, installed) = tokio::task::spawn_blocking(move || {
@@ -92,13 +89,10 @@ impl Store {
         .await
         .context("blob install task failed")?;
         installed?;
-        let upsert = tx
-            .upsert_object(bucket_row.id, key, &staged.sha256, staged.size, &attrs, now)
-            .await?;
+        let upsert = tx.upsert_object(bucket_row.id, key, &staged.sha256, staged.size, &attrs, now).await?;
         let retired = match &upsert {
             Upsert::Replaced { previous_sha256 } if *previous_sha256 != staged.sha256 => {
-                self.retire_if_unreferenced(&mut tx, previous_sha256)
-                    .await?
+                self.retire_if_unreferenced(&mut tx, previous_sha256).await?
             }
             _ => None,
         };
@@ -121,10 +115,7 @@ impl Store {
     /// Deletes `bucket/key`; `Ok(false)` when there was no such object. Removes the blob with its last reference.
     pub async fn delete(&self, bucket: &BucketName, key: &ObjectKey) -> Result<bool, StoreError> {
         let mut tx = self.meta.begin_write().await?;
-        let bucket_row = tx
-            .bucket(bucket)
-            .await?
-            .ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))?;
+        let bucket_row = tx.bucket(bucket).await?.ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))?;
         let Some(sha) = tx.delete_object(bucket_row.id, key).await? else {
             return Ok(false);
         };
@@ -161,10 +152,7 @@ impl Store {
             unreferenced_blobs = retired.len();
             retired.into_iter().for_each(blobs::RetiredBlob::discard);
         }
-        Ok(SweepReport {
-            temp_files,
-            unreferenced_blobs,
-        })
+        Ok(SweepReport { temp_files, unreferenced_blobs })
     }
 
     async fn retire_if_unreferenced(
@@ -180,10 +168,7 @@ impl Store {
 }
 
 /// Commits, then deletes the retired blob; if the commit fails the blob goes back so no row loses its bytes.
-async fn finish_commit(
-    tx: metadata::WriteTx,
-    retired: Option<blobs::RetiredBlob>,
-) -> Result<(), StoreError> {
+async fn finish_commit(tx: metadata::WriteTx, retired: Option<blobs::RetiredBlob>) -> Result<(), StoreError> {
     match tx.commit().await {
         Ok(()) => {
             if let Some(r) = retired {
@@ -193,8 +178,7 @@ async fn finish_commit(
         }
         Err(e) => {
             if let Some(r) = retired {
-                r.restore()
-                    .context("cannot restore a retired blob after a failed commit")?;
+                r.restore().context("cannot restore a retired blob after a failed commit")?;
             }
             Err(e.into())
         }
@@ -206,17 +190,11 @@ pub fn effective_content_type(stored: Option<&str>, key: &str) -> String {
     if let Some(t) = stored {
         return t.to_owned();
     }
-    mime_guess::from_path(key)
-        .first_raw()
-        .map(str::to_owned)
-        .unwrap_or_else(|| "application/octet-stream".to_owned())
+    mime_guess::from_path(key).first_raw().map(str::to_owned).unwrap_or_else(|| "application/octet-stream".to_owned())
 }
 
 pub fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -225,26 +203,16 @@ mod tests {
 
     #[test]
     fn content_type_prefers_stored_then_extension() {
-        assert_eq!(
-            effective_content_type(Some("text/x-a"), "a.html"),
-            "text/x-a"
-        );
+        assert_eq!(effective_content_type(Some("text/x-a"), "a.html"), "text/x-a");
         assert_eq!(effective_content_type(None, "dir/a.html"), "text/html");
         assert_eq!(effective_content_type(None, "a.tar.gz"), "application/gzip");
-        assert_eq!(
-            effective_content_type(None, "noext"),
-            "application/octet-stream"
-        );
+        assert_eq!(effective_content_type(None, "noext"), "application/octet-stream");
     }
 
     async fn store() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).await.unwrap();
-        store
-            .meta
-            .create_bucket(&BucketName::parse("bkt").unwrap(), false, 0)
-            .await
-            .unwrap();
+        store.meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
         (dir, store)
     }
 
@@ -258,18 +226,9 @@ mod tests {
     async fn identical_content_is_stored_once_and_removed_with_its_last_reference() {
         let (_dir, store) = store().await;
         let b = BucketName::parse("bkt").unwrap();
-        let (k1, k2) = (
-            ObjectKey::parse("one").unwrap(),
-            ObjectKey::parse("two").unwrap(),
-        );
-        let r1 = store
-            .put(&b, &k1, stage(&store, b"same"), ObjectAttrs::default())
-            .await
-            .unwrap();
-        let r2 = store
-            .put(&b, &k2, stage(&store, b"same"), ObjectAttrs::default())
-            .await
-            .unwrap();
+        let (k1, k2) = (ObjectKey::parse("one").unwrap(), ObjectKey::parse("two").unwrap());
+        let r1 = store.put(&b, &k1, stage(&store, b"same"), ObjectAttrs::default()).await.unwrap();
+        let r2 = store.put(&b, &k2, stage(&store, b"same"), ObjectAttrs::default()).await.unwrap();
         assert_eq!(r1.sha256, r2.sha256);
         assert_eq!(store.blobs.list_hashes().unwrap(), vec![r1.sha256.clone()]);
         assert!(store.delete(&b, &k1).await.unwrap());
@@ -284,20 +243,11 @@ mod tests {
         let (_dir, store) = store().await;
         let b = BucketName::parse("bkt").unwrap();
         let k = ObjectKey::parse("k").unwrap();
-        let first = store
-            .put(&b, &k, stage(&store, b"v1"), ObjectAttrs::default())
-            .await
-            .unwrap();
+        let first = store.put(&b, &k, stage(&store, b"v1"), ObjectAttrs::default()).await.unwrap();
         assert_eq!(first.status, "created");
-        let again = store
-            .put(&b, &k, stage(&store, b"v1"), ObjectAttrs::default())
-            .await
-            .unwrap();
+        let again = store.put(&b, &k, stage(&store, b"v1"), ObjectAttrs::default()).await.unwrap();
         assert_eq!(again.status, "unchanged");
-        let second = store
-            .put(&b, &k, stage(&store, b"v2"), ObjectAttrs::default())
-            .await
-            .unwrap();
+        let second = store.put(&b, &k, stage(&store, b"v2"), ObjectAttrs::default()).await.unwrap();
         assert_eq!(second.status, "replaced");
         assert_eq!(store.blobs.list_hashes().unwrap(), vec![second.sha256]);
     }
@@ -315,10 +265,7 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, StoreError::NoSuchBucket(_)));
-        assert_eq!(
-            std::fs::read_dir(dir.path().join("tmp")).unwrap().count(),
-            0
-        );
+        assert_eq!(std::fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
         assert!(store.blobs.list_hashes().unwrap().is_empty());
     }
 

@@ -1,0 +1,159 @@
+//! The CLI's auth commands: tokens, signed URLs and signing keys.
+
+use anyhow::{Context, bail};
+
+use crate::auth::presign::{self, SignedFields};
+use crate::auth::token::{self, Scope};
+use crate::cli::{SigningCommand, TokenCommand};
+use crate::config::Settings;
+use crate::names::{BucketName, ObjectKey, parse_attrs};
+use crate::store::{SigningKey, Store, StoreError, TokenRecord, unix_now};
+
+pub async fn token(store: &Store, command: TokenCommand) -> anyhow::Result<()> {
+    match command {
+        TokenCommand::Create { bucket, prefix, scope, expires_in } => {
+            let bucket = BucketName::parse(&bucket)?;
+            let scope =
+                Scope::parse(&scope).with_context(|| format!("invalid scope {scope:?}: use read, write or admin"))?;
+            if !prefix.is_empty() {
+                // A prefix is a key prefix: hold it to the key rules (a trailing `/` is fine).
+                ObjectKey::parse(&prefix).context("invalid prefix")?;
+            }
+            let bucket_row =
+                store.meta.bucket(&bucket).await?.ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))?;
+            let now = unix_now();
+            let expires_at = match expires_in {
+                Some(0) => bail!("--expires-in must be at least 1 second"),
+                Some(secs) => Some(now.saturating_add(i64::try_from(secs).context("--expires-in is too large")?)),
+                None => None,
+            };
+            let new = token::generate();
+            store
+                .meta
+                .create_token(&TokenRecord {
+                    id: new.id.clone(),
+                    secret_hash: new.secret_hash.to_vec(),
+                    bucket_id: bucket_row.id,
+                    bucket_name: bucket_row.name,
+                    prefix,
+                    scope: scope.as_str().to_owned(),
+                    created_at: now,
+                    expires_at,
+                    revoked_at: None,
+                })
+                .await?;
+            println!("{}", new.token);
+        }
+        TokenCommand::Revoke { token: given } => {
+            let id = token::id_of(given.trim()).context("not a token or token id")?;
+            if !store.meta.revoke_token(id, unix_now()).await? {
+                bail!("no live token with id {id}");
+            }
+            eprintln!("revoked token {id}");
+        }
+        TokenCommand::List => {
+            let now = unix_now();
+            for t in store.meta.list_tokens().await? {
+                let state = if t.revoked_at.is_some() {
+                    "revoked"
+                } else if t.expires_at.is_some_and(|at| now >= at) {
+                    "expired"
+                } else {
+                    "live"
+                };
+                let line = serde_json::json!({
+                    "id": t.id, "bucket": t.bucket_name, "prefix": t.prefix, "scope": t.scope,
+                    "created_at": t.created_at, "expires_at": t.expires_at, "revoked_at": t.revoked_at, "state": state,
+                });
+                println!("{line}");
+            }
+        }
+    }
+    Ok(())
+}
+
+pub struct PresignRequest {
+    pub bucket: String,
+    pub key: String,
+    pub expires_in: u64,
+    pub base_url: String,
+    pub response_content_disposition: Option<String>,
+}
+
+pub async fn presign(store: &Store, settings: &Settings, request: PresignRequest) -> anyhow::Result<()> {
+    let bucket = BucketName::parse(&request.bucket)?;
+    let key = ObjectKey::parse(&request.key)?;
+    let max = settings.auth.presign_max_lifetime.as_secs();
+    if request.expires_in == 0 || request.expires_in > max {
+        bail!("--expires-in must be between 1 and {max} seconds (auth.presign_max_lifetime)");
+    }
+    if !(request.base_url.starts_with("http://") || request.base_url.starts_with("https://")) {
+        bail!("--base-url must start with http:// or https://");
+    }
+    if let Some(d) = &request.response_content_disposition {
+        parse_attrs(None, None, Some(d.clone()))?;
+    }
+    store.meta.bucket(&bucket).await?.ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))?;
+    let signing_key = match store.meta.newest_signing_key().await? {
+        Some(k) => k,
+        None => new_signing_key(store).await?,
+    };
+    let fields = SignedFields {
+        method: "GET",
+        bucket: bucket.as_str(),
+        key: key.as_str(),
+        expires: unix_now().saturating_add(request.expires_in as i64),
+        key_id: &signing_key.id,
+        response_disposition: request.response_content_disposition.as_deref(),
+    };
+    let signature = presign::sign(&signing_key.secret, &fields);
+    println!("{}", presign::build_url(&request.base_url, &fields, &signature));
+    Ok(())
+}
+
+pub async fn signing(store: &Store, command: SigningCommand) -> anyhow::Result<()> {
+    match command {
+        SigningCommand::Rotate => {
+            let key = new_signing_key(store).await?;
+            println!("{}", serde_json::json!({ "key_id": key.id, "created_at": key.created_at }));
+        }
+        SigningCommand::Retire { key_id } => {
+            if !store.meta.retire_signing_key(&key_id, unix_now()).await? {
+                bail!("no active signing key {key_id}");
+            }
+            eprintln!("retired signing key {key_id}");
+        }
+        SigningCommand::List => {
+            for k in store.meta.list_signing_keys().await? {
+                println!(
+                    "{}",
+                    serde_json::json!({ "key_id": k.id, "created_at": k.created_at, "retired_at": k.retired_at })
+                );
+            }
+        }
+        SigningCommand::RevokeUrl { url } => {
+            let query = url.split_once('?').map(|(_, q)| q);
+            let params = presign::parse_query(query)
+                .map_err(anyhow::Error::msg)?
+                .context("not a signed URL: it has no bg-expires/bg-key/bg-sig parameters")?;
+            store.meta.revoke_signature(&params.signature, params.expires, unix_now()).await?;
+            eprintln!("revoked the signed URL (until it expires at {})", params.expires);
+        }
+    }
+    Ok(())
+}
+
+async fn new_signing_key(store: &Store) -> anyhow::Result<SigningKey> {
+    let mut id = [0u8; 4];
+    let mut secret = [0u8; 32];
+    getrandom::fill(&mut id).context("no OS randomness")?;
+    getrandom::fill(&mut secret).context("no OS randomness")?;
+    let key = SigningKey {
+        id: format!("k{}", hex::encode(id)),
+        secret: secret.to_vec(),
+        created_at: unix_now(),
+        retired_at: None,
+    };
+    store.meta.create_signing_key(&key).await?;
+    Ok(key)
+}
