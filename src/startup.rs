@@ -77,6 +77,7 @@ impl Application {
             }
         });
 
+        let (data_addr, admin_addr) = (self.data_addr(), self.admin_addr());
         let ctx = Arc::new(DriverContext::new(data_router(self.state.clone()), &self.settings));
         let data = tokio::spawn(driver::serve(
             self.data_listener,
@@ -93,7 +94,8 @@ impl Application {
             tracker.clone(),
         ));
         self.state.ready.store(true, Ordering::Release);
-        tracing::info!(data = %self.settings.listen, admin = %self.settings.admin_listen, "blobgate is serving");
+        // The bound addresses, not the configured ones: with port 0 this is how callers learn the ports.
+        tracing::info!(data = %data_addr, admin = %admin_addr, "blobgate is serving");
 
         signal.await;
         tracing::info!("shutting down: no new connections; waiting for in-flight responses");

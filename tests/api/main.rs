@@ -1,0 +1,13 @@
+//! Over-the-wire tests: every test spawns the real `blobgate` binary on port 0 with a throw-away data dir.
+//! One integration binary (this file and its modules) keeps link time down.
+
+mod helpers;
+
+mod admin;
+mod auth;
+mod bad_input;
+mod cli;
+mod downloads;
+mod lifecycle;
+mod syscalls;
+mod wire;
