@@ -79,6 +79,8 @@ impl Metadata {
             // NORMAL is durable across process crashes in WAL mode; blob files are fsynced separately.
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10))
+            // Pages come from a shared mapping instead of pread64 copies into each connection's cache.
+            .pragma("mmap_size", "268435456")
             .foreign_keys(true);
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
@@ -213,15 +215,15 @@ impl Metadata {
 
     /// Marks a token revoked; `false` when there is no such live token.
     pub async fn revoke_token(&self, id: &str, now: i64) -> Result<bool, MetadataError> {
+        self.stamp_once("UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL", id, now).await
+    }
+
+    /// Runs an update that sets a timestamp on one row unless it is already set; true when a row changed.
+    async fn stamp_once(&self, sql: &'static str, id: &str, now: i64) -> Result<bool, MetadataError> {
         let mut tx = self.begin_write().await?;
-        let done = sqlx::query("UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL")
-            .bind(id)
-            .bind(now)
-            .execute(&mut *tx.tx)
-            .await?
-            .rows_affected();
+        let changed = sqlx::query(sql).bind(id).bind(now).execute(&mut *tx.tx).await?.rows_affected();
         tx.commit().await?;
-        Ok(done == 1)
+        Ok(changed == 1)
     }
 
     pub async fn create_signing_key(&self, key: &SigningKey) -> Result<(), MetadataError> {
@@ -263,15 +265,7 @@ impl Metadata {
     }
 
     pub async fn retire_signing_key(&self, id: &str, now: i64) -> Result<bool, MetadataError> {
-        let mut tx = self.begin_write().await?;
-        let done = sqlx::query("UPDATE signing_keys SET retired_at = ?2 WHERE id = ?1 AND retired_at IS NULL")
-            .bind(id)
-            .bind(now)
-            .execute(&mut *tx.tx)
-            .await?
-            .rows_affected();
-        tx.commit().await?;
-        Ok(done == 1)
+        self.stamp_once("UPDATE signing_keys SET retired_at = ?2 WHERE id = ?1 AND retired_at IS NULL", id, now).await
     }
 
     /// Revokes one signed URL by its signature; expired entries are pruned on the way.

@@ -44,11 +44,7 @@ impl TestEnv {
     /// Runs a CLI command that must succeed; returns its stdout.
     pub fn ok(&self, args: &[&str]) -> String {
         let out = self.cli(args);
-        assert!(
-            out.status.success(),
-            "blobgate {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "blobgate {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).expect("utf-8 stdout")
     }
 
@@ -212,7 +208,9 @@ impl Server {
     pub fn metric(&self, name: &str) -> f64 {
         self.metrics()
             .lines()
-            .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')).map(|v| v.trim().parse().unwrap()))
+            .find_map(|l| {
+                l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')).map(|v| v.trim().parse().unwrap())
+            })
             .unwrap_or(0.0)
     }
 }
@@ -256,7 +254,8 @@ impl Response {
     }
 
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|_| panic!("not JSON: {:?}", String::from_utf8_lossy(&self.body)))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|_| panic!("not JSON: {:?}", String::from_utf8_lossy(&self.body)))
     }
 }
 
@@ -374,4 +373,288 @@ pub fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     }
     std::fs::write(&path, bytes).unwrap();
     path
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Added helpers (module tests: downloads, wire, auth, admin, cli, lifecycle, bad_input).
+// ---------------------------------------------------------------------------------------------------------------
+
+impl TestEnv {
+    /// Like [`TestEnv::cli`] with extra environment variables.
+    pub fn cli_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("--data-dir")
+            .arg(self.data_dir())
+            .args(args)
+            .current_dir(self.dir.path())
+            .env_remove("BLOBGATE_CONFIG")
+            .env_remove("RUST_LOG");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("run blobgate")
+    }
+
+    /// Runs a CLI command that must fail; returns its single stderr line (asserting there is exactly one).
+    pub fn fails(&self, args: &[&str]) -> String {
+        one_line_error(&self.cli(args), args)
+    }
+
+    /// Where the blob with this SHA-256 lives: `data/blobs/<sha[0:2]>/<sha[2:4]>/<sha>`.
+    pub fn blob_path(&self, sha256: &str) -> PathBuf {
+        self.data_dir().join("blobs").join(&sha256[0..2]).join(&sha256[2..4]).join(sha256)
+    }
+
+    /// Regular files under `data/blobs`.
+    pub fn blob_files(&self) -> Vec<PathBuf> {
+        files_under(&self.data_dir().join("blobs"))
+    }
+
+    /// Regular files under `data/tmp`.
+    pub fn tmp_files(&self) -> Vec<PathBuf> {
+        files_under(&self.data_dir().join("tmp"))
+    }
+}
+
+/// Asserts a failed run with exactly one line on stderr, and returns that line.
+pub fn one_line_error(out: &Output, what: &[&str]) -> String {
+    assert!(!out.status.success(), "blobgate {what:?} should fail; stdout: {}", String::from_utf8_lossy(&out.stdout));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "blobgate {what:?}: expected one stderr line, got {stderr:?}");
+    lines[0].to_owned()
+}
+
+impl Server {
+    /// Sends a signal without waiting for the process to exit.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill").args([&format!("-{signal}"), &self.pid().to_string()]).status().unwrap();
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    /// Waits for the process to exit (after [`Server::signal`]); returns its exit code.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let mut child = self.child.take().expect("server running");
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status.code();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("server did not exit within {timeout:?}; log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// GET with `Authorization: Bearer <token>`.
+    pub fn get_auth(&self, path: &str, token: &str, headers: &[(&str, &str)]) -> Response {
+        let auth = format!("Bearer {token}");
+        let mut all = vec![("Authorization", auth.as_str())];
+        all.extend_from_slice(headers);
+        self.get(path, &all)
+    }
+
+    /// PUT to the admin listener with a bearer token and extra headers.
+    pub fn put(&self, path: &str, token: &str, body: &[u8], headers: &[(&str, &str)]) -> Response {
+        let auth = format!("Bearer {token}");
+        let mut all = vec![("Authorization", auth.as_str())];
+        all.extend_from_slice(headers);
+        self.admin("PUT", path, &all, body)
+    }
+}
+
+impl Conn {
+    /// Sends bytes, tolerating a server that has already closed (EPIPE/ECONNRESET).
+    pub fn send_lossy(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(bytes)
+    }
+
+    /// Bytes received but not yet consumed by `read_response`.
+    pub fn buffered(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// True when nothing at all arrives within `wait` and the connection stays open.
+    pub fn silent_for(&mut self, wait: Duration) -> bool {
+        self.buf.is_empty() && !self.is_closed(wait) && self.buf.is_empty()
+    }
+
+    /// Reads until EOF or an error; returns everything read (including bytes buffered before) and whether the
+    /// connection ended with an error (e.g. a reset) rather than a clean EOF.
+    pub fn read_to_end(&mut self) -> (Vec<u8>, bool) {
+        let mut out = std::mem::take(&mut self.buf);
+        let mut chunk = vec![0u8; 256 * 1024];
+        loop {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return (out, false),
+                Ok(n) => out.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => return (out, true),
+            }
+        }
+    }
+
+    /// Reads exactly `n` raw bytes (from the buffer first, then the socket); fewer when the connection ends.
+    pub fn read_raw(&mut self, n: usize) -> Vec<u8> {
+        while self.buf.len() < n {
+            if !self.fill() {
+                break;
+            }
+        }
+        let take = n.min(self.buf.len());
+        self.buf.drain(..take).collect()
+    }
+
+    /// Reads one response head (status and lower-cased headers) and leaves the body on the socket.
+    pub fn read_head(&mut self) -> Option<(u16, HashMap<String, String>)> {
+        loop {
+            let mut headers = [httparse::EMPTY_HEADER; 64];
+            let mut parsed = httparse::Response::new(&mut headers);
+            if let httparse::Status::Complete(len) = parsed.parse(&self.buf).expect("a well-formed response head") {
+                let status = parsed.code.unwrap();
+                let map = parsed
+                    .headers
+                    .iter()
+                    .map(|h| (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).into_owned()))
+                    .collect();
+                self.buf.drain(..len);
+                return Some((status, map));
+            }
+            if !self.fill() {
+                return None;
+            }
+        }
+    }
+}
+
+/// Every regular file under `dir`, recursively (empty when `dir` does not exist).
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return out };
+    for entry in entries.map_while(Result::ok) {
+        let path = entry.path();
+        let ft = entry.file_type().unwrap();
+        if ft.is_dir() {
+            out.extend(files_under(&path));
+        } else if ft.is_file() {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Polls `cond` every 20 ms until it holds or `timeout` passes; returns whether it held.
+pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// RFC 9530 `Repr-Digest` value for `bytes`.
+pub fn repr_digest(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    use sha2::Digest;
+    format!("sha-256=:{}:", base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(bytes)))
+}
+
+/// Percent-encodes every byte that is not RFC 3986 unreserved (so `/` too).
+pub fn pct(s: &str) -> String {
+    use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+    const SET: &percent_encoding::AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+    utf8_percent_encode(s, SET).to_string()
+}
+
+/// Path and query of an absolute `http://host:port/...` URL.
+pub fn path_of_url(url: &str) -> &str {
+    let rest = url.split_once("://").expect("absolute URL").1;
+    &rest[rest.find('/').expect("a path")..]
+}
+
+/// One part of a `multipart/byteranges` body.
+#[derive(Debug, Clone)]
+pub struct Part {
+    /// Lower-cased names.
+    pub headers: HashMap<String, String>,
+    pub body: Vec<u8>,
+}
+
+/// Parses a `multipart/byteranges` response body strictly (RFC 2046 §5.1.1): the boundary comes from the
+/// Content-Type; the body must start with the first delimiter and end with the close-delimiter.
+pub fn parse_multipart(response: &Response) -> Vec<Part> {
+    let ct = response.header("content-type").expect("a Content-Type");
+    let boundary = ct
+        .strip_prefix("multipart/byteranges; boundary=")
+        .unwrap_or_else(|| panic!("not multipart/byteranges: {ct}"))
+        .trim_matches('"');
+    let body = &response.body;
+    let delimiter = format!("--{boundary}");
+    let mut rest: &[u8] = body.strip_prefix(delimiter.as_bytes()).expect("body starts with the first delimiter");
+    let mut parts = Vec::new();
+    loop {
+        if let Some(tail) = rest.strip_prefix(b"--") {
+            assert!(
+                tail == b"\r\n" || tail.is_empty(),
+                "junk after the close-delimiter: {:?}",
+                String::from_utf8_lossy(tail)
+            );
+            return parts;
+        }
+        rest = rest.strip_prefix(b"\r\n").expect("CRLF after a delimiter");
+        let head_end = find(rest, b"\r\n\r\n").expect("part headers end");
+        let head = std::str::from_utf8(&rest[..head_end]).expect("ASCII part headers");
+        let headers: HashMap<String, String> = head
+            .split("\r\n")
+            .map(|line| {
+                let (k, v) = line.split_once(':').expect("name: value");
+                (k.trim().to_ascii_lowercase(), v.trim().to_owned())
+            })
+            .collect();
+        rest = &rest[head_end + 4..];
+        // The part's length comes from its Content-Range, so object bytes that happen to look like a boundary
+        // cannot confuse the parser.
+        let (first, last, _) = parse_content_range(headers.get("content-range").expect("part Content-Range"));
+        let len = (last - first + 1) as usize;
+        parts.push(Part { headers, body: rest[..len].to_vec() });
+        rest = &rest[len..];
+        let next = format!("\r\n{delimiter}");
+        rest = rest.strip_prefix(next.as_bytes()).expect("CRLF + delimiter after a part");
+    }
+}
+
+/// `bytes a-b/size` → (a, b, size).
+pub fn parse_content_range(value: &str) -> (u64, u64, u64) {
+    let spec = value.strip_prefix("bytes ").unwrap_or_else(|| panic!("bad Content-Range {value:?}"));
+    let (range, size) = spec.split_once('/').expect("a /");
+    let (a, b) = range.split_once('-').expect("a -");
+    (a.parse().unwrap(), b.parse().unwrap(), size.parse().unwrap())
+}
+
+pub fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Asserts a JSON error body `{"error": code, "message": <non-empty string>}` served as application/json.
+pub fn assert_json_error(response: &Response, status: u16, code: &str) {
+    assert_eq!(response.status, status, "body: {}", String::from_utf8_lossy(&response.body));
+    assert_eq!(response.header("content-type"), Some("application/json"), "{response:?}");
+    let json = response.json();
+    assert_eq!(json["error"], code, "{json}");
+    assert!(json["message"].as_str().is_some_and(|m| !m.is_empty()), "{json}");
+    assert_eq!(json.as_object().unwrap().len(), 2, "only error and message: {json}");
 }

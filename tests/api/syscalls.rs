@@ -75,7 +75,11 @@ fn object_bytes_leave_by_sendfile_only() {
     let cases: [(&str, Option<String>, usize); 3] = [
         ("full", None, size),
         ("range", Some(format!("bytes=1000-{}", 40 << 20)), (40 << 20) - 1000 + 1),
-        ("multi", Some(format!("bytes=0-99999,{}-{},{}-", size / 2, size / 2 + 5_000_000, size - 1000)), 100_000 + 5_000_001 + 1000),
+        (
+            "multi",
+            Some(format!("bytes=0-99999,{}-{},{}-", size / 2, size / 2 + 5_000_000, size - 1000)),
+            100_000 + 5_000_001 + 1000,
+        ),
     ];
     for (name, range, object_bytes) in cases {
         let mut headers = vec![("Authorization", auth.as_str())];
@@ -102,7 +106,11 @@ fn object_bytes_leave_by_sendfile_only() {
         assert_eq!(trace.sendfile_bytes, object_bytes as u64, "{name}: sendfile moved {trace:?}");
         // ...and read/write-like calls moved under 0.1% of them (request/response heads, boundaries, start-up).
         let ratio = trace.copied_bytes as f64 / object_bytes as f64;
-        assert!(ratio < 0.001, "{name}: read/write-like calls moved {} bytes ({ratio:.5} per body byte)", trace.copied_bytes);
+        assert!(
+            ratio < 0.001,
+            "{name}: read/write-like calls moved {} bytes ({ratio:.5} per body byte)",
+            trace.copied_bytes
+        );
     }
 }
 
