@@ -7,6 +7,7 @@ mod admin;
 mod auth;
 mod bad_input;
 mod cli;
+mod clients;
 mod downloads;
 mod lifecycle;
 mod syscalls;
