@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 
 use crate::config::{FlagOverrides, Settings};
 use crate::names::{BucketName, ObjectKey, parse_attrs};
-use crate::store::{Store, StoreError, unix_now};
+use crate::store::{StatsOrder, Store, StoreError, unix_now};
 
 #[derive(Debug, Parser)]
 #[command(name = "blobgate", version, about = "Object-storage download gateway that serves blobs with sendfile(2)")]
@@ -71,6 +71,23 @@ pub enum Command {
     /// Manage signed-URL keys, and revoke single signed URLs.
     #[command(subcommand)]
     Signing(SigningCommand),
+    /// Per-object download stats, highest first.
+    Stats {
+        #[arg(long)]
+        bucket: Option<String>,
+        /// Only keys starting with this prefix.
+        #[arg(long, default_value = "")]
+        prefix: String,
+        /// Show this many objects.
+        #[arg(long, value_name = "N")]
+        top: Option<u32>,
+        /// Order by bytes sent or by requests.
+        #[arg(long, value_enum, default_value_t = StatsBy::Bytes)]
+        by: StatsBy,
+        /// Print a JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Store every regular file under DIR, keyed by its path relative to DIR (idempotent).
     Import {
         bucket: String,
@@ -91,6 +108,12 @@ pub enum BucketCommand {
     },
     /// List buckets as JSON lines.
     List,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum StatsBy {
+    Bytes,
+    Requests,
 }
 
 #[derive(Debug, Subcommand)]
@@ -176,9 +199,56 @@ pub async fn run_command(command: Command, settings: Settings) -> anyhow::Result
             crate::cli_auth::presign(&store, &settings, request).await
         }
         Command::Signing(command) => crate::cli_auth::signing(&store, command).await,
+        Command::Stats { bucket, prefix, top, by, json } => stats(&store, bucket, &prefix, top, by, json).await,
     };
     store.meta.close().await;
     result
+}
+
+async fn stats(
+    store: &Store,
+    bucket: Option<String>,
+    prefix: &str,
+    top: Option<u32>,
+    by: StatsBy,
+    json: bool,
+) -> anyhow::Result<()> {
+    let bucket_id = match bucket {
+        Some(name) => {
+            let name = BucketName::parse(&name)?;
+            Some(store.meta.bucket(&name).await?.ok_or_else(|| StoreError::NoSuchBucket(name.to_string()))?.id)
+        }
+        None => None,
+    };
+    let order = match by {
+        StatsBy::Bytes => StatsOrder::Bytes,
+        StatsBy::Requests => StatsOrder::Requests,
+    };
+    let rows = store.meta.object_stats(bucket_id, prefix, order, top).await?;
+    if json {
+        let array: Vec<_> = rows.iter().map(crate::metrics::downloads::stats_json).collect();
+        println!("{}", serde_json::to_string(&array)?);
+        return Ok(());
+    }
+    println!(
+        "{:<40} {:>9} {:>9} {:>8} {:>15} {:>7} {:>7}  {}",
+        "BUCKET/KEY", "REQUESTS", "COMPLETED", "ABORTED", "BYTES_SENT", "RANGES", "304S", "LAST_DOWNLOAD"
+    );
+    for s in &rows {
+        let c = &s.counters;
+        let last = crate::metrics::downloads::stats_json(s)["last_download_at"].as_str().unwrap_or("-").to_owned();
+        println!(
+            "{:<40} {:>9} {:>9} {:>8} {:>15} {:>7} {:>7}  {last}",
+            format!("{}/{}", s.bucket, s.key),
+            c.requests,
+            c.completed,
+            c.aborted,
+            c.bytes_sent,
+            c.range_requests,
+            c.not_modified
+        );
+    }
+    Ok(())
 }
 
 fn require_regular_file(path: &Path) -> anyhow::Result<()> {

@@ -19,6 +19,9 @@ use crate::driver::{self, DriverContext};
 use crate::http::{AppState, admin::admin_router, data_router, range::RangePolicy};
 use crate::store::Store;
 
+/// Download records buffered between the driver and the stats batcher; a full channel drops (and counts).
+const STATS_CHANNEL_CAPACITY: usize = 64 * 1024;
+
 pub struct Application {
     settings: Arc<Settings>,
     state: AppState,
@@ -78,7 +81,14 @@ impl Application {
         });
 
         let (data_addr, admin_addr) = (self.data_addr(), self.admin_addr());
-        let ctx = Arc::new(DriverContext::new(data_router(self.state.clone()), &self.settings));
+        let (recorder, records) = crate::metrics::downloads::channel(STATS_CHANNEL_CAPACITY);
+        let stop_batcher = CancellationToken::new();
+        let batcher = tokio::spawn(crate::metrics::downloads::run_batcher(
+            self.state.store.meta.clone(),
+            records,
+            stop_batcher.clone(),
+        ));
+        let ctx = Arc::new(DriverContext::new(data_router(self.state.clone()), &self.settings, recorder));
         let data = tokio::spawn(driver::serve(
             self.data_listener,
             ctx,
@@ -108,6 +118,9 @@ impl Application {
         if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
             tracing::warn!(open = tracker.len(), "shutdown grace period over; dropping remaining connections");
         }
+        // Connections are done: write the last download stats, then close the database.
+        stop_batcher.cancel();
+        let _ = batcher.await;
         upkeep.abort();
         self.state.store.meta.close().await;
         tracing::info!("stopped");

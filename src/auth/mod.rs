@@ -172,6 +172,15 @@ async fn authorize_token(
     key: &ObjectKey,
     access: Access,
 ) -> Result<(), ApiError> {
+    let record = live_token(app, presented).await?;
+    match check_token(&record, bucket_id, key.as_str(), access, unix_now()) {
+        Ok(()) => Ok(()),
+        Err(denial) => Err(denied(denial)),
+    }
+}
+
+/// The token presented as `Authorization: Bearer`, if it exists and is neither revoked nor expired.
+async fn live_token(app: &AppState, presented: &str) -> Result<TokenRecord, ApiError> {
     let record = match token::token_id(presented) {
         Some(id) => app.store.meta.token(id).await?,
         None => None,
@@ -183,21 +192,43 @@ async fn authorize_token(
         crate::metrics::auth_failure("unknown_token");
         return Err(ApiError::Unauthorized("invalid token"));
     };
-    match check_token(&record, bucket_id, key.as_str(), access, unix_now()) {
-        Ok(()) => Ok(()),
-        Err(Denial::Revoked) => {
+    if record.revoked_at.is_some() {
+        return Err(denied(Denial::Revoked));
+    }
+    if record.expires_at.is_some_and(|at| unix_now() >= at) {
+        return Err(denied(Denial::Expired));
+    }
+    Ok(record)
+}
+
+fn denied(denial: Denial) -> ApiError {
+    match denial {
+        Denial::Revoked => {
             crate::metrics::auth_failure("revoked");
-            Err(ApiError::Unauthorized("token revoked"))
+            ApiError::Unauthorized("token revoked")
         }
-        Err(Denial::Expired) => {
+        Denial::Expired => {
             crate::metrics::auth_failure("expired");
-            Err(ApiError::Unauthorized("token expired"))
+            ApiError::Unauthorized("token expired")
         }
-        Err(Denial::Forbidden) => {
+        Denial::Forbidden => {
             crate::metrics::auth_failure("forbidden");
-            Err(ApiError::Forbidden)
+            ApiError::Forbidden
         }
     }
+}
+
+/// An `admin`-scope bearer token, for management endpoints; callers limit what they show to its bucket and prefix.
+pub async fn admin_token(app: &AppState, headers: &HeaderMap) -> Result<TokenRecord, ApiError> {
+    let Credentials::Bearer(presented) = credentials(headers, &Uri::from_static("/"))? else {
+        crate::metrics::auth_failure("missing");
+        return Err(ApiError::Unauthorized("a bearer token with admin scope is required"));
+    };
+    let record = live_token(app, &presented).await?;
+    if Scope::parse(&record.scope) != Some(Scope::Admin) {
+        return Err(denied(Denial::Forbidden));
+    }
+    Ok(record)
 }
 
 async fn verify_presigned(

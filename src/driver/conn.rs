@@ -20,8 +20,9 @@ use tower::ServiceExt;
 use super::DriverContext;
 use super::head::{Parsed, Persistence, RequestHead, parse_request_head, write_response_head};
 use super::sendfile::{SendOutcome, send_bytes, send_file_response};
-use crate::file_body::FileBody;
+use crate::file_body::{DownloadKind, FileBody, ObjectRef};
 use crate::http::error::ApiError;
+use crate::metrics::downloads::{DownloadRecord, Outcome, RecordKind};
 
 /// Largest buffered (non-file) response body we accept from a handler: errors and small JSON only.
 const MAX_BUFFERED_BODY: usize = 1 << 20;
@@ -132,16 +133,32 @@ impl Connection {
             let _ = self.send_buffered(response, is_head, Persistence::Close).await;
             return false;
         }
+        let status = response.status();
         let mut head = Vec::with_capacity(512);
-        write_response_head(&mut head, response.status(), response.headers(), &super::http_date(), persistence);
-        if is_head || body.total_len() == 0 {
+        write_response_head(&mut head, status, response.headers(), &super::http_date(), persistence);
+        if is_head {
             let sent = send_bytes(&self.stream, &head, false, self.ctx.send.progress_timeout).await;
+            self.observe(DownloadRecord::now(body.object, status.as_u16(), RecordKind::Head), 0);
             return sent.is_ok() && persistence != Persistence::Close;
         }
         let started = Instant::now();
         let _active = self.ctx.metrics.download_started();
         let report = send_file_response(&self.stream, &head, &body, self.ctx.send, &self.ctx.metrics).await;
-        self.ctx.metrics.finished(&body, &report, started.elapsed());
+        let kind = match body.kind {
+            DownloadKind::Full => RecordKind::Full,
+            DownloadKind::Range => RecordKind::Range,
+            DownloadKind::Multipart => RecordKind::Multipart,
+        };
+        let mut record = DownloadRecord::now(body.object.clone(), status.as_u16(), kind);
+        record.planned_bytes = body.object_len();
+        record.sent_bytes = report.object_bytes;
+        record.duration = started.elapsed();
+        record.outcome = match &report.outcome {
+            SendOutcome::Completed => Outcome::Completed,
+            SendOutcome::Truncated { .. } => Outcome::Truncated,
+            SendOutcome::Stalled | SendOutcome::Aborted(_) => Outcome::Aborted,
+        };
+        self.observe(record, report.sendfile_calls);
         match &report.outcome {
             SendOutcome::Completed => persistence != Persistence::Close,
             SendOutcome::Truncated { missing } => {
@@ -150,6 +167,7 @@ impl Connection {
                 false
             }
             SendOutcome::Stalled => {
+                self.ctx.metrics.stalled();
                 tracing::info!(peer = %self.peer, key = %body.object.key, "client made no progress; closing");
                 false
             }
@@ -158,6 +176,12 @@ impl Connection {
                 false
             }
         }
+    }
+
+    /// Counts a finished object response in Prometheus and hands its record to the stats batcher.
+    fn observe(&self, record: DownloadRecord, sendfile_calls: u64) {
+        self.ctx.metrics.finished(&record, sendfile_calls);
+        self.ctx.recorder.record(record);
     }
 
     /// Writes a response whose (small) body is in memory: errors, JSON, redirects, 304s.
@@ -180,7 +204,12 @@ impl Connection {
         if !is_head && !bodiless {
             out.extend_from_slice(&bytes);
         }
-        self.ctx.metrics.buffered_response(status);
+        match parts.extensions.remove::<ObjectRef>() {
+            Some(object) if status == StatusCode::NOT_MODIFIED => {
+                self.observe(DownloadRecord::now(object, status.as_u16(), RecordKind::NotModified), 0)
+            }
+            _ => self.ctx.metrics.other_response(status),
+        }
         let sent = send_bytes(&self.stream, &out, false, self.ctx.send.progress_timeout).await;
         sent.is_ok() && persistence != Persistence::Close
     }

@@ -22,6 +22,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::Settings;
 use crate::metrics::DriverMetrics;
+use crate::metrics::downloads::DownloadRecorder;
 use head::HeadLimits;
 use sendfile::SendOptions;
 
@@ -32,10 +33,12 @@ pub struct DriverContext {
     pub timeouts: crate::config::Timeouts,
     pub send: SendOptions,
     pub metrics: DriverMetrics,
+    /// Per-object download records go here; never blocks.
+    pub recorder: DownloadRecorder,
 }
 
 impl DriverContext {
-    pub fn new(router: Router, settings: &Settings) -> Self {
+    pub fn new(router: Router, settings: &Settings, recorder: DownloadRecorder) -> Self {
         Self {
             router,
             head_limits: HeadLimits {
@@ -49,6 +52,7 @@ impl DriverContext {
                 progress_timeout: settings.timeouts.send_progress,
             },
             metrics: DriverMetrics::new(),
+            recorder,
         }
     }
 }

@@ -11,11 +11,14 @@ use http::{StatusCode, header};
 
 use super::AppState;
 use super::error::ApiError;
+use crate::metrics::downloads::stats_json;
+use crate::store::StatsOrder;
 
 pub fn admin_router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
+        .route("/stats", get(stats))
         // Any other path is an object path; the handlers parse and validate it.
         .fallback(put(super::upload::put_object).delete(super::upload::delete_object))
         // hyper would buffer nothing anyway; this only lifts axum's default 2 MB cap so the limit is ours.
@@ -26,6 +29,36 @@ pub fn admin_router(state: AppState) -> Router {
 
 async fn healthz(State(app): State<AppState>) -> Result<&'static str, ApiError> {
     if app.ready.load(Ordering::Acquire) { Ok("ok\n") } else { Err(ApiError::NotReady) }
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct StatsQuery {
+    top: Option<u32>,
+    by: Option<String>,
+    prefix: Option<String>,
+}
+
+/// Per-object download stats for the admin token's bucket (and prefix), as `blobgate stats --json` prints them.
+async fn stats(
+    State(app): State<AppState>,
+    headers: http::HeaderMap,
+    query: Result<axum::extract::Query<StatsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<impl IntoResponse, ApiError> {
+    let token = crate::auth::admin_token(&app, &headers).await?;
+    let axum::extract::Query(query) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let order = match query.by.as_deref() {
+        None | Some("bytes") => StatsOrder::Bytes,
+        Some("requests") => StatsOrder::Requests,
+        Some(_) => return Err(ApiError::BadRequest("by must be bytes or requests".into())),
+    };
+    // A prefix can only narrow the token's own prefix.
+    let prefix = match query.prefix {
+        Some(p) if p.starts_with(&token.prefix) => p,
+        Some(_) => return Err(ApiError::Forbidden),
+        None => token.prefix.clone(),
+    };
+    let rows = app.store.meta.object_stats(Some(token.bucket_id), &prefix, order, query.top).await?;
+    Ok(axum::Json(rows.iter().map(stats_json).collect::<Vec<_>>()))
 }
 
 async fn metrics(State(app): State<AppState>) -> impl IntoResponse {

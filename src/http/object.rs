@@ -58,7 +58,10 @@ pub async fn get_object(
     }
     let honor_range = match conditional::evaluate(&method, &headers, &validators, SystemTime::now()) {
         Precondition::Failed => return Err(ApiError::PreconditionFailed),
-        Precondition::NotModified => return Ok(not_modified(representation)),
+        Precondition::NotModified => {
+            let object_ref = ObjectRef { bucket_id: bucket.id, key: Arc::from(object.key.as_str()) };
+            return Ok(not_modified(representation, object_ref));
+        }
         Precondition::Proceed { honor_range } => honor_range,
     };
 
@@ -146,11 +149,14 @@ fn disposition_value(stored: &str, key: &str) -> Option<HeaderValue> {
     HeaderValue::from_str(&value).ok()
 }
 
-fn not_modified(mut representation: HeaderMap) -> Response {
+/// The object reference goes along as an extension so the driver can count the 304 for this object.
+fn not_modified(mut representation: HeaderMap, object: ObjectRef) -> Response {
     // RFC 9110 §15.4.5: a 304 carries no content, so no content headers.
     representation.remove(header::CONTENT_DISPOSITION);
     representation.remove(HeaderName::from_static("repr-digest"));
-    (StatusCode::NOT_MODIFIED, representation).into_response()
+    let mut response = (StatusCode::NOT_MODIFIED, representation).into_response();
+    response.extensions_mut().insert(object);
+    response
 }
 
 /// Opens the blob off the event loop (open and fstat can block on a cold disk) and returns it with its size.

@@ -12,6 +12,7 @@ use anyhow::Context;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 
+use crate::metrics::downloads::{Batch, Counters};
 use crate::names::{BucketName, ObjectKey};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -290,6 +291,127 @@ impl Metadata {
             .fetch_optional(&self.pool)
             .await?;
         Ok(found.is_some())
+    }
+}
+
+/// One object's row of `object_stats`, with its bucket's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectStats {
+    pub bucket: String,
+    pub key: String,
+    pub counters: Counters,
+    pub last_download_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatsOrder {
+    Bytes,
+    Requests,
+}
+
+const COUNTER_COLUMNS: &str =
+    "requests, completed, aborted, truncated, bytes_sent, range_requests, not_modified, head_requests";
+
+impl Metadata {
+    /// Adds a batch of download counters in one write transaction.
+    pub async fn record_download_stats(&self, batch: &Batch) -> Result<(), MetadataError> {
+        let mut tx = self.begin_write().await?;
+        for ((bucket_id, key), (c, last)) in &batch.per_object {
+            sqlx::query(
+                "INSERT INTO object_stats (bucket_id, key, requests, completed, aborted, truncated, bytes_sent,
+                                           range_requests, not_modified, head_requests, last_download_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                 ON CONFLICT (bucket_id, key) DO UPDATE SET
+                     requests = requests + excluded.requests, completed = completed + excluded.completed,
+                     aborted = aborted + excluded.aborted, truncated = truncated + excluded.truncated,
+                     bytes_sent = bytes_sent + excluded.bytes_sent,
+                     range_requests = range_requests + excluded.range_requests,
+                     not_modified = not_modified + excluded.not_modified,
+                     head_requests = head_requests + excluded.head_requests,
+                     last_download_at = max(coalesce(last_download_at, 0), coalesce(excluded.last_download_at, 0))",
+            )
+            .bind(bucket_id)
+            .bind(key.as_ref())
+            .bind(c.requests as i64)
+            .bind(c.completed as i64)
+            .bind(c.aborted as i64)
+            .bind(c.truncated as i64)
+            .bind(c.bytes_sent as i64)
+            .bind(c.range_requests as i64)
+            .bind(c.not_modified as i64)
+            .bind(c.head_requests as i64)
+            .bind(last)
+            .execute(&mut *tx.tx)
+            .await?;
+        }
+        for (((bucket_id, key), day), c) in &batch.per_day {
+            sqlx::query(
+                "INSERT INTO object_stats_daily (bucket_id, key, day, requests, completed, aborted, bytes_sent,
+                                                 range_requests, not_modified)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                 ON CONFLICT (bucket_id, key, day) DO UPDATE SET
+                     requests = requests + excluded.requests, completed = completed + excluded.completed,
+                     aborted = aborted + excluded.aborted, bytes_sent = bytes_sent + excluded.bytes_sent,
+                     range_requests = range_requests + excluded.range_requests,
+                     not_modified = not_modified + excluded.not_modified",
+            )
+            .bind(bucket_id)
+            .bind(key.as_ref())
+            .bind(day)
+            .bind(c.requests as i64)
+            .bind(c.completed as i64)
+            .bind(c.aborted as i64)
+            .bind(c.bytes_sent as i64)
+            .bind(c.range_requests as i64)
+            .bind(c.not_modified as i64)
+            .execute(&mut *tx.tx)
+            .await?;
+        }
+        tx.commit().await
+    }
+
+    /// Per-object stats, optionally for one bucket and key prefix, highest first by `order`.
+    pub async fn object_stats(
+        &self,
+        bucket_id: Option<i64>,
+        prefix: &str,
+        order: StatsOrder,
+        limit: Option<u32>,
+    ) -> Result<Vec<ObjectStats>, MetadataError> {
+        let order_by = match order {
+            StatsOrder::Bytes => "s.bytes_sent DESC, s.requests DESC",
+            StatsOrder::Requests => "s.requests DESC, s.bytes_sent DESC",
+        };
+        let sql = format!(
+            "SELECT b.name, s.key, {COUNTER_COLUMNS}, s.last_download_at
+             FROM object_stats s JOIN buckets b ON b.id = s.bucket_id
+             WHERE (?1 IS NULL OR s.bucket_id = ?1) AND substr(s.key, 1, length(?2)) = ?2
+             ORDER BY {order_by}, b.name, s.key LIMIT ?3"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(bucket_id)
+            .bind(prefix)
+            .bind(limit.map_or(-1, i64::from))
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| ObjectStats {
+                bucket: r.get(0),
+                key: r.get(1),
+                counters: Counters {
+                    requests: r.get::<i64, _>(2) as u64,
+                    completed: r.get::<i64, _>(3) as u64,
+                    aborted: r.get::<i64, _>(4) as u64,
+                    truncated: r.get::<i64, _>(5) as u64,
+                    bytes_sent: r.get::<i64, _>(6) as u64,
+                    range_requests: r.get::<i64, _>(7) as u64,
+                    not_modified: r.get::<i64, _>(8) as u64,
+                    head_requests: r.get::<i64, _>(9) as u64,
+                },
+                last_download_at: r.get(10),
+            })
+            .collect())
     }
 }
 

@@ -14,7 +14,10 @@ use anyhow::Context;
 use serde::Serialize;
 
 pub use blobs::{BlobStore, StagedBlob};
-pub use metadata::{Bucket, Metadata, MetadataError, ObjectAttrs, ObjectRecord, SigningKey, TokenRecord, Upsert};
+pub use metadata::{
+    Bucket, Metadata, MetadataError, ObjectAttrs, ObjectRecord, ObjectStats, SigningKey, StatsOrder, TokenRecord,
+    Upsert,
+};
 
 use crate::names::{BucketName, ObjectKey};
 

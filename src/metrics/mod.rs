@@ -4,15 +4,16 @@
 //!
 //! Handles are registered once and kept, so the send path pays an atomic add per sendfile call, not a lookup.
 
+pub mod downloads;
+
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use http::StatusCode;
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
-use crate::driver::sendfile::{SendObserver, SendOutcome, SendReport};
-use crate::file_body::{DownloadKind, FileBody};
+use crate::driver::sendfile::SendObserver;
+use downloads::{DownloadRecord, Outcome, RecordKind};
 
 pub const SENT_BYTES: &str = "blobgate_sent_bytes_total";
 pub const SENDFILE_CALLS: &str = "blobgate_sendfile_calls_total";
@@ -26,9 +27,13 @@ pub const ACCEPT_ERRORS: &str = "blobgate_accept_errors_total";
 pub const BLOB_OPEN_ERRORS: &str = "blobgate_blob_open_errors_total";
 pub const AUTH_FAILURES: &str = "blobgate_auth_failures_total";
 pub const RESPONSE_SECONDS: &str = "blobgate_response_duration_seconds";
+pub const STATS_DROPPED: &str = "blobgate_stats_records_dropped_total";
+pub const STATS_LAG: &str = "blobgate_stats_batch_lag_seconds";
+pub const STATS_FLUSH_ERRORS: &str = "blobgate_stats_flush_errors_total";
 
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
-const KINDS: [&str; 4] = ["full", "range", "multipart", "other"];
+const KINDS: [&str; 6] = ["full", "range", "multipart", "not_modified", "head", "other"];
+const OTHER_KIND: usize = 5;
 
 /// Installs the process-wide Prometheus recorder once and returns its render handle.
 pub fn prometheus() -> PrometheusHandle {
@@ -58,6 +63,9 @@ fn describe() {
     describe_counter!(STALLED, "File responses dropped after the send-progress timeout.");
     describe_counter!(ACCEPT_ERRORS, "accept(2) failures from resource exhaustion (EMFILE, ENFILE, ...).");
     describe_counter!(BLOB_OPEN_ERRORS, "Blobs that were missing or unreadable when a request opened them.");
+    describe_counter!(STATS_DROPPED, "Download records dropped because the stats channel was full.");
+    describe_gauge!(STATS_LAG, Unit::Seconds, "Age of the oldest record in the last stats batch written.");
+    describe_counter!(STATS_FLUSH_ERRORS, "Failed writes of a stats batch (retried).");
     describe_histogram!(RESPONSE_SECONDS, Unit::Seconds, "File responses, from head written to last byte sent.");
 }
 
@@ -111,25 +119,35 @@ impl DriverMetrics {
         self.accept_errors.increment(1);
     }
 
-    pub fn buffered_response(&self, status: StatusCode) {
-        self.responses[class_index(status)][3].increment(1);
+    /// A response without an object record (errors, health of the request itself).
+    pub fn other_response(&self, status: StatusCode) {
+        self.responses[class_index(status)][OTHER_KIND].increment(1);
     }
 
-    /// One file response ended (completed or not).
-    pub fn finished(&self, body: &FileBody, report: &SendReport, elapsed: Duration) {
-        let kind = match body.kind {
-            DownloadKind::Full => 0,
-            DownloadKind::Range => 1,
-            DownloadKind::Multipart => 2,
+    /// One object response ended (completed or not): a file response, a HEAD, or a 304.
+    pub fn finished(&self, record: &DownloadRecord, sendfile_calls: u64) {
+        let kind = match record.kind {
+            RecordKind::Full => 0,
+            RecordKind::Range => 1,
+            RecordKind::Multipart => 2,
+            RecordKind::NotModified => 3,
+            RecordKind::Head => 4,
         };
-        self.responses[1][kind].increment(1);
-        self.sendfile_calls.increment(report.sendfile_calls);
-        match report.outcome {
-            SendOutcome::Completed => self.duration.record(elapsed.as_secs_f64()),
-            SendOutcome::Truncated { .. } => self.truncated.increment(1),
-            SendOutcome::Aborted(_) => self.aborted.increment(1),
-            SendOutcome::Stalled => self.stalled.increment(1),
+        let status = StatusCode::from_u16(record.status).unwrap_or(StatusCode::OK);
+        self.responses[class_index(status)][kind].increment(1);
+        self.sendfile_calls.increment(sendfile_calls);
+        if !downloads::Counters::is_download(record) {
+            return;
         }
+        match record.outcome {
+            Outcome::Completed => self.duration.record(record.duration.as_secs_f64()),
+            Outcome::Truncated => self.truncated.increment(1),
+            Outcome::Aborted => self.aborted.increment(1),
+        }
+    }
+
+    pub fn stalled(&self) {
+        self.stalled.increment(1);
     }
 }
 
