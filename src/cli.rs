@@ -231,8 +231,8 @@ async fn stats(
         return Ok(());
     }
     println!(
-        "{:<40} {:>9} {:>9} {:>8} {:>15} {:>7} {:>7}  {}",
-        "BUCKET/KEY", "REQUESTS", "COMPLETED", "ABORTED", "BYTES_SENT", "RANGES", "304S", "LAST_DOWNLOAD"
+        "{:<40} {:>9} {:>9} {:>8} {:>15} {:>7} {:>7}  LAST_DOWNLOAD",
+        "BUCKET/KEY", "REQUESTS", "COMPLETED", "ABORTED", "BYTES_SENT", "RANGES", "304S"
     );
     for s in &rows {
         let c = &s.counters;
