@@ -10,5 +10,6 @@ mod cli;
 mod clients;
 mod downloads;
 mod lifecycle;
+mod stats;
 mod syscalls;
 mod wire;
