@@ -8,6 +8,7 @@ mod auth;
 mod bad_input;
 mod cli;
 mod clients;
+mod crash;
 mod downloads;
 mod lifecycle;
 mod stats;
