@@ -93,6 +93,10 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
             };
         }
     };
+    // httparse tolerates bare LF line ends; a proxy in front may not, and disagreement is how smuggling starts.
+    if has_bare_lf(&buf[..len]) {
+        return Err(HeadError::new(StatusCode::BAD_REQUEST, "bare LF in request head"));
+    }
     let target = req.path.unwrap_or_default();
     if target.len() > limits.max_uri_bytes {
         return Err(HeadError::new(StatusCode::URI_TOO_LONG, "request target too long"));
@@ -120,6 +124,10 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
     check_framing(&headers, version)?;
     let keep_alive = wants_keep_alive(&headers, version);
     Ok(Parsed::Complete(RequestHead { method, uri, version, headers, keep_alive, len: len + skipped }))
+}
+
+fn has_bare_lf(head: &[u8]) -> bool {
+    head.iter().enumerate().any(|(i, &b)| b == b'\n' && (i == 0 || head[i - 1] != b'\r'))
 }
 
 fn leading_empty_lines(buf: &[u8]) -> usize {
@@ -315,6 +323,9 @@ mod tests {
             (b"GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505),
             (b"GET nothing HTTP/1.1\r\nHost: x\r\n\r\n", 400),
             (b"G@T / HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\nHost: x\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: x\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: x\r\n\n", 400),
         ];
         for (raw, want) in cases {
             assert_eq!(status_of(raw).as_u16(), *want, "{:?}", String::from_utf8_lossy(raw));
@@ -357,5 +368,86 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "HTTP/1.1 206 Partial Content\r\ncontent-length: 5\r\ndate: Mon, 30 Nov 2026 07:00:00 GMT\r\nconnection: close\r\n\r\n"
         );
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Header fields a generated request may carry, including the ones that matter for framing.
+        fn header_field() -> impl Strategy<Value = (String, String)> {
+            prop_oneof![
+                Just(("Host".to_owned(), "example".to_owned())),
+                Just(("Content-Length".to_owned(), "0".to_owned())),
+                "[0-9]{1,3}".prop_map(|v| ("Content-Length".to_owned(), v)),
+                Just(("Transfer-Encoding".to_owned(), "chunked".to_owned())),
+                Just(("Connection".to_owned(), "close".to_owned())),
+                ("[A-Za-z][A-Za-z-]{0,10}", "[ -~]{0,20}").prop_map(|(n, v)| (n, v.trim().to_owned())),
+            ]
+        }
+
+        proptest! {
+            /// The parser never panics, whatever the bytes.
+            #[test]
+            fn never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+                let _ = parse_request_head(&bytes, &LIMITS);
+            }
+
+            /// A complete parse consumes exactly one head: the bytes up to and including the first blank line.
+            #[test]
+            fn consumes_exactly_one_head(path in "/[a-z0-9/]{0,30}", fields in proptest::collection::vec(header_field(), 0..6),
+                                         tail in proptest::collection::vec(any::<u8>(), 0..40)) {
+                let mut raw = format!("GET {path} HTTP/1.1\r\n");
+                for (n, v) in &fields {
+                    raw.push_str(&format!("{n}: {v}\r\n"));
+                }
+                raw.push_str("\r\n");
+                let head_len = raw.len();
+                let mut bytes = raw.into_bytes();
+                bytes.extend_from_slice(&tail);
+                if let Ok(Parsed::Complete(head)) = parse_request_head(&bytes, &LIMITS) {
+                    prop_assert_eq!(head.len, head_len);
+                }
+            }
+
+            /// The framing decision: a head that declares a body (any Transfer-Encoding, or a non-zero
+            /// Content-Length) is never accepted, so a body can never be read as the next request.
+            #[test]
+            fn declared_bodies_are_always_refused(fields in proptest::collection::vec(header_field(), 0..6)) {
+                let mut raw = "GET /b/k HTTP/1.1\r\nHost: h\r\n".to_owned();
+                for (n, v) in &fields {
+                    raw.push_str(&format!("{n}: {v}\r\n"));
+                }
+                raw.push_str("\r\n");
+                let declares_body = fields.iter().any(|(n, v)| {
+                    n.eq_ignore_ascii_case("transfer-encoding")
+                        || (n.eq_ignore_ascii_case("content-length") && v.bytes().any(|b| b != b'0'))
+                });
+                if let Ok(Parsed::Complete(_)) = parse_request_head(raw.as_bytes(), &LIMITS) {
+                    prop_assert!(!declares_body, "accepted a head that declares a body: {raw:?}");
+                }
+            }
+
+            /// Every proper prefix of a valid head is Partial: we never act on half a head.
+            #[test]
+            fn prefixes_are_partial(path in "/[a-z0-9]{1,20}", cut in 0usize..1000) {
+                let raw = format!("GET {path} HTTP/1.1\r\nHost: h\r\nRange: bytes=0-1\r\n\r\n");
+                let cut = cut % raw.len();
+                let got = parse_request_head(&raw.as_bytes()[..cut], &LIMITS);
+                prop_assert!(matches!(got, Ok(Parsed::Partial)), "prefix {:?}", &raw[..cut]);
+            }
+
+            /// Bytes that are not allowed in a head (NUL, bare CR, other controls) are refused, never passed on.
+            #[test]
+            fn control_bytes_in_values_are_refused(pos in 0usize..8, bad in prop_oneof![Just(0u8), Just(b'\r'), Just(b'\n'), 1u8..9, 11u8..13, 14u8..32, Just(127u8)]) {
+                let mut value = b"abcdefgh".to_vec();
+                value.insert(pos, bad);
+                let mut raw = b"GET / HTTP/1.1\r\nHost: h\r\nX-V: ".to_vec();
+                raw.extend_from_slice(&value);
+                raw.extend_from_slice(b"\r\n\r\n");
+                let got = parse_request_head(&raw, &LIMITS);
+                prop_assert!(got.is_err(), "accepted control byte {bad:#x}");
+            }
+        }
     }
 }
