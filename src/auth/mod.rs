@@ -349,4 +349,67 @@ mod tests {
         let h = HeaderMap::new();
         assert!(matches!(credentials(&h, &signed).unwrap(), Credentials::Presigned(_)));
     }
+
+    /// Every single-byte mutation of a signed URL's request target is refused by the chain the server runs
+    /// (head parser, one percent-decode, query parsing, HMAC verification), unless it is the same request
+    /// spelled differently (e.g. `%2F` as `%2f`), which the check confirms by comparing every signed field.
+    #[test]
+    fn every_single_byte_mutation_of_a_signed_url_is_rejected() {
+        use crate::driver::head::{HeadLimits, Parsed, parse_request_head};
+        let secret = [7u8; 32];
+        let fields = SignedFields {
+            method: "GET",
+            bucket: "bkt",
+            key: "dir/file name+ü.bin",
+            expires: 2_000_000_000,
+            key_id: "k0a1b2c3d",
+            response_disposition: Some("attachment"),
+        };
+        let url = presign::build_url("http://h", &fields, &presign::sign(&secret, &fields));
+        let target = url.strip_prefix("http://h").unwrap().to_owned();
+        let limits = HeadLimits { max_head_bytes: 8192, max_headers: 16, max_uri_bytes: 4096 };
+        // What the server would accept for a request target: the signed fields it verified.
+        let accepted = |target: &[u8]| -> Option<(String, String, PresignParams)> {
+            let mut raw = b"GET ".to_vec();
+            raw.extend_from_slice(target);
+            raw.extend_from_slice(b" HTTP/1.1\r\nHost: h\r\n\r\n");
+            let Ok(Parsed::Complete(head)) = parse_request_head(&raw, &limits) else { return None };
+            let (bucket, key) = crate::names::parse_object_path(head.uri.path()).ok()?;
+            let Ok(Credentials::Presigned(p)) = credentials(&head.headers, &head.uri) else { return None };
+            let f = SignedFields {
+                method: "GET",
+                bucket: bucket.as_str(),
+                key: key.as_str(),
+                expires: p.expires,
+                key_id: &p.key_id,
+                response_disposition: p.response_disposition.as_deref(),
+            };
+            presign::verify(&secret, &f, &p.signature).then(|| (bucket.to_string(), key.to_string(), p))
+        };
+        let original = accepted(target.as_bytes()).expect("the untouched URL verifies");
+        let (mut tried, mut equivalent) = (0, 0);
+        for i in 0..target.len() {
+            for b in 0..=255u8 {
+                if b == target.as_bytes()[i] {
+                    continue;
+                }
+                let mut mutated = target.clone().into_bytes();
+                mutated[i] = b;
+                tried += 1;
+                if let Some(got) = accepted(&mutated) {
+                    let same = got.0 == original.0
+                        && got.1 == original.1
+                        && got.2.expires == original.2.expires
+                        && got.2.key_id == original.2.key_id
+                        && got.2.response_disposition == original.2.response_disposition;
+                    assert!(same, "mutation at {i} to {b:#04x} was accepted with different fields: {got:?}");
+                    equivalent += 1;
+                }
+            }
+        }
+        assert!(tried > 20_000);
+        // Only re-spellings of percent-escapes (hex digit case) may pass, and they are the same request.
+        let escapes = target.matches('%').count();
+        assert!(equivalent <= 2 * escapes, "{equivalent} equivalent mutations for {escapes} escapes");
+    }
 }
