@@ -163,7 +163,7 @@ impl Cli {
 
 /// Runs a command other than `serve`.
 pub async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()> {
-    let store = Store::open(&settings.data_dir).await?;
+    let store = Store::open(&settings.data_dir, settings.timeouts.sqlite_busy).await?;
     let result = match command {
         Command::Serve { .. } => unreachable!("serve is run by main"),
         Command::Bucket(BucketCommand::Create { name, public }) => {

@@ -80,6 +80,9 @@ pub struct Timeouts {
     /// After SIGINT/SIGTERM, how long in-flight responses may take to finish before the process exits.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// How long a database write waits for SQLite's lock (held by a CLI command, say) before failing.
+    #[serde(with = "humantime_serde")]
+    pub sqlite_busy: Duration,
 }
 
 impl Default for Settings {
@@ -117,6 +120,7 @@ impl Default for Timeouts {
             send_progress: Duration::from_secs(30),
             handler: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(30),
+            sqlite_busy: Duration::from_secs(10),
         }
     }
 }
@@ -184,6 +188,7 @@ impl Settings {
             ("timeouts.keep_alive_idle", t.keep_alive_idle),
             ("timeouts.send_progress", t.send_progress),
             ("timeouts.handler", t.handler),
+            ("timeouts.sqlite_busy", t.sqlite_busy),
         ] {
             if value.is_zero() {
                 bail!("{key} must be greater than zero");

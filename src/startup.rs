@@ -31,7 +31,7 @@ pub struct Application {
 
 impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        let store = Store::open(&settings.data_dir).await?;
+        let store = Store::open(&settings.data_dir, settings.timeouts.sqlite_busy).await?;
         let swept = store.sweep().await.context("start-up sweep failed")?;
         if swept != Default::default() {
             tracing::info!(

@@ -71,7 +71,7 @@ pub struct Metadata {
 
 impl Metadata {
     /// Opens (creating if needed) the database and applies the embedded migrations.
-    pub async fn open(path: &Path) -> anyhow::Result<Self> {
+    pub async fn open(path: &Path, busy_timeout: Duration) -> anyhow::Result<Self> {
         let url = format!("sqlite://{}", path.display());
         let options = SqliteConnectOptions::from_str(&url)
             .with_context(|| format!("invalid database path {}", path.display()))?
@@ -79,7 +79,7 @@ impl Metadata {
             .journal_mode(SqliteJournalMode::Wal)
             // NORMAL is durable across process crashes in WAL mode; blob files are fsynced separately.
             .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(10))
+            .busy_timeout(busy_timeout)
             // Pages come from a shared mapping instead of pread64 copies into each connection's cache.
             .pragma("mmap_size", "268435456")
             .foreign_keys(true);

@@ -9,6 +9,7 @@ pub mod blobs;
 pub mod metadata;
 
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::Context;
 use serde::Serialize;
@@ -64,10 +65,11 @@ pub struct Store {
 }
 
 impl Store {
-    pub async fn open(data_dir: &Path) -> anyhow::Result<Self> {
+    /// `busy_timeout`: how long a write waits for SQLite's lock held by another connection or process.
+    pub async fn open(data_dir: &Path, busy_timeout: Duration) -> anyhow::Result<Self> {
         crate::config::ensure_data_dir(data_dir)?;
         let blobs = BlobStore::open(data_dir)?;
-        let meta = Metadata::open(&data_dir.join("blobgate.db")).await?;
+        let meta = Metadata::open(&data_dir.join("blobgate.db"), busy_timeout).await?;
         Ok(Self { meta, blobs })
     }
 
@@ -214,7 +216,7 @@ mod tests {
 
     async fn store() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).await.unwrap();
+        let store = Store::open(dir.path(), Duration::from_secs(5)).await.unwrap();
         store.meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
         (dir, store)
     }

@@ -10,6 +10,7 @@ mod cli;
 mod clients;
 mod crash;
 mod downloads;
+mod faults;
 mod lifecycle;
 mod stats;
 mod syscalls;

@@ -1,0 +1,177 @@
+//! Faults the gateway must survive while serving everyone else: fd exhaustion at accept, slowloris heads, a
+//! full disk during an upload, and a database locked by another process while stats are being written.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::helpers::*;
+
+/// CPU seconds (user + system) the process has used so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+#[test]
+fn emfile_at_accept_backs_off_and_keeps_serving() {
+    let env = TestEnv::new();
+    env.bucket("fds", true);
+    env.put_bytes("fds", "k", b"still here", &[]);
+    let server = env.serve();
+    // Warm up so the database pool and runtime have their fds, then cap the process at 64 open files.
+    assert_eq!(server.get("/fds/k", &[]).status, 200);
+    let limited = Command::new("prlimit").args(["--pid", &server.pid().to_string(), "--nofile=64:64"]).status();
+    assert!(limited.is_ok_and(|s| s.success()), "prlimit is needed (util-linux)");
+
+    let mut idle: Vec<TcpStream> = (0..120).map(|_| TcpStream::connect(server.data).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    // The accept loop is now failing with EMFILE: it must back off, not spin.
+    let cpu_before = cpu_seconds(server.pid());
+    std::thread::sleep(Duration::from_secs(2));
+    let spent = cpu_seconds(server.pid()) - cpu_before;
+    assert!(spent < 0.5, "the server burned {spent} CPU seconds while out of fds");
+
+    // Free fds: the server takes the waiting connections and serves new ones again.
+    idle.truncate(5);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut conn = Conn::open(server.data);
+        conn.send(&raw_request("GET", "/fds/k", &[], true));
+        if let Some(r) = conn.read_response(false) {
+            assert_eq!((r.status, r.body.as_slice()), (200, &b"still here"[..]));
+            break;
+        }
+        assert!(Instant::now() < deadline, "the server did not recover after fds were freed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(idle);
+    assert!(server.metric("blobgate_accept_errors_total") >= 1.0, "EMFILE was never counted");
+    assert!(server.log().contains("accept failed; backing off"), "no back-off was logged");
+}
+
+#[test]
+fn slowloris_heads_do_not_delay_others_and_are_timed_out() {
+    let env = TestEnv::new();
+    env.bucket("slow", true);
+    let body = test_bytes(100_000, 4);
+    env.put_bytes("slow", "k", &body, &[]);
+    let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__HEADER_READ", "2s")], &[]);
+    // 300 connections that each send half a head and then nothing.
+    let mut lorises: Vec<TcpStream> = (0..300)
+        .map(|_| {
+            let mut s = TcpStream::connect(server.data).unwrap();
+            s.write_all(b"GET /slow/k HTTP/1.1\r\nHost: x\r\nX-Slow: ").unwrap();
+            s
+        })
+        .collect();
+    // Everyone else is served normally meanwhile.
+    let started = Instant::now();
+    for _ in 0..50 {
+        let r = server.get("/slow/k", &[]);
+        assert!(r.status == 200 && r.body == body);
+    }
+    assert!(started.elapsed() < Duration::from_secs(10), "normal requests were held up: {:?}", started.elapsed());
+    // And every partial head is answered 408 and closed by the header timeout.
+    std::thread::sleep(Duration::from_secs(3));
+    let mut timed_out = 0;
+    for s in lorises.iter_mut() {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = Vec::new();
+        let _ = std::io::Read::read_to_end(s, &mut buf);
+        if buf.starts_with(b"HTTP/1.1 408") {
+            timed_out += 1;
+        }
+    }
+    assert_eq!(timed_out, 300, "every slowloris connection gets 408 and is closed");
+}
+
+/// A tmpfs mounted over a directory for the life of the guard.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: &std::path::Path, size: &str) -> Option<Self> {
+        std::fs::create_dir_all(dir).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| SmallDisk(dir.to_owned()))
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn disk_full_during_upload_is_507_and_leaves_nothing() {
+    let env = TestEnv::new();
+    let Some(_disk) = SmallDisk::mount(&env.data_dir(), "3m") else {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        assert_ne!(unsafe { libc::geteuid() }, 0, "mount failed although we are root");
+        eprintln!("skipped: mounting a small tmpfs needs root");
+        return;
+    };
+    env.bucket("full", true);
+    env.put_bytes("full", "small", b"fits", &[]);
+    let writer = env.token("full", "write", &[]);
+    let server = env.serve();
+    let big = test_bytes(6 << 20, 1);
+    let r = server.admin("PUT", "/full/big", &[("Authorization", &format!("Bearer {writer}"))], &big);
+    assert_eq!(r.status, 507, "{:?}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["error"], "insufficient_storage");
+    assert_eq!(server.get("/full/big", &[]).status, 404, "nothing of the failed upload is visible");
+    let leftovers: Vec<_> = std::fs::read_dir(env.data_dir().join("tmp")).unwrap().collect();
+    assert!(leftovers.is_empty(), "temp files left: {leftovers:?}");
+    // The gateway keeps serving, and a small upload still fits.
+    assert_eq!(server.get("/full/small", &[]).body, b"fits");
+    let r = server.admin("PUT", "/full/tiny", &[("Authorization", &format!("Bearer {writer}"))], b"ok");
+    assert_eq!(r.status, 201);
+}
+
+#[test]
+fn a_locked_database_loses_no_stats() {
+    let env = TestEnv::new();
+    env.bucket("busy", true);
+    env.put_bytes("busy", "k", &test_bytes(1000, 2), &[]);
+    let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__SQLITE_BUSY", "200ms")], &[]);
+    // Another process holds SQLite's write lock for 3 seconds (readers still work in WAL mode).
+    let db = env.data_dir().join("blobgate.db");
+    let mut locker = Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3,sys,time; c=sqlite3.connect(sys.argv[1], isolation_level=None); \
+             c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(3); c.execute('COMMIT')",
+        ])
+        .arg(&db)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(locker.stdout.as_mut().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "locked");
+    for _ in 0..7 {
+        assert_eq!(server.get("/busy/k", &[]).status, 200);
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(server.metric("blobgate_stats_flush_errors_total") >= 1.0, "the lock never got in the batcher's way");
+    assert!(locker.wait().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stats: serde_json::Value = serde_json::from_str(env.ok(&["stats", "--json"]).trim()).unwrap();
+        if stats[0]["requests"] == 7 {
+            assert_eq!(stats[0]["completed"], 7);
+            assert_eq!(stats[0]["bytes_sent"], 7000);
+            break;
+        }
+        assert!(Instant::now() < deadline, "stats after the lock: {stats}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
