@@ -137,7 +137,7 @@ pub struct FlagOverrides {
 }
 
 /// Top-level keys; other `BLOBGATE_*` variables (such as `BLOBGATE_CONFIG`) are not settings.
-const SETTING_KEYS: &[&str] = &["data_dir", "listen", "admin_listen", "log", "limits", "timeouts"];
+const SETTING_KEYS: &[&str] = &["data_dir", "listen", "admin_listen", "log", "limits", "timeouts", "auth"];
 
 impl Settings {
     /// Loads the layers. `config_file` is `--config`/`BLOBGATE_CONFIG`; when it is `None`, `config/default.toml` is

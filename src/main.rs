@@ -7,7 +7,10 @@ use blobgate::startup::{Application, shutdown_signal};
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -18,6 +21,29 @@ fn main() -> ExitCode {
     }
 }
 
+/// Help and version go out as clap formats them; usage errors become one line on stderr and exit status 2.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+    }
+    // clap's message is the text before its usage section, sometimes over several lines: fold it into one.
+    let text = e.render().to_string();
+    let message: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| !l.is_empty())
+        .collect();
+    let message = message.join(" ");
+    eprintln!("blobgate: {} (see --help)", message.trim_start_matches("error: "));
+    ExitCode::from(2)
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     let settings = cli.settings()?;
     let serving = matches!(cli.command, Command::Serve { .. });
@@ -25,8 +51,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         if serving {
+            let signal = shutdown_signal()?;
             let app = Application::build(settings).await?;
-            app.run_until(shutdown_signal()).await
+            app.run_until(signal).await
         } else {
             blobgate::cli::run_command(cli.command, settings).await
         }

@@ -37,7 +37,9 @@ pub fn parse_attrs(
     };
     if let Some(ct) = &content_type {
         header_text("content type", ct)?;
-        if ct.parse::<mime::Mime>().is_err() {
+        // RFC 9110 §8.3.1: type "/" subtype, both non-empty tokens (mime alone accepts `text/`).
+        let parsed = ct.parse::<mime::Mime>().ok();
+        if !parsed.is_some_and(|m| !m.type_().as_str().is_empty() && !m.subtype().as_str().is_empty()) {
             return Err(NameError::Attr { field: "content type", reason: "is not a media type like text/plain" });
         }
     }
@@ -209,6 +211,8 @@ mod tests {
             parse_attrs(Some("text/plain; charset=utf-8".into()), Some("max-age=60".into()), Some("attachment".into()));
         assert!(ok.is_ok());
         assert!(parse_attrs(Some("nonsense".into()), None, None).is_err());
+        assert!(parse_attrs(Some("text/".into()), None, None).is_err());
+        assert!(parse_attrs(Some("/plain".into()), None, None).is_err());
         assert!(parse_attrs(None, Some("a\r\nb".into()), None).is_err());
         assert!(parse_attrs(None, Some(String::new()), None).is_err());
         assert!(parse_attrs(None, None, Some("attachment; filename=\"a\nb\"".into())).is_err());

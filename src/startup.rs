@@ -174,12 +174,17 @@ async fn serve_admin(
     }
 }
 
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
+/// Installs SIGINT and SIGTERM handlers at once, and returns a future that resolves on either. Installing them
+/// before anything is bound matters: a signal that arrives before the handlers exist would kill the process
+/// with the default action instead of draining it.
+pub fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("can install a SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        _ = term.recv() => {},
-    }
+    let mut term = signal(SignalKind::terminate()).context("cannot install a SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot install a SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
+        }
+    })
 }

@@ -4,7 +4,8 @@
 //! - no credentials on a private (or absent) bucket → 401 with `WWW-Authenticate: Bearer`;
 //! - malformed, unknown, expired or revoked credentials → 401;
 //! - valid credentials that do not cover this bucket, prefix or operation → 403;
-//! - public buckets are readable by anyone; writes always need a `write` or `admin` token.
+//! - public buckets are readable by anyone; credentials presented there must still be valid (401 otherwise);
+//! - writes always need a `write` or `admin` token.
 //!
 //! `token` and `presign` are pure; this module adds the lookups and the ordering.
 
@@ -127,7 +128,20 @@ pub async fn authorize_read(
 ) -> Result<ReadGrant, ApiError> {
     let credentials = credentials(headers, uri)?;
     if let Some(b) = bucket.as_ref().filter(|b| b.public) {
-        return Ok(ReadGrant { bucket: b.clone(), content_disposition: None });
+        // Public buckets need no credentials, but credentials that are presented must be valid (as in S3): a
+        // revoked token or a tampered link is refused rather than silently treated as anonymous.
+        let content_disposition = match credentials {
+            Credentials::Anonymous => None,
+            Credentials::Bearer(token) => {
+                live_token(app, &token).await?;
+                None
+            }
+            Credentials::Presigned(params) => {
+                verify_presigned(app, &params, b.name.as_str(), key).await?;
+                params.response_disposition
+            }
+        };
+        return Ok(ReadGrant { bucket: b.clone(), content_disposition });
     }
     match credentials {
         Credentials::Anonymous => {

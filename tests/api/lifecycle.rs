@@ -1,1 +1,204 @@
-//! (written next)
+//! Process lifecycle and storage faults: graceful shutdown on SIGTERM/SIGINT, the start-up sweep, blob removal
+//! with the last reference, a blob that shrinks mid-download and a blob that is missing.
+
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use crate::helpers::*;
+
+fn refused(addr: std::net::SocketAddr) -> bool {
+    TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err()
+}
+
+#[test]
+fn sigterm_refuses_new_connections_and_drains_an_in_flight_download() {
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let size = 64 << 20;
+    let bytes = test_bytes(size, 64);
+    env.put_bytes("pub", "big", &bytes, &[]);
+    let mut server = env.serve();
+
+    let mut conn = Conn::open(server.data);
+    conn.send(&raw_request("GET", "/pub/big", &[], false));
+    let (status, headers) = conn.read_head().expect("a head");
+    assert_eq!(status, 200);
+    assert_eq!(headers.get("content-length"), Some(&size.to_string()));
+    let mut body = conn.read_raw(1 << 20);
+    assert_eq!(body.len(), 1 << 20);
+
+    server.signal("TERM");
+    let stopped_accepting = wait_for(Duration::from_secs(3), || refused(server.data) && refused(server.admin));
+    assert!(stopped_accepting, "new connections are still accepted after SIGTERM");
+    // The download in flight completes, byte-exact, at the client's (slow) pace.
+    while body.len() < size {
+        std::thread::sleep(Duration::from_millis(2));
+        let chunk = conn.read_raw((size - body.len()).min(4 << 20));
+        if chunk.is_empty() {
+            break;
+        }
+        body.extend_from_slice(&chunk);
+    }
+    assert_eq!(body.len(), size, "the in-flight download was cut short");
+    assert!(body == bytes, "the drained download differs");
+    // The response was keep-alive, but the server is stopping: it closes after it.
+    assert!(conn.is_closed(Duration::from_secs(5)));
+    assert_eq!(server.wait_exit(Duration::from_secs(10)), Some(0), "log:\n{}", server.log());
+    assert!(server.log().contains("stopped"), "{}", server.log());
+}
+
+#[test]
+fn sigint_exits_zero_and_idle_connections_do_not_hold_it_up() {
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    env.put_bytes("pub", "a", b"a", &[]);
+    let mut server = env.serve();
+    // An idle keep-alive connection, and a connection that has not sent a byte.
+    let mut idle = Conn::open(server.data);
+    idle.send(&raw_request("GET", "/pub/a", &[], false));
+    assert_eq!(idle.read_response(false).unwrap().status, 200);
+    let mut silent = Conn::open(server.data);
+    let start = Instant::now();
+    server.signal("INT");
+    assert_eq!(server.wait_exit(Duration::from_secs(10)), Some(0), "log:\n{}", server.log());
+    // Well under the 30 s shutdown grace: idle connections end at once.
+    assert!(start.elapsed() < Duration::from_secs(5), "shutdown took {:?}", start.elapsed());
+    assert!(idle.is_closed(Duration::from_secs(1)));
+    assert!(silent.is_closed(Duration::from_secs(1)));
+}
+
+#[test]
+fn sigterm_on_an_idle_server_exits_zero() {
+    let env = TestEnv::new();
+    let mut server = env.serve();
+    assert_eq!(server.stop(), Some(0));
+}
+
+#[test]
+fn the_startup_sweep_removes_dead_temp_files_and_unreferenced_blobs() {
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let kept = env.put_bytes("pub", "kept", b"referenced", &[]);
+    let kept_blob = env.blob_path(kept["sha256"].as_str().unwrap());
+    let tmp = env.data_dir().join("tmp");
+    let dead_stage = write_file(&tmp, "stage-0-x", b"from a dead process");
+    // This test process is alive: its staged upload must survive the sweep.
+    let live_stage = write_file(&tmp, &format!("stage-{}-live", std::process::id()), b"in progress");
+    let retired = write_file(&tmp, &format!("retired-{}-x", "e".repeat(64)), b"old");
+    let orphan_sha = format!("abcd{}", "0".repeat(60));
+    let orphan = env.blob_path(&orphan_sha);
+    write_file(orphan.parent().unwrap(), &orphan_sha, b"nobody refers to me");
+    let unrelated = write_file(&tmp, "notes.txt", b"not ours");
+
+    let server = env.serve();
+    assert!(!dead_stage.exists(), "a dead process's staged file survived");
+    assert!(!retired.exists(), "a retired blob survived");
+    assert!(!orphan.exists(), "an unreferenced blob survived");
+    assert!(live_stage.exists(), "a live process's staged file was removed");
+    assert!(unrelated.exists(), "a file that is not a temp file was removed");
+    assert!(kept_blob.exists(), "a referenced blob was removed");
+    assert_eq!(server.get("/pub/kept", &[]).body, b"referenced");
+    assert!(server.log().contains("start-up sweep removed leftovers"), "{}", server.log());
+}
+
+#[test]
+fn deleting_the_last_reference_removes_the_blob_file() {
+    let env = TestEnv::new();
+    env.bucket("box", false);
+    let bytes = test_bytes(10_000, 2);
+    let put = env.put_bytes("box", "one", &bytes, &[]);
+    env.put_bytes("box", "two", &bytes, &[]);
+    let blob = env.blob_path(put["sha256"].as_str().unwrap());
+    assert_eq!(env.blob_files(), vec![blob.clone()]);
+    let token = env.token("box", "write", &[]);
+    let server = env.serve();
+    let auth = format!("Bearer {token}");
+    assert_eq!(server.admin("DELETE", "/box/one", &[("Authorization", &auth)], b"").status, 204);
+    assert!(blob.exists(), "`two` still refers to the blob");
+    let r = server.get_auth("/box/two", &token, &[]);
+    assert!(r.body == bytes);
+    assert_eq!(server.admin("DELETE", "/box/two", &[("Authorization", &auth)], b"").status, 204);
+    assert!(!blob.exists(), "the blob outlived its last reference");
+    assert!(env.blob_files().is_empty());
+    assert!(env.tmp_files().is_empty(), "{:?}", env.tmp_files());
+}
+
+#[test]
+fn an_object_deleted_or_replaced_mid_download_is_still_sent_whole() {
+    let env = TestEnv::new();
+    env.bucket("box", false);
+    let size = 16 << 20;
+    let (first, second) = (test_bytes(size, 16), test_bytes(size, 17));
+    let put = env.put_bytes("box", "doomed", &first, &[]);
+    env.put_bytes("box", "swapped", &second, &[]);
+    let token = env.token("box", "write", &[]);
+    let server = env.serve();
+    let auth = format!("Bearer {token}");
+    let mut downloads = Vec::new();
+    for key in ["doomed", "swapped"] {
+        let mut conn = Conn::open(server.data);
+        conn.send(&raw_request("GET", &format!("/box/{key}"), &[("Authorization", &auth)], true));
+        let (status, _) = conn.read_head().expect("a head");
+        assert_eq!(status, 200);
+        let start = conn.read_raw(4096);
+        downloads.push((conn, start));
+    }
+    assert_eq!(server.admin("DELETE", "/box/doomed", &[("Authorization", &auth)], b"").status, 204);
+    assert_eq!(server.put("/box/swapped", &token, b"new and short", &[]).status, 201);
+    assert!(!env.blob_path(put["sha256"].as_str().unwrap()).exists(), "the deleted blob is unlinked at once");
+    for ((mut conn, mut body), want) in downloads.into_iter().zip([&first, &second]) {
+        let (rest, _) = conn.read_to_end();
+        body.extend_from_slice(&rest);
+        assert_eq!(body.len(), size);
+        assert!(body == *want, "a download changed under a delete/replace");
+    }
+    assert_eq!(server.get_auth("/box/swapped", &token, &[]).body, b"new and short");
+    assert_eq!(server.get_auth("/box/doomed", &token, &[]).status, 404);
+}
+
+#[test]
+fn a_blob_truncated_mid_download_ends_the_response_early_and_is_never_padded() {
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let size = 32 << 20;
+    let bytes = test_bytes(size, 33);
+    let put = env.put_bytes("pub", "big", &bytes, &[]);
+    let blob = env.blob_path(put["sha256"].as_str().unwrap());
+    let server = env.serve();
+    let mut conn = Conn::open(server.data);
+    conn.send(&raw_request("GET", "/pub/big", &[], false));
+    let (status, headers) = conn.read_head().expect("a head");
+    assert_eq!(status, 200);
+    assert_eq!(headers.get("content-length"), Some(&size.to_string()));
+    let mut body = conn.read_raw(64 * 1024);
+
+    std::fs::OpenOptions::new().write(true).open(&blob).unwrap().set_len(1 << 20).unwrap();
+    let (rest, _) = conn.read_to_end();
+    body.extend_from_slice(&rest);
+    assert!(body.len() < size, "all {size} bytes arrived from a 1 MiB file");
+    assert!(body == bytes[..body.len()], "the bytes that arrived are not the object's prefix (padded?)");
+    let counted = wait_for(Duration::from_secs(3), || server.metric("blobgate_truncated_responses_total") == 1.0);
+    assert!(counted, "truncation not counted; metrics:\n{}", server.metrics());
+}
+
+#[test]
+fn a_missing_blob_is_a_500_with_a_json_error() {
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let put = env.put_bytes("pub", "lost", b"gone soon", &[]);
+    let etag = put["etag"].as_str().unwrap().to_owned();
+    std::fs::remove_file(env.blob_path(put["sha256"].as_str().unwrap())).unwrap();
+    let server = env.serve();
+    assert_eq!(server.metric("blobgate_blob_open_errors_total"), 0.0);
+    let r = server.get("/pub/lost", &[]);
+    assert_json_error(&r, 500, "object_data_unavailable");
+    assert!(!r.json()["message"].as_str().unwrap().contains('/'), "no file paths in the message: {}", r.json());
+    assert_eq!(server.metric("blobgate_blob_open_errors_total"), 1.0);
+    assert_eq!(server.request("HEAD", "/pub/lost", &[]).status, 500);
+    assert_eq!(server.metric("blobgate_blob_open_errors_total"), 2.0);
+    // Preconditions are decided without opening the file.
+    assert_eq!(server.get("/pub/lost", &[("If-None-Match", &etag)]).status, 304);
+    assert_eq!(server.metric("blobgate_blob_open_errors_total"), 2.0);
+    // The server keeps serving.
+    assert_eq!(server.admin("GET", "/healthz", &[], b"").status, 200);
+}
