@@ -10,11 +10,13 @@
 //! - [`store`]: SQLite metadata (the only SQL) and content-addressed blob files.
 //! - [`http`]: axum routes and handlers for both listeners, and the one error type.
 //! - [`auth`]: who may read or write what.
+//! - [`catalog`]: caches of metadata and open blobs for the data path, coherent with the database.
 //! - [`file_body`]: the response extension that hands file regions from handlers to the driver.
 //! - [`driver`]: the data listener's own HTTP/1.1 loop; `driver::sendfile` is the only raw-fd code.
 //! - [`metrics`]: Prometheus series, all names in one place.
 
 pub mod auth;
+pub mod catalog;
 pub mod cli;
 mod cli_auth;
 pub mod config;

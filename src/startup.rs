@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::catalog::Catalog;
 use crate::config::Settings;
 use crate::driver::{self, DriverContext};
 use crate::http::{AppState, admin::admin_router, data_router, range::RangePolicy};
@@ -46,8 +47,13 @@ impl Application {
         let admin_listener = TcpListener::bind(settings.admin_listen)
             .await
             .with_context(|| format!("cannot listen on {} (admin_listen)", settings.admin_listen))?;
+        let open_files = raise_open_file_limit();
+        // A quarter of the fd budget for cached blobs; the rest is for connections and the database.
+        let catalog =
+            Catalog::new(store.meta.clone(), store.blobs.clone(), (open_files / 4).min(4096) as usize).await?;
         let settings = Arc::new(settings);
         let state = AppState {
+            catalog: Arc::new(catalog),
             store,
             settings: settings.clone(),
             range_policy: Arc::new(RangePolicy::default()),
@@ -70,6 +76,24 @@ impl Application {
     pub async fn run_until(self, signal: impl Future<Output = ()>) -> anyhow::Result<()> {
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
+        let catalog = self.state.catalog.clone();
+        let meta = self.state.store.meta.clone();
+        let housekeeping = tokio::spawn(async move {
+            // Writers that do not bump the generation counter are caught up with once a second; the change log
+            // is pruned once a minute up to what the caches have applied.
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            for n in 0u64.. {
+                tick.tick().await;
+                if let Err(e) = catalog.sync().await {
+                    tracing::warn!(error = %e, "cache sync failed; will retry");
+                }
+                if n % 60 == 59
+                    && let Err(e) = meta.prune_changes(catalog.applied()).await
+                {
+                    tracing::debug!(error = %e, "pruning the cache change log failed; will retry");
+                }
+            }
+        });
         let prometheus = self.state.prometheus.clone();
         let upkeep = tokio::spawn(async move {
             // Histograms are drained into the exporter's buckets by upkeep.
@@ -122,9 +146,27 @@ impl Application {
         stop_batcher.cancel();
         let _ = batcher.await;
         upkeep.abort();
+        housekeeping.abort();
         self.state.store.meta.close().await;
         tracing::info!("stopped");
         Ok(())
+    }
+}
+
+/// Raises the soft open-file limit to the hard one (as nginx's worker_rlimit_nofile and Go's runtime do): every
+/// connection and cached blob is an fd. Returns the limit in force.
+fn raise_open_file_limit() -> u64 {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => hard,
+            Err(e) => {
+                tracing::warn!(error = %e, soft, hard, "cannot raise the open-file limit");
+                soft
+            }
+        },
+        Ok((soft, _)) => soft,
+        Err(_) => 1024,
     }
 }
 

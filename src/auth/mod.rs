@@ -13,6 +13,8 @@ pub mod presign;
 pub mod token;
 
 use http::Uri;
+use std::sync::Arc;
+
 use http::header::{self, HeaderMap};
 
 use crate::http::AppState;
@@ -40,7 +42,7 @@ pub enum Credentials {
 /// What a successful read authorisation allows beyond the object itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadGrant {
-    pub bucket: Bucket,
+    pub bucket: Arc<Bucket>,
     /// A `response-content-disposition` that a valid signature covered.
     pub content_disposition: Option<String>,
 }
@@ -121,13 +123,13 @@ pub fn check_token(
 /// exactly like a private bucket the caller may not read.
 pub async fn authorize_read(
     app: &AppState,
-    bucket: Option<Bucket>,
+    bucket: Option<&Arc<Bucket>>,
     key: &ObjectKey,
     uri: &Uri,
     headers: &HeaderMap,
 ) -> Result<ReadGrant, ApiError> {
     let credentials = credentials(headers, uri)?;
-    if let Some(b) = bucket.as_ref().filter(|b| b.public) {
+    if let Some(b) = bucket.filter(|b| b.public) {
         // Public buckets need no credentials, but credentials that are presented must be valid (as in S3): a
         // revoked token or a tampered link is refused rather than silently treated as anonymous.
         let content_disposition = match credentials {
@@ -150,14 +152,14 @@ pub async fn authorize_read(
         }
         Credentials::Bearer(token) => {
             authorize_token(app, &token, bucket.as_ref().map(|b| b.id), key, Access::Read).await?;
-            let bucket = bucket.expect("a token only passes for an existing bucket");
+            let bucket = bucket.expect("a token only passes for an existing bucket").clone();
             Ok(ReadGrant { bucket, content_disposition: None })
         }
         Credentials::Presigned(params) => {
             let bucket_name = uri.path().trim_start_matches('/').split('/').next().unwrap_or_default();
             verify_presigned(app, &params, bucket_name, key).await?;
             // A valid signature for a bucket that does not exist (any more) is simply a missing object.
-            let bucket = bucket.ok_or(ApiError::NotFound)?;
+            let bucket = bucket.ok_or(ApiError::NotFound)?.clone();
             Ok(ReadGrant { bucket, content_disposition: params.response_disposition })
         }
     }
@@ -194,9 +196,9 @@ async fn authorize_token(
 }
 
 /// The token presented as `Authorization: Bearer`, if it exists and is neither revoked nor expired.
-async fn live_token(app: &AppState, presented: &str) -> Result<TokenRecord, ApiError> {
+async fn live_token(app: &AppState, presented: &str) -> Result<Arc<TokenRecord>, ApiError> {
     let record = match token::token_id(presented) {
-        Some(id) => app.store.meta.token(id).await?,
+        Some(id) => app.catalog.token(id).await?,
         None => None,
     };
     // Hash even when nothing was found, so unknown ids and wrong secrets take the same time.
@@ -233,7 +235,7 @@ fn denied(denial: Denial) -> ApiError {
 }
 
 /// An `admin`-scope bearer token, for management endpoints; callers limit what they show to its bucket and prefix.
-pub async fn admin_token(app: &AppState, headers: &HeaderMap) -> Result<TokenRecord, ApiError> {
+pub async fn admin_token(app: &AppState, headers: &HeaderMap) -> Result<Arc<TokenRecord>, ApiError> {
     let Credentials::Bearer(presented) = credentials(headers, &Uri::from_static("/"))? else {
         crate::metrics::auth_failure("missing");
         return Err(ApiError::Unauthorized("a bearer token with admin scope is required"));
@@ -264,7 +266,7 @@ async fn verify_presigned(
     if params.expires > now.saturating_add(max_lifetime).saturating_add(60) {
         return fail("bad_signature", "signed URL lives longer than the configured maximum");
     }
-    let Some(signing_key) = app.store.meta.signing_key(&params.key_id).await? else {
+    let Some(signing_key) = app.catalog.signing_key(&params.key_id).await? else {
         return fail("bad_signature", "invalid signed URL");
     };
     if signing_key.retired_at.is_some() {
@@ -281,7 +283,7 @@ async fn verify_presigned(
     if !presign::verify(&signing_key.secret, &fields, &params.signature) {
         return fail("bad_signature", "invalid signed URL");
     }
-    if app.store.meta.signature_revoked(&params.signature).await? {
+    if app.catalog.signature_revoked(&params.signature).await? {
         return fail("signature_revoked", "signed URL revoked");
     }
     Ok(())

@@ -7,6 +7,7 @@ pub mod error;
 pub mod multipart;
 pub mod object;
 pub mod range;
+pub mod representation;
 pub mod upload;
 
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
+use crate::catalog::Catalog;
 use crate::config::Settings;
 use crate::store::Store;
 
@@ -25,6 +27,8 @@ use crate::store::Store;
 #[derive(Clone)]
 pub struct AppState {
     pub store: Store,
+    /// Cached metadata and open blobs for the data path, coherent with the database.
+    pub catalog: Arc<Catalog>,
     pub settings: Arc<Settings>,
     pub range_policy: Arc<range::RangePolicy>,
     pub prometheus: PrometheusHandle,

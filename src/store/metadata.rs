@@ -6,12 +6,14 @@
 
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 
+use super::generation::Generation;
 use crate::metrics::downloads::{Batch, Counters};
 use crate::names::{BucketName, ObjectKey};
 
@@ -67,11 +69,22 @@ pub enum MetadataError {
 #[derive(Clone)]
 pub struct Metadata {
     pool: SqlitePool,
+    /// Bumped after every commit that may change what a server caches.
+    generation: Arc<Generation>,
+}
+
+/// One row of the change log: what a server must evict from its caches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheChange {
+    pub seq: i64,
+    pub kind: String,
+    pub bucket_id: Option<i64>,
+    pub name: String,
 }
 
 impl Metadata {
     /// Opens (creating if needed) the database and applies the embedded migrations.
-    pub async fn open(path: &Path, busy_timeout: Duration) -> anyhow::Result<Self> {
+    pub async fn open(path: &Path, busy_timeout: Duration, generation: Arc<Generation>) -> anyhow::Result<Self> {
         let url = format!("sqlite://{}", path.display());
         let options = SqliteConnectOptions::from_str(&url)
             .with_context(|| format!("invalid database path {}", path.display()))?
@@ -89,7 +102,35 @@ impl Metadata {
             .await
             .with_context(|| format!("cannot open database {}", path.display()))?;
         sqlx::migrate!("./migrations").run(&pool).await.context("cannot apply database migrations")?;
-        Ok(Self { pool })
+        Ok(Self { pool, generation })
+    }
+
+    pub fn generation(&self) -> &Arc<Generation> {
+        &self.generation
+    }
+
+    /// Change-log rows after `seq`, oldest first.
+    pub async fn changes_since(&self, seq: i64) -> Result<Vec<CacheChange>, MetadataError> {
+        let rows = sqlx::query("SELECT seq, kind, bucket_id, name FROM cache_changes WHERE seq > ?1 ORDER BY seq")
+            .bind(seq)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| CacheChange { seq: r.get(0), kind: r.get(1), bucket_id: r.get(2), name: r.get(3) })
+            .collect())
+    }
+
+    /// The newest change-log sequence number (0 when empty): where a fresh cache starts.
+    pub async fn last_change(&self) -> Result<i64, MetadataError> {
+        Ok(sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM cache_changes").fetch_one(&self.pool).await?)
+    }
+
+    /// Drops change-log rows up to `seq`, once the server has applied them.
+    pub async fn prune_changes(&self, seq: i64) -> Result<(), MetadataError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("DELETE FROM cache_changes WHERE seq <= ?1").bind(seq).execute(&mut *tx.tx).await?;
+        tx.commit_without_bump().await
     }
 
     pub async fn close(&self) {
@@ -98,7 +139,8 @@ impl Metadata {
 
     /// Starts a write transaction holding SQLite's write lock (`BEGIN IMMEDIATE`).
     pub async fn begin_write(&self) -> Result<WriteTx, MetadataError> {
-        Ok(WriteTx { tx: self.pool.begin_with("BEGIN IMMEDIATE").await? })
+        let tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        Ok(WriteTx { tx, generation: self.generation.clone() })
     }
 
     pub async fn create_bucket(&self, name: &BucketName, public: bool, now: i64) -> Result<Bucket, MetadataError> {
@@ -133,14 +175,14 @@ impl Metadata {
         Ok(rows.iter().map(bucket_from_row).collect())
     }
 
-    pub async fn object(&self, bucket_id: i64, key: &ObjectKey) -> Result<Option<ObjectRecord>, MetadataError> {
+    pub async fn object_by_key(&self, bucket_id: i64, key: &str) -> Result<Option<ObjectRecord>, MetadataError> {
         let row = sqlx::query(
             "SELECT bucket_id, key, sha256, size, content_type, cache_control, content_disposition,
                     created_at, updated_at
              FROM objects WHERE bucket_id = ?1 AND key = ?2",
         )
         .bind(bucket_id)
-        .bind(key.as_str())
+        .bind(key)
         .fetch_optional(&self.pool)
         .await?;
         Ok(row.map(|r| object_from_row(&r)))
@@ -367,7 +409,7 @@ impl Metadata {
             .execute(&mut *tx.tx)
             .await?;
         }
-        tx.commit().await
+        tx.commit_without_bump().await
     }
 
     /// Per-object stats, optionally for one bucket and key prefix, highest first by `order`.
@@ -418,10 +460,19 @@ impl Metadata {
 /// A write transaction. Dropping it without `commit` rolls back.
 pub struct WriteTx {
     tx: Transaction<'static, Sqlite>,
+    generation: Arc<Generation>,
 }
 
 impl WriteTx {
+    /// Commits, then tells every server sharing the data dir that something changed.
     pub async fn commit(self) -> Result<(), MetadataError> {
+        self.tx.commit().await?;
+        self.generation.bump();
+        Ok(())
+    }
+
+    /// For writes to tables no server caches (download stats, the change log itself).
+    async fn commit_without_bump(self) -> Result<(), MetadataError> {
         Ok(self.tx.commit().await?)
     }
 

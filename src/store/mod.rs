@@ -6,6 +6,7 @@
 //! unreferenced blob or a temp file, which `Store::sweep` removes at start-up.
 
 pub mod blobs;
+pub mod generation;
 pub mod metadata;
 
 use std::path::Path;
@@ -16,8 +17,8 @@ use serde::Serialize;
 
 pub use blobs::{BlobStore, StagedBlob};
 pub use metadata::{
-    Bucket, Metadata, MetadataError, ObjectAttrs, ObjectRecord, ObjectStats, SigningKey, StatsOrder, TokenRecord,
-    Upsert,
+    Bucket, CacheChange, Metadata, MetadataError, ObjectAttrs, ObjectRecord, ObjectStats, SigningKey, StatsOrder,
+    TokenRecord, Upsert,
 };
 
 use crate::names::{BucketName, ObjectKey};
@@ -69,7 +70,8 @@ impl Store {
     pub async fn open(data_dir: &Path, busy_timeout: Duration) -> anyhow::Result<Self> {
         crate::config::ensure_data_dir(data_dir)?;
         let blobs = BlobStore::open(data_dir)?;
-        let meta = Metadata::open(&data_dir.join("blobgate.db"), busy_timeout).await?;
+        let generation = std::sync::Arc::new(generation::Generation::open(data_dir)?);
+        let meta = Metadata::open(&data_dir.join("blobgate.db"), busy_timeout, generation).await?;
         Ok(Self { meta, blobs })
     }
 

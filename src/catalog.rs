@@ -1,0 +1,352 @@
+//! In-memory caches of what the data path reads for every request (buckets, objects with their prepared headers,
+//! tokens, signing keys, revoked signatures) and of open blob files, kept coherent with the database.
+//!
+//! **Coherence.** SQLite triggers log every change to those tables in `cache_changes`, whoever makes it. Writers
+//! bump the shared generation counter after committing (`store::generation`). Before serving from a cache, a
+//! request compares the counter with the value the caches were last synchronised at (one atomic load); if it
+//! moved, the new change-log rows are read and exactly the affected entries are evicted. So a token revoked by the
+//! CLI is refused by the very next request. A background tick also syncs once a second, for writers that do not
+//! bump the counter (someone with the sqlite3 shell).
+//!
+//! **Races.** A miss reads the database and inserts the result. If a change lands between that read and the
+//! insert, the insert could resurrect stale data; so the reader notes the generation and the sync epoch before
+//! reading, and removes what it inserted if either moved. Syncs bump the epoch before they evict.
+//!
+//! **Open blobs.** Blobs are immutable, so an open fd and its `fstat` size can be reused by every request for
+//! that content: no `open`/`fstat` and no blocking-pool hop on a hit. Entries are dropped when an object that
+//! used them changes, and the cache is bounded.
+
+use std::fs::File;
+use std::hash::{Hash, Hasher};
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use quick_cache::Equivalent;
+use quick_cache::sync::Cache;
+
+use crate::http::representation::ObjectEntry;
+use crate::store::{BlobStore, Bucket, CacheChange, Metadata, MetadataError, SigningKey, TokenRecord};
+
+/// Capacities: generous for metadata (a few hundred bytes each), bounded for fds by the process limit.
+const BUCKETS: usize = 10_000;
+const OBJECTS: usize = 200_000;
+const TOKENS: usize = 50_000;
+const SIGNING_KEYS: usize = 1_000;
+const REVOKED: usize = 50_000;
+
+/// An open blob and its size from `fstat` on that same fd.
+#[derive(Debug)]
+pub struct OpenBlob {
+    pub file: Arc<File>,
+    pub size: u64,
+}
+
+/// Borrowed form of an object cache key, so lookups do not allocate. Hashes exactly like `(i64, String)`.
+struct ObjectLookup<'a>(i64, &'a str);
+
+impl Hash for ObjectLookup<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        (self.0, self.1).hash(state);
+    }
+}
+
+impl Equivalent<(i64, String)> for ObjectLookup<'_> {
+    fn equivalent(&self, key: &(i64, String)) -> bool {
+        self.0 == key.0 && self.1 == key.1
+    }
+}
+
+pub struct Catalog {
+    meta: Metadata,
+    blobs: BlobStore,
+    /// Generation counter value the caches were last synchronised at.
+    synced: AtomicU64,
+    /// Highest change-log sequence number applied.
+    applied: AtomicI64,
+    /// Bumped by every sync that evicts, before it evicts (see "Races").
+    epoch: AtomicU64,
+    /// One sync at a time; others wait and then find nothing left to do.
+    sync_lock: tokio::sync::Mutex<()>,
+    buckets: Cache<String, Option<Arc<Bucket>>>,
+    objects: Cache<(i64, String), Option<Arc<ObjectEntry>>>,
+    tokens: Cache<String, Option<Arc<TokenRecord>>>,
+    signing_keys: Cache<String, Option<Arc<SigningKey>>>,
+    revoked: Cache<String, bool>,
+    open_blobs: Cache<String, Arc<OpenBlob>>,
+}
+
+impl Catalog {
+    /// Starts with empty caches at the current end of the change log. `max_open_blobs` bounds cached fds.
+    pub async fn new(meta: Metadata, blobs: BlobStore, max_open_blobs: usize) -> Result<Self, MetadataError> {
+        let synced = meta.generation().current();
+        let applied = meta.last_change().await?;
+        Ok(Self {
+            meta,
+            blobs,
+            synced: AtomicU64::new(synced),
+            applied: AtomicI64::new(applied),
+            epoch: AtomicU64::new(0),
+            sync_lock: tokio::sync::Mutex::new(()),
+            buckets: Cache::new(BUCKETS),
+            objects: Cache::new(OBJECTS),
+            tokens: Cache::new(TOKENS),
+            signing_keys: Cache::new(SIGNING_KEYS),
+            revoked: Cache::new(REVOKED),
+            open_blobs: Cache::new(max_open_blobs.max(16)),
+        })
+    }
+
+    pub async fn bucket(&self, name: &str) -> Result<Option<Arc<Bucket>>, MetadataError> {
+        self.fresh().await?;
+        if let Some(hit) = self.buckets.get(name) {
+            return Ok(hit);
+        }
+        let stamp = self.stamp();
+        let name_parsed = crate::names::BucketName::parse(name).ok();
+        let found = match name_parsed {
+            Some(n) => self.meta.bucket(&n).await?.map(Arc::new),
+            None => None,
+        };
+        self.buckets.insert(name.to_owned(), found.clone());
+        if self.stamp() != stamp {
+            self.buckets.remove(name);
+        }
+        Ok(found)
+    }
+
+    pub async fn object(&self, bucket_id: i64, key: &str) -> Result<Option<Arc<ObjectEntry>>, MetadataError> {
+        self.fresh().await?;
+        if let Some(hit) = self.objects.get(&ObjectLookup(bucket_id, key)) {
+            return Ok(hit);
+        }
+        let stamp = self.stamp();
+        let found = self.meta.object_by_key(bucket_id, key).await?.map(|r| Arc::new(ObjectEntry::new(r)));
+        self.objects.insert((bucket_id, key.to_owned()), found.clone());
+        if self.stamp() != stamp {
+            self.objects.remove(&ObjectLookup(bucket_id, key));
+        }
+        Ok(found)
+    }
+
+    pub async fn token(&self, id: &str) -> Result<Option<Arc<TokenRecord>>, MetadataError> {
+        self.fresh().await?;
+        if let Some(hit) = self.tokens.get(id) {
+            return Ok(hit);
+        }
+        let stamp = self.stamp();
+        let found = self.meta.token(id).await?.map(Arc::new);
+        self.tokens.insert(id.to_owned(), found.clone());
+        if self.stamp() != stamp {
+            self.tokens.remove(id);
+        }
+        Ok(found)
+    }
+
+    pub async fn signing_key(&self, id: &str) -> Result<Option<Arc<SigningKey>>, MetadataError> {
+        self.fresh().await?;
+        if let Some(hit) = self.signing_keys.get(id) {
+            return Ok(hit);
+        }
+        let stamp = self.stamp();
+        let found = self.meta.signing_key(id).await?.map(Arc::new);
+        self.signing_keys.insert(id.to_owned(), found.clone());
+        if self.stamp() != stamp {
+            self.signing_keys.remove(id);
+        }
+        Ok(found)
+    }
+
+    pub async fn signature_revoked(&self, signature: &str) -> Result<bool, MetadataError> {
+        self.fresh().await?;
+        if let Some(hit) = self.revoked.get(signature) {
+            return Ok(hit);
+        }
+        let stamp = self.stamp();
+        let revoked = self.meta.signature_revoked(signature).await?;
+        self.revoked.insert(signature.to_owned(), revoked);
+        if self.stamp() != stamp {
+            self.revoked.remove(signature);
+        }
+        Ok(revoked)
+    }
+
+    /// The open blob for `sha256`, opening it (off the event loop) on a miss. Failures are never cached.
+    pub async fn open_blob(&self, sha256: &str) -> io::Result<Arc<OpenBlob>> {
+        if let Some(hit) = self.open_blobs.get(sha256) {
+            return Ok(hit);
+        }
+        let blobs = self.blobs.clone();
+        let sha = sha256.to_owned();
+        let opened = tokio::task::spawn_blocking(move || -> io::Result<OpenBlob> {
+            let file = blobs.open_blob(&sha)?;
+            let size = file.metadata()?.len();
+            Ok(OpenBlob { file: Arc::new(file), size })
+        })
+        .await
+        .map_err(io::Error::other)??;
+        let opened = Arc::new(opened);
+        self.open_blobs.insert(sha256.to_owned(), opened.clone());
+        Ok(opened)
+    }
+
+    /// Applies change-log rows if the generation counter moved since the last sync.
+    async fn fresh(&self) -> Result<(), MetadataError> {
+        if self.meta.generation().current() != self.synced.load(Ordering::Acquire) {
+            self.sync().await?;
+        }
+        Ok(())
+    }
+
+    /// Reads change-log rows after the last applied one and evicts what they name.
+    pub async fn sync(&self) -> Result<(), MetadataError> {
+        let _one_at_a_time = self.sync_lock.lock().await;
+        // Read the counter first: every commit it counts is then visible to the query below.
+        let generation = self.meta.generation().current();
+        let changes = self.meta.changes_since(self.applied.load(Ordering::Acquire)).await?;
+        if let Some(last) = changes.last() {
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+            for change in &changes {
+                self.evict(change);
+            }
+            self.applied.store(last.seq, Ordering::Release);
+        }
+        self.synced.store(generation, Ordering::Release);
+        Ok(())
+    }
+
+    /// The applied change-log position, for pruning.
+    pub fn applied(&self) -> i64 {
+        self.applied.load(Ordering::Acquire)
+    }
+
+    fn evict(&self, change: &CacheChange) {
+        match (change.kind.as_str(), change.bucket_id) {
+            ("bucket", _) => {
+                self.buckets.remove(change.name.as_str());
+            }
+            ("object", Some(bucket_id)) => {
+                let removed = self.objects.remove(&ObjectLookup(bucket_id, &change.name));
+                // The old content's fd may belong to a blob that is now deleted: let it close.
+                if let Some((_, Some(entry))) = removed {
+                    self.open_blobs.remove(entry.record.sha256.as_str());
+                }
+            }
+            ("token", _) => {
+                self.tokens.remove(change.name.as_str());
+            }
+            ("signing_key", _) => {
+                self.signing_keys.remove(change.name.as_str());
+            }
+            ("revoked_signature", _) => {
+                self.revoked.remove(change.name.as_str());
+            }
+            (kind, _) => {
+                // An unknown kind comes from a newer schema: be safe and forget everything.
+                tracing::warn!(kind, "unknown cache change kind; clearing all caches");
+                self.clear();
+            }
+        }
+    }
+
+    fn clear(&self) {
+        self.buckets.clear();
+        self.objects.clear();
+        self.tokens.clear();
+        self.signing_keys.clear();
+        self.revoked.clear();
+        self.open_blobs.clear();
+    }
+
+    fn stamp(&self) -> (u64, u64) {
+        (self.meta.generation().current(), self.epoch.load(Ordering::Acquire))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::names::{BucketName, ObjectKey};
+    use crate::store::{ObjectAttrs, Store};
+
+    async fn setup() -> (tempfile::TempDir, Store, Catalog) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), std::time::Duration::from_secs(5)).await.unwrap();
+        store.meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let catalog = Catalog::new(store.meta.clone(), store.blobs.clone(), 64).await.unwrap();
+        (dir, store, catalog)
+    }
+
+    async fn put(store: &Store, key: &str, bytes: &[u8]) {
+        let mut w = store.blobs.writer().unwrap();
+        w.write(bytes).unwrap();
+        let staged = w.finish().unwrap();
+        let b = BucketName::parse("bkt").unwrap();
+        store.put(&b, &ObjectKey::parse(key).unwrap(), staged, ObjectAttrs::default()).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn writes_are_seen_by_the_next_read() {
+        let (_dir, store, catalog) = setup().await;
+        let bucket = catalog.bucket("bkt").await.unwrap().expect("bucket");
+        assert!(catalog.object(bucket.id, "k").await.unwrap().is_none(), "absent objects are cached as absent");
+        put(&store, "k", b"one").await;
+        let first = catalog.object(bucket.id, "k").await.unwrap().expect("the insert evicted the negative entry");
+        assert_eq!(first.record.size, 3);
+        put(&store, "k", b"second").await;
+        let second = catalog.object(bucket.id, "k").await.unwrap().unwrap();
+        assert_eq!(second.record.size, 6, "a replaced object is re-read");
+        store.delete(&BucketName::parse("bkt").unwrap(), &ObjectKey::parse("k").unwrap()).await.unwrap();
+        assert!(catalog.object(bucket.id, "k").await.unwrap().is_none(), "a deleted object is gone");
+    }
+
+    #[tokio::test]
+    async fn revocation_by_another_connection_is_seen_at_once() {
+        let (dir, store, catalog) = setup().await;
+        let bucket = catalog.bucket("bkt").await.unwrap().unwrap();
+        let token = TokenRecord {
+            id: "0123456789ab".into(),
+            secret_hash: vec![0; 32],
+            bucket_id: bucket.id,
+            bucket_name: "bkt".into(),
+            prefix: String::new(),
+            scope: "read".into(),
+            created_at: 0,
+            expires_at: None,
+            revoked_at: None,
+        };
+        store.meta.create_token(&token).await.unwrap();
+        assert!(catalog.token(&token.id).await.unwrap().unwrap().revoked_at.is_none());
+        // A second Store on the same data dir stands for the CLI in another process.
+        let other = Store::open(dir.path(), std::time::Duration::from_secs(5)).await.unwrap();
+        assert!(other.meta.revoke_token(&token.id, 5).await.unwrap());
+        assert_eq!(catalog.token(&token.id).await.unwrap().unwrap().revoked_at, Some(5));
+    }
+
+    #[tokio::test]
+    async fn changes_without_a_bump_are_applied_by_an_explicit_sync() {
+        let (_dir, store, catalog) = setup().await;
+        assert!(catalog.bucket("new-bucket").await.unwrap().is_none());
+        store.meta.create_bucket(&BucketName::parse("new-bucket").unwrap(), true, 0).await.unwrap();
+        // Pretend the writer did not bump (an old binary, or the sqlite3 shell): the counter looks unchanged.
+        catalog.synced.store(store.meta.generation().current(), Ordering::Release);
+        assert!(catalog.bucket("new-bucket").await.unwrap().is_none(), "stale until a sync");
+        catalog.sync().await.unwrap();
+        assert!(catalog.bucket("new-bucket").await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn open_blobs_are_reused_and_failures_are_not_cached() {
+        let (_dir, store, catalog) = setup().await;
+        put(&store, "k", b"bytes").await;
+        let bucket = catalog.bucket("bkt").await.unwrap().unwrap();
+        let entry = catalog.object(bucket.id, "k").await.unwrap().unwrap();
+        let a = catalog.open_blob(&entry.record.sha256).await.unwrap();
+        let b = catalog.open_blob(&entry.record.sha256).await.unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(a.size, 5);
+        let missing = "f".repeat(64);
+        assert!(catalog.open_blob(&missing).await.is_err());
+        assert!(catalog.open_blobs.get(missing.as_str()).is_none());
+    }
+}

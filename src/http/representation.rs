@@ -1,0 +1,121 @@
+//! What a stored object looks like on the wire, computed once per object version and cached with it: the
+//! representation headers (RFC 9110 §8) that go on 200, 206 and 304 alike, and the values the handler needs
+//! per request. Pure: no IO.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+use super::conditional::{etag_from_sha256, format_http_date};
+use super::disposition::{DispositionKind, content_disposition, repr_digest_sha256};
+use crate::file_body::ObjectRef;
+use crate::store::{ObjectRecord, effective_content_type};
+
+static NOSNIFF: HeaderValue = HeaderValue::from_static("nosniff");
+static BYTES: HeaderValue = HeaderValue::from_static("bytes");
+pub static REPR_DIGEST: HeaderName = HeaderName::from_static("repr-digest");
+
+#[derive(Debug)]
+pub struct ObjectEntry {
+    pub record: ObjectRecord,
+    /// Shared with every response's download record, so the key is not copied per request.
+    pub object_ref: ObjectRef,
+    pub etag: String,
+    pub last_modified: SystemTime,
+    /// The effective type: stored, else guessed from the key, else application/octet-stream.
+    pub content_type: String,
+    pub content_type_value: HeaderValue,
+    /// ETag, Last-Modified, Accept-Ranges, nosniff, Cache-Control, Content-Disposition, Repr-Digest.
+    pub headers: HeaderMap,
+}
+
+impl ObjectEntry {
+    pub fn new(record: ObjectRecord) -> Self {
+        let etag = etag_from_sha256(&record.sha256);
+        let last_modified = UNIX_EPOCH + Duration::from_secs(record.updated_at.max(0) as u64);
+        let content_type = effective_content_type(record.attrs.content_type.as_deref(), &record.key);
+        // Stored values were validated on the way in; an unrepresentable one is skipped rather than failing reads.
+        let content_type_value =
+            HeaderValue::from_str(&content_type).unwrap_or(HeaderValue::from_static("application/octet-stream"));
+        let mut h = HeaderMap::with_capacity(8);
+        h.insert(header::ETAG, HeaderValue::from_str(&etag).expect("hex digits in quotes are a valid header value"));
+        h.insert(
+            header::LAST_MODIFIED,
+            HeaderValue::from_str(&format_http_date(last_modified)).expect("an HTTP date is a valid header value"),
+        );
+        h.insert(header::ACCEPT_RANGES, BYTES.clone());
+        h.insert(header::X_CONTENT_TYPE_OPTIONS, NOSNIFF.clone());
+        if let Some(v) = record.attrs.cache_control.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
+            h.insert(header::CACHE_CONTROL, v);
+        }
+        if let Some(v) = record.attrs.content_disposition.as_deref().and_then(|v| disposition_value(v, &record.key)) {
+            h.insert(header::CONTENT_DISPOSITION, v);
+        }
+        if let Some(digest) = repr_digest_sha256(&record.sha256).and_then(|d| HeaderValue::from_str(&d).ok()) {
+            h.insert(REPR_DIGEST.clone(), digest);
+        }
+        let object_ref = ObjectRef { bucket_id: record.bucket_id, key: Arc::from(record.key.as_str()) };
+        Self { record, object_ref, etag, last_modified, content_type, content_type_value, headers: h }
+    }
+}
+
+/// A stored bare `attachment` or `inline` gets the key's last segment as its file name (RFC 6266, with
+/// `filename*` for non-ASCII names); any other value is sent as it is.
+pub fn disposition_value(stored: &str, key: &str) -> Option<HeaderValue> {
+    let kind = if stored.eq_ignore_ascii_case("attachment") {
+        Some(DispositionKind::Attachment)
+    } else if stored.eq_ignore_ascii_case("inline") {
+        Some(DispositionKind::Inline)
+    } else {
+        None
+    };
+    let value = match kind {
+        Some(kind) => content_disposition(kind, key.rsplit('/').next().unwrap_or(key)),
+        None => stored.to_owned(),
+    };
+    HeaderValue::from_str(&value).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::ObjectAttrs;
+
+    fn record(attrs: ObjectAttrs) -> ObjectRecord {
+        ObjectRecord {
+            bucket_id: 1,
+            key: "dir/résumé.pdf".into(),
+            sha256: "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855".into(),
+            size: 0,
+            attrs,
+            created_at: 0,
+            updated_at: 1_700_000_000,
+        }
+    }
+
+    #[test]
+    fn headers_are_computed_from_the_record() {
+        let e = ObjectEntry::new(record(ObjectAttrs {
+            content_type: None,
+            cache_control: Some("max-age=60".into()),
+            content_disposition: Some("attachment".into()),
+        }));
+        assert_eq!(e.content_type, "application/pdf");
+        assert_eq!(e.headers[header::ETAG], format!("\"{}\"", e.record.sha256).as_str());
+        assert_eq!(e.headers[header::LAST_MODIFIED], "Tue, 14 Nov 2023 22:13:20 GMT");
+        assert_eq!(e.headers[header::CACHE_CONTROL], "max-age=60");
+        assert_eq!(e.headers[&REPR_DIGEST], "sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:");
+        let cd = e.headers[header::CONTENT_DISPOSITION].to_str().unwrap();
+        assert!(cd.starts_with("attachment; filename=\"r_sum_.pdf\"; filename*=UTF-8''r%C3%A9sum%C3%A9.pdf"), "{cd}");
+        assert_eq!(&*e.object_ref.key, "dir/résumé.pdf");
+    }
+
+    #[test]
+    fn absent_attributes_leave_their_headers_out() {
+        let e = ObjectEntry::new(record(ObjectAttrs::default()));
+        assert!(!e.headers.contains_key(header::CACHE_CONTROL));
+        assert!(!e.headers.contains_key(header::CONTENT_DISPOSITION));
+        assert_eq!(disposition_value("inline; filename=x", "a/b").unwrap(), "inline; filename=x");
+    }
+}
