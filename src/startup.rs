@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 use crate::catalog::Catalog;
 use crate::config::Settings;
 use crate::driver::{self, DriverContext};
-use crate::http::{AppState, admin::admin_router, data_router, range::RangePolicy};
+use crate::http::{AppParts, AppState, admin::admin_router, data_router, range::RangePolicy};
 use crate::store::Store;
 
 /// Download records buffered between the driver and the stats batcher; a full channel drops (and counts).
@@ -52,14 +52,14 @@ impl Application {
         let catalog =
             Catalog::new(store.meta.clone(), store.blobs.clone(), (open_files / 4).min(4096) as usize).await?;
         let settings = Arc::new(settings);
-        let state = AppState {
+        let state = AppState::new(AppParts {
             catalog: Arc::new(catalog),
             store,
             settings: settings.clone(),
-            range_policy: Arc::new(RangePolicy::default()),
+            range_policy: RangePolicy::default(),
             prometheus: crate::metrics::prometheus(),
-            ready: Arc::new(AtomicBool::new(false)),
-        };
+            ready: AtomicBool::new(false),
+        });
         Ok(Self { settings, state, data_listener, admin_listener })
     }
 

@@ -6,7 +6,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::ConnectInfo;
 use axum::response::{IntoResponse, Response};
 use bytes::{Buf, BytesMut};
 use http::header::{self, HeaderValue};
@@ -42,12 +41,14 @@ pub(crate) struct Connection {
     peer: SocketAddr,
     /// Bytes read but not yet parsed; may hold the start of the next pipelined request.
     buf: BytesMut,
+    /// Response heads are serialised here; reused for every response on the connection.
+    out: Vec<u8>,
     ctx: Arc<DriverContext>,
 }
 
 impl Connection {
     pub(crate) fn new(stream: TcpStream, peer: SocketAddr, ctx: Arc<DriverContext>) -> Self {
-        Self { stream, peer, buf: BytesMut::with_capacity(4096), ctx }
+        Self { stream, peer, buf: BytesMut::with_capacity(4096), out: Vec::new(), ctx }
     }
 
     pub(crate) async fn run(mut self, shutdown: CancellationToken) {
@@ -72,8 +73,9 @@ impl Connection {
     async fn next_head(&mut self, first: bool, shutdown: &CancellationToken) -> NextHead {
         let timeouts = &self.ctx.timeouts;
         // The header clock starts at accept for the first request and at its first byte for later ones.
-        let mut head_deadline = first.then(|| Instant::now() + timeouts.header_read);
-        let idle_deadline = Instant::now() + timeouts.keep_alive_idle;
+        let started = Instant::now();
+        let mut head_deadline = first.then(|| started + timeouts.header_read);
+        let idle_deadline = started + timeouts.keep_alive_idle;
         loop {
             if !self.buf.is_empty() {
                 head_deadline.get_or_insert_with(|| Instant::now() + timeouts.header_read);
@@ -112,13 +114,17 @@ impl Connection {
             (true, Version::HTTP_10) => Persistence::KeepAliveHttp10,
             (true, _) => Persistence::KeepAlive,
         };
+        // Kept for the log line below only when debug logging is on.
+        let logged = tracing::enabled!(tracing::Level::DEBUG).then(|| (head.method.clone(), head.uri.clone()));
         let mut request = Request::new(Body::empty());
         *request.method_mut() = head.method;
         *request.uri_mut() = head.uri;
         *request.version_mut() = head.version;
         *request.headers_mut() = head.headers;
-        request.extensions_mut().insert(ConnectInfo(self.peer));
         let Ok(mut response) = self.ctx.router.clone().oneshot(request).await;
+        if let Some((method, uri)) = logged {
+            tracing::debug!(peer = %self.peer, %method, path = uri.path(), status = response.status().as_u16(), "response");
+        }
         match response.extensions_mut().remove::<FileBody>() {
             Some(body) => self.send_file(response, body, is_head, persistence).await,
             None => self.send_buffered(response, is_head, persistence).await,
@@ -134,16 +140,30 @@ impl Connection {
             return false;
         }
         let status = response.status();
-        let mut head = Vec::with_capacity(512);
+        let mut head = std::mem::take(&mut self.out);
+        head.clear();
         write_response_head(&mut head, status, response.headers(), &super::http_date(), persistence);
+        let keep = self.send_file_head_and_body(&head, status, body, is_head, persistence).await;
+        self.out = head;
+        keep
+    }
+
+    async fn send_file_head_and_body(
+        &mut self,
+        head: &[u8],
+        status: StatusCode,
+        body: FileBody,
+        is_head: bool,
+        persistence: Persistence,
+    ) -> bool {
         if is_head {
-            let sent = send_bytes(&self.stream, &head, false, self.ctx.send.progress_timeout).await;
+            let sent = send_bytes(&self.stream, head, false, self.ctx.send.progress_timeout).await;
             self.observe(DownloadRecord::now(body.object, status.as_u16(), RecordKind::Head), 0);
             return sent.is_ok() && persistence != Persistence::Close;
         }
         let started = Instant::now();
         let _active = self.ctx.metrics.download_started();
-        let report = send_file_response(&self.stream, &head, &body, self.ctx.send, &self.ctx.metrics).await;
+        let report = send_file_response(&self.stream, head, &body, self.ctx.send, &self.ctx.metrics).await;
         let kind = match body.kind {
             DownloadKind::Full => RecordKind::Full,
             DownloadKind::Range => RecordKind::Range,
@@ -199,7 +219,8 @@ impl Connection {
         } else if !(is_head && parts.headers.contains_key(header::CONTENT_LENGTH)) {
             parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
         }
-        let mut out = Vec::with_capacity(256 + bytes.len());
+        let mut out = std::mem::take(&mut self.out);
+        out.clear();
         write_response_head(&mut out, status, &parts.headers, &super::http_date(), persistence);
         if !is_head && !bodiless {
             out.extend_from_slice(&bytes);
@@ -211,6 +232,10 @@ impl Connection {
             _ => self.ctx.metrics.other_response(status),
         }
         let sent = send_bytes(&self.stream, &out, false, self.ctx.send.progress_timeout).await;
+        // Keep the buffer for the next response unless an error body made it large.
+        if out.capacity() <= 64 * 1024 {
+            self.out = out;
+        }
         sent.is_ok() && persistence != Persistence::Close
     }
 }

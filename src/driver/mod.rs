@@ -9,7 +9,7 @@ mod conn;
 pub mod head;
 pub mod sendfile;
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -118,18 +118,26 @@ fn is_resource_exhaustion(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
 }
 
-/// The Date header value, formatted at most once per second per thread.
-pub fn http_date() -> Vec<u8> {
+/// An IMF-fixdate is always 29 bytes ("Sun, 06 Nov 1994 08:49:37 GMT").
+pub type HttpDate = [u8; 29];
+
+/// The Date header value, formatted at most once per second per thread, returned by value (no allocation).
+pub fn http_date() -> HttpDate {
     thread_local! {
-        static CACHE: RefCell<(u64, Vec<u8>)> = const { RefCell::new((u64::MAX, Vec::new())) };
+        static CACHE: Cell<(u64, HttpDate)> = const { Cell::new((u64::MAX, [b' '; 29])) };
     }
     let now = SystemTime::now();
     let second = now.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     CACHE.with(|cache| {
-        let mut cache = cache.borrow_mut();
-        if cache.0 != second {
-            *cache = (second, crate::http::conditional::format_http_date(now).into_bytes());
+        let (cached_second, value) = cache.get();
+        if cached_second == second {
+            return value;
         }
-        cache.1.clone()
+        let mut value = [b' '; 29];
+        let text = crate::http::conditional::format_http_date(now);
+        let n = text.len().min(29);
+        value[..n].copy_from_slice(&text.as_bytes()[..n]);
+        cache.set((second, value));
+        value
     })
 }

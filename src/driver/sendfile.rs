@@ -126,8 +126,8 @@ async fn send_region(
                 report.object_bytes += n as u64;
                 report.sendfile_calls += 1;
                 observer.sent(n as u64);
-                if n == want {
-                    // A full chunk went out: let other connections run before the next one.
+                if n == want && (position as u64) < end {
+                    // A full chunk went out and more follows: let other connections run before the next one.
                     tokio::task::yield_now().await;
                 }
             }

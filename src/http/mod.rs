@@ -17,23 +17,38 @@ use axum::Router;
 use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tower_http::timeout::TimeoutLayer;
-use tower_http::trace::TraceLayer;
 
 use crate::catalog::Catalog;
 use crate::config::Settings;
 use crate::store::Store;
 
-/// Shared by every handler on both listeners. Cheap to clone.
+/// Shared by every handler on both listeners. Cloning it (axum does, per request) is one reference count.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<AppParts>);
+
+impl AppState {
+    pub fn new(parts: AppParts) -> Self {
+        Self(Arc::new(parts))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = AppParts;
+
+    fn deref(&self) -> &AppParts {
+        &self.0
+    }
+}
+
+pub struct AppParts {
     pub store: Store,
     /// Cached metadata and open blobs for the data path, coherent with the database.
     pub catalog: Arc<Catalog>,
     pub settings: Arc<Settings>,
-    pub range_policy: Arc<range::RangePolicy>,
+    pub range_policy: range::RangePolicy,
     pub prometheus: PrometheusHandle,
     /// Set once migrations have run and both listeners are bound: `/healthz` reports it.
-    pub ready: Arc<AtomicBool>,
+    pub ready: AtomicBool,
 }
 
 /// The data listener's routes. Anything that is not `/{bucket}/{key}` still goes to the object handler, which
@@ -43,6 +58,7 @@ pub fn data_router(state: AppState) -> Router {
     Router::new()
         .fallback(get(object::get_object).head(object::get_object).fallback(object::get_object))
         .layer(TimeoutLayer::with_status_code(http::StatusCode::SERVICE_UNAVAILABLE, handler_timeout))
-        .layer(TraceLayer::new_for_http())
+        // No TraceLayer here: its per-request span cost a few percent of a small download's CPU. The driver logs
+        // every response itself (`blobgate::driver` at debug), which costs nothing when that level is off.
         .with_state(state)
 }

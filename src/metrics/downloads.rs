@@ -125,7 +125,8 @@ pub type ObjectId = (i64, Arc<str>);
 #[derive(Debug, Default)]
 pub struct Batch {
     pub per_object: HashMap<ObjectId, (Counters, Option<i64>)>,
-    pub per_day: HashMap<(ObjectId, String), Counters>,
+    /// Keyed by days since the epoch (UTC); formatted only when written.
+    pub per_day: HashMap<(ObjectId, i64), Counters>,
     pub records: usize,
     oldest: Option<Instant>,
 }
@@ -138,7 +139,7 @@ impl Batch {
         if Counters::is_download(r) {
             *last = Some(last.map_or(r.finished_at, |l| l.max(r.finished_at)));
         }
-        self.per_day.entry((id, utc_day(r.finished_at))).or_default().add(r);
+        self.per_day.entry((id, r.finished_at.div_euclid(86_400))).or_default().add(r);
         self.records += 1;
         self.oldest.get_or_insert_with(Instant::now);
     }
@@ -156,6 +157,11 @@ impl Batch {
 pub fn utc_day(unix_secs: i64) -> String {
     let t = UNIX_EPOCH + Duration::from_secs(unix_secs.max(0) as u64);
     humantime::format_rfc3339_seconds(t).to_string()[..10].to_owned()
+}
+
+/// `YYYY-MM-DD` (UTC) of a day number (days since 1970-01-01).
+pub fn day_name(day: i64) -> String {
+    utc_day(day.saturating_mul(86_400))
 }
 
 /// The driver's end of the channel. Cloning is cheap.
@@ -303,7 +309,8 @@ mod tests {
         assert_eq!((c.requests, c.bytes_sent, c.head_requests), (2, 200, 1));
         assert_eq!(last, Some(86_400), "HEAD does not move last_download_at");
         assert_eq!(b.per_day.len(), 2);
-        assert_eq!(b.per_day[&((1, Arc::from("k")), "1970-01-01".to_owned())].requests, 1);
+        assert_eq!(b.per_day[&((1, Arc::from("k")), 0)].requests, 1);
+        assert_eq!(day_name(1), "1970-01-02");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context;
 use sha2::{Digest, Sha256};
@@ -19,8 +20,9 @@ const RETIRED_PREFIX: &str = "retired-";
 
 #[derive(Debug, Clone)]
 pub struct BlobStore {
-    blobs_dir: PathBuf,
-    tmp_dir: PathBuf,
+    // Shared, so that cloning the store (once per request, inside the app state) allocates nothing.
+    blobs_dir: Arc<Path>,
+    tmp_dir: Arc<Path>,
 }
 
 /// A fully written and fsynced temp file that is not yet visible as a blob. Dropping it removes the temp file,
@@ -94,7 +96,7 @@ impl BlobWriter {
 
 impl BlobStore {
     pub fn open(data_dir: &Path) -> anyhow::Result<Self> {
-        let store = Self { blobs_dir: data_dir.join("blobs"), tmp_dir: data_dir.join("tmp") };
+        let store = Self { blobs_dir: Arc::from(data_dir.join("blobs")), tmp_dir: Arc::from(data_dir.join("tmp")) };
         for dir in [&store.blobs_dir, &store.tmp_dir] {
             fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         }
@@ -196,7 +198,7 @@ impl BlobStore {
     /// Every blob hash present on disk (for the start-up sweep of unreferenced blobs).
     pub fn list_hashes(&self) -> anyhow::Result<Vec<String>> {
         let mut hashes = Vec::new();
-        for entry in walkdir::WalkDir::new(&self.blobs_dir).min_depth(3).max_depth(3) {
+        for entry in walkdir::WalkDir::new(&*self.blobs_dir).min_depth(3).max_depth(3) {
             let entry = entry.context("cannot list the blob directory")?;
             if entry.file_type().is_file()
                 && let Some(name) = entry.file_name().to_str()

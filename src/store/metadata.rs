@@ -387,6 +387,7 @@ impl Metadata {
             .await?;
         }
         for (((bucket_id, key), day), c) in &batch.per_day {
+            let day = crate::metrics::downloads::day_name(*day);
             sqlx::query(
                 "INSERT INTO object_stats_daily (bucket_id, key, day, requests, completed, aborted, bytes_sent,
                                                  range_requests, not_modified)
