@@ -29,6 +29,24 @@ pub struct Settings {
     pub limits: Limits,
     pub timeouts: Timeouts,
     pub auth: AuthSettings,
+    pub runtime: RuntimeSettings,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimeSettings {
+    /// Data-listener threads, each with its own runtime and SO_REUSEPORT socket; 0 means one per usable CPU.
+    pub data_workers: usize,
+}
+
+impl RuntimeSettings {
+    pub fn worker_count(&self) -> usize {
+        match self.data_workers {
+            // available_parallelism honours the CPU affinity mask (taskset, cgroups).
+            0 => std::thread::available_parallelism().map(usize::from).unwrap_or(1),
+            n => n,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -54,7 +72,8 @@ pub struct Limits {
     pub max_headers: usize,
     /// Longest request target; longer gets 414.
     pub max_uri_bytes: usize,
-    /// Open data connections at once; further connections wait in the kernel's accept backlog.
+    /// Data connections served at once; further ones wait, unread (each worker accepts at most one of them, the
+    /// rest stay in the kernel's accept backlog).
     pub max_connections: usize,
     /// Most bytes handed to one sendfile call before yielding, so one fast reader cannot starve the others.
     pub sendfile_chunk_bytes: usize,
@@ -95,6 +114,7 @@ impl Default for Settings {
             limits: Limits::default(),
             timeouts: Timeouts::default(),
             auth: AuthSettings::default(),
+            runtime: RuntimeSettings::default(),
         }
     }
 }
@@ -137,7 +157,7 @@ pub struct FlagOverrides {
 }
 
 /// Top-level keys; other `BLOBGATE_*` variables (such as `BLOBGATE_CONFIG`) are not settings.
-const SETTING_KEYS: &[&str] = &["data_dir", "listen", "admin_listen", "log", "limits", "timeouts", "auth"];
+const SETTING_KEYS: &[&str] = &["data_dir", "listen", "admin_listen", "log", "limits", "timeouts", "auth", "runtime"];
 
 impl Settings {
     /// Loads the layers. `config_file` is `--config`/`BLOBGATE_CONFIG`; when it is `None`, `config/default.toml` is
@@ -193,6 +213,9 @@ impl Settings {
             if value.is_zero() {
                 bail!("{key} must be greater than zero");
             }
+        }
+        if self.runtime.data_workers > 256 {
+            bail!("runtime.data_workers must be between 0 (one per CPU) and 256, got {}", self.runtime.data_workers);
         }
         if self.auth.presign_max_lifetime.is_zero() {
             bail!("auth.presign_max_lifetime must be greater than zero");

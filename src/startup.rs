@@ -26,7 +26,8 @@ const STATS_CHANNEL_CAPACITY: usize = 64 * 1024;
 pub struct Application {
     settings: Arc<Settings>,
     state: AppState,
-    data_listener: TcpListener,
+    /// One per data worker, all bound to the same address with SO_REUSEPORT.
+    data_listeners: Vec<std::net::TcpListener>,
     admin_listener: TcpListener,
 }
 
@@ -41,8 +42,7 @@ impl Application {
                 "start-up sweep removed leftovers"
             );
         }
-        let data_listener = TcpListener::bind(settings.listen)
-            .await
+        let data_listeners = driver::bind_data_listeners(settings.listen, settings.runtime.worker_count())
             .with_context(|| format!("cannot listen on {} (listen)", settings.listen))?;
         let admin_listener = TcpListener::bind(settings.admin_listen)
             .await
@@ -60,11 +60,11 @@ impl Application {
             prometheus: crate::metrics::prometheus(),
             ready: AtomicBool::new(false),
         });
-        Ok(Self { settings, state, data_listener, admin_listener })
+        Ok(Self { settings, state, data_listeners, admin_listener })
     }
 
     pub fn data_addr(&self) -> SocketAddr {
-        self.data_listener.local_addr().expect("a bound listener has an address")
+        self.data_listeners[0].local_addr().expect("a bound listener has an address")
     }
 
     pub fn admin_addr(&self) -> SocketAddr {
@@ -113,13 +113,15 @@ impl Application {
             stop_batcher.clone(),
         ));
         let ctx = Arc::new(DriverContext::new(data_router(self.state.clone()), &self.settings, recorder));
-        let data = tokio::spawn(driver::serve(
-            self.data_listener,
+        let grace = self.settings.timeouts.shutdown_grace;
+        let workers = driver::spawn_workers(
+            self.data_listeners,
             ctx,
             self.settings.limits.max_connections,
             shutdown.clone(),
-            tracker.clone(),
-        ));
+            grace,
+        )
+        .context("cannot start the data workers")?;
         let admin = tokio::spawn(serve_admin(
             self.admin_listener,
             admin_router(self.state.clone()),
@@ -135,10 +137,10 @@ impl Application {
         tracing::info!("shutting down: no new connections; waiting for in-flight responses");
         self.state.ready.store(false, Ordering::Release);
         shutdown.cancel();
-        let _ = data.await;
         let _ = admin.await;
+        // Each data worker drains its own connections (within the grace period) before its thread ends.
+        let _ = tokio::task::spawn_blocking(move || workers.into_iter().for_each(|w| drop(w.join()))).await;
         tracker.close();
-        let grace = self.settings.timeouts.shutdown_grace;
         if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
             tracing::warn!(open = tracker.len(), "shutdown grace period over; dropping remaining connections");
         }

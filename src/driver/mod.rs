@@ -11,10 +11,12 @@ pub mod sendfile;
 
 use std::cell::Cell;
 use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use axum::Router;
+use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -57,23 +59,69 @@ impl DriverContext {
     }
 }
 
+/// Binds `count` listening sockets to `addr` with SO_REUSEPORT, one per data worker, so the kernel spreads new
+/// connections over the workers. With port 0 the first socket picks the port and the others join it.
+pub fn bind_data_listeners(addr: SocketAddr, count: usize) -> io::Result<Vec<std::net::TcpListener>> {
+    let mut listeners: Vec<std::net::TcpListener> = Vec::with_capacity(count);
+    for _ in 0..count.max(1) {
+        let target = listeners.first().map_or(Ok(addr), |first| first.local_addr())?;
+        let socket = Socket::new(Domain::for_address(target), Type::STREAM, Some(Protocol::TCP))?;
+        socket.set_reuse_address(true)?;
+        socket.set_reuse_port(true)?;
+        socket.set_nonblocking(true)?;
+        socket.bind(&target.into())?;
+        socket.listen(4096)?;
+        listeners.push(socket.into());
+    }
+    Ok(listeners)
+}
+
+/// Runs one data worker per listener, each a thread with its own single-threaded tokio runtime: a connection
+/// lives its whole life on one thread, with no work-stealing or cross-thread wake-ups on the request path.
+/// Each worker returns after `shutdown` once its connections have finished, or after `grace`.
+pub fn spawn_workers(
+    listeners: Vec<std::net::TcpListener>,
+    ctx: Arc<DriverContext>,
+    max_connections: usize,
+    shutdown: CancellationToken,
+    grace: Duration,
+) -> io::Result<Vec<std::thread::JoinHandle<()>>> {
+    // One cap for all workers: at the cap they stop accepting and the kernel backlog holds the rest.
+    let slots = Arc::new(Semaphore::new(max_connections));
+    let mut workers = Vec::with_capacity(listeners.len());
+    for (n, listener) in listeners.into_iter().enumerate() {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let (ctx, slots, shutdown) = (ctx.clone(), slots.clone(), shutdown.clone());
+        let worker = std::thread::Builder::new().name(format!("data-{n}")).spawn(move || {
+            runtime.block_on(async move {
+                let listener = match TcpListener::from_std(listener) {
+                    Ok(l) => l,
+                    Err(e) => return tracing::error!(error = %e, "data worker cannot use its listener"),
+                };
+                let tracker = TaskTracker::new();
+                serve(listener, ctx, slots, shutdown, tracker.clone()).await;
+                tracker.close();
+                if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
+                    tracing::warn!(open = tracker.len(), "shutdown grace period over; dropping remaining connections");
+                }
+            })
+        })?;
+        workers.push(worker);
+    }
+    Ok(workers)
+}
+
 /// Accepts connections until `shutdown` fires, then returns (dropping the listener, so new connections are
 /// refused). Connection tasks are spawned on `tracker` so the caller can wait for in-flight responses.
 pub async fn serve(
     listener: TcpListener,
     ctx: Arc<DriverContext>,
-    max_connections: usize,
+    slots: Arc<Semaphore>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
-    // A permit per open connection: at the cap we stop accepting and let the kernel backlog hold the rest.
-    let slots = Arc::new(Semaphore::new(max_connections));
     let mut backoff = Duration::from_millis(5);
     loop {
-        let permit = tokio::select! {
-            permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
-            _ = shutdown.cancelled() => break,
-        };
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = shutdown.cancelled() => break,
@@ -99,6 +147,13 @@ pub async fn serve(
                 tracing::debug!(error = %e, "accept failed");
                 continue;
             }
+        };
+        // Accept first, then wait for a slot: with several workers, a freed slot must go to a worker that holds a
+        // waiting client, not to one whose own queue is empty. So each worker holds at most one connection
+        // beyond the cap, accepted but not yet read from.
+        let permit = tokio::select! {
+            permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+            _ = shutdown.cancelled() => break,
         };
         // Heads and small responses must not wait for Nagle + delayed ACK (40 ms).
         if let Err(e) = stream.set_nodelay(true) {

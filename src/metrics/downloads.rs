@@ -28,6 +28,10 @@ use crate::store::Metadata;
 
 /// Most records aggregated before a flush, even if a second has not passed.
 const MAX_BATCH_RECORDS: usize = 50_000;
+/// How often the channel is drained; with the channel's capacity this bounds the rate before records drop.
+const DRAIN_EVERY: Duration = Duration::from_millis(100);
+/// How often the aggregate is written to SQLite.
+const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecordKind {
@@ -185,34 +189,35 @@ pub fn channel(capacity: usize) -> (DownloadRecorder, mpsc::Receiver<DownloadRec
     (DownloadRecorder { tx, dropped: counter!(super::STATS_DROPPED) }, rx)
 }
 
-/// Aggregates records and writes them at least once a second. On `shutdown` it drains the channel, writes what
-/// it has, and returns. A failed write (SQLite busy past its timeout) keeps the batch and retries, so no counts
-/// are lost while the process lives.
+/// Aggregates records and writes them at least once a second. It drains the channel on a short tick instead of
+/// waiting on it, so that a data worker's `try_send` never has to wake this task on another thread. On `shutdown`
+/// it drains what is left, writes it, and returns. A failed write (SQLite busy past its timeout) keeps the batch
+/// and retries, so no counts are lost while the process lives.
 pub async fn run_batcher(meta: Metadata, mut rx: mpsc::Receiver<DownloadRecord>, shutdown: CancellationToken) {
     let lag: Gauge = gauge!(super::STATS_LAG);
     let failures: Counter = counter!(super::STATS_FLUSH_ERRORS);
     let mut batch = Batch::default();
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut tick = tokio::time::interval(DRAIN_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_flush = Instant::now();
     loop {
-        tokio::select! {
-            record = rx.recv() => match record {
-                Some(r) => {
-                    batch.add(&r);
-                    if batch.records >= MAX_BATCH_RECORDS {
-                        flush(&meta, &mut batch, &lag, &failures).await;
-                    }
-                }
-                None => break,
-            },
-            _ = tick.tick() => {
+        let stopping = tokio::select! {
+            _ = tick.tick() => false,
+            _ = shutdown.cancelled() => true,
+        };
+        while let Ok(r) = rx.try_recv() {
+            batch.add(&r);
+            if batch.records >= MAX_BATCH_RECORDS {
                 flush(&meta, &mut batch, &lag, &failures).await;
             }
-            _ = shutdown.cancelled() => break,
         }
-    }
-    while let Ok(r) = rx.try_recv() {
-        batch.add(&r);
+        if stopping {
+            break;
+        }
+        if last_flush.elapsed() >= FLUSH_EVERY {
+            flush(&meta, &mut batch, &lag, &failures).await;
+            last_flush = Instant::now();
+        }
     }
     for attempt in 0..5 {
         if flush(&meta, &mut batch, &lag, &failures).await {
