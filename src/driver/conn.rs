@@ -163,7 +163,7 @@ impl Connection {
         }
         let started = Instant::now();
         let _active = self.ctx.metrics.download_started();
-        let report = send_file_response(&self.stream, head, &body, self.ctx.send, &self.ctx.metrics).await;
+        let report = send_file_response(&self.stream, head, &body, &self.ctx.send, &self.ctx.metrics).await;
         let kind = match body.kind {
             DownloadKind::Full => RecordKind::Full,
             DownloadKind::Range => RecordKind::Range,

@@ -28,6 +28,10 @@ use crate::metrics::downloads::DownloadRecorder;
 use head::HeadLimits;
 use sendfile::SendOptions;
 
+/// Concurrent cold-chunk sends (disk reads) across all workers: enough to keep a disk busy, few enough that
+/// cold downloads cannot take every blocking thread.
+const COLD_READS: usize = 16;
+
 /// Everything a connection needs, shared by all of them.
 pub struct DriverContext {
     pub router: Router,
@@ -52,6 +56,7 @@ impl DriverContext {
             send: SendOptions {
                 chunk: settings.limits.sendfile_chunk_bytes,
                 progress_timeout: settings.timeouts.send_progress,
+                cold_reads: Arc::new(Semaphore::new(COLD_READS)),
             },
             metrics: DriverMetrics::new(),
             recorder,
@@ -90,7 +95,20 @@ pub fn spawn_workers(
     let slots = Arc::new(Semaphore::new(max_connections));
     let mut workers = Vec::with_capacity(listeners.len());
     for (n, listener) in listeners.into_iter().enumerate() {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        // The blocking pool serves blob opens and cold-chunk readaheads; bounded so a cold storm stays contained.
+        // Blocking-pool threads run at the lowest priority: when one wakes from a disk read with megabytes to push
+        // through the TCP stack, the event-loop thread still preempts it at once, so hot requests keep their
+        // latency beside cold downloads.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .max_blocking_threads(64)
+            .on_thread_start(|| {
+                if std::thread::current().name().is_some_and(|n| n.starts_with("data-")) {
+                    return;
+                }
+                sendfile::lower_this_thread_priority();
+            })
+            .build()?;
         let (ctx, slots, shutdown) = (ctx.clone(), slots.clone(), shutdown.clone());
         let worker = std::thread::Builder::new().name(format!("data-{n}")).spawn(move || {
             runtime.block_on(async move {
@@ -163,6 +181,7 @@ pub async fn serve(
         let shutdown = shutdown.clone();
         tracker.spawn(async move {
             let _open = ctx.metrics.connection_opened();
+            let _on_this_worker = WorkerConnection::open();
             conn::Connection::new(stream, peer, ctx.clone()).run(shutdown).await;
             drop(permit);
         });
@@ -171,6 +190,32 @@ pub async fn serve(
 
 fn is_resource_exhaustion(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
+}
+
+thread_local! {
+    /// Connections open on this data worker (each worker is one thread with its own runtime).
+    static WORKER_CONNECTIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Counts a connection on the current worker for as long as it lives.
+struct WorkerConnection;
+
+impl WorkerConnection {
+    fn open() -> Self {
+        WORKER_CONNECTIONS.with(|n| n.set(n.get() + 1));
+        WorkerConnection
+    }
+}
+
+impl Drop for WorkerConnection {
+    fn drop(&mut self) {
+        WORKER_CONNECTIONS.with(|n| n.set(n.get().saturating_sub(1)));
+    }
+}
+
+/// Whether other connections share this worker's event loop (so a bulk send would make them wait).
+pub fn worker_is_shared() -> bool {
+    WORKER_CONNECTIONS.with(Cell::get) > 1
 }
 
 /// An IMF-fixdate is always 29 bytes ("Sun, 06 Nov 1994 08:49:37 GMT").

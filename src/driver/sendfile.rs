@@ -4,15 +4,25 @@
 //!
 //! **Architecture invariant:** object bytes are only ever handed to the kernel by `sendfile` here. There is no
 //! code path that reads a blob into memory.
+//!
+//! **Cold page cache.** sendfile on a non-blocking socket still blocks the calling thread while it reads the disk,
+//! which would stall every connection on that worker. So before a large chunk we ask the kernel whether it is in
+//! the page cache (`cachestat(2)`, Linux ≥ 6.5; `mincore(2)` on a mapping otherwise). Resident chunks are sent
+//! inline; a cold chunk's sendfile runs on the bounded blocking pool once the socket is writable, so the disk
+//! wait blocks a pool thread instead of the event loop (nginx's `aio threads`, but only for chunks that need it).
+//! Bulk chunks (≥ 512 KiB) always go to that pool, whose threads run at the lowest priority: see `OFFLOAD_MIN`.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use nix::sys::socket::{MsgFlags, send};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
 
 use crate::file_body::{FileBody, Segment};
 
@@ -39,17 +49,32 @@ pub struct SendReport {
     pub outcome: SendOutcome,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct SendOptions {
     /// Most bytes per sendfile call; the task yields after each chunk so one fast reader cannot starve others.
     pub chunk: usize,
     pub progress_timeout: Duration,
+    /// Bounds concurrent pool sends (cold and bulk chunks) across all connections.
+    pub cold_reads: Arc<Semaphore>,
 }
+
+/// Chunks smaller than this are sent inline without a residency probe: a cold small read costs about one disk
+/// access, less than the probe would cost every hot request.
+const PROBE_MIN: u64 = 64 * 1024;
+/// Chunks at least this large go to the low-priority pool, cached or not, while the worker has other connections
+/// to serve: pushing half a megabyte or more through the TCP stack is itself long enough to delay every small
+/// response waiting on the event loop. A lone download stays inline, where it costs less CPU. Measured with
+/// compare.py on one core: moving only cold chunks, hot p99 grew 7.7-9.5x beside two bulk downloads; moving bulk
+/// chunks too, 4.8-6x, with hot req/s beside them about 3x higher; inline, CPU per GiB was 0.94x nginx's, and
+/// 1.16x when every bulk chunk took the pool.
+const OFFLOAD_MIN: u64 = 512 * 1024;
 
 /// Observes every sendfile return value as it happens (the Prometheus byte counter), so bytes are counted even
 /// when the response later aborts.
 pub trait SendObserver {
     fn sent(&self, object_bytes: u64);
+    /// A chunk was not in the page cache, so its sendfile ran on the blocking pool.
+    fn cold_chunk(&self);
 }
 
 /// Sends `head`, then every segment of `body`, as one response. Heads and literal segments go with `MSG_MORE`
@@ -58,29 +83,65 @@ pub async fn send_file_response(
     stream: &TcpStream,
     head: &[u8],
     body: &FileBody,
-    options: SendOptions,
+    options: &SendOptions,
     observer: &impl SendObserver,
 ) -> SendReport {
     let mut report = SendReport { object_bytes: 0, sendfile_calls: 0, outcome: SendOutcome::Completed };
+    // Large bodies go corked (nginx's tcp_nopush): only full segments leave until the end, instead of a push
+    // (and a wake-up of the reader) for every bit of freed socket space. Small bodies rely on MSG_MORE alone,
+    // which costs no extra syscalls.
+    let corked = body.total_len() >= CORK_MIN && set_cork(stream, true);
+    send_segments(stream, head, body, options, observer, &mut report).await;
+    if corked {
+        set_cork(stream, false);
+    }
+    report
+}
+
+/// Bodies at least this large are sent under TCP_CORK.
+const CORK_MIN: u64 = 256 * 1024;
+
+fn set_cork(stream: &TcpStream, on: bool) -> bool {
+    let value: libc::c_int = on.into();
+    // SAFETY: `value` lives across the call and its size is passed; the fd is open while `stream` is borrowed.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CORK,
+            &value as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    rc == 0
+}
+
+async fn send_segments(
+    stream: &TcpStream,
+    head: &[u8],
+    body: &FileBody,
+    options: &SendOptions,
+    observer: &impl SendObserver,
+    report: &mut SendReport,
+) {
     let more_follows = !body.segments.is_empty();
     if let Err(outcome) = send_bytes(stream, head, more_follows, options.progress_timeout).await {
         report.outcome = outcome;
-        return report;
+        return;
     }
     let last = body.segments.len().saturating_sub(1);
     for (i, segment) in body.segments.iter().enumerate() {
         let result = match segment {
             Segment::Literal(bytes) => send_bytes(stream, bytes, i < last, options.progress_timeout).await,
             Segment::Region { offset, len } => {
-                send_region(stream, &body.file, *offset, *len, options, &mut report, observer).await
+                send_region(stream, &body.file, *offset, *len, options, report, observer).await
             }
         };
         if let Err(outcome) = result {
             report.outcome = outcome;
-            return report;
+            return;
         }
     }
-    report
 }
 
 /// Writes a buffer completely, from memory. Used only for heads and multipart boundaries.
@@ -101,10 +162,10 @@ pub async fn send_bytes(stream: &TcpStream, mut buf: &[u8], more: bool, timeout:
 
 async fn send_region(
     stream: &TcpStream,
-    file: &File,
+    file: &Arc<File>,
     offset: u64,
     len: u64,
-    options: SendOptions,
+    options: &SendOptions,
     report: &mut SendReport,
     observer: &impl SendObserver,
 ) -> Result<(), SendOutcome> {
@@ -112,12 +173,22 @@ async fn send_region(
     let end = offset + len;
     while (position as u64) < end {
         let want = (end - position as u64).min(options.chunk as u64) as usize;
+        let chunk = want as u64;
+        let offload = (chunk >= OFFLOAD_MIN && super::worker_is_shared())
+            || (chunk >= PROBE_MIN && residency(file, position as u64, chunk) == Residency::Cold && {
+                observer.cold_chunk();
+                true
+            });
         wait_writable(stream, options.progress_timeout).await?;
         // sendfile advances `position` by what it sent; the file's own offset is never used, so one open file
         // can serve many concurrent ranges.
-        let result = stream.try_io(Interest::WRITABLE, || {
-            nix::sys::sendfile::sendfile(raw(stream), file, Some(&mut position), want).map_err(io::Error::from)
-        });
+        let result = if offload {
+            send_from_pool(stream, file, &mut position, want, &options.cold_reads).await
+        } else {
+            stream.try_io(Interest::WRITABLE, || {
+                nix::sys::sendfile::sendfile(raw(stream), &**file, Some(&mut position), want).map_err(io::Error::from)
+            })
+        };
         match result {
             Ok(0) => {
                 return Err(SendOutcome::Truncated { missing: end - position as u64 });
@@ -151,7 +222,169 @@ async fn wait_writable(stream: &TcpStream, timeout: Duration) -> Result<(), Send
     }
 }
 
+/// Whether a byte range of a file is in the page cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Residency {
+    Resident,
+    Cold,
+    /// The kernel could not tell us; treated as resident (sent inline, as before there was a probe).
+    Unknown,
+}
+
+/// Asks the kernel how much of `offset..offset+len` is cached: `cachestat(2)` where the kernel has it, else
+/// `mincore(2)` on a temporary read-only mapping of the range.
+pub fn residency(file: &File, offset: u64, len: u64) -> Residency {
+    cachestat(file, offset, len).unwrap_or_else(|| mincore(file, offset, len))
+}
+
+fn pages_in(offset: u64, len: u64, page: u64) -> u64 {
+    (offset + len).div_ceil(page) - offset / page
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if page > 0 { page as u64 } else { 4096 }
+}
+
+/// `cachestat(2)` (Linux ≥ 6.5). `None` when the kernel lacks it; that answer is remembered.
+fn cachestat(file: &File, offset: u64, len: u64) -> Option<Residency> {
+    static MISSING: AtomicBool = AtomicBool::new(false);
+    if MISSING.load(Ordering::Relaxed) {
+        return None;
+    }
+    // The kernel's `struct cachestat_range` and `struct cachestat` (include/uapi/linux/mman.h).
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    const SYS_CACHESTAT: libc::c_long = 451; // the same number on every architecture
+    let range = Range { off: offset, len };
+    let mut stat = Stat::default();
+    // SAFETY: `range` and `stat` are live, properly laid out (#[repr(C)], matching the kernel ABI) for the whole
+    // call, the fd is open for as long as `file` is borrowed, and flags must be 0.
+    let rc = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            file.as_raw_fd(),
+            &range as *const Range,
+            &mut stat as *mut Stat,
+            0 as libc::c_uint,
+        )
+    };
+    if rc != 0 {
+        if io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+            MISSING.store(true, Ordering::Relaxed);
+        }
+        return None;
+    }
+    let pages = pages_in(offset, len, page_size());
+    Some(if stat.nr_cache >= pages { Residency::Resident } else { Residency::Cold })
+}
+
+/// `mincore(2)` over a read-only mapping of the range: the pre-6.5 probe.
+fn mincore(file: &File, offset: u64, len: u64) -> Residency {
+    let page = page_size();
+    let start = offset / page * page;
+    let map_len = (offset + len - start) as usize;
+    // SAFETY: a private read-only mapping of an immutable blob; we never read through it, only pass its address
+    // to mincore, and it is unmapped when `map` drops at the end of this function.
+    let map = match unsafe { memmap2::MmapOptions::new().offset(start).len(map_len).map(file) } {
+        Ok(m) => m,
+        Err(_) => return Residency::Unknown,
+    };
+    let mut pages = vec![0u8; pages_in(offset, len, page) as usize];
+    // SAFETY: `map` is a live mapping of `map_len` bytes starting at a page boundary, and `pages` has one byte per
+    // page of it, as mincore requires.
+    let rc = unsafe { libc::mincore(map.as_ptr() as *mut libc::c_void, map_len, pages.as_mut_ptr()) };
+    match rc {
+        0 if pages.iter().all(|p| p & 1 == 1) => Residency::Resident,
+        0 => Residency::Cold,
+        _ => Residency::Unknown,
+    }
+}
+
+/// Runs one sendfile call on the low-priority blocking pool (at most `permits` at a time), for a chunk that must
+/// come from disk or is bulk. The socket is still non-blocking, so the call sends what fits and returns; only a
+/// disk read blocks, and the pool thread yields the CPU to the event loop whenever it wants it.
+async fn send_from_pool(
+    stream: &TcpStream,
+    file: &Arc<File>,
+    position: &mut libc::off_t,
+    want: usize,
+    permits: &Arc<Semaphore>,
+) -> io::Result<usize> {
+    let _permit = permits.clone().acquire_owned().await.map_err(io::Error::other)?;
+    let (socket, file, mut offset) = (stream.as_raw_fd(), file.clone(), *position);
+    let (result, offset) = tokio::task::spawn_blocking(move || {
+        // SAFETY: the connection task awaits this closure before it can drop the stream, so the socket fd stays
+        // open (and means the same socket) for the whole call.
+        let socket = unsafe { std::os::fd::BorrowedFd::borrow_raw(socket) };
+        let result = nix::sys::sendfile::sendfile(socket, &*file, Some(&mut offset), want).map_err(io::Error::from);
+        (result, offset)
+    })
+    .await
+    .map_err(io::Error::other)?;
+    *position = offset;
+    if matches!(&result, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+        // The socket filled up: clear tokio's readiness as try_io would, so the next wait really waits.
+        let _ = stream.try_io(Interest::WRITABLE, || Err::<(), _>(io::ErrorKind::WouldBlock.into()));
+    }
+    result
+}
+
+/// Sets the calling thread's nice value to 19 (Linux nice values are per thread).
+pub fn lower_this_thread_priority() {
+    // SAFETY: setpriority on the calling thread (who = 0 means "this thread" for PRIO_PROCESS on Linux threads)
+    // takes no pointers; failure only leaves the priority as it was.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
+}
+
 fn raw(stream: &TcpStream) -> std::os::fd::BorrowedFd<'_> {
     use std::os::fd::AsFd;
     stream.as_fd()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn page_counting() {
+        assert_eq!(pages_in(0, 4096, 4096), 1);
+        assert_eq!(pages_in(1, 4096, 4096), 2);
+        assert_eq!(pages_in(4095, 2, 4096), 2);
+        assert_eq!(pages_in(8192, 1, 4096), 1);
+    }
+
+    #[test]
+    fn residency_follows_the_page_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("blob");
+        let mut f = File::create(&path).unwrap();
+        f.write_all(&vec![7u8; 1 << 20]).unwrap();
+        f.sync_all().unwrap();
+        let file = File::open(&path).unwrap();
+        // Freshly written pages are cached.
+        assert_eq!(residency(&file, 0, 1 << 20), Residency::Resident);
+        // SAFETY: posix_fadvise takes an open fd and numbers only.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(residency(&file, 0, 1 << 20), Residency::Cold);
+        assert_eq!(mincore(&file, 4096, 8192), Residency::Cold, "the fallback agrees");
+        // Reading it (here, in the test) brings it back.
+        std::io::Read::read_to_end(&mut File::open(&path).unwrap(), &mut Vec::new()).unwrap();
+        assert_eq!(residency(&file, 0, 1 << 20), Residency::Resident);
+        assert_eq!(mincore(&file, 100, 5000), Residency::Resident);
+    }
 }

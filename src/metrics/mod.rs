@@ -26,6 +26,7 @@ pub const STALLED: &str = "blobgate_stalled_responses_total";
 pub const ACCEPT_ERRORS: &str = "blobgate_accept_errors_total";
 pub const BLOB_OPEN_ERRORS: &str = "blobgate_blob_open_errors_total";
 pub const AUTH_FAILURES: &str = "blobgate_auth_failures_total";
+pub const COLD_CHUNKS: &str = "blobgate_cold_chunks_total";
 pub const RESPONSE_SECONDS: &str = "blobgate_response_duration_seconds";
 pub const STATS_DROPPED: &str = "blobgate_stats_records_dropped_total";
 pub const STATS_LAG: &str = "blobgate_stats_batch_lag_seconds";
@@ -63,6 +64,11 @@ fn describe() {
     describe_counter!(STALLED, "File responses dropped after the send-progress timeout.");
     describe_counter!(ACCEPT_ERRORS, "accept(2) failures from resource exhaustion (EMFILE, ENFILE, ...).");
     describe_counter!(BLOB_OPEN_ERRORS, "Blobs that were missing or unreadable when a request opened them.");
+    describe_counter!(AUTH_FAILURES, "Refused credentials, by reason.");
+    describe_counter!(
+        COLD_CHUNKS,
+        "sendfile chunks that were not in the page cache and were sent from the blocking pool."
+    );
     describe_counter!(STATS_DROPPED, "Download records dropped because the stats channel was full.");
     describe_gauge!(STATS_LAG, Unit::Seconds, "Age of the oldest record in the last stats batch written.");
     describe_counter!(STATS_FLUSH_ERRORS, "Failed writes of a stats batch (retried).");
@@ -80,6 +86,7 @@ pub struct DriverMetrics {
     aborted: Counter,
     stalled: Counter,
     accept_errors: Counter,
+    cold_chunks: Counter,
     duration: Histogram,
 }
 
@@ -101,6 +108,7 @@ impl DriverMetrics {
             aborted: counter!(ABORTED),
             stalled: counter!(STALLED),
             accept_errors: counter!(ACCEPT_ERRORS),
+            cold_chunks: counter!(COLD_CHUNKS),
             duration: histogram!(RESPONSE_SECONDS),
         }
     }
@@ -154,6 +162,10 @@ impl DriverMetrics {
 impl SendObserver for DriverMetrics {
     fn sent(&self, object_bytes: u64) {
         self.sent_bytes.increment(object_bytes);
+    }
+
+    fn cold_chunk(&self) {
+        self.cold_chunks.increment(1);
     }
 }
 
