@@ -175,3 +175,28 @@ fn a_locked_database_loses_no_stats() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+#[test]
+fn cold_blobs_are_sent_from_the_blocking_pool_byte_exact() {
+    use std::os::fd::AsRawFd;
+    let env = TestEnv::new();
+    env.bucket("cold", true);
+    let size = 8 << 20;
+    let bytes = test_bytes(size, 11);
+    let put = env.put_bytes("cold", "big.bin", &bytes, &[]);
+    let server = env.serve();
+    // Drop the blob from the page cache, as if it had not been read for a long time.
+    let sha = put["sha256"].as_str().unwrap();
+    let blob = env.data_dir().join("blobs").join(&sha[..2]).join(&sha[2..4]).join(sha);
+    let file = std::fs::File::open(&blob).unwrap();
+    // SAFETY: posix_fadvise takes an open fd and numbers only.
+    assert_eq!(unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
+    let r = server.get("/cold/big.bin", &[]);
+    assert_eq!(r.status, 200);
+    assert!(r.body == bytes, "cold download differs");
+    assert!(server.metric("blobgate_cold_chunks_total") >= 1.0, "no chunk was detected as cold");
+    // A warm repeat goes inline: no new cold chunks.
+    let before = server.metric("blobgate_cold_chunks_total");
+    assert!(server.get("/cold/big.bin", &[]).body == bytes);
+    assert_eq!(server.metric("blobgate_cold_chunks_total"), before);
+}
