@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Scaling tables, blobgate beside nginx in one run, through ../shared/bench/compare.py's own server wrappers
+(server pinned to CPU 0, clients to CPU 1; blobgate with a bearer token on a private bucket, metrics on):
+
+  1. server CPU seconds per GiB against object size (1 MiB, 64 MiB, 1 GiB), sequential curl downloads;
+  2. requests/s for a 4 KiB object against keep-alive connections (16, 256, 2048), wrk.
+
+Usage (from the project root, after `cargo build --release`):
+    python3 scripts/bench/scaling.py [--secs 5] [--json out.json]
+Prints Markdown tables with the ratio blobgate/nginx per row. Quote ratios, not absolute figures.
+"""
+import argparse, json, re, resource, subprocess, sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[2] / "shared" / "bench"))
+import compare  # noqa: E402  (the shared harness: servers, data files, CPU accounting)
+
+SIZES = [(1, 512), (64, 16), (1024, 3)]          # (MiB, rounds): about 0.5-3 GiB per measurement
+CONNECTIONS = [16, 256, 2048]
+
+
+def rps(server, conns, secs):
+    server.start()
+    try:
+        compare.curl(server, "small.bin")
+        cmd = ["taskset", "-c", "1", "wrk", "-t1", f"-c{conns}", f"-d{secs}s", "--timeout", "10s"]
+        if server.token:
+            cmd += ["-H", f"Authorization: Bearer {server.token}"]
+        out = subprocess.run(cmd + [server.url("small.bin")], capture_output=True, text=True, check=True).stdout
+    finally:
+        server.stop()
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), int(errors.group(1)) if errors else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--secs", type=int, default=5)
+    ap.add_argument("--project", default=".")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))
+    compare.need("nginx", "nginx-light"); compare.need("wrk", "wrk"); compare.need("curl", "curl")
+    base = compare.WORK
+    result = {"cpu_s_per_gib": [], "req_per_s": []}
+    for mib, rounds in SIZES:
+        compare.WORK = base / f"scaling-{mib}m"
+        compare.WORK.mkdir(parents=True, exist_ok=True)
+        data = compare.make_data(mib)
+        row = {"object_mib": mib}
+        for name, make in (("blobgate", lambda: compare.Blobgate(data, a.project)), ("nginx", lambda: compare.Nginx(data))):
+            row[name] = compare.bench_cpu(make(), rounds, mib << 20)["cpu_s_per_gib"]
+        result["cpu_s_per_gib"].append(row)
+        print(f"cpu {mib} MiB: {row}", flush=True)
+    compare.WORK = base / "scaling-conns"
+    compare.WORK.mkdir(parents=True, exist_ok=True)
+    data = compare.make_data(1)
+    servers = {"blobgate": compare.Blobgate(data, a.project), "nginx": compare.Nginx(data)}
+    for conns in CONNECTIONS:
+        row = {"connections": conns}
+        for name, server in servers.items():
+            row[name], row[f"{name}_non_2xx"] = rps(server, conns, a.secs)
+        result["req_per_s"].append(row)
+        print(f"rps {conns}: {row}", flush=True)
+
+    print("\n| object size | blobgate CPU s/GiB | nginx CPU s/GiB | ratio |\n|---|---|---|---|")
+    for r in result["cpu_s_per_gib"]:
+        print(f"| {r['object_mib']} MiB | {r['blobgate']:.3f} | {r['nginx']:.3f} | {r['blobgate'] / max(r['nginx'], 1e-9):.2f} |")
+    print("\n| connections | blobgate req/s | nginx req/s | ratio |\n|---|---|---|---|")
+    for r in result["req_per_s"]:
+        print(f"| {r['connections']} | {r['blobgate']:.0f} | {r['nginx']:.0f} | {r['blobgate'] / max(r['nginx'], 1):.2f} |")
+    if a.json:
+        Path(a.json).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
