@@ -6,7 +6,7 @@
   2. requests/s for a 4 KiB object against keep-alive connections (16, 256, 2048), wrk.
 
 Usage (from the project root, after `cargo build --release`):
-    python3 scripts/bench/scaling.py [--secs 5] [--json out.json]
+    python3 scripts/bench/scaling.py [--only cpu,rps] [--secs 5] [--json out.json]
 Prints Markdown tables with the ratio blobgate/nginx per row. Quote ratios, not absolute figures.
 """
 import argparse, json, re, resource, subprocess, sys
@@ -38,6 +38,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--secs", type=int, default=5)
     ap.add_argument("--project", default=".")
+    ap.add_argument("--only", default="cpu,rps", help="cpu, rps or both")
     ap.add_argument("--json")
     a = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -45,7 +46,7 @@ def main():
     compare.need("nginx", "nginx-light"); compare.need("wrk", "wrk"); compare.need("curl", "curl")
     base = compare.WORK
     result = {"cpu_s_per_gib": [], "req_per_s": []}
-    for mib, rounds in SIZES:
+    for mib, rounds in SIZES if "cpu" in a.only else []:
         compare.WORK = base / f"scaling-{mib}m"
         compare.WORK.mkdir(parents=True, exist_ok=True)
         data = compare.make_data(mib)
@@ -58,7 +59,7 @@ def main():
     compare.WORK.mkdir(parents=True, exist_ok=True)
     data = compare.make_data(1)
     servers = {"blobgate": compare.Blobgate(data, a.project), "nginx": compare.Nginx(data)}
-    for conns in CONNECTIONS:
+    for conns in CONNECTIONS if "rps" in a.only else []:
         row = {"connections": conns}
         for name, server in servers.items():
             row[name], row[f"{name}_non_2xx"] = rps(server, conns, a.secs)

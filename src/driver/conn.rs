@@ -10,7 +10,6 @@ use axum::response::{IntoResponse, Response};
 use bytes::{Buf, BytesMut};
 use http::header::{self, HeaderValue};
 use http::{Method, Request, StatusCode, Version};
-use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -36,6 +35,26 @@ enum NextHead {
     Refuse(StatusCode, &'static str),
 }
 
+/// Outcome of one read into the scratch buffer.
+// As with NextHead: returned once per request and consumed at once.
+#[allow(clippy::large_enum_variant)]
+enum Read {
+    Head(RequestHead),
+    /// Nothing complete yet (or a spurious wake-up): wait for more.
+    More,
+    Closed,
+    Refuse(StatusCode, &'static str),
+}
+
+/// Bytes per read into the scratch buffer: a whole typical request head, and the default head limit.
+const SCRATCH_BYTES: usize = 16 * 1024;
+
+thread_local! {
+    /// One read buffer per data worker thread, shared by all of its connections: a read and the parse of a
+    /// head happen without an await in between, so no two connections ever use it at once.
+    static SCRATCH: std::cell::RefCell<Box<[u8]>> = std::cell::RefCell::new(vec![0u8; SCRATCH_BYTES].into_boxed_slice());
+}
+
 pub(crate) struct Connection {
     stream: TcpStream,
     peer: SocketAddr,
@@ -48,7 +67,7 @@ pub(crate) struct Connection {
 
 impl Connection {
     pub(crate) fn new(stream: TcpStream, peer: SocketAddr, ctx: Arc<DriverContext>) -> Self {
-        Self { stream, peer, buf: BytesMut::with_capacity(4096), out: Vec::new(), ctx }
+        Self { stream, peer, buf: BytesMut::new(), out: Vec::new(), ctx }
     }
 
     pub(crate) async fn run(mut self, shutdown: CancellationToken) {
@@ -71,14 +90,18 @@ impl Connection {
     }
 
     async fn next_head(&mut self, first: bool, shutdown: &CancellationToken) -> NextHead {
-        let timeouts = &self.ctx.timeouts;
+        let (header_read, keep_alive_idle) = (self.ctx.timeouts.header_read, self.ctx.timeouts.keep_alive_idle);
         // The header clock starts at accept for the first request and at its first byte for later ones.
         let started = Instant::now();
-        let mut head_deadline = first.then(|| started + timeouts.header_read);
-        let idle_deadline = started + timeouts.keep_alive_idle;
+        let mut head_deadline = first.then(|| started + header_read);
+        let idle_deadline = started + keep_alive_idle;
+        if self.buf.is_empty() && self.buf.capacity() > 0 {
+            // Leftovers are consumed: give the memory back, so idle connections hold no buffer.
+            self.buf = BytesMut::new();
+        }
         loop {
             if !self.buf.is_empty() {
-                head_deadline.get_or_insert_with(|| Instant::now() + timeouts.header_read);
+                head_deadline.get_or_insert_with(|| Instant::now() + header_read);
                 match parse_request_head(&self.buf, &self.ctx.head_limits) {
                     Ok(Parsed::Complete(head)) => {
                         self.buf.advance(head.len);
@@ -89,21 +112,52 @@ impl Connection {
                 }
             }
             let deadline = head_deadline.unwrap_or(idle_deadline);
-            self.buf.reserve(4096);
-            let read = tokio::select! {
+            let ready = tokio::select! {
                 biased;
                 _ = shutdown.cancelled(), if self.buf.is_empty() => return NextHead::Closed,
-                read = tokio::time::timeout_at(deadline, self.stream.read_buf(&mut self.buf)) => read,
+                ready = tokio::time::timeout_at(deadline, self.stream.readable()) => ready,
             };
-            match read {
-                Ok(Ok(0)) | Ok(Err(_)) => return NextHead::Closed,
-                Ok(Ok(_)) => {}
+            match ready {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return NextHead::Closed,
                 Err(_elapsed) if self.buf.is_empty() => return NextHead::Closed,
                 Err(_elapsed) => {
                     return NextHead::Refuse(StatusCode::REQUEST_TIMEOUT, "request head not received in time");
                 }
             }
+            match self.read_into_scratch() {
+                Read::Head(head) => return NextHead::Head(head),
+                Read::More => {}
+                Read::Closed => return NextHead::Closed,
+                Read::Refuse(status, message) => return NextHead::Refuse(status, message),
+            }
         }
+    }
+
+    /// Reads what the socket has into this worker's scratch buffer and, when nothing was buffered before, parses
+    /// the head right there. Only an incomplete head or pipelined bytes after a complete one are copied into the
+    /// connection's own buffer, so most connections never hold one.
+    fn read_into_scratch(&mut self) -> Read {
+        SCRATCH.with_borrow_mut(|scratch| match self.stream.try_read(&mut scratch[..]) {
+            Ok(0) => Read::Closed,
+            Ok(n) if self.buf.is_empty() => match parse_request_head(&scratch[..n], &self.ctx.head_limits) {
+                Ok(Parsed::Complete(head)) => {
+                    self.buf.extend_from_slice(&scratch[head.len..n]);
+                    Read::Head(head)
+                }
+                Ok(Parsed::Partial) => {
+                    self.buf.extend_from_slice(&scratch[..n]);
+                    Read::More
+                }
+                Err(e) => Read::Refuse(e.status, e.message),
+            },
+            Ok(n) => {
+                self.buf.extend_from_slice(&scratch[..n]);
+                Read::More
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Read::More,
+            Err(_) => Read::Closed,
+        })
     }
 
     /// Serves one request; returns whether the connection may carry another.
