@@ -2,6 +2,8 @@
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock rustfmt.toml ./
+COPY .cargo .cargo
+COPY benches benches
 COPY src src
 COPY migrations migrations
 RUN cargo build --locked --release && strip target/release/blobgate
