@@ -200,3 +200,36 @@ fn cold_blobs_are_sent_from_the_blocking_pool_byte_exact() {
     assert!(server.get("/cold/big.bin", &[]).body == bytes);
     assert_eq!(server.metric("blobgate_cold_chunks_total"), before);
 }
+
+#[test]
+fn aborted_downloads_release_their_fds_and_nothing_spins() {
+    use std::io::Read;
+    use std::os::fd::AsFd;
+    let env = TestEnv::new();
+    env.bucket("abrt", true);
+    env.put_bytes("abrt", "big.bin", &test_bytes(32 << 20, 3), &[]);
+    let server = env.serve();
+    let fds = || std::fs::read_dir(format!("/proc/{}/fd", server.pid())).unwrap().count();
+    assert_eq!(server.get("/abrt/big.bin", &[("Range", "bytes=0-0")]).status, 206);
+    std::thread::sleep(Duration::from_millis(200));
+    let baseline = fds();
+    // Twenty clients start the download, read a little, and reset their connections.
+    for _ in 0..20 {
+        let mut conn = Conn::open(server.data);
+        conn.send(&raw_request("GET", "/abrt/big.bin", &[], true));
+        let mut chunk = [0u8; 65536];
+        let _ = conn.stream.read(&mut chunk);
+        let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+        nix::sys::socket::setsockopt(&conn.stream.as_fd(), nix::sys::socket::sockopt::Linger, &linger).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fds() > baseline {
+        assert!(Instant::now() < deadline, "fds not released: {} open, {baseline} before", fds());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // And the server is idle afterwards: no task is left polling a dead socket.
+    let before = cpu_seconds(server.pid());
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(cpu_seconds(server.pid()) - before < 0.2, "the server keeps working after the aborts");
+    assert!(server.metric("blobgate_aborted_responses_total") >= 20.0);
+}
