@@ -98,77 +98,79 @@ impl Catalog {
     }
 
     pub async fn bucket(&self, name: &str) -> Result<Option<Arc<Bucket>>, MetadataError> {
-        self.fresh().await?;
-        if let Some(hit) = self.buckets.get(name) {
-            return Ok(hit);
-        }
-        let stamp = self.stamp();
-        let name_parsed = crate::names::BucketName::parse(name).ok();
-        let found = match name_parsed {
-            Some(n) => self.meta.bucket(&n).await?.map(Arc::new),
-            None => None,
-        };
-        self.buckets.insert(name.to_owned(), found.clone());
-        if self.stamp() != stamp {
-            self.buckets.remove(name);
-        }
-        Ok(found)
+        self.read_through(
+            &self.buckets,
+            name,
+            || name.to_owned(),
+            || async {
+                match crate::names::BucketName::parse(name) {
+                    Ok(n) => Ok(self.meta.bucket(&n).await?.map(Arc::new)),
+                    Err(_) => Ok(None),
+                }
+            },
+        )
+        .await
     }
 
     pub async fn object(&self, bucket_id: i64, key: &str) -> Result<Option<Arc<ObjectEntry>>, MetadataError> {
-        self.fresh().await?;
-        if let Some(hit) = self.objects.get(&ObjectLookup(bucket_id, key)) {
-            return Ok(hit);
-        }
-        let stamp = self.stamp();
-        let found = self.meta.object_by_key(bucket_id, key).await?.map(|r| Arc::new(ObjectEntry::new(r)));
-        self.objects.insert((bucket_id, key.to_owned()), found.clone());
-        if self.stamp() != stamp {
-            self.objects.remove(&ObjectLookup(bucket_id, key));
-        }
-        Ok(found)
+        let lookup = ObjectLookup(bucket_id, key);
+        self.read_through(
+            &self.objects,
+            &lookup,
+            || (bucket_id, key.to_owned()),
+            || async { Ok(self.meta.object_by_key(bucket_id, key).await?.map(|r| Arc::new(ObjectEntry::new(r)))) },
+        )
+        .await
     }
 
     pub async fn token(&self, id: &str) -> Result<Option<Arc<TokenRecord>>, MetadataError> {
-        self.fresh().await?;
-        if let Some(hit) = self.tokens.get(id) {
-            return Ok(hit);
-        }
-        let stamp = self.stamp();
-        let found = self.meta.token(id).await?.map(Arc::new);
-        self.tokens.insert(id.to_owned(), found.clone());
-        if self.stamp() != stamp {
-            self.tokens.remove(id);
-        }
-        Ok(found)
+        self.read_through(&self.tokens, id, || id.to_owned(), || async { Ok(self.meta.token(id).await?.map(Arc::new)) })
+            .await
     }
 
     pub async fn signing_key(&self, id: &str) -> Result<Option<Arc<SigningKey>>, MetadataError> {
-        self.fresh().await?;
-        if let Some(hit) = self.signing_keys.get(id) {
-            return Ok(hit);
-        }
-        let stamp = self.stamp();
-        let found = self.meta.signing_key(id).await?.map(Arc::new);
-        self.signing_keys.insert(id.to_owned(), found.clone());
-        if self.stamp() != stamp {
-            self.signing_keys.remove(id);
-        }
-        Ok(found)
+        self.read_through(
+            &self.signing_keys,
+            id,
+            || id.to_owned(),
+            || async { Ok(self.meta.signing_key(id).await?.map(Arc::new)) },
+        )
+        .await
     }
 
     pub async fn signature_revoked(&self, signature: &str) -> Result<bool, MetadataError> {
+        self.read_through(&self.revoked, signature, || signature.to_owned(), || self.meta.signature_revoked(signature))
+            .await
+    }
+
+    /// The one cache protocol, shared by every cached table: catch up with the change log if the generation
+    /// moved, serve a hit, else read the database and insert, removing the insert again if a change landed
+    /// meanwhile (see "Races" in the module doc).
+    async fn read_through<K, Q, V, F, Fut>(
+        &self,
+        cache: &Cache<K, V>,
+        lookup: &Q,
+        owned_key: impl FnOnce() -> K,
+        fetch: F,
+    ) -> Result<V, MetadataError>
+    where
+        K: Eq + Hash + Clone,
+        Q: Hash + Equivalent<K> + ?Sized,
+        V: Clone,
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<V, MetadataError>>,
+    {
         self.fresh().await?;
-        if let Some(hit) = self.revoked.get(signature) {
+        if let Some(hit) = cache.get(lookup) {
             return Ok(hit);
         }
         let stamp = self.stamp();
-        let revoked = self.meta.signature_revoked(signature).await?;
-        self.revoked.insert(signature.to_owned(), revoked);
+        let found = fetch().await?;
+        cache.insert(owned_key(), found.clone());
         if self.stamp() != stamp {
-            self.revoked.remove(signature);
+            cache.remove(lookup);
         }
-        Ok(revoked)
+        Ok(found)
     }
 
     /// The open blob for `sha256`, opening it (off the event loop) on a miss. Failures are never cached.
