@@ -55,7 +55,7 @@ pub struct SendOptions {
     pub chunk: usize,
     pub progress_timeout: Duration,
     /// Bounds concurrent pool sends (cold and bulk chunks) across all connections.
-    pub cold_reads: Arc<Semaphore>,
+    pub pool_sends: Arc<Semaphore>,
 }
 
 /// Chunks smaller than this are sent inline without a residency probe: a cold small read costs about one disk
@@ -124,7 +124,9 @@ async fn send_segments(
     observer: &impl SendObserver,
     report: &mut SendReport,
 ) {
-    let more_follows = !body.segments.is_empty();
+    // MSG_MORE only when bytes really follow: a head with MSG_MORE and nothing after it waits in the kernel for
+    // the cork timer (200 ms) before it leaves.
+    let more_follows = body.total_len() > 0;
     if let Err(outcome) = send_bytes(stream, head, more_follows, options.progress_timeout).await {
         report.outcome = outcome;
         return;
@@ -183,7 +185,7 @@ async fn send_region(
         // sendfile advances `position` by what it sent; the file's own offset is never used, so one open file
         // can serve many concurrent ranges.
         let result = if offload {
-            send_from_pool(stream, file, &mut position, want, &options.cold_reads).await
+            send_from_pool(stream, file, &mut position, want, &options.pool_sends).await
         } else {
             stream.try_io(Interest::WRITABLE, || {
                 nix::sys::sendfile::sendfile(raw(stream), &**file, Some(&mut position), want).map_err(io::Error::from)
