@@ -93,6 +93,17 @@ pub enum Denial {
     Forbidden,
 }
 
+/// Whether a token may be used at all at `now`: not revoked, not expired.
+pub fn check_liveness(token: &TokenRecord, now: i64) -> Result<(), Denial> {
+    if token.revoked_at.is_some() {
+        return Err(Denial::Revoked);
+    }
+    if token.expires_at.is_some_and(|at| now >= at) {
+        return Err(Denial::Expired);
+    }
+    Ok(())
+}
+
 pub fn check_token(
     token: &TokenRecord,
     bucket_id: Option<i64>,
@@ -100,12 +111,7 @@ pub fn check_token(
     access: Access,
     now: i64,
 ) -> Result<(), Denial> {
-    if token.revoked_at.is_some() {
-        return Err(Denial::Revoked);
-    }
-    if token.expires_at.is_some_and(|at| now >= at) {
-        return Err(Denial::Expired);
-    }
+    check_liveness(token, now)?;
     if bucket_id != Some(token.bucket_id) || !key.starts_with(&token.prefix) {
         return Err(Denial::Forbidden);
     }
@@ -188,15 +194,19 @@ async fn authorize_token(
     key: &ObjectKey,
     access: Access,
 ) -> Result<(), ApiError> {
-    let record = live_token(app, presented).await?;
-    match check_token(&record, bucket_id, key.as_str(), access, unix_now()) {
-        Ok(()) => Ok(()),
-        Err(denial) => Err(denied(denial)),
-    }
+    let record = known_token(app, presented).await?;
+    check_token(&record, bucket_id, key.as_str(), access, unix_now()).map_err(denied)
 }
 
 /// The token presented as `Authorization: Bearer`, if it exists and is neither revoked nor expired.
 async fn live_token(app: &AppState, presented: &str) -> Result<Arc<TokenRecord>, ApiError> {
+    let record = known_token(app, presented).await?;
+    check_liveness(&record, unix_now()).map_err(denied)?;
+    Ok(record)
+}
+
+/// The stored token whose hash matches the presented one, whatever its state.
+async fn known_token(app: &AppState, presented: &str) -> Result<Arc<TokenRecord>, ApiError> {
     let record = match token::token_id(presented) {
         Some(id) => app.catalog.token(id).await?,
         None => None,
@@ -208,12 +218,6 @@ async fn live_token(app: &AppState, presented: &str) -> Result<Arc<TokenRecord>,
         crate::metrics::auth_failure("unknown_token");
         return Err(ApiError::Unauthorized("invalid token"));
     };
-    if record.revoked_at.is_some() {
-        return Err(denied(Denial::Revoked));
-    }
-    if record.expires_at.is_some_and(|at| unix_now() >= at) {
-        return Err(denied(Denial::Expired));
-    }
     Ok(record)
 }
 

@@ -28,9 +28,9 @@ use crate::metrics::downloads::DownloadRecorder;
 use head::HeadLimits;
 use sendfile::SendOptions;
 
-/// Concurrent cold-chunk sends (disk reads) across all workers: enough to keep a disk busy, few enough that
+/// Concurrent pool sends (cold or bulk chunks) across all workers: enough to keep a disk busy, few enough that
 /// cold downloads cannot take every blocking thread.
-const COLD_READS: usize = 16;
+const POOL_SENDS: usize = 16;
 
 /// Everything a connection needs, shared by all of them.
 pub struct DriverContext {
@@ -56,7 +56,7 @@ impl DriverContext {
             send: SendOptions {
                 chunk: settings.limits.sendfile_chunk_bytes,
                 progress_timeout: settings.timeouts.send_progress,
-                cold_reads: Arc::new(Semaphore::new(COLD_READS)),
+                pool_sends: Arc::new(Semaphore::new(POOL_SENDS)),
             },
             metrics: DriverMetrics::new(),
             recorder,
