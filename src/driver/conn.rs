@@ -112,24 +112,20 @@ impl Connection {
                 }
             }
             let deadline = head_deadline.unwrap_or(idle_deadline);
-            let ready = tokio::select! {
+            let read = tokio::select! {
                 biased;
                 _ = shutdown.cancelled(), if self.buf.is_empty() => return NextHead::Closed,
-                ready = tokio::time::timeout_at(deadline, self.stream.readable()) => ready,
+                read = tokio::time::timeout_at(deadline, std::future::poll_fn(|cx| self.poll_read_into_scratch(cx))) => read,
             };
-            match ready {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return NextHead::Closed,
+            match read {
+                Ok(Read::Head(head)) => return NextHead::Head(head),
+                Ok(Read::More) => {}
+                Ok(Read::Closed) => return NextHead::Closed,
+                Ok(Read::Refuse(status, message)) => return NextHead::Refuse(status, message),
                 Err(_elapsed) if self.buf.is_empty() => return NextHead::Closed,
                 Err(_elapsed) => {
                     return NextHead::Refuse(StatusCode::REQUEST_TIMEOUT, "request head not received in time");
                 }
-            }
-            match self.read_into_scratch() {
-                Read::Head(head) => return NextHead::Head(head),
-                Read::More => {}
-                Read::Closed => return NextHead::Closed,
-                Read::Refuse(status, message) => return NextHead::Refuse(status, message),
             }
         }
     }
@@ -137,27 +133,42 @@ impl Connection {
     /// Reads what the socket has into this worker's scratch buffer and, when nothing was buffered before, parses
     /// the head right there. Only an incomplete head or pipelined bytes after a complete one are copied into the
     /// connection's own buffer, so most connections never hold one.
-    fn read_into_scratch(&mut self) -> Read {
-        SCRATCH.with_borrow_mut(|scratch| match self.stream.try_read(&mut scratch[..]) {
-            Ok(0) => Read::Closed,
-            Ok(n) if self.buf.is_empty() => match parse_request_head(&scratch[..n], &self.ctx.head_limits) {
+    ///
+    /// This goes through `AsyncRead::poll_read` rather than `readable()` + `try_read`: a read that leaves the
+    /// buffer part-empty has drained the socket, and tokio then clears the readiness itself. With `try_read`,
+    /// the next request would start with a `recvfrom` that can only fail with EAGAIN.
+    fn poll_read_into_scratch(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Read> {
+        use tokio::io::AsyncRead;
+        SCRATCH.with_borrow_mut(|scratch| {
+            let mut read_buf = tokio::io::ReadBuf::new(&mut scratch[..]);
+            let n = match std::pin::Pin::new(&mut self.stream).poll_read(cx, &mut read_buf) {
+                std::task::Poll::Pending => return std::task::Poll::Pending,
+                std::task::Poll::Ready(Err(_)) => return std::task::Poll::Ready(Read::Closed),
+                std::task::Poll::Ready(Ok(())) => read_buf.filled().len(),
+            };
+            std::task::Poll::Ready(self.take_read(&scratch[..n]))
+        })
+    }
+
+    fn take_read(&mut self, read: &[u8]) -> Read {
+        match read.len() {
+            0 => Read::Closed,
+            n if self.buf.is_empty() => match parse_request_head(read, &self.ctx.head_limits) {
                 Ok(Parsed::Complete(head)) => {
-                    self.buf.extend_from_slice(&scratch[head.len..n]);
+                    self.buf.extend_from_slice(&read[head.len..n]);
                     Read::Head(head)
                 }
                 Ok(Parsed::Partial) => {
-                    self.buf.extend_from_slice(&scratch[..n]);
+                    self.buf.extend_from_slice(read);
                     Read::More
                 }
                 Err(e) => Read::Refuse(e.status, e.message),
             },
-            Ok(n) => {
-                self.buf.extend_from_slice(&scratch[..n]);
+            _ => {
+                self.buf.extend_from_slice(read);
                 Read::More
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Read::More,
-            Err(_) => Read::Closed,
-        })
+        }
     }
 
     /// Serves one request; returns whether the connection may carry another.

@@ -40,6 +40,9 @@ pub enum ApiError {
     InsufficientStorage,
     #[error("not ready")]
     NotReady,
+    /// Authorisation and lookup did not finish within `timeouts.handler` (a stuck database, say).
+    #[error("the request was not handled in time")]
+    HandlerTimeout,
     /// The object exists but its blob is missing or unreadable.
     #[error("object data unavailable")]
     BlobUnavailable(#[source] std::io::Error),
@@ -63,6 +66,7 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::InsufficientStorage => (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage"),
             ApiError::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
+            ApiError::HandlerTimeout => (StatusCode::SERVICE_UNAVAILABLE, "handler_timeout"),
             ApiError::BlobUnavailable(_) => (StatusCode::INTERNAL_SERVER_ERROR, "object_data_unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
         }

@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod conditional;
+pub mod deadline;
 pub mod disposition;
 pub mod error;
 pub mod multipart;
@@ -16,7 +17,6 @@ use std::sync::atomic::AtomicBool;
 use axum::Router;
 use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusHandle;
-use tower_http::timeout::TimeoutLayer;
 
 use crate::catalog::Catalog;
 use crate::config::Settings;
@@ -57,7 +57,7 @@ pub fn data_router(state: AppState) -> Router {
     let handler_timeout = state.settings.timeouts.handler;
     Router::new()
         .fallback(get(object::get_object).head(object::get_object).fallback(object::get_object))
-        .layer(TimeoutLayer::with_status_code(http::StatusCode::SERVICE_UNAVAILABLE, handler_timeout))
+        .layer(deadline::DeadlineLayer::new(handler_timeout))
         // No TraceLayer here: its per-request span cost a few percent of a small download's CPU. The driver logs
         // every response itself (`blobgate::driver` at debug), which costs nothing when that level is off.
         .with_state(state)
