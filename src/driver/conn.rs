@@ -1,4 +1,4 @@
-//! One data connection: read a head, call the router, write the response, repeat (keep-alive and pipelining,
+//! One data connection: read a head, call the application service, write the response, repeat (keep-alive and pipelining,
 //! strictly in order). Timeouts: `header_read` from accept or from the first byte of a request until its head is
 //! complete, `keep_alive_idle` between requests, and `send_progress` while a response is being written.
 
@@ -15,9 +15,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
-use super::DriverContext;
 use super::head::{Parsed, Persistence, RequestHead, parse_request_head, write_response_head};
 use super::sendfile::{SendOutcome, send_bytes, send_file_response};
+use super::{DataService, DriverContext};
 use crate::file_body::{DownloadKind, FileBody, ObjectRef};
 use crate::http::error::ApiError;
 use crate::metrics::downloads::{DownloadRecord, Outcome, RecordKind};
@@ -55,18 +55,18 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Box<[u8]>> = std::cell::RefCell::new(vec![0u8; SCRATCH_BYTES].into_boxed_slice());
 }
 
-pub(crate) struct Connection {
+pub(crate) struct Connection<S> {
     stream: TcpStream,
     peer: SocketAddr,
     /// Bytes read but not yet parsed; may hold the start of the next pipelined request.
     buf: BytesMut,
     /// Response heads are serialised here; reused for every response on the connection.
     out: Vec<u8>,
-    ctx: Arc<DriverContext>,
+    ctx: Arc<DriverContext<S>>,
 }
 
-impl Connection {
-    pub(crate) fn new(stream: TcpStream, peer: SocketAddr, ctx: Arc<DriverContext>) -> Self {
+impl<S: DataService> Connection<S> {
+    pub(crate) fn new(stream: TcpStream, peer: SocketAddr, ctx: Arc<DriverContext<S>>) -> Self {
         Self { stream, peer, buf: BytesMut::new(), out: Vec::new(), ctx }
     }
 
@@ -186,7 +186,7 @@ impl Connection {
         *request.uri_mut() = head.uri;
         *request.version_mut() = head.version;
         *request.headers_mut() = head.headers;
-        let Ok(mut response) = self.ctx.router.clone().oneshot(request).await;
+        let Ok(mut response) = self.ctx.service.clone().oneshot(request).await;
         if let Some((method, uri)) = logged {
             tracing::debug!(peer = %self.peer, %method, path = uri.path(), status = response.status().as_u16(), "response");
         }

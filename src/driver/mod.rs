@@ -1,7 +1,7 @@
 //! The data listener: our own HTTP/1.1 server, because hyper cannot hand a file to `sendfile(2)`.
 //!
 //! - `mod.rs`: the accept loop (connection cap, accept back-off, shutdown) and the shared context.
-//! - `conn.rs`: the per-connection loop; calls the axum `Router` as a tower `Service`.
+//! - `conn.rs`: the per-connection loop; calls the application (any axum-compatible tower `Service`).
 //! - `head.rs`: pure request-head parsing and response-head writing.
 //! - `sendfile.rs`: the only code that touches raw fds: `send(MSG_MORE)` for heads, `sendfile` for bodies.
 
@@ -15,7 +15,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use axum::Router;
+use std::convert::Infallible;
+
+use axum::body::Body;
+use axum::response::Response;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -32,9 +35,31 @@ use sendfile::SendOptions;
 /// cold downloads cannot take every blocking thread.
 const POOL_SENDS: usize = 16;
 
+/// What the driver calls for each request: a tower `Service` from `http::Request<axum::body::Body>` to an axum
+/// `Response`. An axum `Router` is one; production uses the object handler under its layers
+/// (`http::data_service`).
+pub trait DataService:
+    tower::Service<http::Request<Body>, Response = Response, Error = Infallible, Future: Send>
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S> DataService for S where
+    S: tower::Service<http::Request<Body>, Response = Response, Error = Infallible, Future: Send>
+        + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// Everything a connection needs, shared by all of them.
-pub struct DriverContext {
-    pub router: Router,
+pub struct DriverContext<S> {
+    /// Cloned per request (a reference count) because `oneshot` takes the service by value.
+    pub service: S,
     pub head_limits: HeadLimits,
     pub timeouts: crate::config::Timeouts,
     pub send: SendOptions,
@@ -43,10 +68,10 @@ pub struct DriverContext {
     pub recorder: DownloadRecorder,
 }
 
-impl DriverContext {
-    pub fn new(router: Router, settings: &Settings, recorder: DownloadRecorder) -> Self {
+impl<S: DataService> DriverContext<S> {
+    pub fn new(service: S, settings: &Settings, recorder: DownloadRecorder) -> Self {
         Self {
-            router,
+            service,
             head_limits: HeadLimits {
                 max_head_bytes: settings.limits.max_head_bytes,
                 max_headers: settings.limits.max_headers,
@@ -84,9 +109,9 @@ pub fn bind_data_listeners(addr: SocketAddr, count: usize) -> io::Result<Vec<std
 /// Runs one data worker per listener, each a thread with its own single-threaded tokio runtime: a connection
 /// lives its whole life on one thread, with no work-stealing or cross-thread wake-ups on the request path.
 /// Each worker returns after `shutdown` once its connections have finished, or after `grace`.
-pub fn spawn_workers(
+pub fn spawn_workers<S: DataService>(
     listeners: Vec<std::net::TcpListener>,
-    ctx: Arc<DriverContext>,
+    ctx: Arc<DriverContext<S>>,
     max_connections: usize,
     shutdown: CancellationToken,
     grace: Duration,
@@ -131,9 +156,9 @@ pub fn spawn_workers(
 
 /// Accepts connections until `shutdown` fires, then returns (dropping the listener, so new connections are
 /// refused). Connection tasks are spawned on `tracker` so the caller can wait for in-flight responses.
-pub async fn serve(
+pub async fn serve<S: DataService>(
     listener: TcpListener,
-    ctx: Arc<DriverContext>,
+    ctx: Arc<DriverContext<S>>,
     slots: Arc<Semaphore>,
     shutdown: CancellationToken,
     tracker: TaskTracker,

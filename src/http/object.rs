@@ -12,10 +12,10 @@
 use std::time::SystemTime;
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
-use http::header::{self, HeaderMap, HeaderValue};
-use http::{Method, StatusCode, Uri};
+use http::header::{self, HeaderValue};
+use http::{Method, StatusCode};
 
 use super::AppState;
 use super::conditional::{self, Precondition, Validators};
@@ -26,12 +26,9 @@ use super::representation::{REPR_DIGEST, disposition_value};
 use crate::file_body::{DownloadKind, FileBody, Segment};
 use crate::names::parse_object_path;
 
-pub async fn get_object(
-    State(app): State<AppState>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
+// The whole request by value rather than `Method`, `Uri` and `HeaderMap` extractors, which clone each part.
+pub async fn get_object(State(app): State<AppState>, request: Request) -> Result<Response, ApiError> {
+    let (http::request::Parts { method, uri, headers, .. }, _no_body) = request.into_parts();
     if method != Method::GET && method != Method::HEAD {
         return Err(ApiError::MethodNotAllowed);
     }
