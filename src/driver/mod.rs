@@ -142,7 +142,9 @@ pub fn spawn_workers<S: DataService>(
                     Err(e) => return tracing::error!(error = %e, "data worker cannot use its listener"),
                 };
                 let tracker = TaskTracker::new();
+                let anchor = tokio::spawn(anchor_timer_wheel());
                 serve(listener, ctx, slots, shutdown, tracker.clone()).await;
+                anchor.abort();
                 tracker.close();
                 if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
                     tracing::warn!(open = tracker.len(), "shutdown grace period over; dropping remaining connections");
@@ -152,6 +154,22 @@ pub fn spawn_workers<S: DataService>(
         workers.push(worker);
     }
     Ok(workers)
+}
+
+/// Keeps a timer on this worker's wheel that is never more than `ANCHOR_PERIOD` away.
+///
+/// Registering a tokio timer earlier than every other one on the wheel "unparks" the driver: a `write(2)` to its
+/// eventfd, even on a current-thread runtime whose only thread is the one registering. With few connections, every
+/// new header or idle deadline is the earliest, so each request paid for that write and for the extra
+/// `epoll_wait` it causes. With this anchor, the request timers (seconds away) are never the earliest; the anchor
+/// itself costs one such write per period.
+async fn anchor_timer_wheel() {
+    const ANCHOR_PERIOD: Duration = Duration::from_millis(500);
+    let mut tick = tokio::time::interval(ANCHOR_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+    }
 }
 
 /// Accepts connections until `shutdown` fires, then returns (dropping the listener, so new connections are
