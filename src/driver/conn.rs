@@ -1,9 +1,10 @@
-//! One data connection: read a head, call the application service, write the response, repeat (keep-alive and pipelining,
-//! strictly in order). Timeouts: `header_read` from accept or from the first byte of a request until its head is
+//! One data connection: read a head, call the application service, write the response, repeat (keep-alive and
+//! pipelining, strictly in order). Timeouts: `header_read` from accept or from the first byte of a request until its head is
 //! complete, `keep_alive_idle` between requests, and `send_progress` while a response is being written.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
@@ -137,19 +138,20 @@ impl<S: DataService> Connection<S> {
     /// This goes through `AsyncRead::poll_read` rather than `readable()` + `try_read`: a read that leaves the
     /// buffer part-empty has drained the socket, and tokio then clears the readiness itself. With `try_read`,
     /// the next request would start with a `recvfrom` that can only fail with EAGAIN.
-    fn poll_read_into_scratch(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Read> {
+    fn poll_read_into_scratch(&mut self, cx: &mut Context<'_>) -> Poll<Read> {
         use tokio::io::AsyncRead;
         SCRATCH.with_borrow_mut(|scratch| {
             let mut read_buf = tokio::io::ReadBuf::new(&mut scratch[..]);
             let n = match std::pin::Pin::new(&mut self.stream).poll_read(cx, &mut read_buf) {
-                std::task::Poll::Pending => return std::task::Poll::Pending,
-                std::task::Poll::Ready(Err(_)) => return std::task::Poll::Ready(Read::Closed),
-                std::task::Poll::Ready(Ok(())) => read_buf.filled().len(),
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(_)) => return Poll::Ready(Read::Closed),
+                Poll::Ready(Ok(())) => read_buf.filled().len(),
             };
-            std::task::Poll::Ready(self.take_read(&scratch[..n]))
+            Poll::Ready(self.take_read(&scratch[..n]))
         })
     }
 
+    /// Takes `read` (fresh bytes, empty at EOF): parses it in place when nothing was buffered, else appends it.
     fn take_read(&mut self, read: &[u8]) -> Read {
         match read.len() {
             0 => Read::Closed,

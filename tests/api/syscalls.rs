@@ -114,6 +114,79 @@ fn object_bytes_leave_by_sendfile_only() {
     }
 }
 
+/// Calls per syscall name in an `strace -f -o` file, and how many of them failed with EAGAIN. With
+/// `threads_that_made`, only the calls of threads that made that syscall at least once count.
+fn count_calls(path: &Path, threads_that_made: Option<&str>) -> std::collections::HashMap<String, (u64, u64)> {
+    let text = std::fs::read_to_string(path).expect("strace output");
+    let tid = |line: &str| line.split_whitespace().next().unwrap_or("").to_owned();
+    let only: Option<std::collections::HashSet<String>> =
+        threads_that_made.map(|call| text.lines().filter(|l| l.contains(&format!(" {call}("))).map(tid).collect());
+    let mut counts = std::collections::HashMap::new();
+    for line in text.lines().filter(|l| !l.contains("<unfinished")) {
+        if only.as_ref().is_some_and(|threads| !threads.contains(&tid(line))) {
+            continue;
+        }
+        let rest = line.trim_start_matches(|c: char| c.is_ascii_digit()).trim_start();
+        let name = match rest.strip_prefix("<... ") {
+            Some(r) => r.split_whitespace().next().unwrap_or(""),
+            None => rest.split('(').next().unwrap_or(""),
+        };
+        let entry: &mut (u64, u64) = counts.entry(name.to_owned()).or_default();
+        entry.0 += 1;
+        entry.1 += u64::from(line.contains("EAGAIN"));
+    }
+    counts
+}
+
+/// A small download on a kept-alive connection costs three syscalls: the request's `recvfrom`, the head's `sendto` and the body's
+/// `sendfile`. Guards two regressions that each added a syscall per request: a `recvfrom` that can only fail with
+/// EAGAIN before every wait for the next request, and an eventfd `write` from registering a timer that is the
+/// earliest on tokio's wheel (the handler deadline, or the idle deadline with few connections).
+#[test]
+fn a_small_request_costs_three_syscalls() {
+    assert!(strace_available(), "strace is required for this test (.ci/run installs it: apt-get install -y strace)");
+    let env = TestEnv::new();
+    env.bucket("small", false);
+    let bytes = test_bytes(4096, 7);
+    env.put_bytes("small", "a.bin", &bytes, &[]);
+    let token = env.token("small", "read", &[]);
+    let auth = format!("Bearer {token}");
+    let trace_file = env.dir.path().join("small.strace");
+    let trace_arg = trace_file.to_str().unwrap().to_owned();
+    let mut server = env.serve_with(&[], &["strace", "-f", "-qq", "-s", "0", "-o", &trace_arg]);
+    // 100 connections one after another, 4 requests each: a new connection's first idle deadline, registered
+    // while the worker has no other timer, is the case that unparked the driver before the timer anchor.
+    const CONNECTIONS: u64 = 100;
+    const REQUESTS: u64 = CONNECTIONS * 4;
+    for _ in 0..CONNECTIONS {
+        let mut conn = Conn::open(server.data);
+        for _ in 0..REQUESTS / CONNECTIONS {
+            conn.send(&raw_request("GET", "/small/a.bin", &[("Authorization", auth.as_str())], false));
+            let response = conn.read_response(false).expect("a response");
+            assert_eq!(response.status, 200);
+            assert!(response.body == bytes);
+        }
+    }
+    assert_eq!(server.stop(), Some(0), "server log:\n{}", server.log());
+    // Count on the data workers' threads only (those that ran sendfile): start-up, the admin runtime and the
+    // stats batcher have their own threads and wake-ups.
+    let counts = count_calls(&trace_file, Some("sendfile"));
+    let calls = |name: &str| counts.get(name).copied().unwrap_or_default();
+    eprintln!(
+        "per {REQUESTS} requests: {:?}",
+        ["recvfrom", "sendto", "sendfile", "write", "epoll_wait"].map(|n| (n, calls(n)))
+    );
+    assert_eq!(calls("sendfile").0, REQUESTS, "one sendfile per 4 KiB body");
+    assert!(calls("sendto").0 >= REQUESTS, "one send per head");
+    // The worker's timer anchor adds a wake-up per 500 ms, not one per request.
+    assert!(calls("recvfrom").1 < REQUESTS / 20, "recvfrom failed with EAGAIN {} times", calls("recvfrom").1);
+    assert!(
+        calls("write").0 < REQUESTS / 20,
+        "{} write calls (eventfd wake-ups) for {REQUESTS} requests",
+        calls("write").0
+    );
+}
+
 #[test]
 fn the_trace_parser_counts_like_compare_py() {
     let dir = tempfile::tempdir().unwrap();
