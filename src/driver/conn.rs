@@ -41,7 +41,7 @@ enum NextHead {
 #[allow(clippy::large_enum_variant)]
 enum Read {
     Head(RequestHead),
-    /// Nothing complete yet (or a spurious wake-up): wait for more.
+    /// Bytes read, but no complete head yet: wait for more.
     More,
     Closed,
     Refuse(StatusCode, &'static str),

@@ -112,10 +112,14 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
         .map_err(|_| HeadError::new(StatusCode::BAD_REQUEST, "malformed method"))?;
     // One copy of the head; the target and every header value are views into it rather than a copy each.
     let owned = bytes::Bytes::copy_from_slice(&buf[..len]);
-    // httparse hands out subslices of `buf`, so each one's offset in `buf` is its offset in `owned`.
+    // httparse hands out subslices of `buf`, so each one's offset in `buf` is its offset in `owned`. Anything
+    // else (it would be an httparse bug) is copied rather than trusted.
     let view = |part: &[u8]| {
-        let start = part.as_ptr() as usize - buf.as_ptr() as usize;
-        owned.slice(start..start + part.len())
+        let start = (part.as_ptr() as usize).checked_sub(buf.as_ptr() as usize);
+        match start.filter(|start| start + part.len() <= owned.len()) {
+            Some(start) => owned.slice(start..start + part.len()),
+            None => bytes::Bytes::copy_from_slice(part),
+        }
     };
     let uri = parse_target(target, view(target.as_bytes()), &method)?;
 
