@@ -10,12 +10,11 @@ pub mod head;
 pub mod sendfile;
 
 use std::cell::Cell;
+use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-
-use std::convert::Infallible;
 
 use axum::body::Body;
 use axum::response::Response;

@@ -14,11 +14,7 @@ pub mod upload;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use std::convert::Infallible;
-
-use axum::body::Body;
 use axum::handler::Handler;
-use axum::response::Response;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::catalog::Catalog;
@@ -63,13 +59,7 @@ pub struct AppParts {
 /// download made. The driver accepts any such `Service`, so a `Router` or further layers can go back on without
 /// touching it. No TraceLayer either: its per-request span cost a few percent of a small download's CPU; the
 /// driver logs every response itself (`blobgate::driver` at debug), which costs nothing when that level is off.
-pub fn data_service(
-    state: AppState,
-) -> impl tower::Service<http::Request<Body>, Response = Response, Error = Infallible, Future: Send>
-+ Clone
-+ Send
-+ Sync
-+ 'static {
+pub fn data_service(state: AppState) -> impl crate::driver::DataService {
     let handler_timeout = state.settings.timeouts.handler;
     tower::ServiceBuilder::new()
         .layer(deadline::DeadlineLayer::new(handler_timeout))
