@@ -127,8 +127,10 @@ fn timed_calls(path: &Path) -> Vec<Call> {
     let text = std::fs::read_to_string(path).expect("strace output");
     let mut calls = Vec::new();
     for line in text.lines().filter(|l| !l.contains("<unfinished")) {
-        let mut words = line.splitn(3, ' ');
-        let (Some(tid), Some(clock), Some(rest)) = (words.next(), words.next(), words.next()) else { continue };
+        // strace pads the thread id to a common width, so split on runs of spaces.
+        let mut words = line.split_whitespace();
+        let (Some(tid), Some(clock)) = (words.next(), words.next()) else { continue };
+        let rest = &line[line.find(clock).map_or(line.len(), |at| at + clock.len())..];
         let seconds = clock.split(':').try_fold(0.0, |acc, part| part.parse::<f64>().map(|v| acc * 60.0 + v));
         let Ok(at) = seconds else { continue };
         let name = match rest.trim_start().strip_prefix("<... ") {
@@ -205,6 +207,22 @@ fn a_small_request_costs_three_syscalls() {
         "{} write calls (eventfd wake-ups) for {REQUESTS} requests in {seconds:.2} s",
         count("write")
     );
+}
+
+#[test]
+fn the_timed_trace_parser_reads_padded_ids_and_resumed_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_file(
+        dir.path(),
+        "t.strace",
+        b"4324  11:23:07.738202 accept4(13,  <unfinished ...>\n\
+          4324  11:23:07.738248 <... accept4 resumed>{sa_family=AF_INET}, [128 => 16], 0) = 24\n\
+          12345 11:23:08.500000 recvfrom(24, \"\"..., 16384, 0, NULL, NULL) = -1 EAGAIN (Resource temporarily unavailable)\n",
+    );
+    let calls = timed_calls(&path);
+    let seen: Vec<(&str, &str, bool)> = calls.iter().map(|c| (c.tid.as_str(), c.name.as_str(), c.eagain)).collect();
+    assert_eq!(seen, [("4324", "accept4", false), ("12345", "recvfrom", true)]);
+    assert!((calls[1].at - calls[0].at - 0.761752).abs() < 1e-6);
 }
 
 #[test]
