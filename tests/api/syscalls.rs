@@ -20,6 +20,16 @@ struct Trace {
     copied_bytes: u64,
 }
 
+/// The syscall an strace line records, from the text after its thread id (and clock): `name(...` or, for the
+/// second half of an interrupted call, `<... name resumed>`.
+fn syscall_name(rest: &str) -> &str {
+    let rest = rest.trim_start();
+    match rest.strip_prefix("<... ") {
+        Some(resumed) => resumed.split_whitespace().next().unwrap_or(""),
+        None => rest.split('(').next().unwrap_or(""),
+    }
+}
+
 /// Sums an `strace -f -o` file the way `shared/bench/compare.py` does.
 fn parse_trace(path: &Path) -> Trace {
     let text = std::fs::read_to_string(path).expect("strace output");
@@ -28,12 +38,7 @@ fn parse_trace(path: &Path) -> Trace {
         if line.contains("<unfinished") {
             continue;
         }
-        let rest = line.trim_start_matches(|c: char| c.is_ascii_digit()).trim_start();
-        let name = if let Some(r) = rest.strip_prefix("<... ") {
-            r.split_whitespace().next().unwrap_or("")
-        } else {
-            rest.split('(').next().unwrap_or("")
-        };
+        let name = syscall_name(line.trim_start_matches(|c: char| c.is_ascii_digit()));
         let result = line.rsplit_once(") = ").and_then(|(_, r)| r.split_whitespace().next()?.parse::<i64>().ok());
         let moved = result.filter(|n| *n > 0).unwrap_or(0) as u64;
         if name == "sendfile" || name == "sendfile64" {
@@ -133,10 +138,7 @@ fn timed_calls(path: &Path) -> Vec<Call> {
         let rest = &line[line.find(clock).map_or(line.len(), |at| at + clock.len())..];
         let seconds = clock.split(':').try_fold(0.0, |acc, part| part.parse::<f64>().map(|v| acc * 60.0 + v));
         let Ok(at) = seconds else { continue };
-        let name = match rest.trim_start().strip_prefix("<... ") {
-            Some(r) => r.split_whitespace().next().unwrap_or(""),
-            None => rest.trim_start().split('(').next().unwrap_or(""),
-        };
+        let name = syscall_name(rest);
         calls.push(Call { tid: tid.to_owned(), at, name: name.to_owned(), eagain: line.contains("EAGAIN") });
     }
     calls
