@@ -30,6 +30,18 @@ pub struct Settings {
     pub timeouts: Timeouts,
     pub auth: AuthSettings,
     pub runtime: RuntimeSettings,
+    /// Fault injection for the test suite; every value is off by default.
+    pub faults: Faults,
+}
+
+/// Test-only fault injection: widens race windows so that tests can force an interleaving.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Faults {
+    /// When a pool sendfile finds the socket full, hold the pool thread until the socket is writable again (at
+    /// most this long) and a little after, so the writable edge reaches tokio before the connection task resumes.
+    #[serde(with = "humantime_serde")]
+    pub pool_wouldblock_hold: Duration,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -90,7 +102,7 @@ pub struct Timeouts {
     /// How long an idle keep-alive connection is kept open waiting for its next request.
     #[serde(with = "humantime_serde")]
     pub keep_alive_idle: Duration,
-    /// How long a response may make no progress (the client reads nothing) before the connection is dropped.
+    /// How long a response may make no progress (the peer acknowledges no bytes) before the connection is dropped.
     #[serde(with = "humantime_serde")]
     pub send_progress: Duration,
     /// How long a handler (auth, lookup, open) may take; this never covers the send.
@@ -115,6 +127,7 @@ impl Default for Settings {
             timeouts: Timeouts::default(),
             auth: AuthSettings::default(),
             runtime: RuntimeSettings::default(),
+            faults: Faults::default(),
         }
     }
 }
@@ -157,7 +170,8 @@ pub struct FlagOverrides {
 }
 
 /// Top-level keys; other `BLOBGATE_*` variables (such as `BLOBGATE_CONFIG`) are not settings.
-const SETTING_KEYS: &[&str] = &["data_dir", "listen", "admin_listen", "log", "limits", "timeouts", "auth", "runtime"];
+const SETTING_KEYS: &[&str] =
+    &["data_dir", "listen", "admin_listen", "log", "limits", "timeouts", "auth", "runtime", "faults"];
 
 impl Settings {
     /// Loads the layers. `config_file` is `--config`/`BLOBGATE_CONFIG`; when it is `None`, `config/default.toml` is

@@ -81,6 +81,7 @@ impl<S: DataService> DriverContext<S> {
                 chunk: settings.limits.sendfile_chunk_bytes,
                 progress_timeout: settings.timeouts.send_progress,
                 pool_sends: Arc::new(Semaphore::new(POOL_SENDS)),
+                pool_wouldblock_hold: settings.faults.pool_wouldblock_hold,
             },
             metrics: DriverMetrics::new(),
             recorder,

@@ -17,6 +17,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use nix::sys::socket::{MsgFlags, send};
@@ -56,6 +57,8 @@ pub struct SendOptions {
     pub progress_timeout: Duration,
     /// Bounds concurrent pool sends (cold and bulk chunks) across all connections.
     pub pool_sends: Arc<Semaphore>,
+    /// `faults.pool_wouldblock_hold`: zero except in tests.
+    pub pool_wouldblock_hold: Duration,
 }
 
 /// Chunks smaller than this are sent inline without a residency probe: a cold small read costs about one disk
@@ -185,7 +188,7 @@ async fn send_region(
         // sendfile advances `position` by what it sent; the file's own offset is never used, so one open file
         // can serve many concurrent ranges.
         let result = if offload {
-            send_from_pool(stream, file, &mut position, want, &options.pool_sends).await
+            send_from_pool(stream, file, &mut position, want, options).await
         } else {
             stream.try_io(Interest::WRITABLE, || {
                 nix::sys::sendfile::sendfile(raw(stream), &**file, Some(&mut position), want).map_err(io::Error::from)
@@ -216,11 +219,61 @@ fn retryable(e: &io::Error) -> bool {
     matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted)
 }
 
+/// Waits until the socket takes more bytes. It gives up (`Stalled`) only when the peer has acknowledged no bytes
+/// for a whole `timeout`, not when the socket merely stayed unwritable that long: Linux reports writability only
+/// once about a third of the send buffer has drained, which a steady slow reader can take longer than `timeout`
+/// to free while it is still reading.
 async fn wait_writable(stream: &TcpStream, timeout: Duration) -> Result<(), SendOutcome> {
-    match tokio::time::timeout(timeout, stream.writable()).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(SendOutcome::Aborted(e)),
-        Err(_) => Err(SendOutcome::Stalled),
+    let mut writable = std::pin::pin!(stream.writable());
+    // Writable at once in the common case: no clock and no syscall.
+    if let Poll::Ready(result) = std::future::poll_fn(|cx| Poll::Ready(writable.as_mut().poll(cx))).await {
+        return result.map_err(SendOutcome::Aborted);
+    }
+    let mut acked = bytes_acked(stream);
+    loop {
+        match tokio::time::timeout(timeout, writable.as_mut()).await {
+            Ok(result) => return result.map_err(SendOutcome::Aborted),
+            Err(_elapsed) => {
+                let now = bytes_acked(stream);
+                if now.is_none() || now == acked {
+                    return Err(SendOutcome::Stalled);
+                }
+                acked = now;
+            }
+        }
+    }
+}
+
+/// Bytes the peer has acknowledged on this connection (`TCP_INFO`'s `tcpi_bytes_acked`); `None` if the kernel
+/// would not say.
+fn bytes_acked(stream: &TcpStream) -> Option<u64> {
+    // SAFETY: tcp_info is plain integers, so all-zero is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `info` and `len` are live for the call, `len` holds the buffer's size (the kernel writes at most that
+    // and stores how much it wrote), and the fd is open while `stream` is borrowed.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            &mut info as *mut libc::tcp_info as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    // Kernels before 4.1 have no tcpi_bytes_acked and return a shorter struct.
+    let needed = std::mem::offset_of!(libc::tcp_info, tcpi_bytes_acked) + std::mem::size_of::<u64>();
+    (rc == 0 && len as usize >= needed).then_some(info.tcpi_bytes_acked)
+}
+
+/// Whether the socket has room for more bytes right now, asked of the kernel (`poll(2)` with a zero timeout). An
+/// error or hang-up counts as room, so that the next send reports it.
+fn socket_has_room(stream: &TcpStream) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let mut fds = [PollFd::new(raw(stream), PollFlags::POLLOUT)];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(_) => fds[0].revents().is_some_and(|r| !r.is_empty()),
+        Err(_) => true,
     }
 }
 
@@ -324,25 +377,48 @@ async fn send_from_pool(
     file: &Arc<File>,
     position: &mut libc::off_t,
     want: usize,
-    permits: &Arc<Semaphore>,
+    options: &SendOptions,
 ) -> io::Result<usize> {
-    let _permit = permits.clone().acquire_owned().await.map_err(io::Error::other)?;
-    let (socket, file, mut offset) = (stream.as_raw_fd(), file.clone(), *position);
+    let _permit = options.pool_sends.clone().acquire_owned().await.map_err(io::Error::other)?;
+    // The pool thread sends through its own descriptor of the socket: if this connection's future is dropped while
+    // the call runs, a borrowed fd number could by then name another connection's socket.
+    let socket = raw(stream).try_clone_to_owned()?;
+    let (file, mut offset, hold) = (file.clone(), *position, options.pool_wouldblock_hold);
     let (result, offset) = tokio::task::spawn_blocking(move || {
-        // SAFETY: the connection task awaits this closure before it can drop the stream, so the socket fd stays
-        // open (and means the same socket) for the whole call.
-        let socket = unsafe { std::os::fd::BorrowedFd::borrow_raw(socket) };
-        let result = nix::sys::sendfile::sendfile(socket, &*file, Some(&mut offset), want).map_err(io::Error::from);
+        let result = nix::sys::sendfile::sendfile(&socket, &*file, Some(&mut offset), want).map_err(io::Error::from);
+        if !hold.is_zero() && matches!(&result, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+            hold_until_writable(&socket, hold);
+        }
         (result, offset)
     })
     .await
     .map_err(io::Error::other)?;
     *position = offset;
-    if matches!(&result, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
-        // The socket filled up: clear tokio's readiness as try_io would, so the next wait really waits.
-        let _ = stream.try_io(Interest::WRITABLE, || Err::<(), _>(io::ErrorKind::WouldBlock.into()));
+    let short = match &result {
+        Ok(n) => *n < want,
+        Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+    };
+    if short {
+        // The socket may be full. Never clear tokio's readiness on the pool's word: a writable edge that arrived
+        // while the pool ran would be erased with it, and with a client whose window opened once, that edge was
+        // the only one coming. Ask the socket now, inside try_io, so that tokio clears only the readiness it
+        // observed before this probe, and only if the socket really is full.
+        let _ = stream.try_io(Interest::WRITABLE, || {
+            if socket_has_room(stream) { Ok(()) } else { Err(io::Error::from(io::ErrorKind::WouldBlock)) }
+        });
     }
     result
+}
+
+/// The `faults.pool_wouldblock_hold` hook: waits until the socket is writable (at most `hold`), then a little
+/// longer, so that the writable edge reaches the event loop before the connection task learns of the EAGAIN.
+fn hold_until_writable(socket: &std::os::fd::OwnedFd, hold: Duration) {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let mut fds = [PollFd::new(socket.as_fd(), PollFlags::POLLOUT)];
+    let millis = u16::try_from(hold.as_millis()).unwrap_or(u16::MAX);
+    let _ = poll(&mut fds, PollTimeout::from(millis));
+    std::thread::sleep(Duration::from_millis(100));
 }
 
 /// Sets the calling thread's nice value to 19 (Linux nice values are per thread).
