@@ -2,6 +2,10 @@
 //! (`MSG_MORE`), and object bytes with `sendfile(2)` from explicit offsets. Readiness comes from tokio
 //! (`writable()` + `try_io`), so a slow client parks the task, never a thread.
 //!
+//! **Readiness rule:** tokio's write readiness is cleared only by `try_io`, and only when the closure's own
+//! syscall, made on this thread inside that `try_io`, said EAGAIN. Clearing it on any other evidence (a pool
+//! thread's EAGAIN, say) can erase a writable edge that arrived in between, and no other edge may come.
+//!
 //! **Architecture invariant:** object bytes are only ever handed to the kernel by `sendfile` here. There is no
 //! code path that reads a blob into memory.
 //!
