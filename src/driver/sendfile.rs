@@ -109,18 +109,7 @@ pub async fn send_file_response(
 const CORK_MIN: u64 = 256 * 1024;
 
 fn set_cork(stream: &TcpStream, on: bool) -> bool {
-    let value: libc::c_int = on.into();
-    // SAFETY: `value` lives across the call and its size is passed; the fd is open while `stream` is borrowed.
-    let rc = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CORK,
-            &value as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    rc == 0
+    socket2::SockRef::from(stream).set_tcp_cork(on).is_ok()
 }
 
 async fn send_segments(
@@ -301,9 +290,11 @@ fn pages_in(offset: u64, len: u64, page: u64) -> u64 {
 }
 
 fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if page > 0 { page as u64 } else { 4096 }
+    use nix::unistd::{SysconfVar, sysconf};
+    match sysconf(SysconfVar::PAGE_SIZE) {
+        Ok(Some(page)) if page > 0 => page as u64,
+        _ => 4096,
+    }
 }
 
 /// `cachestat(2)` (Linux ≥ 6.5). `None` when the kernel lacks it; that answer is remembered.
