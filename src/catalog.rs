@@ -118,7 +118,12 @@ impl Catalog {
             &self.objects,
             &lookup,
             || (bucket_id, key.to_owned()),
-            || async { Ok(self.meta.object_by_key(bucket_id, key).await?.map(|r| Arc::new(ObjectEntry::new(r)))) },
+            || async {
+                // The bucket's default is read with the object, not taken from a cached bucket that a concurrent
+                // change may already have replaced.
+                let found = self.meta.object_with_bucket_default(bucket_id, key).await?;
+                Ok(found.map(|(record, default)| Arc::new(ObjectEntry::new(record, default.as_deref()))))
+            },
         )
         .await
     }
@@ -224,8 +229,14 @@ impl Catalog {
 
     fn evict(&self, change: &CacheChange) {
         match (change.kind.as_str(), change.bucket_id) {
-            ("bucket", _) => {
+            ("bucket", bucket_id) => {
                 self.buckets.remove(change.name.as_str());
+                // Cached objects carry headers from their bucket (its default Cache-Control). Rows logged before
+                // migration 0006 have no id; bucket changes are rare, so then all objects go.
+                match bucket_id {
+                    Some(id) => self.objects.retain(|(object_bucket, _), _| *object_bucket != id),
+                    None => self.objects.clear(),
+                }
             }
             ("object", Some(bucket_id)) => {
                 let removed = self.objects.remove(&ObjectLookup(bucket_id, &change.name));

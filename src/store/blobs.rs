@@ -96,11 +96,16 @@ impl BlobWriter {
 
 impl BlobStore {
     pub fn open(data_dir: &Path) -> anyhow::Result<Self> {
-        let store = Self { blobs_dir: Arc::from(data_dir.join("blobs")), tmp_dir: Arc::from(data_dir.join("tmp")) };
+        let store = Self::at(data_dir);
         for dir in [&store.blobs_dir, &store.tmp_dir] {
             fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         }
         Ok(store)
+    }
+
+    /// The blob store of a data dir, for reading only: creates nothing.
+    pub fn at(data_dir: &Path) -> Self {
+        Self { blobs_dir: Arc::from(data_dir.join("blobs")), tmp_dir: Arc::from(data_dir.join("tmp")) }
     }
 
     /// `blobs/ab/cd/abcd…`: two fan-out levels keep directories small at millions of blobs.

@@ -53,6 +53,19 @@ pub struct PutReport {
     pub status: &'static str,
 }
 
+/// What `Store::delete_bucket` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BucketDeletion {
+    /// The bucket is gone, with this many objects and tokens.
+    Deleted { objects: u64, tokens: u64 },
+    /// Refused without `force`: the bucket still holds this many objects.
+    NotEmpty { objects: u64 },
+}
+
+/// Objects removed per write transaction by a forced bucket delete: bounds how long the write lock is held and how
+/// many retired blobs wait for one commit.
+const DELETE_BATCH: u32 = 500;
+
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct SweepReport {
     pub temp_files: usize,
@@ -73,6 +86,20 @@ impl Store {
         let generation = std::sync::Arc::new(generation::Generation::open(data_dir)?);
         let meta = Metadata::open(&data_dir.join("blobgate.db"), busy_timeout, generation).await?;
         Ok(Self { meta, blobs })
+    }
+
+    /// Opens an existing data dir for reading only: creates no directory or file, writes nothing (see
+    /// `Metadata::open_read_only`). A database that needs a migration is opened for writing instead, so that
+    /// the first command after an upgrade works where it may write and says why where it may not.
+    pub async fn open_read_only(data_dir: &Path, busy_timeout: Duration) -> anyhow::Result<Self> {
+        let meta = Metadata::open_read_only(&data_dir.join("blobgate.db"), busy_timeout).await?;
+        if meta.needs_migration().await {
+            meta.close().await;
+            return Self::open(data_dir, busy_timeout)
+                .await
+                .context("the database must be migrated to this version first, which needs write access");
+        }
+        Ok(Self { meta, blobs: BlobStore::at(data_dir) })
     }
 
     /// Makes a staged blob visible as `bucket/key`. Only after the blob is fsynced and renamed and the row is
@@ -131,6 +158,47 @@ impl Store {
         Ok(true)
     }
 
+    /// Deletes a bucket, refused while it has objects unless `force`. Forced, its objects go in batches, each
+    /// like `delete` (rows removed and unreferenced blobs retired under the write lock, unlinked after the
+    /// commit), so a crash part-way leaves a smaller bucket and never a row without its blob; running it again
+    /// finishes the job. The last transaction checks the bucket is empty (a put may have raced) and removes it
+    /// with its tokens and download stats.
+    pub async fn delete_bucket(&self, bucket: &BucketName, force: bool) -> Result<BucketDeletion, StoreError> {
+        let mut objects = 0;
+        loop {
+            let mut tx = self.meta.begin_write().await?;
+            let row = tx.bucket(bucket).await?.ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))?;
+            if !force {
+                let present = tx.object_count(row.id).await?;
+                if present > 0 {
+                    return Ok(BucketDeletion::NotEmpty { objects: present });
+                }
+            }
+            let mut hashes = tx.delete_objects_batch(row.id, DELETE_BATCH).await?;
+            if hashes.is_empty() {
+                let tokens = tx.delete_empty_bucket(row.id).await?;
+                tx.commit().await?;
+                return Ok(BucketDeletion::Deleted { objects, tokens });
+            }
+            objects += hashes.len() as u64;
+            hashes.sort_unstable();
+            hashes.dedup();
+            let mut retired = Vec::new();
+            for sha in &hashes {
+                match self.retire_if_unreferenced(&mut tx, sha).await {
+                    Ok(r) => retired.extend(r),
+                    Err(e) => {
+                        // The rows come back with the rollback: so must their blobs.
+                        drop(tx);
+                        restore_all(retired)?;
+                        return Err(e.into());
+                    }
+                }
+            }
+            finish_commit(tx, retired).await?;
+        }
+    }
+
     /// Removes temp leftovers and blobs that no object references (after a crash between rename and commit).
     pub async fn sweep(&self) -> anyhow::Result<SweepReport> {
         let blobs = self.blobs.clone();
@@ -174,21 +242,34 @@ impl Store {
     }
 }
 
-/// Commits, then deletes the retired blob; if the commit fails the blob goes back so no row loses its bytes.
-async fn finish_commit(tx: metadata::WriteTx, retired: Option<blobs::RetiredBlob>) -> Result<(), StoreError> {
+/// Commits, then deletes the retired blobs; if the commit fails they go back so no row loses its bytes.
+async fn finish_commit(
+    tx: metadata::WriteTx,
+    retired: impl IntoIterator<Item = blobs::RetiredBlob>,
+) -> Result<(), StoreError> {
     match tx.commit().await {
         Ok(()) => {
-            if let Some(r) = retired {
-                r.discard();
-            }
+            retired.into_iter().for_each(blobs::RetiredBlob::discard);
             Ok(())
         }
         Err(e) => {
-            if let Some(r) = retired {
-                r.restore().context("cannot restore a retired blob after a failed commit")?;
-            }
+            restore_all(retired)?;
             Err(e.into())
         }
+    }
+}
+
+/// Puts every retired blob back, trying them all; the first failure is the error.
+fn restore_all(retired: impl IntoIterator<Item = blobs::RetiredBlob>) -> anyhow::Result<()> {
+    let mut first_error = None;
+    for r in retired {
+        if let Err(e) = r.restore() {
+            first_error.get_or_insert(e);
+        }
+    }
+    match first_error {
+        Some(e) => Err(e).context("cannot restore a retired blob after a failed commit"),
+        None => Ok(()),
     }
 }
 
