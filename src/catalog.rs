@@ -314,6 +314,23 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_bucket_default_reaches_cached_objects_at_once() {
+        let (dir, store, catalog) = setup().await;
+        put(&store, "k", b"bytes").await;
+        let bucket = catalog.bucket("bkt").await.unwrap().unwrap();
+        let cached = catalog.object(bucket.id, "k").await.unwrap().unwrap();
+        assert!(!cached.headers.contains_key(http::header::CACHE_CONTROL));
+        let other = Store::open(dir.path(), std::time::Duration::from_secs(5)).await.unwrap();
+        let name = BucketName::parse("bkt").unwrap();
+        other.meta.update_bucket(&name, None, Some(Some("max-age=9"))).await.unwrap();
+        let entry = catalog.object(bucket.id, "k").await.unwrap().unwrap();
+        assert_eq!(entry.headers[http::header::CACHE_CONTROL], "max-age=9", "the cached entry was evicted");
+        other.meta.update_bucket(&name, None, Some(None)).await.unwrap();
+        let entry = catalog.object(bucket.id, "k").await.unwrap().unwrap();
+        assert!(!entry.headers.contains_key(http::header::CACHE_CONTROL));
+    }
+
+    #[tokio::test]
     async fn revocation_by_another_connection_is_seen_at_once() {
         let (dir, store, catalog) = setup().await;
         let bucket = catalog.bucket("bkt").await.unwrap().unwrap();

@@ -784,3 +784,104 @@ fn object_from_row(r: &sqlx::sqlite::SqliteRow) -> ObjectRecord {
         updated_at: r.get(8),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prefix_bound_is_exactly_starts_with() {
+        assert_eq!(prefix_upper_bound(""), None);
+        assert_eq!(prefix_upper_bound("a/").as_deref(), Some("a0"));
+        assert_eq!(prefix_upper_bound("\u{D7FF}").as_deref(), Some("\u{E000}"), "surrogates are skipped");
+        assert_eq!(prefix_upper_bound("x\u{10FFFF}").as_deref(), Some("y"), "a maximal last character is dropped");
+        assert_eq!(prefix_upper_bound("\u{10FFFF}"), None);
+        let keys =
+            ["a", "a/", "a/b", "a/\u{10FFFF}z", "a0", "a.", "ab", "é", "é/x", "ê", "\u{10FFFF}", "z", "x\u{10FFFF}"];
+        for prefix in ["", "a", "a/", "é", "x\u{10FFFF}", "\u{10FFFF}", "zz"] {
+            let upper = prefix_upper_bound(prefix);
+            for key in keys {
+                // Byte order, as SQLite's BINARY collation compares.
+                let in_range = key.as_bytes() >= prefix.as_bytes()
+                    && upper.as_deref().is_none_or(|u| key.as_bytes() < u.as_bytes());
+                assert_eq!(in_range, key.starts_with(prefix), "prefix {prefix:?}, key {key:?}");
+            }
+        }
+    }
+
+    async fn database() -> (tempfile::TempDir, Metadata) {
+        let dir = tempfile::tempdir().unwrap();
+        let generation = Arc::new(Generation::open(dir.path()).unwrap());
+        let meta = Metadata::open(&dir.path().join("blobgate.db"), Duration::from_secs(5), generation).await.unwrap();
+        (dir, meta)
+    }
+
+    #[tokio::test]
+    async fn an_object_page_is_one_primary_key_range() {
+        let (_dir, meta) = database().await;
+        for (after, upper, plan) in [
+            (false, false, "(bucket_id=? AND key>?)"),
+            (true, false, "(bucket_id=? AND key>?)"),
+            (false, true, "(bucket_id=? AND key>? AND key<?)"),
+            (true, true, "(bucket_id=? AND key>? AND key<?)"),
+        ] {
+            let sql = format!("EXPLAIN QUERY PLAN {}", list_objects_sql(after, upper));
+            let rows = sqlx::query(&sql).bind(1).bind("a").bind("b").bind(10).fetch_all(&meta.pool).await.unwrap();
+            let details: Vec<String> = rows.iter().map(|r| r.get::<String, _>(3)).collect();
+            assert_eq!(details.len(), 1, "{details:?}");
+            assert!(details[0].starts_with("SEARCH objects USING PRIMARY KEY"), "{details:?}");
+            assert!(details[0].ends_with(plan), "{details:?}");
+            assert!(!details.iter().any(|d| d.contains("TEMP B-TREE")), "no sort: {details:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn pages_follow_on_from_the_last_key() {
+        let (_dir, meta) = database().await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let other = meta.create_bucket(&BucketName::parse("other").unwrap(), false, 0).await.unwrap();
+        let keys = ["a", "a/1", "a/2", "a/3", "a0", "b"];
+        let mut tx = meta.begin_write().await.unwrap();
+        for (i, key) in keys.iter().enumerate() {
+            let key = ObjectKey::parse(key).unwrap();
+            tx.upsert_object(bucket.id, &key, &"0".repeat(64), 0, &ObjectAttrs::default(), i as i64).await.unwrap();
+            tx.upsert_object(other.id, &key, &"0".repeat(64), 0, &ObjectAttrs::default(), 0).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+        let list = |prefix: &'static str, page: u32| {
+            let meta = meta.clone();
+            async move {
+                let (mut all, mut after) = (Vec::new(), None::<String>);
+                loop {
+                    let rows = meta.list_objects_page(bucket.id, prefix, after.as_deref(), page).await.unwrap();
+                    assert!(rows.len() <= page as usize);
+                    all.extend(rows.iter().map(|r| r.key.clone()));
+                    if rows.len() < page as usize {
+                        return all;
+                    }
+                    after = rows.last().map(|r| r.key.clone());
+                }
+            }
+        };
+        assert_eq!(list("", 2).await, keys);
+        assert_eq!(list("", 100).await, keys);
+        assert_eq!(list("a/", 1).await, ["a/1", "a/2", "a/3"]);
+        assert_eq!(list("a", 3).await, ["a", "a/1", "a/2", "a/3", "a0"]);
+        assert!(list("c", 2).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn bucket_updates_change_only_what_they_name() {
+        let (_dir, meta) = database().await;
+        let name = BucketName::parse("bkt").unwrap();
+        meta.create_bucket(&name, false, 0).await.unwrap();
+        let b = meta.update_bucket(&name, None, Some(Some("max-age=60"))).await.unwrap().unwrap();
+        assert_eq!((b.public, b.default_cache_control.as_deref()), (false, Some("max-age=60")));
+        let b = meta.update_bucket(&name, Some(true), None).await.unwrap().unwrap();
+        assert_eq!((b.public, b.default_cache_control.as_deref()), (true, Some("max-age=60")));
+        let b = meta.update_bucket(&name, Some(false), Some(None)).await.unwrap().unwrap();
+        assert_eq!((b.public, b.default_cache_control.as_deref()), (false, None));
+        assert_eq!(meta.bucket(&name).await.unwrap().unwrap(), b);
+        assert!(meta.update_bucket(&BucketName::parse("nope").unwrap(), Some(true), None).await.unwrap().is_none());
+    }
+}

@@ -358,6 +358,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn bucket_delete_needs_force_and_keeps_blobs_other_buckets_use() {
+        let (_dir, store) = store().await;
+        let (b, other) = (BucketName::parse("bkt").unwrap(), BucketName::parse("other").unwrap());
+        store.meta.create_bucket(&other, false, 0).await.unwrap();
+        let k = ObjectKey::parse("k").unwrap();
+        let shared = store.put(&other, &k, stage(&store, b"shared"), ObjectAttrs::default()).await.unwrap();
+        let mut own = Vec::new();
+        // More objects than one batch, two of them sharing a blob within the bucket.
+        for i in 0..(DELETE_BATCH + 3) {
+            let key = ObjectKey::parse(&format!("k{i:04}")).unwrap();
+            let bytes = match i {
+                0 => b"shared".to_vec(),
+                1 | 2 => b"twice".to_vec(),
+                _ => format!("object {i}").into_bytes(),
+            };
+            own.push(store.put(&b, &key, stage(&store, &bytes), ObjectAttrs::default()).await.unwrap().sha256);
+        }
+        let objects = u64::from(DELETE_BATCH + 3);
+        assert_eq!(store.delete_bucket(&b, false).await.unwrap(), BucketDeletion::NotEmpty { objects });
+        assert!(store.meta.bucket(&b).await.unwrap().is_some(), "refused: nothing deleted");
+        assert_eq!(store.delete_bucket(&b, true).await.unwrap(), BucketDeletion::Deleted { objects, tokens: 0 });
+        assert!(store.meta.bucket(&b).await.unwrap().is_none());
+        assert_eq!(store.blobs.list_hashes().unwrap(), vec![shared.sha256.clone()], "only the other bucket's is left");
+        assert!(own.iter().filter(|sha| **sha != shared.sha256).all(|sha| !store.blobs.path_of(sha).exists()));
+        let err = store.delete_bucket(&b, true).await.unwrap_err();
+        assert!(matches!(err, StoreError::NoSuchBucket(_)));
+    }
+
+    #[tokio::test]
     async fn sweep_removes_blobs_installed_without_a_row() {
         let (_dir, store) = store().await;
         let staged = stage(&store, b"orphan");
