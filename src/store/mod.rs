@@ -387,6 +387,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_read_only_open_of_an_older_database_migrates_it_first() {
+        // A database made by an older binary: the first five migrations only.
+        let dir = tempfile::tempdir().unwrap();
+        let old = dir.path().join("old-migrations");
+        std::fs::create_dir(&old).unwrap();
+        for entry in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations")).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_name().to_string_lossy().as_ref() < "0006" {
+                std::fs::copy(entry.path(), old.join(entry.file_name())).unwrap();
+            }
+        }
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        let url = format!("sqlite://{}?mode=rwc", data.join("blobgate.db").display());
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        sqlx::migrate::Migrator::new(old.as_path()).await.unwrap().run(&pool).await.unwrap();
+        pool.close().await;
+
+        let store = Store::open_read_only(&data, Duration::from_secs(5)).await.unwrap();
+        assert!(!store.meta.needs_migration().await);
+        assert!(store.meta.list_buckets().await.unwrap().is_empty(), "the new column exists");
+        store.meta.close().await;
+        let again = Store::open_read_only(&data, Duration::from_secs(5)).await.unwrap();
+        assert!(!again.meta.needs_migration().await, "an up-to-date database opens read-only");
+        again.meta.close().await;
+    }
+
+    #[tokio::test]
     async fn sweep_removes_blobs_installed_without_a_row() {
         let (_dir, store) = store().await;
         let staged = stage(&store, b"orphan");

@@ -395,6 +395,12 @@ fn a_missing_data_dir_is_an_error_naming_it_and_nothing_is_created() {
     std::fs::write(&data, b"").unwrap();
     assert!(env.fails(&["ls", "bkt"]).contains("is not a directory"));
     std::fs::remove_file(&data).unwrap();
+    // An empty dir: read-only commands name the database they did not find, and create nothing.
+    std::fs::create_dir(&data).unwrap();
+    let err = env.fails(&["bucket", "list"]);
+    assert!(err.contains(&format!("no database at {}", data.join("blobgate.db").display())), "{err}");
+    assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0);
+    std::fs::remove_dir(&data).unwrap();
     // `bucket create` starts a data dir (so does `serve`).
     env.bucket("bkt", false);
     assert!(data.join("blobgate.db").is_file());
