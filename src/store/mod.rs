@@ -3,7 +3,8 @@
 //! **Ordering invariant.** A write goes temp file → fsync → (write lock) rename → row → commit, and a delete goes
 //! (write lock) row removed → last reference? blob moved aside → commit → blob unlinked. So a crash at any point
 //! leaves either the old object or the new one visible, never a partial one; what it can leave behind is an
-//! unreferenced blob or a temp file, which `Store::sweep` removes at start-up.
+//! unreferenced blob or a temp file, which `Store::sweep` removes at start-up, or a retired blob whose delete
+//! never committed, which the sweep puts back (its row still references it).
 
 pub mod blobs;
 pub mod generation;
@@ -70,6 +71,8 @@ const DELETE_BATCH: u32 = 500;
 pub struct SweepReport {
     pub temp_files: usize,
     pub unreferenced_blobs: usize,
+    /// Blobs put back from `tmp/`: a delete retired them and then died before its commit.
+    pub restored_blobs: usize,
 }
 
 #[derive(Clone)]
@@ -199,14 +202,31 @@ impl Store {
         }
     }
 
-    /// Removes temp leftovers and blobs that no object references (after a crash between rename and commit).
+    /// Removes temp leftovers and blobs that no object references (after a crash between rename and commit), and
+    /// puts back blobs retired by a delete that never committed.
     pub async fn sweep(&self) -> anyhow::Result<SweepReport> {
         let blobs = self.blobs.clone();
-        let (temp_files, hashes) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-            Ok((blobs.sweep_temp_files()?, blobs.list_hashes()?))
-        })
-        .await
-        .context("sweep task failed")??;
+        let (mut temp_files, retired) =
+            tokio::task::spawn_blocking(move || blobs.sweep_temp_files()).await.context("sweep task failed")??;
+        let mut restored_blobs = 0;
+        if !retired.is_empty() {
+            // Under the write lock no delete is between its retire and its commit. A retired blob whose hash a
+            // row still references was retired by a transaction that rolled back (its process died): restore it.
+            // Otherwise its delete committed, and only the unlink was left to do.
+            let mut tx = self.meta.begin_write().await?;
+            for r in retired {
+                if tx.blob_is_referenced(r.sha256()).await? && !r.blob_present() {
+                    r.restore().context("cannot restore a retired blob that is still referenced")?;
+                    restored_blobs += 1;
+                } else {
+                    r.discard();
+                    temp_files += 1;
+                }
+            }
+            tx.commit().await?;
+        }
+        let blobs = self.blobs.clone();
+        let hashes = tokio::task::spawn_blocking(move || blobs.list_hashes()).await.context("sweep task failed")??;
         let mut candidates = Vec::new();
         for sha in hashes {
             if !self.meta.blob_is_referenced(&sha).await? {
@@ -227,7 +247,7 @@ impl Store {
             unreferenced_blobs = retired.len();
             retired.into_iter().for_each(blobs::RetiredBlob::discard);
         }
-        Ok(SweepReport { temp_files, unreferenced_blobs })
+        Ok(SweepReport { temp_files, unreferenced_blobs, restored_blobs })
     }
 
     async fn retire_if_unreferenced(
@@ -412,6 +432,25 @@ mod tests {
         let again = Store::open_read_only(&data, Duration::from_secs(5)).await.unwrap();
         assert!(!again.meta.needs_migration().await, "an up-to-date database opens read-only");
         again.meta.close().await;
+    }
+
+    #[tokio::test]
+    async fn sweep_restores_a_blob_whose_delete_never_committed() {
+        let (dir, store) = store().await;
+        let b = BucketName::parse("bkt").unwrap();
+        let (kept, gone) = (ObjectKey::parse("kept").unwrap(), ObjectKey::parse("gone").unwrap());
+        let kept_sha = store.put(&b, &kept, stage(&store, b"kept"), ObjectAttrs::default()).await.unwrap().sha256;
+        let gone_sha = store.put(&b, &gone, stage(&store, b"gone"), ObjectAttrs::default()).await.unwrap().sha256;
+        // A delete that died after retiring its blob and before committing: the row stays, the blob is aside.
+        std::mem::forget(store.blobs.retire(&kept_sha).unwrap().unwrap());
+        // One whose commit went through but that died before the unlink.
+        std::mem::forget(store.blobs.retire(&gone_sha).unwrap().unwrap());
+        store.delete(&b, &gone).await.unwrap();
+        let report = store.sweep().await.unwrap();
+        assert_eq!((report.restored_blobs, report.temp_files), (1, 1));
+        assert!(store.blobs.path_of(&kept_sha).is_file(), "the referenced blob is back");
+        assert!(!store.blobs.path_of(&gone_sha).exists());
+        assert_eq!(std::fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
     }
 
     #[tokio::test]
