@@ -871,6 +871,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_read_only_open_refuses_writes() {
+        let (dir, meta) = database().await;
+        meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        meta.close().await;
+        let path = dir.path().join("blobgate.db");
+        let wal = dir.path().join("blobgate.db-wal");
+        // The pool's connection threads finish closing (and remove the WAL) just after `close` returns.
+        for _ in 0..250 {
+            if !wal.exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!wal.exists(), "the writer's WAL outlived it");
+        let reader = Metadata::open_read_only(&path, Duration::from_secs(5)).await.unwrap();
+        assert!(!reader.needs_migration().await);
+        assert_eq!(reader.list_buckets().await.unwrap().len(), 1);
+        let err = reader.create_bucket(&BucketName::parse("new").unwrap(), false, 0).await.unwrap_err();
+        assert!(err.to_string().contains("readonly"), "{err}");
+        reader.close().await;
+        let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(!files.iter().any(|f| f.to_string_lossy().ends_with("-wal")), "the reader made a WAL: {files:?}");
+        let err = Metadata::open_read_only(&dir.path().join("none.db"), Duration::from_secs(5)).await.err().unwrap();
+        assert!(err.to_string().contains("no database at"), "{err}");
+        assert!(!dir.path().join("none.db").exists());
+    }
+
+    #[tokio::test]
     async fn bucket_updates_change_only_what_they_name() {
         let (_dir, meta) = database().await;
         let name = BucketName::parse("bkt").unwrap();
