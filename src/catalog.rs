@@ -118,7 +118,12 @@ impl Catalog {
             &self.objects,
             &lookup,
             || (bucket_id, key.to_owned()),
-            || async { Ok(self.meta.object_by_key(bucket_id, key).await?.map(|r| Arc::new(ObjectEntry::new(r)))) },
+            || async {
+                // The bucket's default is read with the object, not taken from a cached bucket that a concurrent
+                // change may already have replaced.
+                let found = self.meta.object_with_bucket_default(bucket_id, key).await?;
+                Ok(found.map(|(record, default)| Arc::new(ObjectEntry::new(record, default.as_deref()))))
+            },
         )
         .await
     }
@@ -224,8 +229,14 @@ impl Catalog {
 
     fn evict(&self, change: &CacheChange) {
         match (change.kind.as_str(), change.bucket_id) {
-            ("bucket", _) => {
+            ("bucket", bucket_id) => {
                 self.buckets.remove(change.name.as_str());
+                // Cached objects carry headers from their bucket (its default Cache-Control). Rows logged before
+                // migration 0006 have no id; bucket changes are rare, so then all objects go.
+                match bucket_id {
+                    Some(id) => self.objects.retain(|(object_bucket, _), _| *object_bucket != id),
+                    None => self.objects.clear(),
+                }
             }
             ("object", Some(bucket_id)) => {
                 let removed = self.objects.remove(&ObjectLookup(bucket_id, &change.name));
@@ -300,6 +311,23 @@ mod tests {
         assert_eq!(second.record.size, 6, "a replaced object is re-read");
         store.delete(&BucketName::parse("bkt").unwrap(), &ObjectKey::parse("k").unwrap()).await.unwrap();
         assert!(catalog.object(bucket.id, "k").await.unwrap().is_none(), "a deleted object is gone");
+    }
+
+    #[tokio::test]
+    async fn a_bucket_default_reaches_cached_objects_at_once() {
+        let (dir, store, catalog) = setup().await;
+        put(&store, "k", b"bytes").await;
+        let bucket = catalog.bucket("bkt").await.unwrap().unwrap();
+        let cached = catalog.object(bucket.id, "k").await.unwrap().unwrap();
+        assert!(!cached.headers.contains_key(http::header::CACHE_CONTROL));
+        let other = Store::open(dir.path(), std::time::Duration::from_secs(5)).await.unwrap();
+        let name = BucketName::parse("bkt").unwrap();
+        other.meta.update_bucket(&name, None, Some(Some("max-age=9"))).await.unwrap();
+        let entry = catalog.object(bucket.id, "k").await.unwrap().unwrap();
+        assert_eq!(entry.headers[http::header::CACHE_CONTROL], "max-age=9", "the cached entry was evicted");
+        other.meta.update_bucket(&name, None, Some(None)).await.unwrap();
+        let entry = catalog.object(bucket.id, "k").await.unwrap().unwrap();
+        assert!(!entry.headers.contains_key(http::header::CACHE_CONTROL));
     }
 
     #[tokio::test]

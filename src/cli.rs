@@ -10,16 +10,18 @@ use clap::{Parser, Subcommand};
 
 use crate::config::{FlagOverrides, Settings};
 use crate::names::{BucketName, ObjectKey, parse_attrs};
-use crate::store::{StatsOrder, Store, StoreError, unix_now};
+use crate::store::{BucketDeletion, ObjectRecord, StatsOrder, Store, StoreError, effective_content_type, unix_now};
 
 #[derive(Debug, Parser)]
 #[command(name = "blobgate", version, about = "Object-storage download gateway that serves blobs with sendfile(2)")]
 pub struct Cli {
-    /// Where the database and blob files live (created if missing) [env: BLOBGATE_DATA_DIR] [default: ./data]
+    /// Where the database and blob files live; only `serve` and `bucket create` create it, other commands need
+    /// it to exist [env: BLOBGATE_DATA_DIR] [default: ./data]
     #[arg(long, global = true, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Settings file [default: config/default.toml when it exists]
-    #[arg(long, global = true, value_name = "FILE", env = "BLOBGATE_CONFIG")]
+    /// Settings file [env: BLOBGATE_CONFIG] [default: config/default.toml when it exists]
+    // clap would print the variable's value, empty when unset, as `[env: BLOBGATE_CONFIG=]`.
+    #[arg(long, global = true, value_name = "FILE", env = "BLOBGATE_CONFIG", hide_env = true)]
     pub config: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
@@ -41,22 +43,50 @@ pub enum Command {
     Bucket(BucketCommand),
     /// Store a copy of FILE as BUCKET/KEY; prints one JSON line.
     Put {
+        /// The bucket to store into (it must exist).
         bucket: String,
+        /// The object's key: 1 to 1024 bytes of UTF-8, `/` allowed.
         key: String,
+        /// The file to copy.
         file: PathBuf,
+        /// Content-Type to serve [default: guessed from the key's extension]
         #[arg(long, value_name = "TYPE")]
         content_type: Option<String>,
+        /// Cache-Control to serve [default: the bucket's default, if it has one]
         #[arg(long, value_name = "VALUE")]
         cache_control: Option<String>,
+        /// Content-Disposition to serve; a bare `attachment` or `inline` gets the key's last segment as file name.
         #[arg(long, value_name = "VALUE")]
         content_disposition: Option<String>,
+    },
+    /// List a bucket's objects in key order, one line each: key, size, ETag, content type, updated (tab-separated).
+    Ls {
+        /// The bucket to list.
+        bucket: String,
+        /// Only keys starting with this.
+        prefix: Option<String>,
+        /// One JSON object per line instead (with sha256, cache_control, content_disposition, created_at too).
+        #[arg(long)]
+        json: bool,
+        /// Objects read per database query; the listing is printed page by page.
+        #[arg(long, value_name = "N", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        page_size: u32,
+    },
+    /// Delete one object; running servers stop serving it at their next request.
+    Rm {
+        /// The object's bucket.
+        bucket: String,
+        /// The object's key.
+        key: String,
     },
     /// Manage bearer tokens.
     #[command(subcommand)]
     Token(TokenCommand),
     /// Print a signed URL for BUCKET/KEY.
     Presign {
+        /// The object's bucket.
         bucket: String,
+        /// The object's key (it need not exist yet).
         key: String,
         /// Lifetime in seconds (at most auth.presign_max_lifetime).
         #[arg(long, value_name = "SECS", default_value_t = 3600)]
@@ -73,6 +103,7 @@ pub enum Command {
     Signing(SigningCommand),
     /// Per-object download stats, highest first.
     Stats {
+        /// Only this bucket's objects.
         #[arg(long)]
         bucket: Option<String>,
         /// Only keys starting with this prefix.
@@ -90,7 +121,9 @@ pub enum Command {
     },
     /// Store every regular file under DIR, keyed by its path relative to DIR (idempotent).
     Import {
+        /// The bucket to store into (it must exist).
         bucket: String,
+        /// The directory to import; symlinks and special files are skipped.
         dir: PathBuf,
         /// Prepended to every key, e.g. `releases/v1/`.
         #[arg(long, default_value = "")]
@@ -100,14 +133,40 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum BucketCommand {
-    /// Create a bucket; --public makes it readable without credentials.
+    /// Create a bucket (and the data dir, if missing).
     Create {
+        /// S3 naming: 3 to 63 of `a-z`, `0-9`, `.` and `-`.
         name: String,
+        /// Readable without credentials (the default is private: a token or a signed URL is needed).
         #[arg(long)]
         public: bool,
     },
     /// List buckets as JSON lines.
     List,
+    /// Change who may read a bucket, or the Cache-Control served for its objects that store none. Running servers
+    /// apply it at their next request.
+    #[command(group(clap::ArgGroup::new("change").required(true).multiple(true).args(["public", "private", "cache_control"])))]
+    Set {
+        /// The bucket to change.
+        name: String,
+        /// Readable without credentials.
+        #[arg(long, conflicts_with = "private")]
+        public: bool,
+        /// Readable only with a token or a signed URL.
+        #[arg(long)]
+        private: bool,
+        /// Default Cache-Control for objects that store none; `""` removes the default.
+        #[arg(long, value_name = "VALUE")]
+        cache_control: Option<String>,
+    },
+    /// Delete a bucket with its tokens and download stats; refused while it has objects, unless --force.
+    Delete {
+        /// The bucket to delete.
+        name: String,
+        /// Delete its objects first (their blobs go with their last reference).
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -120,6 +179,7 @@ pub enum StatsBy {
 pub enum TokenCommand {
     /// Create a token and print it (it is shown only once).
     Create {
+        /// The bucket the token gives access to.
         #[arg(long)]
         bucket: String,
         /// Only keys starting with this prefix.
@@ -133,7 +193,10 @@ pub enum TokenCommand {
         expires_in: Option<u64>,
     },
     /// Revoke a token, given the token itself or its id. Takes effect on running servers at once.
-    Revoke { token: String },
+    Revoke {
+        /// The token, or its id (the part after `bg_`, as `token list` shows it).
+        token: String,
+    },
     /// List tokens as JSON lines (ids, scopes, expiry; never secrets).
     List,
 }
@@ -143,11 +206,17 @@ pub enum SigningCommand {
     /// Add a new signing key; new links are signed with it, old ones keep verifying.
     Rotate,
     /// Stop a key from verifying: every link signed with it stops working.
-    Retire { key_id: String },
+    Retire {
+        /// The key's id, as `signing list` shows it.
+        key_id: String,
+    },
     /// List signing keys as JSON lines (never secrets).
     List,
     /// Revoke one signed URL.
-    RevokeUrl { url: String },
+    RevokeUrl {
+        /// The whole signed URL, as `presign` printed it.
+        url: String,
+    },
 }
 
 impl Cli {
@@ -161,9 +230,51 @@ impl Cli {
     }
 }
 
-/// Runs a command other than `serve`.
+/// What a command needs from the data dir.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// Reads only: opens the database read-only and creates nothing, so a read-only data dir will do.
+    Read,
+    /// Writes into an existing data dir.
+    Write,
+    /// May start a new data dir.
+    Create,
+}
+
+fn access(command: &Command) -> Access {
+    match command {
+        Command::Serve { .. } | Command::Bucket(BucketCommand::Create { .. }) => Access::Create,
+        Command::Bucket(BucketCommand::List)
+        | Command::Ls { .. }
+        | Command::Stats { .. }
+        | Command::Token(TokenCommand::List)
+        | Command::Signing(SigningCommand::List) => Access::Read,
+        _ => Access::Write,
+    }
+}
+
+/// Runs a command other than `serve`. Only `bucket create` starts a new data dir: anything else run from the
+/// wrong directory says where it looked instead of creating an empty `./data` there.
 pub async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()> {
-    let store = Store::open(&settings.data_dir, settings.timeouts.sqlite_busy).await?;
+    let dir = &settings.data_dir;
+    let access = access(&command);
+    if access != Access::Create {
+        let shown = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
+        if !dir.exists() {
+            bail!(
+                "data dir {} does not exist (set --data-dir or BLOBGATE_DATA_DIR; `bucket create` or `serve` creates it)",
+                shown.display()
+            );
+        }
+        if !dir.is_dir() {
+            bail!("data dir {} is not a directory", shown.display());
+        }
+    }
+    let busy = settings.timeouts.sqlite_busy;
+    let store = match access {
+        Access::Read => Store::open_read_only(dir, busy).await?,
+        Access::Write | Access::Create => Store::open(dir, busy).await?,
+    };
     let result = match command {
         Command::Serve { .. } => unreachable!("serve is run by main"),
         Command::Bucket(BucketCommand::Create { name, public }) => {
@@ -174,8 +285,37 @@ pub async fn run_command(command: Command, settings: Settings) -> anyhow::Result
         }
         Command::Bucket(BucketCommand::List) => {
             for b in store.meta.list_buckets().await? {
-                println!("{}", serde_json::json!({ "bucket": b.name, "public": b.public }));
+                println!("{}", bucket_json(&b));
             }
+            Ok(())
+        }
+        Command::Bucket(BucketCommand::Set { name, public, private, cache_control }) => {
+            set_bucket(&store, &name, public, private, cache_control).await
+        }
+        Command::Bucket(BucketCommand::Delete { name, force }) => {
+            let name = BucketName::parse(&name)?;
+            match store.delete_bucket(&name, force).await? {
+                BucketDeletion::NotEmpty { objects } => {
+                    bail!("bucket {name} has {objects} objects: delete them first, or use --force")
+                }
+                BucketDeletion::Deleted { objects, tokens } => {
+                    let line = serde_json::json!({ "bucket": name.as_str(), "deleted_objects": objects,
+                        "deleted_tokens": tokens });
+                    println!("{line}");
+                }
+            }
+            Ok(())
+        }
+        Command::Ls { bucket, prefix, json, page_size } => {
+            list_objects(&store, &bucket, &prefix.unwrap_or_default(), json, page_size).await
+        }
+        Command::Rm { bucket, key } => {
+            let bucket = BucketName::parse(&bucket)?;
+            let key = ObjectKey::parse(&key)?;
+            if !store.delete(&bucket, &key).await? {
+                bail!("no such object: {bucket}/{key}");
+            }
+            eprintln!("deleted {bucket}/{key}");
             Ok(())
         }
         Command::Put { bucket, key, file, content_type, cache_control, content_disposition } => {
@@ -203,6 +343,87 @@ pub async fn run_command(command: Command, settings: Settings) -> anyhow::Result
     };
     store.meta.close().await;
     result
+}
+
+/// A Unix time as RFC 3339 (UTC, seconds): how every command prints times.
+pub fn rfc3339(unix_secs: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix_secs.max(0) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// A bucket as `bucket list` and `bucket set` print it.
+fn bucket_json(b: &crate::store::Bucket) -> serde_json::Value {
+    serde_json::json!({
+        "bucket": b.name, "public": b.public, "cache_control": b.default_cache_control,
+        "created_at": rfc3339(b.created_at),
+    })
+}
+
+async fn set_bucket(
+    store: &Store,
+    name: &str,
+    public: bool,
+    private: bool,
+    cache_control: Option<String>,
+) -> anyhow::Result<()> {
+    let name = BucketName::parse(name)?;
+    let public = match (public, private) {
+        (true, _) => Some(true),
+        (_, true) => Some(false),
+        _ => None,
+    };
+    // `Some(None)`: remove the default; the value is held to the same rules as `put --cache-control`.
+    let cache_control = match cache_control {
+        None => None,
+        Some(v) if v.is_empty() => Some(None),
+        Some(v) => Some(parse_attrs(None, Some(v), None)?.cache_control),
+    };
+    let bucket = store
+        .meta
+        .update_bucket(&name, public, cache_control.as_ref().map(Option::as_deref))
+        .await?
+        .ok_or_else(|| StoreError::NoSuchBucket(name.to_string()))?;
+    println!("{}", bucket_json(&bucket));
+    Ok(())
+}
+
+/// Prints a bucket's objects page by page (keyset pagination in SQL), so memory stays at one page.
+async fn list_objects(store: &Store, bucket: &str, prefix: &str, json: bool, page_size: u32) -> anyhow::Result<()> {
+    let bucket = BucketName::parse(bucket)?;
+    let bucket_id = store.meta.bucket(&bucket).await?.ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))?.id;
+    let mut after: Option<String> = None;
+    loop {
+        let page = store.meta.list_objects_page(bucket_id, prefix, after.as_deref(), page_size).await?;
+        let mut text = String::new();
+        for object in &page {
+            text.push_str(&object_line(object, json));
+            text.push('\n');
+        }
+        match std::io::stdout().write_all(text.as_bytes()) {
+            // `blobgate ls … | head`: the reader has all it wants.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+            other => other?,
+        }
+        if page.len() < page_size as usize {
+            return Ok(());
+        }
+        after = page.last().map(|o| o.key.clone());
+    }
+}
+
+/// One `ls` line: tab-separated (keys hold no control characters), or a JSON object.
+fn object_line(o: &ObjectRecord, json: bool) -> String {
+    let etag = crate::http::conditional::etag_from_sha256(&o.sha256);
+    let content_type = effective_content_type(o.attrs.content_type.as_deref(), &o.key);
+    if !json {
+        return format!("{}\t{}\t{etag}\t{content_type}\t{}", o.key, o.size, rfc3339(o.updated_at));
+    }
+    serde_json::json!({
+        "key": o.key, "size": o.size, "etag": etag, "sha256": o.sha256, "content_type": content_type,
+        "cache_control": o.attrs.cache_control, "content_disposition": o.attrs.content_disposition,
+        "created_at": rfc3339(o.created_at), "updated_at": rfc3339(o.updated_at),
+    })
+    .to_string()
 }
 
 async fn stats(
@@ -313,4 +534,42 @@ async fn import(store: &Store, bucket: &str, dir: &Path, prefix: &str) -> anyhow
     });
     writeln!(std::io::stdout(), "{summary}")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Every argument of every command, in `--help`, says what it is.
+    #[test]
+    fn every_argument_has_help() {
+        fn check(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+                if !builtin && arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+            for sub in command.get_subcommands() {
+                if sub.get_about().is_none() && sub.get_name() != "help" {
+                    missing.push(format!("{path} {} (the command)", sub.get_name()));
+                }
+                check(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let command = Cli::command();
+        command.clone().debug_assert();
+        let mut missing = Vec::new();
+        check(&command, "blobgate", &mut missing);
+        assert!(missing.is_empty(), "arguments without help: {missing:?}");
+    }
+
+    #[test]
+    fn times_print_as_rfc3339() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+        assert_eq!(rfc3339(-5), "1970-01-01T00:00:00Z");
+    }
 }

@@ -4,7 +4,7 @@ use anyhow::{Context, bail};
 
 use crate::auth::presign::{self, SignedFields};
 use crate::auth::token::{self, Scope};
-use crate::cli::{SigningCommand, TokenCommand};
+use crate::cli::{SigningCommand, TokenCommand, rfc3339};
 use crate::config::Settings;
 use crate::names::{BucketName, ObjectKey, parse_attrs};
 use crate::store::{SigningKey, Store, StoreError, TokenRecord, unix_now};
@@ -63,7 +63,8 @@ pub async fn token(store: &Store, command: TokenCommand) -> anyhow::Result<()> {
                 };
                 let line = serde_json::json!({
                     "id": t.id, "bucket": t.bucket_name, "prefix": t.prefix, "scope": t.scope,
-                    "created_at": t.created_at, "expires_at": t.expires_at, "revoked_at": t.revoked_at, "state": state,
+                    "created_at": rfc3339(t.created_at), "expires_at": t.expires_at.map(rfc3339),
+                    "revoked_at": t.revoked_at.map(rfc3339), "state": state,
                 });
                 println!("{line}");
             }
@@ -115,7 +116,7 @@ pub async fn signing(store: &Store, command: SigningCommand) -> anyhow::Result<(
     match command {
         SigningCommand::Rotate => {
             let key = new_signing_key(store).await?;
-            println!("{}", serde_json::json!({ "key_id": key.id, "created_at": key.created_at }));
+            println!("{}", serde_json::json!({ "key_id": key.id, "created_at": rfc3339(key.created_at) }));
         }
         SigningCommand::Retire { key_id } => {
             if !store.meta.retire_signing_key(&key_id, unix_now()).await? {
@@ -127,7 +128,8 @@ pub async fn signing(store: &Store, command: SigningCommand) -> anyhow::Result<(
             for k in store.meta.list_signing_keys().await? {
                 println!(
                     "{}",
-                    serde_json::json!({ "key_id": k.id, "created_at": k.created_at, "retired_at": k.retired_at })
+                    serde_json::json!({ "key_id": k.id, "created_at": rfc3339(k.created_at),
+                        "retired_at": k.retired_at.map(rfc3339) })
                 );
             }
         }
@@ -137,7 +139,7 @@ pub async fn signing(store: &Store, command: SigningCommand) -> anyhow::Result<(
                 .map_err(anyhow::Error::msg)?
                 .context("not a signed URL: it has no bg-expires/bg-key/bg-sig parameters")?;
             store.meta.revoke_signature(&params.signature, params.expires, unix_now()).await?;
-            eprintln!("revoked the signed URL (until it expires at {})", params.expires);
+            eprintln!("revoked the signed URL (until it expires at {})", rfc3339(params.expires));
         }
     }
     Ok(())

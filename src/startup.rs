@@ -39,6 +39,7 @@ impl Application {
             tracing::info!(
                 temp_files = swept.temp_files,
                 unreferenced_blobs = swept.unreferenced_blobs,
+                restored_blobs = swept.restored_blobs,
                 "start-up sweep removed leftovers"
             );
         }

@@ -31,7 +31,8 @@ pub struct ObjectEntry {
 }
 
 impl ObjectEntry {
-    pub fn new(record: ObjectRecord) -> Self {
+    /// `bucket_cache_control`: the bucket's default, for an object that stores no Cache-Control.
+    pub fn new(record: ObjectRecord, bucket_cache_control: Option<&str>) -> Self {
         let etag = etag_from_sha256(&record.sha256);
         let last_modified = UNIX_EPOCH + Duration::from_secs(record.updated_at.max(0) as u64);
         let content_type = effective_content_type(record.attrs.content_type.as_deref(), &record.key);
@@ -46,7 +47,8 @@ impl ObjectEntry {
         );
         h.insert(header::ACCEPT_RANGES, BYTES.clone());
         h.insert(header::X_CONTENT_TYPE_OPTIONS, NOSNIFF.clone());
-        if let Some(v) = record.attrs.cache_control.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
+        let cache_control = record.attrs.cache_control.as_deref().or(bucket_cache_control);
+        if let Some(v) = cache_control.and_then(|v| HeaderValue::from_str(v).ok()) {
             h.insert(header::CACHE_CONTROL, v);
         }
         if let Some(v) = record.attrs.content_disposition.as_deref().and_then(|v| disposition_value(v, &record.key)) {
@@ -96,15 +98,18 @@ mod tests {
 
     #[test]
     fn headers_are_computed_from_the_record() {
-        let e = ObjectEntry::new(record(ObjectAttrs {
-            content_type: None,
-            cache_control: Some("max-age=60".into()),
-            content_disposition: Some("attachment".into()),
-        }));
+        let e = ObjectEntry::new(
+            record(ObjectAttrs {
+                content_type: None,
+                cache_control: Some("max-age=60".into()),
+                content_disposition: Some("attachment".into()),
+            }),
+            Some("no-cache"),
+        );
         assert_eq!(e.content_type, "application/pdf");
         assert_eq!(e.headers[header::ETAG], format!("\"{}\"", e.record.sha256).as_str());
         assert_eq!(e.headers[header::LAST_MODIFIED], "Tue, 14 Nov 2023 22:13:20 GMT");
-        assert_eq!(e.headers[header::CACHE_CONTROL], "max-age=60");
+        assert_eq!(e.headers[header::CACHE_CONTROL], "max-age=60", "the object's own value beats the bucket's");
         assert_eq!(e.headers[&REPR_DIGEST], "sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:");
         let cd = e.headers[header::CONTENT_DISPOSITION].to_str().unwrap();
         assert!(cd.starts_with("attachment; filename=\"r_sum_.pdf\"; filename*=UTF-8''r%C3%A9sum%C3%A9.pdf"), "{cd}");
@@ -113,8 +118,10 @@ mod tests {
 
     #[test]
     fn absent_attributes_leave_their_headers_out() {
-        let e = ObjectEntry::new(record(ObjectAttrs::default()));
+        let e = ObjectEntry::new(record(ObjectAttrs::default()), None);
         assert!(!e.headers.contains_key(header::CACHE_CONTROL));
+        let defaulted = ObjectEntry::new(record(ObjectAttrs::default()), Some("public, max-age=300"));
+        assert_eq!(defaulted.headers[header::CACHE_CONTROL], "public, max-age=300", "the bucket's default applies");
         assert!(!e.headers.contains_key(header::CONTENT_DISPOSITION));
         assert_eq!(disposition_value("inline; filename=x", "a/b").unwrap(), "inline; filename=x");
     }

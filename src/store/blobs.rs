@@ -57,7 +57,20 @@ impl RetiredBlob {
     }
 
     pub fn restore(self) -> io::Result<()> {
+        if let Some(dir) = self.blob_path.parent() {
+            fs::create_dir_all(dir)?;
+        }
         fs::rename(&self.retired_path, &self.blob_path)
+    }
+
+    /// The hash of the blob this was.
+    pub fn sha256(&self) -> &str {
+        self.blob_path.file_name().and_then(|n| n.to_str()).unwrap_or_default()
+    }
+
+    /// Whether a blob of that hash is in place again (identical content stored since).
+    pub fn blob_present(&self) -> bool {
+        self.blob_path.is_file()
     }
 }
 
@@ -96,11 +109,16 @@ impl BlobWriter {
 
 impl BlobStore {
     pub fn open(data_dir: &Path) -> anyhow::Result<Self> {
-        let store = Self { blobs_dir: Arc::from(data_dir.join("blobs")), tmp_dir: Arc::from(data_dir.join("tmp")) };
+        let store = Self::at(data_dir);
         for dir in [&store.blobs_dir, &store.tmp_dir] {
             fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         }
         Ok(store)
+    }
+
+    /// The blob store of a data dir, for reading only: creates nothing.
+    pub fn at(data_dir: &Path) -> Self {
+        Self { blobs_dir: Arc::from(data_dir.join("blobs")), tmp_dir: Arc::from(data_dir.join("tmp")) }
     }
 
     /// `blobs/ab/cd/abcd…`: two fan-out levels keep directories small at millions of blobs.
@@ -172,16 +190,24 @@ impl BlobStore {
         }
     }
 
-    /// Removes leftovers in `tmp/`: retired blobs, and staged files whose creating process is gone (a crash or a
-    /// kill -9 mid-upload). Staged files of live processes (a concurrent CLI put) are left alone.
-    pub fn sweep_temp_files(&self) -> anyhow::Result<usize> {
+    /// Removes staged files in `tmp/` whose creating process is gone (a crash or a kill -9 mid-upload); staged
+    /// files of live processes (a concurrent CLI put) are left alone. Returns how many it removed, and the retired
+    /// blobs it found, which only the database can tell to restore or discard (see `Store::sweep`).
+    pub fn sweep_temp_files(&self) -> anyhow::Result<(usize, Vec<RetiredBlob>)> {
         let mut removed = 0;
+        let mut retired = Vec::new();
         for entry in fs::read_dir(&self.tmp_dir).with_context(|| format!("cannot list {}", self.tmp_dir.display()))? {
             let entry = entry?;
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            let stale = if name.starts_with(RETIRED_PREFIX) {
-                true
+            let stale = if let Some(rest) = name.strip_prefix(RETIRED_PREFIX) {
+                match rest.get(..64).filter(|sha| is_blob_hash(sha)) {
+                    Some(sha) => {
+                        retired.push(RetiredBlob { retired_path: entry.path(), blob_path: self.path_of(sha) });
+                        false
+                    }
+                    None => true,
+                }
             } else if let Some(rest) = name.strip_prefix(STAGE_PREFIX) {
                 let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
                 !pid.is_some_and(process_is_alive)
@@ -192,7 +218,7 @@ impl BlobStore {
                 removed += 1;
             }
         }
-        Ok(removed)
+        Ok((removed, retired))
     }
 
     /// Every blob hash present on disk (for the start-up sweep of unreferenced blobs).
@@ -288,8 +314,11 @@ mod tests {
         fs::write(tmp.join("stage-0-abc"), b"dead").unwrap();
         fs::write(tmp.join(format!("retired-{}-x", "a".repeat(64))), b"old").unwrap();
         let live = store.writer().unwrap();
-        assert_eq!(store.sweep_temp_files().unwrap(), 2);
-        assert_eq!(fs::read_dir(&tmp).unwrap().count(), 1);
+        let (removed, retired) = store.sweep_temp_files().unwrap();
+        assert_eq!(removed, 1);
+        assert_eq!(retired.len(), 1, "retired blobs are left for the caller to decide");
+        assert_eq!(retired[0].sha256(), "a".repeat(64));
+        assert_eq!(fs::read_dir(&tmp).unwrap().count(), 2);
         drop(live);
     }
 }

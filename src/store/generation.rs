@@ -37,8 +37,14 @@ impl Generation {
         Ok(Self { map })
     }
 
+    /// A counter no other process sees, for a read-only store: it opens no file and never commits.
+    pub fn private() -> anyhow::Result<Self> {
+        let map = MmapMut::map_anon(FILE_LEN as usize).context("cannot map a private generation counter")?;
+        Ok(Self { map })
+    }
+
     fn counter(&self) -> &AtomicU64 {
-        // SAFETY: the mapping is page-aligned and at least 8 bytes long, so offset 0 is a valid, aligned u64 for
+        // SAFETY: the mapping (of the file, or anonymous) is page-aligned and at least 8 bytes long, so offset 0 is a valid, aligned u64 for
         // as long as `self` lives. AtomicU64 has the size and alignment of u64 and accepts every bit pattern, and
         // atomic operations on shared memory are coherent between processes on Linux. All access goes through
         // atomics, so there is no data race.

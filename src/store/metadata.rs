@@ -23,7 +23,17 @@ pub struct Bucket {
     pub name: String,
     pub public: bool,
     pub created_at: i64,
+    /// Cache-Control served for the bucket's objects that store none.
+    pub default_cache_control: Option<String>,
 }
+
+const BUCKET_COLUMNS: &str = "id, name, public, created_at, default_cache_control";
+/// Every column of an object row, in the order `object_from_row` reads them.
+const OBJECT_COLUMNS: &str =
+    "bucket_id, key, sha256, size, content_type, cache_control, content_disposition, created_at, updated_at";
+
+/// The embedded migrations: applied by `open`, compared by `open_read_only`.
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// What the caller chooses about an object besides its bytes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -71,6 +81,8 @@ pub struct Metadata {
     pool: SqlitePool,
     /// Bumped after every commit that may change what a server caches.
     generation: Arc<Generation>,
+    /// Opened by `open_read_only`.
+    read_only: bool,
 }
 
 /// One row of the change log: what a server must evict from its caches.
@@ -107,8 +119,49 @@ impl Metadata {
             .connect_with(options)
             .await
             .with_context(|| format!("cannot open database {}", path.display()))?;
-        sqlx::migrate!("./migrations").run(&pool).await.context("cannot apply database migrations")?;
-        Ok(Self { pool, generation })
+        MIGRATOR.run(&pool).await.context("cannot apply database migrations")?;
+        Ok(Self { pool, generation, read_only: false })
+    }
+
+    /// Opens an existing database for reading only (`mode=ro`): no migrations, no writes, no files created, so
+    /// it works in a read-only data dir. Check `needs_migration` before trusting the schema.
+    ///
+    /// Even a read-only SQLite connection creates the `-wal` and `-shm` files of a WAL database when they are
+    /// missing (and fails where it cannot). They exist while any process has the database open; when there is no
+    /// `-wal`, every commit is in the main file, so it is opened `immutable` and SQLite reads just that file.
+    /// (A writer that starts during such a read writes to its own new WAL; only a checkpoint, after 1000 pages
+    /// or at its close, touches the main file.)
+    pub async fn open_read_only(path: &Path, busy_timeout: Duration) -> anyhow::Result<Self> {
+        if !path.is_file() {
+            anyhow::bail!("no database at {}", path.display());
+        }
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        let live_wal = Path::new(&wal).exists();
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .read_only(true)
+            .immutable(!live_wal)
+            .busy_timeout(busy_timeout)
+            .pragma("mmap_size", "268435456");
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await
+            .with_context(|| format!("cannot open database {} read-only", path.display()))?;
+        // Nothing is written, so nothing needs to reach other processes: a private counter.
+        let generation = Arc::new(Generation::private()?);
+        Ok(Self { pool, generation, read_only: true })
+    }
+
+    /// Whether the database lacks migrations this binary embeds (a read-only open cannot apply them).
+    pub async fn needs_migration(&self) -> bool {
+        let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+        let applied: Result<i64, _> =
+            sqlx::query_scalar("SELECT coalesce(max(version), 0) FROM _sqlx_migrations WHERE success")
+                .fetch_one(&self.pool)
+                .await;
+        applied.map_or(true, |v| v < latest)
     }
 
     pub fn generation(&self) -> &Arc<Generation> {
@@ -142,6 +195,9 @@ impl Metadata {
     /// Folds the WAL into the database file and truncates it, then closes. The next process then starts with
     /// an empty WAL instead of reading this one's frames back.
     pub async fn close(&self) {
+        if self.read_only {
+            return self.pool.close().await;
+        }
         if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(&self.pool).await {
             tracing::debug!(error = %e, "checkpoint at close failed; SQLite will recover the WAL on the next open");
         }
@@ -169,21 +225,88 @@ impl Metadata {
             return Err(MetadataError::BucketExists(name.to_string()));
         };
         tx.commit().await?;
-        Ok(Bucket { id: row.get(0), name: name.to_string(), public, created_at: now })
+        Ok(Bucket { id: row.get(0), name: name.to_string(), public, created_at: now, default_cache_control: None })
     }
 
     pub async fn bucket(&self, name: &BucketName) -> Result<Option<Bucket>, MetadataError> {
-        let row = sqlx::query("SELECT id, name, public, created_at FROM buckets WHERE name = ?1")
-            .bind(name.as_str())
-            .fetch_optional(&self.pool)
-            .await?;
+        let sql = format!("SELECT {BUCKET_COLUMNS} FROM buckets WHERE name = ?1");
+        let row = sqlx::query(&sql).bind(name.as_str()).fetch_optional(&self.pool).await?;
         Ok(row.map(|r| bucket_from_row(&r)))
     }
 
     pub async fn list_buckets(&self) -> Result<Vec<Bucket>, MetadataError> {
-        let rows =
-            sqlx::query("SELECT id, name, public, created_at FROM buckets ORDER BY name").fetch_all(&self.pool).await?;
+        let sql = format!("SELECT {BUCKET_COLUMNS} FROM buckets ORDER BY name");
+        let rows = sqlx::query(&sql).fetch_all(&self.pool).await?;
         Ok(rows.iter().map(bucket_from_row).collect())
+    }
+
+    /// Changes a bucket's access and its default Cache-Control; `None` leaves that field as it is, and
+    /// `Some(None)` removes the default. Returns the changed bucket, or `None` when there is no such bucket.
+    pub async fn update_bucket(
+        &self,
+        name: &BucketName,
+        public: Option<bool>,
+        default_cache_control: Option<Option<&str>>,
+    ) -> Result<Option<Bucket>, MetadataError> {
+        let mut tx = self.begin_write().await?;
+        let sql = format!(
+            "UPDATE buckets SET public = coalesce(?2, public),
+                 default_cache_control = CASE WHEN ?3 THEN ?4 ELSE default_cache_control END
+             WHERE name = ?1 RETURNING {BUCKET_COLUMNS}"
+        );
+        let row = sqlx::query(&sql)
+            .bind(name.as_str())
+            .bind(public)
+            .bind(default_cache_control.is_some())
+            .bind(default_cache_control.flatten())
+            .fetch_optional(&mut *tx.tx)
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let bucket = bucket_from_row(&row);
+        tx.commit().await?;
+        Ok(Some(bucket))
+    }
+
+    /// The object and its bucket's default Cache-Control, read in one statement so that the two agree.
+    pub async fn object_with_bucket_default(
+        &self,
+        bucket_id: i64,
+        key: &str,
+    ) -> Result<Option<(ObjectRecord, Option<String>)>, MetadataError> {
+        let row = sqlx::query(
+            "SELECT o.bucket_id, o.key, o.sha256, o.size, o.content_type, o.cache_control, o.content_disposition,
+                    o.created_at, o.updated_at, b.default_cache_control
+             FROM objects o JOIN buckets b ON b.id = o.bucket_id WHERE o.bucket_id = ?1 AND o.key = ?2",
+        )
+        .bind(bucket_id)
+        .bind(key)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| (object_from_row(&r), r.get(9))))
+    }
+
+    /// One page of a bucket's objects whose keys start with `prefix`, in key order, after the key `after` (the
+    /// last one of the previous page). A keyset scan over the primary key: each page is one index range read,
+    /// however far into the bucket it is, and a listing never holds more than a page in memory.
+    pub async fn list_objects_page(
+        &self,
+        bucket_id: i64,
+        prefix: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ObjectRecord>, MetadataError> {
+        let upper = prefix_upper_bound(prefix);
+        let sql = list_objects_sql(after.is_some(), upper.is_some());
+        let rows = sqlx::query(&sql)
+            .bind(bucket_id)
+            .bind(after.unwrap_or(prefix))
+            .bind(upper)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(object_from_row).collect())
     }
 
     pub async fn object_by_key(&self, bucket_id: i64, key: &str) -> Result<Option<ObjectRecord>, MetadataError> {
@@ -366,14 +489,15 @@ const COUNTER_COLUMNS: &str =
     "requests, completed, aborted, truncated, bytes_sent, range_requests, not_modified, head_requests";
 
 impl Metadata {
-    /// Adds a batch of download counters in one write transaction.
+    /// Adds a batch of download counters in one write transaction. Rows of a bucket deleted since the downloads
+    /// are dropped (they would violate the foreign key and fail the whole batch, again at every retry).
     pub async fn record_download_stats(&self, batch: &Batch) -> Result<(), MetadataError> {
         let mut tx = self.begin_write().await?;
         for ((bucket_id, key), (c, last)) in &batch.per_object {
             sqlx::query(
                 "INSERT INTO object_stats (bucket_id, key, requests, completed, aborted, truncated, bytes_sent,
                                            range_requests, not_modified, head_requests, last_download_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                 SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11 WHERE EXISTS (SELECT 1 FROM buckets WHERE id = ?1)
                  ON CONFLICT (bucket_id, key) DO UPDATE SET
                      requests = requests + excluded.requests, completed = completed + excluded.completed,
                      aborted = aborted + excluded.aborted, truncated = truncated + excluded.truncated,
@@ -402,7 +526,7 @@ impl Metadata {
             sqlx::query(
                 "INSERT INTO object_stats_daily (bucket_id, key, day, requests, completed, aborted, bytes_sent,
                                                  range_requests, not_modified)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                 SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 WHERE EXISTS (SELECT 1 FROM buckets WHERE id = ?1)
                  ON CONFLICT (bucket_id, key, day) DO UPDATE SET
                      requests = requests + excluded.requests, completed = completed + excluded.completed,
                      aborted = aborted + excluded.aborted, bytes_sent = bytes_sent + excluded.bytes_sent,
@@ -489,11 +613,40 @@ impl WriteTx {
     }
 
     pub async fn bucket(&mut self, name: &BucketName) -> Result<Option<Bucket>, MetadataError> {
-        let row = sqlx::query("SELECT id, name, public, created_at FROM buckets WHERE name = ?1")
-            .bind(name.as_str())
-            .fetch_optional(&mut *self.tx)
-            .await?;
+        let sql = format!("SELECT {BUCKET_COLUMNS} FROM buckets WHERE name = ?1");
+        let row = sqlx::query(&sql).bind(name.as_str()).fetch_optional(&mut *self.tx).await?;
         Ok(row.map(|r| bucket_from_row(&r)))
+    }
+
+    pub async fn object_count(&mut self, bucket_id: i64) -> Result<u64, MetadataError> {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM objects WHERE bucket_id = ?1")
+            .bind(bucket_id)
+            .fetch_one(&mut *self.tx)
+            .await?;
+        Ok(n as u64)
+    }
+
+    /// Deletes up to `limit` objects of a bucket, first keys first; returns the hashes they referenced.
+    pub async fn delete_objects_batch(&mut self, bucket_id: i64, limit: u32) -> Result<Vec<String>, MetadataError> {
+        let hashes = sqlx::query_scalar(
+            "DELETE FROM objects WHERE bucket_id = ?1
+                 AND key IN (SELECT key FROM objects WHERE bucket_id = ?1 ORDER BY key LIMIT ?2)
+             RETURNING sha256",
+        )
+        .bind(bucket_id)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *self.tx)
+        .await?;
+        Ok(hashes)
+    }
+
+    /// Deletes an empty bucket with its tokens (explicitly, so the change log names each one) and, by cascade,
+    /// its download stats. Returns how many tokens went with it.
+    pub async fn delete_empty_bucket(&mut self, bucket_id: i64) -> Result<u64, MetadataError> {
+        let tokens =
+            sqlx::query("DELETE FROM tokens WHERE bucket_id = ?1").bind(bucket_id).execute(&mut *self.tx).await?;
+        sqlx::query("DELETE FROM buckets WHERE id = ?1").bind(bucket_id).execute(&mut *self.tx).await?;
+        Ok(tokens.rows_affected())
     }
 
     /// Inserts or replaces the object row. A row that already holds the same hash and attributes is left as it
@@ -572,7 +725,33 @@ impl WriteTx {
 }
 
 fn bucket_from_row(r: &sqlx::sqlite::SqliteRow) -> Bucket {
-    Bucket { id: r.get(0), name: r.get(1), public: r.get(2), created_at: r.get(3) }
+    Bucket { id: r.get(0), name: r.get(1), public: r.get(2), created_at: r.get(3), default_cache_control: r.get(4) }
+}
+
+/// The page query of `list_objects_page`. ?2 is the lower bound (inclusive: the prefix; exclusive: the last key
+/// of the previous page), ?3 the exclusive upper bound of keys with the prefix, ?4 the page size.
+fn list_objects_sql(after: bool, upper: bool) -> String {
+    let lower = if after { "key > ?2" } else { "key >= ?2" };
+    let upper = if upper { " AND key < ?3" } else { "" };
+    format!("SELECT {OBJECT_COLUMNS} FROM objects WHERE bucket_id = ?1 AND {lower}{upper} ORDER BY key LIMIT ?4")
+}
+
+/// The least string above every string that starts with `prefix` (`None`: no such bound, for `""`). Keys compare
+/// as UTF-8 bytes (SQLite's BINARY collation), which orders like code points, so this turns "starts with" into
+/// a range the primary key can answer: bump the last character that can be bumped and drop what follows.
+fn prefix_upper_bound(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = match last {
+            '\u{D7FF}' => Some('\u{E000}'),
+            c => char::from_u32(u32::from(c) + 1),
+        };
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
 }
 
 fn token_from_row(r: &sqlx::sqlite::SqliteRow) -> TokenRecord {
@@ -593,6 +772,7 @@ fn signing_key_from_row(r: &sqlx::sqlite::SqliteRow) -> SigningKey {
     SigningKey { id: r.get(0), secret: r.get(1), created_at: r.get(2), retired_at: r.get(3) }
 }
 
+/// Reads the columns of `OBJECT_COLUMNS`, in that order.
 fn object_from_row(r: &sqlx::sqlite::SqliteRow) -> ObjectRecord {
     ObjectRecord {
         bucket_id: r.get(0),
@@ -602,5 +782,134 @@ fn object_from_row(r: &sqlx::sqlite::SqliteRow) -> ObjectRecord {
         attrs: ObjectAttrs { content_type: r.get(4), cache_control: r.get(5), content_disposition: r.get(6) },
         created_at: r.get(7),
         updated_at: r.get(8),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prefix_bound_is_exactly_starts_with() {
+        assert_eq!(prefix_upper_bound(""), None);
+        assert_eq!(prefix_upper_bound("a/").as_deref(), Some("a0"));
+        assert_eq!(prefix_upper_bound("\u{D7FF}").as_deref(), Some("\u{E000}"), "surrogates are skipped");
+        assert_eq!(prefix_upper_bound("x\u{10FFFF}").as_deref(), Some("y"), "a maximal last character is dropped");
+        assert_eq!(prefix_upper_bound("\u{10FFFF}"), None);
+        let keys =
+            ["a", "a/", "a/b", "a/\u{10FFFF}z", "a0", "a.", "ab", "é", "é/x", "ê", "\u{10FFFF}", "z", "x\u{10FFFF}"];
+        for prefix in ["", "a", "a/", "é", "x\u{10FFFF}", "\u{10FFFF}", "zz"] {
+            let upper = prefix_upper_bound(prefix);
+            for key in keys {
+                // Byte order, as SQLite's BINARY collation compares.
+                let in_range = key.as_bytes() >= prefix.as_bytes()
+                    && upper.as_deref().is_none_or(|u| key.as_bytes() < u.as_bytes());
+                assert_eq!(in_range, key.starts_with(prefix), "prefix {prefix:?}, key {key:?}");
+            }
+        }
+    }
+
+    async fn database() -> (tempfile::TempDir, Metadata) {
+        let dir = tempfile::tempdir().unwrap();
+        let generation = Arc::new(Generation::open(dir.path()).unwrap());
+        let meta = Metadata::open(&dir.path().join("blobgate.db"), Duration::from_secs(5), generation).await.unwrap();
+        (dir, meta)
+    }
+
+    #[tokio::test]
+    async fn an_object_page_is_one_primary_key_range() {
+        let (_dir, meta) = database().await;
+        for (after, upper, plan) in [
+            (false, false, "(bucket_id=? AND key>?)"),
+            (true, false, "(bucket_id=? AND key>?)"),
+            (false, true, "(bucket_id=? AND key>? AND key<?)"),
+            (true, true, "(bucket_id=? AND key>? AND key<?)"),
+        ] {
+            let sql = format!("EXPLAIN QUERY PLAN {}", list_objects_sql(after, upper));
+            let rows = sqlx::query(&sql).bind(1).bind("a").bind("b").bind(10).fetch_all(&meta.pool).await.unwrap();
+            let details: Vec<String> = rows.iter().map(|r| r.get::<String, _>(3)).collect();
+            assert_eq!(details.len(), 1, "{details:?}");
+            assert!(details[0].starts_with("SEARCH objects USING PRIMARY KEY"), "{details:?}");
+            assert!(details[0].ends_with(plan), "{details:?}");
+            assert!(!details.iter().any(|d| d.contains("TEMP B-TREE")), "no sort: {details:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn pages_follow_on_from_the_last_key() {
+        let (_dir, meta) = database().await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let other = meta.create_bucket(&BucketName::parse("other").unwrap(), false, 0).await.unwrap();
+        let keys = ["a", "a/1", "a/2", "a/3", "a0", "b"];
+        let mut tx = meta.begin_write().await.unwrap();
+        for (i, key) in keys.iter().enumerate() {
+            let key = ObjectKey::parse(key).unwrap();
+            tx.upsert_object(bucket.id, &key, &"0".repeat(64), 0, &ObjectAttrs::default(), i as i64).await.unwrap();
+            tx.upsert_object(other.id, &key, &"0".repeat(64), 0, &ObjectAttrs::default(), 0).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+        let list = |prefix: &'static str, page: u32| {
+            let meta = meta.clone();
+            async move {
+                let (mut all, mut after) = (Vec::new(), None::<String>);
+                loop {
+                    let rows = meta.list_objects_page(bucket.id, prefix, after.as_deref(), page).await.unwrap();
+                    assert!(rows.len() <= page as usize);
+                    all.extend(rows.iter().map(|r| r.key.clone()));
+                    if rows.len() < page as usize {
+                        return all;
+                    }
+                    after = rows.last().map(|r| r.key.clone());
+                }
+            }
+        };
+        assert_eq!(list("", 2).await, keys);
+        assert_eq!(list("", 100).await, keys);
+        assert_eq!(list("a/", 1).await, ["a/1", "a/2", "a/3"]);
+        assert_eq!(list("a", 3).await, ["a", "a/1", "a/2", "a/3", "a0"]);
+        assert!(list("c", 2).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_read_only_open_refuses_writes() {
+        let (dir, meta) = database().await;
+        meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        meta.close().await;
+        let path = dir.path().join("blobgate.db");
+        let wal = dir.path().join("blobgate.db-wal");
+        // The pool's connection threads finish closing (and remove the WAL) just after `close` returns.
+        for _ in 0..250 {
+            if !wal.exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!wal.exists(), "the writer's WAL outlived it");
+        let reader = Metadata::open_read_only(&path, Duration::from_secs(5)).await.unwrap();
+        assert!(!reader.needs_migration().await);
+        assert_eq!(reader.list_buckets().await.unwrap().len(), 1);
+        let err = reader.create_bucket(&BucketName::parse("new").unwrap(), false, 0).await.unwrap_err();
+        assert!(err.to_string().contains("readonly"), "{err}");
+        reader.close().await;
+        let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(!files.iter().any(|f| f.to_string_lossy().ends_with("-wal")), "the reader made a WAL: {files:?}");
+        let err = Metadata::open_read_only(&dir.path().join("none.db"), Duration::from_secs(5)).await.err().unwrap();
+        assert!(err.to_string().contains("no database at"), "{err}");
+        assert!(!dir.path().join("none.db").exists());
+    }
+
+    #[tokio::test]
+    async fn bucket_updates_change_only_what_they_name() {
+        let (_dir, meta) = database().await;
+        let name = BucketName::parse("bkt").unwrap();
+        meta.create_bucket(&name, false, 0).await.unwrap();
+        let b = meta.update_bucket(&name, None, Some(Some("max-age=60"))).await.unwrap().unwrap();
+        assert_eq!((b.public, b.default_cache_control.as_deref()), (false, Some("max-age=60")));
+        let b = meta.update_bucket(&name, Some(true), None).await.unwrap().unwrap();
+        assert_eq!((b.public, b.default_cache_control.as_deref()), (true, Some("max-age=60")));
+        let b = meta.update_bucket(&name, Some(false), Some(None)).await.unwrap().unwrap();
+        assert_eq!((b.public, b.default_cache_control.as_deref()), (false, None));
+        assert_eq!(meta.bucket(&name).await.unwrap().unwrap(), b);
+        assert!(meta.update_bucket(&BucketName::parse("nope").unwrap(), Some(true), None).await.unwrap().is_none());
     }
 }

@@ -3,7 +3,8 @@
 //! **Ordering invariant.** A write goes temp file → fsync → (write lock) rename → row → commit, and a delete goes
 //! (write lock) row removed → last reference? blob moved aside → commit → blob unlinked. So a crash at any point
 //! leaves either the old object or the new one visible, never a partial one; what it can leave behind is an
-//! unreferenced blob or a temp file, which `Store::sweep` removes at start-up.
+//! unreferenced blob or a temp file, which `Store::sweep` removes at start-up, or a retired blob whose delete
+//! never committed, which the sweep puts back (its row still references it).
 
 pub mod blobs;
 pub mod generation;
@@ -53,10 +54,25 @@ pub struct PutReport {
     pub status: &'static str,
 }
 
+/// What `Store::delete_bucket` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BucketDeletion {
+    /// The bucket is gone, with this many objects and tokens.
+    Deleted { objects: u64, tokens: u64 },
+    /// Refused without `force`: the bucket still holds this many objects.
+    NotEmpty { objects: u64 },
+}
+
+/// Objects removed per write transaction by a forced bucket delete: bounds how long the write lock is held and how
+/// many retired blobs wait for one commit.
+const DELETE_BATCH: u32 = 500;
+
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct SweepReport {
     pub temp_files: usize,
     pub unreferenced_blobs: usize,
+    /// Blobs put back from `tmp/`: a delete retired them and then died before its commit.
+    pub restored_blobs: usize,
 }
 
 #[derive(Clone)]
@@ -73,6 +89,20 @@ impl Store {
         let generation = std::sync::Arc::new(generation::Generation::open(data_dir)?);
         let meta = Metadata::open(&data_dir.join("blobgate.db"), busy_timeout, generation).await?;
         Ok(Self { meta, blobs })
+    }
+
+    /// Opens an existing data dir for reading only: creates no directory or file, writes nothing (see
+    /// `Metadata::open_read_only`). A database that needs a migration is opened for writing instead, so that
+    /// the first command after an upgrade works where it may write and says why where it may not.
+    pub async fn open_read_only(data_dir: &Path, busy_timeout: Duration) -> anyhow::Result<Self> {
+        let meta = Metadata::open_read_only(&data_dir.join("blobgate.db"), busy_timeout).await?;
+        if meta.needs_migration().await {
+            meta.close().await;
+            return Self::open(data_dir, busy_timeout)
+                .await
+                .context("the database must be migrated to this version first, which needs write access");
+        }
+        Ok(Self { meta, blobs: BlobStore::at(data_dir) })
     }
 
     /// Makes a staged blob visible as `bucket/key`. Only after the blob is fsynced and renamed and the row is
@@ -131,14 +161,72 @@ impl Store {
         Ok(true)
     }
 
-    /// Removes temp leftovers and blobs that no object references (after a crash between rename and commit).
+    /// Deletes a bucket, refused while it has objects unless `force`. Forced, its objects go in batches, each
+    /// like `delete` (rows removed and unreferenced blobs retired under the write lock, unlinked after the
+    /// commit), so a crash part-way leaves a smaller bucket and never a row without its blob; running it again
+    /// finishes the job. The last transaction checks the bucket is empty (a put may have raced) and removes it
+    /// with its tokens and download stats.
+    pub async fn delete_bucket(&self, bucket: &BucketName, force: bool) -> Result<BucketDeletion, StoreError> {
+        let mut objects = 0;
+        loop {
+            let mut tx = self.meta.begin_write().await?;
+            let row = tx.bucket(bucket).await?.ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))?;
+            if !force {
+                let present = tx.object_count(row.id).await?;
+                if present > 0 {
+                    return Ok(BucketDeletion::NotEmpty { objects: present });
+                }
+            }
+            let mut hashes = tx.delete_objects_batch(row.id, DELETE_BATCH).await?;
+            if hashes.is_empty() {
+                let tokens = tx.delete_empty_bucket(row.id).await?;
+                tx.commit().await?;
+                return Ok(BucketDeletion::Deleted { objects, tokens });
+            }
+            objects += hashes.len() as u64;
+            hashes.sort_unstable();
+            hashes.dedup();
+            let mut retired = Vec::new();
+            for sha in &hashes {
+                match self.retire_if_unreferenced(&mut tx, sha).await {
+                    Ok(r) => retired.extend(r),
+                    Err(e) => {
+                        // The rows come back with the rollback: so must their blobs.
+                        drop(tx);
+                        restore_all(retired)?;
+                        return Err(e.into());
+                    }
+                }
+            }
+            finish_commit(tx, retired).await?;
+        }
+    }
+
+    /// Removes temp leftovers and blobs that no object references (after a crash between rename and commit), and
+    /// puts back blobs retired by a delete that never committed.
     pub async fn sweep(&self) -> anyhow::Result<SweepReport> {
         let blobs = self.blobs.clone();
-        let (temp_files, hashes) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-            Ok((blobs.sweep_temp_files()?, blobs.list_hashes()?))
-        })
-        .await
-        .context("sweep task failed")??;
+        let (mut temp_files, retired) =
+            tokio::task::spawn_blocking(move || blobs.sweep_temp_files()).await.context("sweep task failed")??;
+        let mut restored_blobs = 0;
+        if !retired.is_empty() {
+            // Under the write lock no delete is between its retire and its commit. A retired blob whose hash a
+            // row still references was retired by a transaction that rolled back (its process died): restore it.
+            // Otherwise its delete committed, and only the unlink was left to do.
+            let mut tx = self.meta.begin_write().await?;
+            for r in retired {
+                if tx.blob_is_referenced(r.sha256()).await? && !r.blob_present() {
+                    r.restore().context("cannot restore a retired blob that is still referenced")?;
+                    restored_blobs += 1;
+                } else {
+                    r.discard();
+                    temp_files += 1;
+                }
+            }
+            tx.commit().await?;
+        }
+        let blobs = self.blobs.clone();
+        let hashes = tokio::task::spawn_blocking(move || blobs.list_hashes()).await.context("sweep task failed")??;
         let mut candidates = Vec::new();
         for sha in hashes {
             if !self.meta.blob_is_referenced(&sha).await? {
@@ -159,7 +247,7 @@ impl Store {
             unreferenced_blobs = retired.len();
             retired.into_iter().for_each(blobs::RetiredBlob::discard);
         }
-        Ok(SweepReport { temp_files, unreferenced_blobs })
+        Ok(SweepReport { temp_files, unreferenced_blobs, restored_blobs })
     }
 
     async fn retire_if_unreferenced(
@@ -174,21 +262,34 @@ impl Store {
     }
 }
 
-/// Commits, then deletes the retired blob; if the commit fails the blob goes back so no row loses its bytes.
-async fn finish_commit(tx: metadata::WriteTx, retired: Option<blobs::RetiredBlob>) -> Result<(), StoreError> {
+/// Commits, then deletes the retired blobs; if the commit fails they go back so no row loses its bytes.
+async fn finish_commit(
+    tx: metadata::WriteTx,
+    retired: impl IntoIterator<Item = blobs::RetiredBlob>,
+) -> Result<(), StoreError> {
     match tx.commit().await {
         Ok(()) => {
-            if let Some(r) = retired {
-                r.discard();
-            }
+            retired.into_iter().for_each(blobs::RetiredBlob::discard);
             Ok(())
         }
         Err(e) => {
-            if let Some(r) = retired {
-                r.restore().context("cannot restore a retired blob after a failed commit")?;
-            }
+            restore_all(retired)?;
             Err(e.into())
         }
+    }
+}
+
+/// Puts every retired blob back, trying them all; the first failure is the error.
+fn restore_all(retired: impl IntoIterator<Item = blobs::RetiredBlob>) -> anyhow::Result<()> {
+    let mut first_error = None;
+    for r in retired {
+        if let Err(e) = r.restore() {
+            first_error.get_or_insert(e);
+        }
+    }
+    match first_error {
+        Some(e) => Err(e).context("cannot restore a retired blob after a failed commit"),
+        None => Ok(()),
     }
 }
 
@@ -274,6 +375,82 @@ mod tests {
         assert!(matches!(err, StoreError::NoSuchBucket(_)));
         assert_eq!(std::fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
         assert!(store.blobs.list_hashes().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn bucket_delete_needs_force_and_keeps_blobs_other_buckets_use() {
+        let (_dir, store) = store().await;
+        let (b, other) = (BucketName::parse("bkt").unwrap(), BucketName::parse("other").unwrap());
+        store.meta.create_bucket(&other, false, 0).await.unwrap();
+        let k = ObjectKey::parse("k").unwrap();
+        let shared = store.put(&other, &k, stage(&store, b"shared"), ObjectAttrs::default()).await.unwrap();
+        let mut own = Vec::new();
+        // More objects than one batch, two of them sharing a blob within the bucket.
+        for i in 0..(DELETE_BATCH + 3) {
+            let key = ObjectKey::parse(&format!("k{i:04}")).unwrap();
+            let bytes = match i {
+                0 => b"shared".to_vec(),
+                1 | 2 => b"twice".to_vec(),
+                _ => format!("object {i}").into_bytes(),
+            };
+            own.push(store.put(&b, &key, stage(&store, &bytes), ObjectAttrs::default()).await.unwrap().sha256);
+        }
+        let objects = u64::from(DELETE_BATCH + 3);
+        assert_eq!(store.delete_bucket(&b, false).await.unwrap(), BucketDeletion::NotEmpty { objects });
+        assert!(store.meta.bucket(&b).await.unwrap().is_some(), "refused: nothing deleted");
+        assert_eq!(store.delete_bucket(&b, true).await.unwrap(), BucketDeletion::Deleted { objects, tokens: 0 });
+        assert!(store.meta.bucket(&b).await.unwrap().is_none());
+        assert_eq!(store.blobs.list_hashes().unwrap(), vec![shared.sha256.clone()], "only the other bucket's is left");
+        assert!(own.iter().filter(|sha| **sha != shared.sha256).all(|sha| !store.blobs.path_of(sha).exists()));
+        let err = store.delete_bucket(&b, true).await.unwrap_err();
+        assert!(matches!(err, StoreError::NoSuchBucket(_)));
+    }
+
+    #[tokio::test]
+    async fn a_read_only_open_of_an_older_database_migrates_it_first() {
+        // A database made by an older binary: the first five migrations only.
+        let dir = tempfile::tempdir().unwrap();
+        let old = dir.path().join("old-migrations");
+        std::fs::create_dir(&old).unwrap();
+        for entry in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations")).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_name().to_string_lossy().as_ref() < "0006" {
+                std::fs::copy(entry.path(), old.join(entry.file_name())).unwrap();
+            }
+        }
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        let url = format!("sqlite://{}?mode=rwc", data.join("blobgate.db").display());
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        sqlx::migrate::Migrator::new(old.as_path()).await.unwrap().run(&pool).await.unwrap();
+        pool.close().await;
+
+        let store = Store::open_read_only(&data, Duration::from_secs(5)).await.unwrap();
+        assert!(!store.meta.needs_migration().await);
+        assert!(store.meta.list_buckets().await.unwrap().is_empty(), "the new column exists");
+        store.meta.close().await;
+        let again = Store::open_read_only(&data, Duration::from_secs(5)).await.unwrap();
+        assert!(!again.meta.needs_migration().await, "an up-to-date database opens read-only");
+        again.meta.close().await;
+    }
+
+    #[tokio::test]
+    async fn sweep_restores_a_blob_whose_delete_never_committed() {
+        let (dir, store) = store().await;
+        let b = BucketName::parse("bkt").unwrap();
+        let (kept, gone) = (ObjectKey::parse("kept").unwrap(), ObjectKey::parse("gone").unwrap());
+        let kept_sha = store.put(&b, &kept, stage(&store, b"kept"), ObjectAttrs::default()).await.unwrap().sha256;
+        let gone_sha = store.put(&b, &gone, stage(&store, b"gone"), ObjectAttrs::default()).await.unwrap().sha256;
+        // A delete that died after retiring its blob and before committing: the row stays, the blob is aside.
+        std::mem::forget(store.blobs.retire(&kept_sha).unwrap().unwrap());
+        // One whose commit went through but that died before the unlink.
+        std::mem::forget(store.blobs.retire(&gone_sha).unwrap().unwrap());
+        store.delete(&b, &gone).await.unwrap();
+        let report = store.sweep().await.unwrap();
+        assert_eq!((report.restored_blobs, report.temp_files), (1, 1));
+        assert!(store.blobs.path_of(&kept_sha).is_file(), "the referenced blob is back");
+        assert!(!store.blobs.path_of(&gone_sha).exists());
+        assert_eq!(std::fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
     }
 
     #[tokio::test]

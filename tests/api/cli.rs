@@ -1,7 +1,10 @@
 //! The command line: one-line errors with a non-zero exit for bad input (and nothing stored), the put JSON,
-//! idempotent puts and imports, configuration errors that name their key or file, tokens and presign limits.
+//! idempotent puts and imports, configuration errors that name their key or file, tokens and presign limits;
+//! bucket set/delete, ls and rm (also against a running server), the missing data dir, read-only data dirs.
 
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, SystemTime};
 
 use crate::helpers::*;
 
@@ -25,8 +28,11 @@ fn bucket_create_refuses_bad_names_with_one_line() {
     env.bucket(&"a".repeat(63), true);
     let list = env.ok(&["bucket", "list"]);
     assert_eq!(list.lines().count(), 2, "{list}");
-    assert!(list.contains(r#"{"bucket":"abc","public":false}"#), "{list}");
-    assert!(list.contains(&format!(r#"{{"bucket":"{}","public":true}}"#, "a".repeat(63))), "{list}");
+    let buckets: Vec<serde_json::Value> = list.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!((&buckets[0]["bucket"], &buckets[0]["public"]), (&"a".repeat(63).into(), &true.into()), "{list}");
+    assert_eq!((&buckets[1]["bucket"], &buckets[1]["public"]), (&"abc".into(), &false.into()), "{list}");
+    assert_eq!(buckets[1]["cache_control"], serde_json::Value::Null);
+    assert_rfc3339(&buckets[1]["created_at"]);
 }
 
 #[test]
@@ -37,7 +43,8 @@ fn duplicate_buckets_are_an_error() {
     let err = env.fails(&["bucket", "create", "dup"]);
     assert!(err.contains("dup") && err.contains("already exists"), "{err}");
     // The first one is unchanged (still public).
-    assert_eq!(env.ok(&["bucket", "list"]).trim(), r#"{"bucket":"dup","public":true}"#);
+    let list: serde_json::Value = serde_json::from_str(env.ok(&["bucket", "list"]).trim()).unwrap();
+    assert_eq!((&list["bucket"], &list["public"]), (&"dup".into(), &true.into()));
 }
 
 #[test]
@@ -235,8 +242,18 @@ fn token_create_refuses_bad_input() {
     let list = env.ok(&["token", "list"]);
     let json: serde_json::Value = serde_json::from_str(list.trim()).unwrap();
     assert_eq!((&json["bucket"], &json["prefix"], &json["scope"]), (&"bkt".into(), &"in/".into(), &"write".into()));
-    let expires = json["expires_at"].as_i64().unwrap() - json["created_at"].as_i64().unwrap();
-    assert_eq!(expires, 60);
+    // Times are RFC 3339, like every time the CLI prints.
+    let expires = assert_rfc3339(&json["expires_at"]).duration_since(assert_rfc3339(&json["created_at"])).unwrap();
+    assert_eq!(expires, Duration::from_secs(60));
+    assert_eq!(json["revoked_at"], serde_json::Value::Null);
+    env.ok(&["token", "revoke", &token]);
+    let json: serde_json::Value = serde_json::from_str(env.ok(&["token", "list"]).trim()).unwrap();
+    assert_rfc3339(&json["revoked_at"]);
+    let key: serde_json::Value = serde_json::from_str(env.ok(&["signing", "rotate"]).trim()).unwrap();
+    assert_rfc3339(&key["created_at"]);
+    env.ok(&["signing", "retire", key["key_id"].as_str().unwrap()]);
+    let key: serde_json::Value = serde_json::from_str(env.ok(&["signing", "list"]).trim()).unwrap();
+    assert_rfc3339(&key["retired_at"]);
 }
 
 #[test]
@@ -291,4 +308,389 @@ fn auth_settings_can_be_set_from_the_environment() {
     let out = env.cli_env(&["bucket", "list"], &[("BLOBGATE_AUTH__PRESIGN_MAX_LIFETIME", "soon")]);
     let err = one_line_error(&out, &["BLOBGATE_AUTH__PRESIGN_MAX_LIFETIME=soon"]);
     assert!(err.contains("auth.presign_max_lifetime"), "{err}");
+}
+
+/// Parses an RFC 3339 time the CLI printed (and so asserts it is one).
+fn assert_rfc3339(value: &serde_json::Value) -> SystemTime {
+    let text = value.as_str().unwrap_or_else(|| panic!("not a time string: {value}"));
+    humantime::parse_rfc3339(text).unwrap_or_else(|e| panic!("{text:?} is not RFC 3339: {e}"))
+}
+
+fn json_lines(out: &str) -> Vec<serde_json::Value> {
+    out.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}"))).collect()
+}
+
+#[test]
+fn help_describes_every_argument_and_no_empty_env() {
+    let env = TestEnv::new();
+    let top = env.ok(&["--help"]);
+    assert!(top.contains("[env: BLOBGATE_CONFIG]"), "{top}");
+    assert!(!top.contains("=]"), "an empty env value is printed: {top}");
+    // The arguments the trial found bare: each line names the argument and then describes it.
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["put", "--help"],
+            &["<BUCKET>", "<KEY>", "<FILE>", "--content-type", "--cache-control", "--content-disposition"],
+        ),
+        (&["bucket", "create", "--help"], &["<NAME>", "--public"]),
+        (&["bucket", "set", "--help"], &["<NAME>", "--public", "--private", "--cache-control"]),
+        (&["token", "create", "--help"], &["--bucket"]),
+        (&["stats", "--help"], &["--bucket"]),
+        (&["ls", "--help"], &["<BUCKET>", "[PREFIX]", "--json", "--page-size"]),
+        (&["rm", "--help"], &["<BUCKET>", "<KEY>"]),
+    ];
+    for (args, names) in cases {
+        let help = env.ok(args);
+        for name in *names {
+            let line = help.lines().find(|l| l.trim_start().starts_with(name) || l.contains(&format!(", {name}")));
+            let line = line.unwrap_or_else(|| panic!("{args:?}: no line for {name}:\n{help}"));
+            let after = line.trim_start().split_once("  ").map(|(_, rest)| rest.trim()).unwrap_or("");
+            assert!(!after.is_empty(), "{args:?}: {name} has no description: {line:?}");
+        }
+        assert!(!help.contains("=]"), "{args:?}: {help}");
+    }
+}
+
+#[test]
+fn a_missing_data_dir_is_an_error_naming_it_and_nothing_is_created() {
+    let env = TestEnv::new();
+    let data = env.data_dir();
+    let file = write_file(env.dir.path(), "f.txt", b"f");
+    let file = file.to_str().unwrap();
+    let tree = env.dir.path().to_str().unwrap();
+    let commands: &[&[&str]] = &[
+        &["bucket", "list"],
+        &["bucket", "set", "bkt", "--public"],
+        &["bucket", "delete", "bkt"],
+        &["ls", "bkt"],
+        &["rm", "bkt", "k"],
+        &["put", "bkt", "k", file],
+        &["import", "bkt", tree],
+        &["stats", "--json"],
+        &["token", "list"],
+        &["token", "create", "--bucket", "bkt"],
+        &["token", "revoke", "bg_0123456789ab_x"],
+        &["presign", "bkt", "k"],
+        &["signing", "list"],
+        &["signing", "rotate"],
+    ];
+    let expected = format!("blobgate: data dir {} does not exist", data.display());
+    for args in commands {
+        let err = env.fails(args);
+        assert!(err.starts_with(&expected), "{args:?}: {err}");
+        assert!(!data.exists(), "{args:?} created the data dir");
+    }
+    // Run from the wrong directory with the default `./data`: the message names the absolute path it looked at.
+    let out = Command::new(BIN)
+        .args(["bucket", "list"])
+        .current_dir(env.dir.path())
+        .env_remove("BLOBGATE_CONFIG")
+        .env_remove("BLOBGATE_DATA_DIR")
+        .output()
+        .unwrap();
+    let err = one_line_error(&out, &["bucket list from the wrong directory"]);
+    assert!(err.contains(&format!("{}/data does not exist", env.dir.path().display())), "{err}");
+    assert!(!data.exists());
+    // A file where the dir should be.
+    std::fs::write(&data, b"").unwrap();
+    assert!(env.fails(&["ls", "bkt"]).contains("is not a directory"));
+    std::fs::remove_file(&data).unwrap();
+    // An empty dir: read-only commands name the database they did not find, and create nothing.
+    std::fs::create_dir(&data).unwrap();
+    let err = env.fails(&["bucket", "list"]);
+    assert!(err.contains(&format!("no database at {}", data.join("blobgate.db").display())), "{err}");
+    assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0);
+    std::fs::remove_dir(&data).unwrap();
+    // `bucket create` starts a data dir (so does `serve`).
+    env.bucket("bkt", false);
+    assert!(data.join("blobgate.db").is_file());
+    assert_eq!(env.ok(&["ls", "bkt"]), "");
+}
+
+#[test]
+fn ls_lists_every_object_in_key_order_across_pages() {
+    let env = TestEnv::new();
+    env.bucket("bkt", false);
+    env.bucket("other", false);
+    let root = env.dir.path().join("tree");
+    // Neighbours of the prefix `a/` on both sides, non-ASCII, and more keys than several pages.
+    let mut keys: Vec<String> = vec!["a/x.html".into(), "a/é.txt".into(), "a0".into(), "b".into(), "é".into()];
+    keys.extend((0..7).map(|i| format!("a/{i}")));
+    for (i, key) in keys.iter().enumerate() {
+        write_file(&root, key, &test_bytes(i + 1, i as u64));
+    }
+    env.ok(&["import", "bkt", root.to_str().unwrap()]);
+    // `a` beside `a/…` cannot be a file in the tree.
+    env.put_bytes("bkt", "a", b"a", &[]);
+    env.put_bytes("bkt", "typed", b"t", &["--content-type", "text/x-typed", "--cache-control", "max-age=5"]);
+    env.put_bytes("other", "a/0", b"not bkt's", &[]);
+    keys.extend(["a".into(), "typed".into()]);
+    keys.sort();
+
+    let listed = |args: &[&str]| -> Vec<String> {
+        env.ok(args).lines().map(|l| l.split('\t').next().unwrap().to_owned()).collect()
+    };
+    // Page sizes below, at and above the count give the same listing, in byte order.
+    for page in ["1", "2", "3", "14", "1000"] {
+        assert_eq!(listed(&["ls", "bkt", "--page-size", page]), keys, "page size {page}");
+    }
+    let under_a: Vec<String> = keys.iter().filter(|k| k.starts_with("a/")).cloned().collect();
+    assert_eq!(under_a.len(), 9);
+    assert_eq!(listed(&["ls", "bkt", "a/", "--page-size", "2"]), under_a);
+    assert_eq!(listed(&["ls", "bkt", "é"]), ["é"]);
+    assert!(listed(&["ls", "bkt", "zz"]).is_empty());
+
+    // A text line: key, size, ETag, content type, updated (tab-separated).
+    let out = env.ok(&["ls", "bkt", "a/x.html"]);
+    let fields: Vec<&str> = out.trim_end().split('\t').collect();
+    let bytes = std::fs::read(root.join("a/x.html")).unwrap();
+    assert_eq!(fields.len(), 5, "{out:?}");
+    assert_eq!(fields[0], "a/x.html");
+    assert_eq!(fields[1], bytes.len().to_string());
+    assert_eq!(fields[2], format!("\"{}\"", sha256_hex(&bytes)));
+    assert_eq!(fields[3], "text/html");
+    let updated = humantime::parse_rfc3339(fields[4]).expect("RFC 3339");
+    assert!(SystemTime::now().duration_since(updated).unwrap() < Duration::from_secs(300));
+
+    // --json: one object per line, across pages too.
+    let json = json_lines(&env.ok(&["ls", "bkt", "--json", "--page-size", "4"]));
+    assert_eq!(json.iter().map(|o| o["key"].as_str().unwrap()).collect::<Vec<_>>(), keys);
+    let typed = json.iter().find(|o| o["key"] == "typed").unwrap();
+    assert_eq!(typed["size"], 1);
+    assert_eq!(typed["sha256"], sha256_hex(b"t"));
+    assert_eq!(typed["etag"], format!("\"{}\"", sha256_hex(b"t")));
+    assert_eq!(typed["content_type"], "text/x-typed");
+    assert_eq!(typed["cache_control"], "max-age=5");
+    assert_rfc3339(&typed["updated_at"]);
+    assert_rfc3339(&typed["created_at"]);
+
+    for (args, needle) in [
+        (&["ls", "nosuch"][..], "no such bucket"),
+        (&["ls", "BKT"], "invalid bucket name"),
+        (&["ls", "bkt", "--page-size", "0"], "page-size"),
+    ] {
+        let err = env.fails(args);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn bucket_set_and_rm_reach_a_running_server_at_its_next_request() {
+    let env = TestEnv::new();
+    env.bucket("bkt", false);
+    env.put_bytes("bkt", "plain", b"plain", &[]);
+    env.put_bytes("bkt", "own", b"own", &["--cache-control", "max-age=60"]);
+    let token = env.token("bkt", "read", &[]);
+    let server = env.serve();
+    let cache_control = |key: &str| {
+        let r = server.get_auth(&format!("/bkt/{key}"), &token, &[]);
+        assert_eq!(r.status, 200, "{key}");
+        r.header("cache-control").map(str::to_owned)
+    };
+    // Warm the server's caches first, so the changes below must evict them.
+    assert_eq!(cache_control("plain"), None);
+    assert_eq!(cache_control("own").as_deref(), Some("max-age=60"));
+    assert_eq!(server.get("/bkt/plain", &[]).status, 401);
+
+    let set = json_lines(&env.ok(&["bucket", "set", "bkt", "--cache-control", "max-age=300, immutable"]));
+    assert_eq!((&set[0]["bucket"], &set[0]["public"]), (&"bkt".into(), &false.into()));
+    assert_eq!(set[0]["cache_control"], "max-age=300, immutable");
+    assert_eq!(cache_control("plain").as_deref(), Some("max-age=300, immutable"), "the default applies at once");
+    assert_eq!(cache_control("own").as_deref(), Some("max-age=60"), "an object's own value wins");
+    let head = server.request("HEAD", "/bkt/plain", &[("Authorization", &format!("Bearer {token}"))]);
+    assert_eq!(head.header("cache-control"), Some("max-age=300, immutable"));
+
+    env.ok(&["bucket", "set", "bkt", "--public"]);
+    assert_eq!(server.get("/bkt/plain", &[]).status, 200, "public at once");
+    let list = json_lines(&env.ok(&["bucket", "list"]));
+    assert_eq!((&list[0]["public"], &list[0]["cache_control"]), (&true.into(), &"max-age=300, immutable".into()));
+    env.ok(&["bucket", "set", "bkt", "--private", "--cache-control", ""]);
+    assert_eq!(server.get("/bkt/plain", &[]).status, 401, "private at once");
+    assert_eq!(cache_control("plain"), None, "the default is gone");
+
+    for (args, needle) in [
+        (&["bucket", "set", "bkt"][..], "--public"),
+        (&["bucket", "set", "bkt", "--public", "--private"], "--private"),
+        (&["bucket", "set", "nosuch", "--public"], "no such bucket"),
+        (&["bucket", "set", "bkt", "--cache-control", "a\u{7f}"], "cache control"),
+    ] {
+        let err = env.fails(args);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+
+    // Read-only commands beside a running server read its live WAL.
+    env.put_bytes("bkt", "late", b"late", &[]);
+    let listed = env.ok(&["ls", "bkt"]);
+    assert_eq!(listed.lines().map(|l| l.split('\t').next().unwrap()).collect::<Vec<_>>(), ["late", "own", "plain"]);
+
+    let sha = sha256_hex(b"plain");
+    let out = env.cli(&["rm", "bkt", "plain"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = server.get_auth("/bkt/plain", &token, &[]);
+    assert_eq!(r.status, 404, "deleted objects are gone at the next request");
+    assert!(!env.blob_path(&sha).exists(), "its blob went with its last reference");
+    assert_eq!(cache_control("own").as_deref(), Some("max-age=60"), "other objects are untouched");
+    for (args, needle) in [
+        (&["rm", "bkt", "plain"][..], "no such object"),
+        (&["rm", "nosuch", "k"], "no such bucket"),
+        (&["rm", "bkt", "a/../b"], "invalid object key"),
+    ] {
+        let err = env.fails(args);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn bucket_delete_is_refused_while_objects_remain_and_force_removes_everything() {
+    let env = TestEnv::new();
+    env.bucket("doomed", false);
+    env.bucket("kept", false);
+    let shared = test_bytes(1000, 1);
+    let own = test_bytes(1000, 2);
+    env.put_bytes("doomed", "shared", &shared, &[]);
+    env.put_bytes("doomed", "own", &own, &[]);
+    env.put_bytes("doomed", "own-twin", &own, &[]);
+    env.put_bytes("kept", "shared", &shared, &[]);
+    let doomed_token = env.token("doomed", "read", &[]);
+    let kept_token = env.token("kept", "read", &[]);
+    let server = env.serve();
+    assert_eq!(server.get_auth("/doomed/own", &doomed_token, &[]).status, 200);
+
+    let err = env.fails(&["bucket", "delete", "doomed"]);
+    assert!(err.contains("3 objects") && err.contains("--force"), "{err}");
+    assert_eq!(server.get_auth("/doomed/own", &doomed_token, &[]).status, 200, "refused: nothing changed");
+    assert_eq!(env.ok(&["ls", "doomed"]).lines().count(), 3);
+
+    // A download whose stats are still in the server's batch when the bucket goes.
+    assert_eq!(server.get_auth("/doomed/shared", &doomed_token, &[]).status, 200);
+    let out = json_lines(&env.ok(&["bucket", "delete", "doomed", "--force"]));
+    assert_eq!(out[0], serde_json::json!({ "bucket": "doomed", "deleted_objects": 3, "deleted_tokens": 1 }));
+    // The running server: the bucket, its objects and its token are gone at the next request.
+    let r = server.get_auth("/doomed/own", &doomed_token, &[]);
+    assert_eq!(r.status, 401, "its token went with it");
+    assert_eq!(r.json()["message"], "invalid token");
+    assert_eq!(server.get_auth("/kept/shared", &kept_token, &[]).status, 200);
+    assert_eq!(
+        env.blob_files(),
+        vec![env.blob_path(&sha256_hex(&shared))],
+        "only the blob another bucket uses is left"
+    );
+    let buckets = json_lines(&env.ok(&["bucket", "list"]));
+    assert_eq!(buckets.iter().map(|b| b["bucket"].as_str().unwrap()).collect::<Vec<_>>(), ["kept"]);
+    assert_eq!(json_lines(&env.ok(&["token", "list"])).len(), 1);
+    // The stats batcher keeps writing (rows of the deleted bucket are dropped, not retried forever).
+    let wrote = wait_for(Duration::from_secs(10), || {
+        let stats: serde_json::Value = serde_json::from_str(env.ok(&["stats", "--json"]).trim()).unwrap();
+        let rows = stats.as_array().unwrap();
+        rows.iter().any(|r| r["bucket"] == "kept" && r["requests"] == 1)
+    });
+    assert!(wrote, "stats were not written after the delete; log:\n{}", server.log());
+    let stats: serde_json::Value = serde_json::from_str(env.ok(&["stats", "--json"]).trim()).unwrap();
+    assert!(stats.as_array().unwrap().iter().all(|r| r["bucket"] != "doomed"), "{stats}");
+
+    // Deleting again, or an unknown bucket, is an error; an empty bucket needs no --force.
+    assert!(env.fails(&["bucket", "delete", "doomed"]).contains("no such bucket"));
+    env.bucket("empty", false);
+    let out = json_lines(&env.ok(&["bucket", "delete", "empty"]));
+    assert_eq!(out[0]["deleted_objects"], 0);
+    // A new bucket of the same name starts clean: no objects, no tokens, no stats.
+    env.bucket("doomed", true);
+    assert_eq!(env.ok(&["ls", "doomed"]), "");
+    assert_eq!(server.get("/doomed/own", &[]).status, 404);
+}
+
+/// Every path under `dir` (directories included) with its size and modification time.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, u64, SystemTime)> {
+    let mut out = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().map(Result::unwrap) {
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                pending.push(entry.path());
+            }
+            out.push((entry.path(), meta.len(), meta.modified().unwrap()));
+        }
+    }
+    let meta = std::fs::metadata(dir).unwrap();
+    out.push((dir.to_path_buf(), meta.len(), meta.modified().unwrap()));
+    out.sort();
+    out
+}
+
+/// `chattr -R +i` for the guard's life: not even root can create, change or delete anything under it.
+struct Immutable(PathBuf);
+
+impl Immutable {
+    fn set(dir: &Path) -> Self {
+        let status = Command::new("chattr")
+            .args(["-R", "+i"])
+            .arg(dir)
+            .status()
+            .expect("this test needs chattr (Debian package e2fsprogs; scripts/test installs it)");
+        assert!(status.success(), "chattr +i failed: this test needs a filesystem with the immutable attribute");
+        Self(dir.to_path_buf())
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr").args(["-R", "-i"]).arg(&self.0).status();
+    }
+}
+
+#[test]
+fn read_only_commands_create_nothing_and_work_on_a_read_only_data_dir() {
+    let env = TestEnv::new();
+    env.bucket("bkt", true);
+    env.put_bytes("bkt", "dir/a.txt", b"a", &[]);
+    env.put_bytes("bkt", "b.bin", b"b", &[]);
+    env.token("bkt", "read", &[]);
+    env.ok(&["signing", "rotate"]);
+    let mut server = env.serve();
+    assert_eq!(server.get("/bkt/b.bin", &[]).status, 200);
+    let counted = wait_for(Duration::from_secs(10), || env.ok(&["stats", "--json"]).contains("b.bin"));
+    assert!(counted, "the download was not counted");
+    assert_eq!(server.stop(), Some(0));
+
+    let read_only: &[&[&str]] = &[
+        &["bucket", "list"],
+        &["ls", "bkt"],
+        &["ls", "bkt", "dir/", "--json"],
+        &["stats", "--json"],
+        &["stats"],
+        &["token", "list"],
+        &["signing", "list"],
+    ];
+    let expected: Vec<String> = read_only.iter().map(|args| env.ok(args)).collect();
+    assert!(expected.iter().all(|out| !out.is_empty()), "{expected:?}");
+
+    // A copy of the data dir, as a stopped server left it: no -wal or -shm file.
+    let copy = TestEnv::new();
+    let status = Command::new("cp").arg("-a").arg(env.data_dir()).arg(copy.data_dir()).status().unwrap();
+    assert!(status.success());
+    let names: Vec<String> = std::fs::read_dir(copy.data_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!names.iter().any(|n| n.ends_with("-wal") || n.ends_with("-shm")), "{names:?}");
+
+    // Writable (and the tests run as root, whom permissions do not stop): still nothing is created or touched,
+    // not even the -wal and -shm files SQLite makes for a read-only connection that is not `immutable`.
+    let before = snapshot(&copy.data_dir());
+    for (args, want) in read_only.iter().zip(&expected) {
+        assert_eq!(&copy.ok(args), want, "{args:?}");
+    }
+    assert_eq!(snapshot(&copy.data_dir()), before, "a read-only command changed the data dir");
+
+    // Immutable: the same commands work; writes fail with one line, and nothing changes.
+    let _guard = Immutable::set(&copy.data_dir());
+    assert!(std::fs::write(copy.data_dir().join("probe"), b"").is_err(), "the data dir is still writable");
+    for (args, want) in read_only.iter().zip(&expected) {
+        assert_eq!(&copy.ok(args), want, "{args:?} on a read-only data dir");
+    }
+    for args in [&["bucket", "create", "new"][..], &["rm", "bkt", "b.bin"], &["token", "create", "--bucket", "bkt"]] {
+        copy.fails(args);
+    }
+    assert_eq!(snapshot(&copy.data_dir()), before, "the read-only data dir changed");
 }
