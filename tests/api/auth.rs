@@ -413,3 +413,56 @@ fn signed_content_disposition_applies_on_public_buckets_too() {
     assert_eq!(r.body, b"open");
     assert_eq!(r.header("content-disposition"), Some("attachment; filename=\"o\""));
 }
+
+/// Issue 12, item 1: an empty `response-content-disposition` appended to any signed URL used to verify like no
+/// override and replace a stored `attachment` with an empty header, so stored HTML rendered inline on the
+/// gateway's origin. An empty override is now a 400, and a signed one can only replace the stored value.
+#[test]
+fn an_empty_override_never_strips_a_stored_disposition() {
+    let env = TestEnv::new();
+    env.bucket("alpha", false);
+    env.bucket("open", true);
+    let html = b"<script>alert(document.domain)</script>";
+    let attrs = ["--content-type", "text/html", "--content-disposition", "attachment"];
+    for bucket in ["alpha", "open"] {
+        env.put_bytes(bucket, "page.html", html, &attrs);
+    }
+    let server = env.serve();
+    let stored = Some("attachment; filename=\"page.html\"");
+    for bucket in ["alpha", "open"] {
+        let link = presign(&env, &server, bucket, "page.html", &[]);
+        let r = server.get(&link, &[]);
+        assert_eq!((r.status, r.header("content-disposition")), (200, stored), "{bucket}: the plain link");
+        let (path, query) = link.split_once('?').unwrap();
+        for stripped in [
+            format!("{link}&response-content-disposition="),
+            format!("{link}&response-content-disposition"),
+            format!("{path}?response-content-disposition=&{query}"),
+            format!("{link}&response-content-type="),
+            format!("{link}&response-cache-control="),
+        ] {
+            for method in ["GET", "HEAD"] {
+                let r = server.request(method, &stripped, &[]);
+                assert_eq!(r.status, 400, "{method} {stripped}: {:?}", r.header("content-disposition"));
+                assert_eq!(r.header("content-disposition"), None);
+                if method == "GET" {
+                    assert_json_error(&r, 400, "bad_request");
+                }
+            }
+        }
+        // A signed override replaces the stored value with a valid one; an empty one cannot even be signed.
+        let inline = presign(&env, &server, bucket, "page.html", &["--response-content-disposition", "inline"]);
+        let r = server.get(&inline, &[]);
+        assert_eq!((r.status, r.header("content-disposition")), (200, Some("inline; filename=\"page.html\"")));
+        assert_json_error(
+            &server.get(&with_param(&inline, "response-content-disposition", ""), &[]),
+            400,
+            "bad_request",
+        );
+        env.fails(&["presign", bucket, "page.html", "--response-content-disposition", ""]);
+    }
+    // No credentials at all on a public bucket: still no stripping.
+    assert_json_error(&server.get("/open/page.html?response-content-disposition=", &[]), 400, "bad_request");
+    let r = server.get("/open/page.html", &[]);
+    assert_eq!((r.status, r.header("content-disposition")), (200, stored));
+}
