@@ -4,6 +4,7 @@
 //! errors; every write transaction starts with `BEGIN IMMEDIATE`, so it takes the write lock up front instead of
 //! failing with SQLITE_BUSY half-way when it upgrades from a read.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -85,6 +86,15 @@ pub struct CacheChange {
 impl Metadata {
     /// Opens (creating if needed) the database and applies the embedded migrations.
     pub async fn open(path: &Path, busy_timeout: Duration, generation: Arc<Generation>) -> anyhow::Result<Self> {
+        // SQLite would create the database as 0644 minus the umask, and it gives the -wal and -shm files the
+        // database's mode: creating it owner-only first (an empty file is an empty database) covers all three.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(super::PRIVATE_FILE_MODE)
+            .open(path)
+            .with_context(|| format!("cannot create database {}", path.display()))?;
         let url = format!("sqlite://{}", path.display());
         let options = SqliteConnectOptions::from_str(&url)
             .with_context(|| format!("invalid database path {}", path.display()))?

@@ -59,6 +59,19 @@ pub struct SweepReport {
     pub unreferenced_blobs: usize,
 }
 
+/// Mode of every directory blobgate creates in the data dir, the data dir included: the owner only.
+pub const PRIVATE_DIR_MODE: u32 = 0o700;
+/// Mode of every file blobgate creates there (database, temp files, blobs, generation counter).
+pub const PRIVATE_FILE_MODE: u32 = 0o600;
+
+/// The data dir's permission bits when group or others have any access to it (a dir created before the `0700`
+/// rule, or by hand): that dir is what keeps other local users from the keys and blobs inside it.
+pub fn loose_data_dir_mode(data_dir: &Path) -> std::io::Result<Option<u32>> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(data_dir)?.permissions().mode() & 0o777;
+    Ok((mode & 0o077 != 0).then_some(mode))
+}
+
 #[derive(Clone)]
 pub struct Store {
     pub meta: Metadata,
