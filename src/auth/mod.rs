@@ -10,6 +10,7 @@
 //! `token` and `presign` are pure; this module adds the lookups and the ordering.
 
 pub mod presign;
+pub mod sealing;
 pub mod token;
 
 use http::Uri;

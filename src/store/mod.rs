@@ -8,6 +8,7 @@
 pub mod blobs;
 pub mod generation;
 pub mod metadata;
+pub mod secrets_key;
 
 use std::path::Path;
 use std::time::Duration;
@@ -85,6 +86,12 @@ impl Store {
         let blobs = BlobStore::open(data_dir)?;
         let generation = std::sync::Arc::new(generation::Generation::open(data_dir)?);
         let meta = Metadata::open(&data_dir.join("blobgate.db"), busy_timeout, generation).await?;
+        let secrets_key = secrets_key::load_or_create(data_dir, &meta).await?;
+        let meta = meta.with_secrets_key(secrets_key);
+        let sealed = meta.seal_signing_keys().await.context("cannot seal the signing keys")?;
+        if sealed > 0 {
+            tracing::info!(sealed, "sealed signing-key secrets that were stored in the clear");
+        }
         Ok(Self { meta, blobs })
     }
 
@@ -297,5 +304,30 @@ mod tests {
         let report = store.sweep().await.unwrap();
         assert_eq!(report.unreferenced_blobs, 1);
         assert!(store.blobs.list_hashes().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_secrets_key_file_is_required_once_keys_are_sealed_with_it() {
+        let (dir, store) = store().await;
+        let key = SigningKey { id: "k1".into(), secret: vec![7; 32], created_at: 0, retired_at: None };
+        store.meta.create_signing_key(&key).await.unwrap();
+        drop(store);
+        let path = dir.path().join(secrets_key::SECRETS_KEY_FILE);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, PRIVATE_FILE_MODE);
+        let original = std::fs::read(&path).unwrap();
+
+        std::fs::remove_file(&path).unwrap();
+        let err = Store::open(dir.path(), Duration::from_secs(5)).await.err().expect("refused without the key file");
+        assert!(format!("{err:#}").contains("is missing"), "{err:#}");
+        assert!(!path.exists(), "no new key is made over sealed keys");
+
+        std::fs::write(&path, format!("{}\n", "ab".repeat(32))).unwrap();
+        let err = Store::open(dir.path(), Duration::from_secs(5)).await.err().expect("refused with another key");
+        assert!(format!("{err:#}").contains("does not open with this secrets key"), "{err:#}");
+
+        std::fs::write(&path, &original).unwrap();
+        let store = Store::open(dir.path(), Duration::from_secs(5)).await.unwrap();
+        assert_eq!(store.meta.signing_key("k1").await.unwrap(), Some(key));
     }
 }

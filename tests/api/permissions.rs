@@ -75,7 +75,15 @@ fn nothing_in_the_data_dir_is_readable_by_others_whatever_the_umask() {
 
     assert_eq!(mode(&data), 0o700, "the data dir is {:04o}", mode(&data));
     let entries = modes_under(&data);
-    for name in ["blobgate.db", "blobgate.db-wal", "blobgate.db-shm", "blobgate.generation", "blobs", "tmp"] {
+    for name in [
+        "blobgate.db",
+        "blobgate.db-wal",
+        "blobgate.db-shm",
+        "blobgate.generation",
+        "signing-secrets.key",
+        "blobs",
+        "tmp",
+    ] {
         assert!(entries.iter().any(|(p, _)| p.ends_with(&format!("/{name}"))), "{name} exists: {entries:?}");
     }
     assert!(env.blob_files().len() >= 2 && env.tmp_files().len() == 1, "{entries:?}");
@@ -106,4 +114,35 @@ fn a_data_dir_open_to_others_gets_one_warning_at_start() {
     assert!(lines[0].contains("mode=0755"), "{}", lines[0]);
     // The warning is all it does: the operator's mode is left as it is.
     assert_eq!(mode(&data), 0o755);
+}
+
+/// Signing-key secrets are sealed under `signing-secrets.key`, outside the database: without that file the
+/// database's keys are useless, and blobgate refuses to start over them rather than make a new key.
+#[test]
+fn signing_secrets_need_the_key_file_outside_the_database() {
+    let env = TestEnv::new();
+    env.bucket("alpha", false);
+    env.put_bytes("alpha", "a", b"bytes", &[]);
+    let server = env.serve();
+    let url = env.ok(&["presign", "alpha", "a", "--base-url", &format!("http://{}", server.data)]);
+    let link = path_of_url(url.trim()).to_owned();
+    assert_eq!(server.get(&link, &[]).body, b"bytes");
+    drop(server);
+
+    let key_file = env.data_dir().join("signing-secrets.key");
+    assert_eq!(mode(&key_file), 0o600);
+    let saved = std::fs::read(&key_file).unwrap();
+    std::fs::remove_file(&key_file).unwrap();
+    for args in [&["presign", "alpha", "a"][..], &["signing", "list"]] {
+        let err = env.fails(args);
+        assert!(err.contains("signing-secrets.key is missing") && err.contains("restore"), "{err}");
+    }
+    assert!(!key_file.exists(), "no new key is made over keys sealed with the old one");
+    std::fs::write(&key_file, format!("{}\n", "0".repeat(64))).unwrap();
+    let err = env.fails(&["signing", "list"]);
+    assert!(err.contains("does not open with this secrets key"), "{err}");
+
+    std::fs::write(&key_file, saved).unwrap();
+    let server = env.serve();
+    assert_eq!(server.get(&link, &[]).body, b"bytes", "the restored key file opens the keys again");
 }
