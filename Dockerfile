@@ -10,7 +10,7 @@ RUN cargo build --locked --release && strip target/release/blobgate
 
 # Runtime: a small Debian with the binary, running as an unprivileged user.
 FROM debian:bookworm-slim
-RUN useradd --system --uid 10001 --home /data blobgate && mkdir -p /data && chown blobgate /data
+RUN useradd --system --uid 10001 --home /data blobgate && mkdir -p /data && chown blobgate /data && chmod 700 /data
 COPY --from=build /src/target/release/blobgate /usr/local/bin/blobgate
 USER blobgate
 VOLUME /data

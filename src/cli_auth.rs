@@ -2,11 +2,11 @@
 
 use anyhow::{Context, bail};
 
-use crate::auth::presign::{self, SignedFields};
+use crate::auth::presign::{self, PresignParams, SignedFields};
 use crate::auth::token::{self, Scope};
 use crate::cli::{SigningCommand, TokenCommand, rfc3339};
 use crate::config::Settings;
-use crate::names::{BucketName, ObjectKey, parse_attrs};
+use crate::names::{BucketName, ObjectKey, parse_attrs, parse_object_path};
 use crate::store::{SigningKey, Store, StoreError, TokenRecord, unix_now};
 
 pub async fn token(store: &Store, command: TokenCommand) -> anyhow::Result<()> {
@@ -134,15 +134,31 @@ pub async fn signing(store: &Store, command: SigningCommand) -> anyhow::Result<(
             }
         }
         SigningCommand::RevokeUrl { url } => {
-            let query = url.split_once('?').map(|(_, q)| q);
-            let params = presign::parse_query(query)
-                .map_err(anyhow::Error::msg)?
-                .context("not a signed URL: it has no bg-expires/bg-key/bg-sig parameters")?;
+            let params = verified_url(store, &url).await.context("not revoked")?;
+            // The expiry is the signed one: an edited copy cannot make the revocation end (or be pruned) early.
             store.meta.revoke_signature(&params.signature, params.expires, unix_now()).await?;
             eprintln!("revoked the signed URL (until it expires at {})", rfc3339(params.expires));
         }
     }
     Ok(())
+}
+
+/// The parameters of a signed URL whose signature verifies against the key it names, exactly as the server
+/// checks it; an error for anything else.
+async fn verified_url(store: &Store, url: &str) -> anyhow::Result<PresignParams> {
+    let uri: http::Uri = url.trim().parse().context("not a URL")?;
+    let params = presign::parse_query(uri.query())?
+        .context("not a signed URL: it has no bg-expires/bg-key/bg-sig parameters")?;
+    let (bucket, key) = parse_object_path(uri.path()).context("not a signed URL of an object")?;
+    let signing_key = store
+        .meta
+        .signing_key(&params.key_id)
+        .await?
+        .with_context(|| format!("the URL names signing key {}, which does not exist", params.key_id))?;
+    if !params.verify(&signing_key.secret, bucket.as_str(), key.as_str()) {
+        bail!("the URL's signature does not verify (was the URL changed or cut short?)");
+    }
+    Ok(params)
 }
 
 async fn new_signing_key(store: &Store) -> anyhow::Result<SigningKey> {

@@ -268,9 +268,15 @@ fn first_error(error: figment::Error) -> String {
     message
 }
 
-/// Creates the data directory with a clear message when that fails.
+/// Creates the data directory, owner-only (`0700`: it holds the signing keys and private objects), with a
+/// clear message when that fails. An existing directory keeps its mode; `serve` warns when it is looser.
 pub fn ensure_data_dir(dir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create data dir {}", dir.display()))
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(crate::store::PRIVATE_DIR_MODE)
+        .create(dir)
+        .with_context(|| format!("cannot create data dir {}", dir.display()))
 }
 
 #[cfg(test)]

@@ -7,6 +7,9 @@ use blobgate::startup::{Application, shutdown_signal};
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // Owner-only files whatever the caller's umask: the database holds the signing keys and blobs are private
+    // objects. It also covers files that others create for us (SQLite's); ours get explicit modes as well.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),

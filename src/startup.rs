@@ -34,6 +34,18 @@ pub struct Application {
 impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         let store = Store::open(&settings.data_dir, settings.timeouts.sqlite_busy).await?;
+        match crate::store::loose_data_dir_mode(&settings.data_dir) {
+            Ok(Some(mode)) => tracing::warn!(
+                path = %settings.data_dir.display(),
+                mode = format_args!("{mode:04o}"),
+                "data dir is open to other local users, who could read signing keys and private objects; \
+                 chmod 700 it"
+            ),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(path = %settings.data_dir.display(), error = %e, "cannot read the data dir's mode")
+            }
+        }
         let swept = store.sweep().await.context("start-up sweep failed")?;
         if swept != Default::default() {
             tracing::info!(

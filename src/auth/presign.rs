@@ -3,6 +3,10 @@
 //! Query parameters: `bg-expires` (unix seconds), `bg-key` (signing key id), `bg-sig` (unpadded base64url MAC),
 //! and optionally `response-content-disposition`, which changes the response and so is signed too.
 //!
+//! A response override can only replace a stored header, never remove it: a present `response-*` parameter
+//! must have a valid, non-empty value (400 otherwise), and the signed string tells an absent override from any
+//! present one, so a signature made without an override never covers one.
+//!
 //! Compared with nginx's `secure_link` (MD5, no key id) and S3 presigned URLs (revocable only by rotating the
 //! key): the MAC is SHA-256 based, every link names its key so keys rotate without breaking live links, and one
 //! leaked link can be revoked on its own by its signature.
@@ -18,8 +22,12 @@ pub const KEY_ID: &str = "bg-key";
 pub const SIGNATURE: &str = "bg-sig";
 pub const RESPONSE_DISPOSITION: &str = "response-content-disposition";
 
-/// Versioned so that the canonical form can change without old links verifying under new rules.
-const ALGORITHM: &str = "BLOBGATE-HMAC-SHA256-V1";
+/// Versioned so that the canonical form can change without old links verifying under new rules. V2 (this one)
+/// length-prefixes the override; V1 signed an absent one as `""`, so an empty value verified like no value.
+const ALGORITHM: &str = "BLOBGATE-HMAC-SHA256-V2";
+
+/// Prefix of the query parameters that change the response (S3's names).
+const OVERRIDE_PREFIX: &str = "response-";
 
 /// Everything the MAC covers. Fields are joined with `\n`, which none of them can contain (bucket names are
 /// `[a-z0-9.-]`, keys reject control characters, the disposition is printable ASCII).
@@ -42,8 +50,17 @@ impl SignedFields<'_> {
             self.key,
             self.expires,
             self.key_id,
-            self.response_disposition.unwrap_or("")
+            override_field(self.response_disposition)
         )
+    }
+}
+
+/// An override in the signed string: `-` when absent, `=<byte length>:<value>` when present, so no present
+/// value (not even an empty one) signs like an absent one.
+fn override_field(value: Option<&str>) -> String {
+    match value {
+        None => "-".to_owned(),
+        Some(v) => format!("={}:{v}", v.len()),
     }
 }
 
@@ -73,15 +90,48 @@ pub struct PresignParams {
     pub expires: i64,
     pub key_id: String,
     pub signature: String,
+    /// Non-empty and valid RFC 6266 when present (`parse_query` refuses anything else).
     pub response_disposition: Option<String>,
 }
 
+impl PresignParams {
+    /// Whether `signature` is the MAC, under `secret`, of a GET of `bucket/key` with these parameters. The one
+    /// check that both the server and `signing revoke-url` run.
+    pub fn verify(&self, secret: &[u8], bucket: &str, key: &str) -> bool {
+        let fields = SignedFields {
+            method: "GET",
+            bucket,
+            key,
+            expires: self.expires,
+            key_id: &self.key_id,
+            response_disposition: self.response_disposition.as_deref(),
+        };
+        verify(secret, &fields, &self.signature)
+    }
+}
+
+/// Why a query's signed-URL parameters were refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// Incomplete, repeated or malformed signed-URL parameters: the credentials are invalid (401).
+    #[error("{0}")]
+    Credentials(&'static str),
+    /// A `response-*` override that is empty or not a valid header value: a bad request (400), refused whoever
+    /// asks, since an override may replace a stored header but never remove or corrupt it.
+    #[error("{0}")]
+    Override(&'static str),
+}
+
 /// `Ok(None)` when the query has no signed-URL parameters; an error when they are incomplete, repeated or
-/// malformed (an attacker must not be able to make us pick one of two values).
-pub fn parse_query(query: Option<&str>) -> Result<Option<PresignParams>, &'static str> {
+/// malformed (an attacker must not be able to make us pick one of two values), or when an override is empty
+/// or invalid.
+pub fn parse_query(query: Option<&str>) -> Result<Option<PresignParams>, QueryError> {
     let Some(query) = query else { return Ok(None) };
     let (mut expires, mut key_id, mut signature, mut disposition) = (None, None, None, None);
     for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+        if name.starts_with(OVERRIDE_PREFIX) && value.is_empty() {
+            return Err(QueryError::Override("an empty response-* parameter would remove a header; omit it"));
+        }
         let slot = match name.as_ref() {
             EXPIRES => &mut expires,
             KEY_ID => &mut key_id,
@@ -90,16 +140,20 @@ pub fn parse_query(query: Option<&str>) -> Result<Option<PresignParams>, &'stati
             _ => continue,
         };
         if slot.replace(value.into_owned()).is_some() {
-            return Err("a signed-URL parameter is repeated");
+            return Err(QueryError::Credentials("a signed-URL parameter is repeated"));
         }
+    }
+    if let Some(d) = &disposition {
+        crate::http::disposition::validate_content_disposition(d)
+            .map_err(|_| QueryError::Override("response-content-disposition is not a valid RFC 6266 value"))?;
     }
     match (expires, key_id, signature) {
         (None, None, None) if disposition.is_none() => Ok(None),
         (Some(expires), Some(key_id), Some(signature)) => {
-            let expires = expires.parse::<i64>().map_err(|_| "bg-expires is not a number")?;
+            let expires = expires.parse::<i64>().map_err(|_| QueryError::Credentials("bg-expires is not a number"))?;
             Ok(Some(PresignParams { expires, key_id, signature, response_disposition: disposition }))
         }
-        _ => Err("incomplete signed-URL parameters"),
+        _ => Err(QueryError::Credentials("incomplete signed-URL parameters")),
     }
 }
 
@@ -193,6 +247,43 @@ mod tests {
         assert!(parse_query(Some("bg-expires=5&bg-expires=6&bg-key=k1&bg-sig=a")).is_err());
         assert!(parse_query(Some("bg-expires=soon&bg-key=k1&bg-sig=a")).is_err());
         assert!(parse_query(Some("response-content-disposition=attachment")).is_err());
+    }
+
+    #[test]
+    fn overrides_are_never_empty_and_always_valid() {
+        let signed = "bg-expires=5&bg-key=k1&bg-sig=abc";
+        for bad in [
+            "response-content-disposition=",
+            "response-content-disposition",
+            "response-content-type=",
+            "response-cache-control=",
+            "response-content-disposition=attachment;",
+            "response-content-disposition=attachment%0d%0aX:%201",
+            "response-content-disposition=%22quoted%22",
+        ] {
+            for query in [format!("{signed}&{bad}"), format!("{bad}&{signed}"), bad.to_owned()] {
+                assert!(matches!(parse_query(Some(&query)), Err(QueryError::Override(_))), "{query}");
+            }
+        }
+        let p = parse_query(Some(&format!("{signed}&response-content-disposition=inline"))).unwrap().unwrap();
+        assert_eq!(p.response_disposition.as_deref(), Some("inline"));
+    }
+
+    #[test]
+    fn an_absent_override_never_signs_like_a_present_one() {
+        let absent = sign(SECRET, &fields());
+        for present in ["", "-", "=0:", "attachment"] {
+            let f = SignedFields { response_disposition: Some(present), ..fields() };
+            assert_ne!(sign(SECRET, &f), absent, "{present:?}");
+            assert!(!verify(SECRET, &f, &absent), "{present:?}");
+        }
+        // Lengths keep values apart that a plain separator could confuse.
+        let a = SignedFields { key_id: "k1", response_disposition: Some("x"), ..fields() };
+        assert_ne!(
+            a.string_to_sign(),
+            SignedFields { response_disposition: Some("x\n"), ..a.clone() }.string_to_sign()
+        );
+        assert!(fields().string_to_sign().starts_with("BLOBGATE-HMAC-SHA256-V2\n"));
     }
 
     #[test]

@@ -38,7 +38,8 @@ pub async fn get_object(State(app): State<AppState>, request: Request) -> Result
     let entry = app.catalog.object(grant.bucket.id, key.as_str()).await?.ok_or(ApiError::NotFound)?;
 
     let mut representation = entry.headers.clone();
-    // A signed URL may choose the download name; the signature covered it, so it is the signer's choice.
+    // A signed URL may choose the download name; the signature covered it, so it is the signer's choice. It is a
+    // non-empty RFC 6266 value (`presign::parse_query`), so it replaces the stored header and never removes it.
     if let Some(v) = grant.content_disposition.as_deref().and_then(|v| disposition_value(v, &entry.record.key)) {
         representation.insert(header::CONTENT_DISPOSITION, v);
     }

@@ -7,6 +7,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -107,11 +108,20 @@ impl BlobWriter {
     }
 }
 
+/// Creates `dir` and any missing parents owner-only, whatever the umask.
+fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(super::PRIVATE_DIR_MODE)
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))
+}
+
 impl BlobStore {
     pub fn open(data_dir: &Path) -> anyhow::Result<Self> {
         let store = Self::at(data_dir);
         for dir in [&store.blobs_dir, &store.tmp_dir] {
-            fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            create_private_dir(dir)?;
         }
         Ok(store)
     }
@@ -133,7 +143,8 @@ impl BlobStore {
 
     pub fn writer(&self) -> io::Result<BlobWriter> {
         let temp_path = self.tmp_dir.join(format!("{STAGE_PREFIX}{}-{}", std::process::id(), random_suffix()));
-        let file = OpenOptions::new().write(true).create_new(true).open(&temp_path)?;
+        // Owner-only whatever the umask; the blob keeps this mode when it is renamed into place.
+        let file = OpenOptions::new().write(true).create_new(true).mode(super::PRIVATE_FILE_MODE).open(&temp_path)?;
         Ok(BlobWriter {
             file,
             hasher: Sha256::new(),
@@ -170,7 +181,7 @@ impl BlobStore {
             return Ok(());
         }
         let dir = target.parent().expect("blob paths have a parent");
-        fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        create_private_dir(dir)?;
         fs::rename(&staged.temp_path, &target)
             .with_context(|| format!("cannot move blob into {}", target.display()))?;
         // The rename is durable only once the directory entry is.

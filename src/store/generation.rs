@@ -4,6 +4,7 @@
 //! (a token revocation, say) is seen by the very next request, without the server polling the database.
 
 use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -25,6 +26,7 @@ impl Generation {
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(super::PRIVATE_FILE_MODE)
             .open(&path)
             .with_context(|| format!("cannot open {}", path.display()))?;
         if file.metadata()?.len() < FILE_LEN {

@@ -4,6 +4,7 @@
 //! errors; every write transaction starts with `BEGIN IMMEDIATE`, so it takes the write lock up front instead of
 //! failing with SQLITE_BUSY half-way when it upgrades from a read.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 
 use super::generation::Generation;
+use crate::auth::sealing::{self, NONCE_LEN, SealError, SecretsKey, is_sealed};
 use crate::metrics::downloads::{Batch, Counters};
 use crate::names::{BucketName, ObjectKey};
 
@@ -74,6 +76,10 @@ pub enum MetadataError {
     NoSuchBucket(String),
     #[error(transparent)]
     Database(#[from] sqlx::Error),
+    #[error(transparent)]
+    Sealing(#[from] SealError),
+    #[error("signing keys need the secrets key, and none was loaded")]
+    NoSecretsKey,
 }
 
 #[derive(Clone)]
@@ -83,6 +89,8 @@ pub struct Metadata {
     generation: Arc<Generation>,
     /// Opened by `open_read_only`.
     read_only: bool,
+    /// Seals signing-key secrets in the database (`auth::sealing`); `Store::open` sets it.
+    secrets_key: Option<Arc<SecretsKey>>,
 }
 
 /// One row of the change log: what a server must evict from its caches.
@@ -97,6 +105,15 @@ pub struct CacheChange {
 impl Metadata {
     /// Opens (creating if needed) the database and applies the embedded migrations.
     pub async fn open(path: &Path, busy_timeout: Duration, generation: Arc<Generation>) -> anyhow::Result<Self> {
+        // SQLite would create the database as 0644 minus the umask, and it gives the -wal and -shm files the
+        // database's mode: creating it owner-only first (an empty file is an empty database) covers all three.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(super::PRIVATE_FILE_MODE)
+            .open(path)
+            .with_context(|| format!("cannot create database {}", path.display()))?;
         let url = format!("sqlite://{}", path.display());
         let options = SqliteConnectOptions::from_str(&url)
             .with_context(|| format!("invalid database path {}", path.display()))?
@@ -120,7 +137,7 @@ impl Metadata {
             .await
             .with_context(|| format!("cannot open database {}", path.display()))?;
         MIGRATOR.run(&pool).await.context("cannot apply database migrations")?;
-        Ok(Self { pool, generation, read_only: false })
+        Ok(Self { pool, generation, read_only: false, secrets_key: None })
     }
 
     /// Opens an existing database for reading only (`mode=ro`): no migrations, no writes, no files created, so
@@ -151,7 +168,7 @@ impl Metadata {
             .with_context(|| format!("cannot open database {} read-only", path.display()))?;
         // Nothing is written, so nothing needs to reach other processes: a private counter.
         let generation = Arc::new(Generation::private()?);
-        Ok(Self { pool, generation, read_only: true })
+        Ok(Self { pool, generation, read_only: true, secrets_key: None })
     }
 
     /// Whether the database lacks migrations this binary embeds (a read-only open cannot apply them).
@@ -162,6 +179,16 @@ impl Metadata {
                 .fetch_one(&self.pool)
                 .await;
         applied.map_or(true, |v| v < latest)
+    }
+
+    /// Signing-key secrets are sealed with `key` on the way in and opened on the way out.
+    pub fn with_secrets_key(mut self, key: SecretsKey) -> Self {
+        self.secrets_key = Some(Arc::new(key));
+        self
+    }
+
+    fn secrets_key(&self) -> Result<&SecretsKey, MetadataError> {
+        self.secrets_key.as_deref().ok_or(MetadataError::NoSecretsKey)
     }
 
     pub fn generation(&self) -> &Arc<Generation> {
@@ -404,10 +431,11 @@ impl Metadata {
     }
 
     pub async fn create_signing_key(&self, key: &SigningKey) -> Result<(), MetadataError> {
+        let sealed = sealing::seal(self.secrets_key()?, &key.id, &key.secret, fresh_nonce()?);
         let mut tx = self.begin_write().await?;
         sqlx::query("INSERT INTO signing_keys (id, secret, created_at) VALUES (?1, ?2, ?3)")
             .bind(&key.id)
-            .bind(&key.secret)
+            .bind(&sealed)
             .bind(key.created_at)
             .execute(&mut *tx.tx)
             .await?;
@@ -422,7 +450,7 @@ impl Metadata {
         )
         .fetch_optional(&self.pool)
         .await?;
-        Ok(row.map(|r| signing_key_from_row(&r)))
+        row.map(|r| self.signing_key_from_row(&r)).transpose()
     }
 
     pub async fn signing_key(&self, id: &str) -> Result<Option<SigningKey>, MetadataError> {
@@ -430,7 +458,7 @@ impl Metadata {
             .bind(id)
             .fetch_optional(&self.pool)
             .await?;
-        Ok(row.map(|r| signing_key_from_row(&r)))
+        row.map(|r| self.signing_key_from_row(&r)).transpose()
     }
 
     pub async fn list_signing_keys(&self) -> Result<Vec<SigningKey>, MetadataError> {
@@ -438,7 +466,59 @@ impl Metadata {
             sqlx::query("SELECT id, secret, created_at, retired_at FROM signing_keys ORDER BY created_at, rowid")
                 .fetch_all(&self.pool)
                 .await?;
-        Ok(rows.iter().map(signing_key_from_row).collect())
+        rows.iter().map(|r| self.signing_key_from_row(r)).collect()
+    }
+
+    /// Seals every signing key still stored in the clear (rows from before sealing), and checks that every sealed
+    /// one opens with this secrets key, so a wrong key file fails at start rather than on a request. Returns how
+    /// many rows it sealed.
+    pub async fn seal_signing_keys(&self) -> Result<usize, MetadataError> {
+        let key = self.secrets_key()?;
+        let stored = self.stored_signing_secrets(&self.pool).await?;
+        if stored.iter().all(|(_, s)| is_sealed(s)) {
+            for (id, s) in &stored {
+                sealing::open(key, id, s)?;
+            }
+            return Ok(0);
+        }
+        let mut tx = self.begin_write().await?;
+        // The plaintext must not stay behind in the page's free space.
+        sqlx::query("PRAGMA secure_delete = ON").execute(&mut *tx.tx).await?;
+        let mut sealed = 0;
+        for (id, s) in self.stored_signing_secrets(&mut *tx.tx).await? {
+            let secret = sealing::open(key, &id, &s)?;
+            if !is_sealed(&s) {
+                sqlx::query("UPDATE signing_keys SET secret = ?2 WHERE id = ?1")
+                    .bind(&id)
+                    .bind(sealing::seal(key, &id, &secret, fresh_nonce()?))
+                    .execute(&mut *tx.tx)
+                    .await?;
+                sealed += 1;
+            }
+        }
+        sqlx::query("PRAGMA secure_delete = OFF").execute(&mut *tx.tx).await?;
+        tx.commit().await?;
+        Ok(sealed)
+    }
+
+    /// Whether any signing key is stored sealed: then a missing secrets key file is an error, not a fresh start.
+    pub async fn has_sealed_signing_keys(&self) -> Result<bool, MetadataError> {
+        Ok(self.stored_signing_secrets(&self.pool).await?.iter().any(|(_, s)| is_sealed(s)))
+    }
+
+    async fn stored_signing_secrets<'e>(
+        &self,
+        executor: impl sqlx::SqliteExecutor<'e>,
+    ) -> Result<Vec<(String, Vec<u8>)>, MetadataError> {
+        let rows = sqlx::query("SELECT id, secret FROM signing_keys").fetch_all(executor).await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    fn signing_key_from_row(&self, r: &sqlx::sqlite::SqliteRow) -> Result<SigningKey, MetadataError> {
+        let id: String = r.get(0);
+        let stored: Vec<u8> = r.get(1);
+        let secret = sealing::open(self.secrets_key()?, &id, &stored)?;
+        Ok(SigningKey { id, secret, created_at: r.get(2), retired_at: r.get(3) })
     }
 
     pub async fn retire_signing_key(&self, id: &str, now: i64) -> Result<bool, MetadataError> {
@@ -768,8 +848,11 @@ fn token_from_row(r: &sqlx::sqlite::SqliteRow) -> TokenRecord {
     }
 }
 
-fn signing_key_from_row(r: &sqlx::sqlite::SqliteRow) -> SigningKey {
-    SigningKey { id: r.get(0), secret: r.get(1), created_at: r.get(2), retired_at: r.get(3) }
+/// A fresh nonce for sealing a secret.
+fn fresh_nonce() -> Result<[u8; NONCE_LEN], MetadataError> {
+    let mut nonce = [0u8; NONCE_LEN];
+    getrandom::fill(&mut nonce).map_err(|e| sqlx::Error::Io(std::io::Error::other(e)))?;
+    Ok(nonce)
 }
 
 /// Reads the columns of `OBJECT_COLUMNS`, in that order.
@@ -911,5 +994,43 @@ mod tests {
         assert_eq!((b.public, b.default_cache_control.as_deref()), (false, None));
         assert_eq!(meta.bucket(&name).await.unwrap().unwrap(), b);
         assert!(meta.update_bucket(&BucketName::parse("nope").unwrap(), Some(true), None).await.unwrap().is_none());
+    }
+
+    /// Every byte of the database and its WAL, where a secret would show if it were stored in the clear.
+    fn database_bytes(dir: &Path) -> Vec<u8> {
+        ["blobgate.db", "blobgate.db-wal"].iter().flat_map(|f| std::fs::read(dir.join(f)).unwrap_or_default()).collect()
+    }
+
+    fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+        haystack.windows(needle.len()).any(|w| w == needle)
+    }
+
+    #[tokio::test]
+    async fn signing_secrets_are_sealed_in_the_database_and_old_plaintext_rows_get_sealed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(dir.path(), Duration::from_secs(5)).await.unwrap();
+        let fresh = SigningKey { id: "knew".into(), secret: vec![0x5a; 32], created_at: 1, retired_at: None };
+        store.meta.create_signing_key(&fresh).await.unwrap();
+        // A row written before sealing existed: the 32 raw bytes.
+        let legacy = SigningKey { id: "kold".into(), secret: vec![0xa5; 32], created_at: 0, retired_at: None };
+        sqlx::query("INSERT INTO signing_keys (id, secret, created_at) VALUES (?1, ?2, ?3)")
+            .bind(&legacy.id)
+            .bind(&legacy.secret)
+            .bind(legacy.created_at)
+            .execute(&store.meta.pool)
+            .await
+            .unwrap();
+        assert_eq!(store.meta.list_signing_keys().await.unwrap(), vec![legacy.clone(), fresh.clone()]);
+        assert!(!contains(&database_bytes(dir.path()), &fresh.secret), "a new secret is sealed");
+        store.meta.close().await;
+        assert!(contains(&database_bytes(dir.path()), &legacy.secret), "the legacy row is still in the clear");
+
+        // The next open seals the legacy row; both still read back as they were.
+        let store = crate::store::Store::open(dir.path(), Duration::from_secs(5)).await.unwrap();
+        assert_eq!(store.meta.seal_signing_keys().await.unwrap(), 0, "already sealed at open");
+        assert_eq!(store.meta.signing_key("kold").await.unwrap(), Some(legacy.clone()));
+        assert_eq!(store.meta.newest_signing_key().await.unwrap(), Some(fresh.clone()));
+        store.meta.close().await;
+        assert!(!contains(&database_bytes(dir.path()), &legacy.secret), "the legacy secret is gone from the file");
     }
 }

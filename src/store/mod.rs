@@ -9,6 +9,7 @@
 pub mod blobs;
 pub mod generation;
 pub mod metadata;
+pub mod secrets_key;
 
 use std::path::Path;
 use std::time::Duration;
@@ -75,6 +76,19 @@ pub struct SweepReport {
     pub restored_blobs: usize,
 }
 
+/// Mode of every directory blobgate creates in the data dir, the data dir included: the owner only.
+pub const PRIVATE_DIR_MODE: u32 = 0o700;
+/// Mode of every file blobgate creates there (database, temp files, blobs, generation counter).
+pub const PRIVATE_FILE_MODE: u32 = 0o600;
+
+/// The data dir's permission bits when group or others have any access to it (a dir created before the `0700`
+/// rule, or by hand): that dir is what keeps other local users from the keys and blobs inside it.
+pub fn loose_data_dir_mode(data_dir: &Path) -> std::io::Result<Option<u32>> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(data_dir)?.permissions().mode() & 0o777;
+    Ok((mode & 0o077 != 0).then_some(mode))
+}
+
 #[derive(Clone)]
 pub struct Store {
     pub meta: Metadata,
@@ -88,6 +102,12 @@ impl Store {
         let blobs = BlobStore::open(data_dir)?;
         let generation = std::sync::Arc::new(generation::Generation::open(data_dir)?);
         let meta = Metadata::open(&data_dir.join("blobgate.db"), busy_timeout, generation).await?;
+        let secrets_key = secrets_key::load_or_create(data_dir, &meta).await?;
+        let meta = meta.with_secrets_key(secrets_key);
+        let sealed = meta.seal_signing_keys().await.context("cannot seal the signing keys")?;
+        if sealed > 0 {
+            tracing::info!(sealed, "sealed signing-key secrets that were stored in the clear");
+        }
         Ok(Self { meta, blobs })
     }
 
@@ -95,7 +115,10 @@ impl Store {
     /// `Metadata::open_read_only`). A database that needs a migration is opened for writing instead, so that
     /// the first command after an upgrade works where it may write and says why where it may not.
     pub async fn open_read_only(data_dir: &Path, busy_timeout: Duration) -> anyhow::Result<Self> {
-        let meta = Metadata::open_read_only(&data_dir.join("blobgate.db"), busy_timeout).await?;
+        let mut meta = Metadata::open_read_only(&data_dir.join("blobgate.db"), busy_timeout).await?;
+        if let Some(key) = secrets_key::load_existing(data_dir, &meta).await? {
+            meta = meta.with_secrets_key(key);
+        }
         if meta.needs_migration().await {
             meta.close().await;
             return Self::open(data_dir, busy_timeout)
@@ -461,5 +484,30 @@ mod tests {
         let report = store.sweep().await.unwrap();
         assert_eq!(report.unreferenced_blobs, 1);
         assert!(store.blobs.list_hashes().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_secrets_key_file_is_required_once_keys_are_sealed_with_it() {
+        let (dir, store) = store().await;
+        let key = SigningKey { id: "k1".into(), secret: vec![7; 32], created_at: 0, retired_at: None };
+        store.meta.create_signing_key(&key).await.unwrap();
+        drop(store);
+        let path = dir.path().join(secrets_key::SECRETS_KEY_FILE);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, PRIVATE_FILE_MODE);
+        let original = std::fs::read(&path).unwrap();
+
+        std::fs::remove_file(&path).unwrap();
+        let err = Store::open(dir.path(), Duration::from_secs(5)).await.err().expect("refused without the key file");
+        assert!(format!("{err:#}").contains("is missing"), "{err:#}");
+        assert!(!path.exists(), "no new key is made over sealed keys");
+
+        std::fs::write(&path, format!("{}\n", "ab".repeat(32))).unwrap();
+        let err = Store::open(dir.path(), Duration::from_secs(5)).await.err().expect("refused with another key");
+        assert!(format!("{err:#}").contains("does not open with this secrets key"), "{err:#}");
+
+        std::fs::write(&path, &original).unwrap();
+        let store = Store::open(dir.path(), Duration::from_secs(5)).await.unwrap();
+        assert_eq!(store.meta.signing_key("k1").await.unwrap(), Some(key));
     }
 }

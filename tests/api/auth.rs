@@ -413,3 +413,112 @@ fn signed_content_disposition_applies_on_public_buckets_too() {
     assert_eq!(r.body, b"open");
     assert_eq!(r.header("content-disposition"), Some("attachment; filename=\"o\""));
 }
+
+/// Issue 12, item 1: an empty `response-content-disposition` appended to any signed URL used to verify like no
+/// override and replace a stored `attachment` with an empty header, so stored HTML rendered inline on the
+/// gateway's origin. An empty override is now a 400, and a signed one can only replace the stored value.
+#[test]
+fn an_empty_override_never_strips_a_stored_disposition() {
+    let env = TestEnv::new();
+    env.bucket("alpha", false);
+    env.bucket("open", true);
+    let html = b"<script>alert(document.domain)</script>";
+    let attrs = ["--content-type", "text/html", "--content-disposition", "attachment"];
+    for bucket in ["alpha", "open"] {
+        env.put_bytes(bucket, "page.html", html, &attrs);
+    }
+    let server = env.serve();
+    let stored = Some("attachment; filename=\"page.html\"");
+    for bucket in ["alpha", "open"] {
+        let link = presign(&env, &server, bucket, "page.html", &[]);
+        let r = server.get(&link, &[]);
+        assert_eq!((r.status, r.header("content-disposition")), (200, stored), "{bucket}: the plain link");
+        let (path, query) = link.split_once('?').unwrap();
+        for stripped in [
+            format!("{link}&response-content-disposition="),
+            format!("{link}&response-content-disposition"),
+            format!("{path}?response-content-disposition=&{query}"),
+            format!("{link}&response-content-type="),
+            format!("{link}&response-cache-control="),
+        ] {
+            for method in ["GET", "HEAD"] {
+                let r = server.request(method, &stripped, &[]);
+                assert_eq!(r.status, 400, "{method} {stripped}: {:?}", r.header("content-disposition"));
+                assert_eq!(r.header("content-disposition"), None);
+                if method == "GET" {
+                    assert_json_error(&r, 400, "bad_request");
+                }
+            }
+        }
+        // A signed override replaces the stored value with a valid one; an empty one cannot even be signed.
+        let inline = presign(&env, &server, bucket, "page.html", &["--response-content-disposition", "inline"]);
+        let r = server.get(&inline, &[]);
+        assert_eq!((r.status, r.header("content-disposition")), (200, Some("inline; filename=\"page.html\"")));
+        assert_json_error(
+            &server.get(&with_param(&inline, "response-content-disposition", ""), &[]),
+            400,
+            "bad_request",
+        );
+        env.fails(&["presign", bucket, "page.html", "--response-content-disposition", ""]);
+    }
+    // No credentials at all on a public bucket: still no stripping.
+    assert_json_error(&server.get("/open/page.html?response-content-disposition=", &[]), 400, "bad_request");
+    let r = server.get("/open/page.html", &[]);
+    assert_eq!((r.status, r.header("content-disposition")), (200, stored));
+}
+
+/// Issue 12, item 5: `signing revoke-url` used to store whatever `bg-expires` a copy of the URL carried, so a
+/// copy edited to expire at 1 made the next revocation prune the row and, after a restart, the real link worked
+/// again. Now a URL that does not verify is refused and revokes nothing, and a revoked link stays revoked.
+#[test]
+fn revoke_url_verifies_first_and_a_revoked_link_stays_revoked() {
+    let w = world();
+    let env = &w.env;
+    let mut server = env.serve();
+    let base = format!("http://{}", server.data);
+    let link = presign(env, &server, "alpha", "pub/x", &["--expires-in", "3600"]);
+    let expires: i64 = param(&link, "bg-expires").parse().unwrap();
+    let sig = param(&link, "bg-sig").to_owned();
+    let revoke = |path: &str| env.cli(&["signing", "revoke-url", &format!("{base}{path}")]);
+    let forged = [
+        with_param(&link, "bg-expires", "1"),
+        with_param(&link, "bg-expires", &(expires - 1).to_string()),
+        with_param(&link, "bg-key", "kdeadbeef"),
+        with_param(&link, "bg-sig", &sig[..sig.len() - 1]),
+        link.replacen("/pub/x?", "/priv/y?", 1),
+        link.replacen("/alpha/", "/beta/", 1),
+        format!("{link}&response-content-disposition=attachment"),
+        format!("{link}&response-content-disposition="),
+    ];
+    for copy in &forged {
+        let err = one_line_error(&revoke(copy), &["signing", "revoke-url", copy]);
+        assert!(err.starts_with("blobgate: not revoked"), "{copy}: {err}");
+        assert_eq!(server.get(&link, &[]).status, 200, "a refused revocation revoked nothing: {copy}");
+    }
+    assert!(one_line_error(&revoke(&forged[0]), &[]).contains("signature does not verify"));
+    assert!(one_line_error(&revoke(&forged[2]), &[]).contains("kdeadbeef"));
+
+    let out = revoke(&link);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let revoked = |server: &Server, what: &str| {
+        let r = server.get(&link, &[]);
+        assert_401(&r, what);
+        assert_eq!(r.json()["message"], "signed URL revoked", "{what}");
+    };
+    revoked(&server, "revoked");
+    // The issue's sequence: the edited copy, then a later revocation that prunes expired rows, then a restart.
+    assert!(!revoke(&forged[0]).status.success());
+    let short = presign(env, &server, "alpha", "pub/x", &["--expires-in", "1"]);
+    assert!(revoke(&short).status.success());
+    std::thread::sleep(Duration::from_secs(2));
+    let later = presign(env, &server, "alpha", "priv/y", &["--expires-in", "60"]);
+    assert!(revoke(&later).status.success(), "this revocation prunes the expired row of `short`");
+    revoked(&server, "after a later revocation");
+    assert_eq!(server.stop(), Some(0));
+    let server = env.serve();
+    revoked(&server, "after a restart");
+    assert_401(&server.get(&later, &[]), "the later link is revoked too");
+    // Revoking it again is harmless, and still leaves it revoked.
+    assert!(revoke(&link).status.success());
+    revoked(&server, "after revoking it twice");
+}

@@ -12,6 +12,7 @@ mod crash;
 mod downloads;
 mod faults;
 mod lifecycle;
+mod permissions;
 mod slow_readers;
 mod stats;
 mod syscalls;
