@@ -206,6 +206,8 @@ async fn serve_admin(
         tracker.spawn(async move {
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder.timer(TokioTimer::new()).header_read_timeout(header_read_timeout);
+            // hyper's `Uri` would drop a `#` fragment unseen; the guard makes hyper refuse it (400) instead.
+            let stream = crate::http::fragment_guard::FragmentGuard::new(stream);
             let conn = builder.serve_connection(TokioIo::new(stream), service);
             let mut conn = std::pin::pin!(conn);
             tokio::select! {

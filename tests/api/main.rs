@@ -12,6 +12,7 @@ mod crash;
 mod downloads;
 mod faults;
 mod lifecycle;
+mod shared_cache;
 mod stats;
 mod syscalls;
 mod wire;

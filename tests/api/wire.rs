@@ -554,3 +554,52 @@ fn a_range_covering_the_whole_object_is_a_206() {
     });
     assert!(counted, "stats: {}", env.ok(&["stats", "--json"]));
 }
+
+#[test]
+fn a_fragment_in_an_admin_target_is_refused_and_nothing_is_stored() {
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let write = env.token("pub", "write", &[]);
+    let server = env.serve();
+    let auth = format!("Bearer {write}");
+    let r = server.put("/pub/k#/../z", &write, b"fragment", &[]);
+    assert_eq!(r.status, 400, "{:?}", String::from_utf8_lossy(&r.body));
+    for path in ["/pub/k", "/pub/z"] {
+        assert_eq!(server.get(path, &[]).status, 404, "{path} was stored");
+    }
+    let r = server.admin("DELETE", "/pub/k#x", &[("Authorization", &auth)], b"");
+    assert_eq!(r.status, 400);
+
+    // On one keep-alive connection: bodies full of `#` and request lines are stored byte-exact (Content-Length and
+    // chunked), and the request with a fragment after them is still refused.
+    let body = b"PUT /pub/x#y HTTP/1.1\r\n\r\n#\n# GET /#/ HTTP/1.1\r\n".repeat(50);
+    let mut conn = Conn::open(server.admin);
+    let head = format!(
+        "PUT /pub/plain HTTP/1.1\r\nHost: t\r\nAuthorization: {auth}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut bytes = head.into_bytes();
+    bytes.extend_from_slice(&body);
+    bytes.extend(
+        format!("PUT /pub/chunked HTTP/1.1\r\nHost: t\r\nAuthorization: {auth}\r\nTransfer-Encoding: chunked\r\n\r\n")
+            .into_bytes(),
+    );
+    for piece in body.chunks(333) {
+        bytes.extend(format!("{:x}\r\n", piece.len()).into_bytes());
+        bytes.extend_from_slice(piece);
+        bytes.extend_from_slice(b"\r\n");
+    }
+    bytes.extend_from_slice(b"0\r\n\r\n");
+    bytes.extend(
+        format!("PUT /pub/k#x HTTP/1.1\r\nHost: t\r\nAuthorization: {auth}\r\nContent-Length: 1\r\n\r\nx").into_bytes(),
+    );
+    conn.send(&bytes);
+    assert_eq!(conn.read_response(false).expect("plain upload").status, 201);
+    assert_eq!(conn.read_response(false).expect("chunked upload").status, 201);
+    assert_eq!(conn.read_response(false).expect("the fragment").status, 400);
+    for key in ["plain", "chunked"] {
+        let r = server.get(&format!("/pub/{key}"), &[]);
+        assert!(r.status == 200 && r.body == body, "{key} was not stored byte-exact");
+    }
+    assert_eq!(server.get("/pub/k", &[]).status, 404);
+}
