@@ -170,7 +170,7 @@ fn framing(head: &[u8]) -> State {
         Some(Some(n)) if lengths.all(|other| other == Some(n)) => Some(n),
         Some(_) => return State::Off,
     };
-    match (named("transfer-encoding").last(), length) {
+    match (named("transfer-encoding").next_back(), length) {
         (None, None | Some(0)) => State::LineStart,
         (None, Some(n)) => State::Body(n),
         (Some(te), None) => {
