@@ -114,3 +114,31 @@ fn a_shared_cache_never_serves_a_private_object_to_a_request_without_valid_crede
     let r = proxy.get(&path, &[]);
     assert_eq!(r.status, 401, "a revoked signed URL was served {:?} by the cache", r.header("x-cache-status"));
 }
+
+#[test]
+fn put_warns_in_one_line_when_a_private_object_asks_for_shared_caching() {
+    let env = TestEnv::new();
+    env.bucket("releases", false);
+    env.bucket("assets", true);
+    let file = write_file(env.dir.path(), "f.bin", b"bytes");
+    let file = file.to_str().unwrap();
+    let put =
+        |bucket: &str, cache_control: &str| env.cli(&["put", bucket, "k", file, "--cache-control", cache_control]);
+    let out = put("releases", "public, max-age=31536000, immutable");
+    assert!(out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("blobgate: warning: bucket releases is private"), "{stderr}");
+    assert!(stderr.contains("Cache-Control: private, max-age=31536000, immutable"), "{stderr}");
+    // The object is stored all the same, with the value as given (the rule applies when serving).
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["key"], "k");
+    for (bucket, cache_control) in
+        [("releases", "max-age=60"), ("releases", "s-maxage=60"), ("assets", "public, max-age=60")]
+    {
+        let out = put(bucket, cache_control);
+        assert!(out.status.success());
+        let warned = !out.stderr.is_empty();
+        assert_eq!(warned, bucket == "releases" && cache_control.starts_with("s-maxage"), "{bucket} {cache_control}");
+    }
+}
