@@ -314,3 +314,23 @@ pub fn http_date() -> HttpDate {
         value
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_gateway_cannot_join_the_workers_reuseport_group() {
+        let workers = bind_data_listeners("127.0.0.1:0".parse().unwrap(), 3).unwrap();
+        let addr = workers[0].local_addr().unwrap();
+        assert!(workers.iter().all(|l| l.local_addr().unwrap() == addr), "the workers share one address");
+        // Another gateway's first socket binds exclusively, so it fails although every worker socket is reuseport.
+        let err = bind_data_listeners(addr, 2).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AddrInUse);
+        assert!(err.to_string().contains("only one gateway"), "{err}");
+        assert_eq!(bind_exclusive(addr).unwrap_err().kind(), io::ErrorKind::AddrInUse);
+        // Once the first gateway is gone, the address is free again at once (a restart).
+        drop(workers);
+        assert_eq!(bind_data_listeners(addr, 2).unwrap().len(), 2);
+    }
+}

@@ -85,10 +85,7 @@ pub fn private_cache_control(stored: Option<&str>) -> HeaderValue {
         .map(cache_directives)
         .unwrap_or_default()
         .into_iter()
-        .filter(|directive| {
-            let name = directive.split('=').next().unwrap_or_default().trim();
-            !["public", "private", "s-maxage"].iter().any(|drop| name.eq_ignore_ascii_case(drop))
-        })
+        .filter(|directive| !is_one_of(directive, &["public", "private", "s-maxage"]))
         .collect();
     if kept.is_empty() {
         return PRIVATE.clone();
@@ -100,10 +97,13 @@ pub fn private_cache_control(stored: Option<&str>) -> HeaderValue {
 /// Whether a Cache-Control value lets a shared cache store an authorised response (RFC 9111 §3.5): it has a
 /// `public` or `s-maxage` directive.
 pub fn allows_shared_caching(value: &str) -> bool {
-    cache_directives(value).iter().any(|directive| {
-        let name = directive.split('=').next().unwrap_or_default().trim();
-        name.eq_ignore_ascii_case("public") || name.eq_ignore_ascii_case("s-maxage")
-    })
+    cache_directives(value).iter().any(|directive| is_one_of(directive, &["public", "s-maxage"]))
+}
+
+/// Whether a directive's name (before any `=argument`) is one of `names`; names are case-insensitive (§5.2).
+fn is_one_of(directive: &str, names: &[&str]) -> bool {
+    let name = directive.split('=').next().unwrap_or_default().trim();
+    names.iter().any(|n| name.eq_ignore_ascii_case(n))
 }
 
 /// Splits a Cache-Control value into its directives (RFC 9111 §5.2: `#cache-directive`), trimmed, empty list
