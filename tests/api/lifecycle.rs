@@ -287,3 +287,37 @@ fn an_invalid_log_filter_fails_at_start_naming_its_key() {
     let server = env.serve_with(&[("RUST_LOG", "warn,blobgate=info")], &[]);
     assert!(wait_for(Duration::from_secs(2), || server.log().contains("blobgate is serving")), "{}", server.log());
 }
+
+#[test]
+fn of_two_gateways_started_at_once_on_one_address_exactly_one_serves() {
+    use std::process::Stdio;
+    for _ in 0..5 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let listen = format!("127.0.0.1:{port}");
+        let envs = [TestEnv::new(), TestEnv::new()];
+        let mut children: Vec<_> = envs
+            .iter()
+            .map(|env| {
+                let mut cmd = env.serve_command(&listen, "127.0.0.1:0");
+                cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn serve")
+            })
+            .collect();
+        // The loser exits at once; the winner keeps serving.
+        let mut exited = None;
+        let decided = wait_for(Duration::from_secs(20), || {
+            exited = children.iter_mut().position(|c| c.try_wait().unwrap().is_some());
+            exited.is_some()
+        });
+        assert!(decided, "both gateways are serving on {listen}");
+        let loser = exited.unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let winner = &mut children[1 - loser];
+        let still_serving = winner.try_wait().unwrap().is_none();
+        let _ = winner.kill();
+        let _ = winner.wait();
+        let out = children.remove(loser).wait_with_output().unwrap();
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("(listen)"), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(still_serving, "neither gateway kept {listen}");
+    }
+}
