@@ -324,6 +324,7 @@ pub async fn run_command(command: Command, settings: Settings) -> anyhow::Result
             let attrs = parse_attrs(content_type, cache_control, content_disposition)?;
             require_regular_file(&file)?;
             require_bucket(&store, &bucket).await?;
+            warn_if_shared_caching_in_private_bucket(&store, &bucket, attrs.cache_control.as_deref()).await?;
             let blobs = store.blobs.clone();
             let staged = tokio::task::spawn_blocking(move || blobs.stage_file(&file, |_| {})).await??;
             let report = store.put(&bucket, &key, staged, attrs).await?;
@@ -383,6 +384,7 @@ async fn set_bucket(
         .update_bucket(&name, public, cache_control.as_ref().map(Option::as_deref))
         .await?
         .ok_or_else(|| StoreError::NoSuchBucket(name.to_string()))?;
+    warn_if_shared_caching_in_private_bucket(store, &name, bucket.default_cache_control.as_deref()).await?;
     println!("{}", bucket_json(&bucket));
     Ok(())
 }
@@ -483,6 +485,26 @@ fn require_regular_file(path: &Path) -> anyhow::Result<()> {
 async fn require_bucket(store: &Store, bucket: &BucketName) -> anyhow::Result<()> {
     if store.meta.bucket(bucket).await?.is_none() {
         return Err(StoreError::NoSuchBucket(bucket.to_string()).into());
+    }
+    Ok(())
+}
+
+/// A private bucket's responses never let shared caches store them, whatever the stored Cache-Control says: say
+/// so (one line on stderr) when the uploader asked for `public` or `s-maxage`, and what will be sent instead.
+async fn warn_if_shared_caching_in_private_bucket(
+    store: &Store,
+    bucket: &BucketName,
+    cache_control: Option<&str>,
+) -> anyhow::Result<()> {
+    use crate::http::representation::{allows_shared_caching, private_cache_control};
+    let Some(value) = cache_control.filter(|v| allows_shared_caching(v)) else { return Ok(()) };
+    if store.meta.bucket(bucket).await?.is_some_and(|b| !b.public) {
+        let sent = private_cache_control(Some(value));
+        eprintln!(
+            "blobgate: warning: bucket {bucket} is private, so its objects are served with Cache-Control: {} \
+             (shared caches must not keep private objects)",
+            sent.to_str().unwrap_or("private")
+        );
     }
     Ok(())
 }

@@ -237,12 +237,51 @@ impl Settings {
         if self.data_dir.as_os_str().is_empty() {
             bail!("data_dir must not be empty");
         }
+        check_log_filter("log", &self.log)?;
         Ok(())
     }
 
     pub fn database_path(&self) -> PathBuf {
         self.data_dir.join("blobgate.db")
     }
+}
+
+/// The `tracing` filter in force: `RUST_LOG` when it is set and not empty, else `setting`. A `RUST_LOG` that is not
+/// a valid filter is an error naming `RUST_LOG` (the `log` setting is checked by [`Settings::validate`]).
+pub fn log_filter(setting: &str) -> anyhow::Result<String> {
+    match std::env::var("RUST_LOG") {
+        Ok(value) if !value.trim().is_empty() => {
+            check_log_filter("RUST_LOG", &value)?;
+            Ok(value)
+        }
+        Err(std::env::VarError::NotUnicode(_)) => bail!("RUST_LOG is not valid UTF-8"),
+        _ => Ok(setting.to_owned()),
+    }
+}
+
+/// Refuses what `tracing`'s own parser would take silently: a bare word that is not a level is read as a target
+/// name, so a typo such as `inf` or `notalevel` means "only target `notalevel`" and hides every log line. A bare
+/// word must be a level or our own crate (`blobgate`, `blobgate::driver`); other targets need their level
+/// (`sqlx=debug`). Filters with span or field selectors (`[...]`, `{...}`) get the parser's check only.
+fn check_log_filter(key: &str, value: &str) -> anyhow::Result<()> {
+    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::filter::LevelFilter;
+    if let Err(e) = EnvFilter::builder().parse(value) {
+        bail!("{key} is not a valid log filter ({value:?}): {e}");
+    }
+    if value.contains(['[', '{']) {
+        return Ok(());
+    }
+    for directive in value.split(',').map(str::trim).filter(|d| !d.is_empty() && !d.contains('=')) {
+        let own_target = directive == "blobgate" || directive.starts_with("blobgate::");
+        if directive.parse::<LevelFilter>().is_err() && !own_target {
+            bail!(
+                "{key} is not a valid log filter ({value:?}): {directive:?} is not a level (trace, debug, info, \
+                 warn, error, off); give a target with its level, e.g. \"{directive}=debug\""
+            );
+        }
+    }
+    Ok(())
 }
 
 fn check(key: &str, value: usize, min: usize, max: usize) -> anyhow::Result<()> {
@@ -304,6 +343,31 @@ mod tests {
             assert_eq!(s.limits.max_head_bytes, 32768);
             assert_eq!(s.data_dir, PathBuf::from("/tmp/x"));
             assert_eq!(s.timeouts.header_read, Duration::from_secs(10));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn log_filters_that_would_hide_every_line_are_refused() {
+        for good in ["info", "WARN", "off", "blobgate=debug", "blobgate", "blobgate::driver", "info,sqlx=warn", "3"] {
+            check_log_filter("log", good).unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
+        for bad in ["notalevel", "inf", "info,notalevel", "blobgate=dbug", "sqlx"] {
+            let err = check_log_filter("log", bad).expect_err(bad).to_string();
+            assert!(err.starts_with("log is not a valid log filter"), "{bad}: {err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
+        Jail::expect_with(|jail| {
+            jail.set_env("BLOBGATE_LOG", "notalevel");
+            let err = Settings::load(None, &FlagOverrides::default()).unwrap_err().to_string();
+            assert!(err.contains("log is not a valid log filter"), "{err}");
+            jail.set_env("BLOBGATE_LOG", "debug");
+            jail.set_env("RUST_LOG", "notalevel");
+            let settings = Settings::load(None, &FlagOverrides::default()).map_err(|e| e.to_string())?;
+            let err = log_filter(&settings.log).unwrap_err().to_string();
+            assert!(err.starts_with("RUST_LOG is not a valid log filter"), "{err}");
+            jail.set_env("RUST_LOG", "");
+            assert_eq!(log_filter(&settings.log).map_err(|e| e.to_string())?, "debug");
             Ok(())
         });
     }

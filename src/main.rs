@@ -50,7 +50,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     let settings = cli.settings()?;
     let serving = matches!(cli.command, Command::Serve { .. });
-    init_logging(if serving { &settings.log } else { "warn" });
+    init_logging(&blobgate::config::log_filter(if serving { &settings.log } else { "warn" })?);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         if serving {
@@ -63,9 +63,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     })
 }
 
-fn init_logging(default_filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+/// `filter` was checked by `config::log_filter`, so an unusable one never reaches here silently.
+fn init_logging(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::new(filter);
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).init();
 }

@@ -57,8 +57,11 @@ impl Application {
         }
         let data_listeners = driver::bind_data_listeners(settings.listen, settings.runtime.worker_count())
             .with_context(|| format!("cannot listen on {} (listen)", settings.listen))?;
-        let admin_listener = TcpListener::bind(settings.admin_listen)
-            .await
+        let admin_listener = driver::bind_exclusive(settings.admin_listen)
+            .and_then(|socket| {
+                socket.listen(1024)?;
+                TcpListener::from_std(socket.into())
+            })
             .with_context(|| format!("cannot listen on {} (admin_listen)", settings.admin_listen))?;
         let open_files = raise_open_file_limit();
         // A quarter of the fd budget for cached blobs; the rest is for connections and the database.
@@ -216,6 +219,8 @@ async fn serve_admin(
         tracker.spawn(async move {
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder.timer(TokioTimer::new()).header_read_timeout(header_read_timeout);
+            // hyper's `Uri` would drop a `#` fragment unseen; the guard makes hyper refuse it (400) instead.
+            let stream = crate::http::fragment_guard::FragmentGuard::new(stream);
             let conn = builder.serve_connection(TokioIo::new(stream), service);
             let mut conn = std::pin::pin!(conn);
             tokio::select! {
@@ -231,17 +236,28 @@ async fn serve_admin(
     }
 }
 
-/// Installs SIGINT and SIGTERM handlers at once, and returns a future that resolves on either. Installing them
-/// before anything is bound matters: a signal that arrives before the handlers exist would kill the process
-/// with the default action instead of draining it.
+/// Installs SIGINT, SIGTERM and SIGHUP handlers at once, and returns a future that resolves on SIGINT or SIGTERM.
+/// Installing them before anything is bound matters: a signal that arrives before the handlers exist would kill
+/// the process with the default action instead of draining it. SIGHUP (logrotate, `systemctl reload`) never stops
+/// the server: it goes to [`on_hangup`] and serving goes on.
 pub fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("cannot install a SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot install a SIGINT handler")?;
+    let mut hup = signal(SignalKind::hangup()).context("cannot install a SIGHUP handler")?;
     Ok(async move {
-        tokio::select! {
-            _ = term.recv() => {},
-            _ = int.recv() => {},
+        loop {
+            tokio::select! {
+                _ = term.recv() => return,
+                _ = int.recv() => return,
+                _ = hup.recv() => on_hangup(),
+            }
         }
     })
+}
+
+/// SIGHUP: the place to reopen log files (an access log, once there is one). Today every log goes to stderr, so
+/// there is nothing to reopen; the signal is acknowledged and the server keeps serving.
+fn on_hangup() {
+    tracing::info!("SIGHUP received: no log files to reopen; still serving");
 }

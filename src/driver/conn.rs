@@ -78,6 +78,10 @@ impl<S: DataService> Connection<S> {
                 NextHead::Head(head) => head,
                 NextHead::Closed => return,
                 NextHead::Refuse(status, message) => {
+                    if status == StatusCode::HTTP_VERSION_NOT_SUPPORTED {
+                        // A client's choice (an HTTP/2 preface, say), not our failure: info, not error.
+                        tracing::info!(peer = %self.peer, reason = message, "refused a request in another HTTP version");
+                    }
                     let response = ApiError::BadRequestHead { status, message }.into_response();
                     let _ = self.send_buffered(response, false, Persistence::Close).await;
                     return;

@@ -71,12 +71,9 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
         Err(httparse::Error::Token) if req.method.is_none() => {
             return Err(HeadError::new(StatusCode::BAD_REQUEST, "malformed request line"));
         }
-        Err(httparse::Error::Version) => {
-            return Err(HeadError::new(
-                StatusCode::HTTP_VERSION_NOT_SUPPORTED,
-                "only HTTP/1.0 and HTTP/1.1 are supported",
-            ));
-        }
+        // httparse reports any request line it cannot read to the end as a version error: `GE T /x HTTP/1.1`
+        // too. Only a well-formed line whose version is not 1.0 or 1.1 is 505.
+        Err(httparse::Error::Version) => return Err(version_error(buf)),
         Err(_) => {
             return Err(HeadError::new(StatusCode::BAD_REQUEST, "malformed request head"));
         }
@@ -137,6 +134,41 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
     Ok(Parsed::Complete(RequestHead { method, uri, version, headers, keep_alive, len: len + skipped }))
 }
 
+/// The HTTP/2 connection preface (RFC 9113 §3.4) as far as its request line: a client with prior knowledge.
+const HTTP2_PREFACE_LINE: &[u8] = b"PRI * HTTP/2.0";
+
+/// Why httparse refused a request line at its version: 505 for a well-formed `method SP target SP HTTP/d.d`
+/// line (RFC 9112 §2.3) in another version, with its own message for the HTTP/2 preface; 400 for anything else.
+fn version_error(buf: &[u8]) -> HeadError {
+    if buf.starts_with(HTTP2_PREFACE_LINE) {
+        return HeadError::new(StatusCode::HTTP_VERSION_NOT_SUPPORTED, HTTP2_NOT_SUPPORTED);
+    }
+    let line = buf.split(|&b| b == b'\r' || b == b'\n').next().unwrap_or_default();
+    let well_formed = match line.split(|&b| b == b' ').collect::<Vec<_>>()[..] {
+        [method, target, version] => {
+            !method.is_empty()
+                && method.iter().all(|&b| is_tchar(b))
+                && !target.is_empty()
+                && matches!(version, [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
+                    if major.is_ascii_digit() && minor.is_ascii_digit())
+        }
+        _ => false,
+    };
+    if well_formed {
+        HeadError::new(StatusCode::HTTP_VERSION_NOT_SUPPORTED, "only HTTP/1.0 and HTTP/1.1 are supported")
+    } else {
+        HeadError::new(StatusCode::BAD_REQUEST, "malformed request line")
+    }
+}
+
+/// The 505 message for a client that speaks HTTP/2 with prior knowledge; the driver logs it at info.
+pub const HTTP2_NOT_SUPPORTED: &str = "HTTP/2 is not supported on this listener; use HTTP/1.1";
+
+/// RFC 9110 §5.6.2 tchar.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
 fn has_bare_lf(head: &[u8]) -> bool {
     // memchr jumps from line end to line end; a byte-by-byte scan was a visible part of a small request's CPU.
     memchr::memchr_iter(b'\n', head).any(|i| i == 0 || head[i - 1] != b'\r')
@@ -162,6 +194,11 @@ fn request_line_too_long(buf: &[u8], limits: &HeadLimits) -> bool {
 /// `shared` holds the same bytes as `target`, in the head's buffer: origin-form targets are taken without a copy.
 fn parse_target(target: &str, shared: bytes::Bytes, method: &Method) -> Result<Uri, HeadError> {
     let bad = || HeadError::new(StatusCode::BAD_REQUEST, "malformed request target");
+    // RFC 9112 §3.2 has no fragment in a request target. `Uri` would drop it silently, so `/b/k#/../x` would be
+    // served as `/b/k` while a proxy in front may have read it differently.
+    if target.contains('#') {
+        return Err(HeadError::new(StatusCode::BAD_REQUEST, "a request target must not contain a fragment (#)"));
+    }
     if target == "*" {
         return if method == Method::OPTIONS { Ok(Uri::from_static("*")) } else { Err(bad()) };
     }
@@ -334,6 +371,17 @@ mod tests {
             (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\0b\r\n\r\n", 400),
             (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\rb\r\n\r\n", 400),
             (b"GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505),
+            (b"GET / HTTP/3.0\r\nHost: x\r\n\r\n", 505),
+            (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505),
+            (b"GE T /b/k HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+            (b"GET /b/k  HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+            (b"GET /b/k HTTP/1.1 x\r\nHost: x\r\n\r\n", 400),
+            (b"GET /b/k HTTP/11\r\nHost: x\r\n\r\n", 400),
+            (b"GET /b/k http/1.1\r\nHost: x\r\n\r\n", 400),
+            (b"GET /b/k#frag HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+            (b"GET /priv/b/z.txt#/../a/x HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+            (b"GET http://h/b/k#x HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+            (b"GET /b/k?q=1# HTTP/1.1\r\nHost: x\r\n\r\n", 400),
             (b"GET nothing HTTP/1.1\r\nHost: x\r\n\r\n", 400),
             (b"G@T / HTTP/1.1\r\nHost: x\r\n\r\n", 400),
             (b"GET / HTTP/1.1\nHost: x\r\n\r\n", 400),
@@ -344,6 +392,17 @@ mod tests {
             assert_eq!(status_of(raw).as_u16(), *want, "{:?}", String::from_utf8_lossy(raw));
         }
         assert_eq!(status_of(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"), StatusCode::OK);
+    }
+
+    #[test]
+    fn an_http2_preface_gets_a_505_that_says_so() {
+        let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+        for raw in [&preface[..], &preface[..14]] {
+            let e = parse(raw).err().expect("refused");
+            assert_eq!((e.status, e.message), (StatusCode::HTTP_VERSION_NOT_SUPPORTED, HTTP2_NOT_SUPPORTED));
+        }
+        let e = parse(b"GET / HTTP/2.0\r\nHost: x\r\n\r\n").err().expect("refused");
+        assert_ne!(e.message, HTTP2_NOT_SUPPORTED);
     }
 
     #[test]

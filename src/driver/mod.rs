@@ -91,19 +91,50 @@ impl<S: DataService> DriverContext<S> {
 
 /// Binds `count` listening sockets to `addr` with SO_REUSEPORT, one per data worker, so the kernel spreads new
 /// connections over the workers. With port 0 the first socket picks the port and the others join it.
+///
+/// Only one gateway may hold an address: a second one joining the group would silently get half the connections.
+/// So the first socket binds *without* SO_REUSEPORT, which fails while any socket holds the address (a reuseport
+/// group included); only once it holds the address alone does it turn SO_REUSEPORT on, before `listen`, and the
+/// others join it. There is no window between the check and the bind: the check is the bind.
 pub fn bind_data_listeners(addr: SocketAddr, count: usize) -> io::Result<Vec<std::net::TcpListener>> {
     let mut listeners: Vec<std::net::TcpListener> = Vec::with_capacity(count);
     for _ in 0..count.max(1) {
-        let target = listeners.first().map_or(Ok(addr), |first| first.local_addr())?;
-        let socket = Socket::new(Domain::for_address(target), Type::STREAM, Some(Protocol::TCP))?;
-        socket.set_reuse_address(true)?;
-        socket.set_reuse_port(true)?;
-        socket.set_nonblocking(true)?;
-        socket.bind(&target.into())?;
+        let socket = match listeners.first() {
+            None => {
+                let socket = bind_exclusive(addr)?;
+                socket.set_reuse_port(true)?;
+                socket
+            }
+            Some(first) => {
+                let target = first.local_addr()?;
+                let socket = Socket::new(Domain::for_address(target), Type::STREAM, Some(Protocol::TCP))?;
+                socket.set_reuse_address(true)?;
+                socket.set_reuse_port(true)?;
+                socket.set_nonblocking(true)?;
+                socket.bind(&target.into())?;
+                socket
+            }
+        };
         socket.listen(4096)?;
         listeners.push(socket.into());
     }
     Ok(listeners)
+}
+
+/// A non-blocking TCP socket bound to `addr` without SO_REUSEPORT, not yet listening: the bind fails with
+/// `AddrInUse` while any other socket holds the address. SO_REUSEADDR only lets it take over TIME_WAIT
+/// connections of an earlier run, never a listening socket.
+pub fn bind_exclusive(addr: SocketAddr) -> io::Result<Socket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into()).map_err(|e| match e.kind() {
+        io::ErrorKind::AddrInUse => {
+            io::Error::new(e.kind(), "address already in use: only one gateway may listen on an address")
+        }
+        _ => e,
+    })?;
+    Ok(socket)
 }
 
 /// Runs one data worker per listener, each a thread with its own single-threaded tokio runtime: a connection
@@ -283,4 +314,24 @@ pub fn http_date() -> HttpDate {
         cache.set((second, value));
         value
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_gateway_cannot_join_the_workers_reuseport_group() {
+        let workers = bind_data_listeners("127.0.0.1:0".parse().unwrap(), 3).unwrap();
+        let addr = workers[0].local_addr().unwrap();
+        assert!(workers.iter().all(|l| l.local_addr().unwrap() == addr), "the workers share one address");
+        // Another gateway's first socket binds exclusively, so it fails although every worker socket is reuseport.
+        let err = bind_data_listeners(addr, 2).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AddrInUse);
+        assert!(err.to_string().contains("only one gateway"), "{err}");
+        assert_eq!(bind_exclusive(addr).unwrap_err().kind(), io::ErrorKind::AddrInUse);
+        // Once the first gateway is gone, the address is free again at once (a restart).
+        drop(workers);
+        assert_eq!(bind_data_listeners(addr, 2).unwrap().len(), 2);
+    }
 }

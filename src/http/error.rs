@@ -76,7 +76,8 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        if status.is_server_error() {
+        // A refused head is the client's doing even when its status is 5xx (505): the driver logs those itself.
+        if status.is_server_error() && !matches!(self, ApiError::BadRequestHead { .. }) {
             // The cause chain goes to the log; the client gets the short message only.
             let chain = match &self {
                 ApiError::Internal(e) => format!("{e:#}"),

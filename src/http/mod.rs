@@ -5,6 +5,7 @@ pub mod conditional;
 pub mod deadline;
 pub mod disposition;
 pub mod error;
+pub mod fragment_guard;
 pub mod multipart;
 pub mod object;
 pub mod range;

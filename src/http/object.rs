@@ -38,6 +38,11 @@ pub async fn get_object(State(app): State<AppState>, request: Request) -> Result
     let entry = app.catalog.object(grant.bucket.id, key.as_str()).await?.ok_or(ApiError::NotFound)?;
 
     let mut representation = entry.headers.clone();
+    // A private bucket's responses are for their requester only: no shared cache may keep them for the next one
+    // (with or without credentials). Presigned responses too; only a public bucket's keep the stored value.
+    if !grant.bucket.public {
+        representation.insert(header::CACHE_CONTROL, entry.private_cache_control.clone());
+    }
     // A signed URL may choose the download name; the signature covered it, so it is the signer's choice. It is a
     // non-empty RFC 6266 value (`presign::parse_query`), so it replaces the stored header and never removes it.
     if let Some(v) = grant.content_disposition.as_deref().and_then(|v| disposition_value(v, &entry.record.key)) {

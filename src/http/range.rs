@@ -50,8 +50,11 @@
 //! * **Ordering**: when nothing merges, parts keep request order (§15.3.7.2 SHOULD). When anything
 //!   merges, a merged part has no single position in the request, so the whole result is sent in
 //!   ascending order, which every client handles.
-//! * **A 206 of everything is pointless**: if the result is one range covering `0..size`, the
-//!   answer is [`RangeDecision::Full`] instead (same bytes, simpler response, cacheable as a 200).
+//! * **A range of everything is still a 206**: if the result is one range covering `0..size`
+//!   (`bytes=0-`, `bytes=0-99999`, or parts that coalesce into the whole), the answer is a
+//!   single-part [`RangeDecision::Partial`] with `Content-Range`, as nginx, Apache, Caddy and S3
+//!   answer. Media players and download managers send `bytes=0-` to learn whether ranges work; a
+//!   200 made Chrome reset the connection and ask again.
 
 /// A satisfiable byte range, half-open: `start..end`, with `start < end <= size`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,7 +124,8 @@ impl Default for RangePolicy {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RangeDecision {
     /// Send the whole representation with 200: no Range header, an ignored one (unknown unit,
-    /// invalid syntax, over a cap), or ranges that add up to more than the representation.
+    /// invalid syntax, over a cap), or ranges that add up to more than the representation. A
+    /// valid range that covers the whole representation is `Partial`, not this.
     Full,
     /// Send 206 with these non-empty, pairwise non-overlapping, non-adjacent ranges, in response
     /// order. One element means a single-part 206 with Content-Range; more means
@@ -163,7 +167,7 @@ pub fn evaluate(header: Option<&[u8]>, size: u64, policy: &RangePolicy) -> Range
     if scan.reversals > policy.max_reversals {
         return RangeDecision::Full;
     }
-    coalesce(ranges, size, policy)
+    coalesce(ranges, policy)
 }
 
 /// What [`scan`] learned about a valid bytes ranges-specifier besides its satisfiable ranges.
@@ -224,7 +228,7 @@ fn scan(header: &[u8], size: u64, max_parts: usize, out: &mut Vec<ByteRange>) ->
 }
 
 /// Merges ranges closer than `part_overhead` (§15.3.7.2) and applies the overlap cap.
-fn coalesce(mut ranges: Vec<ByteRange>, size: u64, policy: &RangePolicy) -> RangeDecision {
+fn coalesce(mut ranges: Vec<ByteRange>, policy: &RangePolicy) -> RangeDecision {
     let n = ranges.len();
     // Sort a copy in the second half of the same allocation, so request order survives when
     // nothing merges.
@@ -262,11 +266,6 @@ fn coalesce(mut ranges: Vec<ByteRange>, size: u64, policy: &RangePolicy) -> Rang
         // Something merged: ascending order.
         ranges.copy_within(n..n + kept, 0);
         ranges.truncate(kept);
-    }
-    let whole = ByteRange { start: 0, end: size };
-    if ranges.as_slice() == [whole] {
-        // A 206 of the whole representation says nothing a 200 does not.
-        return RangeDecision::Full;
     }
     RangeDecision::Partial(ranges)
 }
@@ -455,9 +454,9 @@ static WIRE_CASES: &[RangeCase] = {
         case("nginx: no hyphen (ignored)", "bytes=10", 1000, Full),
         case("nginx: no comma (ignored)", "bytes=10-11 12-", 1000, Full),
         case("nginx: last byte pos adjusted", "bytes=1-10001", 1000, Partial(&[(1, 999)])),
-        case("nginx: adjusted to whole representation", "bytes=0-10001", 1000, Full),
+        case("nginx: adjusted to whole representation", "bytes=0-10001", 1000, Partial(&[(0, 999)])),
         case("nginx: malicious byte ranges sum over size", "bytes=0-10001, 0-0", 1000, Full),
-        case("nginx: open range from zero is everything", "bytes=0-", 1000, Full),
+        case("nginx: open range from zero is everything", "bytes=0-", 1000, Partial(&[(0, 999)])),
         case("nginx: last byte", "bytes=-1", 1000, Partial(&[(999, 999)])),
         case("nginx: last before first (invalid)", "bytes=1-0", 1000, Full),
         case("nginx: first byte pos equals length", "bytes=1000-", 1000, Unsatisfiable),
@@ -466,14 +465,14 @@ static WIRE_CASES: &[RangeCase] = {
         case("go: bytes=2-", "bytes=2-", 11, Partial(&[(2, 10)])),
         case("go: bytes=-5", "bytes=-5", 11, Partial(&[(6, 10)])),
         case("go: bytes=3-7", "bytes=3-7", 11, Partial(&[(3, 7)])),
-        case("go: bytes=0-0,-2 coalesces to whole", "bytes=0-0,-2", 11, Full),
+        case("go: bytes=0-0,-2 coalesces to whole", "bytes=0-0,-2", 11, Partial(&[(0, 10)])),
         case("go: bytes=0-1,5-8 coalesces over small gap", "bytes=0-1,5-8", 11, Partial(&[(0, 8)])),
-        case("go: bytes=0-1,5- coalesces to whole", "bytes=0-1,5-", 11, Full),
+        case("go: bytes=0-1,5- coalesces to whole", "bytes=0-1,5-", 11, Partial(&[(0, 10)])),
         case("go: bytes=5-1000", "bytes=5-1000", 11, Partial(&[(5, 10)])),
         case("go: wasteful ranges", "bytes=0-,1-,2-,3-,4-", 11, Full),
         case("go: bytes=0-9", "bytes=0-9", 11, Partial(&[(0, 9)])),
-        case("go: bytes=0-10 is whole", "bytes=0-10", 11, Full),
-        case("go: bytes=0-11 is whole", "bytes=0-11", 11, Full),
+        case("go: bytes=0-10 is whole", "bytes=0-10", 11, Partial(&[(0, 10)])),
+        case("go: bytes=0-11 is whole", "bytes=0-11", 11, Partial(&[(0, 10)])),
         case("go: bytes=10-11 last byte", "bytes=10-11", 11, Partial(&[(10, 10)])),
         case("go: bytes=10-", "bytes=10-", 11, Partial(&[(10, 10)])),
         case("go: bytes=11-", "bytes=11-", 11, Unsatisfiable),
@@ -522,7 +521,12 @@ static WIRE_CASES: &[RangeCase] = {
         // Huge numerals (§14.1.2).
         case("huge: last-pos u64::MAX", "bytes=1-18446744073709551615", 10000, Partial(&[(1, 9999)])),
         case("huge: last-pos u64::MAX + 1", "bytes=1-18446744073709551616", 10000, Partial(&[(1, 9999)])),
-        case("huge: 26-digit last-pos from zero is whole", "bytes=0-99999999999999999999999999", 10000, Full),
+        case(
+            "huge: 26-digit last-pos from zero is whole",
+            "bytes=0-99999999999999999999999999",
+            10000,
+            Partial(&[(0, 9999)]),
+        ),
         case("huge: 26-digit last-pos", "bytes=5-99999999999999999999999999", 10000, Partial(&[(5, 9999)])),
         case("huge: first-pos u64::MAX", "bytes=18446744073709551615-", 10000, Unsatisfiable),
         case("huge: 26-digit first-pos", "bytes=99999999999999999999999999-", 10000, Unsatisfiable),
@@ -534,7 +538,7 @@ static WIRE_CASES: &[RangeCase] = {
             Full,
         ),
         case("huge: reversed against small last", "bytes=9999999999999999999999999-0", 10000, Full),
-        case("huge: 26-digit suffix is whole", "bytes=-99999999999999999999999999", 10000, Full),
+        case("huge: 26-digit suffix is whole", "bytes=-99999999999999999999999999", 10000, Partial(&[(0, 9999)])),
         case("huge: whole suffix plus one byte exceeds size", "bytes=-18446744073709551616,0-0", 10000, Full),
         case("huge: unsatisfiable member dropped", "bytes=0-0,99999999999999999999999999-", 10000, Partial(&[(0, 0)])),
         case(
@@ -547,7 +551,7 @@ static WIRE_CASES: &[RangeCase] = {
         case("suffix: zero length", "bytes=-0", 10000, Unsatisfiable),
         case("suffix: zero length and past end", "bytes=-0,10000-", 10000, Unsatisfiable),
         case("suffix: zero length dropped", "bytes=-0,0-0", 10000, Partial(&[(0, 0)])),
-        case("suffix: exactly the size is whole", "bytes=-10000", 10000, Full),
+        case("suffix: exactly the size is whole", "bytes=-10000", 10000, Partial(&[(0, 9999)])),
         case("suffix: one less than size", "bytes=-9999", 10000, Partial(&[(1, 9999)])),
         // Zero-length representation.
         case("empty: open int-range", "bytes=0-", 0, Unsatisfiable),
@@ -558,9 +562,9 @@ static WIRE_CASES: &[RangeCase] = {
         case("empty: invalid", "bytes=abc", 0, Full),
         case("empty: unknown unit", "items=0-0", 0, Full),
         // One-byte representation.
-        case("one byte: the byte is whole", "bytes=0-0", 1, Full),
+        case("one byte: the byte is whole", "bytes=0-0", 1, Partial(&[(0, 0)])),
         case("one byte: past end", "bytes=1-", 1, Unsatisfiable),
-        case("one byte: suffix is whole", "bytes=-1", 1, Full),
+        case("one byte: suffix is whole", "bytes=-1", 1, Partial(&[(0, 0)])),
         // Coalescing with part_overhead = 80.
         case("coalesce: gap 79 merges", "bytes=0-99,179-199", 10000, Partial(&[(0, 199)])),
         case("coalesce: gap 80 stays apart", "bytes=0-99,180-199", 10000, Partial(&[(0, 99), (180, 199)])),
@@ -578,7 +582,7 @@ static WIRE_CASES: &[RangeCase] = {
         ),
         case("coalesce: duplicate", "bytes=0-99,0-99", 10000, Partial(&[(0, 99)])),
         case("coalesce: chain out of order", "bytes=200-299,0-99,100-199", 10000, Partial(&[(0, 299)])),
-        case("coalesce: pieces that make the whole", "bytes=0-4999,5000-", 10000, Full),
+        case("coalesce: pieces that make the whole", "bytes=0-4999,5000-", 10000, Partial(&[(0, 9999)])),
         // Caps.
         case(
             "cap: 64 parts allowed",
@@ -723,7 +727,6 @@ mod tests {
         for w in sorted.windows(2) {
             assert!(w[0].end < w[1].start, "overlapping or adjacent: {w:?}");
         }
-        assert!(!(v.len() == 1 && v[0] == br(0, size)), "206 of the whole representation");
     }
 
     #[test]
@@ -807,14 +810,17 @@ mod tests {
     #[test]
     fn extreme_sizes() {
         let max = u64::MAX;
-        assert_eq!(eval(b"bytes=0-", max), RangeDecision::Full);
+        assert_eq!(eval(b"bytes=0-", max), RangeDecision::Partial(vec![br(0, max)]));
         assert_eq!(eval(b"bytes=-1", max), RangeDecision::Partial(vec![br(max - 1, max)]));
         assert_eq!(eval(b"bytes=18446744073709551614-", max), RangeDecision::Partial(vec![br(max - 1, max)]));
         assert_eq!(eval(b"bytes=18446744073709551615-", max), RangeDecision::Unsatisfiable);
         assert_eq!(eval(b"bytes=1-18446744073709551615", max), RangeDecision::Partial(vec![br(1, max)]));
         assert_eq!(eval(b"bytes=1-99999999999999999999999", max), RangeDecision::Partial(vec![br(1, max)]));
-        // Two halves of u64::MAX bytes: lengths add up without overflow, then merge to whole.
-        assert_eq!(eval(b"bytes=0-9223372036854775806,9223372036854775807-", max), RangeDecision::Full);
+        // Two halves of u64::MAX bytes: lengths add up without overflow, then merge to whole (still a 206).
+        assert_eq!(
+            eval(b"bytes=0-9223372036854775806,9223372036854775807-", max),
+            RangeDecision::Partial(vec![br(0, max)])
+        );
         // Sum of lengths would overflow u64: must be Full, not a panic.
         assert_eq!(eval(b"bytes=0-,1-,2-", max), RangeDecision::Full);
         assert_eq!(eval(b"bytes=-99999999999999999999,-99999999999999999999", max), RangeDecision::Full);
@@ -1002,9 +1008,6 @@ mod tests {
         }
         if set.len() != p.ranges.len() {
             set.sort();
-        }
-        if set == [(0, size)] {
-            return RangeDecision::Full;
         }
         RangeDecision::Partial(set.into_iter().map(|(s, e)| br(s, e)).collect())
     }
@@ -1247,8 +1250,8 @@ mod tests {
             check_invariants(&d, size, &policy);
         }
 
-        /// A single int-range a-b with a < size gives exactly a..min(b+1, size)
-        /// (or Full when that is the whole representation).
+        /// A single int-range a-b with a < size gives exactly a..min(b+1, size), the whole
+        /// representation included.
         #[test]
         fn a_single_int_range_a_b_with_a_below_size_gives_exactly_a_to_min_b_plus_1_size(
             size in 1u64..=u64::MAX,
@@ -1260,12 +1263,10 @@ mod tests {
             let b = a.saturating_add(b_off);
             let header = format!("bytes={}{a}-{b}", "0".repeat(zeros));
             let end = (u128::from(b) + 1).min(u128::from(size)) as u64;
-            let expected = if a == 0 && end == size {
-                RangeDecision::Full
-            } else {
+            prop_assert_eq!(
+                evaluate(Some(header.as_bytes()), size, &RangePolicy::default()),
                 RangeDecision::Partial(vec![br(a, end)])
-            };
-            prop_assert_eq!(evaluate(Some(header.as_bytes()), size, &RangePolicy::default()), expected);
+            );
         }
 
         /// The decision agrees with a big-integer (num-bigint) reference model for random
@@ -1358,9 +1359,8 @@ mod tests {
                     }
                 }
                 RangeDecision::Full => {
-                    // Only when the lengths overflow the size or the merge covers everything.
-                    let whole = (0..n).all(|i| dist[i] < min_gap) && requested[0] && requested[n - 1];
-                    prop_assert!(requested_total > size || whole, "Full without cause");
+                    // Only when the lengths add up to more than the size (a merge into the whole is a 206).
+                    prop_assert!(requested_total > size, "Full without cause");
                 }
                 RangeDecision::Unsatisfiable => prop_assert!(false, "in-bounds members are satisfiable"),
             }

@@ -28,6 +28,9 @@ pub struct ObjectEntry {
     pub content_type_value: HeaderValue,
     /// ETag, Last-Modified, Accept-Ranges, nosniff, Cache-Control, Content-Disposition, Repr-Digest.
     pub headers: HeaderMap,
+    /// The Cache-Control that replaces the stored one while the object's bucket is private
+    /// ([`private_cache_control`]); computed here so requests do not parse it.
+    pub private_cache_control: HeaderValue,
 }
 
 impl ObjectEntry {
@@ -57,9 +60,74 @@ impl ObjectEntry {
         if let Some(digest) = repr_digest_sha256(&record.sha256).and_then(|d| HeaderValue::from_str(&d).ok()) {
             h.insert(REPR_DIGEST.clone(), digest);
         }
+        let private_cache_control = private_cache_control(cache_control);
         let object_ref = ObjectRef { bucket_id: record.bucket_id, key: Arc::from(record.key.as_str()) };
-        Self { record, object_ref, etag, last_modified, content_type, content_type_value, headers: h }
+        Self {
+            record,
+            object_ref,
+            etag,
+            last_modified,
+            content_type,
+            content_type_value,
+            headers: h,
+            private_cache_control,
+        }
     }
+}
+
+static PRIVATE: HeaderValue = HeaderValue::from_static("private");
+
+/// Cache-Control for a response from a private bucket: `private` first, then the stored directives except those
+/// that let a shared cache store it (RFC 9111 §3.5: an authorised response may be stored by a shared cache when it
+/// says `public` or `s-maxage`). `public`, `s-maxage` and any stored `private` (a qualified `private="field"`
+/// would leave the rest storable) are dropped; `max-age`, `immutable`, `no-store` and the rest are kept, so
+/// browsers still cache as the uploader asked.
+pub fn private_cache_control(stored: Option<&str>) -> HeaderValue {
+    let kept: Vec<&str> = stored
+        .map(cache_directives)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|directive| !is_one_of(directive, &["public", "private", "s-maxage"]))
+        .collect();
+    if kept.is_empty() {
+        return PRIVATE.clone();
+    }
+    // Directives come from a valid header value, so joining them gives one too; should it not, `private` alone.
+    HeaderValue::from_str(&format!("private, {}", kept.join(", "))).unwrap_or_else(|_| PRIVATE.clone())
+}
+
+/// Whether a Cache-Control value lets a shared cache store an authorised response (RFC 9111 §3.5): it has a
+/// `public` or `s-maxage` directive.
+pub fn allows_shared_caching(value: &str) -> bool {
+    cache_directives(value).iter().any(|directive| is_one_of(directive, &["public", "s-maxage"]))
+}
+
+/// Whether a directive's name (before any `=argument`) is one of `names`; names are case-insensitive (§5.2).
+fn is_one_of(directive: &str, names: &[&str]) -> bool {
+    let name = directive.split('=').next().unwrap_or_default().trim();
+    names.iter().any(|n| name.eq_ignore_ascii_case(n))
+}
+
+/// Splits a Cache-Control value into its directives (RFC 9111 §5.2: `#cache-directive`), trimmed, empty list
+/// elements skipped. A comma inside a quoted-string argument (`no-cache="a, b"`) does not split.
+fn cache_directives(value: &str) -> Vec<&str> {
+    let mut directives = Vec::new();
+    let (mut start, mut quoted, mut escaped) = (0, false, false);
+    for (i, c) in value.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            ',' if !quoted => {
+                directives.push(value[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    directives.push(value[start..].trim());
+    directives.retain(|d| !d.is_empty());
+    directives
 }
 
 /// A stored bare `attachment` or `inline` gets the key's last segment as its file name (RFC 6266, with
@@ -114,6 +182,100 @@ mod tests {
         let cd = e.headers[header::CONTENT_DISPOSITION].to_str().unwrap();
         assert!(cd.starts_with("attachment; filename=\"r_sum_.pdf\"; filename*=UTF-8''r%C3%A9sum%C3%A9.pdf"), "{cd}");
         assert_eq!(&*e.object_ref.key, "dir/résumé.pdf");
+    }
+
+    #[test]
+    fn private_cache_control_keeps_browser_caching_and_drops_shared_cache_permission() {
+        let cases: &[(Option<&str>, &str)] = &[
+            (None, "private"),
+            (Some(""), "private"),
+            (Some("public, max-age=31536000, immutable"), "private, max-age=31536000, immutable"),
+            (Some("max-age=60"), "private, max-age=60"),
+            (Some("PUBLIC,S-MAXAGE=600 , max-age=60"), "private, max-age=60"),
+            (Some("s-maxage=600"), "private"),
+            (Some("private"), "private"),
+            (Some("private=\"set-cookie\", max-age=5"), "private, max-age=5"),
+            (Some("no-cache=\"a, public\", public"), "private, no-cache=\"a, public\""),
+            (Some("no-store"), "private, no-store"),
+            (
+                Some("max-age=0, must-revalidate,, proxy-revalidate"),
+                "private, max-age=0, must-revalidate, proxy-revalidate",
+            ),
+            (Some("publicity=1"), "private, publicity=1"),
+        ];
+        for (stored, want) in cases {
+            assert_eq!(private_cache_control(*stored), *want, "{stored:?}");
+        }
+        assert!(allows_shared_caching("max-age=5, Public"));
+        assert!(allows_shared_caching("s-maxage=5"));
+        assert!(!allows_shared_caching("max-age=5, no-cache=\"public\""));
+        assert!(!allows_shared_caching("private, max-age=5"));
+    }
+
+    #[test]
+    fn entries_carry_their_private_cache_control() {
+        let e = ObjectEntry::new(
+            record(ObjectAttrs {
+                cache_control: Some("public, max-age=31536000, immutable".into()),
+                ..ObjectAttrs::default()
+            }),
+            None,
+        );
+        assert_eq!(e.headers[header::CACHE_CONTROL], "public, max-age=31536000, immutable");
+        assert_eq!(e.private_cache_control, "private, max-age=31536000, immutable");
+        // A bucket default goes through the same filter, or a private object with no value of its own would leak.
+        let e = ObjectEntry::new(record(ObjectAttrs::default()), Some("public, s-maxage=600, max-age=60"));
+        assert_eq!(e.headers[header::CACHE_CONTROL], "public, s-maxage=600, max-age=60");
+        assert_eq!(e.private_cache_control, "private, max-age=60");
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn directive() -> impl Strategy<Value = String> {
+            prop_oneof![
+                Just("public".to_owned()),
+                Just("Public".to_owned()),
+                Just("private".to_owned()),
+                Just("immutable".to_owned()),
+                Just("no-store".to_owned()),
+                (0u32..100_000).prop_map(|n| format!("max-age={n}")),
+                (0u32..100_000).prop_map(|n| format!("s-maxage={n}")),
+                (0u32..100_000).prop_map(|n| format!("S-MaxAge={n}")),
+                "[a-z-]{1,12}(=[a-z0-9]{1,5})?",
+                "[a-z-]{1,8}=\"[a-z ,=-]{0,10}\"",
+            ]
+        }
+
+        proptest! {
+            /// Whatever is stored, the result says `private` first and nothing that lets a shared cache store
+            /// it, and every other stored directive survives in order.
+            #[test]
+            fn the_result_is_private_and_keeps_everything_else(
+                directives in proptest::collection::vec(directive(), 0..6),
+                sep in prop_oneof![Just(","), Just(", "), Just(" , ")],
+            ) {
+                let stored = directives.join(sep);
+                let value = private_cache_control(Some(&stored));
+                let text = value.to_str().unwrap();
+                let got = cache_directives(text);
+                prop_assert_eq!(got[0], "private");
+                for d in &got[1..] {
+                    let name = d.split('=').next().unwrap().to_ascii_lowercase();
+                    prop_assert!(name != "public" && name != "s-maxage" && name != "private", "{} in {}", d, text);
+                }
+                let expected: Vec<&str> = directives
+                    .iter()
+                    .map(|d| d.as_str())
+                    .filter(|d| {
+                        let name = d.split('=').next().unwrap().to_ascii_lowercase();
+                        name != "public" && name != "s-maxage" && name != "private"
+                    })
+                    .collect();
+                prop_assert_eq!(&got[1..], &expected[..]);
+            }
+        }
     }
 
     #[test]

@@ -170,7 +170,8 @@ fn upload_attributes_are_stored_and_served() {
     assert_eq!(r.json()["content_type"], "text/csv; charset=utf-8");
     let got = server.get_auth("/box/reports/q1.bin", &a.read, &[]);
     assert_eq!(got.header("content-type"), Some("text/csv; charset=utf-8"));
-    assert_eq!(got.header("cache-control"), Some("public, max-age=600"));
+    // Stored as given, served as `private` because `box` is a private bucket (shared caches must not keep it).
+    assert_eq!(got.header("cache-control"), Some("private, max-age=600"));
     assert_eq!(got.header("content-disposition"), Some("attachment; filename=\"q1.bin\""));
     assert_eq!(got.body, b"a,b\n1,2\n");
 

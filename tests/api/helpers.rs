@@ -658,3 +658,35 @@ pub fn assert_json_error(response: &Response, status: u16, code: &str) {
     assert!(json["message"].as_str().is_some_and(|m| !m.is_empty()), "{json}");
     assert_eq!(json.as_object().unwrap().len(), 2, "only error and message: {json}");
 }
+
+/// Runs `cmd` with piped output and waits up to `timeout` for it to exit on its own; a process still running
+/// then is killed and reported as a panic (for commands that must fail at start, such as a `serve` that must not
+/// start serving).
+pub fn run_until_exit(mut cmd: Command, timeout: Duration) -> Output {
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+    let deadline = Instant::now() + timeout;
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("collect output");
+            panic!("still running after {timeout:?}; stderr:\n{}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("collect output")
+}
+
+impl TestEnv {
+    /// `blobgate --data-dir <dir> serve --listen LISTEN --admin-listen ADMIN` as a command to run, with the
+    /// developer's config and RUST_LOG kept out.
+    pub fn serve_command(&self, listen: &str, admin_listen: &str) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("--data-dir")
+            .arg(self.data_dir())
+            .args(["serve", "--listen", listen, "--admin-listen", admin_listen])
+            .current_dir(self.dir.path())
+            .env_remove("BLOBGATE_CONFIG")
+            .env_remove("RUST_LOG");
+        cmd
+    }
+}

@@ -202,3 +202,122 @@ fn a_missing_blob_is_a_500_with_a_json_error() {
     // The server keeps serving.
     assert_eq!(server.admin("GET", "/healthz", &[], b"").status, 200);
 }
+
+#[test]
+fn a_second_gateway_on_an_address_in_use_exits_naming_the_setting() {
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    env.put_bytes("pub", "a", b"public bytes", &[]);
+    let mut server = env.serve();
+    let other = TestEnv::new();
+    let (data, admin) = (server.data.to_string(), server.admin.to_string());
+    for (listen, admin_listen, setting, addr) in
+        [(data.as_str(), "127.0.0.1:0", "listen", &data), ("127.0.0.1:0", admin.as_str(), "admin_listen", &admin)]
+    {
+        let out = run_until_exit(other.serve_command(listen, admin_listen), Duration::from_secs(20));
+        let line = one_line_error(&out, &["serve", setting]);
+        assert!(line.contains(&format!("({setting})")) && line.contains(addr.as_str()), "{line}");
+        assert!(line.starts_with("blobgate: "), "{line}");
+    }
+    // The first gateway kept every connection: none went to a second one (which would answer 401, not knowing
+    // the bucket).
+    for _ in 0..20 {
+        let r = server.get("/pub/a", &[]);
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"public bytes"[..]));
+    }
+    assert_eq!(server.stop(), Some(0));
+}
+
+#[test]
+fn sighup_is_logged_and_the_server_keeps_serving() {
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    env.put_bytes("pub", "a", b"still here", &[]);
+    let mut server = env.serve();
+    for n in 1..=2 {
+        server.signal("HUP");
+        let logged = wait_for(Duration::from_secs(5), || server.log().matches("SIGHUP received").count() == n);
+        assert!(logged, "SIGHUP #{n} not logged:\n{}", server.log());
+        assert!(server.log().lines().any(|l| l.contains("INFO") && l.contains("SIGHUP received")), "{}", server.log());
+        let r = server.get("/pub/a", &[]);
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"still here"[..]), "after SIGHUP #{n}");
+    }
+    assert_eq!(server.stop(), Some(0), "log:\n{}", server.log());
+}
+
+#[test]
+fn sigpipe_is_ignored_so_a_reset_mid_response_cannot_kill_the_server() {
+    use std::os::fd::AsFd;
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let big = test_bytes(4 << 20, 9);
+    env.put_bytes("pub", "big", &big, &[]);
+    let mut server = env.serve();
+    // SIGPIPE is signal 13: bit 12 of the ignored-signals mask.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
+    let ignored = status.lines().find_map(|l| l.strip_prefix("SigIgn:")).expect("SigIgn line").trim();
+    let mask = u64::from_str_radix(ignored, 16).unwrap();
+    assert_ne!(mask & (1 << (libc::SIGPIPE - 1)), 0, "SIGPIPE is not ignored: SigIgn {ignored}");
+    for _ in 0..3 {
+        let mut conn = Conn::open(server.data);
+        conn.send(&raw_request("GET", "/pub/big", &[], false));
+        conn.read_head().expect("head");
+        conn.read_raw(1000);
+        // An RST, not a FIN: the server's next sends fail with ECONNRESET, then EPIPE.
+        let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+        nix::sys::socket::setsockopt(&conn.stream.as_fd(), nix::sys::socket::sockopt::Linger, &linger).unwrap();
+    }
+    assert!(wait_for(Duration::from_secs(5), || server.metric("blobgate_aborted_responses_total") == 3.0));
+    let r = server.get("/pub/big", &[]);
+    assert!(r.status == 200 && r.body == big);
+    assert_eq!(server.stop(), Some(0));
+}
+
+#[test]
+fn an_invalid_log_filter_fails_at_start_naming_its_key() {
+    let env = TestEnv::new();
+    for (var, value, key) in [("BLOBGATE_LOG", "notalevel", "log"), ("RUST_LOG", "notalevel", "RUST_LOG")] {
+        let mut cmd = env.serve_command("127.0.0.1:0", "127.0.0.1:0");
+        cmd.env(var, value);
+        let out = run_until_exit(cmd, Duration::from_secs(20));
+        let line = one_line_error(&out, &["serve", var]);
+        assert!(line.starts_with(&format!("blobgate: {key} is not a valid log filter")), "{line}");
+    }
+    // A valid filter still starts (and logs its start-up line).
+    let server = env.serve_with(&[("RUST_LOG", "warn,blobgate=info")], &[]);
+    assert!(wait_for(Duration::from_secs(2), || server.log().contains("blobgate is serving")), "{}", server.log());
+}
+
+#[test]
+fn of_two_gateways_started_at_once_on_one_address_exactly_one_serves() {
+    use std::process::Stdio;
+    for _ in 0..5 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let listen = format!("127.0.0.1:{port}");
+        let envs = [TestEnv::new(), TestEnv::new()];
+        let mut children: Vec<_> = envs
+            .iter()
+            .map(|env| {
+                let mut cmd = env.serve_command(&listen, "127.0.0.1:0");
+                cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn serve")
+            })
+            .collect();
+        // The loser exits at once; the winner keeps serving.
+        let mut exited = None;
+        let decided = wait_for(Duration::from_secs(20), || {
+            exited = children.iter_mut().position(|c| c.try_wait().unwrap().is_some());
+            exited.is_some()
+        });
+        assert!(decided, "both gateways are serving on {listen}");
+        let loser = exited.unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let winner = &mut children[1 - loser];
+        let still_serving = winner.try_wait().unwrap().is_none();
+        let _ = winner.kill();
+        let _ = winner.wait();
+        let out = children.remove(loser).wait_with_output().unwrap();
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("(listen)"), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(still_serving, "neither gateway kept {listen}");
+    }
+}

@@ -13,6 +13,7 @@ mod downloads;
 mod faults;
 mod lifecycle;
 mod permissions;
+mod shared_cache;
 mod slow_readers;
 mod stats;
 mod syscalls;

@@ -275,6 +275,12 @@ fn framing_and_header_errors_get_400_and_close() {
         ("bad request line", b"GET /pub/a\r\nHost: t\r\n\r\n", 400),
         ("origin without slash", b"GET pub/a HTTP/1.1\r\nHost: t\r\n\r\n", 400),
         ("HTTP/2.0", b"GET /pub/a HTTP/2.0\r\nHost: t\r\n\r\n", 505),
+        ("space in the method", b"GE T /pub/a HTTP/1.1\r\nHost: t\r\n\r\n", 400),
+        ("two spaces before the version", b"GET /pub/a  HTTP/1.1\r\nHost: t\r\n\r\n", 400),
+        ("lower-case version", b"GET /pub/a http/1.1\r\nHost: t\r\n\r\n", 400),
+        ("fragment", b"GET /pub/b#/../a HTTP/1.1\r\nHost: t\r\n\r\n", 400),
+        ("empty fragment", b"GET /pub/b# HTTP/1.1\r\nHost: t\r\n\r\n", 400),
+        ("fragment in absolute form", b"GET http://t/pub/b#x HTTP/1.1\r\nHost: t\r\n\r\n", 400),
     ];
     for (name, raw, status) in cases {
         let mut conn = Conn::open(server.data);
@@ -486,4 +492,114 @@ fn a_client_that_resets_mid_download_does_not_disturb_others() {
     let r = server.get("/pub/big", &[]);
     assert_eq!(r.status, 200);
     assert!(r.body == big);
+}
+
+#[test]
+fn an_http2_preface_gets_a_505_that_says_so_logged_at_info() {
+    let env = TestEnv::new();
+    setup(&env);
+    let server = env.serve();
+    let mut conn = Conn::open(server.data);
+    // RFC 9113 §3.4: what a client with prior knowledge sends first (the preface, then a SETTINGS frame).
+    let mut preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    preface.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+    conn.send(&preface);
+    let r = conn.read_response(false).expect("a response");
+    assert_json_error(&r, 505, "bad_request");
+    let message = r.json()["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("HTTP/2 is not supported on this listener"), "{message}");
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(conn.is_closed(Duration::from_secs(2)));
+    let logged =
+        wait_for(Duration::from_secs(2), || server.log().contains("refused a request in another HTTP version"));
+    assert!(logged, "{}", server.log());
+    let line = server.log().lines().find(|l| l.contains("another HTTP version")).unwrap().to_owned();
+    assert!(line.contains("INFO") && line.contains("HTTP/2"), "{line}");
+    assert!(!server.log().contains("ERROR"), "{}", server.log());
+}
+
+#[test]
+fn a_range_covering_the_whole_object_is_a_206() {
+    let env = TestEnv::new();
+    let [a, _, _] = setup(&env);
+    let server = env.serve();
+    let etag = server.get("/pub/a", &[]).header("etag").unwrap().to_owned();
+    // What media players and download managers send, and ranges that reach or coalesce into the whole object.
+    let whole = ["bytes=0-", "bytes=0-2999", "bytes=0-99999", "bytes=-3000", "bytes=-99999", "bytes=0-1499,1500-"];
+    for range in whole {
+        let r = server.get("/pub/a", &[("Range", range)]);
+        assert_eq!(r.status, 206, "{range}");
+        assert_eq!(r.header("content-range"), Some("bytes 0-2999/3000"), "{range}");
+        assert_eq!(r.header("content-length"), Some("3000"), "{range}");
+        assert!(r.body == a, "{range}: body differs");
+    }
+    // If-Range: a matching validator keeps the 206; any other gives the whole object as a 200.
+    let r = server.get("/pub/a", &[("Range", "bytes=0-"), ("If-Range", &etag)]);
+    assert_eq!((r.status, r.header("content-range")), (206, Some("bytes 0-2999/3000")));
+    let r = server.get("/pub/a", &[("Range", "bytes=0-"), ("If-Range", "\"other\"")]);
+    assert_eq!((r.status, r.header("content-range")), (200, None));
+    assert!(r.body == a);
+    // Ranges over the abuse cap (adding up to more than the object) are still ignored: 200.
+    let r = server.get("/pub/a", &[("Range", "bytes=0-,0-")]);
+    assert_eq!((r.status, r.header("content-range")), (200, None));
+    // HEAD ignores Range: 200.
+    assert_eq!(server.request("HEAD", "/pub/a", &[("Range", "bytes=0-")]).status, 200);
+
+    // Every 206 is a range request in the stats; the two 200s are not.
+    let range_requests = whole.len() as u64 + 1;
+    let counted = wait_for(Duration::from_secs(10), || {
+        let stats: serde_json::Value = serde_json::from_str(env.ok(&["stats", "--json"]).trim()).unwrap();
+        let row = stats.as_array().unwrap().iter().find(|r| r["key"] == "a").cloned();
+        row.is_some_and(|r| r["requests"] == range_requests + 3 && r["range_requests"] == range_requests)
+    });
+    assert!(counted, "stats: {}", env.ok(&["stats", "--json"]));
+}
+
+#[test]
+fn a_fragment_in_an_admin_target_is_refused_and_nothing_is_stored() {
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let write = env.token("pub", "write", &[]);
+    let server = env.serve();
+    let auth = format!("Bearer {write}");
+    let r = server.put("/pub/k#/../z", &write, b"fragment", &[]);
+    assert_eq!(r.status, 400, "{:?}", String::from_utf8_lossy(&r.body));
+    for path in ["/pub/k", "/pub/z"] {
+        assert_eq!(server.get(path, &[]).status, 404, "{path} was stored");
+    }
+    let r = server.admin("DELETE", "/pub/k#x", &[("Authorization", &auth)], b"");
+    assert_eq!(r.status, 400);
+
+    // On one keep-alive connection: bodies full of `#` and request lines are stored byte-exact (Content-Length and
+    // chunked), and the request with a fragment after them is still refused.
+    let body = b"PUT /pub/x#y HTTP/1.1\r\n\r\n#\n# GET /#/ HTTP/1.1\r\n".repeat(50);
+    let mut conn = Conn::open(server.admin);
+    let head = format!(
+        "PUT /pub/plain HTTP/1.1\r\nHost: t\r\nAuthorization: {auth}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut bytes = head.into_bytes();
+    bytes.extend_from_slice(&body);
+    bytes.extend(
+        format!("PUT /pub/chunked HTTP/1.1\r\nHost: t\r\nAuthorization: {auth}\r\nTransfer-Encoding: chunked\r\n\r\n")
+            .into_bytes(),
+    );
+    for piece in body.chunks(333) {
+        bytes.extend(format!("{:x}\r\n", piece.len()).into_bytes());
+        bytes.extend_from_slice(piece);
+        bytes.extend_from_slice(b"\r\n");
+    }
+    bytes.extend_from_slice(b"0\r\n\r\n");
+    bytes.extend(
+        format!("PUT /pub/k#x HTTP/1.1\r\nHost: t\r\nAuthorization: {auth}\r\nContent-Length: 1\r\n\r\nx").into_bytes(),
+    );
+    conn.send(&bytes);
+    assert_eq!(conn.read_response(false).expect("plain upload").status, 201);
+    assert_eq!(conn.read_response(false).expect("chunked upload").status, 201);
+    assert_eq!(conn.read_response(false).expect("the fragment").status, 400);
+    for key in ["plain", "chunked"] {
+        let r = server.get(&format!("/pub/{key}"), &[]);
+        assert!(r.status == 200 && r.body == body, "{key} was not stored byte-exact");
+    }
+    assert_eq!(server.get("/pub/k", &[]).status, 404);
 }
