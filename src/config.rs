@@ -79,6 +79,11 @@ pub struct Limits {
     pub sendfile_chunk_bytes: usize,
     /// Largest object accepted by an upload on the admin listener; larger gets 413.
     pub max_upload_bytes: u64,
+    /// Open data connections from one client address; beyond it a request gets 503 and the connection closes.
+    /// 0 means unlimited.
+    pub max_connections_per_ip: usize,
+    /// Uploads in progress at once on the admin listener; beyond it an upload gets 503 with `Retry-After`.
+    pub max_concurrent_uploads: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -102,6 +107,9 @@ pub struct Timeouts {
     /// How long a database write waits for SQLite's lock (held by a CLI command, say) before failing.
     #[serde(with = "humantime_serde")]
     pub sqlite_busy: Duration,
+    /// How long an upload body on the admin listener may send nothing before it gets 408 (nothing is stored).
+    #[serde(with = "humantime_serde")]
+    pub body_idle: Duration,
 }
 
 impl Default for Settings {
@@ -128,6 +136,8 @@ impl Default for Limits {
             max_connections: 10_000,
             sendfile_chunk_bytes: 2 * 1024 * 1024,
             max_upload_bytes: 5 * 1024 * 1024 * 1024,
+            max_connections_per_ip: 0,
+            max_concurrent_uploads: 64,
         }
     }
 }
@@ -141,6 +151,7 @@ impl Default for Timeouts {
             handler: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(30),
             sqlite_busy: Duration::from_secs(10),
+            body_idle: Duration::from_secs(30),
         }
     }
 }
@@ -202,6 +213,8 @@ impl Settings {
         if l.max_upload_bytes == 0 {
             bail!("limits.max_upload_bytes must be at least 1");
         }
+        check("limits.max_connections_per_ip", l.max_connections_per_ip, 0, 1_000_000)?;
+        check("limits.max_concurrent_uploads", l.max_concurrent_uploads, 1, 100_000)?;
         let t = &self.timeouts;
         for (key, value) in [
             ("timeouts.header_read", t.header_read),
@@ -209,6 +222,7 @@ impl Settings {
             ("timeouts.send_progress", t.send_progress),
             ("timeouts.handler", t.handler),
             ("timeouts.sqlite_busy", t.sqlite_busy),
+            ("timeouts.body_idle", t.body_idle),
         ] {
             if value.is_zero() {
                 bail!("{key} must be greater than zero");

@@ -12,6 +12,7 @@ mod crash;
 mod downloads;
 mod faults;
 mod lifecycle;
+mod limits;
 mod stats;
 mod syscalls;
 mod wire;
