@@ -92,7 +92,8 @@ pub struct Timeouts {
     /// From the first byte of a request (or from accept) until its head is complete.
     #[serde(with = "humantime_serde")]
     pub header_read: Duration,
-    /// How long an idle keep-alive connection is kept open waiting for its next request.
+    /// How long an idle keep-alive connection is kept open waiting for its next request. Above 90% of
+    /// `limits.max_connections`, a connection that starts waiting gets a tenth of this (at least 1 s).
     #[serde(with = "humantime_serde")]
     pub keep_alive_idle: Duration,
     /// How long a response may make no progress (the client reads nothing) before the connection is dropped.

@@ -86,7 +86,7 @@ impl Admission {
 
     /// The idle timeout for a connection that starts waiting now (see [`keep_alive_under_pressure`]).
     pub fn keep_alive_idle(&self, configured: Duration) -> Duration {
-        keep_alive_under_pressure(configured, self.cap - self.slots.available_permits(), self.cap)
+        keep_alive_under_pressure(configured, self.cap.saturating_sub(self.slots.available_permits()), self.cap)
     }
 
     fn close_an_idle_connection(&self, worker: usize) {
@@ -139,6 +139,43 @@ pub fn keep_alive_under_pressure(configured: Duration, open: usize, cap: usize) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::driver::idle::IdleEntry;
+    use std::task::Poll;
+
+    #[test]
+    fn a_worker_without_idle_connections_asks_another_worker_to_close_one() {
+        let admission = Arc::new(Admission::new(1, 0, 2));
+        let other = admission.worker(1);
+        let (idle_tx, idle_rx) = std::sync::mpsc::channel();
+        let (closed_tx, closed_rx) = std::sync::mpsc::channel();
+        // Worker 1: one idle "connection", a task that ends only once it is chosen for closing.
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async move {
+                idle::attach_worker(other.clone());
+                tokio::spawn(other.serve_close_requests());
+                let mut entry = None;
+                std::future::poll_fn(|cx| {
+                    if entry.as_ref().is_some_and(IdleEntry::evicted) {
+                        return Poll::Ready(());
+                    }
+                    if entry.is_none() {
+                        IdleEntry::mark(&mut entry, cx.waker());
+                        idle_tx.send(()).unwrap();
+                    }
+                    Poll::Pending
+                })
+                .await;
+                closed_tx.send(()).unwrap();
+            });
+        });
+        idle_rx.recv_timeout(Duration::from_secs(5)).expect("worker 1 went idle");
+        assert_eq!(admission.workers[1].idle(), 1, "worker 1 publishes its idle count");
+        // This thread plays worker 0, with no idle connection of its own.
+        admission.close_an_idle_connection(0);
+        closed_rx.recv_timeout(Duration::from_secs(5)).expect("worker 1 closed its idle connection on request");
+        assert_eq!(admission.workers[1].idle(), 0);
+    }
 
     #[test]
     fn keep_alive_shrinks_above_ninety_percent_of_the_cap() {
