@@ -2,9 +2,9 @@
 //! (`limits.max_connections_per_ip`), and the keep-alive timeout under pressure.
 //!
 //! At the cap, a worker that holds a new client closes an idle connection to make room, as nginx does with its
-//! reusable-connections queue: its own longest-idle one first, else it asks the worker with the most idle
-//! connections to close its oldest (a cross-thread wake-up, paid only at the cap). So a cap full of idle
-//! keep-alive connections never locks new clients out.
+//! reusable-connections queue: the one idle the longest of all workers. When that one is its own it closes it at
+//! once; else it asks the worker that has it (a cross-thread wake-up, paid only at the cap). So a cap full of
+//! idle keep-alive connections never locks new clients out.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -89,20 +89,17 @@ impl Admission {
         keep_alive_under_pressure(configured, self.cap.saturating_sub(self.slots.available_permits()), self.cap)
     }
 
+    /// Closes the longest-idle connection of all workers (each worker publishes when its oldest started
+    /// waiting); this thread is worker `worker`.
     fn close_an_idle_connection(&self, worker: usize) {
-        if idle::close_oldest_idle() {
-            return;
-        }
-        let busiest = self
-            .workers
-            .iter()
-            .enumerate()
-            .filter(|(n, _)| *n != worker)
-            .map(|(_, w)| w)
-            .max_by_key(|w| w.idle())
-            .filter(|w| w.idle() > 0);
-        if let Some(other) = busiest {
-            other.request_close();
+        let oldest =
+            self.workers.iter().enumerate().filter(|(_, w)| w.idle() > 0).min_by_key(|(_, w)| w.oldest_since());
+        match oldest {
+            Some((n, _)) if n == worker => {
+                idle::close_oldest_idle();
+            }
+            Some((_, other)) => other.request_close(),
+            None => {}
         }
     }
 }
@@ -143,7 +140,7 @@ mod tests {
     use std::task::Poll;
 
     #[test]
-    fn a_worker_without_idle_connections_asks_another_worker_to_close_one() {
+    fn at_the_cap_the_longest_idle_connection_of_all_workers_is_closed() {
         let admission = Arc::new(Admission::new(1, 0, 2));
         let other = admission.worker(1);
         let (idle_tx, idle_rx) = std::sync::mpsc::channel();
@@ -160,7 +157,7 @@ mod tests {
                         return Poll::Ready(());
                     }
                     if entry.is_none() {
-                        IdleEntry::mark(&mut entry, cx.waker());
+                        IdleEntry::mark(&mut entry, cx.waker(), std::time::Instant::now());
                         idle_tx.send(()).unwrap();
                     }
                     Poll::Pending
@@ -171,10 +168,18 @@ mod tests {
         });
         idle_rx.recv_timeout(Duration::from_secs(5)).expect("worker 1 went idle");
         assert_eq!(admission.workers[1].idle(), 1, "worker 1 publishes its idle count");
-        // This thread plays worker 0, with no idle connection of its own.
+        // This thread plays worker 0, whose own idle connection is younger than worker 1's.
+        idle::attach_worker(admission.worker(0));
+        let mut ours = None;
+        IdleEntry::mark(&mut ours, std::task::Waker::noop(), std::time::Instant::now());
         admission.close_an_idle_connection(0);
         closed_rx.recv_timeout(Duration::from_secs(5)).expect("worker 1 closed its idle connection on request");
         assert_eq!(admission.workers[1].idle(), 0);
+        assert!(!ours.as_ref().unwrap().evicted(), "the younger one, here, stays");
+        // Now ours is the oldest of all.
+        admission.close_an_idle_connection(0);
+        assert!(ours.as_ref().unwrap().evicted());
+        assert_eq!(admission.workers[0].idle(), 0);
     }
 
     #[test]

@@ -144,7 +144,7 @@ impl<S: DataService> Connection<S> {
             let read = tokio::select! {
                 biased;
                 _ = shutdown.cancelled(), if self.buf.is_empty() => return NextHead::Closed,
-                read = tokio::time::timeout_at(deadline, std::future::poll_fn(|cx| self.poll_read_or_reclaim(cx, &mut idle))) => read,
+                read = tokio::time::timeout_at(deadline, std::future::poll_fn(|cx| self.poll_read_or_reclaim(cx, &mut idle, started))) => read,
             };
             match read {
                 Ok(Read::Head(head)) => return NextHead::Head(head),
@@ -160,8 +160,14 @@ impl<S: DataService> Connection<S> {
     }
 
     /// Reads as `poll_read_into_scratch` does, keeping the connection in the idle list while it has read nothing
-    /// of the next head; `Closed` once the worker chose it for closing (it then ends without writing a byte).
-    fn poll_read_or_reclaim(&mut self, cx: &mut Context<'_>, idle: &mut Option<IdleEntry>) -> Poll<Read> {
+    /// of the next head (idle since `since`); `Closed` once the worker chose it for closing (it then ends without
+    /// writing a byte).
+    fn poll_read_or_reclaim(
+        &mut self,
+        cx: &mut Context<'_>,
+        idle: &mut Option<IdleEntry>,
+        since: Instant,
+    ) -> Poll<Read> {
         if idle.as_ref().is_some_and(IdleEntry::evicted) {
             tracing::debug!(peer = %self.peer, "closing an idle connection to admit a new one at the connection cap");
             return Poll::Ready(Read::Closed);
@@ -169,7 +175,7 @@ impl<S: DataService> Connection<S> {
         match self.poll_read_into_scratch(cx) {
             Poll::Pending => {
                 if self.reclaimable && self.buf.is_empty() {
-                    IdleEntry::mark(idle, cx.waker());
+                    IdleEntry::mark(idle, cx.waker(), since.into_std());
                 }
                 Poll::Pending
             }

@@ -5,13 +5,15 @@
 //! requests, or after accept before the client sent anything. Closing it then is clean: no response is cut and
 //! no request is half read. The list lives in a thread-local (each data worker is one thread), so joining and
 //! leaving it costs a slab insert and remove, with no lock, atomic read-modify-write or wake-up. Only the
-//! worker's own idle count is published (a plain atomic store) for other workers to read when they are at the
-//! cap and have no idle connection of their own.
+//! worker's idle count and the idle-since time of its oldest idle connection are published (plain atomic stores),
+//! for a worker at the cap to find the oldest idle connection of all workers.
 
 use std::cell::RefCell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::Waker;
+use std::time::Instant;
 
 use slab::Slab;
 use tokio::sync::Notify;
@@ -31,15 +33,18 @@ struct Slot {
     next: Option<usize>,
     /// The connection task to wake when it is chosen for closing.
     waker: Waker,
+    /// When it started waiting, in nanoseconds since [`clock_base`].
+    since: u64,
     /// Chosen for closing: unlinked, but the slot stays until its connection leaves, so its key is not reused
     /// while the connection still holds it.
     evicted: bool,
 }
 
 impl IdleList {
-    /// Adds a connection as the newest idle one; returns its key.
-    pub fn join(&mut self, waker: Waker) -> usize {
-        let key = self.slots.insert(Slot { prev: self.newest, next: None, waker, evicted: false });
+    /// Adds a connection as the newest idle one (idle since `since`, no earlier than any other's); returns its
+    /// key.
+    pub fn join(&mut self, waker: Waker, since: u64) -> usize {
+        let key = self.slots.insert(Slot { prev: self.newest, next: None, waker, since, evicted: false });
         match self.newest {
             Some(newest) => self.slots[newest].next = Some(key),
             None => self.oldest = Some(key),
@@ -85,6 +90,11 @@ impl IdleList {
         self.linked
     }
 
+    /// When the longest-idle connection started waiting; `u64::MAX` when there is none.
+    pub fn oldest_since(&self) -> u64 {
+        self.oldest.map_or(u64::MAX, |key| self.slots[key].since)
+    }
+
     fn unlink(&mut self, key: usize) {
         let (prev, next) = (self.slots[key].prev, self.slots[key].next);
         match prev {
@@ -100,18 +110,35 @@ impl IdleList {
 }
 
 /// What other threads see of one worker's idle list, and how they ask it to close idle connections.
-#[derive(Default)]
 pub struct WorkerIdle {
     /// This worker's idle count, stored (not incremented) by the worker itself after each change.
     idle: AtomicUsize,
+    /// Its oldest idle connection's [`IdleList::oldest_since`], stored likewise.
+    oldest_since: AtomicU64,
     /// Idle connections other workers asked this one to close.
     close_requests: AtomicUsize,
     wake: Notify,
 }
 
+impl Default for WorkerIdle {
+    fn default() -> Self {
+        Self {
+            idle: AtomicUsize::new(0),
+            oldest_since: AtomicU64::new(u64::MAX),
+            close_requests: AtomicUsize::new(0),
+            wake: Notify::new(),
+        }
+    }
+}
+
 impl WorkerIdle {
     pub fn idle(&self) -> usize {
         self.idle.load(Ordering::Relaxed)
+    }
+
+    /// When this worker's longest-idle connection started waiting; `u64::MAX` when it has none.
+    pub fn oldest_since(&self) -> u64 {
+        self.oldest_since.load(Ordering::Relaxed)
     }
 
     /// Asks this worker (from any thread) to close its oldest idle connection.
@@ -143,6 +170,7 @@ impl LocalIdle {
     fn publish(&self) {
         if let Some(shared) = &self.shared {
             shared.idle.store(self.list.len(), Ordering::Relaxed);
+            shared.oldest_since.store(self.list.oldest_since(), Ordering::Relaxed);
         }
     }
 }
@@ -154,6 +182,12 @@ thread_local! {
 /// Makes this thread a data worker whose idle count `shared` publishes.
 pub fn attach_worker(shared: Arc<WorkerIdle>) {
     LOCAL.with_borrow_mut(|local| local.shared = Some(shared));
+}
+
+/// The process-wide origin of idle-since times, so that workers' times compare.
+fn clock_base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
 }
 
 /// Closes this worker's longest-idle connection, if it has one: marks it and wakes its task, which then ends
@@ -176,12 +210,13 @@ pub struct IdleEntry {
 }
 
 impl IdleEntry {
-    /// Joins the list, or (already in it) refreshes the waker.
-    pub fn mark(entry: &mut Option<IdleEntry>, waker: &Waker) {
+    /// Joins the list as idle since `since`, or (already in it) refreshes the waker.
+    pub fn mark(entry: &mut Option<IdleEntry>, waker: &Waker, since: Instant) {
         LOCAL.with_borrow_mut(|local| match entry {
             Some(e) => local.list.refresh(e.key, waker),
             None => {
-                *entry = Some(IdleEntry { key: local.list.join(waker.clone()) });
+                let since = since.saturating_duration_since(clock_base()).as_nanos() as u64;
+                *entry = Some(IdleEntry { key: local.list.join(waker.clone(), since) });
                 local.publish();
             }
         });
@@ -229,14 +264,16 @@ mod tests {
         let (first_flag, first) = flag();
         let (_, second) = flag();
         let (_, third) = flag();
-        let a = list.join(first);
-        let b = list.join(second);
-        let c = list.join(third);
+        let a = list.join(first, 1);
+        let b = list.join(second, 2);
+        let c = list.join(third, 3);
         assert_eq!(list.len(), 3);
+        assert_eq!(list.oldest_since(), 1);
         list.evict_oldest().expect("one to evict").wake();
         assert!(first_flag.0.load(Ordering::SeqCst), "the oldest connection's task was woken");
         assert!(list.is_evicted(a) && !list.is_evicted(b) && !list.is_evicted(c));
         assert_eq!(list.len(), 2);
+        assert_eq!(list.oldest_since(), 2);
         // Leaving from the middle keeps the order of the rest.
         list.leave(b);
         list.evict_oldest().unwrap();
@@ -245,15 +282,16 @@ mod tests {
         list.leave(a);
         list.leave(c);
         assert!(list.len() == 0 && list.slots.is_empty());
+        assert_eq!(list.oldest_since(), u64::MAX);
     }
 
     #[test]
     fn an_evicted_key_is_not_reused_until_its_connection_leaves() {
         let mut list = IdleList::default();
         let (_, w) = flag();
-        let a = list.join(w.clone());
+        let a = list.join(w.clone(), 0);
         list.evict_oldest().unwrap();
-        let b = list.join(w.clone());
+        let b = list.join(w.clone(), 1);
         assert_ne!(a, b);
         assert!(list.is_evicted(a) && !list.is_evicted(b));
         list.leave(a);
@@ -269,12 +307,12 @@ mod tests {
             let mut list = IdleList::default();
             let mut model: std::collections::VecDeque<usize> = Default::default();
             let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-            for _ in 0..60 {
+            for t in 0..60 {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
                 match x % 3 {
-                    0 | 1 => model.push_back(list.join(w.clone())),
+                    0 | 1 => model.push_back(list.join(w.clone(), t)),
                     _ if !model.is_empty() => {
                         let i = (x >> 8) as usize % model.len();
                         list.leave(model.remove(i).unwrap());
