@@ -76,6 +76,7 @@ async fn run(objects: usize) {
         range_policy: RangePolicy::default(),
         prometheus: blobgate::metrics::prometheus(),
         ready: AtomicBool::new(true),
+        uploads: tokio::sync::Semaphore::new(1),
     });
     let mut headers = HeaderMap::new();
     headers.insert(header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {}", new.token)).unwrap());

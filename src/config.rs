@@ -91,6 +91,11 @@ pub struct Limits {
     pub sendfile_chunk_bytes: usize,
     /// Largest object accepted by an upload on the admin listener; larger gets 413.
     pub max_upload_bytes: u64,
+    /// Open data connections from one client address; beyond it a request gets 503 and the connection closes.
+    /// 0 means unlimited.
+    pub max_connections_per_ip: usize,
+    /// Uploads in progress at once on the admin listener; beyond it an upload gets 503 with `Retry-After`.
+    pub max_concurrent_uploads: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -99,7 +104,8 @@ pub struct Timeouts {
     /// From the first byte of a request (or from accept) until its head is complete.
     #[serde(with = "humantime_serde")]
     pub header_read: Duration,
-    /// How long an idle keep-alive connection is kept open waiting for its next request.
+    /// How long an idle keep-alive connection is kept open waiting for its next request. Above 90% of
+    /// `limits.max_connections`, a connection that starts waiting gets a tenth of this (at least 1 s).
     #[serde(with = "humantime_serde")]
     pub keep_alive_idle: Duration,
     /// How long a response may make no progress (the peer acknowledges no bytes) before the connection is dropped.
@@ -114,6 +120,9 @@ pub struct Timeouts {
     /// How long a database write waits for SQLite's lock (held by a CLI command, say) before failing.
     #[serde(with = "humantime_serde")]
     pub sqlite_busy: Duration,
+    /// How long an upload body on the admin listener may send nothing before it gets 408 (nothing is stored).
+    #[serde(with = "humantime_serde")]
+    pub body_idle: Duration,
 }
 
 impl Default for Settings {
@@ -141,6 +150,8 @@ impl Default for Limits {
             max_connections: 10_000,
             sendfile_chunk_bytes: 2 * 1024 * 1024,
             max_upload_bytes: 5 * 1024 * 1024 * 1024,
+            max_connections_per_ip: 0,
+            max_concurrent_uploads: 64,
         }
     }
 }
@@ -154,6 +165,7 @@ impl Default for Timeouts {
             handler: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(30),
             sqlite_busy: Duration::from_secs(10),
+            body_idle: Duration::from_secs(30),
         }
     }
 }
@@ -216,6 +228,8 @@ impl Settings {
         if l.max_upload_bytes == 0 {
             bail!("limits.max_upload_bytes must be at least 1");
         }
+        check("limits.max_connections_per_ip", l.max_connections_per_ip, 0, 1_000_000)?;
+        check("limits.max_concurrent_uploads", l.max_concurrent_uploads, 1, 100_000)?;
         let t = &self.timeouts;
         for (key, value) in [
             ("timeouts.header_read", t.header_read),
@@ -223,6 +237,7 @@ impl Settings {
             ("timeouts.send_progress", t.send_progress),
             ("timeouts.handler", t.handler),
             ("timeouts.sqlite_busy", t.sqlite_busy),
+            ("timeouts.body_idle", t.body_idle),
         ] {
             if value.is_zero() {
                 bail!("{key} must be greater than zero");

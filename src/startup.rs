@@ -75,6 +75,7 @@ impl Application {
             range_policy: RangePolicy::default(),
             prometheus: crate::metrics::prometheus(),
             ready: AtomicBool::new(false),
+            uploads: tokio::sync::Semaphore::new(settings.limits.max_concurrent_uploads),
         });
         Ok(Self { settings, state, data_listeners, admin_listener })
     }
@@ -130,14 +131,8 @@ impl Application {
         ));
         let ctx = Arc::new(DriverContext::new(data_service(self.state.clone()), &self.settings, recorder));
         let grace = self.settings.timeouts.shutdown_grace;
-        let workers = driver::spawn_workers(
-            self.data_listeners,
-            ctx,
-            self.settings.limits.max_connections,
-            shutdown.clone(),
-            grace,
-        )
-        .context("cannot start the data workers")?;
+        let workers = driver::spawn_workers(self.data_listeners, ctx, &self.settings.limits, shutdown.clone(), grace)
+            .context("cannot start the data workers")?;
         let admin = tokio::spawn(serve_admin(
             self.admin_listener,
             admin_router(self.state.clone()),

@@ -1,6 +1,9 @@
 //! One data connection: read a head, call the application service, write the response, repeat (keep-alive and
 //! pipelining, strictly in order). Timeouts: `header_read` from accept or from the first byte of a request until its head is
 //! complete, `keep_alive_idle` between requests, and `send_progress` while a response is being written.
+//!
+//! While a connection waits for a head with zero bytes of it read, it is in its worker's idle list
+//! (`idle.rs`): at the connection cap the worker may close it then, and only then, to admit a new client.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,7 +19,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+use super::admission::Admission;
 use super::head::{Parsed, Persistence, RequestHead, parse_request_head, write_response_head};
+use super::idle::IdleEntry;
 use super::sendfile::{SendOutcome, send_bytes, send_file_response};
 use super::{DataService, DriverContext};
 use crate::file_body::{DownloadKind, FileBody, ObjectRef};
@@ -64,11 +69,32 @@ pub(crate) struct Connection<S> {
     /// Response heads are serialised here; reused for every response on the connection.
     out: Vec<u8>,
     ctx: Arc<DriverContext<S>>,
+    admission: Arc<Admission>,
+    /// Whether this connection joins the idle list while it waits (it holds a slot under the cap that closing
+    /// it would free).
+    reclaimable: bool,
 }
 
 impl<S: DataService> Connection<S> {
-    pub(crate) fn new(stream: TcpStream, peer: SocketAddr, ctx: Arc<DriverContext<S>>) -> Self {
-        Self { stream, peer, buf: BytesMut::new(), out: Vec::new(), ctx }
+    pub(crate) fn new(
+        stream: TcpStream,
+        peer: SocketAddr,
+        ctx: Arc<DriverContext<S>>,
+        admission: Arc<Admission>,
+    ) -> Self {
+        Self { stream, peer, buf: BytesMut::new(), out: Vec::new(), ctx, admission, reclaimable: true }
+    }
+
+    /// For a client over `limits.max_connections_per_ip`: reads its request head (so that closing does not
+    /// reset the connection under an unread request) and answers 503 with `Connection: close`.
+    pub(crate) async fn refuse_over_address_limit(mut self, shutdown: &CancellationToken) {
+        self.reclaimable = false;
+        let error = match self.next_head(true, shutdown).await {
+            NextHead::Head(_) => ApiError::TooManyConnectionsFromAddress,
+            NextHead::Closed => return,
+            NextHead::Refuse(status, message) => ApiError::BadRequestHead { status, message },
+        };
+        let _ = self.send_buffered(error.into_response(), false, Persistence::Close).await;
     }
 
     pub(crate) async fn run(mut self, shutdown: CancellationToken) {
@@ -99,7 +125,9 @@ impl<S: DataService> Connection<S> {
         // The header clock starts at accept for the first request and at its first byte for later ones.
         let started = Instant::now();
         let mut head_deadline = first.then(|| started + header_read);
-        let idle_deadline = started + keep_alive_idle;
+        let idle_deadline = started + self.admission.keep_alive_idle(keep_alive_idle);
+        // Our place in the idle list while nothing of the next head has arrived; leaves it when dropped.
+        let mut idle: Option<IdleEntry> = None;
         if self.buf.is_empty() && self.buf.capacity() > 0 {
             // Leftovers are consumed: give the memory back, so idle connections hold no buffer.
             self.buf = BytesMut::new();
@@ -120,7 +148,7 @@ impl<S: DataService> Connection<S> {
             let read = tokio::select! {
                 biased;
                 _ = shutdown.cancelled(), if self.buf.is_empty() => return NextHead::Closed,
-                read = tokio::time::timeout_at(deadline, std::future::poll_fn(|cx| self.poll_read_into_scratch(cx))) => read,
+                read = tokio::time::timeout_at(deadline, std::future::poll_fn(|cx| self.poll_read_or_reclaim(cx, &mut idle, started))) => read,
             };
             match read {
                 Ok(Read::Head(head)) => return NextHead::Head(head),
@@ -131,6 +159,33 @@ impl<S: DataService> Connection<S> {
                 Err(_elapsed) => {
                     return NextHead::Refuse(StatusCode::REQUEST_TIMEOUT, "request head not received in time");
                 }
+            }
+        }
+    }
+
+    /// Reads as `poll_read_into_scratch` does, keeping the connection in the idle list while it has read nothing
+    /// of the next head (idle since `since`); `Closed` once the worker chose it for closing (it then ends without
+    /// writing a byte).
+    fn poll_read_or_reclaim(
+        &mut self,
+        cx: &mut Context<'_>,
+        idle: &mut Option<IdleEntry>,
+        since: Instant,
+    ) -> Poll<Read> {
+        if idle.as_ref().is_some_and(IdleEntry::evicted) {
+            tracing::debug!(peer = %self.peer, "closing an idle connection to admit a new one at the connection cap");
+            return Poll::Ready(Read::Closed);
+        }
+        match self.poll_read_into_scratch(cx) {
+            Poll::Pending => {
+                if self.reclaimable && self.buf.is_empty() {
+                    IdleEntry::mark(idle, cx.waker(), since.into_std());
+                }
+                Poll::Pending
+            }
+            Poll::Ready(read) => {
+                *idle = None;
+                Poll::Ready(read)
             }
         }
     }

@@ -1,12 +1,16 @@
 //! The data listener: our own HTTP/1.1 server, because hyper cannot hand a file to `sendfile(2)`.
 //!
 //! - `mod.rs`: the accept loop (connection cap, accept back-off, shutdown) and the shared context.
+//! - `admission.rs`: the connection caps (total and per address) and the keep-alive timeout under pressure.
+//! - `idle.rs`: each worker's idle connections, oldest first, closed at the cap to admit new clients.
 //! - `conn.rs`: the per-connection loop; calls the application (any axum-compatible tower `Service`).
 //! - `head.rs`: pure request-head parsing and response-head writing.
 //! - `sendfile.rs`: the only code that touches raw fds: `send(MSG_MORE)` for heads, `sendfile` for bodies.
 
+mod admission;
 mod conn;
 pub mod head;
+mod idle;
 pub mod sendfile;
 
 use std::cell::Cell;
@@ -27,6 +31,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::Settings;
 use crate::metrics::DriverMetrics;
 use crate::metrics::downloads::DownloadRecorder;
+use admission::Admission;
 use head::HeadLimits;
 use sendfile::SendOptions;
 
@@ -143,12 +148,12 @@ pub fn bind_exclusive(addr: SocketAddr) -> io::Result<Socket> {
 pub fn spawn_workers<S: DataService>(
     listeners: Vec<std::net::TcpListener>,
     ctx: Arc<DriverContext<S>>,
-    max_connections: usize,
+    limits: &crate::config::Limits,
     shutdown: CancellationToken,
     grace: Duration,
 ) -> io::Result<Vec<std::thread::JoinHandle<()>>> {
-    // One cap for all workers: at the cap they stop accepting and the kernel backlog holds the rest.
-    let slots = Arc::new(Semaphore::new(max_connections));
+    // One cap for all workers: at the cap a worker closes an idle connection to admit the client it holds.
+    let admission = Arc::new(Admission::new(limits.max_connections, limits.max_connections_per_ip, listeners.len()));
     let mut workers = Vec::with_capacity(listeners.len());
     for (n, listener) in listeners.into_iter().enumerate() {
         // The blocking pool serves blob opens and cold-chunk readaheads; bounded so a cold storm stays contained.
@@ -165,7 +170,7 @@ pub fn spawn_workers<S: DataService>(
                 sendfile::lower_this_thread_priority();
             })
             .build()?;
-        let (ctx, slots, shutdown) = (ctx.clone(), slots.clone(), shutdown.clone());
+        let (ctx, admission, shutdown) = (ctx.clone(), admission.clone(), shutdown.clone());
         let worker = std::thread::Builder::new().name(format!("data-{n}")).spawn(move || {
             runtime.block_on(async move {
                 let listener = match TcpListener::from_std(listener) {
@@ -174,8 +179,12 @@ pub fn spawn_workers<S: DataService>(
                 };
                 let tracker = TaskTracker::new();
                 let anchor = tokio::spawn(anchor_timer_wheel());
-                serve(listener, ctx, slots, shutdown, tracker.clone()).await;
+                let idle = admission.worker(n);
+                idle::attach_worker(idle.clone());
+                let close_requests = tokio::spawn(idle.serve_close_requests());
+                serve(listener, ctx, admission, n, shutdown, tracker.clone()).await;
                 anchor.abort();
+                close_requests.abort();
                 tracker.close();
                 if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
                     tracing::warn!(open = tracker.len(), "shutdown grace period over; dropping remaining connections");
@@ -204,11 +213,13 @@ async fn anchor_timer_wheel() {
 }
 
 /// Accepts connections until `shutdown` fires, then returns (dropping the listener, so new connections are
-/// refused). Connection tasks are spawned on `tracker` so the caller can wait for in-flight responses.
-pub async fn serve<S: DataService>(
+/// refused). Connection tasks are spawned on `tracker` so the caller can wait for in-flight responses. `worker`
+/// is this worker's index in `admission`.
+async fn serve<S: DataService>(
     listener: TcpListener,
     ctx: Arc<DriverContext<S>>,
-    slots: Arc<Semaphore>,
+    admission: Arc<Admission>,
+    worker: usize,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
@@ -240,24 +251,29 @@ pub async fn serve<S: DataService>(
                 continue;
             }
         };
+        let Some(address) = admission.admit_address(peer.ip()) else {
+            // Over limits.max_connections_per_ip: read its request and answer 503, without taking a slot.
+            crate::metrics::per_ip_refused();
+            let (ctx, admission, shutdown) = (ctx.clone(), admission.clone(), shutdown.clone());
+            tracker.spawn(async move {
+                conn::Connection::new(stream, peer, ctx, admission).refuse_over_address_limit(&shutdown).await;
+            });
+            continue;
+        };
         // Accept first, then wait for a slot: with several workers, a freed slot must go to a worker that holds a
         // waiting client, not to one whose own queue is empty. So each worker holds at most one connection
-        // beyond the cap, accepted but not yet read from.
-        let permit = tokio::select! {
-            permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
-            _ = shutdown.cancelled() => break,
-        };
+        // beyond the cap, accepted but not yet read from, and at the cap it closes an idle connection for it.
+        let Some(permit) = admission.slot(worker, &shutdown).await else { break };
         // Heads and small responses must not wait for Nagle + delayed ACK (40 ms).
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
-        let ctx = ctx.clone();
-        let shutdown = shutdown.clone();
+        let (ctx, admission, shutdown) = (ctx.clone(), admission.clone(), shutdown.clone());
         tracker.spawn(async move {
             let _open = ctx.metrics.connection_opened();
             let _on_this_worker = WorkerConnection::open();
-            conn::Connection::new(stream, peer, ctx.clone()).run(shutdown).await;
-            drop(permit);
+            conn::Connection::new(stream, peer, ctx.clone(), admission).run(shutdown).await;
+            drop((permit, address));
         });
     }
 }

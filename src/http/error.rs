@@ -48,6 +48,15 @@ pub enum ApiError {
     BlobUnavailable(#[source] std::io::Error),
     #[error("internal error")]
     Internal(#[from] anyhow::Error),
+    /// Beyond `limits.max_connections_per_ip` on the data listener.
+    #[error("too many connections from this address")]
+    TooManyConnectionsFromAddress,
+    /// Beyond `limits.max_concurrent_uploads` on the admin listener.
+    #[error("too many uploads in progress; retry later")]
+    TooManyUploads,
+    /// An upload body sent nothing for `timeouts.body_idle`.
+    #[error("the request body stalled")]
+    BodyTimeout,
 }
 
 impl ApiError {
@@ -69,6 +78,9 @@ impl ApiError {
             ApiError::HandlerTimeout => (StatusCode::SERVICE_UNAVAILABLE, "handler_timeout"),
             ApiError::BlobUnavailable(_) => (StatusCode::INTERNAL_SERVER_ERROR, "object_data_unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
+            ApiError::TooManyConnectionsFromAddress => (StatusCode::SERVICE_UNAVAILABLE, "too_many_connections"),
+            ApiError::TooManyUploads => (StatusCode::SERVICE_UNAVAILABLE, "too_many_uploads"),
+            ApiError::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
         }
     }
 }
@@ -77,7 +89,9 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
         // A refused head is the client's doing even when its status is 5xx (505): the driver logs those itself.
-        if status.is_server_error() && !matches!(self, ApiError::BadRequestHead { .. }) {
+        // Load shedding is counted in metrics, not logged: a flood of refusals must not flood the log.
+        let shed = matches!(self, ApiError::TooManyConnectionsFromAddress | ApiError::TooManyUploads);
+        if status.is_server_error() && !shed && !matches!(self, ApiError::BadRequestHead { .. }) {
             // The cause chain goes to the log; the client gets the short message only.
             let chain = match &self {
                 ApiError::Internal(e) => format!("{e:#}"),
@@ -99,6 +113,12 @@ impl IntoResponse for ApiError {
             }
             ApiError::MethodNotAllowed => {
                 headers.insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            }
+            ApiError::TooManyUploads => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            ApiError::BodyTimeout => {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             _ => {}
         }

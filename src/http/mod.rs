@@ -49,6 +49,8 @@ pub struct AppParts {
     pub prometheus: PrometheusHandle,
     /// Set once migrations have run and both listeners are bound: `/healthz` reports it.
     pub ready: AtomicBool,
+    /// One permit per upload in progress (`limits.max_concurrent_uploads`).
+    pub uploads: tokio::sync::Semaphore,
 }
 
 /// The data listener's application: the object handler (an ordinary axum handler with extractors) as a tower

@@ -1,9 +1,14 @@
 //! `PUT` and `DELETE /{bucket}/{key}` on the admin listener.
 //!
-//! An upload streams the request body into a staged blob on a blocking thread, hashing as it goes. The object
-//! becomes visible only when the blob is fsynced and renamed and its row committed (`Store::put`). A client
-//! abort, a short body (hyper reports it as a body error) or a size-limit breach drops the staged blob, which
-//! removes its temp file: nothing becomes visible and nothing is left behind.
+//! An upload streams the request body into a staged blob, hashing as it goes. The object becomes visible only
+//! when the blob is fsynced and renamed and its row committed (`Store::put`). A client abort, a short body (hyper
+//! reports it as a body error), a body that sends nothing for `timeouts.body_idle` (408) or a size-limit breach
+//! drops the staged blob, which removes its temp file: nothing becomes visible and nothing is left behind.
+//!
+//! Uploads are bounded: at most `limits.max_concurrent_uploads` at once (503 with `Retry-After` beyond), and the
+//! body is written in batches, each one short call on the blocking pool. An upload holds no thread while it
+//! waits for its client, and its temp file is created with its first batch, so stalled uploads hold neither
+//! threads nor files, and cannot delay other uploads.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -12,12 +17,16 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use http::header::{self, HeaderMap};
 use http::{StatusCode, Uri};
-use tokio::sync::mpsc;
+use tokio::task::{JoinError, JoinHandle};
 
 use super::AppState;
 use super::error::ApiError;
 use crate::names::{parse_attrs, parse_object_path};
-use crate::store::StagedBlob;
+use crate::store::{BlobStore, BlobWriter, StagedBlob};
+
+/// Body bytes gathered before they go to disk in one blocking call. With one batch being written while the next
+/// is received, an upload buffers at most about twice this.
+const WRITE_BATCH: usize = 512 * 1024;
 
 pub async fn put_object(
     State(app): State<AppState>,
@@ -45,6 +54,11 @@ pub async fn put_object(
     if declared.is_some_and(|n| n > limit) {
         return Err(ApiError::PayloadTooLarge(format!("objects are limited to {limit} bytes")));
     }
+    let Ok(_in_progress) = app.uploads.try_acquire() else {
+        crate::metrics::upload_refused();
+        return Err(ApiError::TooManyUploads);
+    };
+    let _counted = crate::metrics::upload_in_progress();
     let staged = stage_body(&app, body, limit).await?;
     if declared.is_some_and(|n| n != staged.size) {
         return Err(ApiError::BadRequest("body length differs from Content-Length".into()));
@@ -67,46 +81,103 @@ pub async fn delete_object(State(app): State<AppState>, uri: Uri, headers: Heade
     }
 }
 
-/// Streams the body to a blocking writer thread through a small bounded channel (back-pressure: a slow disk
-/// slows the client, not our memory).
+/// Streams the body into a staged blob. Each wait for body bytes is bounded by `timeouts.body_idle`.
 async fn stage_body(app: &AppState, body: Body, limit: u64) -> Result<StagedBlob, ApiError> {
-    let mut writer = app.store.blobs.writer().map_err(storage_error)?;
-    let (tx, mut rx) = mpsc::channel::<Bytes>(8);
-    let sink = tokio::task::spawn_blocking(move || -> std::io::Result<StagedBlob> {
-        while let Some(chunk) = rx.blocking_recv() {
-            writer.write(&chunk)?;
-        }
-        writer.finish()
-    });
+    let body_idle = app.settings.timeouts.body_idle;
+    let mut staging = Staging::new(app.store.blobs.clone());
     let mut stream = body.into_data_stream();
     let mut received: u64 = 0;
-    let mut failure = None;
-    while let Some(chunk) = stream.next().await {
-        match chunk {
-            Ok(chunk) => {
-                received += chunk.len() as u64;
-                if received > limit {
-                    failure = Some(ApiError::PayloadTooLarge(format!("objects are limited to {limit} bytes")));
-                    break;
-                }
-                if tx.send(chunk).await.is_err() {
-                    break; // the writer failed; its error is reported below
-                }
+    let failure = loop {
+        let chunk = match tokio::time::timeout(body_idle, stream.next()).await {
+            Err(_elapsed) => {
+                crate::metrics::upload_body_timeout();
+                break ApiError::BodyTimeout;
             }
-            Err(e) => {
-                failure = Some(ApiError::BadRequest(format!("upload interrupted: {e}")));
-                break;
-            }
+            Ok(None) => return staging.finish().await,
+            Ok(Some(Err(e))) => break ApiError::BadRequest(format!("upload interrupted: {e}")),
+            Ok(Some(Ok(chunk))) => chunk,
+        };
+        received += chunk.len() as u64;
+        if received > limit {
+            break ApiError::PayloadTooLarge(format!("objects are limited to {limit} bytes"));
         }
+        if let Err(e) = staging.push(chunk).await {
+            break e;
+        }
+    };
+    staging.abandon().await;
+    Err(failure)
+}
+
+/// An upload's temp file, written from the blocking pool one batch at a time, with at most one batch being
+/// written while the next one is received (back-pressure: a slow disk slows the client, not our memory).
+struct Staging {
+    blobs: BlobStore,
+    /// Created by the first batch written, so a body that never fills a batch holds no file until it ends.
+    writer: Option<BlobWriter>,
+    /// The batch being written; it hands the writer back when done.
+    writing: Option<JoinHandle<std::io::Result<BlobWriter>>>,
+    batch: Vec<Bytes>,
+    batched: usize,
+}
+
+impl Staging {
+    fn new(blobs: BlobStore) -> Self {
+        Self { blobs, writer: None, writing: None, batch: Vec::new(), batched: 0 }
     }
-    drop(tx);
-    let written = sink.await.map_err(|e| ApiError::Internal(anyhow::anyhow!("upload writer task failed: {e}")))?;
-    if let Some(e) = failure {
-        // Dropping the staged blob (if the writer finished) removes its temp file.
-        drop(written);
-        return Err(e);
+
+    async fn push(&mut self, chunk: Bytes) -> Result<(), ApiError> {
+        self.batched += chunk.len();
+        self.batch.push(chunk);
+        if self.batched < WRITE_BATCH {
+            return Ok(());
+        }
+        self.wait_for_write().await?;
+        let (writer, batch, blobs) = self.take_batch();
+        self.writing = Some(tokio::task::spawn_blocking(move || write_batch(&blobs, writer, &batch)));
+        Ok(())
     }
-    written.map_err(storage_error)
+
+    /// Writes what is left and fsyncs.
+    async fn finish(mut self) -> Result<StagedBlob, ApiError> {
+        self.wait_for_write().await?;
+        let (writer, batch, blobs) = self.take_batch();
+        joined(tokio::task::spawn_blocking(move || write_batch(&blobs, writer, &batch)?.finish()).await)
+    }
+
+    /// Waits for the batch in flight, then drops the writer, which removes the temp file.
+    async fn abandon(mut self) {
+        let _ = self.wait_for_write().await;
+        drop(self.writer.take());
+    }
+
+    async fn wait_for_write(&mut self) -> Result<(), ApiError> {
+        if let Some(writing) = self.writing.take() {
+            self.writer = Some(joined(writing.await)?);
+        }
+        Ok(())
+    }
+
+    fn take_batch(&mut self) -> (Option<BlobWriter>, Vec<Bytes>, BlobStore) {
+        self.batched = 0;
+        (self.writer.take(), std::mem::take(&mut self.batch), self.blobs.clone())
+    }
+}
+
+/// On the blocking pool: creates the temp file if this is the first batch, then appends the batch.
+fn write_batch(blobs: &BlobStore, writer: Option<BlobWriter>, batch: &[Bytes]) -> std::io::Result<BlobWriter> {
+    let mut writer = match writer {
+        Some(writer) => writer,
+        None => blobs.writer()?,
+    };
+    for chunk in batch {
+        writer.write(chunk)?;
+    }
+    Ok(writer)
+}
+
+fn joined<T>(result: Result<std::io::Result<T>, JoinError>) -> Result<T, ApiError> {
+    result.map_err(|e| ApiError::Internal(anyhow::anyhow!("upload writer task failed: {e}")))?.map_err(storage_error)
 }
 
 fn storage_error(e: std::io::Error) -> ApiError {

@@ -31,6 +31,11 @@ pub const RESPONSE_SECONDS: &str = "blobgate_response_duration_seconds";
 pub const STATS_DROPPED: &str = "blobgate_stats_records_dropped_total";
 pub const STATS_LAG: &str = "blobgate_stats_batch_lag_seconds";
 pub const STATS_FLUSH_ERRORS: &str = "blobgate_stats_flush_errors_total";
+pub const IDLE_RECLAIMED: &str = "blobgate_idle_connections_reclaimed_total";
+pub const PER_IP_REFUSED: &str = "blobgate_per_ip_refused_connections_total";
+pub const UPLOADS_REFUSED: &str = "blobgate_uploads_refused_total";
+pub const UPLOAD_BODY_TIMEOUTS: &str = "blobgate_upload_body_timeouts_total";
+pub const UPLOADS_IN_PROGRESS: &str = "blobgate_uploads_in_progress";
 
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 const KINDS: [&str; 6] = ["full", "range", "multipart", "not_modified", "head", "other"];
@@ -72,6 +77,14 @@ fn describe() {
     describe_counter!(STATS_DROPPED, "Download records dropped because the stats channel was full.");
     describe_gauge!(STATS_LAG, Unit::Seconds, "Age of the oldest record in the last stats batch written.");
     describe_counter!(STATS_FLUSH_ERRORS, "Failed writes of a stats batch (retried).");
+    describe_counter!(IDLE_RECLAIMED, "Idle data connections closed at the connection cap to admit new clients.");
+    describe_counter!(PER_IP_REFUSED, "Data connections refused (503) beyond limits.max_connections_per_ip.");
+    describe_counter!(UPLOADS_REFUSED, "Uploads refused (503) beyond limits.max_concurrent_uploads.");
+    describe_counter!(
+        UPLOAD_BODY_TIMEOUTS,
+        "Uploads ended (408) because the body sent nothing for timeouts.body_idle."
+    );
+    describe_gauge!(UPLOADS_IN_PROGRESS, "Uploads holding one of the limits.max_concurrent_uploads places.");
     describe_histogram!(RESPONSE_SECONDS, Unit::Seconds, "File responses, from head written to last byte sent.");
 }
 
@@ -180,6 +193,37 @@ impl Drop for GaugeGuard<'_> {
 
 pub fn blob_open_error() {
     counter!(BLOB_OPEN_ERRORS).increment(1);
+}
+
+pub fn idle_connection_reclaimed() {
+    counter!(IDLE_RECLAIMED).increment(1);
+}
+
+pub fn per_ip_refused() {
+    counter!(PER_IP_REFUSED).increment(1);
+}
+
+pub fn upload_refused() {
+    counter!(UPLOADS_REFUSED).increment(1);
+}
+
+pub fn upload_body_timeout() {
+    counter!(UPLOAD_BODY_TIMEOUTS).increment(1);
+}
+
+/// Counts an upload in progress for as long as the guard lives.
+pub fn upload_in_progress() -> OwnedGaugeGuard {
+    let gauge = gauge!(UPLOADS_IN_PROGRESS);
+    gauge.increment(1.0);
+    OwnedGaugeGuard(gauge)
+}
+
+pub struct OwnedGaugeGuard(Gauge);
+
+impl Drop for OwnedGaugeGuard {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
 }
 
 /// `reason` is one of a fixed set of literals (missing, malformed, unknown_token, revoked, expired, forbidden,

@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde::Serialize;
 
-pub use blobs::{BlobStore, StagedBlob};
+pub use blobs::{BlobStore, BlobWriter, StagedBlob};
 pub use metadata::{
     Bucket, CacheChange, Metadata, MetadataError, ObjectAttrs, ObjectRecord, ObjectStats, SigningKey, StatsOrder,
     TokenRecord, Upsert,

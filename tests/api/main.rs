@@ -12,6 +12,7 @@ mod crash;
 mod downloads;
 mod faults;
 mod lifecycle;
+mod limits;
 mod permissions;
 mod shared_cache;
 mod slow_readers;

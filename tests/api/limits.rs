@@ -1,0 +1,224 @@
+//! Resource limits that unauthenticated or slow clients must not be able to hold: the connection cap (idle
+//! connections are reclaimed at it), the per-address cap, the keep-alive timeout under pressure, and bounded
+//! uploads (body idle timeout, concurrency cap, no thread or temp file per stalled upload).
+
+use std::io::{ErrorKind, Read};
+use std::time::{Duration, Instant};
+
+use crate::helpers::*;
+
+/// How a connection that was left idle ended, read within `wait`.
+#[derive(Debug, PartialEq)]
+enum IdleEnd {
+    /// Still open, nothing received.
+    Open,
+    /// A clean EOF with nothing received before it.
+    CleanClose,
+    /// Bytes arrived (a response nobody asked for) or the connection was reset.
+    Unclean(String),
+}
+
+fn idle_end(conn: &mut Conn, wait: Duration) -> IdleEnd {
+    if !conn.buffered().is_empty() {
+        return IdleEnd::Unclean(format!("buffered {:?}", String::from_utf8_lossy(conn.buffered())));
+    }
+    conn.stream.set_read_timeout(Some(wait)).unwrap();
+    let mut byte = [0u8; 64];
+    match conn.stream.read(&mut byte) {
+        Ok(0) => IdleEnd::CleanClose,
+        Ok(n) => IdleEnd::Unclean(format!("received {:?}", String::from_utf8_lossy(&byte[..n]))),
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => IdleEnd::Open,
+        Err(e) => IdleEnd::Unclean(format!("read error {e}")),
+    }
+}
+
+/// A public bucket with one small object; returns its bytes.
+fn small_object(env: &TestEnv) -> Vec<u8> {
+    env.bucket("pub", true);
+    let bytes = test_bytes(4096, 7);
+    env.put_bytes("pub", "a", &bytes, &[]);
+    bytes
+}
+
+/// Opens `n` connections that each make one keep-alive request and then stay idle.
+fn idle_connections(server: &Server, n: usize) -> Vec<Conn> {
+    (0..n)
+        .map(|_| {
+            let mut conn = Conn::open(server.data);
+            conn.send(&raw_request("GET", "/pub/a", &[], false));
+            assert_eq!(conn.read_response(false).expect("served under the cap").status, 200);
+            conn
+        })
+        .collect()
+}
+
+#[test]
+fn a_cap_full_of_idle_connections_admits_new_clients_within_a_second() {
+    let env = TestEnv::new();
+    let bytes = small_object(&env);
+    // Two workers, so a worker may have to ask the other one to close an idle connection.
+    let server =
+        env.serve_with(&[("BLOBGATE_LIMITS__MAX_CONNECTIONS", "20"), ("BLOBGATE_RUNTIME__DATA_WORKERS", "2")], &[]);
+    let mut idle = idle_connections(&server, 20);
+    // The new clients stay open too, so each one needs a slot of its own.
+    let mut newcomers = Vec::new();
+    for n in 0..5 {
+        let started = Instant::now();
+        let mut conn = Conn::open(server.data);
+        conn.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        conn.send(&raw_request("GET", "/pub/a", &[], false));
+        let r = conn.read_response(false).unwrap_or_else(|| panic!("new client {n} got no answer at the cap"));
+        let waited = started.elapsed();
+        assert_eq!(r.status, 200);
+        assert!(r.body == bytes);
+        assert!(waited < Duration::from_secs(1), "new client {n} waited {waited:?} at a cap full of idle connections");
+        newcomers.push(conn);
+    }
+    // Every idle connection either stayed open or ended with a clean EOF and nothing sent: never a response it
+    // did not ask for, a half response, or a reset. Enough of them were closed to admit the five.
+    let ends: Vec<IdleEnd> = idle.iter_mut().map(|c| idle_end(c, Duration::from_millis(200))).collect();
+    let closed = ends.iter().filter(|e| **e == IdleEnd::CleanClose).count();
+    assert!(!ends.iter().any(|e| matches!(e, IdleEnd::Unclean(_))), "{ends:?}");
+    assert!(closed >= 5, "only {closed} idle connections were closed for five new clients: {ends:?}");
+    assert!(server.metric("blobgate_idle_connections_reclaimed_total") >= 5.0);
+    // The ones left open still work.
+    for (conn, end) in idle.iter_mut().zip(&ends) {
+        if *end == IdleEnd::Open {
+            conn.send(&raw_request("GET", "/pub/a", &[], true));
+            assert_eq!(conn.read_response(false).expect("an idle survivor still serves").status, 200);
+        }
+    }
+}
+
+#[test]
+fn at_the_cap_the_longest_idle_connection_is_closed_first() {
+    let env = TestEnv::new();
+    small_object(&env);
+    let server =
+        env.serve_with(&[("BLOBGATE_LIMITS__MAX_CONNECTIONS", "4"), ("BLOBGATE_RUNTIME__DATA_WORKERS", "1")], &[]);
+    let mut idle = idle_connections(&server, 4);
+    // The second becomes the newest idle one again.
+    idle[1].send(&raw_request("GET", "/pub/a", &[], false));
+    assert_eq!(idle[1].read_response(false).unwrap().status, 200);
+    // Two new clients that stay open: each needs an idle connection closed.
+    let _newcomers = idle_connections(&server, 2);
+    let ends: Vec<IdleEnd> = idle.iter_mut().map(|c| idle_end(c, Duration::from_millis(300))).collect();
+    assert_eq!(ends, [IdleEnd::CleanClose, IdleEnd::Open, IdleEnd::CleanClose, IdleEnd::Open]);
+}
+
+#[test]
+fn above_ninety_percent_of_the_cap_idle_connections_get_a_tenth_of_keep_alive_idle() {
+    let env = TestEnv::new();
+    small_object(&env);
+    let server = env
+        .serve_with(&[("BLOBGATE_LIMITS__MAX_CONNECTIONS", "10"), ("BLOBGATE_TIMEOUTS__KEEP_ALIVE_IDLE", "30s")], &[]);
+    // The first nine go idle at up to 90% of the cap (30 s); the tenth at 100% (3 s).
+    let mut idle = idle_connections(&server, 10);
+    let started = Instant::now();
+    assert_eq!(idle_end(&mut idle[9], Duration::from_secs(8)), IdleEnd::CleanClose);
+    let waited = started.elapsed();
+    assert!(waited > Duration::from_secs(2) && waited < Duration::from_secs(5), "closed after {waited:?}");
+    assert_eq!(idle_end(&mut idle[0], Duration::from_millis(100)), IdleEnd::Open);
+}
+
+#[test]
+fn connections_beyond_the_per_address_cap_get_a_clear_503() {
+    let env = TestEnv::new();
+    let bytes = small_object(&env);
+    let server = env.serve_with(&[("BLOBGATE_LIMITS__MAX_CONNECTIONS_PER_IP", "2")], &[]);
+    let mut held = idle_connections(&server, 2);
+    let mut third = Conn::open(server.data);
+    third.send(&raw_request("GET", "/pub/a", &[], false));
+    let r = third.read_response(false).expect("an answer, not silence");
+    assert_json_error(&r, 503, "too_many_connections");
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(third.is_closed(Duration::from_secs(2)), "the refused connection is closed");
+    assert_eq!(server.metric("blobgate_per_ip_refused_connections_total"), 1.0);
+    // The admitted connections are not disturbed, and a closed one frees its place.
+    held[0].send(&raw_request("GET", "/pub/a", &[], false));
+    assert!(held[0].read_response(false).unwrap().body == bytes);
+    drop(held.pop());
+    let admitted = wait_for(Duration::from_secs(2), || server.get("/pub/a", &[]).status == 200);
+    assert!(admitted, "a place freed by a closed connection is given to a new one");
+}
+
+/// A raw upload that sends its head and a few body bytes, then nothing.
+fn stalled_upload(server: &Server, token: &str, key: &str) -> Conn {
+    let mut conn = Conn::open(server.admin);
+    let head = format!(
+        "PUT /box/{key} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\nContent-Length: 1000000\r\n\r\nfirst bytes"
+    );
+    conn.send(head.as_bytes());
+    conn
+}
+
+fn thread_count(pid: u32) -> usize {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    status.lines().find_map(|l| l.strip_prefix("Threads:")).expect("a Threads line").trim().parse().unwrap()
+}
+
+#[test]
+fn stalled_upload_bodies_get_408_store_nothing_and_do_not_delay_other_uploads() {
+    let env = TestEnv::new();
+    env.bucket("box", false);
+    let write = env.token("box", "write", &[]);
+    let read = env.token("box", "read", &[]);
+    let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__BODY_IDLE", "2s")], &[]);
+    let body = test_bytes(2 << 20, 3);
+    let started = Instant::now();
+    assert_eq!(server.put("/box/warm-up", &write, &body, &[]).status, 201);
+    let baseline = started.elapsed();
+    let threads_before = thread_count(server.pid());
+
+    let mut stalled: Vec<Conn> = (0..40).map(|n| stalled_upload(&server, &write, &format!("stalled-{n}"))).collect();
+    let waiting = wait_for(Duration::from_secs(5), || server.metric("blobgate_uploads_in_progress") == 40.0);
+    assert!(waiting, "the stalled uploads did not all start");
+    let started = Instant::now();
+    assert_eq!(server.put("/box/normal", &write, &body, &[]).status, 201);
+    let with_stalls = started.elapsed();
+    assert!(
+        with_stalls < baseline + Duration::from_secs(1),
+        "a normal upload took {with_stalls:?} beside 40 stalled ones (alone: {baseline:?})"
+    );
+    // Stalled uploads hold no thread each (before, each held a blocking thread for its whole life).
+    let threads = thread_count(server.pid());
+    assert!(threads < threads_before + 10, "{threads} threads with 40 stalled uploads, {threads_before} before");
+
+    for (n, conn) in stalled.iter_mut().enumerate() {
+        conn.stream.set_read_timeout(Some(Duration::from_secs(6))).unwrap();
+        let r = conn.read_response(false).unwrap_or_else(|| panic!("stalled upload {n} got no answer"));
+        assert_json_error(&r, 408, "body_timeout");
+    }
+    assert_eq!(server.metric("blobgate_upload_body_timeouts_total"), 40.0);
+    assert!(env.tmp_files().is_empty(), "temp files left behind: {:?}", env.tmp_files());
+    for n in [0, 17, 39] {
+        assert_eq!(server.get_auth(&format!("/box/stalled-{n}"), &read, &[]).status, 404, "stalled-{n} was stored");
+    }
+    assert!(server.get_auth("/box/normal", &read, &[]).body == body);
+}
+
+#[test]
+fn uploads_beyond_the_concurrency_cap_get_503_with_retry_after() {
+    let env = TestEnv::new();
+    env.bucket("box", false);
+    let write = env.token("box", "write", &[]);
+    let server = env.serve_with(&[("BLOBGATE_LIMITS__MAX_CONCURRENT_UPLOADS", "2")], &[]);
+    let stalled: Vec<Conn> = (0..2).map(|n| stalled_upload(&server, &write, &format!("stalled-{n}"))).collect();
+    let holding = wait_for(Duration::from_secs(3), || server.metric("blobgate_uploads_in_progress") == 2.0);
+    assert!(holding, "the stalled uploads did not start; log:\n{}", server.log());
+    let mut refused = None;
+    let got_503 = wait_for(Duration::from_secs(3), || {
+        let r = server.put("/box/third", &write, b"third", &[]);
+        let is_503 = r.status == 503;
+        refused = Some(r);
+        is_503
+    });
+    let r = refused.expect("an answer");
+    assert!(got_503, "a third concurrent upload was not refused: {r:?}\n{}", server.log());
+    assert_json_error(&r, 503, "too_many_uploads");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    // Once the stalled clients go away, their places are free again.
+    drop(stalled);
+    let stored = wait_for(Duration::from_secs(3), || server.put("/box/third", &write, b"third", &[]).status == 201);
+    assert!(stored, "uploads still refused after the others ended");
+}
