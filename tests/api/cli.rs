@@ -488,25 +488,31 @@ fn bucket_set_and_rm_reach_a_running_server_at_its_next_request() {
         r.header("cache-control").map(str::to_owned)
     };
     // Warm the server's caches first, so the changes below must evict them.
-    assert_eq!(cache_control("plain"), None);
-    assert_eq!(cache_control("own").as_deref(), Some("max-age=60"));
+    // A private bucket's responses always say `private` (shared caches must not keep them).
+    assert_eq!(cache_control("plain").as_deref(), Some("private"));
+    assert_eq!(cache_control("own").as_deref(), Some("private, max-age=60"));
     assert_eq!(server.get("/bkt/plain", &[]).status, 401);
 
     let set = json_lines(&env.ok(&["bucket", "set", "bkt", "--cache-control", "max-age=300, immutable"]));
     assert_eq!((&set[0]["bucket"], &set[0]["public"]), (&"bkt".into(), &false.into()));
     assert_eq!(set[0]["cache_control"], "max-age=300, immutable");
-    assert_eq!(cache_control("plain").as_deref(), Some("max-age=300, immutable"), "the default applies at once");
-    assert_eq!(cache_control("own").as_deref(), Some("max-age=60"), "an object's own value wins");
+    assert_eq!(
+        cache_control("plain").as_deref(),
+        Some("private, max-age=300, immutable"),
+        "the default applies at once"
+    );
+    assert_eq!(cache_control("own").as_deref(), Some("private, max-age=60"), "an object's own value wins");
     let head = server.request("HEAD", "/bkt/plain", &[("Authorization", &format!("Bearer {token}"))]);
-    assert_eq!(head.header("cache-control"), Some("max-age=300, immutable"));
+    assert_eq!(head.header("cache-control"), Some("private, max-age=300, immutable"));
 
     env.ok(&["bucket", "set", "bkt", "--public"]);
     assert_eq!(server.get("/bkt/plain", &[]).status, 200, "public at once");
+    assert_eq!(cache_control("plain").as_deref(), Some("max-age=300, immutable"), "a public bucket's value as set");
     let list = json_lines(&env.ok(&["bucket", "list"]));
     assert_eq!((&list[0]["public"], &list[0]["cache_control"]), (&true.into(), &"max-age=300, immutable".into()));
     env.ok(&["bucket", "set", "bkt", "--private", "--cache-control", ""]);
     assert_eq!(server.get("/bkt/plain", &[]).status, 401, "private at once");
-    assert_eq!(cache_control("plain"), None, "the default is gone");
+    assert_eq!(cache_control("plain").as_deref(), Some("private"), "the default is gone");
 
     for (args, needle) in [
         (&["bucket", "set", "bkt"][..], "--public"),
@@ -529,7 +535,7 @@ fn bucket_set_and_rm_reach_a_running_server_at_its_next_request() {
     let r = server.get_auth("/bkt/plain", &token, &[]);
     assert_eq!(r.status, 404, "deleted objects are gone at the next request");
     assert!(!env.blob_path(&sha).exists(), "its blob went with its last reference");
-    assert_eq!(cache_control("own").as_deref(), Some("max-age=60"), "other objects are untouched");
+    assert_eq!(cache_control("own").as_deref(), Some("private, max-age=60"), "other objects are untouched");
     for (args, needle) in [
         (&["rm", "bkt", "plain"][..], "no such object"),
         (&["rm", "nosuch", "k"], "no such bucket"),

@@ -67,10 +67,11 @@ fn nothing_in_the_data_dir_is_readable_by_others_whatever_the_umask() {
     // An upload in progress: its temp file exists until the body is complete.
     let mut upload = Conn::open(server.admin);
     let head = format!(
-        "PUT /alpha/c.bin HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\nContent-Length: 100000\r\n\r\n"
+        "PUT /alpha/c.bin HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\nContent-Length: 4000000\r\n\r\n"
     );
     upload.send(head.as_bytes());
-    upload.send(&[b'x'; 1000]);
+    // More than one write batch, so the temp file exists (the first batch creates it).
+    upload.send(&vec![b'x'; 1 << 20]);
     assert!(wait_for(Duration::from_secs(10), || !env.tmp_files().is_empty()), "the upload is staged in tmp/");
 
     assert_eq!(mode(&data), 0o700, "the data dir is {:04o}", mode(&data));
