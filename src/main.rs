@@ -1,5 +1,7 @@
 //! Thin entry point: parse the command line, load settings, start logging, dispatch.
 
+#![deny(unsafe_code)]
+
 use std::process::ExitCode;
 
 use blobgate::cli::{Cli, Command};

@@ -16,6 +16,8 @@
 //! wait blocks a pool thread instead of the event loop (nginx's `aio threads`, but only for chunks that need it).
 //! Bulk chunks (≥ 512 KiB) always go to that pool, whose threads run at the lowest priority: see `OFFLOAD_MIN`.
 
+#![allow(unsafe_code)]
+
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;

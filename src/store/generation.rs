@@ -3,6 +3,8 @@
 //! the value it last synchronised its caches at, one atomic load per request. So a change committed by the CLI
 //! (a token revocation, say) is seen by the very next request, without the server polling the database.
 
+#![allow(unsafe_code)]
+
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
