@@ -19,8 +19,8 @@ use blobgate::catalog::Catalog;
 use blobgate::config::Settings;
 use blobgate::http::range::RangePolicy;
 use blobgate::http::{AppParts, AppState};
-use blobgate::names::{BucketName, ObjectKey};
-use blobgate::store::{ObjectAttrs, Store, TokenRecord};
+use blobgate::names::{BucketName, ObjectAttrs, ObjectKey};
+use blobgate::store::{Store, TokenRecord};
 use http::{HeaderMap, HeaderValue, Uri, header};
 
 const SAMPLES: usize = 20_000;

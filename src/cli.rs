@@ -415,7 +415,7 @@ async fn list_objects(store: &Store, bucket: &str, prefix: &str, json: bool, pag
 
 /// One `ls` line: tab-separated (keys hold no control characters), or a JSON object.
 fn object_line(o: &ObjectRecord, json: bool) -> String {
-    let etag = crate::http::conditional::etag_from_sha256(&o.sha256);
+    let etag = crate::header_values::etag_from_sha256(&o.sha256);
     let content_type = effective_content_type(o.attrs.content_type.as_deref(), &o.key);
     if !json {
         return format!("{}\t{}\t{etag}\t{content_type}\t{}", o.key, o.size, rfc3339(o.updated_at));
@@ -496,7 +496,7 @@ async fn warn_if_shared_caching_in_private_bucket(
     bucket: &BucketName,
     cache_control: Option<&str>,
 ) -> anyhow::Result<()> {
-    use crate::http::representation::{allows_shared_caching, private_cache_control};
+    use crate::catalog::representation::{allows_shared_caching, private_cache_control};
     let Some(value) = cache_control.filter(|v| allows_shared_caching(v)) else { return Ok(()) };
     if store.meta.bucket(bucket).await?.is_some_and(|b| !b.public) {
         let sent = private_cache_control(Some(value));

@@ -11,9 +11,11 @@
 //! - [`http`]: axum routes and handlers for both listeners, and the one error type.
 //! - [`auth`]: who may read or write what.
 //! - [`catalog`]: caches of metadata and open blobs for the data path, coherent with the database.
+//! - [`header_values`]: ETag, HTTP date and Content-Disposition values (pure), shared by store, auth, http, driver.
 //! - [`file_body`]: the response extension that hands file regions from handlers to the driver.
 //! - [`driver`]: the data listener's own HTTP/1.1 loop; `driver::sendfile` is the only raw-fd code.
-//! - [`metrics`]: Prometheus series, all names in one place.
+//! - [`metrics`]: Prometheus series, all names in one place; the stats batcher.
+//! - [`stats`]: download records and the per-object counters they add up to (pure data).
 
 pub mod auth;
 pub mod catalog;
@@ -22,8 +24,10 @@ mod cli_auth;
 pub mod config;
 pub mod driver;
 pub mod file_body;
+pub mod header_values;
 pub mod http;
 pub mod metrics;
 pub mod names;
 pub mod startup;
+pub mod stats;
 pub mod store;

@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 use crate::catalog::Catalog;
 use crate::config::Settings;
 use crate::driver::{self, DriverContext};
-use crate::http::{AppParts, AppState, admin::admin_router, data_service, range::RangePolicy};
+use crate::http::{AppParts, AppState, admin::admin_router, data_service, range::RangePolicy, refusal_response};
 use crate::store::Store;
 
 /// Download records buffered between the driver and the stats batcher; a full channel drops (and counts).
@@ -129,7 +129,8 @@ impl Application {
             records,
             stop_batcher.clone(),
         ));
-        let ctx = Arc::new(DriverContext::new(data_service(self.state.clone()), &self.settings, recorder));
+        let ctx =
+            Arc::new(DriverContext::new(data_service(self.state.clone()), refusal_response, &self.settings, recorder));
         let grace = self.settings.timeouts.shutdown_grace;
         let workers = driver::spawn_workers(self.data_listeners, ctx, &self.settings.limits, shutdown.clone(), grace)
             .context("cannot start the data workers")?;

@@ -10,7 +10,6 @@
 //! `token` and `presign` are pure; this module adds the lookups and the ordering.
 
 pub mod presign;
-pub mod sealing;
 pub mod token;
 
 use http::Uri;

@@ -3,24 +3,25 @@
 pub mod admin;
 pub mod conditional;
 pub mod deadline;
-pub mod disposition;
 pub mod error;
 pub mod fragment_guard;
 pub mod multipart;
 pub mod object;
 pub mod range;
-pub mod representation;
 pub mod upload;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use axum::handler::Handler;
+use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::catalog::Catalog;
 use crate::config::Settings;
+use crate::driver::Refusal;
 use crate::store::Store;
+use error::ApiError;
 
 /// Shared by every handler on both listeners. Cloning it (axum does, per request) is one reference count.
 #[derive(Clone)]
@@ -67,4 +68,16 @@ pub fn data_service(state: AppState) -> impl crate::driver::DataService {
     tower::ServiceBuilder::new()
         .layer(deadline::DeadlineLayer::new(handler_timeout))
         .service(object::get_object.with_state(state))
+}
+
+/// What the data listener answers when the driver refuses a request itself: the same JSON errors as the handler's.
+pub fn refusal_response(refusal: Refusal) -> Response {
+    let error = match refusal {
+        Refusal::BadHead { status, message } => ApiError::BadRequestHead { status, message },
+        Refusal::TooManyConnectionsFromAddress => ApiError::TooManyConnectionsFromAddress,
+        Refusal::InconsistentFileResponse(why) => {
+            ApiError::Internal(anyhow::anyhow!("inconsistent file response: {why}"))
+        }
+    };
+    error.into_response()
 }

@@ -25,7 +25,10 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use quick_cache::Equivalent;
 use quick_cache::sync::Cache;
 
-use crate::http::representation::ObjectEntry;
+pub mod representation;
+
+use representation::ObjectEntry;
+
 use crate::store::{BlobStore, Bucket, CacheChange, Metadata, MetadataError, SigningKey, TokenRecord};
 
 /// Capacities: generous for metadata (a few hundred bytes each), bounded for fds by the process limit.
@@ -279,8 +282,9 @@ impl Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::names::ObjectAttrs;
     use crate::names::{BucketName, ObjectKey};
-    use crate::store::{ObjectAttrs, Store};
+    use crate::store::Store;
 
     async fn setup() -> (tempfile::TempDir, Store, Catalog) {
         let dir = tempfile::tempdir().unwrap();
