@@ -20,7 +20,6 @@
 pub mod auth;
 pub mod catalog;
 pub mod cli;
-mod cli_auth;
 pub mod config;
 pub mod driver;
 pub mod file_body;
