@@ -17,6 +17,7 @@
 //! used them changes, and the cache is bounded.
 
 use std::fs::File;
+use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::io;
 use std::sync::Arc;
@@ -28,6 +29,8 @@ use quick_cache::sync::Cache;
 pub mod representation;
 
 use representation::ObjectEntry;
+
+use crate::auth::CredentialLookup;
 
 use crate::store::{BlobStore, Bucket, CacheChange, Metadata, MetadataError, SigningKey, TokenRecord};
 
@@ -276,6 +279,21 @@ impl Catalog {
 
     fn stamp(&self) -> (u64, u64) {
         (self.meta.generation().current(), self.epoch.load(Ordering::Acquire))
+    }
+}
+
+/// The authoriser's lookups, from the coherent caches.
+impl CredentialLookup for Catalog {
+    fn token(&self, id: &str) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send {
+        Catalog::token(self, id)
+    }
+
+    fn signing_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send {
+        Catalog::signing_key(self, id)
+    }
+
+    fn signature_revoked(&self, signature: &str) -> impl Future<Output = Result<bool, MetadataError>> + Send {
+        Catalog::signature_revoked(self, signature)
     }
 }
 
