@@ -16,6 +16,8 @@
 //! that content: no `open`/`fstat` and no blocking-pool hop on a hit. Entries are dropped when an object that
 //! used them changes, and the cache is bounded.
 
+pub mod representation;
+
 use std::fs::File;
 use std::future::Future;
 use std::hash::{Hash, Hasher};
@@ -26,13 +28,9 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use quick_cache::Equivalent;
 use quick_cache::sync::Cache;
 
-pub mod representation;
-
-use representation::ObjectEntry;
-
 use crate::auth::CredentialLookup;
-
 use crate::store::{BlobStore, Bucket, CacheChange, Metadata, MetadataError, SigningKey, TokenRecord};
+use representation::ObjectEntry;
 
 /// Capacities: generous for metadata (a few hundred bytes each), bounded for fds by the process limit.
 const BUCKETS: usize = 10_000;
