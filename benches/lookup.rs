@@ -11,16 +11,16 @@
 //! numbers depend on the machine.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
+use blobgate::auth::Authorizer;
 use blobgate::auth::token;
 use blobgate::catalog::Catalog;
 use blobgate::config::Settings;
 use blobgate::http::range::RangePolicy;
-use blobgate::http::{AppParts, AppState};
-use blobgate::names::{BucketName, ObjectKey};
-use blobgate::store::{ObjectAttrs, Store, TokenRecord};
+use blobgate::http::{DataParts, DataState};
+use blobgate::names::{BucketName, ObjectAttrs, ObjectKey};
+use blobgate::store::{Store, TokenRecord};
 use http::{HeaderMap, HeaderValue, Uri, header};
 
 const SAMPLES: usize = 20_000;
@@ -69,14 +69,11 @@ async fn run(objects: usize) {
         .unwrap();
 
     let catalog = Arc::new(Catalog::new(store.meta.clone(), store.blobs.clone(), 64).await.unwrap());
-    let app = AppState::new(AppParts {
-        store,
+    let presign_max_lifetime = Settings::default().auth.presign_max_lifetime;
+    let app = DataState::new(DataParts {
         catalog: catalog.clone(),
-        settings: Arc::new(Settings::default()),
+        auth: Authorizer::new(catalog.clone(), presign_max_lifetime),
         range_policy: RangePolicy::default(),
-        prometheus: blobgate::metrics::prometheus(),
-        ready: AtomicBool::new(true),
-        uploads: tokio::sync::Semaphore::new(1),
     });
     let mut headers = HeaderMap::new();
     headers.insert(header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {}", new.token)).unwrap());
@@ -110,7 +107,7 @@ async fn run(objects: usize) {
     }
 }
 
-async fn time_lookups(app: &AppState, catalog: &Catalog, headers: &HeaderMap, picks: &[usize]) -> Vec<Duration> {
+async fn time_lookups(app: &DataState, catalog: &Catalog, headers: &HeaderMap, picks: &[usize]) -> Vec<Duration> {
     let mut times = Vec::with_capacity(picks.len());
     for &i in picks {
         let path = format!("/bench/dir{}/object-{i:07}.bin", i % 100);
@@ -118,7 +115,8 @@ async fn time_lookups(app: &AppState, catalog: &Catalog, headers: &HeaderMap, pi
         let started = Instant::now();
         let (bucket_name, key) = blobgate::names::parse_object_path(uri.path()).unwrap();
         let bucket = catalog.bucket(bucket_name.as_str()).await.unwrap();
-        let grant = blobgate::auth::authorize_read(app, bucket.as_ref(), &key, &uri, headers).await.unwrap();
+        let credentials = blobgate::auth::credentials(headers, uri.query()).unwrap();
+        let grant = app.auth.read(&bucket_name, bucket.as_ref(), &key, credentials).await.unwrap();
         let entry = catalog.object(grant.bucket.id, key.as_str()).await.unwrap();
         times.push(started.elapsed());
         assert!(entry.is_some(), "{path} must exist");

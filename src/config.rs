@@ -322,13 +322,18 @@ fn first_error(error: figment::Error) -> String {
     message
 }
 
+/// Mode of every directory blobgate creates in the data dir, the data dir included: the owner only.
+pub const PRIVATE_DIR_MODE: u32 = 0o700;
+/// Mode of every file blobgate creates there (database, temp files, blobs, generation counter).
+pub const PRIVATE_FILE_MODE: u32 = 0o600;
+
 /// Creates the data directory, owner-only (`0700`: it holds the signing keys and private objects), with a
 /// clear message when that fails. An existing directory keeps its mode; `serve` warns when it is looser.
 pub fn ensure_data_dir(dir: &Path) -> anyhow::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
-        .mode(crate::store::PRIVATE_DIR_MODE)
+        .mode(PRIVATE_DIR_MODE)
         .create(dir)
         .with_context(|| format!("cannot create data dir {}", dir.display()))
 }

@@ -3,17 +3,20 @@
 //! An object-storage download gateway whose data listener sends object bytes with `sendfile(2)` only.
 //!
 //! ## Layout
+//! Dependencies point one way, as the layer table in ARCHITECTURE.md says (`tests/architecture.rs` checks it).
 //! - [`cli`]: the command line (serve, bucket, put, import, token, presign).
 //! - [`config`]: layered settings; the only module that reads the environment.
 //! - [`startup`]: builds the application from settings and runs both listeners until shutdown.
 //! - [`names`]: bucket names and object keys, parsed once and shared by every entry point.
 //! - [`store`]: SQLite metadata (the only SQL) and content-addressed blob files.
 //! - [`http`]: axum routes and handlers for both listeners, and the one error type.
-//! - [`auth`]: who may read or write what.
+//! - [`auth`]: who may read or write what: the `Authorizer` and its `AuthError`s, over a lookup the catalog provides.
 //! - [`catalog`]: caches of metadata and open blobs for the data path, coherent with the database.
+//! - [`header_values`]: ETag, HTTP date and Content-Disposition values (pure), shared by store, auth, http, driver.
 //! - [`file_body`]: the response extension that hands file regions from handlers to the driver.
 //! - [`driver`]: the data listener's own HTTP/1.1 loop; `driver::sendfile` is the only raw-fd code.
-//! - [`metrics`]: Prometheus series, all names in one place.
+//! - [`metrics`]: Prometheus series, all names in one place; the stats batcher.
+//! - [`stats`]: download records and the per-object counters they add up to (pure data).
 
 // `unsafe` only where a module allows it (the raw-fd send path, the shared generation mapping), and each block
 // says why it is sound.
@@ -23,12 +26,13 @@
 pub mod auth;
 pub mod catalog;
 pub mod cli;
-mod cli_auth;
 pub mod config;
 pub mod driver;
 pub mod file_body;
+pub mod header_values;
 pub mod http;
 pub mod metrics;
 pub mod names;
 pub mod startup;
+pub mod stats;
 pub mod store;

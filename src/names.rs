@@ -19,13 +19,21 @@ pub enum NameError {
 /// Longest stored header value we accept for an object attribute.
 const MAX_ATTR_BYTES: usize = 1024;
 
+/// What the caller chooses about an object besides its bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObjectAttrs {
+    pub content_type: Option<String>,
+    pub cache_control: Option<String>,
+    pub content_disposition: Option<String>,
+}
+
 /// Checks the attributes a caller may set on an object (CLI flags or upload headers), so that every stored
 /// value is a well-formed header value when it is served later.
 pub fn parse_attrs(
     content_type: Option<String>,
     cache_control: Option<String>,
     content_disposition: Option<String>,
-) -> Result<crate::store::ObjectAttrs, NameError> {
+) -> Result<ObjectAttrs, NameError> {
     let header_text = |field: &'static str, v: &str| {
         if v.is_empty() || v.len() > MAX_ATTR_BYTES {
             return Err(NameError::Attr { field, reason: "must be 1 to 1024 characters" });
@@ -48,10 +56,10 @@ pub fn parse_attrs(
     }
     if let Some(cd) = &content_disposition {
         header_text("content disposition", cd)?;
-        crate::http::disposition::validate_content_disposition(cd)
+        crate::header_values::disposition::validate_content_disposition(cd)
             .map_err(|reason| NameError::Attr { field: "content disposition", reason })?;
     }
-    Ok(crate::store::ObjectAttrs { content_type, cache_control, content_disposition })
+    Ok(ObjectAttrs { content_type, cache_control, content_disposition })
 }
 
 /// An S3-style bucket name: 3 to 63 characters of `a-z`, `0-9`, `.` and `-`, starting and ending with a letter or

@@ -14,10 +14,14 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::auth::Authorizer;
 use crate::catalog::Catalog;
 use crate::config::Settings;
 use crate::driver::{self, DriverContext};
-use crate::http::{AppParts, AppState, admin::admin_router, data_service, range::RangePolicy};
+use crate::http::{
+    AdminParts, AdminState, DataParts, DataState, admin::admin_router, data_service, range::RangePolicy,
+    refusal_response,
+};
 use crate::store::Store;
 
 /// Download records buffered between the driver and the stats batcher; a full channel drops (and counts).
@@ -25,7 +29,8 @@ const STATS_CHANNEL_CAPACITY: usize = 64 * 1024;
 
 pub struct Application {
     settings: Arc<Settings>,
-    state: AppState,
+    data: DataState,
+    admin: AdminState,
     /// One per data worker, all bound to the same address with SO_REUSEPORT.
     data_listeners: Vec<std::net::TcpListener>,
     admin_listener: TcpListener,
@@ -68,16 +73,22 @@ impl Application {
         let catalog =
             Catalog::new(store.meta.clone(), store.blobs.clone(), (open_files / 4).min(4096) as usize).await?;
         let settings = Arc::new(settings);
-        let state = AppState::new(AppParts {
-            catalog: Arc::new(catalog),
-            store,
-            settings: settings.clone(),
+        let catalog = Arc::new(catalog);
+        let authorizer = || Authorizer::new(catalog.clone(), settings.auth.presign_max_lifetime);
+        let data = DataState::new(DataParts {
+            catalog: catalog.clone(),
+            auth: authorizer(),
             range_policy: RangePolicy::default(),
+        });
+        let admin = AdminState::new(AdminParts {
+            store,
+            auth: authorizer(),
+            settings: settings.clone(),
             prometheus: crate::metrics::prometheus(),
             ready: AtomicBool::new(false),
             uploads: tokio::sync::Semaphore::new(settings.limits.max_concurrent_uploads),
         });
-        Ok(Self { settings, state, data_listeners, admin_listener })
+        Ok(Self { settings, data, admin, data_listeners, admin_listener })
     }
 
     pub fn data_addr(&self) -> SocketAddr {
@@ -93,8 +104,8 @@ impl Application {
     pub async fn run_until(self, signal: impl Future<Output = ()>) -> anyhow::Result<()> {
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
-        let catalog = self.state.catalog.clone();
-        let meta = self.state.store.meta.clone();
+        let catalog = self.data.catalog.clone();
+        let meta = self.admin.store.meta.clone();
         let housekeeping = tokio::spawn(async move {
             // Writers that do not bump the generation counter are caught up with once a second; the change log
             // is pruned once a minute up to what the caches have applied.
@@ -111,7 +122,7 @@ impl Application {
                 }
             }
         });
-        let prometheus = self.state.prometheus.clone();
+        let prometheus = self.admin.prometheus.clone();
         let upkeep = tokio::spawn(async move {
             // Histograms are drained into the exporter's buckets by upkeep.
             let mut tick = tokio::time::interval(Duration::from_secs(5));
@@ -125,28 +136,33 @@ impl Application {
         let (recorder, records) = crate::metrics::downloads::channel(STATS_CHANNEL_CAPACITY);
         let stop_batcher = CancellationToken::new();
         let batcher = tokio::spawn(crate::metrics::downloads::run_batcher(
-            self.state.store.meta.clone(),
+            self.admin.store.meta.clone(),
             records,
             stop_batcher.clone(),
         ));
-        let ctx = Arc::new(DriverContext::new(data_service(self.state.clone()), &self.settings, recorder));
+        let ctx = Arc::new(DriverContext::new(
+            data_service(self.data.clone(), self.settings.timeouts.handler),
+            refusal_response,
+            &self.settings,
+            recorder,
+        ));
         let grace = self.settings.timeouts.shutdown_grace;
         let workers = driver::spawn_workers(self.data_listeners, ctx, &self.settings.limits, shutdown.clone(), grace)
             .context("cannot start the data workers")?;
         let admin = tokio::spawn(serve_admin(
             self.admin_listener,
-            admin_router(self.state.clone()),
+            admin_router(self.admin.clone()),
             self.settings.timeouts.header_read,
             shutdown.clone(),
             tracker.clone(),
         ));
-        self.state.ready.store(true, Ordering::Release);
+        self.admin.ready.store(true, Ordering::Release);
         // The bound addresses, not the configured ones: with port 0 this is how callers learn the ports.
         tracing::info!(data = %data_addr, admin = %admin_addr, "blobgate is serving");
 
         signal.await;
         tracing::info!("shutting down: no new connections; waiting for in-flight responses");
-        self.state.ready.store(false, Ordering::Release);
+        self.admin.ready.store(false, Ordering::Release);
         shutdown.cancel();
         let _ = admin.await;
         // Each data worker drains its own connections (within the grace period) before its thread ends.
@@ -160,7 +176,7 @@ impl Application {
         let _ = batcher.await;
         upkeep.abort();
         housekeeping.abort();
-        self.state.store.meta.close().await;
+        self.admin.store.meta.close().await;
         tracing::info!("stopped");
         Ok(())
     }

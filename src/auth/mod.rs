@@ -7,21 +7,22 @@
 //! - public buckets are readable by anyone; credentials presented there must still be valid (401 otherwise);
 //! - writes always need a `write` or `admin` token.
 //!
-//! `token` and `presign` are pure; this module adds the lookups and the ordering.
+//! `token` and `presign` are pure. This module adds the ordering: credential extraction (one function per kind:
+//! [`bearer`], [`presigned`]; [`credentials`] combines them) and the [`Authorizer`], which decides over a
+//! [`CredentialLookup`] (the catalog in the server, a map in tests). It knows nothing of HTTP responses or of the
+//! application's state: refusals are [`AuthError`]s, which `http::error` turns into responses and metric labels.
 
 pub mod presign;
-pub mod sealing;
 pub mod token;
 
-use http::Uri;
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::header::{self, HeaderMap};
 
-use crate::http::AppState;
-use crate::http::error::ApiError;
-use crate::names::ObjectKey;
-use crate::store::{Bucket, TokenRecord, unix_now};
+use crate::names::{BucketName, ObjectKey};
+use crate::store::{Bucket, MetadataError, SigningKey, TokenRecord, unix_now};
 use presign::{PresignParams, QueryError};
 use token::Scope;
 
@@ -48,31 +49,102 @@ pub struct ReadGrant {
     pub content_disposition: Option<String>,
 }
 
-/// Finds the credentials of a request. RFC 9110 §11.6.2 allows one Authorization field; several are refused
-/// (400), as is a request that carries both a bearer token and a signature.
-pub fn credentials(headers: &HeaderMap, uri: &Uri) -> Result<Credentials, ApiError> {
-    let mut fields = headers.get_all(header::AUTHORIZATION).iter();
-    let bearer = match (fields.next(), fields.next()) {
-        (None, _) => None,
-        (Some(_), Some(_)) => return Err(ApiError::BadRequest("repeated Authorization header".into())),
-        (Some(value), None) => Some(parse_bearer(value.as_bytes()).ok_or_else(|| {
-            crate::metrics::auth_failure("malformed");
-            ApiError::Unauthorized("malformed Authorization header; expected 'Bearer <token>'")
-        })?),
-    };
-    let signed = presign::parse_query(uri.query()).map_err(|e| match e {
-        QueryError::Credentials(why) => {
-            crate::metrics::auth_failure("malformed");
-            ApiError::Unauthorized(why)
+/// Why credentials were refused: the label of `blobgate_auth_failures_total` (a fixed set, so it stays bounded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureReason {
+    Missing,
+    Malformed,
+    UnknownToken,
+    Revoked,
+    Expired,
+    Forbidden,
+    BadSignature,
+    SignatureExpired,
+    SignatureRevoked,
+}
+
+impl FailureReason {
+    pub fn label(self) -> &'static str {
+        match self {
+            FailureReason::Missing => "missing",
+            FailureReason::Malformed => "malformed",
+            FailureReason::UnknownToken => "unknown_token",
+            FailureReason::Revoked => "revoked",
+            FailureReason::Expired => "expired",
+            FailureReason::Forbidden => "forbidden",
+            FailureReason::BadSignature => "bad_signature",
+            FailureReason::SignatureExpired => "signature_expired",
+            FailureReason::SignatureRevoked => "signature_revoked",
         }
-        QueryError::Override(why) => ApiError::BadRequest(why.into()),
-    })?;
-    match (bearer, signed) {
-        (Some(_), Some(_)) => Err(ApiError::BadRequest("send a bearer token or a signed URL, not both".into())),
+    }
+}
+
+/// Every way an authorisation can fail. `http::error` maps it to a response in one place.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// The request is ambiguous or carries an invalid override (400, not counted as a refusal).
+    #[error("{0}")]
+    BadRequest(&'static str),
+    /// Missing, malformed, unknown, expired or revoked credentials (401).
+    #[error("{message}")]
+    Unauthorized { reason: FailureReason, message: &'static str },
+    /// Valid credentials that do not grant this access (403).
+    #[error("access denied")]
+    Forbidden,
+    /// A valid signature for a bucket that does not exist (any more): simply a missing object (404).
+    #[error("no such object")]
+    NoSuchBucket,
+    /// The lookup itself failed (the database).
+    #[error(transparent)]
+    Lookup(#[from] MetadataError),
+}
+
+impl AuthError {
+    fn unauthorized(reason: FailureReason, message: &'static str) -> Self {
+        AuthError::Unauthorized { reason, message }
+    }
+
+    /// The metric label for a refusal of credentials; `None` for errors that are not refusals.
+    pub fn reason(&self) -> Option<&'static str> {
+        match self {
+            AuthError::Unauthorized { reason, .. } => Some(reason.label()),
+            AuthError::Forbidden => Some(FailureReason::Forbidden.label()),
+            AuthError::BadRequest(_) | AuthError::NoSuchBucket | AuthError::Lookup(_) => None,
+        }
+    }
+}
+
+/// Finds the credentials of a request: at most one kind. The admin listener passes no query, since it takes no
+/// signed URLs.
+pub fn credentials(headers: &HeaderMap, query: Option<&str>) -> Result<Credentials, AuthError> {
+    match (bearer(headers)?, presigned(query)?) {
+        (Some(_), Some(_)) => Err(AuthError::BadRequest("send a bearer token or a signed URL, not both")),
         (Some(token), None) => Ok(Credentials::Bearer(token)),
         (None, Some(params)) => Ok(Credentials::Presigned(params)),
         (None, None) => Ok(Credentials::Anonymous),
     }
+}
+
+/// The `Authorization: Bearer` token, if any. RFC 9110 §11.6.2 allows one Authorization field; several are
+/// refused (400).
+pub fn bearer(headers: &HeaderMap) -> Result<Option<String>, AuthError> {
+    let mut fields = headers.get_all(header::AUTHORIZATION).iter();
+    match (fields.next(), fields.next()) {
+        (None, _) => Ok(None),
+        (Some(_), Some(_)) => Err(AuthError::BadRequest("repeated Authorization header")),
+        (Some(value), None) => parse_bearer(value.as_bytes()).map(Some).ok_or(AuthError::unauthorized(
+            FailureReason::Malformed,
+            "malformed Authorization header; expected 'Bearer <token>'",
+        )),
+    }
+}
+
+/// The signed-URL parameters of a query, if any.
+pub fn presigned(query: Option<&str>) -> Result<Option<PresignParams>, AuthError> {
+    presign::parse_query(query).map_err(|e| match e {
+        QueryError::Credentials(why) => AuthError::unauthorized(FailureReason::Malformed, why),
+        QueryError::Override(why) => AuthError::BadRequest(why),
+    })
 }
 
 /// RFC 9110 §11.1: the scheme is case-insensitive; RFC 6750 §2.1: `Bearer 1*SP b64token`.
@@ -95,6 +167,16 @@ pub enum Denial {
     Expired,
     /// Valid token, but not for this bucket, prefix or operation.
     Forbidden,
+}
+
+impl From<Denial> for AuthError {
+    fn from(denial: Denial) -> Self {
+        match denial {
+            Denial::Revoked => AuthError::unauthorized(FailureReason::Revoked, "token revoked"),
+            Denial::Expired => AuthError::unauthorized(FailureReason::Expired, "token expired"),
+            Denial::Forbidden => AuthError::Forbidden,
+        }
+    }
 }
 
 /// Whether a token may be used at all at `now`: not revoked, not expired.
@@ -129,170 +211,179 @@ pub fn check_token(
     }
 }
 
-/// Authorises a GET/HEAD of `bucket/key`. `bucket` is `None` when no such bucket exists; that case answers
-/// exactly like a private bucket the caller may not read.
-pub async fn authorize_read(
-    app: &AppState,
-    bucket: Option<&Arc<Bucket>>,
-    key: &ObjectKey,
-    uri: &Uri,
-    headers: &HeaderMap,
-) -> Result<ReadGrant, ApiError> {
-    let credentials = credentials(headers, uri)?;
-    if let Some(b) = bucket.filter(|b| b.public) {
-        // Public buckets need no credentials, but credentials that are presented must be valid (as in S3): a
-        // revoked token or a tampered link is refused rather than silently treated as anonymous.
-        let content_disposition = match credentials {
-            Credentials::Anonymous => None,
+/// What the authoriser looks up: tokens by id, signing keys by id, revoked signatures (later: S3 access keys).
+/// The catalog implements it from its coherent caches.
+pub trait CredentialLookup: Send + Sync {
+    fn token(&self, id: &str) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send;
+    fn signing_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send;
+    fn signature_revoked(&self, signature: &str) -> impl Future<Output = Result<bool, MetadataError>> + Send;
+}
+
+impl<T: CredentialLookup> CredentialLookup for Arc<T> {
+    fn token(&self, id: &str) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send {
+        (**self).token(id)
+    }
+
+    fn signing_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send {
+        (**self).signing_key(id)
+    }
+
+    fn signature_revoked(&self, signature: &str) -> impl Future<Output = Result<bool, MetadataError>> + Send {
+        (**self).signature_revoked(signature)
+    }
+}
+
+/// Makes every authorisation decision, over a [`CredentialLookup`].
+pub struct Authorizer<L> {
+    lookup: L,
+    /// `auth.presign_max_lifetime`, in seconds.
+    presign_max_lifetime: i64,
+    /// Unix seconds now; a fixed clock in tests.
+    clock: fn() -> i64,
+}
+
+impl<L: CredentialLookup> Authorizer<L> {
+    pub fn new(lookup: L, presign_max_lifetime: Duration) -> Self {
+        Self { lookup, presign_max_lifetime: presign_max_lifetime.as_secs() as i64, clock: unix_now }
+    }
+
+    /// The same authoriser with another clock (tests).
+    pub fn with_clock(self, clock: fn() -> i64) -> Self {
+        Self { clock, ..self }
+    }
+
+    /// Authorises a GET/HEAD of `name/key`. `bucket` is `None` when no such bucket exists; that case answers
+    /// exactly like a private bucket the caller may not read.
+    pub async fn read(
+        &self,
+        name: &BucketName,
+        bucket: Option<&Arc<Bucket>>,
+        key: &ObjectKey,
+        credentials: Credentials,
+    ) -> Result<ReadGrant, AuthError> {
+        if let Some(b) = bucket.filter(|b| b.public) {
+            // Public buckets need no credentials, but credentials that are presented must be valid (as in S3): a
+            // revoked token or a tampered link is refused rather than silently treated as anonymous.
+            let content_disposition = match credentials {
+                Credentials::Anonymous => None,
+                Credentials::Bearer(token) => {
+                    self.live_token(&token).await?;
+                    None
+                }
+                Credentials::Presigned(params) => {
+                    self.verify_presigned(&params, name, key).await?;
+                    params.response_disposition
+                }
+            };
+            return Ok(ReadGrant { bucket: b.clone(), content_disposition });
+        }
+        match credentials {
+            Credentials::Anonymous => Err(AuthError::unauthorized(FailureReason::Missing, "credentials required")),
             Credentials::Bearer(token) => {
-                live_token(app, &token).await?;
-                None
+                self.authorize_token(&token, bucket.as_ref().map(|b| b.id), key, Access::Read).await?;
+                let bucket = bucket.expect("a token only passes for an existing bucket").clone();
+                Ok(ReadGrant { bucket, content_disposition: None })
             }
             Credentials::Presigned(params) => {
-                verify_presigned(app, &params, b.name.as_str(), key).await?;
-                params.response_disposition
+                self.verify_presigned(&params, name, key).await?;
+                let bucket = bucket.ok_or(AuthError::NoSuchBucket)?.clone();
+                Ok(ReadGrant { bucket, content_disposition: params.response_disposition })
             }
+        }
+    }
+
+    /// Authorises an upload or delete on the admin listener: a bearer token with `write` or `admin` scope.
+    pub async fn write(
+        &self,
+        bucket: Option<&Bucket>,
+        key: &ObjectKey,
+        credentials: Credentials,
+    ) -> Result<(), AuthError> {
+        match credentials {
+            Credentials::Bearer(token) => self.authorize_token(&token, bucket.map(|b| b.id), key, Access::Write).await,
+            _ => Err(AuthError::unauthorized(FailureReason::Missing, "a bearer token with write scope is required")),
+        }
+    }
+
+    /// An `admin`-scope bearer token, for management endpoints; callers limit what they show to its bucket and
+    /// prefix.
+    pub async fn admin(&self, credentials: Credentials) -> Result<Arc<TokenRecord>, AuthError> {
+        let Credentials::Bearer(presented) = credentials else {
+            return Err(AuthError::unauthorized(FailureReason::Missing, "a bearer token with admin scope is required"));
         };
-        return Ok(ReadGrant { bucket: b.clone(), content_disposition });
-    }
-    match credentials {
-        Credentials::Anonymous => {
-            crate::metrics::auth_failure("missing");
-            Err(ApiError::Unauthorized("credentials required"))
+        let record = self.live_token(&presented).await?;
+        if Scope::parse(&record.scope) != Some(Scope::Admin) {
+            return Err(AuthError::Forbidden);
         }
-        Credentials::Bearer(token) => {
-            authorize_token(app, &token, bucket.as_ref().map(|b| b.id), key, Access::Read).await?;
-            let bucket = bucket.expect("a token only passes for an existing bucket").clone();
-            Ok(ReadGrant { bucket, content_disposition: None })
+        Ok(record)
+    }
+
+    async fn authorize_token(
+        &self,
+        presented: &str,
+        bucket_id: Option<i64>,
+        key: &ObjectKey,
+        access: Access,
+    ) -> Result<(), AuthError> {
+        let record = self.known_token(presented).await?;
+        Ok(check_token(&record, bucket_id, key.as_str(), access, (self.clock)())?)
+    }
+
+    /// The token presented as `Authorization: Bearer`, if it exists and is neither revoked nor expired.
+    async fn live_token(&self, presented: &str) -> Result<Arc<TokenRecord>, AuthError> {
+        let record = self.known_token(presented).await?;
+        check_liveness(&record, (self.clock)())?;
+        Ok(record)
+    }
+
+    /// The stored token whose hash matches the presented one, whatever its state.
+    async fn known_token(&self, presented: &str) -> Result<Arc<TokenRecord>, AuthError> {
+        let record = match token::token_id(presented) {
+            Some(id) => self.lookup.token(id).await?,
+            None => None,
+        };
+        // Hash even when nothing was found, so unknown ids and wrong secrets take the same time.
+        let unknown = [0u8; 32];
+        let hash_matches = token::matches(presented, record.as_ref().map_or(&unknown[..], |r| &r.secret_hash));
+        record.filter(|_| hash_matches).ok_or(AuthError::unauthorized(FailureReason::UnknownToken, "invalid token"))
+    }
+
+    async fn verify_presigned(
+        &self,
+        params: &PresignParams,
+        bucket: &BucketName,
+        key: &ObjectKey,
+    ) -> Result<(), AuthError> {
+        let now = (self.clock)();
+        let fail = |reason, message| Err(AuthError::unauthorized(reason, message));
+        if now >= params.expires {
+            return fail(FailureReason::SignatureExpired, "signed URL expired");
         }
-        Credentials::Presigned(params) => {
-            let bucket_name = uri.path().trim_start_matches('/').split('/').next().unwrap_or_default();
-            verify_presigned(app, &params, bucket_name, key).await?;
-            // A valid signature for a bucket that does not exist (any more) is simply a missing object.
-            let bucket = bucket.ok_or(ApiError::NotFound)?.clone();
-            Ok(ReadGrant { bucket, content_disposition: params.response_disposition })
+        // Allow a minute of clock skew between the signing host and this one.
+        if params.expires > now.saturating_add(self.presign_max_lifetime).saturating_add(60) {
+            return fail(FailureReason::BadSignature, "signed URL lives longer than the configured maximum");
         }
-    }
-}
-
-/// Authorises an upload or delete on the admin listener: a bearer token with `write` or `admin` scope.
-pub async fn authorize_write(
-    app: &AppState,
-    bucket: Option<&Bucket>,
-    key: &ObjectKey,
-    headers: &HeaderMap,
-) -> Result<(), ApiError> {
-    match credentials(headers, &Uri::from_static("/"))? {
-        Credentials::Bearer(token) => authorize_token(app, &token, bucket.map(|b| b.id), key, Access::Write).await,
-        _ => {
-            crate::metrics::auth_failure("missing");
-            Err(ApiError::Unauthorized("a bearer token with write scope is required"))
+        let Some(signing_key) = self.lookup.signing_key(&params.key_id).await? else {
+            return fail(FailureReason::BadSignature, "invalid signed URL");
+        };
+        if signing_key.retired_at.is_some() {
+            return fail(FailureReason::BadSignature, "signed URL's key has been retired");
         }
-    }
-}
-
-async fn authorize_token(
-    app: &AppState,
-    presented: &str,
-    bucket_id: Option<i64>,
-    key: &ObjectKey,
-    access: Access,
-) -> Result<(), ApiError> {
-    let record = known_token(app, presented).await?;
-    check_token(&record, bucket_id, key.as_str(), access, unix_now()).map_err(denied)
-}
-
-/// The token presented as `Authorization: Bearer`, if it exists and is neither revoked nor expired.
-async fn live_token(app: &AppState, presented: &str) -> Result<Arc<TokenRecord>, ApiError> {
-    let record = known_token(app, presented).await?;
-    check_liveness(&record, unix_now()).map_err(denied)?;
-    Ok(record)
-}
-
-/// The stored token whose hash matches the presented one, whatever its state.
-async fn known_token(app: &AppState, presented: &str) -> Result<Arc<TokenRecord>, ApiError> {
-    let record = match token::token_id(presented) {
-        Some(id) => app.catalog.token(id).await?,
-        None => None,
-    };
-    // Hash even when nothing was found, so unknown ids and wrong secrets take the same time.
-    let unknown = [0u8; 32];
-    let hash_matches = token::matches(presented, record.as_ref().map_or(&unknown[..], |r| &r.secret_hash));
-    let Some(record) = record.filter(|_| hash_matches) else {
-        crate::metrics::auth_failure("unknown_token");
-        return Err(ApiError::Unauthorized("invalid token"));
-    };
-    Ok(record)
-}
-
-fn denied(denial: Denial) -> ApiError {
-    match denial {
-        Denial::Revoked => {
-            crate::metrics::auth_failure("revoked");
-            ApiError::Unauthorized("token revoked")
+        if !params.verify(&signing_key.secret, bucket.as_str(), key.as_str()) {
+            return fail(FailureReason::BadSignature, "invalid signed URL");
         }
-        Denial::Expired => {
-            crate::metrics::auth_failure("expired");
-            ApiError::Unauthorized("token expired")
+        if self.lookup.signature_revoked(&params.signature).await? {
+            return fail(FailureReason::SignatureRevoked, "signed URL revoked");
         }
-        Denial::Forbidden => {
-            crate::metrics::auth_failure("forbidden");
-            ApiError::Forbidden
-        }
+        Ok(())
     }
-}
-
-/// An `admin`-scope bearer token, for management endpoints; callers limit what they show to its bucket and prefix.
-pub async fn admin_token(app: &AppState, headers: &HeaderMap) -> Result<Arc<TokenRecord>, ApiError> {
-    let Credentials::Bearer(presented) = credentials(headers, &Uri::from_static("/"))? else {
-        crate::metrics::auth_failure("missing");
-        return Err(ApiError::Unauthorized("a bearer token with admin scope is required"));
-    };
-    let record = live_token(app, &presented).await?;
-    if Scope::parse(&record.scope) != Some(Scope::Admin) {
-        return Err(denied(Denial::Forbidden));
-    }
-    Ok(record)
-}
-
-async fn verify_presigned(
-    app: &AppState,
-    params: &PresignParams,
-    bucket: &str,
-    key: &ObjectKey,
-) -> Result<(), ApiError> {
-    let now = unix_now();
-    let max_lifetime = app.settings.auth.presign_max_lifetime.as_secs() as i64;
-    let fail = |reason: &'static str, message: &'static str| {
-        crate::metrics::auth_failure(reason);
-        Err(ApiError::Unauthorized(message))
-    };
-    if now >= params.expires {
-        return fail("signature_expired", "signed URL expired");
-    }
-    // Allow a minute of clock skew between the signing host and this one.
-    if params.expires > now.saturating_add(max_lifetime).saturating_add(60) {
-        return fail("bad_signature", "signed URL lives longer than the configured maximum");
-    }
-    let Some(signing_key) = app.catalog.signing_key(&params.key_id).await? else {
-        return fail("bad_signature", "invalid signed URL");
-    };
-    if signing_key.retired_at.is_some() {
-        return fail("bad_signature", "signed URL's key has been retired");
-    }
-    if !params.verify(&signing_key.secret, bucket, key.as_str()) {
-        return fail("bad_signature", "invalid signed URL");
-    }
-    if app.catalog.signature_revoked(&params.signature).await? {
-        return fail("signature_revoked", "signed URL revoked");
-    }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::{HashMap, HashSet};
+
     use super::*;
-    use presign::SignedFields;
 
     fn token(scope: &str, prefix: &str) -> TokenRecord {
         TokenRecord {
@@ -354,134 +445,227 @@ mod tests {
 
     #[test]
     fn credentials_are_single_and_unambiguous() {
-        let uri: Uri = "/b/k".parse().unwrap();
         let mut h = HeaderMap::new();
-        assert_eq!(credentials(&h, &uri).unwrap(), Credentials::Anonymous);
+        assert_eq!(credentials(&h, None).unwrap(), Credentials::Anonymous);
         h.append(header::AUTHORIZATION, "Bearer x".parse().unwrap());
-        assert_eq!(credentials(&h, &uri).unwrap(), Credentials::Bearer("x".into()));
-        let signed: Uri = "/b/k?bg-expires=1&bg-key=k&bg-sig=s".parse().unwrap();
-        assert!(matches!(credentials(&h, &signed), Err(ApiError::BadRequest(_))));
+        assert_eq!(credentials(&h, None).unwrap(), Credentials::Bearer("x".into()));
+        let signed = Some("bg-expires=1&bg-key=k&bg-sig=s");
+        assert!(matches!(credentials(&h, signed), Err(AuthError::BadRequest(_))));
         h.append(header::AUTHORIZATION, "Bearer y".parse().unwrap());
-        assert!(matches!(credentials(&h, &uri), Err(ApiError::BadRequest(_))));
+        assert!(matches!(credentials(&h, None), Err(AuthError::BadRequest(_))));
         let h = HeaderMap::new();
-        assert!(matches!(credentials(&h, &signed).unwrap(), Credentials::Presigned(_)));
+        assert!(matches!(credentials(&h, signed).unwrap(), Credentials::Presigned(_)));
+        let mut malformed = HeaderMap::new();
+        malformed.append(header::AUTHORIZATION, "Basic x".parse().unwrap());
+        assert_eq!(credentials(&malformed, None).unwrap_err().reason(), Some("malformed"));
+        assert_eq!(presigned(Some("bg-expires=1&bg-expires=2")).unwrap_err().reason(), Some("malformed"));
+        assert!(matches!(presigned(Some("response-content-type=")), Err(AuthError::BadRequest(_))));
     }
 
-    /// What the server's chain (head parser, one percent-decode, query parsing, HMAC verification) makes of a
-    /// request target: `Ok` with the signed fields it verified, or the error it answers.
-    fn verified(target: &[u8], secret: &[u8]) -> Result<(String, String, PresignParams), &'static str> {
-        use crate::driver::head::{HeadLimits, Parsed, parse_request_head};
-        let limits = HeadLimits { max_head_bytes: 8192, max_headers: 16, max_uri_bytes: 4096 };
-        let mut raw = b"GET ".to_vec();
-        raw.extend_from_slice(target);
-        raw.extend_from_slice(b" HTTP/1.1\r\nHost: h\r\n\r\n");
-        let Ok(Parsed::Complete(head)) = parse_request_head(&raw, &limits) else { return Err("bad head") };
-        let (bucket, key) = crate::names::parse_object_path(head.uri.path()).map_err(|_| "bad path")?;
-        match credentials(&head.headers, &head.uri) {
-            Ok(Credentials::Presigned(p)) if p.verify(secret, bucket.as_str(), key.as_str()) => {
-                Ok((bucket.to_string(), key.to_string(), p))
-            }
-            Ok(Credentials::Presigned(_)) => Err("signature does not verify"),
-            Ok(_) => Err("not signed"),
-            Err(ApiError::BadRequest(_)) => Err("400"),
-            Err(_) => Err("401"),
+    /// The lookup, in memory: the decisions are tested without a database or a server.
+    #[derive(Default)]
+    struct MemoryLookup {
+        tokens: HashMap<String, Arc<TokenRecord>>,
+        keys: HashMap<String, Arc<SigningKey>>,
+        revoked: HashSet<String>,
+    }
+
+    impl CredentialLookup for MemoryLookup {
+        fn token(&self, id: &str) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send {
+            std::future::ready(Ok(self.tokens.get(id).cloned()))
+        }
+
+        fn signing_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send {
+            std::future::ready(Ok(self.keys.get(id).cloned()))
+        }
+
+        fn signature_revoked(&self, signature: &str) -> impl Future<Output = Result<bool, MetadataError>> + Send {
+            std::future::ready(Ok(self.revoked.contains(signature)))
         }
     }
 
-    fn signed_target(secret: &[u8], disposition: Option<&str>) -> String {
-        let fields = SignedFields {
-            method: "GET",
-            bucket: "bkt",
-            key: "dir/file name+ü.bin",
-            expires: 2_000_000_000,
-            key_id: "k0a1b2c3d",
-            response_disposition: disposition,
+    const NOW: i64 = 1_000_000;
+    const SECRET: [u8; 32] = [7; 32];
+
+    struct World {
+        auth: Authorizer<MemoryLookup>,
+        /// Presented tokens by name: read, write, admin, revoked, expired (all for bucket 1, `priv`).
+        tokens: HashMap<&'static str, String>,
+        private: Arc<Bucket>,
+        public: Arc<Bucket>,
+    }
+
+    fn world() -> World {
+        let mut lookup = MemoryLookup::default();
+        let mut tokens = HashMap::new();
+        for (name, scope, revoked_at, expires_at) in [
+            ("read", "read", None, None),
+            ("write", "write", None, None),
+            ("admin", "admin", None, Some(NOW + 10)),
+            ("revoked", "admin", Some(NOW - 1), None),
+            ("expired", "admin", None, Some(NOW)),
+        ] {
+            let new = token::generate();
+            let record = TokenRecord {
+                id: new.id.clone(),
+                secret_hash: new.secret_hash.to_vec(),
+                bucket_id: 1,
+                bucket_name: "priv".into(),
+                prefix: String::new(),
+                scope: scope.into(),
+                created_at: 0,
+                expires_at,
+                revoked_at,
+            };
+            lookup.tokens.insert(new.id, Arc::new(record));
+            tokens.insert(name, new.token);
+        }
+        for (id, retired_at) in [("k1", None), ("k2", Some(NOW - 1))] {
+            let key = SigningKey { id: id.into(), secret: SECRET.to_vec(), created_at: 0, retired_at };
+            lookup.keys.insert(id.into(), Arc::new(key));
+        }
+        lookup.revoked.insert(sign("priv", "a", NOW + 60, "k1", Some("inline")).signature);
+        let bucket = |id, name: &str, public| {
+            Arc::new(Bucket { id, name: name.into(), public, created_at: 0, default_cache_control: None })
         };
-        let url = presign::build_url("http://h", &fields, &presign::sign(secret, &fields));
-        url.strip_prefix("http://h").unwrap().to_owned()
-    }
-
-    /// Every single-byte mutation of a signed URL's request target, with and without a signed override, is
-    /// refused by the chain the server runs, unless it is the same request spelled differently (e.g. `%2F` as
-    /// `%2f`), which the check confirms by comparing every signed field.
-    #[test]
-    fn every_single_byte_mutation_of_a_signed_url_is_rejected() {
-        let secret = [7u8; 32];
-        for disposition in [Some("attachment"), None] {
-            let target = signed_target(&secret, disposition);
-            let original = verified(target.as_bytes(), &secret).expect("the untouched URL verifies");
-            let (mut tried, mut equivalent) = (0, 0);
-            for i in 0..target.len() {
-                for b in 0..=255u8 {
-                    if b == target.as_bytes()[i] {
-                        continue;
-                    }
-                    let mut mutated = target.clone().into_bytes();
-                    mutated[i] = b;
-                    tried += 1;
-                    if let Ok(got) = verified(&mutated, &secret) {
-                        let same = got.0 == original.0
-                            && got.1 == original.1
-                            && got.2.expires == original.2.expires
-                            && got.2.key_id == original.2.key_id
-                            && got.2.response_disposition == original.2.response_disposition;
-                        assert!(same, "mutation at {i} to {b:#04x} was accepted with different fields: {got:?}");
-                        equivalent += 1;
-                    }
-                }
-            }
-            assert!(tried > 20_000);
-            // Only re-spellings of percent-escapes (hex digit case) may pass, and they are the same request.
-            let escapes = target.matches('%').count();
-            assert!(equivalent <= 2 * escapes, "{equivalent} equivalent mutations for {escapes} escapes");
+        World {
+            auth: Authorizer::new(lookup, Duration::from_secs(3600)).with_clock(|| NOW),
+            tokens,
+            private: bucket(1, "priv", false),
+            public: bucket(2, "pub", true),
         }
     }
 
-    /// Whole parameters appended, duplicated, emptied or dropped: none is accepted, and an empty override is a
-    /// 400 whether or not the link signed one (the stripped-`attachment` attack of issue 12).
-    #[test]
-    fn appended_duplicated_and_empty_parameters_of_a_signed_url_are_rejected() {
-        let secret = [7u8; 32];
-        for disposition in [Some("attachment"), None] {
-            let target = signed_target(&secret, disposition);
-            assert!(verified(target.as_bytes(), &secret).is_ok());
-            let (path, query) = target.split_once('?').unwrap();
-            let params: Vec<&str> = query.split('&').collect();
-            let mut cases: Vec<(String, Option<&str>)> = Vec::new();
-            for name in ["response-content-disposition", "response-content-type", "response-cache-control"] {
-                cases.push((format!("{target}&{name}="), Some("400")));
-                cases.push((format!("{target}&{name}"), Some("400")));
-                cases.push((format!("{path}?{name}=&{query}"), Some("400")));
-            }
-            for value in ["inline", "attachment", "attachment;%20filename%3D%22x.html%22"] {
-                cases.push((format!("{target}&response-content-disposition={value}"), None));
-            }
-            // Invalid (400), or repeated when the link signed one (401).
-            cases.push((format!("{target}&response-content-disposition=attachment;"), None));
-            for (i, param) in params.iter().enumerate() {
-                let (name, _) = param.split_once('=').unwrap();
-                let others = |replacement: Option<String>| {
-                    let mut q: Vec<String> = params.iter().map(|p| p.to_string()).collect();
-                    match replacement {
-                        Some(r) => q[i] = r,
-                        None => drop(q.remove(i)),
-                    }
-                    format!("{path}?{}", q.join("&"))
-                };
-                cases.push((format!("{target}&{param}"), None));
-                cases.push((format!("{path}?{param}&{query}"), None));
-                let emptied = if name.starts_with("response-") { Some("400") } else { None };
-                cases.push((others(Some(format!("{name}="))), emptied));
-                cases.push((others(None), None));
-            }
-            for (case, want) in &cases {
-                let got = verified(case.as_bytes(), &secret);
-                assert!(got.is_err(), "{case} was accepted: {got:?}");
-                if let Some(want) = want {
-                    assert_eq!(got.unwrap_err(), *want, "{case}");
-                }
-            }
-            assert!(cases.len() > 20);
+    fn sign(bucket: &str, key: &str, expires: i64, key_id: &str, disposition: Option<&str>) -> PresignParams {
+        let fields = SignedFields { method: "GET", bucket, key, expires, key_id, response_disposition: disposition };
+        let signature = presign::sign(&SECRET, &fields);
+        PresignParams {
+            expires,
+            key_id: key_id.into(),
+            signature,
+            response_disposition: disposition.map(str::to_owned),
         }
+    }
+
+    use presign::SignedFields;
+
+    fn name(s: &str) -> BucketName {
+        BucketName::parse(s).unwrap()
+    }
+
+    fn key(s: &str) -> ObjectKey {
+        ObjectKey::parse(s).unwrap()
+    }
+
+    /// What a refusal looks like from outside: its metric label, or the kind of non-refusal.
+    fn outcome<T>(r: Result<T, AuthError>) -> Result<T, String> {
+        r.map_err(|e| match e.reason() {
+            Some(reason) => reason.to_owned(),
+            None => format!("{e:?}"),
+        })
+    }
+
+    #[tokio::test]
+    async fn read_decisions_over_an_in_memory_lookup() {
+        let w = world();
+        let bearer = |name: &str| Credentials::Bearer(w.tokens[name].clone());
+        let (private, public) = (Some(&w.private), Some(&w.public));
+        let read = async |bucket: &str, b: Option<&Arc<Bucket>>, credentials: Credentials| {
+            outcome(w.auth.read(&name(bucket), b, &key("a"), credentials).await)
+        };
+        let bucket_of = |r: Result<ReadGrant, String>| r.map(|g| (g.bucket.id, g.content_disposition));
+
+        // Anonymous: public is readable, private and absent buckets answer alike.
+        assert_eq!(bucket_of(read("pub", public, Credentials::Anonymous).await), Ok((2, None)));
+        assert_eq!(bucket_of(read("priv", private, Credentials::Anonymous).await), Err("missing".into()));
+        assert_eq!(bucket_of(read("gone", None, Credentials::Anonymous).await), Err("missing".into()));
+
+        // Tokens.
+        assert_eq!(bucket_of(read("priv", private, bearer("read")).await), Ok((1, None)));
+        assert_eq!(bucket_of(read("gone", None, bearer("read")).await), Err("forbidden".into()));
+        assert_eq!(bucket_of(read("priv", private, bearer("revoked")).await), Err("revoked".into()));
+        assert_eq!(bucket_of(read("priv", private, bearer("expired")).await), Err("expired".into()));
+        // Presented on a public bucket, credentials must still be valid; any live token will do.
+        assert_eq!(bucket_of(read("pub", public, bearer("read")).await), Ok((2, None)));
+        assert_eq!(bucket_of(read("pub", public, bearer("revoked")).await), Err("revoked".into()));
+        let mut wrong_secret = w.tokens["read"].clone();
+        let last = wrong_secret.pop().unwrap();
+        wrong_secret.push(if last == 'A' { 'B' } else { 'A' });
+        let wrong = Credentials::Bearer(wrong_secret);
+        assert_eq!(bucket_of(read("priv", private, wrong).await), Err("unknown_token".into()));
+        let unknown = Credentials::Bearer(token::generate().token);
+        assert_eq!(bucket_of(read("priv", private, unknown).await), Err("unknown_token".into()));
+
+        // Signed URLs.
+        let signed = |bucket, expires, key_id, d| Credentials::Presigned(sign(bucket, "a", expires, key_id, d));
+        let attachment = Some("attachment");
+        let grant = read("priv", private, signed("priv", NOW + 60, "k1", attachment)).await;
+        assert_eq!(bucket_of(grant), Ok((1, Some("attachment".into()))));
+        let grant = read("pub", public, signed("pub", NOW + 60, "k1", attachment)).await;
+        assert_eq!(bucket_of(grant), Ok((2, Some("attachment".into()))));
+        let cases = [
+            ("priv", private, signed("priv", NOW, "k1", None), "signature_expired"),
+            ("priv", private, signed("priv", NOW + 3600 + 61, "k1", None), "bad_signature"),
+            ("priv", private, signed("priv", NOW + 60, "k9", None), "bad_signature"),
+            ("priv", private, signed("priv", NOW + 60, "k2", None), "bad_signature"),
+            ("priv", private, signed("pub", NOW + 60, "k1", None), "bad_signature"),
+            ("pub", public, signed("priv", NOW + 60, "k1", None), "bad_signature"),
+            ("priv", private, signed("priv", NOW + 60, "k1", Some("inline")), "signature_revoked"),
+        ];
+        for (bucket, b, credentials, want) in cases {
+            assert_eq!(bucket_of(read(bucket, b, credentials.clone()).await), Err(want.into()), "{credentials:?}");
+        }
+        // Within the minute of clock skew allowed beyond the maximum lifetime.
+        assert!(read("priv", private, signed("priv", NOW + 3600 + 60, "k1", None)).await.is_ok());
+        // A valid signature for a bucket that is gone is a missing object, not a refusal.
+        let gone = read("gone", None, signed("gone", NOW + 60, "k1", None)).await;
+        assert!(matches!(gone, Err(ref e) if e == "NoSuchBucket"), "{gone:?}");
+    }
+
+    #[tokio::test]
+    async fn write_and_admin_decisions_over_an_in_memory_lookup() {
+        let w = world();
+        let bearer = |name: &str| Credentials::Bearer(w.tokens[name].clone());
+        let b = Some(&*w.private);
+        let write = async |b: Option<&Bucket>, credentials| outcome(w.auth.write(b, &key("a"), credentials).await);
+        assert_eq!(write(b, bearer("write")).await, Ok(()));
+        assert_eq!(write(b, bearer("admin")).await, Ok(()));
+        assert_eq!(write(b, bearer("read")).await, Err("forbidden".into()));
+        assert_eq!(write(None, bearer("write")).await, Err("forbidden".into()));
+        assert_eq!(write(b, bearer("revoked")).await, Err("revoked".into()));
+        assert_eq!(write(b, Credentials::Anonymous).await, Err("missing".into()));
+        let signed = Credentials::Presigned(sign("priv", "a", NOW + 60, "k1", None));
+        assert_eq!(write(b, signed).await, Err("missing".into()), "a signed URL never writes");
+
+        let admin = async |credentials| outcome(w.auth.admin(credentials).await).map(|t| t.scope.clone());
+        assert_eq!(admin(bearer("admin")).await, Ok("admin".into()));
+        assert_eq!(admin(bearer("write")).await, Err("forbidden".into()));
+        assert_eq!(admin(bearer("expired")).await, Err("expired".into()));
+        assert_eq!(admin(Credentials::Anonymous).await, Err("missing".into()));
+    }
+
+    /// The labels of `blobgate_auth_failures_total` are exactly the ones before `AuthError` existed.
+    #[test]
+    fn failure_labels_are_the_metric_labels() {
+        use FailureReason::*;
+        let all = [Missing, Malformed, UnknownToken, Revoked, Expired, Forbidden, BadSignature, SignatureExpired];
+        let labels: Vec<_> = all.iter().chain([&SignatureRevoked]).map(|r| r.label()).collect();
+        assert_eq!(
+            labels,
+            [
+                "missing",
+                "malformed",
+                "unknown_token",
+                "revoked",
+                "expired",
+                "forbidden",
+                "bad_signature",
+                "signature_expired",
+                "signature_revoked"
+            ]
+        );
+        assert_eq!(AuthError::Forbidden.reason(), Some("forbidden"));
+        assert_eq!(AuthError::BadRequest("x").reason(), None);
+        assert_eq!(AuthError::NoSuchBucket.reason(), None);
     }
 }

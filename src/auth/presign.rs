@@ -144,7 +144,7 @@ pub fn parse_query(query: Option<&str>) -> Result<Option<PresignParams>, QueryEr
         }
     }
     if let Some(d) = &disposition {
-        crate::http::disposition::validate_content_disposition(d)
+        crate::header_values::disposition::validate_content_disposition(d)
             .map_err(|_| QueryError::Override("response-content-disposition is not a valid RFC 6266 value"))?;
     }
     match (expires, key_id, signature) {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::Body;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::{Buf, BytesMut};
 use http::header::{self, HeaderValue};
 use http::{Method, Request, StatusCode, Version};
@@ -23,10 +23,9 @@ use super::admission::Admission;
 use super::head::{Parsed, Persistence, RequestHead, parse_request_head, write_response_head};
 use super::idle::IdleEntry;
 use super::sendfile::{SendOutcome, send_bytes, send_file_response};
-use super::{DataService, DriverContext};
+use super::{DataService, DriverContext, Refusal};
 use crate::file_body::{DownloadKind, FileBody, ObjectRef};
-use crate::http::error::ApiError;
-use crate::metrics::downloads::{DownloadRecord, Outcome, RecordKind};
+use crate::stats::{DownloadRecord, Outcome, RecordKind};
 
 /// Largest buffered (non-file) response body we accept from a handler: errors and small JSON only.
 const MAX_BUFFERED_BODY: usize = 1 << 20;
@@ -90,11 +89,12 @@ impl<S: DataService> Connection<S> {
     pub(crate) async fn refuse_over_address_limit(mut self, shutdown: &CancellationToken) {
         self.reclaimable = false;
         let error = match self.next_head(true, shutdown).await {
-            NextHead::Head(_) => ApiError::TooManyConnectionsFromAddress,
+            NextHead::Head(_) => Refusal::TooManyConnectionsFromAddress,
             NextHead::Closed => return,
-            NextHead::Refuse(status, message) => ApiError::BadRequestHead { status, message },
+            NextHead::Refuse(status, message) => Refusal::BadHead { status, message },
         };
-        let _ = self.send_buffered(error.into_response(), false, Persistence::Close).await;
+        let response = (self.ctx.render_refusal)(error);
+        let _ = self.send_buffered(response, false, Persistence::Close).await;
     }
 
     pub(crate) async fn run(mut self, shutdown: CancellationToken) {
@@ -108,7 +108,7 @@ impl<S: DataService> Connection<S> {
                         // A client's choice (an HTTP/2 preface, say), not our failure: info, not error.
                         tracing::info!(peer = %self.peer, reason = message, "refused a request in another HTTP version");
                     }
-                    let response = ApiError::BadRequestHead { status, message }.into_response();
+                    let response = (self.ctx.render_refusal)(Refusal::BadHead { status, message });
                     let _ = self.send_buffered(response, false, Persistence::Close).await;
                     return;
                 }
@@ -261,7 +261,7 @@ impl<S: DataService> Connection<S> {
         if let Err(why) = check_file_response(&response, &body) {
             // A handler bug: refuse rather than fall back to copying or send a body that contradicts its head.
             tracing::error!(peer = %self.peer, why, "inconsistent file response");
-            let response = ApiError::Internal(anyhow::anyhow!("inconsistent file response: {why}")).into_response();
+            let response = (self.ctx.render_refusal)(Refusal::InconsistentFileResponse(why));
             let _ = self.send_buffered(response, is_head, Persistence::Close).await;
             return false;
         }

@@ -33,7 +33,7 @@ use crate::metrics::DriverMetrics;
 use crate::metrics::downloads::DownloadRecorder;
 use admission::Admission;
 use head::HeadLimits;
-use sendfile::SendOptions;
+use sendfile::{SendObserver, SendOptions};
 
 /// Concurrent pool sends (cold or bulk chunks) across all workers: enough to keep a disk busy, few enough that
 /// cold downloads cannot take every blocking thread.
@@ -60,10 +60,36 @@ impl<S> DataService for S where
 {
 }
 
+/// A response the driver gives by itself, without calling the application.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// A request head it cannot take: malformed, over a limit, timed out, another HTTP version.
+    BadHead { status: http::StatusCode, message: &'static str },
+    /// Beyond `limits.max_connections_per_ip`.
+    TooManyConnectionsFromAddress,
+    /// The application answered a file response that contradicts its own head: a bug, refused before a byte.
+    InconsistentFileResponse(&'static str),
+}
+
+/// Renders a [`Refusal`]. The application supplies it (`http::refusal_response`), so refusals look like every other
+/// error it answers while the driver stays below `http`.
+pub type RenderRefusal = fn(Refusal) -> Response;
+
+impl SendObserver for DriverMetrics {
+    fn sent(&self, object_bytes: u64) {
+        self.add_sent_bytes(object_bytes);
+    }
+
+    fn cold_chunk(&self) {
+        self.add_cold_chunk();
+    }
+}
+
 /// Everything a connection needs, shared by all of them.
 pub struct DriverContext<S> {
     /// Cloned per request (a reference count) because `oneshot` takes the service by value.
     pub service: S,
+    pub render_refusal: RenderRefusal,
     pub head_limits: HeadLimits,
     pub timeouts: crate::config::Timeouts,
     pub send: SendOptions,
@@ -73,9 +99,10 @@ pub struct DriverContext<S> {
 }
 
 impl<S: DataService> DriverContext<S> {
-    pub fn new(service: S, settings: &Settings, recorder: DownloadRecorder) -> Self {
+    pub fn new(service: S, render_refusal: RenderRefusal, settings: &Settings, recorder: DownloadRecorder) -> Self {
         Self {
             service,
+            render_refusal,
             head_limits: HeadLimits {
                 max_head_bytes: settings.limits.max_head_bytes,
                 max_headers: settings.limits.max_headers,
@@ -324,7 +351,7 @@ pub fn http_date() -> HttpDate {
             return value;
         }
         let mut value = [b' '; 29];
-        let text = crate::http::conditional::format_http_date(now);
+        let text = crate::header_values::format_http_date(now);
         let n = text.len().min(29);
         value[..n].copy_from_slice(&text.as_bytes()[..n]);
         cache.set((second, value));

@@ -9,12 +9,12 @@ use axum::response::IntoResponse;
 use axum::routing::{get, put};
 use http::{StatusCode, header};
 
-use super::AppState;
+use super::AdminState;
 use super::error::ApiError;
 use crate::metrics::downloads::stats_json;
 use crate::store::StatsOrder;
 
-pub fn admin_router(state: AppState) -> Router {
+pub fn admin_router(state: AdminState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
@@ -27,7 +27,7 @@ pub fn admin_router(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn healthz(State(app): State<AppState>) -> Result<&'static str, ApiError> {
+async fn healthz(State(app): State<AdminState>) -> Result<&'static str, ApiError> {
     if app.ready.load(Ordering::Acquire) { Ok("ok\n") } else { Err(ApiError::NotReady) }
 }
 
@@ -40,11 +40,11 @@ struct StatsQuery {
 
 /// Per-object download stats for the admin token's bucket (and prefix), as `blobgate stats --json` prints them.
 async fn stats(
-    State(app): State<AppState>,
+    State(app): State<AdminState>,
     headers: http::HeaderMap,
     query: Result<axum::extract::Query<StatsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let token = crate::auth::admin_token(&app, &headers).await?;
+    let token = app.auth.admin(crate::auth::credentials(&headers, None)?).await?;
     let axum::extract::Query(query) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let order = match query.by.as_deref() {
         None | Some("bytes") => StatsOrder::Bytes,
@@ -61,6 +61,6 @@ async fn stats(
     Ok(axum::Json(rows.iter().map(stats_json).collect::<Vec<_>>()))
 }
 
-async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
+async fn metrics(State(app): State<AdminState>) -> impl IntoResponse {
     (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], app.prometheus.render())
 }

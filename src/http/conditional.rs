@@ -35,6 +35,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, Method, header};
 
+use crate::header_values::format_http_date;
+#[cfg(test)]
+use crate::header_values::{MAX_HTTP_DATE_SECS, etag_from_sha256};
+
 /// Validators of the selected representation.
 #[derive(Debug, Clone, Copy)]
 pub struct Validators<'a> {
@@ -134,32 +138,6 @@ pub fn parse_http_date(value: &[u8]) -> Option<SystemTime> {
     }
     let text = std::str::from_utf8(value).ok()?;
     httpdate::parse_http_date(text).ok()
-}
-
-/// Formats `t` as an IMF-fixdate (`Wed, 01 May 2024 12:00:00 GMT`), dropping sub-seconds.
-/// Times outside 1970-01-01..=9999-12-31T23:59:59 are clamped, since `httpdate` panics on them.
-#[must_use]
-pub fn format_http_date(t: SystemTime) -> String {
-    let max = UNIX_EPOCH + Duration::from_secs(MAX_HTTP_DATE_SECS);
-    httpdate::fmt_http_date(t.clamp(UNIX_EPOCH, max))
-}
-
-/// 9999-12-31T23:59:59Z, the last second `httpdate` can format.
-const MAX_HTTP_DATE_SECS: u64 = 253_402_300_799;
-
-/// Strong ETag for a blob: the full lowercase SHA-256 hex, quoted (`"e3b0…b855"`, 66 bytes).
-///
-/// The whole digest rather than a prefix: the tag then *is* the content address (it can be checked
-/// against the stored digest or `Repr-Digest`), and a strong validator never has to rely on a
-/// truncated hash being unique; 32 extra header bytes are negligible. Characters that are not ASCII
-/// hex digits are dropped so the result is always a syntactically valid strong entity-tag.
-#[must_use]
-pub fn etag_from_sha256(hex: &str) -> String {
-    let mut tag = String::with_capacity(hex.len() + 2);
-    tag.push('"');
-    tag.extend(hex.chars().filter(char::is_ascii_hexdigit).map(|c| c.to_ascii_lowercase()));
-    tag.push('"');
-    tag
 }
 
 /// One row of the precondition table, replayable over the wire.

@@ -5,6 +5,7 @@ use axum::Json;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 
+use crate::auth::AuthError;
 use crate::names::NameError;
 use crate::store::{MetadataError, StoreError};
 
@@ -141,6 +142,22 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::NoSuchBucket(_) => ApiError::NoSuchBucket,
             StoreError::Other(e) => ApiError::Internal(e),
+        }
+    }
+}
+
+/// The one place an authorisation failure becomes a response; a refusal of credentials is counted here, by reason.
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> Self {
+        if let Some(reason) = e.reason() {
+            crate::metrics::auth_failure(reason);
+        }
+        match e {
+            AuthError::BadRequest(why) => ApiError::BadRequest(why.into()),
+            AuthError::Unauthorized { message, .. } => ApiError::Unauthorized(message),
+            AuthError::Forbidden => ApiError::Forbidden,
+            AuthError::NoSuchBucket => ApiError::NotFound,
+            AuthError::Lookup(e) => e.into(),
         }
     }
 }

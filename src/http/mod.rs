@@ -3,54 +3,83 @@
 pub mod admin;
 pub mod conditional;
 pub mod deadline;
-pub mod disposition;
 pub mod error;
 pub mod fragment_guard;
 pub mod multipart;
 pub mod object;
 pub mod range;
-pub mod representation;
+#[cfg(test)]
+mod signed_url_tests;
 pub mod upload;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
 use axum::handler::Handler;
+use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::PrometheusHandle;
 
+use crate::auth::Authorizer;
 use crate::catalog::Catalog;
 use crate::config::Settings;
+use crate::driver::Refusal;
 use crate::store::Store;
+use error::ApiError;
 
-/// Shared by every handler on both listeners. Cloning it (axum does, per request) is one reference count.
+/// What the data listener's handler needs. Cloning it (axum does, per request) is one reference count.
 #[derive(Clone)]
-pub struct AppState(Arc<AppParts>);
+pub struct DataState(Arc<DataParts>);
 
-impl AppState {
-    pub fn new(parts: AppParts) -> Self {
+pub struct DataParts {
+    /// Cached metadata and open blobs for the data path, coherent with the database.
+    pub catalog: Arc<Catalog>,
+    pub auth: Authorizer<Arc<Catalog>>,
+    pub range_policy: range::RangePolicy,
+}
+
+impl DataState {
+    pub fn new(parts: DataParts) -> Self {
         Self(Arc::new(parts))
     }
 }
 
-impl std::ops::Deref for AppState {
-    type Target = AppParts;
+impl std::ops::Deref for DataState {
+    type Target = DataParts;
 
-    fn deref(&self) -> &AppParts {
+    fn deref(&self) -> &DataParts {
         &self.0
     }
 }
 
-pub struct AppParts {
+/// What the admin listener's handlers need: the store for uploads and stats, health and metrics.
+#[derive(Clone)]
+pub struct AdminState(Arc<AdminParts>);
+
+pub struct AdminParts {
     pub store: Store,
-    /// Cached metadata and open blobs for the data path, coherent with the database.
-    pub catalog: Arc<Catalog>,
+    /// Over the same catalog as the data listener, so both see a revocation at once.
+    pub auth: Authorizer<Arc<Catalog>>,
     pub settings: Arc<Settings>,
-    pub range_policy: range::RangePolicy,
     pub prometheus: PrometheusHandle,
     /// Set once migrations have run and both listeners are bound: `/healthz` reports it.
     pub ready: AtomicBool,
     /// One permit per upload in progress (`limits.max_concurrent_uploads`).
     pub uploads: tokio::sync::Semaphore,
+}
+
+impl AdminState {
+    pub fn new(parts: AdminParts) -> Self {
+        Self(Arc::new(parts))
+    }
+}
+
+impl std::ops::Deref for AdminState {
+    type Target = AdminParts;
+
+    fn deref(&self) -> &AdminParts {
+        &self.0
+    }
 }
 
 /// The data listener's application: the object handler (an ordinary axum handler with extractors) as a tower
@@ -62,9 +91,20 @@ pub struct AppParts {
 /// download made. The driver accepts any such `Service`, so a `Router` or further layers can go back on without
 /// touching it. No TraceLayer either: its per-request span cost a few percent of a small download's CPU; the
 /// driver logs every response itself (`blobgate::driver` at debug), which costs nothing when that level is off.
-pub fn data_service(state: AppState) -> impl crate::driver::DataService {
-    let handler_timeout = state.settings.timeouts.handler;
+pub fn data_service(state: DataState, handler_timeout: Duration) -> impl crate::driver::DataService {
     tower::ServiceBuilder::new()
         .layer(deadline::DeadlineLayer::new(handler_timeout))
         .service(object::get_object.with_state(state))
+}
+
+/// What the data listener answers when the driver refuses a request itself: the same JSON errors as the handler's.
+pub fn refusal_response(refusal: Refusal) -> Response {
+    let error = match refusal {
+        Refusal::BadHead { status, message } => ApiError::BadRequestHead { status, message },
+        Refusal::TooManyConnectionsFromAddress => ApiError::TooManyConnectionsFromAddress,
+        Refusal::InconsistentFileResponse(why) => {
+            ApiError::Internal(anyhow::anyhow!("inconsistent file response: {why}"))
+        }
+    };
+    error.into_response()
 }

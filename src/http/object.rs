@@ -17,24 +17,25 @@ use axum::response::{IntoResponse, Response};
 use http::header::{self, HeaderValue};
 use http::{Method, StatusCode};
 
-use super::AppState;
+use super::DataState;
 use super::conditional::{self, Precondition, Validators};
 use super::error::ApiError;
 use super::multipart;
 use super::range::{self, RangeDecision};
-use super::representation::{REPR_DIGEST, disposition_value};
+use crate::catalog::representation::{REPR_DIGEST, disposition_value};
 use crate::file_body::{DownloadKind, FileBody, Segment};
 use crate::names::parse_object_path;
 
 // The whole request by value rather than `Method`, `Uri` and `HeaderMap` extractors, which clone each part.
-pub async fn get_object(State(app): State<AppState>, request: Request) -> Result<Response, ApiError> {
+pub async fn get_object(State(app): State<DataState>, request: Request) -> Result<Response, ApiError> {
     let (http::request::Parts { method, uri, headers, .. }, _no_body) = request.into_parts();
     if method != Method::GET && method != Method::HEAD {
         return Err(ApiError::MethodNotAllowed);
     }
     let (bucket_name, key) = parse_object_path(uri.path())?;
     let bucket = app.catalog.bucket(bucket_name.as_str()).await?;
-    let grant = crate::auth::authorize_read(&app, bucket.as_ref(), &key, &uri, &headers).await?;
+    let credentials = crate::auth::credentials(&headers, uri.query())?;
+    let grant = app.auth.read(&bucket_name, bucket.as_ref(), &key, credentials).await?;
     let entry = app.catalog.object(grant.bucket.id, key.as_str()).await?.ok_or(ApiError::NotFound)?;
 
     let mut representation = entry.headers.clone();

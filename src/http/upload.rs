@@ -19,7 +19,7 @@ use http::header::{self, HeaderMap};
 use http::{StatusCode, Uri};
 use tokio::task::{JoinError, JoinHandle};
 
-use super::AppState;
+use super::AdminState;
 use super::error::ApiError;
 use crate::names::{parse_attrs, parse_object_path};
 use crate::store::{BlobStore, BlobWriter, StagedBlob};
@@ -29,14 +29,14 @@ use crate::store::{BlobStore, BlobWriter, StagedBlob};
 const WRITE_BATCH: usize = 512 * 1024;
 
 pub async fn put_object(
-    State(app): State<AppState>,
+    State(app): State<AdminState>,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let (bucket_name, key) = parse_object_path(uri.path())?;
     let bucket = app.store.meta.bucket(&bucket_name).await?;
-    crate::auth::authorize_write(&app, bucket.as_ref(), &key, &headers).await?;
+    app.auth.write(bucket.as_ref(), &key, crate::auth::credentials(&headers, None)?).await?;
     if bucket.is_none() {
         return Err(ApiError::NoSuchBucket);
     }
@@ -67,10 +67,10 @@ pub async fn put_object(
     Ok((StatusCode::CREATED, axum::Json(report)).into_response())
 }
 
-pub async fn delete_object(State(app): State<AppState>, uri: Uri, headers: HeaderMap) -> Result<Response, ApiError> {
+pub async fn delete_object(State(app): State<AdminState>, uri: Uri, headers: HeaderMap) -> Result<Response, ApiError> {
     let (bucket_name, key) = parse_object_path(uri.path())?;
     let bucket = app.store.meta.bucket(&bucket_name).await?;
-    crate::auth::authorize_write(&app, bucket.as_ref(), &key, &headers).await?;
+    app.auth.write(bucket.as_ref(), &key, crate::auth::credentials(&headers, None)?).await?;
     if bucket.is_none() {
         return Err(ApiError::NoSuchBucket);
     }
@@ -82,7 +82,7 @@ pub async fn delete_object(State(app): State<AppState>, uri: Uri, headers: Heade
 }
 
 /// Streams the body into a staged blob. Each wait for body bytes is bounded by `timeouts.body_idle`.
-async fn stage_body(app: &AppState, body: Body, limit: u64) -> Result<StagedBlob, ApiError> {
+async fn stage_body(app: &AdminState, body: Body, limit: u64) -> Result<StagedBlob, ApiError> {
     let body_idle = app.settings.timeouts.body_idle;
     let mut staging = Staging::new(app.store.blobs.clone());
     let mut stream = body.into_data_stream();

@@ -15,9 +15,9 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 
 use super::generation::Generation;
-use crate::auth::sealing::{self, NONCE_LEN, SealError, SecretsKey, is_sealed};
-use crate::metrics::downloads::{Batch, Counters};
-use crate::names::{BucketName, ObjectKey};
+use super::sealing::{self, NONCE_LEN, SealError, SecretsKey, is_sealed};
+use crate::names::{BucketName, ObjectAttrs, ObjectKey};
+use crate::stats::{Batch, Counters};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bucket {
@@ -36,14 +36,6 @@ const OBJECT_COLUMNS: &str =
 
 /// The embedded migrations: applied by `open`, compared by `open_read_only`.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
-
-/// What the caller chooses about an object besides its bytes.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ObjectAttrs {
-    pub content_type: Option<String>,
-    pub cache_control: Option<String>,
-    pub content_disposition: Option<String>,
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectRecord {
@@ -89,7 +81,7 @@ pub struct Metadata {
     generation: Arc<Generation>,
     /// Opened by `open_read_only`.
     read_only: bool,
-    /// Seals signing-key secrets in the database (`auth::sealing`); `Store::open` sets it.
+    /// Seals signing-key secrets in the database (`store::sealing`); `Store::open` sets it.
     secrets_key: Option<Arc<SecretsKey>>,
 }
 
@@ -602,7 +594,7 @@ impl Metadata {
             .await?;
         }
         for (((bucket_id, key), day), c) in &batch.per_day {
-            let day = crate::metrics::downloads::day_name(*day);
+            let day = crate::stats::day_name(*day);
             sqlx::query(
                 "INSERT INTO object_stats_daily (bucket_id, key, day, requests, completed, aborted, bytes_sent,
                                                  range_requests, not_modified)

@@ -9,6 +9,7 @@
 pub mod blobs;
 pub mod generation;
 pub mod metadata;
+pub mod sealing;
 pub mod secrets_key;
 
 use std::path::Path;
@@ -19,11 +20,11 @@ use serde::Serialize;
 
 pub use blobs::{BlobStore, BlobWriter, StagedBlob};
 pub use metadata::{
-    Bucket, CacheChange, Metadata, MetadataError, ObjectAttrs, ObjectRecord, ObjectStats, SigningKey, StatsOrder,
-    TokenRecord, Upsert,
+    Bucket, CacheChange, Metadata, MetadataError, ObjectRecord, ObjectStats, SigningKey, StatsOrder, TokenRecord,
+    Upsert,
 };
 
-use crate::names::{BucketName, ObjectKey};
+use crate::names::{BucketName, ObjectAttrs, ObjectKey};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -76,10 +77,7 @@ pub struct SweepReport {
     pub restored_blobs: usize,
 }
 
-/// Mode of every directory blobgate creates in the data dir, the data dir included: the owner only.
-pub const PRIVATE_DIR_MODE: u32 = 0o700;
-/// Mode of every file blobgate creates there (database, temp files, blobs, generation counter).
-pub const PRIVATE_FILE_MODE: u32 = 0o600;
+pub use crate::config::{PRIVATE_DIR_MODE, PRIVATE_FILE_MODE};
 
 /// The data dir's permission bits when group or others have any access to it (a dir created before the `0700`
 /// rule, or by hand): that dir is what keeps other local users from the keys and blobs inside it.
@@ -161,7 +159,7 @@ impl Store {
             bucket: bucket.to_string(),
             key: key.to_string(),
             size: staged.size,
-            etag: crate::http::conditional::etag_from_sha256(&staged.sha256),
+            etag: crate::header_values::etag_from_sha256(&staged.sha256),
             sha256: staged.sha256.clone(),
             content_type: effective_content_type(attrs.content_type.as_deref(), key.as_str()),
             status: match upsert {

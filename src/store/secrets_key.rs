@@ -1,5 +1,5 @@
 //! The secrets key file, `<data_dir>/signing-secrets.key`: the key that seals signing-key secrets in the database
-//! (`auth::sealing`). It is kept out of the database so that a copy of the database alone cannot forge signed
+//! (`store::sealing`). It is kept out of the database so that a copy of the database alone cannot forge signed
 //! URLs. Created owner-only on first use; never created over a database whose keys were sealed with a lost one.
 
 use std::fs::{self, File, OpenOptions};
@@ -10,7 +10,7 @@ use std::path::Path;
 use anyhow::Context;
 
 use super::Metadata;
-use crate::auth::sealing::{SECRETS_KEY_LEN, SecretsKey};
+use super::sealing::{SECRETS_KEY_LEN, SecretsKey};
 
 pub const SECRETS_KEY_FILE: &str = "signing-secrets.key";
 

@@ -7,9 +7,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-use super::conditional::{etag_from_sha256, format_http_date};
-use super::disposition::{DispositionKind, content_disposition, repr_digest_sha256};
 use crate::file_body::ObjectRef;
+use crate::header_values::disposition::{DispositionKind, content_disposition, repr_digest_sha256};
+use crate::header_values::{etag_from_sha256, format_http_date};
 use crate::store::{ObjectRecord, effective_content_type};
 
 static NOSNIFF: HeaderValue = HeaderValue::from_static("nosniff");
@@ -150,7 +150,7 @@ pub fn disposition_value(stored: &str, key: &str) -> Option<HeaderValue> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::ObjectAttrs;
+    use crate::names::ObjectAttrs;
 
     fn record(attrs: ObjectAttrs) -> ObjectRecord {
         ObjectRecord {

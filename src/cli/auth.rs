@@ -2,9 +2,9 @@
 
 use anyhow::{Context, bail};
 
+use super::{SigningCommand, TokenCommand, rfc3339};
 use crate::auth::presign::{self, PresignParams, SignedFields};
 use crate::auth::token::{self, Scope};
-use crate::cli::{SigningCommand, TokenCommand, rfc3339};
 use crate::config::Settings;
 use crate::names::{BucketName, ObjectKey, parse_attrs, parse_object_path};
 use crate::store::{SigningKey, Store, StoreError, TokenRecord, unix_now};

@@ -1,16 +1,19 @@
 //! The command line. Every command prints its result on stdout and, on bad input, one line on stderr with a
 //! non-zero exit status (see `main.rs`).
 
-use std::io::Write;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+mod auth;
+mod objects;
+mod stats;
 
-use anyhow::{Context, bail};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::bail;
 use clap::{Parser, Subcommand};
 
 use crate::config::{FlagOverrides, Settings};
 use crate::names::{BucketName, ObjectKey, parse_attrs};
-use crate::store::{BucketDeletion, ObjectRecord, StatsOrder, Store, StoreError, effective_content_type, unix_now};
+use crate::store::{BucketDeletion, Store, unix_now};
 
 #[derive(Debug, Parser)]
 #[command(name = "blobgate", version, about = "Object-storage download gateway that serves blobs with sendfile(2)")]
@@ -285,12 +288,12 @@ pub async fn run_command(command: Command, settings: Settings) -> anyhow::Result
         }
         Command::Bucket(BucketCommand::List) => {
             for b in store.meta.list_buckets().await? {
-                println!("{}", bucket_json(&b));
+                println!("{}", objects::bucket_json(&b));
             }
             Ok(())
         }
         Command::Bucket(BucketCommand::Set { name, public, private, cache_control }) => {
-            set_bucket(&store, &name, public, private, cache_control).await
+            objects::set_bucket(&store, &name, public, private, cache_control).await
         }
         Command::Bucket(BucketCommand::Delete { name, force }) => {
             let name = BucketName::parse(&name)?;
@@ -307,7 +310,7 @@ pub async fn run_command(command: Command, settings: Settings) -> anyhow::Result
             Ok(())
         }
         Command::Ls { bucket, prefix, json, page_size } => {
-            list_objects(&store, &bucket, &prefix.unwrap_or_default(), json, page_size).await
+            objects::list_objects(&store, &bucket, &prefix.unwrap_or_default(), json, page_size).await
         }
         Command::Rm { bucket, key } => {
             let bucket = BucketName::parse(&bucket)?;
@@ -322,25 +325,24 @@ pub async fn run_command(command: Command, settings: Settings) -> anyhow::Result
             let bucket = BucketName::parse(&bucket)?;
             let key = ObjectKey::parse(&key)?;
             let attrs = parse_attrs(content_type, cache_control, content_disposition)?;
-            require_regular_file(&file)?;
-            require_bucket(&store, &bucket).await?;
-            warn_if_shared_caching_in_private_bucket(&store, &bucket, attrs.cache_control.as_deref()).await?;
+            objects::require_regular_file(&file)?;
+            objects::require_bucket(&store, &bucket).await?;
+            objects::warn_if_shared_caching_in_private_bucket(&store, &bucket, attrs.cache_control.as_deref()).await?;
             let blobs = store.blobs.clone();
             let staged = tokio::task::spawn_blocking(move || blobs.stage_file(&file, |_| {})).await??;
             let report = store.put(&bucket, &key, staged, attrs).await?;
             println!("{}", serde_json::to_string(&report)?);
             Ok(())
         }
-        Command::Import { bucket, dir, prefix } => import(&store, &bucket, &dir, &prefix).await,
-        Command::Token(command) => crate::cli_auth::token(&store, command).await,
+        Command::Import { bucket, dir, prefix } => objects::import(&store, &bucket, &dir, &prefix).await,
+        Command::Token(command) => auth::token(&store, command).await,
         Command::Presign { bucket, key, expires_in, base_url, response_content_disposition } => {
             let base_url = base_url.unwrap_or_else(|| format!("http://{}", settings.listen));
-            let request =
-                crate::cli_auth::PresignRequest { bucket, key, expires_in, base_url, response_content_disposition };
-            crate::cli_auth::presign(&store, &settings, request).await
+            let request = auth::PresignRequest { bucket, key, expires_in, base_url, response_content_disposition };
+            auth::presign(&store, &settings, request).await
         }
-        Command::Signing(command) => crate::cli_auth::signing(&store, command).await,
-        Command::Stats { bucket, prefix, top, by, json } => stats(&store, bucket, &prefix, top, by, json).await,
+        Command::Signing(command) => auth::signing(&store, command).await,
+        Command::Stats { bucket, prefix, top, by, json } => stats::stats(&store, bucket, &prefix, top, by, json).await,
     };
     store.meta.close().await;
     result
@@ -350,212 +352,6 @@ pub async fn run_command(command: Command, settings: Settings) -> anyhow::Result
 pub fn rfc3339(unix_secs: i64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix_secs.max(0) as u64);
     humantime::format_rfc3339_seconds(t).to_string()
-}
-
-/// A bucket as `bucket list` and `bucket set` print it.
-fn bucket_json(b: &crate::store::Bucket) -> serde_json::Value {
-    serde_json::json!({
-        "bucket": b.name, "public": b.public, "cache_control": b.default_cache_control,
-        "created_at": rfc3339(b.created_at),
-    })
-}
-
-async fn set_bucket(
-    store: &Store,
-    name: &str,
-    public: bool,
-    private: bool,
-    cache_control: Option<String>,
-) -> anyhow::Result<()> {
-    let name = BucketName::parse(name)?;
-    let public = match (public, private) {
-        (true, _) => Some(true),
-        (_, true) => Some(false),
-        _ => None,
-    };
-    // `Some(None)`: remove the default; the value is held to the same rules as `put --cache-control`.
-    let cache_control = match cache_control {
-        None => None,
-        Some(v) if v.is_empty() => Some(None),
-        Some(v) => Some(parse_attrs(None, Some(v), None)?.cache_control),
-    };
-    let bucket = store
-        .meta
-        .update_bucket(&name, public, cache_control.as_ref().map(Option::as_deref))
-        .await?
-        .ok_or_else(|| StoreError::NoSuchBucket(name.to_string()))?;
-    warn_if_shared_caching_in_private_bucket(store, &name, bucket.default_cache_control.as_deref()).await?;
-    println!("{}", bucket_json(&bucket));
-    Ok(())
-}
-
-/// Prints a bucket's objects page by page (keyset pagination in SQL), so memory stays at one page.
-async fn list_objects(store: &Store, bucket: &str, prefix: &str, json: bool, page_size: u32) -> anyhow::Result<()> {
-    let bucket = BucketName::parse(bucket)?;
-    let bucket_id = store.meta.bucket(&bucket).await?.ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))?.id;
-    let mut after: Option<String> = None;
-    loop {
-        let page = store.meta.list_objects_page(bucket_id, prefix, after.as_deref(), page_size).await?;
-        let mut text = String::new();
-        for object in &page {
-            text.push_str(&object_line(object, json));
-            text.push('\n');
-        }
-        match std::io::stdout().write_all(text.as_bytes()) {
-            // `blobgate ls … | head`: the reader has all it wants.
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
-            other => other?,
-        }
-        if page.len() < page_size as usize {
-            return Ok(());
-        }
-        after = page.last().map(|o| o.key.clone());
-    }
-}
-
-/// One `ls` line: tab-separated (keys hold no control characters), or a JSON object.
-fn object_line(o: &ObjectRecord, json: bool) -> String {
-    let etag = crate::http::conditional::etag_from_sha256(&o.sha256);
-    let content_type = effective_content_type(o.attrs.content_type.as_deref(), &o.key);
-    if !json {
-        return format!("{}\t{}\t{etag}\t{content_type}\t{}", o.key, o.size, rfc3339(o.updated_at));
-    }
-    serde_json::json!({
-        "key": o.key, "size": o.size, "etag": etag, "sha256": o.sha256, "content_type": content_type,
-        "cache_control": o.attrs.cache_control, "content_disposition": o.attrs.content_disposition,
-        "created_at": rfc3339(o.created_at), "updated_at": rfc3339(o.updated_at),
-    })
-    .to_string()
-}
-
-async fn stats(
-    store: &Store,
-    bucket: Option<String>,
-    prefix: &str,
-    top: Option<u32>,
-    by: StatsBy,
-    json: bool,
-) -> anyhow::Result<()> {
-    let bucket_id = match bucket {
-        Some(name) => {
-            let name = BucketName::parse(&name)?;
-            Some(store.meta.bucket(&name).await?.ok_or_else(|| StoreError::NoSuchBucket(name.to_string()))?.id)
-        }
-        None => None,
-    };
-    let order = match by {
-        StatsBy::Bytes => StatsOrder::Bytes,
-        StatsBy::Requests => StatsOrder::Requests,
-    };
-    let rows = store.meta.object_stats(bucket_id, prefix, order, top).await?;
-    if json {
-        let array: Vec<_> = rows.iter().map(crate::metrics::downloads::stats_json).collect();
-        println!("{}", serde_json::to_string(&array)?);
-        return Ok(());
-    }
-    println!(
-        "{:<40} {:>9} {:>9} {:>8} {:>15} {:>7} {:>7}  LAST_DOWNLOAD",
-        "BUCKET/KEY", "REQUESTS", "COMPLETED", "ABORTED", "BYTES_SENT", "RANGES", "304S"
-    );
-    for s in &rows {
-        let c = &s.counters;
-        let last = crate::metrics::downloads::stats_json(s)["last_download_at"].as_str().unwrap_or("-").to_owned();
-        println!(
-            "{:<40} {:>9} {:>9} {:>8} {:>15} {:>7} {:>7}  {last}",
-            format!("{}/{}", s.bucket, s.key),
-            c.requests,
-            c.completed,
-            c.aborted,
-            c.bytes_sent,
-            c.range_requests,
-            c.not_modified
-        );
-    }
-    Ok(())
-}
-
-fn require_regular_file(path: &Path) -> anyhow::Result<()> {
-    let meta = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
-    if !meta.is_file() {
-        bail!("{} is not a regular file", path.display());
-    }
-    Ok(())
-}
-
-async fn require_bucket(store: &Store, bucket: &BucketName) -> anyhow::Result<()> {
-    if store.meta.bucket(bucket).await?.is_none() {
-        return Err(StoreError::NoSuchBucket(bucket.to_string()).into());
-    }
-    Ok(())
-}
-
-/// A private bucket's responses never let shared caches store them, whatever the stored Cache-Control says: say
-/// so (one line on stderr) when the uploader asked for `public` or `s-maxage`, and what will be sent instead.
-async fn warn_if_shared_caching_in_private_bucket(
-    store: &Store,
-    bucket: &BucketName,
-    cache_control: Option<&str>,
-) -> anyhow::Result<()> {
-    use crate::http::representation::{allows_shared_caching, private_cache_control};
-    let Some(value) = cache_control.filter(|v| allows_shared_caching(v)) else { return Ok(()) };
-    if store.meta.bucket(bucket).await?.is_some_and(|b| !b.public) {
-        let sent = private_cache_control(Some(value));
-        eprintln!(
-            "blobgate: warning: bucket {bucket} is private, so its objects are served with Cache-Control: {} \
-             (shared caches must not keep private objects)",
-            sent.to_str().unwrap_or("private")
-        );
-    }
-    Ok(())
-}
-
-/// Imports a directory tree. Every key is checked before anything is stored, so a bad name stores nothing.
-async fn import(store: &Store, bucket: &str, dir: &Path, prefix: &str) -> anyhow::Result<()> {
-    let bucket = BucketName::parse(bucket)?;
-    if !dir.is_dir() {
-        bail!("{} is not a directory", dir.display());
-    }
-    require_bucket(store, &bucket).await?;
-    let mut files = Vec::new();
-    for entry in walkdir::WalkDir::new(dir).follow_links(false).sort_by_file_name() {
-        let entry = entry.with_context(|| format!("cannot walk {}", dir.display()))?;
-        // Symlinks and special files are skipped: only regular files become objects.
-        if !entry.file_type().is_file() {
-            continue;
-        }
-        let relative = entry.path().strip_prefix(dir).expect("walkdir yields paths under its root");
-        let relative = relative.to_str().with_context(|| format!("{} is not valid UTF-8", entry.path().display()))?;
-        let key = ObjectKey::parse(&format!("{prefix}{}", relative.replace(std::path::MAIN_SEPARATOR, "/")))
-            .with_context(|| format!("cannot import {}", entry.path().display()))?;
-        let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
-        files.push((entry.into_path(), key, size));
-    }
-    let total: u64 = files.iter().map(|f| f.2).sum();
-    let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {msg}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    let (mut created, mut replaced, mut unchanged) = (0u64, 0u64, 0u64);
-    for (path, key, _) in files.iter() {
-        bar.set_message(key.to_string());
-        let blobs = store.blobs.clone();
-        let (path, progress) = (path.clone(), bar.clone());
-        let staged = tokio::task::spawn_blocking(move || blobs.stage_file(&path, |n| progress.inc(n))).await??;
-        match store.put(&bucket, key, staged, Default::default()).await?.status {
-            "created" => created += 1,
-            "replaced" => replaced += 1,
-            _ => unchanged += 1,
-        }
-    }
-    bar.finish_and_clear();
-    let summary = serde_json::json!({
-        "bucket": bucket.as_str(), "files": files.len(), "bytes": total,
-        "created": created, "replaced": replaced, "unchanged": unchanged,
-    });
-    writeln!(std::io::stdout(), "{summary}")?;
-    Ok(())
 }
 
 #[cfg(test)]

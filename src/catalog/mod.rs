@@ -16,7 +16,10 @@
 //! that content: no `open`/`fstat` and no blocking-pool hop on a hit. Entries are dropped when an object that
 //! used them changes, and the cache is bounded.
 
+pub mod representation;
+
 use std::fs::File;
+use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::io;
 use std::sync::Arc;
@@ -25,8 +28,9 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use quick_cache::Equivalent;
 use quick_cache::sync::Cache;
 
-use crate::http::representation::ObjectEntry;
+use crate::auth::CredentialLookup;
 use crate::store::{BlobStore, Bucket, CacheChange, Metadata, MetadataError, SigningKey, TokenRecord};
+use representation::ObjectEntry;
 
 /// Capacities: generous for metadata (a few hundred bytes each), bounded for fds by the process limit.
 const BUCKETS: usize = 10_000;
@@ -276,11 +280,27 @@ impl Catalog {
     }
 }
 
+/// The authoriser's lookups, from the coherent caches.
+impl CredentialLookup for Catalog {
+    fn token(&self, id: &str) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send {
+        Catalog::token(self, id)
+    }
+
+    fn signing_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send {
+        Catalog::signing_key(self, id)
+    }
+
+    fn signature_revoked(&self, signature: &str) -> impl Future<Output = Result<bool, MetadataError>> + Send {
+        Catalog::signature_revoked(self, signature)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::names::ObjectAttrs;
     use crate::names::{BucketName, ObjectKey};
-    use crate::store::{ObjectAttrs, Store};
+    use crate::store::Store;
 
     async fn setup() -> (tempfile::TempDir, Store, Catalog) {
         let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,176 @@
+//! Buckets and objects: `bucket set`/`list` output, `ls`, `put` and `import` helpers.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{Context, bail};
+
+use super::rfc3339;
+use crate::names::{BucketName, ObjectKey, parse_attrs};
+use crate::store::{ObjectRecord, Store, StoreError, effective_content_type};
+
+/// A bucket as `bucket list` and `bucket set` print it.
+pub(super) fn bucket_json(b: &crate::store::Bucket) -> serde_json::Value {
+    serde_json::json!({
+        "bucket": b.name, "public": b.public, "cache_control": b.default_cache_control,
+        "created_at": rfc3339(b.created_at),
+    })
+}
+
+pub(super) async fn set_bucket(
+    store: &Store,
+    name: &str,
+    public: bool,
+    private: bool,
+    cache_control: Option<String>,
+) -> anyhow::Result<()> {
+    let name = BucketName::parse(name)?;
+    let public = match (public, private) {
+        (true, _) => Some(true),
+        (_, true) => Some(false),
+        _ => None,
+    };
+    // `Some(None)`: remove the default; the value is held to the same rules as `put --cache-control`.
+    let cache_control = match cache_control {
+        None => None,
+        Some(v) if v.is_empty() => Some(None),
+        Some(v) => Some(parse_attrs(None, Some(v), None)?.cache_control),
+    };
+    let bucket = store
+        .meta
+        .update_bucket(&name, public, cache_control.as_ref().map(Option::as_deref))
+        .await?
+        .ok_or_else(|| StoreError::NoSuchBucket(name.to_string()))?;
+    warn_if_shared_caching_in_private_bucket(store, &name, bucket.default_cache_control.as_deref()).await?;
+    println!("{}", bucket_json(&bucket));
+    Ok(())
+}
+
+/// Prints a bucket's objects page by page (keyset pagination in SQL), so memory stays at one page.
+pub(super) async fn list_objects(
+    store: &Store,
+    bucket: &str,
+    prefix: &str,
+    json: bool,
+    page_size: u32,
+) -> anyhow::Result<()> {
+    let bucket = BucketName::parse(bucket)?;
+    let bucket_id = store.meta.bucket(&bucket).await?.ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))?.id;
+    let mut after: Option<String> = None;
+    loop {
+        let page = store.meta.list_objects_page(bucket_id, prefix, after.as_deref(), page_size).await?;
+        let mut text = String::new();
+        for object in &page {
+            text.push_str(&object_line(object, json));
+            text.push('\n');
+        }
+        match std::io::stdout().write_all(text.as_bytes()) {
+            // `blobgate ls … | head`: the reader has all it wants.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+            other => other?,
+        }
+        if page.len() < page_size as usize {
+            return Ok(());
+        }
+        after = page.last().map(|o| o.key.clone());
+    }
+}
+
+/// One `ls` line: tab-separated (keys hold no control characters), or a JSON object.
+pub(super) fn object_line(o: &ObjectRecord, json: bool) -> String {
+    let etag = crate::header_values::etag_from_sha256(&o.sha256);
+    let content_type = effective_content_type(o.attrs.content_type.as_deref(), &o.key);
+    if !json {
+        return format!("{}\t{}\t{etag}\t{content_type}\t{}", o.key, o.size, rfc3339(o.updated_at));
+    }
+    serde_json::json!({
+        "key": o.key, "size": o.size, "etag": etag, "sha256": o.sha256, "content_type": content_type,
+        "cache_control": o.attrs.cache_control, "content_disposition": o.attrs.content_disposition,
+        "created_at": rfc3339(o.created_at), "updated_at": rfc3339(o.updated_at),
+    })
+    .to_string()
+}
+
+pub(super) fn require_regular_file(path: &Path) -> anyhow::Result<()> {
+    let meta = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if !meta.is_file() {
+        bail!("{} is not a regular file", path.display());
+    }
+    Ok(())
+}
+
+pub(super) async fn require_bucket(store: &Store, bucket: &BucketName) -> anyhow::Result<()> {
+    if store.meta.bucket(bucket).await?.is_none() {
+        return Err(StoreError::NoSuchBucket(bucket.to_string()).into());
+    }
+    Ok(())
+}
+
+/// A private bucket's responses never let shared caches store them, whatever the stored Cache-Control says: say
+/// so (one line on stderr) when the uploader asked for `public` or `s-maxage`, and what will be sent instead.
+pub(super) async fn warn_if_shared_caching_in_private_bucket(
+    store: &Store,
+    bucket: &BucketName,
+    cache_control: Option<&str>,
+) -> anyhow::Result<()> {
+    use crate::catalog::representation::{allows_shared_caching, private_cache_control};
+    let Some(value) = cache_control.filter(|v| allows_shared_caching(v)) else { return Ok(()) };
+    if store.meta.bucket(bucket).await?.is_some_and(|b| !b.public) {
+        let sent = private_cache_control(Some(value));
+        eprintln!(
+            "blobgate: warning: bucket {bucket} is private, so its objects are served with Cache-Control: {} \
+             (shared caches must not keep private objects)",
+            sent.to_str().unwrap_or("private")
+        );
+    }
+    Ok(())
+}
+
+/// Imports a directory tree. Every key is checked before anything is stored, so a bad name stores nothing.
+pub(super) async fn import(store: &Store, bucket: &str, dir: &Path, prefix: &str) -> anyhow::Result<()> {
+    let bucket = BucketName::parse(bucket)?;
+    if !dir.is_dir() {
+        bail!("{} is not a directory", dir.display());
+    }
+    require_bucket(store, &bucket).await?;
+    let mut files = Vec::new();
+    for entry in walkdir::WalkDir::new(dir).follow_links(false).sort_by_file_name() {
+        let entry = entry.with_context(|| format!("cannot walk {}", dir.display()))?;
+        // Symlinks and special files are skipped: only regular files become objects.
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let relative = entry.path().strip_prefix(dir).expect("walkdir yields paths under its root");
+        let relative = relative.to_str().with_context(|| format!("{} is not valid UTF-8", entry.path().display()))?;
+        let key = ObjectKey::parse(&format!("{prefix}{}", relative.replace(std::path::MAIN_SEPARATOR, "/")))
+            .with_context(|| format!("cannot import {}", entry.path().display()))?;
+        let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
+        files.push((entry.into_path(), key, size));
+    }
+    let total: u64 = files.iter().map(|f| f.2).sum();
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    let (mut created, mut replaced, mut unchanged) = (0u64, 0u64, 0u64);
+    for (path, key, _) in files.iter() {
+        bar.set_message(key.to_string());
+        let blobs = store.blobs.clone();
+        let (path, progress) = (path.clone(), bar.clone());
+        let staged = tokio::task::spawn_blocking(move || blobs.stage_file(&path, |n| progress.inc(n))).await??;
+        match store.put(&bucket, key, staged, Default::default()).await?.status {
+            "created" => created += 1,
+            "replaced" => replaced += 1,
+            _ => unchanged += 1,
+        }
+    }
+    bar.finish_and_clear();
+    let summary = serde_json::json!({
+        "bucket": bucket.as_str(), "files": files.len(), "bytes": total,
+        "created": created, "replaced": replaced, "unchanged": unchanged,
+    });
+    writeln!(std::io::stdout(), "{summary}")?;
+    Ok(())
+}

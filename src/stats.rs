@@ -1,0 +1,214 @@
+//! Download statistics as data: one record per response, the counting rules (pure), and the per-object and
+//! per-day aggregate a batch writes. Shared by the driver (which emits records), `metrics` (which batches them)
+//! and `store` (which writes them); it does no IO, so it sits below all three.
+//!
+//! **What counts** is in the module doc of `metrics::downloads` and in the README.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::file_body::ObjectRef;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordKind {
+    Full,
+    Range,
+    Multipart,
+    NotModified,
+    Head,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Completed,
+    Aborted,
+    Truncated,
+}
+
+/// One response's worth of facts.
+#[derive(Debug, Clone)]
+pub struct DownloadRecord {
+    pub object: ObjectRef,
+    pub status: u16,
+    pub kind: RecordKind,
+    /// Object bytes the response meant to send.
+    pub planned_bytes: u64,
+    /// Object bytes sendfile accepted.
+    pub sent_bytes: u64,
+    pub outcome: Outcome,
+    pub duration: Duration,
+    /// Unix seconds when the response ended.
+    pub finished_at: i64,
+}
+
+impl DownloadRecord {
+    pub fn now(object: ObjectRef, status: u16, kind: RecordKind) -> Self {
+        Self {
+            object,
+            status,
+            kind,
+            planned_bytes: 0,
+            sent_bytes: 0,
+            outcome: Outcome::Completed,
+            duration: Duration::ZERO,
+            finished_at: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0),
+        }
+    }
+}
+
+/// The counters of one object (or one object-day). Pure arithmetic, unit-tested.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counters {
+    pub requests: u64,
+    pub completed: u64,
+    pub aborted: u64,
+    pub truncated: u64,
+    pub bytes_sent: u64,
+    pub range_requests: u64,
+    pub not_modified: u64,
+    pub head_requests: u64,
+}
+
+impl Counters {
+    /// Applies one record per the rules in the module doc.
+    pub fn add(&mut self, r: &DownloadRecord) {
+        match r.kind {
+            RecordKind::Head => self.head_requests += 1,
+            RecordKind::NotModified => self.not_modified += 1,
+            RecordKind::Full | RecordKind::Range | RecordKind::Multipart => {
+                self.requests += 1;
+                self.bytes_sent += r.sent_bytes;
+                if r.kind != RecordKind::Full {
+                    self.range_requests += 1;
+                }
+                match r.outcome {
+                    Outcome::Completed => self.completed += 1,
+                    Outcome::Aborted => self.aborted += 1,
+                    Outcome::Truncated => {
+                        self.aborted += 1;
+                        self.truncated += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn is_download(r: &DownloadRecord) -> bool {
+        matches!(r.kind, RecordKind::Full | RecordKind::Range | RecordKind::Multipart)
+    }
+}
+
+/// Object identity inside a batch.
+pub type ObjectId = (i64, Arc<str>);
+
+/// Records aggregated since the last flush.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub per_object: HashMap<ObjectId, (Counters, Option<i64>)>,
+    /// Keyed by days since the epoch (UTC); formatted only when written.
+    pub per_day: HashMap<(ObjectId, i64), Counters>,
+    pub records: usize,
+    oldest: Option<Instant>,
+}
+
+impl Batch {
+    pub fn add(&mut self, r: &DownloadRecord) {
+        let id: ObjectId = (r.object.bucket_id, r.object.key.clone());
+        let (counters, last) = self.per_object.entry(id.clone()).or_default();
+        counters.add(r);
+        if Counters::is_download(r) {
+            *last = Some(last.map_or(r.finished_at, |l| l.max(r.finished_at)));
+        }
+        self.per_day.entry((id, r.finished_at.div_euclid(86_400))).or_default().add(r);
+        self.records += 1;
+        self.oldest.get_or_insert_with(Instant::now);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records == 0
+    }
+
+    /// When the first record of this batch arrived.
+    pub fn oldest(&self) -> Option<Instant> {
+        self.oldest
+    }
+
+    pub fn clear(&mut self) {
+        *self = Batch::default();
+    }
+}
+
+/// `YYYY-MM-DD` (UTC) of a unix time.
+pub fn utc_day(unix_secs: i64) -> String {
+    let t = UNIX_EPOCH + Duration::from_secs(unix_secs.max(0) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()[..10].to_owned()
+}
+
+/// `YYYY-MM-DD` (UTC) of a day number (days since 1970-01-01).
+pub fn day_name(day: i64) -> String {
+    utc_day(day.saturating_mul(86_400))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(kind: RecordKind, outcome: Outcome, sent: u64, at: i64) -> DownloadRecord {
+        DownloadRecord {
+            object: ObjectRef { bucket_id: 1, key: Arc::from("k") },
+            status: 200,
+            kind,
+            planned_bytes: 100,
+            sent_bytes: sent,
+            outcome,
+            duration: Duration::ZERO,
+            finished_at: at,
+        }
+    }
+
+    #[test]
+    fn counting_rules() {
+        use Outcome::*;
+        use RecordKind::*;
+        let mut c = Counters::default();
+        c.add(&record(Full, Completed, 100, 0));
+        c.add(&record(Range, Completed, 10, 0));
+        c.add(&record(Multipart, Aborted, 5, 0));
+        c.add(&record(Full, Truncated, 50, 0));
+        c.add(&record(NotModified, Completed, 0, 0));
+        c.add(&record(Head, Completed, 0, 0));
+        let want = Counters {
+            requests: 4,
+            completed: 2,
+            aborted: 2,
+            truncated: 1,
+            bytes_sent: 165,
+            range_requests: 2,
+            not_modified: 1,
+            head_requests: 1,
+        };
+        assert_eq!(c, want);
+    }
+
+    #[test]
+    fn batches_aggregate_per_object_and_day() {
+        let mut b = Batch::default();
+        b.add(&record(RecordKind::Full, Outcome::Completed, 100, 86_400 - 1));
+        b.add(&record(RecordKind::Full, Outcome::Completed, 100, 86_400));
+        b.add(&record(RecordKind::Head, Outcome::Completed, 0, 90_000));
+        let (c, last) = b.per_object[&(1, Arc::from("k"))];
+        assert_eq!((c.requests, c.bytes_sent, c.head_requests), (2, 200, 1));
+        assert_eq!(last, Some(86_400), "HEAD does not move last_download_at");
+        assert_eq!(b.per_day.len(), 2);
+        assert_eq!(b.per_day[&((1, Arc::from("k")), 0)].requests, 1);
+        assert_eq!(day_name(1), "1970-01-02");
+    }
+
+    #[test]
+    fn days_are_utc() {
+        assert_eq!(utc_day(0), "1970-01-01");
+        assert_eq!(utc_day(1_796_083_200), "2026-12-01");
+        assert_eq!(utc_day(-5), "1970-01-01");
+    }
+}
