@@ -41,7 +41,8 @@ fn main() {
 
 async fn run(objects: usize) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), Duration::from_secs(10)).await.unwrap();
+    let database = blobgate::config::DatabaseUrl::in_data_dir(dir.path());
+    let store = Store::open(dir.path(), &database, Duration::from_secs(10)).await.unwrap();
     let bucket = store.meta.create_bucket(&BucketName::parse("bench").unwrap(), false, 0).await.unwrap();
     // Rows only: the lookup path never touches blob files.
     let mut tx = store.meta.begin_write().await.unwrap();
@@ -60,7 +61,7 @@ async fn run(objects: usize) {
             bucket_id: bucket.id,
             bucket_name: "bench".into(),
             prefix: String::new(),
-            scope: "read".into(),
+            scope: blobgate::store::Scope::Read,
             created_at: 0,
             expires_at: None,
             revoked_at: None,

@@ -18,8 +18,9 @@ pub const DEFAULT_CONFIG_FILE: &str = "config/default.toml";
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
-    /// Holds `blobgate.db` and the blob files.
+    /// Holds the blob files, and the SQLite database unless `database.url` names another.
     pub data_dir: PathBuf,
+    pub database: DatabaseSettings,
     /// The sendfile data listener (GET/HEAD only).
     pub listen: SocketAddr,
     /// Uploads, management, `/healthz` and `/metrics`.
@@ -32,6 +33,49 @@ pub struct Settings {
     pub runtime: RuntimeSettings,
     /// Fault injection for the test suite; every value is off by default.
     pub faults: Faults,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseSettings {
+    /// Where the metadata lives: `sqlite://PATH`. Unset: `sqlite://<data_dir>/blobgate.db`. (`postgres://` URLs
+    /// are refused until PostgreSQL is supported.) Also `--database-url` and `BLOBGATE_DATABASE_URL`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+/// A parsed `database.url`: the backend and where its database is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatabaseUrl {
+    /// An SQLite database file.
+    Sqlite(PathBuf),
+}
+
+impl DatabaseUrl {
+    /// The SQLite file name used when `database.url` is unset.
+    pub const DEFAULT_SQLITE_FILE: &str = "blobgate.db";
+
+    /// The default: SQLite in the data dir.
+    pub fn in_data_dir(data_dir: &Path) -> Self {
+        DatabaseUrl::Sqlite(data_dir.join(Self::DEFAULT_SQLITE_FILE))
+    }
+
+    /// `sqlite://PATH` (or `sqlite:PATH`); `PATH` may be relative. Errors name `database.url` and never repeat
+    /// the URL, which may hold a password.
+    pub fn parse(url: &str) -> anyhow::Result<Self> {
+        let scheme = url.split_once(':').map(|(s, _)| s.to_ascii_lowercase());
+        match scheme.as_deref() {
+            Some("sqlite") => {
+                let path = url["sqlite:".len()..].strip_prefix("//").unwrap_or(&url["sqlite:".len()..]);
+                if path.is_empty() || path.contains('?') || path.starts_with(':') {
+                    bail!("database.url must be sqlite://PATH, with a file path and no options");
+                }
+                Ok(DatabaseUrl::Sqlite(PathBuf::from(path)))
+            }
+            Some("postgres" | "postgresql") => bail!("database.url: PostgreSQL is not supported yet"),
+            _ => bail!("database.url must be sqlite://PATH"),
+        }
+    }
 }
 
 /// Test-only fault injection: widens race windows so that tests can force an interleaving.
@@ -129,6 +173,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             data_dir: PathBuf::from("./data"),
+            database: DatabaseSettings::default(),
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
             log: "info".into(),
@@ -179,11 +224,13 @@ pub struct FlagOverrides {
     pub listen: Option<SocketAddr>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_listen: Option<SocketAddr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database: Option<DatabaseSettings>,
 }
 
 /// Top-level keys; other `BLOBGATE_*` variables (such as `BLOBGATE_CONFIG`) are not settings.
 const SETTING_KEYS: &[&str] =
-    &["data_dir", "listen", "admin_listen", "log", "limits", "timeouts", "auth", "runtime", "faults"];
+    &["data_dir", "database", "listen", "admin_listen", "log", "limits", "timeouts", "auth", "runtime", "faults"];
 
 impl Settings {
     /// Loads the layers. `config_file` is `--config`/`BLOBGATE_CONFIG`; when it is `None`, `config/default.toml` is
@@ -203,6 +250,8 @@ impl Settings {
             None => {}
         }
         let env = Env::prefixed("BLOBGATE_")
+            // The spelling the PostgreSQL issue's contract names, beside the nested `BLOBGATE_DATABASE__URL`.
+            .map(|key| if key == "database_url" { "database__url".into() } else { key.into() })
             .filter(|key| {
                 let top = key.as_str().split("__").next().unwrap_or_default();
                 SETTING_KEYS.iter().any(|k| top.eq_ignore_ascii_case(k))
@@ -253,11 +302,16 @@ impl Settings {
             bail!("data_dir must not be empty");
         }
         check_log_filter("log", &self.log)?;
+        self.database_url()?;
         Ok(())
     }
 
-    pub fn database_path(&self) -> PathBuf {
-        self.data_dir.join("blobgate.db")
+    /// `database.url`, parsed; SQLite's `blobgate.db` in the data dir when it is unset.
+    pub fn database_url(&self) -> anyhow::Result<DatabaseUrl> {
+        match &self.database.url {
+            Some(url) => DatabaseUrl::parse(url),
+            None => Ok(DatabaseUrl::in_data_dir(&self.data_dir)),
+        }
     }
 }
 
@@ -388,6 +442,38 @@ mod tests {
             assert!(err.starts_with("RUST_LOG is not a valid log filter"), "{err}");
             jail.set_env("RUST_LOG", "");
             assert_eq!(log_filter(&settings.log).map_err(|e| e.to_string())?, "debug");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_database_url_defaults_to_sqlite_in_the_data_dir_and_postgres_is_refused() {
+        Jail::expect_with(|jail| {
+            let flags = FlagOverrides { data_dir: Some("/srv/d".into()), ..Default::default() };
+            let s = Settings::load(None, &flags).map_err(|e| e.to_string())?;
+            assert_eq!(s.database_url().unwrap(), DatabaseUrl::Sqlite("/srv/d/blobgate.db".into()));
+            jail.set_env("BLOBGATE_DATABASE__URL", "sqlite:///var/lib/bg/meta.db");
+            let s = Settings::load(None, &flags).map_err(|e| e.to_string())?;
+            assert_eq!(s.database_url().unwrap(), DatabaseUrl::Sqlite("/var/lib/bg/meta.db".into()));
+            jail.set_env("BLOBGATE_DATABASE_URL", "sqlite://rel/meta.db");
+            let s = Settings::load(None, &flags).map_err(|e| e.to_string())?;
+            assert_eq!(s.database_url().unwrap(), DatabaseUrl::Sqlite("rel/meta.db".into()));
+            let flags = FlagOverrides {
+                database: Some(DatabaseSettings { url: Some("sqlite:flag.db".into()) }),
+                ..Default::default()
+            };
+            let s = Settings::load(None, &flags).map_err(|e| e.to_string())?;
+            assert_eq!(s.database_url().unwrap(), DatabaseUrl::Sqlite("flag.db".into()), "flags win");
+            for url in ["postgres://u:secret@db/bg", "postgresql://u@db/bg?host=/run/pg"] {
+                jail.set_env("BLOBGATE_DATABASE_URL", url);
+                let err = Settings::load(None, &FlagOverrides::default()).unwrap_err().to_string();
+                assert_eq!(err, "database.url: PostgreSQL is not supported yet");
+            }
+            for url in ["mysql://db/bg", "sqlite://", "sqlite::memory:", "sqlite://x.db?mode=ro", "blobgate.db"] {
+                jail.set_env("BLOBGATE_DATABASE_URL", url);
+                let err = Settings::load(None, &FlagOverrides::default()).unwrap_err().to_string();
+                assert!(err.starts_with("database.url must be sqlite://PATH"), "{url}: {err}");
+            }
             Ok(())
         });
     }

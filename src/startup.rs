@@ -38,7 +38,7 @@ pub struct Application {
 
 impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        let store = Store::open(&settings.data_dir, settings.timeouts.sqlite_busy).await?;
+        let store = Store::open(&settings.data_dir, &settings.database_url()?, settings.timeouts.sqlite_busy).await?;
         match crate::store::loose_data_dir_mode(&settings.data_dir) {
             Ok(Some(mode)) => tracing::warn!(
                 path = %settings.data_dir.display(),
@@ -105,10 +105,10 @@ impl Application {
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
         let catalog = self.data.catalog.clone();
-        let meta = self.admin.store.meta.clone();
+        let feed = self.admin.store.meta.feed().clone();
         let housekeeping = tokio::spawn(async move {
-            // Writers that do not bump the generation counter are caught up with once a second; the change log
-            // is pruned once a minute up to what the caches have applied.
+            // Writers that do not announce their commits are caught up with once a second; the change feed is
+            // pruned once a minute up to what the caches have applied.
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             for n in 0u64.. {
                 tick.tick().await;
@@ -116,7 +116,7 @@ impl Application {
                     tracing::warn!(error = %e, "cache sync failed; will retry");
                 }
                 if n % 60 == 59
-                    && let Err(e) = meta.prune_changes(catalog.applied()).await
+                    && let Err(e) = feed.prune(catalog.applied()).await
                 {
                     tracing::debug!(error = %e, "pruning the cache change log failed; will retry");
                 }

@@ -12,35 +12,8 @@ const ID_HEX_LEN: usize = 12;
 /// 32 random bytes in unpadded base64url.
 const SECRET_LEN: usize = 43;
 
-/// What a token may do, each level including the ones below it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Scope {
-    /// GET and HEAD.
-    Read,
-    /// Read, plus uploads and deletes.
-    Write,
-    /// Write, plus management of the bucket.
-    Admin,
-}
-
-impl Scope {
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "read" => Some(Scope::Read),
-            "write" => Some(Scope::Write),
-            "admin" => Some(Scope::Admin),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Read => "read",
-            Scope::Write => "write",
-            Scope::Admin => "admin",
-        }
-    }
-}
+/// Stored with the token's row and parsed when it is read (`store::metadata`).
+pub use crate::store::Scope;
 
 /// A freshly generated token: `token` is shown once, `secret_hash` is what gets stored.
 pub struct NewToken {
@@ -114,14 +87,5 @@ mod tests {
         }
         assert_eq!(id_of("0123456789ab"), Some("0123456789ab"));
         assert_eq!(id_of("0123456789"), None);
-    }
-
-    #[test]
-    fn scopes_are_ordered() {
-        assert!(Scope::Admin > Scope::Write && Scope::Write > Scope::Read);
-        for s in [Scope::Read, Scope::Write, Scope::Admin] {
-            assert_eq!(Scope::parse(s.as_str()), Some(s));
-        }
-        assert_eq!(Scope::parse("READ"), None);
     }
 }

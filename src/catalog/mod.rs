@@ -1,15 +1,15 @@
 //! In-memory caches of what the data path reads for every request (buckets, objects with their prepared headers,
 //! tokens, signing keys, revoked signatures) and of open blob files, kept coherent with the database.
 //!
-//! **Coherence.** SQLite triggers log every change to those tables in `cache_changes`, whoever makes it. Writers
-//! bump the shared generation counter after committing (`store::generation`). Before serving from a cache, a
-//! request compares the counter with the value the caches were last synchronised at (one atomic load); if it
-//! moved, the new change-log rows are read and exactly the affected entries are evicted. So a token revoked by the
-//! CLI is refused by the very next request. A background tick also syncs once a second, for writers that do not
-//! bump the counter (someone with the sqlite3 shell).
+//! **Coherence.** Every change to those tables, whoever makes it, reaches the metadata's change feed
+//! (`store::ChangeFeed`). Before serving from a cache, a request compares the feed's counter with the value the
+//! caches were last synchronised at (`feed.current()`, one atomic load); if it moved, the changes since the last
+//! applied one are read and exactly the affected entries are evicted. So a token revoked by the CLI is refused by
+//! the very next request. A background tick also syncs once a second, for writers that do not announce their
+//! commits (someone with the sqlite3 shell).
 //!
 //! **Races.** A miss reads the database and inserts the result. If a change lands between that read and the
-//! insert, the insert could resurrect stale data; so the reader notes the generation and the sync epoch before
+//! insert, the insert could resurrect stale data; so the reader notes the feed's counter and the sync epoch before
 //! reading, and removes what it inserted if either moved. Syncs bump the epoch before they evict.
 //!
 //! **Open blobs.** Blobs are immutable, so an open fd and its `fstat` size can be reused by every request for
@@ -29,7 +29,9 @@ use quick_cache::Equivalent;
 use quick_cache::sync::Cache;
 
 use crate::auth::CredentialLookup;
-use crate::store::{BlobStore, Bucket, CacheChange, Metadata, MetadataError, SigningKey, TokenRecord};
+use crate::store::{
+    BlobStore, Bucket, CacheChange, ChangeFeed, ChangeKind, Metadata, MetadataError, SigningKey, TokenRecord,
+};
 use representation::ObjectEntry;
 
 /// Capacities: generous for metadata (a few hundred bytes each), bounded for fds by the process limit.
@@ -63,10 +65,11 @@ impl Equivalent<(i64, String)> for ObjectLookup<'_> {
 
 pub struct Catalog {
     meta: Metadata,
+    feed: ChangeFeed,
     blobs: BlobStore,
-    /// Generation counter value the caches were last synchronised at.
+    /// The feed's counter value the caches were last synchronised at.
     synced: AtomicU64,
-    /// Highest change-log sequence number applied.
+    /// Highest change sequence number applied.
     applied: AtomicI64,
     /// Bumped by every sync that evicts, before it evicts (see "Races").
     epoch: AtomicU64,
@@ -81,12 +84,14 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// Starts with empty caches at the current end of the change log. `max_open_blobs` bounds cached fds.
+    /// Starts with empty caches at the current end of the change feed. `max_open_blobs` bounds cached fds.
     pub async fn new(meta: Metadata, blobs: BlobStore, max_open_blobs: usize) -> Result<Self, MetadataError> {
-        let synced = meta.generation().current();
-        let applied = meta.last_change().await?;
+        let feed = meta.feed().clone();
+        let synced = feed.current();
+        let applied = feed.last_change().await?;
         Ok(Self {
             meta,
+            feed,
             blobs,
             synced: AtomicU64::new(synced),
             applied: AtomicI64::new(applied),
@@ -152,7 +157,7 @@ impl Catalog {
             .await
     }
 
-    /// The one cache protocol, shared by every cached table: catch up with the change log if the generation
+    /// The one cache protocol, shared by every cached table: catch up with the change feed if its counter
     /// moved, serve a hit, else read the database and insert, removing the insert again if a change landed
     /// meanwhile (see "Races" in the module doc).
     async fn read_through<K, Q, V, F, Fut>(
@@ -201,20 +206,20 @@ impl Catalog {
         Ok(opened)
     }
 
-    /// Applies change-log rows if the generation counter moved since the last sync.
+    /// Applies changes if the feed's counter moved since the last sync.
     async fn fresh(&self) -> Result<(), MetadataError> {
-        if self.meta.generation().current() != self.synced.load(Ordering::Acquire) {
+        if self.feed.current() != self.synced.load(Ordering::Acquire) {
             self.sync().await?;
         }
         Ok(())
     }
 
-    /// Reads change-log rows after the last applied one and evicts what they name.
+    /// Reads the changes after the last applied one and evicts what they name.
     pub async fn sync(&self) -> Result<(), MetadataError> {
         let _one_at_a_time = self.sync_lock.lock().await;
-        // Read the counter first: every commit it counts is then visible to the query below.
-        let generation = self.meta.generation().current();
-        let changes = self.meta.changes_since(self.applied.load(Ordering::Acquire)).await?;
+        // Read the counter first: every commit it counts is then visible to the read below.
+        let generation = self.feed.current();
+        let changes = self.feed.changes_since(self.applied.load(Ordering::Acquire)).await?;
         if let Some(last) = changes.last() {
             self.epoch.fetch_add(1, Ordering::AcqRel);
             for change in &changes {
@@ -226,14 +231,14 @@ impl Catalog {
         Ok(())
     }
 
-    /// The applied change-log position, for pruning.
+    /// The applied change-feed position, for pruning.
     pub fn applied(&self) -> i64 {
         self.applied.load(Ordering::Acquire)
     }
 
     fn evict(&self, change: &CacheChange) {
-        match (change.kind.as_str(), change.bucket_id) {
-            ("bucket", bucket_id) => {
+        match (&change.kind, change.bucket_id) {
+            (ChangeKind::Bucket, bucket_id) => {
                 self.buckets.remove(change.name.as_str());
                 // Cached objects carry headers from their bucket (its default Cache-Control). Rows logged before
                 // migration 0006 have no id; bucket changes are rare, so then all objects go.
@@ -242,25 +247,25 @@ impl Catalog {
                     None => self.objects.clear(),
                 }
             }
-            ("object", Some(bucket_id)) => {
+            (ChangeKind::Object, Some(bucket_id)) => {
                 let removed = self.objects.remove(&ObjectLookup(bucket_id, &change.name));
                 // The old content's fd may belong to a blob that is now deleted: let it close.
                 if let Some((_, Some(entry))) = removed {
                     self.open_blobs.remove(entry.record.sha256.as_str());
                 }
             }
-            ("token", _) => {
+            (ChangeKind::Token, _) => {
                 self.tokens.remove(change.name.as_str());
             }
-            ("signing_key", _) => {
+            (ChangeKind::SigningKey, _) => {
                 self.signing_keys.remove(change.name.as_str());
             }
-            ("revoked_signature", _) => {
+            (ChangeKind::RevokedSignature, _) => {
                 self.revoked.remove(change.name.as_str());
             }
             (kind, _) => {
                 // An unknown kind comes from a newer schema: be safe and forget everything.
-                tracing::warn!(kind, "unknown cache change kind; clearing all caches");
+                tracing::warn!(kind = kind.as_str(), "unknown cache change kind; clearing all caches");
                 self.clear();
             }
         }
@@ -276,7 +281,7 @@ impl Catalog {
     }
 
     fn stamp(&self) -> (u64, u64) {
-        (self.meta.generation().current(), self.epoch.load(Ordering::Acquire))
+        (self.feed.current(), self.epoch.load(Ordering::Acquire))
     }
 }
 
@@ -298,13 +303,17 @@ impl CredentialLookup for Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::names::ObjectAttrs;
-    use crate::names::{BucketName, ObjectKey};
-    use crate::store::Store;
+    use crate::config::DatabaseUrl;
+    use crate::names::{BucketName, ObjectAttrs, ObjectKey};
+    use crate::store::{Scope, Store};
+
+    async fn open_store(dir: &std::path::Path) -> Store {
+        Store::open(dir, &DatabaseUrl::in_data_dir(dir), std::time::Duration::from_secs(5)).await.unwrap()
+    }
 
     async fn setup() -> (tempfile::TempDir, Store, Catalog) {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), std::time::Duration::from_secs(5)).await.unwrap();
+        let store = open_store(dir.path()).await;
         store.meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
         let catalog = Catalog::new(store.meta.clone(), store.blobs.clone(), 64).await.unwrap();
         (dir, store, catalog)
@@ -340,7 +349,7 @@ mod tests {
         let bucket = catalog.bucket("bkt").await.unwrap().unwrap();
         let cached = catalog.object(bucket.id, "k").await.unwrap().unwrap();
         assert!(!cached.headers.contains_key(http::header::CACHE_CONTROL));
-        let other = Store::open(dir.path(), std::time::Duration::from_secs(5)).await.unwrap();
+        let other = open_store(dir.path()).await;
         let name = BucketName::parse("bkt").unwrap();
         other.meta.update_bucket(&name, None, Some(Some("max-age=9"))).await.unwrap();
         let entry = catalog.object(bucket.id, "k").await.unwrap().unwrap();
@@ -360,7 +369,7 @@ mod tests {
             bucket_id: bucket.id,
             bucket_name: "bkt".into(),
             prefix: String::new(),
-            scope: "read".into(),
+            scope: Scope::Read,
             created_at: 0,
             expires_at: None,
             revoked_at: None,
@@ -368,7 +377,7 @@ mod tests {
         store.meta.create_token(&token).await.unwrap();
         assert!(catalog.token(&token.id).await.unwrap().unwrap().revoked_at.is_none());
         // A second Store on the same data dir stands for the CLI in another process.
-        let other = Store::open(dir.path(), std::time::Duration::from_secs(5)).await.unwrap();
+        let other = open_store(dir.path()).await;
         assert!(other.meta.revoke_token(&token.id, 5).await.unwrap());
         assert_eq!(catalog.token(&token.id).await.unwrap().unwrap().revoked_at, Some(5));
     }
@@ -379,7 +388,7 @@ mod tests {
         assert!(catalog.bucket("new-bucket").await.unwrap().is_none());
         store.meta.create_bucket(&BucketName::parse("new-bucket").unwrap(), true, 0).await.unwrap();
         // Pretend the writer did not bump (an old binary, or the sqlite3 shell): the counter looks unchanged.
-        catalog.synced.store(store.meta.generation().current(), Ordering::Release);
+        catalog.synced.store(store.meta.feed().current(), Ordering::Release);
         assert!(catalog.bucket("new-bucket").await.unwrap().is_none(), "stale until a sync");
         catalog.sync().await.unwrap();
         assert!(catalog.bucket("new-bucket").await.unwrap().is_some());

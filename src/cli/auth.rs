@@ -36,7 +36,7 @@ pub async fn token(store: &Store, command: TokenCommand) -> anyhow::Result<()> {
                     bucket_id: bucket_row.id,
                     bucket_name: bucket_row.name,
                     prefix,
-                    scope: scope.as_str().to_owned(),
+                    scope,
                     created_at: now,
                     expires_at,
                     revoked_at: None,
@@ -62,7 +62,7 @@ pub async fn token(store: &Store, command: TokenCommand) -> anyhow::Result<()> {
                     "live"
                 };
                 let line = serde_json::json!({
-                    "id": t.id, "bucket": t.bucket_name, "prefix": t.prefix, "scope": t.scope,
+                    "id": t.id, "bucket": t.bucket_name, "prefix": t.prefix, "scope": t.scope.as_str(),
                     "created_at": rfc3339(t.created_at), "expires_at": t.expires_at.map(rfc3339),
                     "revoked_at": t.revoked_at.map(rfc3339), "state": state,
                 });

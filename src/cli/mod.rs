@@ -11,9 +11,9 @@ use std::path::PathBuf;
 use anyhow::bail;
 use clap::{Parser, Subcommand};
 
-use crate::config::{FlagOverrides, Settings};
+use crate::config::{DatabaseSettings, FlagOverrides, Settings};
 use crate::names::{BucketName, ObjectKey, parse_attrs};
-use crate::store::{BucketDeletion, Store, unix_now};
+use crate::store::{BucketDeletion, StatsOrder, Store, unix_now};
 
 #[derive(Debug, Parser)]
 #[command(name = "blobgate", version, about = "Object-storage download gateway that serves blobs with sendfile(2)")]
@@ -26,6 +26,10 @@ pub struct Cli {
     // clap would print the variable's value, empty when unset, as `[env: BLOBGATE_CONFIG=]`.
     #[arg(long, global = true, value_name = "FILE", env = "BLOBGATE_CONFIG", hide_env = true)]
     pub config: Option<PathBuf>,
+    /// Where the metadata lives: sqlite://PATH (PostgreSQL is not supported yet) [env: BLOBGATE_DATABASE_URL]
+    /// [default: sqlite://<data-dir>/blobgate.db]
+    #[arg(long, global = true, value_name = "URL")]
+    pub database_url: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -116,8 +120,8 @@ pub enum Command {
         #[arg(long, value_name = "N")]
         top: Option<u32>,
         /// Order by bytes sent or by requests.
-        #[arg(long, value_enum, default_value_t = StatsBy::Bytes)]
-        by: StatsBy,
+        #[arg(long, value_enum, default_value_t = StatsOrder::Bytes)]
+        by: StatsOrder,
         /// Print a JSON array instead of a table.
         #[arg(long)]
         json: bool,
@@ -172,10 +176,15 @@ pub enum BucketCommand {
     },
 }
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum StatsBy {
-    Bytes,
-    Requests,
+/// `--by`, spelled as `StatsOrder` spells itself (as the admin listener's `?by=` does).
+impl clap::ValueEnum for StatsOrder {
+    fn value_variants<'a>() -> &'a [Self] {
+        &StatsOrder::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.as_str()))
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -224,7 +233,11 @@ pub enum SigningCommand {
 
 impl Cli {
     pub fn settings(&self) -> anyhow::Result<Settings> {
-        let mut flags = FlagOverrides { data_dir: self.data_dir.clone(), ..Default::default() };
+        let mut flags = FlagOverrides {
+            data_dir: self.data_dir.clone(),
+            database: self.database_url.clone().map(|url| DatabaseSettings { url: Some(url) }),
+            ..Default::default()
+        };
         if let Command::Serve { listen, admin_listen } = &self.command {
             flags.listen = *listen;
             flags.admin_listen = *admin_listen;
@@ -274,9 +287,10 @@ pub async fn run_command(command: Command, settings: Settings) -> anyhow::Result
         }
     }
     let busy = settings.timeouts.sqlite_busy;
+    let database = settings.database_url()?;
     let store = match access {
-        Access::Read => Store::open_read_only(dir, busy).await?,
-        Access::Write | Access::Create => Store::open(dir, busy).await?,
+        Access::Read => Store::open_read_only(dir, &database, busy).await?,
+        Access::Write | Access::Create => Store::open(dir, &database, busy).await?,
     };
     let result = match command {
         Command::Serve { .. } => unreachable!("serve is run by main"),

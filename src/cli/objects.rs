@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 
 use super::rfc3339;
 use crate::names::{BucketName, ObjectKey, parse_attrs};
-use crate::store::{ObjectRecord, Store, StoreError, effective_content_type};
+use crate::store::{ObjectRecord, PutStatus, Store, StoreError, effective_content_type};
 
 /// A bucket as `bucket list` and `bucket set` print it.
 pub(super) fn bucket_json(b: &crate::store::Bucket) -> serde_json::Value {
@@ -161,9 +161,9 @@ pub(super) async fn import(store: &Store, bucket: &str, dir: &Path, prefix: &str
         let (path, progress) = (path.clone(), bar.clone());
         let staged = tokio::task::spawn_blocking(move || blobs.stage_file(&path, |n| progress.inc(n))).await??;
         match store.put(&bucket, key, staged, Default::default()).await?.status {
-            "created" => created += 1,
-            "replaced" => replaced += 1,
-            _ => unchanged += 1,
+            PutStatus::Created => created += 1,
+            PutStatus::Replaced => replaced += 1,
+            PutStatus::Unchanged => unchanged += 1,
         }
     }
     bar.finish_and_clear();

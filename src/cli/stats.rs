@@ -1,6 +1,5 @@
 //! `blobgate stats`: per-object download counters, as a table or JSON.
 
-use super::StatsBy;
 use crate::names::BucketName;
 use crate::store::{StatsOrder, Store, StoreError};
 
@@ -9,7 +8,7 @@ pub(super) async fn stats(
     bucket: Option<String>,
     prefix: &str,
     top: Option<u32>,
-    by: StatsBy,
+    order: StatsOrder,
     json: bool,
 ) -> anyhow::Result<()> {
     let bucket_id = match bucket {
@@ -18,10 +17,6 @@ pub(super) async fn stats(
             Some(store.meta.bucket(&name).await?.ok_or_else(|| StoreError::NoSuchBucket(name.to_string()))?.id)
         }
         None => None,
-    };
-    let order = match by {
-        StatsBy::Bytes => StatsOrder::Bytes,
-        StatsBy::Requests => StatsOrder::Requests,
     };
     let rows = store.meta.object_stats(bucket_id, prefix, order, top).await?;
     if json {

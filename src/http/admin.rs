@@ -47,9 +47,8 @@ async fn stats(
     let token = app.auth.admin(crate::auth::credentials(&headers, None)?).await?;
     let axum::extract::Query(query) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let order = match query.by.as_deref() {
-        None | Some("bytes") => StatsOrder::Bytes,
-        Some("requests") => StatsOrder::Requests,
-        Some(_) => return Err(ApiError::BadRequest("by must be bytes or requests".into())),
+        None => StatsOrder::default(),
+        Some(by) => StatsOrder::parse(by).ok_or_else(|| ApiError::BadRequest("by must be bytes or requests".into()))?,
     };
     // A prefix can only narrow the token's own prefix.
     let prefix = match query.prefix {

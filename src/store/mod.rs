@@ -1,13 +1,14 @@
-//! Durable state: object metadata in SQLite (`metadata`) and object bytes in content-addressed files (`blobs`).
+//! Durable state: object metadata in the metadata database (`metadata`) and object bytes in content-addressed
+//! files (`blobs`).
 //!
 //! **Ordering invariant.** A write goes temp file → fsync → (write lock) rename → row → commit, and a delete goes
-//! (write lock) row removed → last reference? blob moved aside → commit → blob unlinked. So a crash at any point
+//! (write lock) row removed → last reference? blob moved aside → commit → blob unlinked. The write lock is
+//! `Metadata::lock_blob_refs`: while it is held, no one else adds or drops a blob reference. So a crash at any point
 //! leaves either the old object or the new one visible, never a partial one; what it can leave behind is an
 //! unreferenced blob or a temp file, which `Store::sweep` removes at start-up, or a retired blob whose delete
 //! never committed, which the sweep puts back (its row still references it).
 
 pub mod blobs;
-pub mod generation;
 pub mod metadata;
 pub mod sealing;
 pub mod secrets_key;
@@ -20,10 +21,11 @@ use serde::Serialize;
 
 pub use blobs::{BlobStore, BlobWriter, StagedBlob};
 pub use metadata::{
-    Bucket, CacheChange, Metadata, MetadataError, ObjectRecord, ObjectStats, SigningKey, StatsOrder, TokenRecord,
-    Upsert,
+    Bucket, CacheChange, ChangeFeed, ChangeKind, Metadata, MetadataError, ObjectRecord, ObjectStats, Scope, SigningKey,
+    StatsOrder, TokenRecord, Upsert, WriteTx,
 };
 
+use crate::config::DatabaseUrl;
 use crate::names::{BucketName, ObjectAttrs, ObjectKey};
 
 #[derive(Debug, thiserror::Error)]
@@ -52,8 +54,26 @@ pub struct PutReport {
     pub etag: String,
     pub sha256: String,
     pub content_type: String,
-    /// `created`, `replaced` or `unchanged`.
-    pub status: &'static str,
+    pub status: PutStatus,
+}
+
+/// What a put did to the object, serialized as `created`, `replaced` or `unchanged`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PutStatus {
+    Created,
+    Replaced,
+    Unchanged,
+}
+
+impl From<&Upsert> for PutStatus {
+    fn from(upsert: &Upsert) -> Self {
+        match upsert {
+            Upsert::Created => PutStatus::Created,
+            Upsert::Unchanged => PutStatus::Unchanged,
+            Upsert::Replaced { .. } => PutStatus::Replaced,
+        }
+    }
 }
 
 /// What `Store::delete_bucket` did.
@@ -94,12 +114,11 @@ pub struct Store {
 }
 
 impl Store {
-    /// `busy_timeout`: how long a write waits for SQLite's lock held by another connection or process.
-    pub async fn open(data_dir: &Path, busy_timeout: Duration) -> anyhow::Result<Self> {
+    /// `busy_timeout`: how long a write waits for the database's lock held by another connection or process.
+    pub async fn open(data_dir: &Path, database: &DatabaseUrl, busy_timeout: Duration) -> anyhow::Result<Self> {
         crate::config::ensure_data_dir(data_dir)?;
         let blobs = BlobStore::open(data_dir)?;
-        let generation = std::sync::Arc::new(generation::Generation::open(data_dir)?);
-        let meta = Metadata::open(&data_dir.join("blobgate.db"), busy_timeout, generation).await?;
+        let meta = Metadata::open(database, data_dir, busy_timeout).await?;
         let secrets_key = secrets_key::load_or_create(data_dir, &meta).await?;
         let meta = meta.with_secrets_key(secrets_key);
         let sealed = meta.seal_signing_keys().await.context("cannot seal the signing keys")?;
@@ -112,14 +131,18 @@ impl Store {
     /// Opens an existing data dir for reading only: creates no directory or file, writes nothing (see
     /// `Metadata::open_read_only`). A database that needs a migration is opened for writing instead, so that
     /// the first command after an upgrade works where it may write and says why where it may not.
-    pub async fn open_read_only(data_dir: &Path, busy_timeout: Duration) -> anyhow::Result<Self> {
-        let mut meta = Metadata::open_read_only(&data_dir.join("blobgate.db"), busy_timeout).await?;
+    pub async fn open_read_only(
+        data_dir: &Path,
+        database: &DatabaseUrl,
+        busy_timeout: Duration,
+    ) -> anyhow::Result<Self> {
+        let mut meta = Metadata::open_read_only(database, busy_timeout).await?;
         if let Some(key) = secrets_key::load_existing(data_dir, &meta).await? {
             meta = meta.with_secrets_key(key);
         }
         if meta.needs_migration().await {
             meta.close().await;
-            return Self::open(data_dir, busy_timeout)
+            return Self::open(data_dir, database, busy_timeout)
                 .await
                 .context("the database must be migrated to this version first, which needs write access");
         }
@@ -136,7 +159,7 @@ impl Store {
         attrs: ObjectAttrs,
     ) -> Result<PutReport, StoreError> {
         let now = unix_now();
-        let mut tx = self.meta.begin_write().await?;
+        let mut tx = self.meta.lock_blob_refs().await?;
         let bucket_row = tx.bucket(bucket).await?.ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))?;
         // Under the write lock: no concurrent delete can retire this hash between the rename and the commit.
         let blobs = self.blobs.clone();
@@ -162,17 +185,13 @@ impl Store {
             etag: crate::header_values::etag_from_sha256(&staged.sha256),
             sha256: staged.sha256.clone(),
             content_type: effective_content_type(attrs.content_type.as_deref(), key.as_str()),
-            status: match upsert {
-                Upsert::Created => "created",
-                Upsert::Unchanged => "unchanged",
-                Upsert::Replaced { .. } => "replaced",
-            },
+            status: PutStatus::from(&upsert),
         })
     }
 
     /// Deletes `bucket/key`; `Ok(false)` when there was no such object. Removes the blob with its last reference.
     pub async fn delete(&self, bucket: &BucketName, key: &ObjectKey) -> Result<bool, StoreError> {
-        let mut tx = self.meta.begin_write().await?;
+        let mut tx = self.meta.lock_blob_refs().await?;
         let bucket_row = tx.bucket(bucket).await?.ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))?;
         let Some(sha) = tx.delete_object(bucket_row.id, key).await? else {
             return Ok(false);
@@ -190,7 +209,7 @@ impl Store {
     pub async fn delete_bucket(&self, bucket: &BucketName, force: bool) -> Result<BucketDeletion, StoreError> {
         let mut objects = 0;
         loop {
-            let mut tx = self.meta.begin_write().await?;
+            let mut tx = self.meta.lock_blob_refs().await?;
             let row = tx.bucket(bucket).await?.ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))?;
             if !force {
                 let present = tx.object_count(row.id).await?;
@@ -234,7 +253,7 @@ impl Store {
             // Under the write lock no delete is between its retire and its commit. A retired blob whose hash a
             // row still references was retired by a transaction that rolled back (its process died): restore it.
             // Otherwise its delete committed, and only the unlink was left to do.
-            let mut tx = self.meta.begin_write().await?;
+            let mut tx = self.meta.lock_blob_refs().await?;
             for r in retired {
                 if tx.blob_is_referenced(r.sha256()).await? && !r.blob_present() {
                     r.restore().context("cannot restore a retired blob that is still referenced")?;
@@ -257,7 +276,7 @@ impl Store {
         let mut unreferenced_blobs = 0;
         if !candidates.is_empty() {
             // Re-check under the write lock: a concurrent put may have just referenced one of them.
-            let mut tx = self.meta.begin_write().await?;
+            let mut tx = self.meta.lock_blob_refs().await?;
             let mut retired = Vec::new();
             for sha in &candidates {
                 if let Some(r) = self.retire_if_unreferenced(&mut tx, sha).await? {
@@ -273,7 +292,7 @@ impl Store {
 
     async fn retire_if_unreferenced(
         &self,
-        tx: &mut metadata::WriteTx,
+        tx: &mut WriteTx,
         sha256: &str,
     ) -> anyhow::Result<Option<blobs::RetiredBlob>> {
         if tx.blob_is_referenced(sha256).await? {
@@ -284,10 +303,7 @@ impl Store {
 }
 
 /// Commits, then deletes the retired blobs; if the commit fails they go back so no row loses its bytes.
-async fn finish_commit(
-    tx: metadata::WriteTx,
-    retired: impl IntoIterator<Item = blobs::RetiredBlob>,
-) -> Result<(), StoreError> {
+async fn finish_commit(tx: WriteTx, retired: impl IntoIterator<Item = blobs::RetiredBlob>) -> Result<(), StoreError> {
     match tx.commit().await {
         Ok(()) => {
             retired.into_iter().for_each(blobs::RetiredBlob::discard);
@@ -340,7 +356,8 @@ mod tests {
 
     async fn store() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), Duration::from_secs(5)).await.unwrap();
+        let store =
+            Store::open(dir.path(), &DatabaseUrl::in_data_dir(dir.path()), Duration::from_secs(5)).await.unwrap();
         store.meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
         (dir, store)
     }
@@ -373,11 +390,12 @@ mod tests {
         let b = BucketName::parse("bkt").unwrap();
         let k = ObjectKey::parse("k").unwrap();
         let first = store.put(&b, &k, stage(&store, b"v1"), ObjectAttrs::default()).await.unwrap();
-        assert_eq!(first.status, "created");
+        assert_eq!(first.status, PutStatus::Created);
         let again = store.put(&b, &k, stage(&store, b"v1"), ObjectAttrs::default()).await.unwrap();
-        assert_eq!(again.status, "unchanged");
+        assert_eq!(again.status, PutStatus::Unchanged);
         let second = store.put(&b, &k, stage(&store, b"v2"), ObjectAttrs::default()).await.unwrap();
-        assert_eq!(second.status, "replaced");
+        assert_eq!(second.status, PutStatus::Replaced);
+        assert_eq!(serde_json::to_value(second.status).unwrap(), "replaced", "the JSON spelling");
         assert_eq!(store.blobs.list_hashes().unwrap(), vec![second.sha256]);
     }
 
@@ -428,34 +446,6 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_read_only_open_of_an_older_database_migrates_it_first() {
-        // A database made by an older binary: the first five migrations only.
-        let dir = tempfile::tempdir().unwrap();
-        let old = dir.path().join("old-migrations");
-        std::fs::create_dir(&old).unwrap();
-        for entry in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations")).unwrap() {
-            let entry = entry.unwrap();
-            if entry.file_name().to_string_lossy().as_ref() < "0006" {
-                std::fs::copy(entry.path(), old.join(entry.file_name())).unwrap();
-            }
-        }
-        let data = dir.path().join("data");
-        std::fs::create_dir(&data).unwrap();
-        let url = format!("sqlite://{}?mode=rwc", data.join("blobgate.db").display());
-        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-        sqlx::migrate::Migrator::new(old.as_path()).await.unwrap().run(&pool).await.unwrap();
-        pool.close().await;
-
-        let store = Store::open_read_only(&data, Duration::from_secs(5)).await.unwrap();
-        assert!(!store.meta.needs_migration().await);
-        assert!(store.meta.list_buckets().await.unwrap().is_empty(), "the new column exists");
-        store.meta.close().await;
-        let again = Store::open_read_only(&data, Duration::from_secs(5)).await.unwrap();
-        assert!(!again.meta.needs_migration().await, "an up-to-date database opens read-only");
-        again.meta.close().await;
-    }
-
-    #[tokio::test]
     async fn sweep_restores_a_blob_whose_delete_never_committed() {
         let (dir, store) = store().await;
         let b = BucketName::parse("bkt").unwrap();
@@ -496,16 +486,23 @@ mod tests {
         let original = std::fs::read(&path).unwrap();
 
         std::fs::remove_file(&path).unwrap();
-        let err = Store::open(dir.path(), Duration::from_secs(5)).await.err().expect("refused without the key file");
+        let err = Store::open(dir.path(), &DatabaseUrl::in_data_dir(dir.path()), Duration::from_secs(5))
+            .await
+            .err()
+            .expect("refused without the key file");
         assert!(format!("{err:#}").contains("is missing"), "{err:#}");
         assert!(!path.exists(), "no new key is made over sealed keys");
 
         std::fs::write(&path, format!("{}\n", "ab".repeat(32))).unwrap();
-        let err = Store::open(dir.path(), Duration::from_secs(5)).await.err().expect("refused with another key");
+        let err = Store::open(dir.path(), &DatabaseUrl::in_data_dir(dir.path()), Duration::from_secs(5))
+            .await
+            .err()
+            .expect("refused with another key");
         assert!(format!("{err:#}").contains("does not open with this secrets key"), "{err:#}");
 
         std::fs::write(&path, &original).unwrap();
-        let store = Store::open(dir.path(), Duration::from_secs(5)).await.unwrap();
+        let store =
+            Store::open(dir.path(), &DatabaseUrl::in_data_dir(dir.path()), Duration::from_secs(5)).await.unwrap();
         assert_eq!(store.meta.signing_key("k1").await.unwrap(), Some(key));
     }
 }

@@ -700,3 +700,36 @@ fn read_only_commands_create_nothing_and_work_on_a_read_only_data_dir() {
     }
     assert_eq!(snapshot(&copy.data_dir()), before, "the read-only data dir changed");
 }
+
+/// `--database-url` (or `BLOBGATE_DATABASE_URL`) puts the metadata where it names, for the CLI and the server
+/// alike; a PostgreSQL URL is refused with one line until PostgreSQL is supported.
+#[test]
+fn the_database_url_names_where_the_metadata_lives() {
+    let env = TestEnv::new();
+    let db = env.dir.path().join("elsewhere").join("meta.db");
+    std::fs::create_dir(db.parent().unwrap()).unwrap();
+    let url = format!("sqlite://{}", db.display());
+    env.ok(&["--database-url", &url, "bucket", "create", "pub", "--public"]);
+    assert!(db.is_file(), "the database is where the URL says");
+    assert!(!env.data_dir().join("blobgate.db").exists(), "no database in the data dir");
+    let file = write_file(env.dir.path(), "k.txt", b"kept elsewhere");
+    let out = env.cli_env(&["put", "pub", "k.txt", file.to_str().unwrap()], &[("BLOBGATE_DATABASE_URL", &url)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = env.fails(&["ls", "pub"]);
+    assert!(err.starts_with("blobgate: no database at"), "without the URL the default is used: {err}");
+
+    let server = env.serve_with(&[("BLOBGATE_DATABASE__URL", &url)], &[]);
+    let r = server.get("/pub/k.txt", &[]);
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"kept elsewhere"[..]));
+    drop(server);
+
+    for url in ["postgres://user:secret@db:5432/bg", "postgresql://user@db/bg?host=/run/postgresql"] {
+        let err = env.fails(&["--database-url", url, "bucket", "list"]);
+        assert_eq!(err, "blobgate: database.url: PostgreSQL is not supported yet");
+        let serve =
+            env.cli(&["--database-url", url, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]);
+        assert_eq!(one_line_error(&serve, &["serve"]), "blobgate: database.url: PostgreSQL is not supported yet");
+    }
+    let err = env.fails(&["--database-url", "mysql://db/bg", "bucket", "list"]);
+    assert!(err.starts_with("blobgate: database.url must be sqlite://PATH"), "{err}");
+}

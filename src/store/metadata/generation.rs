@@ -1,4 +1,4 @@
-//! A change counter shared by every process that opens the data dir, in a small memory-mapped file
+//! The change feed's counter for SQLite, shared by every process that opens the data dir, in a small memory-mapped file
 //! (`<data_dir>/blobgate.generation`). A writer bumps it after each metadata commit; the server compares it with
 //! the value it last synchronised its caches at, one atomic load per request. So a change committed by the CLI
 //! (a token revocation, say) is seen by the very next request, without the server polling the database.
@@ -28,7 +28,7 @@ impl Generation {
             .write(true)
             .create(true)
             .truncate(false)
-            .mode(super::PRIVATE_FILE_MODE)
+            .mode(crate::store::PRIVATE_FILE_MODE)
             .open(&path)
             .with_context(|| format!("cannot open {}", path.display()))?;
         if file.metadata()?.len() < FILE_LEN {

@@ -1,0 +1,379 @@
+//! Tokens, signing keys (sealed at rest) and revoked signatures.
+
+use super::{Backend, Metadata, MetadataError, TxBackend};
+use crate::store::sealing::{self, NONCE_LEN, is_sealed};
+
+/// What a token may do, each level including the ones below it. Stored as `read`, `write` or `admin`, and parsed
+/// once, when the row is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scope {
+    /// GET and HEAD.
+    Read,
+    /// Read, plus uploads and deletes.
+    Write,
+    /// Write, plus management of the bucket.
+    Admin,
+}
+
+impl Scope {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "read" => Some(Scope::Read),
+            "write" => Some(Scope::Write),
+            "admin" => Some(Scope::Admin),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Read => "read",
+            Scope::Write => "write",
+            Scope::Admin => "admin",
+        }
+    }
+}
+
+/// A bearer token's stored form: never the token itself, only its hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRecord {
+    pub id: String,
+    pub secret_hash: Vec<u8>,
+    pub bucket_id: i64,
+    pub bucket_name: String,
+    pub prefix: String,
+    pub scope: Scope,
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+    pub revoked_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SigningKey {
+    pub id: String,
+    pub secret: Vec<u8>,
+    pub created_at: i64,
+    pub retired_at: Option<i64>,
+}
+
+const TOKEN_COLUMNS: &str = "t.id, t.secret_hash, t.bucket_id, b.name AS bucket_name, t.prefix, t.scope, t.created_at,
+     t.expires_at, t.revoked_at";
+
+#[derive(sqlx::FromRow)]
+struct TokenRow {
+    id: String,
+    secret_hash: Vec<u8>,
+    bucket_id: i64,
+    bucket_name: String,
+    prefix: String,
+    scope: String,
+    created_at: i64,
+    expires_at: Option<i64>,
+    revoked_at: Option<i64>,
+}
+
+impl TryFrom<TokenRow> for TokenRecord {
+    type Error = MetadataError;
+
+    fn try_from(r: TokenRow) -> Result<Self, MetadataError> {
+        let scope = Scope::parse(&r.scope)
+            .ok_or_else(|| MetadataError::Invalid(format!("token {} has an unknown scope {:?}", r.id, r.scope)))?;
+        Ok(TokenRecord {
+            id: r.id,
+            secret_hash: r.secret_hash,
+            bucket_id: r.bucket_id,
+            bucket_name: r.bucket_name,
+            prefix: r.prefix,
+            scope,
+            created_at: r.created_at,
+            expires_at: r.expires_at,
+            revoked_at: r.revoked_at,
+        })
+    }
+}
+
+/// A signing key as stored: its secret sealed (or, from before sealing, in the clear).
+#[derive(sqlx::FromRow)]
+struct SigningKeyRow {
+    id: String,
+    secret: Vec<u8>,
+    created_at: i64,
+    retired_at: Option<i64>,
+}
+
+#[derive(sqlx::FromRow)]
+struct StoredSecret {
+    id: String,
+    secret: Vec<u8>,
+}
+
+impl Metadata {
+    pub async fn create_token(&self, token: &TokenRecord) -> Result<(), MetadataError> {
+        let mut tx = self.begin_write().await?;
+        let TxBackend::Sqlite(sqlite) = &mut tx.tx;
+        sqlx::query(
+            "INSERT INTO tokens (id, secret_hash, bucket_id, prefix, scope, created_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .bind(&token.id)
+        .bind(&token.secret_hash)
+        .bind(token.bucket_id)
+        .bind(&token.prefix)
+        .bind(token.scope.as_str())
+        .bind(token.created_at)
+        .bind(token.expires_at)
+        .execute(&mut **sqlite)
+        .await?;
+        tx.commit().await
+    }
+
+    pub async fn token(&self, id: &str) -> Result<Option<TokenRecord>, MetadataError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let sql = format!("SELECT {TOKEN_COLUMNS} FROM tokens t JOIN buckets b ON b.id = t.bucket_id WHERE t.id = ?1");
+        let row: Option<TokenRow> = sqlx::query_as(&sql).bind(id).fetch_optional(pool).await?;
+        row.map(TokenRecord::try_from).transpose()
+    }
+
+    pub async fn list_tokens(&self) -> Result<Vec<TokenRecord>, MetadataError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let sql = format!(
+            "SELECT {TOKEN_COLUMNS} FROM tokens t JOIN buckets b ON b.id = t.bucket_id ORDER BY t.created_at, t.id"
+        );
+        let rows: Vec<TokenRow> = sqlx::query_as(&sql).fetch_all(pool).await?;
+        rows.into_iter().map(TokenRecord::try_from).collect()
+    }
+
+    /// Marks a token revoked; `false` when there is no such live token.
+    pub async fn revoke_token(&self, id: &str, now: i64) -> Result<bool, MetadataError> {
+        self.stamp_once("UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL", id, now).await
+    }
+
+    /// Runs an update that sets a timestamp on one row unless it is already set; true when a row changed.
+    async fn stamp_once(&self, sql: &'static str, id: &str, now: i64) -> Result<bool, MetadataError> {
+        let mut tx = self.begin_write().await?;
+        let TxBackend::Sqlite(sqlite) = &mut tx.tx;
+        let changed = sqlx::query(sql).bind(id).bind(now).execute(&mut **sqlite).await?.rows_affected();
+        tx.commit().await?;
+        Ok(changed == 1)
+    }
+
+    pub async fn create_signing_key(&self, key: &SigningKey) -> Result<(), MetadataError> {
+        let sealed = sealing::seal(self.secrets_key()?, &key.id, &key.secret, fresh_nonce()?);
+        let mut tx = self.begin_write().await?;
+        let TxBackend::Sqlite(sqlite) = &mut tx.tx;
+        sqlx::query("INSERT INTO signing_keys (id, secret, created_at) VALUES (?1, ?2, ?3)")
+            .bind(&key.id)
+            .bind(&sealed)
+            .bind(key.created_at)
+            .execute(&mut **sqlite)
+            .await?;
+        tx.commit().await
+    }
+
+    /// The newest key that is not retired: the one new links are signed with.
+    pub async fn newest_signing_key(&self) -> Result<Option<SigningKey>, MetadataError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let row: Option<SigningKeyRow> = sqlx::query_as(
+            "SELECT id, secret, created_at, retired_at FROM signing_keys WHERE retired_at IS NULL
+             ORDER BY created_at DESC, rowid DESC LIMIT 1",
+        )
+        .fetch_optional(pool)
+        .await?;
+        row.map(|r| self.open_signing_key(r)).transpose()
+    }
+
+    pub async fn signing_key(&self, id: &str) -> Result<Option<SigningKey>, MetadataError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let row: Option<SigningKeyRow> =
+            sqlx::query_as("SELECT id, secret, created_at, retired_at FROM signing_keys WHERE id = ?1")
+                .bind(id)
+                .fetch_optional(pool)
+                .await?;
+        row.map(|r| self.open_signing_key(r)).transpose()
+    }
+
+    pub async fn list_signing_keys(&self) -> Result<Vec<SigningKey>, MetadataError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let rows: Vec<SigningKeyRow> =
+            sqlx::query_as("SELECT id, secret, created_at, retired_at FROM signing_keys ORDER BY created_at, rowid")
+                .fetch_all(pool)
+                .await?;
+        rows.into_iter().map(|r| self.open_signing_key(r)).collect()
+    }
+
+    /// Seals every signing key still stored in the clear (rows from before sealing), and checks that every sealed
+    /// one opens with this secrets key, so a wrong key file fails at start rather than on a request. Returns how
+    /// many rows it sealed.
+    pub async fn seal_signing_keys(&self) -> Result<usize, MetadataError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let key = self.secrets_key()?;
+        let stored = stored_signing_secrets(pool).await?;
+        if stored.iter().all(|s| is_sealed(&s.secret)) {
+            for s in &stored {
+                sealing::open(key, &s.id, &s.secret)?;
+            }
+            return Ok(0);
+        }
+        let mut tx = self.begin_write().await?;
+        let TxBackend::Sqlite(sqlite) = &mut tx.tx;
+        // The plaintext must not stay behind in the page's free space.
+        sqlx::query("PRAGMA secure_delete = ON").execute(&mut **sqlite).await?;
+        let mut sealed = 0;
+        for s in stored_signing_secrets(&mut **sqlite).await? {
+            let secret = sealing::open(key, &s.id, &s.secret)?;
+            if !is_sealed(&s.secret) {
+                sqlx::query("UPDATE signing_keys SET secret = ?2 WHERE id = ?1")
+                    .bind(&s.id)
+                    .bind(sealing::seal(key, &s.id, &secret, fresh_nonce()?))
+                    .execute(&mut **sqlite)
+                    .await?;
+                sealed += 1;
+            }
+        }
+        sqlx::query("PRAGMA secure_delete = OFF").execute(&mut **sqlite).await?;
+        tx.commit().await?;
+        Ok(sealed)
+    }
+
+    /// Whether any signing key is stored sealed: then a missing secrets key file is an error, not a fresh start.
+    pub async fn has_sealed_signing_keys(&self) -> Result<bool, MetadataError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        Ok(stored_signing_secrets(pool).await?.iter().any(|s| is_sealed(&s.secret)))
+    }
+
+    fn open_signing_key(&self, r: SigningKeyRow) -> Result<SigningKey, MetadataError> {
+        let secret = sealing::open(self.secrets_key()?, &r.id, &r.secret)?;
+        Ok(SigningKey { id: r.id, secret, created_at: r.created_at, retired_at: r.retired_at })
+    }
+
+    pub async fn retire_signing_key(&self, id: &str, now: i64) -> Result<bool, MetadataError> {
+        self.stamp_once("UPDATE signing_keys SET retired_at = ?2 WHERE id = ?1 AND retired_at IS NULL", id, now).await
+    }
+
+    /// Revokes one signed URL by its signature; expired entries are pruned on the way.
+    pub async fn revoke_signature(&self, signature: &str, expires_at: i64, now: i64) -> Result<(), MetadataError> {
+        let mut tx = self.begin_write().await?;
+        let TxBackend::Sqlite(sqlite) = &mut tx.tx;
+        sqlx::query("DELETE FROM revoked_signatures WHERE expires_at < ?1").bind(now).execute(&mut **sqlite).await?;
+        sqlx::query(
+            "INSERT INTO revoked_signatures (signature, expires_at, revoked_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (signature) DO NOTHING",
+        )
+        .bind(signature)
+        .bind(expires_at)
+        .bind(now)
+        .execute(&mut **sqlite)
+        .await?;
+        tx.commit().await
+    }
+
+    pub async fn signature_revoked(&self, signature: &str) -> Result<bool, MetadataError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM revoked_signatures WHERE signature = ?1")
+            .bind(signature)
+            .fetch_optional(pool)
+            .await?;
+        Ok(found.is_some())
+    }
+}
+
+async fn stored_signing_secrets<'e>(
+    executor: impl sqlx::SqliteExecutor<'e>,
+) -> Result<Vec<StoredSecret>, MetadataError> {
+    Ok(sqlx::query_as("SELECT id, secret FROM signing_keys").fetch_all(executor).await?)
+}
+
+/// A fresh nonce for sealing a secret.
+fn fresh_nonce() -> Result<[u8; NONCE_LEN], MetadataError> {
+    let mut nonce = [0u8; NONCE_LEN];
+    getrandom::fill(&mut nonce).map_err(|e| sqlx::Error::Io(std::io::Error::other(e)))?;
+    Ok(nonce)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::names::BucketName;
+    use crate::store::metadata::pool::tests::database;
+
+    #[test]
+    fn scopes_are_ordered_and_round_trip() {
+        assert!(Scope::Admin > Scope::Write && Scope::Write > Scope::Read);
+        for s in [Scope::Read, Scope::Write, Scope::Admin] {
+            assert_eq!(Scope::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(Scope::parse("READ"), None);
+    }
+
+    #[tokio::test]
+    async fn a_token_reads_back_with_its_scope_and_an_unknown_scope_is_an_error() {
+        let (_dir, meta) = database().await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let token = TokenRecord {
+            id: "0123456789ab".into(),
+            secret_hash: vec![1; 32],
+            bucket_id: bucket.id,
+            bucket_name: "bkt".into(),
+            prefix: "p/".into(),
+            scope: Scope::Write,
+            created_at: 3,
+            expires_at: Some(10),
+            revoked_at: None,
+        };
+        meta.create_token(&token).await.unwrap();
+        assert_eq!(meta.token(&token.id).await.unwrap(), Some(token.clone()));
+        assert_eq!(meta.list_tokens().await.unwrap(), vec![token.clone()]);
+        // Only a hand-made row can hold another scope: the table's CHECK refuses it, so lift the check.
+        let Backend::Sqlite(pool) = &meta.backend;
+        let mut conn = pool.acquire().await.unwrap();
+        sqlx::query("PRAGMA ignore_check_constraints = ON").execute(&mut *conn).await.unwrap();
+        sqlx::query("UPDATE tokens SET scope = 'owner'").execute(&mut *conn).await.unwrap();
+        sqlx::query("PRAGMA ignore_check_constraints = OFF").execute(&mut *conn).await.unwrap();
+        drop(conn);
+        let err = meta.token(&token.id).await.unwrap_err();
+        assert!(err.to_string().contains("unknown scope \"owner\""), "{err}");
+    }
+
+    /// Every byte of the database and its WAL, where a secret would show if it were stored in the clear.
+    fn database_bytes(dir: &Path) -> Vec<u8> {
+        ["blobgate.db", "blobgate.db-wal"].iter().flat_map(|f| std::fs::read(dir.join(f)).unwrap_or_default()).collect()
+    }
+
+    fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+        haystack.windows(needle.len()).any(|w| w == needle)
+    }
+
+    #[tokio::test]
+    async fn signing_secrets_are_sealed_in_the_database_and_old_plaintext_rows_get_sealed() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = crate::config::DatabaseUrl::in_data_dir(dir.path());
+        let store = crate::store::Store::open(dir.path(), &url, Duration::from_secs(5)).await.unwrap();
+        let fresh = SigningKey { id: "knew".into(), secret: vec![0x5a; 32], created_at: 1, retired_at: None };
+        store.meta.create_signing_key(&fresh).await.unwrap();
+        // A row written before sealing existed: the 32 raw bytes.
+        let legacy = SigningKey { id: "kold".into(), secret: vec![0xa5; 32], created_at: 0, retired_at: None };
+        let Backend::Sqlite(pool) = &store.meta.backend;
+        sqlx::query("INSERT INTO signing_keys (id, secret, created_at) VALUES (?1, ?2, ?3)")
+            .bind(&legacy.id)
+            .bind(&legacy.secret)
+            .bind(legacy.created_at)
+            .execute(pool)
+            .await
+            .unwrap();
+        assert_eq!(store.meta.list_signing_keys().await.unwrap(), vec![legacy.clone(), fresh.clone()]);
+        assert!(!contains(&database_bytes(dir.path()), &fresh.secret), "a new secret is sealed");
+        store.meta.close().await;
+        assert!(contains(&database_bytes(dir.path()), &legacy.secret), "the legacy row is still in the clear");
+
+        // The next open seals the legacy row; both still read back as they were.
+        let store = crate::store::Store::open(dir.path(), &url, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(store.meta.seal_signing_keys().await.unwrap(), 0, "already sealed at open");
+        assert_eq!(store.meta.signing_key("kold").await.unwrap(), Some(legacy.clone()));
+        assert_eq!(store.meta.newest_signing_key().await.unwrap(), Some(fresh.clone()));
+        store.meta.close().await;
+        assert!(!contains(&database_bytes(dir.path()), &legacy.secret), "the legacy secret is gone from the file");
+    }
+}

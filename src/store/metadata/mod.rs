@@ -1,0 +1,132 @@
+//! The metadata store: buckets, objects, tokens, signing keys, revoked signatures, download stats and the change
+//! feed. The only module that contains SQL.
+//!
+//! [`Metadata`] is the seam for a second backend: its signatures name no database type, and it has its own write
+//! transaction, [`WriteTx`]. Two behaviours that callers rely on are operations of their own:
+//! - [`Metadata::lock_blob_refs`]: a write transaction that also holds the blob-reference lock, which the
+//!   crash-safety ordering in `store/mod.rs` needs;
+//! - [`ChangeFeed`]: how a server learns that another process changed something it caches.
+//!
+//! The one backend today is SQLite (`Backend::Sqlite`). WAL lets the server read while a CLI writes; a busy
+//! timeout turns lock contention into waiting rather than errors; every write transaction starts with
+//! `BEGIN IMMEDIATE`, so it takes the write lock up front instead of failing with SQLITE_BUSY half-way when it
+//! upgrades from a read.
+//!
+//! Submodules: `pool` (open, migrations, read-only open, close), `objects` (buckets and objects), `auth` (tokens,
+//! signing keys, revoked signatures), `stats` (download counters), `changes` (the change feed, over the
+//! `generation` counter).
+
+mod auth;
+mod changes;
+mod generation;
+mod objects;
+mod pool;
+mod stats;
+
+use std::sync::Arc;
+
+use sqlx::{Sqlite, SqlitePool, Transaction};
+
+pub use auth::{Scope, SigningKey, TokenRecord};
+pub use changes::{CacheChange, ChangeFeed, ChangeKind};
+pub use objects::{Bucket, ObjectRecord, Upsert};
+pub use stats::{ObjectStats, StatsOrder};
+
+use crate::store::sealing::{SealError, SecretsKey};
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetadataError {
+    #[error("bucket {0} already exists")]
+    BucketExists(String),
+    #[error("no such bucket: {0}")]
+    NoSuchBucket(String),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    #[error(transparent)]
+    Sealing(#[from] SealError),
+    #[error("signing keys need the secrets key, and none was loaded")]
+    NoSecretsKey,
+    /// A stored value this binary cannot read (a row written by hand, or by a newer version).
+    #[error("invalid stored value: {0}")]
+    Invalid(String),
+}
+
+/// The metadata store, over one of the backends. Cheap to clone (the connection pool is shared).
+#[derive(Clone)]
+pub struct Metadata {
+    backend: Backend,
+    /// Every commit that may change what a server caches is announced here.
+    feed: ChangeFeed,
+    /// Opened by `open_read_only`.
+    read_only: bool,
+    /// Seals signing-key secrets in the database (`store::sealing`); `Store::open` sets it.
+    secrets_key: Option<Arc<SecretsKey>>,
+}
+
+/// The database behind [`Metadata`]. An enum rather than a trait object: every operation is a plain `match`
+/// (statically dispatched, and async methods need no boxing), and adding a backend makes the compiler name every
+/// operation that lacks it. Each operation destructures its backend with a `let`, irrefutable while SQLite is
+/// the only one.
+#[derive(Clone)]
+enum Backend {
+    Sqlite(SqlitePool),
+}
+
+/// A write transaction. Dropping it without `commit` rolls back.
+pub struct WriteTx {
+    tx: TxBackend,
+    feed: ChangeFeed,
+}
+
+enum TxBackend {
+    Sqlite(Transaction<'static, Sqlite>),
+}
+
+impl Metadata {
+    /// Signing-key secrets are sealed with `key` on the way in and opened on the way out.
+    pub fn with_secrets_key(mut self, key: SecretsKey) -> Self {
+        self.secrets_key = Some(Arc::new(key));
+        self
+    }
+
+    fn secrets_key(&self) -> Result<&SecretsKey, MetadataError> {
+        self.secrets_key.as_deref().ok_or(MetadataError::NoSecretsKey)
+    }
+
+    /// Where a server learns about changes made by any process (see [`ChangeFeed`]).
+    pub fn feed(&self) -> &ChangeFeed {
+        &self.feed
+    }
+
+    /// Starts a write transaction. SQLite: `BEGIN IMMEDIATE`, which takes the database's write lock up front.
+    pub async fn begin_write(&self) -> Result<WriteTx, MetadataError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+        Ok(WriteTx { tx: TxBackend::Sqlite(tx), feed: self.feed.clone() })
+    }
+
+    /// Starts a write transaction that also holds the blob-reference lock until it ends: while it is open, no
+    /// other transaction (in this process or another) adds or drops a reference to a blob. `Store` relies on it
+    /// to install, retire and restore blob files against the references it reads in the transaction (the
+    /// crash-safety ordering in `store/mod.rs`). SQLite: the write lock of `BEGIN IMMEDIATE` is that lock, since
+    /// SQLite has one writer at a time. A backend with concurrent writers must take an explicit lock here.
+    pub async fn lock_blob_refs(&self) -> Result<WriteTx, MetadataError> {
+        self.begin_write().await
+    }
+}
+
+impl WriteTx {
+    /// Commits, then tells every server sharing the data dir that something changed.
+    pub async fn commit(self) -> Result<(), MetadataError> {
+        let TxBackend::Sqlite(tx) = self.tx;
+        tx.commit().await?;
+        self.feed.announce();
+        Ok(())
+    }
+
+    /// For writes to tables no server caches (download stats, the change log itself).
+    async fn commit_without_announcing(self) -> Result<(), MetadataError> {
+        let TxBackend::Sqlite(tx) = self.tx;
+        Ok(tx.commit().await?)
+    }
+}

@@ -1,0 +1,501 @@
+//! Buckets and objects: reads on the pool, writes in a [`WriteTx`].
+
+use super::{Backend, Metadata, MetadataError, TxBackend, WriteTx};
+use crate::names::{BucketName, ObjectAttrs, ObjectKey};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bucket {
+    pub id: i64,
+    pub name: String,
+    pub public: bool,
+    pub created_at: i64,
+    /// Cache-Control served for the bucket's objects that store none.
+    pub default_cache_control: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRecord {
+    pub bucket_id: i64,
+    pub key: String,
+    pub sha256: String,
+    pub size: u64,
+    pub attrs: ObjectAttrs,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// How an upsert changed the object row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Upsert {
+    Created,
+    /// The row already held exactly this content and these attributes: nothing was written.
+    Unchanged,
+    /// The row was rewritten; `previous_sha256` is the hash it referenced before.
+    Replaced {
+        previous_sha256: String,
+    },
+}
+
+const BUCKET_COLUMNS: &str = "id, name, public, created_at, default_cache_control";
+/// Every column of an object row (`ObjectRow`).
+const OBJECT_COLUMNS: &str =
+    "bucket_id, key, sha256, size, content_type, cache_control, content_disposition, created_at, updated_at";
+
+#[derive(sqlx::FromRow)]
+struct BucketRow {
+    id: i64,
+    name: String,
+    public: bool,
+    created_at: i64,
+    default_cache_control: Option<String>,
+}
+
+impl From<BucketRow> for Bucket {
+    fn from(r: BucketRow) -> Self {
+        Bucket {
+            id: r.id,
+            name: r.name,
+            public: r.public,
+            created_at: r.created_at,
+            default_cache_control: r.default_cache_control,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct ObjectRow {
+    bucket_id: i64,
+    key: String,
+    sha256: String,
+    size: i64,
+    content_type: Option<String>,
+    cache_control: Option<String>,
+    content_disposition: Option<String>,
+    created_at: i64,
+    updated_at: i64,
+}
+
+impl From<ObjectRow> for ObjectRecord {
+    fn from(r: ObjectRow) -> Self {
+        ObjectRecord {
+            bucket_id: r.bucket_id,
+            key: r.key,
+            sha256: r.sha256,
+            size: r.size as u64,
+            attrs: ObjectAttrs {
+                content_type: r.content_type,
+                cache_control: r.cache_control,
+                content_disposition: r.content_disposition,
+            },
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+/// An object row with its bucket's default Cache-Control.
+#[derive(sqlx::FromRow)]
+struct ObjectWithDefaultRow {
+    #[sqlx(flatten)]
+    object: ObjectRow,
+    default_cache_control: Option<String>,
+}
+
+/// What `upsert_object` compares to decide whether anything changes.
+#[derive(sqlx::FromRow, PartialEq, Eq)]
+struct StoredContent {
+    sha256: String,
+    size: i64,
+    content_type: Option<String>,
+    cache_control: Option<String>,
+    content_disposition: Option<String>,
+}
+
+impl Metadata {
+    pub async fn create_bucket(&self, name: &BucketName, public: bool, now: i64) -> Result<Bucket, MetadataError> {
+        let mut tx = self.begin_write().await?;
+        let TxBackend::Sqlite(sqlite) = &mut tx.tx;
+        let inserted: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO buckets (name, public, created_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (name) DO NOTHING RETURNING id",
+        )
+        .bind(name.as_str())
+        .bind(public)
+        .bind(now)
+        .fetch_optional(&mut **sqlite)
+        .await?;
+        let Some(id) = inserted else {
+            return Err(MetadataError::BucketExists(name.to_string()));
+        };
+        tx.commit().await?;
+        Ok(Bucket { id, name: name.to_string(), public, created_at: now, default_cache_control: None })
+    }
+
+    pub async fn bucket(&self, name: &BucketName) -> Result<Option<Bucket>, MetadataError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let sql = format!("SELECT {BUCKET_COLUMNS} FROM buckets WHERE name = ?1");
+        let row: Option<BucketRow> = sqlx::query_as(&sql).bind(name.as_str()).fetch_optional(pool).await?;
+        Ok(row.map(Bucket::from))
+    }
+
+    pub async fn list_buckets(&self) -> Result<Vec<Bucket>, MetadataError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let sql = format!("SELECT {BUCKET_COLUMNS} FROM buckets ORDER BY name");
+        let rows: Vec<BucketRow> = sqlx::query_as(&sql).fetch_all(pool).await?;
+        Ok(rows.into_iter().map(Bucket::from).collect())
+    }
+
+    /// Changes a bucket's access and its default Cache-Control; `None` leaves that field as it is, and
+    /// `Some(None)` removes the default. Returns the changed bucket, or `None` when there is no such bucket.
+    pub async fn update_bucket(
+        &self,
+        name: &BucketName,
+        public: Option<bool>,
+        default_cache_control: Option<Option<&str>>,
+    ) -> Result<Option<Bucket>, MetadataError> {
+        let mut tx = self.begin_write().await?;
+        let TxBackend::Sqlite(sqlite) = &mut tx.tx;
+        let sql = format!(
+            "UPDATE buckets SET public = coalesce(?2, public),
+                 default_cache_control = CASE WHEN ?3 THEN ?4 ELSE default_cache_control END
+             WHERE name = ?1 RETURNING {BUCKET_COLUMNS}"
+        );
+        let row: Option<BucketRow> = sqlx::query_as(&sql)
+            .bind(name.as_str())
+            .bind(public)
+            .bind(default_cache_control.is_some())
+            .bind(default_cache_control.flatten())
+            .fetch_optional(&mut **sqlite)
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        tx.commit().await?;
+        Ok(Some(row.into()))
+    }
+
+    /// The object and its bucket's default Cache-Control, read in one statement so that the two agree.
+    pub async fn object_with_bucket_default(
+        &self,
+        bucket_id: i64,
+        key: &str,
+    ) -> Result<Option<(ObjectRecord, Option<String>)>, MetadataError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let row: Option<ObjectWithDefaultRow> = sqlx::query_as(
+            "SELECT o.bucket_id, o.key, o.sha256, o.size, o.content_type, o.cache_control, o.content_disposition,
+                    o.created_at, o.updated_at, b.default_cache_control
+             FROM objects o JOIN buckets b ON b.id = o.bucket_id WHERE o.bucket_id = ?1 AND o.key = ?2",
+        )
+        .bind(bucket_id)
+        .bind(key)
+        .fetch_optional(pool)
+        .await?;
+        Ok(row.map(|r| (r.object.into(), r.default_cache_control)))
+    }
+
+    /// One page of a bucket's objects whose keys start with `prefix`, in key order, after the key `after` (the
+    /// last one of the previous page). A keyset scan over the primary key: each page is one index range read,
+    /// however far into the bucket it is, and a listing never holds more than a page in memory.
+    pub async fn list_objects_page(
+        &self,
+        bucket_id: i64,
+        prefix: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ObjectRecord>, MetadataError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let upper = prefix_upper_bound(prefix);
+        let sql = list_objects_sql(after.is_some(), upper.is_some());
+        let rows: Vec<ObjectRow> = sqlx::query_as(&sql)
+            .bind(bucket_id)
+            .bind(after.unwrap_or(prefix))
+            .bind(upper)
+            .bind(i64::from(limit))
+            .fetch_all(pool)
+            .await?;
+        Ok(rows.into_iter().map(ObjectRecord::from).collect())
+    }
+
+    pub async fn object_by_key(&self, bucket_id: i64, key: &str) -> Result<Option<ObjectRecord>, MetadataError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let sql = format!("SELECT {OBJECT_COLUMNS} FROM objects WHERE bucket_id = ?1 AND key = ?2");
+        let row: Option<ObjectRow> = sqlx::query_as(&sql).bind(bucket_id).bind(key).fetch_optional(pool).await?;
+        Ok(row.map(ObjectRecord::from))
+    }
+
+    /// How many objects reference the blob, outside any write transaction (for the sweep's first pass).
+    pub async fn blob_is_referenced(&self, sha256: &str) -> Result<bool, MetadataError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        let n: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM objects WHERE sha256 = ?1").bind(sha256).fetch_one(pool).await?;
+        Ok(n > 0)
+    }
+}
+
+impl WriteTx {
+    pub async fn bucket(&mut self, name: &BucketName) -> Result<Option<Bucket>, MetadataError> {
+        let TxBackend::Sqlite(tx) = &mut self.tx;
+        let sql = format!("SELECT {BUCKET_COLUMNS} FROM buckets WHERE name = ?1");
+        let row: Option<BucketRow> = sqlx::query_as(&sql).bind(name.as_str()).fetch_optional(&mut **tx).await?;
+        Ok(row.map(Bucket::from))
+    }
+
+    pub async fn object_count(&mut self, bucket_id: i64) -> Result<u64, MetadataError> {
+        let TxBackend::Sqlite(tx) = &mut self.tx;
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM objects WHERE bucket_id = ?1")
+            .bind(bucket_id)
+            .fetch_one(&mut **tx)
+            .await?;
+        Ok(n as u64)
+    }
+
+    /// Deletes up to `limit` objects of a bucket, first keys first; returns the hashes they referenced.
+    pub async fn delete_objects_batch(&mut self, bucket_id: i64, limit: u32) -> Result<Vec<String>, MetadataError> {
+        let TxBackend::Sqlite(tx) = &mut self.tx;
+        let hashes = sqlx::query_scalar(
+            "DELETE FROM objects WHERE bucket_id = ?1
+                 AND key IN (SELECT key FROM objects WHERE bucket_id = ?1 ORDER BY key LIMIT ?2)
+             RETURNING sha256",
+        )
+        .bind(bucket_id)
+        .bind(i64::from(limit))
+        .fetch_all(&mut **tx)
+        .await?;
+        Ok(hashes)
+    }
+
+    /// Deletes an empty bucket with its tokens (explicitly, so the change log names each one) and, by cascade,
+    /// its download stats. Returns how many tokens went with it.
+    pub async fn delete_empty_bucket(&mut self, bucket_id: i64) -> Result<u64, MetadataError> {
+        let TxBackend::Sqlite(tx) = &mut self.tx;
+        let tokens = sqlx::query("DELETE FROM tokens WHERE bucket_id = ?1").bind(bucket_id).execute(&mut **tx).await?;
+        sqlx::query("DELETE FROM buckets WHERE id = ?1").bind(bucket_id).execute(&mut **tx).await?;
+        Ok(tokens.rows_affected())
+    }
+
+    /// Inserts or replaces the object row. A row that already holds the same hash and attributes is left as it
+    /// is, so importing the same tree twice changes nothing (not even Last-Modified).
+    pub async fn upsert_object(
+        &mut self,
+        bucket_id: i64,
+        key: &ObjectKey,
+        sha256: &str,
+        size: u64,
+        attrs: &ObjectAttrs,
+        now: i64,
+    ) -> Result<Upsert, MetadataError> {
+        let TxBackend::Sqlite(tx) = &mut self.tx;
+        let existing: Option<StoredContent> = sqlx::query_as(
+            "SELECT sha256, size, content_type, cache_control, content_disposition
+             FROM objects WHERE bucket_id = ?1 AND key = ?2",
+        )
+        .bind(bucket_id)
+        .bind(key.as_str())
+        .fetch_optional(&mut **tx)
+        .await?;
+        let size = i64::try_from(size).expect("object sizes fit in i64");
+        let wanted = StoredContent {
+            sha256: sha256.to_owned(),
+            size,
+            content_type: attrs.content_type.clone(),
+            cache_control: attrs.cache_control.clone(),
+            content_disposition: attrs.content_disposition.clone(),
+        };
+        let outcome = match existing {
+            Some(stored) if stored == wanted => return Ok(Upsert::Unchanged),
+            Some(stored) => Upsert::Replaced { previous_sha256: stored.sha256 },
+            None => Upsert::Created,
+        };
+        sqlx::query(
+            "INSERT INTO objects (bucket_id, key, sha256, size, content_type, cache_control, content_disposition,
+                                  created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)
+             ON CONFLICT (bucket_id, key) DO UPDATE SET
+                 sha256 = excluded.sha256, size = excluded.size, content_type = excluded.content_type,
+                 cache_control = excluded.cache_control, content_disposition = excluded.content_disposition,
+                 updated_at = excluded.updated_at",
+        )
+        .bind(bucket_id)
+        .bind(key.as_str())
+        .bind(sha256)
+        .bind(size)
+        .bind(&attrs.content_type)
+        .bind(&attrs.cache_control)
+        .bind(&attrs.content_disposition)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+        Ok(outcome)
+    }
+
+    /// Deletes the object row; returns the hash it referenced, or `None` when there was no such object.
+    pub async fn delete_object(&mut self, bucket_id: i64, key: &ObjectKey) -> Result<Option<String>, MetadataError> {
+        let TxBackend::Sqlite(tx) = &mut self.tx;
+        let sha = sqlx::query_scalar("DELETE FROM objects WHERE bucket_id = ?1 AND key = ?2 RETURNING sha256")
+            .bind(bucket_id)
+            .bind(key.as_str())
+            .fetch_optional(&mut **tx)
+            .await?;
+        Ok(sha)
+    }
+
+    pub async fn blob_is_referenced(&mut self, sha256: &str) -> Result<bool, MetadataError> {
+        let TxBackend::Sqlite(tx) = &mut self.tx;
+        let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM objects WHERE sha256 = ?1 LIMIT 1")
+            .bind(sha256)
+            .fetch_optional(&mut **tx)
+            .await?;
+        Ok(found.is_some())
+    }
+}
+
+/// The page query of `list_objects_page`. ?2 is the lower bound (inclusive: the prefix; exclusive: the last key
+/// of the previous page), ?3 the exclusive upper bound of keys with the prefix, ?4 the page size.
+fn list_objects_sql(after: bool, upper: bool) -> String {
+    let lower = if after { "key > ?2" } else { "key >= ?2" };
+    let upper = if upper { " AND key < ?3" } else { "" };
+    format!("SELECT {OBJECT_COLUMNS} FROM objects WHERE bucket_id = ?1 AND {lower}{upper} ORDER BY key LIMIT ?4")
+}
+
+/// The least string above every string that starts with `prefix` (`None`: no such bound, for `""`). Keys compare
+/// as UTF-8 bytes (SQLite's BINARY collation), which orders like code points, so this turns "starts with" into
+/// a range the primary key can answer: bump the last character that can be bumped and drop what follows.
+fn prefix_upper_bound(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = match last {
+            '\u{D7FF}' => Some('\u{E000}'),
+            c => char::from_u32(u32::from(c) + 1),
+        };
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::Row;
+
+    use super::*;
+    use crate::store::metadata::pool::tests::database;
+
+    #[test]
+    fn the_prefix_bound_is_exactly_starts_with() {
+        assert_eq!(prefix_upper_bound(""), None);
+        assert_eq!(prefix_upper_bound("a/").as_deref(), Some("a0"));
+        assert_eq!(prefix_upper_bound("\u{D7FF}").as_deref(), Some("\u{E000}"), "surrogates are skipped");
+        assert_eq!(prefix_upper_bound("x\u{10FFFF}").as_deref(), Some("y"), "a maximal last character is dropped");
+        assert_eq!(prefix_upper_bound("\u{10FFFF}"), None);
+        let keys =
+            ["a", "a/", "a/b", "a/\u{10FFFF}z", "a0", "a.", "ab", "é", "é/x", "ê", "\u{10FFFF}", "z", "x\u{10FFFF}"];
+        for prefix in ["", "a", "a/", "é", "x\u{10FFFF}", "\u{10FFFF}", "zz"] {
+            let upper = prefix_upper_bound(prefix);
+            for key in keys {
+                // Byte order, as SQLite's BINARY collation compares.
+                let in_range = key.as_bytes() >= prefix.as_bytes()
+                    && upper.as_deref().is_none_or(|u| key.as_bytes() < u.as_bytes());
+                assert_eq!(in_range, key.starts_with(prefix), "prefix {prefix:?}, key {key:?}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_object_page_is_one_primary_key_range() {
+        let (_dir, meta) = database().await;
+        let Backend::Sqlite(pool) = &meta.backend;
+        for (after, upper, plan) in [
+            (false, false, "(bucket_id=? AND key>?)"),
+            (true, false, "(bucket_id=? AND key>?)"),
+            (false, true, "(bucket_id=? AND key>? AND key<?)"),
+            (true, true, "(bucket_id=? AND key>? AND key<?)"),
+        ] {
+            let sql = format!("EXPLAIN QUERY PLAN {}", list_objects_sql(after, upper));
+            let rows = sqlx::query(&sql).bind(1).bind("a").bind("b").bind(10).fetch_all(pool).await.unwrap();
+            let details: Vec<String> = rows.iter().map(|r| r.get::<String, _>(3)).collect();
+            assert_eq!(details.len(), 1, "{details:?}");
+            assert!(details[0].starts_with("SEARCH objects USING PRIMARY KEY"), "{details:?}");
+            assert!(details[0].ends_with(plan), "{details:?}");
+            assert!(!details.iter().any(|d| d.contains("TEMP B-TREE")), "no sort: {details:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn pages_follow_on_from_the_last_key() {
+        let (_dir, meta) = database().await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let other = meta.create_bucket(&BucketName::parse("other").unwrap(), false, 0).await.unwrap();
+        let keys = ["a", "a/1", "a/2", "a/3", "a0", "b"];
+        let mut tx = meta.begin_write().await.unwrap();
+        for (i, key) in keys.iter().enumerate() {
+            let key = ObjectKey::parse(key).unwrap();
+            tx.upsert_object(bucket.id, &key, &"0".repeat(64), 0, &ObjectAttrs::default(), i as i64).await.unwrap();
+            tx.upsert_object(other.id, &key, &"0".repeat(64), 0, &ObjectAttrs::default(), 0).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+        let list = |prefix: &'static str, page: u32| {
+            let meta = meta.clone();
+            async move {
+                let (mut all, mut after) = (Vec::new(), None::<String>);
+                loop {
+                    let rows = meta.list_objects_page(bucket.id, prefix, after.as_deref(), page).await.unwrap();
+                    assert!(rows.len() <= page as usize);
+                    all.extend(rows.iter().map(|r| r.key.clone()));
+                    if rows.len() < page as usize {
+                        return all;
+                    }
+                    after = rows.last().map(|r| r.key.clone());
+                }
+            }
+        };
+        assert_eq!(list("", 2).await, keys);
+        assert_eq!(list("", 100).await, keys);
+        assert_eq!(list("a/", 1).await, ["a/1", "a/2", "a/3"]);
+        assert_eq!(list("a", 3).await, ["a", "a/1", "a/2", "a/3", "a0"]);
+        assert!(list("c", 2).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn rows_read_back_as_written() {
+        let (_dir, meta) = database().await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), true, 7).await.unwrap();
+        let key = ObjectKey::parse("dir/k.txt").unwrap();
+        let attrs = ObjectAttrs {
+            content_type: Some("text/plain".into()),
+            cache_control: None,
+            content_disposition: Some("attachment".into()),
+        };
+        let mut tx = meta.begin_write().await.unwrap();
+        assert_eq!(tx.upsert_object(bucket.id, &key, &"a".repeat(64), 42, &attrs, 9).await.unwrap(), Upsert::Created);
+        tx.commit().await.unwrap();
+        let want = ObjectRecord {
+            bucket_id: bucket.id,
+            key: key.to_string(),
+            sha256: "a".repeat(64),
+            size: 42,
+            attrs,
+            created_at: 9,
+            updated_at: 9,
+        };
+        assert_eq!(meta.object_by_key(bucket.id, key.as_str()).await.unwrap(), Some(want.clone()));
+        assert_eq!(meta.object_with_bucket_default(bucket.id, key.as_str()).await.unwrap(), Some((want, None)));
+        assert_eq!(meta.list_buckets().await.unwrap(), vec![bucket]);
+    }
+
+    #[tokio::test]
+    async fn bucket_updates_change_only_what_they_name() {
+        let (_dir, meta) = database().await;
+        let name = BucketName::parse("bkt").unwrap();
+        meta.create_bucket(&name, false, 0).await.unwrap();
+        let b = meta.update_bucket(&name, None, Some(Some("max-age=60"))).await.unwrap().unwrap();
+        assert_eq!((b.public, b.default_cache_control.as_deref()), (false, Some("max-age=60")));
+        let b = meta.update_bucket(&name, Some(true), None).await.unwrap().unwrap();
+        assert_eq!((b.public, b.default_cache_control.as_deref()), (true, Some("max-age=60")));
+        let b = meta.update_bucket(&name, Some(false), Some(None)).await.unwrap().unwrap();
+        assert_eq!((b.public, b.default_cache_control.as_deref()), (false, None));
+        assert_eq!(meta.bucket(&name).await.unwrap().unwrap(), b);
+        assert!(meta.update_bucket(&BucketName::parse("nope").unwrap(), Some(true), None).await.unwrap().is_none());
+    }
+}
