@@ -1,6 +1,7 @@
 //! Over-the-wire tests: every test spawns the real `blobgate` binary on port 0 with a throw-away data dir.
 //! One integration binary (this file and its modules) keeps link time down.
 
+mod cases;
 mod helpers;
 
 mod admin;
