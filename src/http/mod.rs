@@ -62,9 +62,11 @@ pub struct AppParts {
 /// download made. The driver accepts any such `Service`, so a `Router` or further layers can go back on without
 /// touching it. No TraceLayer either: its per-request span cost a few percent of a small download's CPU; the
 /// driver logs every response itself (`blobgate::driver` at debug), which costs nothing when that level is off.
+/// Server errors are logged once, by [`error::log_server_error`], which only reads the status of a success.
 pub fn data_service(state: AppState) -> impl crate::driver::DataService {
     let handler_timeout = state.settings.timeouts.handler;
     tower::ServiceBuilder::new()
+        .map_response(error::log_server_error)
         .layer(deadline::DeadlineLayer::new(handler_timeout))
         .service(object::get_object.with_state(state))
 }

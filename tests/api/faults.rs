@@ -131,6 +131,11 @@ fn disk_full_during_upload_is_507_and_leaves_nothing() {
     assert_eq!(server.get("/full/small", &[]).body, b"fits");
     let r = server.admin("PUT", "/full/tiny", &[("Authorization", &format!("Bearer {writer}"))], b"ok");
     assert_eq!(r.status, 201);
+    // The 507 is logged once, with its cause.
+    let log = server.log();
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
+    assert_eq!(errors.len(), 1, "one error line for one 507:\n{log}");
+    assert!(errors[0].contains("request failed") && errors[0].contains("status=507"), "{}", errors[0]);
 }
 
 #[test]

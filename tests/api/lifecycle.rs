@@ -201,6 +201,14 @@ fn a_missing_blob_is_a_500_with_a_json_error() {
     assert_eq!(server.metric("blobgate_blob_open_errors_total"), 2.0);
     // The server keeps serving.
     assert_eq!(server.admin("GET", "/healthz", &[], b"").status, 200);
+    // Each 500 is logged once, with its cause; the client's message above carries no cause.
+    let log = server.log();
+    let failed: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
+    assert_eq!(failed.len(), 2, "one error line per 500:\n{log}");
+    for line in failed {
+        assert!(line.contains("request failed") && line.contains("status=500"), "{line}");
+        assert!(line.contains("No such file or directory"), "the cause is logged: {line}");
+    }
 }
 
 #[test]
