@@ -35,6 +35,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, Method, header};
 
+use super::range::trim_ows;
+
 /// Validators of the selected representation.
 #[derive(Debug, Clone, Copy)]
 pub struct Validators<'a> {
@@ -341,12 +343,6 @@ fn is_ows(b: u8) -> bool {
 fn skip_while(s: &[u8], pred: impl Fn(u8) -> bool) -> &[u8] {
     let start = s.iter().position(|&b| !pred(b)).unwrap_or(s.len());
     s.get(start..).unwrap_or(&[])
-}
-
-fn trim_ows(s: &[u8]) -> &[u8] {
-    let s = skip_while(s, is_ows);
-    let end = s.iter().rposition(|&b| !is_ows(b)).map_or(0, |i| i + 1);
-    s.get(..end).unwrap_or(&[])
 }
 
 /// The precondition table, shared with the wire replay in tests/api/downloads.rs.

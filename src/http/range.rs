@@ -349,8 +349,8 @@ impl<'a> Numeral<'a> {
     }
 }
 
-/// Strips OWS (SP / HTAB, §5.6.3) from both ends.
-fn trim_ows(mut s: &[u8]) -> &[u8] {
+/// Strips OWS (SP / HTAB, §5.6.3) from both ends. The one copy: conditional requests use it too.
+pub(crate) fn trim_ows(mut s: &[u8]) -> &[u8] {
     while let [b' ' | b'\t', rest @ ..] = s {
         s = rest;
     }

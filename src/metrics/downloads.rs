@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use metrics::{Counter, Gauge, counter, gauge};
 use tokio::sync::mpsc;
@@ -75,7 +75,7 @@ impl DownloadRecord {
             sent_bytes: 0,
             outcome: Outcome::Completed,
             duration: Duration::ZERO,
-            finished_at: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0),
+            finished_at: crate::store::unix_now(),
         }
     }
 }
