@@ -177,26 +177,12 @@ impl Server {
     }
 
     pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Response {
-        let mut conn = Conn::open(self.data);
-        conn.send(&raw_request(method, path, headers, true));
-        conn.read_response(method == "HEAD").expect("a response")
+        request_at(self.data, method, path, headers)
     }
 
     /// A request to the admin listener with an optional body.
     pub fn admin(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
-        let mut conn = Conn::open(self.admin);
-        let mut raw = format!("{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n");
-        for (k, v) in headers {
-            raw.push_str(&format!("{k}: {v}\r\n"));
-        }
-        if !body.is_empty() || method == "PUT" {
-            raw.push_str(&format!("Content-Length: {}\r\n", body.len()));
-        }
-        raw.push_str("\r\n");
-        let mut bytes = raw.into_bytes();
-        bytes.extend_from_slice(body);
-        conn.send(&bytes);
-        conn.read_response(method == "HEAD").expect("a response")
+        admin_request_at(self.admin, method, path, headers, body)
     }
 
     /// Prometheus text from the admin listener.
@@ -222,6 +208,30 @@ impl Drop for Server {
             let _ = child.wait();
         }
     }
+}
+
+/// One request to the data listener at `addr` on a fresh connection (`Connection: close`).
+pub fn request_at(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> Response {
+    let mut conn = Conn::open(addr);
+    conn.send(&raw_request(method, path, headers, true));
+    conn.read_response(method == "HEAD").expect("a response")
+}
+
+/// One request to the admin listener at `addr`, with an optional body, on a fresh connection.
+pub fn admin_request_at(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+    let mut conn = Conn::open(addr);
+    let mut raw = format!("{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        raw.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if !body.is_empty() || method == "PUT" {
+        raw.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    raw.push_str("\r\n");
+    let mut bytes = raw.into_bytes();
+    bytes.extend_from_slice(body);
+    conn.send(&bytes);
+    conn.read_response(method == "HEAD").expect("a response")
 }
 
 /// Builds a request head. Header names are sent as given; `Host` is added unless a test passes its own.
