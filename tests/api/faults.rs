@@ -206,7 +206,6 @@ fn cold_blobs_are_sent_from_the_blocking_pool_byte_exact() {
 #[test]
 fn aborted_downloads_release_their_fds_and_nothing_spins() {
     use std::io::Read;
-    use std::os::fd::AsFd;
     let env = TestEnv::new();
     env.bucket("abrt", true);
     env.put_bytes("abrt", "big.bin", &test_bytes(32 << 20, 3), &[]);
@@ -221,8 +220,7 @@ fn aborted_downloads_release_their_fds_and_nothing_spins() {
         conn.send(&raw_request("GET", "/abrt/big.bin", &[], true));
         let mut chunk = [0u8; 65536];
         let _ = conn.stream.read(&mut chunk);
-        let linger = libc::linger { l_onoff: 1, l_linger: 0 };
-        nix::sys::socket::setsockopt(&conn.stream.as_fd(), nix::sys::socket::sockopt::Linger, &linger).unwrap();
+        conn.reset();
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     while fds() > baseline {

@@ -1,7 +1,5 @@
 //! Test harness: spawn the real binary, drive it with its CLI, and talk raw HTTP/1.1 to it.
 
-#![allow(dead_code)]
-
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -276,6 +274,13 @@ pub struct Conn {
 }
 
 impl Conn {
+    /// Closes with an RST, not a FIN (`SO_LINGER` 0): the server's next sends fail with ECONNRESET, then EPIPE.
+    pub fn reset(self) {
+        use std::os::fd::AsFd;
+        let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+        nix::sys::socket::setsockopt(&self.stream.as_fd(), nix::sys::socket::sockopt::Linger, &linger).unwrap();
+    }
+
     pub fn open(addr: SocketAddr) -> Self {
         let stream = TcpStream::connect(addr).expect("connect");
         stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -583,13 +588,6 @@ pub fn repr_digest(bytes: &[u8]) -> String {
     format!("sha-256=:{}:", base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(bytes)))
 }
 
-/// Percent-encodes every byte that is not RFC 3986 unreserved (so `/` too).
-pub fn pct(s: &str) -> String {
-    use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
-    const SET: &percent_encoding::AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
-    utf8_percent_encode(s, SET).to_string()
-}
-
 /// Path and query of an absolute `http://host:port/...` URL.
 pub fn path_of_url(url: &str) -> &str {
     let rest = url.split_once("://").expect("absolute URL").1;
@@ -699,4 +697,12 @@ impl TestEnv {
             .env_remove("RUST_LOG");
         cmd
     }
+}
+
+/// Fails the test, naming the tool and where it comes from (`from`: "apt package curl"), when `tool` is not on
+/// the PATH.
+pub fn require_tool(tool: &str, from: &str) {
+    let found =
+        Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().is_ok_and(|o| o.status.success());
+    assert!(found, "this test needs {tool} ({from}; scripts/test installs it)");
 }

@@ -255,7 +255,6 @@ fn sighup_is_logged_and_the_server_keeps_serving() {
 
 #[test]
 fn sigpipe_is_ignored_so_a_reset_mid_response_cannot_kill_the_server() {
-    use std::os::fd::AsFd;
     let env = TestEnv::new();
     env.bucket("pub", true);
     let big = test_bytes(4 << 20, 9);
@@ -272,8 +271,7 @@ fn sigpipe_is_ignored_so_a_reset_mid_response_cannot_kill_the_server() {
         conn.read_head().expect("head");
         conn.read_raw(1000);
         // An RST, not a FIN: the server's next sends fail with ECONNRESET, then EPIPE.
-        let linger = libc::linger { l_onoff: 1, l_linger: 0 };
-        nix::sys::socket::setsockopt(&conn.stream.as_fd(), nix::sys::socket::sockopt::Linger, &linger).unwrap();
+        conn.reset();
     }
     assert!(wait_for(Duration::from_secs(5), || server.metric("blobgate_aborted_responses_total") == 3.0));
     let r = server.get("/pub/big", &[]);
