@@ -261,6 +261,11 @@ impl Response {
         self.headers.get(&name.to_ascii_lowercase()).map(String::as_str)
     }
 
+    /// The headers but `Date`, in name order: what two answers to the same request must share.
+    pub fn headers_without_date(&self) -> std::collections::BTreeMap<String, String> {
+        self.headers.iter().filter(|(k, _)| k.as_str() != "date").map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|_| panic!("not JSON: {:?}", String::from_utf8_lossy(&self.body)))
