@@ -137,8 +137,7 @@ pub fn wire_cases() -> &'static [CondCase] {
 }
 
 /// Substitutes the [`CondCase`] tokens in `template`; unknown `{...}` text is copied as is.
-pub fn render_wire_value(template: &str, etag: &str, last_modified: SystemTime) -> String {
-    let lm = truncate_to_secs(last_modified);
+pub fn render_wire_value(template: &str, etag: &str, lm: SystemTime) -> String {
     let second = Duration::from_secs(1);
     let mut out = String::with_capacity(template.len() + 32);
     let mut rest = template;
@@ -201,20 +200,8 @@ fn format_asctime_date(t: SystemTime) -> String {
     parts.unwrap_or(imf)
 }
 
-/// IMF-fixdate of `t` in whole seconds, clamped to what `httpdate` can format (it panics outside).
+/// IMF-fixdate of `t` (`httpdate` drops sub-seconds, as the gateway's Last-Modified does), clamped to what `httpdate` can format (it panics outside).
 fn format_http_date(t: SystemTime) -> String {
     let max = UNIX_EPOCH + Duration::from_secs(253_402_300_799);
     httpdate::fmt_http_date(t.clamp(UNIX_EPOCH, max))
-}
-
-/// Whole seconds, rounded down (as the gateway's Last-Modified is).
-fn truncate_to_secs(t: SystemTime) -> SystemTime {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => UNIX_EPOCH + Duration::from_secs(d.as_secs()),
-        Err(e) => {
-            let d = e.duration();
-            let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
-            UNIX_EPOCH.checked_sub(Duration::from_secs(secs)).unwrap_or(t)
-        }
-    }
 }
