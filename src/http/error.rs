@@ -171,3 +171,34 @@ impl From<StoreError> for ApiError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn carries_a_log(error: ApiError) -> bool {
+        error.into_response().extensions().get::<LoggedError>().is_some()
+    }
+
+    #[test]
+    fn only_our_own_failures_are_left_for_the_log() {
+        assert!(carries_a_log(ApiError::Internal(anyhow::anyhow!("disk on fire"))));
+        assert!(carries_a_log(ApiError::BlobUnavailable(anyhow::anyhow!("gone"))));
+        assert!(carries_a_log(ApiError::HandlerTimeout));
+        assert!(carries_a_log(ApiError::InsufficientStorage));
+        // Shed load and refused heads (even a 505) are not logged, nor is any 4xx.
+        assert!(!carries_a_log(ApiError::TooManyUploads));
+        assert!(!carries_a_log(ApiError::TooManyConnectionsFromAddress));
+        let refused = ApiError::BadRequestHead { status: StatusCode::HTTP_VERSION_NOT_SUPPORTED, message: "HTTP/2" };
+        assert!(!carries_a_log(refused));
+        assert!(!carries_a_log(ApiError::NotFound));
+        assert!(!carries_a_log(ApiError::BadRequest("no".into())));
+    }
+
+    #[test]
+    fn the_log_layer_takes_the_error_out_of_the_response() {
+        let response = log_server_error(ApiError::Internal(anyhow::anyhow!("x")).into_response());
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(response.extensions().get::<LoggedError>().is_none(), "logged once, then gone");
+    }
+}
