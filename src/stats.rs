@@ -52,7 +52,7 @@ impl DownloadRecord {
             sent_bytes: 0,
             outcome: Outcome::Completed,
             duration: Duration::ZERO,
-            finished_at: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0),
+            finished_at: unix_now(),
         }
     }
 }
@@ -148,6 +148,11 @@ pub fn utc_day(unix_secs: i64) -> String {
 /// `YYYY-MM-DD` (UTC) of a day number (days since 1970-01-01).
 pub fn day_name(day: i64) -> String {
     utc_day(day.saturating_mul(86_400))
+}
+
+/// Unix seconds now: the one wall clock for stored times (0 before 1970).
+pub fn unix_now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
 #[cfg(test)]

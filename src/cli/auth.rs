@@ -7,7 +7,7 @@ use crate::auth::presign::{self, PresignParams, SignedFields};
 use crate::auth::token::{self, Scope};
 use crate::config::Settings;
 use crate::names::{BucketName, ObjectKey, parse_attrs, parse_object_path};
-use crate::store::{SigningKey, Store, StoreError, TokenRecord, unix_now};
+use crate::store::{SigningKey, Store, TokenRecord, unix_now};
 
 pub async fn token(store: &Store, command: TokenCommand) -> anyhow::Result<()> {
     match command {
@@ -19,8 +19,7 @@ pub async fn token(store: &Store, command: TokenCommand) -> anyhow::Result<()> {
                 // A prefix is a key prefix: hold it to the key rules (a trailing `/` is fine).
                 ObjectKey::parse(&prefix).context("invalid prefix")?;
             }
-            let bucket_row =
-                store.meta.bucket(&bucket).await?.ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))?;
+            let bucket_row = crate::store::require_bucket(store.meta.bucket(&bucket).await?, &bucket)?;
             let now = unix_now();
             let expires_at = match expires_in {
                 Some(0) => bail!("--expires-in must be at least 1 second"),
@@ -94,7 +93,7 @@ pub async fn presign(store: &Store, settings: &Settings, request: PresignRequest
     if let Some(d) = &request.response_content_disposition {
         parse_attrs(None, None, Some(d.clone()))?;
     }
-    store.meta.bucket(&bucket).await?.ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))?;
+    crate::store::require_bucket(store.meta.bucket(&bucket).await?, &bucket)?;
     let signing_key = match store.meta.newest_signing_key().await? {
         Some(k) => k,
         None => new_signing_key(store).await?,

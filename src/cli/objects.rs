@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 
 use super::rfc3339;
 use crate::names::{BucketName, ObjectKey, parse_attrs};
-use crate::store::{ObjectRecord, PutStatus, Store, StoreError, effective_content_type};
+use crate::store::{ObjectRecord, PutStatus, Store, effective_content_type};
 
 /// A bucket as `bucket list` and `bucket set` print it.
 pub(super) fn bucket_json(b: &crate::store::Bucket) -> serde_json::Value {
@@ -36,11 +36,8 @@ pub(super) async fn set_bucket(
         Some(v) if v.is_empty() => Some(None),
         Some(v) => Some(parse_attrs(None, Some(v), None)?.cache_control),
     };
-    let bucket = store
-        .meta
-        .update_bucket(&name, public, cache_control.as_ref().map(Option::as_deref))
-        .await?
-        .ok_or_else(|| StoreError::NoSuchBucket(name.to_string()))?;
+    let bucket = store.meta.update_bucket(&name, public, cache_control.as_ref().map(Option::as_deref)).await?;
+    let bucket = crate::store::require_bucket(bucket, &name)?;
     warn_if_shared_caching_in_private_bucket(store, &name, bucket.default_cache_control.as_deref()).await?;
     println!("{}", bucket_json(&bucket));
     Ok(())
@@ -55,7 +52,7 @@ pub(super) async fn list_objects(
     page_size: u32,
 ) -> anyhow::Result<()> {
     let bucket = BucketName::parse(bucket)?;
-    let bucket_id = store.meta.bucket(&bucket).await?.ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))?.id;
+    let bucket_id = crate::store::require_bucket(store.meta.bucket(&bucket).await?, &bucket)?.id;
     let mut after: Option<String> = None;
     loop {
         let page = store.meta.list_objects_page(bucket_id, prefix, after.as_deref(), page_size).await?;
@@ -100,9 +97,7 @@ pub(super) fn require_regular_file(path: &Path) -> anyhow::Result<()> {
 }
 
 pub(super) async fn require_bucket(store: &Store, bucket: &BucketName) -> anyhow::Result<()> {
-    if store.meta.bucket(bucket).await?.is_none() {
-        return Err(StoreError::NoSuchBucket(bucket.to_string()).into());
-    }
+    crate::store::require_bucket(store.meta.bucket(bucket).await?, bucket)?;
     Ok(())
 }
 

@@ -1,7 +1,7 @@
 //! `blobgate stats`: per-object download counters, as a table or JSON.
 
 use crate::names::BucketName;
-use crate::store::{StatsOrder, Store, StoreError};
+use crate::store::{StatsOrder, Store};
 
 pub(super) async fn stats(
     store: &Store,
@@ -14,7 +14,7 @@ pub(super) async fn stats(
     let bucket_id = match bucket {
         Some(name) => {
             let name = BucketName::parse(&name)?;
-            Some(store.meta.bucket(&name).await?.ok_or_else(|| StoreError::NoSuchBucket(name.to_string()))?.id)
+            Some(crate::store::require_bucket(store.meta.bucket(&name).await?, &name)?.id)
         }
         None => None,
     };

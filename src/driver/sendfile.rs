@@ -72,10 +72,8 @@ pub struct SendOptions {
 const PROBE_MIN: u64 = 64 * 1024;
 /// Chunks at least this large go to the low-priority pool, cached or not, while the worker has other connections
 /// to serve: pushing half a megabyte or more through the TCP stack is itself long enough to delay every small
-/// response waiting on the event loop. A lone download stays inline, where it costs less CPU. Measured with
-/// compare.py on one core: moving only cold chunks, hot p99 grew 7.7-9.5x beside two bulk downloads; moving bulk
-/// chunks too, 4.8-6x, with hot req/s beside them about 3x higher; inline, CPU per GiB was 0.94x nginx's, and
-/// 1.16x when every bulk chunk took the pool.
+/// response waiting on the event loop. A lone download stays inline, where it costs less CPU. The figures behind
+/// this choice are in the README ("Measurements").
 const OFFLOAD_MIN: u64 = 512 * 1024;
 
 /// Observes every sendfile return value as it happens (the Prometheus byte counter), so bytes are counted even

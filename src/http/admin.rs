@@ -23,7 +23,9 @@ pub fn admin_router(state: AdminState) -> Router {
         .fallback(put(super::upload::put_object).delete(super::upload::delete_object))
         // hyper would buffer nothing anyway; this only lifts axum's default 2 MB cap so the limit is ours.
         .layer(axum::extract::DefaultBodyLimit::disable())
-        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .layer(tower::util::MapResponseLayer::new(super::error::log_server_error))
+        // No failure log here: `log_server_error` logs a 5xx once, with its cause, and load shedding not at all.
+        .layer(tower_http::trace::TraceLayer::new_for_http().on_failure(()))
         .with_state(state)
 }
 

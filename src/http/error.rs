@@ -1,6 +1,8 @@
 //! The one error type at the HTTP edge, and its one conversion into a response. Bodies are small JSON objects:
 //! `{"error": "<code>", "message": "<text>"}`. Client mistakes are 4xx; only our own failures are 5xx.
 
+use std::sync::Arc;
+
 use axum::Json;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
@@ -44,9 +46,10 @@ pub enum ApiError {
     /// Authorisation and lookup did not finish within `timeouts.handler` (a stuck database, say).
     #[error("the request was not handled in time")]
     HandlerTimeout,
-    /// The object exists but its blob is missing or unreadable.
+    /// The object exists but its blob is missing or unreadable. The source names the object and the IO error; the
+    /// client sees the short message only.
     #[error("object data unavailable")]
-    BlobUnavailable(#[source] std::io::Error),
+    BlobUnavailable(#[source] anyhow::Error),
     #[error("internal error")]
     Internal(#[from] anyhow::Error),
     /// Beyond `limits.max_connections_per_ip` on the data listener.
@@ -86,21 +89,42 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// Whether the log must show this error: our own failures. A refused head is the client's doing even when its
+    /// status is 5xx (505), and the driver logs what it needs of those itself. Load shedding is counted in metrics,
+    /// not logged: a flood of refusals must not flood the log.
+    fn is_logged(&self, status: StatusCode) -> bool {
+        let shed = matches!(self, ApiError::TooManyConnectionsFromAddress | ApiError::TooManyUploads);
+        status.is_server_error() && !shed && !matches!(self, ApiError::BadRequestHead { .. })
+    }
+}
+
+/// A 5xx that the log must show, carried in the response's extensions from [`ApiError::into_response`] to
+/// [`log_server_error`]. Only such responses carry it, so a success costs no allocation.
+#[derive(Debug, Clone)]
+struct LoggedError(Arc<ApiError>);
+
+/// Logs a 5xx response once, with its cause chain: the one place server errors are logged. It runs as the
+/// outermost layer of the data service and of the admin router (`tower::util::MapResponseLayer`), and only
+/// looks at the status unless the response is a 5xx.
+pub fn log_server_error(mut response: Response) -> Response {
+    if !response.status().is_server_error() {
+        return response;
+    }
+    if let Some(LoggedError(error)) = response.extensions_mut().remove::<LoggedError>() {
+        // The cause chain goes to the log; the client got the short message only.
+        let chain = match &*error {
+            ApiError::Internal(e) | ApiError::BlobUnavailable(e) => format!("{e:#}"),
+            _ => String::new(),
+        };
+        tracing::error!(status = response.status().as_u16(), error = %error, cause = %chain, "request failed");
+    }
+    response
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        // A refused head is the client's doing even when its status is 5xx (505): the driver logs those itself.
-        // Load shedding is counted in metrics, not logged: a flood of refusals must not flood the log.
-        let shed = matches!(self, ApiError::TooManyConnectionsFromAddress | ApiError::TooManyUploads);
-        if status.is_server_error() && !shed && !matches!(self, ApiError::BadRequestHead { .. }) {
-            // The cause chain goes to the log; the client gets the short message only.
-            let chain = match &self {
-                ApiError::Internal(e) => format!("{e:#}"),
-                ApiError::BlobUnavailable(e) => e.to_string(),
-                _ => String::new(),
-            };
-            tracing::error!(status = status.as_u16(), error = %self, cause = %chain, "request failed");
-        }
         let body = Json(serde_json::json!({ "error": code, "message": self.to_string() }));
         let mut response = (status, body).into_response();
         let headers = response.headers_mut();
@@ -124,6 +148,9 @@ impl IntoResponse for ApiError {
             _ => {}
         }
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if self.is_logged(status) {
+            response.extensions_mut().insert(LoggedError(Arc::new(self)));
+        }
         response
     }
 }
@@ -159,5 +186,36 @@ impl From<AuthError> for ApiError {
             AuthError::NoSuchBucket => ApiError::NotFound,
             AuthError::Lookup(e) => e.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn carries_a_log(error: ApiError) -> bool {
+        error.into_response().extensions().get::<LoggedError>().is_some()
+    }
+
+    #[test]
+    fn only_our_own_failures_are_left_for_the_log() {
+        assert!(carries_a_log(ApiError::Internal(anyhow::anyhow!("disk on fire"))));
+        assert!(carries_a_log(ApiError::BlobUnavailable(anyhow::anyhow!("gone"))));
+        assert!(carries_a_log(ApiError::HandlerTimeout));
+        assert!(carries_a_log(ApiError::InsufficientStorage));
+        // Shed load and refused heads (even a 505) are not logged, nor is any 4xx.
+        assert!(!carries_a_log(ApiError::TooManyUploads));
+        assert!(!carries_a_log(ApiError::TooManyConnectionsFromAddress));
+        let refused = ApiError::BadRequestHead { status: StatusCode::HTTP_VERSION_NOT_SUPPORTED, message: "HTTP/2" };
+        assert!(!carries_a_log(refused));
+        assert!(!carries_a_log(ApiError::NotFound));
+        assert!(!carries_a_log(ApiError::BadRequest("no".into())));
+    }
+
+    #[test]
+    fn the_log_layer_takes_the_error_out_of_the_response() {
+        let response = log_server_error(ApiError::Internal(anyhow::anyhow!("x")).into_response());
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(response.extensions().get::<LoggedError>().is_none(), "logged once, then gone");
     }
 }

@@ -87,12 +87,14 @@ impl std::ops::Deref for AdminState {
 /// and 405 for a method other than GET/HEAD.
 ///
 /// There is no `Router` in front: with a single handler it has nothing to route, and its per-request work (a
-/// path match, boxing and cloning the route, extension inserts) was about 10 of the 22 allocations a 4 KiB
-/// download made. The driver accepts any such `Service`, so a `Router` or further layers can go back on without
-/// touching it. No TraceLayer either: its per-request span cost a few percent of a small download's CPU; the
-/// driver logs every response itself (`blobgate::driver` at debug), which costs nothing when that level is off.
+/// path match, boxing and cloning the route, extension inserts) allocates on every download. The driver accepts
+/// any such `Service`, so a `Router` or further layers can go back on without touching it. No TraceLayer either:
+/// its per-request span is paid by every small download (README, "Measurements"); the driver logs every response
+/// itself (`blobgate::driver` at debug), which costs nothing when that level is off.
+/// Server errors are logged once, by [`error::log_server_error`], which only reads the status of a success.
 pub fn data_service(state: DataState, handler_timeout: Duration) -> impl crate::driver::DataService {
     tower::ServiceBuilder::new()
+        .map_response(error::log_server_error)
         .layer(deadline::DeadlineLayer::new(handler_timeout))
         .service(object::get_object.with_state(state))
 }

@@ -66,9 +66,12 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
 
     let blob = app.catalog.open_blob(&entry.record.sha256).await.map_err(|e| {
         crate::metrics::blob_open_error();
-        tracing::error!(bucket_id = entry.record.bucket_id, key = %entry.record.key, sha256 = %entry.record.sha256,
-            error = %e, "blob missing or unreadable");
-        ApiError::BlobUnavailable(e)
+        let record = &entry.record;
+        let object = format!(
+            "blob missing or unreadable: bucket_id={} key={} sha256={}",
+            record.bucket_id, record.key, record.sha256
+        );
+        ApiError::BlobUnavailable(anyhow::Error::new(e).context(object))
     })?;
     let size = blob.size;
     // RFC 9110 §14.2: Range is defined for GET only; HEAD answers what a plain GET would.

@@ -37,9 +37,7 @@ pub async fn put_object(
     let (bucket_name, key) = parse_object_path(uri.path())?;
     let bucket = app.store.meta.bucket(&bucket_name).await?;
     app.auth.write(bucket.as_ref(), &key, crate::auth::credentials(&headers, None)?).await?;
-    if bucket.is_none() {
-        return Err(ApiError::NoSuchBucket);
-    }
+    crate::store::require_bucket(bucket, &bucket_name)?;
     let text = |name: header::HeaderName| -> Result<Option<String>, ApiError> {
         headers
             .get(&name)
@@ -71,9 +69,7 @@ pub async fn delete_object(State(app): State<AdminState>, uri: Uri, headers: Hea
     let (bucket_name, key) = parse_object_path(uri.path())?;
     let bucket = app.store.meta.bucket(&bucket_name).await?;
     app.auth.write(bucket.as_ref(), &key, crate::auth::credentials(&headers, None)?).await?;
-    if bucket.is_none() {
-        return Err(ApiError::NoSuchBucket);
-    }
+    crate::store::require_bucket(bucket, &bucket_name)?;
     if app.store.delete(&bucket_name, &key).await? {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {

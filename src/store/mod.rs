@@ -160,7 +160,7 @@ impl Store {
     ) -> Result<PutReport, StoreError> {
         let now = unix_now();
         let mut tx = self.meta.lock_blob_refs().await?;
-        let bucket_row = tx.bucket(bucket).await?.ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))?;
+        let bucket_row = require_bucket(tx.bucket(bucket).await?, bucket)?;
         // Under the write lock: no concurrent delete can retire this hash between the rename and the commit.
         let blobs = self.blobs.clone();
         let (staged, installed) = tokio::task::spawn_blocking(move || {
@@ -192,7 +192,7 @@ impl Store {
     /// Deletes `bucket/key`; `Ok(false)` when there was no such object. Removes the blob with its last reference.
     pub async fn delete(&self, bucket: &BucketName, key: &ObjectKey) -> Result<bool, StoreError> {
         let mut tx = self.meta.lock_blob_refs().await?;
-        let bucket_row = tx.bucket(bucket).await?.ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))?;
+        let bucket_row = require_bucket(tx.bucket(bucket).await?, bucket)?;
         let Some(sha) = tx.delete_object(bucket_row.id, key).await? else {
             return Ok(false);
         };
@@ -210,7 +210,7 @@ impl Store {
         let mut objects = 0;
         loop {
             let mut tx = self.meta.lock_blob_refs().await?;
-            let row = tx.bucket(bucket).await?.ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))?;
+            let row = require_bucket(tx.bucket(bucket).await?, bucket)?;
             if !force {
                 let present = tx.object_count(row.id).await?;
                 if present > 0 {
@@ -338,9 +338,13 @@ pub fn effective_content_type(stored: Option<&str>, key: &str) -> String {
     mime_guess::from_path(key).first_raw().map(str::to_owned).unwrap_or_else(|| "application/octet-stream".to_owned())
 }
 
-pub fn unix_now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+/// The bucket a lookup found, or `NoSuchBucket`: the one bucket-exists check, for lookups in a transaction or not.
+pub fn require_bucket(found: Option<Bucket>, name: &BucketName) -> Result<Bucket, StoreError> {
+    found.ok_or_else(|| StoreError::NoSuchBucket(name.to_string()))
 }
+
+/// The one wall clock in unix seconds (it lives in `stats`, the lowest layer that needs it).
+pub use crate::stats::unix_now;
 
 #[cfg(test)]
 mod tests {

@@ -8,12 +8,6 @@ use crate::helpers::*;
 
 const SIZE: usize = 48 << 20;
 
-fn require(tool: &str) {
-    let found =
-        Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().is_ok_and(|o| o.status.success());
-    assert!(found, "{tool} is required for this test; scripts/test installs it");
-}
-
 fn run(cmd: &mut Command) {
     let out = cmd.output().expect("run client");
     assert!(
@@ -42,7 +36,7 @@ fn same_file(path: &Path, expected: &[u8]) {
 
 #[test]
 fn curl_resumes_a_partial_download() {
-    require("curl");
+    require_tool("curl", "apt package curl");
     let (env, bytes, token) = setup();
     let server = env.serve();
     let out = env.dir.path().join("curl.bin");
@@ -59,7 +53,7 @@ fn curl_resumes_a_partial_download() {
 
 #[test]
 fn wget_resumes_a_partial_download() {
-    require("wget");
+    require_tool("wget", "apt package wget");
     let (env, bytes, token) = setup();
     let server = env.serve();
     let out = env.dir.path().join("wget.bin");
@@ -74,7 +68,7 @@ fn wget_resumes_a_partial_download() {
 
 #[test]
 fn aria2c_downloads_over_eight_connections() {
-    require("aria2c");
+    require_tool("aria2c", "apt package aria2");
     let (env, bytes, _) = setup();
     let server = env.serve();
     // A signed URL this time, so multi-connection clients work without headers too.
@@ -93,7 +87,7 @@ fn aria2c_downloads_over_eight_connections() {
 
 #[test]
 fn redbot_finds_nothing_bad_or_worth_a_warning() {
-    require("redbot");
+    require_tool("redbot", "pip package redbot");
     let env = TestEnv::new();
     env.bucket("web", true);
     env.put_bytes("web", "static/app.js", &test_bytes(100_000, 7), &["--cache-control", "max-age=3600"]);

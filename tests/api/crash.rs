@@ -7,24 +7,6 @@ use std::time::{Duration, Instant};
 
 use crate::helpers::*;
 
-fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    walk(dir).into_iter().filter(|p| p.is_file()).collect()
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                out.extend(walk(&p));
-            }
-            out.push(p);
-        }
-    }
-    out
-}
-
 #[test]
 fn kill_9_mid_upload_then_restart_leaves_nothing() {
     let env = TestEnv::new();

@@ -93,14 +93,16 @@ fn slowloris_heads_do_not_delay_others_and_are_timed_out() {
 struct SmallDisk(std::path::PathBuf);
 
 impl SmallDisk {
-    fn mount(dir: &std::path::Path, size: &str) -> Option<Self> {
+    /// Panics naming what is missing: mounting needs root (CAP_SYS_ADMIN) and `mount`.
+    fn mount(dir: &std::path::Path, size: &str) -> Self {
         std::fs::create_dir_all(dir).unwrap();
-        let ok = Command::new("mount")
+        let status = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
             .arg(dir)
             .status()
-            .is_ok_and(|s| s.success());
-        ok.then(|| SmallDisk(dir.to_owned()))
+            .expect("this test needs mount (Debian package mount; scripts/test installs it)");
+        assert!(status.success(), "mounting a {size} tmpfs failed: this test needs root (CAP_SYS_ADMIN)");
+        SmallDisk(dir.to_owned())
     }
 }
 
@@ -113,12 +115,7 @@ impl Drop for SmallDisk {
 #[test]
 fn disk_full_during_upload_is_507_and_leaves_nothing() {
     let env = TestEnv::new();
-    let Some(_disk) = SmallDisk::mount(&env.data_dir(), "3m") else {
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        assert_ne!(unsafe { libc::geteuid() }, 0, "mount failed although we are root");
-        eprintln!("skipped: mounting a small tmpfs needs root");
-        return;
-    };
+    let _disk = SmallDisk::mount(&env.data_dir(), "3m");
     env.bucket("full", true);
     env.put_bytes("full", "small", b"fits", &[]);
     let writer = env.token("full", "write", &[]);
@@ -134,6 +131,11 @@ fn disk_full_during_upload_is_507_and_leaves_nothing() {
     assert_eq!(server.get("/full/small", &[]).body, b"fits");
     let r = server.admin("PUT", "/full/tiny", &[("Authorization", &format!("Bearer {writer}"))], b"ok");
     assert_eq!(r.status, 201);
+    // The 507 is logged once, with its cause.
+    let log = server.log();
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
+    assert_eq!(errors.len(), 1, "one error line for one 507:\n{log}");
+    assert!(errors[0].contains("request failed") && errors[0].contains("status=507"), "{}", errors[0]);
 }
 
 #[test]
@@ -204,7 +206,6 @@ fn cold_blobs_are_sent_from_the_blocking_pool_byte_exact() {
 #[test]
 fn aborted_downloads_release_their_fds_and_nothing_spins() {
     use std::io::Read;
-    use std::os::fd::AsFd;
     let env = TestEnv::new();
     env.bucket("abrt", true);
     env.put_bytes("abrt", "big.bin", &test_bytes(32 << 20, 3), &[]);
@@ -219,8 +220,7 @@ fn aborted_downloads_release_their_fds_and_nothing_spins() {
         conn.send(&raw_request("GET", "/abrt/big.bin", &[], true));
         let mut chunk = [0u8; 65536];
         let _ = conn.stream.read(&mut chunk);
-        let linger = libc::linger { l_onoff: 1, l_linger: 0 };
-        nix::sys::socket::setsockopt(&conn.stream.as_fd(), nix::sys::socket::sockopt::Linger, &linger).unwrap();
+        conn.reset();
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     while fds() > baseline {

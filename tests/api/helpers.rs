@@ -1,7 +1,5 @@
 //! Test harness: spawn the real binary, drive it with its CLI, and talk raw HTTP/1.1 to it.
 
-#![allow(dead_code)]
-
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -177,26 +175,12 @@ impl Server {
     }
 
     pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Response {
-        let mut conn = Conn::open(self.data);
-        conn.send(&raw_request(method, path, headers, true));
-        conn.read_response(method == "HEAD").expect("a response")
+        request_at(self.data, method, path, headers)
     }
 
     /// A request to the admin listener with an optional body.
     pub fn admin(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
-        let mut conn = Conn::open(self.admin);
-        let mut raw = format!("{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n");
-        for (k, v) in headers {
-            raw.push_str(&format!("{k}: {v}\r\n"));
-        }
-        if !body.is_empty() || method == "PUT" {
-            raw.push_str(&format!("Content-Length: {}\r\n", body.len()));
-        }
-        raw.push_str("\r\n");
-        let mut bytes = raw.into_bytes();
-        bytes.extend_from_slice(body);
-        conn.send(&bytes);
-        conn.read_response(method == "HEAD").expect("a response")
+        admin_request_at(self.admin, method, path, headers, body)
     }
 
     /// Prometheus text from the admin listener.
@@ -222,6 +206,30 @@ impl Drop for Server {
             let _ = child.wait();
         }
     }
+}
+
+/// One request to the data listener at `addr` on a fresh connection (`Connection: close`).
+pub fn request_at(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> Response {
+    let mut conn = Conn::open(addr);
+    conn.send(&raw_request(method, path, headers, true));
+    conn.read_response(method == "HEAD").expect("a response")
+}
+
+/// One request to the admin listener at `addr`, with an optional body, on a fresh connection.
+pub fn admin_request_at(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+    let mut conn = Conn::open(addr);
+    let mut raw = format!("{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        raw.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if !body.is_empty() || method == "PUT" {
+        raw.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    raw.push_str("\r\n");
+    let mut bytes = raw.into_bytes();
+    bytes.extend_from_slice(body);
+    conn.send(&bytes);
+    conn.read_response(method == "HEAD").expect("a response")
 }
 
 /// Builds a request head. Header names are sent as given; `Host` is added unless a test passes its own.
@@ -253,6 +261,11 @@ impl Response {
         self.headers.get(&name.to_ascii_lowercase()).map(String::as_str)
     }
 
+    /// The headers but `Date`, in name order: what two answers to the same request must share.
+    pub fn headers_without_date(&self) -> std::collections::BTreeMap<String, String> {
+        self.headers.iter().filter(|(k, _)| k.as_str() != "date").map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|_| panic!("not JSON: {:?}", String::from_utf8_lossy(&self.body)))
@@ -266,6 +279,13 @@ pub struct Conn {
 }
 
 impl Conn {
+    /// Closes with an RST, not a FIN (`SO_LINGER` 0): the server's next sends fail with ECONNRESET, then EPIPE.
+    pub fn reset(self) {
+        use std::os::fd::AsFd;
+        let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+        nix::sys::socket::setsockopt(&self.stream.as_fd(), nix::sys::socket::sockopt::Linger, &linger).unwrap();
+    }
+
     pub fn open(addr: SocketAddr) -> Self {
         let stream = TcpStream::connect(addr).expect("connect");
         stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -573,13 +593,6 @@ pub fn repr_digest(bytes: &[u8]) -> String {
     format!("sha-256=:{}:", base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(bytes)))
 }
 
-/// Percent-encodes every byte that is not RFC 3986 unreserved (so `/` too).
-pub fn pct(s: &str) -> String {
-    use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
-    const SET: &percent_encoding::AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
-    utf8_percent_encode(s, SET).to_string()
-}
-
 /// Path and query of an absolute `http://host:port/...` URL.
 pub fn path_of_url(url: &str) -> &str {
     let rest = url.split_once("://").expect("absolute URL").1;
@@ -689,4 +702,12 @@ impl TestEnv {
             .env_remove("RUST_LOG");
         cmd
     }
+}
+
+/// Fails the test, naming the tool and where it comes from (`from`: "apt package curl"), when `tool` is not on
+/// the PATH.
+pub fn require_tool(tool: &str, from: &str) {
+    let found =
+        Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().is_ok_and(|o| o.status.success());
+    assert!(found, "this test needs {tool} ({from}; scripts/test installs it)");
 }

@@ -201,6 +201,14 @@ fn a_missing_blob_is_a_500_with_a_json_error() {
     assert_eq!(server.metric("blobgate_blob_open_errors_total"), 2.0);
     // The server keeps serving.
     assert_eq!(server.admin("GET", "/healthz", &[], b"").status, 200);
+    // Each 500 is logged once, with its cause; the client's message above carries no cause.
+    let log = server.log();
+    let failed: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
+    assert_eq!(failed.len(), 2, "one error line per 500:\n{log}");
+    for line in failed {
+        assert!(line.contains("request failed") && line.contains("status=500"), "{line}");
+        assert!(line.contains("No such file or directory"), "the cause is logged: {line}");
+    }
 }
 
 #[test]
@@ -247,7 +255,6 @@ fn sighup_is_logged_and_the_server_keeps_serving() {
 
 #[test]
 fn sigpipe_is_ignored_so_a_reset_mid_response_cannot_kill_the_server() {
-    use std::os::fd::AsFd;
     let env = TestEnv::new();
     env.bucket("pub", true);
     let big = test_bytes(4 << 20, 9);
@@ -264,8 +271,7 @@ fn sigpipe_is_ignored_so_a_reset_mid_response_cannot_kill_the_server() {
         conn.read_head().expect("head");
         conn.read_raw(1000);
         // An RST, not a FIN: the server's next sends fail with ECONNRESET, then EPIPE.
-        let linger = libc::linger { l_onoff: 1, l_linger: 0 };
-        nix::sys::socket::setsockopt(&conn.stream.as_fd(), nix::sys::socket::sockopt::Linger, &linger).unwrap();
+        conn.reset();
     }
     assert!(wait_for(Duration::from_secs(5), || server.metric("blobgate_aborted_responses_total") == 3.0));
     let r = server.get("/pub/big", &[]);

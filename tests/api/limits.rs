@@ -134,6 +134,7 @@ fn connections_beyond_the_per_address_cap_get_a_clear_503() {
     assert_eq!(r.header("connection"), Some("close"));
     assert!(third.is_closed(Duration::from_secs(2)), "the refused connection is closed");
     assert_eq!(server.metric("blobgate_per_ip_refused_connections_total"), 1.0);
+    assert!(!server.log().contains("ERROR"), "load shedding is not logged: {}", server.log());
     // The admitted connections are not disturbed, and a closed one frees its place.
     held[0].send(&raw_request("GET", "/pub/a", &[], false));
     assert!(held[0].read_response(false).unwrap().body == bytes);
@@ -221,4 +222,6 @@ fn uploads_beyond_the_concurrency_cap_get_503_with_retry_after() {
     drop(stalled);
     let stored = wait_for(Duration::from_secs(3), || server.put("/box/third", &write, b"third", &[]).status == 201);
     assert!(stored, "uploads still refused after the others ended");
+    // Load shedding is counted, not logged: a flood of refusals must not flood the log.
+    assert!(!server.log().contains("ERROR"), "{}", server.log());
 }

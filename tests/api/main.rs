@@ -1,7 +1,10 @@
-//! Over-the-wire tests: every test spawns the real `blobgate` binary on port 0 with a throw-away data dir.
+//! Over-the-wire tests: most spawn the real `blobgate` binary on port 0 with a throw-away data dir
+//! (`helpers::TestEnv`); service-level ones build the application in this process (`in_process::spawn_app`).
 //! One integration binary (this file and its modules) keeps link time down.
 
+mod cases;
 mod helpers;
+mod in_process;
 
 mod admin;
 mod auth;
@@ -14,6 +17,7 @@ mod faults;
 mod lifecycle;
 mod limits;
 mod permissions;
+mod service;
 mod shared_cache;
 mod slow_readers;
 mod stats;

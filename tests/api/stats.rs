@@ -2,7 +2,6 @@
 //! that resets the connection mid-body.
 
 use std::io::Read;
-use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use crate::helpers::*;
@@ -55,9 +54,7 @@ fn counters_are_exact_after_a_known_mix() {
     while received < (1 << 20) {
         received += conn.stream.read(&mut chunk).expect("read");
     }
-    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
-    nix::sys::socket::setsockopt(&conn.stream.as_fd(), nix::sys::socket::sockopt::Linger, &linger).unwrap();
-    drop(conn);
+    conn.reset();
 
     let s = wait_for_stats(&env, |s| s[0]["aborted"] == 1);
     let row = s.as_array().unwrap().iter().find(|r| r["key"] == "big.bin").expect("a row for big.bin").clone();

@@ -3,7 +3,6 @@
 //! range, and as a 3-part multi-range.
 
 use std::path::Path;
-use std::process::Command;
 
 use crate::helpers::*;
 
@@ -52,10 +51,6 @@ fn parse_trace(path: &Path) -> Trace {
     t
 }
 
-fn strace_available() -> bool {
-    Command::new("strace").arg("-V").output().is_ok_and(|o| o.status.success())
-}
-
 /// Serves one request under strace and returns (response, trace).
 fn traced_download(env: &TestEnv, path: &str, headers: &[(&str, &str)], name: &str) -> (Response, Trace) {
     let trace_file = env.dir.path().join(format!("{name}.strace"));
@@ -68,7 +63,7 @@ fn traced_download(env: &TestEnv, path: &str, headers: &[(&str, &str)], name: &s
 
 #[test]
 fn object_bytes_leave_by_sendfile_only() {
-    assert!(strace_available(), "strace is required for this test (.ci/run installs it: apt-get install -y strace)");
+    require_tool("strace", "apt package strace");
     let env = TestEnv::new();
     env.bucket("big", false);
     let size = 64 << 20;
@@ -150,7 +145,7 @@ fn timed_calls(path: &Path) -> Vec<Call> {
 /// that is the earliest on tokio's wheel (the handler deadline, or a new connection's idle deadline).
 #[test]
 fn a_small_request_costs_three_syscalls() {
-    assert!(strace_available(), "strace is required for this test (.ci/run installs it: apt-get install -y strace)");
+    require_tool("strace", "apt package strace");
     const WORKERS: usize = 2;
     let env = TestEnv::new();
     env.bucket("small", false);
