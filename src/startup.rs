@@ -62,11 +62,8 @@ impl Application {
         }
         let data_listeners = driver::bind_data_listeners(settings.listen, settings.runtime.worker_count())
             .with_context(|| format!("cannot listen on {} (listen)", settings.listen))?;
-        let admin_listener = driver::bind_exclusive(settings.admin_listen)
-            .and_then(|socket| {
-                socket.listen(1024)?;
-                TcpListener::from_std(socket.into())
-            })
+        let admin_listener = driver::listen_exclusive(settings.admin_listen, 1024)
+            .and_then(|socket| TcpListener::from_std(socket.into()))
             .with_context(|| format!("cannot listen on {} (admin_listen)", settings.admin_listen))?;
         let open_files = raise_open_file_limit();
         // A quarter of the fd budget for cached blobs; the rest is for connections and the database.

@@ -125,17 +125,20 @@ impl<S: DataService> DriverContext<S> {
 /// connections over the workers. With port 0 the first socket picks the port and the others join it.
 ///
 /// Only one gateway may hold an address: a second one joining the group would silently get half the connections.
-/// So the first socket binds *without* SO_REUSEPORT, which fails while any socket holds the address (a reuseport
-/// group included); only once it holds the address alone does it turn SO_REUSEPORT on, before `listen`, and the
-/// others join it. There is no window between the check and the bind: the check is the bind.
+/// So the first socket binds and listens *without* SO_REUSEPORT (`listen_exclusive`), which fails while any socket
+/// holds the address (a reuseport group included, and a socket that is bound but not yet listening); only once it
+/// listens alone does it turn SO_REUSEPORT on, and the others join it. Turning it on before `listen` left a race:
+/// two gateways starting at once could both bind (SO_REUSEADDR allows that until one listens), both turn
+/// SO_REUSEPORT on, and both listen as one group.
 pub fn bind_data_listeners(addr: SocketAddr, count: usize) -> io::Result<Vec<std::net::TcpListener>> {
     let mut listeners: Vec<std::net::TcpListener> = Vec::with_capacity(count);
     for _ in 0..count.max(1) {
         let socket = match listeners.first() {
             None => {
-                let socket = bind_exclusive(addr)?;
+                let socket = listen_exclusive(addr, 4096)?;
                 socket.set_reuse_port(true)?;
-                socket
+                listeners.push(socket.into());
+                continue;
             }
             Some(first) => {
                 let target = first.local_addr()?;
@@ -153,19 +156,21 @@ pub fn bind_data_listeners(addr: SocketAddr, count: usize) -> io::Result<Vec<std
     Ok(listeners)
 }
 
-/// A non-blocking TCP socket bound to `addr` without SO_REUSEPORT, not yet listening: the bind fails with
-/// `AddrInUse` while any other socket holds the address. SO_REUSEADDR only lets it take over TIME_WAIT
-/// connections of an earlier run, never a listening socket.
-pub fn bind_exclusive(addr: SocketAddr) -> io::Result<Socket> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    socket.set_reuse_address(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into()).map_err(|e| match e.kind() {
+/// A non-blocking TCP socket listening on `addr` without SO_REUSEPORT: `AddrInUse` while any other socket holds
+/// the address, whether it listens already or is only bound (then our `listen` is the call that fails).
+/// SO_REUSEADDR only lets it take over TIME_WAIT connections of an earlier run, never a listening socket.
+pub fn listen_exclusive(addr: SocketAddr, backlog: i32) -> io::Result<Socket> {
+    let in_use = |e: io::Error| match e.kind() {
         io::ErrorKind::AddrInUse => {
             io::Error::new(e.kind(), "address already in use: only one gateway may listen on an address")
         }
         _ => e,
-    })?;
+    };
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into()).map_err(in_use)?;
+    socket.listen(backlog).map_err(in_use)?;
     Ok(socket)
 }
 
@@ -372,7 +377,17 @@ mod tests {
         let err = bind_data_listeners(addr, 2).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::AddrInUse);
         assert!(err.to_string().contains("only one gateway"), "{err}");
-        assert_eq!(bind_exclusive(addr).unwrap_err().kind(), io::ErrorKind::AddrInUse);
+        assert_eq!(listen_exclusive(addr, 16).unwrap_err().kind(), io::ErrorKind::AddrInUse);
+        // Two gateways starting at once: one is bound but not yet listening when the other listens. The one that
+        // listens first holds the address alone; the other's `listen` then fails (before, both had turned
+        // SO_REUSEPORT on before listening, and both listened as one group).
+        let late = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        late.set_reuse_address(true).unwrap();
+        late.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into()).unwrap();
+        let contested = late.local_addr().unwrap().as_socket().unwrap();
+        let first = listen_exclusive(contested, 16).unwrap();
+        first.set_reuse_port(true).unwrap();
+        assert_eq!(late.listen(16).unwrap_err().kind(), io::ErrorKind::AddrInUse);
         // Once the first gateway is gone, the address is free again at once (a restart).
         drop(workers);
         assert_eq!(bind_data_listeners(addr, 2).unwrap().len(), 2);
