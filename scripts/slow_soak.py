@@ -196,6 +196,8 @@ def run(args, binary, workers, tmp):
                 socket.create_connection(("127.0.0.1", admin), timeout=0.2).close(); break
             except OSError:
                 time.sleep(0.1)
+        else:
+            sys.exit(f"slow_soak: the server did not start:\n{log.read_text()}")
         if args.full_speed:
             drop_cache(blob)
             full_speed(port, data, args.loops, args.seconds, tally)
