@@ -140,6 +140,9 @@ pub struct Limits {
     pub max_connections_per_ip: usize,
     /// Uploads in progress at once on the admin listener; beyond it an upload gets 503 with `Retry-After`.
     pub max_concurrent_uploads: usize,
+    /// Slowest upload body accepted, in bytes per second averaged over each `timeouts.body_idle` window; slower
+    /// gets 408, so a body that trickles a byte now and then cannot keep its upload place. 0 turns it off.
+    pub min_upload_rate: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -197,6 +200,7 @@ impl Default for Limits {
             max_upload_bytes: 5 * 1024 * 1024 * 1024,
             max_connections_per_ip: 0,
             max_concurrent_uploads: 64,
+            min_upload_rate: 500,
         }
     }
 }

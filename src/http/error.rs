@@ -61,6 +61,9 @@ pub enum ApiError {
     /// An upload body sent nothing for `timeouts.body_idle`.
     #[error("the request body stalled")]
     BodyTimeout,
+    /// An upload body arrived slower than `limits.min_upload_rate`.
+    #[error("the request body arrived slower than {0} bytes per second")]
+    BodyTooSlow(u64),
 }
 
 impl ApiError {
@@ -85,6 +88,7 @@ impl ApiError {
             ApiError::TooManyConnectionsFromAddress => (StatusCode::SERVICE_UNAVAILABLE, "too_many_connections"),
             ApiError::TooManyUploads => (StatusCode::SERVICE_UNAVAILABLE, "too_many_uploads"),
             ApiError::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
+            ApiError::BodyTooSlow(_) => (StatusCode::REQUEST_TIMEOUT, "body_too_slow"),
         }
     }
 }
@@ -142,7 +146,7 @@ impl IntoResponse for ApiError {
             ApiError::TooManyUploads => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
-            ApiError::BodyTimeout => {
+            ApiError::BodyTimeout | ApiError::BodyTooSlow(_) => {
                 headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             _ => {}

@@ -10,6 +10,8 @@
 //! waits for its client, and its temp file is created with its first batch, so stalled uploads hold neither
 //! threads nor files, and cannot delay other uploads.
 
+use std::time::Duration;
+
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -18,6 +20,7 @@ use futures_util::StreamExt;
 use http::header::{self, HeaderMap};
 use http::{StatusCode, Uri};
 use tokio::task::{JoinError, JoinHandle};
+use tokio::time::Instant;
 
 use super::AdminState;
 use super::error::ApiError;
@@ -77,9 +80,11 @@ pub async fn delete_object(State(app): State<AdminState>, uri: Uri, headers: Hea
     }
 }
 
-/// Streams the body into a staged blob. Each wait for body bytes is bounded by `timeouts.body_idle`.
+/// Streams the body into a staged blob. Each wait for body bytes is bounded by `timeouts.body_idle`, and each
+/// `body_idle` window must bring `limits.min_upload_rate` bytes per second on average.
 async fn stage_body(app: &AdminState, body: Body, limit: u64) -> Result<StagedBlob, ApiError> {
     let body_idle = app.settings.timeouts.body_idle;
+    let mut pace = BodyPace::new(app.settings.limits.min_upload_rate, body_idle, Instant::now());
     let mut staging = Staging::new(app.store.blobs.clone());
     let mut stream = body.into_data_stream();
     let mut received: u64 = 0;
@@ -94,6 +99,10 @@ async fn stage_body(app: &AdminState, body: Body, limit: u64) -> Result<StagedBl
             Ok(Some(Ok(chunk))) => chunk,
         };
         received += chunk.len() as u64;
+        if !pace.keeps_up(chunk.len() as u64, Instant::now()) {
+            crate::metrics::upload_body_timeout();
+            break ApiError::BodyTooSlow(app.settings.limits.min_upload_rate);
+        }
         if received > limit {
             break ApiError::PayloadTooLarge(format!("objects are limited to {limit} bytes"));
         }
@@ -103,6 +112,34 @@ async fn stage_body(app: &AdminState, body: Body, limit: u64) -> Result<StagedBl
     };
     staging.abandon().await;
     Err(failure)
+}
+
+/// The minimum body rate, judged once per window of `window` (the body idle timeout): a window that ends with
+/// fewer than `min_rate` bytes per second fails. Pure, so it is tested without a clock.
+struct BodyPace {
+    min_rate: u64,
+    window: Duration,
+    window_start: Instant,
+    window_bytes: u64,
+}
+
+impl BodyPace {
+    fn new(min_rate: u64, window: Duration, now: Instant) -> Self {
+        Self { min_rate, window, window_start: now, window_bytes: 0 }
+    }
+
+    /// Counts `bytes` that arrived at `now`; false once a whole window brought too few.
+    fn keeps_up(&mut self, bytes: u64, now: Instant) -> bool {
+        self.window_bytes += bytes;
+        let elapsed = now.duration_since(self.window_start);
+        if self.min_rate == 0 || elapsed < self.window {
+            return true;
+        }
+        let needed = (self.min_rate as f64 * elapsed.as_secs_f64()) as u64;
+        let kept_up = self.window_bytes >= needed;
+        (self.window_start, self.window_bytes) = (now, 0);
+        kept_up
+    }
 }
 
 /// An upload's temp file, written from the blocking pool one batch at a time, with at most one batch being
@@ -181,5 +218,27 @@ fn storage_error(e: std::io::Error) -> ApiError {
         ApiError::InsufficientStorage
     } else {
         ApiError::Internal(anyhow::Error::new(e).context("cannot write the upload to the data dir"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_below_the_minimum_rate_fails_at_the_end_of_its_window() {
+        let start = Instant::now();
+        let at = |secs: f64| start + Duration::from_secs_f64(secs);
+        let window = Duration::from_secs(2);
+        // A byte now and then: fine within the first window, refused once a window has passed.
+        let mut trickle = BodyPace::new(500, window, start);
+        assert!(trickle.keeps_up(1, at(1.0)));
+        assert!(!trickle.keeps_up(1, at(2.5)));
+        // A steady 1 KB/s body keeps up across many windows.
+        let mut steady = BodyPace::new(500, window, start);
+        assert!((1..=20).all(|s| steady.keeps_up(1000, at(s as f64))));
+        // Off means off.
+        let mut off = BodyPace::new(0, window, start);
+        assert!(off.keeps_up(0, at(100.0)));
     }
 }

@@ -81,7 +81,7 @@ fn describe() {
     describe_counter!(UPLOADS_REFUSED, "Uploads refused (503) beyond limits.max_concurrent_uploads.");
     describe_counter!(
         UPLOAD_BODY_TIMEOUTS,
-        "Uploads ended (408) because the body sent nothing for timeouts.body_idle."
+        "Uploads ended (408) because the body sent nothing for timeouts.body_idle or fell below limits.min_upload_rate."
     );
     describe_gauge!(UPLOADS_IN_PROGRESS, "Uploads holding one of the limits.max_concurrent_uploads places.");
     describe_histogram!(RESPONSE_SECONDS, Unit::Seconds, "File responses, from head written to last byte sent.");

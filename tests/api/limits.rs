@@ -198,6 +198,41 @@ fn stalled_upload_bodies_get_408_store_nothing_and_do_not_delay_other_uploads() 
     assert!(server.get_auth("/box/normal", &read, &[]).body == body);
 }
 
+/// A body that trickles a few bytes now and then never trips `body_idle`, but cannot keep its upload place:
+/// below `limits.min_upload_rate` over a `body_idle` window it gets 408, and nothing is stored.
+#[test]
+fn a_trickling_upload_body_gets_408_and_stores_nothing() {
+    let env = TestEnv::new();
+    env.bucket("box", false);
+    let write = env.token("box", "write", &[]);
+    let read = env.token("box", "read", &[]);
+    let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__BODY_IDLE", "2s")], &[]);
+    let mut conn = stalled_upload(&server, &write, "trickle");
+    let started = Instant::now();
+    let mut refused = false;
+    while started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(500));
+        if conn.send_lossy(b"0123456789").is_err() {
+            refused = true;
+            break;
+        }
+        conn.stream.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
+        if !conn.silent_for(Duration::from_millis(1)) {
+            refused = true;
+            break;
+        }
+    }
+    assert!(refused, "a body at 20 bytes/s was still accepted after {:?}", started.elapsed());
+    conn.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let r = conn.read_response(false).expect("an answer");
+    assert_json_error(&r, 408, "body_too_slow");
+    assert!(started.elapsed() < Duration::from_secs(6), "refused only after {:?}", started.elapsed());
+    assert!(env.tmp_files().is_empty(), "temp files left behind: {:?}", env.tmp_files());
+    assert_eq!(server.get_auth("/box/trickle", &read, &[]).status, 404);
+    // A body at a normal pace is stored.
+    assert_eq!(server.put("/box/normal", &write, &test_bytes(1 << 20, 9), &[]).status, 201);
+}
+
 #[test]
 fn uploads_beyond_the_concurrency_cap_get_503_with_retry_after() {
     let env = TestEnv::new();
