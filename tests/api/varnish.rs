@@ -1,0 +1,302 @@
+//! Behind a real cache: Varnish with its built-in VCL in front of the data listener. What blobgate's stats count is
+//! what reached the origin, so "one download" means the cache answered the rest.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use crate::helpers::*;
+
+/// The VCL the README shows: blobgate as the backend, and an `X-Cache` header saying whether the answer was a hit.
+/// Everything else is Varnish's built-in VCL (it passes requests with `Authorization` and does not store responses
+/// marked `private`, `no-store` or `no-cache`).
+fn vcl(backend: SocketAddr) -> String {
+    format!(
+        "vcl 4.1;\n\nbackend blobgate {{\n    .host = \"{}\";\n    .port = \"{}\";\n}}\n\n\
+         sub vcl_deliver {{\n    if (obj.hits > 0) {{\n        set resp.http.X-Cache = \"HIT\";\n    }} else {{\n\
+         \x20       set resp.http.X-Cache = \"MISS\";\n    }}\n}}\n",
+        backend.ip(),
+        backend.port()
+    )
+}
+
+/// A throw-away `varnishd` in the foreground, its working dir and VCL in a temp dir; killed on drop.
+struct Varnish {
+    child: Child,
+    addr: SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+impl Varnish {
+    fn start(backend: SocketAddr) -> Self {
+        let varnishd = ["/usr/sbin/varnishd", "/usr/local/sbin/varnishd", "/usr/bin/varnishd"]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|p| p.is_file())
+            .expect("varnishd is not installed: scripts/test installs it (apt package varnish)");
+        let dir = tempfile::tempdir().unwrap();
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let vcl_file = dir.path().join("blobgate.vcl");
+        std::fs::write(&vcl_file, vcl(backend)).unwrap();
+        let log = std::fs::File::create(dir.path().join("varnishd.log")).unwrap();
+        let child = Command::new(&varnishd)
+            .arg("-F")
+            .arg("-n")
+            .arg(dir.path().join("work"))
+            // No privilege separation: as root it would switch to the `varnish` user, who cannot read the temp dir.
+            .args(["-j", "none", "-a", &addr.to_string(), "-s", "malloc,32m", "-f"])
+            .arg(&vcl_file)
+            // No grace, so an expired object is revalidated before the answer (not served stale meanwhile), and
+            // a minute of keep, so Varnish revalidates it with If-None-Match instead of fetching it again.
+            .args(["-p", "default_grace=0s", "-p", "default_keep=60s"])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start varnishd");
+        let mut varnish = Self { child, addr, dir };
+        // The manager listens first, then starts the worker process: wait for an answer (any status; `/` names
+        // no object).
+        let up = wait_for(Duration::from_secs(20), || {
+            varnish.child.try_wait().unwrap().is_none()
+                && TcpStream::connect(addr).is_ok()
+                && varnish.get("/", &[]).status > 0
+        });
+        if !up {
+            let _ = varnish.child.kill();
+            panic!("varnishd did not start on {addr}:\n{}", varnish.log());
+        }
+        varnish
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("varnishd.log")).unwrap_or_default()
+    }
+
+    fn get(&self, path: &str, headers: &[(&str, &str)]) -> Response {
+        let mut conn = Conn::open(self.addr);
+        conn.send(&raw_request("GET", path, headers, true));
+        let response = conn.read_response(false).expect("a response from varnish");
+        assert_eq!(response.header("transfer-encoding"), None, "the test client reads Content-Length bodies only");
+        response
+    }
+}
+
+impl Drop for Varnish {
+    fn drop(&mut self) {
+        // SIGTERM: the manager stops its worker process before it exits (killed, it leaves the worker to notice).
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        if !wait_for(Duration::from_secs(10), || self.child.try_wait().is_ok_and(|s| s.is_some())) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// Stops Varnish, then the server (which writes the stats it holds on shutdown), and returns each object's stats
+/// row by `bucket/key`: exactly what reached the origin.
+fn origin_stats(env: &TestEnv, varnish: Varnish, mut server: Server) -> std::collections::HashMap<String, Row> {
+    drop(varnish);
+    assert_eq!(server.stop(), Some(0), "{}", server.log());
+    let rows: serde_json::Value = serde_json::from_str(env.ok(&["stats", "--json"]).trim()).unwrap();
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let n = |field: &str| r[field].as_u64().unwrap_or_else(|| panic!("{field} in {r}"));
+            let row = Row {
+                requests: n("requests"),
+                completed: n("completed"),
+                range_requests: n("range_requests"),
+                not_modified: n("not_modified"),
+            };
+            (format!("{}/{}", r["bucket"].as_str().unwrap(), r["key"].as_str().unwrap()), row)
+        })
+        .collect()
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct Row {
+    requests: u64,
+    completed: u64,
+    range_requests: u64,
+    not_modified: u64,
+}
+
+fn downloads(n: u64) -> Row {
+    Row { requests: n, completed: n, range_requests: 0, not_modified: 0 }
+}
+
+fn put_file(env: &TestEnv, dir: &Path, bucket: &str, key: &str, bytes: &[u8], cache_control: Option<&str>) {
+    let file = write_file(dir, &format!("{bucket}-{}", key.replace('/', "-")), bytes);
+    let mut args = vec!["put", bucket, key, file.to_str().unwrap()];
+    if let Some(v) = cache_control {
+        args.extend(["--cache-control", v]);
+    }
+    env.ok(&args);
+}
+
+#[test]
+fn a_public_object_fetched_twice_through_varnish_is_downloaded_once() {
+    let env = TestEnv::new();
+    let bytes = test_bytes(300_000, 61);
+    env.bucket("assets", true);
+    put_file(&env, env.dir.path(), "assets", "app.js", &bytes, Some("max-age=60"));
+    let server = env.serve();
+    let varnish = Varnish::start(server.data);
+
+    let first = varnish.get("/assets/app.js", &[]);
+    assert_eq!((first.status, first.header("x-cache")), (200, Some("MISS")), "{:?}", first.headers);
+    assert_eq!(first.header("cache-control"), Some("max-age=60"));
+    assert!(first.body == bytes);
+    let second = varnish.get("/assets/app.js", &[]);
+    assert_eq!((second.status, second.header("x-cache")), (200, Some("HIT")), "{:?}", second.headers);
+    assert!(second.body == bytes);
+    assert_eq!(second.header("etag"), first.header("etag"));
+
+    let stats = origin_stats(&env, varnish, server);
+    assert_eq!(stats["assets/app.js"], downloads(1), "the second GET reached the origin");
+}
+
+#[test]
+fn revalidation_through_varnish_gives_304_from_the_cache_and_from_the_origin() {
+    let env = TestEnv::new();
+    let bytes = test_bytes(100_000, 62);
+    env.bucket("assets", true);
+    put_file(&env, env.dir.path(), "assets", "fresh.css", &bytes, Some("max-age=60"));
+    put_file(&env, env.dir.path(), "assets", "short.css", &bytes, Some("max-age=1"));
+    let server = env.serve();
+    let varnish = Varnish::start(server.data);
+
+    // A client's If-None-Match: Varnish answers 304 from the stored object (blobgate's ETag).
+    let first = varnish.get("/assets/fresh.css", &[]);
+    let etag = first.header("etag").expect("an ETag from blobgate").to_owned();
+    let r = varnish.get("/assets/fresh.css", &[("If-None-Match", &etag)]);
+    assert_eq!((r.status, r.header("x-cache")), (304, Some("HIT")), "{:?}", r.headers);
+    assert_eq!(r.header("etag"), Some(etag.as_str()));
+    assert!(r.body.is_empty());
+    let r = varnish.get("/assets/fresh.css", &[("If-None-Match", "\"another\"")]);
+    assert_eq!(r.status, 200);
+    assert!(r.body == bytes);
+
+    // Varnish's own revalidation: once short.css has expired, it asks blobgate with If-None-Match, gets 304 and
+    // serves the bytes it kept.
+    assert!(varnish.get("/assets/short.css", &[]).body == bytes);
+    std::thread::sleep(Duration::from_millis(2100));
+    let r = varnish.get("/assets/short.css", &[]);
+    assert_eq!((r.status, r.header("cache-control")), (200, Some("max-age=1")));
+    assert!(r.body == bytes);
+
+    let stats = origin_stats(&env, varnish, server);
+    assert_eq!(stats["assets/fresh.css"], downloads(1));
+    // One download, then one 304 (the stats count 304s apart from downloads).
+    let short = Row { requests: 1, completed: 1, range_requests: 0, not_modified: 1 };
+    assert_eq!(stats["assets/short.css"], short, "Varnish did not revalidate with If-None-Match");
+}
+
+#[test]
+fn a_range_through_varnish_is_byte_exact() {
+    let env = TestEnv::new();
+    let size = 1_000_000;
+    let bytes = test_bytes(size, 63);
+    env.bucket("media", true);
+    put_file(&env, env.dir.path(), "media", "clip.webm", &bytes, Some("max-age=60"));
+    let server = env.serve();
+    let varnish = Varnish::start(server.data);
+
+    // The first (a miss) and the others (hits): Varnish fetches the whole object and slices it.
+    for (range, start, end) in [
+        ("bytes=1000-1999", 1000, 1999),
+        ("bytes=123456-654320", 123_456, 654_320),
+        ("bytes=-100", size - 100, size - 1),
+        ("bytes=999990-", size - 10, size - 1),
+        ("bytes=0-0", 0, 0),
+    ] {
+        let r = varnish.get("/media/clip.webm", &[("Range", range)]);
+        assert_eq!(r.status, 206, "{range}: {:?}", r.headers);
+        assert_eq!(r.header("content-range"), Some(format!("bytes {start}-{end}/{size}").as_str()), "{range}");
+        assert!(r.body == bytes[start..=end], "{range}: {} bytes, not the object's", r.body.len());
+    }
+    let whole = varnish.get("/media/clip.webm", &[]);
+    assert_eq!((whole.status, whole.header("x-cache")), (200, Some("HIT")));
+    assert!(whole.body == bytes);
+
+    let stats = origin_stats(&env, varnish, server);
+    assert_eq!(stats["media/clip.webm"], downloads(1), "Varnish fetches the whole object once");
+}
+
+#[test]
+fn varnish_never_serves_a_private_object_to_a_request_without_credentials() {
+    let env = TestEnv::new();
+    let bytes = test_bytes(200_000, 64);
+    env.bucket("releases", false);
+    // Stored asking for shared caching: a private bucket's responses say `private` all the same.
+    put_file(&env, env.dir.path(), "releases", "v1/app.tar.gz", &bytes, Some("public, max-age=31536000, immutable"));
+    let token = env.token("releases", "read", &[]);
+    let server = env.serve();
+    let varnish = Varnish::start(server.data);
+    let auth = format!("Bearer {token}");
+    let path = "/releases/v1/app.tar.gz";
+
+    for _ in 0..2 {
+        let r = varnish.get(path, &[("Authorization", &auth)]);
+        assert_eq!((r.status, r.header("x-cache")), (200, Some("MISS")), "{:?}", r.headers);
+        assert_eq!(r.header("cache-control"), Some("private, max-age=31536000, immutable"));
+        assert!(r.body == bytes);
+    }
+    let r = varnish.get(path, &[]);
+    assert_eq!(r.status, 401, "served without credentials: {:?}", r.headers);
+    assert!(r.body.len() < 1000);
+
+    // A signed URL has no Authorization header, so Varnish looks it up: `private` keeps it out of the cache,
+    // and once the URL is revoked there is nothing to replay.
+    let url = env.ok(&["presign", "releases", "v1/app.tar.gz", "--base-url", &format!("http://{}", varnish.addr)]);
+    let signed = path_of_url(url.trim()).to_owned();
+    for _ in 0..2 {
+        let r = varnish.get(&signed, &[]);
+        assert_eq!((r.status, r.header("x-cache")), (200, Some("MISS")), "{:?}", r.headers);
+        assert_eq!(r.header("cache-control"), Some("private, max-age=31536000, immutable"));
+        assert!(r.body == bytes);
+    }
+    env.ok(&["signing", "revoke-url", url.trim()]);
+    let r = varnish.get(&signed, &[]);
+    assert_eq!(r.status, 401, "a revoked signed URL was served: {:?}", r.headers);
+
+    let stats = origin_stats(&env, varnish, server);
+    assert_eq!(stats["releases/v1/app.tar.gz"], downloads(4), "every authorised GET reached the origin");
+}
+
+#[test]
+fn varnish_sees_the_bucket_default_cache_control_for_objects_stored_without_one() {
+    let env = TestEnv::new();
+    let bytes = test_bytes(50_000, 65);
+    env.bucket("assets", true);
+    env.bucket("live", true);
+    env.ok(&["bucket", "set", "assets", "--cache-control", "public, max-age=60"]);
+    env.ok(&["bucket", "set", "live", "--cache-control", "no-store"]);
+    put_file(&env, env.dir.path(), "assets", "logo.svg", &bytes, None);
+    put_file(&env, env.dir.path(), "live", "feed.json", &bytes, None);
+    put_file(&env, env.dir.path(), "live", "pinned.json", &bytes, Some("max-age=60"));
+    let server = env.serve();
+    let varnish = Varnish::start(server.data);
+
+    for (path, cache_control, second) in [
+        ("/assets/logo.svg", "public, max-age=60", "HIT"),
+        // Without the default Varnish would store it for its default_ttl (2 minutes).
+        ("/live/feed.json", "no-store", "MISS"),
+        // The object's own value beats the bucket's.
+        ("/live/pinned.json", "max-age=60", "HIT"),
+    ] {
+        let first = varnish.get(path, &[]);
+        assert_eq!((first.status, first.header("cache-control")), (200, Some(cache_control)), "{path}");
+        let r = varnish.get(path, &[]);
+        assert_eq!((r.status, r.header("x-cache")), (200, Some(second)), "{path}: {:?}", r.headers);
+        assert!(r.body == bytes);
+    }
+
+    let stats = origin_stats(&env, varnish, server);
+    assert_eq!(stats["assets/logo.svg"], downloads(1));
+    assert_eq!(stats["live/feed.json"], downloads(2));
+    assert_eq!(stats["live/pinned.json"], downloads(1));
+}
