@@ -8,16 +8,35 @@ use std::time::Duration;
 
 use crate::helpers::*;
 
-/// The VCL the README shows: blobgate as the backend, and an `X-Cache` header saying whether the answer was a hit.
-/// Everything else is Varnish's built-in VCL (it passes requests with `Authorization` and does not store responses
-/// marked `private`, `no-store` or `no-cache`).
+/// The VCL the README shows: blobgate as the backend, multi-range requests piped to it, and an `X-Cache` header
+/// saying whether the answer was a hit. Everything else is Varnish's built-in VCL (it passes requests with
+/// `Authorization` and does not store responses marked `private`, `no-store` or `no-cache`).
 fn vcl(backend: SocketAddr) -> String {
+    let (host, port) = (backend.ip(), backend.port());
     format!(
-        "vcl 4.1;\n\nbackend blobgate {{\n    .host = \"{}\";\n    .port = \"{}\";\n}}\n\n\
-         sub vcl_deliver {{\n    if (obj.hits > 0) {{\n        set resp.http.X-Cache = \"HIT\";\n    }} else {{\n\
-         \x20       set resp.http.X-Cache = \"MISS\";\n    }}\n}}\n",
-        backend.ip(),
-        backend.port()
+        r#"vcl 4.1;
+
+backend blobgate {{
+    .host = "{host}";
+    .port = "{port}";
+}}
+
+sub vcl_recv {{
+    # Varnish answers several ranges with 416, and fails a pass of them ("Invalid range header"): pipe them to
+    # blobgate, which answers 206 multipart/byteranges.
+    if (req.http.Range ~ ",") {{
+        return (pipe);
+    }}
+}}
+
+sub vcl_deliver {{
+    if (obj.hits > 0) {{
+        set resp.http.X-Cache = "HIT";
+    }} else {{
+        set resp.http.X-Cache = "MISS";
+    }}
+}}
+"#
     )
 }
 
@@ -218,12 +237,21 @@ fn a_range_through_varnish_is_byte_exact() {
         assert_eq!(r.header("content-range"), Some(format!("bytes {start}-{end}/{size}").as_str()), "{range}");
         assert!(r.body == bytes[start..=end], "{range}: {} bytes, not the object's", r.body.len());
     }
+    // Several ranges are piped to blobgate (the VCL; a piped answer has no X-Cache), which answers
+    // multipart/byteranges.
+    let multi = varnish.get("/media/clip.webm", &[("Range", "bytes=0-9,100-109")]);
+    assert_eq!((multi.status, multi.header("x-cache")), (206, None), "{:?}", multi.headers);
+    let parts = parse_multipart(&multi);
+    assert_eq!(parts.len(), 2);
+    assert!(parts[0].body == bytes[0..10] && parts[1].body == bytes[100..110]);
     let whole = varnish.get("/media/clip.webm", &[]);
     assert_eq!((whole.status, whole.header("x-cache")), (200, Some("HIT")));
     assert!(whole.body == bytes);
 
     let stats = origin_stats(&env, varnish, server);
-    assert_eq!(stats["media/clip.webm"], downloads(1), "Varnish fetches the whole object once");
+    // Varnish fetched the whole object once; the multipart request was blobgate's.
+    let clip = Row { requests: 2, completed: 2, range_requests: 1, not_modified: 0 };
+    assert_eq!(stats["media/clip.webm"], clip);
 }
 
 #[test]
@@ -271,32 +299,49 @@ fn varnish_never_serves_a_private_object_to_a_request_without_credentials() {
 fn varnish_sees_the_bucket_default_cache_control_for_objects_stored_without_one() {
     let env = TestEnv::new();
     let bytes = test_bytes(50_000, 65);
-    env.bucket("assets", true);
     env.bucket("live", true);
-    env.ok(&["bucket", "set", "assets", "--cache-control", "public, max-age=60"]);
+    env.bucket("plain", true);
     env.ok(&["bucket", "set", "live", "--cache-control", "no-store"]);
-    put_file(&env, env.dir.path(), "assets", "logo.svg", &bytes, None);
     put_file(&env, env.dir.path(), "live", "feed.json", &bytes, None);
     put_file(&env, env.dir.path(), "live", "pinned.json", &bytes, Some("max-age=60"));
+    put_file(&env, env.dir.path(), "plain", "note.txt", &bytes, None);
+    // The README's content-hashed assets: the bucket default says immutable, the entry point says no-cache.
+    env.bucket("static", true);
+    env.ok(&["bucket", "set", "static", "--cache-control", "public, max-age=31536000, immutable"]);
+    let dist = env.dir.path().join("dist");
+    std::fs::create_dir_all(dist.join("assets")).unwrap();
+    write_file(&dist.join("assets"), "app.3f9a1c.js", &bytes);
+    env.ok(&["import", "static", dist.join("assets").to_str().unwrap(), "--prefix", "assets/"]);
+    put_file(&env, &dist, "static", "index.html", &bytes, Some("no-cache"));
     let server = env.serve();
     let varnish = Varnish::start(server.data);
 
     for (path, cache_control, second) in [
-        ("/assets/logo.svg", "public, max-age=60", "HIT"),
-        // Without the default Varnish would store it for its default_ttl (2 minutes).
-        ("/live/feed.json", "no-store", "MISS"),
+        ("/static/assets/app.3f9a1c.js", Some("public, max-age=31536000, immutable"), "HIT"),
+        ("/static/index.html", Some("no-cache"), "MISS"),
+        ("/live/feed.json", Some("no-store"), "MISS"),
         // The object's own value beats the bucket's.
-        ("/live/pinned.json", "max-age=60", "HIT"),
+        ("/live/pinned.json", Some("max-age=60"), "HIT"),
+        // Neither: Varnish stores it for its default_ttl (2 minutes), which is why feed.json needed its default.
+        ("/plain/note.txt", None, "HIT"),
     ] {
         let first = varnish.get(path, &[]);
-        assert_eq!((first.status, first.header("cache-control")), (200, Some(cache_control)), "{path}");
+        assert_eq!((first.status, first.header("cache-control")), (200, cache_control), "{path}");
         let r = varnish.get(path, &[]);
         assert_eq!((r.status, r.header("x-cache")), (200, Some(second)), "{path}: {:?}", r.headers);
         assert!(r.body == bytes);
     }
 
+    // The no-cache entry point is fetched whole every time: Varnish keeps a client's If-None-Match to itself on
+    // a miss, and answers it (304) from what it fetched.
+    let etag = varnish.get("/static/index.html", &[]).header("etag").unwrap().to_owned();
+    let r = varnish.get("/static/index.html", &[("If-None-Match", &etag)]);
+    assert_eq!((r.status, r.header("x-cache")), (304, Some("MISS")), "{:?}", r.headers);
+
     let stats = origin_stats(&env, varnish, server);
-    assert_eq!(stats["assets/logo.svg"], downloads(1));
+    assert_eq!(stats["static/assets/app.3f9a1c.js"], downloads(1));
+    assert_eq!(stats["static/index.html"], downloads(4));
     assert_eq!(stats["live/feed.json"], downloads(2));
     assert_eq!(stats["live/pinned.json"], downloads(1));
+    assert_eq!(stats["plain/note.txt"], downloads(1));
 }
