@@ -11,6 +11,7 @@ mod auth;
 mod bad_input;
 mod cli;
 mod clients;
+mod cors;
 mod crash;
 mod downloads;
 mod faults;
