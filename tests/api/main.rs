@@ -9,6 +9,7 @@ mod in_process;
 mod admin;
 mod auth;
 mod bad_input;
+mod browser;
 mod cli;
 mod clients;
 mod cors;
