@@ -38,7 +38,7 @@ pub const MAX_MAX_AGE: u32 = 86_400;
 
 const ALLOW_METHODS: HeaderValue = HeaderValue::from_static("GET, HEAD");
 const ANY_ORIGIN: HeaderValue = HeaderValue::from_static("*");
-const VARY_ORIGIN: HeaderValue = HeaderValue::from_static("Origin");
+pub const VARY_ORIGIN: HeaderValue = HeaderValue::from_static("Origin");
 const VARY_PREFLIGHT: HeaderValue =
     HeaderValue::from_static("Origin, Access-Control-Request-Method, Access-Control-Request-Headers");
 
@@ -136,8 +136,10 @@ impl CorsPolicy {
     /// Adds the CORS headers of an actual (non-preflight) response to `headers`, whatever its status. `credentialed`:
     /// the request carries `Authorization` or `Cookie`, so `*` is never the answer.
     pub fn add_actual_headers(&self, origin: &HeaderValue, credentialed: bool, headers: &mut HeaderMap) {
-        // The answer depends on Origin whenever there is a rule, allowed or not.
-        headers.append(header::VARY, VARY_ORIGIN);
+        // The answer depends on Origin whenever there is a rule, allowed or not (the handler may have said so).
+        if !headers.get_all(header::VARY).iter().any(|v| v == VARY_ORIGIN) {
+            headers.append(header::VARY, VARY_ORIGIN);
+        }
         if !self.allows(origin) {
             return;
         }
@@ -250,6 +252,15 @@ mod tests {
         );
         assert_eq!(h[header::VARY], "Origin");
         assert!(!h.contains_key(header::ACCESS_CONTROL_ALLOW_CREDENTIALS));
+    }
+
+    #[test]
+    fn vary_origin_is_not_repeated() {
+        let p = policy(&["https://a.example"]);
+        let mut h = HeaderMap::new();
+        h.append(header::VARY, VARY_ORIGIN);
+        p.add_actual_headers(&hv("https://a.example"), false, &mut h);
+        assert_eq!(h.get_all(header::VARY).iter().count(), 1);
     }
 
     #[test]

@@ -96,8 +96,14 @@ fn actual_responses_carry_cors_headers_on_every_status() {
     let other = server.get("/pub/a.bin", &[("Origin", "https://evil.example")]);
     assert!(cors_headers(&other).is_empty(), "{:?}", other.headers);
     assert_eq!(other.header("vary"), Some("Origin"));
-    let plain = server.get("/pub/a.bin", &[]);
-    assert!(cors_headers(&plain).is_empty() && plain.header("vary").is_none(), "{:?}", plain.headers);
+    // No Origin: no CORS headers, but the answer still varies on it, so a shared cache keeps them apart.
+    for headers in [vec![], vec![("Range", "bytes=0-9")], vec![("If-None-Match", etag.as_str())]] {
+        let plain = server.get("/pub/a.bin", &headers);
+        assert!(cors_headers(&plain).is_empty(), "{:?}", plain.headers);
+        assert_eq!(plain.header("vary"), Some("Origin"), "{headers:?}: {:?}", plain.headers);
+    }
+    let with_origin = server.get("/pub/a.bin", &[origin]);
+    assert_eq!(with_origin.header("vary"), Some("Origin"), "said once");
 }
 
 #[test]
@@ -109,8 +115,9 @@ fn star_is_echoed_for_credentialed_requests_and_a_rule_change_is_live_at_once() 
     let server = env.serve();
     let origin = ("Origin", "https://any.example");
 
-    // No rule yet: no CORS headers.
-    assert!(cors_headers(&server.get("/pub/a.bin", &[origin])).is_empty());
+    // No rule yet: no CORS headers, and no Vary.
+    let r = server.get("/pub/a.bin", &[origin]);
+    assert!(cors_headers(&r).is_empty() && r.header("vary").is_none(), "{:?}", r.headers);
 
     env.ok(&["bucket", "cors", "set", "pub", "--origin", "*"]);
     let r = server.get("/pub/a.bin", &[origin]);
