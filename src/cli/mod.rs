@@ -166,6 +166,10 @@ pub enum BucketCommand {
         #[arg(long, value_name = "VALUE")]
         cache_control: Option<String>,
     },
+    /// Set or clear the bucket's CORS rule (which web origins may read its objects from a script). Running
+    /// servers apply it at their next request.
+    #[command(subcommand)]
+    Cors(CorsCommand),
     /// Delete a bucket with its tokens and download stats; refused while it has objects, unless --force.
     Delete {
         /// The bucket to delete.
@@ -173,6 +177,31 @@ pub enum BucketCommand {
         /// Delete its objects first (their blobs go with their last reference).
         #[arg(long)]
         force: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CorsCommand {
+    /// Replace the bucket's CORS rule.
+    Set {
+        /// The bucket to change.
+        name: String,
+        /// An origin allowed to read, as browsers send it (`https://app.example`, `http://localhost:8080`), or `*`
+        /// for any. Repeat for several.
+        #[arg(long = "origin", value_name = "ORIGIN", required = true)]
+        origins: Vec<String>,
+        /// Seconds a browser may cache a preflight answer (at most 86400).
+        #[arg(long, value_name = "SECS")]
+        max_age: Option<u32>,
+        /// A response header scripts may read, besides Content-Range, Content-Length, ETag, Accept-Ranges and
+        /// Content-Encoding. Repeat for several.
+        #[arg(long = "expose-header", value_name = "HEADER")]
+        expose_headers: Vec<String>,
+    },
+    /// Remove the bucket's CORS rule: responses carry no CORS headers.
+    Clear {
+        /// The bucket to change.
+        name: String,
     },
 }
 
@@ -308,6 +337,13 @@ pub async fn run_command(command: Command, settings: Settings) -> anyhow::Result
         }
         Command::Bucket(BucketCommand::Set { name, public, private, cache_control }) => {
             objects::set_bucket(&store, &name, public, private, cache_control).await
+        }
+        Command::Bucket(BucketCommand::Cors(CorsCommand::Set { name, origins, max_age, expose_headers })) => {
+            let rule = crate::header_values::cors::CorsRule { origins, max_age, expose_headers };
+            objects::set_bucket_cors(&store, &name, Some(rule)).await
+        }
+        Command::Bucket(BucketCommand::Cors(CorsCommand::Clear { name })) => {
+            objects::set_bucket_cors(&store, &name, None).await
         }
         Command::Bucket(BucketCommand::Delete { name, force }) => {
             let name = BucketName::parse(&name)?;

@@ -13,8 +13,24 @@ use crate::store::{ObjectRecord, PutStatus, Store, effective_content_type};
 pub(super) fn bucket_json(b: &crate::store::Bucket) -> serde_json::Value {
     serde_json::json!({
         "bucket": b.name, "public": b.public, "cache_control": b.default_cache_control,
-        "created_at": rfc3339(b.created_at),
+        "created_at": rfc3339(b.created_at), "cors": b.cors.as_ref().map(|c| &c.rule),
     })
+}
+
+/// `bucket cors set` (`Some`) and `bucket cors clear` (`None`).
+pub(super) async fn set_bucket_cors(
+    store: &Store,
+    name: &str,
+    rule: Option<crate::header_values::cors::CorsRule>,
+) -> anyhow::Result<()> {
+    let name = BucketName::parse(name)?;
+    if let Some(rule) = &rule {
+        rule.validate()?;
+    }
+    let bucket = store.meta.set_bucket_cors(&name, rule.as_ref()).await?;
+    let bucket = crate::store::require_bucket(bucket, &name)?;
+    println!("{}", bucket_json(&bucket));
+    Ok(())
 }
 
 pub(super) async fn set_bucket(

@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod conditional;
+pub mod cors;
 pub mod deadline;
 pub mod error;
 pub mod fragment_guard;
@@ -84,7 +85,8 @@ impl std::ops::Deref for AdminState {
 
 /// The data listener's application: the object handler (an ordinary axum handler with extractors) as a tower
 /// `Service`, under tower layers. Every request goes to the handler, which answers 400 for a malformed path
-/// and 405 for a method other than GET/HEAD.
+/// and 405 for a method other than GET/HEAD; a request with `Origin` first passes `cors::serve` (preflights,
+/// CORS headers).
 ///
 /// There is no `Router` in front: with a single handler it has nothing to route, and its per-request work (a
 /// path match, boxing and cloning the route, extension inserts) allocates on every download. The driver accepts
@@ -96,7 +98,7 @@ pub fn data_service(state: DataState, handler_timeout: Duration) -> impl crate::
     tower::ServiceBuilder::new()
         .map_response(error::log_server_error)
         .layer(deadline::DeadlineLayer::new(handler_timeout))
-        .service(object::get_object.with_state(state))
+        .service(cors::serve.with_state(state))
 }
 
 /// What the data listener answers when the driver refuses a request itself: the same JSON errors as the handler's.

@@ -39,6 +39,7 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
     let entry = app.catalog.object(grant.bucket.id, key.as_str()).await?.ok_or(ApiError::NotFound)?;
 
     let mut representation = entry.headers.clone();
+    super::cors::vary_on_origin(&grant.bucket, &mut representation);
     // A private bucket's responses are for their requester only: no shared cache may keep them for the next one
     // (with or without credentials). Presigned responses too; only a public bucket's keep the stored value.
     if !grant.bucket.public {

@@ -1,6 +1,9 @@
 //! Buckets and objects: reads on the pool, writes in a [`WriteTx`].
 
 use super::{Backend, Metadata, MetadataError, TxBackend, WriteTx};
+use std::sync::Arc;
+
+use crate::header_values::cors::{CorsPolicy, CorsRule};
 use crate::names::{BucketName, ObjectAttrs, ObjectKey};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -11,6 +14,8 @@ pub struct Bucket {
     pub created_at: i64,
     /// Cache-Control served for the bucket's objects that store none.
     pub default_cache_control: Option<String>,
+    /// The bucket's CORS rule, prepared (migration 0008). A stored rule that no longer validates reads as none.
+    pub cors: Option<Arc<CorsPolicy>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +41,7 @@ pub enum Upsert {
     },
 }
 
-const BUCKET_COLUMNS: &str = "id, name, public, created_at, default_cache_control";
+const BUCKET_COLUMNS: &str = "id, name, public, created_at, default_cache_control, cors";
 /// Every column of an object row (`ObjectRow`).
 const OBJECT_COLUMNS: &str =
     "bucket_id, key, sha256, size, content_type, cache_control, content_disposition, created_at, updated_at";
@@ -48,6 +53,7 @@ struct BucketRow {
     public: bool,
     created_at: i64,
     default_cache_control: Option<String>,
+    cors: Option<String>,
 }
 
 impl From<BucketRow> for Bucket {
@@ -58,6 +64,7 @@ impl From<BucketRow> for Bucket {
             public: r.public,
             created_at: r.created_at,
             default_cache_control: r.default_cache_control,
+            cors: r.cors.as_deref().and_then(CorsPolicy::from_json).map(Arc::new),
         }
     }
 }
@@ -128,7 +135,7 @@ impl Metadata {
             return Err(MetadataError::BucketExists(name.to_string()));
         };
         tx.commit().await?;
-        Ok(Bucket { id, name: name.to_string(), public, created_at: now, default_cache_control: None })
+        Ok(Bucket { id, name: name.to_string(), public, created_at: now, default_cache_control: None, cors: None })
     }
 
     pub async fn bucket(&self, name: &BucketName) -> Result<Option<Bucket>, MetadataError> {
@@ -165,6 +172,28 @@ impl Metadata {
             .bind(public)
             .bind(default_cache_control.is_some())
             .bind(default_cache_control.flatten())
+            .fetch_optional(&mut **sqlite)
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        tx.commit().await?;
+        Ok(Some(row.into()))
+    }
+
+    /// Sets (`Some`) or clears (`None`) a bucket's CORS rule, which must be valid. Returns the changed bucket, or
+    /// `None` when there is no such bucket.
+    pub async fn set_bucket_cors(
+        &self,
+        name: &BucketName,
+        rule: Option<&CorsRule>,
+    ) -> Result<Option<Bucket>, MetadataError> {
+        let mut tx = self.begin_write().await?;
+        let TxBackend::Sqlite(sqlite) = &mut tx.tx;
+        let sql = format!("UPDATE buckets SET cors = ?2 WHERE name = ?1 RETURNING {BUCKET_COLUMNS}");
+        let row: Option<BucketRow> = sqlx::query_as(&sql)
+            .bind(name.as_str())
+            .bind(rule.map(CorsRule::to_json))
             .fetch_optional(&mut **sqlite)
             .await?;
         let Some(row) = row else {

@@ -1,0 +1,68 @@
+//! CORS on the data listener, around the object handler: preflight `OPTIONS` answers, and the CORS headers of
+//! actual responses (every status, errors included). The rule is the bucket's (`header_values::cors`), read from
+//! the catalog, so a `bucket cors set` is live at the next request.
+//!
+//! - A request without `Origin` goes straight to the object handler: no lookup, no header, no allocation here.
+//! - A preflight (`OPTIONS` with `Origin` and `Access-Control-Request-Method`) is answered from the bucket's rule
+//!   alone, before and without any object lookup, so it never tells whether an object exists; nor does it need
+//!   credentials (browsers send none on a preflight). Allowed: 204 with the `Access-Control-*` headers. Not
+//!   allowed (origin, method, no rule, unknown bucket): the same 204 without CORS headers, which a browser refuses;
+//!   a 403 would say no more and would differ between a known and an unknown bucket.
+//! - An actual request gets the handler's response plus the rule's headers, which depend on the bucket and the
+//!   origin only, never on the object: a 404 and a 403 look alike to a script as they do to anyone.
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use http::header::{self, HeaderValue};
+use http::{Method, StatusCode};
+
+use super::DataState;
+use super::object;
+use crate::header_values::cors::CorsPolicy;
+use crate::names::parse_object_path;
+
+const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
+
+pub async fn serve(State(app): State<DataState>, request: Request) -> Response {
+    let Some(origin) = request.headers().get(header::ORIGIN).cloned() else {
+        return object::get_object(State(app), request).await.into_response();
+    };
+    let policy = bucket_policy(&app, request.uri().path()).await;
+    let headers = request.headers();
+    if request.method() == Method::OPTIONS && headers.contains_key(header::ACCESS_CONTROL_REQUEST_METHOD) {
+        let mut response = Response::new(Body::empty());
+        *response.status_mut() = StatusCode::NO_CONTENT;
+        response.headers_mut().insert(header::ALLOW, ALLOW);
+        if let Some(policy) = policy {
+            policy.add_preflight_headers(
+                &origin,
+                headers.get(header::ACCESS_CONTROL_REQUEST_METHOD),
+                headers.get(header::ACCESS_CONTROL_REQUEST_HEADERS),
+                response.headers_mut(),
+            );
+        }
+        return response;
+    }
+    let credentialed = headers.contains_key(header::AUTHORIZATION) || headers.contains_key(header::COOKIE);
+    let mut response = object::get_object(State(app), request).await.into_response();
+    if let Some(policy) = policy {
+        policy.add_actual_headers(&origin, credentialed, response.headers_mut());
+    }
+    response
+}
+
+/// `Vary: Origin` on a bucket's 200, 206 and 304 whether or not the request had an `Origin`, when the bucket has a
+/// rule: a shared cache that stored an answer without CORS headers must not hand it to a browser's request. Called
+/// by the object handler, which has the bucket already; a bucket without a rule costs one branch.
+pub fn vary_on_origin(bucket: &crate::store::Bucket, headers: &mut http::HeaderMap) {
+    if bucket.cors.is_some() {
+        headers.append(header::VARY, crate::header_values::cors::VARY_ORIGIN);
+    }
+}
+
+/// The rule of the bucket the path names; none for a bad path or an unknown bucket (which then look alike).
+async fn bucket_policy(app: &DataState, path: &str) -> Option<std::sync::Arc<CorsPolicy>> {
+    let (bucket, _key) = parse_object_path(path).ok()?;
+    app.catalog.bucket(bucket.as_str()).await.ok().flatten()?.cors.clone()
+}

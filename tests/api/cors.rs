@@ -1,0 +1,160 @@
+//! CORS over the wire: `bucket cors set/clear`, preflights, and the headers of actual responses of every status.
+//! The browser itself is in `browser.rs`.
+
+use crate::helpers::*;
+
+const APP: &str = "https://app.example";
+
+fn preflight(server: &Server, path: &str, origin: &str, method: &str, headers: &str) -> Response {
+    server.request(
+        "OPTIONS",
+        path,
+        &[("Origin", origin), ("Access-Control-Request-Method", method), ("Access-Control-Request-Headers", headers)],
+    )
+}
+
+fn cors_headers(r: &Response) -> Vec<(&String, &String)> {
+    let mut h: Vec<_> = r.headers.iter().filter(|(k, _)| k.starts_with("access-control-")).collect();
+    h.sort();
+    h
+}
+
+#[test]
+fn a_preflight_answers_from_the_bucket_rule_only() {
+    let env = TestEnv::new();
+    env.bucket("assets", false);
+    env.put_bytes("assets", "a.js", b"x", &[]);
+    let set = env.ok(&["bucket", "cors", "set", "assets", "--origin", APP, "--max-age", "600"]);
+    assert!(set.contains(r#""origins":["https://app.example"]"#), "{set}");
+    let server = env.serve();
+
+    let asked = "range, if-none-match, authorization, x-other";
+    let r = preflight(&server, "/assets/a.js", APP, "GET", asked);
+    assert_eq!(r.status, 204);
+    assert_eq!(r.header("access-control-allow-origin"), Some(APP));
+    assert_eq!(r.header("access-control-allow-methods"), Some("GET, HEAD"));
+    assert_eq!(r.header("access-control-allow-headers"), Some("range, if-none-match, authorization"));
+    assert_eq!(r.header("access-control-max-age"), Some("600"));
+    assert_eq!(r.header("vary"), Some("Origin, Access-Control-Request-Method, Access-Control-Request-Headers"));
+    assert_eq!(r.header("access-control-allow-credentials"), None);
+
+    // No credentials on a private bucket, and a missing object: the same answer, so nothing about existence.
+    let missing = preflight(&server, "/assets/missing.js", APP, "GET", asked);
+    assert_eq!((missing.status, cors_headers(&missing)), (r.status, cors_headers(&r)));
+
+    // Not allowed: another origin, another method, an unknown bucket: 204 without CORS headers.
+    for (path, origin, method) in
+        [("/assets/a.js", "https://evil.example", "GET"), ("/assets/a.js", APP, "PUT"), ("/nobucket/a.js", APP, "GET")]
+    {
+        let r = preflight(&server, path, origin, method, "range");
+        assert_eq!(r.status, 204, "{path} {origin} {method}");
+        assert!(cors_headers(&r).is_empty(), "{path} {origin} {method}: {:?}", r.headers);
+    }
+    // An OPTIONS that is not a preflight is still refused as before.
+    assert_eq!(server.request("OPTIONS", "/assets/a.js", &[]).status, 405);
+}
+
+#[test]
+fn actual_responses_carry_cors_headers_on_every_status() {
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    env.bucket("priv", false);
+    env.put_bytes("pub", "a.bin", &test_bytes(1000, 7), &[]);
+    env.put_bytes("priv", "s.bin", b"secret", &[]);
+    env.ok(&["bucket", "cors", "set", "pub", "--origin", APP, "--expose-header", "X-Request-Id"]);
+    env.ok(&["bucket", "cors", "set", "priv", "--origin", APP, "--expose-header", "X-Request-Id"]);
+    let server = env.serve();
+    let etag = server.get("/pub/a.bin", &[]).header("etag").expect("an ETag").to_owned();
+
+    let origin = ("Origin", APP);
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, u16);
+    let cases: Vec<Case> = vec![
+        ("/pub/a.bin", vec![origin], 200),
+        ("/pub/a.bin", vec![origin, ("Range", "bytes=0-99")], 206),
+        ("/pub/a.bin", vec![origin, ("If-None-Match", etag.as_str())], 304),
+        ("/pub/a.bin", vec![origin, ("If-Match", "\"other\"")], 412),
+        ("/pub/a.bin", vec![origin, ("Range", "bytes=5000-")], 416),
+        ("/pub/missing", vec![origin], 404),
+        ("/priv/s.bin", vec![origin], 401),
+        ("/priv/missing", vec![origin], 401),
+    ];
+    for (path, headers, status) in &cases {
+        let r = server.get(path, headers);
+        assert_eq!(r.status, *status, "{path} {headers:?}");
+        assert_eq!(r.header("access-control-allow-origin"), Some(APP), "{path} {headers:?}");
+        assert_eq!(
+            r.header("access-control-expose-headers"),
+            Some("Content-Range, Content-Length, ETag, Accept-Ranges, Content-Encoding, X-Request-Id"),
+            "{path} {headers:?}"
+        );
+        assert!(r.header("vary").is_some_and(|v| v.contains("Origin")), "{path}: {:?}", r.headers);
+    }
+    let head = server.request("HEAD", "/pub/a.bin", &[origin]);
+    assert_eq!((head.status, head.header("access-control-allow-origin")), (200, Some(APP)));
+
+    // Another origin: no CORS headers, only Vary. No Origin: nothing added at all.
+    let other = server.get("/pub/a.bin", &[("Origin", "https://evil.example")]);
+    assert!(cors_headers(&other).is_empty(), "{:?}", other.headers);
+    assert_eq!(other.header("vary"), Some("Origin"));
+    // No Origin: no CORS headers, but the answer still varies on it, so a shared cache keeps them apart.
+    for headers in [vec![], vec![("Range", "bytes=0-9")], vec![("If-None-Match", etag.as_str())]] {
+        let plain = server.get("/pub/a.bin", &headers);
+        assert!(cors_headers(&plain).is_empty(), "{:?}", plain.headers);
+        assert_eq!(plain.header("vary"), Some("Origin"), "{headers:?}: {:?}", plain.headers);
+    }
+    let with_origin = server.get("/pub/a.bin", &[origin]);
+    assert_eq!(with_origin.header("vary"), Some("Origin"), "said once");
+}
+
+#[test]
+fn star_is_echoed_for_credentialed_requests_and_a_rule_change_is_live_at_once() {
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    env.put_bytes("pub", "a.bin", b"hello", &[]);
+    let token = env.token("pub", "read", &[]);
+    let server = env.serve();
+    let origin = ("Origin", "https://any.example");
+
+    // No rule yet: no CORS headers, and no Vary.
+    let r = server.get("/pub/a.bin", &[origin]);
+    assert!(cors_headers(&r).is_empty() && r.header("vary").is_none(), "{:?}", r.headers);
+
+    env.ok(&["bucket", "cors", "set", "pub", "--origin", "*"]);
+    let r = server.get("/pub/a.bin", &[origin]);
+    assert_eq!(r.header("access-control-allow-origin"), Some("*"), "the running server saw the new rule");
+    let bearer = format!("Bearer {token}");
+    for credential in [("Authorization", bearer.as_str()), ("Cookie", "a=b")] {
+        let r = server.get("/pub/a.bin", &[origin, credential]);
+        assert_eq!(r.status, 200, "{credential:?}");
+        assert_eq!(r.header("access-control-allow-origin"), Some("https://any.example"), "{credential:?}");
+        assert_eq!(r.header("access-control-allow-credentials"), None);
+    }
+    let listed = env.ok(&["bucket", "list"]);
+    assert!(listed.contains(r#""cors":{"origins":["*"]}"#), "{listed}");
+
+    env.ok(&["bucket", "cors", "clear", "pub"]);
+    let r = server.get("/pub/a.bin", &[origin]);
+    assert!(cors_headers(&r).is_empty(), "cleared: {:?}", r.headers);
+    assert!(env.ok(&["bucket", "list"]).contains(r#""cors":null"#));
+}
+
+#[test]
+fn bad_cors_rules_are_refused_with_one_line() {
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    for (args, what) in [
+        (vec!["--origin", "https://app.example/"], "invalid origin"),
+        (vec!["--origin", "app.example"], "invalid origin"),
+        (vec!["--origin", "*", "--max-age", "999999"], "--max-age"),
+        (vec!["--origin", "*", "--expose-header", "a b"], "invalid header name"),
+    ] {
+        let mut full = vec!["bucket", "cors", "set", "pub"];
+        full.extend_from_slice(&args);
+        let out = env.cli(&full);
+        let line = one_line_error(&out, &full);
+        assert!(line.starts_with("blobgate: ") && line.contains(what), "{line}");
+    }
+    let out = env.cli(&["bucket", "cors", "set", "nobucket", "--origin", "*"]);
+    assert!(!out.status.success());
+    assert!(env.ok(&["bucket", "list"]).contains(r#""cors":null"#), "nothing was stored");
+}
