@@ -226,8 +226,12 @@ impl Metadata {
     /// How many objects reference the blob, outside any write transaction (for the sweep's first pass).
     pub async fn blob_is_referenced(&self, sha256: &str) -> Result<bool, MetadataError> {
         let Backend::Sqlite(pool) = &self.backend;
-        let n: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM objects WHERE sha256 = ?1").bind(sha256).fetch_one(pool).await?;
+        let n: i64 = sqlx::query_scalar(
+            "SELECT (SELECT count(*) FROM objects WHERE sha256 = ?1) + (SELECT count(*) FROM object_variants WHERE sha256 = ?1)",
+        )
+        .bind(sha256)
+        .fetch_one(pool)
+        .await?;
         Ok(n > 0)
     }
 }
@@ -249,10 +253,24 @@ impl WriteTx {
         Ok(n as u64)
     }
 
-    /// Deletes up to `limit` objects of a bucket, first keys first; returns the hashes they referenced.
-    pub async fn delete_objects_batch(&mut self, bucket_id: i64, limit: u32) -> Result<Vec<String>, MetadataError> {
+    /// Deletes up to `limit` objects of a bucket, first keys first, with their variants; returns how many objects
+    /// went and the hashes they referenced (objects' and variants').
+    pub async fn delete_objects_batch(
+        &mut self,
+        bucket_id: i64,
+        limit: u32,
+    ) -> Result<(u64, Vec<String>), MetadataError> {
         let TxBackend::Sqlite(tx) = &mut self.tx;
-        let hashes = sqlx::query_scalar(
+        let mut hashes: Vec<String> = sqlx::query_scalar(
+            "DELETE FROM object_variants WHERE bucket_id = ?1
+                 AND key IN (SELECT key FROM objects WHERE bucket_id = ?1 ORDER BY key LIMIT ?2)
+             RETURNING sha256",
+        )
+        .bind(bucket_id)
+        .bind(i64::from(limit))
+        .fetch_all(&mut **tx)
+        .await?;
+        let object_hashes: Vec<String> = sqlx::query_scalar(
             "DELETE FROM objects WHERE bucket_id = ?1
                  AND key IN (SELECT key FROM objects WHERE bucket_id = ?1 ORDER BY key LIMIT ?2)
              RETURNING sha256",
@@ -261,7 +279,9 @@ impl WriteTx {
         .bind(i64::from(limit))
         .fetch_all(&mut **tx)
         .await?;
-        Ok(hashes)
+        let objects = object_hashes.len() as u64;
+        hashes.extend(object_hashes);
+        Ok((objects, hashes))
     }
 
     /// Deletes an empty bucket with its tokens (explicitly, so the change log names each one) and, by cascade,
@@ -328,23 +348,32 @@ impl WriteTx {
         Ok(outcome)
     }
 
-    /// Deletes the object row; returns the hash it referenced, or `None` when there was no such object.
-    pub async fn delete_object(&mut self, bucket_id: i64, key: &ObjectKey) -> Result<Option<String>, MetadataError> {
+    /// Deletes the object row with its variants; returns the hashes they referenced (the object's first), or `None`
+    /// when there was no such object.
+    pub async fn delete_object(
+        &mut self,
+        bucket_id: i64,
+        key: &ObjectKey,
+    ) -> Result<Option<Vec<String>>, MetadataError> {
+        let variant_hashes = self.delete_variants(bucket_id, key.as_str()).await?;
         let TxBackend::Sqlite(tx) = &mut self.tx;
         let sha = sqlx::query_scalar("DELETE FROM objects WHERE bucket_id = ?1 AND key = ?2 RETURNING sha256")
             .bind(bucket_id)
             .bind(key.as_str())
             .fetch_optional(&mut **tx)
             .await?;
-        Ok(sha)
+        Ok(sha.map(|sha: String| std::iter::once(sha).chain(variant_hashes).collect()))
     }
 
     pub async fn blob_is_referenced(&mut self, sha256: &str) -> Result<bool, MetadataError> {
         let TxBackend::Sqlite(tx) = &mut self.tx;
-        let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM objects WHERE sha256 = ?1 LIMIT 1")
-            .bind(sha256)
-            .fetch_optional(&mut **tx)
-            .await?;
+        // A variant's blob is a reference like an object's.
+        let found: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM objects WHERE sha256 = ?1 UNION ALL SELECT 1 FROM object_variants WHERE sha256 = ?1 LIMIT 1",
+        )
+        .bind(sha256)
+        .fetch_optional(&mut **tx)
+        .await?;
         Ok(found.is_some())
     }
 }
