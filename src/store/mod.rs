@@ -57,6 +57,8 @@ pub struct PutReport {
     pub sha256: String,
     pub content_type: String,
     pub status: PutStatus,
+    /// The codings of the precompressed variants stored with it (`br`, `gzip`), if any.
+    pub variants: Vec<&'static str>,
 }
 
 /// What a put did to the object, serialized as `created`, `replaced` or `unchanged`.
@@ -216,6 +218,7 @@ impl Store {
             sha256: staged.sha256.clone(),
             content_type: effective_content_type(attrs.content_type.as_deref(), key.as_str()),
             status: PutStatus::from(&upsert),
+            variants: variants.iter().map(|v| v.coding.token()).collect(),
         })
     }
 

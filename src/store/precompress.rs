@@ -71,6 +71,30 @@ pub fn compress_file(blobs: &BlobStore, source: &Path, size: u64) -> anyhow::Res
     Ok(variants)
 }
 
+/// The coding a sidecar file's name gives it (`app.js.br`, `app.js.gz`) and the name of the file it is a variant
+/// of, or `None` for any other name.
+pub fn sidecar_of(name: &str) -> Option<(ContentCoding, &str)> {
+    if let Some(base) = name.strip_suffix(".br") {
+        return (!base.is_empty()).then_some((ContentCoding::Br, base));
+    }
+    let base = name.strip_suffix(".gz")?;
+    (!base.is_empty()).then_some((ContentCoding::Gzip, base))
+}
+
+/// True when the file at `sidecar` decodes (as `coding`) to content whose SHA-256 is `expected_sha256`: a stale
+/// or foreign sidecar must never be served as the object.
+pub fn sidecar_decodes_to(sidecar: &Path, coding: ContentCoding, expected_sha256: &str) -> anyhow::Result<bool> {
+    use sha2::Digest;
+    let file = File::open(sidecar).with_context(|| format!("cannot open {}", sidecar.display()))?;
+    let mut hasher = sha2::Sha256::new();
+    let decoded = match coding {
+        ContentCoding::Br => io::copy(&mut brotli::Decompressor::new(file, CHUNK), &mut hasher),
+        ContentCoding::Gzip => io::copy(&mut flate2::read::GzDecoder::new(file), &mut hasher),
+        ContentCoding::Identity => io::copy(&mut { file }, &mut hasher),
+    };
+    Ok(decoded.is_ok() && hex::encode(hasher.finalize()) == expected_sha256)
+}
+
 /// Compresses `input` in `coding` into a staged blob.
 pub fn compress(blobs: &BlobStore, coding: ContentCoding, input: &mut impl Read) -> io::Result<StagedBlob> {
     let sink = BlobSink(blobs.writer()?);
@@ -112,6 +136,15 @@ impl Write for BlobSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sidecar_names() {
+        assert_eq!(sidecar_of("app.js.br"), Some((ContentCoding::Br, "app.js")));
+        assert_eq!(sidecar_of("a/b.css.gz"), Some((ContentCoding::Gzip, "a/b.css")));
+        assert_eq!(sidecar_of(".gz"), None);
+        assert_eq!(sidecar_of("app.js"), None);
+        assert_eq!(sidecar_of("app.tgz"), None);
+    }
 
     #[test]
     fn text_like_types() {
@@ -161,6 +194,13 @@ mod tests {
             .unwrap();
             assert_eq!(decoded, text, "{:?}", v.coding);
         }
+        let br = &variants[0].blob;
+        let sidecar = dir.path().join("app.js.br");
+        std::fs::copy(blobs.path_of(&br.sha256), &sidecar).unwrap();
+        let plain_sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(text.as_bytes()));
+        assert!(sidecar_decodes_to(&sidecar, ContentCoding::Br, &plain_sha).unwrap());
+        assert!(!sidecar_decodes_to(&sidecar, ContentCoding::Br, &"0".repeat(64)).unwrap(), "another content");
+        assert!(!sidecar_decodes_to(&sidecar, ContentCoding::Gzip, &plain_sha).unwrap(), "not gzip");
         // Two bytes never compress smaller: no variant.
         std::fs::write(&source, b"ab").unwrap();
         assert!(compress_file(&blobs, &source, 2).unwrap().is_empty());
