@@ -215,7 +215,7 @@ pub(super) async fn import(
         };
         let content_type = effective_content_type(None, key.as_str());
         let own = sidecars.remove(key.as_str()).unwrap_or_default();
-        let variants = stage_variants(store, &path, &staged, &content_type, precompress, own).await?;
+        let variants = stage_variants(store, path, &staged, &content_type, precompress, own).await?;
         match store.put_with_variants(&bucket, key, staged, Default::default(), variants).await?.status {
             PutStatus::Created => created += 1,
             PutStatus::Replaced => replaced += 1,
