@@ -36,3 +36,25 @@ impl ContentCoding {
         }
     }
 }
+
+/// The encoded variants an object has besides its identity bytes (which it always has).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Variants {
+    pub br: bool,
+    pub gzip: bool,
+}
+
+impl Variants {
+    pub fn has(self, coding: ContentCoding) -> bool {
+        match coding {
+            ContentCoding::Identity => true,
+            ContentCoding::Gzip => self.gzip,
+            ContentCoding::Br => self.br,
+        }
+    }
+
+    /// True if the object has any encoded variant, so its responses carry `Vary: Accept-Encoding`.
+    pub fn any(self) -> bool {
+        self.br || self.gzip
+    }
+}

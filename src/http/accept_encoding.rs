@@ -24,29 +24,7 @@
 use http::{HeaderMap, header};
 
 use super::range::trim_ows;
-pub use crate::header_values::content_coding::ContentCoding;
-
-/// The encoded variants an object has besides its identity bytes (which it always has).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Variants {
-    pub br: bool,
-    pub gzip: bool,
-}
-
-impl Variants {
-    pub fn has(self, coding: ContentCoding) -> bool {
-        match coding {
-            ContentCoding::Identity => true,
-            ContentCoding::Gzip => self.gzip,
-            ContentCoding::Br => self.br,
-        }
-    }
-
-    /// True if the object has any encoded variant, so its responses carry `Vary: Accept-Encoding`.
-    pub fn any(self) -> bool {
-        self.br || self.gzip
-    }
-}
+pub use crate::header_values::content_coding::{ContentCoding, Variants};
 
 /// A qvalue in thousandths: 0 (not acceptable) to 1000.
 type Milli = u16;

@@ -22,4 +22,5 @@ mod shared_cache;
 mod slow_readers;
 mod stats;
 mod syscalls;
+mod variants;
 mod wire;

@@ -1,5 +1,6 @@
 //! Buckets and objects: reads on the pool, writes in a [`WriteTx`].
 
+use super::variants::VariantRecord;
 use super::{Backend, Metadata, MetadataError, TxBackend, WriteTx};
 use crate::names::{BucketName, ObjectAttrs, ObjectKey};
 
@@ -174,13 +175,15 @@ impl Metadata {
         Ok(Some(row.into()))
     }
 
-    /// The object and its bucket's default Cache-Control, read in one statement so that the two agree.
+    /// The object, its bucket's default Cache-Control and its variants, read in one read transaction so that they
+    /// agree (a put that replaces the object and its variants is either wholly seen or not at all).
     pub async fn object_with_bucket_default(
         &self,
         bucket_id: i64,
         key: &str,
-    ) -> Result<Option<(ObjectRecord, Option<String>)>, MetadataError> {
+    ) -> Result<Option<(ObjectRecord, Option<String>, Vec<VariantRecord>)>, MetadataError> {
         let Backend::Sqlite(pool) = &self.backend;
+        let mut tx = pool.begin().await?;
         let row: Option<ObjectWithDefaultRow> = sqlx::query_as(
             "SELECT o.bucket_id, o.key, o.sha256, o.size, o.content_type, o.cache_control, o.content_disposition,
                     o.created_at, o.updated_at, b.default_cache_control
@@ -188,9 +191,12 @@ impl Metadata {
         )
         .bind(bucket_id)
         .bind(key)
-        .fetch_optional(pool)
+        .fetch_optional(&mut *tx)
         .await?;
-        Ok(row.map(|r| (r.object.into(), r.default_cache_control)))
+        let Some(row) = row else { return Ok(None) };
+        let variants = super::variants::variants_in(&mut tx, bucket_id, key).await?;
+        tx.commit().await?;
+        Ok(Some((row.object.into(), row.default_cache_control, variants)))
     }
 
     /// One page of a bucket's objects whose keys start with `prefix`, in key order, after the key `after` (the
@@ -509,7 +515,10 @@ mod tests {
             updated_at: 9,
         };
         assert_eq!(meta.object_by_key(bucket.id, key.as_str()).await.unwrap(), Some(want.clone()));
-        assert_eq!(meta.object_with_bucket_default(bucket.id, key.as_str()).await.unwrap(), Some((want, None)));
+        assert_eq!(
+            meta.object_with_bucket_default(bucket.id, key.as_str()).await.unwrap(),
+            Some((want, None, Vec::new()))
+        );
         assert_eq!(meta.list_buckets().await.unwrap(), vec![bucket]);
     }
 

@@ -13,19 +13,24 @@ pub struct VariantRecord {
     pub size: i64,
 }
 
+const SELECT_VARIANTS: &str =
+    "SELECT encoding, sha256, size FROM object_variants WHERE bucket_id = ?1 AND key = ?2 ORDER BY encoding";
+
 impl Metadata {
     /// The object's variants, by encoding (none for an object without, or for no object).
     pub async fn variants(&self, bucket_id: i64, key: &str) -> Result<Vec<VariantRecord>, MetadataError> {
         let Backend::Sqlite(pool) = &self.backend;
-        let rows = sqlx::query_as(
-            "SELECT encoding, sha256, size FROM object_variants WHERE bucket_id = ?1 AND key = ?2 ORDER BY encoding",
-        )
-        .bind(bucket_id)
-        .bind(key)
-        .fetch_all(pool)
-        .await?;
-        Ok(rows)
+        Ok(sqlx::query_as(SELECT_VARIANTS).bind(bucket_id).bind(key).fetch_all(pool).await?)
     }
+}
+
+/// The object's variants, read inside a transaction (with the object row, so the two agree).
+pub(super) async fn variants_in(
+    conn: &mut sqlx::SqliteConnection,
+    bucket_id: i64,
+    key: &str,
+) -> Result<Vec<VariantRecord>, MetadataError> {
+    Ok(sqlx::query_as(SELECT_VARIANTS).bind(bucket_id).bind(key).fetch_all(conn).await?)
 }
 
 impl WriteTx {
