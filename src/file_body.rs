@@ -54,6 +54,9 @@ pub struct FileBody {
     pub segments: Vec<Segment>,
     pub kind: DownloadKind,
     pub object: ObjectRef,
+    /// The content coding of the file's bytes: `identity`, or the precompressed variant (`br`, `gzip`) it is. The
+    /// driver allows a matching Content-Encoding and no other; stats and the access log can say what was sent.
+    pub encoding: &'static str,
 }
 
 impl FileBody {

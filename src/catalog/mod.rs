@@ -131,7 +131,9 @@ impl Catalog {
                 // The bucket's default is read with the object, not taken from a cached bucket that a concurrent
                 // change may already have replaced.
                 let found = self.meta.object_with_bucket_default(bucket_id, key).await?;
-                Ok(found.map(|(record, default)| Arc::new(ObjectEntry::new(record, default.as_deref()))))
+                Ok(found.map(|(record, default, variants)| {
+                    Arc::new(ObjectEntry::new(record, default.as_deref()).with_variants(variants))
+                }))
             },
         )
         .await
@@ -252,6 +254,9 @@ impl Catalog {
                 // The old content's fd may belong to a blob that is now deleted: let it close.
                 if let Some((_, Some(entry))) = removed {
                     self.open_blobs.remove(entry.record.sha256.as_str());
+                    for v in &entry.variants {
+                        self.open_blobs.remove(v.sha256.as_str());
+                    }
                 }
             }
             (ChangeKind::Token, _) => {
@@ -340,6 +345,32 @@ mod tests {
         assert_eq!(second.record.size, 6, "a replaced object is re-read");
         store.delete(&BucketName::parse("bkt").unwrap(), &ObjectKey::parse("k").unwrap()).await.unwrap();
         assert!(catalog.object(bucket.id, "k").await.unwrap().is_none(), "a deleted object is gone");
+    }
+
+    #[tokio::test]
+    async fn variants_are_cached_with_their_object_and_follow_its_changes() {
+        use crate::header_values::content_coding::ContentCoding;
+        let (_dir, store, catalog) = setup().await;
+        let bucket = catalog.bucket("bkt").await.unwrap().expect("bucket");
+        let stage = |bytes: &[u8]| {
+            let mut w = store.blobs.writer().unwrap();
+            w.write(bytes).unwrap();
+            w.finish().unwrap()
+        };
+        let (b, k) = (BucketName::parse("bkt").unwrap(), ObjectKey::parse("app.js").unwrap());
+        let variants = vec![crate::store::StagedVariant { coding: ContentCoding::Br, blob: stage(b"br bytes") }];
+        store.put_with_variants(&b, &k, stage(b"plain bytes"), ObjectAttrs::default(), variants).await.unwrap();
+        let entry = catalog.object(bucket.id, "app.js").await.unwrap().unwrap();
+        assert!(entry.available.br && !entry.available.gzip);
+        let br = entry.variant(ContentCoding::Br).expect("the br variant");
+        assert_ne!(br.etag, entry.etag, "each representation has its own ETag");
+        assert_eq!(catalog.open_blob(&br.sha256).await.unwrap().size, 8);
+        // Cached: the same entry until the object changes.
+        assert!(Arc::ptr_eq(&entry, &catalog.object(bucket.id, "app.js").await.unwrap().unwrap()));
+        put(&store, "app.js", b"plain bytes").await;
+        let replaced = catalog.object(bucket.id, "app.js").await.unwrap().unwrap();
+        assert!(!replaced.available.any(), "a plain put dropped the variants, and the change feed said so");
+        assert!(replaced.variant(ContentCoding::Br).is_none());
     }
 
     #[tokio::test]

@@ -8,9 +8,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 use crate::file_body::ObjectRef;
+use crate::header_values::content_coding::{ContentCoding, Variants};
 use crate::header_values::disposition::{DispositionKind, content_disposition, repr_digest_sha256};
 use crate::header_values::{etag_from_sha256, format_http_date};
-use crate::store::{ObjectRecord, effective_content_type};
+use crate::store::{ObjectRecord, VariantRecord, effective_content_type};
 
 static NOSNIFF: HeaderValue = HeaderValue::from_static("nosniff");
 static BYTES: HeaderValue = HeaderValue::from_static("bytes");
@@ -31,6 +32,21 @@ pub struct ObjectEntry {
     /// The Cache-Control that replaces the stored one while the object's bucket is private
     /// ([`private_cache_control`]); computed here so requests do not parse it.
     pub private_cache_control: HeaderValue,
+    /// The precompressed variants, each with its own strong ETag and Repr-Digest (over its encoded bytes).
+    pub variants: Vec<VariantEntry>,
+    pub available: Variants,
+}
+
+/// One precompressed variant as the handler sends it.
+#[derive(Debug)]
+pub struct VariantEntry {
+    pub coding: ContentCoding,
+    pub sha256: String,
+    /// The variant blob's own strong ETag: its sha256, so no two representations share one.
+    pub etag: String,
+    pub etag_value: HeaderValue,
+    pub repr_digest: Option<HeaderValue>,
+    pub content_encoding: HeaderValue,
 }
 
 impl ObjectEntry {
@@ -71,7 +87,41 @@ impl ObjectEntry {
             content_type_value,
             headers: h,
             private_cache_control,
+            variants: Vec::new(),
+            available: Variants::default(),
         }
+    }
+
+    /// Adds the object's stored variants; a row with an encoding this binary does not know is skipped.
+    pub fn with_variants(mut self, records: Vec<VariantRecord>) -> Self {
+        for v in records {
+            let Some(coding) = ContentCoding::from_token(v.encoding.as_bytes()) else { continue };
+            if coding == ContentCoding::Identity {
+                continue;
+            }
+            let etag = etag_from_sha256(&v.sha256);
+            let Ok(etag_value) = HeaderValue::from_str(&etag) else { continue };
+            let repr_digest = repr_digest_sha256(&v.sha256).and_then(|d| HeaderValue::from_str(&d).ok());
+            match coding {
+                ContentCoding::Br => self.available.br = true,
+                _ => self.available.gzip = true,
+            }
+            let content_encoding = HeaderValue::from_static(coding.token());
+            self.variants.push(VariantEntry {
+                coding,
+                sha256: v.sha256,
+                etag,
+                etag_value,
+                repr_digest,
+                content_encoding,
+            });
+        }
+        self
+    }
+
+    /// The stored variant in `coding`; `None` for identity (the object itself) or a coding it lacks.
+    pub fn variant(&self, coding: ContentCoding) -> Option<&VariantEntry> {
+        self.variants.iter().find(|v| v.coding == coding)
     }
 }
 

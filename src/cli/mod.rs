@@ -65,6 +65,9 @@ pub enum Command {
         /// Content-Disposition to serve; a bare `attachment` or `inline` gets the key's last segment as file name.
         #[arg(long, value_name = "VALUE")]
         content_disposition: Option<String>,
+        /// Also store br and gzip variants of a text-like type, each when it is smaller.
+        #[arg(long)]
+        precompress: bool,
     },
     /// List a bucket's objects in key order, one line each: key, size, ETag, content type, updated (tab-separated).
     Ls {
@@ -135,6 +138,9 @@ pub enum Command {
         /// Prepended to every key, e.g. `releases/v1/`.
         #[arg(long, default_value = "")]
         prefix: String,
+        /// Also store br and gzip variants of text-like files that have no sidecar (`x.br`, `x.gz`) for them.
+        #[arg(long)]
+        precompress: bool,
     },
 }
 
@@ -371,7 +377,7 @@ pub async fn run_command(command: Command, settings: Settings) -> anyhow::Result
             eprintln!("deleted {bucket}/{key}");
             Ok(())
         }
-        Command::Put { bucket, key, file, content_type, cache_control, content_disposition } => {
+        Command::Put { bucket, key, file, content_type, cache_control, content_disposition, precompress } => {
             let bucket = BucketName::parse(&bucket)?;
             let key = ObjectKey::parse(&key)?;
             let attrs = parse_attrs(content_type, cache_control, content_disposition)?;
@@ -379,12 +385,18 @@ pub async fn run_command(command: Command, settings: Settings) -> anyhow::Result
             objects::require_bucket(&store, &bucket).await?;
             objects::warn_if_shared_caching_in_private_bucket(&store, &bucket, attrs.cache_control.as_deref()).await?;
             let blobs = store.blobs.clone();
-            let staged = tokio::task::spawn_blocking(move || blobs.stage_file(&file, |_| {})).await??;
-            let report = store.put(&bucket, &key, staged, attrs).await?;
+            let source = file.clone();
+            let staged = tokio::task::spawn_blocking(move || blobs.stage_file(&source, |_| {})).await??;
+            let content_type = crate::store::effective_content_type(attrs.content_type.as_deref(), key.as_str());
+            let variants =
+                objects::stage_variants(&store, &file, &staged, &content_type, precompress, Vec::new()).await?;
+            let report = store.put_with_variants(&bucket, &key, staged, attrs, variants).await?;
             println!("{}", serde_json::to_string(&report)?);
             Ok(())
         }
-        Command::Import { bucket, dir, prefix } => objects::import(&store, &bucket, &dir, &prefix).await,
+        Command::Import { bucket, dir, prefix, precompress } => {
+            objects::import(&store, &bucket, &dir, &prefix, precompress).await
+        }
         Command::Token(command) => auth::token(&store, command).await,
         Command::Presign { bucket, key, expires_in, base_url, response_content_disposition } => {
             let base_url = base_url.unwrap_or_else(|| format!("http://{}", settings.listen));

@@ -1,13 +1,14 @@
 //! Buckets and objects: `bucket set`/`list` output, `ls`, `put` and `import` helpers.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
 use super::rfc3339;
+use crate::header_values::content_coding::ContentCoding;
 use crate::names::{BucketName, ObjectKey, parse_attrs};
-use crate::store::{ObjectRecord, PutStatus, Store, effective_content_type};
+use crate::store::{ObjectRecord, PutStatus, StagedBlob, StagedVariant, Store, effective_content_type, precompress};
 
 /// A bucket as `bucket list` and `bucket set` print it.
 pub(super) fn bucket_json(b: &crate::store::Bucket) -> serde_json::Value {
@@ -137,14 +138,58 @@ pub(super) async fn warn_if_shared_caching_in_private_bucket(
     Ok(())
 }
 
+/// The variants to store with the object staged from `path`: its sidecar files (each only if it decodes to the
+/// object's content; otherwise a warning and it is left out) and, with `precompress`, compressed variants of a
+/// text-like type for the codings no sidecar gave.
+pub(super) async fn stage_variants(
+    store: &Store,
+    path: &Path,
+    staged: &StagedBlob,
+    content_type: &str,
+    precompress: bool,
+    sidecars: Vec<(ContentCoding, PathBuf)>,
+) -> anyhow::Result<Vec<StagedVariant>> {
+    let (blobs, path, sha, size) = (store.blobs.clone(), path.to_owned(), staged.sha256.clone(), staged.size);
+    let text_like = precompress && precompress::is_text_like(content_type);
+    tokio::task::spawn_blocking(move || {
+        let mut variants = Vec::new();
+        for (coding, sidecar) in sidecars {
+            if precompress::sidecar_decodes_to(&sidecar, coding, &sha)? {
+                variants.push(StagedVariant { coding, blob: blobs.stage_file(&sidecar, |_| {})? });
+            } else {
+                eprintln!(
+                    "blobgate: warning: {} is not {} of {}; not stored",
+                    sidecar.display(),
+                    coding.token(),
+                    path.display()
+                );
+            }
+        }
+        if text_like {
+            let have: Vec<ContentCoding> = variants.iter().map(|v| v.coding).collect();
+            let made = precompress::compress_file(&blobs, &path, size)?;
+            variants.extend(made.into_iter().filter(|v| !have.contains(&v.coding)));
+        }
+        anyhow::Ok(variants)
+    })
+    .await?
+}
+
 /// Imports a directory tree. Every key is checked before anything is stored, so a bad name stores nothing.
-pub(super) async fn import(store: &Store, bucket: &str, dir: &Path, prefix: &str) -> anyhow::Result<()> {
+/// `x.br`/`x.gz` beside `x` are stored as `x`'s variants, not as objects of their own.
+pub(super) async fn import(
+    store: &Store,
+    bucket: &str,
+    dir: &Path,
+    prefix: &str,
+    precompress: bool,
+) -> anyhow::Result<()> {
     let bucket = BucketName::parse(bucket)?;
     if !dir.is_dir() {
         bail!("{} is not a directory", dir.display());
     }
     require_bucket(store, &bucket).await?;
-    let mut files = Vec::new();
+    let mut files: Vec<(PathBuf, ObjectKey, u64)> = Vec::new();
     for entry in walkdir::WalkDir::new(dir).follow_links(false).sort_by_file_name() {
         let entry = entry.with_context(|| format!("cannot walk {}", dir.display()))?;
         // Symlinks and special files are skipped: only regular files become objects.
@@ -158,6 +203,16 @@ pub(super) async fn import(store: &Store, bucket: &str, dir: &Path, prefix: &str
         let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
         files.push((entry.into_path(), key, size));
     }
+    // Sidecars of a file that is imported too are its variants; any other `.br`/`.gz` is an object of its own.
+    let names: std::collections::HashSet<String> = files.iter().map(|f| f.1.to_string()).collect();
+    let mut sidecars: std::collections::HashMap<String, Vec<(ContentCoding, PathBuf)>> = Default::default();
+    files.retain(|(path, key, _)| match precompress::sidecar_of(key.as_str()) {
+        Some((coding, base)) if names.contains(base) => {
+            sidecars.entry(base.to_owned()).or_default().push((coding, path.clone()));
+            false
+        }
+        _ => true,
+    });
     let total: u64 = files.iter().map(|f| f.2).sum();
     let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
@@ -169,9 +224,15 @@ pub(super) async fn import(store: &Store, bucket: &str, dir: &Path, prefix: &str
     for (path, key, _) in files.iter() {
         bar.set_message(key.to_string());
         let blobs = store.blobs.clone();
-        let (path, progress) = (path.clone(), bar.clone());
-        let staged = tokio::task::spawn_blocking(move || blobs.stage_file(&path, |n| progress.inc(n))).await??;
-        match store.put(&bucket, key, staged, Default::default()).await?.status {
+        let progress = bar.clone();
+        let staged = {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || blobs.stage_file(&path, |n| progress.inc(n))).await??
+        };
+        let content_type = effective_content_type(None, key.as_str());
+        let own = sidecars.remove(key.as_str()).unwrap_or_default();
+        let variants = stage_variants(store, path, &staged, &content_type, precompress, own).await?;
+        match store.put_with_variants(&bucket, key, staged, Default::default(), variants).await?.status {
             PutStatus::Created => created += 1,
             PutStatus::Replaced => replaced += 1,
             PutStatus::Unchanged => unchanged += 1,

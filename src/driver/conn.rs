@@ -377,10 +377,14 @@ fn check_file_response(response: &Response, body: &FileBody) -> Result<(), &'sta
     if headers.contains_key(header::TRANSFER_ENCODING) {
         return Err("a file response must not carry Transfer-Encoding");
     }
-    if let Some(ce) = headers.get(header::CONTENT_ENCODING)
-        && !ce.as_bytes().eq_ignore_ascii_case(b"identity")
-    {
-        return Err("a file response must not carry a Content-Encoding");
+    // The file is the bytes in the coding it says it is (a stored variant): the header may name that coding, and
+    // only that one; identity bytes carry none (or `identity`). Several Content-Encoding lines are refused.
+    let mut codings = headers.get_all(header::CONTENT_ENCODING).iter();
+    match (codings.next(), codings.next()) {
+        (None, _) if body.encoding.eq_ignore_ascii_case("identity") => {}
+        (Some(ce), None) if ce.as_bytes().eq_ignore_ascii_case(body.encoding.as_bytes()) => {}
+        (None, _) => return Err("a variant's file response needs its Content-Encoding"),
+        _ => return Err("Content-Encoding differs from the file's coding"),
     }
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -394,4 +398,50 @@ fn check_file_response(response: &Response, body: &FileBody) -> Result<(), &'sta
         return Err("a region lies outside the file");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::file_body::Segment;
+
+    fn response(headers: &[(&'static str, &'static str)]) -> Response {
+        let mut r = Response::new(Body::empty());
+        for (name, value) in headers {
+            r.headers_mut().append(*name, HeaderValue::from_static(value));
+        }
+        r
+    }
+
+    fn body(encoding: &'static str) -> FileBody {
+        let file = tempfile::tempfile().unwrap();
+        file.set_len(10).unwrap();
+        FileBody {
+            file: Arc::new(file),
+            file_size: 10,
+            segments: vec![Segment::Region { offset: 0, len: 10 }],
+            kind: DownloadKind::Full,
+            object: ObjectRef { bucket_id: 1, key: Arc::from("k") },
+            encoding,
+        }
+    }
+
+    #[test]
+    fn content_encoding_must_be_the_files_own_coding() {
+        let len = ("content-length", "10");
+        for (headers, encoding, ok) in [
+            (&[len][..], "identity", true),
+            (&[len, ("content-encoding", "identity")][..], "identity", true),
+            (&[len, ("content-encoding", "br")][..], "identity", false),
+            (&[len, ("content-encoding", "br")][..], "br", true),
+            (&[len, ("content-encoding", "GZIP")][..], "gzip", true),
+            (&[len, ("content-encoding", "gzip")][..], "br", false),
+            (&[len][..], "br", false),
+            (&[len, ("content-encoding", "br"), ("content-encoding", "br")][..], "br", false),
+            (&[("content-length", "9"), ("content-encoding", "br")][..], "br", false),
+        ] {
+            let got = check_file_response(&response(headers), &body(encoding));
+            assert_eq!(got.is_ok(), ok, "{headers:?} for a {encoding} file: {got:?}");
+        }
+    }
 }

@@ -2,6 +2,7 @@
 //! (`disposition`). Pure and below `store`, `auth` and `http`, so the store can record an ETag, the driver can
 //! write a `Date`, and names and signed URLs can validate a disposition without reaching up into `http`.
 
+pub mod content_coding;
 pub mod cors;
 pub mod disposition;
 

@@ -1,5 +1,6 @@
 //! The axum side of both listeners: routes, handlers and the one error type.
 
+pub mod accept_encoding;
 pub mod admin;
 pub mod conditional;
 pub mod cors;

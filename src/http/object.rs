@@ -3,7 +3,8 @@
 //! 1. Parse the path (one percent-decode) into a bucket name and key: 400 on bad input.
 //! 2. Authorise against the bucket *before* looking the object up, so an unauthorised caller learns nothing
 //!    about which keys exist (`auth`).
-//! 3. Look the object up (`catalog`: cached with its prepared headers): 404.
+//! 3. Look the object up (`catalog`: cached with its prepared headers and variants): 404. Negotiate the
+//!    content coding (`accept_encoding`): the selected variant brings its ETag, Repr-Digest and blob.
 //! 4. Evaluate preconditions (RFC 9110 §13.2.2): 412 or 304, with no file IO.
 //! 5. Get the open blob and its `fstat` size (`catalog`): Content-Length comes from the fd that will be sent.
 //! 6. Evaluate Range (RFC 9110 §14) for GET: 200, 206 (single or multipart) or 416.
@@ -18,6 +19,7 @@ use http::header::{self, HeaderValue};
 use http::{Method, StatusCode};
 
 use super::DataState;
+use super::accept_encoding;
 use super::conditional::{self, Precondition, Validators};
 use super::error::ApiError;
 use super::multipart;
@@ -40,6 +42,27 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
 
     let mut representation = entry.headers.clone();
     super::cors::vary_on_origin(&grant.bucket, &mut representation);
+    // The selected representation: the object itself, or a precompressed variant with its own ETag and digest.
+    let variant = entry.variant(accept_encoding::negotiate(&headers, entry.available));
+    if entry.available.any() {
+        representation.append(header::VARY, ACCEPT_ENCODING.clone());
+    }
+    if let Some(v) = variant {
+        representation.insert(header::ETAG, v.etag_value.clone());
+        representation.insert(header::CONTENT_ENCODING, v.content_encoding.clone());
+        match &v.repr_digest {
+            Some(digest) => representation.insert(&REPR_DIGEST, digest.clone()),
+            None => representation.remove(&REPR_DIGEST),
+        };
+    }
+    // Errors from here on answer for the selected representation too: a cache must key them by Accept-Encoding.
+    let vary = |e: ApiError| -> Response {
+        let mut response = e.into_response();
+        if entry.available.any() {
+            response.headers_mut().append(header::VARY, ACCEPT_ENCODING.clone());
+        }
+        response
+    };
     // A private bucket's responses are for their requester only: no shared cache may keep them for the next one
     // (with or without credentials). Presigned responses too; only a public bucket's keep the stored value.
     if !grant.bucket.public {
@@ -50,9 +73,12 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
     if let Some(v) = grant.content_disposition.as_deref().and_then(|v| disposition_value(v, &entry.record.key)) {
         representation.insert(header::CONTENT_DISPOSITION, v);
     }
-    let validators = Validators { etag: &entry.etag, last_modified: entry.last_modified };
+    // RFC 9110 §13.1.2: If-None-Match compares with the selected representation's ETag, so another variant's tag
+    // does not match (a 200 with this one, whose tag the client then caches).
+    let etag = variant.map_or(entry.etag.as_str(), |v| v.etag.as_str());
+    let validators = Validators { etag, last_modified: entry.last_modified };
     let honor_range = match conditional::evaluate(&method, &headers, &validators, SystemTime::now()) {
-        Precondition::Failed => return Err(ApiError::PreconditionFailed),
+        Precondition::Failed => return Ok(vary(ApiError::PreconditionFailed)),
         Precondition::NotModified => {
             // RFC 9110 §15.4.5: a 304 carries no content, so no content headers. The object reference goes along
             // as an extension so the driver can count the 304 for this object.
@@ -65,13 +91,12 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
         Precondition::Proceed { honor_range } => honor_range,
     };
 
-    let blob = app.catalog.open_blob(&entry.record.sha256).await.map_err(|e| {
+    let sha256 = variant.map_or(entry.record.sha256.as_str(), |v| v.sha256.as_str());
+    let blob = app.catalog.open_blob(sha256).await.map_err(|e| {
         crate::metrics::blob_open_error();
         let record = &entry.record;
-        let object = format!(
-            "blob missing or unreadable: bucket_id={} key={} sha256={}",
-            record.bucket_id, record.key, record.sha256
-        );
+        let object =
+            format!("blob missing or unreadable: bucket_id={} key={} sha256={sha256}", record.bucket_id, record.key);
         ApiError::BlobUnavailable(anyhow::Error::new(e).context(object))
     })?;
     let size = blob.size;
@@ -83,9 +108,15 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
     };
     let mut content_type = entry.content_type_value.clone();
     let mut content_range = None;
-    let (status, kind, segments) = match range::evaluate(range_header, size, &app.range_policy) {
+    let mut decision = range::evaluate(range_header, size, &app.range_policy);
+    // Several ranges of a variant would be a multipart body whose top-level Content-Encoding claims the multipart
+    // itself is encoded; RFC 9110 §14.2 lets a server ignore Range, so such a request gets the whole variant.
+    if variant.is_some() && matches!(&decision, RangeDecision::Partial(ranges) if ranges.len() > 1) {
+        decision = RangeDecision::Full;
+    }
+    let (status, kind, segments) = match decision {
         RangeDecision::Full => (StatusCode::OK, DownloadKind::Full, vec![Segment::Region { offset: 0, len: size }]),
-        RangeDecision::Unsatisfiable => return Err(ApiError::RangeNotSatisfiable { size }),
+        RangeDecision::Unsatisfiable => return Ok(vary(ApiError::RangeNotSatisfiable { size })),
         RangeDecision::Partial(ranges) if ranges.len() == 1 => {
             let r = ranges[0];
             content_range = Some(header_value(&format!("bytes {}-{}/{size}", r.start, r.last()))?);
@@ -98,7 +129,14 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
             (StatusCode::PARTIAL_CONTENT, DownloadKind::Multipart, segments)
         }
     };
-    let body = FileBody { file: blob.file.clone(), file_size: size, segments, kind, object: entry.object_ref.clone() };
+    let body = FileBody {
+        file: blob.file.clone(),
+        file_size: size,
+        segments,
+        kind,
+        object: entry.object_ref.clone(),
+        encoding: variant.map_or("identity", |v| v.coding.token()),
+    };
 
     let mut response = Response::new(Body::empty());
     *response.status_mut() = status;
@@ -112,6 +150,8 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
     response.extensions_mut().insert(body);
     Ok(response)
 }
+
+static ACCEPT_ENCODING: HeaderValue = HeaderValue::from_static("accept-encoding");
 
 fn header_value(v: &str) -> Result<HeaderValue, ApiError> {
     HeaderValue::from_str(v).map_err(|_| ApiError::Internal(anyhow::anyhow!("unrepresentable header value {v:?}")))

@@ -10,6 +10,7 @@
 
 pub mod blobs;
 pub mod metadata;
+pub mod precompress;
 pub mod sealing;
 pub mod secrets_key;
 
@@ -22,10 +23,11 @@ use serde::Serialize;
 pub use blobs::{BlobStore, BlobWriter, StagedBlob};
 pub use metadata::{
     Bucket, CacheChange, ChangeFeed, ChangeKind, Metadata, MetadataError, ObjectRecord, ObjectStats, Scope, SigningKey,
-    StatsOrder, TokenRecord, Upsert, WriteTx,
+    StatsOrder, TokenRecord, Upsert, VariantRecord, WriteTx,
 };
 
 use crate::config::DatabaseUrl;
+use crate::header_values::content_coding::ContentCoding;
 use crate::names::{BucketName, ObjectAttrs, ObjectKey};
 
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +57,8 @@ pub struct PutReport {
     pub sha256: String,
     pub content_type: String,
     pub status: PutStatus,
+    /// The codings of the precompressed variants stored with it (`br`, `gzip`), if any.
+    pub variants: Vec<&'static str>,
 }
 
 /// What a put did to the object, serialized as `created`, `replaced` or `unchanged`.
@@ -74,6 +78,13 @@ impl From<&Upsert> for PutStatus {
             Upsert::Replaced { .. } => PutStatus::Replaced,
         }
     }
+}
+
+/// A precompressed variant ready to be stored with its object: the same content in `coding`, staged as a blob.
+#[derive(Debug)]
+pub struct StagedVariant {
+    pub coding: ContentCoding,
+    pub blob: StagedBlob,
 }
 
 /// What `Store::delete_bucket` did.
@@ -150,7 +161,8 @@ impl Store {
     }
 
     /// Makes a staged blob visible as `bucket/key`. Only after the blob is fsynced and renamed and the row is
-    /// committed can anyone see the object. A replaced object's blob is removed when nothing else uses it.
+    /// committed can anyone see the object. A replaced object's blob is removed when nothing else uses it, and so
+    /// are its variants (a plain put leaves the object with none).
     pub async fn put(
         &self,
         bucket: &BucketName,
@@ -158,25 +170,45 @@ impl Store {
         staged: StagedBlob,
         attrs: ObjectAttrs,
     ) -> Result<PutReport, StoreError> {
+        self.put_with_variants(bucket, key, staged, attrs, Vec::new()).await
+    }
+
+    /// `put`, with the object's precompressed variants (each the same content in another coding), which replace
+    /// whatever variants it had, in the same transaction: the object and its variants change together.
+    pub async fn put_with_variants(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        staged: StagedBlob,
+        attrs: ObjectAttrs,
+        variants: Vec<StagedVariant>,
+    ) -> Result<PutReport, StoreError> {
         let now = unix_now();
         let mut tx = self.meta.lock_blob_refs().await?;
         let bucket_row = require_bucket(tx.bucket(bucket).await?, bucket)?;
-        // Under the write lock: no concurrent delete can retire this hash between the rename and the commit.
+        // Under the write lock: no concurrent delete can retire these hashes between the rename and the commit.
         let blobs = self.blobs.clone();
-        let (staged, installed) = tokio::task::spawn_blocking(move || {
-            let r = blobs.install(&staged);
-            (staged, r)
+        let (staged, variants, installed) = tokio::task::spawn_blocking(move || {
+            let r = blobs.install(&staged).and_then(|()| variants.iter().try_for_each(|v| blobs.install(&v.blob)));
+            (staged, variants, r)
         })
         .await
         .context("blob install task failed")?;
         installed?;
         let upsert = tx.upsert_object(bucket_row.id, key, &staged.sha256, staged.size, &attrs, now).await?;
-        let retired = match &upsert {
-            Upsert::Replaced { previous_sha256 } if *previous_sha256 != staged.sha256 => {
-                self.retire_if_unreferenced(&mut tx, previous_sha256).await?
-            }
-            _ => None,
-        };
+        let records: Vec<VariantRecord> = variants
+            .iter()
+            .map(|v| VariantRecord {
+                encoding: v.coding.token().to_owned(),
+                sha256: v.blob.sha256.clone(),
+                size: i64::try_from(v.blob.size).expect("blob sizes fit in i64"),
+            })
+            .collect();
+        let mut dropped = tx.replace_variants(bucket_row.id, key.as_str(), &records).await?;
+        if let Upsert::Replaced { previous_sha256 } = &upsert {
+            dropped.push(previous_sha256.clone());
+        }
+        let retired = self.retire_all_unreferenced(&mut tx, dropped).await?;
         finish_commit(tx, retired).await?;
         Ok(PutReport {
             bucket: bucket.to_string(),
@@ -186,6 +218,7 @@ impl Store {
             sha256: staged.sha256.clone(),
             content_type: effective_content_type(attrs.content_type.as_deref(), key.as_str()),
             status: PutStatus::from(&upsert),
+            variants: variants.iter().map(|v| v.coding.token()).collect(),
         })
     }
 
@@ -193,10 +226,10 @@ impl Store {
     pub async fn delete(&self, bucket: &BucketName, key: &ObjectKey) -> Result<bool, StoreError> {
         let mut tx = self.meta.lock_blob_refs().await?;
         let bucket_row = require_bucket(tx.bucket(bucket).await?, bucket)?;
-        let Some(sha) = tx.delete_object(bucket_row.id, key).await? else {
+        let Some(hashes) = tx.delete_object(bucket_row.id, key).await? else {
             return Ok(false);
         };
-        let retired = self.retire_if_unreferenced(&mut tx, &sha).await?;
+        let retired = self.retire_all_unreferenced(&mut tx, hashes).await?;
         finish_commit(tx, retired).await?;
         Ok(true)
     }
@@ -217,27 +250,14 @@ impl Store {
                     return Ok(BucketDeletion::NotEmpty { objects: present });
                 }
             }
-            let mut hashes = tx.delete_objects_batch(row.id, DELETE_BATCH).await?;
-            if hashes.is_empty() {
+            let (deleted, hashes) = tx.delete_objects_batch(row.id, DELETE_BATCH).await?;
+            if deleted == 0 {
                 let tokens = tx.delete_empty_bucket(row.id).await?;
                 tx.commit().await?;
                 return Ok(BucketDeletion::Deleted { objects, tokens });
             }
-            objects += hashes.len() as u64;
-            hashes.sort_unstable();
-            hashes.dedup();
-            let mut retired = Vec::new();
-            for sha in &hashes {
-                match self.retire_if_unreferenced(&mut tx, sha).await {
-                    Ok(r) => retired.extend(r),
-                    Err(e) => {
-                        // The rows come back with the rollback: so must their blobs.
-                        drop(tx);
-                        restore_all(retired)?;
-                        return Err(e.into());
-                    }
-                }
-            }
+            objects += deleted;
+            let retired = self.retire_all_unreferenced(&mut tx, hashes).await?;
             finish_commit(tx, retired).await?;
         }
     }
@@ -288,6 +308,28 @@ impl Store {
             retired.into_iter().for_each(blobs::RetiredBlob::discard);
         }
         Ok(SweepReport { temp_files, unreferenced_blobs, restored_blobs })
+    }
+
+    /// Retires each of `hashes` (deduplicated) that nothing references any more. On an error the ones already
+    /// retired go back before it is returned: the rows come back with the rollback, so must their blobs.
+    async fn retire_all_unreferenced(
+        &self,
+        tx: &mut WriteTx,
+        mut hashes: Vec<String>,
+    ) -> anyhow::Result<Vec<blobs::RetiredBlob>> {
+        hashes.sort_unstable();
+        hashes.dedup();
+        let mut retired = Vec::new();
+        for sha in &hashes {
+            match self.retire_if_unreferenced(tx, sha).await {
+                Ok(r) => retired.extend(r),
+                Err(e) => {
+                    restore_all(retired)?;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(retired)
     }
 
     async fn retire_if_unreferenced(
@@ -401,6 +443,70 @@ mod tests {
         assert_eq!(second.status, PutStatus::Replaced);
         assert_eq!(serde_json::to_value(second.status).unwrap(), "replaced", "the JSON spelling");
         assert_eq!(store.blobs.list_hashes().unwrap(), vec![second.sha256]);
+    }
+
+    fn variant(store: &Store, coding: ContentCoding, bytes: &[u8]) -> StagedVariant {
+        StagedVariant { coding, blob: stage(store, bytes) }
+    }
+
+    #[tokio::test]
+    async fn variants_are_part_of_their_object_on_replace_and_delete() {
+        let (_dir, store) = store().await;
+        let b = BucketName::parse("bkt").unwrap();
+        let (k, other) = (ObjectKey::parse("app.js").unwrap(), ObjectKey::parse("other.js").unwrap());
+        let id = store.meta.bucket(&b).await.unwrap().unwrap().id;
+        let vs = vec![variant(&store, ContentCoding::Br, b"br-1"), variant(&store, ContentCoding::Gzip, b"gz-1")];
+        let first =
+            store.put_with_variants(&b, &k, stage(&store, b"plain-1"), ObjectAttrs::default(), vs).await.unwrap();
+        let stored = store.meta.variants(id, k.as_str()).await.unwrap();
+        assert_eq!(stored.iter().map(|v| v.encoding.as_str()).collect::<Vec<_>>(), ["br", "gzip"]);
+        let (br_1, gz_1) = (stored[0].sha256.clone(), stored[1].sha256.clone());
+        assert_eq!(stored[0].size, 4);
+        assert_eq!(store.blobs.list_hashes().unwrap().len(), 3);
+        // Another object shares the first gzip variant's bytes as its own content: that blob must stay.
+        store.put(&b, &other, stage(&store, b"gz-1"), ObjectAttrs::default()).await.unwrap();
+
+        // Replacing with new variants retires the old ones nothing else uses; the shared one stays.
+        let vs = vec![variant(&store, ContentCoding::Br, b"br-2")];
+        store.put_with_variants(&b, &k, stage(&store, b"plain-2"), ObjectAttrs::default(), vs).await.unwrap();
+        let stored = store.meta.variants(id, k.as_str()).await.unwrap();
+        assert_eq!(stored.len(), 1);
+        assert!(!store.blobs.path_of(&first.sha256).exists(), "the old identity blob went");
+        assert!(!store.blobs.path_of(&br_1).exists(), "the old br blob went");
+        assert!(store.blobs.path_of(&gz_1).exists(), "the gzip blob is still another object's content");
+        let br_2 = stored[0].sha256.clone();
+
+        // A plain put leaves the object with no variants.
+        store.put(&b, &k, stage(&store, b"plain-2"), ObjectAttrs::default()).await.unwrap();
+        assert!(store.meta.variants(id, k.as_str()).await.unwrap().is_empty());
+        assert!(!store.blobs.path_of(&br_2).exists());
+
+        // Delete takes the variants and their blobs with the object.
+        let vs = vec![variant(&store, ContentCoding::Br, b"br-3")];
+        store.put_with_variants(&b, &k, stage(&store, b"plain-3"), ObjectAttrs::default(), vs).await.unwrap();
+        let br_3 = store.meta.variants(id, k.as_str()).await.unwrap()[0].sha256.clone();
+        assert!(store.delete(&b, &k).await.unwrap());
+        assert!(store.meta.variants(id, k.as_str()).await.unwrap().is_empty());
+        assert!(!store.blobs.path_of(&br_3).exists());
+        assert_eq!(store.blobs.list_hashes().unwrap(), vec![gz_1.clone()], "only the other object's blob is left");
+
+        // A forced bucket delete counts objects, not blobs, and removes variant blobs too.
+        let vs = vec![variant(&store, ContentCoding::Br, b"br-4"), variant(&store, ContentCoding::Gzip, b"gz-4")];
+        store.put_with_variants(&b, &k, stage(&store, b"plain-4"), ObjectAttrs::default(), vs).await.unwrap();
+        assert_eq!(store.delete_bucket(&b, true).await.unwrap(), BucketDeletion::Deleted { objects: 2, tokens: 0 });
+        assert!(store.blobs.list_hashes().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_sweep_keeps_variant_blobs() {
+        let (_dir, store) = store().await;
+        let b = BucketName::parse("bkt").unwrap();
+        let k = ObjectKey::parse("app.js").unwrap();
+        let vs = vec![variant(&store, ContentCoding::Br, b"br")];
+        store.put_with_variants(&b, &k, stage(&store, b"plain"), ObjectAttrs::default(), vs).await.unwrap();
+        let report = store.sweep().await.unwrap();
+        assert_eq!(report.unreferenced_blobs, 0, "a variant's blob is referenced");
+        assert_eq!(store.blobs.list_hashes().unwrap().len(), 2);
     }
 
     #[tokio::test]

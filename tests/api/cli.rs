@@ -733,3 +733,62 @@ fn the_database_url_names_where_the_metadata_lives() {
     let err = env.fails(&["--database-url", "mysql://db/bg", "bucket", "list"]);
     assert!(err.starts_with("blobgate: database.url must be sqlite://PATH"), "{err}");
 }
+
+fn brotli_of(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    brotli::BrotliCompress(&mut &bytes[..], &mut out, &brotli::enc::BrotliEncoderParams::default()).unwrap();
+    out
+}
+
+fn gzip_of(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(bytes).unwrap();
+    encoder.finish().unwrap()
+}
+
+#[test]
+fn put_and_import_precompress_text_and_take_sidecars_as_variants() {
+    let env = TestEnv::new();
+    env.bucket("bkt", false);
+    let script = "export function greet(name) { return `hello, ${name}`; }\n".repeat(300).into_bytes();
+    let put = env.put_bytes("bkt", "app.js", &script, &["--precompress"]);
+    assert_eq!(put["variants"], serde_json::json!(["br", "gzip"]), "{put}");
+    assert_eq!(put["sha256"], sha256_hex(&script).as_str(), "the object is still the original bytes");
+    assert_eq!(env.blob_files().len(), 3);
+    let plain = env.put_bytes("bkt", "app.js", &script, &[]);
+    assert_eq!(plain["variants"], serde_json::json!([]), "a put without the flag leaves none");
+    assert_eq!(env.blob_files(), vec![env.blob_path(&sha256_hex(&script))], "the old variants' blobs went");
+    // Not text-like, or not smaller: no variant.
+    let png = env.put_bytes("bkt", "logo.png", &script, &["--precompress"]);
+    assert_eq!(png["variants"], serde_json::json!([]));
+    let tiny = env.put_bytes("bkt", "tiny.css", b"a", &["--precompress"]);
+    assert_eq!(tiny["variants"], serde_json::json!([]));
+
+    // Import: a good br sidecar is a variant, a gz sidecar of other content is refused with a warning, and a .gz
+    // without a base file is an object of its own.
+    let root = env.dir.path().join("site");
+    let styles = "body { color: #333; margin: 0 auto; }\n".repeat(200).into_bytes();
+    let br = brotli_of(&styles);
+    write_file(&root, "css/site.css", &styles);
+    write_file(&root, "css/site.css.br", &br);
+    write_file(&root, "css/site.css.gz", &gzip_of(b"stale content"));
+    let lone = gzip_of(&styles);
+    write_file(&root, "dl/archive.tar.gz", &lone);
+    let out = env.cli(&["import", "bkt", root.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("site.css.gz is not gzip of"), "{stderr}");
+    let summary: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    assert_eq!(summary["files"], 2, "the sidecars are not objects: {summary}");
+    let keys = env.ok(&["ls", "bkt", "css/"]);
+    assert_eq!(keys.lines().count(), 1, "{keys}");
+    assert!(env.blob_path(&sha256_hex(&br)).is_file(), "the br sidecar is stored as a variant");
+    assert!(env.ok(&["ls", "bkt", "dl/"]).contains("dl/archive.tar.gz"));
+    let before = env.blob_files().len();
+    // With --precompress the coding no good sidecar gave is made; the sidecar's br stays as it was.
+    let out = env.cli(&["import", "bkt", root.to_str().unwrap(), "--precompress"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(env.blob_files().len(), before + 1, "a gzip variant was made for site.css");
+    assert!(env.blob_path(&sha256_hex(&br)).is_file());
+}

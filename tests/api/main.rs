@@ -24,5 +24,6 @@ mod shared_cache;
 mod slow_readers;
 mod stats;
 mod syscalls;
+mod variants;
 mod varnish;
 mod wire;

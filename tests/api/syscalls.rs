@@ -239,3 +239,46 @@ fn the_trace_parser_counts_like_compare_py() {
     assert_eq!((t.sendfile_calls, t.sendfile_bytes), (2, 150));
     assert_eq!((t.copy_calls, t.copied_bytes), (3, 30));
 }
+
+/// A precompressed `br` variant is a blob like any other: its body, and a range of it, leave by sendfile.
+#[test]
+fn a_br_variant_leaves_by_sendfile_only() {
+    require_tool("strace", "apt package strace");
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    // Incompressible bytes, so the variant is as big as the object and the copy budget is that of a large body.
+    // A sidecar (made fast, at quality 1) is taken as the variant whatever the type; `--precompress` is q11.
+    let bytes = test_bytes(48 << 20, 48);
+    let mut br = Vec::new();
+    let params = brotli::enc::BrotliEncoderParams { quality: 1, ..Default::default() };
+    brotli::BrotliCompress(&mut &bytes[..], &mut br, &params).unwrap();
+    let root = env.dir.path().join("site");
+    write_file(&root, "blob.bin", &bytes);
+    write_file(&root, "blob.bin.br", &br);
+    drop(bytes);
+    env.ok(&["import", "pub", root.to_str().unwrap()]);
+
+    let last = 30_000_000;
+    let cases: [(&str, Option<String>, usize); 2] =
+        [("br-full", None, br.len()), ("br-range", Some(format!("bytes=1000-{last}")), last - 1000 + 1)];
+    for (name, range, body_bytes) in cases {
+        let mut headers = vec![("Accept-Encoding", "br")];
+        if let Some(r) = range.as_deref() {
+            headers.push(("Range", r));
+        }
+        let (response, trace) = traced_download(&env, "/pub/blob.bin", &headers, name);
+        assert_eq!(response.header("content-encoding"), Some("br"), "{name}");
+        match range {
+            None => assert!(response.status == 200 && response.body == br, "{name}: body differs"),
+            Some(_) => assert!(response.status == 206 && response.body == br[1000..=last], "{name}: body differs"),
+        }
+        eprintln!("{name}: {trace:?}");
+        assert_eq!(trace.sendfile_bytes, body_bytes as u64, "{name}: sendfile moved {trace:?}");
+        let ratio = trace.copied_bytes as f64 / body_bytes as f64;
+        assert!(
+            ratio <= 0.001,
+            "{name}: read/write-like calls moved {} bytes ({ratio:.5} per body byte)",
+            trace.copied_bytes
+        );
+    }
+}

@@ -13,7 +13,8 @@
 //! upgrades from a read.
 //!
 //! Submodules: `pool` (open, migrations, read-only open, close), `objects` (buckets and objects), `auth` (tokens,
-//! signing keys, revoked signatures), `stats` (download counters), `changes` (the change feed, over the
+//! signing keys, revoked signatures), `stats` (download counters), `variants`
+//! (precompressed variants of objects), `changes` (the change feed, over the
 //! `generation` counter).
 
 mod auth;
@@ -22,6 +23,7 @@ mod generation;
 mod objects;
 mod pool;
 mod stats;
+mod variants;
 
 use std::sync::Arc;
 
@@ -31,6 +33,7 @@ pub use auth::{Scope, SigningKey, TokenRecord};
 pub use changes::{CacheChange, ChangeFeed, ChangeKind};
 pub use objects::{Bucket, ObjectRecord, Upsert};
 pub use stats::{ObjectStats, StatsOrder};
+pub use variants::VariantRecord;
 
 use crate::store::sealing::{SealError, SecretsKey};
 

@@ -1,5 +1,6 @@
 //! Buckets and objects: reads on the pool, writes in a [`WriteTx`].
 
+use super::variants::VariantRecord;
 use super::{Backend, Metadata, MetadataError, TxBackend, WriteTx};
 use std::sync::Arc;
 
@@ -203,13 +204,15 @@ impl Metadata {
         Ok(Some(row.into()))
     }
 
-    /// The object and its bucket's default Cache-Control, read in one statement so that the two agree.
+    /// The object, its bucket's default Cache-Control and its variants, read in one read transaction so that they
+    /// agree (a put that replaces the object and its variants is either wholly seen or not at all).
     pub async fn object_with_bucket_default(
         &self,
         bucket_id: i64,
         key: &str,
-    ) -> Result<Option<(ObjectRecord, Option<String>)>, MetadataError> {
+    ) -> Result<Option<(ObjectRecord, Option<String>, Vec<VariantRecord>)>, MetadataError> {
         let Backend::Sqlite(pool) = &self.backend;
+        let mut tx = pool.begin().await?;
         let row: Option<ObjectWithDefaultRow> = sqlx::query_as(
             "SELECT o.bucket_id, o.key, o.sha256, o.size, o.content_type, o.cache_control, o.content_disposition,
                     o.created_at, o.updated_at, b.default_cache_control
@@ -217,9 +220,12 @@ impl Metadata {
         )
         .bind(bucket_id)
         .bind(key)
-        .fetch_optional(pool)
+        .fetch_optional(&mut *tx)
         .await?;
-        Ok(row.map(|r| (r.object.into(), r.default_cache_control)))
+        let Some(row) = row else { return Ok(None) };
+        let variants = super::variants::variants_in(&mut tx, bucket_id, key).await?;
+        tx.commit().await?;
+        Ok(Some((row.object.into(), row.default_cache_control, variants)))
     }
 
     /// One page of a bucket's objects whose keys start with `prefix`, in key order, after the key `after` (the
@@ -255,8 +261,12 @@ impl Metadata {
     /// How many objects reference the blob, outside any write transaction (for the sweep's first pass).
     pub async fn blob_is_referenced(&self, sha256: &str) -> Result<bool, MetadataError> {
         let Backend::Sqlite(pool) = &self.backend;
-        let n: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM objects WHERE sha256 = ?1").bind(sha256).fetch_one(pool).await?;
+        let n: i64 = sqlx::query_scalar(
+            "SELECT (SELECT count(*) FROM objects WHERE sha256 = ?1) + (SELECT count(*) FROM object_variants WHERE sha256 = ?1)",
+        )
+        .bind(sha256)
+        .fetch_one(pool)
+        .await?;
         Ok(n > 0)
     }
 }
@@ -278,10 +288,24 @@ impl WriteTx {
         Ok(n as u64)
     }
 
-    /// Deletes up to `limit` objects of a bucket, first keys first; returns the hashes they referenced.
-    pub async fn delete_objects_batch(&mut self, bucket_id: i64, limit: u32) -> Result<Vec<String>, MetadataError> {
+    /// Deletes up to `limit` objects of a bucket, first keys first, with their variants; returns how many objects
+    /// went and the hashes they referenced (objects' and variants').
+    pub async fn delete_objects_batch(
+        &mut self,
+        bucket_id: i64,
+        limit: u32,
+    ) -> Result<(u64, Vec<String>), MetadataError> {
         let TxBackend::Sqlite(tx) = &mut self.tx;
-        let hashes = sqlx::query_scalar(
+        let mut hashes: Vec<String> = sqlx::query_scalar(
+            "DELETE FROM object_variants WHERE bucket_id = ?1
+                 AND key IN (SELECT key FROM objects WHERE bucket_id = ?1 ORDER BY key LIMIT ?2)
+             RETURNING sha256",
+        )
+        .bind(bucket_id)
+        .bind(i64::from(limit))
+        .fetch_all(&mut **tx)
+        .await?;
+        let object_hashes: Vec<String> = sqlx::query_scalar(
             "DELETE FROM objects WHERE bucket_id = ?1
                  AND key IN (SELECT key FROM objects WHERE bucket_id = ?1 ORDER BY key LIMIT ?2)
              RETURNING sha256",
@@ -290,7 +314,9 @@ impl WriteTx {
         .bind(i64::from(limit))
         .fetch_all(&mut **tx)
         .await?;
-        Ok(hashes)
+        let objects = object_hashes.len() as u64;
+        hashes.extend(object_hashes);
+        Ok((objects, hashes))
     }
 
     /// Deletes an empty bucket with its tokens (explicitly, so the change log names each one) and, by cascade,
@@ -357,23 +383,32 @@ impl WriteTx {
         Ok(outcome)
     }
 
-    /// Deletes the object row; returns the hash it referenced, or `None` when there was no such object.
-    pub async fn delete_object(&mut self, bucket_id: i64, key: &ObjectKey) -> Result<Option<String>, MetadataError> {
+    /// Deletes the object row with its variants; returns the hashes they referenced (the object's first), or `None`
+    /// when there was no such object.
+    pub async fn delete_object(
+        &mut self,
+        bucket_id: i64,
+        key: &ObjectKey,
+    ) -> Result<Option<Vec<String>>, MetadataError> {
+        let variant_hashes = self.delete_variants(bucket_id, key.as_str()).await?;
         let TxBackend::Sqlite(tx) = &mut self.tx;
         let sha = sqlx::query_scalar("DELETE FROM objects WHERE bucket_id = ?1 AND key = ?2 RETURNING sha256")
             .bind(bucket_id)
             .bind(key.as_str())
             .fetch_optional(&mut **tx)
             .await?;
-        Ok(sha)
+        Ok(sha.map(|sha: String| std::iter::once(sha).chain(variant_hashes).collect()))
     }
 
     pub async fn blob_is_referenced(&mut self, sha256: &str) -> Result<bool, MetadataError> {
         let TxBackend::Sqlite(tx) = &mut self.tx;
-        let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM objects WHERE sha256 = ?1 LIMIT 1")
-            .bind(sha256)
-            .fetch_optional(&mut **tx)
-            .await?;
+        // A variant's blob is a reference like an object's.
+        let found: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM objects WHERE sha256 = ?1 UNION ALL SELECT 1 FROM object_variants WHERE sha256 = ?1 LIMIT 1",
+        )
+        .bind(sha256)
+        .fetch_optional(&mut **tx)
+        .await?;
         Ok(found.is_some())
     }
 }
@@ -509,7 +544,10 @@ mod tests {
             updated_at: 9,
         };
         assert_eq!(meta.object_by_key(bucket.id, key.as_str()).await.unwrap(), Some(want.clone()));
-        assert_eq!(meta.object_with_bucket_default(bucket.id, key.as_str()).await.unwrap(), Some((want, None)));
+        assert_eq!(
+            meta.object_with_bucket_default(bucket.id, key.as_str()).await.unwrap(),
+            Some((want, None, Vec::new()))
+        );
         assert_eq!(meta.list_buckets().await.unwrap(), vec![bucket]);
     }
 

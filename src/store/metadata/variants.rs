@@ -1,0 +1,73 @@
+//! Precompressed variants of objects: one row per (object, encoding), each naming a blob like an object row does.
+//! Written and removed only inside the object's own write transaction (`WriteTx`), so a variant never outlives or
+//! predates its object.
+
+use super::{Backend, Metadata, MetadataError, TxBackend, WriteTx};
+
+/// One stored variant: the object's content in `encoding`, as the blob `sha256` of `size` bytes.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct VariantRecord {
+    /// The `Content-Encoding` token: `br` or `gzip` (the table's CHECK allows no other).
+    pub encoding: String,
+    pub sha256: String,
+    pub size: i64,
+}
+
+const SELECT_VARIANTS: &str =
+    "SELECT encoding, sha256, size FROM object_variants WHERE bucket_id = ?1 AND key = ?2 ORDER BY encoding";
+
+impl Metadata {
+    /// The object's variants, by encoding (none for an object without, or for no object).
+    pub async fn variants(&self, bucket_id: i64, key: &str) -> Result<Vec<VariantRecord>, MetadataError> {
+        let Backend::Sqlite(pool) = &self.backend;
+        Ok(sqlx::query_as(SELECT_VARIANTS).bind(bucket_id).bind(key).fetch_all(pool).await?)
+    }
+}
+
+/// The object's variants, read inside a transaction (with the object row, so the two agree).
+pub(super) async fn variants_in(
+    conn: &mut sqlx::SqliteConnection,
+    bucket_id: i64,
+    key: &str,
+) -> Result<Vec<VariantRecord>, MetadataError> {
+    Ok(sqlx::query_as(SELECT_VARIANTS).bind(bucket_id).bind(key).fetch_all(conn).await?)
+}
+
+impl WriteTx {
+    /// Replaces the object's variants with `variants` (none: the object has none). Returns the hashes the old
+    /// rows referenced, for the caller to retire when nothing references them any more.
+    pub async fn replace_variants(
+        &mut self,
+        bucket_id: i64,
+        key: &str,
+        variants: &[VariantRecord],
+    ) -> Result<Vec<String>, MetadataError> {
+        let old = self.delete_variants(bucket_id, key).await?;
+        let TxBackend::Sqlite(tx) = &mut self.tx;
+        for v in variants {
+            sqlx::query(
+                "INSERT INTO object_variants (bucket_id, key, encoding, sha256, size) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )
+            .bind(bucket_id)
+            .bind(key)
+            .bind(&v.encoding)
+            .bind(&v.sha256)
+            .bind(v.size)
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(old)
+    }
+
+    /// Removes the object's variants; returns the hashes they referenced.
+    pub async fn delete_variants(&mut self, bucket_id: i64, key: &str) -> Result<Vec<String>, MetadataError> {
+        let TxBackend::Sqlite(tx) = &mut self.tx;
+        let hashes =
+            sqlx::query_scalar("DELETE FROM object_variants WHERE bucket_id = ?1 AND key = ?2 RETURNING sha256")
+                .bind(bucket_id)
+                .bind(key)
+                .fetch_all(&mut **tx)
+                .await?;
+        Ok(hashes)
+    }
+}
