@@ -27,6 +27,10 @@ pub struct Settings {
     pub admin_listen: SocketAddr,
     /// A `tracing` filter, e.g. `info` or `blobgate=debug`; `RUST_LOG` wins when set.
     pub log: String,
+    /// The access log: one JSON line per response on both listeners; `-` is stdout; unset, none is written.
+    /// Also `--access-log` and `BLOBGATE_ACCESS_LOG`. SIGHUP reopens the file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_log: Option<PathBuf>,
     pub limits: Limits,
     pub timeouts: Timeouts,
     pub auth: AuthSettings,
@@ -180,6 +184,7 @@ impl Default for Settings {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
             log: "info".into(),
+            access_log: None,
             limits: Limits::default(),
             timeouts: Timeouts::default(),
             auth: AuthSettings::default(),
@@ -230,11 +235,24 @@ pub struct FlagOverrides {
     pub admin_listen: Option<SocketAddr>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub database: Option<DatabaseSettings>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_log: Option<PathBuf>,
 }
 
 /// Top-level keys; other `BLOBGATE_*` variables (such as `BLOBGATE_CONFIG`) are not settings.
-const SETTING_KEYS: &[&str] =
-    &["data_dir", "database", "listen", "admin_listen", "log", "limits", "timeouts", "auth", "runtime", "faults"];
+const SETTING_KEYS: &[&str] = &[
+    "data_dir",
+    "database",
+    "listen",
+    "admin_listen",
+    "log",
+    "access_log",
+    "limits",
+    "timeouts",
+    "auth",
+    "runtime",
+    "faults",
+];
 
 impl Settings {
     /// Loads the layers. `config_file` is `--config`/`BLOBGATE_CONFIG`; when it is `None`, `config/default.toml` is

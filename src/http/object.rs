@@ -22,6 +22,7 @@ use super::conditional::{self, Precondition, Validators};
 use super::error::ApiError;
 use super::multipart;
 use super::range::{self, RangeDecision};
+use crate::access_log::Principal;
 use crate::catalog::representation::{REPR_DIGEST, disposition_value};
 use crate::file_body::{DownloadKind, FileBody, Segment};
 use crate::names::parse_object_path;
@@ -35,6 +36,7 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
     let (bucket_name, key) = parse_object_path(uri.path())?;
     let bucket = app.catalog.bucket(bucket_name.as_str()).await?;
     let credentials = crate::auth::credentials(&headers, uri.query())?;
+    let principal = app.log_principal.then(|| Principal::of(&credentials));
     let grant = app.auth.read(&bucket_name, bucket.as_ref(), &key, credentials).await?;
     let entry = app.catalog.object(grant.bucket.id, key.as_str()).await?.ok_or(ApiError::NotFound)?;
 
@@ -59,6 +61,9 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
             representation.remove(&REPR_DIGEST);
             let mut response = (StatusCode::NOT_MODIFIED, representation).into_response();
             response.extensions_mut().insert(entry.object_ref.clone());
+            if let Some(principal) = principal {
+                response.extensions_mut().insert(principal);
+            }
             return Ok(response);
         }
         Precondition::Proceed { honor_range } => honor_range,
@@ -109,6 +114,9 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
         h.insert(header::CONTENT_RANGE, v);
     }
     response.extensions_mut().insert(body);
+    if let Some(principal) = principal {
+        response.extensions_mut().insert(principal);
+    }
     Ok(response)
 }
 
