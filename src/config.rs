@@ -422,6 +422,22 @@ mod tests {
     use figment::Jail;
 
     #[test]
+    fn the_access_log_is_off_by_default_and_set_by_file_env_or_flag() {
+        Jail::expect_with(|jail| {
+            let load = |flags: &FlagOverrides| Settings::load(None, flags).map_err(|e| e.to_string());
+            assert_eq!(load(&FlagOverrides::default())?.access_log, None);
+            jail.create_file("c.toml", "access_log = \"/var/log/a.log\"\n")?;
+            let s = Settings::load(Some(Path::new("c.toml")), &FlagOverrides::default()).map_err(|e| e.to_string())?;
+            assert_eq!(s.access_log, Some(PathBuf::from("/var/log/a.log")));
+            jail.set_env("BLOBGATE_ACCESS_LOG", "-");
+            assert_eq!(load(&FlagOverrides::default())?.access_log, Some(PathBuf::from("-")));
+            let flags = FlagOverrides { access_log: Some("/tmp/b.log".into()), ..Default::default() };
+            assert_eq!(load(&flags)?.access_log, Some(PathBuf::from("/tmp/b.log")));
+            Ok(())
+        });
+    }
+
+    #[test]
     fn layers_apply_in_order_defaults_file_env_flags() {
         Jail::expect_with(|jail| {
             jail.create_file(

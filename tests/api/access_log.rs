@@ -162,3 +162,21 @@ fn without_an_access_log_responses_carry_no_request_id() {
     assert_eq!(r.status, 200);
     assert_eq!(r.header("x-request-id"), None);
 }
+
+#[test]
+fn an_access_log_that_cannot_be_opened_is_refused_at_start() {
+    let env = TestEnv::new();
+    let missing = env.dir.path().join("no-such-dir/access.log");
+    let out = env.cli(&[
+        "--access-log",
+        missing.to_str().unwrap(),
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("blobgate: cannot open the access log") && stderr.contains("access_log"), "{stderr}");
+}
