@@ -94,7 +94,14 @@ impl RequestId {
     }
 
     pub fn header_value(self) -> HeaderValue {
-        HeaderValue::from_str(&self.to_string()).expect("a request id is ASCII")
+        // Formatted on the stack: the header value's own copy is the only allocation.
+        let mut buf = [0u8; 48];
+        let len = {
+            let mut cursor = io::Cursor::new(&mut buf[..]);
+            write!(cursor, "{self}").expect("a request id fits in 48 bytes");
+            cursor.position() as usize
+        };
+        HeaderValue::from_bytes(&buf[..len]).expect("a request id is ASCII")
     }
 }
 
@@ -134,11 +141,33 @@ pub struct Entry {
     pub connection_requests: u32,
 }
 
+/// A field serialised from its `Display` form, straight into the output (serde_json's `collect_str` escapes as
+/// it writes, with no intermediate `String`).
+struct Shown<T>(T);
+
+impl<T: fmt::Display> Serialize for Shown<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(&self.0)
+    }
+}
+
+/// `principal`, or `-` for none.
+struct PrincipalOrDash<'a>(Option<&'a Principal>);
+
+impl fmt::Display for PrincipalOrDash<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(p) => p.fmt(f),
+            None => f.write_str("-"),
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct Line<'a> {
-    time: String,
+    time: Shown<humantime::Rfc3339Timestamp>,
     listener: &'a str,
-    remote: String,
+    remote: Shown<&'a SocketAddr>,
     method: &'a str,
     path: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -146,33 +175,42 @@ struct Line<'a> {
     status: u16,
     bytes: u64,
     duration_ms: f64,
-    principal: String,
+    principal: Shown<PrincipalOrDash<'a>>,
     range: Option<&'a str>,
     user_agent: Option<&'a str>,
-    request_id: String,
+    request_id: Shown<RequestId>,
     connection_requests: u32,
 }
 
 impl Entry {
-    /// The JSON line, without credentials.
-    pub fn to_json(&self) -> String {
-        let line = Line {
-            time: humantime::format_rfc3339_millis(self.time).to_string(),
+    fn line(&self) -> Line<'_> {
+        Line {
+            time: Shown(humantime::format_rfc3339_millis(self.time)),
             listener: self.listener,
-            remote: self.remote.to_string(),
+            remote: Shown(&self.remote),
             method: self.method.as_str(),
             path: self.uri.path(),
             query: self.uri.query().and_then(redacted_query),
             status: self.status,
             bytes: self.bytes,
             duration_ms: (self.duration.as_secs_f64() * 1e6).round() / 1e3,
-            principal: self.principal.as_ref().map_or_else(|| "-".to_owned(), Principal::to_string),
+            principal: Shown(PrincipalOrDash(self.principal.as_ref())),
             range: self.range.as_ref().and_then(|v| v.to_str().ok()),
             user_agent: self.user_agent.as_ref().and_then(|v| v.to_str().ok()),
-            request_id: self.request_id.to_string(),
+            request_id: Shown(self.request_id),
             connection_requests: self.connection_requests,
-        };
-        serde_json::to_string(&line).expect("a line of strings and numbers serialises")
+        }
+    }
+
+    /// The JSON line (without its newline), without credentials.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(&self.line()).expect("a line of strings and numbers serialises")
+    }
+
+    /// Writes the JSON line and its newline to `out`.
+    fn write_to(&self, out: &mut impl Write) -> io::Result<()> {
+        serde_json::to_writer(&mut *out, &self.line())?;
+        out.write_all(b"\n")
     }
 }
 
@@ -236,10 +274,10 @@ impl Target {
         Ok(Target::File { path: path.to_owned(), file: BufWriter::with_capacity(64 * 1024, file) })
     }
 
-    fn write_line(&mut self, line: &str) -> io::Result<()> {
+    fn write_entry(&mut self, entry: &Entry) -> io::Result<()> {
         match self {
-            Target::Stdout => writeln!(io::stdout().lock(), "{line}"),
-            Target::File { file, .. } => writeln!(file, "{line}"),
+            Target::Stdout => entry.write_to(&mut io::stdout().lock()),
+            Target::File { file, .. } => entry.write_to(file),
         }
     }
 
@@ -317,7 +355,7 @@ fn run_writer(mut target: Target, received: Receiver<Entry>, stop: &AtomicBool) 
 }
 
 fn write(target: &mut Target, entry: &Entry) {
-    if let Err(e) = target.write_line(&entry.to_json()) {
+    if let Err(e) = target.write_entry(entry) {
         tracing::warn!(error = %e, "cannot write the access log");
     }
 }
