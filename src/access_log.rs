@@ -22,8 +22,6 @@ use anyhow::Context;
 use http::{HeaderValue, Method, Uri};
 use serde::Serialize;
 
-use crate::auth::Credentials;
-
 /// Lines buffered between the listeners and the writer; beyond this they are dropped (and counted).
 const CHANNEL_CAPACITY: usize = 16 * 1024;
 /// How often the writer wakes to write what is queued: the longest a line waits.
@@ -47,17 +45,6 @@ pub enum Principal {
     Token(Box<str>),
     /// A signed URL's signing key id.
     Presigned(Box<str>),
-}
-
-impl Principal {
-    /// The principal that `credentials` stand for once they have been accepted.
-    pub fn of(credentials: &Credentials) -> Self {
-        match credentials {
-            Credentials::Anonymous => Principal::Public,
-            Credentials::Bearer(token) => Principal::Token(crate::auth::token::token_id(token).unwrap_or("?").into()),
-            Credentials::Presigned(params) => Principal::Presigned(params.key_id.as_str().into()),
-        }
-    }
 }
 
 impl fmt::Display for Principal {
@@ -301,7 +288,8 @@ impl Target {
 }
 
 /// Opens `path` (`-` for stdout) and starts the writer. An unopenable file is an error here, at start-up.
-pub fn start(path: &Path) -> anyhow::Result<(AccessLog, Writer)> {
+/// `dropped` counts the lines dropped when the writer is behind (`blobgate_access_log_dropped_total`).
+pub fn start(path: &Path, dropped: metrics::Counter) -> anyhow::Result<(AccessLog, Writer)> {
     let target =
         Target::open(path).with_context(|| format!("cannot open the access log {} (access_log)", path.display()))?;
     let (lines, received) = sync_channel(CHANNEL_CAPACITY);
@@ -313,7 +301,6 @@ pub fn start(path: &Path) -> anyhow::Result<(AccessLog, Writer)> {
             move || run_writer(target, received, &stop)
         })
         .context("cannot start the access log writer")?;
-    let dropped = metrics::counter!(crate::metrics::ACCESS_LOG_DROPPED);
     Ok((AccessLog { lines, dropped }, Writer { stop, thread }))
 }
 
@@ -366,11 +353,17 @@ fn write(target: &mut Target, entry: &Entry) {
 pub struct AdminLayer {
     log: Option<AccessLog>,
     remote: SocketAddr,
+    /// The principal a request's credentials claim (the caller knows how credentials are read).
+    principal_of: fn(&http::HeaderMap) -> Option<Principal>,
 }
 
 impl AdminLayer {
-    pub fn new(log: Option<AccessLog>, remote: SocketAddr) -> Self {
-        Self { log, remote }
+    pub fn new(
+        log: Option<AccessLog>,
+        remote: SocketAddr,
+        principal_of: fn(&http::HeaderMap) -> Option<Principal>,
+    ) -> Self {
+        Self { log, remote, principal_of }
     }
 }
 
@@ -410,11 +403,8 @@ where
             return Box::pin(self.inner.call(request));
         };
         let headers = request.headers();
-        // The presented token's id; it is logged only if the response shows the token was accepted.
-        let token_id = crate::auth::bearer(headers)
-            .ok()
-            .flatten()
-            .and_then(|t| crate::auth::token::token_id(&t).map(Box::<str>::from));
+        // Logged only if the response shows the credentials were accepted.
+        let claimed = (self.layer.principal_of)(headers);
         let mut entry = Entry {
             time: SystemTime::now(),
             listener: "admin",
@@ -440,7 +430,7 @@ where
             entry.bytes = response.body().size_hint().exact().unwrap_or(0);
             entry.duration = started.elapsed();
             let refused = status == http::StatusCode::UNAUTHORIZED || status == http::StatusCode::FORBIDDEN;
-            entry.principal = token_id.filter(|_| !refused).map(Principal::Token);
+            entry.principal = claimed.filter(|_| !refused);
             response.headers_mut().insert(REQUEST_ID_HEADER, entry.request_id.header_value());
             log.log(entry);
             Ok(response)

@@ -68,7 +68,8 @@ impl Application {
         let admin_listener = driver::listen_exclusive(settings.admin_listen, 1024)
             .and_then(|socket| TcpListener::from_std(socket.into()))
             .with_context(|| format!("cannot listen on {} (admin_listen)", settings.admin_listen))?;
-        let access_log = settings.access_log.as_deref().map(access_log::start).transpose()?;
+        let dropped = metrics::counter!(crate::metrics::ACCESS_LOG_DROPPED);
+        let access_log = settings.access_log.as_deref().map(|path| access_log::start(path, dropped)).transpose()?;
         let open_files = raise_open_file_limit();
         // A quarter of the fd budget for cached blobs; the rest is for connections and the database.
         let catalog =
@@ -235,7 +236,8 @@ async fn serve_admin(
             }
         };
         let _ = stream.set_nodelay(true);
-        let logged = tower::Layer::layer(&access_log::AdminLayer::new(access_log.clone(), peer), service.clone());
+        let layer = access_log::AdminLayer::new(access_log.clone(), peer, admin_principal);
+        let logged = tower::Layer::layer(&layer, service.clone());
         let service = TowerToHyperService::new(logged);
         let shutdown = shutdown.clone();
         tracker.spawn(async move {
@@ -256,6 +258,12 @@ async fn serve_admin(
             }
         });
     }
+}
+
+/// The access log's principal on the admin listener: the presented bearer token's id.
+fn admin_principal(headers: &http::HeaderMap) -> Option<access_log::Principal> {
+    let token = crate::auth::bearer(headers).ok().flatten()?;
+    crate::auth::token::token_id(&token).map(|id| access_log::Principal::Token(id.into()))
 }
 
 /// Installs SIGINT, SIGTERM and SIGHUP handlers at once, and returns a future that resolves on SIGINT or SIGTERM.

@@ -23,6 +23,7 @@ use super::error::ApiError;
 use super::multipart;
 use super::range::{self, RangeDecision};
 use crate::access_log::Principal;
+use crate::auth::Credentials;
 use crate::catalog::representation::{REPR_DIGEST, disposition_value};
 use crate::file_body::{DownloadKind, FileBody, Segment};
 use crate::names::parse_object_path;
@@ -36,7 +37,7 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
     let (bucket_name, key) = parse_object_path(uri.path())?;
     let bucket = app.catalog.bucket(bucket_name.as_str()).await?;
     let credentials = crate::auth::credentials(&headers, uri.query())?;
-    let principal = app.log_principal.then(|| Principal::of(&credentials));
+    let principal = app.log_principal.then(|| principal_of(&credentials));
     let grant = app.auth.read(&bucket_name, bucket.as_ref(), &key, credentials).await?;
     let entry = app.catalog.object(grant.bucket.id, key.as_str()).await?.ok_or(ApiError::NotFound)?;
 
@@ -118,6 +119,15 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
         response.extensions_mut().insert(principal);
     }
     Ok(response)
+}
+
+/// The access log's principal for `credentials` once they have been accepted.
+fn principal_of(credentials: &Credentials) -> Principal {
+    match credentials {
+        Credentials::Anonymous => Principal::Public,
+        Credentials::Bearer(token) => Principal::Token(crate::auth::token::token_id(token).unwrap_or("?").into()),
+        Credentials::Presigned(params) => Principal::Presigned(params.key_id.as_str().into()),
+    }
 }
 
 fn header_value(v: &str) -> Result<HeaderValue, ApiError> {
