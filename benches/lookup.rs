@@ -72,6 +72,7 @@ async fn run(objects: usize) {
     let catalog = Arc::new(Catalog::new(store.meta.clone(), store.blobs.clone(), 64).await.unwrap());
     let presign_max_lifetime = Settings::default().auth.presign_max_lifetime;
     let app = DataState::new(DataParts {
+        log_principal: false,
         catalog: catalog.clone(),
         auth: Authorizer::new(catalog.clone(), presign_max_lifetime),
         range_policy: RangePolicy::default(),

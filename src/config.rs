@@ -27,6 +27,10 @@ pub struct Settings {
     pub admin_listen: SocketAddr,
     /// A `tracing` filter, e.g. `info` or `blobgate=debug`; `RUST_LOG` wins when set.
     pub log: String,
+    /// The access log: one JSON line per response on both listeners; `-` is stdout; unset, none is written.
+    /// Also `--access-log` and `BLOBGATE_ACCESS_LOG`. SIGHUP reopens the file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_log: Option<PathBuf>,
     pub limits: Limits,
     pub timeouts: Timeouts,
     pub auth: AuthSettings,
@@ -180,6 +184,7 @@ impl Default for Settings {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
             log: "info".into(),
+            access_log: None,
             limits: Limits::default(),
             timeouts: Timeouts::default(),
             auth: AuthSettings::default(),
@@ -230,11 +235,24 @@ pub struct FlagOverrides {
     pub admin_listen: Option<SocketAddr>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub database: Option<DatabaseSettings>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_log: Option<PathBuf>,
 }
 
 /// Top-level keys; other `BLOBGATE_*` variables (such as `BLOBGATE_CONFIG`) are not settings.
-const SETTING_KEYS: &[&str] =
-    &["data_dir", "database", "listen", "admin_listen", "log", "limits", "timeouts", "auth", "runtime", "faults"];
+const SETTING_KEYS: &[&str] = &[
+    "data_dir",
+    "database",
+    "listen",
+    "admin_listen",
+    "log",
+    "access_log",
+    "limits",
+    "timeouts",
+    "auth",
+    "runtime",
+    "faults",
+];
 
 impl Settings {
     /// Loads the layers. `config_file` is `--config`/`BLOBGATE_CONFIG`; when it is `None`, `config/default.toml` is
@@ -402,6 +420,22 @@ pub fn ensure_data_dir(dir: &Path) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use figment::Jail;
+
+    #[test]
+    fn the_access_log_is_off_by_default_and_set_by_file_env_or_flag() {
+        Jail::expect_with(|jail| {
+            let load = |flags: &FlagOverrides| Settings::load(None, flags).map_err(|e| e.to_string());
+            assert_eq!(load(&FlagOverrides::default())?.access_log, None);
+            jail.create_file("c.toml", "access_log = \"/var/log/a.log\"\n")?;
+            let s = Settings::load(Some(Path::new("c.toml")), &FlagOverrides::default()).map_err(|e| e.to_string())?;
+            assert_eq!(s.access_log, Some(PathBuf::from("/var/log/a.log")));
+            jail.set_env("BLOBGATE_ACCESS_LOG", "-");
+            assert_eq!(load(&FlagOverrides::default())?.access_log, Some(PathBuf::from("-")));
+            let flags = FlagOverrides { access_log: Some("/tmp/b.log".into()), ..Default::default() };
+            assert_eq!(load(&flags)?.access_log, Some(PathBuf::from("/tmp/b.log")));
+            Ok(())
+        });
+    }
 
     #[test]
     fn layers_apply_in_order_defaults_file_env_flags() {

@@ -23,6 +23,7 @@
 #![deny(unsafe_code)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod access_log;
 pub mod auth;
 pub mod catalog;
 pub mod cli;

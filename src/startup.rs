@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::access_log::{self, AccessLog};
 use crate::auth::Authorizer;
 use crate::catalog::Catalog;
 use crate::config::Settings;
@@ -34,6 +35,8 @@ pub struct Application {
     /// One per data worker, all bound to the same address with SO_REUSEPORT.
     data_listeners: Vec<std::net::TcpListener>,
     admin_listener: TcpListener,
+    /// The access log and its writer thread, when `access_log` is set.
+    access_log: Option<(AccessLog, access_log::Writer)>,
 }
 
 impl Application {
@@ -65,6 +68,8 @@ impl Application {
         let admin_listener = driver::listen_exclusive(settings.admin_listen, 1024)
             .and_then(|socket| TcpListener::from_std(socket.into()))
             .with_context(|| format!("cannot listen on {} (admin_listen)", settings.admin_listen))?;
+        let dropped = metrics::counter!(crate::metrics::ACCESS_LOG_DROPPED);
+        let access_log = settings.access_log.as_deref().map(|path| access_log::start(path, dropped)).transpose()?;
         let open_files = raise_open_file_limit();
         // A quarter of the fd budget for cached blobs; the rest is for connections and the database.
         let catalog =
@@ -76,6 +81,7 @@ impl Application {
             catalog: catalog.clone(),
             auth: authorizer(),
             range_policy: RangePolicy::default(),
+            log_principal: access_log.is_some(),
         });
         let admin = AdminState::new(AdminParts {
             store,
@@ -85,7 +91,7 @@ impl Application {
             ready: AtomicBool::new(false),
             uploads: tokio::sync::Semaphore::new(settings.limits.max_concurrent_uploads),
         });
-        Ok(Self { settings, data, admin, data_listeners, admin_listener })
+        Ok(Self { settings, data, admin, data_listeners, admin_listener, access_log })
     }
 
     pub fn data_addr(&self) -> SocketAddr {
@@ -137,12 +143,15 @@ impl Application {
             records,
             stop_batcher.clone(),
         ));
-        let ctx = Arc::new(DriverContext::new(
+        let mut ctx = DriverContext::new(
             data_service(self.data.clone(), self.settings.timeouts.handler),
             refusal_response,
             &self.settings,
             recorder,
-        ));
+        );
+        let (access_log, access_log_writer) = self.access_log.unzip();
+        ctx.access_log = access_log.clone();
+        let ctx = Arc::new(ctx);
         let grace = self.settings.timeouts.shutdown_grace;
         let workers = driver::spawn_workers(self.data_listeners, ctx, &self.settings.limits, shutdown.clone(), grace)
             .context("cannot start the data workers")?;
@@ -150,6 +159,7 @@ impl Application {
             self.admin_listener,
             admin_router(self.admin.clone()),
             self.settings.timeouts.header_read,
+            access_log,
             shutdown.clone(),
             tracker.clone(),
         ));
@@ -171,6 +181,9 @@ impl Application {
         // Connections are done: write the last download stats, then close the database.
         stop_batcher.cancel();
         let _ = batcher.await;
+        if let Some(writer) = access_log_writer {
+            let _ = tokio::task::spawn_blocking(move || writer.finish()).await;
+        }
         upkeep.abort();
         housekeeping.abort();
         self.admin.store.meta.close().await;
@@ -202,6 +215,7 @@ async fn serve_admin(
     listener: TcpListener,
     router: axum::Router,
     header_read_timeout: Duration,
+    access_log: Option<AccessLog>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
@@ -213,8 +227,8 @@ async fn serve_admin(
             accepted = listener.accept() => accepted,
             _ = shutdown.cancelled() => break,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(e) => {
                 tracing::warn!(error = %e, "admin accept failed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -222,7 +236,9 @@ async fn serve_admin(
             }
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(service.clone());
+        let layer = access_log::AdminLayer::new(access_log.clone(), peer, admin_principal);
+        let logged = tower::Layer::layer(&layer, service.clone());
+        let service = TowerToHyperService::new(logged);
         let shutdown = shutdown.clone();
         tracker.spawn(async move {
             let mut builder = hyper::server::conn::http1::Builder::new();
@@ -242,6 +258,12 @@ async fn serve_admin(
             }
         });
     }
+}
+
+/// The access log's principal on the admin listener: the presented bearer token's id.
+fn admin_principal(headers: &http::HeaderMap) -> Option<access_log::Principal> {
+    let token = crate::auth::bearer(headers).ok().flatten()?;
+    crate::auth::token::token_id(&token).map(|id| access_log::Principal::Token(id.into()))
 }
 
 /// Installs SIGINT, SIGTERM and SIGHUP handlers at once, and returns a future that resolves on SIGINT or SIGTERM.
@@ -264,8 +286,8 @@ pub fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
     })
 }
 
-/// SIGHUP: the place to reopen log files (an access log, once there is one). Today every log goes to stderr, so
-/// there is nothing to reopen; the signal is acknowledged and the server keeps serving.
+/// SIGHUP: the access log's writer reopens its file (after logrotate moved it); the server keeps serving.
 fn on_hangup() {
-    tracing::info!("SIGHUP received: no log files to reopen; still serving");
+    access_log::request_reopen();
+    tracing::info!("SIGHUP received: reopening the access log (if any); still serving");
 }

@@ -30,6 +30,9 @@ pub struct Cli {
     /// [default: sqlite://<data-dir>/blobgate.db]
     #[arg(long, global = true, value_name = "URL")]
     pub database_url: Option<String>,
+    /// Access log for `serve`: one JSON line per response, `-` for stdout [env: BLOBGATE_ACCESS_LOG]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub access_log: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -271,6 +274,7 @@ impl Cli {
         let mut flags = FlagOverrides {
             data_dir: self.data_dir.clone(),
             database: self.database_url.clone().map(|url| DatabaseSettings { url: Some(url) }),
+            access_log: self.access_log.clone(),
             ..Default::default()
         };
         if let Command::Serve { listen, admin_listen } = &self.command {

@@ -8,6 +8,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
 use axum::response::Response;
@@ -24,6 +25,7 @@ use super::head::{Parsed, Persistence, RequestHead, parse_request_head, write_re
 use super::idle::IdleEntry;
 use super::sendfile::{SendOutcome, send_bytes, send_file_response};
 use super::{DataService, DriverContext, Refusal};
+use crate::access_log::{Entry, Principal, REQUEST_ID_HEADER, RequestId};
 use crate::file_body::{DownloadKind, FileBody, ObjectRef};
 use crate::stats::{DownloadRecord, Outcome, RecordKind};
 
@@ -72,6 +74,10 @@ pub(crate) struct Connection<S> {
     /// Whether this connection joins the idle list while it waits (it holds a slot under the cap that closing
     /// it would free).
     reclaimable: bool,
+    /// Requests answered on this connection so far (the access log's `connection_requests`).
+    served: u32,
+    /// Status and body bytes of the last response written, for the access log.
+    last_sent: (StatusCode, u64),
 }
 
 impl<S: DataService> Connection<S> {
@@ -81,7 +87,17 @@ impl<S: DataService> Connection<S> {
         ctx: Arc<DriverContext<S>>,
         admission: Arc<Admission>,
     ) -> Self {
-        Self { stream, peer, buf: BytesMut::new(), out: Vec::new(), ctx, admission, reclaimable: true }
+        Self {
+            stream,
+            peer,
+            buf: BytesMut::new(),
+            out: Vec::new(),
+            ctx,
+            admission,
+            reclaimable: true,
+            served: 0,
+            last_sent: (StatusCode::OK, 0),
+        }
     }
 
     /// For a client over `limits.max_connections_per_ip`: reads its request head (so that closing does not
@@ -242,6 +258,8 @@ impl<S: DataService> Connection<S> {
         };
         // Kept for the log line below only when debug logging is on.
         let logged = tracing::enabled!(tracing::Level::DEBUG).then(|| (head.method.clone(), head.uri.clone()));
+        // Only with the access log on: reference-counted clones of what the head holds, no formatting.
+        let mut access = self.ctx.access_log.is_some().then(|| (self.access_entry(&head), Instant::now()));
         let mut request = Request::new(Body::empty());
         *request.method_mut() = head.method;
         *request.uri_mut() = head.uri;
@@ -251,9 +269,45 @@ impl<S: DataService> Connection<S> {
         if let Some((method, uri)) = logged {
             tracing::debug!(peer = %self.peer, %method, path = uri.path(), status = response.status().as_u16(), "response");
         }
-        match response.extensions_mut().remove::<FileBody>() {
-            Some(body) => self.send_file(response, body, is_head, persistence).await,
+        if let Some((entry, _)) = &mut access {
+            entry.principal = response.extensions_mut().remove::<Principal>();
+            response.headers_mut().insert(REQUEST_ID_HEADER, entry.request_id.header_value());
+        }
+        let keep = match response.extensions_mut().remove::<FileBody>() {
+            Some(body) => {
+                if let Some((entry, _)) = &mut access {
+                    entry.encoding = Some(body.encoding);
+                }
+                self.send_file(response, body, is_head, persistence).await
+            }
             None => self.send_buffered(response, is_head, persistence).await,
+        };
+        if let (Some((mut entry, started)), Some(log)) = (access, &self.ctx.access_log) {
+            (entry.status, entry.bytes) = (self.last_sent.0.as_u16(), self.last_sent.1);
+            entry.duration = started.elapsed();
+            log.log(entry);
+        }
+        self.served = self.served.saturating_add(1);
+        keep
+    }
+
+    /// The access-log entry for `head`, before its response exists.
+    fn access_entry(&self, head: &RequestHead) -> Entry {
+        Entry {
+            time: SystemTime::now(),
+            listener: "data",
+            remote: self.peer,
+            method: head.method.clone(),
+            uri: head.uri.clone(),
+            status: 0,
+            bytes: 0,
+            duration: Duration::ZERO,
+            principal: None,
+            range: head.headers.get(header::RANGE).cloned(),
+            user_agent: head.headers.get(header::USER_AGENT).cloned(),
+            request_id: RequestId::next(),
+            connection_requests: self.served,
+            encoding: None,
         }
     }
 
@@ -283,6 +337,7 @@ impl<S: DataService> Connection<S> {
         persistence: Persistence,
     ) -> bool {
         if is_head {
+            self.last_sent = (status, 0);
             let sent = send_bytes(&self.stream, head, false, self.ctx.send.progress_timeout).await;
             self.observe(DownloadRecord::now(body.object, status.as_u16(), RecordKind::Head), 0);
             return sent.is_ok() && persistence != Persistence::Close;
@@ -298,6 +353,7 @@ impl<S: DataService> Connection<S> {
         let mut record = DownloadRecord::now(body.object.clone(), status.as_u16(), kind);
         record.planned_bytes = body.object_len();
         record.sent_bytes = report.object_bytes;
+        self.last_sent = (status, report.object_bytes);
         record.duration = started.elapsed();
         record.outcome = match &report.outcome {
             SendOutcome::Completed => Outcome::Completed,
@@ -358,6 +414,8 @@ impl<S: DataService> Connection<S> {
             _ => self.ctx.metrics.other_response(status),
         }
         let sent = send_bytes(&self.stream, &out, false, self.ctx.send.progress_timeout).await;
+        let body_bytes = if is_head || bodiless || sent.is_err() { 0 } else { bytes.len() as u64 };
+        self.last_sent = (status, body_bytes);
         // Keep the buffer for the next response unless an error body made it large.
         if out.capacity() <= 64 * 1024 {
             self.out = out;

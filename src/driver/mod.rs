@@ -96,6 +96,8 @@ pub struct DriverContext<S> {
     pub metrics: DriverMetrics,
     /// Per-object download records go here; never blocks.
     pub recorder: DownloadRecorder,
+    /// One line per response when the access log is on; never blocks.
+    pub access_log: Option<crate::access_log::AccessLog>,
 }
 
 impl<S: DataService> DriverContext<S> {
@@ -117,6 +119,7 @@ impl<S: DataService> DriverContext<S> {
             },
             metrics: DriverMetrics::new(),
             recorder,
+            access_log: None,
         }
     }
 }

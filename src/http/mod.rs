@@ -38,6 +38,9 @@ pub struct DataParts {
     pub catalog: Arc<Catalog>,
     pub auth: Authorizer<Arc<Catalog>>,
     pub range_policy: range::RangePolicy,
+    /// Whether responses carry their `access_log::Principal` (only when the access log is on: it costs an
+    /// allocation).
+    pub log_principal: bool,
 }
 
 impl DataState {

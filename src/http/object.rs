@@ -24,6 +24,8 @@ use super::conditional::{self, Precondition, Validators};
 use super::error::ApiError;
 use super::multipart;
 use super::range::{self, RangeDecision};
+use crate::access_log::Principal;
+use crate::auth::Credentials;
 use crate::catalog::representation::{REPR_DIGEST, disposition_value};
 use crate::file_body::{DownloadKind, FileBody, Segment};
 use crate::names::parse_object_path;
@@ -37,6 +39,7 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
     let (bucket_name, key) = parse_object_path(uri.path())?;
     let bucket = app.catalog.bucket(bucket_name.as_str()).await?;
     let credentials = crate::auth::credentials(&headers, uri.query())?;
+    let principal = app.log_principal.then(|| principal_of(&credentials));
     let grant = app.auth.read(&bucket_name, bucket.as_ref(), &key, credentials).await?;
     let entry = app.catalog.object(grant.bucket.id, key.as_str()).await?.ok_or(ApiError::NotFound)?;
 
@@ -86,6 +89,9 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
             representation.remove(&REPR_DIGEST);
             let mut response = (StatusCode::NOT_MODIFIED, representation).into_response();
             response.extensions_mut().insert(entry.object_ref.clone());
+            if let Some(principal) = principal {
+                response.extensions_mut().insert(principal);
+            }
             return Ok(response);
         }
         Precondition::Proceed { honor_range } => honor_range,
@@ -148,10 +154,22 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
         h.insert(header::CONTENT_RANGE, v);
     }
     response.extensions_mut().insert(body);
+    if let Some(principal) = principal {
+        response.extensions_mut().insert(principal);
+    }
     Ok(response)
 }
 
 static ACCEPT_ENCODING: HeaderValue = HeaderValue::from_static("accept-encoding");
+
+/// The access log's principal for `credentials` once they have been accepted.
+fn principal_of(credentials: &Credentials) -> Principal {
+    match credentials {
+        Credentials::Anonymous => Principal::Public,
+        Credentials::Bearer(token) => Principal::Token(crate::auth::token::token_id(token).unwrap_or("?").into()),
+        Credentials::Presigned(params) => Principal::Presigned(params.key_id.as_str().into()),
+    }
+}
 
 fn header_value(v: &str) -> Result<HeaderValue, ApiError> {
     HeaderValue::from_str(v).map_err(|_| ApiError::Internal(anyhow::anyhow!("unrepresentable header value {v:?}")))

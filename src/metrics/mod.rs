@@ -35,6 +35,7 @@ pub const PER_IP_REFUSED: &str = "blobgate_per_ip_refused_connections_total";
 pub const UPLOADS_REFUSED: &str = "blobgate_uploads_refused_total";
 pub const UPLOAD_BODY_TIMEOUTS: &str = "blobgate_upload_body_timeouts_total";
 pub const UPLOADS_IN_PROGRESS: &str = "blobgate_uploads_in_progress";
+pub const ACCESS_LOG_DROPPED: &str = "blobgate_access_log_dropped_total";
 
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 const KINDS: [&str; 6] = ["full", "range", "multipart", "not_modified", "head", "other"];
@@ -79,6 +80,7 @@ fn describe() {
     describe_counter!(IDLE_RECLAIMED, "Idle data connections closed at the connection cap to admit new clients.");
     describe_counter!(PER_IP_REFUSED, "Data connections refused (503) beyond limits.max_connections_per_ip.");
     describe_counter!(UPLOADS_REFUSED, "Uploads refused (503) beyond limits.max_concurrent_uploads.");
+    describe_counter!(ACCESS_LOG_DROPPED, "Access log lines dropped because the log writer was behind.");
     describe_counter!(
         UPLOAD_BODY_TIMEOUTS,
         "Uploads ended (408) because the body sent nothing for timeouts.body_idle or fell below limits.min_upload_rate."

@@ -6,6 +6,7 @@ mod cases;
 mod helpers;
 mod in_process;
 
+mod access_log;
 mod admin;
 mod auth;
 mod bad_input;

@@ -145,9 +145,20 @@ fn timed_calls(path: &Path) -> Vec<Call> {
 /// that is the earliest on tokio's wheel (the handler deadline, or a new connection's idle deadline).
 #[test]
 fn a_small_request_costs_three_syscalls() {
+    small_requests_cost_three_syscalls(false);
+}
+
+/// With the access log on, the data workers still make no write per request: the log's own thread writes.
+#[test]
+fn with_the_access_log_on_a_small_request_still_costs_three_syscalls() {
+    small_requests_cost_three_syscalls(true);
+}
+
+fn small_requests_cost_three_syscalls(access_log: bool) {
     require_tool("strace", "apt package strace");
     const WORKERS: usize = 2;
     let env = TestEnv::new();
+    let log_file = env.dir.path().join("access.log");
     env.bucket("small", false);
     let bytes = test_bytes(4096, 7);
     env.put_bytes("small", "a.bin", &bytes, &[]);
@@ -156,10 +167,11 @@ fn a_small_request_costs_three_syscalls() {
     let trace_file = env.dir.path().join("small.strace");
     let trace_arg = trace_file.to_str().unwrap().to_owned();
     let workers = WORKERS.to_string();
-    let mut server = env.serve_with(
-        &[("BLOBGATE_RUNTIME__DATA_WORKERS", workers.as_str())],
-        &["strace", "-f", "-tt", "-qq", "-s", "0", "-o", &trace_arg],
-    );
+    let mut vars = vec![("BLOBGATE_RUNTIME__DATA_WORKERS", workers.as_str())];
+    if access_log {
+        vars.push(("BLOBGATE_ACCESS_LOG", log_file.to_str().unwrap()));
+    }
+    let mut server = env.serve_with(&vars, &["strace", "-f", "-tt", "-qq", "-s", "0", "-o", &trace_arg]);
     // 100 connections one after another, 4 requests each: a new connection's first idle deadline, registered
     // while its worker has no other timer, is the case that unparked the driver before the timer anchor.
     const CONNECTIONS: u64 = 100;
@@ -174,6 +186,10 @@ fn a_small_request_costs_three_syscalls() {
         }
     }
     assert_eq!(server.stop(), Some(0), "server log:\n{}", server.log());
+    if access_log {
+        let lines = std::fs::read_to_string(&log_file).unwrap().lines().count() as u64;
+        assert_eq!(lines, REQUESTS, "one access log line per request");
+    }
 
     // Only the data workers' threads (those that ran sendfile), from the first accept to the last sendfile:
     // start-up, shutdown, the admin runtime and the stats batcher have their own threads and wake-ups.

@@ -1,0 +1,183 @@
+//! The access log (`BLOBGATE_ACCESS_LOG`): one JSON line per response on both listeners, without credentials,
+//! with the request id the response carries, reopened on SIGHUP.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::helpers::{Conn, TestEnv, path_of_url, raw_request, test_bytes};
+
+/// The log's lines once there are at least `n` (the writer flushes within a fraction of a second).
+fn wait_for_lines(path: &Path, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let lines: Vec<Value> =
+            text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+        if lines.len() >= n {
+            return lines;
+        }
+        assert!(Instant::now() < deadline, "wanted {n} access log lines, have {}:\n{text}", lines.len());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The line whose `request_id` is `id`.
+fn line_for<'a>(lines: &'a [Value], id: Option<&str>) -> &'a Value {
+    let id = id.expect("the response carries X-Request-Id");
+    lines.iter().find(|l| l["request_id"] == id).unwrap_or_else(|| panic!("no line for {id}: {lines:?}"))
+}
+
+#[test]
+fn every_response_is_logged_with_its_fields_and_no_credentials() {
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    env.bucket("priv", false);
+    let object = test_bytes(1000, 7);
+    let put = env.put_bytes("pub", "a.bin", &object, &[]);
+    env.put_bytes("priv", "p.bin", &object, &[]);
+    let token = env.token("priv", "read", &[]);
+    let writer = env.token("priv", "write", &[]);
+    let token_id = &token[3..15];
+    let writer_id = &writer[3..15];
+    let secret = &token[16..];
+    let log = env.dir.path().join("access.log");
+    let server = env.serve_with(&[("BLOBGATE_ACCESS_LOG", log.to_str().unwrap())], &[]);
+
+    let full = server.get("/pub/a.bin", &[("User-Agent", "curl/8.5")]);
+    assert_eq!(full.status, 200);
+    let bearer = format!("Bearer {token}");
+    let range = server.get("/priv/p.bin", &[("Authorization", &bearer), ("Range", "bytes=0-9")]);
+    assert_eq!(range.status, 206);
+    let etag = put["etag"].as_str().unwrap();
+    let not_modified = server.get("/pub/a.bin", &[("If-None-Match", etag)]);
+    assert_eq!(not_modified.status, 304);
+    let refused = server.get("/priv/p.bin", &[]);
+    assert_eq!(refused.status, 401);
+    let url = env.ok(&["presign", "priv", "p.bin", "--base-url", &format!("http://{}", server.data)]);
+    let link = path_of_url(url.trim()).to_owned();
+    let signature = link.split("bg-sig=").nth(1).expect("a signed link").split('&').next().unwrap().to_owned();
+    let key_id = link.split("bg-key=").nth(1).unwrap().split('&').next().unwrap().to_owned();
+    let presigned = server.get(&link, &[]);
+    assert_eq!(presigned.status, 200);
+    let upload = server.admin("PUT", "/priv/up.bin", &[("Authorization", &format!("Bearer {writer}"))], b"hello");
+    assert!(upload.status == 200 || upload.status == 201, "{upload:?}");
+    // Two requests on one connection: the second was preceded by one.
+    let mut conn = Conn::open(server.data);
+    conn.send(&raw_request("GET", "/pub/a.bin", &[], false));
+    let first = conn.read_response(false).unwrap();
+    conn.send(&raw_request("GET", "/pub/a.bin", &[], true));
+    let second = conn.read_response(false).unwrap();
+
+    let lines = wait_for_lines(&log, 8);
+    let l = line_for(&lines, full.header("x-request-id"));
+    assert_eq!(
+        (l["listener"].as_str(), l["method"].as_str(), l["path"].as_str()),
+        (Some("data"), Some("GET"), Some("/pub/a.bin"))
+    );
+    assert_eq!((l["status"].as_u64(), l["bytes"].as_u64()), (Some(200), Some(1000)));
+    assert_eq!(l["encoding"], "identity", "a file body says which coding it sent");
+    assert_eq!((l["principal"].as_str(), l["user_agent"].as_str()), (Some("public"), Some("curl/8.5")));
+    assert!(l["remote"].as_str().unwrap().starts_with("127.0.0.1:"), "{l}");
+    assert!(l["time"].as_str().unwrap().ends_with('Z') && l["time"].as_str().unwrap().contains('T'), "{l}");
+    assert!(l["duration_ms"].as_f64().unwrap() >= 0.0, "{l}");
+    assert_eq!(l["range"], Value::Null);
+    assert_eq!(l["connection_requests"], 0);
+
+    let l = line_for(&lines, range.header("x-request-id"));
+    assert_eq!((l["status"].as_u64(), l["bytes"].as_u64()), (Some(206), Some(10)));
+    assert_eq!((l["principal"].as_str(), l["range"].as_str()), (Some(token_id), Some("bytes=0-9")));
+
+    let l = line_for(&lines, not_modified.header("x-request-id"));
+    assert_eq!(
+        (l["status"].as_u64(), l["bytes"].as_u64(), l["principal"].as_str()),
+        (Some(304), Some(0), Some("public"))
+    );
+
+    let l = line_for(&lines, refused.header("x-request-id"));
+    assert_eq!((l["status"].as_u64(), l["principal"].as_str()), (Some(401), Some("-")));
+
+    let l = line_for(&lines, presigned.header("x-request-id"));
+    assert_eq!((l["status"].as_u64(), l["bytes"].as_u64()), (Some(200), Some(1000)));
+    assert_eq!(
+        (l["path"].as_str(), l["principal"].as_str()),
+        (Some("/priv/p.bin"), Some(format!("presigned:{key_id}").as_str()))
+    );
+    assert!(l.get("query").is_none(), "a signed link's query is all credentials: {l}");
+
+    let l = line_for(&lines, upload.header("x-request-id"));
+    assert_eq!(
+        (l["listener"].as_str(), l["method"].as_str(), l["path"].as_str()),
+        (Some("admin"), Some("PUT"), Some("/priv/up.bin"))
+    );
+    assert_eq!((l["status"].as_u64(), l["principal"].as_str()), (Some(upload.status as u64), Some(writer_id)));
+
+    let (a, b) = (line_for(&lines, first.header("x-request-id")), line_for(&lines, second.header("x-request-id")));
+    assert_eq!((a["connection_requests"].as_u64(), b["connection_requests"].as_u64()), (Some(0), Some(1)));
+
+    let text = std::fs::read_to_string(&log).unwrap();
+    for secret in [secret, &token, &writer[16..], &signature, "bg-sig", "X-Amz-Signature"] {
+        assert!(!text.contains(secret), "the access log holds {secret:?}:\n{text}");
+    }
+}
+
+#[test]
+fn sighup_reopens_the_access_log_for_logrotate() {
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    env.put_bytes("pub", "a.bin", b"abc", &[]);
+    let log = env.dir.path().join("access.log");
+    let server = env.serve_with(&[("BLOBGATE_ACCESS_LOG", log.to_str().unwrap())], &[]);
+    let before = server.get("/pub/a.bin", &[]);
+    assert_eq!(before.status, 200);
+    wait_for_lines(&log, 1);
+
+    let rotated = env.dir.path().join("access.log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    assert!(Command::new("kill").args(["-HUP", &server.pid().to_string()]).status().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !server.log().contains("SIGHUP received") {
+        assert!(Instant::now() < deadline, "SIGHUP not acknowledged:\n{}", server.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let after = server.get("/pub/a.bin", &[]);
+    assert_eq!(after.status, 200);
+
+    let lines = wait_for_lines(&log, 1);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(line_for(&lines, after.header("x-request-id"))["status"], 200);
+    let old = wait_for_lines(&rotated, 1);
+    assert_eq!(old.len(), 1, "{old:?}");
+    assert_eq!(line_for(&old, before.header("x-request-id"))["status"], 200);
+}
+
+#[test]
+fn without_an_access_log_responses_carry_no_request_id() {
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    env.put_bytes("pub", "a.bin", b"abc", &[]);
+    let server = env.serve();
+    let r = server.get("/pub/a.bin", &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-request-id"), None);
+}
+
+#[test]
+fn an_access_log_that_cannot_be_opened_is_refused_at_start() {
+    let env = TestEnv::new();
+    let missing = env.dir.path().join("no-such-dir/access.log");
+    let out = env.cli(&[
+        "--access-log",
+        missing.to_str().unwrap(),
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("blobgate: cannot open the access log") && stderr.contains("access_log"), "{stderr}");
+}
