@@ -41,7 +41,10 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
     let credentials = crate::auth::credentials(&headers, uri.query())?;
     let principal = app.log_principal.then(|| principal_of(&credentials));
     let grant = app.auth.read(&bucket_name, bucket.as_ref(), &key, credentials).await?;
-    let entry = app.catalog.object(grant.bucket.id, key.as_str()).await?.ok_or(ApiError::NotFound)?;
+    // From here on the requester is known, so refusals are logged with who asked.
+    let Some(entry) = app.catalog.object(grant.bucket.id, key.as_str()).await? else {
+        return Ok(with_principal(ApiError::NotFound.into_response(), principal));
+    };
 
     let mut representation = entry.headers.clone();
     super::cors::vary_on_origin(&grant.bucket, &mut representation);
@@ -64,7 +67,7 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
         if entry.available.any() {
             response.headers_mut().append(header::VARY, ACCEPT_ENCODING.clone());
         }
-        response
+        with_principal(response, principal.clone())
     };
     // A private bucket's responses are for their requester only: no shared cache may keep them for the next one
     // (with or without credentials). Presigned responses too; only a public bucket's keep the stored value.
@@ -161,6 +164,14 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
 }
 
 static ACCEPT_ENCODING: HeaderValue = HeaderValue::from_static("accept-encoding");
+
+/// Attaches the access log's principal (when the log is on) to a response.
+fn with_principal(mut response: Response, principal: Option<Principal>) -> Response {
+    if let Some(principal) = principal {
+        response.extensions_mut().insert(principal);
+    }
+    response
+}
 
 /// The access log's principal for `credentials` once they have been accepted.
 fn principal_of(credentials: &Credentials) -> Principal {

@@ -56,6 +56,8 @@ fn every_response_is_logged_with_its_fields_and_no_credentials() {
     assert_eq!(not_modified.status, 304);
     let refused = server.get("/priv/p.bin", &[]);
     assert_eq!(refused.status, 401);
+    let missing = server.get("/priv/none.bin", &[("Authorization", &bearer)]);
+    assert_eq!(missing.status, 404);
     let url = env.ok(&["presign", "priv", "p.bin", "--base-url", &format!("http://{}", server.data)]);
     let link = path_of_url(url.trim()).to_owned();
     let signature = link.split("bg-sig=").nth(1).expect("a signed link").split('&').next().unwrap().to_owned();
@@ -71,7 +73,7 @@ fn every_response_is_logged_with_its_fields_and_no_credentials() {
     conn.send(&raw_request("GET", "/pub/a.bin", &[], true));
     let second = conn.read_response(false).unwrap();
 
-    let lines = wait_for_lines(&log, 8);
+    let lines = wait_for_lines(&log, 9);
     let l = line_for(&lines, full.header("x-request-id"));
     assert_eq!(
         (l["listener"].as_str(), l["method"].as_str(), l["path"].as_str()),
@@ -98,6 +100,9 @@ fn every_response_is_logged_with_its_fields_and_no_credentials() {
 
     let l = line_for(&lines, refused.header("x-request-id"));
     assert_eq!((l["status"].as_u64(), l["principal"].as_str()), (Some(401), Some("-")));
+    // A refusal after authorisation is logged with who asked.
+    let l = line_for(&lines, missing.header("x-request-id"));
+    assert_eq!((l["status"].as_u64(), l["principal"].as_str()), (Some(404), Some(token_id)));
 
     let l = line_for(&lines, presigned.header("x-request-id"));
     assert_eq!((l["status"].as_u64(), l["bytes"].as_u64()), (Some(200), Some(1000)));
