@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
@@ -706,6 +706,21 @@ impl TestEnv {
 
 /// Fails the test, naming the tool and where it comes from (`from`: "apt package curl"), when `tool` is not on
 /// the PATH.
+/// The path of a system daemon (nginx, varnishd) that may live outside `PATH`; fails naming its apt package.
+pub fn system_binary(name: &str, package: &str) -> PathBuf {
+    ["/usr/sbin", "/usr/local/sbin", "/usr/bin"]
+        .into_iter()
+        .map(|dir| Path::new(dir).join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{name} is not installed: scripts/test installs it (apt package {package})"))
+}
+
+/// A loopback address with a port that was free a moment ago, for a helper process to listen on.
+pub fn free_local_addr() -> SocketAddr {
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
 pub fn require_tool(tool: &str, from: &str) {
     let found =
         Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().is_ok_and(|o| o.status.success());

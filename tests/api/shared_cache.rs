@@ -1,8 +1,7 @@
 //! A real shared cache in front: nginx with `proxy_cache`. A private bucket's responses must never be stored
 //! there (RFC 9111 §3.5), or a request without credentials, or with revoked ones, gets the bytes from the cache.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -17,14 +16,9 @@ struct CachingProxy {
 
 impl CachingProxy {
     fn start(upstream: SocketAddr) -> Self {
-        let nginx = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
-            .into_iter()
-            .map(PathBuf::from)
-            .find(|p| p.is_file())
-            .expect("nginx is not installed: scripts/test installs it (apt package nginx)");
+        let nginx = system_binary("nginx", "nginx");
         let dir = tempfile::tempdir().unwrap();
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let addr = free_local_addr();
         let d = dir.path().display();
         // One process, running as us (no worker switching to `nobody`, who could not write the temp dir).
         let conf = format!(

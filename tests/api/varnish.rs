@@ -1,8 +1,8 @@
 //! Behind a real cache: Varnish with its built-in VCL in front of the data listener. What blobgate's stats count is
 //! what reached the origin, so "one download" means the cache answered the rest.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
 use std::process::{Child, Command};
 use std::time::Duration;
 
@@ -49,14 +49,9 @@ struct Varnish {
 
 impl Varnish {
     fn start(backend: SocketAddr) -> Self {
-        let varnishd = ["/usr/sbin/varnishd", "/usr/local/sbin/varnishd", "/usr/bin/varnishd"]
-            .into_iter()
-            .map(PathBuf::from)
-            .find(|p| p.is_file())
-            .expect("varnishd is not installed: scripts/test installs it (apt package varnish)");
+        let varnishd = system_binary("varnishd", "varnish");
         let dir = tempfile::tempdir().unwrap();
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let addr = free_local_addr();
         let vcl_file = dir.path().join("blobgate.vcl");
         std::fs::write(&vcl_file, vcl(backend)).unwrap();
         let log = std::fs::File::create(dir.path().join("varnishd.log")).unwrap();

@@ -296,24 +296,19 @@ impl WriteTx {
         limit: u32,
     ) -> Result<(u64, Vec<String>), MetadataError> {
         let TxBackend::Sqlite(tx) = &mut self.tx;
-        let mut hashes: Vec<String> = sqlx::query_scalar(
-            "DELETE FROM object_variants WHERE bucket_id = ?1
-                 AND key IN (SELECT key FROM objects WHERE bucket_id = ?1 ORDER BY key LIMIT ?2)
-             RETURNING sha256",
-        )
-        .bind(bucket_id)
-        .bind(i64::from(limit))
-        .fetch_all(&mut **tx)
-        .await?;
-        let object_hashes: Vec<String> = sqlx::query_scalar(
-            "DELETE FROM objects WHERE bucket_id = ?1
-                 AND key IN (SELECT key FROM objects WHERE bucket_id = ?1 ORDER BY key LIMIT ?2)
-             RETURNING sha256",
-        )
-        .bind(bucket_id)
-        .bind(i64::from(limit))
-        .fetch_all(&mut **tx)
-        .await?;
+        // The same first keys from both tables: variants first, while their objects still name the keys.
+        let mut deleted = Vec::with_capacity(2);
+        for table in ["object_variants", "objects"] {
+            let sql = format!(
+                "DELETE FROM {table} WHERE bucket_id = ?1
+                     AND key IN (SELECT key FROM objects WHERE bucket_id = ?1 ORDER BY key LIMIT ?2)
+                 RETURNING sha256"
+            );
+            let hashes: Vec<String> =
+                sqlx::query_scalar(&sql).bind(bucket_id).bind(i64::from(limit)).fetch_all(&mut **tx).await?;
+            deleted.push(hashes);
+        }
+        let (object_hashes, mut hashes) = (deleted.pop().unwrap_or_default(), deleted.pop().unwrap_or_default());
         let objects = object_hashes.len() as u64;
         hashes.extend(object_hashes);
         Ok((objects, hashes))
