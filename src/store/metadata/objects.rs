@@ -175,11 +175,7 @@ impl Metadata {
             .bind(default_cache_control.flatten())
             .fetch_optional(&mut **sqlite)
             .await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        tx.commit().await?;
-        Ok(Some(row.into()))
+        commit_bucket_update(tx, row).await
     }
 
     /// Sets (`Some`) or clears (`None`) a bucket's CORS rule, which must be valid. Returns the changed bucket, or
@@ -197,11 +193,7 @@ impl Metadata {
             .bind(rule.map(CorsRule::to_json))
             .fetch_optional(&mut **sqlite)
             .await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        tx.commit().await?;
-        Ok(Some(row.into()))
+        commit_bucket_update(tx, row).await
     }
 
     /// The object, its bucket's default Cache-Control and its variants, read in one read transaction so that they
@@ -432,6 +424,16 @@ fn prefix_upper_bound(prefix: &str) -> Option<String> {
         }
     }
     None
+}
+
+/// Commits a bucket update that returned `row` (the changed bucket, or `None` when there was no such bucket, in
+/// which case nothing changed and the transaction is dropped).
+async fn commit_bucket_update(tx: WriteTx, row: Option<BucketRow>) -> Result<Option<Bucket>, MetadataError> {
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    tx.commit().await?;
+    Ok(Some(row.into()))
 }
 
 #[cfg(test)]
