@@ -294,6 +294,19 @@ fn an_invalid_log_filter_fails_at_start_naming_its_key() {
     assert!(wait_for(Duration::from_secs(2), || server.log().contains("blobgate is serving")), "{}", server.log());
 }
 
+/// Child processes that are killed when the test ends, failed or not (a failed assertion must not leave servers
+/// running).
+struct KillOnDrop(Vec<std::process::Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 #[test]
 fn of_two_gateways_started_at_once_on_one_address_exactly_one_serves() {
     use std::process::Stdio;
@@ -301,13 +314,15 @@ fn of_two_gateways_started_at_once_on_one_address_exactly_one_serves() {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let listen = format!("127.0.0.1:{port}");
         let envs = [TestEnv::new(), TestEnv::new()];
-        let mut children: Vec<_> = envs
-            .iter()
-            .map(|env| {
-                let mut cmd = env.serve_command(&listen, "127.0.0.1:0");
-                cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn serve")
-            })
-            .collect();
+        let mut children = KillOnDrop(
+            envs.iter()
+                .map(|env| {
+                    let mut cmd = env.serve_command(&listen, "127.0.0.1:0");
+                    cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn serve")
+                })
+                .collect(),
+        );
+        let children = &mut children.0;
         // The loser exits at once; the winner keeps serving.
         let mut exited = None;
         let decided = wait_for(Duration::from_secs(20), || {
