@@ -726,3 +726,41 @@ pub fn require_tool(tool: &str, from: &str) {
         Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().is_ok_and(|o| o.status.success());
     assert!(found, "this test needs {tool} ({from}; scripts/test installs it)");
 }
+
+/// The throw-away PostgreSQL cluster that `scripts/test` starts (`scripts/pg-cluster`), as its superuser URL.
+pub fn postgres_server_url() -> String {
+    std::env::var("BLOBGATE_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+        panic!(
+            "BLOBGATE_TEST_POSTGRES_URL is not set: run the tests with scripts/test, which starts a throw-away \
+             PostgreSQL cluster (or `scripts/pg-cluster start DIR` and export the URL it prints)"
+        )
+    })
+}
+
+/// A fresh, empty database on the test cluster, for one test: its URL. Dropped by the cluster's removal at the
+/// end of the run.
+pub fn postgres_database() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let server = postgres_server_url();
+    let name = format!(
+        "t_{}_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        rand_suffix()
+    );
+    require_tool("psql", "apt package postgresql-client");
+    let out = Command::new("psql")
+        .args([server.as_str(), "-v", "ON_ERROR_STOP=1", "-qc", &format!("CREATE DATABASE {name}")])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "CREATE DATABASE {name}: {}", String::from_utf8_lossy(&out.stderr));
+    let (base, _) = server.rsplit_once('/').expect("the server URL ends in /DATABASE");
+    format!("{base}/{name}")
+}
+
+fn rand_suffix() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
+    h.finish() as u32
+}
