@@ -13,6 +13,7 @@
 //! application's state: refusals are [`AuthError`]s, which `http::error` turns into responses and metric labels.
 
 pub mod presign;
+pub mod sigv4;
 pub mod token;
 
 use std::future::Future;
