@@ -115,6 +115,8 @@ pub struct ChunkedDecoder {
     /// Trailer lines as received (except the signature), for the trailer signature.
     trailer_lines: Vec<(String, String)>,
     trailer_signature_seen: bool,
+    /// Whether an empty line came straight after the final chunk, before any trailer line (some SDKs send one).
+    blank_before_trailer: bool,
 }
 
 /// Which checksum the body must carry, and where it comes from.
@@ -166,6 +168,7 @@ impl ChunkedDecoder {
             checksummer,
             trailer_lines: Vec::new(),
             trailer_signature_seen: false,
+            blank_before_trailer: false,
         }
     }
 
@@ -257,9 +260,20 @@ impl ChunkedDecoder {
     /// The verdict once the input has ended: the body must be complete, of `x-amz-decoded-content-length`
     /// bytes, and its checksum must match.
     pub fn finish(&mut self) -> Result<Verdict, SigV4Error> {
-        // Some clients end the body right after the trailer lines, without the empty line.
-        if self.state == State::Trailer && self.line.is_empty() && !self.trailer_lines.is_empty() {
-            self.end_of_trailer()?;
+        // Some clients end the body right after the trailer lines, without the empty line (or even without the
+        // last CRLF).
+        if self.state == State::Trailer {
+            if !self.line.is_empty() {
+                let line = std::mem::take(&mut self.line);
+                if line.ends_with(b"\r") {
+                    return Err(malformed("an aws-chunked line does not end with CRLF"));
+                }
+                self.trailer_line(&line)?;
+            }
+            let started = self.blank_before_trailer || self.trailer_signature_seen || !self.trailer_lines.is_empty();
+            if self.state == State::Trailer && started {
+                self.end_of_trailer()?;
+            }
         }
         if self.state != State::Done {
             return Err(SigV4Error::IncompleteBody);
@@ -377,6 +391,11 @@ impl ChunkedDecoder {
     }
 
     fn trailer_line(&mut self, line: &[u8]) -> Result<(), SigV4Error> {
+        let nothing_yet = self.trailer_lines.is_empty() && !self.trailer_signature_seen && !self.blank_before_trailer;
+        if line.is_empty() && self.framing.has_trailer() && nothing_yet {
+            self.blank_before_trailer = true;
+            return Ok(());
+        }
         if line.is_empty() {
             return self.end_of_trailer();
         }

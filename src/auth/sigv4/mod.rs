@@ -382,3 +382,6 @@ pub fn check_payload_sha256(signed: &[u8; 32], received: &[u8; 32]) -> Result<()
 }
 
 mod parsing;
+
+#[cfg(test)]
+mod tests;
