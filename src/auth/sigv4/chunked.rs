@@ -311,7 +311,7 @@ impl ChunkedDecoder {
         let remaining = remaining - data.len() as u64;
         self.state = State::Data { remaining };
         if remaining == 0 {
-            let digest = self.chunk_hash.replace(Sha256::new()).map(|h| h.finalize());
+            let digest = self.chunk_hash.as_mut().map(|hash| std::mem::take(hash).finalize());
             if let Some(digest) = digest {
                 self.check_chunk_signature(&hex::encode(digest))?;
             }

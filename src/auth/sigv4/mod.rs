@@ -384,4 +384,6 @@ pub fn check_payload_sha256(signed: &[u8; 32], received: &[u8; 32]) -> Result<()
 mod parsing;
 
 #[cfg(test)]
+mod botocore_tests;
+#[cfg(test)]
 mod tests;
