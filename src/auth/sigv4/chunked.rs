@@ -503,6 +503,20 @@ pub fn trailer_algorithm(headers: &HeaderMap) -> Result<Option<ChecksumAlgorithm
     Ok(found)
 }
 
+/// The `Content-Encoding` to store for an upload: the request's codings without `aws-chunked` (S3 drops it, as it
+/// only describes the transfer), `None` when nothing is left.
+pub fn stored_content_encoding(headers: &HeaderMap) -> Option<String> {
+    let codings: Vec<&str> = headers
+        .get_all(http::header::CONTENT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("aws-chunked"))
+        .collect();
+    (!codings.is_empty()).then(|| codings.join(", "))
+}
+
 /// A checksum sent as an `x-amz-checksum-*` request header, if any (at most one).
 pub fn header_checksum(headers: &HeaderMap) -> Result<Option<Checksum>, SigV4Error> {
     let mut found = None;
@@ -705,6 +719,16 @@ mod tests {
         );
         let presigned = Verified { streaming: None, ..verified(PayloadHash::StreamingSigned) };
         assert_eq!(code(&presigned, &[("x-amz-decoded-content-length", "1")]), Some("InvalidRequest"));
+    }
+
+    #[test]
+    fn aws_chunked_is_not_a_stored_content_encoding() {
+        let encoding = |pairs: &[(&str, &str)]| stored_content_encoding(&headers(pairs));
+        assert_eq!(encoding(&[]), None);
+        assert_eq!(encoding(&[("content-encoding", "aws-chunked")]), None);
+        assert_eq!(encoding(&[("content-encoding", "AWS-Chunked, gzip")]), Some("gzip".into()));
+        assert_eq!(encoding(&[("content-encoding", "aws-chunked"), ("content-encoding", "br")]), Some("br".into()));
+        assert_eq!(encoding(&[("content-encoding", "gzip")]), Some("gzip".into()));
     }
 
     #[test]

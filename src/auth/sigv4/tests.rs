@@ -510,6 +510,12 @@ fn the_key_cache_derives_once_per_day_and_never_serves_another_secret() {
         cache.signing_key(&format!("K{i}"), SECRET, "20130524", REGION);
     }
     assert!(cache.keys.len() <= 2, "{}", cache.keys.len());
+    // A hit is served from the cache (found by its borrowed form): a planted entry comes back, for its secret only.
+    let planted = SigningKey([9; 32]);
+    let id = (AKID.to_owned(), "20130601".to_owned(), REGION.to_owned());
+    cache.keys.insert(id, std::sync::Arc::new(CachedKey { secret: SECRET.into(), key: planted.clone() }));
+    assert_eq!(cache.signing_key(AKID, SECRET, "20130601", REGION), planted);
+    assert_ne!(cache.signing_key(AKID, b"other", "20130601", REGION), planted);
     assert_eq!(format!("{key:?}"), "SigningKey(..)");
     // The documentation's example signature verifies through a warm cache too.
     let h = get_object_headers(GET_OBJECT_SIGNATURE);
