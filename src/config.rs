@@ -174,6 +174,11 @@ pub struct Timeouts {
     /// How long an upload body on the admin listener may send nothing before it gets 408 (nothing is stored).
     #[serde(with = "humantime_serde")]
     pub body_idle: Duration,
+    /// The start-up sweep removes a temp file of no live local process, or an unreferenced blob, only when it has
+    /// not been modified for this long: a peer sharing the data dir (another host, another container) may still be
+    /// writing it. Keep it well above `body_idle` plus the clock skew between hosts.
+    #[serde(with = "humantime_serde")]
+    pub sweep_grace: Duration,
 }
 
 impl Default for Settings {
@@ -220,6 +225,7 @@ impl Default for Timeouts {
             shutdown_grace: Duration::from_secs(30),
             sqlite_busy: Duration::from_secs(10),
             body_idle: Duration::from_secs(30),
+            sweep_grace: Duration::from_secs(3600),
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod metadata;
 pub mod precompress;
 pub mod sealing;
 pub mod secrets_key;
+pub mod staging;
 
 use std::path::Path;
 use std::time::Duration;
@@ -263,11 +264,13 @@ impl Store {
     }
 
     /// Removes temp leftovers and blobs that no object references (after a crash between rename and commit), and
-    /// puts back blobs retired by a delete that never committed.
-    pub async fn sweep(&self) -> anyhow::Result<SweepReport> {
+    /// puts back blobs retired by a delete that never committed. Safe beside live peers sharing the data dir: a
+    /// temp file goes only when its owner is a dead process on this host or it has been idle for `grace`, and an
+    /// unreferenced blob only when idle for `grace` and still unreferenced under the blob-reference lock.
+    pub async fn sweep(&self, grace: Duration) -> anyhow::Result<SweepReport> {
         let blobs = self.blobs.clone();
         let (mut temp_files, retired) =
-            tokio::task::spawn_blocking(move || blobs.sweep_temp_files()).await.context("sweep task failed")??;
+            tokio::task::spawn_blocking(move || blobs.sweep_temp_files(grace)).await.context("sweep task failed")??;
         let mut restored_blobs = 0;
         if !retired.is_empty() {
             // Under the write lock no delete is between its retire and its commit. A retired blob whose hash a
@@ -278,15 +281,15 @@ impl Store {
                 if tx.blob_is_referenced(r.sha256()).await? && !r.blob_present() {
                     r.restore().context("cannot restore a retired blob that is still referenced")?;
                     restored_blobs += 1;
-                } else {
-                    r.discard();
+                } else if r.discard() {
                     temp_files += 1;
                 }
             }
             tx.commit().await?;
         }
         let blobs = self.blobs.clone();
-        let hashes = tokio::task::spawn_blocking(move || blobs.list_hashes()).await.context("sweep task failed")??;
+        let hashes =
+            tokio::task::spawn_blocking(move || blobs.hashes_idle_for(grace)).await.context("sweep task failed")??;
         let mut candidates = Vec::new();
         for sha in hashes {
             if !self.meta.blob_is_referenced(&sha).await? {
@@ -304,8 +307,8 @@ impl Store {
                 }
             }
             tx.commit().await?;
-            unreferenced_blobs = retired.len();
-            retired.into_iter().for_each(blobs::RetiredBlob::discard);
+            unreferenced_blobs =
+                retired.into_iter().map(blobs::RetiredBlob::discard).filter(|removed| *removed).count();
         }
         Ok(SweepReport { temp_files, unreferenced_blobs, restored_blobs })
     }
@@ -348,7 +351,9 @@ impl Store {
 async fn finish_commit(tx: WriteTx, retired: impl IntoIterator<Item = blobs::RetiredBlob>) -> Result<(), StoreError> {
     match tx.commit().await {
         Ok(()) => {
-            retired.into_iter().for_each(blobs::RetiredBlob::discard);
+            for r in retired {
+                r.discard();
+            }
             Ok(())
         }
         Err(e) => {
@@ -504,7 +509,7 @@ mod tests {
         let k = ObjectKey::parse("app.js").unwrap();
         let vs = vec![variant(&store, ContentCoding::Br, b"br")];
         store.put_with_variants(&b, &k, stage(&store, b"plain"), ObjectAttrs::default(), vs).await.unwrap();
-        let report = store.sweep().await.unwrap();
+        let report = store.sweep(Duration::ZERO).await.unwrap();
         assert_eq!(report.unreferenced_blobs, 0, "a variant's blob is referenced");
         assert_eq!(store.blobs.list_hashes().unwrap().len(), 2);
     }
@@ -567,7 +572,7 @@ mod tests {
         // One whose commit went through but that died before the unlink.
         std::mem::forget(store.blobs.retire(&gone_sha).unwrap().unwrap());
         store.delete(&b, &gone).await.unwrap();
-        let report = store.sweep().await.unwrap();
+        let report = store.sweep(Duration::ZERO).await.unwrap();
         assert_eq!((report.restored_blobs, report.temp_files), (1, 1));
         assert!(store.blobs.path_of(&kept_sha).is_file(), "the referenced blob is back");
         assert!(!store.blobs.path_of(&gone_sha).exists());
@@ -579,9 +584,24 @@ mod tests {
         let (_dir, store) = store().await;
         let staged = stage(&store, b"orphan");
         store.blobs.install(&staged).unwrap();
-        let report = store.sweep().await.unwrap();
+        let report = store.sweep(Duration::ZERO).await.unwrap();
         assert_eq!(report.unreferenced_blobs, 1);
         assert!(store.blobs.list_hashes().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_sweep_leaves_unreferenced_blobs_younger_than_the_grace_period() {
+        let (_dir, store) = store().await;
+        let staged = stage(&store, b"a peer's, its row on the way");
+        store.blobs.install(&staged).unwrap();
+        let report = store.sweep(Duration::from_secs(3600)).await.unwrap();
+        assert_eq!(report, SweepReport::default());
+        assert!(store.blobs.path_of(&staged.sha256).is_file());
+        let path = store.blobs.path_of(&staged.sha256);
+        let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+        std::fs::File::options().write(true).open(&path).unwrap().set_modified(an_hour_ago).unwrap();
+        assert_eq!(store.sweep(Duration::from_secs(3600)).await.unwrap().unreferenced_blobs, 1);
+        assert!(!path.exists());
     }
 
     #[tokio::test]
