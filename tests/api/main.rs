@@ -21,6 +21,7 @@ mod lifecycle;
 mod limits;
 mod permissions;
 mod service;
+mod shared_blobs;
 mod shared_cache;
 mod slow_readers;
 mod stats;
