@@ -53,17 +53,15 @@ fn at_once<A: Send, B: Send>(a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B
     })
 }
 
-#[test]
-fn a_peers_slow_upload_survives_another_servers_startup_sweep_and_completes_byte_exact() {
+/// Trickles a 2 MiB upload into one server over several seconds and starts `peer` (a second server on the same
+/// data dir, its start-up sweep included) while the upload's temp file has been idle for 1.5 s: the upload must
+/// survive and complete byte-exact, and the peer must serve it.
+fn a_slow_upload_survives_a_peer_starting(uploader_env: &[(&str, &str)], peer: impl FnOnce(&TestEnv) -> Server) {
     let env = TestEnv::new();
     env.bucket("box", false);
     let (writer, reader) = (env.token("box", "write", &[]), env.token("box", "read", &[]));
-    // A short grace period, so that the upload's temp file is past it when the peer sweeps: only its owner being
-    // a live process keeps it.
-    let grace = [("BLOBGATE_TIMEOUTS__SWEEP_GRACE", "1s")];
-    let uploader = env.serve_with(&grace, &[]);
+    let uploader = env.serve_with(uploader_env, &[]);
     let body = test_bytes(2 << 20, 14);
-    let piece = 128 << 10;
     let mut conn = Conn::open(uploader.admin);
     conn.send(
         format!(
@@ -72,7 +70,7 @@ fn a_peers_slow_upload_survives_another_servers_startup_sweep_and_completes_byte
         )
         .as_bytes(),
     );
-    let mut pieces = body.chunks(piece);
+    let mut pieces = body.chunks(128 << 10);
     // The first 512 KiB reach the disk as one batch: the temp file appears.
     for chunk in pieces.by_ref().take(4) {
         conn.send(chunk);
@@ -82,7 +80,7 @@ fn a_peers_slow_upload_survives_another_servers_startup_sweep_and_completes_byte
     let staged = env.tmp_files().remove(0);
     std::thread::sleep(Duration::from_millis(1500));
 
-    let peer = env.serve_with(&grace, &[]);
+    let peer = peer(&env);
     assert!(staged.exists(), "the peer's start-up sweep removed a live upload; log:\n{}", peer.log());
     assert!(!peer.log().contains("start-up sweep removed leftovers"), "{}", peer.log());
     let started = Instant::now();
@@ -100,6 +98,24 @@ fn a_peers_slow_upload_survives_another_servers_startup_sweep_and_completes_byte
     assert!(downloaded.body == body, "the peer serves the upload byte-exact");
     assert_eq!(env.blob_files(), vec![env.blob_path(&sha256_hex(&body))]);
     assert!(env.tmp_files().is_empty(), "{:?}", env.tmp_files());
+}
+
+#[test]
+fn a_peers_slow_upload_survives_another_servers_startup_sweep_and_completes_byte_exact() {
+    // A grace period shorter than the upload's idle time: only its owner being a live process on this host keeps
+    // the temp file.
+    let grace = [("BLOBGATE_TIMEOUTS__SWEEP_GRACE", "1s")];
+    a_slow_upload_survives_a_peer_starting(&grace, |env| env.serve_with(&grace, &[]));
+}
+
+#[test]
+fn a_slow_upload_survives_the_sweep_of_a_peer_that_cannot_see_its_pid() {
+    // The peer in a pid namespace of its own, as in another container: the uploader's pid means nothing there,
+    // so the temp file counts as another host's and is kept by the grace period (the default, 1h).
+    require_tool("unshare", "apt package util-linux");
+    let in_own_pid_namespace =
+        ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "--kill-child"];
+    a_slow_upload_survives_a_peer_starting(&[], |env| env.serve_with(&[], &in_own_pid_namespace));
 }
 
 #[test]
