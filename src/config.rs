@@ -176,7 +176,8 @@ pub struct Timeouts {
     pub body_idle: Duration,
     /// The start-up sweep removes a temp file of no live local process, or an unreferenced blob, only when it has
     /// not been modified for this long: a peer sharing the data dir (another host, another container) may still be
-    /// writing it. Keep it well above `body_idle` plus the clock skew between hosts.
+    /// writing it. Keep it above the longest a live writer leaves its temp file untouched (one 512 KiB write batch
+    /// at `limits.min_upload_rate`: about 17 min at the default) plus the clock skew between hosts.
     #[serde(with = "humantime_serde")]
     pub sweep_grace: Duration,
 }

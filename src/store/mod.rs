@@ -6,7 +6,9 @@
 //! `Metadata::lock_blob_refs`: while it is held, no one else adds or drops a blob reference. So a crash at any point
 //! leaves either the old object or the new one visible, never a partial one; what it can leave behind is an
 //! unreferenced blob or a temp file, which `Store::sweep` removes at start-up, or a retired blob whose delete
-//! never committed, which the sweep puts back (its row still references it).
+//! never committed, which the sweep puts back (its row still references it). The data dir may be shared by live
+//! peers (other replicas, on this host or others), so the sweep removes only what no live process is doing
+//! (`store::staging`, `timeouts.sweep_grace`; ARCHITECTURE.md, "Shared blob directory").
 
 pub mod blobs;
 pub mod metadata;
