@@ -7,53 +7,80 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{ConnectOptions, Connection};
 
 use super::generation::Generation;
 use super::{Backend, ChangeFeed, Metadata};
-use crate::config::DatabaseUrl;
+use crate::config::{DatabaseUrl, PostgresUrl};
 
 /// The embedded migrations: applied by `open`, compared by `open_read_only`.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+/// PostgreSQL's own migrations (its schema is written in its own dialect), tracked in that database.
+static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// How long opening a PostgreSQL database may take (a host that drops packets would otherwise hang a start for
+/// the kernel's TCP timeout, minutes), and how long any later wait for a pooled connection may take.
+pub const PG_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Metadata {
     /// Opens (creating if needed) the database and applies the embedded migrations. The change feed's counter
     /// lives in `data_dir`, shared with every process that opens it.
+    /// PostgreSQL: the counter is private to this process (see `changes.rs`); several processes may apply the
+    /// migrations at once (sqlx serialises them with an advisory lock).
     pub async fn open(database: &DatabaseUrl, data_dir: &Path, busy_timeout: Duration) -> anyhow::Result<Self> {
-        let DatabaseUrl::Sqlite(path) = database;
-        let generation = Arc::new(Generation::open(data_dir)?);
-        let pool = open_sqlite(path, busy_timeout).await?;
-        MIGRATOR.run(&pool).await.context("cannot apply database migrations")?;
-        let backend = Backend::Sqlite(pool);
-        Ok(Self { feed: ChangeFeed::new(generation, backend.clone()), backend, read_only: false, secrets_key: None })
+        let (backend, generation) = match database {
+            DatabaseUrl::Sqlite(path) => {
+                let generation = Generation::open(data_dir)?;
+                let pool = open_sqlite(path, busy_timeout).await?;
+                MIGRATOR.run(&pool).await.context("cannot apply database migrations")?;
+                (Backend::Sqlite(pool), generation)
+            }
+            DatabaseUrl::Postgres(url) => {
+                let pool = open_postgres(url, false).await?;
+                PG_MIGRATOR.run(&pool).await.with_context(|| format!("cannot apply the migrations to {url}"))?;
+                (Backend::Postgres(pool), Generation::private()?)
+            }
+        };
+        let feed = ChangeFeed::new(Arc::new(generation), backend.clone());
+        Ok(Self { feed, backend, read_only: false, secrets_key: None })
     }
 
     /// Opens an existing database for reading only: no migrations, no writes, no files created, so it works in a
     /// read-only data dir. Check `needs_migration` before trusting the schema.
+    /// PostgreSQL: every transaction is read-only (`default_transaction_read_only`).
     pub async fn open_read_only(database: &DatabaseUrl, busy_timeout: Duration) -> anyhow::Result<Self> {
-        let DatabaseUrl::Sqlite(path) = database;
-        let pool = open_sqlite_read_only(path, busy_timeout).await?;
+        let backend = match database {
+            DatabaseUrl::Sqlite(path) => Backend::Sqlite(open_sqlite_read_only(path, busy_timeout).await?),
+            DatabaseUrl::Postgres(url) => Backend::Postgres(open_postgres(url, true).await?),
+        };
         // Nothing is written, so nothing needs to reach other processes: a private counter.
         let generation = Arc::new(Generation::private()?);
-        let backend = Backend::Sqlite(pool);
         Ok(Self { feed: ChangeFeed::new(generation, backend.clone()), backend, read_only: true, secrets_key: None })
     }
 
     /// Whether the database lacks migrations this binary embeds (a read-only open cannot apply them).
     pub async fn needs_migration(&self) -> bool {
-        let Backend::Sqlite(pool) = &self.backend;
-        let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
-        let applied: Result<i64, _> =
+        let migrator = match &self.backend {
+            Backend::Sqlite(_) => &MIGRATOR,
+            Backend::Postgres(_) => &PG_MIGRATOR,
+        };
+        let latest = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+        let applied: Result<i64, _> = with_pool!(&self.backend, pool =>
             sqlx::query_scalar("SELECT coalesce(max(version), 0) FROM _sqlx_migrations WHERE success")
                 .fetch_one(pool)
-                .await;
+                .await);
         applied.map_or(true, |v| v < latest)
     }
 
     /// Folds the WAL into the database file and truncates it, then closes. The next process then starts with
     /// an empty WAL instead of reading this one's frames back.
     pub async fn close(&self) {
-        let Backend::Sqlite(pool) = &self.backend;
+        let pool = match &self.backend {
+            Backend::Sqlite(pool) => pool,
+            Backend::Postgres(pool) => return pool.close().await,
+        };
         if self.read_only {
             return pool.close().await;
         }
@@ -96,6 +123,37 @@ async fn open_sqlite(path: &Path, busy_timeout: Duration) -> anyhow::Result<sqlx
         .connect_with(options)
         .await
         .with_context(|| format!("cannot open database {}", path.display()))
+}
+
+/// Connects once, within [`PG_CONNECT_TIMEOUT`], so that a wrong password, an unknown database or an unreachable
+/// host fails at start with its own reason, then opens the pool. Every message names `database.url` and where it
+/// points, never the password.
+async fn open_postgres(url: &PostgresUrl, read_only: bool) -> anyhow::Result<sqlx::PgPool> {
+    let mut options = PgConnectOptions::from_str(url.expose_secret())
+        .map_err(|e| anyhow::anyhow!("database.url is not a valid PostgreSQL URL ({url}): {e}"))?
+        .application_name("blobgate");
+    if read_only {
+        options = options.options([("default_transaction_read_only", "on")]);
+    }
+    let first = match tokio::time::timeout(PG_CONNECT_TIMEOUT, options.connect()).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => anyhow::bail!("database.url: cannot connect to {url}: {}", one_line(&e)),
+        Err(_) => {
+            anyhow::bail!("database.url: cannot connect to {url}: no answer within {}s", PG_CONNECT_TIMEOUT.as_secs())
+        }
+    };
+    first.close().await.ok();
+    PgPoolOptions::new()
+        .max_connections(8)
+        .acquire_timeout(PG_CONNECT_TIMEOUT)
+        .connect_with(options)
+        .await
+        .map_err(|e| anyhow::anyhow!("database.url: cannot connect to {url}: {}", one_line(&e)))
+}
+
+/// An error's message on one line (the server's messages may carry a detail line).
+fn one_line(e: &sqlx::Error) -> String {
+    e.to_string().lines().map(str::trim).collect::<Vec<_>>().join(" ")
 }
 
 /// `mode=ro`. Even a read-only SQLite connection creates the `-wal` and `-shm` files of a WAL database when they
