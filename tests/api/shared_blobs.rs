@@ -1,7 +1,8 @@
 //! A blob directory shared by several processes (issue 14, ARCHITECTURE.md "Shared blob directory"): two real
-//! `serve` processes on one data dir and one database (SQLite, through WAL and the shared generation file). A
-//! start-up sweep never removes what a live peer is doing; concurrent writers end consistent, with no orphan blob;
-//! a blob goes exactly once, with its last reference.
+//! `serve` processes on one data dir and one database, run once on each backend (SQLite, through WAL and the
+//! shared generation file; PostgreSQL, on the test cluster). A start-up sweep never removes what a live peer is
+//! doing; concurrent writers end consistent, with no orphan blob; a blob goes exactly once, with its last
+//! reference.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,6 +13,84 @@ use blobgate::store::blobs::{process_start_ticks, this_process};
 use blobgate::store::staging::{StageOwner, stage_name};
 
 use crate::helpers::*;
+
+/// The metadata database the processes share.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Db {
+    Sqlite,
+    Postgres,
+}
+
+/// One data dir and one database for several processes: every CLI command and server it starts uses both.
+struct Shared {
+    env: TestEnv,
+    db: Db,
+    /// `BLOBGATE_DATABASE_URL` for PostgreSQL; empty for SQLite (`blobgate.db` in the data dir).
+    database: Vec<(&'static str, String)>,
+}
+
+impl Shared {
+    fn new(db: Db) -> Self {
+        let database = match db {
+            Db::Sqlite => Vec::new(),
+            Db::Postgres => vec![("BLOBGATE_DATABASE_URL", postgres_database())],
+        };
+        Self { env: TestEnv::new(), db, database }
+    }
+
+    fn vars<'a>(&'a self, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        self.database.iter().map(|(k, v)| (*k, v.as_str())).chain(extra.iter().copied()).collect()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.env.cli_env(args, &self.vars(&[]));
+        assert!(out.status.success(), "blobgate {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).expect("utf-8 stdout").trim().to_owned()
+    }
+
+    /// A private bucket `box` and a write and a read token for it.
+    fn bucket_with_tokens(&self) -> (String, String) {
+        self.ok(&["bucket", "create", "box"]);
+        let sqlite_file = self.env.data_dir().join("blobgate.db").exists();
+        assert_eq!(sqlite_file, self.db == Db::Sqlite, "the metadata is in the backend under test");
+        let token = |scope| self.ok(&["token", "create", "--bucket", "box", "--scope", scope]);
+        (token("write"), token("read"))
+    }
+
+    fn serve_with(&self, extra: &[(&str, &str)], wrapper: &[&str]) -> Server {
+        self.env.serve_with(&self.vars(extra), wrapper)
+    }
+
+    fn serve(&self) -> Server {
+        self.serve_with(&[], &[])
+    }
+}
+
+/// Each test once per backend: `on_sqlite::NAME` and `on_postgres::NAME`.
+macro_rules! on_both_backends {
+    ($($test:ident),* $(,)?) => {
+        mod on_sqlite {
+            $(#[test]
+            fn $test() {
+                super::$test(super::Db::Sqlite)
+            })*
+        }
+        mod on_postgres {
+            $(#[test]
+            fn $test() {
+                super::$test(super::Db::Postgres)
+            })*
+        }
+    };
+}
+
+on_both_backends!(
+    a_peers_slow_upload_survives_another_servers_startup_sweep_and_completes_byte_exact,
+    a_slow_upload_survives_the_sweep_of_a_peer_that_cannot_see_its_pid,
+    temp_files_go_when_their_owner_on_this_host_is_dead_or_when_another_hosts_pass_the_grace_period,
+    two_servers_writing_one_key_at_once_end_consistent_with_no_orphan_blob,
+    a_blob_shared_by_two_keys_is_unlinked_once_when_its_last_reference_goes,
+);
 
 /// A host id no machine has (ids are hashes; this one is all zeros).
 const OTHER_HOST: &str = "0000000000000000";
@@ -56,11 +135,11 @@ fn at_once<A: Send, B: Send>(a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B
 /// Trickles a 2 MiB upload into one server over several seconds and starts `peer` (a second server on the same
 /// data dir, its start-up sweep included) while the upload's temp file has been idle for 1.5 s: the upload must
 /// survive and complete byte-exact, and the peer must serve it.
-fn a_slow_upload_survives_a_peer_starting(uploader_env: &[(&str, &str)], peer: impl FnOnce(&TestEnv) -> Server) {
-    let env = TestEnv::new();
-    env.bucket("box", false);
-    let (writer, reader) = (env.token("box", "write", &[]), env.token("box", "read", &[]));
-    let uploader = env.serve_with(uploader_env, &[]);
+fn a_slow_upload_survives_a_peer_starting(db: Db, uploader_env: &[(&str, &str)], peer: impl FnOnce(&Shared) -> Server) {
+    let shared = Shared::new(db);
+    let env = &shared.env;
+    let (writer, reader) = shared.bucket_with_tokens();
+    let uploader = shared.serve_with(uploader_env, &[]);
     let body = test_bytes(2 << 20, 14);
     let mut conn = Conn::open(uploader.admin);
     conn.send(
@@ -80,7 +159,7 @@ fn a_slow_upload_survives_a_peer_starting(uploader_env: &[(&str, &str)], peer: i
     let staged = env.tmp_files().remove(0);
     std::thread::sleep(Duration::from_millis(1500));
 
-    let peer = peer(&env);
+    let peer = peer(&shared);
     assert!(staged.exists(), "the peer's start-up sweep removed a live upload; log:\n{}", peer.log());
     assert!(!peer.log().contains("start-up sweep removed leftovers"), "{}", peer.log());
     let started = Instant::now();
@@ -100,43 +179,41 @@ fn a_slow_upload_survives_a_peer_starting(uploader_env: &[(&str, &str)], peer: i
     assert!(env.tmp_files().is_empty(), "{:?}", env.tmp_files());
 }
 
-#[test]
-fn a_peers_slow_upload_survives_another_servers_startup_sweep_and_completes_byte_exact() {
+fn a_peers_slow_upload_survives_another_servers_startup_sweep_and_completes_byte_exact(db: Db) {
     // A grace period shorter than the upload's idle time: only its owner being a live process on this host keeps
     // the temp file.
     let grace = [("BLOBGATE_TIMEOUTS__SWEEP_GRACE", "1s")];
-    a_slow_upload_survives_a_peer_starting(&grace, |env| env.serve_with(&grace, &[]));
+    a_slow_upload_survives_a_peer_starting(db, &grace, |shared| shared.serve_with(&grace, &[]));
 }
 
-#[test]
-fn a_slow_upload_survives_the_sweep_of_a_peer_that_cannot_see_its_pid() {
+fn a_slow_upload_survives_the_sweep_of_a_peer_that_cannot_see_its_pid(db: Db) {
     // The peer in a pid namespace of its own, as in another container: the uploader's pid means nothing there,
     // so the temp file counts as another host's and is kept by the grace period (the default, 1h).
     require_tool("unshare", "apt package util-linux");
     let in_own_pid_namespace =
         ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "--kill-child"];
-    a_slow_upload_survives_a_peer_starting(&[], |env| env.serve_with(&[], &in_own_pid_namespace));
+    a_slow_upload_survives_a_peer_starting(db, &[], |shared| shared.serve_with(&[], &in_own_pid_namespace));
 }
 
-#[test]
-fn temp_files_go_when_their_owner_on_this_host_is_dead_or_when_another_hosts_pass_the_grace_period() {
-    let env = TestEnv::new();
-    env.bucket("box", false);
+fn temp_files_go_when_their_owner_on_this_host_is_dead_or_when_another_hosts_pass_the_grace_period(db: Db) {
+    let shared = Shared::new(db);
+    let env = &shared.env;
+    shared.bucket_with_tokens();
     let hour = Duration::from_secs(3600);
     let mut sleeper = Command::new("sleep").arg("120").spawn().expect("run sleep");
     let live_ticks = process_start_ticks(sleeper.id()).expect("the sleeper runs");
-    let live = stage_file(&env, &here(sleeper.id(), live_ticks), 2 * hour);
+    let live = stage_file(env, &here(sleeper.id(), live_ticks), 2 * hour);
     let mut done = Command::new("true").spawn().expect("run true");
     let dead_pid = done.id();
     done.wait().unwrap();
-    let dead = stage_file(&env, &here(dead_pid, live_ticks), Duration::ZERO);
+    let dead = stage_file(env, &here(dead_pid, live_ticks), Duration::ZERO);
     // The sleeper's pid with another start time: a process that died and whose pid was reused.
-    let reused = stage_file(&env, &here(sleeper.id(), live_ticks + 1), Duration::ZERO);
+    let reused = stage_file(env, &here(sleeper.id(), live_ticks + 1), Duration::ZERO);
     let elsewhere = StageOwner { host: OTHER_HOST.into(), pid: sleeper.id(), start_ticks: live_ticks };
-    let elsewhere_young = stage_file(&env, &elsewhere, hour - Duration::from_secs(120));
-    let elsewhere_old = stage_file(&env, &elsewhere, hour + Duration::from_secs(1));
+    let elsewhere_young = stage_file(env, &elsewhere, hour - Duration::from_secs(120));
+    let elsewhere_old = stage_file(env, &elsewhere, hour + Duration::from_secs(1));
 
-    let mut server = env.serve();
+    let mut server = shared.serve();
     assert!(!dead.exists(), "a dead local process's temp file survived the start-up sweep");
     assert!(!reused.exists(), "a temp file whose pid was reused survived");
     assert!(live.exists(), "a live local process's temp file was removed, though idle for two hours");
@@ -145,24 +222,23 @@ fn temp_files_go_when_their_owner_on_this_host_is_dead_or_when_another_hosts_pas
     server.stop();
 
     set_idle(&elsewhere_young, hour);
-    let mut server = env.serve();
+    let mut server = shared.serve();
     assert!(!elsewhere_young.exists(), "another host's temp file outlived the grace period");
     assert!(live.exists());
     server.stop();
 
     sleeper.kill().unwrap();
     sleeper.wait().unwrap();
-    let _server = env.serve();
+    let _server = shared.serve();
     assert!(!live.exists(), "the temp file outlived its owner");
     assert!(env.tmp_files().is_empty(), "{:?}", env.tmp_files());
 }
 
-#[test]
-fn two_servers_writing_one_key_at_once_end_consistent_with_no_orphan_blob() {
-    let env = TestEnv::new();
-    env.bucket("box", false);
-    let (writer, reader) = (env.token("box", "write", &[]), env.token("box", "read", &[]));
-    let (a, b) = (env.serve(), env.serve());
+fn two_servers_writing_one_key_at_once_end_consistent_with_no_orphan_blob(db: Db) {
+    let shared = Shared::new(db);
+    let env = &shared.env;
+    let (writer, reader) = shared.bucket_with_tokens();
+    let (a, b) = (shared.serve(), shared.serve());
     for round in 0..12u64 {
         let body_a = test_bytes(200_000, 2 * round);
         // Every third round both write the same bytes: one blob, installed once, the other copy dropped.
@@ -183,12 +259,11 @@ fn two_servers_writing_one_key_at_once_end_consistent_with_no_orphan_blob() {
     }
 }
 
-#[test]
-fn a_blob_shared_by_two_keys_is_unlinked_once_when_its_last_reference_goes() {
-    let env = TestEnv::new();
-    env.bucket("box", false);
-    let (writer, reader) = (env.token("box", "write", &[]), env.token("box", "read", &[]));
-    let (a, b) = (env.serve(), env.serve());
+fn a_blob_shared_by_two_keys_is_unlinked_once_when_its_last_reference_goes(db: Db) {
+    let shared = Shared::new(db);
+    let env = &shared.env;
+    let (writer, reader) = shared.bucket_with_tokens();
+    let (a, b) = (shared.serve(), shared.serve());
     let shared = test_bytes(100_000, 7);
     let blob = env.blob_path(&sha256_hex(&shared));
     for round in 0..6u64 {
