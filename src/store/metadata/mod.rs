@@ -46,6 +46,31 @@ macro_rules! with_tx {
     };
 }
 
+/// A test run once per backend: `backend_tests! { async fn name(backend) { … } }` makes the module `name` with
+/// the tests `sqlite` and `postgres`, each running the body with `backend` set to its [`pool::tests::TestBackend`].
+#[cfg(test)]
+macro_rules! backend_tests {
+    ($(async fn $name:ident($backend:ident) $body:block)*) => {$(
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::store::metadata::pool::tests::TestBackend;
+
+            async fn run($backend: TestBackend) $body
+
+            #[tokio::test]
+            async fn sqlite() {
+                run(TestBackend::Sqlite).await
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                run(TestBackend::Postgres).await
+            }
+        }
+    )*};
+}
+
 mod auth;
 mod changes;
 mod generation;
