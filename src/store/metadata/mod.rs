@@ -47,14 +47,15 @@ macro_rules! with_tx {
 }
 
 /// A test run once per backend: `backend_tests! { async fn name(backend) { … } }` makes the module `name` with
-/// the tests `sqlite` and `postgres`, each running the body with `backend` set to its [`pool::tests::TestBackend`].
+/// the tests `sqlite` and `postgres`, each running the body with `backend` set to its [`TestBackend`]. For the
+/// tests of `store` and `catalog` too: `crate::store::metadata::backend_tests!`.
 #[cfg(test)]
 macro_rules! backend_tests {
     ($(async fn $name:ident($backend:ident) $body:block)*) => {$(
         mod $name {
             #[allow(unused_imports)]
             use super::*;
-            use $crate::store::metadata::pool::tests::TestBackend;
+            use $crate::store::metadata::TestBackend;
 
             async fn run($backend: TestBackend) $body
 
@@ -70,6 +71,11 @@ macro_rules! backend_tests {
         }
     )*};
 }
+
+#[cfg(test)]
+pub(crate) use backend_tests;
+#[cfg(test)]
+pub(crate) use pool::tests::{TestBackend, database_url as test_database_url};
 
 mod auth;
 mod changes;
