@@ -200,6 +200,7 @@ impl WriteTx {
 
     /// For writes to tables no server caches (download stats, the change log itself).
     async fn commit_without_announcing(self) -> Result<(), MetadataError> {
-        Ok(with_tx!(self.tx, tx => tx.commit().await?))
+        with_tx!(self.tx, tx => tx.commit().await?);
+        Ok(())
     }
 }
