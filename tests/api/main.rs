@@ -20,6 +20,7 @@ mod faults;
 mod lifecycle;
 mod limits;
 mod permissions;
+mod postgres;
 mod service;
 mod shared_blobs;
 mod shared_cache;

@@ -15,55 +15,27 @@ use blobgate::store::staging::{StageOwner, stage_name};
 use crate::helpers::*;
 
 /// The metadata database the processes share.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 enum Db {
     Sqlite,
     Postgres,
 }
 
-/// One data dir and one database for several processes: every CLI command and server it starts uses both.
-struct Shared {
-    env: TestEnv,
-    db: Db,
-    /// `BLOBGATE_DATABASE_URL` for PostgreSQL; empty for SQLite (`blobgate.db` in the data dir).
-    database: Vec<(&'static str, String)>,
+/// A data dir and a database for several processes: every CLI command and server of the env uses both.
+fn shared_env(db: Db) -> TestEnv {
+    let env = match db {
+        Db::Sqlite => TestEnv::new(),
+        Db::Postgres => TestEnv::on_postgres(),
+    };
+    env.bucket("box", false);
+    let sqlite_file = env.data_dir().join("blobgate.db").exists();
+    assert_eq!(sqlite_file, matches!(db, Db::Sqlite), "the metadata is in the backend under test");
+    env
 }
 
-impl Shared {
-    fn new(db: Db) -> Self {
-        let database = match db {
-            Db::Sqlite => Vec::new(),
-            Db::Postgres => vec![("BLOBGATE_DATABASE_URL", postgres_database())],
-        };
-        Self { env: TestEnv::new(), db, database }
-    }
-
-    fn vars<'a>(&'a self, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
-        self.database.iter().map(|(k, v)| (*k, v.as_str())).chain(extra.iter().copied()).collect()
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.env.cli_env(args, &self.vars(&[]));
-        assert!(out.status.success(), "blobgate {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).expect("utf-8 stdout").trim().to_owned()
-    }
-
-    /// A private bucket `box` and a write and a read token for it.
-    fn bucket_with_tokens(&self) -> (String, String) {
-        self.ok(&["bucket", "create", "box"]);
-        let sqlite_file = self.env.data_dir().join("blobgate.db").exists();
-        assert_eq!(sqlite_file, self.db == Db::Sqlite, "the metadata is in the backend under test");
-        let token = |scope| self.ok(&["token", "create", "--bucket", "box", "--scope", scope]);
-        (token("write"), token("read"))
-    }
-
-    fn serve_with(&self, extra: &[(&str, &str)], wrapper: &[&str]) -> Server {
-        self.env.serve_with(&self.vars(extra), wrapper)
-    }
-
-    fn serve(&self) -> Server {
-        self.serve_with(&[], &[])
-    }
+/// A write and a read token for the bucket `box`.
+fn tokens(env: &TestEnv) -> (String, String) {
+    (env.token("box", "write", &[]), env.token("box", "read", &[]))
 }
 
 /// Each test once per backend: `on_sqlite::NAME` and `on_postgres::NAME`.
@@ -135,11 +107,14 @@ fn at_once<A: Send, B: Send>(a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B
 /// Trickles a 2 MiB upload into one server over several seconds and starts `peer` (a second server on the same
 /// data dir, its start-up sweep included) while the upload's temp file has been idle for 1.5 s: the upload must
 /// survive and complete byte-exact, and the peer must serve it.
-fn a_slow_upload_survives_a_peer_starting(db: Db, uploader_env: &[(&str, &str)], peer: impl FnOnce(&Shared) -> Server) {
-    let shared = Shared::new(db);
-    let env = &shared.env;
-    let (writer, reader) = shared.bucket_with_tokens();
-    let uploader = shared.serve_with(uploader_env, &[]);
+fn a_slow_upload_survives_a_peer_starting(
+    db: Db,
+    uploader_env: &[(&str, &str)],
+    peer: impl FnOnce(&TestEnv) -> Server,
+) {
+    let env = shared_env(db);
+    let (writer, reader) = tokens(&env);
+    let uploader = env.serve_with(uploader_env, &[]);
     let body = test_bytes(2 << 20, 14);
     let mut conn = Conn::open(uploader.admin);
     conn.send(
@@ -159,7 +134,7 @@ fn a_slow_upload_survives_a_peer_starting(db: Db, uploader_env: &[(&str, &str)],
     let staged = env.tmp_files().remove(0);
     std::thread::sleep(Duration::from_millis(1500));
 
-    let peer = peer(&shared);
+    let peer = peer(&env);
     assert!(staged.exists(), "the peer's start-up sweep removed a live upload; log:\n{}", peer.log());
     assert!(!peer.log().contains("start-up sweep removed leftovers"), "{}", peer.log());
     let started = Instant::now();
@@ -183,7 +158,7 @@ fn a_peers_slow_upload_survives_another_servers_startup_sweep_and_completes_byte
     // A grace period shorter than the upload's idle time: only its owner being a live process on this host keeps
     // the temp file.
     let grace = [("BLOBGATE_TIMEOUTS__SWEEP_GRACE", "1s")];
-    a_slow_upload_survives_a_peer_starting(db, &grace, |shared| shared.serve_with(&grace, &[]));
+    a_slow_upload_survives_a_peer_starting(db, &grace, |env| env.serve_with(&grace, &[]));
 }
 
 fn a_slow_upload_survives_the_sweep_of_a_peer_that_cannot_see_its_pid(db: Db) {
@@ -192,13 +167,11 @@ fn a_slow_upload_survives_the_sweep_of_a_peer_that_cannot_see_its_pid(db: Db) {
     require_tool("unshare", "apt package util-linux");
     let in_own_pid_namespace =
         ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "--kill-child"];
-    a_slow_upload_survives_a_peer_starting(db, &[], |shared| shared.serve_with(&[], &in_own_pid_namespace));
+    a_slow_upload_survives_a_peer_starting(db, &[], |env| env.serve_with(&[], &in_own_pid_namespace));
 }
 
 fn temp_files_go_when_their_owner_on_this_host_is_dead_or_when_another_hosts_pass_the_grace_period(db: Db) {
-    let shared = Shared::new(db);
-    let env = &shared.env;
-    shared.bucket_with_tokens();
+    let env = &shared_env(db);
     let hour = Duration::from_secs(3600);
     let mut sleeper = Command::new("sleep").arg("120").spawn().expect("run sleep");
     let live_ticks = process_start_ticks(sleeper.id()).expect("the sleeper runs");
@@ -213,7 +186,7 @@ fn temp_files_go_when_their_owner_on_this_host_is_dead_or_when_another_hosts_pas
     let elsewhere_young = stage_file(env, &elsewhere, hour - Duration::from_secs(120));
     let elsewhere_old = stage_file(env, &elsewhere, hour + Duration::from_secs(1));
 
-    let mut server = shared.serve();
+    let mut server = env.serve();
     assert!(!dead.exists(), "a dead local process's temp file survived the start-up sweep");
     assert!(!reused.exists(), "a temp file whose pid was reused survived");
     assert!(live.exists(), "a live local process's temp file was removed, though idle for two hours");
@@ -222,23 +195,22 @@ fn temp_files_go_when_their_owner_on_this_host_is_dead_or_when_another_hosts_pas
     server.stop();
 
     set_idle(&elsewhere_young, hour);
-    let mut server = shared.serve();
+    let mut server = env.serve();
     assert!(!elsewhere_young.exists(), "another host's temp file outlived the grace period");
     assert!(live.exists());
     server.stop();
 
     sleeper.kill().unwrap();
     sleeper.wait().unwrap();
-    let _server = shared.serve();
+    let _server = env.serve();
     assert!(!live.exists(), "the temp file outlived its owner");
     assert!(env.tmp_files().is_empty(), "{:?}", env.tmp_files());
 }
 
 fn two_servers_writing_one_key_at_once_end_consistent_with_no_orphan_blob(db: Db) {
-    let shared = Shared::new(db);
-    let env = &shared.env;
-    let (writer, reader) = shared.bucket_with_tokens();
-    let (a, b) = (shared.serve(), shared.serve());
+    let env = shared_env(db);
+    let (writer, reader) = tokens(&env);
+    let (a, b) = (env.serve(), env.serve());
     for round in 0..12u64 {
         let body_a = test_bytes(200_000, 2 * round);
         // Every third round both write the same bytes: one blob, installed once, the other copy dropped.
@@ -260,10 +232,9 @@ fn two_servers_writing_one_key_at_once_end_consistent_with_no_orphan_blob(db: Db
 }
 
 fn a_blob_shared_by_two_keys_is_unlinked_once_when_its_last_reference_goes(db: Db) {
-    let shared = Shared::new(db);
-    let env = &shared.env;
-    let (writer, reader) = shared.bucket_with_tokens();
-    let (a, b) = (shared.serve(), shared.serve());
+    let env = shared_env(db);
+    let (writer, reader) = tokens(&env);
+    let (a, b) = (env.serve(), env.serve());
     let shared = test_bytes(100_000, 7);
     let blob = env.blob_path(&sha256_hex(&shared));
     for round in 0..6u64 {

@@ -171,6 +171,10 @@ mod tests {
     use crate::names::BucketName;
     use crate::store::metadata::pool::tests::database;
 
+    async fn horizon(pool: &sqlx::PgPool) -> i64 {
+        sqlx::query_scalar("SELECT pruned_through FROM cache_changes_horizon").fetch_one(pool).await.unwrap()
+    }
+
     #[test]
     fn change_kinds_keep_their_stored_spelling() {
         for stored in ["bucket", "object", "token", "signing_key", "revoked_signature"] {
@@ -182,20 +186,33 @@ mod tests {
         assert_eq!(ChangeKind::parse("s3_key").as_str(), "s3_key");
     }
 
-    #[tokio::test]
-    async fn a_commit_moves_the_feed_and_logs_what_changed() {
-        let (_dir, meta) = database().await;
-        let feed = meta.feed().clone();
-        let (before, start) = (feed.current(), feed.last_change().await.unwrap());
-        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
-        assert_ne!(feed.current(), before, "the commit was announced");
-        let changes = feed.changes_since(start).await.unwrap();
-        assert_eq!(changes.len(), 1, "{changes:?}");
-        assert_eq!(
-            (&changes[0].kind, changes[0].bucket_id, changes[0].name.as_str()),
-            (&ChangeKind::Bucket, Some(bucket.id), "bkt")
-        );
-        feed.prune(changes[0].seq).await.unwrap();
-        assert!(feed.changes_since(start).await.unwrap().is_empty());
+    backend_tests! {
+        async fn a_commit_moves_the_feed_and_logs_what_changed(backend) {
+            let (_dir, meta) = database(backend).await;
+            let feed = meta.feed().clone();
+            let (before, start) = (feed.current(), feed.last_change().await.unwrap());
+            let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+            assert_ne!(feed.current(), before, "the commit was announced");
+            let changes = feed.changes_since(start).await.unwrap();
+            assert_eq!(changes.len(), 1, "{changes:?}");
+            assert_eq!(
+                (&changes[0].kind, changes[0].bucket_id, changes[0].name.as_str()),
+                (&ChangeKind::Bucket, Some(bucket.id), "bkt")
+            );
+            feed.prune(changes[0].seq).await.unwrap();
+            if let Backend::Postgres(pool) = &meta.backend {
+                // Other replicas may not have applied a change this young: it stays.
+                assert_eq!(feed.changes_since(start).await.unwrap(), changes, "a young change is kept");
+                assert_eq!(horizon(pool).await, 0);
+                sqlx::query("UPDATE cache_changes SET created_at = now() - interval '1 hour'")
+                    .execute(pool)
+                    .await
+                    .unwrap();
+                feed.prune(changes[0].seq).await.unwrap();
+                assert_eq!(horizon(pool).await, changes[0].seq, "the horizon moves with what was pruned");
+                assert_eq!(feed.last_change().await.unwrap(), changes[0].seq, "an empty log starts past the horizon");
+            }
+            assert!(feed.changes_since(start).await.unwrap().is_empty());
+        }
     }
 }

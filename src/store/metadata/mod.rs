@@ -46,6 +46,37 @@ macro_rules! with_tx {
     };
 }
 
+/// A test run once per backend: `backend_tests! { async fn name(backend) { … } }` makes the module `name` with
+/// the tests `sqlite` and `postgres`, each running the body with `backend` set to its [`TestBackend`]. For the
+/// tests of `store` and `catalog` too: `crate::store::metadata::backend_tests!`.
+#[cfg(test)]
+macro_rules! backend_tests {
+    ($(async fn $name:ident($backend:ident) $body:block)*) => {$(
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::store::metadata::TestBackend;
+
+            async fn run($backend: TestBackend) $body
+
+            #[tokio::test]
+            async fn sqlite() {
+                run(TestBackend::Sqlite).await
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                run(TestBackend::Postgres).await
+            }
+        }
+    )*};
+}
+
+#[cfg(test)]
+pub(crate) use backend_tests;
+#[cfg(test)]
+pub(crate) use pool::tests::{TestBackend, database_url as test_database_url};
+
 mod auth;
 mod changes;
 mod generation;
@@ -169,6 +200,7 @@ impl WriteTx {
 
     /// For writes to tables no server caches (download stats, the change log itself).
     async fn commit_without_announcing(self) -> Result<(), MetadataError> {
-        Ok(with_tx!(self.tx, tx => tx.commit().await?))
+        with_tx!(self.tx, tx => tx.commit().await?);
+        Ok(())
     }
 }

@@ -187,17 +187,58 @@ pub(super) mod tests {
     use crate::names::BucketName;
     use crate::store::Store;
 
-    /// A fresh database in a temp dir, as `Store::open` makes it.
-    pub(in crate::store::metadata) async fn database() -> (tempfile::TempDir, Metadata) {
+    /// Which backend a test runs on (see `backend_tests!`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum TestBackend {
+        Sqlite,
+        Postgres,
+    }
+
+    /// A fresh database as `Store::open` makes it, with a temp data dir: SQLite in that dir, or a new database
+    /// on the test cluster (`BLOBGATE_TEST_POSTGRES_URL`, which `scripts/test` sets).
+    pub async fn database(backend: TestBackend) -> (tempfile::TempDir, Metadata) {
         let dir = tempfile::tempdir().unwrap();
-        let url = DatabaseUrl::in_data_dir(dir.path());
+        let url = database_url(backend, dir.path()).await;
         let meta = Metadata::open(&url, dir.path(), Duration::from_secs(5)).await.unwrap();
         (dir, meta)
     }
 
+    /// Where `database` puts a test's database (PostgreSQL: a new, empty one).
+    pub async fn database_url(backend: TestBackend, data_dir: &Path) -> DatabaseUrl {
+        match backend {
+            TestBackend::Sqlite => DatabaseUrl::in_data_dir(data_dir),
+            TestBackend::Postgres => DatabaseUrl::parse(&fresh_postgres_database().await).unwrap(),
+        }
+    }
+
+    /// A new database on the test cluster: its URL.
+    pub async fn fresh_postgres_database() -> String {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let server = std::env::var("BLOBGATE_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+            panic!(
+                "BLOBGATE_TEST_POSTGRES_URL is not set: run the tests with scripts/test, which starts a throw-away \
+                 PostgreSQL cluster (or `scripts/pg-cluster start DIR` and export the URL it prints)"
+            )
+        });
+        let mut random = [0u8; 4];
+        getrandom::fill(&mut random).unwrap();
+        let name = format!(
+            "unit_{}_{}_{:08x}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed),
+            u32::from_ne_bytes(random)
+        );
+        let mut conn = sqlx::PgConnection::connect(&server).await.expect("cannot connect to the test cluster");
+        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await.unwrap();
+        conn.close().await.unwrap();
+        let (base, _) = server.rsplit_once('/').expect("the server URL ends in /DATABASE");
+        format!("{base}/{name}")
+    }
+
     #[tokio::test]
     async fn a_read_only_open_refuses_writes() {
-        let (dir, meta) = database().await;
+        let (dir, meta) = database(TestBackend::Sqlite).await;
         meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
         meta.close().await;
         let url = DatabaseUrl::in_data_dir(dir.path());
@@ -222,6 +263,69 @@ pub(super) mod tests {
         let err = Metadata::open_read_only(&none, Duration::from_secs(5)).await.err().unwrap();
         assert!(err.to_string().contains("no database at"), "{err}");
         assert!(!dir.path().join("none.db").exists());
+    }
+
+    #[tokio::test]
+    async fn a_postgres_read_only_open_refuses_writes_and_applies_no_migrations() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = database_url(TestBackend::Postgres, dir.path()).await;
+        let fresh = Metadata::open_read_only(&url, Duration::from_secs(5)).await.unwrap();
+        assert!(fresh.needs_migration().await, "an empty database needs the migrations");
+        fresh.close().await;
+        let meta = Metadata::open(&url, dir.path(), Duration::from_secs(5)).await.unwrap();
+        meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        meta.close().await;
+        let reader = Metadata::open_read_only(&url, Duration::from_secs(5)).await.unwrap();
+        assert!(!reader.needs_migration().await);
+        assert_eq!(reader.list_buckets().await.unwrap().len(), 1);
+        let err = reader.create_bucket(&BucketName::parse("new").unwrap(), false, 0).await.unwrap_err();
+        assert!(err.to_string().contains("read-only transaction"), "{err}");
+        reader.close().await;
+        assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "nothing in the data dir");
+    }
+
+    /// Waits a little and says whether `task` is still waiting (for a lock, here).
+    async fn still_waiting<T>(task: &tokio::task::JoinHandle<T>) -> bool {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        !task.is_finished()
+    }
+
+    #[tokio::test]
+    async fn postgres_change_log_rows_are_numbered_in_commit_order() {
+        let (_dir, meta) = database(TestBackend::Postgres).await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let start = meta.feed().last_change().await.unwrap();
+        let mut first = meta.begin_write().await.unwrap();
+        let key = crate::names::ObjectKey::parse("k").unwrap();
+        first.upsert_object(bucket.id, &key, &"a".repeat(64), 1, &Default::default(), 0).await.unwrap();
+        // A second writer of the log (another connection, as another replica's) waits for the first to commit.
+        let second = tokio::spawn({
+            let meta = meta.clone();
+            async move { meta.create_bucket(&BucketName::parse("second").unwrap(), false, 0).await.unwrap() }
+        });
+        assert!(still_waiting(&second).await, "the second writer did not wait for the change-log lock");
+        first.commit().await.unwrap();
+        second.await.unwrap();
+        let changes = meta.feed().changes_since(start).await.unwrap();
+        let logged: Vec<&str> = changes.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(logged, ["k", "second"], "{changes:?}");
+        assert!(changes[0].seq < changes[1].seq);
+    }
+
+    #[tokio::test]
+    async fn postgres_blob_ref_lock_excludes_other_connections() {
+        let (_dir, meta) = database(TestBackend::Postgres).await;
+        let held = meta.lock_blob_refs().await.unwrap();
+        let waiter = tokio::spawn({
+            let meta = meta.clone();
+            async move { meta.lock_blob_refs().await.unwrap().commit().await.unwrap() }
+        });
+        assert!(still_waiting(&waiter).await, "a second lock_blob_refs did not wait");
+        drop(held);
+        waiter.await.unwrap();
+        // A plain write transaction does not take it.
+        let _held = meta.lock_blob_refs().await.unwrap();
+        meta.begin_write().await.unwrap().commit().await.unwrap();
     }
 
     #[tokio::test]
