@@ -305,7 +305,12 @@ pub fn this_process() -> &'static StageOwner {
     static OWNER: OnceLock<StageOwner> = OnceLock::new();
     OWNER.get_or_init(|| {
         let pid = std::process::id();
-        StageOwner { host: this_host_id(), pid, start_ticks: process_start_ticks(pid).unwrap_or_default() }
+        match process_start_ticks(pid) {
+            Some(start_ticks) => StageOwner { host: this_host_id(), pid, start_ticks },
+            // No /proc: no process here can check a pid, so this one names itself a host of its own, whose files
+            // (and whose view of others') go by age only.
+            None => StageOwner { host: random_suffix(), pid, start_ticks: 0 },
+        }
     })
 }
 
