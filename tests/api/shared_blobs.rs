@@ -167,6 +167,12 @@ fn a_slow_upload_survives_the_sweep_of_a_peer_that_cannot_see_its_pid(db: Db) {
     require_tool("unshare", "apt package util-linux");
     let in_own_pid_namespace =
         ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "--kill-child"];
+    let probe = Command::new(in_own_pid_namespace[0]).args(&in_own_pid_namespace[1..]).arg("true").output().unwrap();
+    assert!(
+        probe.status.success(),
+        "this test needs user and pid namespaces (`unshare --user --pid`): {}",
+        String::from_utf8_lossy(&probe.stderr)
+    );
     a_slow_upload_survives_a_peer_starting(db, &[], |env| env.serve_with(&[], &in_own_pid_namespace));
 }
 
