@@ -54,7 +54,7 @@ impl Application {
                 tracing::warn!(path = %settings.data_dir.display(), error = %e, "cannot read the data dir's mode")
             }
         }
-        let swept = store.sweep().await.context("start-up sweep failed")?;
+        let swept = store.sweep(settings.timeouts.sweep_grace).await.context("start-up sweep failed")?;
         if swept != Default::default() {
             tracing::info!(
                 temp_files = swept.temp_files,

@@ -2,20 +2,23 @@
 //!
 //! A blob is written to `<data_dir>/tmp/`, fsynced, then renamed into place, so a reader never sees a partial file
 //! under a blob name. Blob names come only from content hashes: object keys never become file paths. Installing
-//! and retiring blobs happen while the caller holds the metadata write lock, which serialises them across
-//! processes (a CLI `put` beside a running server) against the reference counts in the database.
+//! and retiring blobs happen while the caller holds the blob-reference lock, which serialises them across
+//! processes (a CLI `put` beside a running server, or replicas on several hosts sharing the directory) against the
+//! references in the database. Staging names say which process on which host writes them (`store::staging`), so
+//! the start-up sweep leaves a live peer's uploads alone. ARCHITECTURE.md, "Shared blob directory", says what a
+//! shared filesystem must provide.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use sha2::{Digest, Sha256};
 
-/// Prefix of in-progress uploads in `tmp/`; the creator's pid follows, so the sweep can tell live ones apart.
-const STAGE_PREFIX: &str = "stage-";
+use super::staging::{self, STAGE_PREFIX, StageOwner};
 /// Prefix of blobs being removed: renamed out of `blobs/` first, so a failed commit can put them back.
 const RETIRED_PREFIX: &str = "retired-";
 
@@ -51,17 +54,28 @@ pub struct RetiredBlob {
 }
 
 impl RetiredBlob {
-    pub fn discard(self) {
-        if let Err(e) = fs::remove_file(&self.retired_path) {
-            tracing::warn!(path = %self.retired_path.display(), error = %e, "could not remove a retired blob; the next sweep will");
+    /// Unlinks the retired file; `false` when it was already gone (a peer's sweep got there first), which is no
+    /// error: the file is gone either way, and only one unlink of it can succeed.
+    pub fn discard(self) -> bool {
+        match fs::remove_file(&self.retired_path) {
+            Ok(()) => true,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+            Err(e) => {
+                tracing::warn!(path = %self.retired_path.display(), error = %e, "could not remove a retired blob; the next sweep will");
+                false
+            }
         }
     }
 
+    /// Puts the blob back under its hash. Already back (a peer's sweep restored it) is success.
     pub fn restore(self) -> io::Result<()> {
         if let Some(dir) = self.blob_path.parent() {
             fs::create_dir_all(dir)?;
         }
-        fs::rename(&self.retired_path, &self.blob_path)
+        match fs::rename(&self.retired_path, &self.blob_path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && self.blob_path.is_file() => Ok(()),
+            other => other,
+        }
     }
 
     /// The hash of the blob this was.
@@ -142,7 +156,7 @@ impl BlobStore {
     }
 
     pub fn writer(&self) -> io::Result<BlobWriter> {
-        let temp_path = self.tmp_dir.join(format!("{STAGE_PREFIX}{}-{}", std::process::id(), random_suffix()));
+        let temp_path = self.tmp_dir.join(staging::stage_name(this_process(), &random_suffix()));
         // Owner-only whatever the umask; the blob keeps this mode when it is renamed into place.
         let file = OpenOptions::new().write(true).create_new(true).mode(super::PRIVATE_FILE_MODE).open(&temp_path)?;
         Ok(BlobWriter {
@@ -173,24 +187,32 @@ impl BlobStore {
         writer.finish().context("cannot sync the staged blob")
     }
 
-    /// Makes a staged blob visible under its hash. Call while holding the metadata write lock. When the blob
-    /// already exists (identical content), the staged copy is dropped and the existing file is kept.
+    /// Makes a staged blob visible under its hash. Call while holding the blob-reference lock. Idempotent: when
+    /// the blob already exists (identical content, since the name is its hash) the existing file is kept and the
+    /// staged copy is removed when it drops. A file of the wrong size under that name (damaged by hand) is
+    /// replaced, atomically, by the rename.
     pub fn install(&self, staged: &StagedBlob) -> anyhow::Result<()> {
         let target = self.path_of(&staged.sha256);
-        if target.is_file() {
+        if has_size(&target, staged.size) {
             return Ok(());
         }
         let dir = target.parent().expect("blob paths have a parent");
         create_private_dir(dir)?;
-        fs::rename(&staged.temp_path, &target)
-            .with_context(|| format!("cannot move blob into {}", target.display()))?;
+        match fs::rename(&staged.temp_path, &target) {
+            Ok(()) => {}
+            // NFS retransmits a rename whose reply was lost; the retry finds the source gone although the first
+            // attempt moved it into place.
+            Err(e) if e.kind() == io::ErrorKind::NotFound && has_size(&target, staged.size) => {}
+            Err(e) => return Err(e).with_context(|| format!("cannot move blob into {}", target.display())),
+        }
         // The rename is durable only once the directory entry is.
         File::open(dir).and_then(|d| d.sync_all()).with_context(|| format!("cannot sync {}", dir.display()))?;
         Ok(())
     }
 
     /// Moves a blob out of `blobs/` so that it can be deleted once the metadata commit that dropped its last
-    /// reference succeeds. Call while holding the metadata write lock. `None` when the blob is already gone.
+    /// reference succeeds. Call while holding the blob-reference lock, after re-checking under it that nothing
+    /// references the blob. `None` when the blob is already gone (ENOENT is no error).
     pub fn retire(&self, sha256: &str) -> anyhow::Result<Option<RetiredBlob>> {
         let blob_path = self.path_of(sha256);
         let retired_path = self.tmp_dir.join(format!("{RETIRED_PREFIX}{sha256}-{}", random_suffix()));
@@ -201,12 +223,15 @@ impl BlobStore {
         }
     }
 
-    /// Removes staged files in `tmp/` whose creating process is gone (a crash or a kill -9 mid-upload); staged
-    /// files of live processes (a concurrent CLI put) are left alone. Returns how many it removed, and the retired
-    /// blobs it found, which only the database can tell to restore or discard (see `Store::sweep`).
-    pub fn sweep_temp_files(&self) -> anyhow::Result<(usize, Vec<RetiredBlob>)> {
+    /// Removes staged files in `tmp/` that no live process is writing: those of a dead process on this host at
+    /// once, any other only when it has not been written for `grace` (it may be a peer's upload on another host,
+    /// or another container's). A live local process's files stay (a concurrent CLI put, another replica).
+    /// Returns how many it removed, and the retired blobs it found, which only the database can tell to restore
+    /// or discard (see `Store::sweep`).
+    pub fn sweep_temp_files(&self, grace: Duration) -> anyhow::Result<(usize, Vec<RetiredBlob>)> {
         let mut removed = 0;
         let mut retired = Vec::new();
+        let this_host = &this_process().host;
         for entry in fs::read_dir(&self.tmp_dir).with_context(|| format!("cannot list {}", self.tmp_dir.display()))? {
             let entry = entry?;
             let name = entry.file_name();
@@ -219,9 +244,11 @@ impl BlobStore {
                     }
                     None => true,
                 }
-            } else if let Some(rest) = name.strip_prefix(STAGE_PREFIX) {
-                let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
-                !pid.is_some_and(process_is_alive)
+            } else if name.starts_with(STAGE_PREFIX) {
+                let owner = staging::classify_stage(&name, this_host, process_start_ticks);
+                // Gone since it was listed (its upload finished): nothing to judge.
+                let Ok(idle) = idle_time(&entry.path()) else { continue };
+                staging::may_sweep_temp(owner, idle, grace)
             } else {
                 false
             };
@@ -230,6 +257,20 @@ impl BlobStore {
             }
         }
         Ok((removed, retired))
+    }
+
+    /// The hashes of blobs on disk not modified for `grace`: the only ones the sweep may consider unreferenced
+    /// (a younger one may be a peer's, installed a moment ago).
+    pub fn hashes_idle_for(&self, grace: Duration) -> anyhow::Result<Vec<String>> {
+        let mut hashes = Vec::new();
+        for sha in self.list_hashes()? {
+            if let Ok(idle) = idle_time(&self.path_of(&sha))
+                && staging::may_sweep_unreferenced_blob(idle, grace)
+            {
+                hashes.push(sha);
+            }
+        }
+        Ok(hashes)
     }
 
     /// Every blob hash present on disk (for the start-up sweep of unreferenced blobs).
@@ -259,8 +300,45 @@ fn random_suffix() -> String {
     hex::encode(bytes)
 }
 
-fn process_is_alive(pid: u32) -> bool {
-    pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists()
+/// This process as the owner of its staging files, found out once.
+pub fn this_process() -> &'static StageOwner {
+    static OWNER: OnceLock<StageOwner> = OnceLock::new();
+    OWNER.get_or_init(|| {
+        let pid = std::process::id();
+        match process_start_ticks(pid) {
+            Some(start_ticks) => StageOwner { host: this_host_id(), pid, start_ticks },
+            // No /proc: no process here can check a pid, so this one names itself a host of its own, whose files
+            // (and whose view of others') go by age only.
+            None => StageOwner { host: random_suffix(), pid, start_ticks: 0 },
+        }
+    })
+}
+
+/// What makes a pid meaningful here: the machine (its id, else its hostname alone), this boot, and this pid
+/// namespace (each container has its own). See `staging::host_id_from`.
+fn this_host_id() -> String {
+    let read = |path: &str| fs::read_to_string(path).ok().filter(|s| !s.trim().is_empty());
+    let machine_id = read("/etc/machine-id").or_else(|| read("/var/lib/dbus/machine-id"));
+    let hostname = read("/proc/sys/kernel/hostname");
+    let boot_id = read("/proc/sys/kernel/random/boot_id");
+    let pid_namespace = fs::read_link("/proc/self/ns/pid").ok().map(|p| p.to_string_lossy().into_owned());
+    staging::host_id_from(machine_id.as_deref(), hostname.as_deref(), boot_id.as_deref(), pid_namespace.as_deref())
+}
+
+/// The start time of process `pid` on this host (clock ticks since boot); `None` when there is no such process.
+pub fn process_start_ticks(pid: u32) -> Option<u64> {
+    fs::read_to_string(format!("/proc/{pid}/stat")).ok().as_deref().and_then(staging::start_ticks_from_stat)
+}
+
+/// How long ago a file was last modified; `Ok(None)` when its mtime is in the future (another host's clock).
+fn idle_time(path: &Path) -> io::Result<Option<Duration>> {
+    let modified = fs::metadata(path)?.modified()?;
+    Ok(SystemTime::now().duration_since(modified).ok())
+}
+
+/// Whether `path` is a regular file of `size` bytes.
+fn has_size(path: &Path, size: u64) -> bool {
+    fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == size)
 }
 
 #[cfg(test)]
@@ -316,20 +394,109 @@ mod tests {
         assert!(store.retire(&staged.sha256).unwrap().is_none());
     }
 
+    fn set_idle(path: &Path, idle: Duration) {
+        File::options().write(true).open(path).unwrap().set_modified(SystemTime::now() - idle).unwrap();
+    }
+
     #[test]
-    fn sweep_removes_dead_stage_files_and_retired_blobs_only() {
+    fn the_sweep_removes_only_what_no_live_process_writes() {
         let dir = tempfile::tempdir().unwrap();
         let store = BlobStore::open(dir.path()).unwrap();
         let tmp = dir.path().join("tmp");
-        // pid 0 is never a user process, so this stage file is from a dead process.
-        fs::write(tmp.join("stage-0-abc"), b"dead").unwrap();
+        let grace = Duration::from_secs(3600);
+        let me = this_process();
+        assert_eq!(me.start_ticks, process_start_ticks(me.pid).unwrap());
+        let named = |owner: &StageOwner| tmp.join(staging::stage_name(owner, &random_suffix()));
+        // pid 0 is never a user process; a live pid with another start time is a reused pid.
+        let dead = named(&StageOwner { pid: 0, ..me.clone() });
+        let reused = named(&StageOwner { start_ticks: me.start_ticks + 1, ..me.clone() });
+        let elsewhere = StageOwner { host: "0000000000000000".into(), pid: 0, start_ticks: 0 };
+        let (fresh_elsewhere, old_elsewhere) = (named(&elsewhere), named(&elsewhere));
+        let old_format = tmp.join("stage-0-abc");
+        for path in [&dead, &reused, &fresh_elsewhere, &old_elsewhere, &old_format] {
+            fs::write(path, b"x").unwrap();
+        }
+        set_idle(&old_elsewhere, grace);
         fs::write(tmp.join(format!("retired-{}-x", "a".repeat(64))), b"old").unwrap();
-        let live = store.writer().unwrap();
-        let (removed, retired) = store.sweep_temp_files().unwrap();
-        assert_eq!(removed, 1);
+        let mut live = store.writer().unwrap();
+        live.write(b"in progress").unwrap();
+        set_idle(&live.staged.temp_path, 2 * grace);
+
+        let (removed, retired) = store.sweep_temp_files(grace).unwrap();
+        assert_eq!(removed, 3, "the dead, the reused and the old one of another host");
+        assert!(!dead.exists() && !reused.exists() && !old_elsewhere.exists());
+        assert!(fresh_elsewhere.exists(), "another host's fresh upload stays");
+        assert!(old_format.exists(), "a name without a host is judged by age only");
+        assert!(live.staged.temp_path.exists(), "a live process's upload stays, however idle");
         assert_eq!(retired.len(), 1, "retired blobs are left for the caller to decide");
         assert_eq!(retired[0].sha256(), "a".repeat(64));
-        assert_eq!(fs::read_dir(&tmp).unwrap().count(), 2);
         drop(live);
+    }
+
+    #[test]
+    fn install_is_idempotent_and_repairs_a_damaged_blob() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = BlobStore::open(dir.path()).unwrap();
+        let stage = |bytes: &[u8]| {
+            let mut w = store.writer().unwrap();
+            w.write(bytes).unwrap();
+            w.finish().unwrap()
+        };
+        let (first, second) = (stage(b"same"), stage(b"same"));
+        store.install(&first).unwrap();
+        let path = store.path_of(&first.sha256);
+        let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
+        let installed = inode(&path);
+        store.install(&second).unwrap();
+        assert_eq!(inode(&path), installed, "the existing blob is kept");
+        drop((first, second));
+        assert_eq!(fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0, "the second copy is removed");
+
+        fs::write(&path, b"sa").unwrap();
+        let third = stage(b"same");
+        store.install(&third).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"same", "a blob of the wrong size is replaced");
+    }
+
+    #[test]
+    fn a_retired_blob_is_unlinked_or_restored_once_whoever_gets_there_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = BlobStore::open(dir.path()).unwrap();
+        let mut w = store.writer().unwrap();
+        w.write(b"x").unwrap();
+        let staged = w.finish().unwrap();
+        store.install(&staged).unwrap();
+        let retired = store.retire(&staged.sha256).unwrap().unwrap();
+        let twin = RetiredBlob { retired_path: retired.retired_path.clone(), blob_path: retired.blob_path.clone() };
+        assert!(retired.discard());
+        assert!(!twin.discard(), "the second unlink finds ENOENT, which is no error");
+
+        let mut w = store.writer().unwrap();
+        w.write(b"x").unwrap();
+        let staged = w.finish().unwrap();
+        store.install(&staged).unwrap();
+        let retired = store.retire(&staged.sha256).unwrap().unwrap();
+        let twin = RetiredBlob { retired_path: retired.retired_path.clone(), blob_path: retired.blob_path.clone() };
+        retired.restore().unwrap();
+        twin.restore().unwrap();
+        assert!(store.path_of(&staged.sha256).is_file());
+    }
+
+    #[test]
+    fn only_blobs_idle_past_the_grace_period_are_sweep_candidates() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = BlobStore::open(dir.path()).unwrap();
+        let mut hashes = Vec::new();
+        for bytes in [b"young".as_slice(), b"old"] {
+            let mut w = store.writer().unwrap();
+            w.write(bytes).unwrap();
+            let staged = w.finish().unwrap();
+            store.install(&staged).unwrap();
+            hashes.push(staged.sha256.clone());
+        }
+        let grace = Duration::from_secs(60);
+        set_idle(&store.path_of(&hashes[1]), grace);
+        assert_eq!(store.hashes_idle_for(grace).unwrap(), vec![hashes[1].clone()]);
+        assert_eq!(store.hashes_idle_for(Duration::ZERO).unwrap().len(), 2);
     }
 }

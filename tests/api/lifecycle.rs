@@ -81,19 +81,31 @@ fn the_startup_sweep_removes_dead_temp_files_and_unreferenced_blobs() {
     let kept = env.put_bytes("pub", "kept", b"referenced", &[]);
     let kept_blob = env.blob_path(kept["sha256"].as_str().unwrap());
     let tmp = env.data_dir().join("tmp");
-    let dead_stage = write_file(&tmp, "stage-0-x", b"from a dead process");
+    let me = blobgate::store::blobs::this_process();
+    let stage = |owner: &blobgate::store::staging::StageOwner| {
+        write_file(&tmp, &blobgate::store::staging::stage_name(owner, "0123456789abcdef"), b"part")
+    };
+    // pid 0 is never a user process on this host.
+    let dead_stage = stage(&blobgate::store::staging::StageOwner { pid: 0, ..me.clone() });
     // This test process is alive: its staged upload must survive the sweep.
-    let live_stage = write_file(&tmp, &format!("stage-{}-live", std::process::id()), b"in progress");
+    let live_stage = stage(me);
     let retired = write_file(&tmp, &format!("retired-{}-x", "e".repeat(64)), b"old");
     let orphan_sha = format!("abcd{}", "0".repeat(60));
     let orphan = env.blob_path(&orphan_sha);
     write_file(orphan.parent().unwrap(), &orphan_sha, b"nobody refers to me");
+    // Unreferenced blobs go only past timeouts.sweep_grace (1h): a younger one may be a peer's, its row on the way.
+    let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::options().write(true).open(&orphan).unwrap().set_modified(an_hour_ago).unwrap();
+    let young_sha = format!("abce{}", "0".repeat(60));
+    let young_orphan = env.blob_path(&young_sha);
+    write_file(young_orphan.parent().unwrap(), &young_sha, b"a peer's, a moment old");
     let unrelated = write_file(&tmp, "notes.txt", b"not ours");
 
     let server = env.serve();
     assert!(!dead_stage.exists(), "a dead process's staged file survived");
     assert!(!retired.exists(), "a retired blob survived");
     assert!(!orphan.exists(), "an unreferenced blob survived");
+    assert!(young_orphan.exists(), "an unreferenced blob younger than the grace period was removed");
     assert!(live_stage.exists(), "a live process's staged file was removed");
     assert!(unrelated.exists(), "a file that is not a temp file was removed");
     assert!(kept_blob.exists(), "a referenced blob was removed");
