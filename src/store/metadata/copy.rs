@@ -18,7 +18,10 @@ enum Column {
 /// The copied tables, parents first (foreign keys), each with its columns and the order the rows go in. Signing
 /// keys go in insertion order (`rowid`), which orders keys created in the same second. The change log is not
 /// copied: the target's triggers log every inserted row, so a replica already on the target evicts what it cached.
-const TABLES: &[(&str, &[(&str, Column)], &str)] = {
+/// (table, its columns with their types, the order its rows are copied in)
+type Table = (&'static str, &'static [(&'static str, Column)], &'static str);
+
+const TABLES: &[Table] = {
     use Column::*;
     &[
         (
