@@ -22,7 +22,7 @@
 //!
 //! Submodules: `pool` (open, migrations, read-only open, close), `objects` (buckets and objects), `auth` (tokens,
 //! signing keys, revoked signatures), `stats` (download counters), `variants`
-//! (precompressed variants of objects), `changes` (the change feed, over the
+//! (precompressed variants of objects), `copy` (`db copy`), `changes` (the change feed, over the
 //! `generation` counter).
 
 /// Runs `$body` with `$pool` bound to the backend's pool; each arm is compiled for its own database, so the SQL text
@@ -46,39 +46,34 @@ macro_rules! with_tx {
     };
 }
 
-/// A test run once per backend: `backend_tests! { async fn name(backend) { … } }` makes the module `name` with
-/// the tests `sqlite` and `postgres`, each running the body with `backend` set to its [`TestBackend`]. For the
-/// tests of `store` and `catalog` too: `crate::store::metadata::backend_tests!`.
+/// `on_both_backends!(name)` runs the test function `async fn name(backend: TestBackend)` once per backend, as
+/// the tests `name::sqlite` and `name::postgres` (PostgreSQL: a fresh database on the test cluster). Also for the
+/// tests of `store` and `catalog`: `use crate::store::metadata::{TestBackend, on_both_backends}`.
 #[cfg(test)]
-macro_rules! backend_tests {
-    ($(async fn $name:ident($backend:ident) $body:block)*) => {$(
+macro_rules! on_both_backends {
+    ($name:ident) => {
         mod $name {
-            #[allow(unused_imports)]
-            use super::*;
-            use $crate::store::metadata::TestBackend;
-
-            async fn run($backend: TestBackend) $body
-
             #[tokio::test]
             async fn sqlite() {
-                run(TestBackend::Sqlite).await
+                super::$name($crate::store::metadata::TestBackend::Sqlite).await
             }
 
             #[tokio::test]
             async fn postgres() {
-                run(TestBackend::Postgres).await
+                super::$name($crate::store::metadata::TestBackend::Postgres).await
             }
         }
-    )*};
+    };
 }
 
 #[cfg(test)]
-pub(crate) use backend_tests;
+pub(crate) use on_both_backends;
 #[cfg(test)]
 pub(crate) use pool::tests::{TestBackend, database_url as test_database_url};
 
 mod auth;
 mod changes;
+mod copy;
 mod generation;
 mod objects;
 mod pool;
@@ -91,6 +86,7 @@ use sqlx::{PgPool, Postgres, Sqlite, SqlitePool, Transaction};
 
 pub use auth::{Scope, SigningKey, TokenRecord};
 pub use changes::{CacheChange, ChangeFeed, ChangeKind};
+pub use copy::CopyError;
 pub use objects::{Bucket, ObjectRecord, Upsert};
 pub use stats::{ObjectStats, StatsOrder};
 pub use variants::VariantRecord;
