@@ -7,6 +7,8 @@
 
 use std::sync::Arc;
 
+use tokio::sync::watch;
+
 use super::generation::Generation;
 use super::{Backend, MetadataError};
 
@@ -75,17 +77,42 @@ impl From<ChangeRow> for CacheChange {
     }
 }
 
+/// What [`ChangeFeed::changes_since`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Catchup {
+    /// Every change after the position asked for, oldest first.
+    Changes(Vec<CacheChange>),
+    /// Changes after the position were pruned before this reader read them: it must forget everything it
+    /// caches, and continue from `resume_at`.
+    Missed { resume_at: i64 },
+}
+
 /// The change feed of one database. Cheap to clone.
 #[derive(Clone)]
 pub struct ChangeFeed {
-    /// Bumped after every commit that may change what a server caches.
+    /// Bumped after every commit that may change what a server caches (SQLite: by any process; PostgreSQL:
+    /// by this one).
     generation: Arc<Generation>,
+    /// Moved whenever there may be changes to read that `generation` does not count (PostgreSQL: another
+    /// process's commits, seen by the watcher). The value means nothing; a change means "look".
+    looks: Arc<watch::Sender<u64>>,
     backend: Backend,
 }
 
 impl ChangeFeed {
     pub(super) fn new(generation: Arc<Generation>, backend: Backend) -> Self {
-        Self { generation, backend }
+        Self { generation, looks: Arc::new(watch::channel(0).0), backend }
+    }
+
+    /// Resolves whenever the feed may hold changes that [`current`](Self::current) does not count (commits by
+    /// other replicas, seen by the watcher). A server's caches sync in the background on each one.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.looks.subscribe()
+    }
+
+    /// Asks subscribers to look at the log (the watcher calls it; so do tests that stand in for one).
+    pub(crate) fn look(&self) {
+        self.looks.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// A counter that moves after every announced commit, by any process: one atomic load, for the hot path.
@@ -100,15 +127,16 @@ impl ChangeFeed {
         self.generation.bump();
     }
 
-    /// Changes after `seq`, oldest first.
-    pub async fn changes_since(&self, seq: i64) -> Result<Vec<CacheChange>, MetadataError> {
+    /// Changes after `seq`, oldest first, or word that some of them were pruned before they were read. SQLite
+    /// prunes only what this server applied, so it never misses.
+    pub async fn changes_since(&self, seq: i64) -> Result<Catchup, MetadataError> {
         let Backend::Sqlite(pool) = &self.backend;
         let rows: Vec<ChangeRow> =
-            sqlx::query_as("SELECT seq, kind, bucket_id, name FROM cache_changes WHERE seq > ?1 ORDER BY seq")
+            sqlx::query_as("SELECT seq, kind, bucket_id, name FROM cache_changes WHERE seq > $1 ORDER BY seq")
                 .bind(seq)
                 .fetch_all(pool)
                 .await?;
-        Ok(rows.into_iter().map(CacheChange::from).collect())
+        Ok(Catchup::Changes(rows.into_iter().map(CacheChange::from).collect()))
     }
 
     /// The newest change's sequence number (0 when there is none): where a fresh reader starts.
@@ -121,7 +149,7 @@ impl ChangeFeed {
     pub async fn prune(&self, seq: i64) -> Result<(), MetadataError> {
         let Backend::Sqlite(pool) = &self.backend;
         let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::query("DELETE FROM cache_changes WHERE seq <= ?1").bind(seq).execute(&mut *tx).await?;
+        sqlx::query("DELETE FROM cache_changes WHERE seq <= $1").bind(seq).execute(&mut *tx).await?;
         Ok(tx.commit().await?)
     }
 }
@@ -150,13 +178,13 @@ mod tests {
         let (before, start) = (feed.current(), feed.last_change().await.unwrap());
         let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
         assert_ne!(feed.current(), before, "the commit was announced");
-        let changes = feed.changes_since(start).await.unwrap();
+        let Catchup::Changes(changes) = feed.changes_since(start).await.unwrap() else { panic!("SQLite never misses") };
         assert_eq!(changes.len(), 1, "{changes:?}");
         assert_eq!(
             (&changes[0].kind, changes[0].bucket_id, changes[0].name.as_str()),
             (&ChangeKind::Bucket, Some(bucket.id), "bkt")
         );
         feed.prune(changes[0].seq).await.unwrap();
-        assert!(feed.changes_since(start).await.unwrap().is_empty());
+        assert_eq!(feed.changes_since(start).await.unwrap(), Catchup::Changes(vec![]));
     }
 }

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use sqlx::{Sqlite, SqlitePool, Transaction};
 
 pub use auth::{Scope, SigningKey, TokenRecord};
-pub use changes::{CacheChange, ChangeFeed, ChangeKind};
+pub use changes::{CacheChange, Catchup, ChangeFeed, ChangeKind};
 pub use objects::{Bucket, ObjectRecord, Upsert};
 pub use stats::{ObjectStats, StatsOrder};
 pub use variants::VariantRecord;

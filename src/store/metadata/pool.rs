@@ -34,7 +34,7 @@ impl Metadata {
         let DatabaseUrl::Sqlite(path) = database;
         let pool = open_sqlite_read_only(path, busy_timeout).await?;
         // Nothing is written, so nothing needs to reach other processes: a private counter.
-        let generation = Arc::new(Generation::private()?);
+        let generation = Arc::new(Generation::local());
         let backend = Backend::Sqlite(pool);
         Ok(Self { feed: ChangeFeed::new(generation, backend.clone()), backend, read_only: true, secrets_key: None })
     }
