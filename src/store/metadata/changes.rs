@@ -64,8 +64,8 @@ pub struct CacheChange {
 }
 
 #[derive(sqlx::FromRow)]
-struct ChangeRow {
-    seq: i64,
+pub(super) struct ChangeRow {
+    pub(super) seq: i64,
     kind: String,
     bucket_id: Option<i64>,
     name: String,

@@ -21,6 +21,7 @@ mod auth;
 mod changes;
 mod generation;
 mod objects;
+mod pg_feed;
 mod pool;
 mod stats;
 mod variants;

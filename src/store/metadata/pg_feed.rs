@@ -1,0 +1,186 @@
+//! The change feed on PostgreSQL: how a replica learns, within a second, what other replicas and CLIs changed.
+//!
+//! Triggers (migrations/postgres) append every change to a cached table to `cache_changes` in the changing
+//! transaction, with `seq` assigned in commit order (under an advisory lock, so a reader that has seen `seq` has
+//! seen every smaller one), and `pg_notify('blobgate_changes', seq)` fires at commit. Each `serve` process runs
+//! one [`watch`]:
+//! - a `PgListener` on a connection of its own (a one-connection pool beside the request pool; it must reach
+//!   PostgreSQL directly or through a session-mode pooler, since LISTEN lives in a session) says "look" on every
+//!   notification. The payload is only a hint and is not read: the catalog reads the log from its own position.
+//! - a lost connection (`try_recv` → `None`, or an error) is reconnected with backoff; once listening again it
+//!   says "look", so the catalog catches up from the last id it applied.
+//! - a poll of the log's head every [`POLL`] says "look" when the head moved: the safety net for a lost
+//!   notification or a listener that has not noticed its connection died.
+//!
+//! The log is pruned by age ([`RETENTION`]), not by what one replica applied, since replicas may lag; the
+//! horizon row (`cache_changes_horizon.pruned_through`) says how far, and a replica whose position is behind it
+//! forgets everything it caches ([`Catchup::Missed`]).
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::{PgListener, PgPoolOptions};
+
+use super::MetadataError;
+use super::changes::{CacheChange, Catchup, ChangeFeed, ChangeRow};
+
+/// The channel the triggers notify at commit.
+const CHANNEL: &str = "blobgate_changes";
+
+/// How often the log's head is read when no notification came. Four reads a second of one index entry per replica;
+/// a change whose notification was lost is still seen well within 1 s.
+pub const POLL: Duration = Duration::from_millis(250);
+
+/// How long the log keeps a change. Long enough for a replica cut off from the database (a network partition, a
+/// database restart) to catch up row by row when it returns; one that was away longer flushes its caches.
+pub const RETENTION: Duration = Duration::from_secs(60 * 60);
+
+/// A read of the head, or a connection attempt, that takes longer than this is given up and retried.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Reconnect backoff: doubling from the first to the last.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
+
+/// Runs for as long as it is polled: tells `feed`'s subscribers to look whenever the log may have moved.
+pub(super) async fn watch(feed: &ChangeFeed, pool: &PgPool) {
+    tokio::join!(listen(feed, pool), poll_head(feed, pool));
+}
+
+async fn listen(feed: &ChangeFeed, pool: &PgPool) {
+    // Its own pool of one: the LISTEN session must not be a request-pool connection (which another task could
+    // be handed, or which the pool may recycle), and a busy request pool must not delay reconnecting.
+    let dedicated = PgPoolOptions::new()
+        .max_connections(1)
+        .min_connections(0)
+        .max_lifetime(None)
+        .idle_timeout(None)
+        .acquire_timeout(ATTEMPT_TIMEOUT)
+        .connect_lazy_with((*pool.connect_options()).clone());
+    let mut backoff = BACKOFF.0;
+    let mut failures = 0u32;
+    loop {
+        let mut listener = match tokio::time::timeout(ATTEMPT_TIMEOUT, subscribe(&dedicated)).await {
+            Ok(Ok(listener)) => listener,
+            failed => {
+                let error = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "timed out".to_owned(),
+                };
+                failures += 1;
+                if failures == 1 {
+                    tracing::warn!(%error, "cannot listen for changes; retrying with backoff (the head is polled meanwhile)");
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(BACKOFF.1);
+                continue;
+            }
+        };
+        if failures > 0 {
+            tracing::info!(attempts = failures, "listening for changes again");
+        }
+        (failures, backoff) = (0, BACKOFF.0);
+        // Listening from here on: whatever committed before is in the log, so catch up from the last applied id.
+        feed.look();
+        loop {
+            match listener.try_recv().await {
+                // The payload names a seq, but notifications can be lost or coalesced: only "look" is trusted.
+                Ok(Some(_)) => feed.look(),
+                Ok(None) => {
+                    tracing::warn!("the change listener lost its connection; reconnecting");
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the change listener failed; reconnecting");
+                    break;
+                }
+            }
+        }
+        // Notifications sent while reconnecting are lost; the catch-up after `subscribe` covers them.
+        drop(listener);
+    }
+}
+
+async fn subscribe(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    // A lost connection comes back as `None` at once, so that reconnecting and catching up happen here, in one
+    // place, and never silently inside sqlx.
+    listener.eager_reconnect(false);
+    listener.listen(CHANNEL).await?;
+    Ok(listener)
+}
+
+/// The safety net: reads the log's head every [`POLL`] and says "look" when it moved.
+async fn poll_head(feed: &ChangeFeed, pool: &PgPool) {
+    let mut tick = tokio::time::interval(POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut seen = None;
+    loop {
+        tick.tick().await;
+        match tokio::time::timeout(ATTEMPT_TIMEOUT, last_change(pool)).await {
+            Ok(Ok(head)) if seen != Some(head) => {
+                seen = Some(head);
+                feed.look();
+            }
+            Ok(Ok(_)) => {}
+            // The listener reports outages; the next tick retries.
+            Ok(Err(e)) => tracing::debug!(error = %e, "cannot read the change log's head"),
+            Err(_) => tracing::debug!("reading the change log's head timed out"),
+        }
+    }
+}
+
+/// Changes after `seq`, or [`Catchup::Missed`] when the log was pruned past `seq`.
+pub(super) async fn changes_since(pool: &PgPool, seq: i64) -> Result<Catchup, MetadataError> {
+    // The rows first, then the horizon, in two snapshots: a prune that commits between them makes the horizon
+    // look newer than the rows (a needless flush), never older (a silent miss).
+    let rows: Vec<ChangeRow> =
+        sqlx::query_as("SELECT seq, kind, bucket_id, name FROM cache_changes WHERE seq > $1 ORDER BY seq")
+            .bind(seq)
+            .fetch_all(pool)
+            .await?;
+    let pruned_through = horizon(pool).await?;
+    if pruned_through > seq {
+        let newest = rows.last().map_or(pruned_through, |r| r.seq.max(pruned_through));
+        return Ok(Catchup::Missed { resume_at: newest });
+    }
+    Ok(Catchup::Changes(rows.into_iter().map(CacheChange::from).collect()))
+}
+
+/// The newest change's id, or the horizon when the log is empty because everything was pruned.
+pub(super) async fn last_change(pool: &PgPool) -> Result<i64, MetadataError> {
+    let head: i64 = sqlx::query_scalar(
+        "SELECT greatest(coalesce((SELECT max(seq) FROM cache_changes), 0), \
+         coalesce((SELECT pruned_through FROM cache_changes_horizon WHERE id = 1), 0))",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(head)
+}
+
+async fn horizon(pool: &PgPool) -> Result<i64, MetadataError> {
+    let pruned: Option<i64> = sqlx::query_scalar("SELECT pruned_through FROM cache_changes_horizon WHERE id = 1")
+        .fetch_optional(pool)
+        .await?;
+    Ok(pruned.unwrap_or(0))
+}
+
+/// Drops changes older than [`RETENTION`] and moves the horizon past them, in one statement, so a reader sees
+/// both or neither. Safe with any number of replicas pruning at once: `seq` follows commit order, so every row
+/// up to the newest old one is committed and deleted together, and the horizon only ever grows (`greatest`).
+/// Rows are cut at a `seq`, not by `created_at` alone: a long transaction's row can be older than a row with a
+/// smaller `seq`, and the horizon must name a prefix of the log.
+pub(super) async fn prune(pool: &PgPool) -> Result<(), MetadataError> {
+    sqlx::query(
+        "WITH cutoff AS ( \
+             SELECT max(seq) AS seq FROM cache_changes WHERE created_at < now() - make_interval(secs => $1) \
+         ), gone AS ( \
+             DELETE FROM cache_changes WHERE seq <= (SELECT seq FROM cutoff) \
+         ) \
+         UPDATE cache_changes_horizon SET pruned_through = greatest(pruned_through, (SELECT seq FROM cutoff)) \
+         WHERE id = 1",
+    )
+    .bind(RETENTION.as_secs_f64())
+    .execute(pool)
+    .await?;
+    Ok(())
+}
