@@ -110,6 +110,8 @@ impl Application {
         let catalog = self.data.catalog.clone();
         let feed = self.admin.store.meta.feed().clone();
         let syncing = tokio::spawn(async move { catalog.keep_synced().await });
+        let watched = feed.clone();
+        let watcher = tokio::spawn(async move { watched.watch().await });
         let catalog = self.data.catalog.clone();
         let housekeeping = tokio::spawn(async move {
             // The change log is pruned once a minute (SQLite: up to what the caches have applied; PostgreSQL: by
@@ -185,6 +187,7 @@ impl Application {
         upkeep.abort();
         housekeeping.abort();
         syncing.abort();
+        watcher.abort();
         self.admin.store.meta.close().await;
         tracing::info!("stopped");
         Ok(())

@@ -1,9 +1,13 @@
 //! The change feed: how a server learns that any process changed something it caches.
 //!
-//! SQLite: triggers (migrations 0004, 0006, 0007) log every change to a cached table in `cache_changes`, whoever
-//! makes it; every commit through [`WriteTx::commit`](super::WriteTx::commit) then bumps the shared generation
-//! counter (`generation.rs`, a memory-mapped file in the data dir). A reader compares the counter with the value
-//! it last synchronised at (one atomic load) and reads the new log rows only when it moved.
+//! Triggers (SQLite: migrations 0004, 0006, 0007; PostgreSQL: migrations/postgres) log every change to a cached
+//! table in `cache_changes`, whoever makes it; every commit through [`WriteTx::commit`](super::WriteTx::commit)
+//! then bumps the generation counter (`generation.rs`). A reader compares the counter with the value it last
+//! synchronised at (one atomic load) and reads the new log rows only when it moved.
+//! - SQLite: the counter is a memory-mapped file in the data dir, shared by every process, so it counts every
+//!   commit; [`ChangeFeed::watch`] has nothing to do.
+//! - PostgreSQL: the counter is process-local and counts this process's commits; [`ChangeFeed::watch`] runs the
+//!   watcher (`pg_feed.rs`), which moves [`ChangeFeed::subscribe`] when other processes' commits may be in the log.
 
 use std::sync::Arc;
 
@@ -145,11 +149,18 @@ impl ChangeFeed {
         Ok(sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM cache_changes").fetch_one(pool).await?)
     }
 
-    /// Drops changes up to `seq`, once the server has applied them. Announces nothing: no cache depends on it.
-    pub async fn prune(&self, seq: i64) -> Result<(), MetadataError> {
+    /// Runs the watcher a `serve` process needs to hear of other processes' commits, for as long as it is
+    /// polled. SQLite: none is needed (the shared counter counts them), so it returns at once.
+    pub async fn watch(&self) {
+        let Backend::Sqlite(_) = &self.backend;
+    }
+
+    /// Prunes the change log. SQLite: changes up to `applied`, once the server has applied them. Announces
+    /// nothing: no cache depends on it.
+    pub async fn prune(&self, applied: i64) -> Result<(), MetadataError> {
         let Backend::Sqlite(pool) = &self.backend;
         let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::query("DELETE FROM cache_changes WHERE seq <= $1").bind(seq).execute(&mut *tx).await?;
+        sqlx::query("DELETE FROM cache_changes WHERE seq <= $1").bind(applied).execute(&mut *tx).await?;
         Ok(tx.commit().await?)
     }
 }
