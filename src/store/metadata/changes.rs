@@ -6,15 +6,23 @@
 //! synchronised at (one atomic load) and reads the new log rows only when it moved.
 //! - SQLite: the counter is a memory-mapped file in the data dir, shared by every process, so it counts every
 //!   commit; [`ChangeFeed::watch`] has nothing to do.
-//! - PostgreSQL: the counter is process-local and counts this process's commits; [`ChangeFeed::watch`] runs the
+//! - PostgreSQL: the triggers of `migrations/postgres` log under an advisory lock, so that `seq` values are
+//!   assigned in commit order, and `NOTIFY blobgate_changes` at commit. The counter is process-local and counts this process's commits; [`ChangeFeed::watch`] runs the
 //!   watcher (`pg_feed.rs`), which moves [`ChangeFeed::subscribe`] when other processes' commits may be in the log.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
 
 use super::generation::Generation;
-use super::{Backend, MetadataError};
+use super::{Backend, MetadataError, pg_feed};
+
+/// PostgreSQL: how long a change stays in the log. Replicas apply a change within a second while they reach the
+/// database; this is for one cut off from it (a network partition, a database restart) to catch up row by row
+/// when it returns. One that was away longer flushes its caches instead. An hour of changes is small (a row is
+/// under 100 bytes, and changes are administrative: uploads, revocations).
+pub const PG_CHANGE_RETENTION: Duration = Duration::from_secs(60 * 60);
 
 /// What a change-log row names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,34 +142,59 @@ impl ChangeFeed {
     /// Changes after `seq`, oldest first, or word that some of them were pruned before they were read. SQLite
     /// prunes only what this server applied, so it never misses.
     pub async fn changes_since(&self, seq: i64) -> Result<Catchup, MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let rows: Vec<ChangeRow> =
-            sqlx::query_as("SELECT seq, kind, bucket_id, name FROM cache_changes WHERE seq > $1 ORDER BY seq")
-                .bind(seq)
-                .fetch_all(pool)
-                .await?;
-        Ok(Catchup::Changes(rows.into_iter().map(CacheChange::from).collect()))
+        match &self.backend {
+            Backend::Sqlite(pool) => {
+                let rows: Vec<ChangeRow> =
+                    sqlx::query_as("SELECT seq, kind, bucket_id, name FROM cache_changes WHERE seq > $1 ORDER BY seq")
+                        .bind(seq)
+                        .fetch_all(pool)
+                        .await?;
+                Ok(Catchup::Changes(rows.into_iter().map(CacheChange::from).collect()))
+            }
+            Backend::Postgres(pool) => pg_feed::changes_since(pool, seq).await,
+        }
     }
 
-    /// The newest change's sequence number (0 when there is none): where a fresh reader starts.
+    /// The newest change's sequence number (0 when there is none): where a fresh reader starts. PostgreSQL: at
+    /// least the pruning horizon, even when every row was pruned.
     pub async fn last_change(&self) -> Result<i64, MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        Ok(sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM cache_changes").fetch_one(pool).await?)
+        Ok(match &self.backend {
+            Backend::Sqlite(pool) => {
+                sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM cache_changes").fetch_one(pool).await?
+            }
+            Backend::Postgres(pool) => {
+                sqlx::query_scalar(
+                    "SELECT greatest(coalesce(max(seq), 0), (SELECT pruned_through FROM cache_changes_horizon))
+                     FROM cache_changes",
+                )
+                .fetch_one(pool)
+                .await?
+            }
+        })
     }
 
     /// Runs the watcher a `serve` process needs to hear of other processes' commits, for as long as it is
-    /// polled. SQLite: none is needed (the shared counter counts them), so it returns at once.
+    /// polled. SQLite: none is needed (the shared counter counts them), so it returns at once. PostgreSQL:
+    /// `pg_feed::watch`.
     pub async fn watch(&self) {
-        let Backend::Sqlite(_) = &self.backend;
+        if let Backend::Postgres(pool) = &self.backend {
+            pg_feed::watch(self, pool).await;
+        }
     }
 
-    /// Prunes the change log. SQLite: changes up to `applied`, once the server has applied them. Announces
-    /// nothing: no cache depends on it.
+    /// Prunes the change log. Announces nothing: no cache depends on it. SQLite: changes up to `applied`, once
+    /// the server has applied them. PostgreSQL: other replicas may lag, so by age, whatever `applied` says:
+    /// changes older than [`PG_CHANGE_RETENTION`] go and `cache_changes_horizon` is raised past them in the same
+    /// statement; a reader behind it flushes its whole cache (`pg_feed::prune`).
     pub async fn prune(&self, applied: i64) -> Result<(), MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::query("DELETE FROM cache_changes WHERE seq <= $1").bind(applied).execute(&mut *tx).await?;
-        Ok(tx.commit().await?)
+        match &self.backend {
+            Backend::Sqlite(pool) => {
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                sqlx::query("DELETE FROM cache_changes WHERE seq <= $1").bind(applied).execute(&mut *tx).await?;
+                Ok(tx.commit().await?)
+            }
+            Backend::Postgres(pool) => pg_feed::prune(pool, PG_CHANGE_RETENTION).await,
+        }
     }
 }
 
@@ -170,6 +203,10 @@ mod tests {
     use super::*;
     use crate::names::BucketName;
     use crate::store::metadata::pool::tests::database;
+
+    async fn horizon(pool: &sqlx::PgPool) -> i64 {
+        sqlx::query_scalar("SELECT pruned_through FROM cache_changes_horizon").fetch_one(pool).await.unwrap()
+    }
 
     #[test]
     fn change_kinds_keep_their_stored_spelling() {
@@ -182,20 +219,44 @@ mod tests {
         assert_eq!(ChangeKind::parse("s3_key").as_str(), "s3_key");
     }
 
-    #[tokio::test]
-    async fn a_commit_moves_the_feed_and_logs_what_changed() {
-        let (_dir, meta) = database().await;
-        let feed = meta.feed().clone();
-        let (before, start) = (feed.current(), feed.last_change().await.unwrap());
-        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
-        assert_ne!(feed.current(), before, "the commit was announced");
-        let Catchup::Changes(changes) = feed.changes_since(start).await.unwrap() else { panic!("SQLite never misses") };
-        assert_eq!(changes.len(), 1, "{changes:?}");
-        assert_eq!(
-            (&changes[0].kind, changes[0].bucket_id, changes[0].name.as_str()),
-            (&ChangeKind::Bucket, Some(bucket.id), "bkt")
-        );
-        feed.prune(changes[0].seq).await.unwrap();
-        assert_eq!(feed.changes_since(start).await.unwrap(), Catchup::Changes(vec![]));
+    backend_tests! {
+        async fn a_commit_moves_the_feed_and_logs_what_changed(backend) {
+            let (_dir, meta) = database(backend).await;
+            let feed = meta.feed().clone();
+            let (before, start) = (feed.current(), feed.last_change().await.unwrap());
+            let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+            assert_ne!(feed.current(), before, "the commit was announced");
+            let Catchup::Changes(changes) = feed.changes_since(start).await.unwrap() else {
+                panic!("nothing was pruned")
+            };
+            assert_eq!(changes.len(), 1, "{changes:?}");
+            assert_eq!(
+                (&changes[0].kind, changes[0].bucket_id, changes[0].name.as_str()),
+                (&ChangeKind::Bucket, Some(bucket.id), "bkt")
+            );
+            feed.prune(changes[0].seq).await.unwrap();
+            if let Backend::Postgres(pool) = &meta.backend {
+                // Other replicas may not have applied a change this young: it stays.
+                assert_eq!(
+                    feed.changes_since(start).await.unwrap(),
+                    Catchup::Changes(changes.clone()),
+                    "a young change is kept"
+                );
+                assert_eq!(horizon(pool).await, 0);
+                sqlx::query("UPDATE cache_changes SET created_at = now() - interval '2 hours'")
+                    .execute(pool)
+                    .await
+                    .unwrap();
+                feed.prune(changes[0].seq).await.unwrap();
+                assert_eq!(horizon(pool).await, changes[0].seq, "the horizon moves with what was pruned");
+                assert_eq!(feed.last_change().await.unwrap(), changes[0].seq, "an empty log starts past the horizon");
+                let missed = Catchup::Missed { resume_at: changes[0].seq };
+                assert_eq!(feed.changes_since(start).await.unwrap(), missed, "a reader behind the horizon flushes");
+                let at_horizon = feed.changes_since(changes[0].seq).await.unwrap();
+                assert_eq!(at_horizon, Catchup::Changes(vec![]), "a reader at the horizon misses nothing");
+            } else {
+                assert_eq!(feed.changes_since(start).await.unwrap(), Catchup::Changes(vec![]));
+            }
+        }
     }
 }

@@ -12,7 +12,7 @@
 //! - a poll of the log's head every [`POLL`] says "look" when the head moved: the safety net for a lost
 //!   notification or a listener that has not noticed its connection died.
 //!
-//! The log is pruned by age ([`RETENTION`]), not by what one replica applied, since replicas may lag; the
+//! The log is pruned by age ([`PG_CHANGE_RETENTION`](super::changes::PG_CHANGE_RETENTION)), not by what one replica applied, since replicas may lag; the
 //! horizon row (`cache_changes_horizon.pruned_through`) says how far, and a replica whose position is behind it
 //! forgets everything it caches ([`Catchup::Missed`]).
 
@@ -29,11 +29,7 @@ const CHANNEL: &str = "blobgate_changes";
 
 /// How often the log's head is read when no notification came. Four reads a second of one index entry per replica;
 /// a change whose notification was lost is still seen well within 1 s.
-pub const POLL: Duration = Duration::from_millis(250);
-
-/// How long the log keeps a change. Long enough for a replica cut off from the database (a network partition, a
-/// database restart) to catch up row by row when it returns; one that was away longer flushes its caches.
-pub const RETENTION: Duration = Duration::from_secs(60 * 60);
+pub(super) const POLL: Duration = Duration::from_millis(250);
 
 /// A read of the head, or a connection attempt, that takes longer than this is given up and retried.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -43,7 +39,7 @@ const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::fro
 
 /// Runs for as long as it is polled: tells `feed`'s subscribers to look whenever the log may have moved.
 pub(super) async fn watch(feed: &ChangeFeed, pool: &PgPool) {
-    tokio::join!(listen(feed, pool), poll_head(feed, pool));
+    tokio::join!(listen(feed, pool), poll_head(feed));
 }
 
 async fn listen(feed: &ChangeFeed, pool: &PgPool) {
@@ -110,13 +106,13 @@ async fn subscribe(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
 }
 
 /// The safety net: reads the log's head every [`POLL`] and says "look" when it moved.
-async fn poll_head(feed: &ChangeFeed, pool: &PgPool) {
+async fn poll_head(feed: &ChangeFeed) {
     let mut tick = tokio::time::interval(POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut seen = None;
     loop {
         tick.tick().await;
-        match tokio::time::timeout(ATTEMPT_TIMEOUT, last_change(pool)).await {
+        match tokio::time::timeout(ATTEMPT_TIMEOUT, feed.last_change()).await {
             Ok(Ok(head)) if seen != Some(head) => {
                 seen = Some(head);
                 feed.look();
@@ -146,17 +142,6 @@ pub(super) async fn changes_since(pool: &PgPool, seq: i64) -> Result<Catchup, Me
     Ok(Catchup::Changes(rows.into_iter().map(CacheChange::from).collect()))
 }
 
-/// The newest change's id, or the horizon when the log is empty because everything was pruned.
-pub(super) async fn last_change(pool: &PgPool) -> Result<i64, MetadataError> {
-    let head: i64 = sqlx::query_scalar(
-        "SELECT greatest(coalesce((SELECT max(seq) FROM cache_changes), 0), \
-         coalesce((SELECT pruned_through FROM cache_changes_horizon WHERE id = 1), 0))",
-    )
-    .fetch_one(pool)
-    .await?;
-    Ok(head)
-}
-
 async fn horizon(pool: &PgPool) -> Result<i64, MetadataError> {
     let pruned: Option<i64> = sqlx::query_scalar("SELECT pruned_through FROM cache_changes_horizon WHERE id = 1")
         .fetch_optional(pool)
@@ -164,12 +149,12 @@ async fn horizon(pool: &PgPool) -> Result<i64, MetadataError> {
     Ok(pruned.unwrap_or(0))
 }
 
-/// Drops changes older than [`RETENTION`] and moves the horizon past them, in one statement, so a reader sees
+/// Drops changes older than `retention` and moves the horizon past them, in one statement, so a reader sees
 /// both or neither. Safe with any number of replicas pruning at once: `seq` follows commit order, so every row
 /// up to the newest old one is committed and deleted together, and the horizon only ever grows (`greatest`).
 /// Rows are cut at a `seq`, not by `created_at` alone: a long transaction's row can be older than a row with a
 /// smaller `seq`, and the horizon must name a prefix of the log.
-pub(super) async fn prune(pool: &PgPool) -> Result<(), MetadataError> {
+pub(super) async fn prune(pool: &PgPool, retention: Duration) -> Result<(), MetadataError> {
     sqlx::query(
         "WITH cutoff AS ( \
              SELECT max(seq) AS seq FROM cache_changes WHERE created_at < now() - make_interval(secs => $1) \
@@ -179,7 +164,7 @@ pub(super) async fn prune(pool: &PgPool) -> Result<(), MetadataError> {
          UPDATE cache_changes_horizon SET pruned_through = greatest(pruned_through, (SELECT seq FROM cutoff)) \
          WHERE id = 1",
     )
-    .bind(RETENTION.as_secs_f64())
+    .bind(retention.as_secs_f64())
     .execute(pool)
     .await?;
     Ok(())
