@@ -525,6 +525,62 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn postgres_another_replica_change_reaches_the_cache_in_the_background_and_a_pruned_log_flushes() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = DatabaseUrl::parse(&crate::store::metadata::test_postgres_database().await).unwrap();
+        let timeout = std::time::Duration::from_secs(5);
+        let (here, elsewhere) =
+            (Store::open(dir.path(), &url, timeout).await.unwrap(), Store::open(dir.path(), &url, timeout).await.unwrap());
+        let name = BucketName::parse("bkt").unwrap();
+        let bucket = here.meta.create_bucket(&name, false, 0).await.unwrap();
+        let catalog = Arc::new(Catalog::new(here.meta.clone(), here.blobs.clone(), 64).await.unwrap());
+        let feed = here.meta.feed().clone();
+        let watcher = tokio::spawn({
+            let feed = feed.clone();
+            async move { feed.watch().await }
+        });
+        let follower = tokio::spawn({
+            let catalog = catalog.clone();
+            async move { catalog.keep_synced().await }
+        });
+        let token = TokenRecord {
+            id: "0123456789ab".into(),
+            secret_hash: vec![0; 32],
+            bucket_id: bucket.id,
+            bucket_name: "bkt".into(),
+            prefix: String::new(),
+            scope: Scope::Read,
+            created_at: 0,
+            expires_at: None,
+            revoked_at: None,
+        };
+        here.meta.create_token(&token).await.unwrap();
+        assert!(catalog.token(&token.id).await.unwrap().unwrap().revoked_at.is_none());
+        let counter = feed.current();
+        assert!(elsewhere.meta.revoke_token(&token.id, 5).await.unwrap());
+        let revoked = std::time::Instant::now();
+        while catalog.token(&token.id).await.unwrap().unwrap().revoked_at.is_none() {
+            // The notification's path: well before the head poll (250 ms) or the 1 s tick would have found it.
+            assert!(revoked.elapsed() < std::time::Duration::from_millis(250), "the revocation was not notified");
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        assert_eq!(feed.current(), counter, "applied in the background: requests never synced for it");
+        watcher.abort();
+        follower.abort();
+
+        // With nobody syncing, a change arrives and is pruned before this replica read it: the next sync flushes.
+        assert!(catalog.bucket("bkt").await.unwrap().unwrap().default_cache_control.is_none());
+        elsewhere.meta.update_bucket(&name, None, Some(Some("max-age=9"))).await.unwrap();
+        crate::store::metadata::test_age_change_log(&elsewhere.meta).await;
+        elsewhere.meta.feed().prune(0).await.unwrap();
+        assert!(catalog.bucket("bkt").await.unwrap().unwrap().default_cache_control.is_none(), "still cached");
+        catalog.sync().await.unwrap();
+        let reread = catalog.bucket("bkt").await.unwrap().unwrap();
+        assert_eq!(reread.default_cache_control.as_deref(), Some("max-age=9"), "the flush forgot the stale entry");
+        assert!(catalog.token(&token.id).await.unwrap().unwrap().revoked_at.is_some());
+    }
+
+    #[tokio::test]
     async fn open_blobs_are_reused_and_failures_are_not_cached() {
         let (_dir, store, catalog) = setup().await;
         put(&store, "k", b"bytes").await;

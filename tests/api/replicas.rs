@@ -107,7 +107,9 @@ fn an_upload_on_one_replica_downloads_byte_exact_on_the_others() {
     let put = a.put("/shared/big.bin", &writer, &bytes, &[]);
     assert!(put.status == 200 || put.status == 201, "upload: {} {}", put.status, String::from_utf8_lossy(&put.body));
     let uploaded = Instant::now();
-    let delays = delays_until(&[b, c], uploaded, |s| s.get_auth("/shared/big.bin", &reader, &[]), |r| r.status == 200);
+    // HEAD, so that the delay measured is the change's and not the download's.
+    let head = |s: &Server| s.request("HEAD", "/shared/big.bin", &[("Authorization", &format!("Bearer {reader}"))]);
+    let delays = delays_until(&[b, c], uploaded, head, |r| r.status == 200);
     assert_within_bound("a new object reaching the other replicas", &delays);
     for server in [a, b, c] {
         let got = server.get_auth("/shared/big.bin", &reader, &[]);
@@ -159,13 +161,16 @@ fn a_replaced_or_deleted_object_is_seen_by_every_replica_within_a_second() {
     // Replaced through another replica's admin listener.
     assert!(matches!(r.servers[1].put("/assets/app.js", &writer, &second, &[]).status, 200 | 201));
     let replaced = Instant::now();
-    let delays = delays_until(
-        &all,
-        replaced,
-        |s| s.get("/assets/app.js", &[]),
-        |resp| resp.status == 200 && sha256_hex(&resp.body) == sha256_hex(&second),
-    );
+    // HEAD, so that the delay measured is the change's and not the download's; the sizes differ.
+    let head = |s: &Server| s.request("HEAD", "/assets/app.js", &[]);
+    let length = second.len().to_string();
+    let delays = delays_until(&all, replaced, head, |resp| {
+        resp.status == 200 && resp.header("content-length") == Some(length.as_str())
+    });
     assert_within_bound("a replaced object", &delays);
+    for server in &all {
+        assert_eq!(sha256_hex(&server.get("/assets/app.js", &[]).body), sha256_hex(&second), "on {}", server.data);
+    }
 
     // Deleted through the CLI.
     r.ok(&["rm", "assets", "app.js"]);
@@ -206,10 +211,10 @@ fn stats_from_downloads_on_every_replica_sum_exactly() {
     let stats: serde_json::Value = serde_json::from_str(r.ok(&["stats", "--json"]).trim()).expect("stats --json");
     let row = stats.as_array().unwrap().iter().find(|row| row["key"] == "file").expect("a row for the file").clone();
     let downloads: u64 = per_replica.iter().sum();
-    // Three HEADs (one per replica) came first.
-    assert_eq!(row["requests"], downloads + 3, "{row}");
+    // Three HEADs (one per replica) came first; they are counted apart from the downloads.
+    assert_eq!(row["requests"], downloads, "{row}");
+    assert_eq!(row["completed"], downloads, "{row}");
     assert_eq!(row["head_requests"], 3, "{row}");
-    assert_eq!(row["completed"], downloads + 3, "{row}");
     assert_eq!(row["bytes_sent"], downloads * bytes.len() as u64, "{row}");
     let table = r.ok(&["stats"]);
     assert!(table.lines().any(|l| l.starts_with("counted/file")), "{table}");
@@ -284,13 +289,15 @@ fn two_replicas_writing_one_key_at_once_end_consistent_without_orphan_blobs() {
         let winner_sha = sha256_hex(winner);
         // Every replica serves the stored one, within the bound.
         let settled = Instant::now();
-        let delays = delays_until(
-            &all,
-            settled,
-            |s| s.get("/race/same-key", &[]),
-            |resp| resp.status == 200 && sha256_hex(&resp.body) == winner_sha,
-        );
+        let length = winner.len().to_string();
+        let head = |s: &Server| s.request("HEAD", "/race/same-key", &[]);
+        let delays = delays_until(&all, settled, head, |resp| {
+            resp.status == 200 && resp.header("content-length") == Some(length.as_str())
+        });
         assert_within_bound(&format!("round {round}: the stored upload on every replica"), &delays);
+        for server in &all {
+            assert_eq!(sha256_hex(&server.get("/race/same-key", &[]).body), winner_sha, "on {}", server.data);
+        }
         // Exactly one blob: the loser's (and the previous round's) are gone.
         let blobs = r.env.blob_files();
         assert_eq!(blobs, vec![r.env.blob_path(&winner_sha)], "round {round}: orphan blobs left behind");

@@ -169,3 +169,163 @@ pub(super) async fn prune(pool: &PgPool, retention: Duration) -> Result<(), Meta
     .await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::config::DatabaseUrl;
+    use crate::names::BucketName;
+    use crate::store::metadata::Metadata;
+    use crate::store::metadata::pool::tests::fresh_postgres_database;
+
+    /// Two opens of one new database: a replica that runs the watcher, and another process that writes.
+    async fn replica_and_writer() -> (tempfile::TempDir, Metadata, Metadata) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = DatabaseUrl::parse(&fresh_postgres_database().await).unwrap();
+        let replica = Metadata::open(&url, dir.path(), Duration::from_secs(5)).await.unwrap();
+        let writer = Metadata::open(&url, dir.path(), Duration::from_secs(5)).await.unwrap();
+        (dir, replica, writer)
+    }
+
+    fn pool(meta: &Metadata) -> &PgPool {
+        match &meta.backend {
+            super::super::Backend::Postgres(pool) => pool,
+            _ => unreachable!("a PostgreSQL test"),
+        }
+    }
+
+    /// Waits (at most `within`) for the next "look"; returns how long it took.
+    async fn next_look(looks: &mut tokio::sync::watch::Receiver<u64>, within: Duration) -> Duration {
+        let start = Instant::now();
+        tokio::time::timeout(within, looks.changed())
+            .await
+            .unwrap_or_else(|_| panic!("no look within {within:?}"))
+            .unwrap();
+        start.elapsed()
+    }
+
+    /// Lets the watcher settle (it looks once when listening and once at its first poll), then forgets those.
+    async fn settled(looks: &mut tokio::sync::watch::Receiver<u64>) {
+        tokio::time::sleep(2 * POLL).await;
+        looks.mark_unchanged();
+    }
+
+    async fn listener_pids(meta: &Metadata) -> Vec<i32> {
+        sqlx::query_scalar(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'",
+        )
+        .fetch_all(pool(meta))
+        .await
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn another_process_commit_is_a_look_and_not_a_bump() {
+        let (_dir, replica, writer) = replica_and_writer().await;
+        let feed = replica.feed().clone();
+        let mut looks = feed.subscribe();
+        let watcher = tokio::spawn({
+            let feed = feed.clone();
+            async move { feed.watch().await }
+        });
+        settled(&mut looks).await;
+        let counter = feed.current();
+        writer.create_bucket(&BucketName::parse("elsewhere").unwrap(), false, 0).await.unwrap();
+        // A notification, well before the head poll's 250 ms would have said so.
+        let took = next_look(&mut looks, Duration::from_secs(1)).await;
+        assert!(took < POLL, "the notification took {took:?}");
+        assert_eq!(feed.current(), counter, "another process's commit does not move this process's counter");
+        replica.create_bucket(&BucketName::parse("here").unwrap(), false, 0).await.unwrap();
+        assert_ne!(feed.current(), counter, "this process's own commit does");
+        watcher.abort();
+    }
+
+    #[tokio::test]
+    async fn a_change_without_a_notification_is_found_by_the_head_poll() {
+        let (_dir, replica, writer) = replica_and_writer().await;
+        let feed = replica.feed().clone();
+        let mut looks = feed.subscribe();
+        let watcher = tokio::spawn({
+            let feed = feed.clone();
+            async move { feed.watch().await }
+        });
+        settled(&mut looks).await;
+        // Logged behind the triggers' back: no NOTIFY, as if the notification were lost.
+        sqlx::query("INSERT INTO cache_changes (kind, name) VALUES ('token', 'abc')")
+            .execute(pool(&writer))
+            .await
+            .unwrap();
+        let took = next_look(&mut looks, Duration::from_secs(1)).await;
+        assert!(took <= POLL + Duration::from_millis(100), "the poll took {took:?}");
+        watcher.abort();
+    }
+
+    #[tokio::test]
+    async fn a_lost_listener_connection_reconnects_and_catches_up() {
+        let (_dir, replica, writer) = replica_and_writer().await;
+        let feed = replica.feed().clone();
+        let mut looks = feed.subscribe();
+        let watcher = tokio::spawn({
+            let feed = feed.clone();
+            async move { feed.watch().await }
+        });
+        settled(&mut looks).await;
+        let before = listener_pids(&writer).await;
+        assert_eq!(before.len(), 1, "one LISTEN session: {before:?}");
+        sqlx::query("SELECT pg_terminate_backend($1)").bind(before[0]).execute(pool(&writer)).await.unwrap();
+        // The catch-up look once listening again (the head has not moved, so it is not the poll's).
+        next_look(&mut looks, Duration::from_secs(2)).await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let after = loop {
+            let pids = listener_pids(&writer).await;
+            if pids.len() == 1 && pids != before {
+                break pids;
+            }
+            assert!(Instant::now() < deadline, "no new LISTEN session: {pids:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        looks.mark_unchanged();
+        writer.create_bucket(&BucketName::parse("after").unwrap(), false, 0).await.unwrap();
+        let took = next_look(&mut looks, Duration::from_secs(1)).await;
+        assert!(took < POLL, "the new session {after:?} did not get the notification ({took:?})");
+        watcher.abort();
+    }
+
+    #[tokio::test]
+    async fn pruning_keeps_young_changes_and_moves_the_horizon_past_old_ones() {
+        let (_dir, replica, writer) = replica_and_writer().await;
+        let feed = replica.feed().clone();
+        let start = feed.last_change().await.unwrap();
+        for name in ["one", "two", "three"] {
+            writer.create_bucket(&BucketName::parse(name).unwrap(), false, 0).await.unwrap();
+        }
+        let Catchup::Changes(all) = feed.changes_since(start).await.unwrap() else { panic!("nothing pruned yet") };
+        assert_eq!(all.len(), 3);
+        // The first two are old; the second's row looks younger than the third's (a long transaction): the cut is
+        // at the newest old seq, so the log stays a suffix and the horizon names a prefix.
+        sqlx::query("UPDATE cache_changes SET created_at = now() - interval '3 hours' WHERE seq = $1")
+            .bind(all[0].seq)
+            .execute(pool(&writer))
+            .await
+            .unwrap();
+        sqlx::query("UPDATE cache_changes SET created_at = now() - interval '2 hours' WHERE seq = $1")
+            .bind(all[1].seq)
+            .execute(pool(&writer))
+            .await
+            .unwrap();
+        // Two replicas pruning at once.
+        let (a, b) = tokio::join!(feed.prune(0), writer.feed().prune(0));
+        (a.unwrap(), b.unwrap());
+        assert_eq!(horizon(pool(&writer)).await.unwrap(), all[1].seq);
+        assert_eq!(feed.changes_since(all[1].seq).await.unwrap(), Catchup::Changes(vec![all[2].clone()]));
+        assert_eq!(
+            feed.changes_since(all[0].seq).await.unwrap(),
+            Catchup::Missed { resume_at: all[2].seq },
+            "a reader behind the horizon is told to flush, and resumes after what it read"
+        );
+        feed.prune(0).await.unwrap();
+        assert_eq!(horizon(pool(&writer)).await.unwrap(), all[1].seq, "the young change stays");
+    }
+}
