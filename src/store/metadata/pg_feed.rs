@@ -196,20 +196,23 @@ mod tests {
         }
     }
 
-    /// Waits (at most `within`) for the next "look"; returns how long it took.
-    async fn next_look(looks: &mut tokio::sync::watch::Receiver<u64>, within: Duration) -> Duration {
-        let start = Instant::now();
+    /// Waits (at most `within`) for the next "look", and takes it.
+    async fn next_look(looks: &mut tokio::sync::watch::Receiver<u64>, within: Duration) {
         tokio::time::timeout(within, looks.changed())
             .await
             .unwrap_or_else(|_| panic!("no look within {within:?}"))
             .unwrap();
-        start.elapsed()
     }
 
-    /// Lets the watcher settle (it looks once when listening and once at its first poll), then forgets those.
-    async fn settled(looks: &mut tokio::sync::watch::Receiver<u64>) {
-        tokio::time::sleep(2 * POLL).await;
-        looks.mark_unchanged();
+    /// Runs one half of the watcher alone, so that every look it gives is that half's.
+    fn spawn_listen(replica: &Metadata) -> tokio::task::JoinHandle<()> {
+        let (feed, pool) = (replica.feed().clone(), pool(replica).clone());
+        tokio::spawn(async move { listen(&feed, &pool).await })
+    }
+
+    fn spawn_poll(replica: &Metadata) -> tokio::task::JoinHandle<()> {
+        let feed = replica.feed().clone();
+        tokio::spawn(async move { poll_head(&feed).await })
     }
 
     async fn listener_pids(meta: &Metadata) -> Vec<i32> {
@@ -221,76 +224,69 @@ mod tests {
         .unwrap()
     }
 
+    /// Waits until exactly one LISTEN session other than `not` exists; returns it.
+    async fn listening(meta: &Metadata, not: &[i32]) -> Vec<i32> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let pids = listener_pids(meta).await;
+            if pids.len() == 1 && pids != not {
+                return pids;
+            }
+            assert!(Instant::now() < deadline, "no new LISTEN session: {pids:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     #[tokio::test]
-    async fn another_process_commit_is_a_look_and_not_a_bump() {
+    async fn another_process_commit_is_notified_as_a_look_and_not_a_bump() {
         let (_dir, replica, writer) = replica_and_writer().await;
         let feed = replica.feed().clone();
         let mut looks = feed.subscribe();
-        let watcher = tokio::spawn({
-            let feed = feed.clone();
-            async move { feed.watch().await }
-        });
-        settled(&mut looks).await;
+        let listener = spawn_listen(&replica);
+        // Its first look says it is listening.
+        next_look(&mut looks, Duration::from_secs(5)).await;
         let counter = feed.current();
         writer.create_bucket(&BucketName::parse("elsewhere").unwrap(), false, 0).await.unwrap();
-        // A notification, well before the head poll's 250 ms would have said so.
-        let took = next_look(&mut looks, Duration::from_secs(1)).await;
-        assert!(took < POLL, "the notification took {took:?}");
+        next_look(&mut looks, Duration::from_secs(2)).await;
         assert_eq!(feed.current(), counter, "another process's commit does not move this process's counter");
         replica.create_bucket(&BucketName::parse("here").unwrap(), false, 0).await.unwrap();
         assert_ne!(feed.current(), counter, "this process's own commit does");
-        watcher.abort();
+        listener.abort();
     }
 
     #[tokio::test]
     async fn a_change_without_a_notification_is_found_by_the_head_poll() {
         let (_dir, replica, writer) = replica_and_writer().await;
-        let feed = replica.feed().clone();
-        let mut looks = feed.subscribe();
-        let watcher = tokio::spawn({
-            let feed = feed.clone();
-            async move { feed.watch().await }
-        });
-        settled(&mut looks).await;
+        let mut looks = replica.feed().subscribe();
+        let poller = spawn_poll(&replica);
+        // The first poll looks (it has seen no head yet); later ones only when the head moves.
+        next_look(&mut looks, Duration::from_secs(5)).await;
+        tokio::time::sleep(3 * POLL).await;
+        assert!(!looks.has_changed().unwrap(), "an unmoved head is no reason to look");
         // Logged behind the triggers' back: no NOTIFY, as if the notification were lost.
         sqlx::query("INSERT INTO cache_changes (kind, name) VALUES ('token', 'abc')")
             .execute(pool(&writer))
             .await
             .unwrap();
-        let took = next_look(&mut looks, Duration::from_secs(1)).await;
-        assert!(took <= POLL + Duration::from_millis(100), "the poll took {took:?}");
-        watcher.abort();
+        next_look(&mut looks, Duration::from_secs(2)).await;
+        poller.abort();
     }
 
     #[tokio::test]
     async fn a_lost_listener_connection_reconnects_and_catches_up() {
         let (_dir, replica, writer) = replica_and_writer().await;
-        let feed = replica.feed().clone();
-        let mut looks = feed.subscribe();
-        let watcher = tokio::spawn({
-            let feed = feed.clone();
-            async move { feed.watch().await }
-        });
-        settled(&mut looks).await;
-        let before = listener_pids(&writer).await;
-        assert_eq!(before.len(), 1, "one LISTEN session: {before:?}");
+        let mut looks = replica.feed().subscribe();
+        let listener = spawn_listen(&replica);
+        next_look(&mut looks, Duration::from_secs(5)).await;
+        let before = listening(&writer, &[]).await;
         sqlx::query("SELECT pg_terminate_backend($1)").bind(before[0]).execute(pool(&writer)).await.unwrap();
-        // The catch-up look once listening again (the head has not moved, so it is not the poll's).
-        next_look(&mut looks, Duration::from_secs(2)).await;
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let after = loop {
-            let pids = listener_pids(&writer).await;
-            if pids.len() == 1 && pids != before {
-                break pids;
-            }
-            assert!(Instant::now() < deadline, "no new LISTEN session: {pids:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        looks.mark_unchanged();
+        // Nothing was committed: this look is the catch-up of a listener that is listening again.
+        next_look(&mut looks, Duration::from_secs(5)).await;
+        let after = listening(&writer, &before).await;
         writer.create_bucket(&BucketName::parse("after").unwrap(), false, 0).await.unwrap();
-        let took = next_look(&mut looks, Duration::from_secs(1)).await;
-        assert!(took < POLL, "the new session {after:?} did not get the notification ({took:?})");
-        watcher.abort();
+        next_look(&mut looks, Duration::from_secs(2)).await;
+        assert_eq!(listener_pids(&writer).await, after, "the same session got the notification");
+        listener.abort();
     }
 
     #[tokio::test]
@@ -317,7 +313,8 @@ mod tests {
             .unwrap();
         // Two replicas pruning at once.
         let (a, b) = tokio::join!(feed.prune(0), writer.feed().prune(0));
-        (a.unwrap(), b.unwrap());
+        a.unwrap();
+        b.unwrap();
         assert_eq!(horizon(pool(&writer)).await.unwrap(), all[1].seq);
         assert_eq!(feed.changes_since(all[1].seq).await.unwrap(), Catchup::Changes(vec![all[2].clone()]));
         assert_eq!(
