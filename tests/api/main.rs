@@ -20,6 +20,7 @@ mod faults;
 mod lifecycle;
 mod limits;
 mod permissions;
+mod postgres;
 mod replicas;
 mod service;
 mod shared_cache;
