@@ -7,8 +7,9 @@
 //! - SQLite: the counter is a memory-mapped file in the data dir, shared by every process, so it counts every
 //!   commit; [`ChangeFeed::watch`] has nothing to do.
 //! - PostgreSQL: the triggers of `migrations/postgres` log under an advisory lock, so that `seq` values are
-//!   assigned in commit order, and `NOTIFY blobgate_changes` at commit. The counter is process-local and counts this process's commits; [`ChangeFeed::watch`] runs the
-//!   watcher (`pg_feed.rs`), which moves [`ChangeFeed::subscribe`] when other processes' commits may be in the log.
+//!   assigned in commit order, and `NOTIFY blobgate_changes` at commit. The counter is process-local and counts
+//!   this process's commits; [`ChangeFeed::watch`] runs the watcher (`pg_feed.rs`), which moves
+//!   [`ChangeFeed::subscribe`] when other processes' commits may be in the log.
 
 use std::sync::Arc;
 use std::time::Duration;

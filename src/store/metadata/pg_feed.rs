@@ -12,9 +12,9 @@
 //! - a poll of the log's head every [`POLL`] says "look" when the head moved: the safety net for a lost
 //!   notification or a listener that has not noticed its connection died.
 //!
-//! The log is pruned by age ([`PG_CHANGE_RETENTION`](super::changes::PG_CHANGE_RETENTION)), not by what one replica applied, since replicas may lag; the
-//! horizon row (`cache_changes_horizon.pruned_through`) says how far, and a replica whose position is behind it
-//! forgets everything it caches ([`Catchup::Missed`]).
+//! The log is pruned by age ([`PG_CHANGE_RETENTION`](super::changes::PG_CHANGE_RETENTION)), not by what one
+//! replica applied, since replicas may lag; the horizon row (`cache_changes_horizon.pruned_through`) says how far,
+//! and a replica whose position is behind it forgets everything it caches ([`Catchup::Missed`]).
 
 use std::time::Duration;
 
@@ -64,7 +64,7 @@ async fn listen(feed: &ChangeFeed, pool: &PgPool) {
                 };
                 failures += 1;
                 if failures == 1 {
-                    tracing::warn!(%error, "cannot listen for changes; retrying with backoff (the head is polled meanwhile)");
+                    tracing::warn!(%error, "cannot listen for changes; retrying (the head is polled meanwhile)");
                 }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(BACKOFF.1);
