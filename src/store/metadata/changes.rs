@@ -258,7 +258,9 @@ mod tests {
         tx.delete_object(bucket.id, &key).await.unwrap();
         tx.delete_empty_bucket(bucket.id).await.unwrap();
         tx.commit().await.unwrap();
-        let changes = meta.feed().changes_since(start).await.unwrap();
+        let Catchup::Changes(changes) = meta.feed().changes_since(start).await.unwrap() else {
+            panic!("nothing was pruned")
+        };
         changes.into_iter().map(|c| (c.kind.as_str().to_owned(), c.bucket_id, c.name)).collect()
     }
 
