@@ -10,16 +10,20 @@
 //! - a lost connection (`try_recv` → `None`, or an error) is reconnected with backoff; once listening again it
 //!   says "look", so the catalog catches up from the last id it applied.
 //! - a poll of the log's head every [`POLL`] says "look" when the head moved: the safety net for a lost
-//!   notification or a listener that has not noticed its connection died.
+//!   notification or a listener that has not noticed its connection died. When the head stays ahead of every
+//!   notification for two polls in a row, the listener is taken for dead (a peer that vanished without a reset
+//!   leaves `try_recv` waiting for hours) and reconnects.
 //!
 //! The log is pruned by age ([`PG_CHANGE_RETENTION`](super::changes::PG_CHANGE_RETENTION)), not by what one
 //! replica applied, since replicas may lag; the horizon row (`cache_changes_horizon.pruned_through`) says how far,
 //! and a replica whose position is behind it forgets everything it caches ([`Catchup::Missed`]).
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use sqlx::PgPool;
 use sqlx::postgres::{PgListener, PgPoolOptions};
+use tokio::sync::Notify;
 
 use super::MetadataError;
 use super::changes::{CacheChange, Catchup, ChangeFeed, ChangeRow};
@@ -39,23 +43,23 @@ const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::fro
 
 /// Runs for as long as it is polled: tells `feed`'s subscribers to look whenever the log may have moved.
 pub(super) async fn watch(feed: &ChangeFeed, pool: &PgPool) {
-    tokio::join!(listen(feed, pool), poll_head(feed));
+    let liveness = Liveness::default();
+    tokio::join!(listen(feed, pool, &liveness), poll_head(feed, &liveness));
 }
 
-async fn listen(feed: &ChangeFeed, pool: &PgPool) {
-    // Its own pool of one: the LISTEN session must not be a request-pool connection (which another task could
-    // be handed, or which the pool may recycle), and a busy request pool must not delay reconnecting.
-    let dedicated = PgPoolOptions::new()
-        .max_connections(1)
-        .min_connections(0)
-        .max_lifetime(None)
-        .idle_timeout(None)
-        .acquire_timeout(ATTEMPT_TIMEOUT)
-        .connect_lazy_with((*pool.connect_options()).clone());
+/// What the poll knows of the listener: the newest seq a notification named (a hint, used for nothing but this),
+/// and a way to make it reconnect (`notify_waiters`: a request made while it is not listening is moot).
+#[derive(Default)]
+struct Liveness {
+    notified: AtomicI64,
+    reconnect: Notify,
+}
+
+async fn listen(feed: &ChangeFeed, pool: &PgPool, liveness: &Liveness) {
     let mut backoff = BACKOFF.0;
     let mut failures = 0u32;
     loop {
-        let mut listener = match tokio::time::timeout(ATTEMPT_TIMEOUT, subscribe(&dedicated)).await {
+        let mut listener = match tokio::time::timeout(ATTEMPT_TIMEOUT, subscribe(pool)).await {
             Ok(Ok(listener)) => listener,
             failed => {
                 let error = match failed {
@@ -75,12 +79,27 @@ async fn listen(feed: &ChangeFeed, pool: &PgPool) {
             tracing::info!(attempts = failures, "listening for changes again");
         }
         (failures, backoff) = (0, BACKOFF.0);
+        // Registered before the catch-up look, so a request the poll makes from here on is not missed.
+        let reconnect = liveness.reconnect.notified();
+        tokio::pin!(reconnect);
         // Listening from here on: whatever committed before is in the log, so catch up from the last applied id.
         feed.look();
         loop {
-            match listener.try_recv().await {
+            let received = tokio::select! {
+                received = listener.try_recv() => received,
+                () = &mut reconnect => {
+                    tracing::warn!("the change listener heard nothing of changes the head poll found; reconnecting");
+                    break;
+                }
+            };
+            match received {
                 // The payload names a seq, but notifications can be lost or coalesced: only "look" is trusted.
-                Ok(Some(_)) => feed.look(),
+                Ok(Some(notification)) => {
+                    if let Ok(seq) = notification.payload().parse::<i64>() {
+                        liveness.notified.fetch_max(seq, Ordering::AcqRel);
+                    }
+                    feed.look();
+                }
                 Ok(None) => {
                     tracing::warn!("the change listener lost its connection; reconnecting");
                     break;
@@ -96,8 +115,18 @@ async fn listen(feed: &ChangeFeed, pool: &PgPool) {
     }
 }
 
+/// A listener on a connection of its own: a new one-connection pool beside the request pool, so the LISTEN session
+/// is never a request-pool connection (which another task could be handed, or the pool recycle), a busy request
+/// pool never delays reconnecting, and a dead connection's clean-up (sqlx sends `UNLISTEN *` on drop, which can
+/// hang on a vanished peer) never holds the next listener's slot.
 async fn subscribe(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
-    let mut listener = PgListener::connect_with(pool).await?;
+    let dedicated = PgPoolOptions::new()
+        .max_connections(1)
+        .max_lifetime(None)
+        .idle_timeout(None)
+        .acquire_timeout(ATTEMPT_TIMEOUT)
+        .connect_lazy_with((*pool.connect_options()).clone());
+    let mut listener = PgListener::connect_with(&dedicated).await?;
     // A lost connection comes back as `None` at once, so that reconnecting and catching up happen here, in one
     // place, and never silently inside sqlx.
     listener.eager_reconnect(false);
@@ -105,23 +134,47 @@ async fn subscribe(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     Ok(listener)
 }
 
-/// The safety net: reads the log's head every [`POLL`] and says "look" when it moved.
-async fn poll_head(feed: &ChangeFeed) {
+/// The safety net: reads the log's head every [`POLL`] and says "look" when it moved. A head that no
+/// notification has named for two polls in a row means the listener is not hearing them: it reconnects.
+async fn poll_head(feed: &ChangeFeed, liveness: &Liveness) {
     let mut tick = tokio::time::interval(POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut seen = None;
+    let mut unheard = None;
     loop {
         tick.tick().await;
-        match tokio::time::timeout(ATTEMPT_TIMEOUT, feed.last_change()).await {
-            Ok(Ok(head)) if seen != Some(head) => {
-                seen = Some(head);
-                feed.look();
-            }
-            Ok(Ok(_)) => {}
+        let head = match tokio::time::timeout(ATTEMPT_TIMEOUT, feed.last_change()).await {
+            Ok(Ok(head)) => head,
             // The listener reports outages; the next tick retries.
-            Ok(Err(e)) => tracing::debug!(error = %e, "cannot read the change log's head"),
-            Err(_) => tracing::debug!("reading the change log's head timed out"),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "cannot read the change log's head");
+                continue;
+            }
+            Err(_) => {
+                tracing::debug!("reading the change log's head timed out");
+                continue;
+            }
+        };
+        if seen != Some(head) {
+            // The first poll has no notification to compare with.
+            if seen.is_none() {
+                liveness.notified.fetch_max(head, Ordering::AcqRel);
+            }
+            seen = Some(head);
+            feed.look();
         }
+        let notified = liveness.notified.load(Ordering::Acquire);
+        unheard = match unheard {
+            // Still unheard a poll later: the notification is not merely in flight. (Only a listener that is
+            // listening is told; one that is reconnecting catches up anyway.)
+            Some(earlier) if notified < earlier => {
+                liveness.reconnect.notify_waiters();
+                liveness.notified.fetch_max(head, Ordering::AcqRel);
+                None
+            }
+            _ if notified >= head => None,
+            _ => Some(head),
+        };
     }
 }
 
@@ -207,12 +260,12 @@ mod tests {
     /// Runs one half of the watcher alone, so that every look it gives is that half's.
     fn spawn_listen(replica: &Metadata) -> tokio::task::JoinHandle<()> {
         let (feed, pool) = (replica.feed().clone(), pool(replica).clone());
-        tokio::spawn(async move { listen(&feed, &pool).await })
+        tokio::spawn(async move { listen(&feed, &pool, &Liveness::default()).await })
     }
 
     fn spawn_poll(replica: &Metadata) -> tokio::task::JoinHandle<()> {
         let feed = replica.feed().clone();
-        tokio::spawn(async move { poll_head(&feed).await })
+        tokio::spawn(async move { poll_head(&feed, &Liveness::default()).await })
     }
 
     async fn listener_pids(meta: &Metadata) -> Vec<i32> {
@@ -287,6 +340,29 @@ mod tests {
         next_look(&mut looks, Duration::from_secs(2)).await;
         assert_eq!(listener_pids(&writer).await, after, "the same session got the notification");
         listener.abort();
+    }
+
+    #[tokio::test]
+    async fn a_listener_that_hears_nothing_of_what_the_poll_finds_reconnects() {
+        let (_dir, replica, writer) = replica_and_writer().await;
+        let watcher = tokio::spawn({
+            let feed = replica.feed().clone();
+            async move { feed.watch().await }
+        });
+        let before = listening(&writer, &[]).await;
+        // Notified changes keep it: its notifications match the head.
+        for name in ["one", "two"] {
+            writer.create_bucket(&BucketName::parse(name).unwrap(), false, 0).await.unwrap();
+        }
+        tokio::time::sleep(4 * POLL).await;
+        assert_eq!(listener_pids(&writer).await, before, "a listener that hears the changes stays");
+        // A change it cannot hear of (logged without NOTIFY) stands for a connection that died silently.
+        sqlx::query("INSERT INTO cache_changes (kind, name) VALUES ('token', 'abc')")
+            .execute(pool(&writer))
+            .await
+            .unwrap();
+        listening(&writer, &before).await;
+        watcher.abort();
     }
 
     #[tokio::test]
