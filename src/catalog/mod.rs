@@ -369,7 +369,7 @@ mod tests {
     use super::*;
     use crate::config::DatabaseUrl;
     use crate::names::{BucketName, ObjectAttrs, ObjectKey};
-    use crate::store::metadata::{TestBackend, backend_tests};
+    use crate::store::metadata::{TestBackend, on_both_backends};
     use crate::store::{Scope, Store};
 
     async fn open_store(dir: &std::path::Path) -> Store {
@@ -397,47 +397,45 @@ mod tests {
         store.put(&b, &ObjectKey::parse(key).unwrap(), staged, ObjectAttrs::default()).await.unwrap();
     }
 
-    backend_tests! {
-        async fn writes_are_seen_by_the_next_read(backend) {
-            let (_dir, store, catalog) = setup_on(backend).await;
-            let bucket = catalog.bucket("bkt").await.unwrap().expect("bucket");
-            assert!(catalog.object(bucket.id, "k").await.unwrap().is_none(), "absent objects are cached as absent");
-            put(&store, "k", b"one").await;
-            let first = catalog.object(bucket.id, "k").await.unwrap().expect("the insert evicted the negative entry");
-            assert_eq!(first.record.size, 3);
-            put(&store, "k", b"second").await;
-            let second = catalog.object(bucket.id, "k").await.unwrap().unwrap();
-            assert_eq!(second.record.size, 6, "a replaced object is re-read");
-            store.delete(&BucketName::parse("bkt").unwrap(), &ObjectKey::parse("k").unwrap()).await.unwrap();
-            assert!(catalog.object(bucket.id, "k").await.unwrap().is_none(), "a deleted object is gone");
-        }
+    on_both_backends!(writes_are_seen_by_the_next_read);
+    async fn writes_are_seen_by_the_next_read(backend: TestBackend) {
+        let (_dir, store, catalog) = setup_on(backend).await;
+        let bucket = catalog.bucket("bkt").await.unwrap().expect("bucket");
+        assert!(catalog.object(bucket.id, "k").await.unwrap().is_none(), "absent objects are cached as absent");
+        put(&store, "k", b"one").await;
+        let first = catalog.object(bucket.id, "k").await.unwrap().expect("the insert evicted the negative entry");
+        assert_eq!(first.record.size, 3);
+        put(&store, "k", b"second").await;
+        let second = catalog.object(bucket.id, "k").await.unwrap().unwrap();
+        assert_eq!(second.record.size, 6, "a replaced object is re-read");
+        store.delete(&BucketName::parse("bkt").unwrap(), &ObjectKey::parse("k").unwrap()).await.unwrap();
+        assert!(catalog.object(bucket.id, "k").await.unwrap().is_none(), "a deleted object is gone");
     }
 
-    backend_tests! {
-        async fn variants_are_cached_with_their_object_and_follow_its_changes(backend) {
-            use crate::header_values::content_coding::ContentCoding;
-            let (_dir, store, catalog) = setup_on(backend).await;
-            let bucket = catalog.bucket("bkt").await.unwrap().expect("bucket");
-            let stage = |bytes: &[u8]| {
-                let mut w = store.blobs.writer().unwrap();
-                w.write(bytes).unwrap();
-                w.finish().unwrap()
-            };
-            let (b, k) = (BucketName::parse("bkt").unwrap(), ObjectKey::parse("app.js").unwrap());
-            let variants = vec![crate::store::StagedVariant { coding: ContentCoding::Br, blob: stage(b"br bytes") }];
-            store.put_with_variants(&b, &k, stage(b"plain bytes"), ObjectAttrs::default(), variants).await.unwrap();
-            let entry = catalog.object(bucket.id, "app.js").await.unwrap().unwrap();
-            assert!(entry.available.br && !entry.available.gzip);
-            let br = entry.variant(ContentCoding::Br).expect("the br variant");
-            assert_ne!(br.etag, entry.etag, "each representation has its own ETag");
-            assert_eq!(catalog.open_blob(&br.sha256).await.unwrap().size, 8);
-            // Cached: the same entry until the object changes.
-            assert!(Arc::ptr_eq(&entry, &catalog.object(bucket.id, "app.js").await.unwrap().unwrap()));
-            put(&store, "app.js", b"plain bytes").await;
-            let replaced = catalog.object(bucket.id, "app.js").await.unwrap().unwrap();
-            assert!(!replaced.available.any(), "a plain put dropped the variants, and the change feed said so");
-            assert!(replaced.variant(ContentCoding::Br).is_none());
-        }
+    on_both_backends!(variants_are_cached_with_their_object_and_follow_its_changes);
+    async fn variants_are_cached_with_their_object_and_follow_its_changes(backend: TestBackend) {
+        use crate::header_values::content_coding::ContentCoding;
+        let (_dir, store, catalog) = setup_on(backend).await;
+        let bucket = catalog.bucket("bkt").await.unwrap().expect("bucket");
+        let stage = |bytes: &[u8]| {
+            let mut w = store.blobs.writer().unwrap();
+            w.write(bytes).unwrap();
+            w.finish().unwrap()
+        };
+        let (b, k) = (BucketName::parse("bkt").unwrap(), ObjectKey::parse("app.js").unwrap());
+        let variants = vec![crate::store::StagedVariant { coding: ContentCoding::Br, blob: stage(b"br bytes") }];
+        store.put_with_variants(&b, &k, stage(b"plain bytes"), ObjectAttrs::default(), variants).await.unwrap();
+        let entry = catalog.object(bucket.id, "app.js").await.unwrap().unwrap();
+        assert!(entry.available.br && !entry.available.gzip);
+        let br = entry.variant(ContentCoding::Br).expect("the br variant");
+        assert_ne!(br.etag, entry.etag, "each representation has its own ETag");
+        assert_eq!(catalog.open_blob(&br.sha256).await.unwrap().size, 8);
+        // Cached: the same entry until the object changes.
+        assert!(Arc::ptr_eq(&entry, &catalog.object(bucket.id, "app.js").await.unwrap().unwrap()));
+        put(&store, "app.js", b"plain bytes").await;
+        let replaced = catalog.object(bucket.id, "app.js").await.unwrap().unwrap();
+        assert!(!replaced.available.any(), "a plain put dropped the variants, and the change feed said so");
+        assert!(replaced.variant(ContentCoding::Br).is_none());
     }
 
     #[tokio::test]
@@ -480,59 +478,56 @@ mod tests {
         assert_eq!(catalog.token(&token.id).await.unwrap().unwrap().revoked_at, Some(5));
     }
 
-    backend_tests! {
-        async fn changes_without_a_bump_are_applied_by_an_explicit_sync(backend) {
-            let (_dir, store, catalog) = setup_on(backend).await;
-            assert!(catalog.bucket("new-bucket").await.unwrap().is_none());
-            store.meta.create_bucket(&BucketName::parse("new-bucket").unwrap(), true, 0).await.unwrap();
-            // Pretend the writer did not bump (an old binary, or the sqlite3 shell): the counter looks unchanged.
-            catalog.synced.store(store.meta.feed().current(), Ordering::Release);
-            assert!(catalog.bucket("new-bucket").await.unwrap().is_none(), "stale until a sync");
-            catalog.sync().await.unwrap();
-            assert!(catalog.bucket("new-bucket").await.unwrap().is_some());
-        }
+    on_both_backends!(changes_without_a_bump_are_applied_by_an_explicit_sync);
+    async fn changes_without_a_bump_are_applied_by_an_explicit_sync(backend: TestBackend) {
+        let (_dir, store, catalog) = setup_on(backend).await;
+        assert!(catalog.bucket("new-bucket").await.unwrap().is_none());
+        store.meta.create_bucket(&BucketName::parse("new-bucket").unwrap(), true, 0).await.unwrap();
+        // Pretend the writer did not bump (an old binary, or the sqlite3 shell): the counter looks unchanged.
+        catalog.synced.store(store.meta.feed().current(), Ordering::Release);
+        assert!(catalog.bucket("new-bucket").await.unwrap().is_none(), "stale until a sync");
+        catalog.sync().await.unwrap();
+        assert!(catalog.bucket("new-bucket").await.unwrap().is_some());
     }
 
-    backend_tests! {
-        async fn a_look_from_the_feed_syncs_in_the_background(backend) {
-            let (_dir, store, catalog) = setup_on(backend).await;
-            let catalog = Arc::new(catalog);
-            assert!(catalog.bucket("new-bucket").await.unwrap().is_none());
-            let follower = tokio::spawn({
-                let catalog = catalog.clone();
-                async move { catalog.keep_synced().await }
-            });
-            // The round the follower starts with is the immediate tick; wait until it is done.
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            store.meta.create_bucket(&BucketName::parse("new-bucket").unwrap(), true, 0).await.unwrap();
-            // As for another replica's commit: this process's counter did not move.
-            catalog.synced.store(store.meta.feed().current(), Ordering::Release);
-            let before = catalog.applied();
-            store.meta.feed().look();
-            let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
-            while catalog.applied() == before {
-                assert!(std::time::Instant::now() < deadline, "the look was not acted on before the 1 s tick");
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
-            assert!(catalog.bucket("new-bucket").await.unwrap().is_some(), "the negative entry was evicted");
-            follower.abort();
+    on_both_backends!(a_look_from_the_feed_syncs_in_the_background);
+    async fn a_look_from_the_feed_syncs_in_the_background(backend: TestBackend) {
+        let (_dir, store, catalog) = setup_on(backend).await;
+        let catalog = Arc::new(catalog);
+        assert!(catalog.bucket("new-bucket").await.unwrap().is_none());
+        let follower = tokio::spawn({
+            let catalog = catalog.clone();
+            async move { catalog.keep_synced().await }
+        });
+        // The round the follower starts with is the immediate tick; wait until it is done.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        store.meta.create_bucket(&BucketName::parse("new-bucket").unwrap(), true, 0).await.unwrap();
+        // As for another replica's commit: this process's counter did not move.
+        catalog.synced.store(store.meta.feed().current(), Ordering::Release);
+        let before = catalog.applied();
+        store.meta.feed().look();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
+        while catalog.applied() == before {
+            assert!(std::time::Instant::now() < deadline, "the look was not acted on before the 1 s tick");
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
+        assert!(catalog.bucket("new-bucket").await.unwrap().is_some(), "the negative entry was evicted");
+        follower.abort();
     }
 
-    backend_tests! {
-        async fn a_failed_sync_does_not_fail_a_request_answered_from_the_caches(backend) {
-            let (_dir, store, catalog) = setup_on(backend).await;
-            let bucket = catalog.bucket("bkt").await.unwrap().unwrap();
-            // Something committed, so the next read syncs first; then the database goes away.
-            store.meta.create_bucket(&BucketName::parse("other").unwrap(), false, 0).await.unwrap();
-            assert_ne!(catalog.synced.load(Ordering::Acquire), store.meta.feed().current());
-            store.meta.close().await;
-            let cached = catalog.bucket("bkt").await.expect("answered from the cache").unwrap();
-            assert_eq!(cached.id, bucket.id);
-            assert_eq!(catalog.synced.load(Ordering::Acquire), store.meta.feed().current(), "later reads do not retry");
-            assert!(catalog.sync().await.is_err(), "the changes are still to be applied");
-            assert!(catalog.bucket("never-cached").await.is_err(), "a miss needs the database");
-        }
+    on_both_backends!(a_failed_sync_does_not_fail_a_request_answered_from_the_caches);
+    async fn a_failed_sync_does_not_fail_a_request_answered_from_the_caches(backend: TestBackend) {
+        let (_dir, store, catalog) = setup_on(backend).await;
+        let bucket = catalog.bucket("bkt").await.unwrap().unwrap();
+        // Something committed, so the next read syncs first; then the database goes away.
+        store.meta.create_bucket(&BucketName::parse("other").unwrap(), false, 0).await.unwrap();
+        assert_ne!(catalog.synced.load(Ordering::Acquire), store.meta.feed().current());
+        store.meta.close().await;
+        let cached = catalog.bucket("bkt").await.expect("answered from the cache").unwrap();
+        assert_eq!(cached.id, bucket.id);
+        assert_eq!(catalog.synced.load(Ordering::Acquire), store.meta.feed().current(), "later reads do not retry");
+        assert!(catalog.sync().await.is_err(), "the changes are still to be applied");
+        assert!(catalog.bucket("never-cached").await.is_err(), "a miss needs the database");
     }
 
     #[tokio::test]
@@ -592,19 +587,18 @@ mod tests {
         assert!(catalog.token(&token.id).await.unwrap().unwrap().revoked_at.is_some());
     }
 
-    backend_tests! {
-        async fn open_blobs_are_reused_and_failures_are_not_cached(backend) {
-            let (_dir, store, catalog) = setup_on(backend).await;
-            put(&store, "k", b"bytes").await;
-            let bucket = catalog.bucket("bkt").await.unwrap().unwrap();
-            let entry = catalog.object(bucket.id, "k").await.unwrap().unwrap();
-            let a = catalog.open_blob(&entry.record.sha256).await.unwrap();
-            let b = catalog.open_blob(&entry.record.sha256).await.unwrap();
-            assert!(Arc::ptr_eq(&a, &b));
-            assert_eq!(a.size, 5);
-            let missing = "f".repeat(64);
-            assert!(catalog.open_blob(&missing).await.is_err());
-            assert!(catalog.open_blobs.get(missing.as_str()).is_none());
-        }
+    on_both_backends!(open_blobs_are_reused_and_failures_are_not_cached);
+    async fn open_blobs_are_reused_and_failures_are_not_cached(backend: TestBackend) {
+        let (_dir, store, catalog) = setup_on(backend).await;
+        put(&store, "k", b"bytes").await;
+        let bucket = catalog.bucket("bkt").await.unwrap().unwrap();
+        let entry = catalog.object(bucket.id, "k").await.unwrap().unwrap();
+        let a = catalog.open_blob(&entry.record.sha256).await.unwrap();
+        let b = catalog.open_blob(&entry.record.sha256).await.unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(a.size, 5);
+        let missing = "f".repeat(64);
+        assert!(catalog.open_blob(&missing).await.is_err());
+        assert!(catalog.open_blobs.get(missing.as_str()).is_none());
     }
 }

@@ -306,6 +306,7 @@ mod tests {
     use super::*;
     use crate::names::BucketName;
     use crate::store::metadata::Backend;
+    use crate::store::metadata::TestBackend;
     use crate::store::metadata::pool::tests::database;
 
     #[test]
@@ -317,69 +318,72 @@ mod tests {
         assert_eq!(Scope::parse("READ"), None);
     }
 
-    backend_tests! {
-        async fn a_token_reads_back_with_its_scope_and_an_unknown_scope_is_an_error(backend) {
-            let (_dir, meta) = database(backend).await;
-            let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
-            let token = TokenRecord {
-                id: "0123456789ab".into(),
-                secret_hash: vec![1; 32],
-                bucket_id: bucket.id,
-                bucket_name: "bkt".into(),
-                prefix: "p/".into(),
-                scope: Scope::Write,
-                created_at: 3,
-                expires_at: Some(10),
-                revoked_at: None,
-            };
-            meta.create_token(&token).await.unwrap();
-            assert_eq!(meta.token(&token.id).await.unwrap(), Some(token.clone()));
-            assert_eq!(meta.list_tokens().await.unwrap(), vec![token.clone()]);
-            // Only a hand-made row can hold another scope: the table's CHECK refuses it, so lift the check.
-            match &meta.backend {
-                Backend::Sqlite(pool) => {
-                    let mut conn = pool.acquire().await.unwrap();
-                    sqlx::query("PRAGMA ignore_check_constraints = ON").execute(&mut *conn).await.unwrap();
-                    sqlx::query("UPDATE tokens SET scope = 'owner'").execute(&mut *conn).await.unwrap();
-                    sqlx::query("PRAGMA ignore_check_constraints = OFF").execute(&mut *conn).await.unwrap();
-                }
-                Backend::Postgres(pool) => {
-                    sqlx::query("ALTER TABLE tokens DROP CONSTRAINT tokens_scope_check").execute(pool).await.unwrap();
-                    sqlx::query("UPDATE tokens SET scope = 'owner'").execute(pool).await.unwrap();
-                }
+    on_both_backends!(a_token_reads_back_with_its_scope_and_an_unknown_scope_is_an_error);
+    async fn a_token_reads_back_with_its_scope_and_an_unknown_scope_is_an_error(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let token = TokenRecord {
+            id: "0123456789ab".into(),
+            secret_hash: vec![1; 32],
+            bucket_id: bucket.id,
+            bucket_name: "bkt".into(),
+            prefix: "p/".into(),
+            scope: Scope::Write,
+            created_at: 3,
+            expires_at: Some(10),
+            revoked_at: None,
+        };
+        meta.create_token(&token).await.unwrap();
+        assert_eq!(meta.token(&token.id).await.unwrap(), Some(token.clone()));
+        assert_eq!(meta.list_tokens().await.unwrap(), vec![token.clone()]);
+        // Only a hand-made row can hold another scope: the table's CHECK refuses it, so lift the check.
+        match &meta.backend {
+            Backend::Sqlite(pool) => {
+                let mut conn = pool.acquire().await.unwrap();
+                sqlx::query("PRAGMA ignore_check_constraints = ON").execute(&mut *conn).await.unwrap();
+                sqlx::query("UPDATE tokens SET scope = 'owner'").execute(&mut *conn).await.unwrap();
+                sqlx::query("PRAGMA ignore_check_constraints = OFF").execute(&mut *conn).await.unwrap();
             }
-            let err = meta.token(&token.id).await.unwrap_err();
-            assert!(err.to_string().contains("unknown scope \"owner\""), "{err}");
+            Backend::Postgres(pool) => {
+                sqlx::query("ALTER TABLE tokens DROP CONSTRAINT tokens_scope_check").execute(pool).await.unwrap();
+                sqlx::query("UPDATE tokens SET scope = 'owner'").execute(pool).await.unwrap();
+            }
         }
+        let err = meta.token(&token.id).await.unwrap_err();
+        assert!(err.to_string().contains("unknown scope \"owner\""), "{err}");
     }
 
-    backend_tests! {
-        async fn signing_keys_order_by_creation_then_insertion_and_retire_once(backend) {
-            let (_dir, meta) = database(backend).await;
-            let meta = meta.with_secrets_key(crate::store::sealing::SecretsKey::from_bytes([7; 32]));
-            let key = |id: &str| SigningKey { id: id.into(), secret: vec![id.as_bytes()[0]; 32], created_at: 5, retired_at: None };
-            // Same second: the later insert is the newer key.
-            for id in ["kb", "ka"] {
-                meta.create_signing_key(&key(id)).await.unwrap();
-            }
-            assert_eq!(meta.newest_signing_key().await.unwrap(), Some(key("ka")));
-            let ids: Vec<String> = meta.list_signing_keys().await.unwrap().into_iter().map(|k| k.id).collect();
-            assert_eq!(ids, ["kb", "ka"]);
-            assert!(meta.retire_signing_key("ka", 9).await.unwrap());
-            assert!(!meta.retire_signing_key("ka", 10).await.unwrap(), "retired once");
-            assert_eq!(meta.signing_key("ka").await.unwrap().unwrap().retired_at, Some(9));
-            assert_eq!(meta.newest_signing_key().await.unwrap(), Some(key("kb")));
-            assert!(meta.has_sealed_signing_keys().await.unwrap());
-            assert_eq!(meta.seal_signing_keys().await.unwrap(), 0);
-
-            assert!(!meta.signature_revoked("sig").await.unwrap());
-            meta.revoke_signature("sig", 100, 50).await.unwrap();
-            meta.revoke_signature("sig", 100, 50).await.unwrap();
-            assert!(meta.signature_revoked("sig").await.unwrap());
-            // Expired entries go on the next revocation.
-            meta.revoke_signature("other", 300, 200).await.unwrap();
-            assert!(!meta.signature_revoked("sig").await.unwrap());
+    on_both_backends!(signing_keys_order_by_creation_then_insertion_and_retire_once);
+    async fn signing_keys_order_by_creation_then_insertion_and_retire_once(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let meta = meta.with_secrets_key(crate::store::sealing::SecretsKey::from_bytes([7; 32]));
+        let key = |id: &str| SigningKey {
+            id: id.into(),
+            secret: vec![id.as_bytes()[0]; 32],
+            created_at: 5,
+            retired_at: None,
+        };
+        // Same second: the later insert is the newer key.
+        for id in ["kb", "ka"] {
+            meta.create_signing_key(&key(id)).await.unwrap();
         }
+        assert_eq!(meta.newest_signing_key().await.unwrap(), Some(key("ka")));
+        let ids: Vec<String> = meta.list_signing_keys().await.unwrap().into_iter().map(|k| k.id).collect();
+        assert_eq!(ids, ["kb", "ka"]);
+        assert!(meta.retire_signing_key("ka", 9).await.unwrap());
+        assert!(!meta.retire_signing_key("ka", 10).await.unwrap(), "retired once");
+        assert_eq!(meta.signing_key("ka").await.unwrap().unwrap().retired_at, Some(9));
+        assert_eq!(meta.newest_signing_key().await.unwrap(), Some(key("kb")));
+        assert!(meta.has_sealed_signing_keys().await.unwrap());
+        assert_eq!(meta.seal_signing_keys().await.unwrap(), 0);
+
+        assert!(!meta.signature_revoked("sig").await.unwrap());
+        meta.revoke_signature("sig", 100, 50).await.unwrap();
+        meta.revoke_signature("sig", 100, 50).await.unwrap();
+        assert!(meta.signature_revoked("sig").await.unwrap());
+        // Expired entries go on the next revocation.
+        meta.revoke_signature("other", 300, 200).await.unwrap();
+        assert!(!meta.signature_revoked("sig").await.unwrap());
     }
 
     /// Every byte of the database and its WAL, where a secret would show if it were stored in the clear.

@@ -203,6 +203,7 @@ impl ChangeFeed {
 mod tests {
     use super::*;
     use crate::names::BucketName;
+    use crate::store::metadata::TestBackend;
     use crate::store::metadata::pool::tests::database;
 
     async fn horizon(pool: &sqlx::PgPool) -> i64 {
@@ -221,7 +222,7 @@ mod tests {
     }
 
     /// Every kind of change, as the log names it: (kind, bucket_id, name).
-    async fn log_of_every_change(backend: super::super::TestBackend) -> Vec<(String, Option<i64>, String)> {
+    async fn log_of_every_change(backend: TestBackend) -> Vec<(String, Option<i64>, String)> {
         use crate::names::{ObjectAttrs, ObjectKey};
         use crate::store::metadata::{Scope, SigningKey, TokenRecord, VariantRecord};
         let (_dir, meta) = database(backend).await;
@@ -266,7 +267,6 @@ mod tests {
 
     #[tokio::test]
     async fn both_backends_log_the_same_rows_for_every_change() {
-        use super::super::TestBackend;
         let sqlite = log_of_every_change(TestBackend::Sqlite).await;
         let postgres = log_of_every_change(TestBackend::Postgres).await;
         let row = |kind: &str, bucket: Option<i64>, name: &str| (kind.to_owned(), bucket, name.to_owned());
@@ -292,44 +292,38 @@ mod tests {
         assert_eq!(postgres, expected, "PostgreSQL");
     }
 
-    backend_tests! {
-        async fn a_commit_moves_the_feed_and_logs_what_changed(backend) {
-            let (_dir, meta) = database(backend).await;
-            let feed = meta.feed().clone();
-            let (before, start) = (feed.current(), feed.last_change().await.unwrap());
-            let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
-            assert_ne!(feed.current(), before, "the commit was announced");
-            let Catchup::Changes(changes) = feed.changes_since(start).await.unwrap() else {
-                panic!("nothing was pruned")
-            };
-            assert_eq!(changes.len(), 1, "{changes:?}");
-            assert_eq!(
-                (&changes[0].kind, changes[0].bucket_id, changes[0].name.as_str()),
-                (&ChangeKind::Bucket, Some(bucket.id), "bkt")
-            );
+    on_both_backends!(a_commit_moves_the_feed_and_logs_what_changed);
+    async fn a_commit_moves_the_feed_and_logs_what_changed(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let feed = meta.feed().clone();
+        let (before, start) = (feed.current(), feed.last_change().await.unwrap());
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        assert_ne!(feed.current(), before, "the commit was announced");
+        let Catchup::Changes(changes) = feed.changes_since(start).await.unwrap() else { panic!("nothing was pruned") };
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        assert_eq!(
+            (&changes[0].kind, changes[0].bucket_id, changes[0].name.as_str()),
+            (&ChangeKind::Bucket, Some(bucket.id), "bkt")
+        );
+        feed.prune(changes[0].seq).await.unwrap();
+        if let Backend::Postgres(pool) = &meta.backend {
+            // Other replicas may not have applied a change this young: it stays.
+            let kept = feed.changes_since(start).await.unwrap();
+            assert_eq!(kept, Catchup::Changes(changes.clone()), "a young change is kept");
+            assert_eq!(horizon(pool).await, 0);
+            sqlx::query("UPDATE cache_changes SET created_at = now() - interval '2 hours'")
+                .execute(pool)
+                .await
+                .unwrap();
             feed.prune(changes[0].seq).await.unwrap();
-            if let Backend::Postgres(pool) = &meta.backend {
-                // Other replicas may not have applied a change this young: it stays.
-                assert_eq!(
-                    feed.changes_since(start).await.unwrap(),
-                    Catchup::Changes(changes.clone()),
-                    "a young change is kept"
-                );
-                assert_eq!(horizon(pool).await, 0);
-                sqlx::query("UPDATE cache_changes SET created_at = now() - interval '2 hours'")
-                    .execute(pool)
-                    .await
-                    .unwrap();
-                feed.prune(changes[0].seq).await.unwrap();
-                assert_eq!(horizon(pool).await, changes[0].seq, "the horizon moves with what was pruned");
-                assert_eq!(feed.last_change().await.unwrap(), changes[0].seq, "an empty log starts past the horizon");
-                let missed = Catchup::Missed { resume_at: changes[0].seq };
-                assert_eq!(feed.changes_since(start).await.unwrap(), missed, "a reader behind the horizon flushes");
-                let at_horizon = feed.changes_since(changes[0].seq).await.unwrap();
-                assert_eq!(at_horizon, Catchup::Changes(vec![]), "a reader at the horizon misses nothing");
-            } else {
-                assert_eq!(feed.changes_since(start).await.unwrap(), Catchup::Changes(vec![]));
-            }
+            assert_eq!(horizon(pool).await, changes[0].seq, "the horizon moves with what was pruned");
+            assert_eq!(feed.last_change().await.unwrap(), changes[0].seq, "an empty log starts past the horizon");
+            let missed = Catchup::Missed { resume_at: changes[0].seq };
+            assert_eq!(feed.changes_since(start).await.unwrap(), missed, "a reader behind the horizon flushes");
+            let at_horizon = feed.changes_since(changes[0].seq).await.unwrap();
+            assert_eq!(at_horizon, Catchup::Changes(vec![]), "a reader at the horizon misses nothing");
+        } else {
+            assert_eq!(feed.changes_since(start).await.unwrap(), Catchup::Changes(vec![]));
         }
     }
 }

@@ -46,34 +46,28 @@ macro_rules! with_tx {
     };
 }
 
-/// A test run once per backend: `backend_tests! { async fn name(backend) { … } }` makes the module `name` with
-/// the tests `sqlite` and `postgres`, each running the body with `backend` set to its [`TestBackend`]. For the
-/// tests of `store` and `catalog` too: `crate::store::metadata::backend_tests!`.
+/// `on_both_backends!(name)` runs the test function `async fn name(backend: TestBackend)` once per backend, as
+/// the tests `name::sqlite` and `name::postgres` (PostgreSQL: a fresh database on the test cluster). Also for the
+/// tests of `store` and `catalog`: `use crate::store::metadata::{TestBackend, on_both_backends}`.
 #[cfg(test)]
-macro_rules! backend_tests {
-    ($(async fn $name:ident($backend:ident) $body:block)*) => {$(
+macro_rules! on_both_backends {
+    ($name:ident) => {
         mod $name {
-            #[allow(unused_imports)]
-            use super::*;
-            use $crate::store::metadata::TestBackend;
-
-            async fn run($backend: TestBackend) $body
-
             #[tokio::test]
             async fn sqlite() {
-                run(TestBackend::Sqlite).await
+                super::$name($crate::store::metadata::TestBackend::Sqlite).await
             }
 
             #[tokio::test]
             async fn postgres() {
-                run(TestBackend::Postgres).await
+                super::$name($crate::store::metadata::TestBackend::Postgres).await
             }
         }
-    )*};
+    };
 }
 
 #[cfg(test)]
-pub(crate) use backend_tests;
+pub(crate) use on_both_backends;
 #[cfg(test)]
 pub(crate) use pool::tests::{TestBackend, database_url as test_database_url};
 

@@ -492,87 +492,84 @@ mod tests {
         }
     }
 
-    backend_tests! {
-        async fn pages_follow_on_from_the_last_key(backend) {
-            let (_dir, meta) = database(backend).await;
-            let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
-            let other = meta.create_bucket(&BucketName::parse("other").unwrap(), false, 0).await.unwrap();
-            // Byte order ("B" before "a", "é" last), whatever the database's default collation.
-            let keys = ["B", "a", "a/1", "a/2", "a/3", "a0", "b", "é"];
-            let mut tx = meta.begin_write().await.unwrap();
-            for (i, key) in keys.iter().enumerate() {
-                let key = ObjectKey::parse(key).unwrap();
-                tx.upsert_object(bucket.id, &key, &"0".repeat(64), 0, &ObjectAttrs::default(), i as i64).await.unwrap();
-                tx.upsert_object(other.id, &key, &"0".repeat(64), 0, &ObjectAttrs::default(), 0).await.unwrap();
-            }
-            tx.commit().await.unwrap();
-            let list = |prefix: &'static str, page: u32| {
-                let meta = meta.clone();
-                async move {
-                    let (mut all, mut after) = (Vec::new(), None::<String>);
-                    loop {
-                        let rows = meta.list_objects_page(bucket.id, prefix, after.as_deref(), page).await.unwrap();
-                        assert!(rows.len() <= page as usize);
-                        all.extend(rows.iter().map(|r| r.key.clone()));
-                        if rows.len() < page as usize {
-                            return all;
-                        }
-                        after = rows.last().map(|r| r.key.clone());
+    on_both_backends!(pages_follow_on_from_the_last_key);
+    async fn pages_follow_on_from_the_last_key(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let other = meta.create_bucket(&BucketName::parse("other").unwrap(), false, 0).await.unwrap();
+        // Byte order ("B" before "a", "é" last), whatever the database's default collation.
+        let keys = ["B", "a", "a/1", "a/2", "a/3", "a0", "b", "é"];
+        let mut tx = meta.begin_write().await.unwrap();
+        for (i, key) in keys.iter().enumerate() {
+            let key = ObjectKey::parse(key).unwrap();
+            tx.upsert_object(bucket.id, &key, &"0".repeat(64), 0, &ObjectAttrs::default(), i as i64).await.unwrap();
+            tx.upsert_object(other.id, &key, &"0".repeat(64), 0, &ObjectAttrs::default(), 0).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+        let list = |prefix: &'static str, page: u32| {
+            let meta = meta.clone();
+            async move {
+                let (mut all, mut after) = (Vec::new(), None::<String>);
+                loop {
+                    let rows = meta.list_objects_page(bucket.id, prefix, after.as_deref(), page).await.unwrap();
+                    assert!(rows.len() <= page as usize);
+                    all.extend(rows.iter().map(|r| r.key.clone()));
+                    if rows.len() < page as usize {
+                        return all;
                     }
+                    after = rows.last().map(|r| r.key.clone());
                 }
-            };
-            assert_eq!(list("", 2).await, keys);
-            assert_eq!(list("", 100).await, keys);
-            assert_eq!(list("a/", 1).await, ["a/1", "a/2", "a/3"]);
-            assert_eq!(list("a", 3).await, ["a", "a/1", "a/2", "a/3", "a0"]);
-            assert!(list("c", 2).await.is_empty());
-        }
+            }
+        };
+        assert_eq!(list("", 2).await, keys);
+        assert_eq!(list("", 100).await, keys);
+        assert_eq!(list("a/", 1).await, ["a/1", "a/2", "a/3"]);
+        assert_eq!(list("a", 3).await, ["a", "a/1", "a/2", "a/3", "a0"]);
+        assert!(list("c", 2).await.is_empty());
     }
 
-    backend_tests! {
-        async fn rows_read_back_as_written(backend) {
-            let (_dir, meta) = database(backend).await;
-            let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), true, 7).await.unwrap();
-            let key = ObjectKey::parse("dir/k.txt").unwrap();
-            let attrs = ObjectAttrs {
-                content_type: Some("text/plain".into()),
-                cache_control: None,
-                content_disposition: Some("attachment".into()),
-            };
-            let mut tx = meta.begin_write().await.unwrap();
-            assert_eq!(tx.upsert_object(bucket.id, &key, &"a".repeat(64), 42, &attrs, 9).await.unwrap(), Upsert::Created);
-            tx.commit().await.unwrap();
-            let want = ObjectRecord {
-                bucket_id: bucket.id,
-                key: key.to_string(),
-                sha256: "a".repeat(64),
-                size: 42,
-                attrs,
-                created_at: 9,
-                updated_at: 9,
-            };
-            assert_eq!(meta.object_by_key(bucket.id, key.as_str()).await.unwrap(), Some(want.clone()));
-            assert_eq!(
-                meta.object_with_bucket_default(bucket.id, key.as_str()).await.unwrap(),
-                Some((want, None, Vec::new()))
-            );
-            assert_eq!(meta.list_buckets().await.unwrap(), vec![bucket]);
-        }
+    on_both_backends!(rows_read_back_as_written);
+    async fn rows_read_back_as_written(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), true, 7).await.unwrap();
+        let key = ObjectKey::parse("dir/k.txt").unwrap();
+        let attrs = ObjectAttrs {
+            content_type: Some("text/plain".into()),
+            cache_control: None,
+            content_disposition: Some("attachment".into()),
+        };
+        let mut tx = meta.begin_write().await.unwrap();
+        assert_eq!(tx.upsert_object(bucket.id, &key, &"a".repeat(64), 42, &attrs, 9).await.unwrap(), Upsert::Created);
+        tx.commit().await.unwrap();
+        let want = ObjectRecord {
+            bucket_id: bucket.id,
+            key: key.to_string(),
+            sha256: "a".repeat(64),
+            size: 42,
+            attrs,
+            created_at: 9,
+            updated_at: 9,
+        };
+        assert_eq!(meta.object_by_key(bucket.id, key.as_str()).await.unwrap(), Some(want.clone()));
+        assert_eq!(
+            meta.object_with_bucket_default(bucket.id, key.as_str()).await.unwrap(),
+            Some((want, None, Vec::new()))
+        );
+        assert_eq!(meta.list_buckets().await.unwrap(), vec![bucket]);
     }
 
-    backend_tests! {
-        async fn bucket_updates_change_only_what_they_name(backend) {
-            let (_dir, meta) = database(backend).await;
-            let name = BucketName::parse("bkt").unwrap();
-            meta.create_bucket(&name, false, 0).await.unwrap();
-            let b = meta.update_bucket(&name, None, Some(Some("max-age=60"))).await.unwrap().unwrap();
-            assert_eq!((b.public, b.default_cache_control.as_deref()), (false, Some("max-age=60")));
-            let b = meta.update_bucket(&name, Some(true), None).await.unwrap().unwrap();
-            assert_eq!((b.public, b.default_cache_control.as_deref()), (true, Some("max-age=60")));
-            let b = meta.update_bucket(&name, Some(false), Some(None)).await.unwrap().unwrap();
-            assert_eq!((b.public, b.default_cache_control.as_deref()), (false, None));
-            assert_eq!(meta.bucket(&name).await.unwrap().unwrap(), b);
-            assert!(meta.update_bucket(&BucketName::parse("nope").unwrap(), Some(true), None).await.unwrap().is_none());
-        }
+    on_both_backends!(bucket_updates_change_only_what_they_name);
+    async fn bucket_updates_change_only_what_they_name(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let name = BucketName::parse("bkt").unwrap();
+        meta.create_bucket(&name, false, 0).await.unwrap();
+        let b = meta.update_bucket(&name, None, Some(Some("max-age=60"))).await.unwrap().unwrap();
+        assert_eq!((b.public, b.default_cache_control.as_deref()), (false, Some("max-age=60")));
+        let b = meta.update_bucket(&name, Some(true), None).await.unwrap().unwrap();
+        assert_eq!((b.public, b.default_cache_control.as_deref()), (true, Some("max-age=60")));
+        let b = meta.update_bucket(&name, Some(false), Some(None)).await.unwrap().unwrap();
+        assert_eq!((b.public, b.default_cache_control.as_deref()), (false, None));
+        assert_eq!(meta.bucket(&name).await.unwrap().unwrap(), b);
+        assert!(meta.update_bucket(&BucketName::parse("nope").unwrap(), Some(true), None).await.unwrap().is_none());
     }
 }

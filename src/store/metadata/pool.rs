@@ -187,7 +187,7 @@ pub(super) mod tests {
     use crate::names::BucketName;
     use crate::store::Store;
 
-    /// Which backend a test runs on (see `backend_tests!`).
+    /// Which backend a test runs on (see `on_both_backends!`).
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum TestBackend {
         Sqlite,

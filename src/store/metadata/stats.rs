@@ -189,42 +189,42 @@ mod tests {
 
     use super::*;
     use crate::names::BucketName;
+    use crate::store::metadata::TestBackend;
     use crate::store::metadata::pool::tests::database;
 
-    backend_tests! {
-        async fn concurrent_batches_lose_no_increment(backend) {
-            let (_dir, meta) = database(backend).await;
-            let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
-            let (writers, batches) = (6, 15);
-            let mut tasks = Vec::new();
-            for writer in 0..writers {
-                let meta = meta.clone();
-                tasks.push(tokio::spawn(async move {
-                    for n in 0..batches {
-                        // Both rows in every batch: concurrent transactions lock the same rows, in key order.
-                        let mut batch = Batch::default();
-                        for key in ["a", "b"] {
-                            let counters = Counters { requests: 1, completed: 1, bytes_sent: 10, ..Counters::default() };
-                            batch.per_object.insert((bucket.id, Arc::from(key)), (counters, Some(writer * 100 + n)));
-                            batch.per_day.insert(((bucket.id, Arc::from(key)), 20_000), counters);
-                        }
-                        meta.record_download_stats(&batch).await.unwrap();
+    on_both_backends!(concurrent_batches_lose_no_increment);
+    async fn concurrent_batches_lose_no_increment(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let (writers, batches) = (6, 15);
+        let mut tasks = Vec::new();
+        for writer in 0..writers {
+            let meta = meta.clone();
+            tasks.push(tokio::spawn(async move {
+                for n in 0..batches {
+                    // Both rows in every batch: concurrent transactions lock the same rows, in key order.
+                    let mut batch = Batch::default();
+                    for key in ["a", "b"] {
+                        let counters = Counters { requests: 1, completed: 1, bytes_sent: 10, ..Counters::default() };
+                        batch.per_object.insert((bucket.id, Arc::from(key)), (counters, Some(writer * 100 + n)));
+                        batch.per_day.insert(((bucket.id, Arc::from(key)), 20_000), counters);
                     }
-                }));
-            }
-            for task in tasks {
-                task.await.unwrap();
-            }
-            let rows = meta.object_stats(Some(bucket.id), "", StatsOrder::Bytes, None).await.unwrap();
-            let total = (writers * batches) as u64;
-            assert_eq!(rows.len(), 2, "{rows:?}");
-            for row in &rows {
-                assert_eq!((row.counters.requests, row.counters.bytes_sent), (total, total * 10), "{row:?}");
-                assert_eq!(row.last_download_at, Some((writers - 1) * 100 + batches - 1), "the latest wins");
-            }
-            let top = meta.object_stats(None, "b", StatsOrder::Requests, Some(1)).await.unwrap();
-            assert_eq!(top.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["b"]);
+                    meta.record_download_stats(&batch).await.unwrap();
+                }
+            }));
         }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let rows = meta.object_stats(Some(bucket.id), "", StatsOrder::Bytes, None).await.unwrap();
+        let total = (writers * batches) as u64;
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        for row in &rows {
+            assert_eq!((row.counters.requests, row.counters.bytes_sent), (total, total * 10), "{row:?}");
+            assert_eq!(row.last_download_at, Some((writers - 1) * 100 + batches - 1), "the latest wins");
+        }
+        let top = meta.object_stats(None, "b", StatsOrder::Requests, Some(1)).await.unwrap();
+        assert_eq!(top.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["b"]);
     }
 
     #[test]
