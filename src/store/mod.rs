@@ -25,8 +25,8 @@ use serde::Serialize;
 
 pub use blobs::{BlobStore, BlobWriter, StagedBlob};
 pub use metadata::{
-    Bucket, CacheChange, ChangeFeed, ChangeKind, Metadata, MetadataError, ObjectRecord, ObjectStats, Scope, SigningKey,
-    StatsOrder, TokenRecord, Upsert, VariantRecord, WriteTx,
+    Bucket, CacheChange, Catchup, ChangeFeed, ChangeKind, Metadata, MetadataError, ObjectRecord, ObjectStats, Scope,
+    SigningKey, StatsOrder, TokenRecord, Upsert, VariantRecord, WriteTx,
 };
 
 use crate::config::DatabaseUrl;

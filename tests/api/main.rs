@@ -21,6 +21,7 @@ mod lifecycle;
 mod limits;
 mod permissions;
 mod postgres;
+mod replicas;
 mod service;
 mod shared_blobs;
 mod shared_cache;

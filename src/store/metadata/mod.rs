@@ -76,6 +76,7 @@ mod changes;
 mod copy;
 mod generation;
 mod objects;
+mod pg_feed;
 mod pool;
 mod stats;
 mod variants;
@@ -85,7 +86,7 @@ use std::sync::Arc;
 use sqlx::{PgPool, Postgres, Sqlite, SqlitePool, Transaction};
 
 pub use auth::{Scope, SigningKey, TokenRecord};
-pub use changes::{CacheChange, ChangeFeed, ChangeKind};
+pub use changes::{CacheChange, Catchup, ChangeFeed, ChangeKind};
 pub use copy::CopyError;
 pub use objects::{Bucket, ObjectRecord, Upsert};
 pub use stats::{ObjectStats, StatsOrder};
@@ -144,6 +145,13 @@ enum TxBackend {
 
 /// PostgreSQL: the advisory lock (`pg_advisory_xact_lock`) that is the blob-reference lock ("blobrefs").
 const BLOB_REFS_LOCK: i64 = 0x626c_6f62_7265_6673;
+
+/// PostgreSQL: makes every logged change look two hours old, past the retention, as if written that long ago.
+#[cfg(test)]
+pub async fn test_age_change_log(meta: &Metadata) {
+    let Backend::Postgres(pool) = &meta.backend else { panic!("a PostgreSQL test") };
+    sqlx::query("UPDATE cache_changes SET created_at = now() - interval '2 hours'").execute(pool).await.unwrap();
+}
 
 impl Metadata {
     /// Signing-key secrets are sealed with `key` on the way in and opened on the way out.
