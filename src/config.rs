@@ -82,6 +82,15 @@ impl DatabaseUrl {
     }
 }
 
+/// Names the database for messages: the SQLite file's path (never a URL's password, once there are URLs with one).
+impl std::fmt::Display for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DatabaseUrl::Sqlite(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
 /// Test-only fault injection: widens race windows so that tests can force an interleaving.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -171,6 +180,10 @@ pub struct Timeouts {
     /// How long a database write waits for SQLite's lock (held by a CLI command, say) before failing.
     #[serde(with = "humantime_serde")]
     pub sqlite_busy: Duration,
+    /// How long a request (or command) waits for a database connection before it fails as unreachable (503 with
+    /// `Retry-After`); shorter than `handler`, so an outage answers 503 instead of hanging.
+    #[serde(with = "humantime_serde")]
+    pub database_acquire: Duration,
     /// How long an upload body on the admin listener may send nothing before it gets 408 (nothing is stored).
     #[serde(with = "humantime_serde")]
     pub body_idle: Duration,
@@ -219,8 +232,29 @@ impl Default for Timeouts {
             handler: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(30),
             sqlite_busy: Duration::from_secs(10),
+            database_acquire: Duration::from_secs(5),
             body_idle: Duration::from_secs(30),
         }
+    }
+}
+
+/// How long the database may make a caller wait: for a lock (SQLite's busy timeout), and for a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DatabaseTimeouts {
+    pub busy: Duration,
+    pub acquire: Duration,
+}
+
+impl Timeouts {
+    pub fn database(&self) -> DatabaseTimeouts {
+        DatabaseTimeouts { busy: self.sqlite_busy, acquire: self.database_acquire }
+    }
+}
+
+/// A busy timeout alone (tests, benches): the default acquire timeout.
+impl From<Duration> for DatabaseTimeouts {
+    fn from(busy: Duration) -> Self {
+        DatabaseTimeouts { busy, acquire: Timeouts::default().database_acquire }
     }
 }
 
@@ -308,11 +342,19 @@ impl Settings {
             ("timeouts.send_progress", t.send_progress),
             ("timeouts.handler", t.handler),
             ("timeouts.sqlite_busy", t.sqlite_busy),
+            ("timeouts.database_acquire", t.database_acquire),
             ("timeouts.body_idle", t.body_idle),
         ] {
             if value.is_zero() {
                 bail!("{key} must be greater than zero");
             }
+        }
+        if t.database_acquire >= t.handler {
+            bail!(
+                "timeouts.database_acquire ({}) must be shorter than timeouts.handler ({})",
+                humantime::format_duration(t.database_acquire),
+                humantime::format_duration(t.handler)
+            );
         }
         if self.runtime.data_workers > 256 {
             bail!("runtime.data_workers must be between 0 (one per CPU) and 256, got {}", self.runtime.data_workers);
@@ -531,6 +573,9 @@ mod tests {
             jail.create_file("c.toml", "[timeouts]\nheader_read = \"soon\"\n")?;
             let err = Settings::load(Some(Path::new("c.toml")), &FlagOverrides::default()).unwrap_err().to_string();
             assert!(err.contains("timeouts.header_read"), "{err}");
+            jail.create_file("a.toml", "[timeouts]\nhandler = \"2s\"\ndatabase_acquire = \"2s\"\n")?;
+            let err = Settings::load(Some(Path::new("a.toml")), &FlagOverrides::default()).unwrap_err().to_string();
+            assert_eq!(err, "timeouts.database_acquire (2s) must be shorter than timeouts.handler (2s)");
             jail.create_file("d.toml", "lisen = \"127.0.0.1:1\"\n")?;
             let err = Settings::load(Some(Path::new("d.toml")), &FlagOverrides::default()).unwrap_err().to_string();
             assert!(err.contains("lisen"), "{err}");

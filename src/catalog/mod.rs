@@ -208,10 +208,15 @@ impl Catalog {
         Ok(opened)
     }
 
-    /// Applies changes if the feed's counter moved since the last sync.
+    /// Applies changes if the feed's counter moved since the last sync. While the database is unreachable the
+    /// caches are served as they are: nothing can change in it meanwhile (no revocation can commit), and the
+    /// housekeeping tick applies what was missed once it is back. A miss still needs the database and fails.
     async fn fresh(&self) -> Result<(), MetadataError> {
         if self.feed.current() != self.synced.load(Ordering::Acquire) {
-            self.sync().await?;
+            match self.sync().await {
+                Err(e) if e.is_unavailable() => tracing::debug!(error = %e, "cache sync deferred: database unreachable"),
+                other => other?,
+            }
         }
         Ok(())
     }
@@ -423,6 +428,22 @@ mod tests {
         assert!(catalog.bucket("new-bucket").await.unwrap().is_none(), "stale until a sync");
         catalog.sync().await.unwrap();
         assert!(catalog.bucket("new-bucket").await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn cached_entries_are_served_while_the_database_is_unreachable_and_misses_fail_unavailable() {
+        let (dir, store, catalog) = setup().await;
+        put(&store, "k", b"bytes").await;
+        let bucket = catalog.bucket("bkt").await.unwrap().unwrap();
+        assert!(catalog.object(bucket.id, "k").await.unwrap().is_some());
+        // Another process commits (the counter moves), then our pool goes away: the sync the counter asks for fails.
+        let other = open_store(dir.path()).await;
+        other.meta.create_bucket(&BucketName::parse("other").unwrap(), false, 0).await.unwrap();
+        store.meta.close().await;
+        let hit = catalog.object(bucket.id, "k").await.expect("a cached object is served without the database");
+        assert_eq!(hit.unwrap().record.size, 5);
+        let miss = catalog.object(bucket.id, "uncached").await.unwrap_err();
+        assert!(miss.is_unavailable(), "{miss:?}");
     }
 
     #[tokio::test]

@@ -325,7 +325,7 @@ pub async fn run_command(command: Command, settings: Settings) -> anyhow::Result
             bail!("data dir {} is not a directory", shown.display());
         }
     }
-    let busy = settings.timeouts.sqlite_busy;
+    let busy = settings.timeouts.database();
     let database = settings.database_url()?;
     let store = match access {
         Access::Read => Store::open_read_only(dir, &database, busy).await?,

@@ -15,18 +15,17 @@ pub mod sealing;
 pub mod secrets_key;
 
 use std::path::Path;
-use std::time::Duration;
 
 use anyhow::Context;
 use serde::Serialize;
 
 pub use blobs::{BlobStore, BlobWriter, StagedBlob};
 pub use metadata::{
-    Bucket, CacheChange, ChangeFeed, ChangeKind, Metadata, MetadataError, ObjectRecord, ObjectStats, Scope, SigningKey,
+    Bucket, CacheChange, ChangeFeed, ChangeKind, DatabaseHealth, Metadata, MetadataError, ObjectRecord, ObjectStats, Scope, SigningKey,
     StatsOrder, TokenRecord, Upsert, VariantRecord, WriteTx,
 };
 
-use crate::config::DatabaseUrl;
+use crate::config::{DatabaseTimeouts, DatabaseUrl};
 use crate::header_values::content_coding::ContentCoding;
 use crate::names::{BucketName, ObjectAttrs, ObjectKey};
 
@@ -125,11 +124,17 @@ pub struct Store {
 }
 
 impl Store {
-    /// `busy_timeout`: how long a write waits for the database's lock held by another connection or process.
-    pub async fn open(data_dir: &Path, database: &DatabaseUrl, busy_timeout: Duration) -> anyhow::Result<Self> {
+    /// `timeouts`: how long a write waits for the database's lock held by another connection or process (a
+    /// `Duration` alone), and for a connection (`DatabaseTimeouts::acquire`).
+    pub async fn open(
+        data_dir: &Path,
+        database: &DatabaseUrl,
+        timeouts: impl Into<DatabaseTimeouts>,
+    ) -> anyhow::Result<Self> {
+        let timeouts = timeouts.into();
         crate::config::ensure_data_dir(data_dir)?;
         let blobs = BlobStore::open(data_dir)?;
-        let meta = Metadata::open(database, data_dir, busy_timeout).await?;
+        let meta = Metadata::open(database, data_dir, timeouts).await?;
         let secrets_key = secrets_key::load_or_create(data_dir, &meta).await?;
         let meta = meta.with_secrets_key(secrets_key);
         let sealed = meta.seal_signing_keys().await.context("cannot seal the signing keys")?;
@@ -145,15 +150,16 @@ impl Store {
     pub async fn open_read_only(
         data_dir: &Path,
         database: &DatabaseUrl,
-        busy_timeout: Duration,
+        timeouts: impl Into<DatabaseTimeouts>,
     ) -> anyhow::Result<Self> {
-        let mut meta = Metadata::open_read_only(database, busy_timeout).await?;
+        let timeouts = timeouts.into();
+        let mut meta = Metadata::open_read_only(database, timeouts).await?;
         if let Some(key) = secrets_key::load_existing(data_dir, &meta).await? {
             meta = meta.with_secrets_key(key);
         }
         if meta.needs_migration().await {
             meta.close().await;
-            return Self::open(data_dir, database, busy_timeout)
+            return Self::open(data_dir, database, timeouts)
                 .await
                 .context("the database must be migrated to this version first, which needs write access");
         }
@@ -391,6 +397,7 @@ pub use crate::stats::unix_now;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn content_type_prefers_stored_then_extension() {

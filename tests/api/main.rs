@@ -19,6 +19,7 @@ mod downloads;
 mod faults;
 mod lifecycle;
 mod limits;
+mod outage;
 mod permissions;
 mod service;
 mod shared_cache;

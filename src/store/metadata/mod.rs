@@ -20,6 +20,7 @@
 mod auth;
 mod changes;
 mod generation;
+mod health;
 mod objects;
 mod pool;
 mod stats;
@@ -31,6 +32,7 @@ use sqlx::{Sqlite, SqlitePool, Transaction};
 
 pub use auth::{Scope, SigningKey, TokenRecord};
 pub use changes::{CacheChange, ChangeFeed, ChangeKind};
+pub use health::DatabaseHealth;
 pub use objects::{Bucket, ObjectRecord, Upsert};
 pub use stats::{ObjectStats, StatsOrder};
 pub use variants::VariantRecord;
@@ -43,8 +45,12 @@ pub enum MetadataError {
     BucketExists(String),
     #[error("no such bucket: {0}")]
     NoSuchBucket(String),
+    /// The database cannot be reached (no connection within the pool's acquire timeout, a connection lost or
+    /// refused, the server shutting down): the request may succeed later. Made only by `From<sqlx::Error>`.
+    #[error("the database is unreachable")]
+    Unavailable(#[source] sqlx::Error),
     #[error(transparent)]
-    Database(#[from] sqlx::Error),
+    Database(sqlx::Error),
     #[error(transparent)]
     Sealing(#[from] SealError),
     #[error("signing keys need the secrets key, and none was loaded")]
@@ -52,6 +58,30 @@ pub enum MetadataError {
     /// A stored value this binary cannot read (a row written by hand, or by a newer version).
     #[error("invalid stored value: {0}")]
     Invalid(String),
+}
+
+/// The one place a database error is classified: connection-level failures are [`MetadataError::Unavailable`],
+/// everything else (a constraint, a bad statement, a lock held past the busy timeout) stays `Database`.
+impl From<sqlx::Error> for MetadataError {
+    fn from(e: sqlx::Error) -> Self {
+        if health::is_connection_failure(&e) { MetadataError::Unavailable(e) } else { MetadataError::Database(e) }
+    }
+}
+
+impl MetadataError {
+    /// Whether this says the database is unreachable.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, MetadataError::Unavailable(_))
+    }
+
+    /// Whether any cause in `error`'s chain says the database is unreachable (a [`MetadataError::Unavailable`],
+    /// or a connection-level `sqlx::Error` from opening it).
+    pub fn in_chain_is_unavailable(error: &anyhow::Error) -> bool {
+        error.chain().any(|cause| {
+            cause.downcast_ref::<MetadataError>().is_some_and(MetadataError::is_unavailable)
+                || cause.downcast_ref::<sqlx::Error>().is_some_and(health::is_connection_failure)
+        })
+    }
 }
 
 /// The metadata store, over one of the backends. Cheap to clone (the connection pool is shared).

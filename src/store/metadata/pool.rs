@@ -4,25 +4,30 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 use super::generation::Generation;
 use super::{Backend, ChangeFeed, Metadata};
-use crate::config::DatabaseUrl;
+use crate::config::{DatabaseTimeouts, DatabaseUrl};
 
 /// The embedded migrations: applied by `open`, compared by `open_read_only`.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 impl Metadata {
     /// Opens (creating if needed) the database and applies the embedded migrations. The change feed's counter
-    /// lives in `data_dir`, shared with every process that opens it.
-    pub async fn open(database: &DatabaseUrl, data_dir: &Path, busy_timeout: Duration) -> anyhow::Result<Self> {
+    /// lives in `data_dir`, shared with every process that opens it. `timeouts` is a busy timeout alone or
+    /// [`DatabaseTimeouts`], whose `acquire` bounds every wait for a connection.
+    pub async fn open(
+        database: &DatabaseUrl,
+        data_dir: &Path,
+        timeouts: impl Into<DatabaseTimeouts>,
+    ) -> anyhow::Result<Self> {
+        let timeouts = timeouts.into();
         let DatabaseUrl::Sqlite(path) = database;
         let generation = Arc::new(Generation::open(data_dir)?);
-        let pool = open_sqlite(path, busy_timeout).await?;
+        let pool = open_sqlite(path, timeouts).await?;
         MIGRATOR.run(&pool).await.context("cannot apply database migrations")?;
         let backend = Backend::Sqlite(pool);
         Ok(Self { feed: ChangeFeed::new(generation, backend.clone()), backend, read_only: false, secrets_key: None })
@@ -30,9 +35,9 @@ impl Metadata {
 
     /// Opens an existing database for reading only: no migrations, no writes, no files created, so it works in a
     /// read-only data dir. Check `needs_migration` before trusting the schema.
-    pub async fn open_read_only(database: &DatabaseUrl, busy_timeout: Duration) -> anyhow::Result<Self> {
+    pub async fn open_read_only(database: &DatabaseUrl, timeouts: impl Into<DatabaseTimeouts>) -> anyhow::Result<Self> {
         let DatabaseUrl::Sqlite(path) = database;
-        let pool = open_sqlite_read_only(path, busy_timeout).await?;
+        let pool = open_sqlite_read_only(path, timeouts.into()).await?;
         // Nothing is written, so nothing needs to reach other processes: a private counter.
         let generation = Arc::new(Generation::private()?);
         let backend = Backend::Sqlite(pool);
@@ -64,7 +69,7 @@ impl Metadata {
     }
 }
 
-async fn open_sqlite(path: &Path, busy_timeout: Duration) -> anyhow::Result<sqlx::SqlitePool> {
+async fn open_sqlite(path: &Path, timeouts: DatabaseTimeouts) -> anyhow::Result<sqlx::SqlitePool> {
     // SQLite would create the database as 0644 minus the umask, and it gives the -wal and -shm files the
     // database's mode: creating it owner-only first (an empty file is an empty database) covers all three.
     std::fs::OpenOptions::new()
@@ -85,7 +90,7 @@ async fn open_sqlite(path: &Path, busy_timeout: Duration) -> anyhow::Result<sqlx
         .journal_mode(SqliteJournalMode::Wal)
         // NORMAL is durable across process crashes in WAL mode; blob files are fsynced separately.
         .synchronous(SqliteSynchronous::Normal)
-        .busy_timeout(busy_timeout)
+        .busy_timeout(timeouts.busy)
         // Pages come from a shared mapping instead of pread64 copies into each connection's cache.
         .pragma("mmap_size", "268435456")
         .foreign_keys(true);
@@ -93,6 +98,7 @@ async fn open_sqlite(path: &Path, busy_timeout: Duration) -> anyhow::Result<sqlx
     // with page reads of its own.
     SqlitePoolOptions::new()
         .max_connections(4)
+        .acquire_timeout(timeouts.acquire)
         .connect_with(options)
         .await
         .with_context(|| format!("cannot open database {}", path.display()))
@@ -103,7 +109,7 @@ async fn open_sqlite(path: &Path, busy_timeout: Duration) -> anyhow::Result<sqlx
 /// `-wal`, every commit is in the main file, so it is opened `immutable` and SQLite reads just that file.
 /// (A writer that starts during such a read writes to its own new WAL; only a checkpoint, after 1000 pages
 /// or at its close, touches the main file.)
-async fn open_sqlite_read_only(path: &Path, busy_timeout: Duration) -> anyhow::Result<sqlx::SqlitePool> {
+async fn open_sqlite_read_only(path: &Path, timeouts: DatabaseTimeouts) -> anyhow::Result<sqlx::SqlitePool> {
     if !path.is_file() {
         anyhow::bail!("no database at {}", path.display());
     }
@@ -114,10 +120,11 @@ async fn open_sqlite_read_only(path: &Path, busy_timeout: Duration) -> anyhow::R
         .filename(path)
         .read_only(true)
         .immutable(!live_wal)
-        .busy_timeout(busy_timeout)
+        .busy_timeout(timeouts.busy)
         .pragma("mmap_size", "268435456");
     SqlitePoolOptions::new()
         .max_connections(1)
+        .acquire_timeout(timeouts.acquire)
         .connect_with(options)
         .await
         .with_context(|| format!("cannot open database {} read-only", path.display()))
@@ -126,6 +133,7 @@ async fn open_sqlite_read_only(path: &Path, busy_timeout: Duration) -> anyhow::R
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use std::time::Duration;
     use crate::names::BucketName;
     use crate::store::Store;
 
