@@ -156,6 +156,9 @@ pub struct Limits {
     /// Slowest upload body accepted, in bytes per second averaged over each `timeouts.body_idle` window; slower
     /// gets 408, so a body that trickles a byte now and then cannot keep its upload place. 0 turns it off.
     pub min_upload_rate: u64,
+    /// Download-stats aggregates (one per object plus one per object and day) that may wait in memory while the
+    /// database cannot be written; a record that needs one more is dropped and counted.
+    pub stats_buffer_objects: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -219,6 +222,7 @@ impl Default for Limits {
             max_connections_per_ip: 0,
             max_concurrent_uploads: 64,
             min_upload_rate: 500,
+            stats_buffer_objects: 100_000,
         }
     }
 }
@@ -335,6 +339,7 @@ impl Settings {
         }
         check("limits.max_connections_per_ip", l.max_connections_per_ip, 0, 1_000_000)?;
         check("limits.max_concurrent_uploads", l.max_concurrent_uploads, 1, 100_000)?;
+        check("limits.stats_buffer_objects", l.stats_buffer_objects, 2, 100_000_000)?;
         let t = &self.timeouts;
         for (key, value) in [
             ("timeouts.header_read", t.header_read),

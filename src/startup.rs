@@ -152,6 +152,7 @@ impl Application {
         let batcher = tokio::spawn(crate::metrics::downloads::run_batcher(
             self.admin.store.meta.clone(),
             records,
+            self.settings.limits.stats_buffer_objects,
             stop_batcher.clone(),
         ));
         let mut ctx = DriverContext::new(

@@ -214,7 +214,9 @@ impl Catalog {
     async fn fresh(&self) -> Result<(), MetadataError> {
         if self.feed.current() != self.synced.load(Ordering::Acquire) {
             match self.sync().await {
-                Err(e) if e.is_unavailable() => tracing::debug!(error = %e, "cache sync deferred: database unreachable"),
+                Err(e) if e.is_unavailable() => {
+                    tracing::debug!(error = %e, "cache sync deferred: database unreachable")
+                }
                 other => other?,
             }
         }

@@ -34,7 +34,7 @@ pub use auth::{Scope, SigningKey, TokenRecord};
 pub use changes::{CacheChange, ChangeFeed, ChangeKind};
 pub use health::DatabaseHealth;
 pub use objects::{Bucket, ObjectRecord, Upsert};
-pub use stats::{ObjectStats, StatsOrder};
+pub use stats::{Flushed, ObjectStats, StatsFlush, StatsOrder};
 pub use variants::VariantRecord;
 
 use crate::store::sealing::{SealError, SecretsKey};

@@ -133,9 +133,9 @@ async fn open_sqlite_read_only(path: &Path, timeouts: DatabaseTimeouts) -> anyho
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use std::time::Duration;
     use crate::names::BucketName;
     use crate::store::Store;
+    use std::time::Duration;
 
     /// A fresh database in a temp dir, as `Store::open` makes it.
     pub(in crate::store::metadata) async fn database() -> (tempfile::TempDir, Metadata) {

@@ -87,12 +87,54 @@ impl From<ObjectStatsRow> for ObjectStats {
     }
 }
 
+/// Names one flush of a stats batcher: `writer` is the batcher (random per process), `seq` counts its flushes
+/// and only grows. A retried flush keeps its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatsFlush {
+    pub writer: String,
+    pub seq: i64,
+}
+
+/// What [`Metadata::record_download_stats`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flushed {
+    Written,
+    /// This flush (or a later one of its writer) was committed before: a retry after a commit whose answer was
+    /// lost. Nothing was added again.
+    AlreadyWritten,
+}
+
+/// Marks of writers not seen for this long are removed (a process that stopped long ago never retries).
+const FLUSH_MARK_LIFETIME_SECS: i64 = 7 * 86_400;
+
 impl Metadata {
-    /// Adds a batch of download counters in one write transaction. Rows of a bucket deleted since the downloads
-    /// are dropped (they would violate the foreign key and fail the whole batch, again at every retry).
-    pub async fn record_download_stats(&self, batch: &Batch) -> Result<(), MetadataError> {
+    /// Adds a batch of download counters in one write transaction, with the flush's mark, so that a retry of a
+    /// flush whose commit did succeed adds nothing (see [`Flushed::AlreadyWritten`]). Rows of a bucket deleted
+    /// since the downloads are dropped (they would violate the foreign key and fail the whole batch, again at
+    /// every retry).
+    pub async fn record_download_stats(&self, flush: &StatsFlush, batch: &Batch) -> Result<Flushed, MetadataError> {
         let mut tx = self.begin_write().await?;
         let TxBackend::Sqlite(sqlite) = &mut tx.tx;
+        let now = crate::stats::unix_now();
+        let marked = sqlx::query(
+            "INSERT INTO stats_flush_marks (writer, last_seq, updated_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (writer) DO UPDATE SET last_seq = excluded.last_seq, updated_at = excluded.updated_at
+             WHERE stats_flush_marks.last_seq < excluded.last_seq",
+        )
+        .bind(&flush.writer)
+        .bind(flush.seq)
+        .bind(now)
+        .execute(&mut **sqlite)
+        .await?;
+        if marked.rows_affected() == 0 {
+            return Ok(Flushed::AlreadyWritten);
+        }
+        if flush.seq == 1 {
+            sqlx::query("DELETE FROM stats_flush_marks WHERE updated_at < ?1")
+                .bind(now - FLUSH_MARK_LIFETIME_SECS)
+                .execute(&mut **sqlite)
+                .await?;
+        }
         for ((bucket_id, key), (c, last)) in &batch.per_object {
             sqlx::query(
                 "INSERT INTO object_stats (bucket_id, key, requests, completed, aborted, truncated, bytes_sent,
@@ -145,7 +187,8 @@ impl Metadata {
             .execute(&mut **sqlite)
             .await?;
         }
-        tx.commit_without_announcing().await
+        tx.commit_without_announcing().await?;
+        Ok(Flushed::Written)
     }
 
     /// Per-object stats, optionally for one bucket and key prefix, highest first by `order`.
