@@ -39,13 +39,25 @@ pub struct Settings {
     pub faults: Faults,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DatabaseSettings {
-    /// Where the metadata lives: `sqlite://PATH`. Unset: `sqlite://<data_dir>/blobgate.db`. (`postgres://` URLs
-    /// are refused until PostgreSQL is supported.) Also `--database-url` and `BLOBGATE_DATABASE_URL`.
+    /// Where the metadata lives: `sqlite://PATH`, or PostgreSQL as `postgres://USER:PASS@HOST:PORT/DB` (also
+    /// `postgresql://`, and `?host=/socket/dir`). Unset: `sqlite://<data_dir>/blobgate.db`. Also `--database-url`
+    /// and `BLOBGATE_DATABASE_URL`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+}
+
+/// Never prints the URL itself: it may hold a password.
+impl std::fmt::Debug for DatabaseSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let url = self.url.as_deref().map(|url| match DatabaseUrl::parse(url) {
+            Ok(parsed) => parsed.to_string(),
+            Err(_) => "(invalid)".to_owned(),
+        });
+        f.debug_struct("DatabaseSettings").field("url", &url).finish()
+    }
 }
 
 /// A parsed `database.url`: the backend and where its database is.
@@ -53,6 +65,68 @@ pub struct DatabaseSettings {
 pub enum DatabaseUrl {
     /// An SQLite database file.
     Sqlite(PathBuf),
+    /// A PostgreSQL database.
+    Postgres(PostgresUrl),
+}
+
+impl std::fmt::Display for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DatabaseUrl::Sqlite(path) => write!(f, "SQLite database {}", path.display()),
+            DatabaseUrl::Postgres(url) => url.fmt(f),
+        }
+    }
+}
+
+/// A `postgres://` URL. It may hold a password, so `Debug` and `Display` show only where it points:
+/// `PostgreSQL database DB on HOST:PORT as USER`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PostgresUrl {
+    url: String,
+    /// Where it points, without credentials: for messages.
+    target: String,
+}
+
+impl PostgresUrl {
+    fn parse(url: &str) -> anyhow::Result<Self> {
+        // Never repeat the URL or the parser's view of it in an error: it may hold a password.
+        let parsed =
+            url::Url::parse(url).map_err(|e| anyhow::anyhow!("database.url is not a valid PostgreSQL URL: {e}"))?;
+        let param = |name: &str| parsed.query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned());
+        let host = param("host")
+            .or_else(|| parsed.host_str().filter(|h| !h.is_empty()).map(str::to_owned))
+            .unwrap_or_else(|| "localhost".to_owned());
+        let port = param("port").map_or(Ok(parsed.port().unwrap_or(5432)), |p| p.parse::<u16>());
+        let Ok(port) = port else {
+            bail!("database.url is not a valid PostgreSQL URL: invalid port");
+        };
+        let user = param("user").unwrap_or_else(|| {
+            let user = parsed.username();
+            percent_encoding::percent_decode_str(user).decode_utf8_lossy().into_owned()
+        });
+        let database = param("dbname")
+            .or_else(|| Some(parsed.path().trim_start_matches('/').to_owned()).filter(|d| !d.is_empty()))
+            .unwrap_or_else(|| user.clone());
+        let target = format!("PostgreSQL database {database} on {host}:{port} as {user}");
+        Ok(Self { url: url.to_owned(), target })
+    }
+
+    /// The whole URL, password included: for the database driver only, never for a message.
+    pub fn expose_secret(&self) -> &str {
+        &self.url
+    }
+}
+
+impl std::fmt::Display for PostgresUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.target)
+    }
+}
+
+impl std::fmt::Debug for PostgresUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PostgresUrl({})", self.target)
+    }
 }
 
 impl DatabaseUrl {
@@ -64,8 +138,8 @@ impl DatabaseUrl {
         DatabaseUrl::Sqlite(data_dir.join(Self::DEFAULT_SQLITE_FILE))
     }
 
-    /// `sqlite://PATH` (or `sqlite:PATH`); `PATH` may be relative. Errors name `database.url` and never repeat
-    /// the URL, which may hold a password.
+    /// `sqlite://PATH` (or `sqlite:PATH`; `PATH` may be relative), or `postgres://…` / `postgresql://…`. Errors
+    /// name `database.url` and never repeat the URL, which may hold a password.
     pub fn parse(url: &str) -> anyhow::Result<Self> {
         let scheme = url.split_once(':').map(|(s, _)| s.to_ascii_lowercase());
         match scheme.as_deref() {
@@ -76,17 +150,8 @@ impl DatabaseUrl {
                 }
                 Ok(DatabaseUrl::Sqlite(PathBuf::from(path)))
             }
-            Some("postgres" | "postgresql") => bail!("database.url: PostgreSQL is not supported yet"),
-            _ => bail!("database.url must be sqlite://PATH"),
-        }
-    }
-}
-
-/// Names the database for messages: the SQLite file's path (never a URL's password, once there are URLs with one).
-impl std::fmt::Display for DatabaseUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DatabaseUrl::Sqlite(path) => write!(f, "{}", path.display()),
+            Some("postgres" | "postgresql") => Ok(DatabaseUrl::Postgres(PostgresUrl::parse(url)?)),
+            _ => bail!("database.url must be sqlite://PATH or postgres://USER:PASS@HOST:PORT/DB"),
         }
     }
 }
@@ -532,7 +597,7 @@ mod tests {
     }
 
     #[test]
-    fn the_database_url_defaults_to_sqlite_in_the_data_dir_and_postgres_is_refused() {
+    fn the_database_url_defaults_to_sqlite_in_the_data_dir_and_postgres_urls_hide_their_password() {
         Jail::expect_with(|jail| {
             let flags = FlagOverrides { data_dir: Some("/srv/d".into()), ..Default::default() };
             let s = Settings::load(None, &flags).map_err(|e| e.to_string())?;
@@ -549,10 +614,27 @@ mod tests {
             };
             let s = Settings::load(None, &flags).map_err(|e| e.to_string())?;
             assert_eq!(s.database_url().unwrap(), DatabaseUrl::Sqlite("flag.db".into()), "flags win");
-            for url in ["postgres://u:secret@db/bg", "postgresql://u@db/bg?host=/run/pg"] {
+            for (url, target) in [
+                ("postgres://u:secret@db/bg", "PostgreSQL database bg on db:5432 as u"),
+                ("postgresql://u:secret@db:6432/bg?host=/run/pg", "PostgreSQL database bg on /run/pg:6432 as u"),
+                ("postgres://u:secret@/bg?host=%2Frun%2Fpg", "PostgreSQL database bg on /run/pg:5432 as u"),
+                ("postgres://u@db", "PostgreSQL database u on db:5432 as u"),
+            ] {
+                jail.set_env("BLOBGATE_DATABASE_URL", url);
+                let s = Settings::load(None, &FlagOverrides::default()).map_err(|e| e.to_string())?;
+                let DatabaseUrl::Postgres(pg) = s.database_url().unwrap() else { panic!("{url} is PostgreSQL") };
+                assert_eq!(pg.expose_secret(), url);
+                assert_eq!(pg.to_string(), target);
+                for shown in [format!("{pg:?}"), format!("{s:?}"), s.database_url().unwrap().to_string()] {
+                    assert!(!shown.contains("secret"), "the password shows: {shown}");
+                    assert!(shown.contains(target), "{shown}");
+                }
+            }
+            for url in ["postgres://u:secret@db:99999/bg", "postgres://u:secret@[db/bg"] {
                 jail.set_env("BLOBGATE_DATABASE_URL", url);
                 let err = Settings::load(None, &FlagOverrides::default()).unwrap_err().to_string();
-                assert_eq!(err, "database.url: PostgreSQL is not supported yet");
+                assert!(err.starts_with("database.url is not a valid PostgreSQL URL"), "{url}: {err}");
+                assert!(!err.contains("secret"), "{err}");
             }
             for url in ["mysql://db/bg", "sqlite://", "sqlite::memory:", "sqlite://x.db?mode=ro", "blobgate.db"] {
                 jail.set_env("BLOBGATE_DATABASE_URL", url);

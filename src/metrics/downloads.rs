@@ -343,24 +343,4 @@ mod tests {
             vec![("a".to_owned(), 2, 20), ("b".to_owned(), 1, 20), ("c".to_owned(), 1, 30), ("d".to_owned(), 1, 40)];
         assert_eq!(totals(&meta).await, want, "the last records are written at shutdown, nothing twice");
     }
-
-    #[tokio::test]
-    async fn a_retried_flush_whose_commit_succeeded_adds_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = DatabaseUrl::in_data_dir(dir.path());
-        let meta = Metadata::open(&url, dir.path(), Duration::from_secs(5)).await.unwrap();
-        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
-        let mut batch = Batch::default();
-        batch.add(&download(bucket.id, "a", 10));
-        let flush = StatsFlush { writer: "w1".into(), seq: 1 };
-        assert_eq!(meta.record_download_stats(&flush, &batch).await.unwrap(), Flushed::Written);
-        // The answer to that commit was lost: the same flush again.
-        assert_eq!(meta.record_download_stats(&flush, &batch).await.unwrap(), Flushed::AlreadyWritten);
-        assert_eq!(totals(&meta).await, vec![("a".to_owned(), 1, 10)]);
-        let next = StatsFlush { writer: "w1".into(), seq: 2 };
-        assert_eq!(meta.record_download_stats(&next, &batch).await.unwrap(), Flushed::Written);
-        let other_writer = StatsFlush { writer: "w2".into(), seq: 1 };
-        assert_eq!(meta.record_download_stats(&other_writer, &batch).await.unwrap(), Flushed::Written);
-        assert_eq!(totals(&meta).await, vec![("a".to_owned(), 3, 30)]);
-    }
 }

@@ -14,11 +14,26 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_blobgate");
 /// prepare data first (or run CLI commands while it runs).
 pub struct TestEnv {
     pub dir: tempfile::TempDir,
+    /// `BLOBGATE_DATABASE_URL` for every command and server of this env (`on_postgres`); unset: SQLite.
+    pub database_url: Option<String>,
 }
 
 impl TestEnv {
     pub fn new() -> Self {
-        Self { dir: tempfile::tempdir().expect("temp dir") }
+        Self { dir: tempfile::tempdir().expect("temp dir"), database_url: None }
+    }
+
+    /// An env whose metadata is a fresh database on the test PostgreSQL cluster.
+    pub fn on_postgres() -> Self {
+        Self { database_url: Some(postgres_database()), ..Self::new() }
+    }
+
+    /// The command with this env's database, if it names one.
+    fn with_database<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
+        match &self.database_url {
+            Some(url) => cmd.env("BLOBGATE_DATABASE_URL", url),
+            None => cmd.env_remove("BLOBGATE_DATABASE_URL"),
+        }
     }
 
     pub fn data_dir(&self) -> PathBuf {
@@ -27,7 +42,7 @@ impl TestEnv {
 
     /// Runs `blobgate --data-dir <dir> ARGS` and returns its output, whatever the exit status.
     pub fn cli(&self, args: &[&str]) -> Output {
-        Command::new(BIN)
+        self.with_database(&mut Command::new(BIN))
             .arg("--data-dir")
             .arg(self.data_dir())
             .args(args)
@@ -84,6 +99,7 @@ impl TestEnv {
         } else {
             Command::new(BIN)
         };
+        self.with_database(&mut cmd);
         cmd.arg("--data-dir")
             .arg(self.data_dir())
             .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
@@ -403,6 +419,7 @@ impl TestEnv {
     /// Like [`TestEnv::cli`] with extra environment variables.
     pub fn cli_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
         let mut cmd = Command::new(BIN);
+        self.with_database(&mut cmd);
         cmd.arg("--data-dir")
             .arg(self.data_dir())
             .args(args)
@@ -694,6 +711,7 @@ impl TestEnv {
     /// developer's config and RUST_LOG kept out.
     pub fn serve_command(&self, listen: &str, admin_listen: &str) -> Command {
         let mut cmd = Command::new(BIN);
+        self.with_database(&mut cmd);
         cmd.arg("--data-dir")
             .arg(self.data_dir())
             .args(["serve", "--listen", listen, "--admin-listen", admin_listen])

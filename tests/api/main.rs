@@ -21,6 +21,7 @@ mod lifecycle;
 mod limits;
 mod outage;
 mod permissions;
+mod postgres;
 mod service;
 mod shared_cache;
 mod slow_readers;

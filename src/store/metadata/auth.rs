@@ -1,6 +1,6 @@
 //! Tokens, signing keys (sealed at rest) and revoked signatures.
 
-use super::{Backend, Metadata, MetadataError, TxBackend};
+use super::{Metadata, MetadataError, TxBackend};
 use crate::store::sealing::{self, NONCE_LEN, is_sealed};
 
 /// What a token may do, each level including the ones below it. Stored as `read`, `write` or `admin`, and parsed
@@ -110,10 +110,9 @@ struct StoredSecret {
 impl Metadata {
     pub async fn create_token(&self, token: &TokenRecord) -> Result<(), MetadataError> {
         let mut tx = self.begin_write().await?;
-        let TxBackend::Sqlite(sqlite) = &mut tx.tx;
-        sqlx::query(
+        with_tx!(&mut tx.tx, sqlite => sqlx::query(
             "INSERT INTO tokens (id, secret_hash, bucket_id, prefix, scope, created_at, expires_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )
         .bind(&token.id)
         .bind(&token.secret_hash)
@@ -123,36 +122,37 @@ impl Metadata {
         .bind(token.created_at)
         .bind(token.expires_at)
         .execute(&mut **sqlite)
-        .await?;
+        .await?.rows_affected());
         tx.commit().await
     }
 
     pub async fn token(&self, id: &str) -> Result<Option<TokenRecord>, MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let sql = format!("SELECT {TOKEN_COLUMNS} FROM tokens t JOIN buckets b ON b.id = t.bucket_id WHERE t.id = ?1");
-        let row: Option<TokenRow> = sqlx::query_as(&sql).bind(id).fetch_optional(pool).await?;
+        let sql = format!("SELECT {TOKEN_COLUMNS} FROM tokens t JOIN buckets b ON b.id = t.bucket_id WHERE t.id = $1");
+        let row: Option<TokenRow> =
+            with_pool!(&self.backend, pool => sqlx::query_as(&sql).bind(id).fetch_optional(pool).await?);
         row.map(TokenRecord::try_from).transpose()
     }
 
     pub async fn list_tokens(&self) -> Result<Vec<TokenRecord>, MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
         let sql = format!(
             "SELECT {TOKEN_COLUMNS} FROM tokens t JOIN buckets b ON b.id = t.bucket_id ORDER BY t.created_at, t.id"
         );
-        let rows: Vec<TokenRow> = sqlx::query_as(&sql).fetch_all(pool).await?;
+        let rows: Vec<TokenRow> = with_pool!(&self.backend, pool => sqlx::query_as(&sql).fetch_all(pool).await?);
         rows.into_iter().map(TokenRecord::try_from).collect()
     }
 
     /// Marks a token revoked; `false` when there is no such live token.
     pub async fn revoke_token(&self, id: &str, now: i64) -> Result<bool, MetadataError> {
-        self.stamp_once("UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL", id, now).await
+        self.stamp_once("UPDATE tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL", id, now).await
     }
 
-    /// Runs an update that sets a timestamp on one row unless it is already set; true when a row changed.
+    /// Runs an update that sets a timestamp on one row unless it is already set; true when a row changed. One
+    /// conditional UPDATE: of two concurrent ones (two replicas), PostgreSQL re-checks the condition after the
+    /// first commits, so exactly one reports the change.
     async fn stamp_once(&self, sql: &'static str, id: &str, now: i64) -> Result<bool, MetadataError> {
         let mut tx = self.begin_write().await?;
-        let TxBackend::Sqlite(sqlite) = &mut tx.tx;
-        let changed = sqlx::query(sql).bind(id).bind(now).execute(&mut **sqlite).await?.rows_affected();
+        let changed = with_tx!(&mut tx.tx, sqlite =>
+            sqlx::query(sql).bind(id).bind(now).execute(&mut **sqlite).await?.rows_affected());
         tx.commit().await?;
         Ok(changed == 1)
     }
@@ -160,44 +160,40 @@ impl Metadata {
     pub async fn create_signing_key(&self, key: &SigningKey) -> Result<(), MetadataError> {
         let sealed = sealing::seal(self.secrets_key()?, &key.id, &key.secret, fresh_nonce()?);
         let mut tx = self.begin_write().await?;
-        let TxBackend::Sqlite(sqlite) = &mut tx.tx;
-        sqlx::query("INSERT INTO signing_keys (id, secret, created_at) VALUES (?1, ?2, ?3)")
+        with_tx!(&mut tx.tx, sqlite => sqlx::query("INSERT INTO signing_keys (id, secret, created_at) VALUES ($1, $2, $3)")
             .bind(&key.id)
             .bind(&sealed)
             .bind(key.created_at)
             .execute(&mut **sqlite)
-            .await?;
+            .await?.rows_affected());
         tx.commit().await
     }
 
     /// The newest key that is not retired: the one new links are signed with.
     pub async fn newest_signing_key(&self) -> Result<Option<SigningKey>, MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let row: Option<SigningKeyRow> = sqlx::query_as(
+        let row: Option<SigningKeyRow> = with_pool!(&self.backend, pool => sqlx::query_as(
             "SELECT id, secret, created_at, retired_at FROM signing_keys WHERE retired_at IS NULL
              ORDER BY created_at DESC, rowid DESC LIMIT 1",
         )
         .fetch_optional(pool)
-        .await?;
+        .await?);
         row.map(|r| self.open_signing_key(r)).transpose()
     }
 
     pub async fn signing_key(&self, id: &str) -> Result<Option<SigningKey>, MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let row: Option<SigningKeyRow> =
-            sqlx::query_as("SELECT id, secret, created_at, retired_at FROM signing_keys WHERE id = ?1")
+        let row: Option<SigningKeyRow> = with_pool!(&self.backend, pool =>
+            sqlx::query_as("SELECT id, secret, created_at, retired_at FROM signing_keys WHERE id = $1")
                 .bind(id)
                 .fetch_optional(pool)
-                .await?;
+                .await?);
         row.map(|r| self.open_signing_key(r)).transpose()
     }
 
     pub async fn list_signing_keys(&self) -> Result<Vec<SigningKey>, MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let rows: Vec<SigningKeyRow> =
+        let rows: Vec<SigningKeyRow> = with_pool!(&self.backend, pool =>
             sqlx::query_as("SELECT id, secret, created_at, retired_at FROM signing_keys ORDER BY created_at, rowid")
                 .fetch_all(pool)
-                .await?;
+                .await?);
         rows.into_iter().map(|r| self.open_signing_key(r)).collect()
     }
 
@@ -205,9 +201,9 @@ impl Metadata {
     /// one opens with this secrets key, so a wrong key file fails at start rather than on a request. Returns how
     /// many rows it sealed.
     pub async fn seal_signing_keys(&self) -> Result<usize, MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
         let key = self.secrets_key()?;
-        let stored = stored_signing_secrets(pool).await?;
+        let stored: Vec<StoredSecret> =
+            with_pool!(&self.backend, pool => sqlx::query_as(SELECT_SECRETS).fetch_all(pool).await?);
         if stored.iter().all(|s| is_sealed(&s.secret)) {
             for s in &stored {
                 sealing::open(key, &s.id, &s.secret)?;
@@ -215,30 +211,42 @@ impl Metadata {
             return Ok(0);
         }
         let mut tx = self.begin_write().await?;
-        let TxBackend::Sqlite(sqlite) = &mut tx.tx;
-        // The plaintext must not stay behind in the page's free space.
-        sqlx::query("PRAGMA secure_delete = ON").execute(&mut **sqlite).await?;
+        // SQLite: the plaintext must not stay behind in the page's free space. PostgreSQL: the rows are locked, so
+        // two replicas starting together do not both seal (and announce) the same row.
+        let select = match &mut tx.tx {
+            TxBackend::Sqlite(sqlite) => {
+                sqlx::query("PRAGMA secure_delete = ON").execute(&mut **sqlite).await?;
+                SELECT_SECRETS.to_owned()
+            }
+            TxBackend::Postgres(_) => format!("{SELECT_SECRETS} FOR UPDATE"),
+        };
         let mut sealed = 0;
-        for s in stored_signing_secrets(&mut **sqlite).await? {
+        let stored: Vec<StoredSecret> =
+            with_tx!(&mut tx.tx, conn => sqlx::query_as(&select).fetch_all(&mut **conn).await?);
+        for s in stored {
             let secret = sealing::open(key, &s.id, &s.secret)?;
             if !is_sealed(&s.secret) {
-                sqlx::query("UPDATE signing_keys SET secret = ?2 WHERE id = ?1")
+                let resealed = sealing::seal(key, &s.id, &secret, fresh_nonce()?);
+                with_tx!(&mut tx.tx, conn => sqlx::query("UPDATE signing_keys SET secret = $2 WHERE id = $1")
                     .bind(&s.id)
-                    .bind(sealing::seal(key, &s.id, &secret, fresh_nonce()?))
-                    .execute(&mut **sqlite)
-                    .await?;
+                    .bind(resealed)
+                    .execute(&mut **conn)
+                    .await?.rows_affected());
                 sealed += 1;
             }
         }
-        sqlx::query("PRAGMA secure_delete = OFF").execute(&mut **sqlite).await?;
+        if let TxBackend::Sqlite(sqlite) = &mut tx.tx {
+            sqlx::query("PRAGMA secure_delete = OFF").execute(&mut **sqlite).await?;
+        }
         tx.commit().await?;
         Ok(sealed)
     }
 
     /// Whether any signing key is stored sealed: then a missing secrets key file is an error, not a fresh start.
     pub async fn has_sealed_signing_keys(&self) -> Result<bool, MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        Ok(stored_signing_secrets(pool).await?.iter().any(|s| is_sealed(&s.secret)))
+        let stored: Vec<StoredSecret> =
+            with_pool!(&self.backend, pool => sqlx::query_as(SELECT_SECRETS).fetch_all(pool).await?);
+        Ok(stored.iter().any(|s| is_sealed(&s.secret)))
     }
 
     fn open_signing_key(&self, r: SigningKeyRow) -> Result<SigningKey, MetadataError> {
@@ -247,41 +255,41 @@ impl Metadata {
     }
 
     pub async fn retire_signing_key(&self, id: &str, now: i64) -> Result<bool, MetadataError> {
-        self.stamp_once("UPDATE signing_keys SET retired_at = ?2 WHERE id = ?1 AND retired_at IS NULL", id, now).await
+        self.stamp_once("UPDATE signing_keys SET retired_at = $2 WHERE id = $1 AND retired_at IS NULL", id, now).await
     }
 
     /// Revokes one signed URL by its signature; expired entries are pruned on the way.
     pub async fn revoke_signature(&self, signature: &str, expires_at: i64, now: i64) -> Result<(), MetadataError> {
         let mut tx = self.begin_write().await?;
-        let TxBackend::Sqlite(sqlite) = &mut tx.tx;
-        sqlx::query("DELETE FROM revoked_signatures WHERE expires_at < ?1").bind(now).execute(&mut **sqlite).await?;
-        sqlx::query(
-            "INSERT INTO revoked_signatures (signature, expires_at, revoked_at) VALUES (?1, ?2, ?3)
-             ON CONFLICT (signature) DO NOTHING",
-        )
-        .bind(signature)
-        .bind(expires_at)
-        .bind(now)
-        .execute(&mut **sqlite)
-        .await?;
+        with_tx!(&mut tx.tx, sqlite => {
+            sqlx::query("DELETE FROM revoked_signatures WHERE expires_at < $1").bind(now).execute(&mut **sqlite).await?;
+            sqlx::query(
+                "INSERT INTO revoked_signatures (signature, expires_at, revoked_at) VALUES ($1, $2, $3)
+                 ON CONFLICT (signature) DO NOTHING",
+            )
+            .bind(signature)
+            .bind(expires_at)
+            .bind(now)
+            .execute(&mut **sqlite)
+            .await?
+            .rows_affected()
+        });
         tx.commit().await
     }
 
     pub async fn signature_revoked(&self, signature: &str) -> Result<bool, MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM revoked_signatures WHERE signature = ?1")
-            .bind(signature)
-            .fetch_optional(pool)
-            .await?;
-        Ok(found.is_some())
+        let found: bool = with_pool!(&self.backend, pool => sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM revoked_signatures WHERE signature = $1)",
+        )
+        .bind(signature)
+        .fetch_one(pool)
+        .await?);
+        Ok(found)
     }
 }
 
-async fn stored_signing_secrets<'e>(
-    executor: impl sqlx::SqliteExecutor<'e>,
-) -> Result<Vec<StoredSecret>, MetadataError> {
-    Ok(sqlx::query_as("SELECT id, secret FROM signing_keys").fetch_all(executor).await?)
-}
+/// Every signing key's stored secret, sealed or not.
+const SELECT_SECRETS: &str = "SELECT id, secret FROM signing_keys";
 
 /// A fresh nonce for sealing a secret.
 fn fresh_nonce() -> Result<[u8; NONCE_LEN], MetadataError> {
@@ -297,6 +305,7 @@ mod tests {
 
     use super::*;
     use crate::names::BucketName;
+    use crate::store::metadata::Backend;
     use crate::store::metadata::pool::tests::database;
 
     #[test]
@@ -308,33 +317,69 @@ mod tests {
         assert_eq!(Scope::parse("READ"), None);
     }
 
-    #[tokio::test]
-    async fn a_token_reads_back_with_its_scope_and_an_unknown_scope_is_an_error() {
-        let (_dir, meta) = database().await;
-        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
-        let token = TokenRecord {
-            id: "0123456789ab".into(),
-            secret_hash: vec![1; 32],
-            bucket_id: bucket.id,
-            bucket_name: "bkt".into(),
-            prefix: "p/".into(),
-            scope: Scope::Write,
-            created_at: 3,
-            expires_at: Some(10),
-            revoked_at: None,
-        };
-        meta.create_token(&token).await.unwrap();
-        assert_eq!(meta.token(&token.id).await.unwrap(), Some(token.clone()));
-        assert_eq!(meta.list_tokens().await.unwrap(), vec![token.clone()]);
-        // Only a hand-made row can hold another scope: the table's CHECK refuses it, so lift the check.
-        let Backend::Sqlite(pool) = &meta.backend;
-        let mut conn = pool.acquire().await.unwrap();
-        sqlx::query("PRAGMA ignore_check_constraints = ON").execute(&mut *conn).await.unwrap();
-        sqlx::query("UPDATE tokens SET scope = 'owner'").execute(&mut *conn).await.unwrap();
-        sqlx::query("PRAGMA ignore_check_constraints = OFF").execute(&mut *conn).await.unwrap();
-        drop(conn);
-        let err = meta.token(&token.id).await.unwrap_err();
-        assert!(err.to_string().contains("unknown scope \"owner\""), "{err}");
+    backend_tests! {
+        async fn a_token_reads_back_with_its_scope_and_an_unknown_scope_is_an_error(backend) {
+            let (_dir, meta) = database(backend).await;
+            let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+            let token = TokenRecord {
+                id: "0123456789ab".into(),
+                secret_hash: vec![1; 32],
+                bucket_id: bucket.id,
+                bucket_name: "bkt".into(),
+                prefix: "p/".into(),
+                scope: Scope::Write,
+                created_at: 3,
+                expires_at: Some(10),
+                revoked_at: None,
+            };
+            meta.create_token(&token).await.unwrap();
+            assert_eq!(meta.token(&token.id).await.unwrap(), Some(token.clone()));
+            assert_eq!(meta.list_tokens().await.unwrap(), vec![token.clone()]);
+            // Only a hand-made row can hold another scope: the table's CHECK refuses it, so lift the check.
+            match &meta.backend {
+                Backend::Sqlite(pool) => {
+                    let mut conn = pool.acquire().await.unwrap();
+                    sqlx::query("PRAGMA ignore_check_constraints = ON").execute(&mut *conn).await.unwrap();
+                    sqlx::query("UPDATE tokens SET scope = 'owner'").execute(&mut *conn).await.unwrap();
+                    sqlx::query("PRAGMA ignore_check_constraints = OFF").execute(&mut *conn).await.unwrap();
+                }
+                Backend::Postgres(pool) => {
+                    sqlx::query("ALTER TABLE tokens DROP CONSTRAINT tokens_scope_check").execute(pool).await.unwrap();
+                    sqlx::query("UPDATE tokens SET scope = 'owner'").execute(pool).await.unwrap();
+                }
+            }
+            let err = meta.token(&token.id).await.unwrap_err();
+            assert!(err.to_string().contains("unknown scope \"owner\""), "{err}");
+        }
+    }
+
+    backend_tests! {
+        async fn signing_keys_order_by_creation_then_insertion_and_retire_once(backend) {
+            let (_dir, meta) = database(backend).await;
+            let meta = meta.with_secrets_key(crate::store::sealing::SecretsKey::from_bytes([7; 32]));
+            let key = |id: &str| SigningKey { id: id.into(), secret: vec![id.as_bytes()[0]; 32], created_at: 5, retired_at: None };
+            // Same second: the later insert is the newer key.
+            for id in ["kb", "ka"] {
+                meta.create_signing_key(&key(id)).await.unwrap();
+            }
+            assert_eq!(meta.newest_signing_key().await.unwrap(), Some(key("ka")));
+            let ids: Vec<String> = meta.list_signing_keys().await.unwrap().into_iter().map(|k| k.id).collect();
+            assert_eq!(ids, ["kb", "ka"]);
+            assert!(meta.retire_signing_key("ka", 9).await.unwrap());
+            assert!(!meta.retire_signing_key("ka", 10).await.unwrap(), "retired once");
+            assert_eq!(meta.signing_key("ka").await.unwrap().unwrap().retired_at, Some(9));
+            assert_eq!(meta.newest_signing_key().await.unwrap(), Some(key("kb")));
+            assert!(meta.has_sealed_signing_keys().await.unwrap());
+            assert_eq!(meta.seal_signing_keys().await.unwrap(), 0);
+
+            assert!(!meta.signature_revoked("sig").await.unwrap());
+            meta.revoke_signature("sig", 100, 50).await.unwrap();
+            meta.revoke_signature("sig", 100, 50).await.unwrap();
+            assert!(meta.signature_revoked("sig").await.unwrap());
+            // Expired entries go on the next revocation.
+            meta.revoke_signature("other", 300, 200).await.unwrap();
+            assert!(!meta.signature_revoked("sig").await.unwrap());
+        }
     }
 
     /// Every byte of the database and its WAL, where a secret would show if it were stored in the clear.
@@ -355,8 +400,8 @@ mod tests {
         store.meta.create_signing_key(&fresh).await.unwrap();
         // A row written before sealing existed: the 32 raw bytes.
         let legacy = SigningKey { id: "kold".into(), secret: vec![0xa5; 32], created_at: 0, retired_at: None };
-        let Backend::Sqlite(pool) = &store.meta.backend;
-        sqlx::query("INSERT INTO signing_keys (id, secret, created_at) VALUES (?1, ?2, ?3)")
+        let Backend::Sqlite(pool) = &store.meta.backend else { unreachable!("an SQLite store") };
+        sqlx::query("INSERT INTO signing_keys (id, secret, created_at) VALUES ($1, $2, $3)")
             .bind(&legacy.id)
             .bind(&legacy.secret)
             .bind(legacy.created_at)

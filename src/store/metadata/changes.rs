@@ -4,11 +4,19 @@
 //! makes it; every commit through [`WriteTx::commit`](super::WriteTx::commit) then bumps the shared generation
 //! counter (`generation.rs`, a memory-mapped file in the data dir). A reader compares the counter with the value
 //! it last synchronised at (one atomic load) and reads the new log rows only when it moved.
+//!
+//! PostgreSQL: the triggers of `migrations/postgres` log the same rows, under an advisory lock so that `seq`
+//! values are assigned in commit order, and `NOTIFY blobgate_changes` at commit. The counter is process-local for
+//! now: commits through this process move it.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::generation::Generation;
 use super::{Backend, MetadataError};
+
+/// PostgreSQL: how long a change stays in the log, so that every replica has applied it before it is pruned.
+pub const PG_CHANGE_RETENTION: Duration = Duration::from_secs(600);
 
 /// What a change-log row names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,27 +110,58 @@ impl ChangeFeed {
 
     /// Changes after `seq`, oldest first.
     pub async fn changes_since(&self, seq: i64) -> Result<Vec<CacheChange>, MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let rows: Vec<ChangeRow> =
-            sqlx::query_as("SELECT seq, kind, bucket_id, name FROM cache_changes WHERE seq > ?1 ORDER BY seq")
+        let rows: Vec<ChangeRow> = with_pool!(&self.backend, pool =>
+            sqlx::query_as("SELECT seq, kind, bucket_id, name FROM cache_changes WHERE seq > $1 ORDER BY seq")
                 .bind(seq)
                 .fetch_all(pool)
-                .await?;
+                .await?);
         Ok(rows.into_iter().map(CacheChange::from).collect())
     }
 
-    /// The newest change's sequence number (0 when there is none): where a fresh reader starts.
+    /// The newest change's sequence number (0 when there is none): where a fresh reader starts. PostgreSQL: at
+    /// least the pruning horizon, even when every row was pruned.
     pub async fn last_change(&self) -> Result<i64, MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        Ok(sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM cache_changes").fetch_one(pool).await?)
+        Ok(match &self.backend {
+            Backend::Sqlite(pool) => {
+                sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM cache_changes").fetch_one(pool).await?
+            }
+            Backend::Postgres(pool) => {
+                sqlx::query_scalar(
+                    "SELECT greatest(coalesce(max(seq), 0), (SELECT pruned_through FROM cache_changes_horizon))
+                     FROM cache_changes",
+                )
+                .fetch_one(pool)
+                .await?
+            }
+        })
     }
 
     /// Drops changes up to `seq`, once the server has applied them. Announces nothing: no cache depends on it.
+    /// PostgreSQL: other replicas may not have applied them yet, so only changes older than
+    /// [`PG_CHANGE_RETENTION`] go, and `cache_changes_horizon` is raised past them in the same statement: a reader
+    /// behind it must flush its whole cache.
     pub async fn prune(&self, seq: i64) -> Result<(), MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::query("DELETE FROM cache_changes WHERE seq <= ?1").bind(seq).execute(&mut *tx).await?;
-        Ok(tx.commit().await?)
+        match &self.backend {
+            Backend::Sqlite(pool) => {
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                sqlx::query("DELETE FROM cache_changes WHERE seq <= $1").bind(seq).execute(&mut *tx).await?;
+                tx.commit().await?;
+            }
+            Backend::Postgres(pool) => {
+                sqlx::query(
+                    "WITH gone AS (
+                         DELETE FROM cache_changes WHERE seq <= $1 AND created_at < now() - make_interval(secs => $2)
+                         RETURNING seq)
+                     UPDATE cache_changes_horizon
+                     SET pruned_through = greatest(pruned_through, (SELECT max(seq) FROM gone)) WHERE id = 1",
+                )
+                .bind(seq)
+                .bind(PG_CHANGE_RETENTION.as_secs_f64())
+                .execute(pool)
+                .await?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -131,6 +170,10 @@ mod tests {
     use super::*;
     use crate::names::BucketName;
     use crate::store::metadata::pool::tests::database;
+
+    async fn horizon(pool: &sqlx::PgPool) -> i64 {
+        sqlx::query_scalar("SELECT pruned_through FROM cache_changes_horizon").fetch_one(pool).await.unwrap()
+    }
 
     #[test]
     fn change_kinds_keep_their_stored_spelling() {
@@ -143,20 +186,33 @@ mod tests {
         assert_eq!(ChangeKind::parse("s3_key").as_str(), "s3_key");
     }
 
-    #[tokio::test]
-    async fn a_commit_moves_the_feed_and_logs_what_changed() {
-        let (_dir, meta) = database().await;
-        let feed = meta.feed().clone();
-        let (before, start) = (feed.current(), feed.last_change().await.unwrap());
-        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
-        assert_ne!(feed.current(), before, "the commit was announced");
-        let changes = feed.changes_since(start).await.unwrap();
-        assert_eq!(changes.len(), 1, "{changes:?}");
-        assert_eq!(
-            (&changes[0].kind, changes[0].bucket_id, changes[0].name.as_str()),
-            (&ChangeKind::Bucket, Some(bucket.id), "bkt")
-        );
-        feed.prune(changes[0].seq).await.unwrap();
-        assert!(feed.changes_since(start).await.unwrap().is_empty());
+    backend_tests! {
+        async fn a_commit_moves_the_feed_and_logs_what_changed(backend) {
+            let (_dir, meta) = database(backend).await;
+            let feed = meta.feed().clone();
+            let (before, start) = (feed.current(), feed.last_change().await.unwrap());
+            let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+            assert_ne!(feed.current(), before, "the commit was announced");
+            let changes = feed.changes_since(start).await.unwrap();
+            assert_eq!(changes.len(), 1, "{changes:?}");
+            assert_eq!(
+                (&changes[0].kind, changes[0].bucket_id, changes[0].name.as_str()),
+                (&ChangeKind::Bucket, Some(bucket.id), "bkt")
+            );
+            feed.prune(changes[0].seq).await.unwrap();
+            if let Backend::Postgres(pool) = &meta.backend {
+                // Other replicas may not have applied a change this young: it stays.
+                assert_eq!(feed.changes_since(start).await.unwrap(), changes, "a young change is kept");
+                assert_eq!(horizon(pool).await, 0);
+                sqlx::query("UPDATE cache_changes SET created_at = now() - interval '1 hour'")
+                    .execute(pool)
+                    .await
+                    .unwrap();
+                feed.prune(changes[0].seq).await.unwrap();
+                assert_eq!(horizon(pool).await, changes[0].seq, "the horizon moves with what was pruned");
+                assert_eq!(feed.last_change().await.unwrap(), changes[0].seq, "an empty log starts past the horizon");
+            }
+            assert!(feed.changes_since(start).await.unwrap().is_empty());
+        }
     }
 }

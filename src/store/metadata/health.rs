@@ -41,10 +41,14 @@ impl Metadata {
     /// One round trip (`SELECT 1`) through the pool, as a request would make it. No answer `within` is
     /// [`MetadataError::Unavailable`], like a refused or lost connection.
     pub async fn ping(&self, within: Duration) -> Result<(), MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let query = sqlx::query("SELECT 1").execute(pool);
-        match tokio::time::timeout(within, query).await {
-            Ok(answer) => answer.map(drop).map_err(MetadataError::from),
+        let answer = async {
+            match &self.backend {
+                Backend::Sqlite(pool) => sqlx::query("SELECT 1").execute(pool).await.map(drop),
+                Backend::Postgres(pool) => sqlx::query("SELECT 1").execute(pool).await.map(drop),
+            }
+        };
+        match tokio::time::timeout(within, answer).await {
+            Ok(answer) => answer.map_err(MetadataError::from),
             Err(_) => Err(MetadataError::no_answer_within(within)),
         }
     }
@@ -93,18 +97,24 @@ mod tests {
         assert!(!MetadataError::in_chain_is_unavailable(&anyhow::anyhow!("disk full")));
     }
 
-    #[tokio::test]
-    async fn a_ping_answers_while_the_database_is_open_and_fails_unavailable_once_it_is_closed() {
-        let (_dir, meta) = database().await;
-        meta.ping(Duration::from_secs(1)).await.unwrap();
-        meta.close().await;
-        let err = meta.ping(Duration::from_secs(1)).await.unwrap_err();
-        assert!(err.is_unavailable(), "{err:?}");
-        // A statement the database refuses is an ordinary error.
-        let (_dir, meta) = database().await;
-        let Backend::Sqlite(pool) = &meta.backend;
-        let err = MetadataError::from(sqlx::query("SELECT * FROM no_such_table").execute(pool).await.unwrap_err());
-        assert!(!err.is_unavailable(), "{err:?}");
+    backend_tests! {
+        async fn a_ping_answers_while_the_database_is_open_and_fails_unavailable_once_it_is_closed(backend) {
+            let (_dir, meta) = database(backend).await;
+            meta.ping(Duration::from_secs(1)).await.unwrap();
+            meta.close().await;
+            let err = meta.ping(Duration::from_secs(1)).await.unwrap_err();
+            assert!(err.is_unavailable(), "{err:?}");
+        }
+
+        async fn a_refused_statement_is_not_unavailable(backend) {
+            let (_dir, meta) = database(backend).await;
+            let err = match &meta.backend {
+                Backend::Sqlite(pool) => sqlx::query("SELECT * FROM no_such_table").execute(pool).await.unwrap_err(),
+                Backend::Postgres(pool) => sqlx::query("SELECT * FROM no_such_table").execute(pool).await.unwrap_err(),
+            };
+            let err = MetadataError::from(err);
+            assert!(!err.is_unavailable(), "{err:?}");
+        }
     }
 
     #[test]

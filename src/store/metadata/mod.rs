@@ -7,15 +7,69 @@
 //!   crash-safety ordering in `store/mod.rs` needs;
 //! - [`ChangeFeed`]: how a server learns that another process changed something it caches.
 //!
-//! The one backend today is SQLite (`Backend::Sqlite`). WAL lets the server read while a CLI writes; a busy
-//! timeout turns lock contention into waiting rather than errors; every write transaction starts with
-//! `BEGIN IMMEDIATE`, so it takes the write lock up front instead of failing with SQLITE_BUSY half-way when it
-//! upgrades from a read.
+//! Two backends:
+//! - SQLite (`Backend::Sqlite`), the embedded default. WAL lets the server read while a CLI writes; a busy
+//!   timeout turns lock contention into waiting rather than errors; every write transaction starts with
+//!   `BEGIN IMMEDIATE`, so it takes the write lock up front instead of failing with SQLITE_BUSY half-way when it
+//!   upgrades from a read.
+//! - PostgreSQL (`Backend::Postgres`), shared by any number of replicas. Write transactions run at READ
+//!   COMMITTED with concurrent writers, so every read-then-write either runs under the blob-reference lock (an
+//!   advisory lock), locks its rows, or is a single `INSERT … ON CONFLICT` / conditional `UPDATE`.
+//!
+//! The SQL text is shared where the two dialects agree (`$N` placeholders, which sqlx binds by number on both):
+//! [`with_pool!`] and [`with_tx!`] run the same code on either backend's connection, each arm type-checked for its
+//! own database. Where they differ, the operation matches on the backend.
 //!
 //! Submodules: `pool` (open, migrations, read-only open, close), `objects` (buckets and objects), `auth` (tokens,
 //! signing keys, revoked signatures), `stats` (download counters), `variants`
 //! (precompressed variants of objects), `changes` (the change feed, over the
 //! `generation` counter).
+
+/// Runs `$body` with `$pool` bound to the backend's pool; each arm is compiled for its own database, so the SQL text
+/// in `$body` is shared by both.
+macro_rules! with_pool {
+    ($backend:expr, $pool:ident => $body:expr) => {
+        match $backend {
+            $crate::store::metadata::Backend::Sqlite($pool) => $body,
+            $crate::store::metadata::Backend::Postgres($pool) => $body,
+        }
+    };
+}
+
+/// [`with_pool!`] for a write transaction: `$tx` is the backend's `sqlx::Transaction`.
+macro_rules! with_tx {
+    ($tx:expr, $conn:ident => $body:expr) => {
+        match $tx {
+            $crate::store::metadata::TxBackend::Sqlite($conn) => $body,
+            $crate::store::metadata::TxBackend::Postgres($conn) => $body,
+        }
+    };
+}
+
+/// A test run once per backend: `backend_tests! { async fn name(backend) { … } }` makes the module `name` with
+/// the tests `sqlite` and `postgres`, each running the body with `backend` set to its [`pool::tests::TestBackend`].
+#[cfg(test)]
+macro_rules! backend_tests {
+    ($(async fn $name:ident($backend:ident) $body:block)*) => {$(
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::store::metadata::pool::tests::TestBackend;
+
+            async fn run($backend: TestBackend) $body
+
+            #[tokio::test]
+            async fn sqlite() {
+                run(TestBackend::Sqlite).await
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                run(TestBackend::Postgres).await
+            }
+        }
+    )*};
+}
 
 mod auth;
 mod changes;
@@ -28,7 +82,7 @@ mod variants;
 
 use std::sync::Arc;
 
-use sqlx::{Sqlite, SqlitePool, Transaction};
+use sqlx::{PgPool, Postgres, Sqlite, SqlitePool, Transaction};
 
 pub use auth::{Scope, SigningKey, TokenRecord};
 pub use changes::{CacheChange, ChangeFeed, ChangeKind};
@@ -98,11 +152,11 @@ pub struct Metadata {
 
 /// The database behind [`Metadata`]. An enum rather than a trait object: every operation is a plain `match`
 /// (statically dispatched, and async methods need no boxing), and adding a backend makes the compiler name every
-/// operation that lacks it. Each operation destructures its backend with a `let`, irrefutable while SQLite is
-/// the only one.
+/// operation that lacks it.
 #[derive(Clone)]
 enum Backend {
     Sqlite(SqlitePool),
+    Postgres(PgPool),
 }
 
 /// A write transaction. Dropping it without `commit` rolls back.
@@ -113,7 +167,11 @@ pub struct WriteTx {
 
 enum TxBackend {
     Sqlite(Transaction<'static, Sqlite>),
+    Postgres(Transaction<'static, Postgres>),
 }
+
+/// PostgreSQL: the advisory lock (`pg_advisory_xact_lock`) that is the blob-reference lock ("blobrefs").
+const BLOB_REFS_LOCK: i64 = 0x626c_6f62_7265_6673;
 
 impl Metadata {
     /// Signing-key secrets are sealed with `key` on the way in and opened on the way out.
@@ -132,34 +190,40 @@ impl Metadata {
     }
 
     /// Starts a write transaction. SQLite: `BEGIN IMMEDIATE`, which takes the database's write lock up front.
+    /// PostgreSQL: `BEGIN` (READ COMMITTED); concurrent writers are expected.
     pub async fn begin_write(&self) -> Result<WriteTx, MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-        Ok(WriteTx { tx: TxBackend::Sqlite(tx), feed: self.feed.clone() })
+        let tx = match &self.backend {
+            Backend::Sqlite(pool) => TxBackend::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?),
+            Backend::Postgres(pool) => TxBackend::Postgres(pool.begin().await?),
+        };
+        Ok(WriteTx { tx, feed: self.feed.clone() })
     }
 
     /// Starts a write transaction that also holds the blob-reference lock until it ends: while it is open, no
     /// other transaction (in this process or another) adds or drops a reference to a blob. `Store` relies on it
     /// to install, retire and restore blob files against the references it reads in the transaction (the
     /// crash-safety ordering in `store/mod.rs`). SQLite: the write lock of `BEGIN IMMEDIATE` is that lock, since
-    /// SQLite has one writer at a time. A backend with concurrent writers must take an explicit lock here.
+    /// SQLite has one writer at a time. PostgreSQL: a transaction-scoped advisory lock, taken first thing, so
+    /// every replica's blob-reference changes are ordered as SQLite's single writer orders them.
     pub async fn lock_blob_refs(&self) -> Result<WriteTx, MetadataError> {
-        self.begin_write().await
+        let mut tx = self.begin_write().await?;
+        if let TxBackend::Postgres(pg) = &mut tx.tx {
+            sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(BLOB_REFS_LOCK).execute(&mut **pg).await?;
+        }
+        Ok(tx)
     }
 }
 
 impl WriteTx {
     /// Commits, then tells every server sharing the data dir that something changed.
     pub async fn commit(self) -> Result<(), MetadataError> {
-        let TxBackend::Sqlite(tx) = self.tx;
-        tx.commit().await?;
+        with_tx!(self.tx, tx => tx.commit().await?);
         self.feed.announce();
         Ok(())
     }
 
     /// For writes to tables no server caches (download stats, the change log itself).
     async fn commit_without_announcing(self) -> Result<(), MetadataError> {
-        let TxBackend::Sqlite(tx) = self.tx;
-        Ok(tx.commit().await?)
+        Ok(with_tx!(self.tx, tx => tx.commit().await?))
     }
 }

@@ -1,7 +1,7 @@
 //! Buckets and objects: reads on the pool, writes in a [`WriteTx`].
 
-use super::variants::VariantRecord;
-use super::{Backend, Metadata, MetadataError, TxBackend, WriteTx};
+use super::variants::{SELECT_VARIANTS, VariantRecord};
+use super::{Backend, Metadata, MetadataError, WriteTx};
 use std::sync::Arc;
 
 use crate::header_values::cors::{CorsPolicy, CorsRule};
@@ -122,16 +122,15 @@ struct StoredContent {
 impl Metadata {
     pub async fn create_bucket(&self, name: &BucketName, public: bool, now: i64) -> Result<Bucket, MetadataError> {
         let mut tx = self.begin_write().await?;
-        let TxBackend::Sqlite(sqlite) = &mut tx.tx;
-        let inserted: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO buckets (name, public, created_at) VALUES (?1, ?2, ?3)
+        let inserted: Option<i64> = with_tx!(&mut tx.tx, sqlite => sqlx::query_scalar(
+            "INSERT INTO buckets (name, public, created_at) VALUES ($1, $2, $3)
              ON CONFLICT (name) DO NOTHING RETURNING id",
         )
         .bind(name.as_str())
         .bind(public)
         .bind(now)
         .fetch_optional(&mut **sqlite)
-        .await?;
+        .await?);
         let Some(id) = inserted else {
             return Err(MetadataError::BucketExists(name.to_string()));
         };
@@ -140,16 +139,15 @@ impl Metadata {
     }
 
     pub async fn bucket(&self, name: &BucketName) -> Result<Option<Bucket>, MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let sql = format!("SELECT {BUCKET_COLUMNS} FROM buckets WHERE name = ?1");
-        let row: Option<BucketRow> = sqlx::query_as(&sql).bind(name.as_str()).fetch_optional(pool).await?;
+        let sql = format!("SELECT {BUCKET_COLUMNS} FROM buckets WHERE name = $1");
+        let row: Option<BucketRow> =
+            with_pool!(&self.backend, pool => sqlx::query_as(&sql).bind(name.as_str()).fetch_optional(pool).await?);
         Ok(row.map(Bucket::from))
     }
 
     pub async fn list_buckets(&self) -> Result<Vec<Bucket>, MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
         let sql = format!("SELECT {BUCKET_COLUMNS} FROM buckets ORDER BY name");
-        let rows: Vec<BucketRow> = sqlx::query_as(&sql).fetch_all(pool).await?;
+        let rows: Vec<BucketRow> = with_pool!(&self.backend, pool => sqlx::query_as(&sql).fetch_all(pool).await?);
         Ok(rows.into_iter().map(Bucket::from).collect())
     }
 
@@ -162,19 +160,18 @@ impl Metadata {
         default_cache_control: Option<Option<&str>>,
     ) -> Result<Option<Bucket>, MetadataError> {
         let mut tx = self.begin_write().await?;
-        let TxBackend::Sqlite(sqlite) = &mut tx.tx;
         let sql = format!(
-            "UPDATE buckets SET public = coalesce(?2, public),
-                 default_cache_control = CASE WHEN ?3 THEN ?4 ELSE default_cache_control END
-             WHERE name = ?1 RETURNING {BUCKET_COLUMNS}"
+            "UPDATE buckets SET public = coalesce($2, public),
+                 default_cache_control = CASE WHEN $3 THEN $4 ELSE default_cache_control END
+             WHERE name = $1 RETURNING {BUCKET_COLUMNS}"
         );
-        let row: Option<BucketRow> = sqlx::query_as(&sql)
+        let row: Option<BucketRow> = with_tx!(&mut tx.tx, sqlite => sqlx::query_as(&sql)
             .bind(name.as_str())
             .bind(public)
             .bind(default_cache_control.is_some())
             .bind(default_cache_control.flatten())
             .fetch_optional(&mut **sqlite)
-            .await?;
+            .await?);
         commit_bucket_update(tx, row).await
     }
 
@@ -186,37 +183,48 @@ impl Metadata {
         rule: Option<&CorsRule>,
     ) -> Result<Option<Bucket>, MetadataError> {
         let mut tx = self.begin_write().await?;
-        let TxBackend::Sqlite(sqlite) = &mut tx.tx;
-        let sql = format!("UPDATE buckets SET cors = ?2 WHERE name = ?1 RETURNING {BUCKET_COLUMNS}");
-        let row: Option<BucketRow> = sqlx::query_as(&sql)
+        let sql = format!("UPDATE buckets SET cors = $2 WHERE name = $1 RETURNING {BUCKET_COLUMNS}");
+        let row: Option<BucketRow> = with_tx!(&mut tx.tx, sqlite => sqlx::query_as(&sql)
             .bind(name.as_str())
             .bind(rule.map(CorsRule::to_json))
             .fetch_optional(&mut **sqlite)
-            .await?;
+            .await?);
         commit_bucket_update(tx, row).await
     }
 
     /// The object, its bucket's default Cache-Control and its variants, read in one read transaction so that they
-    /// agree (a put that replaces the object and its variants is either wholly seen or not at all).
+    /// agree (a put that replaces the object and its variants is either wholly seen or not at all). PostgreSQL:
+    /// REPEATABLE READ, so both reads see one snapshot (READ COMMITTED takes one per statement).
     pub async fn object_with_bucket_default(
         &self,
         bucket_id: i64,
         key: &str,
     ) -> Result<Option<(ObjectRecord, Option<String>, Vec<VariantRecord>)>, MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let mut tx = pool.begin().await?;
-        let row: Option<ObjectWithDefaultRow> = sqlx::query_as(
-            "SELECT o.bucket_id, o.key, o.sha256, o.size, o.content_type, o.cache_control, o.content_disposition,
-                    o.created_at, o.updated_at, b.default_cache_control
-             FROM objects o JOIN buckets b ON b.id = o.bucket_id WHERE o.bucket_id = ?1 AND o.key = ?2",
-        )
-        .bind(bucket_id)
-        .bind(key)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(row) = row else { return Ok(None) };
-        let variants = super::variants::variants_in(&mut tx, bucket_id, key).await?;
-        tx.commit().await?;
+        macro_rules! read_in {
+            ($tx:expr) => {{
+                let mut tx = $tx;
+                let row: Option<ObjectWithDefaultRow> = sqlx::query_as(
+                    "SELECT o.bucket_id, o.key, o.sha256, o.size, o.content_type, o.cache_control,
+                            o.content_disposition, o.created_at, o.updated_at, b.default_cache_control
+                     FROM objects o JOIN buckets b ON b.id = o.bucket_id WHERE o.bucket_id = $1 AND o.key = $2",
+                )
+                .bind(bucket_id)
+                .bind(key)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let Some(row) = row else { return Ok(None) };
+                let variants: Vec<VariantRecord> =
+                    sqlx::query_as(SELECT_VARIANTS).bind(bucket_id).bind(key).fetch_all(&mut *tx).await?;
+                tx.commit().await?;
+                (row, variants)
+            }};
+        }
+        let (row, variants) = match &self.backend {
+            Backend::Sqlite(pool) => read_in!(pool.begin().await?),
+            Backend::Postgres(pool) => {
+                read_in!(pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").await?)
+            }
+        };
         Ok(Some((row.object.into(), row.default_cache_control, variants)))
     }
 
@@ -230,53 +238,49 @@ impl Metadata {
         after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<ObjectRecord>, MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
         let upper = prefix_upper_bound(prefix);
         let sql = list_objects_sql(after.is_some(), upper.is_some());
-        let rows: Vec<ObjectRow> = sqlx::query_as(&sql)
+        let rows: Vec<ObjectRow> = with_pool!(&self.backend, pool => sqlx::query_as(&sql)
             .bind(bucket_id)
             .bind(after.unwrap_or(prefix))
-            .bind(upper)
+            .bind(upper.as_deref())
             .bind(i64::from(limit))
             .fetch_all(pool)
-            .await?;
+            .await?);
         Ok(rows.into_iter().map(ObjectRecord::from).collect())
     }
 
     pub async fn object_by_key(&self, bucket_id: i64, key: &str) -> Result<Option<ObjectRecord>, MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let sql = format!("SELECT {OBJECT_COLUMNS} FROM objects WHERE bucket_id = ?1 AND key = ?2");
-        let row: Option<ObjectRow> = sqlx::query_as(&sql).bind(bucket_id).bind(key).fetch_optional(pool).await?;
+        let sql = format!("SELECT {OBJECT_COLUMNS} FROM objects WHERE bucket_id = $1 AND key = $2");
+        let row: Option<ObjectRow> = with_pool!(&self.backend, pool => sqlx::query_as(&sql).bind(bucket_id).bind(key).fetch_optional(pool).await?);
         Ok(row.map(ObjectRecord::from))
     }
 
     /// How many objects reference the blob, outside any write transaction (for the sweep's first pass).
     pub async fn blob_is_referenced(&self, sha256: &str) -> Result<bool, MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        let n: i64 = sqlx::query_scalar(
-            "SELECT (SELECT count(*) FROM objects WHERE sha256 = ?1) + (SELECT count(*) FROM object_variants WHERE sha256 = ?1)",
+        let n: i64 = with_pool!(&self.backend, pool => sqlx::query_scalar(
+            "SELECT (SELECT count(*) FROM objects WHERE sha256 = $1) + (SELECT count(*) FROM object_variants WHERE sha256 = $1)",
         )
         .bind(sha256)
         .fetch_one(pool)
-        .await?;
+        .await?);
         Ok(n > 0)
     }
 }
 
 impl WriteTx {
     pub async fn bucket(&mut self, name: &BucketName) -> Result<Option<Bucket>, MetadataError> {
-        let TxBackend::Sqlite(tx) = &mut self.tx;
-        let sql = format!("SELECT {BUCKET_COLUMNS} FROM buckets WHERE name = ?1");
-        let row: Option<BucketRow> = sqlx::query_as(&sql).bind(name.as_str()).fetch_optional(&mut **tx).await?;
+        let sql = format!("SELECT {BUCKET_COLUMNS} FROM buckets WHERE name = $1");
+        let row: Option<BucketRow> =
+            with_tx!(&mut self.tx, tx => sqlx::query_as(&sql).bind(name.as_str()).fetch_optional(&mut **tx).await?);
         Ok(row.map(Bucket::from))
     }
 
     pub async fn object_count(&mut self, bucket_id: i64) -> Result<u64, MetadataError> {
-        let TxBackend::Sqlite(tx) = &mut self.tx;
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM objects WHERE bucket_id = ?1")
+        let n: i64 = with_tx!(&mut self.tx, tx => sqlx::query_scalar("SELECT count(*) FROM objects WHERE bucket_id = $1")
             .bind(bucket_id)
             .fetch_one(&mut **tx)
-            .await?;
+            .await?);
         Ok(n as u64)
     }
 
@@ -287,17 +291,19 @@ impl WriteTx {
         bucket_id: i64,
         limit: u32,
     ) -> Result<(u64, Vec<String>), MetadataError> {
-        let TxBackend::Sqlite(tx) = &mut self.tx;
         // The same first keys from both tables: variants first, while their objects still name the keys.
         let mut deleted = Vec::with_capacity(2);
         for table in ["object_variants", "objects"] {
             let sql = format!(
-                "DELETE FROM {table} WHERE bucket_id = ?1
-                     AND key IN (SELECT key FROM objects WHERE bucket_id = ?1 ORDER BY key LIMIT ?2)
+                "DELETE FROM {table} WHERE bucket_id = $1
+                     AND key IN (SELECT key FROM objects WHERE bucket_id = $1 ORDER BY key LIMIT $2)
                  RETURNING sha256"
             );
-            let hashes: Vec<String> =
-                sqlx::query_scalar(&sql).bind(bucket_id).bind(i64::from(limit)).fetch_all(&mut **tx).await?;
+            let hashes: Vec<String> = with_tx!(&mut self.tx, tx => sqlx::query_scalar(&sql)
+                .bind(bucket_id)
+                .bind(i64::from(limit))
+                .fetch_all(&mut **tx)
+                .await?);
             deleted.push(hashes);
         }
         let (object_hashes, mut hashes) = (deleted.pop().unwrap_or_default(), deleted.pop().unwrap_or_default());
@@ -309,14 +315,17 @@ impl WriteTx {
     /// Deletes an empty bucket with its tokens (explicitly, so the change log names each one) and, by cascade,
     /// its download stats. Returns how many tokens went with it.
     pub async fn delete_empty_bucket(&mut self, bucket_id: i64) -> Result<u64, MetadataError> {
-        let TxBackend::Sqlite(tx) = &mut self.tx;
-        let tokens = sqlx::query("DELETE FROM tokens WHERE bucket_id = ?1").bind(bucket_id).execute(&mut **tx).await?;
-        sqlx::query("DELETE FROM buckets WHERE id = ?1").bind(bucket_id).execute(&mut **tx).await?;
-        Ok(tokens.rows_affected())
+        with_tx!(&mut self.tx, tx => {
+            let tokens = sqlx::query("DELETE FROM tokens WHERE bucket_id = $1").bind(bucket_id).execute(&mut **tx).await?;
+            sqlx::query("DELETE FROM buckets WHERE id = $1").bind(bucket_id).execute(&mut **tx).await?;
+            Ok(tokens.rows_affected())
+        })
     }
 
     /// Inserts or replaces the object row. A row that already holds the same hash and attributes is left as it
-    /// is, so importing the same tree twice changes nothing (not even Last-Modified).
+    /// is, so importing the same tree twice changes nothing (not even Last-Modified). The read and the write are
+    /// not atomic on their own: callers hold the blob-reference lock (`Metadata::lock_blob_refs`), which orders
+    /// them against every other writer of object rows (PostgreSQL's READ COMMITTED included).
     pub async fn upsert_object(
         &mut self,
         bucket_id: i64,
@@ -326,15 +335,14 @@ impl WriteTx {
         attrs: &ObjectAttrs,
         now: i64,
     ) -> Result<Upsert, MetadataError> {
-        let TxBackend::Sqlite(tx) = &mut self.tx;
-        let existing: Option<StoredContent> = sqlx::query_as(
+        let existing: Option<StoredContent> = with_tx!(&mut self.tx, tx => sqlx::query_as(
             "SELECT sha256, size, content_type, cache_control, content_disposition
-             FROM objects WHERE bucket_id = ?1 AND key = ?2",
+             FROM objects WHERE bucket_id = $1 AND key = $2",
         )
         .bind(bucket_id)
         .bind(key.as_str())
         .fetch_optional(&mut **tx)
-        .await?;
+        .await?);
         let size = i64::try_from(size).expect("object sizes fit in i64");
         let wanted = StoredContent {
             sha256: sha256.to_owned(),
@@ -348,10 +356,10 @@ impl WriteTx {
             Some(stored) => Upsert::Replaced { previous_sha256: stored.sha256 },
             None => Upsert::Created,
         };
-        sqlx::query(
+        with_tx!(&mut self.tx, tx => sqlx::query(
             "INSERT INTO objects (bucket_id, key, sha256, size, content_type, cache_control, content_disposition,
                                   created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
              ON CONFLICT (bucket_id, key) DO UPDATE SET
                  sha256 = excluded.sha256, size = excluded.size, content_type = excluded.content_type,
                  cache_control = excluded.cache_control, content_disposition = excluded.content_disposition,
@@ -366,7 +374,7 @@ impl WriteTx {
         .bind(&attrs.content_disposition)
         .bind(now)
         .execute(&mut **tx)
-        .await?;
+        .await?.rows_affected());
         Ok(outcome)
     }
 
@@ -378,38 +386,39 @@ impl WriteTx {
         key: &ObjectKey,
     ) -> Result<Option<Vec<String>>, MetadataError> {
         let variant_hashes = self.delete_variants(bucket_id, key.as_str()).await?;
-        let TxBackend::Sqlite(tx) = &mut self.tx;
-        let sha = sqlx::query_scalar("DELETE FROM objects WHERE bucket_id = ?1 AND key = ?2 RETURNING sha256")
-            .bind(bucket_id)
-            .bind(key.as_str())
-            .fetch_optional(&mut **tx)
-            .await?;
-        Ok(sha.map(|sha: String| std::iter::once(sha).chain(variant_hashes).collect()))
+        let sha: Option<String> = with_tx!(&mut self.tx, tx => sqlx::query_scalar(
+            "DELETE FROM objects WHERE bucket_id = $1 AND key = $2 RETURNING sha256",
+        )
+        .bind(bucket_id)
+        .bind(key.as_str())
+        .fetch_optional(&mut **tx)
+        .await?);
+        Ok(sha.map(|sha| std::iter::once(sha).chain(variant_hashes).collect()))
     }
 
     pub async fn blob_is_referenced(&mut self, sha256: &str) -> Result<bool, MetadataError> {
-        let TxBackend::Sqlite(tx) = &mut self.tx;
         // A variant's blob is a reference like an object's.
-        let found: Option<i64> = sqlx::query_scalar(
-            "SELECT 1 FROM objects WHERE sha256 = ?1 UNION ALL SELECT 1 FROM object_variants WHERE sha256 = ?1 LIMIT 1",
+        let found: bool = with_tx!(&mut self.tx, tx => sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM objects WHERE sha256 = $1)
+                 OR EXISTS (SELECT 1 FROM object_variants WHERE sha256 = $1)",
         )
         .bind(sha256)
-        .fetch_optional(&mut **tx)
-        .await?;
-        Ok(found.is_some())
+        .fetch_one(&mut **tx)
+        .await?);
+        Ok(found)
     }
 }
 
-/// The page query of `list_objects_page`. ?2 is the lower bound (inclusive: the prefix; exclusive: the last key
-/// of the previous page), ?3 the exclusive upper bound of keys with the prefix, ?4 the page size.
+/// The page query of `list_objects_page`. $2 is the lower bound (inclusive: the prefix; exclusive: the last key
+/// of the previous page), $3 the exclusive upper bound of keys with the prefix, $4 the page size.
 fn list_objects_sql(after: bool, upper: bool) -> String {
-    let lower = if after { "key > ?2" } else { "key >= ?2" };
-    let upper = if upper { " AND key < ?3" } else { "" };
-    format!("SELECT {OBJECT_COLUMNS} FROM objects WHERE bucket_id = ?1 AND {lower}{upper} ORDER BY key LIMIT ?4")
+    let lower = if after { "key > $2" } else { "key >= $2" };
+    let upper = if upper { " AND key < $3" } else { "" };
+    format!("SELECT {OBJECT_COLUMNS} FROM objects WHERE bucket_id = $1 AND {lower}{upper} ORDER BY key LIMIT $4")
 }
 
 /// The least string above every string that starts with `prefix` (`None`: no such bound, for `""`). Keys compare
-/// as UTF-8 bytes (SQLite's BINARY collation), which orders like code points, so this turns "starts with" into
+/// as UTF-8 bytes (SQLite's BINARY collation; PostgreSQL's keys are `COLLATE "C"`), which orders like code points, so this turns "starts with" into
 /// a range the primary key can answer: bump the last character that can be bumped and drop what follows.
 fn prefix_upper_bound(prefix: &str) -> Option<String> {
     let mut chars: Vec<char> = prefix.chars().collect();
@@ -441,7 +450,7 @@ mod tests {
     use sqlx::Row;
 
     use super::*;
-    use crate::store::metadata::pool::tests::database;
+    use crate::store::metadata::pool::tests::{TestBackend, database};
 
     #[test]
     fn the_prefix_bound_is_exactly_starts_with() {
@@ -465,8 +474,8 @@ mod tests {
 
     #[tokio::test]
     async fn an_object_page_is_one_primary_key_range() {
-        let (_dir, meta) = database().await;
-        let Backend::Sqlite(pool) = &meta.backend;
+        let (_dir, meta) = database(TestBackend::Sqlite).await;
+        let Backend::Sqlite(pool) = &meta.backend else { unreachable!("an SQLite store") };
         for (after, upper, plan) in [
             (false, false, "(bucket_id=? AND key>?)"),
             (true, false, "(bucket_id=? AND key>?)"),
@@ -483,83 +492,87 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn pages_follow_on_from_the_last_key() {
-        let (_dir, meta) = database().await;
-        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
-        let other = meta.create_bucket(&BucketName::parse("other").unwrap(), false, 0).await.unwrap();
-        let keys = ["a", "a/1", "a/2", "a/3", "a0", "b"];
-        let mut tx = meta.begin_write().await.unwrap();
-        for (i, key) in keys.iter().enumerate() {
-            let key = ObjectKey::parse(key).unwrap();
-            tx.upsert_object(bucket.id, &key, &"0".repeat(64), 0, &ObjectAttrs::default(), i as i64).await.unwrap();
-            tx.upsert_object(other.id, &key, &"0".repeat(64), 0, &ObjectAttrs::default(), 0).await.unwrap();
-        }
-        tx.commit().await.unwrap();
-        let list = |prefix: &'static str, page: u32| {
-            let meta = meta.clone();
-            async move {
-                let (mut all, mut after) = (Vec::new(), None::<String>);
-                loop {
-                    let rows = meta.list_objects_page(bucket.id, prefix, after.as_deref(), page).await.unwrap();
-                    assert!(rows.len() <= page as usize);
-                    all.extend(rows.iter().map(|r| r.key.clone()));
-                    if rows.len() < page as usize {
-                        return all;
-                    }
-                    after = rows.last().map(|r| r.key.clone());
-                }
+    backend_tests! {
+        async fn pages_follow_on_from_the_last_key(backend) {
+            let (_dir, meta) = database(backend).await;
+            let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+            let other = meta.create_bucket(&BucketName::parse("other").unwrap(), false, 0).await.unwrap();
+            // Byte order ("B" before "a", "é" last), whatever the database's default collation.
+            let keys = ["B", "a", "a/1", "a/2", "a/3", "a0", "b", "é"];
+            let mut tx = meta.begin_write().await.unwrap();
+            for (i, key) in keys.iter().enumerate() {
+                let key = ObjectKey::parse(key).unwrap();
+                tx.upsert_object(bucket.id, &key, &"0".repeat(64), 0, &ObjectAttrs::default(), i as i64).await.unwrap();
+                tx.upsert_object(other.id, &key, &"0".repeat(64), 0, &ObjectAttrs::default(), 0).await.unwrap();
             }
-        };
-        assert_eq!(list("", 2).await, keys);
-        assert_eq!(list("", 100).await, keys);
-        assert_eq!(list("a/", 1).await, ["a/1", "a/2", "a/3"]);
-        assert_eq!(list("a", 3).await, ["a", "a/1", "a/2", "a/3", "a0"]);
-        assert!(list("c", 2).await.is_empty());
+            tx.commit().await.unwrap();
+            let list = |prefix: &'static str, page: u32| {
+                let meta = meta.clone();
+                async move {
+                    let (mut all, mut after) = (Vec::new(), None::<String>);
+                    loop {
+                        let rows = meta.list_objects_page(bucket.id, prefix, after.as_deref(), page).await.unwrap();
+                        assert!(rows.len() <= page as usize);
+                        all.extend(rows.iter().map(|r| r.key.clone()));
+                        if rows.len() < page as usize {
+                            return all;
+                        }
+                        after = rows.last().map(|r| r.key.clone());
+                    }
+                }
+            };
+            assert_eq!(list("", 2).await, keys);
+            assert_eq!(list("", 100).await, keys);
+            assert_eq!(list("a/", 1).await, ["a/1", "a/2", "a/3"]);
+            assert_eq!(list("a", 3).await, ["a", "a/1", "a/2", "a/3", "a0"]);
+            assert!(list("c", 2).await.is_empty());
+        }
     }
 
-    #[tokio::test]
-    async fn rows_read_back_as_written() {
-        let (_dir, meta) = database().await;
-        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), true, 7).await.unwrap();
-        let key = ObjectKey::parse("dir/k.txt").unwrap();
-        let attrs = ObjectAttrs {
-            content_type: Some("text/plain".into()),
-            cache_control: None,
-            content_disposition: Some("attachment".into()),
-        };
-        let mut tx = meta.begin_write().await.unwrap();
-        assert_eq!(tx.upsert_object(bucket.id, &key, &"a".repeat(64), 42, &attrs, 9).await.unwrap(), Upsert::Created);
-        tx.commit().await.unwrap();
-        let want = ObjectRecord {
-            bucket_id: bucket.id,
-            key: key.to_string(),
-            sha256: "a".repeat(64),
-            size: 42,
-            attrs,
-            created_at: 9,
-            updated_at: 9,
-        };
-        assert_eq!(meta.object_by_key(bucket.id, key.as_str()).await.unwrap(), Some(want.clone()));
-        assert_eq!(
-            meta.object_with_bucket_default(bucket.id, key.as_str()).await.unwrap(),
-            Some((want, None, Vec::new()))
-        );
-        assert_eq!(meta.list_buckets().await.unwrap(), vec![bucket]);
+    backend_tests! {
+        async fn rows_read_back_as_written(backend) {
+            let (_dir, meta) = database(backend).await;
+            let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), true, 7).await.unwrap();
+            let key = ObjectKey::parse("dir/k.txt").unwrap();
+            let attrs = ObjectAttrs {
+                content_type: Some("text/plain".into()),
+                cache_control: None,
+                content_disposition: Some("attachment".into()),
+            };
+            let mut tx = meta.begin_write().await.unwrap();
+            assert_eq!(tx.upsert_object(bucket.id, &key, &"a".repeat(64), 42, &attrs, 9).await.unwrap(), Upsert::Created);
+            tx.commit().await.unwrap();
+            let want = ObjectRecord {
+                bucket_id: bucket.id,
+                key: key.to_string(),
+                sha256: "a".repeat(64),
+                size: 42,
+                attrs,
+                created_at: 9,
+                updated_at: 9,
+            };
+            assert_eq!(meta.object_by_key(bucket.id, key.as_str()).await.unwrap(), Some(want.clone()));
+            assert_eq!(
+                meta.object_with_bucket_default(bucket.id, key.as_str()).await.unwrap(),
+                Some((want, None, Vec::new()))
+            );
+            assert_eq!(meta.list_buckets().await.unwrap(), vec![bucket]);
+        }
     }
 
-    #[tokio::test]
-    async fn bucket_updates_change_only_what_they_name() {
-        let (_dir, meta) = database().await;
-        let name = BucketName::parse("bkt").unwrap();
-        meta.create_bucket(&name, false, 0).await.unwrap();
-        let b = meta.update_bucket(&name, None, Some(Some("max-age=60"))).await.unwrap().unwrap();
-        assert_eq!((b.public, b.default_cache_control.as_deref()), (false, Some("max-age=60")));
-        let b = meta.update_bucket(&name, Some(true), None).await.unwrap().unwrap();
-        assert_eq!((b.public, b.default_cache_control.as_deref()), (true, Some("max-age=60")));
-        let b = meta.update_bucket(&name, Some(false), Some(None)).await.unwrap().unwrap();
-        assert_eq!((b.public, b.default_cache_control.as_deref()), (false, None));
-        assert_eq!(meta.bucket(&name).await.unwrap().unwrap(), b);
-        assert!(meta.update_bucket(&BucketName::parse("nope").unwrap(), Some(true), None).await.unwrap().is_none());
+    backend_tests! {
+        async fn bucket_updates_change_only_what_they_name(backend) {
+            let (_dir, meta) = database(backend).await;
+            let name = BucketName::parse("bkt").unwrap();
+            meta.create_bucket(&name, false, 0).await.unwrap();
+            let b = meta.update_bucket(&name, None, Some(Some("max-age=60"))).await.unwrap().unwrap();
+            assert_eq!((b.public, b.default_cache_control.as_deref()), (false, Some("max-age=60")));
+            let b = meta.update_bucket(&name, Some(true), None).await.unwrap().unwrap();
+            assert_eq!((b.public, b.default_cache_control.as_deref()), (true, Some("max-age=60")));
+            let b = meta.update_bucket(&name, Some(false), Some(None)).await.unwrap().unwrap();
+            assert_eq!((b.public, b.default_cache_control.as_deref()), (false, None));
+            assert_eq!(meta.bucket(&name).await.unwrap().unwrap(), b);
+            assert!(meta.update_bucket(&BucketName::parse("nope").unwrap(), Some(true), None).await.unwrap().is_none());
+        }
     }
 }

@@ -4,61 +4,90 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{ConnectOptions, Connection};
 
 use super::generation::Generation;
 use super::{Backend, ChangeFeed, Metadata};
-use crate::config::{DatabaseTimeouts, DatabaseUrl};
+use crate::config::{DatabaseTimeouts, DatabaseUrl, PostgresUrl};
 
 /// The embedded migrations: applied by `open`, compared by `open_read_only`.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+/// PostgreSQL's own migrations (its schema is written in its own dialect), tracked in that database.
+static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// How long opening a PostgreSQL database may take (a host that drops packets would otherwise hang a start for
+/// the kernel's TCP timeout, minutes), and how long any later wait for a pooled connection may take.
+pub const PG_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Metadata {
     /// Opens (creating if needed) the database and applies the embedded migrations. The change feed's counter
     /// lives in `data_dir`, shared with every process that opens it. `timeouts` is a busy timeout alone or
-    /// [`DatabaseTimeouts`], whose `acquire` bounds every wait for a connection.
+    /// [`DatabaseTimeouts`], whose `acquire` bounds every wait for a pooled connection.
+    /// PostgreSQL: the counter is private to this process (see `changes.rs`); several processes may apply the
+    /// migrations at once (sqlx serialises them with an advisory lock).
     pub async fn open(
         database: &DatabaseUrl,
         data_dir: &Path,
         timeouts: impl Into<DatabaseTimeouts>,
     ) -> anyhow::Result<Self> {
         let timeouts = timeouts.into();
-        let DatabaseUrl::Sqlite(path) = database;
-        let generation = Arc::new(Generation::open(data_dir)?);
-        let pool = open_sqlite(path, timeouts).await?;
-        MIGRATOR.run(&pool).await.context("cannot apply database migrations")?;
-        let backend = Backend::Sqlite(pool);
-        Ok(Self { feed: ChangeFeed::new(generation, backend.clone()), backend, read_only: false, secrets_key: None })
+        let (backend, generation) = match database {
+            DatabaseUrl::Sqlite(path) => {
+                let generation = Generation::open(data_dir)?;
+                let pool = open_sqlite(path, timeouts).await?;
+                MIGRATOR.run(&pool).await.context("cannot apply database migrations")?;
+                (Backend::Sqlite(pool), generation)
+            }
+            DatabaseUrl::Postgres(url) => {
+                let pool = open_postgres(url, false, timeouts).await?;
+                PG_MIGRATOR.run(&pool).await.with_context(|| format!("cannot apply the migrations to {url}"))?;
+                (Backend::Postgres(pool), Generation::private()?)
+            }
+        };
+        let feed = ChangeFeed::new(Arc::new(generation), backend.clone());
+        Ok(Self { feed, backend, read_only: false, secrets_key: None })
     }
 
     /// Opens an existing database for reading only: no migrations, no writes, no files created, so it works in a
     /// read-only data dir. Check `needs_migration` before trusting the schema.
+    /// PostgreSQL: every transaction is read-only (`default_transaction_read_only`).
     pub async fn open_read_only(database: &DatabaseUrl, timeouts: impl Into<DatabaseTimeouts>) -> anyhow::Result<Self> {
-        let DatabaseUrl::Sqlite(path) = database;
-        let pool = open_sqlite_read_only(path, timeouts.into()).await?;
+        let timeouts = timeouts.into();
+        let backend = match database {
+            DatabaseUrl::Sqlite(path) => Backend::Sqlite(open_sqlite_read_only(path, timeouts).await?),
+            DatabaseUrl::Postgres(url) => Backend::Postgres(open_postgres(url, true, timeouts).await?),
+        };
         // Nothing is written, so nothing needs to reach other processes: a private counter.
         let generation = Arc::new(Generation::private()?);
-        let backend = Backend::Sqlite(pool);
         Ok(Self { feed: ChangeFeed::new(generation, backend.clone()), backend, read_only: true, secrets_key: None })
     }
 
     /// Whether the database lacks migrations this binary embeds (a read-only open cannot apply them).
     pub async fn needs_migration(&self) -> bool {
-        let Backend::Sqlite(pool) = &self.backend;
-        let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
-        let applied: Result<i64, _> =
+        let migrator = match &self.backend {
+            Backend::Sqlite(_) => &MIGRATOR,
+            Backend::Postgres(_) => &PG_MIGRATOR,
+        };
+        let latest = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+        let applied: Result<i64, _> = with_pool!(&self.backend, pool =>
             sqlx::query_scalar("SELECT coalesce(max(version), 0) FROM _sqlx_migrations WHERE success")
                 .fetch_one(pool)
-                .await;
+                .await);
         applied.map_or(true, |v| v < latest)
     }
 
     /// Folds the WAL into the database file and truncates it, then closes. The next process then starts with
     /// an empty WAL instead of reading this one's frames back.
     pub async fn close(&self) {
-        let Backend::Sqlite(pool) = &self.backend;
+        let pool = match &self.backend {
+            Backend::Sqlite(pool) => pool,
+            Backend::Postgres(pool) => return pool.close().await,
+        };
         if self.read_only {
             return pool.close().await;
         }
@@ -104,6 +133,38 @@ async fn open_sqlite(path: &Path, timeouts: DatabaseTimeouts) -> anyhow::Result<
         .with_context(|| format!("cannot open database {}", path.display()))
 }
 
+/// Connects once, within [`PG_CONNECT_TIMEOUT`], so that a wrong password, an unknown database or an unreachable
+/// host fails at start with its own reason, then opens the pool. Every message names `database.url` and where it
+/// points, never the password.
+async fn open_postgres(url: &PostgresUrl, read_only: bool, timeouts: DatabaseTimeouts) -> anyhow::Result<sqlx::PgPool> {
+    let mut options = PgConnectOptions::from_str(url.expose_secret())
+        .map_err(|e| anyhow::anyhow!("database.url is not a valid PostgreSQL URL ({url}): {e}"))?
+        .application_name("blobgate");
+    if read_only {
+        options = options.options([("default_transaction_read_only", "on")]);
+    }
+    let first = match tokio::time::timeout(PG_CONNECT_TIMEOUT, options.connect()).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => anyhow::bail!("database.url: cannot connect to {url}: {}", one_line(&e)),
+        Err(_) => {
+            anyhow::bail!("database.url: cannot connect to {url}: no answer within {}s", PG_CONNECT_TIMEOUT.as_secs())
+        }
+    };
+    first.close().await.ok();
+    PgPoolOptions::new()
+        .max_connections(8)
+        // Shorter than timeouts.handler: a request during an outage gets its 503 instead of the handler's.
+        .acquire_timeout(timeouts.acquire)
+        .connect_with(options)
+        .await
+        .map_err(|e| anyhow::anyhow!("database.url: cannot connect to {url}: {}", one_line(&e)))
+}
+
+/// An error's message on one line (the server's messages may carry a detail line).
+fn one_line(e: &sqlx::Error) -> String {
+    e.to_string().lines().map(str::trim).collect::<Vec<_>>().join(" ")
+}
+
 /// `mode=ro`. Even a read-only SQLite connection creates the `-wal` and `-shm` files of a WAL database when they
 /// are missing (and fails where it cannot). They exist while any process has the database open; when there is no
 /// `-wal`, every commit is in the main file, so it is opened `immutable` and SQLite reads just that file.
@@ -135,19 +196,59 @@ pub(super) mod tests {
     use super::*;
     use crate::names::BucketName;
     use crate::store::Store;
-    use std::time::Duration;
 
-    /// A fresh database in a temp dir, as `Store::open` makes it.
-    pub(in crate::store::metadata) async fn database() -> (tempfile::TempDir, Metadata) {
+    /// Which backend a test runs on (see `backend_tests!`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum TestBackend {
+        Sqlite,
+        Postgres,
+    }
+
+    /// A fresh database as `Store::open` makes it, with a temp data dir: SQLite in that dir, or a new database
+    /// on the test cluster (`BLOBGATE_TEST_POSTGRES_URL`, which `scripts/test` sets).
+    pub async fn database(backend: TestBackend) -> (tempfile::TempDir, Metadata) {
         let dir = tempfile::tempdir().unwrap();
-        let url = DatabaseUrl::in_data_dir(dir.path());
+        let url = database_url(backend, dir.path()).await;
         let meta = Metadata::open(&url, dir.path(), Duration::from_secs(5)).await.unwrap();
         (dir, meta)
     }
 
+    /// Where `database` puts a test's database (PostgreSQL: a new, empty one).
+    pub async fn database_url(backend: TestBackend, data_dir: &Path) -> DatabaseUrl {
+        match backend {
+            TestBackend::Sqlite => DatabaseUrl::in_data_dir(data_dir),
+            TestBackend::Postgres => DatabaseUrl::parse(&fresh_postgres_database().await).unwrap(),
+        }
+    }
+
+    /// A new database on the test cluster: its URL.
+    pub async fn fresh_postgres_database() -> String {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let server = std::env::var("BLOBGATE_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+            panic!(
+                "BLOBGATE_TEST_POSTGRES_URL is not set: run the tests with scripts/test, which starts a throw-away \
+                 PostgreSQL cluster (or `scripts/pg-cluster start DIR` and export the URL it prints)"
+            )
+        });
+        let mut random = [0u8; 4];
+        getrandom::fill(&mut random).unwrap();
+        let name = format!(
+            "unit_{}_{}_{:08x}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed),
+            u32::from_ne_bytes(random)
+        );
+        let mut conn = sqlx::PgConnection::connect(&server).await.expect("cannot connect to the test cluster");
+        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await.unwrap();
+        conn.close().await.unwrap();
+        let (base, _) = server.rsplit_once('/').expect("the server URL ends in /DATABASE");
+        format!("{base}/{name}")
+    }
+
     #[tokio::test]
     async fn a_read_only_open_refuses_writes() {
-        let (dir, meta) = database().await;
+        let (dir, meta) = database(TestBackend::Sqlite).await;
         meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
         meta.close().await;
         let url = DatabaseUrl::in_data_dir(dir.path());
@@ -172,6 +273,69 @@ pub(super) mod tests {
         let err = Metadata::open_read_only(&none, Duration::from_secs(5)).await.err().unwrap();
         assert!(err.to_string().contains("no database at"), "{err}");
         assert!(!dir.path().join("none.db").exists());
+    }
+
+    #[tokio::test]
+    async fn a_postgres_read_only_open_refuses_writes_and_applies_no_migrations() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = database_url(TestBackend::Postgres, dir.path()).await;
+        let fresh = Metadata::open_read_only(&url, Duration::from_secs(5)).await.unwrap();
+        assert!(fresh.needs_migration().await, "an empty database needs the migrations");
+        fresh.close().await;
+        let meta = Metadata::open(&url, dir.path(), Duration::from_secs(5)).await.unwrap();
+        meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        meta.close().await;
+        let reader = Metadata::open_read_only(&url, Duration::from_secs(5)).await.unwrap();
+        assert!(!reader.needs_migration().await);
+        assert_eq!(reader.list_buckets().await.unwrap().len(), 1);
+        let err = reader.create_bucket(&BucketName::parse("new").unwrap(), false, 0).await.unwrap_err();
+        assert!(err.to_string().contains("read-only transaction"), "{err}");
+        reader.close().await;
+        assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "nothing in the data dir");
+    }
+
+    /// Waits a little and says whether `task` is still waiting (for a lock, here).
+    async fn still_waiting<T>(task: &tokio::task::JoinHandle<T>) -> bool {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        !task.is_finished()
+    }
+
+    #[tokio::test]
+    async fn postgres_change_log_rows_are_numbered_in_commit_order() {
+        let (_dir, meta) = database(TestBackend::Postgres).await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let start = meta.feed().last_change().await.unwrap();
+        let mut first = meta.begin_write().await.unwrap();
+        let key = crate::names::ObjectKey::parse("k").unwrap();
+        first.upsert_object(bucket.id, &key, &"a".repeat(64), 1, &Default::default(), 0).await.unwrap();
+        // A second writer of the log (another connection, as another replica's) waits for the first to commit.
+        let second = tokio::spawn({
+            let meta = meta.clone();
+            async move { meta.create_bucket(&BucketName::parse("second").unwrap(), false, 0).await.unwrap() }
+        });
+        assert!(still_waiting(&second).await, "the second writer did not wait for the change-log lock");
+        first.commit().await.unwrap();
+        second.await.unwrap();
+        let changes = meta.feed().changes_since(start).await.unwrap();
+        let logged: Vec<&str> = changes.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(logged, ["k", "second"], "{changes:?}");
+        assert!(changes[0].seq < changes[1].seq);
+    }
+
+    #[tokio::test]
+    async fn postgres_blob_ref_lock_excludes_other_connections() {
+        let (_dir, meta) = database(TestBackend::Postgres).await;
+        let held = meta.lock_blob_refs().await.unwrap();
+        let waiter = tokio::spawn({
+            let meta = meta.clone();
+            async move { meta.lock_blob_refs().await.unwrap().commit().await.unwrap() }
+        });
+        assert!(still_waiting(&waiter).await, "a second lock_blob_refs did not wait");
+        drop(held);
+        waiter.await.unwrap();
+        // A plain write transaction does not take it.
+        let _held = meta.lock_blob_refs().await.unwrap();
+        meta.begin_write().await.unwrap().commit().await.unwrap();
     }
 
     #[tokio::test]

@@ -1,6 +1,6 @@
 //! Per-object download counters: batched adds, and the ranked read behind `blobgate stats` and `GET /stats`.
 
-use super::{Backend, Metadata, MetadataError, TxBackend};
+use super::{Backend, Metadata, MetadataError};
 use crate::stats::{Batch, Counters};
 
 /// One object's row of `object_stats`, with its bucket's name.
@@ -111,81 +111,93 @@ impl Metadata {
     /// Adds a batch of download counters in one write transaction, with the flush's mark, so that a retry of a
     /// flush whose commit did succeed adds nothing (see [`Flushed::AlreadyWritten`]). Rows of a bucket deleted
     /// since the downloads are dropped (they would violate the foreign key and fail the whole batch, again at
-    /// every retry).
+    /// every retry). Each row
+    /// is one `INSERT … ON CONFLICT DO UPDATE SET n = n + excluded.n`, so replicas adding to the same row at once
+    /// never lose an increment; rows go in key order, so two such batches lock them in the same order and cannot
+    /// deadlock.
     pub async fn record_download_stats(&self, flush: &StatsFlush, batch: &Batch) -> Result<Flushed, MetadataError> {
+        // The later of two timestamps: SQLite's two-argument max, PostgreSQL's greatest.
+        let later = match &self.backend {
+            Backend::Sqlite(_) => "max",
+            Backend::Postgres(_) => "greatest",
+        };
+        let per_object_sql = format!(
+            "INSERT INTO object_stats AS s (bucket_id, key, requests, completed, aborted, truncated, bytes_sent,
+                                            range_requests, not_modified, head_requests, last_download_at)
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 WHERE EXISTS (SELECT 1 FROM buckets WHERE id = $1)
+             ON CONFLICT (bucket_id, key) DO UPDATE SET
+                 requests = s.requests + excluded.requests, completed = s.completed + excluded.completed,
+                 aborted = s.aborted + excluded.aborted, truncated = s.truncated + excluded.truncated,
+                 bytes_sent = s.bytes_sent + excluded.bytes_sent,
+                 range_requests = s.range_requests + excluded.range_requests,
+                 not_modified = s.not_modified + excluded.not_modified,
+                 head_requests = s.head_requests + excluded.head_requests,
+                 last_download_at = {later}(coalesce(s.last_download_at, 0), coalesce(excluded.last_download_at, 0))"
+        );
+        let mut per_object: Vec<_> = batch.per_object.iter().collect();
+        per_object.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut per_day: Vec<_> = batch.per_day.iter().collect();
+        per_day.sort_unstable_by(|a, b| a.0.cmp(b.0));
         let mut tx = self.begin_write().await?;
-        let TxBackend::Sqlite(sqlite) = &mut tx.tx;
         let now = crate::stats::unix_now();
-        let marked = sqlx::query(
-            "INSERT INTO stats_flush_marks (writer, last_seq, updated_at) VALUES (?1, ?2, ?3)
+        let marked = with_tx!(&mut tx.tx, conn => sqlx::query(
+            "INSERT INTO stats_flush_marks AS m (writer, last_seq, updated_at) VALUES ($1, $2, $3)
              ON CONFLICT (writer) DO UPDATE SET last_seq = excluded.last_seq, updated_at = excluded.updated_at
-             WHERE stats_flush_marks.last_seq < excluded.last_seq",
+             WHERE m.last_seq < excluded.last_seq",
         )
         .bind(&flush.writer)
         .bind(flush.seq)
         .bind(now)
-        .execute(&mut **sqlite)
-        .await?;
-        if marked.rows_affected() == 0 {
+        .execute(&mut **conn)
+        .await?.rows_affected());
+        if marked == 0 {
             return Ok(Flushed::AlreadyWritten);
         }
         if flush.seq == 1 {
-            sqlx::query("DELETE FROM stats_flush_marks WHERE updated_at < ?1")
+            with_tx!(&mut tx.tx, conn => sqlx::query("DELETE FROM stats_flush_marks WHERE updated_at < $1")
                 .bind(now - FLUSH_MARK_LIFETIME_SECS)
-                .execute(&mut **sqlite)
-                .await?;
+                .execute(&mut **conn)
+                .await?.rows_affected());
         }
-        for ((bucket_id, key), (c, last)) in &batch.per_object {
-            sqlx::query(
-                "INSERT INTO object_stats (bucket_id, key, requests, completed, aborted, truncated, bytes_sent,
-                                           range_requests, not_modified, head_requests, last_download_at)
-                 SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11 WHERE EXISTS (SELECT 1 FROM buckets WHERE id = ?1)
-                 ON CONFLICT (bucket_id, key) DO UPDATE SET
-                     requests = requests + excluded.requests, completed = completed + excluded.completed,
-                     aborted = aborted + excluded.aborted, truncated = truncated + excluded.truncated,
-                     bytes_sent = bytes_sent + excluded.bytes_sent,
-                     range_requests = range_requests + excluded.range_requests,
-                     not_modified = not_modified + excluded.not_modified,
-                     head_requests = head_requests + excluded.head_requests,
-                     last_download_at = max(coalesce(last_download_at, 0), coalesce(excluded.last_download_at, 0))",
-            )
-            .bind(bucket_id)
-            .bind(key.as_ref())
-            .bind(c.requests as i64)
-            .bind(c.completed as i64)
-            .bind(c.aborted as i64)
-            .bind(c.truncated as i64)
-            .bind(c.bytes_sent as i64)
-            .bind(c.range_requests as i64)
-            .bind(c.not_modified as i64)
-            .bind(c.head_requests as i64)
-            .bind(last)
-            .execute(&mut **sqlite)
-            .await?;
+        for ((bucket_id, key), (c, last)) in per_object {
+            with_tx!(&mut tx.tx, conn => sqlx::query(&per_object_sql)
+                .bind(bucket_id)
+                .bind(key.as_ref())
+                .bind(c.requests as i64)
+                .bind(c.completed as i64)
+                .bind(c.aborted as i64)
+                .bind(c.truncated as i64)
+                .bind(c.bytes_sent as i64)
+                .bind(c.range_requests as i64)
+                .bind(c.not_modified as i64)
+                .bind(c.head_requests as i64)
+                .bind(last)
+                .execute(&mut **conn)
+                .await?.rows_affected());
         }
-        for (((bucket_id, key), day), c) in &batch.per_day {
+        for (((bucket_id, key), day), c) in per_day {
             let day = crate::stats::day_name(*day);
-            sqlx::query(
-                "INSERT INTO object_stats_daily (bucket_id, key, day, requests, completed, aborted, bytes_sent,
-                                                 range_requests, not_modified)
-                 SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 WHERE EXISTS (SELECT 1 FROM buckets WHERE id = ?1)
+            with_tx!(&mut tx.tx, conn => sqlx::query(
+                "INSERT INTO object_stats_daily AS s (bucket_id, key, day, requests, completed, aborted, bytes_sent,
+                                                      range_requests, not_modified)
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 WHERE EXISTS (SELECT 1 FROM buckets WHERE id = $1)
                  ON CONFLICT (bucket_id, key, day) DO UPDATE SET
-                     requests = requests + excluded.requests, completed = completed + excluded.completed,
-                     aborted = aborted + excluded.aborted, bytes_sent = bytes_sent + excluded.bytes_sent,
-                     range_requests = range_requests + excluded.range_requests,
-                     not_modified = not_modified + excluded.not_modified",
+                     requests = s.requests + excluded.requests, completed = s.completed + excluded.completed,
+                     aborted = s.aborted + excluded.aborted, bytes_sent = s.bytes_sent + excluded.bytes_sent,
+                     range_requests = s.range_requests + excluded.range_requests,
+                     not_modified = s.not_modified + excluded.not_modified",
             )
             .bind(bucket_id)
             .bind(key.as_ref())
-            .bind(day)
+            .bind(&day)
             .bind(c.requests as i64)
             .bind(c.completed as i64)
             .bind(c.aborted as i64)
             .bind(c.bytes_sent as i64)
             .bind(c.range_requests as i64)
             .bind(c.not_modified as i64)
-            .execute(&mut **sqlite)
-            .await?;
+            .execute(&mut **conn)
+            .await?.rows_affected());
         }
         tx.commit_without_announcing().await?;
         Ok(Flushed::Written)
@@ -199,23 +211,84 @@ impl Metadata {
         order: StatsOrder,
         limit: Option<u32>,
     ) -> Result<Vec<ObjectStats>, MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
         let sql = format!(
             "SELECT b.name AS bucket, s.key, {COUNTER_COLUMNS}, s.last_download_at
              FROM object_stats s JOIN buckets b ON b.id = s.bucket_id
-             WHERE (?1 IS NULL OR s.bucket_id = ?1) AND substr(s.key, 1, length(?2)) = ?2
-             ORDER BY {}, b.name, s.key LIMIT ?3",
+             WHERE ($1 IS NULL OR s.bucket_id = $1) AND substr(s.key, 1, length($2)) = $2
+             ORDER BY {}, b.name, s.key LIMIT $3",
             order.order_by()
         );
-        let rows: Vec<ObjectStatsRow> =
-            sqlx::query_as(&sql).bind(bucket_id).bind(prefix).bind(limit.map_or(-1, i64::from)).fetch_all(pool).await?;
+        // No limit: the largest one, which both dialects take (SQLite's -1 is an error to PostgreSQL).
+        let limit = limit.map_or(i64::MAX, i64::from);
+        let rows: Vec<ObjectStatsRow> = with_pool!(&self.backend, pool =>
+            sqlx::query_as(&sql).bind(bucket_id).bind(prefix).bind(limit).fetch_all(pool).await?);
         Ok(rows.into_iter().map(ObjectStats::from).collect())
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::names::BucketName;
+    use crate::store::metadata::pool::tests::database;
+
+    backend_tests! {
+        async fn a_retried_flush_whose_commit_succeeded_adds_nothing(backend) {
+            let (_dir, meta) = database(backend).await;
+            let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+            let mut batch = Batch::default();
+            let counters = Counters { requests: 1, bytes_sent: 10, ..Counters::default() };
+            batch.per_object.insert((bucket.id, Arc::from("a")), (counters, Some(5)));
+            batch.per_day.insert(((bucket.id, Arc::from("a")), 20_000), counters);
+            let flush = |writer: &str, seq| StatsFlush { writer: writer.into(), seq };
+            assert_eq!(meta.record_download_stats(&flush("w1", 1), &batch).await.unwrap(), Flushed::Written);
+            // The answer to that commit was lost: the same flush again adds nothing.
+            assert_eq!(meta.record_download_stats(&flush("w1", 1), &batch).await.unwrap(), Flushed::AlreadyWritten);
+            let rows = meta.object_stats(Some(bucket.id), "", StatsOrder::Bytes, None).await.unwrap();
+            assert_eq!((rows[0].counters.requests, rows[0].counters.bytes_sent), (1, 10));
+            assert_eq!(meta.record_download_stats(&flush("w1", 2), &batch).await.unwrap(), Flushed::Written);
+            assert_eq!(meta.record_download_stats(&flush("w2", 1), &batch).await.unwrap(), Flushed::Written);
+            let rows = meta.object_stats(Some(bucket.id), "", StatsOrder::Bytes, None).await.unwrap();
+            assert_eq!((rows[0].counters.requests, rows[0].counters.bytes_sent), (3, 30));
+        }
+
+        async fn concurrent_batches_lose_no_increment(backend) {
+            let (_dir, meta) = database(backend).await;
+            let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+            let (writers, batches) = (6, 15);
+            let mut tasks = Vec::new();
+            for writer in 0..writers {
+                let meta = meta.clone();
+                tasks.push(tokio::spawn(async move {
+                    for n in 0..batches {
+                        // Both rows in every batch: concurrent transactions lock the same rows, in key order.
+                        let mut batch = Batch::default();
+                        for key in ["a", "b"] {
+                            let counters = Counters { requests: 1, completed: 1, bytes_sent: 10, ..Counters::default() };
+                            batch.per_object.insert((bucket.id, Arc::from(key)), (counters, Some(writer * 100 + n)));
+                            batch.per_day.insert(((bucket.id, Arc::from(key)), 20_000), counters);
+                        }
+                        let flush = StatsFlush { writer: format!("w{writer}"), seq: n + 1 };
+                        meta.record_download_stats(&flush, &batch).await.unwrap();
+                    }
+                }));
+            }
+            for task in tasks {
+                task.await.unwrap();
+            }
+            let rows = meta.object_stats(Some(bucket.id), "", StatsOrder::Bytes, None).await.unwrap();
+            let total = (writers * batches) as u64;
+            assert_eq!(rows.len(), 2, "{rows:?}");
+            for row in &rows {
+                assert_eq!((row.counters.requests, row.counters.bytes_sent), (total, total * 10), "{row:?}");
+                assert_eq!(row.last_download_at, Some((writers - 1) * 100 + batches - 1), "the latest wins");
+            }
+            let top = meta.object_stats(None, "b", StatsOrder::Requests, Some(1)).await.unwrap();
+            assert_eq!(top.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["b"]);
+        }
+    }
 
     #[test]
     fn stats_orders_keep_their_spelling() {

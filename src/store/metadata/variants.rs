@@ -2,7 +2,7 @@
 //! Written and removed only inside the object's own write transaction (`WriteTx`), so a variant never outlives or
 //! predates its object.
 
-use super::{Backend, Metadata, MetadataError, TxBackend, WriteTx};
+use super::{Metadata, MetadataError, WriteTx};
 
 /// One stored variant: the object's content in `encoding`, as the blob `sha256` of `size` bytes.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -13,24 +13,16 @@ pub struct VariantRecord {
     pub size: i64,
 }
 
-const SELECT_VARIANTS: &str =
-    "SELECT encoding, sha256, size FROM object_variants WHERE bucket_id = ?1 AND key = ?2 ORDER BY encoding";
+pub(super) const SELECT_VARIANTS: &str =
+    "SELECT encoding, sha256, size FROM object_variants WHERE bucket_id = $1 AND key = $2 ORDER BY encoding";
 
 impl Metadata {
     /// The object's variants, by encoding (none for an object without, or for no object).
     pub async fn variants(&self, bucket_id: i64, key: &str) -> Result<Vec<VariantRecord>, MetadataError> {
-        let Backend::Sqlite(pool) = &self.backend;
-        Ok(sqlx::query_as(SELECT_VARIANTS).bind(bucket_id).bind(key).fetch_all(pool).await?)
+        Ok(
+            with_pool!(&self.backend, pool => sqlx::query_as(SELECT_VARIANTS).bind(bucket_id).bind(key).fetch_all(pool).await?),
+        )
     }
-}
-
-/// The object's variants, read inside a transaction (with the object row, so the two agree).
-pub(super) async fn variants_in(
-    conn: &mut sqlx::SqliteConnection,
-    bucket_id: i64,
-    key: &str,
-) -> Result<Vec<VariantRecord>, MetadataError> {
-    Ok(sqlx::query_as(SELECT_VARIANTS).bind(bucket_id).bind(key).fetch_all(conn).await?)
 }
 
 impl WriteTx {
@@ -43,10 +35,9 @@ impl WriteTx {
         variants: &[VariantRecord],
     ) -> Result<Vec<String>, MetadataError> {
         let old = self.delete_variants(bucket_id, key).await?;
-        let TxBackend::Sqlite(tx) = &mut self.tx;
         for v in variants {
-            sqlx::query(
-                "INSERT INTO object_variants (bucket_id, key, encoding, sha256, size) VALUES (?1, ?2, ?3, ?4, ?5)",
+            with_tx!(&mut self.tx, tx => sqlx::query(
+                "INSERT INTO object_variants (bucket_id, key, encoding, sha256, size) VALUES ($1, $2, $3, $4, $5)",
             )
             .bind(bucket_id)
             .bind(key)
@@ -54,20 +45,20 @@ impl WriteTx {
             .bind(&v.sha256)
             .bind(v.size)
             .execute(&mut **tx)
-            .await?;
+            .await?.rows_affected());
         }
         Ok(old)
     }
 
     /// Removes the object's variants; returns the hashes they referenced.
     pub async fn delete_variants(&mut self, bucket_id: i64, key: &str) -> Result<Vec<String>, MetadataError> {
-        let TxBackend::Sqlite(tx) = &mut self.tx;
-        let hashes =
-            sqlx::query_scalar("DELETE FROM object_variants WHERE bucket_id = ?1 AND key = ?2 RETURNING sha256")
-                .bind(bucket_id)
-                .bind(key)
-                .fetch_all(&mut **tx)
-                .await?;
+        let hashes: Vec<String> = with_tx!(&mut self.tx, tx => sqlx::query_scalar(
+            "DELETE FROM object_variants WHERE bucket_id = $1 AND key = $2 RETURNING sha256",
+        )
+        .bind(bucket_id)
+        .bind(key)
+        .fetch_all(&mut **tx)
+        .await?);
         Ok(hashes)
     }
 }

@@ -1,0 +1,140 @@
+//! The PostgreSQL backend over the wire: the CLI and `serve` on a database of the test cluster
+//! (`BLOBGATE_TEST_POSTGRES_URL`, which `scripts/test` sets; a missing variable fails the test), the start-up
+//! errors of a bad `database.url`, and two servers adding to the same stats rows.
+
+use std::time::{Duration, Instant};
+
+use crate::helpers::*;
+
+/// `stats --json`, once the rows satisfy `done` (the batcher writes at least once a second) or after 10 s.
+fn stats_when(env: &TestEnv, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s: serde_json::Value = serde_json::from_str(env.ok(&["stats", "--json"]).trim()).expect("stats JSON");
+        if done(&s) || Instant::now() > deadline {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The id part of `bg_<id>_<secret>`.
+fn token_id(token: &str) -> &str {
+    token.split('_').nth(1).expect("bg_<id>_<secret>")
+}
+
+#[test]
+fn the_cli_and_serve_work_on_postgres() {
+    let env = TestEnv::on_postgres();
+    env.bucket("pgb", false);
+    let bytes = test_bytes(300_000, 14);
+    let put = env.put_bytes("pgb", "dir/blob.bin", &bytes, &[]);
+    assert_eq!(put["status"], "created", "{put}");
+    env.put_bytes("pgb", "dir/other.txt", b"other", &[]);
+    let ls = env.ok(&["ls", "pgb", "dir/"]);
+    let keys: Vec<&str> = ls.lines().map(|l| l.split('\t').next().unwrap()).collect();
+    assert_eq!(keys, ["dir/blob.bin", "dir/other.txt"], "{ls}");
+    assert!(ls.lines().next().unwrap().contains("\t300000\t"), "{ls}");
+    assert!(env.ok(&["bucket", "list"]).contains("\"bucket\":\"pgb\""));
+    assert!(!env.data_dir().join("blobgate.db").exists(), "no SQLite database beside PostgreSQL");
+
+    let reader = env.token("pgb", "read", &[]);
+    let server = env.serve();
+    let path = "/pgb/dir/blob.bin";
+    let got = server.get_auth(path, &reader, &[]);
+    assert_eq!(got.status, 200);
+    assert!(got.body == bytes, "the object comes back byte-exact");
+    assert_eq!(server.get(path, &[]).status, 401, "a private bucket needs a token");
+
+    // Tokens made and revoked by the CLI while the server runs (before the server has seen them).
+    let late = env.token("pgb", "read", &[]);
+    assert_eq!(server.get_auth(path, &late, &[]).status, 200);
+    let revoked = env.token("pgb", "read", &[]);
+    env.ok(&["token", "revoke", token_id(&revoked)]);
+    assert_eq!(server.get_auth(path, &revoked, &[]).status, 401, "a revoked token is refused");
+    let list = env.ok(&["token", "list"]);
+    assert!(list.lines().any(|l| l.contains(token_id(&revoked)) && l.contains("revoked")), "{list}");
+
+    // An upload through the server replaces the object; the server serves the new bytes and the old blob goes.
+    let writer = env.token("pgb", "write", &[]);
+    let new = test_bytes(5000, 15);
+    let replaced = server.put(path, &writer, &new, &[]);
+    assert!(matches!(replaced.status, 200 | 201), "{}", replaced.status);
+    let got = server.get_auth(path, &reader, &[]);
+    assert!(got.status == 200 && got.body == new, "the replaced object is served");
+    assert!(!env.blob_path(&sha256_hex(&bytes)).exists(), "the replaced blob was removed");
+
+    // Three downloads of blob.bin (the refused requests count for nothing).
+    let s = stats_when(&env, |s| s[0]["requests"] == 3);
+    let row = s.as_array().unwrap().iter().find(|r| r["key"] == "dir/blob.bin").expect("a stats row").clone();
+    assert_eq!((row["bucket"].as_str(), row["requests"].as_u64()), (Some("pgb"), Some(3)), "{row}");
+    assert_eq!(row["bytes_sent"].as_u64(), Some(2 * bytes.len() as u64 + new.len() as u64), "{row}");
+
+    env.ok(&["rm", "pgb", "dir/other.txt"]);
+    assert_eq!(env.ok(&["ls", "pgb"]).lines().count(), 1);
+}
+
+#[test]
+fn a_bad_database_url_fails_at_start_with_one_line_naming_it() {
+    let env = TestEnv::new();
+    std::fs::create_dir(env.data_dir()).unwrap();
+    let server = postgres_server_url();
+    let (_, host_and_db) = server.rsplit_once('@').expect("user:password@host");
+    let closed_port = free_local_addr();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    let cases = [
+        ("postgres://blobgate:hunter2@db:notaport/bg".to_owned(), "not a valid PostgreSQL URL"),
+        (format!("postgres://blobgate:hunter2@{host_and_db}"), "password authentication failed"),
+        (format!("postgresql://blobgate:hunter2@{closed_port}/bg"), &*format!("on {closed_port} as blobgate")),
+        ("postgres://blobgate:hunter2@no-such-host.invalid/bg".to_owned(), "on no-such-host.invalid:5432"),
+        // Accepts (the kernel does, into the backlog) and never answers: bounded by the connect timeout.
+        (format!("postgres://blobgate:hunter2@{silent_addr}/bg"), "no answer within 5s"),
+    ];
+    for (url, reason) in &cases {
+        for args in [&["bucket", "list"][..], &["bucket", "create", "b"], &["serve"]] {
+            let started = Instant::now();
+            let mut cmd = env.serve_command("127.0.0.1:0", "127.0.0.1:0");
+            if args != ["serve"] {
+                cmd = std::process::Command::new(BIN);
+                cmd.arg("--data-dir").arg(env.data_dir()).args(args).env_remove("BLOBGATE_CONFIG");
+            }
+            cmd.env("BLOBGATE_DATABASE_URL", url).env_remove("RUST_LOG");
+            let out = run_until_exit(cmd, Duration::from_secs(30));
+            let line = one_line_error(&out, args);
+            assert!(started.elapsed() < Duration::from_secs(15), "{args:?} took {:?}", started.elapsed());
+            assert!(line.starts_with("blobgate: database.url"), "{args:?} {url}: {line}");
+            assert!(line.contains(reason), "{args:?}: {line}");
+            assert!(!line.contains("hunter2"), "the password shows: {line}");
+        }
+    }
+}
+
+#[test]
+fn two_servers_on_one_database_lose_no_stats_increment() {
+    let env = TestEnv::on_postgres();
+    env.bucket("pub", true);
+    let bytes = test_bytes(10_000, 16);
+    env.put_bytes("pub", "hot.bin", &bytes, &[]);
+    let mut servers = [env.serve(), env.serve()];
+    let per_server = 60;
+    std::thread::scope(|scope| {
+        for server in &servers {
+            for _ in 0..2 {
+                scope.spawn(|| {
+                    for _ in 0..per_server / 2 {
+                        let r = server.get("/pub/hot.bin", &[]);
+                        assert!(r.status == 200 && r.body.len() == bytes.len());
+                    }
+                });
+            }
+        }
+    });
+    // Stopping flushes what each server still holds.
+    for server in &mut servers {
+        assert_eq!(server.stop(), Some(0));
+    }
+    let s = stats_when(&env, |_| true);
+    assert_eq!(s[0]["requests"].as_u64(), Some(2 * per_server), "{s}");
+    assert_eq!(s[0]["bytes_sent"].as_u64(), Some(2 * per_server * bytes.len() as u64), "{s}");
+}
