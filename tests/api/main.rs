@@ -15,6 +15,7 @@ mod cli;
 mod clients;
 mod cors;
 mod crash;
+mod deploy;
 mod downloads;
 mod faults;
 mod lifecycle;
