@@ -317,6 +317,7 @@ mod tests {
     use super::*;
     use crate::config::DatabaseUrl;
     use crate::names::{BucketName, ObjectAttrs, ObjectKey};
+    use crate::store::metadata::{TestBackend, backend_tests};
     use crate::store::{Scope, Store};
 
     async fn open_store(dir: &std::path::Path) -> Store {
@@ -324,8 +325,13 @@ mod tests {
     }
 
     async fn setup() -> (tempfile::TempDir, Store, Catalog) {
+        setup_on(TestBackend::Sqlite).await
+    }
+
+    async fn setup_on(backend: TestBackend) -> (tempfile::TempDir, Store, Catalog) {
         let dir = tempfile::tempdir().unwrap();
-        let store = open_store(dir.path()).await;
+        let url = crate::store::metadata::test_database_url(backend, dir.path()).await;
+        let store = Store::open(dir.path(), &url, std::time::Duration::from_secs(5)).await.unwrap();
         store.meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
         let catalog = Catalog::new(store.meta.clone(), store.blobs.clone(), 64).await.unwrap();
         (dir, store, catalog)
@@ -339,45 +345,47 @@ mod tests {
         store.put(&b, &ObjectKey::parse(key).unwrap(), staged, ObjectAttrs::default()).await.unwrap();
     }
 
-    #[tokio::test]
-    async fn writes_are_seen_by_the_next_read() {
-        let (_dir, store, catalog) = setup().await;
-        let bucket = catalog.bucket("bkt").await.unwrap().expect("bucket");
-        assert!(catalog.object(bucket.id, "k").await.unwrap().is_none(), "absent objects are cached as absent");
-        put(&store, "k", b"one").await;
-        let first = catalog.object(bucket.id, "k").await.unwrap().expect("the insert evicted the negative entry");
-        assert_eq!(first.record.size, 3);
-        put(&store, "k", b"second").await;
-        let second = catalog.object(bucket.id, "k").await.unwrap().unwrap();
-        assert_eq!(second.record.size, 6, "a replaced object is re-read");
-        store.delete(&BucketName::parse("bkt").unwrap(), &ObjectKey::parse("k").unwrap()).await.unwrap();
-        assert!(catalog.object(bucket.id, "k").await.unwrap().is_none(), "a deleted object is gone");
+    backend_tests! {
+        async fn writes_are_seen_by_the_next_read(backend) {
+            let (_dir, store, catalog) = setup_on(backend).await;
+            let bucket = catalog.bucket("bkt").await.unwrap().expect("bucket");
+            assert!(catalog.object(bucket.id, "k").await.unwrap().is_none(), "absent objects are cached as absent");
+            put(&store, "k", b"one").await;
+            let first = catalog.object(bucket.id, "k").await.unwrap().expect("the insert evicted the negative entry");
+            assert_eq!(first.record.size, 3);
+            put(&store, "k", b"second").await;
+            let second = catalog.object(bucket.id, "k").await.unwrap().unwrap();
+            assert_eq!(second.record.size, 6, "a replaced object is re-read");
+            store.delete(&BucketName::parse("bkt").unwrap(), &ObjectKey::parse("k").unwrap()).await.unwrap();
+            assert!(catalog.object(bucket.id, "k").await.unwrap().is_none(), "a deleted object is gone");
+        }
     }
 
-    #[tokio::test]
-    async fn variants_are_cached_with_their_object_and_follow_its_changes() {
-        use crate::header_values::content_coding::ContentCoding;
-        let (_dir, store, catalog) = setup().await;
-        let bucket = catalog.bucket("bkt").await.unwrap().expect("bucket");
-        let stage = |bytes: &[u8]| {
-            let mut w = store.blobs.writer().unwrap();
-            w.write(bytes).unwrap();
-            w.finish().unwrap()
-        };
-        let (b, k) = (BucketName::parse("bkt").unwrap(), ObjectKey::parse("app.js").unwrap());
-        let variants = vec![crate::store::StagedVariant { coding: ContentCoding::Br, blob: stage(b"br bytes") }];
-        store.put_with_variants(&b, &k, stage(b"plain bytes"), ObjectAttrs::default(), variants).await.unwrap();
-        let entry = catalog.object(bucket.id, "app.js").await.unwrap().unwrap();
-        assert!(entry.available.br && !entry.available.gzip);
-        let br = entry.variant(ContentCoding::Br).expect("the br variant");
-        assert_ne!(br.etag, entry.etag, "each representation has its own ETag");
-        assert_eq!(catalog.open_blob(&br.sha256).await.unwrap().size, 8);
-        // Cached: the same entry until the object changes.
-        assert!(Arc::ptr_eq(&entry, &catalog.object(bucket.id, "app.js").await.unwrap().unwrap()));
-        put(&store, "app.js", b"plain bytes").await;
-        let replaced = catalog.object(bucket.id, "app.js").await.unwrap().unwrap();
-        assert!(!replaced.available.any(), "a plain put dropped the variants, and the change feed said so");
-        assert!(replaced.variant(ContentCoding::Br).is_none());
+    backend_tests! {
+        async fn variants_are_cached_with_their_object_and_follow_its_changes(backend) {
+            use crate::header_values::content_coding::ContentCoding;
+            let (_dir, store, catalog) = setup_on(backend).await;
+            let bucket = catalog.bucket("bkt").await.unwrap().expect("bucket");
+            let stage = |bytes: &[u8]| {
+                let mut w = store.blobs.writer().unwrap();
+                w.write(bytes).unwrap();
+                w.finish().unwrap()
+            };
+            let (b, k) = (BucketName::parse("bkt").unwrap(), ObjectKey::parse("app.js").unwrap());
+            let variants = vec![crate::store::StagedVariant { coding: ContentCoding::Br, blob: stage(b"br bytes") }];
+            store.put_with_variants(&b, &k, stage(b"plain bytes"), ObjectAttrs::default(), variants).await.unwrap();
+            let entry = catalog.object(bucket.id, "app.js").await.unwrap().unwrap();
+            assert!(entry.available.br && !entry.available.gzip);
+            let br = entry.variant(ContentCoding::Br).expect("the br variant");
+            assert_ne!(br.etag, entry.etag, "each representation has its own ETag");
+            assert_eq!(catalog.open_blob(&br.sha256).await.unwrap().size, 8);
+            // Cached: the same entry until the object changes.
+            assert!(Arc::ptr_eq(&entry, &catalog.object(bucket.id, "app.js").await.unwrap().unwrap()));
+            put(&store, "app.js", b"plain bytes").await;
+            let replaced = catalog.object(bucket.id, "app.js").await.unwrap().unwrap();
+            assert!(!replaced.available.any(), "a plain put dropped the variants, and the change feed said so");
+            assert!(replaced.variant(ContentCoding::Br).is_none());
+        }
     }
 
     #[tokio::test]
@@ -420,16 +428,17 @@ mod tests {
         assert_eq!(catalog.token(&token.id).await.unwrap().unwrap().revoked_at, Some(5));
     }
 
-    #[tokio::test]
-    async fn changes_without_a_bump_are_applied_by_an_explicit_sync() {
-        let (_dir, store, catalog) = setup().await;
-        assert!(catalog.bucket("new-bucket").await.unwrap().is_none());
-        store.meta.create_bucket(&BucketName::parse("new-bucket").unwrap(), true, 0).await.unwrap();
-        // Pretend the writer did not bump (an old binary, or the sqlite3 shell): the counter looks unchanged.
-        catalog.synced.store(store.meta.feed().current(), Ordering::Release);
-        assert!(catalog.bucket("new-bucket").await.unwrap().is_none(), "stale until a sync");
-        catalog.sync().await.unwrap();
-        assert!(catalog.bucket("new-bucket").await.unwrap().is_some());
+    backend_tests! {
+        async fn changes_without_a_bump_are_applied_by_an_explicit_sync(backend) {
+            let (_dir, store, catalog) = setup_on(backend).await;
+            assert!(catalog.bucket("new-bucket").await.unwrap().is_none());
+            store.meta.create_bucket(&BucketName::parse("new-bucket").unwrap(), true, 0).await.unwrap();
+            // Pretend the writer did not bump (an old binary, or the sqlite3 shell): the counter looks unchanged.
+            catalog.synced.store(store.meta.feed().current(), Ordering::Release);
+            assert!(catalog.bucket("new-bucket").await.unwrap().is_none(), "stale until a sync");
+            catalog.sync().await.unwrap();
+            assert!(catalog.bucket("new-bucket").await.unwrap().is_some());
+        }
     }
 
     #[tokio::test]
@@ -448,18 +457,19 @@ mod tests {
         assert!(miss.is_unavailable(), "{miss:?}");
     }
 
-    #[tokio::test]
-    async fn open_blobs_are_reused_and_failures_are_not_cached() {
-        let (_dir, store, catalog) = setup().await;
-        put(&store, "k", b"bytes").await;
-        let bucket = catalog.bucket("bkt").await.unwrap().unwrap();
-        let entry = catalog.object(bucket.id, "k").await.unwrap().unwrap();
-        let a = catalog.open_blob(&entry.record.sha256).await.unwrap();
-        let b = catalog.open_blob(&entry.record.sha256).await.unwrap();
-        assert!(Arc::ptr_eq(&a, &b));
-        assert_eq!(a.size, 5);
-        let missing = "f".repeat(64);
-        assert!(catalog.open_blob(&missing).await.is_err());
-        assert!(catalog.open_blobs.get(missing.as_str()).is_none());
+    backend_tests! {
+        async fn open_blobs_are_reused_and_failures_are_not_cached(backend) {
+            let (_dir, store, catalog) = setup_on(backend).await;
+            put(&store, "k", b"bytes").await;
+            let bucket = catalog.bucket("bkt").await.unwrap().unwrap();
+            let entry = catalog.object(bucket.id, "k").await.unwrap().unwrap();
+            let a = catalog.open_blob(&entry.record.sha256).await.unwrap();
+            let b = catalog.open_blob(&entry.record.sha256).await.unwrap();
+            assert!(Arc::ptr_eq(&a, &b));
+            assert_eq!(a.size, 5);
+            let missing = "f".repeat(64);
+            assert!(catalog.open_blob(&missing).await.is_err());
+            assert!(catalog.open_blobs.get(missing.as_str()).is_none());
+        }
     }
 }

@@ -22,7 +22,7 @@
 //!
 //! Submodules: `pool` (open, migrations, read-only open, close), `objects` (buckets and objects), `auth` (tokens,
 //! signing keys, revoked signatures), `stats` (download counters), `variants`
-//! (precompressed variants of objects), `changes` (the change feed, over the
+//! (precompressed variants of objects), `copy` (`db copy`), `changes` (the change feed, over the
 //! `generation` counter).
 
 /// Runs `$body` with `$pool` bound to the backend's pool; each arm is compiled for its own database, so the SQL text
@@ -47,14 +47,15 @@ macro_rules! with_tx {
 }
 
 /// A test run once per backend: `backend_tests! { async fn name(backend) { … } }` makes the module `name` with
-/// the tests `sqlite` and `postgres`, each running the body with `backend` set to its [`pool::tests::TestBackend`].
+/// the tests `sqlite` and `postgres`, each running the body with `backend` set to its [`TestBackend`]. For the
+/// tests of `store` and `catalog` too: `crate::store::metadata::backend_tests!`.
 #[cfg(test)]
 macro_rules! backend_tests {
     ($(async fn $name:ident($backend:ident) $body:block)*) => {$(
         mod $name {
             #[allow(unused_imports)]
             use super::*;
-            use $crate::store::metadata::pool::tests::TestBackend;
+            use $crate::store::metadata::TestBackend;
 
             async fn run($backend: TestBackend) $body
 
@@ -71,8 +72,14 @@ macro_rules! backend_tests {
     )*};
 }
 
+#[cfg(test)]
+pub(crate) use backend_tests;
+#[cfg(test)]
+pub(crate) use pool::tests::{TestBackend, database_url as test_database_url};
+
 mod auth;
 mod changes;
+mod copy;
 mod generation;
 mod health;
 mod objects;
@@ -87,6 +94,7 @@ use sqlx::{PgPool, Postgres, Sqlite, SqlitePool, Transaction};
 pub use auth::{Scope, SigningKey, TokenRecord};
 pub use changes::{CacheChange, ChangeFeed, ChangeKind};
 pub use health::DatabaseHealth;
+pub use copy::CopyError;
 pub use objects::{Bucket, ObjectRecord, Upsert};
 pub use stats::{Flushed, ObjectStats, StatsFlush, StatsOrder};
 pub use variants::VariantRecord;
@@ -224,6 +232,7 @@ impl WriteTx {
 
     /// For writes to tables no server caches (download stats, the change log itself).
     async fn commit_without_announcing(self) -> Result<(), MetadataError> {
-        Ok(with_tx!(self.tx, tx => tx.commit().await?))
+        with_tx!(self.tx, tx => tx.commit().await?);
+        Ok(())
     }
 }
