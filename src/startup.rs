@@ -113,24 +113,18 @@ impl Application {
         let tracker = TaskTracker::new();
         let catalog = self.data.catalog.clone();
         let feed = self.admin.store.meta.feed().clone();
+        let syncing = tokio::spawn(async move { catalog.keep_synced().await });
+        let watched = feed.clone();
+        let watcher = tokio::spawn(async move { watched.watch().await });
+        let catalog = self.data.catalog.clone();
         let housekeeping = tokio::spawn(async move {
-            // Writers that do not announce their commits are caught up with once a second; the change feed is
-            // pruned once a minute up to what the caches have applied.
-            // A failing sync is logged when it starts failing, not every second of an outage.
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            let mut failing = false;
-            for n in 0u64.. {
+            // The change log is pruned once a minute (SQLite: up to what the caches have applied; PostgreSQL: by
+            // age, see `ChangeFeed::prune`).
+            let mut tick = tokio::time::interval(Duration::from_secs(60));
+            tick.tick().await;
+            loop {
                 tick.tick().await;
-                let synced = catalog.sync().await;
-                match &synced {
-                    Err(e) if !failing => tracing::warn!(error = %e, "cache sync failed; will retry every second"),
-                    Ok(()) if failing => tracing::info!("cache sync works again; caught up with the change log"),
-                    _ => {}
-                }
-                failing = synced.is_err();
-                if n % 60 == 59
-                    && let Err(e) = feed.prune(catalog.applied()).await
-                {
+                if let Err(e) = feed.prune(catalog.applied()).await {
                     tracing::debug!(error = %e, "pruning the cache change log failed; will retry");
                 }
             }
@@ -199,6 +193,8 @@ impl Application {
         upkeep.abort();
         probe.abort();
         housekeeping.abort();
+        syncing.abort();
+        watcher.abort();
         self.admin.store.meta.close().await;
         tracing::info!("stopped");
         Ok(())

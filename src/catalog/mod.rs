@@ -4,9 +4,13 @@
 //! **Coherence.** Every change to those tables, whoever makes it, reaches the metadata's change feed
 //! (`store::ChangeFeed`). Before serving from a cache, a request compares the feed's counter with the value the
 //! caches were last synchronised at (`feed.current()`, one atomic load); if it moved, the changes since the last
-//! applied one are read and exactly the affected entries are evicted. So a token revoked by the CLI is refused by
-//! the very next request. A background tick also syncs once a second, for writers that do not announce their
-//! commits (someone with the sqlite3 shell).
+//! applied one are read and exactly the affected entries are evicted. On SQLite the counter is shared by every
+//! process on the data dir, so a token revoked by the CLI is refused by the very next request. On PostgreSQL it
+//! counts this process's own commits only (it reads its own writes at once); other processes' commits arrive
+//! through the feed's watcher, which tells [`Catalog::keep_synced`] to look, and it applies them in the
+//! background, so requests never wait on the database for them. `keep_synced` also syncs once a second, for
+//! writers that do not announce their commits (someone with the sqlite3 shell). A failed sync never fails a
+//! request the caches can answer.
 //!
 //! **Races.** A miss reads the database and inserts the result. If a change lands between that read and the
 //! insert, the insert could resurrect stale data; so the reader notes the feed's counter and the sync epoch before
@@ -30,7 +34,7 @@ use quick_cache::sync::Cache;
 
 use crate::auth::CredentialLookup;
 use crate::store::{
-    BlobStore, Bucket, CacheChange, ChangeFeed, ChangeKind, Metadata, MetadataError, SigningKey, TokenRecord,
+    BlobStore, Bucket, CacheChange, Catchup, ChangeFeed, ChangeKind, Metadata, MetadataError, SigningKey, TokenRecord,
 };
 use representation::ObjectEntry;
 
@@ -40,6 +44,9 @@ const OBJECTS: usize = 200_000;
 const TOKENS: usize = 50_000;
 const SIGNING_KEYS: usize = 1_000;
 const REVOKED: usize = 50_000;
+
+/// How often the background sync runs when nothing asked it to look.
+const SYNC_TICK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// An open blob and its size from `fstat` on that same fd.
 #[derive(Debug)]
@@ -176,7 +183,7 @@ impl Catalog {
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = Result<V, MetadataError>>,
     {
-        self.fresh().await?;
+        self.fresh().await;
         if let Some(hit) = cache.get(lookup) {
             return Ok(hit);
         }
@@ -208,36 +215,81 @@ impl Catalog {
         Ok(opened)
     }
 
-    /// Applies changes if the feed's counter moved since the last sync. While the database is unreachable the
-    /// caches are served as they are: nothing can change in it meanwhile (no revocation can commit), and the
-    /// housekeeping tick applies what was missed once it is back. A miss still needs the database and fails.
-    async fn fresh(&self) -> Result<(), MetadataError> {
-        if self.feed.current() != self.synced.load(Ordering::Acquire) {
-            match self.sync().await {
-                Err(e) if e.is_unavailable() => {
-                    tracing::debug!(error = %e, "cache sync deferred: database unreachable")
-                }
-                other => other?,
-            }
+    /// Applies changes if the feed's counter moved since the last sync. A sync that fails (the database went
+    /// away) does not fail the request: it is answered from the caches as they are, the counter is taken as seen
+    /// so that later requests do not wait on the database again, and [`keep_synced`](Self::keep_synced) applies
+    /// the changes once the database answers (the applied position did not move).
+    async fn fresh(&self) {
+        let generation = self.feed.current();
+        if generation != self.synced.load(Ordering::Acquire)
+            && let Err(e) = self.sync().await
+        {
+            tracing::warn!(error = %e, "cache sync failed; serving from the caches until the database answers");
+            self.synced.fetch_max(generation, Ordering::AcqRel);
         }
-        Ok(())
     }
 
-    /// Reads the changes after the last applied one and evicts what they name.
+    /// Reads the changes after the last applied one and evicts what they name; forgets everything when the log
+    /// no longer holds them all.
     pub async fn sync(&self) -> Result<(), MetadataError> {
         let _one_at_a_time = self.sync_lock.lock().await;
         // Read the counter first: every commit it counts is then visible to the read below.
         let generation = self.feed.current();
-        let changes = self.feed.changes_since(self.applied.load(Ordering::Acquire)).await?;
-        if let Some(last) = changes.last() {
-            self.epoch.fetch_add(1, Ordering::AcqRel);
-            for change in &changes {
-                self.evict(change);
+        let applied = self.applied.load(Ordering::Acquire);
+        match self.feed.changes_since(applied).await? {
+            Catchup::Changes(changes) => {
+                if let Some(last) = changes.last() {
+                    self.epoch.fetch_add(1, Ordering::AcqRel);
+                    for change in &changes {
+                        self.evict(change);
+                    }
+                    self.applied.store(last.seq, Ordering::Release);
+                }
             }
-            self.applied.store(last.seq, Ordering::Release);
+            Catchup::Missed { resume_at } => {
+                tracing::warn!(
+                    applied,
+                    resume_at,
+                    "the change log was pruned past this server's position; clearing all caches"
+                );
+                self.epoch.fetch_add(1, Ordering::AcqRel);
+                self.clear();
+                self.applied.store(resume_at, Ordering::Release);
+            }
         }
         self.synced.store(generation, Ordering::Release);
         Ok(())
+    }
+
+    /// Keeps the caches synced in the background, for as long as it is polled: whenever the feed says to look
+    /// (other replicas' commits, seen by the PostgreSQL watcher), and once a second for writers that announce
+    /// nothing (someone with the sqlite3 shell). A failed sync is retried on the next round; requests go on
+    /// being answered from the caches meanwhile.
+    pub async fn keep_synced(&self) {
+        let mut looks = self.feed.subscribe();
+        let mut tick = tokio::time::interval(SYNC_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                // Never `Err`: the sender lives in `self.feed`.
+                _ = looks.changed() => {}
+            }
+            match self.sync().await {
+                Ok(()) if failing => {
+                    failing = false;
+                    tracing::info!("cache sync works again");
+                }
+                Ok(()) => {}
+                // Once per outage at warn: the tick would repeat it every second.
+                Err(e) if !failing => {
+                    failing = true;
+                    tracing::warn!(error = %e, "cache sync failed; serving from the caches, retrying every second");
+                }
+                Err(e) => tracing::debug!(error = %e, "cache sync failed again"),
+            }
+        }
     }
 
     /// The applied change-feed position, for pruning.
@@ -442,19 +494,100 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn cached_entries_are_served_while_the_database_is_unreachable_and_misses_fail_unavailable() {
-        let (dir, store, catalog) = setup().await;
-        put(&store, "k", b"bytes").await;
+    async fn a_look_from_the_feed_syncs_in_the_background() {
+        let (_dir, store, catalog) = setup().await;
+        let catalog = Arc::new(catalog);
+        assert!(catalog.bucket("new-bucket").await.unwrap().is_none());
+        let follower = tokio::spawn({
+            let catalog = catalog.clone();
+            async move { catalog.keep_synced().await }
+        });
+        // The round the follower starts with is the immediate tick; wait until it is done.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        store.meta.create_bucket(&BucketName::parse("new-bucket").unwrap(), true, 0).await.unwrap();
+        // As for another replica's commit: this process's counter did not move.
+        catalog.synced.store(store.meta.feed().current(), Ordering::Release);
+        let before = catalog.applied();
+        store.meta.feed().look();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
+        while catalog.applied() == before {
+            assert!(std::time::Instant::now() < deadline, "the look was not acted on before the 1 s tick");
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert!(catalog.bucket("new-bucket").await.unwrap().is_some(), "the negative entry was evicted");
+        follower.abort();
+    }
+
+    #[tokio::test]
+    async fn a_failed_sync_does_not_fail_a_request_answered_from_the_caches() {
+        let (_dir, store, catalog) = setup().await;
         let bucket = catalog.bucket("bkt").await.unwrap().unwrap();
-        assert!(catalog.object(bucket.id, "k").await.unwrap().is_some());
-        // Another process commits (the counter moves), then our pool goes away: the sync the counter asks for fails.
-        let other = open_store(dir.path()).await;
-        other.meta.create_bucket(&BucketName::parse("other").unwrap(), false, 0).await.unwrap();
+        // Something committed, so the next read syncs first; then the database goes away.
+        store.meta.create_bucket(&BucketName::parse("other").unwrap(), false, 0).await.unwrap();
+        assert_ne!(catalog.synced.load(Ordering::Acquire), store.meta.feed().current());
         store.meta.close().await;
-        let hit = catalog.object(bucket.id, "k").await.expect("a cached object is served without the database");
-        assert_eq!(hit.unwrap().record.size, 5);
-        let miss = catalog.object(bucket.id, "uncached").await.unwrap_err();
-        assert!(miss.is_unavailable(), "{miss:?}");
+        let cached = catalog.bucket("bkt").await.expect("answered from the cache").unwrap();
+        assert_eq!(cached.id, bucket.id);
+        assert_eq!(catalog.synced.load(Ordering::Acquire), store.meta.feed().current(), "later reads do not retry");
+        assert!(catalog.sync().await.is_err(), "the changes are still to be applied");
+        assert!(catalog.bucket("never-cached").await.is_err(), "a miss needs the database");
+    }
+
+    #[tokio::test]
+    async fn postgres_another_replica_change_reaches_the_cache_in_the_background_and_a_pruned_log_flushes() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = DatabaseUrl::parse(&crate::store::metadata::test_postgres_database().await).unwrap();
+        let timeout = std::time::Duration::from_secs(5);
+        let (here, elsewhere) = (
+            Store::open(dir.path(), &url, timeout).await.unwrap(),
+            Store::open(dir.path(), &url, timeout).await.unwrap(),
+        );
+        let name = BucketName::parse("bkt").unwrap();
+        let bucket = here.meta.create_bucket(&name, false, 0).await.unwrap();
+        let catalog = Arc::new(Catalog::new(here.meta.clone(), here.blobs.clone(), 64).await.unwrap());
+        let feed = here.meta.feed().clone();
+        let watcher = tokio::spawn({
+            let feed = feed.clone();
+            async move { feed.watch().await }
+        });
+        let follower = tokio::spawn({
+            let catalog = catalog.clone();
+            async move { catalog.keep_synced().await }
+        });
+        let token = TokenRecord {
+            id: "0123456789ab".into(),
+            secret_hash: vec![0; 32],
+            bucket_id: bucket.id,
+            bucket_name: "bkt".into(),
+            prefix: String::new(),
+            scope: Scope::Read,
+            created_at: 0,
+            expires_at: None,
+            revoked_at: None,
+        };
+        here.meta.create_token(&token).await.unwrap();
+        assert!(catalog.token(&token.id).await.unwrap().unwrap().revoked_at.is_none());
+        let counter = feed.current();
+        assert!(elsewhere.meta.revoke_token(&token.id, 5).await.unwrap());
+        let revoked = std::time::Instant::now();
+        while catalog.token(&token.id).await.unwrap().unwrap().revoked_at.is_none() {
+            assert!(revoked.elapsed() < std::time::Duration::from_secs(1), "the revocation did not arrive in 1 s");
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        assert_eq!(feed.current(), counter, "applied in the background: requests never synced for it");
+        watcher.abort();
+        follower.abort();
+
+        // With nobody syncing, a change arrives and is pruned before this replica read it: the next sync flushes.
+        assert!(catalog.bucket("bkt").await.unwrap().unwrap().default_cache_control.is_none());
+        elsewhere.meta.update_bucket(&name, None, Some(Some("max-age=9"))).await.unwrap();
+        crate::store::metadata::test_age_change_log(&elsewhere.meta).await;
+        elsewhere.meta.feed().prune(0).await.unwrap();
+        assert!(catalog.bucket("bkt").await.unwrap().unwrap().default_cache_control.is_none(), "still cached");
+        catalog.sync().await.unwrap();
+        let reread = catalog.bucket("bkt").await.unwrap().unwrap();
+        assert_eq!(reread.default_cache_control.as_deref(), Some("max-age=9"), "the flush forgot the stale entry");
+        assert!(catalog.token(&token.id).await.unwrap().unwrap().revoked_at.is_some());
     }
 
     backend_tests! {

@@ -21,8 +21,8 @@ use serde::Serialize;
 
 pub use blobs::{BlobStore, BlobWriter, StagedBlob};
 pub use metadata::{
-    Bucket, CacheChange, ChangeFeed, ChangeKind, DatabaseHealth, Flushed, Metadata, MetadataError, ObjectRecord,
-    ObjectStats, Scope, SigningKey, StatsFlush, StatsOrder, TokenRecord, Upsert, VariantRecord, WriteTx,
+    Bucket, CacheChange, Catchup, ChangeFeed, ChangeKind, DatabaseHealth, Flushed, Metadata, MetadataError,
+    ObjectRecord, ObjectStats, Scope, SigningKey, StatsFlush, StatsOrder, TokenRecord, Upsert, VariantRecord, WriteTx,
 };
 
 use crate::config::{DatabaseTimeouts, DatabaseUrl};

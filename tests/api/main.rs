@@ -23,6 +23,7 @@ mod limits;
 mod outage;
 mod permissions;
 mod postgres;
+mod replicas;
 mod service;
 mod shared_cache;
 mod slow_readers;

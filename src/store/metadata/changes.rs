@@ -1,22 +1,28 @@
 //! The change feed: how a server learns that any process changed something it caches.
 //!
-//! SQLite: triggers (migrations 0004, 0006, 0007) log every change to a cached table in `cache_changes`, whoever
-//! makes it; every commit through [`WriteTx::commit`](super::WriteTx::commit) then bumps the shared generation
-//! counter (`generation.rs`, a memory-mapped file in the data dir). A reader compares the counter with the value
-//! it last synchronised at (one atomic load) and reads the new log rows only when it moved.
-//!
-//! PostgreSQL: the triggers of `migrations/postgres` log the same rows, under an advisory lock so that `seq`
-//! values are assigned in commit order, and `NOTIFY blobgate_changes` at commit. The counter is process-local for
-//! now: commits through this process move it.
+//! Triggers (SQLite: migrations 0004, 0006, 0007; PostgreSQL: migrations/postgres) log every change to a cached
+//! table in `cache_changes`, whoever makes it; every commit through [`WriteTx::commit`](super::WriteTx::commit)
+//! then bumps the generation counter (`generation.rs`). A reader compares the counter with the value it last
+//! synchronised at (one atomic load) and reads the new log rows only when it moved.
+//! - SQLite: the counter is a memory-mapped file in the data dir, shared by every process, so it counts every
+//!   commit; [`ChangeFeed::watch`] has nothing to do.
+//! - PostgreSQL: the triggers of `migrations/postgres` log under an advisory lock, so that `seq` values are
+//!   assigned in commit order, and `NOTIFY blobgate_changes` at commit. The counter is process-local and counts this process's commits; [`ChangeFeed::watch`] runs the
+//!   watcher (`pg_feed.rs`), which moves [`ChangeFeed::subscribe`] when other processes' commits may be in the log.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::generation::Generation;
-use super::{Backend, MetadataError};
+use tokio::sync::watch;
 
-/// PostgreSQL: how long a change stays in the log, so that every replica has applied it before it is pruned.
-pub const PG_CHANGE_RETENTION: Duration = Duration::from_secs(600);
+use super::generation::Generation;
+use super::{Backend, MetadataError, pg_feed};
+
+/// PostgreSQL: how long a change stays in the log. Replicas apply a change within a second while they reach the
+/// database; this is for one cut off from it (a network partition, a database restart) to catch up row by row
+/// when it returns. One that was away longer flushes its caches instead. An hour of changes is small (a row is
+/// under 100 bytes, and changes are administrative: uploads, revocations).
+pub const PG_CHANGE_RETENTION: Duration = Duration::from_secs(60 * 60);
 
 /// What a change-log row names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,8 +76,8 @@ pub struct CacheChange {
 }
 
 #[derive(sqlx::FromRow)]
-struct ChangeRow {
-    seq: i64,
+pub(super) struct ChangeRow {
+    pub(super) seq: i64,
     kind: String,
     bucket_id: Option<i64>,
     name: String,
@@ -83,17 +89,42 @@ impl From<ChangeRow> for CacheChange {
     }
 }
 
+/// What [`ChangeFeed::changes_since`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Catchup {
+    /// Every change after the position asked for, oldest first.
+    Changes(Vec<CacheChange>),
+    /// Changes after the position were pruned before this reader read them: it must forget everything it
+    /// caches, and continue from `resume_at`.
+    Missed { resume_at: i64 },
+}
+
 /// The change feed of one database. Cheap to clone.
 #[derive(Clone)]
 pub struct ChangeFeed {
-    /// Bumped after every commit that may change what a server caches.
+    /// Bumped after every commit that may change what a server caches (SQLite: by any process; PostgreSQL:
+    /// by this one).
     generation: Arc<Generation>,
+    /// Moved whenever there may be changes to read that `generation` does not count (PostgreSQL: another
+    /// process's commits, seen by the watcher). The value means nothing; a change means "look".
+    looks: Arc<watch::Sender<u64>>,
     backend: Backend,
 }
 
 impl ChangeFeed {
     pub(super) fn new(generation: Arc<Generation>, backend: Backend) -> Self {
-        Self { generation, backend }
+        Self { generation, looks: Arc::new(watch::channel(0).0), backend }
+    }
+
+    /// Resolves whenever the feed may hold changes that [`current`](Self::current) does not count (commits by
+    /// other replicas, seen by the watcher). A server's caches sync in the background on each one.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.looks.subscribe()
+    }
+
+    /// Asks subscribers to look at the log (the watcher calls it; so do tests that stand in for one).
+    pub(crate) fn look(&self) {
+        self.looks.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// A counter that moves after every announced commit, by any process: one atomic load, for the hot path.
@@ -108,14 +139,20 @@ impl ChangeFeed {
         self.generation.bump();
     }
 
-    /// Changes after `seq`, oldest first.
-    pub async fn changes_since(&self, seq: i64) -> Result<Vec<CacheChange>, MetadataError> {
-        let rows: Vec<ChangeRow> = with_pool!(&self.backend, pool =>
-            sqlx::query_as("SELECT seq, kind, bucket_id, name FROM cache_changes WHERE seq > $1 ORDER BY seq")
-                .bind(seq)
-                .fetch_all(pool)
-                .await?);
-        Ok(rows.into_iter().map(CacheChange::from).collect())
+    /// Changes after `seq`, oldest first, or word that some of them were pruned before they were read. SQLite
+    /// prunes only what this server applied, so it never misses.
+    pub async fn changes_since(&self, seq: i64) -> Result<Catchup, MetadataError> {
+        match &self.backend {
+            Backend::Sqlite(pool) => {
+                let rows: Vec<ChangeRow> =
+                    sqlx::query_as("SELECT seq, kind, bucket_id, name FROM cache_changes WHERE seq > $1 ORDER BY seq")
+                        .bind(seq)
+                        .fetch_all(pool)
+                        .await?;
+                Ok(Catchup::Changes(rows.into_iter().map(CacheChange::from).collect()))
+            }
+            Backend::Postgres(pool) => pg_feed::changes_since(pool, seq).await,
+        }
     }
 
     /// The newest change's sequence number (0 when there is none): where a fresh reader starts. PostgreSQL: at
@@ -136,32 +173,28 @@ impl ChangeFeed {
         })
     }
 
-    /// Drops changes up to `seq`, once the server has applied them. Announces nothing: no cache depends on it.
-    /// PostgreSQL: other replicas may not have applied them yet, so only changes older than
-    /// [`PG_CHANGE_RETENTION`] go, and `cache_changes_horizon` is raised past them in the same statement: a reader
-    /// behind it must flush its whole cache.
-    pub async fn prune(&self, seq: i64) -> Result<(), MetadataError> {
+    /// Runs the watcher a `serve` process needs to hear of other processes' commits, for as long as it is
+    /// polled. SQLite: none is needed (the shared counter counts them), so it returns at once. PostgreSQL:
+    /// `pg_feed::watch`.
+    pub async fn watch(&self) {
+        if let Backend::Postgres(pool) = &self.backend {
+            pg_feed::watch(self, pool).await;
+        }
+    }
+
+    /// Prunes the change log. Announces nothing: no cache depends on it. SQLite: changes up to `applied`, once
+    /// the server has applied them. PostgreSQL: other replicas may lag, so by age, whatever `applied` says:
+    /// changes older than [`PG_CHANGE_RETENTION`] go and `cache_changes_horizon` is raised past them in the same
+    /// statement; a reader behind it flushes its whole cache (`pg_feed::prune`).
+    pub async fn prune(&self, applied: i64) -> Result<(), MetadataError> {
         match &self.backend {
             Backend::Sqlite(pool) => {
                 let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                sqlx::query("DELETE FROM cache_changes WHERE seq <= $1").bind(seq).execute(&mut *tx).await?;
-                tx.commit().await?;
+                sqlx::query("DELETE FROM cache_changes WHERE seq <= $1").bind(applied).execute(&mut *tx).await?;
+                Ok(tx.commit().await?)
             }
-            Backend::Postgres(pool) => {
-                sqlx::query(
-                    "WITH gone AS (
-                         DELETE FROM cache_changes WHERE seq <= $1 AND created_at < now() - make_interval(secs => $2)
-                         RETURNING seq)
-                     UPDATE cache_changes_horizon
-                     SET pruned_through = greatest(pruned_through, (SELECT max(seq) FROM gone)) WHERE id = 1",
-                )
-                .bind(seq)
-                .bind(PG_CHANGE_RETENTION.as_secs_f64())
-                .execute(pool)
-                .await?;
-            }
+            Backend::Postgres(pool) => pg_feed::prune(pool, PG_CHANGE_RETENTION).await,
         }
-        Ok(())
     }
 }
 
@@ -193,7 +226,9 @@ mod tests {
             let (before, start) = (feed.current(), feed.last_change().await.unwrap());
             let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
             assert_ne!(feed.current(), before, "the commit was announced");
-            let changes = feed.changes_since(start).await.unwrap();
+            let Catchup::Changes(changes) = feed.changes_since(start).await.unwrap() else {
+                panic!("nothing was pruned")
+            };
             assert_eq!(changes.len(), 1, "{changes:?}");
             assert_eq!(
                 (&changes[0].kind, changes[0].bucket_id, changes[0].name.as_str()),
@@ -202,17 +237,26 @@ mod tests {
             feed.prune(changes[0].seq).await.unwrap();
             if let Backend::Postgres(pool) = &meta.backend {
                 // Other replicas may not have applied a change this young: it stays.
-                assert_eq!(feed.changes_since(start).await.unwrap(), changes, "a young change is kept");
+                assert_eq!(
+                    feed.changes_since(start).await.unwrap(),
+                    Catchup::Changes(changes.clone()),
+                    "a young change is kept"
+                );
                 assert_eq!(horizon(pool).await, 0);
-                sqlx::query("UPDATE cache_changes SET created_at = now() - interval '1 hour'")
+                sqlx::query("UPDATE cache_changes SET created_at = now() - interval '2 hours'")
                     .execute(pool)
                     .await
                     .unwrap();
                 feed.prune(changes[0].seq).await.unwrap();
                 assert_eq!(horizon(pool).await, changes[0].seq, "the horizon moves with what was pruned");
                 assert_eq!(feed.last_change().await.unwrap(), changes[0].seq, "an empty log starts past the horizon");
+                let missed = Catchup::Missed { resume_at: changes[0].seq };
+                assert_eq!(feed.changes_since(start).await.unwrap(), missed, "a reader behind the horizon flushes");
+                let at_horizon = feed.changes_since(changes[0].seq).await.unwrap();
+                assert_eq!(at_horizon, Catchup::Changes(vec![]), "a reader at the horizon misses nothing");
+            } else {
+                assert_eq!(feed.changes_since(start).await.unwrap(), Catchup::Changes(vec![]));
             }
-            assert!(feed.changes_since(start).await.unwrap().is_empty());
         }
     }
 }

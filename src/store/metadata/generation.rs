@@ -1,7 +1,12 @@
-//! The change feed's counter for SQLite, shared by every process that opens the data dir, in a small memory-mapped file
-//! (`<data_dir>/blobgate.generation`). A writer bumps it after each metadata commit; the server compares it with
-//! the value it last synchronised its caches at, one atomic load per request. So a change committed by the CLI
-//! (a token revocation, say) is seen by the very next request, without the server polling the database.
+//! The change feed's counter: a writer bumps it after each metadata commit; the server compares it with the value
+//! it last synchronised its caches at, one atomic load per request.
+//!
+//! - SQLite ([`Generation::open`]): shared by every process that opens the data dir, in a small memory-mapped
+//!   file (`<data_dir>/blobgate.generation`). So a change committed by the CLI (a token revocation, say) is seen
+//!   by the very next request, without the server polling the database.
+//! - PostgreSQL ([`Generation::local`]): writers are on other machines, so no mapping can be shared; the counter
+//!   is this process's own and counts only its own commits (so it reads its own writes at once). Other
+//!   processes' commits reach the caches through the change-log watcher (`pg_feed.rs`), in the background.
 
 #![allow(unsafe_code)]
 
@@ -16,8 +21,11 @@ use memmap2::MmapMut;
 /// One page: the counter sits at offset 0, page-aligned.
 const FILE_LEN: u64 = 4096;
 
-pub struct Generation {
-    map: MmapMut,
+pub enum Generation {
+    /// Offset 0 of the shared file's page-aligned mapping.
+    Mapped(MmapMut),
+    /// Seen by this process only.
+    Local(AtomicU64),
 }
 
 impl Generation {
@@ -38,23 +46,29 @@ impl Generation {
         // processes only touch it through the same atomic below, so the mapping never changes under us in a
         // way Rust cannot see.
         let map = unsafe { MmapMut::map_mut(&file) }.with_context(|| format!("cannot map {}", path.display()))?;
-        Ok(Self { map })
+        Ok(Self::Mapped(map))
     }
 
-    /// A counter no other process sees, for a read-only store: it opens no file and never commits.
-    pub fn private() -> anyhow::Result<Self> {
-        let map = MmapMut::map_anon(FILE_LEN as usize).context("cannot map a private generation counter")?;
-        Ok(Self { map })
+    /// A process-local counter: for a read-only store (it opens no file and never commits), and for a backend
+    /// whose writers announce themselves through the database.
+    pub fn local() -> Self {
+        Self::Local(AtomicU64::new(0))
     }
 
+    #[inline]
     fn counter(&self) -> &AtomicU64 {
-        // SAFETY: the mapping (of the file, or anonymous) is page-aligned and at least 8 bytes long, so offset 0 is a valid, aligned u64 for
+        let map = match self {
+            Self::Local(counter) => return counter,
+            Self::Mapped(map) => map,
+        };
+        // SAFETY: the mapping is page-aligned and at least 8 bytes long, so offset 0 is a valid, aligned u64 for
         // as long as `self` lives. AtomicU64 has the size and alignment of u64 and accepts every bit pattern, and
         // atomic operations on shared memory are coherent between processes on Linux. All access goes through
         // atomics, so there is no data race.
-        unsafe { &*(self.map.as_ptr() as *const AtomicU64) }
+        unsafe { &*(map.as_ptr() as *const AtomicU64) }
     }
 
+    #[inline]
     pub fn current(&self) -> u64 {
         self.counter().load(Ordering::Acquire)
     }
@@ -81,5 +95,12 @@ mod tests {
         drop(b);
         let c = Generation::open(dir.path()).unwrap();
         assert_eq!(c.current(), start + 2, "the value persists across opens");
+    }
+
+    #[test]
+    fn a_local_counter_is_not_shared() {
+        let (a, b) = (Generation::local(), Generation::local());
+        a.bump();
+        assert_eq!((a.current(), b.current()), (1, 0));
     }
 }

@@ -83,6 +83,7 @@ mod copy;
 mod generation;
 mod health;
 mod objects;
+mod pg_feed;
 mod pool;
 mod stats;
 mod variants;
@@ -92,9 +93,9 @@ use std::sync::Arc;
 use sqlx::{PgPool, Postgres, Sqlite, SqlitePool, Transaction};
 
 pub use auth::{Scope, SigningKey, TokenRecord};
-pub use changes::{CacheChange, ChangeFeed, ChangeKind};
-pub use health::DatabaseHealth;
+pub use changes::{CacheChange, Catchup, ChangeFeed, ChangeKind};
 pub use copy::CopyError;
+pub use health::DatabaseHealth;
 pub use objects::{Bucket, ObjectRecord, Upsert};
 pub use stats::{Flushed, ObjectStats, StatsFlush, StatsOrder};
 pub use variants::VariantRecord;
@@ -180,6 +181,19 @@ enum TxBackend {
 
 /// PostgreSQL: the advisory lock (`pg_advisory_xact_lock`) that is the blob-reference lock ("blobrefs").
 const BLOB_REFS_LOCK: i64 = 0x626c_6f62_7265_6673;
+
+/// A new, empty database on the test cluster (`BLOBGATE_TEST_POSTGRES_URL`): its URL, for tests above this module.
+#[cfg(test)]
+pub async fn test_postgres_database() -> String {
+    pool::tests::fresh_postgres_database().await
+}
+
+/// PostgreSQL: makes every logged change look two hours old, past the retention, as if written that long ago.
+#[cfg(test)]
+pub async fn test_age_change_log(meta: &Metadata) {
+    let Backend::Postgres(pool) = &meta.backend else { panic!("a PostgreSQL test") };
+    sqlx::query("UPDATE cache_changes SET created_at = now() - interval '2 hours'").execute(pool).await.unwrap();
+}
 
 impl Metadata {
     /// Signing-key secrets are sealed with `key` on the way in and opened on the way out.
