@@ -397,8 +397,8 @@ pub use crate::stats::unix_now;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
     use crate::store::metadata::{TestBackend, backend_tests};
+    use std::time::Duration;
 
     #[test]
     fn content_type_prefers_stored_then_extension() {
