@@ -107,6 +107,10 @@ fn the_ha_compose_file_runs_three_replicas_on_one_database_and_volume_behind_hap
     assert!(lines.iter().any(|l| l.starts_with("default-server check port 8081")), "{cfg}");
     for (name, _) in &replicas {
         assert!(lines.contains(&format!("server {name} {name}:8080").as_str()), "no backend for {name}:\n{cfg}");
+        // With no replica ready (a database outage), they still serve from their caches as unchecked backups.
+        let n = name.trim_start_matches("blobgate-");
+        let backup = format!("server cached-{n} {name}:8080 backup no-check");
+        assert!(lines.contains(&backup.as_str()), "no cache fallback for {name}:\n{cfg}");
     }
 
     // Prometheus scrapes every replica's admin listener.
