@@ -10,6 +10,8 @@ RUN cargo build --locked --release && strip target/release/blobgate
 
 # Runtime: a small Debian with the binary, running as an unprivileged user.
 FROM debian:bookworm-slim
+# curl: the compose healthchecks ask the admin listener's /readyz.
+RUN apt-get update && apt-get install -y --no-install-recommends curl ca-certificates && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --home /data blobgate && mkdir -p /data && chown blobgate /data && chmod 700 /data
 COPY --from=build /src/target/release/blobgate /usr/local/bin/blobgate
 USER blobgate

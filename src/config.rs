@@ -221,6 +221,9 @@ pub struct Limits {
     /// Slowest upload body accepted, in bytes per second averaged over each `timeouts.body_idle` window; slower
     /// gets 408, so a body that trickles a byte now and then cannot keep its upload place. 0 turns it off.
     pub min_upload_rate: u64,
+    /// Download-stats aggregates (one per object plus one per object and day) that may wait in memory while the
+    /// database cannot be written; a record that needs one more is dropped and counted.
+    pub stats_buffer_objects: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -245,6 +248,10 @@ pub struct Timeouts {
     /// How long a database write waits for SQLite's lock (held by a CLI command, say) before failing.
     #[serde(with = "humantime_serde")]
     pub sqlite_busy: Duration,
+    /// How long a request (or command) waits for a database connection before it fails as unreachable (503 with
+    /// `Retry-After`); shorter than `handler`, so an outage answers 503 instead of hanging.
+    #[serde(with = "humantime_serde")]
+    pub database_acquire: Duration,
     /// How long an upload body on the admin listener may send nothing before it gets 408 (nothing is stored).
     #[serde(with = "humantime_serde")]
     pub body_idle: Duration,
@@ -286,6 +293,7 @@ impl Default for Limits {
             max_connections_per_ip: 0,
             max_concurrent_uploads: 64,
             min_upload_rate: 500,
+            stats_buffer_objects: 100_000,
         }
     }
 }
@@ -299,9 +307,30 @@ impl Default for Timeouts {
             handler: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(30),
             sqlite_busy: Duration::from_secs(10),
+            database_acquire: Duration::from_secs(5),
             body_idle: Duration::from_secs(30),
             sweep_grace: Duration::from_secs(3600),
         }
+    }
+}
+
+/// How long the database may make a caller wait: for a lock (SQLite's busy timeout), and for a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DatabaseTimeouts {
+    pub busy: Duration,
+    pub acquire: Duration,
+}
+
+impl Timeouts {
+    pub fn database(&self) -> DatabaseTimeouts {
+        DatabaseTimeouts { busy: self.sqlite_busy, acquire: self.database_acquire }
+    }
+}
+
+/// A busy timeout alone (tests, benches): the default acquire timeout.
+impl From<Duration> for DatabaseTimeouts {
+    fn from(busy: Duration) -> Self {
+        DatabaseTimeouts { busy, acquire: Timeouts::default().database_acquire }
     }
 }
 
@@ -382,6 +411,7 @@ impl Settings {
         }
         check("limits.max_connections_per_ip", l.max_connections_per_ip, 0, 1_000_000)?;
         check("limits.max_concurrent_uploads", l.max_concurrent_uploads, 1, 100_000)?;
+        check("limits.stats_buffer_objects", l.stats_buffer_objects, 2, 100_000_000)?;
         let t = &self.timeouts;
         for (key, value) in [
             ("timeouts.header_read", t.header_read),
@@ -389,11 +419,19 @@ impl Settings {
             ("timeouts.send_progress", t.send_progress),
             ("timeouts.handler", t.handler),
             ("timeouts.sqlite_busy", t.sqlite_busy),
+            ("timeouts.database_acquire", t.database_acquire),
             ("timeouts.body_idle", t.body_idle),
         ] {
             if value.is_zero() {
                 bail!("{key} must be greater than zero");
             }
+        }
+        if t.database_acquire >= t.handler {
+            bail!(
+                "timeouts.database_acquire ({}) must be shorter than timeouts.handler ({})",
+                humantime::format_duration(t.database_acquire),
+                humantime::format_duration(t.handler)
+            );
         }
         if self.runtime.data_workers > 256 {
             bail!("runtime.data_workers must be between 0 (one per CPU) and 256, got {}", self.runtime.data_workers);
@@ -632,6 +670,9 @@ mod tests {
             jail.create_file("c.toml", "[timeouts]\nheader_read = \"soon\"\n")?;
             let err = Settings::load(Some(Path::new("c.toml")), &FlagOverrides::default()).unwrap_err().to_string();
             assert!(err.contains("timeouts.header_read"), "{err}");
+            jail.create_file("a.toml", "[timeouts]\nhandler = \"2s\"\ndatabase_acquire = \"2s\"\n")?;
+            let err = Settings::load(Some(Path::new("a.toml")), &FlagOverrides::default()).unwrap_err().to_string();
+            assert_eq!(err, "timeouts.database_acquire (2s) must be shorter than timeouts.handler (2s)");
             jail.create_file("d.toml", "lisen = \"127.0.0.1:1\"\n")?;
             let err = Settings::load(Some(Path::new("d.toml")), &FlagOverrides::default()).unwrap_err().to_string();
             assert!(err.contains("lisen"), "{err}");

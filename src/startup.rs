@@ -23,10 +23,13 @@ use crate::http::{
     AdminParts, AdminState, DataParts, DataState, admin::admin_router, data_service, range::RangePolicy,
     refusal_response,
 };
-use crate::store::Store;
+use crate::store::{DatabaseHealth, Metadata, Store};
 
 /// Download records buffered between the driver and the stats batcher; a full channel drops (and counts).
 const STATS_CHANNEL_CAPACITY: usize = 64 * 1024;
+/// How often the readiness probe asks the database, and how long it waits for the answer.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 pub struct Application {
     settings: Arc<Settings>,
@@ -41,7 +44,7 @@ pub struct Application {
 
 impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        let store = Store::open(&settings.data_dir, &settings.database_url()?, settings.timeouts.sqlite_busy).await?;
+        let store = Store::open(&settings.data_dir, &settings.database_url()?, settings.timeouts.database()).await?;
         match crate::store::loose_data_dir_mode(&settings.data_dir) {
             Ok(Some(mode)) => tracing::warn!(
                 path = %settings.data_dir.display(),
@@ -89,6 +92,7 @@ impl Application {
             settings: settings.clone(),
             prometheus: crate::metrics::prometheus(),
             ready: AtomicBool::new(false),
+            database: Arc::new(DatabaseHealth::new()),
             uploads: tokio::sync::Semaphore::new(settings.limits.max_concurrent_uploads),
         });
         Ok(Self { settings, data, admin, data_listeners, admin_listener, access_log })
@@ -125,6 +129,7 @@ impl Application {
                 }
             }
         });
+        let probe = tokio::spawn(probe_database(self.admin.store.meta.clone(), self.admin.database.clone()));
         let prometheus = self.admin.prometheus.clone();
         let upkeep = tokio::spawn(async move {
             // Histograms are drained into the exporter's buckets by upkeep.
@@ -141,6 +146,7 @@ impl Application {
         let batcher = tokio::spawn(crate::metrics::downloads::run_batcher(
             self.admin.store.meta.clone(),
             records,
+            self.settings.limits.stats_buffer_objects,
             stop_batcher.clone(),
         ));
         let mut ctx = DriverContext::new(
@@ -185,12 +191,36 @@ impl Application {
             let _ = tokio::task::spawn_blocking(move || writer.finish()).await;
         }
         upkeep.abort();
+        probe.abort();
         housekeeping.abort();
         syncing.abort();
         watcher.abort();
         self.admin.store.meta.close().await;
         tracing::info!("stopped");
         Ok(())
+    }
+}
+
+/// The readiness probe: `SELECT 1` every [`PROBE_EVERY`], each within [`PROBE_TIMEOUT`], so `/readyz` reports a
+/// verdict at most about two seconds old without ever waiting on the database itself. An outage is logged when it
+/// starts and when it ends, not at every probe.
+async fn probe_database(meta: Metadata, health: Arc<DatabaseHealth>) {
+    let up = metrics::gauge!(crate::metrics::DATABASE_UP);
+    let mut tick = tokio::time::interval(PROBE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let result = meta.ping(PROBE_TIMEOUT).await;
+        up.set(if result.is_ok() { 1.0 } else { 0.0 });
+        if health.set_reachable(result.is_ok()) {
+            match result {
+                Ok(()) => tracing::info!("the database answers again; ready"),
+                Err(e) => {
+                    let cause = format!("{:#}", anyhow::Error::from(e));
+                    tracing::warn!(error = %cause, "the database does not answer; not ready (/readyz 503) until it does")
+                }
+            }
+        }
     }
 }
 

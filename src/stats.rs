@@ -125,6 +125,25 @@ impl Batch {
         self.oldest.get_or_insert_with(Instant::now);
     }
 
+    /// Adds `r` only if the batch then holds at most `max_entries` aggregates (per-object plus per-day); a
+    /// record for an object (and day) already in the batch always fits, since it adds no entry. Returns whether
+    /// it was added. This bounds the memory of a batch that waits while the database cannot be written.
+    pub fn add_within(&mut self, r: &DownloadRecord, max_entries: usize) -> bool {
+        let id: ObjectId = (r.object.bucket_id, r.object.key.clone());
+        let new_object = !self.per_object.contains_key(&id);
+        let new_day = !self.per_day.contains_key(&(id, r.finished_at.div_euclid(86_400)));
+        if self.entries() + usize::from(new_object) + usize::from(new_day) > max_entries {
+            return false;
+        }
+        self.add(r);
+        true
+    }
+
+    /// Aggregates held: one per object and one per object-day.
+    pub fn entries(&self) -> usize {
+        self.per_object.len() + self.per_day.len()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.records == 0
     }
@@ -208,6 +227,23 @@ mod tests {
         assert_eq!(b.per_day.len(), 2);
         assert_eq!(b.per_day[&((1, Arc::from("k")), 0)].requests, 1);
         assert_eq!(day_name(1), "1970-01-02");
+    }
+
+    #[test]
+    fn a_bounded_batch_refuses_only_records_that_need_a_new_entry() {
+        let of = |key: &str, at: i64| DownloadRecord {
+            object: ObjectRef { bucket_id: 1, key: Arc::from(key) },
+            ..record(RecordKind::Full, Outcome::Completed, 10, at)
+        };
+        let mut b = Batch::default();
+        assert!(b.add_within(&of("a", 0), 4), "object + day: 2 entries");
+        assert!(b.add_within(&of("b", 0), 4), "4 entries");
+        assert!(b.add_within(&of("a", 5), 4), "same object, same day: no new entry");
+        assert!(!b.add_within(&of("c", 0), 4), "a new object needs two more");
+        assert!(!b.add_within(&of("a", 86_400), 4), "a new day of a known object needs one more");
+        assert_eq!((b.entries(), b.records), (4, 3));
+        let (c, _) = b.per_object[&(1, Arc::from("a"))];
+        assert_eq!((c.requests, c.bytes_sent), (2, 20), "refused records were not counted");
     }
 
     #[test]

@@ -326,6 +326,22 @@ fn access(command: &Command) -> Access {
 /// Runs a command other than `serve`. Only `bucket create` starts a new data dir: anything else run from the
 /// wrong directory says where it looked instead of creating an empty `./data` there.
 pub async fn run_command(command: Command, settings: Settings) -> anyhow::Result<()> {
+    let database = settings.database_url()?;
+    run_on_store(command, settings).await.map_err(|e| name_unreachable_database(e, &database))
+}
+
+/// An unreachable database, wherever in the command it showed (opening it names it already), gets one line that
+/// says which database: SQLite's path, or PostgreSQL's host, port and database (`DatabaseUrl`'s `Display` never
+/// shows a password).
+fn name_unreachable_database(error: anyhow::Error, database: &crate::config::DatabaseUrl) -> anyhow::Error {
+    if crate::store::MetadataError::in_chain_is_unavailable(&error) {
+        error.context(format!("{database} is unreachable"))
+    } else {
+        error
+    }
+}
+
+async fn run_on_store(command: Command, settings: Settings) -> anyhow::Result<()> {
     let dir = &settings.data_dir;
     let access = access(&command);
     if access != Access::Create {
@@ -340,7 +356,7 @@ pub async fn run_command(command: Command, settings: Settings) -> anyhow::Result
             bail!("data dir {} is not a directory", shown.display());
         }
     }
-    let busy = settings.timeouts.sqlite_busy;
+    let busy = settings.timeouts.database();
     let database = settings.database_url()?;
     let store = match access {
         Access::Read => Store::open_read_only(dir, &database, busy).await?,
@@ -488,5 +504,23 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
         assert_eq!(rfc3339(-5), "1970-01-01T00:00:00Z");
+    }
+
+    #[test]
+    fn an_unreachable_database_is_named_in_the_one_line_error() {
+        use crate::config::DatabaseUrl;
+        let unreachable = || {
+            anyhow::Error::from(crate::store::MetadataError::no_answer_within(std::time::Duration::from_secs(1)))
+                .context("cannot list objects")
+        };
+        let sqlite = DatabaseUrl::Sqlite("/srv/bg/blobgate.db".into());
+        let line = format!("{:#}", name_unreachable_database(unreachable(), &sqlite));
+        assert!(line.starts_with("SQLite database /srv/bg/blobgate.db is unreachable: "), "{line}");
+        let postgres = DatabaseUrl::parse("postgres://bg:s3cret@db.internal:5433/meta").unwrap();
+        let line = format!("{:#}", name_unreachable_database(unreachable(), &postgres));
+        assert!(line.contains("db.internal:5433") && line.contains("meta") && !line.contains("s3cret"), "{line}");
+        assert!(!line.contains('\n'), "{line}");
+        let other = name_unreachable_database(anyhow::anyhow!("no such bucket"), &postgres);
+        assert_eq!(format!("{other:#}"), "no such bucket", "only an unreachable database is named");
     }
 }

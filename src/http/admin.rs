@@ -1,5 +1,6 @@
-//! The admin listener's routes: health, Prometheus metrics, uploads and deletes. Served by hyper (through
-//! hyper-util), not by the sendfile driver, so request bodies never touch the hand-written parser.
+//! The admin listener's routes: liveness (`/healthz`), readiness (`/readyz`), Prometheus metrics, uploads and
+//! deletes. Served by hyper (through hyper-util), not by the sendfile driver, so request bodies never touch the
+//! hand-written parser.
 
 use std::sync::atomic::Ordering;
 
@@ -17,6 +18,7 @@ use crate::store::StatsOrder;
 pub fn admin_router(state: AdminState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/stats", get(stats))
         // Any other path is an object path; the handlers parse and validate it.
@@ -31,6 +33,18 @@ pub fn admin_router(state: AdminState) -> Router {
 
 async fn healthz(State(app): State<AdminState>) -> Result<&'static str, ApiError> {
     if app.ready.load(Ordering::Acquire) { Ok("ok\n") } else { Err(ApiError::NotReady) }
+}
+
+/// Readiness, for a load balancer: serving (started, not draining) and the database answered the last probe.
+/// It reads the probe's flag only, so it answers at once even while the database hangs.
+async fn readyz(State(app): State<AdminState>) -> Result<&'static str, ApiError> {
+    if !app.ready.load(Ordering::Acquire) {
+        return Err(ApiError::NotReady);
+    }
+    if !app.database.is_reachable() {
+        return Err(ApiError::DatabaseUnavailable);
+    }
+    Ok("ok\n")
 }
 
 #[derive(Debug, serde::Deserialize)]

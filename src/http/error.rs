@@ -46,12 +46,17 @@ pub enum ApiError {
     /// Authorisation and lookup did not finish within `timeouts.handler` (a stuck database, say).
     #[error("the request was not handled in time")]
     HandlerTimeout,
+    /// The request needs the database, and it cannot be reached (`MetadataError::Unavailable`, anywhere in the
+    /// cause chain): 503 with `Retry-After`, so clients and load balancers come back later.
+    #[error("the metadata database is unreachable; retry later")]
+    DatabaseUnavailable,
     /// The object exists but its blob is missing or unreadable. The source names the object and the IO error; the
     /// client sees the short message only.
     #[error("object data unavailable")]
     BlobUnavailable(#[source] anyhow::Error),
+    /// Made by `From<anyhow::Error>`, which first takes out an unreachable database.
     #[error("internal error")]
-    Internal(#[from] anyhow::Error),
+    Internal(anyhow::Error),
     /// Beyond `limits.max_connections_per_ip` on the data listener.
     #[error("too many connections from this address")]
     TooManyConnectionsFromAddress,
@@ -83,6 +88,7 @@ impl ApiError {
             ApiError::InsufficientStorage => (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage"),
             ApiError::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
             ApiError::HandlerTimeout => (StatusCode::SERVICE_UNAVAILABLE, "handler_timeout"),
+            ApiError::DatabaseUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable"),
             ApiError::BlobUnavailable(_) => (StatusCode::INTERNAL_SERVER_ERROR, "object_data_unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
             ApiError::TooManyConnectionsFromAddress => (StatusCode::SERVICE_UNAVAILABLE, "too_many_connections"),
@@ -96,9 +102,13 @@ impl ApiError {
 impl ApiError {
     /// Whether the log must show this error: our own failures. A refused head is the client's doing even when its
     /// status is 5xx (505), and the driver logs what it needs of those itself. Load shedding is counted in metrics,
-    /// not logged: a flood of refusals must not flood the log.
+    /// not logged: a flood of refusals must not flood the log. Nor is an unreachable database, once per request:
+    /// the readiness probe logs the outage when it starts and when it ends.
     fn is_logged(&self, status: StatusCode) -> bool {
-        let shed = matches!(self, ApiError::TooManyConnectionsFromAddress | ApiError::TooManyUploads);
+        let shed = matches!(
+            self,
+            ApiError::TooManyConnectionsFromAddress | ApiError::TooManyUploads | ApiError::DatabaseUnavailable
+        );
         status.is_server_error() && !shed && !matches!(self, ApiError::BadRequestHead { .. })
     }
 }
@@ -143,7 +153,7 @@ impl IntoResponse for ApiError {
             ApiError::MethodNotAllowed => {
                 headers.insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
             }
-            ApiError::TooManyUploads => {
+            ApiError::TooManyUploads | ApiError::DatabaseUnavailable | ApiError::HandlerTimeout => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             ApiError::BodyTimeout | ApiError::BodyTooSlow(_) => {
@@ -163,8 +173,17 @@ impl From<MetadataError> for ApiError {
     fn from(e: MetadataError) -> Self {
         match e {
             MetadataError::NoSuchBucket(_) => ApiError::NoSuchBucket,
+            MetadataError::Unavailable(_) => ApiError::DatabaseUnavailable,
             other => ApiError::Internal(other.into()),
         }
+    }
+}
+
+/// The one place an unreachable database becomes a 503, whichever layer's error carried it (store, upload,
+/// stats): it is looked for in the whole cause chain.
+impl From<anyhow::Error> for ApiError {
+    fn from(e: anyhow::Error) -> Self {
+        if MetadataError::in_chain_is_unavailable(&e) { ApiError::DatabaseUnavailable } else { ApiError::Internal(e) }
     }
 }
 
@@ -172,7 +191,7 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::NoSuchBucket(_) => ApiError::NoSuchBucket,
-            StoreError::Other(e) => ApiError::Internal(e),
+            StoreError::Other(e) => e.into(),
         }
     }
 }
@@ -214,6 +233,22 @@ mod tests {
         assert!(!carries_a_log(refused));
         assert!(!carries_a_log(ApiError::NotFound));
         assert!(!carries_a_log(ApiError::BadRequest("no".into())));
+    }
+
+    #[test]
+    fn an_unreachable_database_anywhere_in_the_chain_is_a_503_with_retry_after() {
+        let unreachable = || MetadataError::no_answer_within(std::time::Duration::from_secs(1));
+        let through_store = ApiError::from(StoreError::Other(anyhow::Error::from(unreachable()).context("put")));
+        for error in [ApiError::from(unreachable()), through_store] {
+            assert!(matches!(error, ApiError::DatabaseUnavailable), "{error:?}");
+            let response = error.into_response();
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+            assert!(response.extensions().get::<LoggedError>().is_none(), "an outage is logged by the probe");
+        }
+        let timeout = ApiError::HandlerTimeout.into_response();
+        assert_eq!(timeout.headers()[header::RETRY_AFTER], "1");
+        assert!(matches!(ApiError::from(anyhow::anyhow!("disk on fire")), ApiError::Internal(_)));
     }
 
     #[test]

@@ -26,7 +26,7 @@ use crate::auth::Authorizer;
 use crate::catalog::Catalog;
 use crate::config::Settings;
 use crate::driver::Refusal;
-use crate::store::Store;
+use crate::store::{DatabaseHealth, Store};
 use error::ApiError;
 
 /// What the data listener's handler needs. Cloning it (axum does, per request) is one reference count.
@@ -69,6 +69,8 @@ pub struct AdminParts {
     pub prometheus: PrometheusHandle,
     /// Set once migrations have run and both listeners are bound: `/healthz` reports it.
     pub ready: AtomicBool,
+    /// The background probe's last verdict on the database: `/readyz` reports it (with `ready`).
+    pub database: Arc<DatabaseHealth>,
     /// One permit per upload in progress (`limits.max_concurrent_uploads`).
     pub uploads: tokio::sync::Semaphore,
 }

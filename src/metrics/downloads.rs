@@ -1,5 +1,6 @@
 //! Per-object download records: one per response, emitted by the data driver when the response ends, aggregated
-//! by a batcher and written to SQLite in one transaction per batch (at least once a second, and on shutdown).
+//! by a batcher and written to the database in one transaction per batch (at least once a second, and on
+//! shutdown). While the database cannot be written they wait in a bounded buffer (see [`run_batcher`]).
 //!
 //! The send path never waits on any of this: records go through a bounded channel with `try_send`, and a full
 //! channel costs a dropped record and a counter increment, never a blocked response.
@@ -22,7 +23,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::stats::{Batch, DownloadRecord};
-use crate::store::Metadata;
+use crate::store::{Flushed, Metadata, MetadataError, StatsFlush};
 
 /// Most records aggregated before a flush, even if a second has not passed.
 const MAX_BATCH_RECORDS: usize = 50_000;
@@ -52,14 +53,31 @@ pub fn channel(capacity: usize) -> (DownloadRecorder, mpsc::Receiver<DownloadRec
     (DownloadRecorder { tx, dropped: counter!(super::STATS_DROPPED) }, rx)
 }
 
+/// How often a warning about dropped records is repeated while drops go on.
+const DROP_WARNING_EVERY: Duration = Duration::from_secs(10);
+
 /// Aggregates records and writes them at least once a second. It drains the channel on a short tick instead of
-/// waiting on it, so that a data worker's `try_send` never has to wake this task on another thread. On `shutdown`
-/// it drains what is left, writes it, and returns. A failed write (SQLite busy past its timeout) keeps the batch
-/// and retries, so no counts are lost while the process lives.
-pub async fn run_batcher(meta: Metadata, mut rx: mpsc::Receiver<DownloadRecord>, shutdown: CancellationToken) {
-    let lag: Gauge = gauge!(super::STATS_LAG);
-    let failures: Counter = counter!(super::STATS_FLUSH_ERRORS);
-    let mut batch = Batch::default();
+/// waiting on it, so that a data worker's `try_send` never has to wake this task on another thread.
+///
+/// **While the database cannot be written** the write runs in a task of its own, so draining never waits on it.
+/// A batch whose write failed is *in doubt* (its commit may have happened, with the answer lost): it is retried
+/// alone, under the same flush mark, until it is written or the database says it already was, so nothing is
+/// counted twice. New records meanwhile aggregate into the pending batch, which holds at most
+/// `max_pending_entries` aggregates (so with the batch in doubt, which was a pending batch, memory stays under
+/// twice that); a record that needs one more is dropped, counted (`blobgate_stats_buffer_dropped_total`) and
+/// warned about. Once the database answers, the in-doubt batch and
+/// then the pending one are written. On `shutdown` it drains what is left, writes it, and returns.
+pub async fn run_batcher(
+    meta: Metadata,
+    mut rx: mpsc::Receiver<DownloadRecord>,
+    max_pending_entries: usize,
+    shutdown: CancellationToken,
+) {
+    let mut flusher = Flusher::new(meta);
+    let mut pending = Batch::default();
+    let buffer_dropped: Counter = counter!(super::STATS_BUFFER_DROPPED);
+    let pending_gauge: Gauge = gauge!(super::STATS_PENDING);
+    let mut drops = DropWarning::default();
     let mut tick = tokio::time::interval(DRAIN_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_flush = Instant::now();
@@ -69,46 +87,177 @@ pub async fn run_batcher(meta: Metadata, mut rx: mpsc::Receiver<DownloadRecord>,
             _ = shutdown.cancelled() => true,
         };
         while let Ok(r) = rx.try_recv() {
-            batch.add(&r);
-            if batch.records >= MAX_BATCH_RECORDS {
-                flush(&meta, &mut batch, &lag, &failures).await;
+            if !pending.add_within(&r, max_pending_entries) {
+                buffer_dropped.increment(1);
+                drops.dropped += 1;
             }
         }
+        drops.warn_now_and_then(max_pending_entries);
+        flusher.collect().await;
         if stopping {
             break;
         }
-        if last_flush.elapsed() >= FLUSH_EVERY {
-            flush(&meta, &mut batch, &lag, &failures).await;
+        if !flusher.writing() && (last_flush.elapsed() >= FLUSH_EVERY || pending.records >= MAX_BATCH_RECORDS) {
+            flusher.start(&mut pending);
             last_flush = Instant::now();
         }
+        pending_gauge.set((flusher.entries_held() + pending.entries()) as f64);
     }
+    // Shutdown: what is being written, then what is in doubt, then what is pending, with a few retries.
+    flusher.wait().await;
     for attempt in 0..5 {
-        if flush(&meta, &mut batch, &lag, &failures).await {
+        if flusher.idle() && pending.is_empty() {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+        flusher.start(&mut pending);
+        flusher.wait().await;
+        if !flusher.idle() || !pending.is_empty() {
+            tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+        }
     }
-    tracing::error!(records = batch.records, "could not write the last download stats before exit");
+    if !(flusher.idle() && pending.is_empty()) {
+        tracing::error!(
+            records = flusher.records_held() + pending.records,
+            "could not write the last download stats before exit"
+        );
+    }
 }
 
-/// Writes the batch; true when it is written (or empty).
-async fn flush(meta: &Metadata, batch: &mut Batch, lag: &Gauge, failures: &Counter) -> bool {
-    if batch.is_empty() {
-        lag.set(0.0);
-        return true;
+/// A finished write: its mark, its batch (kept for a retry), and how it went.
+type FlushOutcome = (StatsFlush, Batch, Result<Flushed, MetadataError>);
+
+/// The writing side of the batcher: at most one write in flight, and at most one batch in doubt.
+struct Flusher {
+    meta: Metadata,
+    /// This process's name in the flush marks: random, so a restart never reuses a mark.
+    writer: String,
+    next_seq: i64,
+    in_flight: Option<tokio::task::JoinHandle<FlushOutcome>>,
+    /// Entries and records of the batch in flight (it is inside the task).
+    in_flight_size: (usize, usize),
+    in_doubt: Option<(StatsFlush, Batch)>,
+    lag: Gauge,
+    failures: Counter,
+    /// Whether the last write failed: the failure is logged when writes start failing, not at every retry.
+    failing: bool,
+}
+
+impl Flusher {
+    fn new(meta: Metadata) -> Self {
+        Self {
+            meta,
+            writer: format!("{:016x}", getrandom::u64().unwrap_or_else(|_| std::process::id().into())),
+            next_seq: 1,
+            in_flight: None,
+            in_flight_size: (0, 0),
+            in_doubt: None,
+            lag: gauge!(super::STATS_LAG),
+            failures: counter!(super::STATS_FLUSH_ERRORS),
+            failing: false,
+        }
     }
-    let age = batch.oldest().map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
-    match meta.record_download_stats(batch).await {
-        Ok(()) => {
-            lag.set(age);
-            batch.clear();
-            true
+
+    /// Nothing being written and nothing in doubt.
+    fn idle(&self) -> bool {
+        !self.writing() && self.in_doubt.is_none()
+    }
+
+    fn writing(&self) -> bool {
+        self.in_flight.is_some()
+    }
+
+    fn entries_held(&self) -> usize {
+        self.in_flight_size.0 + self.in_doubt.as_ref().map_or(0, |(_, b)| b.entries())
+    }
+
+    fn records_held(&self) -> usize {
+        self.in_flight_size.1 + self.in_doubt.as_ref().map_or(0, |(_, b)| b.records)
+    }
+
+    /// Starts a write unless one is in flight: the batch in doubt if there is one (alone, under its own mark),
+    /// else the pending batch (taken, under a new mark).
+    fn start(&mut self, pending: &mut Batch) {
+        if self.in_flight.is_some() {
+            return;
         }
-        Err(e) => {
-            failures.increment(1);
-            tracing::warn!(error = %e, records = batch.records, "writing download stats failed; will retry");
-            false
+        let (flush, batch) = match self.in_doubt.take() {
+            Some(doubt) => doubt,
+            None if pending.is_empty() => {
+                self.lag.set(0.0);
+                return;
+            }
+            None => {
+                let flush = StatsFlush { writer: self.writer.clone(), seq: self.next_seq };
+                self.next_seq += 1;
+                (flush, std::mem::take(pending))
+            }
+        };
+        self.in_flight_size = (batch.entries(), batch.records);
+        let meta = self.meta.clone();
+        self.in_flight = Some(tokio::spawn(async move {
+            let result = meta.record_download_stats(&flush, &batch).await;
+            (flush, batch, result)
+        }));
+    }
+
+    /// Takes the result of a finished write, if there is one; never waits.
+    async fn collect(&mut self) {
+        if self.in_flight.as_ref().is_some_and(|task| task.is_finished()) {
+            self.wait().await;
         }
+    }
+
+    /// Waits for the write in flight, if any, and takes its result.
+    async fn wait(&mut self) {
+        let Some(task) = self.in_flight.take() else { return };
+        self.in_flight_size = (0, 0);
+        let (flush, batch, result) = match task.await {
+            Ok(done) => done,
+            Err(e) => {
+                tracing::error!(error = %e, "the stats write task failed; its batch is lost");
+                return;
+            }
+        };
+        match result {
+            Ok(written) => {
+                if written == Flushed::AlreadyWritten {
+                    tracing::info!(records = batch.records, "a stats batch whose commit seemed to fail was written");
+                }
+                if std::mem::take(&mut self.failing) {
+                    tracing::info!("writing download stats works again");
+                }
+                self.lag.set(batch.oldest().map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0));
+            }
+            Err(e) => {
+                self.failures.increment(1);
+                if !std::mem::replace(&mut self.failing, true) {
+                    tracing::warn!(error = %e, records = batch.records, "writing download stats failed; keeping them and retrying");
+                }
+                self.in_doubt = Some((flush, batch));
+            }
+        }
+    }
+}
+
+/// Warns about dropped records when drops start, then at most every [`DROP_WARNING_EVERY`] while they go on.
+#[derive(Default)]
+struct DropWarning {
+    dropped: u64,
+    last: Option<Instant>,
+}
+
+impl DropWarning {
+    fn warn_now_and_then(&mut self, max_pending_entries: usize) {
+        if self.dropped == 0 || self.last.is_some_and(|t| t.elapsed() < DROP_WARNING_EVERY) {
+            return;
+        }
+        tracing::warn!(
+            dropped = self.dropped,
+            limit = max_pending_entries,
+            "download stats dropped: the buffer waiting for the database is full (limits.stats_buffer_objects)"
+        );
+        self.dropped = 0;
+        self.last = Some(Instant::now());
     }
 }
 
@@ -124,4 +273,74 @@ pub fn stats_json(s: &crate::store::ObjectStats) -> serde_json::Value {
             humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(t.max(0) as u64)).to_string()
         }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::config::{DatabaseTimeouts, DatabaseUrl};
+    use crate::file_body::ObjectRef;
+    use crate::names::BucketName;
+    use crate::stats::RecordKind;
+    use crate::store::StatsOrder;
+
+    fn download(bucket_id: i64, key: &str, bytes: u64) -> DownloadRecord {
+        let mut r = DownloadRecord::now(ObjectRef { bucket_id, key: Arc::from(key) }, 200, RecordKind::Full);
+        (r.planned_bytes, r.sent_bytes) = (bytes, bytes);
+        r
+    }
+
+    async fn totals(meta: &Metadata) -> Vec<(String, u64, u64)> {
+        let rows = meta.object_stats(None, "", StatsOrder::Bytes, None).await.unwrap();
+        let mut rows: Vec<_> = rows.into_iter().map(|s| (s.key, s.counters.requests, s.counters.bytes_sent)).collect();
+        rows.sort();
+        rows
+    }
+
+    #[tokio::test]
+    async fn records_wait_while_writes_fail_within_the_bound_and_are_written_once_when_the_database_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = DatabaseUrl::in_data_dir(dir.path());
+        let timeouts = DatabaseTimeouts { busy: Duration::from_millis(50), acquire: Duration::from_millis(500) };
+        let meta = Metadata::open(&url, dir.path(), timeouts).await.unwrap();
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        // Another process holds the write lock: every stats write fails (busy) until it lets go.
+        let other = Metadata::open(&url, dir.path(), timeouts).await.unwrap();
+        let lock = other.begin_write().await.unwrap();
+
+        let (recorder, rx) = channel(1024);
+        let stop = CancellationToken::new();
+        // Room for two objects (each one object entry and one day entry) in the pending batch.
+        let batcher = tokio::spawn(run_batcher(meta.clone(), rx, 4, stop.clone()));
+        recorder.record(download(bucket.id, "a", 10));
+        recorder.record(download(bucket.id, "b", 20));
+        tokio::time::sleep(Duration::from_millis(1300)).await;
+        assert!(totals(&meta).await.is_empty(), "nothing can be written yet");
+        // The first two are in doubt now; a new pending batch takes two objects again, not a third.
+        recorder.record(download(bucket.id, "a", 10));
+        recorder.record(download(bucket.id, "c", 30));
+        recorder.record(download(bucket.id, "d", 40));
+        tokio::time::sleep(Duration::from_millis(1300)).await;
+        assert!(totals(&meta).await.is_empty());
+
+        lock.commit().await.unwrap();
+        let want = vec![("a".to_owned(), 2, 20), ("b".to_owned(), 1, 20), ("c".to_owned(), 1, 30)];
+        let mut got = Vec::new();
+        for _ in 0..50 {
+            got = totals(&meta).await;
+            if got == want {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(got, want, "the outage's records, written once, without the dropped one");
+        recorder.record(download(bucket.id, "d", 40));
+        stop.cancel();
+        batcher.await.unwrap();
+        let want =
+            vec![("a".to_owned(), 2, 20), ("b".to_owned(), 1, 20), ("c".to_owned(), 1, 30), ("d".to_owned(), 1, 40)];
+        assert_eq!(totals(&meta).await, want, "the last records are written at shutdown, nothing twice");
+    }
 }

@@ -36,6 +36,9 @@ pub const UPLOADS_REFUSED: &str = "blobgate_uploads_refused_total";
 pub const UPLOAD_BODY_TIMEOUTS: &str = "blobgate_upload_body_timeouts_total";
 pub const UPLOADS_IN_PROGRESS: &str = "blobgate_uploads_in_progress";
 pub const ACCESS_LOG_DROPPED: &str = "blobgate_access_log_dropped_total";
+pub const DATABASE_UP: &str = "blobgate_database_up";
+pub const STATS_BUFFER_DROPPED: &str = "blobgate_stats_buffer_dropped_total";
+pub const STATS_PENDING: &str = "blobgate_stats_pending_objects";
 
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 const KINDS: [&str; 6] = ["full", "range", "multipart", "not_modified", "head", "other"];
@@ -87,6 +90,12 @@ fn describe() {
     );
     describe_gauge!(UPLOADS_IN_PROGRESS, "Uploads holding one of the limits.max_concurrent_uploads places.");
     describe_histogram!(RESPONSE_SECONDS, Unit::Seconds, "File responses, from head written to last byte sent.");
+    describe_gauge!(DATABASE_UP, "1 while the last readiness probe (SELECT 1) of the metadata database answered.");
+    describe_counter!(
+        STATS_BUFFER_DROPPED,
+        "Download records dropped because the stats buffer (limits.stats_buffer_objects) was full while writes failed."
+    );
+    describe_gauge!(STATS_PENDING, "Objects (and object-days) whose download counts wait to be written.");
 }
 
 /// Pre-registered handles for the data driver.

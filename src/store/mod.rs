@@ -25,11 +25,11 @@ use serde::Serialize;
 
 pub use blobs::{BlobStore, BlobWriter, StagedBlob};
 pub use metadata::{
-    Bucket, CacheChange, Catchup, ChangeFeed, ChangeKind, Metadata, MetadataError, ObjectRecord, ObjectStats, Scope,
-    SigningKey, StatsOrder, TokenRecord, Upsert, VariantRecord, WriteTx,
+    Bucket, CacheChange, Catchup, ChangeFeed, ChangeKind, DatabaseHealth, Flushed, Metadata, MetadataError,
+    ObjectRecord, ObjectStats, Scope, SigningKey, StatsFlush, StatsOrder, TokenRecord, Upsert, VariantRecord, WriteTx,
 };
 
-use crate::config::DatabaseUrl;
+use crate::config::{DatabaseTimeouts, DatabaseUrl};
 use crate::header_values::content_coding::ContentCoding;
 use crate::names::{BucketName, ObjectAttrs, ObjectKey};
 
@@ -128,11 +128,17 @@ pub struct Store {
 }
 
 impl Store {
-    /// `busy_timeout`: how long a write waits for the database's lock held by another connection or process.
-    pub async fn open(data_dir: &Path, database: &DatabaseUrl, busy_timeout: Duration) -> anyhow::Result<Self> {
+    /// `timeouts`: how long a write waits for the database's lock held by another connection or process (a
+    /// `Duration` alone), and for a connection (`DatabaseTimeouts::acquire`).
+    pub async fn open(
+        data_dir: &Path,
+        database: &DatabaseUrl,
+        timeouts: impl Into<DatabaseTimeouts>,
+    ) -> anyhow::Result<Self> {
+        let timeouts = timeouts.into();
         crate::config::ensure_data_dir(data_dir)?;
         let blobs = BlobStore::open(data_dir)?;
-        let meta = Metadata::open(database, data_dir, busy_timeout).await?;
+        let meta = Metadata::open(database, data_dir, timeouts).await?;
         let secrets_key = secrets_key::load_or_create(data_dir, &meta).await?;
         let meta = meta.with_secrets_key(secrets_key);
         let sealed = meta.seal_signing_keys().await.context("cannot seal the signing keys")?;
@@ -148,15 +154,16 @@ impl Store {
     pub async fn open_read_only(
         data_dir: &Path,
         database: &DatabaseUrl,
-        busy_timeout: Duration,
+        timeouts: impl Into<DatabaseTimeouts>,
     ) -> anyhow::Result<Self> {
-        let mut meta = Metadata::open_read_only(database, busy_timeout).await?;
+        let timeouts = timeouts.into();
+        let mut meta = Metadata::open_read_only(database, timeouts).await?;
         if let Some(key) = secrets_key::load_existing(data_dir, &meta).await? {
             meta = meta.with_secrets_key(key);
         }
         if meta.needs_migration().await {
             meta.close().await;
-            return Self::open(data_dir, database, busy_timeout)
+            return Self::open(data_dir, database, timeouts)
                 .await
                 .context("the database must be migrated to this version first, which needs write access");
         }

@@ -75,6 +75,7 @@ mod auth;
 mod changes;
 mod copy;
 mod generation;
+mod health;
 mod objects;
 mod pg_feed;
 mod pool;
@@ -88,8 +89,9 @@ use sqlx::{PgPool, Postgres, Sqlite, SqlitePool, Transaction};
 pub use auth::{Scope, SigningKey, TokenRecord};
 pub use changes::{CacheChange, Catchup, ChangeFeed, ChangeKind};
 pub use copy::CopyError;
+pub use health::DatabaseHealth;
 pub use objects::{Bucket, ObjectRecord, Upsert};
-pub use stats::{ObjectStats, StatsOrder};
+pub use stats::{Flushed, ObjectStats, StatsFlush, StatsOrder};
 pub use variants::VariantRecord;
 
 use crate::store::sealing::{SealError, SecretsKey};
@@ -100,8 +102,12 @@ pub enum MetadataError {
     BucketExists(String),
     #[error("no such bucket: {0}")]
     NoSuchBucket(String),
+    /// The database cannot be reached (no connection within the pool's acquire timeout, a connection lost or
+    /// refused, the server shutting down): the request may succeed later. Made only by `From<sqlx::Error>`.
+    #[error("the database is unreachable")]
+    Unavailable(#[source] sqlx::Error),
     #[error(transparent)]
-    Database(#[from] sqlx::Error),
+    Database(sqlx::Error),
     #[error(transparent)]
     Sealing(#[from] SealError),
     #[error("signing keys need the secrets key, and none was loaded")]
@@ -109,6 +115,30 @@ pub enum MetadataError {
     /// A stored value this binary cannot read (a row written by hand, or by a newer version).
     #[error("invalid stored value: {0}")]
     Invalid(String),
+}
+
+/// The one place a database error is classified: connection-level failures are [`MetadataError::Unavailable`],
+/// everything else (a constraint, a bad statement, a lock held past the busy timeout) stays `Database`.
+impl From<sqlx::Error> for MetadataError {
+    fn from(e: sqlx::Error) -> Self {
+        if health::is_connection_failure(&e) { MetadataError::Unavailable(e) } else { MetadataError::Database(e) }
+    }
+}
+
+impl MetadataError {
+    /// Whether this says the database is unreachable.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, MetadataError::Unavailable(_))
+    }
+
+    /// Whether any cause in `error`'s chain says the database is unreachable (a [`MetadataError::Unavailable`],
+    /// or a connection-level `sqlx::Error` from opening it).
+    pub fn in_chain_is_unavailable(error: &anyhow::Error) -> bool {
+        error.chain().any(|cause| {
+            cause.downcast_ref::<MetadataError>().is_some_and(MetadataError::is_unavailable)
+                || cause.downcast_ref::<sqlx::Error>().is_some_and(health::is_connection_failure)
+        })
+    }
 }
 
 /// The metadata store, over one of the backends. Cheap to clone (the connection pool is shared).

@@ -13,7 +13,7 @@ use sqlx::{ConnectOptions, Connection};
 
 use super::generation::Generation;
 use super::{Backend, ChangeFeed, Metadata};
-use crate::config::{DatabaseUrl, PostgresUrl};
+use crate::config::{DatabaseTimeouts, DatabaseUrl, PostgresUrl};
 
 /// The embedded migrations: applied by `open`, compared by `open_read_only`.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
@@ -26,19 +26,25 @@ pub const PG_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Metadata {
     /// Opens (creating if needed) the database and applies the embedded migrations. The change feed's counter
-    /// lives in `data_dir`, shared with every process that opens it.
+    /// lives in `data_dir`, shared with every process that opens it. `timeouts` is a busy timeout alone or
+    /// [`DatabaseTimeouts`], whose `acquire` bounds every wait for a pooled connection.
     /// PostgreSQL: the counter is private to this process (see `changes.rs`); several processes may apply the
     /// migrations at once (sqlx serialises them with an advisory lock).
-    pub async fn open(database: &DatabaseUrl, data_dir: &Path, busy_timeout: Duration) -> anyhow::Result<Self> {
+    pub async fn open(
+        database: &DatabaseUrl,
+        data_dir: &Path,
+        timeouts: impl Into<DatabaseTimeouts>,
+    ) -> anyhow::Result<Self> {
+        let timeouts = timeouts.into();
         let (backend, generation) = match database {
             DatabaseUrl::Sqlite(path) => {
                 let generation = Generation::open(data_dir)?;
-                let pool = open_sqlite(path, busy_timeout).await?;
+                let pool = open_sqlite(path, timeouts).await?;
                 MIGRATOR.run(&pool).await.context("cannot apply database migrations")?;
                 (Backend::Sqlite(pool), generation)
             }
             DatabaseUrl::Postgres(url) => {
-                let pool = open_postgres(url, false).await?;
+                let pool = open_postgres(url, false, timeouts).await?;
                 PG_MIGRATOR.run(&pool).await.with_context(|| format!("cannot apply the migrations to {url}"))?;
                 (Backend::Postgres(pool), Generation::local())
             }
@@ -50,10 +56,11 @@ impl Metadata {
     /// Opens an existing database for reading only: no migrations, no writes, no files created, so it works in a
     /// read-only data dir. Check `needs_migration` before trusting the schema.
     /// PostgreSQL: every transaction is read-only (`default_transaction_read_only`).
-    pub async fn open_read_only(database: &DatabaseUrl, busy_timeout: Duration) -> anyhow::Result<Self> {
+    pub async fn open_read_only(database: &DatabaseUrl, timeouts: impl Into<DatabaseTimeouts>) -> anyhow::Result<Self> {
+        let timeouts = timeouts.into();
         let backend = match database {
-            DatabaseUrl::Sqlite(path) => Backend::Sqlite(open_sqlite_read_only(path, busy_timeout).await?),
-            DatabaseUrl::Postgres(url) => Backend::Postgres(open_postgres(url, true).await?),
+            DatabaseUrl::Sqlite(path) => Backend::Sqlite(open_sqlite_read_only(path, timeouts).await?),
+            DatabaseUrl::Postgres(url) => Backend::Postgres(open_postgres(url, true, timeouts).await?),
         };
         // Nothing is written, so nothing needs to reach other processes: a private counter.
         let generation = Arc::new(Generation::local());
@@ -91,7 +98,7 @@ impl Metadata {
     }
 }
 
-async fn open_sqlite(path: &Path, busy_timeout: Duration) -> anyhow::Result<sqlx::SqlitePool> {
+async fn open_sqlite(path: &Path, timeouts: DatabaseTimeouts) -> anyhow::Result<sqlx::SqlitePool> {
     // SQLite would create the database as 0644 minus the umask, and it gives the -wal and -shm files the
     // database's mode: creating it owner-only first (an empty file is an empty database) covers all three.
     std::fs::OpenOptions::new()
@@ -112,7 +119,7 @@ async fn open_sqlite(path: &Path, busy_timeout: Duration) -> anyhow::Result<sqlx
         .journal_mode(SqliteJournalMode::Wal)
         // NORMAL is durable across process crashes in WAL mode; blob files are fsynced separately.
         .synchronous(SqliteSynchronous::Normal)
-        .busy_timeout(busy_timeout)
+        .busy_timeout(timeouts.busy)
         // Pages come from a shared mapping instead of pread64 copies into each connection's cache.
         .pragma("mmap_size", "268435456")
         .foreign_keys(true);
@@ -120,6 +127,7 @@ async fn open_sqlite(path: &Path, busy_timeout: Duration) -> anyhow::Result<sqlx
     // with page reads of its own.
     SqlitePoolOptions::new()
         .max_connections(4)
+        .acquire_timeout(timeouts.acquire)
         .connect_with(options)
         .await
         .with_context(|| format!("cannot open database {}", path.display()))
@@ -128,7 +136,7 @@ async fn open_sqlite(path: &Path, busy_timeout: Duration) -> anyhow::Result<sqlx
 /// Connects once, within [`PG_CONNECT_TIMEOUT`], so that a wrong password, an unknown database or an unreachable
 /// host fails at start with its own reason, then opens the pool. Every message names `database.url` and where it
 /// points, never the password.
-async fn open_postgres(url: &PostgresUrl, read_only: bool) -> anyhow::Result<sqlx::PgPool> {
+async fn open_postgres(url: &PostgresUrl, read_only: bool, timeouts: DatabaseTimeouts) -> anyhow::Result<sqlx::PgPool> {
     let mut options = PgConnectOptions::from_str(url.expose_secret())
         .map_err(|e| anyhow::anyhow!("database.url is not a valid PostgreSQL URL ({url}): {e}"))?
         .application_name("blobgate");
@@ -145,7 +153,8 @@ async fn open_postgres(url: &PostgresUrl, read_only: bool) -> anyhow::Result<sql
     first.close().await.ok();
     PgPoolOptions::new()
         .max_connections(8)
-        .acquire_timeout(PG_CONNECT_TIMEOUT)
+        // Shorter than timeouts.handler: a request during an outage gets its 503 instead of the handler's.
+        .acquire_timeout(timeouts.acquire)
         .connect_with(options)
         .await
         .map_err(|e| anyhow::anyhow!("database.url: cannot connect to {url}: {}", one_line(&e)))
@@ -161,7 +170,7 @@ fn one_line(e: &sqlx::Error) -> String {
 /// `-wal`, every commit is in the main file, so it is opened `immutable` and SQLite reads just that file.
 /// (A writer that starts during such a read writes to its own new WAL; only a checkpoint, after 1000 pages
 /// or at its close, touches the main file.)
-async fn open_sqlite_read_only(path: &Path, busy_timeout: Duration) -> anyhow::Result<sqlx::SqlitePool> {
+async fn open_sqlite_read_only(path: &Path, timeouts: DatabaseTimeouts) -> anyhow::Result<sqlx::SqlitePool> {
     if !path.is_file() {
         anyhow::bail!("no database at {}", path.display());
     }
@@ -172,10 +181,11 @@ async fn open_sqlite_read_only(path: &Path, busy_timeout: Duration) -> anyhow::R
         .filename(path)
         .read_only(true)
         .immutable(!live_wal)
-        .busy_timeout(busy_timeout)
+        .busy_timeout(timeouts.busy)
         .pragma("mmap_size", "268435456");
     SqlitePoolOptions::new()
         .max_connections(1)
+        .acquire_timeout(timeouts.acquire)
         .connect_with(options)
         .await
         .with_context(|| format!("cannot open database {} read-only", path.display()))

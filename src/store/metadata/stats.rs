@@ -87,13 +87,35 @@ impl From<ObjectStatsRow> for ObjectStats {
     }
 }
 
+/// Names one flush of a stats batcher: `writer` is the batcher (random per process), `seq` counts its flushes
+/// and only grows. A retried flush keeps its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatsFlush {
+    pub writer: String,
+    pub seq: i64,
+}
+
+/// What [`Metadata::record_download_stats`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flushed {
+    Written,
+    /// This flush (or a later one of its writer) was committed before: a retry after a commit whose answer was
+    /// lost. Nothing was added again.
+    AlreadyWritten,
+}
+
+/// Marks of writers not seen for this long are removed (a process that stopped long ago never retries).
+const FLUSH_MARK_LIFETIME_SECS: i64 = 7 * 86_400;
+
 impl Metadata {
-    /// Adds a batch of download counters in one write transaction. Rows of a bucket deleted since the downloads
-    /// are dropped (they would violate the foreign key and fail the whole batch, again at every retry). Each row
+    /// Adds a batch of download counters in one write transaction, with the flush's mark, so that a retry of a
+    /// flush whose commit did succeed adds nothing (see [`Flushed::AlreadyWritten`]). Rows of a bucket deleted
+    /// since the downloads are dropped (they would violate the foreign key and fail the whole batch, again at
+    /// every retry). Each row
     /// is one `INSERT … ON CONFLICT DO UPDATE SET n = n + excluded.n`, so replicas adding to the same row at once
     /// never lose an increment; rows go in key order, so two such batches lock them in the same order and cannot
     /// deadlock.
-    pub async fn record_download_stats(&self, batch: &Batch) -> Result<(), MetadataError> {
+    pub async fn record_download_stats(&self, flush: &StatsFlush, batch: &Batch) -> Result<Flushed, MetadataError> {
         // The later of two timestamps: SQLite's two-argument max, PostgreSQL's greatest.
         let later = match &self.backend {
             Backend::Sqlite(_) => "max",
@@ -117,6 +139,26 @@ impl Metadata {
         let mut per_day: Vec<_> = batch.per_day.iter().collect();
         per_day.sort_unstable_by(|a, b| a.0.cmp(b.0));
         let mut tx = self.begin_write().await?;
+        let now = crate::stats::unix_now();
+        let marked = with_tx!(&mut tx.tx, conn => sqlx::query(
+            "INSERT INTO stats_flush_marks AS m (writer, last_seq, updated_at) VALUES ($1, $2, $3)
+             ON CONFLICT (writer) DO UPDATE SET last_seq = excluded.last_seq, updated_at = excluded.updated_at
+             WHERE m.last_seq < excluded.last_seq",
+        )
+        .bind(&flush.writer)
+        .bind(flush.seq)
+        .bind(now)
+        .execute(&mut **conn)
+        .await?.rows_affected());
+        if marked == 0 {
+            return Ok(Flushed::AlreadyWritten);
+        }
+        if flush.seq == 1 {
+            with_tx!(&mut tx.tx, conn => sqlx::query("DELETE FROM stats_flush_marks WHERE updated_at < $1")
+                .bind(now - FLUSH_MARK_LIFETIME_SECS)
+                .execute(&mut **conn)
+                .await?.rows_affected());
+        }
         for ((bucket_id, key), (c, last)) in per_object {
             with_tx!(&mut tx.tx, conn => sqlx::query(&per_object_sql)
                 .bind(bucket_id)
@@ -157,7 +199,8 @@ impl Metadata {
             .execute(&mut **conn)
             .await?.rows_affected());
         }
-        tx.commit_without_announcing().await
+        tx.commit_without_announcing().await?;
+        Ok(Flushed::Written)
     }
 
     /// Per-object stats, optionally for one bucket and key prefix, highest first by `order`.
@@ -192,6 +235,26 @@ mod tests {
     use crate::store::metadata::TestBackend;
     use crate::store::metadata::pool::tests::database;
 
+    on_both_backends!(a_retried_flush_whose_commit_succeeded_adds_nothing);
+    async fn a_retried_flush_whose_commit_succeeded_adds_nothing(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let mut batch = Batch::default();
+        let counters = Counters { requests: 1, bytes_sent: 10, ..Counters::default() };
+        batch.per_object.insert((bucket.id, Arc::from("a")), (counters, Some(5)));
+        batch.per_day.insert(((bucket.id, Arc::from("a")), 20_000), counters);
+        let flush = |writer: &str, seq| StatsFlush { writer: writer.into(), seq };
+        assert_eq!(meta.record_download_stats(&flush("w1", 1), &batch).await.unwrap(), Flushed::Written);
+        // The answer to that commit was lost: the same flush again adds nothing.
+        assert_eq!(meta.record_download_stats(&flush("w1", 1), &batch).await.unwrap(), Flushed::AlreadyWritten);
+        let rows = meta.object_stats(Some(bucket.id), "", StatsOrder::Bytes, None).await.unwrap();
+        assert_eq!((rows[0].counters.requests, rows[0].counters.bytes_sent), (1, 10));
+        assert_eq!(meta.record_download_stats(&flush("w1", 2), &batch).await.unwrap(), Flushed::Written);
+        assert_eq!(meta.record_download_stats(&flush("w2", 1), &batch).await.unwrap(), Flushed::Written);
+        let rows = meta.object_stats(Some(bucket.id), "", StatsOrder::Bytes, None).await.unwrap();
+        assert_eq!((rows[0].counters.requests, rows[0].counters.bytes_sent), (3, 30));
+    }
+
     on_both_backends!(concurrent_batches_lose_no_increment);
     async fn concurrent_batches_lose_no_increment(backend: TestBackend) {
         let (_dir, meta) = database(backend).await;
@@ -209,7 +272,8 @@ mod tests {
                         batch.per_object.insert((bucket.id, Arc::from(key)), (counters, Some(writer * 100 + n)));
                         batch.per_day.insert(((bucket.id, Arc::from(key)), 20_000), counters);
                     }
-                    meta.record_download_stats(&batch).await.unwrap();
+                    let flush = StatsFlush { writer: format!("w{writer}"), seq: n + 1 };
+                    meta.record_download_stats(&flush, &batch).await.unwrap();
                 }
             }));
         }

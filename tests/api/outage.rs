@@ -1,0 +1,151 @@
+//! The database going away and coming back: readiness (`/readyz`), answers from cache, 503 + `Retry-After` for
+//! what needs the database, download stats buffered through the outage.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::helpers::*;
+
+#[test]
+fn readyz_is_ready_on_sqlite_and_liveness_stays_apart() {
+    let env = TestEnv::new();
+    env.bucket("open", true);
+    let server = env.serve();
+    let ready = wait_for(Duration::from_secs(5), || server.admin("GET", "/readyz", &[], b"").status == 200);
+    assert!(ready, "/readyz never answered 200; log:\n{}", server.log());
+    let r = server.admin("GET", "/readyz", &[], b"");
+    assert_eq!(r.body, b"ok\n");
+    assert_eq!(server.admin("GET", "/healthz", &[], b"").status, 200);
+    let metrics = String::from_utf8(server.admin("GET", "/metrics", &[], b"").body).unwrap();
+    assert!(metrics.lines().any(|l| l == "blobgate_database_up 1"), "{metrics}");
+    assert_eq!(server.get("/readyz", &[]).status, 400, "the data listener has no /readyz");
+}
+
+/// A PostgreSQL cluster of this test's own (`scripts/pg-cluster`), so it can be stopped and started again on the
+/// same port while a replica runs on it. Removed on drop, even when the test fails.
+struct OwnCluster {
+    dir: tempfile::TempDir,
+    url: String,
+}
+
+const PG_CLUSTER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg-cluster");
+
+impl OwnCluster {
+    fn start() -> Self {
+        require_tool("psql", "apt package postgresql-client");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let out = Command::new(PG_CLUSTER).arg("start").arg(dir.path().join("pg")).output().expect("run pg-cluster");
+        assert!(out.status.success(), "pg-cluster start: {}", String::from_utf8_lossy(&out.stderr));
+        let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        OwnCluster { dir, url }
+    }
+
+    fn run(&self, command: &str) {
+        let out = Command::new(PG_CLUSTER).arg(command).arg(self.dir.path().join("pg")).output().unwrap();
+        assert!(out.status.success(), "pg-cluster {command}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    fn port(&self) -> String {
+        self.url.rsplit_once(':').unwrap().1.split('/').next().unwrap().to_owned()
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        let _ = Command::new(PG_CLUSTER).arg("stop").arg(self.dir.path().join("pg")).output();
+    }
+}
+
+/// `requests` of BUCKET/KEY in `blobgate stats --json`, or None when the CLI fails.
+fn downloads_of(env: &TestEnv, key: &str) -> Option<u64> {
+    let out = env.cli(&["stats", "--json"]);
+    if !out.status.success() {
+        return None;
+    }
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = rows.as_array().unwrap().iter().find(|r| r["key"] == key);
+    Some(row.map_or(0, |r| r["requests"].as_u64().unwrap()))
+}
+
+#[test]
+fn a_replica_rides_out_a_postgres_outage_and_resumes_without_a_restart() {
+    let cluster = OwnCluster::start();
+    let env = TestEnv { database_url: Some(cluster.url.clone()), ..TestEnv::new() };
+    env.bucket("box", false);
+    let cached = test_bytes(40_000, 1);
+    env.put_bytes("box", "cached.bin", &cached, &[]);
+    env.put_bytes("box", "uncached.bin", b"needs the database", &[]);
+    let token = env.token("box", "read", &[]);
+    let victim = env.token("box", "read", &[]);
+    let auth = format!("Bearer {token}");
+    let auth = [("Authorization", auth.as_str())];
+    let (handler, acquire) = (Duration::from_secs(3), "1s");
+    let server =
+        env.serve_with(&[("BLOBGATE_TIMEOUTS__HANDLER", "3s"), ("BLOBGATE_TIMEOUTS__DATABASE_ACQUIRE", acquire)], &[]);
+    assert_eq!(server.admin("GET", "/readyz", &[], b"").status, 200);
+    for _ in 0..3 {
+        let r = server.get("/box/cached.bin", &auth);
+        assert_eq!((r.status, r.body == cached), (200, true));
+    }
+    let victim_auth = format!("Bearer {victim}");
+    assert_eq!(server.get("/box/cached.bin", &[("Authorization", victim_auth.as_str())]).status, 200);
+    assert!(wait_for(Duration::from_secs(10), || downloads_of(&env, "cached.bin") == Some(4)));
+
+    cluster.run("halt");
+    // Readiness flips within about two probe periods, and answers at once meanwhile.
+    let flipped = wait_for(Duration::from_secs(5), || server.admin("GET", "/readyz", &[], b"").status == 503);
+    assert!(flipped, "/readyz stayed 200 with the database down; log:\n{}", server.log());
+    let started = Instant::now();
+    let r = server.admin("GET", "/readyz", &[], b"");
+    assert!(started.elapsed() < Duration::from_millis(500), "readyz took {:?}", started.elapsed());
+    assert_eq!((r.status, r.json()["error"].as_str()), (503, Some("database_unavailable")));
+    assert_eq!(server.admin("GET", "/healthz", &[], b"").status, 200, "liveness does not depend on the database");
+
+    // Cached: still served, byte-exact; these four downloads' stats wait in the buffer.
+    for _ in 0..4 {
+        let r = server.get("/box/cached.bin", &auth);
+        assert_eq!((r.status, r.body == cached), (200, true), "a cached object during the outage");
+    }
+    // Uncached: 503 with Retry-After, within the handler timeout.
+    let started = Instant::now();
+    let r = server.get("/box/uncached.bin", &auth);
+    let took = started.elapsed();
+    assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+    assert!(r.header("retry-after").is_some(), "no Retry-After: {:?}", r.headers_without_date());
+    assert!(took < handler, "the 503 took {took:?}, over timeouts.handler");
+    assert_eq!(r.json()["error"], "database_unavailable");
+
+    // The CLI: one line naming the database (host, port, database; never the password), non-zero exit.
+    let out = env.cli(&["ls", "box"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("blobgate: "), "{stderr}");
+    assert!(stderr.contains(&format!("127.0.0.1:{}", cluster.port())) && stderr.contains("postgres"), "{stderr}");
+    assert!(!stderr.contains(":blobgate@"), "the password leaked: {stderr}");
+    assert_eq!(downloads_of(&env, "cached.bin"), None, "stats cannot be read during the outage");
+
+    cluster.run("restart");
+    let back = wait_for(Duration::from_secs(10), || server.admin("GET", "/readyz", &[], b"").status == 200);
+    assert!(back, "/readyz stayed 503 after the restart; log:\n{}", server.log());
+    // The replica resumes without a restart: what needs the database works again.
+    let r = server.get("/box/uncached.bin", &auth);
+    assert_eq!((r.status, r.body.as_slice()), (200, b"needs the database".as_slice()));
+    // The outage's four downloads arrive, exactly once each.
+    assert!(
+        wait_for(Duration::from_secs(10), || downloads_of(&env, "cached.bin") == Some(8)),
+        "{:?}",
+        downloads_of(&env, "cached.bin")
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(downloads_of(&env, "cached.bin"), Some(8), "counted twice after the restart");
+
+    // A revocation made after the restart is honoured within 1 s.
+    env.ok(&["token", "revoke", &victim]);
+    let revoked_at = Instant::now();
+    let refused = wait_for(Duration::from_secs(3), || {
+        server.get("/box/cached.bin", &[("Authorization", victim_auth.as_str())]).status == 401
+    });
+    let took = revoked_at.elapsed();
+    assert!(refused && took < Duration::from_secs(1), "the revocation took {took:?} (refused: {refused})");
+}
