@@ -81,8 +81,13 @@ def main():
         url = args.database_url
         if url is None:
             cluster = work / "pg"
-            url = subprocess.run([str(ROOT / "scripts" / "pg-cluster"), "start", str(cluster)], check=True,
-                                 capture_output=True, text=True).stdout.strip()
+            # The cluster runs as an unprivileged user, which must be able to reach its directory.
+            os.chmod(work, 0o755)
+            started = subprocess.run([str(ROOT / "scripts" / "pg-cluster"), "start", str(cluster)],
+                                     capture_output=True, text=True)
+            if started.returncode != 0:
+                sys.exit(f"scripts/pg-cluster start failed: {started.stderr.strip()}")
+            url = started.stdout.strip()
         gw = Gateway(args.binary, str(work / "data"), url)
         gw.cli("bucket", "create", "bench")
         (work / "doc").write_bytes(b"x" * 4096)
