@@ -12,6 +12,7 @@
 //! [`CredentialLookup`] (the catalog in the server, a map in tests). It knows nothing of HTTP responses or of the
 //! application's state: refusals are [`AuthError`]s, which `http::error` turns into responses and metric labels.
 
+pub mod access_key;
 pub mod presign;
 pub mod token;
 

@@ -1,5 +1,5 @@
 //! In-memory caches of what the data path reads for every request (buckets, objects with their prepared headers,
-//! tokens, signing keys, revoked signatures) and of open blob files, kept coherent with the database.
+//! tokens, signing keys, revoked signatures, S3 access keys) and of open blob files, kept coherent with the database.
 //!
 //! **Coherence.** Every change to those tables, whoever makes it, reaches the metadata's change feed
 //! (`store::ChangeFeed`). Before serving from a cache, a request compares the feed's counter with the value the
@@ -30,7 +30,8 @@ use quick_cache::sync::Cache;
 
 use crate::auth::CredentialLookup;
 use crate::store::{
-    BlobStore, Bucket, CacheChange, ChangeFeed, ChangeKind, Metadata, MetadataError, SigningKey, TokenRecord,
+    BlobStore, Bucket, CacheChange, ChangeFeed, ChangeKind, Metadata, MetadataError, S3KeyRecord, SigningKey,
+    TokenRecord,
 };
 use representation::ObjectEntry;
 
@@ -40,6 +41,7 @@ const OBJECTS: usize = 200_000;
 const TOKENS: usize = 50_000;
 const SIGNING_KEYS: usize = 1_000;
 const REVOKED: usize = 50_000;
+const S3_KEYS: usize = 50_000;
 
 /// An open blob and its size from `fstat` on that same fd.
 #[derive(Debug)]
@@ -80,6 +82,7 @@ pub struct Catalog {
     tokens: Cache<String, Option<Arc<TokenRecord>>>,
     signing_keys: Cache<String, Option<Arc<SigningKey>>>,
     revoked: Cache<String, bool>,
+    s3_keys: Cache<String, Option<Arc<S3KeyRecord>>>,
     open_blobs: Cache<String, Arc<OpenBlob>>,
 }
 
@@ -102,6 +105,7 @@ impl Catalog {
             tokens: Cache::new(TOKENS),
             signing_keys: Cache::new(SIGNING_KEYS),
             revoked: Cache::new(REVOKED),
+            s3_keys: Cache::new(S3_KEYS),
             open_blobs: Cache::new(max_open_blobs.max(16)),
         })
     }
@@ -157,6 +161,29 @@ impl Catalog {
     pub async fn signature_revoked(&self, signature: &str) -> Result<bool, MetadataError> {
         self.read_through(&self.revoked, signature, || signature.to_owned(), || self.meta.signature_revoked(signature))
             .await
+    }
+
+    /// An S3 access key by id, its secret opened (unknown ids are cached as absent too).
+    pub async fn s3_key(&self, id: &str) -> Result<Option<Arc<S3KeyRecord>>, MetadataError> {
+        self.read_through(
+            &self.s3_keys,
+            id,
+            || id.to_owned(),
+            || async { Ok(self.meta.s3_key(id).await?.map(Arc::new)) },
+        )
+        .await
+    }
+
+    /// One keyset page of a bucket's objects (S3 listings), straight from the database: listings are not cached,
+    /// and each page is one index range read however deep it is.
+    pub async fn list_objects_page(
+        &self,
+        bucket_id: i64,
+        prefix: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<crate::store::ObjectRecord>, MetadataError> {
+        self.meta.list_objects_page(bucket_id, prefix, after, limit).await
     }
 
     /// The one cache protocol, shared by every cached table: catch up with the change feed if its counter
@@ -268,6 +295,9 @@ impl Catalog {
             (ChangeKind::RevokedSignature, _) => {
                 self.revoked.remove(change.name.as_str());
             }
+            (ChangeKind::S3Key, _) => {
+                self.s3_keys.remove(change.name.as_str());
+            }
             (kind, _) => {
                 // An unknown kind comes from a newer schema: be safe and forget everything.
                 tracing::warn!(kind = kind.as_str(), "unknown cache change kind; clearing all caches");
@@ -282,6 +312,7 @@ impl Catalog {
         self.tokens.clear();
         self.signing_keys.clear();
         self.revoked.clear();
+        self.s3_keys.clear();
         self.open_blobs.clear();
     }
 

@@ -22,8 +22,8 @@ use serde::Serialize;
 
 pub use blobs::{BlobStore, BlobWriter, StagedBlob};
 pub use metadata::{
-    Bucket, CacheChange, ChangeFeed, ChangeKind, Metadata, MetadataError, ObjectRecord, ObjectStats, Scope, SigningKey,
-    StatsOrder, TokenRecord, Upsert, VariantRecord, WriteTx,
+    Bucket, CacheChange, ChangeFeed, ChangeKind, Metadata, MetadataError, ObjectRecord, ObjectStats, S3KeyRecord,
+    Scope, SigningKey, StatsOrder, TokenRecord, Upsert, VariantRecord, WriteTx,
 };
 
 use crate::config::DatabaseUrl;

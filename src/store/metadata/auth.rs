@@ -149,7 +149,7 @@ impl Metadata {
     }
 
     /// Runs an update that sets a timestamp on one row unless it is already set; true when a row changed.
-    async fn stamp_once(&self, sql: &'static str, id: &str, now: i64) -> Result<bool, MetadataError> {
+    pub(super) async fn stamp_once(&self, sql: &'static str, id: &str, now: i64) -> Result<bool, MetadataError> {
         let mut tx = self.begin_write().await?;
         let TxBackend::Sqlite(sqlite) = &mut tx.tx;
         let changed = sqlx::query(sql).bind(id).bind(now).execute(&mut **sqlite).await?.rows_affected();
@@ -284,7 +284,7 @@ async fn stored_signing_secrets<'e>(
 }
 
 /// A fresh nonce for sealing a secret.
-fn fresh_nonce() -> Result<[u8; NONCE_LEN], MetadataError> {
+pub(super) fn fresh_nonce() -> Result<[u8; NONCE_LEN], MetadataError> {
     let mut nonce = [0u8; NONCE_LEN];
     getrandom::fill(&mut nonce).map_err(|e| sqlx::Error::Io(std::io::Error::other(e)))?;
     Ok(nonce)

@@ -13,7 +13,7 @@
 //! upgrades from a read.
 //!
 //! Submodules: `pool` (open, migrations, read-only open, close), `objects` (buckets and objects), `auth` (tokens,
-//! signing keys, revoked signatures), `stats` (download counters), `variants`
+//! signing keys, revoked signatures), `stats` (download counters), `s3_keys` (S3 access keys, sealed), `variants`
 //! (precompressed variants of objects), `changes` (the change feed, over the
 //! `generation` counter).
 
@@ -22,6 +22,7 @@ mod changes;
 mod generation;
 mod objects;
 mod pool;
+mod s3_keys;
 mod stats;
 mod variants;
 
@@ -32,6 +33,7 @@ use sqlx::{Sqlite, SqlitePool, Transaction};
 pub use auth::{Scope, SigningKey, TokenRecord};
 pub use changes::{CacheChange, ChangeFeed, ChangeKind};
 pub use objects::{Bucket, ObjectRecord, Upsert};
+pub use s3_keys::S3KeyRecord;
 pub use stats::{ObjectStats, StatsOrder};
 pub use variants::VariantRecord;
 
