@@ -23,7 +23,7 @@ use std::time::Duration;
 use http::header::{self, HeaderMap};
 
 use crate::names::{BucketName, ObjectKey};
-use crate::store::{Bucket, MetadataError, SigningKey, TokenRecord, unix_now};
+use crate::store::{Bucket, MetadataError, S3KeyRecord, SigningKey, TokenRecord, unix_now};
 use presign::{PresignParams, QueryError};
 use token::Scope;
 
@@ -180,15 +180,55 @@ impl From<Denial> for AuthError {
     }
 }
 
+/// What a token or an S3 access key grants: the token rules hold for both.
+#[derive(Debug, Clone, Copy)]
+pub struct Rights<'a> {
+    pub bucket_id: i64,
+    pub prefix: &'a str,
+    pub scope: Scope,
+    pub expires_at: Option<i64>,
+    pub revoked_at: Option<i64>,
+}
+
+impl<'a> Rights<'a> {
+    pub fn of_token(token: &'a TokenRecord) -> Self {
+        let TokenRecord { bucket_id, prefix, scope, expires_at, revoked_at, .. } = token;
+        Rights { bucket_id: *bucket_id, prefix, scope: *scope, expires_at: *expires_at, revoked_at: *revoked_at }
+    }
+
+    pub fn of_s3_key(key: &'a S3KeyRecord) -> Self {
+        let S3KeyRecord { bucket_id, prefix, scope, expires_at, revoked_at, .. } = key;
+        Rights { bucket_id: *bucket_id, prefix, scope: *scope, expires_at: *expires_at, revoked_at: *revoked_at }
+    }
+
+    /// Whether the credential may be used at all at `now`: not revoked, not expired.
+    pub fn check_liveness(&self, now: i64) -> Result<(), Denial> {
+        if self.revoked_at.is_some() {
+            return Err(Denial::Revoked);
+        }
+        if self.expires_at.is_some_and(|at| now >= at) {
+            return Err(Denial::Expired);
+        }
+        Ok(())
+    }
+
+    /// Whether the credential grants `access` to `key` in the bucket `bucket_id` (`None`: no such bucket).
+    pub fn check(&self, bucket_id: Option<i64>, key: &str, access: Access, now: i64) -> Result<(), Denial> {
+        self.check_liveness(now)?;
+        if bucket_id != Some(self.bucket_id) || !key.starts_with(self.prefix) {
+            return Err(Denial::Forbidden);
+        }
+        let needed = match access {
+            Access::Read => Scope::Read,
+            Access::Write => Scope::Write,
+        };
+        if self.scope >= needed { Ok(()) } else { Err(Denial::Forbidden) }
+    }
+}
+
 /// Whether a token may be used at all at `now`: not revoked, not expired.
 pub fn check_liveness(token: &TokenRecord, now: i64) -> Result<(), Denial> {
-    if token.revoked_at.is_some() {
-        return Err(Denial::Revoked);
-    }
-    if token.expires_at.is_some_and(|at| now >= at) {
-        return Err(Denial::Expired);
-    }
-    Ok(())
+    Rights::of_token(token).check_liveness(now)
 }
 
 pub fn check_token(
@@ -198,23 +238,16 @@ pub fn check_token(
     access: Access,
     now: i64,
 ) -> Result<(), Denial> {
-    check_liveness(token, now)?;
-    if bucket_id != Some(token.bucket_id) || !key.starts_with(&token.prefix) {
-        return Err(Denial::Forbidden);
-    }
-    let needed = match access {
-        Access::Read => Scope::Read,
-        Access::Write => Scope::Write,
-    };
-    if token.scope >= needed { Ok(()) } else { Err(Denial::Forbidden) }
+    Rights::of_token(token).check(bucket_id, key, access, now)
 }
 
-/// What the authoriser looks up: tokens by id, signing keys by id, revoked signatures (later: S3 access keys).
+/// What the authoriser looks up: tokens by id, signing keys by id, revoked signatures, S3 access keys by id.
 /// The catalog implements it from its coherent caches.
 pub trait CredentialLookup: Send + Sync {
     fn token(&self, id: &str) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send;
     fn signing_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send;
     fn signature_revoked(&self, signature: &str) -> impl Future<Output = Result<bool, MetadataError>> + Send;
+    fn s3_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send;
 }
 
 impl<T: CredentialLookup> CredentialLookup for Arc<T> {
@@ -228,6 +261,10 @@ impl<T: CredentialLookup> CredentialLookup for Arc<T> {
 
     fn signature_revoked(&self, signature: &str) -> impl Future<Output = Result<bool, MetadataError>> + Send {
         (**self).signature_revoked(signature)
+    }
+
+    fn s3_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send {
+        (**self).s3_key(id)
     }
 }
 
@@ -465,6 +502,7 @@ mod tests {
         tokens: HashMap<String, Arc<TokenRecord>>,
         keys: HashMap<String, Arc<SigningKey>>,
         revoked: HashSet<String>,
+        s3_keys: HashMap<String, Arc<S3KeyRecord>>,
     }
 
     impl CredentialLookup for MemoryLookup {
@@ -478,6 +516,10 @@ mod tests {
 
         fn signature_revoked(&self, signature: &str) -> impl Future<Output = Result<bool, MetadataError>> + Send {
             std::future::ready(Ok(self.revoked.contains(signature)))
+        }
+
+        fn s3_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send {
+            std::future::ready(Ok(self.s3_keys.get(id).cloned()))
         }
     }
 

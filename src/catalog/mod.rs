@@ -334,6 +334,10 @@ impl CredentialLookup for Catalog {
     fn signature_revoked(&self, signature: &str) -> impl Future<Output = Result<bool, MetadataError>> + Send {
         Catalog::signature_revoked(self, signature)
     }
+
+    fn s3_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send {
+        Catalog::s3_key(self, id)
+    }
 }
 
 #[cfg(test)]
