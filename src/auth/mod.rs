@@ -14,6 +14,7 @@
 
 pub mod access_key;
 pub mod presign;
+pub mod sigv4;
 pub mod token;
 
 use std::future::Future;

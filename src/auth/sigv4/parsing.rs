@@ -1,0 +1,286 @@
+//! Finding SigV4 on a request and every check that needs no secret. Messages are S3's where S3 has one.
+
+use http::header::{self, HeaderMap};
+
+use super::canonical::{AmzDate, payload_text, query_decode};
+use super::{
+    ALGORITHM, AuthKind, CredentialScope, MAX_CLOCK_SKEW_SECS, MAX_PRESIGN_EXPIRES_SECS, PayloadHash, RequestParts,
+    SERVICE, SigV4Auth, SigV4Error, TERMINATOR,
+};
+
+const QUERY_ALGORITHM: &str = "X-Amz-Algorithm";
+const QUERY_CREDENTIAL: &str = "X-Amz-Credential";
+const QUERY_DATE: &str = "X-Amz-Date";
+const QUERY_EXPIRES: &str = "X-Amz-Expires";
+const QUERY_SIGNED_HEADERS: &str = "X-Amz-SignedHeaders";
+const QUERY_SIGNATURE: &str = "X-Amz-Signature";
+const DATE_HEADER: &str = "x-amz-date";
+
+const QUERY_INCOMPLETE: &str = "Query-string authentication version 4 requires the X-Amz-Algorithm, \
+     X-Amz-Credential, X-Amz-Signature, X-Amz-Date, X-Amz-SignedHeaders, and X-Amz-Expires parameters.";
+
+pub(super) fn parse(request: &RequestParts<'_>, region: &str, now: i64) -> Result<Option<SigV4Auth>, SigV4Error> {
+    let authorization = authorization_header(request.headers)?;
+    let query = presign_query(request.query)?;
+    match (authorization, query) {
+        (Some(_), Some(_)) => Err(SigV4Error::InvalidArgument(
+            "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, Signature query string \
+             parameter or the Authorization header should be specified"
+                .into(),
+        )),
+        (Some(Authorization::SigV4(value)), None) => parse_header_auth(request, &value, region, now).map(Some),
+        (Some(Authorization::Other), None) | (None, None) => Ok(None),
+        (None, Some(params)) => parse_query_auth(request, params, region, now).map(Some),
+    }
+}
+
+enum Authorization {
+    /// The value after `AWS4-HMAC-SHA256 `.
+    SigV4(String),
+    /// Another scheme (a bearer token): not ours to judge, but it still conflicts with a presign query.
+    Other,
+}
+
+fn authorization_header(headers: &HeaderMap) -> Result<Option<Authorization>, SigV4Error> {
+    let mut fields = headers.get_all(header::AUTHORIZATION).iter();
+    let (Some(value), rest) = (fields.next(), fields.next()) else { return Ok(None) };
+    let text = value.to_str().unwrap_or("");
+    let scheme = text.split(' ').next().unwrap_or("");
+    let sigv4 = match scheme {
+        ALGORITHM => Some(text[ALGORITHM.len()..].trim_start_matches(' ').to_owned()),
+        "AWS" => {
+            return Err(SigV4Error::InvalidRequest(
+                "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.".into(),
+            ));
+        }
+        s if s.starts_with("AWS4-") => {
+            return Err(SigV4Error::InvalidRequest(format!("Unsupported Authorization Type: {s}")));
+        }
+        _ => None,
+    };
+    match (sigv4, rest) {
+        (Some(_), Some(_)) => Err(SigV4Error::InvalidArgument("The Authorization header is repeated.".into())),
+        (Some(value), None) => Ok(Some(Authorization::SigV4(value))),
+        (None, _) => Ok(Some(Authorization::Other)),
+    }
+}
+
+/// The six presign parameters, decoded.
+#[derive(Default)]
+struct QueryParams {
+    algorithm: Option<String>,
+    credential: Option<String>,
+    date: Option<String>,
+    expires: Option<String>,
+    signed_headers: Option<String>,
+    signature: Option<String>,
+}
+
+fn presign_query(query: Option<&str>) -> Result<Option<QueryParams>, SigV4Error> {
+    let Some(query) = query else { return Ok(None) };
+    let mut params = QueryParams::default();
+    let mut any = false;
+    for piece in query.split('&').filter(|p| !p.is_empty()) {
+        let (raw_name, raw_value) = piece.split_once('=').unwrap_or((piece, ""));
+        let name = query_decode(raw_name);
+        let slot = match name.as_slice() {
+            n if n == QUERY_ALGORITHM.as_bytes() => &mut params.algorithm,
+            n if n == QUERY_CREDENTIAL.as_bytes() => &mut params.credential,
+            n if n == QUERY_DATE.as_bytes() => &mut params.date,
+            n if n == QUERY_EXPIRES.as_bytes() => &mut params.expires,
+            n if n == QUERY_SIGNED_HEADERS.as_bytes() => &mut params.signed_headers,
+            n if n == QUERY_SIGNATURE.as_bytes() => &mut params.signature,
+            _ => continue,
+        };
+        any = true;
+        let value = String::from_utf8(query_decode(raw_value))
+            .map_err(|_| SigV4Error::query(format!("{} is not UTF-8", String::from_utf8_lossy(&name))))?;
+        if slot.replace(value).is_some() {
+            return Err(SigV4Error::query(format!("{} is repeated", String::from_utf8_lossy(&name))));
+        }
+    }
+    // Only the parameters that say "this is a SigV4 presign" make it one; the others are ordinary names a
+    // client may use (they are then simply signed query parameters).
+    let presign = params.algorithm.is_some() || params.credential.is_some() || params.signature.is_some();
+    Ok((any && presign).then_some(params))
+}
+
+fn parse_header_auth(request: &RequestParts<'_>, value: &str, region: &str, now: i64) -> Result<SigV4Auth, SigV4Error> {
+    let (mut credential, mut signed_headers, mut signature) = (None, None, None);
+    for part in value.split(',').map(|p| p.trim_matches(' ')).filter(|p| !p.is_empty()) {
+        let (name, field) = part.split_once('=').ok_or_else(|| {
+            SigV4Error::header(format!("The authorization header is malformed; '{part}' is not a key=value pair."))
+        })?;
+        let slot = match name {
+            "Credential" => &mut credential,
+            "SignedHeaders" => &mut signed_headers,
+            "Signature" => &mut signature,
+            _ => {
+                return Err(SigV4Error::header(format!(
+                    "The authorization header is malformed; unknown component '{name}'."
+                )));
+            }
+        };
+        if slot.replace(field).is_some() {
+            return Err(SigV4Error::header(format!("The authorization header is malformed; {name} is repeated.")));
+        }
+    }
+    let missing = |what: &str| SigV4Error::header(format!("The authorization header is malformed; missing {what}."));
+    let credential = credential.ok_or_else(|| missing("Credential"))?;
+    let signed_headers = signed_headers.ok_or_else(|| missing("SignedHeaders"))?;
+    let signature = signature.ok_or_else(|| missing("Signature"))?;
+
+    let date_text = request.headers.get(DATE_HEADER).and_then(|v| v.to_str().ok());
+    let timestamp = date_text
+        .and_then(AmzDate::parse)
+        .ok_or(SigV4Error::AccessDenied("AWS authentication requires a valid Date or x-amz-date header"))?;
+    let (access_key_id, scope) = parse_credential(credential, &timestamp, region, SigV4Error::header)?;
+    let signed_headers = parse_signed_headers(signed_headers, SigV4Error::header)?;
+    check_signed(request.headers, &signed_headers)?;
+    if (now - timestamp.unix).abs() > MAX_CLOCK_SKEW_SECS {
+        return Err(SigV4Error::RequestTimeTooSkewed);
+    }
+    let payload = PayloadHash::parse(payload_text(request.headers, AuthKind::Header)?)?;
+    Ok(SigV4Auth {
+        kind: AuthKind::Header,
+        access_key_id,
+        scope,
+        timestamp,
+        signed_headers,
+        signature: parse_signature(signature)?,
+        payload,
+        expires_in: None,
+    })
+}
+
+fn parse_query_auth(
+    request: &RequestParts<'_>,
+    params: QueryParams,
+    region: &str,
+    now: i64,
+) -> Result<SigV4Auth, SigV4Error> {
+    let incomplete = || SigV4Error::query(QUERY_INCOMPLETE);
+    let algorithm = params.algorithm.ok_or_else(incomplete)?;
+    let credential = params.credential.ok_or_else(incomplete)?;
+    let date = params.date.ok_or_else(incomplete)?;
+    let expires = params.expires.ok_or_else(incomplete)?;
+    let signed_headers = params.signed_headers.ok_or_else(incomplete)?;
+    let signature = params.signature.ok_or_else(incomplete)?;
+    if algorithm != ALGORITHM {
+        return Err(SigV4Error::query("X-Amz-Algorithm only supports \"AWS4-HMAC-SHA256\""));
+    }
+    let timestamp = AmzDate::parse(&date)
+        .ok_or_else(|| SigV4Error::query("X-Amz-Date must be in the ISO8601 Long Format \"yyyyMMdd'T'HHmmss'Z'\""))?;
+    let expires_in: i64 = match expires.parse() {
+        Ok(n) if expires.bytes().all(|b| b.is_ascii_digit()) => n,
+        _ => return Err(SigV4Error::query("X-Amz-Expires should be a number")),
+    };
+    if expires_in > MAX_PRESIGN_EXPIRES_SECS {
+        return Err(SigV4Error::query("X-Amz-Expires must be less than a week (in seconds) that is 604800"));
+    }
+    let (access_key_id, scope) = parse_credential(&credential, &timestamp, region, SigV4Error::query)?;
+    let signed_headers = parse_signed_headers(&signed_headers, SigV4Error::query)?;
+    check_signed(request.headers, &signed_headers)?;
+    if timestamp.unix > now + MAX_CLOCK_SKEW_SECS {
+        return Err(SigV4Error::AccessDenied("Request is not valid yet"));
+    }
+    if now > timestamp.unix + expires_in {
+        return Err(SigV4Error::AccessDenied("Request has expired"));
+    }
+    let payload = PayloadHash::parse(payload_text(request.headers, AuthKind::Query)?)?;
+    if matches!(payload, PayloadHash::StreamingSigned | PayloadHash::StreamingSignedTrailer) {
+        return Err(SigV4Error::InvalidRequest("a signed streaming payload needs header authentication".into()));
+    }
+    Ok(SigV4Auth {
+        kind: AuthKind::Query,
+        access_key_id,
+        scope,
+        timestamp,
+        signed_headers,
+        signature: parse_signature(&signature)?,
+        payload,
+        expires_in: Some(expires_in),
+    })
+}
+
+/// `AKID/YYYYMMDD/region/s3/aws4_request`, checked against the request's date and our region.
+fn parse_credential(
+    credential: &str,
+    timestamp: &AmzDate,
+    region: &str,
+    error: fn(String) -> SigV4Error,
+) -> Result<(String, CredentialScope), SigV4Error> {
+    let parts: Vec<&str> = credential.split('/').collect();
+    let [access_key_id, date, scope_region, service, terminator] = parts[..] else {
+        return Err(error(format!(
+            "The authorization header is malformed; the Credential is mal-formed; expecting \
+             \"<YOUR-AKID>/YYYYMMDD/REGION/SERVICE/aws4_request\"; got \"{credential}\"."
+        )));
+    };
+    if access_key_id.is_empty() {
+        return Err(error("The authorization header is malformed; the access key id is empty.".into()));
+    }
+    if date != timestamp.date() {
+        return Err(error(format!(
+            "Invalid credential date \"{date}\". This date is not the same as X-Amz-Date: \"{}\".",
+            timestamp.date()
+        )));
+    }
+    if scope_region != region {
+        return Err(error(format!(
+            "The authorization header is malformed; the region '{scope_region}' is wrong; expecting '{region}'"
+        )));
+    }
+    if service != SERVICE {
+        return Err(error(format!(
+            "The authorization header is malformed; incorrect service \"{service}\". This endpoint belongs to \"{SERVICE}\"."
+        )));
+    }
+    if terminator != TERMINATOR {
+        return Err(error(format!(
+            "The authorization header is malformed; incorrect terminal \"{terminator}\". This endpoint uses \"{TERMINATOR}\"."
+        )));
+    }
+    Ok((access_key_id.to_owned(), CredentialScope { date: date.to_owned(), region: scope_region.to_owned() }))
+}
+
+/// `host;range;x-amz-date`: lowercase header names, sorted, unique, including `host`.
+fn parse_signed_headers(text: &str, error: fn(String) -> SigV4Error) -> Result<Vec<String>, SigV4Error> {
+    let names: Vec<String> = text.split(';').map(str::to_owned).collect();
+    let token = |n: &String| {
+        !n.is_empty()
+            && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$%&'*+-.^_`|~".contains(&b))
+    };
+    if !names.iter().all(token) {
+        return Err(error(format!("SignedHeaders must be lowercase header names separated by ';', got \"{text}\".")));
+    }
+    if !names.windows(2).all(|w| w[0] < w[1]) {
+        return Err(error(format!("SignedHeaders must be sorted and unique, got \"{text}\".")));
+    }
+    if !names.iter().any(|n| n == "host") {
+        return Err(error("SignedHeaders must include host.".into()));
+    }
+    Ok(names)
+}
+
+/// Every `x-amz-*` header that was sent must be signed, so that none can be added or changed on the way.
+fn check_signed(headers: &HeaderMap, signed: &[String]) -> Result<(), SigV4Error> {
+    let unsigned = headers.keys().any(|name| {
+        name.as_str().starts_with("x-amz-") && signed.binary_search_by(|s| s.as_str().cmp(name.as_str())).is_err()
+    });
+    if unsigned {
+        return Err(SigV4Error::AccessDenied("There were headers present in the request which were not signed"));
+    }
+    Ok(())
+}
+
+/// A signature exactly as SigV4 prints it: 64 lowercase hex digits. Any other spelling (uppercase included) does
+/// not match, so no two texts verify as one signature.
+fn parse_signature(text: &str) -> Result<[u8; 32], SigV4Error> {
+    let mut signature = [0u8; 32];
+    let lowercase_hex = text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    if !lowercase_hex || hex::decode_to_slice(text, &mut signature).is_err() {
+        return Err(SigV4Error::SignatureDoesNotMatch);
+    }
+    Ok(signature)
+}
