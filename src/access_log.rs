@@ -45,6 +45,8 @@ pub enum Principal {
     Token(Box<str>),
     /// A signed URL's signing key id.
     Presigned(Box<str>),
+    /// An S3 access key id (SigV4, header or presigned).
+    S3(Box<str>),
 }
 
 impl fmt::Display for Principal {
@@ -53,6 +55,7 @@ impl fmt::Display for Principal {
             Principal::Public => f.write_str("public"),
             Principal::Token(id) => f.write_str(id),
             Principal::Presigned(id) => write!(f, "presigned:{id}"),
+            Principal::S3(id) => f.write_str(id),
         }
     }
 }

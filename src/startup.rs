@@ -76,7 +76,8 @@ impl Application {
             Catalog::new(store.meta.clone(), store.blobs.clone(), (open_files / 4).min(4096) as usize).await?;
         let settings = Arc::new(settings);
         let catalog = Arc::new(catalog);
-        let authorizer = || Authorizer::new(catalog.clone(), settings.auth.presign_max_lifetime);
+        let authorizer =
+            || Authorizer::new(catalog.clone(), settings.auth.presign_max_lifetime).with_s3_region(&settings.s3.region);
         let data = DataState::new(DataParts {
             catalog: catalog.clone(),
             auth: authorizer(),

@@ -7,8 +7,10 @@
 //! - public buckets are readable by anyone; credentials presented there must still be valid (401 otherwise);
 //! - writes always need a `write` or `admin` token.
 //!
-//! `token` and `presign` are pure. This module adds the ordering: credential extraction (one function per kind:
-//! [`bearer`], [`presigned`]; [`credentials`] combines them) and the [`Authorizer`], which decides over a
+//! `token`, `presign`, `sigv4` and `access_key` are pure. This module adds the ordering: credential extraction (one
+//! function per kind: [`bearer`], [`presigned`]; [`credentials`] combines them; SigV4, the third kind, is found by
+//! `sigv4::parse` inside [`Authorizer::s3`], since verifying it needs the whole request) and the [`Authorizer`],
+//! which decides over a
 //! [`CredentialLookup`] (the catalog in the server, a map in tests). It knows nothing of HTTP responses or of the
 //! application's state: refusals are [`AuthError`]s, which `http::error` turns into responses and metric labels.
 
@@ -26,6 +28,7 @@ use http::header::{self, HeaderMap};
 use crate::names::{BucketName, ObjectKey};
 use crate::store::{Bucket, MetadataError, S3KeyRecord, SigningKey, TokenRecord, unix_now};
 use presign::{PresignParams, QueryError};
+use sigv4::{AuthKind, RequestParts, SigV4Error, SigningKeyCache};
 use token::Scope;
 
 /// The operation being authorised.
@@ -96,6 +99,12 @@ pub enum AuthError {
     /// A valid signature for a bucket that does not exist (any more): simply a missing object (404).
     #[error("no such object")]
     NoSuchBucket,
+    /// A refused SigV4 request, with the S3 error it answers with.
+    #[error("{error}")]
+    SigV4 { reason: FailureReason, error: SigV4Error },
+    /// An access key id we do not know, or one that was revoked: S3's `InvalidAccessKeyId` (403).
+    #[error("The AWS Access Key Id you provided does not exist in our records.")]
+    InvalidAccessKeyId { reason: FailureReason },
     /// The lookup itself failed (the database).
     #[error(transparent)]
     Lookup(#[from] MetadataError),
@@ -111,6 +120,7 @@ impl AuthError {
         match self {
             AuthError::Unauthorized { reason, .. } => Some(reason.label()),
             AuthError::Forbidden => Some(FailureReason::Forbidden.label()),
+            AuthError::SigV4 { reason, .. } | AuthError::InvalidAccessKeyId { reason } => Some(reason.label()),
             AuthError::BadRequest(_) | AuthError::NoSuchBucket | AuthError::Lookup(_) => None,
         }
     }
@@ -276,11 +286,107 @@ pub struct Authorizer<L> {
     presign_max_lifetime: i64,
     /// Unix seconds now; a fixed clock in tests.
     clock: fn() -> i64,
+    /// `s3.region`: the region SigV4 credential scopes must name.
+    s3_region: String,
+    /// Derived SigV4 signing keys, per (access key, date, region).
+    s3_signing_keys: SigningKeyCache,
+}
+
+/// What an S3 request asks for, with its bucket as looked up (`None`: no such bucket).
+#[derive(Debug, Clone, Copy)]
+pub enum S3Target<'a> {
+    /// ListBuckets: any live key.
+    Service,
+    /// HeadBucket, GetBucketLocation, the listings (which narrow to the key's prefix themselves).
+    Bucket(Option<&'a Arc<Bucket>>),
+    /// GetObject, HeadObject.
+    Object(Option<&'a Arc<Bucket>>, &'a ObjectKey),
+}
+
+/// A verified SigV4 request's access key, and how it was signed.
+#[derive(Debug, Clone)]
+pub struct S3Grant {
+    pub key: Arc<S3KeyRecord>,
+    /// A presigned URL (query auth): only then do `response-*` overrides apply.
+    pub presigned: bool,
+}
+
+/// The failure-metric label of a SigV4 refusal.
+fn sigv4_reason(error: &SigV4Error) -> FailureReason {
+    match error {
+        SigV4Error::SignatureDoesNotMatch => FailureReason::BadSignature,
+        SigV4Error::RequestTimeTooSkewed | SigV4Error::AccessDenied(_) => FailureReason::SignatureExpired,
+        _ => FailureReason::Malformed,
+    }
+}
+
+fn sigv4_refusal(error: SigV4Error) -> AuthError {
+    AuthError::SigV4 { reason: sigv4_reason(&error), error }
 }
 
 impl<L: CredentialLookup> Authorizer<L> {
     pub fn new(lookup: L, presign_max_lifetime: Duration) -> Self {
-        Self { lookup, presign_max_lifetime: presign_max_lifetime.as_secs() as i64, clock: unix_now }
+        Self {
+            lookup,
+            presign_max_lifetime: presign_max_lifetime.as_secs() as i64,
+            clock: unix_now,
+            s3_region: crate::config::S3Settings::default().region,
+            s3_signing_keys: SigningKeyCache::default(),
+        }
+    }
+
+    /// The same authoriser for another S3 region (`s3.region`).
+    pub fn with_s3_region(self, region: &str) -> Self {
+        Self { s3_region: region.to_owned(), ..self }
+    }
+
+    pub fn s3_region(&self) -> &str {
+        &self.s3_region
+    }
+
+    /// Authorises an S3 request: SigV4 in the header or the query, verified with the access key's secret, then
+    /// the token rules for `target` and `access`. The bucket was looked up, the object not yet: every refusal
+    /// here answers alike for present and absent buckets and keys. Order: what needs no secret (syntax, scope,
+    /// clock skew, presign lifetime), then the key (unknown: `InvalidAccessKeyId`), then the signature, and only
+    /// for a valid signature whether the key is revoked or expired, so only the key's holder learns that.
+    pub async fn s3(
+        &self,
+        request: &RequestParts<'_>,
+        target: S3Target<'_>,
+        access: Access,
+    ) -> Result<S3Grant, AuthError> {
+        let now = (self.clock)();
+        let Some(signed) = sigv4::parse(request, &self.s3_region, now).map_err(sigv4_refusal)? else {
+            return Err(AuthError::unauthorized(FailureReason::Missing, "Access Denied"));
+        };
+        // Presigned SigV4 is bounded by S3's 7 days (`parse`) and by our own maximum for signed URLs.
+        if signed.expires_in.is_some_and(|secs| secs > self.presign_max_lifetime) {
+            return Err(sigv4_refusal(SigV4Error::AuthorizationQueryParametersError(
+                "X-Amz-Expires is longer than this server's auth.presign_max_lifetime".into(),
+            )));
+        }
+        let Some(key) = self.lookup.s3_key(&signed.access_key_id).await? else {
+            return Err(AuthError::InvalidAccessKeyId { reason: FailureReason::UnknownToken });
+        };
+        let verified = signed.verify(request, key.secret.as_bytes(), &self.s3_signing_keys).map_err(sigv4_refusal)?;
+        let rights = Rights::of_s3_key(&key);
+        let checked = match target {
+            S3Target::Service => rights.check_liveness(now),
+            S3Target::Bucket(bucket) => rights.check(bucket.map(|b| b.id), rights.prefix, access, now),
+            // A public bucket is readable by any live key, as by anyone.
+            S3Target::Object(Some(bucket), _) if bucket.public && access == Access::Read => rights.check_liveness(now),
+            S3Target::Object(bucket, object) => rights.check(bucket.map(|b| b.id), object.as_str(), access, now),
+        };
+        match checked {
+            Ok(()) => {}
+            Err(Denial::Revoked) => return Err(AuthError::InvalidAccessKeyId { reason: FailureReason::Revoked }),
+            Err(Denial::Expired) => {
+                let error = SigV4Error::AccessDenied("The access key has expired.");
+                return Err(AuthError::SigV4 { reason: FailureReason::Expired, error });
+            }
+            Err(Denial::Forbidden) => return Err(AuthError::Forbidden),
+        }
+        Ok(S3Grant { key, presigned: verified.kind == AuthKind::Query })
     }
 
     /// The same authoriser with another clock (tests).
