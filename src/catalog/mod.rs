@@ -186,6 +186,17 @@ impl Catalog {
         self.meta.list_objects_page(bucket_id, prefix, after, limit).await
     }
 
+    /// The same from the key `from`, inclusive (how a listing seeks past a common prefix).
+    pub async fn list_objects_page_from(
+        &self,
+        bucket_id: i64,
+        prefix: &str,
+        from: &str,
+        limit: u32,
+    ) -> Result<Vec<crate::store::ObjectRecord>, MetadataError> {
+        self.meta.list_objects_page_from(bucket_id, prefix, from, limit).await
+    }
+
     /// The one cache protocol, shared by every cached table: catch up with the change feed if its counter
     /// moved, serve a hit, else read the database and insert, removing the insert again if a change landed
     /// meanwhile (see "Races" in the module doc).

@@ -1,7 +1,8 @@
 //! The S3-compatible API, path-style, on the data listener (and its bodiless reads on the admin listener).
 //!
 //! A request is an S3 request when it carries SigV4 (an `AWS4-…` Authorization header, or `X-Amz-Algorithm`,
-//! `X-Amz-Credential` or `X-Amz-Signature` in the query) or names an S3-only route (`/`, `/{bucket}`): see
+//! `X-Amz-Credential` or `X-Amz-Signature` in the query; a SigV2 presign's `AWSAccessKeyId` too, to be refused
+//! in S3's words) or names an S3-only route (`/`, `/{bucket}`): see
 //! [`is_s3_request`]. Everything else is the native API, unchanged. Routes:
 //! - `GET /`: ListBuckets (the key's bucket);
 //! - `HEAD /{bucket}`: HeadBucket (`x-amz-bucket-region`); `GET /{bucket}?location`: GetBucketLocation;
@@ -41,7 +42,9 @@ pub fn is_s3_request(request: &Request) -> bool {
         return true;
     }
     if let Some(query) = request.uri().query()
-        && ["X-Amz-Algorithm=", "X-Amz-Credential=", "X-Amz-Signature="].iter().any(|p| query.contains(p))
+        && ["X-Amz-Algorithm=", "X-Amz-Credential=", "X-Amz-Signature=", "AWSAccessKeyId="]
+            .iter()
+            .any(|p| query.contains(p))
     {
         return true;
     }
@@ -217,34 +220,7 @@ impl S3Error {
     }
 }
 
-/// `<Error>` as S3 writes it.
-fn error_xml(code: &str, message: &str, resource: &str, request_id: &str) -> String {
-    format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{}</Code><Message>{}</Message><Resource>{}</Resource><RequestId>{}</RequestId></Error>",
-        escape(code),
-        escape(message),
-        escape(resource),
-        escape(request_id)
-    )
-}
-
-pub fn escape(text: &str) -> Cow<'_, str> {
-    if !text.contains(['<', '>', '&', '"', '\'']) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        match c {
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '&' => out.push_str("&amp;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c => out.push(c),
-        }
-    }
-    Cow::Owned(out)
-}
+use crate::s3::xml::error as error_xml;
 
 /// Serves one S3 request (its routing decided by [`is_s3_request`]).
 pub async fn serve(app: DataState, request: Request) -> Response {
@@ -295,7 +271,7 @@ async fn route(
                 response.headers_mut().insert(AMZ_BUCKET_REGION.clone(), region);
                 return Ok(with_principal(app, response, &grant));
             }
-            let response = super::s3_list::list_objects(app, &bucket, &grant, &query).await?;
+            let response = super::s3_list::list_objects(app, &bucket, &grant, &query, request.query).await?;
             Ok(with_principal(app, response, &grant))
         }
         S3Path::Object(name, key) => {
@@ -434,10 +410,7 @@ async fn list_buckets(app: &DataState, request: &RequestParts<'_>) -> Result<Res
 }
 
 fn location(app: &DataState) -> Response {
-    // S3 answers an empty LocationConstraint for us-east-1, and clients read that as us-east-1.
-    let region = app.auth.s3_region();
-    let constraint = if region == "us-east-1" { "" } else { region };
-    xml_response(super::s3_list::location_xml(constraint))
+    xml_response(super::s3_list::location_xml(app.auth.s3_region()))
 }
 
 pub fn xml_response(body: String) -> Response {

@@ -25,7 +25,11 @@ fn python() -> &'static PathBuf {
             .args(["-c", "import boto3, sys; print(sys.executable)"])
             .output()
             .expect("run python3");
-        assert!(out.status.success(), "python3 has no boto3 (pip install boto3): {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "python3 has no boto3 (pip install boto3): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
     })
 }
@@ -324,7 +328,8 @@ fn aws_cli_lists_copies_down_and_presigns() {
 
     let listing = aws(&home, &endpoint, &["s3", "ls", "--recursive", "s3://bkt/"]);
     for (key, bytes) in &w.objects {
-        let line = listing.lines().find(|l| l.ends_with(&format!(" {key}"))).unwrap_or_else(|| panic!("{key} in {listing}"));
+        let line =
+            listing.lines().find(|l| l.ends_with(&format!(" {key}"))).unwrap_or_else(|| panic!("{key} in {listing}"));
         assert!(line.contains(&format!(" {} ", bytes.len())), "{line}");
     }
     let top = aws(&home, &endpoint, &["s3", "ls", "s3://bkt/"]);
@@ -370,7 +375,10 @@ fn rclone_lists_copies_and_checks_with_both_list_versions() {
         let listing = rclone(&home, &["ls", "bg:bkt"]);
         for (key, bytes) in &w.objects {
             let want = format!("{} {key}", bytes.len());
-            assert!(listing.lines().any(|l| l.trim_start() == want), "list_version {list_version}: {want:?} in {listing}");
+            assert!(
+                listing.lines().any(|l| l.trim_start() == want),
+                "list_version {list_version}: {want:?} in {listing}"
+            );
         }
         let local = home.join("copy");
         rclone(&home, &["copy", "bg:bkt", local.to_str().unwrap()]);
@@ -417,7 +425,10 @@ fn s3cmd_lists_and_gets() {
     assert!(out.status.success(), "s3cmd ls: {}", String::from_utf8_lossy(&out.stderr));
     let listing = String::from_utf8_lossy(&out.stdout);
     for (key, bytes) in &w.objects {
-        let line = listing.lines().find(|l| l.ends_with(&format!("s3://bkt/{key}"))).unwrap_or_else(|| panic!("{key} in {listing}"));
+        let line = listing
+            .lines()
+            .find(|l| l.ends_with(&format!("s3://bkt/{key}")))
+            .unwrap_or_else(|| panic!("{key} in {listing}"));
         assert!(line.split_whitespace().any(|f| f == bytes.len().to_string()), "{line}");
     }
     for key in ["dir/a b+c%d.txt", BIG] {
@@ -446,7 +457,8 @@ fn bad_credentials_get_the_right_s3_error_and_reveal_nothing() {
     env.ok(&["s3-key", "revoke", &revoked.id]);
 
     let get = |path: &str, headers: &[(String, String)]| server.get(path, &as_refs(headers));
-    let sign = |key: &AccessKey, path: &str| signed_headers(key, path, &Signing { method: "GET", ..Default::default() });
+    let sign =
+        |key: &AccessKey, path: &str| signed_headers(key, path, &Signing { method: "GET", ..Default::default() });
 
     // The good key reads.
     let ok = get("/bkt/pub/a.txt", &sign(&good, "/bkt/pub/a.txt"));
@@ -479,29 +491,39 @@ fn bad_credentials_get_the_right_s3_error_and_reveal_nothing() {
         }
         assert!(bodies.windows(2).all(|w| w[0] == w[1]), "{what}: the answers differ: {bodies:?}");
     }
-    // A prefixed key lists only its prefix; asking for another is refused.
+    // A prefixed key lists under its prefix only; asking for another, or a shorter one, is refused.
     let list = |key: &AccessKey, query: &str| {
         let path = format!("/bkt?{query}");
         get(&path, &sign(key, &path))
     };
-    let r = list(&prefixed, "list-type=2&prefix=secret%2F");
-    assert_eq!((r.status, s3_code(&r)), (403, "AccessDenied".into()));
-    let r = list(&prefixed, "list-type=2");
+    for query in ["list-type=2&prefix=secret%2F", "list-type=2", "prefix=pu"] {
+        let r = list(&prefixed, query);
+        assert_eq!((r.status, s3_code(&r)), (403, "AccessDenied".into()), "{query}");
+    }
+    let r = list(&good, "list-type=2&prefix=pub%2F");
+    assert_eq!(r.status, 200);
+    let r = list(&prefixed, "list-type=2&prefix=pub%2F");
     assert_eq!(r.status, 200);
     let body = String::from_utf8_lossy(&r.body);
     assert!(body.contains("<Key>pub/a.txt</Key>") && !body.contains("secret"), "{body}");
 
     // Skewed dates, both ways.
     for skew in [-20 * 60, 20 * 60] {
-        let headers = signed_headers(&good, "/bkt/pub/a.txt", &Signing { method: "GET", skew_secs: skew, ..Default::default() });
+        let headers =
+            signed_headers(&good, "/bkt/pub/a.txt", &Signing { method: "GET", skew_secs: skew, ..Default::default() });
         let r = get("/bkt/pub/a.txt", &headers);
         assert_eq!((r.status, s3_code(&r)), (403, "RequestTimeTooSkewed".into()), "skew {skew}");
     }
     // Within the 15 minutes: fine.
-    let headers = signed_headers(&good, "/bkt/pub/a.txt", &Signing { method: "GET", skew_secs: -600, ..Default::default() });
+    let headers =
+        signed_headers(&good, "/bkt/pub/a.txt", &Signing { method: "GET", skew_secs: -600, ..Default::default() });
     assert_eq!(get("/bkt/pub/a.txt", &headers).status, 200);
     // Another region's scope.
-    let headers = signed_headers(&good, "/bkt/pub/a.txt", &Signing { method: "GET", region: Some("eu-west-1"), ..Default::default() });
+    let headers = signed_headers(
+        &good,
+        "/bkt/pub/a.txt",
+        &Signing { method: "GET", region: Some("eu-west-1"), ..Default::default() },
+    );
     let r = get("/bkt/pub/a.txt", &headers);
     assert_eq!((r.status, s3_code(&r)), (400, "AuthorizationHeaderMalformed".into()));
 
@@ -559,7 +581,11 @@ fn bad_credentials_get_the_right_s3_error_and_reveal_nothing() {
     let r = get(&format!("{url}&response-content-type=text%2Fhtml"), &[]);
     assert_eq!(s3_code(&r), "SignatureDoesNotMatch");
     // An expired presigned URL.
-    let expired = presigned_path(&good, "/bkt/pub/a.txt", &Signing { method: "GET", expires: Some(60), skew_secs: -3600, ..Default::default() });
+    let expired = presigned_path(
+        &good,
+        "/bkt/pub/a.txt",
+        &Signing { method: "GET", expires: Some(60), skew_secs: -3600, ..Default::default() },
+    );
     let r = get(&expired, &[]);
     assert_eq!((r.status, s3_code(&r)), (403, "AccessDenied".into()));
     // Native requests are untouched by all this: no SigV4, no XML.
