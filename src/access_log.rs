@@ -439,7 +439,8 @@ where
             entry.bytes = response.body().size_hint().exact().unwrap_or(0);
             entry.duration = started.elapsed();
             let refused = status == http::StatusCode::UNAUTHORIZED || status == http::StatusCode::FORBIDDEN;
-            entry.principal = claimed.filter(|_| !refused);
+            // A handler that authorised the request itself (the S3 routes) names its principal in the response.
+            entry.principal = response.extensions_mut().remove::<Principal>().or(claimed.filter(|_| !refused));
             response.headers_mut().insert(REQUEST_ID_HEADER, entry.request_id.header_value());
             log.log(entry);
             Ok(response)

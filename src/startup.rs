@@ -91,6 +91,7 @@ impl Application {
             prometheus: crate::metrics::prometheus(),
             ready: AtomicBool::new(false),
             uploads: tokio::sync::Semaphore::new(settings.limits.max_concurrent_uploads),
+            data: data.clone(),
         });
         Ok(Self { settings, data, admin, data_listeners, admin_listener, access_log })
     }

@@ -74,6 +74,8 @@ pub struct AdminParts {
     pub ready: AtomicBool,
     /// One permit per upload in progress (`limits.max_concurrent_uploads`).
     pub uploads: tokio::sync::Semaphore,
+    /// The data listener's state, for the S3 reads the admin listener answers too (`admin::s3_read`).
+    pub data: DataState,
 }
 
 impl AdminState {

@@ -2,8 +2,8 @@
 //!
 //! A request is an S3 request when it carries SigV4 (an `AWS4-…` Authorization header, or `X-Amz-Algorithm`,
 //! `X-Amz-Credential` or `X-Amz-Signature` in the query; a SigV2 presign's `AWSAccessKeyId` too, to be refused
-//! in S3's words) or names an S3-only route (`/`, `/{bucket}`): see
-//! [`is_s3_request`]. Everything else is the native API, unchanged. Routes:
+//! in S3's words) or names an S3-only route (`/`, `/{bucket}`) with a query: see [`is_s3_request`]. Everything
+//! else is the native API, unchanged. Routes:
 //! - `GET /`: ListBuckets (the key's bucket);
 //! - `HEAD /{bucket}`: HeadBucket (`x-amz-bucket-region`); `GET /{bucket}?location`: GetBucketLocation;
 //! - `GET /{bucket}?list-type=2`: ListObjectsV2; `GET /{bucket}`: ListObjects (V1);
@@ -35,20 +35,23 @@ pub static AMZ_REQUEST_ID: HeaderName = HeaderName::from_static("x-amz-request-i
 static AMZ_BUCKET_REGION: HeaderName = HeaderName::from_static("x-amz-bucket-region");
 static XML: HeaderValue = HeaderValue::from_static("application/xml");
 
-/// Whether a request is for the S3 API rather than the native one. Cheap on the native hot path: one header
-/// lookup, a scan of the query (when there is one) and a look at the path's shape.
+/// Whether a request is for the S3 API rather than the native one: it carries SigV4, or it names an S3-only
+/// path with a query (`/{bucket}?list-type=2`, `/?x-id=ListBuckets`). An unsigned, query-less `/` or `/{name}`
+/// keeps its native answer (400, not an object path), so the native API answers exactly as before. Cheap on the
+/// native hot path: one header lookup, a scan of the query when there is one, a look at the path's shape.
 pub fn is_s3_request(request: &Request) -> bool {
     if request.headers().get(header::AUTHORIZATION).is_some_and(|v| v.as_bytes().starts_with(b"AWS4-")) {
         return true;
     }
-    if let Some(query) = request.uri().query()
-        && ["X-Amz-Algorithm=", "X-Amz-Credential=", "X-Amz-Signature=", "AWSAccessKeyId="]
-            .iter()
-            .any(|p| query.contains(p))
-    {
-        return true;
+    match request.uri().query() {
+        Some(query) if !query.is_empty() => {
+            ["X-Amz-Algorithm=", "X-Amz-Credential=", "X-Amz-Signature=", "AWSAccessKeyId="]
+                .iter()
+                .any(|p| query.contains(p))
+                || is_s3_only_path(request.uri().path())
+        }
+        _ => false,
     }
-    is_s3_only_path(request.uri().path())
 }
 
 /// `/`, `/{bucket}` and `/{bucket}/`: paths that name no object, so the native API has no route there.
@@ -443,10 +446,14 @@ mod tests {
             ("GET", "/b/k", sigv4, true),
             ("GET", "/b/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=x", None, true),
             ("GET", "/b/k?X-Amz-Signature=00", None, true),
-            ("GET", "/", None, true),
-            ("GET", "/b", None, true),
-            ("GET", "/b/", None, true),
-            ("HEAD", "/b?list-type=2", None, true),
+            ("GET", "/", sigv4, true),
+            ("HEAD", "/b", sigv4, true),
+            ("GET", "/b/?list-type=2", None, true),
+            ("HEAD", "/b?location", None, true),
+            // Unsigned and without a query: the native answer (400) as before.
+            ("GET", "/", None, false),
+            ("GET", "/healthz", None, false),
+            ("GET", "/b/", None, false),
             ("GET", "/b//", None, false),
         ];
         for (method, target, auth, want) in cases {

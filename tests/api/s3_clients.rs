@@ -125,7 +125,17 @@ fn botocore(key: &AccessKey, url: &str, signing: &Signing<'_>) -> serde_json::Va
 /// The headers botocore adds to sign `path` for host `test` (what `helpers::raw_request` sends), with the given
 /// extra headers signed too; returned with those extra headers, ready for `Server::get`.
 pub fn signed_headers(key: &AccessKey, path: &str, signing: &Signing<'_>) -> Vec<(String, String)> {
-    let value = botocore(key, &format!("http://test{path}"), signing);
+    signed_headers_for_host("test", key, path, signing)
+}
+
+/// The same for another `Host` (the admin helper sends `t`).
+pub fn signed_headers_for_host(
+    host: &str,
+    key: &AccessKey,
+    path: &str,
+    signing: &Signing<'_>,
+) -> Vec<(String, String)> {
+    let value = botocore(key, &format!("http://{host}{path}"), signing);
     let headers = value["headers"].as_object().expect("signed headers");
     headers.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned())).collect()
 }
@@ -624,4 +634,33 @@ fn a_revoked_key_is_refused_at_the_next_request_and_the_log_names_keys() {
         assert!(std::time::Instant::now() < deadline, "access log: {text}");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+}
+
+/// The admin listener answers the bodiless S3 reads too (listings, HeadBucket, HeadObject); a GetObject body is
+/// never sent from there (no sendfile on hyper), and plain GETs keep their 405.
+#[test]
+fn the_admin_listener_answers_s3_reads_without_object_bodies() {
+    let env = TestEnv::new();
+    env.bucket("bkt", false);
+    env.put_bytes("bkt", "dir/a.txt", b"hello", &[]);
+    let key = s3_key(&env, "bkt", &[]);
+    let server = env.serve();
+    let admin = |method: &str, path: &str| {
+        let headers = signed_headers_for_host("t", &key, path, &Signing { method, ..Default::default() });
+        server.admin(method, path, &as_refs(&headers), b"")
+    };
+    let r = admin("GET", "/bkt?list-type=2&prefix=dir%2F");
+    assert_eq!(r.status, 200);
+    assert!(String::from_utf8_lossy(&r.body).contains("<Key>dir/a.txt</Key>"));
+    let r = admin("HEAD", "/bkt");
+    assert_eq!((r.status, r.header("x-amz-bucket-region")), (200, Some("us-east-1")));
+    let r = admin("HEAD", "/bkt/dir/a.txt");
+    assert_eq!((r.status, r.header("content-length")), (200, Some("5")));
+    assert!(r.header("x-amz-request-id").is_some());
+    let r = admin("GET", "/bkt/dir/a.txt");
+    assert_eq!((r.status, s3_code(&r)), (501, "NotImplemented".into()));
+    assert!(!String::from_utf8_lossy(&r.body).contains("hello"));
+    let r = admin("GET", "/bkt/dir/missing.txt");
+    assert_eq!((r.status, s3_code(&r)), (404, "NoSuchKey".into()));
+    assert_eq!(server.admin("GET", "/bkt/dir/a.txt", &[], b"").status, 405, "a native GET is still refused");
 }
