@@ -790,6 +790,146 @@ mod tests {
         assert_eq!(admin(Credentials::Anonymous).await, Err("missing".into()));
     }
 
+    /// The example requests of AWS's SigV4 documentation for S3 ("Examples: Signature calculations",
+    /// "Authenticating requests: using query parameters"), signed by AWS: our code does not sign its own tests.
+    const AWS_ID: &str = "AKIAIOSFODNN7EXAMPLE";
+    const AWS_SECRET: &str = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+    /// 2013-05-24T00:00:00Z, the examples' time.
+    const AWS_NOW: i64 = 1_369_353_600;
+    const DAY: i64 = 24 * 3600;
+
+    fn aws_header_request() -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, "examplebucket.s3.amazonaws.com".parse().unwrap());
+        h.insert(header::RANGE, "bytes=0-9".parse().unwrap());
+        h.insert(
+            "x-amz-content-sha256",
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855".parse().unwrap(),
+        );
+        h.insert("x-amz-date", "20130524T000000Z".parse().unwrap());
+        h.insert(
+            header::AUTHORIZATION,
+            "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request,\
+             SignedHeaders=host;range;x-amz-content-sha256;x-amz-date,\
+             Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"
+                .parse()
+                .unwrap(),
+        );
+        h
+    }
+
+    const AWS_PRESIGNED_QUERY: &str = "X-Amz-Algorithm=AWS4-HMAC-SHA256\
+        &X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20130524T000000Z\
+        &X-Amz-Expires=86400&X-Amz-SignedHeaders=host\
+        &X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404";
+
+    fn s3_key_record(bucket_id: i64, prefix: &str, scope: Scope, secret: &str) -> S3KeyRecord {
+        S3KeyRecord {
+            id: AWS_ID.into(),
+            secret: secret.into(),
+            bucket_id,
+            bucket_name: "priv".into(),
+            prefix: prefix.into(),
+            scope,
+            created_at: 0,
+            expires_at: None,
+            revoked_at: None,
+        }
+    }
+
+    fn s3_authorizer(key: Option<S3KeyRecord>, clock: fn() -> i64, max_lifetime: u64) -> Authorizer<MemoryLookup> {
+        let mut lookup = MemoryLookup::default();
+        if let Some(key) = key {
+            lookup.s3_keys.insert(key.id.clone(), Arc::new(key));
+        }
+        Authorizer::new(lookup, Duration::from_secs(max_lifetime)).with_clock(clock)
+    }
+
+    #[tokio::test]
+    async fn s3_decisions_over_an_in_memory_lookup() {
+        let w = world();
+        let (private, public) = (Some(&w.private), Some(&w.public));
+        let headers = aws_header_request();
+        let header_signed = RequestParts { method: "GET", path: "/test.txt", query: None, headers: &headers };
+        let host_only = {
+            let mut h = HeaderMap::new();
+            h.insert(header::HOST, "examplebucket.s3.amazonaws.com".parse().unwrap());
+            h
+        };
+        let presigned =
+            RequestParts { method: "GET", path: "/test.txt", query: Some(AWS_PRESIGNED_QUERY), headers: &host_only };
+        let unsigned = RequestParts { method: "GET", path: "/test.txt", query: None, headers: &host_only };
+        let object = key("test.txt");
+        let good = || Some(s3_key_record(1, "", Scope::Read, AWS_SECRET));
+        let s3 = async |auth: &Authorizer<MemoryLookup>, request, target, access| {
+            auth.s3(request, target, access).await.map(|g| g.presigned).map_err(|e| match e {
+                AuthError::SigV4 { error, .. } => error.code().to_owned(),
+                AuthError::InvalidAccessKeyId { reason } => format!("InvalidAccessKeyId:{}", reason.label()),
+                other => format!("{other:?}"),
+            })
+        };
+        let auth = s3_authorizer(good(), || AWS_NOW, 7 * DAY as u64);
+        let target = S3Target::Object(private, &object);
+        assert_eq!(s3(&auth, &header_signed, target, Access::Read).await, Ok(false));
+        assert_eq!(s3(&auth, &presigned, target, Access::Read).await, Ok(true));
+        assert_eq!(
+            s3(&auth, &unsigned, target, Access::Read).await,
+            Err("Unauthorized { reason: Missing, message: \"Access Denied\" }".into())
+        );
+        assert_eq!(s3(&auth, &header_signed, S3Target::Service, Access::Read).await, Ok(false));
+        assert_eq!(s3(&auth, &header_signed, S3Target::Bucket(private), Access::Read).await, Ok(false));
+        // Token rules: scope, bucket (absent or another), prefix; a public bucket is readable by any live key.
+        assert_eq!(s3(&auth, &header_signed, target, Access::Write).await, Err("Forbidden".into()));
+        assert_eq!(
+            s3(&auth, &header_signed, S3Target::Object(None, &object), Access::Read).await,
+            Err("Forbidden".into())
+        );
+        assert_eq!(s3(&auth, &header_signed, S3Target::Bucket(public), Access::Read).await, Err("Forbidden".into()));
+        assert_eq!(s3(&auth, &header_signed, S3Target::Object(public, &object), Access::Read).await, Ok(false));
+        let prefixed =
+            s3_authorizer(Some(s3_key_record(1, "dir/", Scope::Read, AWS_SECRET)), || AWS_NOW, 7 * DAY as u64);
+        assert_eq!(s3(&prefixed, &header_signed, target, Access::Read).await, Err("Forbidden".into()));
+        assert_eq!(s3(&prefixed, &header_signed, S3Target::Bucket(private), Access::Read).await, Ok(false));
+        // Credentials: unknown key, wrong secret, revoked or expired (told only with a valid signature).
+        let unknown = s3_authorizer(None, || AWS_NOW, 7 * DAY as u64);
+        assert_eq!(
+            s3(&unknown, &header_signed, target, Access::Read).await,
+            Err("InvalidAccessKeyId:unknown_token".into())
+        );
+        let wrong =
+            s3_authorizer(Some(s3_key_record(1, "", Scope::Read, "not the secret")), || AWS_NOW, 7 * DAY as u64);
+        assert_eq!(s3(&wrong, &header_signed, target, Access::Read).await, Err("SignatureDoesNotMatch".into()));
+        assert_eq!(s3(&wrong, &presigned, target, Access::Read).await, Err("SignatureDoesNotMatch".into()));
+        let mut revoked = s3_key_record(1, "", Scope::Read, AWS_SECRET);
+        revoked.revoked_at = Some(1);
+        let revoked = s3_authorizer(Some(revoked), || AWS_NOW, 7 * DAY as u64);
+        assert_eq!(
+            s3(&revoked, &header_signed, S3Target::Service, Access::Read).await,
+            Err("InvalidAccessKeyId:revoked".into())
+        );
+        let mut expired = s3_key_record(1, "", Scope::Read, AWS_SECRET);
+        expired.expires_at = Some(AWS_NOW);
+        let expired = s3_authorizer(Some(expired), || AWS_NOW, 7 * DAY as u64);
+        assert_eq!(s3(&expired, &header_signed, target, Access::Read).await, Err("AccessDenied".into()));
+        // Time: skew beyond 15 minutes, a presign past its expiry or beyond our maximum lifetime.
+        let late = s3_authorizer(good(), || AWS_NOW + 16 * 60, 7 * DAY as u64);
+        assert_eq!(s3(&late, &header_signed, target, Access::Read).await, Err("RequestTimeTooSkewed".into()));
+        assert_eq!(s3(&late, &presigned, target, Access::Read).await, Ok(true), "a presign lives its X-Amz-Expires");
+        let next_day = s3_authorizer(good(), || AWS_NOW + DAY + 1, 7 * DAY as u64);
+        assert_eq!(s3(&next_day, &presigned, target, Access::Read).await, Err("AccessDenied".into()));
+        let short_max = s3_authorizer(good(), || AWS_NOW, 3600);
+        assert_eq!(
+            s3(&short_max, &presigned, target, Access::Read).await,
+            Err("AuthorizationQueryParametersError".into())
+        );
+        // Another region than ours.
+        let elsewhere = s3_authorizer(good(), || AWS_NOW, 7 * DAY as u64).with_s3_region("eu-west-1");
+        assert_eq!(
+            s3(&elsewhere, &header_signed, target, Access::Read).await,
+            Err("AuthorizationHeaderMalformed".into())
+        );
+    }
+
     /// The labels of `blobgate_auth_failures_total` are exactly the ones before `AuthError` existed.
     #[test]
     fn failure_labels_are_the_metric_labels() {

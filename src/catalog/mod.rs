@@ -460,6 +460,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_s3_key_revoked_by_another_connection_is_seen_at_once() {
+        let (dir, store, catalog) = setup().await;
+        let bucket = catalog.bucket("bkt").await.unwrap().unwrap();
+        assert!(catalog.s3_key("AKBGAAAAAAAAAAAAAAAA").await.unwrap().is_none(), "unknown ids are cached as absent");
+        let key = S3KeyRecord {
+            id: "AKBGAAAAAAAAAAAAAAAA".into(),
+            secret: "s".repeat(40),
+            bucket_id: bucket.id,
+            bucket_name: "bkt".into(),
+            prefix: String::new(),
+            scope: Scope::Read,
+            created_at: 0,
+            expires_at: None,
+            revoked_at: None,
+        };
+        store.meta.create_s3_key(&key).await.unwrap();
+        let cached = catalog.s3_key(&key.id).await.unwrap().expect("the insert evicted the negative entry");
+        assert_eq!(cached.secret, key.secret, "the secret opened");
+        let other = open_store(dir.path()).await;
+        assert!(other.meta.revoke_s3_key(&key.id, 7).await.unwrap());
+        assert_eq!(catalog.s3_key(&key.id).await.unwrap().unwrap().revoked_at, Some(7));
+    }
+
+    #[tokio::test]
     async fn changes_without_a_bump_are_applied_by_an_explicit_sync() {
         let (_dir, store, catalog) = setup().await;
         assert!(catalog.bucket("new-bucket").await.unwrap().is_none());
