@@ -88,7 +88,7 @@ pub(super) async fn serve_object(app: &DataState, request: ObjectRequest<'_>) ->
     let mut representation = entry.headers.clone();
     super::cors::vary_on_origin(grant_bucket, &mut representation);
     // The selected representation: the object itself, or a precompressed variant with its own ETag and digest.
-    let variant = entry.variant(accept_encoding::negotiate(&headers, entry.available));
+    let variant = entry.variant(accept_encoding::negotiate(headers, entry.available));
     if entry.available.any() {
         representation.append(header::VARY, ACCEPT_ENCODING.clone());
     }
@@ -131,7 +131,7 @@ pub(super) async fn serve_object(app: &DataState, request: ObjectRequest<'_>) ->
     // does not match (a 200 with this one, whose tag the client then caches).
     let etag = variant.map_or(entry.etag.as_str(), |v| v.etag.as_str());
     let validators = Validators { etag, last_modified: entry.last_modified };
-    let honor_range = match conditional::evaluate(&method, &headers, &validators, SystemTime::now()) {
+    let honor_range = match conditional::evaluate(&method, headers, &validators, SystemTime::now()) {
         Precondition::Failed => return Ok(vary(ApiError::PreconditionFailed)),
         Precondition::NotModified => {
             // RFC 9110 §15.4.5: a 304 carries no content, so no content headers. The object reference goes along
