@@ -255,7 +255,8 @@ async fn route(
     let query = Query::parse(request.query);
     match parse_path(request.path)? {
         S3Path::Service => {
-            query.refuse_subresources(&[])?;
+            // ListBuckets' paging parameters are accepted and ignored: a key sees one bucket.
+            query.refuse_subresources(&["max-buckets", "prefix", "continuation-token", "bucket-region"])?;
             list_buckets(app, request).await
         }
         S3Path::Bucket(name) => {
