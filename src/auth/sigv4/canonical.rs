@@ -182,3 +182,140 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     era * 146_097 + doe - 719_468
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::auth::sigv4::tests::headers;
+
+    #[test]
+    fn uri_encoding_keeps_only_unreserved_bytes() {
+        assert_eq!(uri_encode(b"AZaz09-._~", true), "AZaz09-._~");
+        assert_eq!(uri_encode(b"a b+c%d/e", true), "a%20b%2Bc%25d%2Fe");
+        assert_eq!(uri_encode(b"a b+c%d/e", false), "a%20b%2Bc%25d/e");
+        assert_eq!(uri_encode("é🙂".as_bytes(), true), "%C3%A9%F0%9F%99%82");
+        assert_eq!(uri_encode(&[0, 0xff], true), "%00%FF");
+    }
+
+    #[test]
+    fn the_canonical_query_is_decoded_encoded_and_sorted() {
+        let cases = [
+            ("", ""),
+            ("b=2&a=1&a=0", "a=0&a=1&b=2"),
+            ("acl", "acl="),
+            ("acl=&uploads", "acl=&uploads="),
+            ("a+b=c+d", "a%20b=c%20d"),
+            ("x=%7e%7E~", "x=~~~"),
+            ("x=%2b%2F", "x=%2B%2F"),
+            ("k=%e4%b8%ad", "k=%E4%B8%AD"),
+            ("&&x=1&&", "x=1"),
+            ("a=1=2", "a=1%3D2"),
+            ("bad=%zz", "bad=%25zz"),
+            // Byte order: uppercase before lowercase, `-` before letters.
+            ("prefix=J&max-keys=2&Z=1", "Z=1&max-keys=2&prefix=J"),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(canonical_query(raw, None), want, "{raw}");
+        }
+        assert_eq!(canonical_query("X-Amz-Signature=abc&b=1&X-Amz-Date=2", Some(SIGNATURE_PARAM)), "X-Amz-Date=2&b=1");
+        assert_eq!(canonical_uri(""), "/");
+        assert_eq!(canonical_uri("/a%20b/../c//d"), "/a%20b/../c//d");
+    }
+
+    #[test]
+    fn canonical_header_values_are_trimmed_collapsed_and_joined() {
+        let h = headers(&[("x-amz-meta-a", "  one   two\t\tthree  "), ("x-amz-meta-b", "1"), ("x-amz-meta-b", " 2 ")]);
+        let signed = ["host".to_owned(), "x-amz-meta-a".to_owned(), "x-amz-meta-b".to_owned()];
+        assert_eq!(
+            String::from_utf8(canonical_headers(&h, &signed)).unwrap(),
+            "host:\nx-amz-meta-a:one two three\nx-amz-meta-b:1,2\n"
+        );
+    }
+
+    #[test]
+    fn timestamps_parse_exactly() {
+        assert_eq!(AmzDate::parse("20130524T000000Z").map(|d| d.unix), Some(1_369_353_600));
+        assert_eq!(AmzDate::parse("19700101T000000Z").map(|d| d.unix), Some(0));
+        assert_eq!(AmzDate::parse("20240229T235959Z").map(|d| d.unix), Some(1_709_251_199));
+        for bad in [
+            "20230229T000000Z",
+            "20130524T000000",
+            "20130524 000000Z",
+            "2013052aT000000Z",
+            "20131324T000000Z",
+            "20130524T006000Z",
+            "+0130524T000000Z",
+            "",
+        ] {
+            assert_eq!(AmzDate::parse(bad), None, "{bad}");
+        }
+    }
+
+    /// `YYYYMMDDTHHMMSSZ` of a unix time, through `httpdate`'s formatter (an independent calendar).
+    fn amz_text(unix: u64) -> String {
+        let http = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(unix));
+        // "Fri, 24 May 2013 00:00:00 GMT"
+        let parts: Vec<&str> = http.split([' ', ':']).collect();
+        let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+            .iter()
+            .position(|m| *m == parts[2])
+            .unwrap()
+            + 1;
+        format!("{}{month:02}{}T{}{}{}Z", parts[3], parts[1], parts[4], parts[5], parts[6])
+    }
+
+    proptest! {
+        /// Every instant from 1970 to 9999 reads back as itself.
+        #[test]
+        fn timestamps_read_back(unix in 0u64..253_402_300_800) {
+            let text = amz_text(unix);
+            prop_assert_eq!(AmzDate::parse(&text).map(|d| d.unix), Some(unix as i64), "{}", text);
+        }
+
+        /// Encoding keeps only unreserved characters and `%XY`, and decodes back to the same bytes.
+        #[test]
+        fn uri_encoding_round_trips(bytes in proptest::collection::vec(any::<u8>(), 0..64), slash in any::<bool>()) {
+            let encoded = uri_encode(&bytes, slash);
+            prop_assert!(encoded.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~%".contains(&b) || (!slash && b == b'/')));
+            prop_assert_eq!(percent_decode(encoded.as_bytes()).collect::<Vec<u8>>(), bytes);
+        }
+
+        /// The canonical query does not depend on the order of the parameters, and is its own canonical form.
+        #[test]
+        fn the_canonical_query_ignores_order(
+            pairs in proptest::collection::vec(("[a-zA-Z0-9 %+~é_.=-]{0,8}", "[a-zA-Z0-9 %+~é/_.=-]{0,8}"), 0..8),
+            seed in any::<u64>(),
+        ) {
+            let encode = |(n, v): &(String, String)| format!("{}={}", uri_encode(n.as_bytes(), true), uri_encode(v.as_bytes(), true));
+            let raw: Vec<String> = pairs.iter().map(encode).collect();
+            let mut shuffled = raw.clone();
+            let len = shuffled.len();
+            if len > 1 {
+                shuffled.rotate_left((seed as usize) % len);
+                shuffled.swap(0, (seed as usize / 7) % len);
+            }
+            let canonical = canonical_query(&raw.join("&"), None);
+            prop_assert_eq!(&canonical_query(&shuffled.join("&"), None), &canonical);
+            prop_assert_eq!(canonical_query(&canonical, None), canonical);
+        }
+
+        /// Whitespace around and inside a header value never changes its canonical form.
+        #[test]
+        fn header_whitespace_is_insignificant(words in proptest::collection::vec("[!-~]{1,6}", 1..5), pads in proptest::collection::vec("[ \t]{1,3}", 6)) {
+            let tight = words.join(" ");
+            let mut loose = pads[0].clone();
+            for (i, w) in words.iter().enumerate() {
+                loose.push_str(w);
+                loose.push_str(&pads[(i + 1) % pads.len()]);
+            }
+            let signed = ["x-amz-meta-v".to_owned()];
+            let a = canonical_headers(&headers(&[("x-amz-meta-v", &tight)]), &signed);
+            let b = canonical_headers(&headers(&[("x-amz-meta-v", &loose)]), &signed);
+            prop_assert_eq!(a, b);
+        }
+    }
+}

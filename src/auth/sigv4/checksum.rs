@@ -142,3 +142,52 @@ impl Checksummer {
         Checksum { algorithm, base64: STANDARD.encode(digest) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// The catalogue check values (the digest of `123456789`), big-endian as S3 sends them.
+    #[test]
+    fn check_values() {
+        let cases: [(ChecksumAlgorithm, &str); 5] = [
+            (ChecksumAlgorithm::Crc32, "cbf43926"),
+            (ChecksumAlgorithm::Crc32c, "e3069283"),
+            (ChecksumAlgorithm::Crc64Nvme, "ae8b14860a799888"),
+            (ChecksumAlgorithm::Sha1, "f7c3bc1d808e04732adf679965ccc34ca7ae3441"),
+            (ChecksumAlgorithm::Sha256, "15e2b0d3c33891ebb0f1ef609ec419420c20e320ce94c65fbc8c3312448eb225"),
+        ];
+        for (algorithm, hex_digest) in cases {
+            let mut c = Checksummer::new(algorithm);
+            c.update(b"1234");
+            c.update(b"56789");
+            let want = STANDARD.encode(hex::decode(hex_digest).unwrap());
+            assert_eq!(c.finish(), Checksum { algorithm, base64: want.clone() }, "{algorithm:?}");
+            assert_eq!(Checksum::parse(algorithm, &want).map(|c| c.base64), Some(want), "{algorithm:?}");
+            assert_eq!(ChecksumAlgorithm::from_header_name(&algorithm.header_name().to_uppercase()), Some(algorithm));
+        }
+        // S3's CRC64NVME of the empty object.
+        assert_eq!(Checksummer::new(ChecksumAlgorithm::Crc64Nvme).finish().base64, "AAAAAAAAAAA=");
+        assert_eq!(Checksum::parse(ChecksumAlgorithm::Crc32, "AAAAAAAAAAA="), None, "a CRC-64 length");
+        assert_eq!(Checksum::parse(ChecksumAlgorithm::Crc32, "not base64"), None);
+        assert_eq!(ChecksumAlgorithm::from_header_name("x-amz-checksum-md5"), None);
+    }
+
+    proptest! {
+        /// However the bytes are split into updates, the checksum is the same.
+        #[test]
+        fn updates_compose(data in proptest::collection::vec(any::<u8>(), 0..2000), cut in any::<prop::sample::Index>()) {
+            let at = cut.index(data.len() + 1);
+            for algorithm in ChecksumAlgorithm::ALL {
+                let mut whole = Checksummer::new(algorithm);
+                whole.update(&data);
+                let mut split = Checksummer::new(algorithm);
+                split.update(&data[..at]);
+                split.update(&data[at..]);
+                prop_assert_eq!(whole.finish(), split.finish());
+            }
+        }
+    }
+}

@@ -115,6 +115,8 @@ pub struct ChunkedDecoder {
     /// Trailer lines as received (except the signature), for the trailer signature.
     trailer_lines: Vec<(String, String)>,
     trailer_signature_seen: bool,
+    /// Whether an empty line came straight after the final chunk, before any trailer line (some SDKs send one).
+    blank_before_trailer: bool,
 }
 
 /// Which checksum the body must carry, and where it comes from.
@@ -166,6 +168,7 @@ impl ChunkedDecoder {
             checksummer,
             trailer_lines: Vec::new(),
             trailer_signature_seen: false,
+            blank_before_trailer: false,
         }
     }
 
@@ -257,9 +260,20 @@ impl ChunkedDecoder {
     /// The verdict once the input has ended: the body must be complete, of `x-amz-decoded-content-length`
     /// bytes, and its checksum must match.
     pub fn finish(&mut self) -> Result<Verdict, SigV4Error> {
-        // Some clients end the body right after the trailer lines, without the empty line.
-        if self.state == State::Trailer && self.line.is_empty() && !self.trailer_lines.is_empty() {
-            self.end_of_trailer()?;
+        // Some clients end the body right after the trailer lines, without the empty line (or even without the
+        // last CRLF).
+        if self.state == State::Trailer {
+            if !self.line.is_empty() {
+                let line = std::mem::take(&mut self.line);
+                if line.ends_with(b"\r") {
+                    return Err(malformed("an aws-chunked line does not end with CRLF"));
+                }
+                self.trailer_line(&line)?;
+            }
+            let started = self.blank_before_trailer || self.trailer_signature_seen || !self.trailer_lines.is_empty();
+            if self.state == State::Trailer && started {
+                self.end_of_trailer()?;
+            }
         }
         if self.state != State::Done {
             return Err(SigV4Error::IncompleteBody);
@@ -297,7 +311,7 @@ impl ChunkedDecoder {
         let remaining = remaining - data.len() as u64;
         self.state = State::Data { remaining };
         if remaining == 0 {
-            let digest = self.chunk_hash.replace(Sha256::new()).map(|h| h.finalize());
+            let digest = self.chunk_hash.as_mut().map(|hash| std::mem::take(hash).finalize());
             if let Some(digest) = digest {
                 self.check_chunk_signature(&hex::encode(digest))?;
             }
@@ -377,6 +391,11 @@ impl ChunkedDecoder {
     }
 
     fn trailer_line(&mut self, line: &[u8]) -> Result<(), SigV4Error> {
+        let nothing_yet = self.trailer_lines.is_empty() && !self.trailer_signature_seen && !self.blank_before_trailer;
+        if line.is_empty() && self.framing.has_trailer() && nothing_yet {
+            self.blank_before_trailer = true;
+            return Ok(());
+        }
         if line.is_empty() {
             return self.end_of_trailer();
         }
@@ -484,6 +503,20 @@ pub fn trailer_algorithm(headers: &HeaderMap) -> Result<Option<ChecksumAlgorithm
     Ok(found)
 }
 
+/// The `Content-Encoding` to store for an upload: the request's codings without `aws-chunked` (S3 drops it, as it
+/// only describes the transfer), `None` when nothing is left.
+pub fn stored_content_encoding(headers: &HeaderMap) -> Option<String> {
+    let codings: Vec<&str> = headers
+        .get_all(http::header::CONTENT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("aws-chunked"))
+        .collect();
+    (!codings.is_empty()).then(|| codings.join(", "))
+}
+
 /// A checksum sent as an `x-amz-checksum-*` request header, if any (at most one).
 pub fn header_checksum(headers: &HeaderMap) -> Result<Option<Checksum>, SigV4Error> {
     let mut found = None;
@@ -497,4 +530,276 @@ pub fn header_checksum(headers: &HeaderMap) -> Result<Option<Checksum>, SigV4Err
         }
     }
     Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::auth::sigv4::tests::{CHUNK_SIGNATURES, REGION, SECRET, decode_all, example_chunked_body, headers};
+    use crate::auth::sigv4::{AuthKind, SigningKey};
+
+    /// The seed of the documentation's chunked PUT.
+    fn example_seed() -> StreamingSeed {
+        StreamingSeed {
+            seed_signature: hex::decode("4f232c4386841ef735655705268965c44a0e4690baa4adea153f7db9fa80a0a9")
+                .unwrap()
+                .try_into()
+                .unwrap(),
+            signing_key: SigningKey::derive(SECRET, "20130524", REGION),
+            scope: "20130524/us-east-1/s3/aws4_request".into(),
+            timestamp: "20130524T000000Z".into(),
+        }
+    }
+
+    fn crc32(data: &[u8]) -> String {
+        let mut c = Checksummer::new(ChecksumAlgorithm::Crc32);
+        c.update(data);
+        c.finish().base64
+    }
+
+    /// An unsigned aws-chunked body (as botocore writes it) of `data` in chunks of `sizes` (cycled).
+    fn unsigned_body(data: &[u8], sizes: &[usize], trailer: &str) -> Vec<u8> {
+        let mut body = Vec::new();
+        let mut rest = data;
+        let mut i = 0;
+        while !rest.is_empty() {
+            let n = sizes[i % sizes.len()].clamp(1, rest.len());
+            body.extend_from_slice(format!("{n:x}\r\n").as_bytes());
+            body.extend_from_slice(&rest[..n]);
+            body.extend_from_slice(b"\r\n");
+            rest = &rest[n..];
+            i += 1;
+        }
+        body.extend_from_slice(b"0\r\n");
+        body.extend_from_slice(trailer.as_bytes());
+        body
+    }
+
+    fn unsigned(len: u64) -> ChunkedDecoder {
+        ChunkedDecoder::new(Framing::UnsignedTrailer, len, Some(ChecksumAlgorithm::Crc32)).unwrap()
+    }
+
+    #[test]
+    fn unsigned_trailer_bodies_decode_and_check_their_checksum() {
+        let data = b"hello, aws-chunked world";
+        let good = format!("x-amz-checksum-crc32:{}\r\n\r\n", crc32(data));
+        let (out, verdict) = decode_all(&mut unsigned(24), &unsigned_body(data, &[5, 100], &good)).unwrap();
+        assert_eq!(out, data);
+        let checksum = Checksum { algorithm: ChecksumAlgorithm::Crc32, base64: crc32(data) };
+        assert_eq!(verdict, Verdict { decoded_length: 24, checksum: Some(checksum) });
+
+        let cases: Vec<(Vec<u8>, u64, SigV4Error)> = vec![
+            (unsigned_body(data, &[5], "x-amz-checksum-crc32:AAAAAA==\r\n\r\n"), 24, SigV4Error::BadDigest("CRC32")),
+            (unsigned_body(b"hello, aws-chunked World", &[5], &good), 24, SigV4Error::BadDigest("CRC32")),
+            (unsigned_body(data, &[5], "\r\n"), 24, malformed("the trailer has no x-amz-checksum-crc32")),
+            (
+                unsigned_body(data, &[5], "x-amz-checksum-crc32:????\r\n\r\n"),
+                24,
+                malformed("x-amz-checksum-crc32 is not a base64 CRC32 value"),
+            ),
+            (unsigned_body(data, &[5], &good), 25, SigV4Error::IncompleteBody),
+            (
+                unsigned_body(data, &[5], &good),
+                23,
+                malformed("the chunks hold more than x-amz-decoded-content-length bytes"),
+            ),
+            (unsigned_body(data, &[5], &good)[..20].to_vec(), 24, SigV4Error::IncompleteBody),
+            (
+                unsigned_body(data, &[5], &format!("{good}x")),
+                24,
+                malformed("data after the end of the aws-chunked body"),
+            ),
+            (b"5;chunk-signature=00\r\nhello\r\n".to_vec(), 5, malformed("an unsigned chunk carries an extension")),
+            (b"zz\r\n".to_vec(), 5, malformed("a chunk size is not a hex number")),
+            (b"10000000000000000\r\n".to_vec(), 5, malformed("a chunk size is not a hex number")),
+            (b"5\nhello\r\n".to_vec(), 5, malformed("an aws-chunked line does not end with CRLF")),
+            (b"5\r\nhelloXY0\r\n".to_vec(), 5, malformed("a chunk's data is not followed by CRLF")),
+            (
+                unsigned_body(data, &[5], &format!("x-amz-checksum-crc32c:{}\r\n\r\n", crc32(data))),
+                24,
+                malformed("the trailer carries x-amz-checksum-crc32c, which x-amz-trailer did not announce"),
+            ),
+            (
+                unsigned_body(data, &[5], &good.replace("\r\n\r\n", "\r\nx-amz-trailer-signature:00\r\n\r\n")),
+                24,
+                malformed("an unsigned trailer carries a signature"),
+            ),
+        ];
+        for (body, len, want) in cases {
+            assert_eq!(decode_all(&mut unsigned(len), &body).unwrap_err(), want, "{}", String::from_utf8_lossy(&body));
+        }
+    }
+
+    #[test]
+    fn lines_are_bounded() {
+        let mut decoder = unsigned(10);
+        let long = vec![b'0'; MAX_LINE + 3];
+        let err = decoder.feed_all(&long, |_| {}).unwrap_err();
+        assert_eq!(err, malformed("an aws-chunked header or trailer line is too long"));
+        assert!(decoder.line.capacity() <= 2 * (MAX_LINE + 2), "{}", decoder.line.capacity());
+        // Byte by byte, the same.
+        let mut decoder = unsigned(10);
+        let err = long.iter().find_map(|b| decoder.feed_all(std::slice::from_ref(b), |_| {}).err()).unwrap();
+        assert_eq!(err, malformed("an aws-chunked header or trailer line is too long"));
+        let mut decoder = unsigned(0);
+        let mut body = b"0\r\n".to_vec();
+        for i in 0..MAX_TRAILER_LINES + 1 {
+            body.extend_from_slice(format!("x-amz-meta-{i}:1\r\n").as_bytes());
+        }
+        assert!(decoder.feed_all(&body, |_| {}).is_err());
+    }
+
+    #[test]
+    fn a_checksum_header_is_checked_like_a_trailer() {
+        let data = b"abc";
+        let body = unsigned_body(data, &[2], "\r\n");
+        let checksum = Checksum { algorithm: ChecksumAlgorithm::Crc32, base64: crc32(data) };
+        let mut decoder = ChunkedDecoder::with_header_checksum(Framing::UnsignedTrailer, 3, checksum.clone());
+        assert_eq!(decode_all(&mut decoder, &body).unwrap().1.checksum, Some(checksum));
+        let wrong = Checksum { algorithm: ChecksumAlgorithm::Crc32, base64: crc32(b"abd") };
+        let mut decoder = ChunkedDecoder::with_header_checksum(Framing::UnsignedTrailer, 3, wrong);
+        assert_eq!(decode_all(&mut decoder, &body).unwrap_err(), SigV4Error::BadDigest("CRC32"));
+        // No checksum at all: only the framing and the length are checked.
+        let mut decoder = ChunkedDecoder::new(Framing::UnsignedTrailer, 3, None).unwrap();
+        assert_eq!(decode_all(&mut decoder, &body).unwrap().1, Verdict { decoded_length: 3, checksum: None });
+        assert!(ChunkedDecoder::new(Framing::Signed(example_seed()), 3, Some(ChecksumAlgorithm::Crc32)).is_err());
+    }
+
+    #[test]
+    fn decoders_come_from_the_request_headers() {
+        let verified = |payload| Verified {
+            access_key_id: "k".into(),
+            kind: AuthKind::Header,
+            payload,
+            streaming: Some(example_seed()),
+        };
+        let unsigned_trailer = verified(PayloadHash::StreamingUnsignedTrailer);
+        let h = headers(&[("x-amz-decoded-content-length", "3"), ("x-amz-trailer", "x-amz-checksum-crc32")]);
+        assert!(ChunkedDecoder::for_request(&unsigned_trailer, &h).unwrap().is_some());
+        assert!(ChunkedDecoder::for_request(&verified(PayloadHash::Unsigned), &h).unwrap().is_none());
+        let code = |v: &Verified, pairs: &[(&str, &str)]| {
+            ChunkedDecoder::for_request(v, &headers(pairs)).err().map(|e| e.code())
+        };
+        assert_eq!(code(&unsigned_trailer, &[]), Some("MissingSecurityHeader"));
+        assert_eq!(code(&unsigned_trailer, &[("x-amz-decoded-content-length", "-1")]), Some("InvalidArgument"));
+        assert_eq!(
+            code(&unsigned_trailer, &[("x-amz-decoded-content-length", "1"), ("x-amz-trailer", "x-amz-checksum-md5")]),
+            Some("InvalidArgument")
+        );
+        assert_eq!(
+            code(
+                &unsigned_trailer,
+                &[("x-amz-decoded-content-length", "1"), ("x-amz-trailer", "x-amz-checksum-crc32,x-amz-checksum-sha1")]
+            ),
+            Some("InvalidArgument")
+        );
+        assert_eq!(
+            code(
+                &unsigned_trailer,
+                &[
+                    ("x-amz-decoded-content-length", "1"),
+                    ("x-amz-trailer", "x-amz-checksum-crc32"),
+                    ("x-amz-checksum-crc32", "AAAAAA==")
+                ]
+            ),
+            Some("InvalidRequest")
+        );
+        assert_eq!(
+            code(&unsigned_trailer, &[("x-amz-decoded-content-length", "1"), ("x-amz-checksum-crc32", "AAAA")]),
+            Some("InvalidRequest")
+        );
+        assert_eq!(
+            code(
+                &verified(PayloadHash::StreamingSigned),
+                &[("x-amz-decoded-content-length", "1"), ("x-amz-trailer", "x-amz-checksum-crc32")]
+            ),
+            Some("InvalidRequest")
+        );
+        let presigned = Verified { streaming: None, ..verified(PayloadHash::StreamingSigned) };
+        assert_eq!(code(&presigned, &[("x-amz-decoded-content-length", "1")]), Some("InvalidRequest"));
+    }
+
+    #[test]
+    fn aws_chunked_is_not_a_stored_content_encoding() {
+        let encoding = |pairs: &[(&str, &str)]| stored_content_encoding(&headers(pairs));
+        assert_eq!(encoding(&[]), None);
+        assert_eq!(encoding(&[("content-encoding", "aws-chunked")]), None);
+        assert_eq!(encoding(&[("content-encoding", "AWS-Chunked, gzip")]), Some("gzip".into()));
+        assert_eq!(encoding(&[("content-encoding", "aws-chunked"), ("content-encoding", "br")]), Some("br".into()));
+        assert_eq!(encoding(&[("content-encoding", "gzip")]), Some("gzip".into()));
+    }
+
+    #[test]
+    fn every_feed_makes_progress() {
+        let body = example_chunked_body(CHUNK_SIGNATURES, "\r\n");
+        let mut decoder = ChunkedDecoder::new(Framing::Signed(example_seed()), 66_560, None).unwrap();
+        let mut rest = &body[..];
+        while !rest.is_empty() {
+            let step = decoder.feed(rest).unwrap();
+            assert!(step.consumed > 0 && step.consumed <= rest.len());
+            rest = &rest[step.consumed..];
+        }
+        assert!(decoder.is_complete());
+        assert_eq!(decoder.feed(b"").unwrap(), Step { consumed: 0, data: b"" });
+    }
+
+    /// Feeds `body` cut at `cuts` (positions, any order); the decoded bytes and the verdict.
+    fn decode_in_pieces(
+        mut decoder: ChunkedDecoder,
+        body: &[u8],
+        cuts: &[usize],
+    ) -> Result<(Vec<u8>, Verdict), SigV4Error> {
+        let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
+        cuts.sort_unstable();
+        let mut out = Vec::new();
+        let mut from = 0;
+        for cut in cuts.into_iter().chain([body.len()]) {
+            decoder.feed_all(&body[from..cut], |d| out.extend_from_slice(d))?;
+            from = cut;
+        }
+        Ok((out, decoder.finish()?))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// The documentation's signed body gives the same result however it is split into feeds.
+        #[test]
+        fn any_split_of_a_signed_body_decodes_alike(cuts in proptest::collection::vec(any::<usize>(), 0..12)) {
+            let body = example_chunked_body(CHUNK_SIGNATURES, "\r\n");
+            let decoder = ChunkedDecoder::new(Framing::Signed(example_seed()), 66_560, None).unwrap();
+            let (out, verdict) = decode_in_pieces(decoder, &body, &cuts).unwrap();
+            prop_assert_eq!(out, vec![b'a'; 66_560]);
+            prop_assert_eq!(verdict.decoded_length, 66_560);
+        }
+
+        /// Any data in any chunking, fed in any split: the same data and verdict as in one feed; and a body that
+        /// is cut short or has one byte changed is never accepted with other data.
+        #[test]
+        fn any_split_of_an_unsigned_body_decodes_alike(
+            data in proptest::collection::vec(any::<u8>(), 0..3000),
+            sizes in proptest::collection::vec(1usize..700, 1..5),
+            cuts in proptest::collection::vec(any::<usize>(), 0..16),
+            flip in any::<usize>(),
+        ) {
+            let trailer = format!("x-amz-checksum-crc32:{}\r\n\r\n", crc32(&data));
+            let body = unsigned_body(&data, &sizes, &trailer);
+            let whole = decode_all(&mut unsigned(data.len() as u64), &body).unwrap();
+            prop_assert_eq!(&whole.0, &data);
+            let split = decode_in_pieces(unsigned(data.len() as u64), &body, &cuts).unwrap();
+            prop_assert_eq!(&split, &whole);
+
+            let mut changed = body.clone();
+            let at = flip % changed.len();
+            changed[at] ^= 0x20;
+            if let Ok((out, _)) = decode_in_pieces(unsigned(data.len() as u64), &changed, &cuts) {
+                // Only a change the format cannot see (the case of a hex digit or of the trailer's name) may pass.
+                prop_assert_eq!(out, data.clone());
+            }
+            let cut = flip % body.len();
+            prop_assert!(decode_in_pieces(unsigned(data.len() as u64), &body[..cut], &cuts).is_err() || cut + 2 >= body.len());
+        }
+    }
 }

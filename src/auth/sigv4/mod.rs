@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use hmac::{Hmac, Mac};
 use http::{HeaderMap, StatusCode};
+use quick_cache::Equivalent;
 use quick_cache::sync::Cache;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -318,15 +319,25 @@ impl SigningKeyCache {
 
     /// The signing key of `access_key_id` with `secret` for `date` (`YYYYMMDD`) and `region`.
     pub fn signing_key(&self, access_key_id: &str, secret: &[u8], date: &str, region: &str) -> SigningKey {
-        let id = (access_key_id.to_owned(), date.to_owned(), region.to_owned());
-        if let Some(hit) = self.keys.get(&id)
+        if let Some(hit) = self.keys.get(&KeyLookup(access_key_id, date, region))
             && bool::from(hit.secret.ct_eq(secret))
         {
             return hit.key.clone();
         }
         let key = SigningKey::derive(secret, date, region);
+        let id = (access_key_id.to_owned(), date.to_owned(), region.to_owned());
         self.keys.insert(id, Arc::new(CachedKey { secret: secret.into(), key: key.clone() }));
         key
+    }
+}
+
+/// Borrowed form of a cache key, so a hit allocates nothing. Hashes exactly like `(String, String, String)`.
+#[derive(Hash)]
+struct KeyLookup<'a>(&'a str, &'a str, &'a str);
+
+impl Equivalent<(String, String, String)> for KeyLookup<'_> {
+    fn equivalent(&self, key: &(String, String, String)) -> bool {
+        self.0 == key.0 && self.1 == key.1 && self.2 == key.2
     }
 }
 
@@ -382,3 +393,8 @@ pub fn check_payload_sha256(signed: &[u8; 32], received: &[u8; 32]) -> Result<()
 }
 
 mod parsing;
+
+#[cfg(test)]
+mod botocore_tests;
+#[cfg(test)]
+mod tests;
