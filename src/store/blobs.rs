@@ -332,6 +332,10 @@ impl BlobStore {
     /// have its recorded size. Every part is opened before anything is copied, so a part replaced or removed
     /// meanwhile is either wholly in the result or an error.
     pub fn assemble(&self, parts: &[(String, u64)]) -> anyhow::Result<StagedBlob> {
+        self.assemble_with(parts, KernelCopy::CopyFileRange)
+    }
+
+    fn assemble_with(&self, parts: &[(String, u64)], mut how: KernelCopy) -> anyhow::Result<StagedBlob> {
         let mut inputs = Vec::with_capacity(parts.len());
         for (name, size) in parts {
             anyhow::ensure!(is_part_name(name), "invalid part file name {name:?}");
@@ -340,7 +344,7 @@ impl BlobStore {
             anyhow::ensure!(actual == *size, "part file {name} has {actual} bytes, its row says {size}");
             inputs.push((file, *size));
         }
-        let (output, temp_path) = self.create_stage_file().context("cannot create a temp file in the data dir")?;
+        let (mut output, temp_path) = self.create_stage_file().context("cannot create a temp file in the data dir")?;
         // Owns the temp file from here: an error on the way removes it.
         let mut staged = StagedBlob { temp_path, sha256: String::new(), size: 0, md5: None };
         let mut hasher = Sha256::new();
@@ -355,23 +359,65 @@ impl BlobStore {
                     Err(e) => return Err(e).context("cannot read a part file"),
                 }
             }
-            let mut in_offset: i64 = 0;
-            let mut left = size;
-            while left > 0 {
-                let chunk = usize::try_from(left.min(1 << 30)).expect("1 GiB fits in usize");
-                match nix::fcntl::copy_file_range(&input, Some(&mut in_offset), &output, Some(&mut out_offset), chunk) {
-                    Ok(0) => anyhow::bail!("a part file ended before its recorded size"),
-                    Ok(n) => left -= n as u64,
-                    Err(nix::errno::Errno::EINTR) => {}
-                    Err(e) => return Err(io::Error::from(e)).context("cannot copy a part into the object"),
-                }
-            }
+            copy_in_kernel(&input, &mut output, &mut out_offset, size, &mut how)?;
             staged.size += size;
         }
         output.sync_all().context("cannot sync the assembled object")?;
         staged.sha256 = hex::encode(hasher.finalize());
         Ok(staged)
     }
+}
+
+/// How `assemble` moves bytes between files; both keep them in the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KernelCopy {
+    CopyFileRange,
+    /// Where `copy_file_range` cannot copy between the two files (another filesystem, or one without support).
+    Sendfile,
+}
+
+/// Appends `size` bytes of `input` (from its start) to `output` at `out_offset`, which it advances.
+fn copy_in_kernel(
+    input: &File,
+    output: &mut File,
+    out_offset: &mut i64,
+    size: u64,
+    how: &mut KernelCopy,
+) -> anyhow::Result<()> {
+    use nix::errno::Errno;
+    use std::io::{Seek, SeekFrom};
+    let mut in_offset: i64 = 0;
+    let mut left = size;
+    while left > 0 {
+        let chunk = usize::try_from(left.min(1 << 30)).expect("1 GiB fits in usize");
+        let copied = match *how {
+            KernelCopy::CopyFileRange => {
+                match nix::fcntl::copy_file_range(input, Some(&mut in_offset), &*output, Some(out_offset), chunk) {
+                    Err(Errno::EXDEV | Errno::EOPNOTSUPP | Errno::ENOSYS | Errno::EINVAL) => {
+                        *how = KernelCopy::Sendfile;
+                        continue;
+                    }
+                    other => other,
+                }
+            }
+            KernelCopy::Sendfile => {
+                // sendfile writes at the output's own position.
+                output.seek(SeekFrom::Start(*out_offset as u64)).context("cannot seek the assembled object")?;
+                let sent = nix::sys::sendfile::sendfile64(&*output, input, Some(&mut in_offset), chunk);
+                if let Ok(n) = sent {
+                    *out_offset += n as i64;
+                }
+                sent
+            }
+        };
+        match copied {
+            Ok(0) => anyhow::bail!("a part file ended before its recorded size"),
+            Ok(n) => left -= n as u64,
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(io::Error::from(e)).context("cannot copy a part into the object"),
+        }
+    }
+    Ok(())
 }
 
 /// A part file's name: 32 lower-case hex digits (`BlobStore::new_part_name`).
@@ -414,6 +460,38 @@ mod tests {
         assert_eq!(fs::read(&path).unwrap(), b"hello world");
         assert!(path.starts_with(dir.path().join("blobs/b9/4d")));
         // The temp file is gone after install + drop.
+        assert_eq!(fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn parts_assemble_in_order_by_either_kernel_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = BlobStore::open(dir.path()).unwrap();
+        let mut parts = Vec::new();
+        for content in [&b"first "[..], b"", b"second ", &[7u8; 3 << 20]] {
+            let mut w = store.writer_with_md5().unwrap();
+            w.write(content).unwrap();
+            let staged = w.finish().unwrap();
+            assert_eq!(staged.md5.as_deref().map(str::len), Some(32));
+            let name = BlobStore::new_part_name();
+            store.install_part(&staged, &name).unwrap();
+            parts.push((name, content.len() as u64));
+        }
+        let want = [&b"first second "[..], &[7u8; 3 << 20]].concat();
+        for how in [KernelCopy::CopyFileRange, KernelCopy::Sendfile] {
+            let staged = store.assemble_with(&parts, how).unwrap();
+            assert_eq!((staged.size, staged.sha256.clone()), (want.len() as u64, hex::encode(Sha256::digest(&want))));
+            store.install(&staged).unwrap();
+            assert_eq!(fs::read(store.path_of(&staged.sha256)).unwrap(), want, "{how:?}");
+            store.retire(&staged.sha256).unwrap().unwrap().discard();
+        }
+        // A part whose file is not its recorded size is refused, and nothing is left staged.
+        let mut wrong = parts.clone();
+        wrong[0].1 += 1;
+        let err = store.assemble(&wrong).unwrap_err();
+        assert!(format!("{err:#}").contains("its row says"), "{err:#}");
+        fs::remove_file(store.part_path(&parts[2].0)).unwrap();
+        assert!(store.assemble(&parts).is_err(), "a missing part");
         assert_eq!(fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
     }
 
