@@ -20,6 +20,7 @@ mod faults;
 mod lifecycle;
 mod limits;
 mod permissions;
+mod s3_listing;
 mod service;
 mod shared_cache;
 mod slow_readers;
