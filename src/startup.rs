@@ -60,6 +60,7 @@ impl Application {
                 temp_files = swept.temp_files,
                 unreferenced_blobs = swept.unreferenced_blobs,
                 restored_blobs = swept.restored_blobs,
+                part_files = swept.part_files,
                 "start-up sweep removed leftovers"
             );
         }

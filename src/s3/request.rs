@@ -70,7 +70,7 @@ impl ListParams {
             match (&*name, version) {
                 ("prefix", _) => params.prefix = value,
                 ("delimiter", _) => params.delimiter = Some(value).filter(|d| !d.is_empty()),
-                ("max-keys", _) => params.max_keys = parse_max_keys(&value)?,
+                ("max-keys", _) => params.max_keys = parse_count("max-keys", &value)?,
                 ("encoding-type", _) if value == "url" => params.url_encoded = true,
                 ("encoding-type", _) => {
                     return Err(RequestError::InvalidArgument("Invalid Encoding Method specified in Request".into()));
@@ -106,10 +106,74 @@ impl ListParams {
     }
 }
 
-fn parse_max_keys(value: &str) -> Result<u32, RequestError> {
+/// The parameters of ListParts: `max-parts` (capped at 1000, the default) and `part-number-marker`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListPartsParams {
+    pub max_parts: u32,
+    /// List parts after this number (0: from the first).
+    pub part_number_marker: u32,
+}
+
+impl ListPartsParams {
+    pub fn from_query(query: &str) -> Result<Self, RequestError> {
+        let mut params = ListPartsParams { max_parts: MAX_KEYS, part_number_marker: 0 };
+        for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+            match &*name {
+                "max-parts" => params.max_parts = parse_count("max-parts", &value)?,
+                "part-number-marker" => {
+                    params.part_number_marker = value.trim().parse::<u32>().map_err(|_| {
+                        RequestError::InvalidArgument("part-number-marker must be a non-negative integer".into())
+                    })?;
+                }
+                _ => {}
+            }
+        }
+        Ok(params)
+    }
+}
+
+/// The parameters of ListMultipartUploads.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListUploadsParams {
+    pub prefix: String,
+    pub delimiter: Option<String>,
+    pub key_marker: Option<String>,
+    /// Meaningful only with `key_marker` (ignored without it, as S3 does).
+    pub upload_id_marker: Option<String>,
+    pub max_uploads: u32,
+    pub url_encoded: bool,
+}
+
+impl ListUploadsParams {
+    pub fn from_query(query: &str) -> Result<Self, RequestError> {
+        let mut params = ListUploadsParams { max_uploads: MAX_KEYS, ..ListUploadsParams::default() };
+        for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+            let value = value.into_owned();
+            match &*name {
+                "prefix" => params.prefix = value,
+                "delimiter" => params.delimiter = Some(value).filter(|d| !d.is_empty()),
+                "key-marker" => params.key_marker = Some(value).filter(|v| !v.is_empty()),
+                "upload-id-marker" => params.upload_id_marker = Some(value).filter(|v| !v.is_empty()),
+                "max-uploads" => params.max_uploads = parse_count("max-uploads", &value)?,
+                "encoding-type" if value == "url" => params.url_encoded = true,
+                "encoding-type" => {
+                    return Err(RequestError::InvalidArgument("Invalid Encoding Method specified in Request".into()));
+                }
+                _ => {}
+            }
+        }
+        if params.key_marker.is_none() {
+            params.upload_id_marker = None;
+        }
+        Ok(params)
+    }
+}
+
+/// A `max-*` count: non-negative, capped at [`MAX_KEYS`].
+fn parse_count(name: &str, value: &str) -> Result<u32, RequestError> {
     match value.trim().parse::<i64>() {
         Ok(n) if n >= 0 => Ok(n.min(i64::from(MAX_KEYS)) as u32),
-        _ => Err(RequestError::InvalidArgument("max-keys must be an integer between 0 and 2147483647".into())),
+        _ => Err(RequestError::InvalidArgument(format!("{name} must be an integer between 0 and 2147483647"))),
     }
 }
 
@@ -285,6 +349,28 @@ mod tests {
         assert!(ListParams::from_query(ListVersion::V2, "prefix=%01&encoding-type=url").is_ok());
     }
 
+    #[test]
+    fn list_parts_and_uploads_parameters() {
+        let p = ListPartsParams::from_query("uploadId=u&max-parts=5000&part-number-marker=7").unwrap();
+        assert_eq!(p, ListPartsParams { max_parts: 1000, part_number_marker: 7 });
+        assert_eq!(ListPartsParams::from_query("uploadId=u").unwrap().max_parts, 1000);
+        for q in ["max-parts=-1", "part-number-marker=x", "part-number-marker=-2"] {
+            assert_eq!(ListPartsParams::from_query(q).unwrap_err().code(), "InvalidArgument", "{q}");
+        }
+        let p = ListUploadsParams::from_query(
+            "uploads&prefix=a%2F&delimiter=%2F&key-marker=a%2Fk&upload-id-marker=u1&max-uploads=3&encoding-type=url",
+        )
+        .unwrap();
+        assert_eq!(
+            (p.prefix.as_str(), p.delimiter.as_deref(), p.key_marker.as_deref(), p.upload_id_marker.as_deref()),
+            ("a/", Some("/"), Some("a/k"), Some("u1"))
+        );
+        assert!(p.url_encoded && p.max_uploads == 3);
+        let p = ListUploadsParams::from_query("uploads&upload-id-marker=u1").unwrap();
+        assert_eq!((p.upload_id_marker, p.max_uploads), (None, 1000), "an upload id marker needs a key marker");
+        assert_eq!(ListUploadsParams::from_query("max-uploads=no").unwrap_err().code(), "InvalidArgument");
+    }
+
     proptest! {
         #[test]
         fn continuation_tokens_round_trip(key in "\\PC{1,100}") {
@@ -343,6 +429,8 @@ mod tests {
         assert_eq!(req, DeleteRequest { quiet: true, keys: vec!["a & b".into(), "dir/c".into()] });
         let req = parse_delete(b"<Delete><Object><Key>k</Key></Object></Delete>").unwrap();
         assert!(!req.quiet);
+        let req = parse_delete(b"<Delete><Object><Key> spaced\t </Key></Object></Delete>").unwrap();
+        assert_eq!(req.keys, [" spaced\t "], "a key is taken as written, spaces and all");
 
         let object = "<Object><Key>k</Key></Object>";
         for body in [

@@ -21,6 +21,7 @@ mod lifecycle;
 mod limits;
 mod permissions;
 mod s3_clients;
+mod s3_listing;
 mod service;
 mod shared_cache;
 mod slow_readers;

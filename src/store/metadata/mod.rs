@@ -14,12 +14,13 @@
 //!
 //! Submodules: `pool` (open, migrations, read-only open, close), `objects` (buckets and objects), `auth` (tokens,
 //! signing keys, revoked signatures), `stats` (download counters), `s3_keys` (S3 access keys, sealed), `variants`
-//! (precompressed variants of objects), `changes` (the change feed, over the
+//! (precompressed variants of objects), `multipart` (S3 uploads in progress, their parts, multipart ETags), `changes` (the change feed, over the
 //! `generation` counter).
 
 mod auth;
 mod changes;
 mod generation;
+mod multipart;
 mod objects;
 mod pool;
 mod s3_keys;
@@ -32,6 +33,7 @@ use sqlx::{Sqlite, SqlitePool, Transaction};
 
 pub use auth::{Scope, SigningKey, TokenRecord};
 pub use changes::{CacheChange, ChangeFeed, ChangeKind};
+pub use multipart::{PartRecord, UploadRecord};
 pub use objects::{Bucket, ObjectRecord, Upsert};
 pub use s3_keys::S3KeyRecord;
 pub use stats::{ObjectStats, StatsOrder};
@@ -130,7 +132,7 @@ impl WriteTx {
     }
 
     /// For writes to tables no server caches (download stats, the change log itself).
-    async fn commit_without_announcing(self) -> Result<(), MetadataError> {
+    pub(in crate::store) async fn commit_without_announcing(self) -> Result<(), MetadataError> {
         let TxBackend::Sqlite(tx) = self.tx;
         Ok(tx.commit().await?)
     }
