@@ -104,8 +104,17 @@ impl Metadata {
     }
 
     /// Whether any access key is stored: its secret is sealed, so a missing secrets key file is then an error.
+    /// A database from before migration 0010 (read before it is migrated) has none.
     pub async fn has_s3_keys(&self) -> Result<bool, MetadataError> {
         let Backend::Sqlite(pool) = &self.backend;
+        // SQLite refuses a statement naming a missing table when it prepares it, so ask first.
+        let table: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 's3_keys'")
+                .fetch_optional(pool)
+                .await?;
+        if table.is_none() {
+            return Ok(false);
+        }
         let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM s3_keys LIMIT 1").fetch_optional(pool).await?;
         Ok(found.is_some())
     }
@@ -185,5 +194,29 @@ mod tests {
             .map(|c| c.name)
             .collect();
         assert_eq!(kinds, vec![key.id.clone(), key.id.clone(), key.id.clone()], "insert, revoke, delete");
+    }
+
+    #[tokio::test]
+    async fn sealed_s3_keys_need_their_secrets_key_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = crate::config::DatabaseUrl::in_data_dir(dir.path());
+        let store = crate::store::Store::open(dir.path(), &url, Duration::from_secs(5)).await.unwrap();
+        let bucket = store.meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let key = S3KeyRecord {
+            id: "AKBGBBBBBBBBBBBBBBBB".into(),
+            secret: "t".repeat(40),
+            bucket_id: bucket.id,
+            bucket_name: "bkt".into(),
+            prefix: String::new(),
+            scope: Scope::Read,
+            created_at: 0,
+            expires_at: None,
+            revoked_at: None,
+        };
+        store.meta.create_s3_key(&key).await.unwrap();
+        store.meta.close().await;
+        std::fs::remove_file(dir.path().join(crate::store::secrets_key::SECRETS_KEY_FILE)).unwrap();
+        let err = crate::store::Store::open(dir.path(), &url, Duration::from_secs(5)).await.err().expect("refused");
+        assert!(format!("{err:#}").contains("is missing"), "{err:#}");
     }
 }
