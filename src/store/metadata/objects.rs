@@ -500,6 +500,18 @@ mod tests {
         assert_eq!(list("a/", 1).await, ["a/1", "a/2", "a/3"]);
         assert_eq!(list("a", 3).await, ["a", "a/1", "a/2", "a/3", "a0"]);
         assert!(list("c", 2).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_page_can_start_at_a_key_inclusive() {
+        let (_dir, meta) = database().await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let mut tx = meta.begin_write().await.unwrap();
+        for key in ["a", "a/1", "a/2", "a/3", "a0", "b"] {
+            let key = ObjectKey::parse(key).unwrap();
+            tx.upsert_object(bucket.id, &key, &"0".repeat(64), 0, &ObjectAttrs::default(), 0).await.unwrap();
+        }
+        tx.commit().await.unwrap();
         let from = |prefix: &'static str, from: &'static str| {
             let meta = meta.clone();
             async move {
