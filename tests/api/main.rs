@@ -21,6 +21,8 @@ mod lifecycle;
 mod limits;
 mod permissions;
 mod postgres;
+mod s3_clients;
+mod s3_listing;
 mod service;
 mod shared_blobs;
 mod shared_cache;

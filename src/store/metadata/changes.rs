@@ -1,6 +1,6 @@
 //! The change feed: how a server learns that any process changed something it caches.
 //!
-//! SQLite: triggers (migrations 0004, 0006, 0007) log every change to a cached table in `cache_changes`, whoever
+//! SQLite: triggers (migrations 0004, 0006, 0007, 0010) log every change to a cached table in `cache_changes`, whoever
 //! makes it; every commit through [`WriteTx::commit`](super::WriteTx::commit) then bumps the shared generation
 //! counter (`generation.rs`, a memory-mapped file in the data dir). A reader compares the counter with the value
 //! it last synchronised at (one atomic load) and reads the new log rows only when it moved.
@@ -31,6 +31,8 @@ pub enum ChangeKind {
     SigningKey,
     /// `name` is the signature.
     RevokedSignature,
+    /// `name` is the S3 access key id (migration 0010).
+    S3Key,
     /// A kind this binary does not know (from a newer schema), as stored.
     Unknown(String),
 }
@@ -44,6 +46,7 @@ impl ChangeKind {
             "token" => ChangeKind::Token,
             "signing_key" => ChangeKind::SigningKey,
             "revoked_signature" => ChangeKind::RevokedSignature,
+            "s3_key" => ChangeKind::S3Key,
             other => ChangeKind::Unknown(other.to_owned()),
         }
     }
@@ -55,6 +58,7 @@ impl ChangeKind {
             ChangeKind::Token => "token",
             ChangeKind::SigningKey => "signing_key",
             ChangeKind::RevokedSignature => "revoked_signature",
+            ChangeKind::S3Key => "s3_key",
             ChangeKind::Unknown(stored) => stored,
         }
     }
@@ -178,13 +182,13 @@ mod tests {
 
     #[test]
     fn change_kinds_keep_their_stored_spelling() {
-        for stored in ["bucket", "object", "token", "signing_key", "revoked_signature"] {
+        for stored in ["bucket", "object", "token", "signing_key", "revoked_signature", "s3_key"] {
             let kind = ChangeKind::parse(stored);
             assert!(!matches!(kind, ChangeKind::Unknown(_)), "{stored}");
             assert_eq!(kind.as_str(), stored);
         }
-        assert_eq!(ChangeKind::parse("s3_key"), ChangeKind::Unknown("s3_key".into()));
-        assert_eq!(ChangeKind::parse("s3_key").as_str(), "s3_key");
+        assert_eq!(ChangeKind::parse("s4_key"), ChangeKind::Unknown("s4_key".into()));
+        assert_eq!(ChangeKind::parse("s4_key").as_str(), "s4_key");
     }
 
     /// Every kind of change, as the log names it: (kind, bucket_id, name).
