@@ -419,14 +419,14 @@ mod tests {
     use sha2::Sha256;
 
     use super::*;
-    use crate::config::DatabaseUrl;
+    use crate::store::metadata::{TestBackend, on_both_backends, test_database_url};
 
     const BUCKET: &str = "bkt";
 
-    async fn store() -> (tempfile::TempDir, Store) {
+    async fn store(backend: TestBackend) -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();
-        let store =
-            Store::open(dir.path(), &DatabaseUrl::in_data_dir(dir.path()), Duration::from_secs(5)).await.unwrap();
+        let url = test_database_url(backend, dir.path()).await;
+        let store = Store::open(dir.path(), &url, Duration::from_secs(5)).await.unwrap();
         store.meta.create_bucket(&BucketName::parse(BUCKET).unwrap(), false, 0).await.unwrap();
         (dir, store)
     }
@@ -474,9 +474,9 @@ mod tests {
         assert!(multipart_etag(["zz"]).is_err());
     }
 
-    #[tokio::test]
-    async fn parts_complete_into_one_object_visible_only_then() {
-        let (dir, store) = store().await;
+    on_both_backends!(parts_complete_into_one_object_visible_only_then);
+    async fn parts_complete_into_one_object_visible_only_then(backend: TestBackend) {
+        let (dir, store) = store(backend).await;
         let (b, k) = names("big.bin");
         let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
         assert_eq!(upload.id.len(), 32);
@@ -516,12 +516,16 @@ mod tests {
         assert!(files(&dir.path().join("parts")).is_empty(), "the parts went with the upload");
         assert!(files(&dir.path().join("tmp")).is_empty());
         assert!(matches!(store.upload_of(&b, &k, &upload.id).await, Err(MultipartError::NoSuchUpload)));
-        assert_eq!(store.sweep(Duration::ZERO).await.unwrap(), crate::store::SweepReport::default(), "nothing left over");
+        assert_eq!(
+            store.sweep(Duration::ZERO).await.unwrap(),
+            crate::store::SweepReport::default(),
+            "nothing left over"
+        );
     }
 
-    #[tokio::test]
-    async fn complete_keeps_the_upload_attrs_and_replaces_like_a_put() {
-        let (_dir, store) = store().await;
+    on_both_backends!(complete_keeps_the_upload_attrs_and_replaces_like_a_put);
+    async fn complete_keeps_the_upload_attrs_and_replaces_like_a_put(backend: TestBackend) {
+        let (_dir, store) = store(backend).await;
         let (b, k) = names("doc.txt");
         let old = stage(&store, b"old");
         let first = store.put(&b, &k, old, ObjectAttrs::default()).await.unwrap();
@@ -538,9 +542,9 @@ mod tests {
         assert_eq!(store.meta.s3_etag(bucket_id, k.as_str()).await.unwrap(), None);
     }
 
-    #[tokio::test]
-    async fn bad_part_lists_are_refused_and_store_nothing() {
-        let (dir, store) = store().await;
+    on_both_backends!(bad_part_lists_are_refused_and_store_nothing);
+    async fn bad_part_lists_are_refused_and_store_nothing(backend: TestBackend) {
+        let (dir, store) = store(backend).await;
         let (b, k) = names("k");
         let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
         let p1 = put(&store, "k", &upload.id, 1, &bytes(100, 1)).await;
@@ -574,9 +578,9 @@ mod tests {
         store.complete_upload(&b, &k, &upload.id, &[(2, p2.etag())]).await.unwrap();
     }
 
-    #[tokio::test]
-    async fn put_part_checks_the_number_and_the_upload() {
-        let (dir, store) = store().await;
+    on_both_backends!(put_part_checks_the_number_and_the_upload);
+    async fn put_part_checks_the_number_and_the_upload(backend: TestBackend) {
+        let (dir, store) = store(backend).await;
         let (b, k) = names("k");
         let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
         let staged = |store: &Store| {
@@ -601,9 +605,9 @@ mod tests {
         assert_eq!(part.etag(), "\"5d41402abc4b2a76b9719d911017c592\"", "md5(hello)");
     }
 
-    #[tokio::test]
-    async fn abort_removes_the_parts_and_old_uploads_are_reclaimed() {
-        let (dir, store) = store().await;
+    on_both_backends!(abort_removes_the_parts_and_old_uploads_are_reclaimed);
+    async fn abort_removes_the_parts_and_old_uploads_are_reclaimed(backend: TestBackend) {
+        let (dir, store) = store(backend).await;
         let (b, k) = names("k");
         let kept = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
         let aborted = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
@@ -627,9 +631,9 @@ mod tests {
         assert!(store.list_uploads(&b, "", None, 10).await.unwrap().0.is_empty());
     }
 
-    #[tokio::test]
-    async fn a_complete_that_dies_before_its_commit_leaves_nothing_visible() {
-        let (dir, store) = store().await;
+    on_both_backends!(a_complete_that_dies_before_its_commit_leaves_nothing_visible);
+    async fn a_complete_that_dies_before_its_commit_leaves_nothing_visible(backend: TestBackend) {
+        let (dir, store) = store(backend).await;
         let (b, k) = names("k");
         let before = store.put(&b, &k, stage(&store, b"before"), ObjectAttrs::default());
         let before = before.await.unwrap();
@@ -656,9 +660,9 @@ mod tests {
         assert!(files(&dir.path().join("parts")).is_empty());
     }
 
-    #[tokio::test]
-    async fn the_sweep_removes_part_files_no_upload_names() {
-        let (dir, store) = store().await;
+    on_both_backends!(the_sweep_removes_part_files_no_upload_names);
+    async fn the_sweep_removes_part_files_no_upload_names(backend: TestBackend) {
+        let (dir, store) = store(backend).await;
         let (b, k) = names("k");
         let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
         let live = put(&store, "k", &upload.id, 1, b"live").await;
@@ -677,9 +681,9 @@ mod tests {
         assert!(store.list_parts(&b, &k, &upload.id, 0, 10).await.is_ok());
     }
 
-    #[tokio::test]
-    async fn deleting_a_bucket_drops_its_uploads() {
-        let (_dir, store) = store().await;
+    on_both_backends!(deleting_a_bucket_drops_its_uploads);
+    async fn deleting_a_bucket_drops_its_uploads(backend: TestBackend) {
+        let (_dir, store) = store(backend).await;
         let (b, k) = names("k");
         let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
         put(&store, "k", &upload.id, 1, b"x").await;

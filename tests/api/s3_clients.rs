@@ -172,7 +172,11 @@ struct World {
 const BIG: &str = "big/forty.bin";
 
 fn world() -> World {
-    let env = TestEnv::new();
+    world_in(TestEnv::new())
+}
+
+/// The same world in `env` (e.g. `TestEnv::on_postgres()`).
+fn world_in(env: TestEnv) -> World {
     env.bucket("bkt", false);
     let mut objects = Vec::new();
     for (i, key) in ODD_KEYS.iter().enumerate() {
@@ -251,8 +255,21 @@ print(json.dumps(out))
 
 #[test]
 fn boto3_gets_heads_lists_downloads_and_presigns() {
+    boto3_session(&world());
+}
+
+/// The same boto3 session against a server on PostgreSQL: the access key (its sealed secret), the objects and
+/// every listing page come from there.
+#[test]
+fn boto3_gets_heads_lists_downloads_and_presigns_on_postgres() {
+    let w = world_in(TestEnv::on_postgres());
+    assert!(!w.env.data_dir().join("blobgate.db").exists(), "no SQLite database beside PostgreSQL");
+    boto3_session(&w);
+}
+
+/// Runs `BOTO3_SCRIPT` against a server on `w` and checks every answer.
+fn boto3_session(w: &World) {
     require_tool("curl", "apt package curl");
-    let w = world();
     let server = w.env.serve();
     let home = w.env.dir.path().join("boto3-home");
     let download = w.env.dir.path().join("boto3-download.bin");

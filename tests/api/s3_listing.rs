@@ -1,4 +1,4 @@
-//! The S3 listing planner over the real store (SQLite's key order, `list_objects_page` and
+//! The S3 listing planner over the real store (SQLite's and PostgreSQL's key order, `list_objects_page` and
 //! `list_objects_page_from`): pages followed by their continuation tokens concatenate to the naive listing, for
 //! keys with non-ASCII characters and the characters `encoding-type=url` exists for, and a page never reads
 //! through a large common prefix. No server: the store is opened in this process.
@@ -11,6 +11,8 @@ use blobgate::names::{BucketName, ObjectAttrs, ObjectKey};
 use blobgate::s3::listing::{Entry, Fetch, ListQuery, ObjectSource, Page, Start, list_page};
 use blobgate::s3::request::{ListParams, ListVersion, continuation_token, decode_continuation_token};
 use blobgate::store::{Metadata, MetadataError, ObjectRecord, Store};
+
+use crate::helpers::postgres_database;
 
 /// The store's keyset listing as the planner's source, counting the rows it returns.
 struct StoreSource {
@@ -62,7 +64,18 @@ fn names(page: &Page<Row>) -> Vec<String> {
 #[tokio::test]
 async fn continuation_tokens_walk_the_store_in_s3_order() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), &DatabaseUrl::in_data_dir(dir.path()), Duration::from_secs(5)).await.unwrap();
+    walk_in_s3_order(dir.path(), DatabaseUrl::in_data_dir(dir.path())).await;
+}
+
+/// The same on PostgreSQL, whose keys are `COLLATE "C"`: the same byte order, so the same pages.
+#[tokio::test]
+async fn continuation_tokens_walk_the_store_in_s3_order_on_postgres() {
+    let dir = tempfile::tempdir().unwrap();
+    walk_in_s3_order(dir.path(), DatabaseUrl::parse(&postgres_database()).unwrap()).await;
+}
+
+async fn walk_in_s3_order(data_dir: &std::path::Path, url: DatabaseUrl) {
+    let store = Store::open(data_dir, &url, Duration::from_secs(5)).await.unwrap();
     let bucket = store.meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
     let mut keys: BTreeSet<String> = (0..3000).map(|i| format!("logs/2024/{i:05}.txt")).collect();
     for k in [

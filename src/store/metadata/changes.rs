@@ -194,7 +194,7 @@ mod tests {
     /// Every kind of change, as the log names it: (kind, bucket_id, name).
     async fn log_of_every_change(backend: TestBackend) -> Vec<(String, Option<i64>, String)> {
         use crate::names::{ObjectAttrs, ObjectKey};
-        use crate::store::metadata::{Scope, SigningKey, TokenRecord, VariantRecord};
+        use crate::store::metadata::{S3KeyRecord, Scope, SigningKey, TokenRecord, VariantRecord};
         let (_dir, meta) = database(backend).await;
         let meta = meta.with_secrets_key(crate::store::sealing::SecretsKey::from_bytes([3; 32]));
         let start = meta.feed().last_change().await.unwrap();
@@ -206,7 +206,10 @@ mod tests {
         let mut tx = meta.begin_write().await.unwrap();
         tx.upsert_object(bucket.id, &key, &"a".repeat(64), 2, &ObjectAttrs::default(), 0).await.unwrap();
         tx.replace_variants(bucket.id, "k", std::slice::from_ref(&variant)).await.unwrap();
+        tx.set_s3_etag(bucket.id, "k", &"a".repeat(64), "\"a-2\"").await.unwrap();
+        // New content: the ETag row goes (logged too).
         tx.upsert_object(bucket.id, &key, &"c".repeat(64), 2, &ObjectAttrs::default(), 1).await.unwrap();
+        tx.set_s3_etag(bucket.id, "k", &"c".repeat(64), "\"c-2\"").await.unwrap();
         tx.commit().await.unwrap();
         let token = TokenRecord {
             id: "tok".into(),
@@ -225,6 +228,19 @@ mod tests {
         meta.create_signing_key(&signing).await.unwrap();
         meta.retire_signing_key("key", 1).await.unwrap();
         meta.revoke_signature("sig", 10, 1).await.unwrap();
+        let s3_key = S3KeyRecord {
+            id: "AKID".into(),
+            secret: "s".repeat(40),
+            bucket_id: bucket.id,
+            bucket_name: "bkt".into(),
+            prefix: String::new(),
+            scope: Scope::Read,
+            created_at: 0,
+            expires_at: None,
+            revoked_at: None,
+        };
+        meta.create_s3_key(&s3_key).await.unwrap();
+        meta.revoke_s3_key("AKID", 1).await.unwrap();
         let mut tx = meta.begin_write().await.unwrap();
         tx.delete_object(bucket.id, &key).await.unwrap();
         tx.delete_empty_bucket(bucket.id).await.unwrap();
@@ -246,14 +262,21 @@ mod tests {
             row("object", Some(1), "k"),
             row("object", Some(1), "k"),
             row("object", Some(1), "k"),
+            row("object", Some(1), "k"), // the S3 ETag set,
+            row("object", Some(1), "k"), // dropped with its content,
+            row("object", Some(1), "k"), // set again
             row("token", None, "tok"),
             row("token", None, "tok"),
             row("signing_key", None, "key"),
             row("signing_key", None, "key"),
             row("revoked_signature", None, "sig"),
+            row("s3_key", None, "AKID"),
+            row("s3_key", None, "AKID"),
             row("object", Some(1), "k"),
             row("object", Some(1), "k"),
+            row("object", Some(1), "k"), // the ETag row, gone with its object
             row("token", None, "tok"),
+            row("s3_key", None, "AKID"),
             row("bucket", Some(1), "bkt"),
         ];
         assert_eq!(sqlite, expected, "SQLite");

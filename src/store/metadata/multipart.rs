@@ -302,9 +302,9 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn uploads_and_parts_read_back_and_replace() {
-        let (_dir, meta) = database(TestBackend::Sqlite).await;
+    on_both_backends!(uploads_and_parts_read_back_and_replace);
+    async fn uploads_and_parts_read_back_and_replace(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
         let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
         let mut u = upload("u1", bucket.id, "k", 3);
         u.attrs.content_type = Some("text/plain".into());
@@ -335,9 +335,9 @@ mod tests {
         assert!(meta.list_parts("u1", 0, 10).await.unwrap().is_empty());
     }
 
-    #[tokio::test]
-    async fn a_part_number_outside_1_to_10000_is_refused_by_the_schema() {
-        let (_dir, meta) = database(TestBackend::Sqlite).await;
+    on_both_backends!(a_part_number_outside_1_to_10000_is_refused_by_the_schema);
+    async fn a_part_number_outside_1_to_10000_is_refused_by_the_schema(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
         let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
         meta.create_upload(&upload("u1", bucket.id, "k", 0)).await.unwrap();
         for n in [0, 10_001] {
@@ -348,9 +348,9 @@ mod tests {
         assert!(tx.upsert_part("nope", &part(1, "p")).await.is_err(), "a part needs its upload");
     }
 
-    #[tokio::test]
-    async fn uploads_list_by_key_then_age_under_a_prefix() {
-        let (_dir, meta) = database(TestBackend::Sqlite).await;
+    on_both_backends!(uploads_list_by_key_then_age_under_a_prefix);
+    async fn uploads_list_by_key_then_age_under_a_prefix(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
         let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
         let other = meta.create_bucket(&BucketName::parse("other").unwrap(), false, 0).await.unwrap();
         for (id, key) in [("02", "a/x"), ("01", "a/x"), ("03", "a/y"), ("04", "b"), ("05", "a")] {
@@ -365,9 +365,9 @@ mod tests {
         assert_eq!(ids(meta.list_uploads(bucket.id, "", None, 2).await.unwrap()), ["05", "01"]);
     }
 
-    #[tokio::test]
-    async fn old_uploads_are_found_oldest_first() {
-        let (_dir, meta) = database(TestBackend::Sqlite).await;
+    on_both_backends!(old_uploads_are_found_oldest_first);
+    async fn old_uploads_are_found_oldest_first(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
         let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
         for (id, at) in [("a", 30), ("b", 10), ("c", 20), ("d", 100)] {
             meta.create_upload(&upload(id, bucket.id, "k", at)).await.unwrap();
@@ -376,9 +376,9 @@ mod tests {
         assert_eq!(meta.uploads_created_before(50, 1).await.unwrap(), ["b"]);
     }
 
-    #[tokio::test]
-    async fn an_s3_etag_lives_only_as_long_as_its_content() {
-        let (_dir, meta) = database(TestBackend::Sqlite).await;
+    on_both_backends!(an_s3_etag_lives_only_as_long_as_its_content);
+    async fn an_s3_etag_lives_only_as_long_as_its_content(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
         let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
         let key = ObjectKey::parse("k").unwrap();
         let (sha_a, sha_b) = ("a".repeat(64), "b".repeat(64));

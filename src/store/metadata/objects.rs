@@ -333,11 +333,13 @@ impl WriteTx {
         Ok((objects, hashes))
     }
 
-    /// Deletes an empty bucket with its tokens (explicitly, so the change log names each one) and, by cascade,
-    /// its download stats. Returns how many tokens went with it.
+    /// Deletes an empty bucket with its tokens and S3 keys (explicitly, so the change log names each one, in the
+    /// same order on both backends) and, by cascade, its download stats and multipart uploads. Returns how many
+    /// tokens went with it.
     pub async fn delete_empty_bucket(&mut self, bucket_id: i64) -> Result<u64, MetadataError> {
         with_tx!(&mut self.tx, tx => {
             let tokens = sqlx::query("DELETE FROM tokens WHERE bucket_id = $1").bind(bucket_id).execute(&mut **tx).await?;
+            sqlx::query("DELETE FROM s3_keys WHERE bucket_id = $1").bind(bucket_id).execute(&mut **tx).await?;
             sqlx::query("DELETE FROM buckets WHERE id = $1").bind(bucket_id).execute(&mut **tx).await?;
             Ok(tokens.rows_affected())
         })
@@ -556,9 +558,9 @@ mod tests {
         assert!(meta.update_bucket(&BucketName::parse("nope").unwrap(), Some(true), None).await.unwrap().is_none());
     }
 
-    #[tokio::test]
-    async fn a_page_can_start_at_a_key_inclusive() {
-        let (_dir, meta) = database(TestBackend::Sqlite).await;
+    on_both_backends!(a_page_can_start_at_a_key_inclusive);
+    async fn a_page_can_start_at_a_key_inclusive(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
         let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
         let mut tx = meta.begin_write().await.unwrap();
         for key in ["a", "a/1", "a/2", "a/3", "a0", "b"] {

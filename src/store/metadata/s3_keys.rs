@@ -107,9 +107,11 @@ impl Metadata {
         // Both refuse a statement naming a missing table when they prepare it, so ask first.
         let table: bool = match &self.backend {
             Backend::Sqlite(pool) => {
-                sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 's3_keys')")
-                    .fetch_one(pool)
-                    .await?
+                sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 's3_keys')",
+                )
+                .fetch_one(pool)
+                .await?
             }
             Backend::Postgres(pool) => {
                 sqlx::query_scalar("SELECT to_regclass('s3_keys') IS NOT NULL").fetch_one(pool).await?
@@ -153,11 +155,12 @@ mod tests {
     use super::*;
     use crate::names::BucketName;
     use crate::store::ChangeKind;
+    use crate::store::metadata::{TestBackend, test_database_url};
 
-    #[tokio::test]
-    async fn keys_are_sealed_read_back_revoked_logged_and_go_with_their_bucket() {
+    on_both_backends!(keys_are_sealed_read_back_revoked_logged_and_go_with_their_bucket);
+    async fn keys_are_sealed_read_back_revoked_logged_and_go_with_their_bucket(backend: TestBackend) {
         let dir = tempfile::tempdir().unwrap();
-        let url = crate::config::DatabaseUrl::in_data_dir(dir.path());
+        let url = test_database_url(backend, dir.path()).await;
         let store = crate::store::Store::open(dir.path(), &url, Duration::from_secs(5)).await.unwrap();
         let meta = &store.meta;
         let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
@@ -200,10 +203,10 @@ mod tests {
         assert_eq!(kinds, vec![key.id.clone(), key.id.clone(), key.id.clone()], "insert, revoke, delete");
     }
 
-    #[tokio::test]
-    async fn sealed_s3_keys_need_their_secrets_key_file() {
+    on_both_backends!(sealed_s3_keys_need_their_secrets_key_file);
+    async fn sealed_s3_keys_need_their_secrets_key_file(backend: TestBackend) {
         let dir = tempfile::tempdir().unwrap();
-        let url = crate::config::DatabaseUrl::in_data_dir(dir.path());
+        let url = test_database_url(backend, dir.path()).await;
         let store = crate::store::Store::open(dir.path(), &url, Duration::from_secs(5)).await.unwrap();
         let bucket = store.meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
         let key = S3KeyRecord {
