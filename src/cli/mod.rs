@@ -259,8 +259,9 @@ pub enum TokenCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum DbCommand {
-    /// Copy every bucket, object, token, signing key, revoked URL and stats row into an empty database (e.g. from
-    /// SQLite to PostgreSQL), in one transaction, and check the counts. Blobs stay in the data dir.
+    /// Copy every bucket, object, token, S3 key, signing key, revoked URL, stats row and S3 upload in progress
+    /// into an empty database (e.g. from SQLite to PostgreSQL), in one transaction, and check the counts. Blobs
+    /// and part files stay in the data dir.
     Copy {
         /// The target database: postgres://USER:PASS@HOST:PORT/DB (or sqlite://PATH). Its migrations are applied.
         #[arg(long, value_name = "URL")]
