@@ -45,6 +45,8 @@ pub enum Principal {
     Token(Box<str>),
     /// A signed URL's signing key id.
     Presigned(Box<str>),
+    /// An S3 access key id (SigV4, header or presigned).
+    S3(Box<str>),
 }
 
 impl fmt::Display for Principal {
@@ -53,6 +55,7 @@ impl fmt::Display for Principal {
             Principal::Public => f.write_str("public"),
             Principal::Token(id) => f.write_str(id),
             Principal::Presigned(id) => write!(f, "presigned:{id}"),
+            Principal::S3(id) => f.write_str(id),
         }
     }
 }
@@ -436,7 +439,8 @@ where
             entry.bytes = response.body().size_hint().exact().unwrap_or(0);
             entry.duration = started.elapsed();
             let refused = status == http::StatusCode::UNAUTHORIZED || status == http::StatusCode::FORBIDDEN;
-            entry.principal = claimed.filter(|_| !refused);
+            // A handler that authorised the request itself (the S3 routes) names its principal in the response.
+            entry.principal = response.extensions_mut().remove::<Principal>().or(claimed.filter(|_| !refused));
             response.headers_mut().insert(REQUEST_ID_HEADER, entry.request_id.header_value());
             log.log(entry);
             Ok(response)

@@ -34,6 +34,8 @@ pub struct Settings {
     pub limits: Limits,
     pub timeouts: Timeouts,
     pub auth: AuthSettings,
+    /// The S3-compatible API.
+    pub s3: S3Settings,
     pub runtime: RuntimeSettings,
     /// Fault injection for the test suite; every value is off by default.
     pub faults: Faults,
@@ -199,6 +201,19 @@ impl Default for AuthSettings {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+pub struct S3Settings {
+    /// The region SigV4 credential scopes must name, and HeadBucket's `x-amz-bucket-region`.
+    pub region: String,
+}
+
+impl Default for S3Settings {
+    fn default() -> Self {
+        Self { region: "us-east-1".into() }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Largest request head (request line + headers) on the data listener; larger gets 431.
     pub max_head_bytes: usize,
@@ -275,6 +290,7 @@ impl Default for Settings {
             limits: Limits::default(),
             timeouts: Timeouts::default(),
             auth: AuthSettings::default(),
+            s3: S3Settings::default(),
             runtime: RuntimeSettings::default(),
             faults: Faults::default(),
         }
@@ -360,6 +376,7 @@ const SETTING_KEYS: &[&str] = &[
     "limits",
     "timeouts",
     "auth",
+    "s3",
     "runtime",
     "faults",
 ];

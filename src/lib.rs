@@ -16,6 +16,7 @@
 //! - [`file_body`]: the response extension that hands file regions from handlers to the driver.
 //! - [`driver`]: the data listener's own HTTP/1.1 loop; `driver::sendfile` is the only raw-fd code.
 //! - [`metrics`]: Prometheus series, all names in one place; the stats batcher.
+//! - [`s3`]: the S3 wire format (XML documents, list parameters, the listing planner), pure.
 //! - [`stats`]: download records and the per-object counters they add up to (pure data).
 
 // `unsafe` only where a module allows it (the raw-fd send path, the shared generation mapping), and each block
@@ -34,6 +35,7 @@ pub mod header_values;
 pub mod http;
 pub mod metrics;
 pub mod names;
+pub mod s3;
 pub mod startup;
 pub mod stats;
 pub mod store;

@@ -157,10 +157,49 @@ pub fn parse_object_path(path: &str) -> Result<(BucketName, ObjectKey), NameErro
     Ok((bucket, key))
 }
 
+/// The least string above every string that starts with `prefix` (`None`: no such bound, for `""`). Keys compare
+/// as UTF-8 bytes (SQLite's BINARY collation; PostgreSQL's keys are `COLLATE "C"`), which orders like code points,
+/// so this turns "starts with" into a range an index on keys can answer (the store's listing, the S3 listing's skip
+/// past a common prefix): bump the last character that can be bumped and drop what follows.
+pub fn prefix_upper_bound(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = match last {
+            '\u{D7FF}' => Some('\u{E000}'),
+            c => char::from_u32(u32::from(c) + 1),
+        };
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_prefix_bound_is_exactly_starts_with() {
+        assert_eq!(prefix_upper_bound(""), None);
+        assert_eq!(prefix_upper_bound("a/").as_deref(), Some("a0"));
+        assert_eq!(prefix_upper_bound("\u{D7FF}").as_deref(), Some("\u{E000}"), "surrogates are skipped");
+        assert_eq!(prefix_upper_bound("x\u{10FFFF}").as_deref(), Some("y"), "a maximal last character is dropped");
+        assert_eq!(prefix_upper_bound("\u{10FFFF}"), None);
+        let keys =
+            ["a", "a/", "a/b", "a/\u{10FFFF}z", "a0", "a.", "ab", "é", "é/x", "ê", "\u{10FFFF}", "z", "x\u{10FFFF}"];
+        for prefix in ["", "a", "a/", "é", "x\u{10FFFF}", "\u{10FFFF}", "zz"] {
+            let upper = prefix_upper_bound(prefix);
+            for key in keys {
+                // Byte order, as SQLite's BINARY collation compares.
+                let in_range = key.as_bytes() >= prefix.as_bytes()
+                    && upper.as_deref().is_none_or(|u| key.as_bytes() < u.as_bytes());
+                assert_eq!(in_range, key.starts_with(prefix), "prefix {prefix:?}, key {key:?}");
+            }
+        }
+    }
 
     #[test]
     fn bucket_names_follow_s3_rules() {

@@ -63,6 +63,7 @@ impl Application {
                 temp_files = swept.temp_files,
                 unreferenced_blobs = swept.unreferenced_blobs,
                 restored_blobs = swept.restored_blobs,
+                part_files = swept.part_files,
                 "start-up sweep removed leftovers"
             );
         }
@@ -79,7 +80,8 @@ impl Application {
             Catalog::new(store.meta.clone(), store.blobs.clone(), (open_files / 4).min(4096) as usize).await?;
         let settings = Arc::new(settings);
         let catalog = Arc::new(catalog);
-        let authorizer = || Authorizer::new(catalog.clone(), settings.auth.presign_max_lifetime);
+        let authorizer =
+            || Authorizer::new(catalog.clone(), settings.auth.presign_max_lifetime).with_s3_region(&settings.s3.region);
         let data = DataState::new(DataParts {
             catalog: catalog.clone(),
             auth: authorizer(),
@@ -94,6 +96,7 @@ impl Application {
             ready: AtomicBool::new(false),
             database: Arc::new(DatabaseHealth::new()),
             uploads: tokio::sync::Semaphore::new(settings.limits.max_concurrent_uploads),
+            data: data.clone(),
         });
         Ok(Self { settings, data, admin, data_listeners, admin_listener, access_log })
     }

@@ -7,11 +7,14 @@
 //! - public buckets are readable by anyone; credentials presented there must still be valid (401 otherwise);
 //! - writes always need a `write` or `admin` token.
 //!
-//! `token` and `presign` are pure. This module adds the ordering: credential extraction (one function per kind:
-//! [`bearer`], [`presigned`]; [`credentials`] combines them) and the [`Authorizer`], which decides over a
+//! `token`, `presign`, `sigv4` and `access_key` are pure. This module adds the ordering: credential extraction (one
+//! function per kind: [`bearer`], [`presigned`]; [`credentials`] combines them; SigV4, the third kind, is found by
+//! `sigv4::parse` inside [`Authorizer::s3`], since verifying it needs the whole request) and the [`Authorizer`],
+//! which decides over a
 //! [`CredentialLookup`] (the catalog in the server, a map in tests). It knows nothing of HTTP responses or of the
 //! application's state: refusals are [`AuthError`]s, which `http::error` turns into responses and metric labels.
 
+pub mod access_key;
 pub mod presign;
 pub mod sigv4;
 pub mod token;
@@ -23,8 +26,9 @@ use std::time::Duration;
 use http::header::{self, HeaderMap};
 
 use crate::names::{BucketName, ObjectKey};
-use crate::store::{Bucket, MetadataError, SigningKey, TokenRecord, unix_now};
+use crate::store::{Bucket, MetadataError, S3KeyRecord, SigningKey, TokenRecord, unix_now};
 use presign::{PresignParams, QueryError};
+use sigv4::{AuthKind, RequestParts, SigV4Error, SigningKeyCache};
 use token::Scope;
 
 /// The operation being authorised.
@@ -95,6 +99,12 @@ pub enum AuthError {
     /// A valid signature for a bucket that does not exist (any more): simply a missing object (404).
     #[error("no such object")]
     NoSuchBucket,
+    /// A refused SigV4 request, with the S3 error it answers with.
+    #[error("{error}")]
+    SigV4 { reason: FailureReason, error: SigV4Error },
+    /// An access key id we do not know, or one that was revoked: S3's `InvalidAccessKeyId` (403).
+    #[error("The AWS Access Key Id you provided does not exist in our records.")]
+    InvalidAccessKeyId { reason: FailureReason },
     /// The lookup itself failed (the database).
     #[error(transparent)]
     Lookup(#[from] MetadataError),
@@ -110,6 +120,7 @@ impl AuthError {
         match self {
             AuthError::Unauthorized { reason, .. } => Some(reason.label()),
             AuthError::Forbidden => Some(FailureReason::Forbidden.label()),
+            AuthError::SigV4 { reason, .. } | AuthError::InvalidAccessKeyId { reason } => Some(reason.label()),
             AuthError::BadRequest(_) | AuthError::NoSuchBucket | AuthError::Lookup(_) => None,
         }
     }
@@ -180,15 +191,55 @@ impl From<Denial> for AuthError {
     }
 }
 
+/// What a token or an S3 access key grants: the token rules hold for both.
+#[derive(Debug, Clone, Copy)]
+pub struct Rights<'a> {
+    pub bucket_id: i64,
+    pub prefix: &'a str,
+    pub scope: Scope,
+    pub expires_at: Option<i64>,
+    pub revoked_at: Option<i64>,
+}
+
+impl<'a> Rights<'a> {
+    pub fn of_token(token: &'a TokenRecord) -> Self {
+        let TokenRecord { bucket_id, prefix, scope, expires_at, revoked_at, .. } = token;
+        Rights { bucket_id: *bucket_id, prefix, scope: *scope, expires_at: *expires_at, revoked_at: *revoked_at }
+    }
+
+    pub fn of_s3_key(key: &'a S3KeyRecord) -> Self {
+        let S3KeyRecord { bucket_id, prefix, scope, expires_at, revoked_at, .. } = key;
+        Rights { bucket_id: *bucket_id, prefix, scope: *scope, expires_at: *expires_at, revoked_at: *revoked_at }
+    }
+
+    /// Whether the credential may be used at all at `now`: not revoked, not expired.
+    pub fn check_liveness(&self, now: i64) -> Result<(), Denial> {
+        if self.revoked_at.is_some() {
+            return Err(Denial::Revoked);
+        }
+        if self.expires_at.is_some_and(|at| now >= at) {
+            return Err(Denial::Expired);
+        }
+        Ok(())
+    }
+
+    /// Whether the credential grants `access` to `key` in the bucket `bucket_id` (`None`: no such bucket).
+    pub fn check(&self, bucket_id: Option<i64>, key: &str, access: Access, now: i64) -> Result<(), Denial> {
+        self.check_liveness(now)?;
+        if bucket_id != Some(self.bucket_id) || !key.starts_with(self.prefix) {
+            return Err(Denial::Forbidden);
+        }
+        let needed = match access {
+            Access::Read => Scope::Read,
+            Access::Write => Scope::Write,
+        };
+        if self.scope >= needed { Ok(()) } else { Err(Denial::Forbidden) }
+    }
+}
+
 /// Whether a token may be used at all at `now`: not revoked, not expired.
 pub fn check_liveness(token: &TokenRecord, now: i64) -> Result<(), Denial> {
-    if token.revoked_at.is_some() {
-        return Err(Denial::Revoked);
-    }
-    if token.expires_at.is_some_and(|at| now >= at) {
-        return Err(Denial::Expired);
-    }
-    Ok(())
+    Rights::of_token(token).check_liveness(now)
 }
 
 pub fn check_token(
@@ -198,23 +249,16 @@ pub fn check_token(
     access: Access,
     now: i64,
 ) -> Result<(), Denial> {
-    check_liveness(token, now)?;
-    if bucket_id != Some(token.bucket_id) || !key.starts_with(&token.prefix) {
-        return Err(Denial::Forbidden);
-    }
-    let needed = match access {
-        Access::Read => Scope::Read,
-        Access::Write => Scope::Write,
-    };
-    if token.scope >= needed { Ok(()) } else { Err(Denial::Forbidden) }
+    Rights::of_token(token).check(bucket_id, key, access, now)
 }
 
-/// What the authoriser looks up: tokens by id, signing keys by id, revoked signatures (later: S3 access keys).
+/// What the authoriser looks up: tokens by id, signing keys by id, revoked signatures, S3 access keys by id.
 /// The catalog implements it from its coherent caches.
 pub trait CredentialLookup: Send + Sync {
     fn token(&self, id: &str) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send;
     fn signing_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send;
     fn signature_revoked(&self, signature: &str) -> impl Future<Output = Result<bool, MetadataError>> + Send;
+    fn s3_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send;
 }
 
 impl<T: CredentialLookup> CredentialLookup for Arc<T> {
@@ -229,6 +273,10 @@ impl<T: CredentialLookup> CredentialLookup for Arc<T> {
     fn signature_revoked(&self, signature: &str) -> impl Future<Output = Result<bool, MetadataError>> + Send {
         (**self).signature_revoked(signature)
     }
+
+    fn s3_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send {
+        (**self).s3_key(id)
+    }
 }
 
 /// Makes every authorisation decision, over a [`CredentialLookup`].
@@ -238,11 +286,107 @@ pub struct Authorizer<L> {
     presign_max_lifetime: i64,
     /// Unix seconds now; a fixed clock in tests.
     clock: fn() -> i64,
+    /// `s3.region`: the region SigV4 credential scopes must name.
+    s3_region: String,
+    /// Derived SigV4 signing keys, per (access key, date, region).
+    s3_signing_keys: SigningKeyCache,
+}
+
+/// What an S3 request asks for, with its bucket as looked up (`None`: no such bucket).
+#[derive(Debug, Clone, Copy)]
+pub enum S3Target<'a> {
+    /// ListBuckets: any live key.
+    Service,
+    /// HeadBucket, GetBucketLocation, the listings (which narrow to the key's prefix themselves).
+    Bucket(Option<&'a Arc<Bucket>>),
+    /// GetObject, HeadObject.
+    Object(Option<&'a Arc<Bucket>>, &'a ObjectKey),
+}
+
+/// A verified SigV4 request's access key, and how it was signed.
+#[derive(Debug, Clone)]
+pub struct S3Grant {
+    pub key: Arc<S3KeyRecord>,
+    /// A presigned URL (query auth): only then do `response-*` overrides apply.
+    pub presigned: bool,
+}
+
+/// The failure-metric label of a SigV4 refusal.
+fn sigv4_reason(error: &SigV4Error) -> FailureReason {
+    match error {
+        SigV4Error::SignatureDoesNotMatch => FailureReason::BadSignature,
+        SigV4Error::RequestTimeTooSkewed | SigV4Error::AccessDenied(_) => FailureReason::SignatureExpired,
+        _ => FailureReason::Malformed,
+    }
+}
+
+fn sigv4_refusal(error: SigV4Error) -> AuthError {
+    AuthError::SigV4 { reason: sigv4_reason(&error), error }
 }
 
 impl<L: CredentialLookup> Authorizer<L> {
     pub fn new(lookup: L, presign_max_lifetime: Duration) -> Self {
-        Self { lookup, presign_max_lifetime: presign_max_lifetime.as_secs() as i64, clock: unix_now }
+        Self {
+            lookup,
+            presign_max_lifetime: presign_max_lifetime.as_secs() as i64,
+            clock: unix_now,
+            s3_region: crate::config::S3Settings::default().region,
+            s3_signing_keys: SigningKeyCache::default(),
+        }
+    }
+
+    /// The same authoriser for another S3 region (`s3.region`).
+    pub fn with_s3_region(self, region: &str) -> Self {
+        Self { s3_region: region.to_owned(), ..self }
+    }
+
+    pub fn s3_region(&self) -> &str {
+        &self.s3_region
+    }
+
+    /// Authorises an S3 request: SigV4 in the header or the query, verified with the access key's secret, then
+    /// the token rules for `target` and `access`. The bucket was looked up, the object not yet: every refusal
+    /// here answers alike for present and absent buckets and keys. Order: what needs no secret (syntax, scope,
+    /// clock skew, presign lifetime), then the key (unknown: `InvalidAccessKeyId`), then the signature, and only
+    /// for a valid signature whether the key is revoked or expired, so only the key's holder learns that.
+    pub async fn s3(
+        &self,
+        request: &RequestParts<'_>,
+        target: S3Target<'_>,
+        access: Access,
+    ) -> Result<S3Grant, AuthError> {
+        let now = (self.clock)();
+        let Some(signed) = sigv4::parse(request, &self.s3_region, now).map_err(sigv4_refusal)? else {
+            return Err(AuthError::unauthorized(FailureReason::Missing, "Access Denied"));
+        };
+        // Presigned SigV4 is bounded by S3's 7 days (`parse`) and by our own maximum for signed URLs.
+        if signed.expires_in.is_some_and(|secs| secs > self.presign_max_lifetime) {
+            return Err(sigv4_refusal(SigV4Error::AuthorizationQueryParametersError(
+                "X-Amz-Expires is longer than this server's auth.presign_max_lifetime".into(),
+            )));
+        }
+        let Some(key) = self.lookup.s3_key(&signed.access_key_id).await? else {
+            return Err(AuthError::InvalidAccessKeyId { reason: FailureReason::UnknownToken });
+        };
+        let verified = signed.verify(request, key.secret.as_bytes(), &self.s3_signing_keys).map_err(sigv4_refusal)?;
+        let rights = Rights::of_s3_key(&key);
+        let checked = match target {
+            S3Target::Service => rights.check_liveness(now),
+            S3Target::Bucket(bucket) => rights.check(bucket.map(|b| b.id), rights.prefix, access, now),
+            // A public bucket is readable by any live key, as by anyone.
+            S3Target::Object(Some(bucket), _) if bucket.public && access == Access::Read => rights.check_liveness(now),
+            S3Target::Object(bucket, object) => rights.check(bucket.map(|b| b.id), object.as_str(), access, now),
+        };
+        match checked {
+            Ok(()) => {}
+            Err(Denial::Revoked) => return Err(AuthError::InvalidAccessKeyId { reason: FailureReason::Revoked }),
+            Err(Denial::Expired) => {
+                let error = SigV4Error::AccessDenied("The access key has expired.");
+                return Err(AuthError::SigV4 { reason: FailureReason::Expired, error });
+            }
+            Err(Denial::Forbidden) => return Err(AuthError::Forbidden),
+        }
+        Ok(S3Grant { key, presigned: verified.kind == AuthKind::Query })
     }
 
     /// The same authoriser with another clock (tests).
@@ -465,6 +609,7 @@ mod tests {
         tokens: HashMap<String, Arc<TokenRecord>>,
         keys: HashMap<String, Arc<SigningKey>>,
         revoked: HashSet<String>,
+        s3_keys: HashMap<String, Arc<S3KeyRecord>>,
     }
 
     impl CredentialLookup for MemoryLookup {
@@ -478,6 +623,10 @@ mod tests {
 
         fn signature_revoked(&self, signature: &str) -> impl Future<Output = Result<bool, MetadataError>> + Send {
             std::future::ready(Ok(self.revoked.contains(signature)))
+        }
+
+        fn s3_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send {
+            std::future::ready(Ok(self.s3_keys.get(id).cloned()))
         }
     }
 
@@ -639,6 +788,146 @@ mod tests {
         assert_eq!(admin(bearer("write")).await, Err("forbidden".into()));
         assert_eq!(admin(bearer("expired")).await, Err("expired".into()));
         assert_eq!(admin(Credentials::Anonymous).await, Err("missing".into()));
+    }
+
+    /// The example requests of AWS's SigV4 documentation for S3 ("Examples: Signature calculations",
+    /// "Authenticating requests: using query parameters"), signed by AWS: our code does not sign its own tests.
+    const AWS_ID: &str = "AKIAIOSFODNN7EXAMPLE";
+    const AWS_SECRET: &str = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+    /// 2013-05-24T00:00:00Z, the examples' time.
+    const AWS_NOW: i64 = 1_369_353_600;
+    const DAY: i64 = 24 * 3600;
+
+    fn aws_header_request() -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, "examplebucket.s3.amazonaws.com".parse().unwrap());
+        h.insert(header::RANGE, "bytes=0-9".parse().unwrap());
+        h.insert(
+            "x-amz-content-sha256",
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855".parse().unwrap(),
+        );
+        h.insert("x-amz-date", "20130524T000000Z".parse().unwrap());
+        h.insert(
+            header::AUTHORIZATION,
+            "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request,\
+             SignedHeaders=host;range;x-amz-content-sha256;x-amz-date,\
+             Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"
+                .parse()
+                .unwrap(),
+        );
+        h
+    }
+
+    const AWS_PRESIGNED_QUERY: &str = "X-Amz-Algorithm=AWS4-HMAC-SHA256\
+        &X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20130524T000000Z\
+        &X-Amz-Expires=86400&X-Amz-SignedHeaders=host\
+        &X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404";
+
+    fn s3_key_record(bucket_id: i64, prefix: &str, scope: Scope, secret: &str) -> S3KeyRecord {
+        S3KeyRecord {
+            id: AWS_ID.into(),
+            secret: secret.into(),
+            bucket_id,
+            bucket_name: "priv".into(),
+            prefix: prefix.into(),
+            scope,
+            created_at: 0,
+            expires_at: None,
+            revoked_at: None,
+        }
+    }
+
+    fn s3_authorizer(key: Option<S3KeyRecord>, clock: fn() -> i64, max_lifetime: u64) -> Authorizer<MemoryLookup> {
+        let mut lookup = MemoryLookup::default();
+        if let Some(key) = key {
+            lookup.s3_keys.insert(key.id.clone(), Arc::new(key));
+        }
+        Authorizer::new(lookup, Duration::from_secs(max_lifetime)).with_clock(clock)
+    }
+
+    #[tokio::test]
+    async fn s3_decisions_over_an_in_memory_lookup() {
+        let w = world();
+        let (private, public) = (Some(&w.private), Some(&w.public));
+        let headers = aws_header_request();
+        let header_signed = RequestParts { method: "GET", path: "/test.txt", query: None, headers: &headers };
+        let host_only = {
+            let mut h = HeaderMap::new();
+            h.insert(header::HOST, "examplebucket.s3.amazonaws.com".parse().unwrap());
+            h
+        };
+        let presigned =
+            RequestParts { method: "GET", path: "/test.txt", query: Some(AWS_PRESIGNED_QUERY), headers: &host_only };
+        let unsigned = RequestParts { method: "GET", path: "/test.txt", query: None, headers: &host_only };
+        let object = key("test.txt");
+        let good = || Some(s3_key_record(1, "", Scope::Read, AWS_SECRET));
+        let s3 = async |auth: &Authorizer<MemoryLookup>, request, target, access| {
+            auth.s3(request, target, access).await.map(|g| g.presigned).map_err(|e| match e {
+                AuthError::SigV4 { error, .. } => error.code().to_owned(),
+                AuthError::InvalidAccessKeyId { reason } => format!("InvalidAccessKeyId:{}", reason.label()),
+                other => format!("{other:?}"),
+            })
+        };
+        let auth = s3_authorizer(good(), || AWS_NOW, 7 * DAY as u64);
+        let target = S3Target::Object(private, &object);
+        assert_eq!(s3(&auth, &header_signed, target, Access::Read).await, Ok(false));
+        assert_eq!(s3(&auth, &presigned, target, Access::Read).await, Ok(true));
+        assert_eq!(
+            s3(&auth, &unsigned, target, Access::Read).await,
+            Err("Unauthorized { reason: Missing, message: \"Access Denied\" }".into())
+        );
+        assert_eq!(s3(&auth, &header_signed, S3Target::Service, Access::Read).await, Ok(false));
+        assert_eq!(s3(&auth, &header_signed, S3Target::Bucket(private), Access::Read).await, Ok(false));
+        // Token rules: scope, bucket (absent or another), prefix; a public bucket is readable by any live key.
+        assert_eq!(s3(&auth, &header_signed, target, Access::Write).await, Err("Forbidden".into()));
+        assert_eq!(
+            s3(&auth, &header_signed, S3Target::Object(None, &object), Access::Read).await,
+            Err("Forbidden".into())
+        );
+        assert_eq!(s3(&auth, &header_signed, S3Target::Bucket(public), Access::Read).await, Err("Forbidden".into()));
+        assert_eq!(s3(&auth, &header_signed, S3Target::Object(public, &object), Access::Read).await, Ok(false));
+        let prefixed =
+            s3_authorizer(Some(s3_key_record(1, "dir/", Scope::Read, AWS_SECRET)), || AWS_NOW, 7 * DAY as u64);
+        assert_eq!(s3(&prefixed, &header_signed, target, Access::Read).await, Err("Forbidden".into()));
+        assert_eq!(s3(&prefixed, &header_signed, S3Target::Bucket(private), Access::Read).await, Ok(false));
+        // Credentials: unknown key, wrong secret, revoked or expired (told only with a valid signature).
+        let unknown = s3_authorizer(None, || AWS_NOW, 7 * DAY as u64);
+        assert_eq!(
+            s3(&unknown, &header_signed, target, Access::Read).await,
+            Err("InvalidAccessKeyId:unknown_token".into())
+        );
+        let wrong =
+            s3_authorizer(Some(s3_key_record(1, "", Scope::Read, "not the secret")), || AWS_NOW, 7 * DAY as u64);
+        assert_eq!(s3(&wrong, &header_signed, target, Access::Read).await, Err("SignatureDoesNotMatch".into()));
+        assert_eq!(s3(&wrong, &presigned, target, Access::Read).await, Err("SignatureDoesNotMatch".into()));
+        let mut revoked = s3_key_record(1, "", Scope::Read, AWS_SECRET);
+        revoked.revoked_at = Some(1);
+        let revoked = s3_authorizer(Some(revoked), || AWS_NOW, 7 * DAY as u64);
+        assert_eq!(
+            s3(&revoked, &header_signed, S3Target::Service, Access::Read).await,
+            Err("InvalidAccessKeyId:revoked".into())
+        );
+        let mut expired = s3_key_record(1, "", Scope::Read, AWS_SECRET);
+        expired.expires_at = Some(AWS_NOW);
+        let expired = s3_authorizer(Some(expired), || AWS_NOW, 7 * DAY as u64);
+        assert_eq!(s3(&expired, &header_signed, target, Access::Read).await, Err("AccessDenied".into()));
+        // Time: skew beyond 15 minutes, a presign past its expiry or beyond our maximum lifetime.
+        let late = s3_authorizer(good(), || AWS_NOW + 16 * 60, 7 * DAY as u64);
+        assert_eq!(s3(&late, &header_signed, target, Access::Read).await, Err("RequestTimeTooSkewed".into()));
+        assert_eq!(s3(&late, &presigned, target, Access::Read).await, Ok(true), "a presign lives its X-Amz-Expires");
+        let next_day = s3_authorizer(good(), || AWS_NOW + DAY + 1, 7 * DAY as u64);
+        assert_eq!(s3(&next_day, &presigned, target, Access::Read).await, Err("AccessDenied".into()));
+        let short_max = s3_authorizer(good(), || AWS_NOW, 3600);
+        assert_eq!(
+            s3(&short_max, &presigned, target, Access::Read).await,
+            Err("AuthorizationQueryParametersError".into())
+        );
+        // Another region than ours.
+        let elsewhere = s3_authorizer(good(), || AWS_NOW, 7 * DAY as u64).with_s3_region("eu-west-1");
+        assert_eq!(
+            s3(&elsewhere, &header_signed, target, Access::Read).await,
+            Err("AuthorizationHeaderMalformed".into())
+        );
     }
 
     /// The labels of `blobgate_auth_failures_total` are exactly the ones before `AuthError` existed.

@@ -1,5 +1,5 @@
 //! In-memory caches of what the data path reads for every request (buckets, objects with their prepared headers,
-//! tokens, signing keys, revoked signatures) and of open blob files, kept coherent with the database.
+//! tokens, signing keys, revoked signatures, S3 access keys) and of open blob files, kept coherent with the database.
 //!
 //! **Coherence.** Every change to those tables, whoever makes it, reaches the metadata's change feed
 //! (`store::ChangeFeed`). Before serving from a cache, a request compares the feed's counter with the value the
@@ -34,7 +34,8 @@ use quick_cache::sync::Cache;
 
 use crate::auth::CredentialLookup;
 use crate::store::{
-    BlobStore, Bucket, CacheChange, Catchup, ChangeFeed, ChangeKind, Metadata, MetadataError, SigningKey, TokenRecord,
+    BlobStore, Bucket, CacheChange, Catchup, ChangeFeed, ChangeKind, Metadata, MetadataError, S3KeyRecord, SigningKey,
+    TokenRecord,
 };
 use representation::ObjectEntry;
 
@@ -44,6 +45,7 @@ const OBJECTS: usize = 200_000;
 const TOKENS: usize = 50_000;
 const SIGNING_KEYS: usize = 1_000;
 const REVOKED: usize = 50_000;
+const S3_KEYS: usize = 50_000;
 
 /// How often the background sync runs when nothing asked it to look.
 const SYNC_TICK: std::time::Duration = std::time::Duration::from_secs(1);
@@ -87,6 +89,7 @@ pub struct Catalog {
     tokens: Cache<String, Option<Arc<TokenRecord>>>,
     signing_keys: Cache<String, Option<Arc<SigningKey>>>,
     revoked: Cache<String, bool>,
+    s3_keys: Cache<String, Option<Arc<S3KeyRecord>>>,
     open_blobs: Cache<String, Arc<OpenBlob>>,
 }
 
@@ -109,6 +112,7 @@ impl Catalog {
             tokens: Cache::new(TOKENS),
             signing_keys: Cache::new(SIGNING_KEYS),
             revoked: Cache::new(REVOKED),
+            s3_keys: Cache::new(S3_KEYS),
             open_blobs: Cache::new(max_open_blobs.max(16)),
         })
     }
@@ -164,6 +168,40 @@ impl Catalog {
     pub async fn signature_revoked(&self, signature: &str) -> Result<bool, MetadataError> {
         self.read_through(&self.revoked, signature, || signature.to_owned(), || self.meta.signature_revoked(signature))
             .await
+    }
+
+    /// An S3 access key by id, its secret opened (unknown ids are cached as absent too).
+    pub async fn s3_key(&self, id: &str) -> Result<Option<Arc<S3KeyRecord>>, MetadataError> {
+        self.read_through(
+            &self.s3_keys,
+            id,
+            || id.to_owned(),
+            || async { Ok(self.meta.s3_key(id).await?.map(Arc::new)) },
+        )
+        .await
+    }
+
+    /// One keyset page of a bucket's objects (S3 listings), straight from the database: listings are not cached,
+    /// and each page is one index range read however deep it is.
+    pub async fn list_objects_page(
+        &self,
+        bucket_id: i64,
+        prefix: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<crate::store::ObjectRecord>, MetadataError> {
+        self.meta.list_objects_page(bucket_id, prefix, after, limit).await
+    }
+
+    /// The same from the key `from`, inclusive (how a listing seeks past a common prefix).
+    pub async fn list_objects_page_from(
+        &self,
+        bucket_id: i64,
+        prefix: &str,
+        from: &str,
+        limit: u32,
+    ) -> Result<Vec<crate::store::ObjectRecord>, MetadataError> {
+        self.meta.list_objects_page_from(bucket_id, prefix, from, limit).await
     }
 
     /// The one cache protocol, shared by every cached table: catch up with the change feed if its counter
@@ -327,6 +365,9 @@ impl Catalog {
             (ChangeKind::RevokedSignature, _) => {
                 self.revoked.remove(change.name.as_str());
             }
+            (ChangeKind::S3Key, _) => {
+                self.s3_keys.remove(change.name.as_str());
+            }
             (kind, _) => {
                 // An unknown kind comes from a newer schema: be safe and forget everything.
                 tracing::warn!(kind = kind.as_str(), "unknown cache change kind; clearing all caches");
@@ -341,6 +382,7 @@ impl Catalog {
         self.tokens.clear();
         self.signing_keys.clear();
         self.revoked.clear();
+        self.s3_keys.clear();
         self.open_blobs.clear();
     }
 
@@ -361,6 +403,10 @@ impl CredentialLookup for Catalog {
 
     fn signature_revoked(&self, signature: &str) -> impl Future<Output = Result<bool, MetadataError>> + Send {
         Catalog::signature_revoked(self, signature)
+    }
+
+    fn s3_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send {
+        Catalog::s3_key(self, id)
     }
 }
 
@@ -476,6 +522,30 @@ mod tests {
         let other = open_store(dir.path()).await;
         assert!(other.meta.revoke_token(&token.id, 5).await.unwrap());
         assert_eq!(catalog.token(&token.id).await.unwrap().unwrap().revoked_at, Some(5));
+    }
+
+    #[tokio::test]
+    async fn an_s3_key_revoked_by_another_connection_is_seen_at_once() {
+        let (dir, store, catalog) = setup().await;
+        let bucket = catalog.bucket("bkt").await.unwrap().unwrap();
+        assert!(catalog.s3_key("AKBGAAAAAAAAAAAAAAAA").await.unwrap().is_none(), "unknown ids are cached as absent");
+        let key = S3KeyRecord {
+            id: "AKBGAAAAAAAAAAAAAAAA".into(),
+            secret: "s".repeat(40),
+            bucket_id: bucket.id,
+            bucket_name: "bkt".into(),
+            prefix: String::new(),
+            scope: Scope::Read,
+            created_at: 0,
+            expires_at: None,
+            revoked_at: None,
+        };
+        store.meta.create_s3_key(&key).await.unwrap();
+        let cached = catalog.s3_key(&key.id).await.unwrap().expect("the insert evicted the negative entry");
+        assert_eq!(cached.secret, key.secret, "the secret opened");
+        let other = open_store(dir.path()).await;
+        assert!(other.meta.revoke_s3_key(&key.id, 7).await.unwrap());
+        assert_eq!(catalog.s3_key(&key.id).await.unwrap().unwrap().revoked_at, Some(7));
     }
 
     on_both_backends!(changes_without_a_bump_are_applied_by_an_explicit_sync);

@@ -2,30 +2,105 @@
 
 use anyhow::{Context, bail};
 
-use super::{SigningCommand, TokenCommand, rfc3339};
+use super::{S3KeyCommand, SigningCommand, TokenCommand, rfc3339};
 use crate::auth::presign::{self, PresignParams, SignedFields};
 use crate::auth::token::{self, Scope};
 use crate::config::Settings;
 use crate::names::{BucketName, ObjectKey, parse_attrs, parse_object_path};
-use crate::store::{SigningKey, Store, TokenRecord, unix_now};
+use crate::store::{S3KeyRecord, SigningKey, Store, TokenRecord, unix_now};
+
+/// What `token create` and `s3-key create` share: the bucket, the prefix and scope checked, the expiry computed.
+struct Grant {
+    bucket: crate::store::Bucket,
+    prefix: String,
+    scope: Scope,
+    now: i64,
+    expires_at: Option<i64>,
+}
+
+async fn grant(
+    store: &Store,
+    bucket: &str,
+    prefix: String,
+    scope: &str,
+    expires_in: Option<u64>,
+) -> anyhow::Result<Grant> {
+    let bucket = BucketName::parse(bucket)?;
+    let scope = Scope::parse(scope).with_context(|| format!("invalid scope {scope:?}: use read, write or admin"))?;
+    if !prefix.is_empty() {
+        // A prefix is a key prefix: hold it to the key rules (a trailing `/` is fine).
+        ObjectKey::parse(&prefix).context("invalid prefix")?;
+    }
+    let bucket = crate::store::require_bucket(store.meta.bucket(&bucket).await?, &bucket)?;
+    let now = unix_now();
+    let expires_at = match expires_in {
+        Some(0) => bail!("--expires-in must be at least 1 second"),
+        Some(secs) => Some(now.saturating_add(i64::try_from(secs).context("--expires-in is too large")?)),
+        None => None,
+    };
+    Ok(Grant { bucket, prefix, scope, now, expires_at })
+}
+
+/// `live`, `revoked` or `expired`, as the list commands print it.
+fn state(revoked_at: Option<i64>, expires_at: Option<i64>, now: i64) -> &'static str {
+    if revoked_at.is_some() {
+        "revoked"
+    } else if expires_at.is_some_and(|at| now >= at) {
+        "expired"
+    } else {
+        "live"
+    }
+}
+
+pub async fn s3_key(store: &Store, command: S3KeyCommand) -> anyhow::Result<()> {
+    match command {
+        S3KeyCommand::Create { bucket, prefix, scope, expires_in } => {
+            let Grant { bucket, prefix, scope, now, expires_at } =
+                grant(store, &bucket, prefix, &scope, expires_in).await?;
+            let new = crate::auth::access_key::generate();
+            store
+                .meta
+                .create_s3_key(&S3KeyRecord {
+                    id: new.id.clone(),
+                    secret: new.secret.clone(),
+                    bucket_id: bucket.id,
+                    bucket_name: bucket.name,
+                    prefix,
+                    scope,
+                    created_at: now,
+                    expires_at,
+                    revoked_at: None,
+                })
+                .await?;
+            println!("{} {}", new.id, new.secret);
+        }
+        S3KeyCommand::Revoke { access_key_id } => {
+            let id = access_key_id.trim();
+            if !store.meta.revoke_s3_key(id, unix_now()).await? {
+                bail!("no live S3 key with id {id}");
+            }
+            eprintln!("revoked S3 key {id}");
+        }
+        S3KeyCommand::List => {
+            let now = unix_now();
+            for k in store.meta.list_s3_keys().await? {
+                let line = serde_json::json!({
+                    "id": k.id, "bucket": k.bucket_name, "prefix": k.prefix, "scope": k.scope.as_str(),
+                    "created_at": rfc3339(k.created_at), "expires_at": k.expires_at.map(rfc3339),
+                    "revoked_at": k.revoked_at.map(rfc3339), "state": state(k.revoked_at, k.expires_at, now),
+                });
+                println!("{line}");
+            }
+        }
+    }
+    Ok(())
+}
 
 pub async fn token(store: &Store, command: TokenCommand) -> anyhow::Result<()> {
     match command {
         TokenCommand::Create { bucket, prefix, scope, expires_in } => {
-            let bucket = BucketName::parse(&bucket)?;
-            let scope =
-                Scope::parse(&scope).with_context(|| format!("invalid scope {scope:?}: use read, write or admin"))?;
-            if !prefix.is_empty() {
-                // A prefix is a key prefix: hold it to the key rules (a trailing `/` is fine).
-                ObjectKey::parse(&prefix).context("invalid prefix")?;
-            }
-            let bucket_row = crate::store::require_bucket(store.meta.bucket(&bucket).await?, &bucket)?;
-            let now = unix_now();
-            let expires_at = match expires_in {
-                Some(0) => bail!("--expires-in must be at least 1 second"),
-                Some(secs) => Some(now.saturating_add(i64::try_from(secs).context("--expires-in is too large")?)),
-                None => None,
-            };
+            let Grant { bucket: bucket_row, prefix, scope, now, expires_at } =
+                grant(store, &bucket, prefix, &scope, expires_in).await?;
             let new = token::generate();
             store
                 .meta
@@ -53,13 +128,7 @@ pub async fn token(store: &Store, command: TokenCommand) -> anyhow::Result<()> {
         TokenCommand::List => {
             let now = unix_now();
             for t in store.meta.list_tokens().await? {
-                let state = if t.revoked_at.is_some() {
-                    "revoked"
-                } else if t.expires_at.is_some_and(|at| now >= at) {
-                    "expired"
-                } else {
-                    "live"
-                };
+                let state = state(t.revoked_at, t.expires_at, now);
                 let line = serde_json::json!({
                     "id": t.id, "bucket": t.bucket_name, "prefix": t.prefix, "scope": t.scope.as_str(),
                     "created_at": rfc3339(t.created_at), "expires_at": t.expires_at.map(rfc3339),

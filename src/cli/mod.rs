@@ -95,6 +95,9 @@ pub enum Command {
     /// Manage bearer tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Manage S3 access keys (SigV4).
+    #[command(subcommand, name = "s3-key")]
+    S3Key(S3KeyCommand),
     /// Print a signed URL for BUCKET/KEY.
     Presign {
         /// The object's bucket.
@@ -256,13 +259,40 @@ pub enum TokenCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum DbCommand {
-    /// Copy every bucket, object, token, signing key, revoked URL and stats row into an empty database (e.g. from
-    /// SQLite to PostgreSQL), in one transaction, and check the counts. Blobs stay in the data dir.
+    /// Copy every bucket, object, token, S3 key, signing key, revoked URL, stats row and S3 upload in progress
+    /// into an empty database (e.g. from SQLite to PostgreSQL), in one transaction, and check the counts. Blobs
+    /// and part files stay in the data dir.
     Copy {
         /// The target database: postgres://USER:PASS@HOST:PORT/DB (or sqlite://PATH). Its migrations are applied.
         #[arg(long, value_name = "URL")]
         to: String,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum S3KeyCommand {
+    /// Create an access key and print `ACCESS_KEY_ID SECRET_ACCESS_KEY` (the secret is shown only once).
+    Create {
+        /// The bucket the key gives access to.
+        #[arg(long)]
+        bucket: String,
+        /// Only keys starting with this prefix.
+        #[arg(long, default_value = "")]
+        prefix: String,
+        /// read (GET/HEAD, listings), write (read + uploads and deletes) or admin.
+        #[arg(long, default_value = "read")]
+        scope: String,
+        /// Lifetime in seconds; without it the key does not expire.
+        #[arg(long, value_name = "SECS")]
+        expires_in: Option<u64>,
+    },
+    /// Revoke an access key. Takes effect on running servers at their next request.
+    Revoke {
+        /// The access key id.
+        access_key_id: String,
+    },
+    /// List access keys as JSON lines (ids, scopes, expiry; never secrets).
+    List,
 }
 
 #[derive(Debug, Subcommand)]
@@ -317,6 +347,7 @@ fn access(command: &Command) -> Access {
         | Command::Ls { .. }
         | Command::Stats { .. }
         | Command::Token(TokenCommand::List)
+        | Command::S3Key(S3KeyCommand::List)
         | Command::Signing(SigningCommand::List)
         | Command::Db(DbCommand::Copy { .. }) => Access::Read,
         _ => Access::Write,
@@ -433,6 +464,7 @@ async fn run_on_store(command: Command, settings: Settings) -> anyhow::Result<()
             objects::import(&store, &bucket, &dir, &prefix, precompress).await
         }
         Command::Token(command) => auth::token(&store, command).await,
+        Command::S3Key(command) => auth::s3_key(&store, command).await,
         Command::Presign { bucket, key, expires_in, base_url, response_content_disposition } => {
             let base_url = base_url.unwrap_or_else(|| format!("http://{}", settings.listen));
             let request = auth::PresignRequest { bucket, key, expires_in, base_url, response_content_disposition };

@@ -21,14 +21,39 @@ pub fn admin_router(state: AdminState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/stats", get(stats))
-        // Any other path is an object path; the handlers parse and validate it.
-        .fallback(put(super::upload::put_object).delete(super::upload::delete_object))
+        // Any other path is an object path; the handlers parse and validate it. GET and HEAD are S3 reads only.
+        .fallback(put(super::upload::put_object).delete(super::upload::delete_object).get(s3_read).head(s3_read))
         // hyper would buffer nothing anyway; this only lifts axum's default 2 MB cap so the limit is ours.
         .layer(axum::extract::DefaultBodyLimit::disable())
         .layer(tower::util::MapResponseLayer::new(super::error::log_server_error))
         // No failure log here: `log_server_error` logs a 5xx once, with its cause, and load shedding not at all.
         .layer(tower_http::trace::TraceLayer::new_for_http().on_failure(()))
         .with_state(state)
+}
+
+/// S3 reads on the admin listener: listings, HeadBucket, GetBucketLocation, HeadObject, through the same handler
+/// and state as on the data listener. A GetObject body is never sent from here: hyper cannot hand a file to
+/// sendfile, and object bytes never pass through our memory, so it is refused in S3's words (clients point GETs
+/// at the data listener). A GET or HEAD that is not an S3 request gets the 405 it always got.
+async fn s3_read(State(app): State<AdminState>, request: axum::extract::Request) -> axum::response::Response {
+    if !super::s3::is_s3_request(&request) {
+        return (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "PUT,DELETE")]).into_response();
+    }
+    let path = request.uri().path().to_owned();
+    let is_get = request.method() == http::Method::GET;
+    let mut response = super::s3::serve(app.data.clone(), request).await;
+    if is_get && response.extensions_mut().remove::<crate::file_body::FileBody>().is_some() {
+        let ctx = super::s3::S3Context::new(&path);
+        let refusal = super::s3::S3Error::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "NotImplemented",
+            "GetObject is served by the data listener (sendfile), not the admin listener",
+        );
+        let mut refused = refusal.render(&ctx);
+        refused.headers_mut().insert(super::s3::AMZ_REQUEST_ID.clone(), ctx.request_id.clone());
+        return refused;
+    }
+    response
 }
 
 async fn healthz(State(app): State<AdminState>) -> Result<&'static str, ApiError> {

@@ -207,6 +207,10 @@ impl From<AuthError> for ApiError {
             AuthError::Unauthorized { message, .. } => ApiError::Unauthorized(message),
             AuthError::Forbidden => ApiError::Forbidden,
             AuthError::NoSuchBucket => ApiError::NotFound,
+            // S3 routes render these themselves (`http::s3`); natively they are plain refusals.
+            AuthError::SigV4 { error, .. } if error.status() == StatusCode::FORBIDDEN => ApiError::Forbidden,
+            AuthError::SigV4 { error, .. } => ApiError::BadRequest(error.to_string()),
+            AuthError::InvalidAccessKeyId { .. } => ApiError::Unauthorized("invalid access key"),
             AuthError::Lookup(e) => e.into(),
         }
     }

@@ -10,6 +10,8 @@ pub mod fragment_guard;
 pub mod multipart;
 pub mod object;
 pub mod range;
+pub mod s3;
+mod s3_list;
 #[cfg(test)]
 mod signed_url_tests;
 pub mod upload;
@@ -18,6 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use axum::extract::State;
 use axum::handler::Handler;
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -73,6 +76,8 @@ pub struct AdminParts {
     pub database: Arc<DatabaseHealth>,
     /// One permit per upload in progress (`limits.max_concurrent_uploads`).
     pub uploads: tokio::sync::Semaphore,
+    /// The data listener's state, for the S3 reads the admin listener answers too (`admin::s3_read`).
+    pub data: DataState,
 }
 
 impl AdminState {
@@ -104,7 +109,13 @@ pub fn data_service(state: DataState, handler_timeout: Duration) -> impl crate::
     tower::ServiceBuilder::new()
         .map_response(error::log_server_error)
         .layer(deadline::DeadlineLayer::new(handler_timeout))
-        .service(cors::serve.with_state(state))
+        .service(route.with_state(state))
+}
+
+/// The data listener's one routing decision: an S3 request (`s3::is_s3_request`: SigV4, or an S3-only path) or
+/// a native one, which goes on through CORS to the object handler exactly as before.
+async fn route(State(app): State<DataState>, request: axum::extract::Request) -> Response {
+    if s3::is_s3_request(&request) { s3::serve(app, request).await } else { cors::serve(State(app), request).await }
 }
 
 /// What the data listener answers when the driver refuses a request itself: the same JSON errors as the handler's.

@@ -41,15 +41,54 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
     let credentials = crate::auth::credentials(&headers, uri.query())?;
     let principal = app.log_principal.then(|| principal_of(&credentials));
     let grant = app.auth.read(&bucket_name, bucket.as_ref(), &key, credentials).await?;
-    // From here on the requester is known, so refusals are logged with who asked.
-    let Some(entry) = app.catalog.object(grant.bucket.id, key.as_str()).await? else {
-        return Ok(with_principal(ApiError::NotFound.into_response(), principal));
+    let request = ObjectRequest {
+        method: &method,
+        headers: &headers,
+        bucket: &grant.bucket,
+        key: &key,
+        content_disposition: grant.content_disposition.as_deref(),
+        overrides: None,
+        principal,
+        render: &IntoResponse::into_response,
     };
+    serve_object(&app, request).await
+}
+
+/// An authorised GET/HEAD of one object: what the native and the S3 routes share from step 3 on.
+pub(super) struct ObjectRequest<'a> {
+    pub method: &'a Method,
+    pub headers: &'a http::HeaderMap,
+    pub bucket: &'a std::sync::Arc<crate::store::Bucket>,
+    pub key: &'a crate::names::ObjectKey,
+    /// A `response-content-disposition` that a valid signature covered.
+    pub content_disposition: Option<&'a str>,
+    /// S3's `response-*` overrides of a presigned request (already validated header values).
+    pub overrides: Option<&'a ResponseOverrides>,
+    pub principal: Option<Principal>,
+    /// How a refusal after authorisation (404, 412, 416) is written: JSON natively, XML for S3.
+    pub render: &'a (dyn Fn(ApiError) -> Response + Sync),
+}
+
+/// Response headers a presigned S3 request replaces (`response-content-type` and friends).
+#[derive(Debug, Default, Clone)]
+pub struct ResponseOverrides {
+    pub headers: Vec<(header::HeaderName, HeaderValue)>,
+}
+
+/// Steps 3 to 7 of the pipeline, for a request that is authorised.
+pub(super) async fn serve_object(app: &DataState, request: ObjectRequest<'_>) -> Result<Response, ApiError> {
+    let ObjectRequest { method, headers, bucket, key, content_disposition, overrides, principal, render } = request;
+    let method = method.clone();
+    // From here on the requester is known, so refusals are logged with who asked.
+    let Some(entry) = app.catalog.object(bucket.id, key.as_str()).await? else {
+        return Ok(with_principal(render(ApiError::NotFound), principal));
+    };
+    let grant_bucket = bucket;
 
     let mut representation = entry.headers.clone();
-    super::cors::vary_on_origin(&grant.bucket, &mut representation);
+    super::cors::vary_on_origin(grant_bucket, &mut representation);
     // The selected representation: the object itself, or a precompressed variant with its own ETag and digest.
-    let variant = entry.variant(accept_encoding::negotiate(&headers, entry.available));
+    let variant = entry.variant(accept_encoding::negotiate(headers, entry.available));
     if entry.available.any() {
         representation.append(header::VARY, ACCEPT_ENCODING.clone());
     }
@@ -63,7 +102,7 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
     }
     // Errors from here on answer for the selected representation too: a cache must key them by Accept-Encoding.
     let vary = |e: ApiError| -> Response {
-        let mut response = e.into_response();
+        let mut response = render(e);
         if entry.available.any() {
             response.headers_mut().append(header::VARY, ACCEPT_ENCODING.clone());
         }
@@ -71,19 +110,28 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
     };
     // A private bucket's responses are for their requester only: no shared cache may keep them for the next one
     // (with or without credentials). Presigned responses too; only a public bucket's keep the stored value.
-    if !grant.bucket.public {
+    if !grant_bucket.public {
         representation.insert(header::CACHE_CONTROL, entry.private_cache_control.clone());
     }
     // A signed URL may choose the download name; the signature covered it, so it is the signer's choice. It is a
     // non-empty RFC 6266 value (`presign::parse_query`), so it replaces the stored header and never removes it.
-    if let Some(v) = grant.content_disposition.as_deref().and_then(|v| disposition_value(v, &entry.record.key)) {
+    if let Some(v) = content_disposition.and_then(|v| disposition_value(v, &entry.record.key)) {
         representation.insert(header::CONTENT_DISPOSITION, v);
+    }
+    // S3's presigned `response-*` overrides: also the signer's choice, applied as S3 does (non-empty values only).
+    let mut content_type_override = None;
+    for (name, value) in overrides.map_or(&[][..], |o| &o.headers[..]) {
+        if name == header::CONTENT_TYPE {
+            content_type_override = Some(value.clone());
+        } else {
+            representation.insert(name.clone(), value.clone());
+        }
     }
     // RFC 9110 §13.1.2: If-None-Match compares with the selected representation's ETag, so another variant's tag
     // does not match (a 200 with this one, whose tag the client then caches).
     let etag = variant.map_or(entry.etag.as_str(), |v| v.etag.as_str());
     let validators = Validators { etag, last_modified: entry.last_modified };
-    let honor_range = match conditional::evaluate(&method, &headers, &validators, SystemTime::now()) {
+    let honor_range = match conditional::evaluate(&method, headers, &validators, SystemTime::now()) {
         Precondition::Failed => return Ok(vary(ApiError::PreconditionFailed)),
         Precondition::NotModified => {
             // RFC 9110 §15.4.5: a 304 carries no content, so no content headers. The object reference goes along
@@ -115,7 +163,7 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
         // Several Range fields cannot be combined meaningfully: ignore them all.
         _ => None,
     };
-    let mut content_type = entry.content_type_value.clone();
+    let mut content_type = content_type_override.unwrap_or_else(|| entry.content_type_value.clone());
     let mut content_range = None;
     let mut decision = range::evaluate(range_header, size, &app.range_policy);
     // Several ranges of a variant would be a multipart body whose top-level Content-Encoding claims the multipart

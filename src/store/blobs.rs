@@ -16,6 +16,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
+use md5::Md5;
 use sha2::{Digest, Sha256};
 
 use super::staging::{self, STAGE_PREFIX, StageOwner};
@@ -27,6 +28,8 @@ pub struct BlobStore {
     // Shared, so that cloning the store (once per request, inside the app state) allocates nothing.
     blobs_dir: Arc<Path>,
     tmp_dir: Arc<Path>,
+    /// Parts of multipart uploads, named by their rows (`staged_name`), not by content.
+    parts_dir: Arc<Path>,
 }
 
 /// A fully written and fsynced temp file that is not yet visible as a blob. Dropping it removes the temp file,
@@ -36,6 +39,8 @@ pub struct StagedBlob {
     temp_path: PathBuf,
     pub sha256: String,
     pub size: u64,
+    /// Hex MD5 of the content, from a writer made by `writer_with_md5` (an S3 part's ETag).
+    pub md5: Option<String>,
 }
 
 impl Drop for StagedBlob {
@@ -93,6 +98,7 @@ impl RetiredBlob {
 pub struct BlobWriter {
     file: File,
     hasher: Sha256,
+    md5: Option<Md5>,
     size: u64,
     /// Owns the temp path so that an abandoned writer removes its file on drop.
     staged: StagedBlob,
@@ -102,6 +108,9 @@ impl BlobWriter {
     pub fn write(&mut self, chunk: &[u8]) -> io::Result<()> {
         self.file.write_all(chunk)?;
         self.hasher.update(chunk);
+        if let Some(md5) = &mut self.md5 {
+            md5.update(chunk);
+        }
         self.size += chunk.len() as u64;
         Ok(())
     }
@@ -118,6 +127,7 @@ impl BlobWriter {
             temp_path: std::mem::take(&mut self.staged.temp_path),
             sha256: hex::encode(self.hasher.finalize_reset()),
             size: self.size,
+            md5: self.md5.take().map(|m| hex::encode(m.finalize())),
         })
     }
 }
@@ -134,7 +144,7 @@ fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
 impl BlobStore {
     pub fn open(data_dir: &Path) -> anyhow::Result<Self> {
         let store = Self::at(data_dir);
-        for dir in [&store.blobs_dir, &store.tmp_dir] {
+        for dir in [&store.blobs_dir, &store.tmp_dir, &store.parts_dir] {
             create_private_dir(dir)?;
         }
         Ok(store)
@@ -142,7 +152,11 @@ impl BlobStore {
 
     /// The blob store of a data dir, for reading only: creates nothing.
     pub fn at(data_dir: &Path) -> Self {
-        Self { blobs_dir: Arc::from(data_dir.join("blobs")), tmp_dir: Arc::from(data_dir.join("tmp")) }
+        Self {
+            blobs_dir: Arc::from(data_dir.join("blobs")),
+            tmp_dir: Arc::from(data_dir.join("tmp")),
+            parts_dir: Arc::from(data_dir.join("parts")),
+        }
     }
 
     /// `blobs/ab/cd/abcd…`: two fan-out levels keep directories small at millions of blobs.
@@ -156,15 +170,30 @@ impl BlobStore {
     }
 
     pub fn writer(&self) -> io::Result<BlobWriter> {
-        let temp_path = self.tmp_dir.join(staging::stage_name(this_process(), &random_suffix()));
-        // Owner-only whatever the umask; the blob keeps this mode when it is renamed into place.
-        let file = OpenOptions::new().write(true).create_new(true).mode(super::PRIVATE_FILE_MODE).open(&temp_path)?;
+        let (file, temp_path) = self.create_stage_file()?;
         Ok(BlobWriter {
             file,
             hasher: Sha256::new(),
+            md5: None,
             size: 0,
-            staged: StagedBlob { temp_path, sha256: String::new(), size: 0 },
+            staged: StagedBlob { temp_path, sha256: String::new(), size: 0, md5: None },
         })
+    }
+
+    /// `writer`, also computing the content's MD5 (`StagedBlob::md5`): for S3 parts, whose ETag it is.
+    pub fn writer_with_md5(&self) -> io::Result<BlobWriter> {
+        let mut writer = self.writer()?;
+        writer.md5 = Some(Md5::new());
+        Ok(writer)
+    }
+
+    /// A new temp file in `tmp/`, named after this process (`staging::stage_name`) so that no sweep removes it
+    /// while we live.
+    fn create_stage_file(&self) -> io::Result<(File, PathBuf)> {
+        let temp_path = self.tmp_dir.join(staging::stage_name(this_process(), &random_suffix()));
+        // Owner-only whatever the umask; the blob keeps this mode when it is renamed into place.
+        let file = OpenOptions::new().write(true).create_new(true).mode(super::PRIVATE_FILE_MODE).open(&temp_path)?;
+        Ok((file, temp_path))
     }
 
     /// Copies a local file into a staged blob. `progress` is told about every chunk copied.
@@ -287,6 +316,155 @@ impl BlobStore {
         }
         Ok(hashes)
     }
+
+    /// A new, never reused name for a part file (so a replaced part's old file can go once its row has changed).
+    pub fn new_part_name() -> String {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).expect("the OS random source is available");
+        hex::encode(bytes)
+    }
+
+    /// `parts/<name>`.
+    pub fn part_path(&self, name: &str) -> PathBuf {
+        debug_assert!(is_part_name(name));
+        self.parts_dir.join(name)
+    }
+
+    /// Moves a staged blob to `parts/<name>`, durably. Call while holding the metadata write lock, in the
+    /// transaction that writes the part's row, so that the sweep (which checks under the lock) never sees the
+    /// file without its row unless the transaction failed.
+    pub fn install_part(&self, staged: &StagedBlob, name: &str) -> anyhow::Result<()> {
+        let target = self.part_path(name);
+        create_private_dir(&self.parts_dir)?;
+        fs::rename(&staged.temp_path, &target)
+            .with_context(|| format!("cannot move a part into {}", target.display()))?;
+        File::open(&*self.parts_dir)
+            .and_then(|d| d.sync_all())
+            .with_context(|| format!("cannot sync {}", self.parts_dir.display()))
+    }
+
+    /// Removes a part file that no row names any more; a failure is left to the next sweep.
+    pub fn remove_part(&self, name: &str) {
+        match fs::remove_file(self.part_path(name)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(part = name, error = %e, "could not remove a part file; the next sweep will"),
+        }
+    }
+
+    /// The names of every part file on disk (for the start-up sweep of parts no upload names).
+    pub fn list_part_names(&self) -> anyhow::Result<Vec<String>> {
+        let entries = match fs::read_dir(&*self.parts_dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e).with_context(|| format!("cannot list {}", self.parts_dir.display())),
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.with_context(|| format!("cannot list {}", self.parts_dir.display()))?;
+            if let Some(name) = entry.file_name().to_str().filter(|n| is_part_name(n)) {
+                names.push(name.to_owned());
+            }
+        }
+        Ok(names)
+    }
+
+    /// Assembles part files, in order, into one staged blob. The bytes are copied by the kernel
+    /// (`copy_file_range`, never through our memory); the parts are read once to hash the whole. Each part must
+    /// have its recorded size. Every part is opened before anything is copied, so a part replaced or removed
+    /// meanwhile is either wholly in the result or an error.
+    pub fn assemble(&self, parts: &[(String, u64)]) -> anyhow::Result<StagedBlob> {
+        self.assemble_with(parts, KernelCopy::CopyFileRange)
+    }
+
+    fn assemble_with(&self, parts: &[(String, u64)], mut how: KernelCopy) -> anyhow::Result<StagedBlob> {
+        let mut inputs = Vec::with_capacity(parts.len());
+        for (name, size) in parts {
+            anyhow::ensure!(is_part_name(name), "invalid part file name {name:?}");
+            let file = File::open(self.part_path(name)).with_context(|| format!("cannot open part file {name}"))?;
+            let actual = file.metadata().with_context(|| format!("cannot stat part file {name}"))?.len();
+            anyhow::ensure!(actual == *size, "part file {name} has {actual} bytes, its row says {size}");
+            inputs.push((file, *size));
+        }
+        let (mut output, temp_path) = self.create_stage_file().context("cannot create a temp file in the data dir")?;
+        // Owns the temp file from here: an error on the way removes it.
+        let mut staged = StagedBlob { temp_path, sha256: String::new(), size: 0, md5: None };
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut out_offset: i64 = 0;
+        for (mut input, size) in inputs {
+            loop {
+                match input.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => hasher.update(&buf[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e).context("cannot read a part file"),
+                }
+            }
+            copy_in_kernel(&input, &mut output, &mut out_offset, size, &mut how)?;
+            staged.size += size;
+        }
+        output.sync_all().context("cannot sync the assembled object")?;
+        staged.sha256 = hex::encode(hasher.finalize());
+        Ok(staged)
+    }
+}
+
+/// How `assemble` moves bytes between files; both keep them in the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KernelCopy {
+    CopyFileRange,
+    /// Where `copy_file_range` cannot copy between the two files (another filesystem, or one without support).
+    Sendfile,
+}
+
+/// Appends `size` bytes of `input` (from its start) to `output` at `out_offset`, which it advances.
+fn copy_in_kernel(
+    input: &File,
+    output: &mut File,
+    out_offset: &mut i64,
+    size: u64,
+    how: &mut KernelCopy,
+) -> anyhow::Result<()> {
+    use nix::errno::Errno;
+    use std::io::{Seek, SeekFrom};
+    let mut in_offset: i64 = 0;
+    let mut left = size;
+    while left > 0 {
+        let chunk = usize::try_from(left.min(1 << 30)).expect("1 GiB fits in usize");
+        let copied = match *how {
+            KernelCopy::CopyFileRange => {
+                match nix::fcntl::copy_file_range(input, Some(&mut in_offset), &*output, Some(out_offset), chunk) {
+                    Err(Errno::EXDEV | Errno::EOPNOTSUPP | Errno::ENOSYS | Errno::EINVAL) => {
+                        *how = KernelCopy::Sendfile;
+                        continue;
+                    }
+                    other => other,
+                }
+            }
+            KernelCopy::Sendfile => {
+                // sendfile writes at the output's own position.
+                output.seek(SeekFrom::Start(*out_offset as u64)).context("cannot seek the assembled object")?;
+                let sent = nix::sys::sendfile::sendfile64(&*output, input, Some(&mut in_offset), chunk);
+                if let Ok(n) = sent {
+                    *out_offset += n as i64;
+                }
+                sent
+            }
+        };
+        match copied {
+            Ok(0) => anyhow::bail!("a part file ended before its recorded size"),
+            Ok(n) => left -= n as u64,
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(io::Error::from(e)).context("cannot copy a part into the object"),
+        }
+    }
+    Ok(())
+}
+
+/// A part file's name: 32 lower-case hex digits (`BlobStore::new_part_name`).
+pub fn is_part_name(s: &str) -> bool {
+    s.len() == 32 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Lower-case hex SHA-256, the only form a blob name takes.
@@ -361,6 +539,38 @@ mod tests {
         assert_eq!(fs::read(&path).unwrap(), b"hello world");
         assert!(path.starts_with(dir.path().join("blobs/b9/4d")));
         // The temp file is gone after install + drop.
+        assert_eq!(fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn parts_assemble_in_order_by_either_kernel_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = BlobStore::open(dir.path()).unwrap();
+        let mut parts = Vec::new();
+        for content in [&b"first "[..], b"", b"second ", &[7u8; 3 << 20]] {
+            let mut w = store.writer_with_md5().unwrap();
+            w.write(content).unwrap();
+            let staged = w.finish().unwrap();
+            assert_eq!(staged.md5.as_deref().map(str::len), Some(32));
+            let name = BlobStore::new_part_name();
+            store.install_part(&staged, &name).unwrap();
+            parts.push((name, content.len() as u64));
+        }
+        let want = [&b"first second "[..], &[7u8; 3 << 20]].concat();
+        for how in [KernelCopy::CopyFileRange, KernelCopy::Sendfile] {
+            let staged = store.assemble_with(&parts, how).unwrap();
+            assert_eq!((staged.size, staged.sha256.clone()), (want.len() as u64, hex::encode(Sha256::digest(&want))));
+            store.install(&staged).unwrap();
+            assert_eq!(fs::read(store.path_of(&staged.sha256)).unwrap(), want, "{how:?}");
+            store.retire(&staged.sha256).unwrap().unwrap().discard();
+        }
+        // A part whose file is not its recorded size is refused, and nothing is left staged.
+        let mut wrong = parts.clone();
+        wrong[0].1 += 1;
+        let err = store.assemble(&wrong).unwrap_err();
+        assert!(format!("{err:#}").contains("its row says"), "{err:#}");
+        fs::remove_file(store.part_path(&parts[2].0)).unwrap();
+        assert!(store.assemble(&parts).is_err(), "a missing part");
         assert_eq!(fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
     }
 

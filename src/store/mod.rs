@@ -8,10 +8,12 @@
 //! unreferenced blob or a temp file, which `Store::sweep` removes at start-up, or a retired blob whose delete
 //! never committed, which the sweep puts back (its row still references it). The data dir may be shared by live
 //! peers (other replicas, on this host or others), so the sweep removes only what no live process is doing
-//! (`store::staging`, `timeouts.sweep_grace`; ARCHITECTURE.md, "Shared blob directory").
+//! (`store::staging`, `timeouts.sweep_grace`; ARCHITECTURE.md, "Shared blob directory"). S3 multipart uploads
+//! (`multipart`) follow the same ordering, and Complete commits its object through the same steps as a put.
 
 pub mod blobs;
 pub mod metadata;
+pub mod multipart;
 pub mod precompress;
 pub mod sealing;
 pub mod secrets_key;
@@ -26,8 +28,10 @@ use serde::Serialize;
 pub use blobs::{BlobStore, BlobWriter, StagedBlob};
 pub use metadata::{
     Bucket, CacheChange, Catchup, ChangeFeed, ChangeKind, DatabaseHealth, Flushed, Metadata, MetadataError,
-    ObjectRecord, ObjectStats, Scope, SigningKey, StatsFlush, StatsOrder, TokenRecord, Upsert, VariantRecord, WriteTx,
+    ObjectRecord, ObjectStats, PartRecord, S3KeyRecord, Scope, SigningKey, StatsFlush, StatsOrder, TokenRecord,
+    UploadRecord, Upsert, VariantRecord, WriteTx,
 };
+pub use multipart::{CompleteReport, MultipartError};
 
 use crate::config::{DatabaseTimeouts, DatabaseUrl};
 use crate::header_values::content_coding::ContentCoding;
@@ -109,6 +113,8 @@ pub struct SweepReport {
     pub unreferenced_blobs: usize,
     /// Blobs put back from `tmp/`: a delete retired them and then died before its commit.
     pub restored_blobs: usize,
+    /// Multipart part files that no upload names (a crash mid-part, or after a Complete or Abort committed).
+    pub part_files: usize,
 }
 
 pub use crate::config::{PRIVATE_DIR_MODE, PRIVATE_FILE_MODE};
@@ -193,9 +199,27 @@ impl Store {
         attrs: ObjectAttrs,
         variants: Vec<StagedVariant>,
     ) -> Result<PutReport, StoreError> {
-        let now = unix_now();
         let mut tx = self.meta.lock_blob_refs().await?;
         let bucket_row = require_bucket(tx.bucket(bucket).await?, bucket)?;
+        let (report, retired) = self.write_object(&mut tx, &bucket_row, key, staged, attrs, variants).await?;
+        finish_commit(tx, retired).await?;
+        Ok(report)
+    }
+
+    /// The steps of a put inside its write transaction (which must hold `lock_blob_refs`): install the staged
+    /// blobs, write the object and variant rows, retire the blobs nothing references any more. The caller
+    /// commits with `finish_commit`, which unlinks the retired blobs after the commit or puts them back if it
+    /// fails. Shared by `put_with_variants` and CompleteMultipartUpload, so both keep the same ordering.
+    async fn write_object(
+        &self,
+        tx: &mut WriteTx,
+        bucket_row: &Bucket,
+        key: &ObjectKey,
+        staged: StagedBlob,
+        attrs: ObjectAttrs,
+        variants: Vec<StagedVariant>,
+    ) -> Result<(PutReport, Vec<blobs::RetiredBlob>), StoreError> {
+        let now = unix_now();
         // Under the write lock: no concurrent delete can retire these hashes between the rename and the commit.
         let blobs = self.blobs.clone();
         let (staged, variants, installed) = tokio::task::spawn_blocking(move || {
@@ -218,10 +242,9 @@ impl Store {
         if let Upsert::Replaced { previous_sha256 } = &upsert {
             dropped.push(previous_sha256.clone());
         }
-        let retired = self.retire_all_unreferenced(&mut tx, dropped).await?;
-        finish_commit(tx, retired).await?;
-        Ok(PutReport {
-            bucket: bucket.to_string(),
+        let retired = self.retire_all_unreferenced(tx, dropped).await?;
+        let report = PutReport {
+            bucket: bucket_row.name.clone(),
             key: key.to_string(),
             size: staged.size,
             etag: crate::header_values::etag_from_sha256(&staged.sha256),
@@ -229,7 +252,8 @@ impl Store {
             content_type: effective_content_type(attrs.content_type.as_deref(), key.as_str()),
             status: PutStatus::from(&upsert),
             variants: variants.iter().map(|v| v.coding.token()).collect(),
-        })
+        };
+        Ok((report, retired))
     }
 
     /// Deletes `bucket/key`; `Ok(false)` when there was no such object. Removes the blob with its last reference.
@@ -319,7 +343,8 @@ impl Store {
             unreferenced_blobs =
                 retired.into_iter().map(blobs::RetiredBlob::discard).filter(|removed| *removed).count();
         }
-        Ok(SweepReport { temp_files, unreferenced_blobs, restored_blobs })
+        let part_files = self.sweep_part_files().await?;
+        Ok(SweepReport { temp_files, unreferenced_blobs, restored_blobs, part_files })
     }
 
     /// Retires each of `hashes` (deduplicated) that nothing references any more. On an error the ones already

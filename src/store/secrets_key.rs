@@ -20,7 +20,7 @@ pub async fn load_or_create(data_dir: &Path, meta: &Metadata) -> anyhow::Result<
     if let Some(key) = read(&path)? {
         return Ok(key);
     }
-    if meta.has_sealed_signing_keys().await? {
+    if meta.has_sealed_signing_keys().await? || meta.has_s3_keys().await? {
         return Err(missing_key(&path));
     }
     let mut bytes = [0u8; SECRETS_KEY_LEN];
@@ -51,14 +51,14 @@ pub async fn load_existing(data_dir: &Path, meta: &Metadata) -> anyhow::Result<O
     let path = data_dir.join(SECRETS_KEY_FILE);
     match read(&path)? {
         Some(key) => Ok(Some(key)),
-        None if meta.has_sealed_signing_keys().await? => Err(missing_key(&path)),
+        None if meta.has_sealed_signing_keys().await? || meta.has_s3_keys().await? => Err(missing_key(&path)),
         None => Ok(None),
     }
 }
 
 fn missing_key(path: &Path) -> anyhow::Error {
     anyhow::anyhow!(
-        "{} is missing, but the database holds signing keys sealed with it: restore that file",
+        "{} is missing, but the database holds signing keys or S3 keys sealed with it: restore that file",
         path.display()
     )
 }

@@ -24,6 +24,8 @@ mod outage;
 mod permissions;
 mod postgres;
 mod replicas;
+mod s3_clients;
+mod s3_listing;
 mod service;
 mod shared_blobs;
 mod shared_cache;

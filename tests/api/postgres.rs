@@ -155,6 +155,7 @@ fn db_copy_moves_an_sqlite_database_to_postgres_and_refuses_a_non_empty_target()
     let signed = env.ok(&["presign", "closed", "secret.bin"]).trim().to_owned();
     let revoked = env.ok(&["presign", "closed", "secret.bin", "--expires-in", "600"]).trim().to_owned();
     env.ok(&["signing", "revoke-url", &revoked]);
+    env.ok(&["s3-key", "create", "--bucket", "closed"]);
     {
         let mut server = env.serve();
         assert_eq!(server.get("/open/app.js", &[("Accept-Encoding", "br")]).status, 200);
@@ -163,6 +164,7 @@ fn db_copy_moves_an_sqlite_database_to_postgres_and_refuses_a_non_empty_target()
     }
     let sqlite_stats = env.ok(&["stats", "--json"]);
     let sqlite_tokens = env.ok(&["token", "list"]);
+    let sqlite_s3_keys = env.ok(&["s3-key", "list"]);
 
     let target = postgres_database();
     let pg = [("BLOBGATE_DATABASE_URL", target.as_str())];
@@ -174,6 +176,7 @@ fn db_copy_moves_an_sqlite_database_to_postgres_and_refuses_a_non_empty_target()
         ("objects", 2),
         ("object_variants", 2),
         ("tokens", 3),
+        ("s3_keys", 1),
         ("signing_keys", 1),
         ("revoked_signatures", 1),
         ("object_stats", 2),
@@ -190,6 +193,7 @@ fn db_copy_moves_an_sqlite_database_to_postgres_and_refuses_a_non_empty_target()
     };
     assert_eq!(on_pg(&["stats", "--json"]), sqlite_stats);
     assert_eq!(on_pg(&["token", "list"]), sqlite_tokens);
+    assert_eq!(on_pg(&["s3-key", "list"]), sqlite_s3_keys);
     let server = env.serve_with(&pg, &[]);
     let got = server.get_auth("/closed/secret.bin", &reader, &[]);
     assert!(got.status == 200 && got.body == secret, "the token works on PostgreSQL");

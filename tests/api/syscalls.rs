@@ -1,6 +1,6 @@
 //! The invariant, proven with syscalls: object bytes leave by sendfile(2); read/write-like calls move only heads.
 //! Runs the server under `strace -f` (installed by `.ci/run`) and downloads a 64 MiB object whole, by one
-//! range, and as a 3-part multi-range.
+//! range, and as a 3-part multi-range; and the same as an S3 GetObject signed with SigV4 by botocore.
 
 use std::path::Path;
 
@@ -108,6 +108,54 @@ fn object_bytes_leave_by_sendfile_only() {
         let ratio = trace.copied_bytes as f64 / object_bytes as f64;
         assert!(
             ratio < 0.001,
+            "{name}: read/write-like calls moved {} bytes ({ratio:.5} per body byte)",
+            trace.copied_bytes
+        );
+    }
+}
+
+/// The same for an S3 GetObject signed by botocore (SigV4 header auth): full, one range, three ranges.
+#[test]
+fn sigv4_get_object_bytes_leave_by_sendfile_only() {
+    use crate::s3_clients::{Signing, as_refs, s3_key, signed_headers};
+    require_tool("strace", "apt package strace");
+    let env = TestEnv::new();
+    env.bucket("big", false);
+    let size = 64 << 20;
+    let bytes = test_bytes(size, 65);
+    env.put_bytes("big", "blob.bin", &bytes, &[]);
+    let key = s3_key(&env, "big", &[]);
+    let multi = format!("bytes=0-99999,{}-{},{}-", size / 2, size / 2 + 5_000_000, size - 1000);
+    let cases: [(&str, Option<&str>, usize); 3] = [
+        ("s3-full", None, size),
+        ("s3-range", Some("bytes=1000-41943040"), 41_943_040 - 1000 + 1),
+        ("s3-multi", Some(&multi), 100_000 + 5_000_001 + 1000),
+    ];
+    for (name, range, object_bytes) in cases {
+        let extra: Vec<(&str, &str)> = range.map(|r| ("Range", r)).into_iter().collect();
+        let headers =
+            signed_headers(&key, "/big/blob.bin", &Signing { method: "GET", headers: &extra, ..Default::default() });
+        let (response, trace) = traced_download(&env, "/big/blob.bin", &as_refs(&headers), name);
+        assert!(response.header("x-amz-request-id").is_some(), "{name}: an S3 response");
+        match range {
+            None => {
+                assert_eq!(response.status, 200, "{name}");
+                assert!(response.body == bytes, "full body differs");
+            }
+            Some(_) if name == "s3-range" => {
+                assert_eq!(response.status, 206, "{name}");
+                assert!(response.body == bytes[1000..=41_943_040], "range body differs");
+            }
+            Some(_) => {
+                assert_eq!(response.status, 206, "{name}");
+                assert!(response.header("content-type").unwrap().starts_with("multipart/byteranges"));
+            }
+        }
+        eprintln!("{name}: {trace:?}");
+        assert_eq!(trace.sendfile_bytes, object_bytes as u64, "{name}: sendfile moved {trace:?}");
+        let ratio = trace.copied_bytes as f64 / object_bytes as f64;
+        assert!(
+            ratio <= 0.001,
             "{name}: read/write-like calls moved {} bytes ({ratio:.5} per body byte)",
             trace.copied_bytes
         );

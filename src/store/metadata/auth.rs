@@ -149,7 +149,7 @@ impl Metadata {
     /// Runs an update that sets a timestamp on one row unless it is already set; true when a row changed. One
     /// conditional UPDATE: of two concurrent ones (two replicas), PostgreSQL re-checks the condition after the
     /// first commits, so exactly one reports the change.
-    async fn stamp_once(&self, sql: &'static str, id: &str, now: i64) -> Result<bool, MetadataError> {
+    pub(super) async fn stamp_once(&self, sql: &'static str, id: &str, now: i64) -> Result<bool, MetadataError> {
         let mut tx = self.begin_write().await?;
         let changed = with_tx!(&mut tx.tx, sqlite =>
             sqlx::query(sql).bind(id).bind(now).execute(&mut **sqlite).await?.rows_affected());
@@ -292,7 +292,7 @@ impl Metadata {
 const SELECT_SECRETS: &str = "SELECT id, secret FROM signing_keys";
 
 /// A fresh nonce for sealing a secret.
-fn fresh_nonce() -> Result<[u8; NONCE_LEN], MetadataError> {
+pub(super) fn fresh_nonce() -> Result<[u8; NONCE_LEN], MetadataError> {
     let mut nonce = [0u8; NONCE_LEN];
     getrandom::fill(&mut nonce).map_err(|e| sqlx::Error::Io(std::io::Error::other(e)))?;
     Ok(nonce)

@@ -1,6 +1,6 @@
 //! The change feed: how a server learns that any process changed something it caches.
 //!
-//! Triggers (SQLite: migrations 0004, 0006, 0007; PostgreSQL: migrations/postgres) log every change to a cached
+//! Triggers (SQLite: migrations 0004, 0006, 0007, 0010; PostgreSQL: migrations/postgres) log every change to a cached
 //! table in `cache_changes`, whoever makes it; every commit through [`WriteTx::commit`](super::WriteTx::commit)
 //! then bumps the generation counter (`generation.rs`). A reader compares the counter with the value it last
 //! synchronised at (one atomic load) and reads the new log rows only when it moved.
@@ -38,6 +38,8 @@ pub enum ChangeKind {
     SigningKey,
     /// `name` is the signature.
     RevokedSignature,
+    /// `name` is the S3 access key id (migration 0010).
+    S3Key,
     /// A kind this binary does not know (from a newer schema), as stored.
     Unknown(String),
 }
@@ -51,6 +53,7 @@ impl ChangeKind {
             "token" => ChangeKind::Token,
             "signing_key" => ChangeKind::SigningKey,
             "revoked_signature" => ChangeKind::RevokedSignature,
+            "s3_key" => ChangeKind::S3Key,
             other => ChangeKind::Unknown(other.to_owned()),
         }
     }
@@ -62,6 +65,7 @@ impl ChangeKind {
             ChangeKind::Token => "token",
             ChangeKind::SigningKey => "signing_key",
             ChangeKind::RevokedSignature => "revoked_signature",
+            ChangeKind::S3Key => "s3_key",
             ChangeKind::Unknown(stored) => stored,
         }
     }
@@ -212,19 +216,19 @@ mod tests {
 
     #[test]
     fn change_kinds_keep_their_stored_spelling() {
-        for stored in ["bucket", "object", "token", "signing_key", "revoked_signature"] {
+        for stored in ["bucket", "object", "token", "signing_key", "revoked_signature", "s3_key"] {
             let kind = ChangeKind::parse(stored);
             assert!(!matches!(kind, ChangeKind::Unknown(_)), "{stored}");
             assert_eq!(kind.as_str(), stored);
         }
-        assert_eq!(ChangeKind::parse("s3_key"), ChangeKind::Unknown("s3_key".into()));
-        assert_eq!(ChangeKind::parse("s3_key").as_str(), "s3_key");
+        assert_eq!(ChangeKind::parse("s4_key"), ChangeKind::Unknown("s4_key".into()));
+        assert_eq!(ChangeKind::parse("s4_key").as_str(), "s4_key");
     }
 
     /// Every kind of change, as the log names it: (kind, bucket_id, name).
     async fn log_of_every_change(backend: TestBackend) -> Vec<(String, Option<i64>, String)> {
         use crate::names::{ObjectAttrs, ObjectKey};
-        use crate::store::metadata::{Scope, SigningKey, TokenRecord, VariantRecord};
+        use crate::store::metadata::{S3KeyRecord, Scope, SigningKey, TokenRecord, VariantRecord};
         let (_dir, meta) = database(backend).await;
         let meta = meta.with_secrets_key(crate::store::sealing::SecretsKey::from_bytes([3; 32]));
         let start = meta.feed().last_change().await.unwrap();
@@ -236,7 +240,10 @@ mod tests {
         let mut tx = meta.begin_write().await.unwrap();
         tx.upsert_object(bucket.id, &key, &"a".repeat(64), 2, &ObjectAttrs::default(), 0).await.unwrap();
         tx.replace_variants(bucket.id, "k", std::slice::from_ref(&variant)).await.unwrap();
+        tx.set_s3_etag(bucket.id, "k", &"a".repeat(64), "\"a-2\"").await.unwrap();
+        // New content: the ETag row goes (logged too).
         tx.upsert_object(bucket.id, &key, &"c".repeat(64), 2, &ObjectAttrs::default(), 1).await.unwrap();
+        tx.set_s3_etag(bucket.id, "k", &"c".repeat(64), "\"c-2\"").await.unwrap();
         tx.commit().await.unwrap();
         let token = TokenRecord {
             id: "tok".into(),
@@ -255,6 +262,19 @@ mod tests {
         meta.create_signing_key(&signing).await.unwrap();
         meta.retire_signing_key("key", 1).await.unwrap();
         meta.revoke_signature("sig", 10, 1).await.unwrap();
+        let s3_key = S3KeyRecord {
+            id: "AKID".into(),
+            secret: "s".repeat(40),
+            bucket_id: bucket.id,
+            bucket_name: "bkt".into(),
+            prefix: String::new(),
+            scope: Scope::Read,
+            created_at: 0,
+            expires_at: None,
+            revoked_at: None,
+        };
+        meta.create_s3_key(&s3_key).await.unwrap();
+        meta.revoke_s3_key("AKID", 1).await.unwrap();
         let mut tx = meta.begin_write().await.unwrap();
         tx.delete_object(bucket.id, &key).await.unwrap();
         tx.delete_empty_bucket(bucket.id).await.unwrap();
@@ -278,14 +298,21 @@ mod tests {
             row("object", Some(1), "k"),
             row("object", Some(1), "k"),
             row("object", Some(1), "k"),
+            row("object", Some(1), "k"), // the S3 ETag set,
+            row("object", Some(1), "k"), // dropped with its content,
+            row("object", Some(1), "k"), // set again
             row("token", None, "tok"),
             row("token", None, "tok"),
             row("signing_key", None, "key"),
             row("signing_key", None, "key"),
             row("revoked_signature", None, "sig"),
+            row("s3_key", None, "AKID"),
+            row("s3_key", None, "AKID"),
             row("object", Some(1), "k"),
             row("object", Some(1), "k"),
+            row("object", Some(1), "k"), // the ETag row, gone with its object
             row("token", None, "tok"),
+            row("s3_key", None, "AKID"),
             row("bucket", Some(1), "bkt"),
         ];
         assert_eq!(sqlite, expected, "SQLite");

@@ -16,8 +16,11 @@ enum Column {
 }
 
 /// The copied tables, parents first (foreign keys), each with its columns and the order the rows go in. Signing
-/// keys go in insertion order (`rowid`), which orders keys created in the same second. The change log is not
-/// copied: the target's triggers log every inserted row, so a replica already on the target evicts what it cached.
+/// keys go in insertion order (`rowid`), which orders keys created in the same second. Sealed secrets (signing
+/// keys, S3 keys) are copied sealed: `signing-secrets.key` stays in the data dir and opens them there. S3 uploads
+/// in progress are copied with their parts, whose files stay in `parts/`, so a client can still complete them on
+/// the target. The change log is not copied: the target's triggers log every inserted row, so a replica already
+/// on the target evicts what it cached.
 /// (table, its columns with their types, the order its rows are copied in)
 type Table = (&'static str, &'static [(&'static str, Column)], &'static str);
 
@@ -51,6 +54,7 @@ const TABLES: &[Table] = {
             ],
             "bucket_id, key",
         ),
+        ("object_s3_etags", &[("bucket_id", Int), ("key", Text), ("sha256", Text), ("etag", Text)], "bucket_id, key"),
         (
             "object_variants",
             &[("bucket_id", Int), ("key", Text), ("encoding", Text), ("sha256", Text), ("size", Int)],
@@ -61,6 +65,20 @@ const TABLES: &[Table] = {
             &[
                 ("id", Text),
                 ("secret_hash", Bytes),
+                ("bucket_id", Int),
+                ("prefix", Text),
+                ("scope", Text),
+                ("created_at", Int),
+                ("expires_at", Int),
+                ("revoked_at", Int),
+            ],
+            "id",
+        ),
+        (
+            "s3_keys",
+            &[
+                ("id", Text),
+                ("secret", Bytes),
                 ("bucket_id", Int),
                 ("prefix", Text),
                 ("scope", Text),
@@ -103,6 +121,32 @@ const TABLES: &[Table] = {
                 ("not_modified", Int),
             ],
             "bucket_id, key, day",
+        ),
+        (
+            "multipart_uploads",
+            &[
+                ("id", Text),
+                ("bucket_id", Int),
+                ("key", Text),
+                ("content_type", Text),
+                ("cache_control", Text),
+                ("content_disposition", Text),
+                ("created_at", Int),
+            ],
+            "id",
+        ),
+        (
+            "multipart_parts",
+            &[
+                ("upload_id", Text),
+                ("part_number", Int),
+                ("size", Int),
+                ("staged_name", Text),
+                ("md5", Text),
+                ("sha256", Text),
+                ("created_at", Int),
+            ],
+            "upload_id, part_number",
         ),
     ]
 };
@@ -191,5 +235,68 @@ impl Metadata {
         }
         tx.commit().await?;
         Ok(copied)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::DatabaseUrl;
+    use crate::names::{BucketName, ObjectAttrs, ObjectKey};
+    use crate::store::metadata::{S3KeyRecord, Scope, TestBackend, test_database_url};
+    use crate::store::{StagedBlob, Store};
+
+    fn part(store: &Store, content: &[u8]) -> StagedBlob {
+        let mut w = store.blobs.writer_with_md5().unwrap();
+        w.write(content).unwrap();
+        w.finish().unwrap()
+    }
+
+    /// The S3 tables move too: a key with its sealed secret (it opens on the target with the same data dir), an
+    /// object's multipart ETag, and an upload in progress with its part, which the target can then complete.
+    #[tokio::test]
+    async fn s3_keys_etags_and_uploads_in_progress_are_copied_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let source =
+            Store::open(dir.path(), &DatabaseUrl::in_data_dir(dir.path()), Duration::from_secs(5)).await.unwrap();
+        let b = BucketName::parse("bkt").unwrap();
+        let bucket = source.meta.create_bucket(&b, false, 0).await.unwrap();
+        let key = S3KeyRecord {
+            id: "AKBGCOPYCOPYCOPYCOPY".into(),
+            secret: "c".repeat(40),
+            bucket_id: bucket.id,
+            bucket_name: "bkt".into(),
+            prefix: String::new(),
+            scope: Scope::Write,
+            created_at: 1,
+            expires_at: None,
+            revoked_at: None,
+        };
+        source.meta.create_s3_key(&key).await.unwrap();
+        let (done, pending) = (ObjectKey::parse("done.bin").unwrap(), ObjectKey::parse("pending.bin").unwrap());
+        let upload = source.create_upload(&b, &done, ObjectAttrs::default()).await.unwrap();
+        let p1 = source.put_part(&b, &done, &upload.id, 1, part(&source, b"whole")).await.unwrap();
+        let completed = source.complete_upload(&b, &done, &upload.id, &[(1, p1.etag())]).await.unwrap();
+        let open = source.create_upload(&b, &pending, ObjectAttrs::default()).await.unwrap();
+        let open_part = source.put_part(&b, &pending, &open.id, 1, part(&source, b"half")).await.unwrap();
+
+        let target_url = test_database_url(TestBackend::Postgres, dir.path()).await;
+        let target = Store::open(dir.path(), &target_url, Duration::from_secs(5)).await.unwrap();
+        let copied = source.meta.copy_to(&target.meta).await.unwrap();
+        for (table, rows) in
+            [("s3_keys", 1), ("object_s3_etags", 1), ("multipart_uploads", 1), ("multipart_parts", 1), ("objects", 1)]
+        {
+            assert_eq!(copied.iter().find(|(t, _)| *t == table).map(|(_, n)| *n), Some(rows), "{table}: {copied:?}");
+        }
+        assert_eq!(copied.len(), TABLES.len(), "every table is counted");
+
+        assert_eq!(target.meta.s3_key(&key.id).await.unwrap(), Some(key), "the sealed secret opens on the target");
+        assert_eq!(target.meta.s3_etag(bucket.id, "done.bin").await.unwrap(), Some(completed.s3_etag));
+        assert_eq!(target.meta.upload(&open.id).await.unwrap(), Some(open.clone()));
+        assert_eq!(target.meta.list_parts(&open.id, 0, 10).await.unwrap(), vec![open_part.clone()]);
+        let finished = target.complete_upload(&b, &pending, &open.id, &[(1, open_part.etag())]).await.unwrap();
+        assert_eq!(finished.put.size, 4, "the part file in parts/ completes on the target");
     }
 }

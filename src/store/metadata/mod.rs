@@ -21,8 +21,9 @@
 //! own database. Where they differ, the operation matches on the backend.
 //!
 //! Submodules: `pool` (open, migrations, read-only open, close), `objects` (buckets and objects), `auth` (tokens,
-//! signing keys, revoked signatures), `stats` (download counters), `variants`
-//! (precompressed variants of objects), `copy` (`db copy`), `changes` (the change feed, over the
+//! signing keys, revoked signatures), `stats` (download counters), `s3_keys` (S3 access keys, sealed), `variants`
+//! (precompressed variants of objects), `multipart` (S3 uploads in progress, their parts, multipart ETags), `copy`
+//! (`db copy`), `changes` (the change feed, over the
 //! `generation` counter).
 
 /// Runs `$body` with `$pool` bound to the backend's pool; each arm is compiled for its own database, so the SQL text
@@ -76,9 +77,11 @@ mod changes;
 mod copy;
 mod generation;
 mod health;
+mod multipart;
 mod objects;
 mod pg_feed;
 mod pool;
+mod s3_keys;
 mod stats;
 mod variants;
 
@@ -90,7 +93,9 @@ pub use auth::{Scope, SigningKey, TokenRecord};
 pub use changes::{CacheChange, Catchup, ChangeFeed, ChangeKind};
 pub use copy::CopyError;
 pub use health::DatabaseHealth;
+pub use multipart::{PartRecord, UploadRecord};
 pub use objects::{Bucket, ObjectRecord, Upsert};
+pub use s3_keys::S3KeyRecord;
 pub use stats::{Flushed, ObjectStats, StatsFlush, StatsOrder};
 pub use variants::VariantRecord;
 
@@ -233,7 +238,7 @@ impl WriteTx {
     }
 
     /// For writes to tables no server caches (download stats, the change log itself).
-    async fn commit_without_announcing(self) -> Result<(), MetadataError> {
+    pub(in crate::store) async fn commit_without_announcing(self) -> Result<(), MetadataError> {
         with_tx!(self.tx, tx => tx.commit().await?);
         Ok(())
     }

@@ -5,7 +5,7 @@ use super::{Backend, Metadata, MetadataError, WriteTx};
 use std::sync::Arc;
 
 use crate::header_values::cors::{CorsPolicy, CorsRule};
-use crate::names::{BucketName, ObjectAttrs, ObjectKey};
+use crate::names::{BucketName, ObjectAttrs, ObjectKey, prefix_upper_bound};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bucket {
@@ -250,6 +250,27 @@ impl Metadata {
         Ok(rows.into_iter().map(ObjectRecord::from).collect())
     }
 
+    /// `list_objects_page`, starting at the key `from` inclusive (which must not sort below `prefix`): how the S3
+    /// listing skips past a whole common prefix, by seeking to its successor, in one index range read.
+    pub async fn list_objects_page_from(
+        &self,
+        bucket_id: i64,
+        prefix: &str,
+        from: &str,
+        limit: u32,
+    ) -> Result<Vec<ObjectRecord>, MetadataError> {
+        let upper = prefix_upper_bound(prefix);
+        let sql = list_objects_sql(false, upper.is_some());
+        let rows: Vec<ObjectRow> = with_pool!(&self.backend, pool => sqlx::query_as(&sql)
+            .bind(bucket_id)
+            .bind(from.max(prefix))
+            .bind(upper.as_deref())
+            .bind(i64::from(limit))
+            .fetch_all(pool)
+            .await?);
+        Ok(rows.into_iter().map(ObjectRecord::from).collect())
+    }
+
     pub async fn object_by_key(&self, bucket_id: i64, key: &str) -> Result<Option<ObjectRecord>, MetadataError> {
         let sql = format!("SELECT {OBJECT_COLUMNS} FROM objects WHERE bucket_id = $1 AND key = $2");
         let row: Option<ObjectRow> = with_pool!(&self.backend, pool => sqlx::query_as(&sql).bind(bucket_id).bind(key).fetch_optional(pool).await?);
@@ -312,11 +333,13 @@ impl WriteTx {
         Ok((objects, hashes))
     }
 
-    /// Deletes an empty bucket with its tokens (explicitly, so the change log names each one) and, by cascade,
-    /// its download stats. Returns how many tokens went with it.
+    /// Deletes an empty bucket with its tokens and S3 keys (explicitly, so the change log names each one, in the
+    /// same order on both backends) and, by cascade, its download stats and multipart uploads. Returns how many
+    /// tokens went with it.
     pub async fn delete_empty_bucket(&mut self, bucket_id: i64) -> Result<u64, MetadataError> {
         with_tx!(&mut self.tx, tx => {
             let tokens = sqlx::query("DELETE FROM tokens WHERE bucket_id = $1").bind(bucket_id).execute(&mut **tx).await?;
+            sqlx::query("DELETE FROM s3_keys WHERE bucket_id = $1").bind(bucket_id).execute(&mut **tx).await?;
             sqlx::query("DELETE FROM buckets WHERE id = $1").bind(bucket_id).execute(&mut **tx).await?;
             Ok(tokens.rows_affected())
         })
@@ -417,24 +440,6 @@ fn list_objects_sql(after: bool, upper: bool) -> String {
     format!("SELECT {OBJECT_COLUMNS} FROM objects WHERE bucket_id = $1 AND {lower}{upper} ORDER BY key LIMIT $4")
 }
 
-/// The least string above every string that starts with `prefix` (`None`: no such bound, for `""`). Keys compare
-/// as UTF-8 bytes (SQLite's BINARY collation; PostgreSQL's keys are `COLLATE "C"`), which orders like code points, so this turns "starts with" into
-/// a range the primary key can answer: bump the last character that can be bumped and drop what follows.
-fn prefix_upper_bound(prefix: &str) -> Option<String> {
-    let mut chars: Vec<char> = prefix.chars().collect();
-    while let Some(last) = chars.pop() {
-        let next = match last {
-            '\u{D7FF}' => Some('\u{E000}'),
-            c => char::from_u32(u32::from(c) + 1),
-        };
-        if let Some(next) = next {
-            chars.push(next);
-            return Some(chars.into_iter().collect());
-        }
-    }
-    None
-}
-
 /// Commits a bucket update that returned `row` (the changed bucket, or `None` when there was no such bucket, in
 /// which case nothing changed and the transaction is dropped).
 async fn commit_bucket_update(tx: WriteTx, row: Option<BucketRow>) -> Result<Option<Bucket>, MetadataError> {
@@ -451,26 +456,6 @@ mod tests {
 
     use super::*;
     use crate::store::metadata::pool::tests::{TestBackend, database};
-
-    #[test]
-    fn the_prefix_bound_is_exactly_starts_with() {
-        assert_eq!(prefix_upper_bound(""), None);
-        assert_eq!(prefix_upper_bound("a/").as_deref(), Some("a0"));
-        assert_eq!(prefix_upper_bound("\u{D7FF}").as_deref(), Some("\u{E000}"), "surrogates are skipped");
-        assert_eq!(prefix_upper_bound("x\u{10FFFF}").as_deref(), Some("y"), "a maximal last character is dropped");
-        assert_eq!(prefix_upper_bound("\u{10FFFF}"), None);
-        let keys =
-            ["a", "a/", "a/b", "a/\u{10FFFF}z", "a0", "a.", "ab", "é", "é/x", "ê", "\u{10FFFF}", "z", "x\u{10FFFF}"];
-        for prefix in ["", "a", "a/", "é", "x\u{10FFFF}", "\u{10FFFF}", "zz"] {
-            let upper = prefix_upper_bound(prefix);
-            for key in keys {
-                // Byte order, as SQLite's BINARY collation compares.
-                let in_range = key.as_bytes() >= prefix.as_bytes()
-                    && upper.as_deref().is_none_or(|u| key.as_bytes() < u.as_bytes());
-                assert_eq!(in_range, key.starts_with(prefix), "prefix {prefix:?}, key {key:?}");
-            }
-        }
-    }
 
     #[tokio::test]
     async fn an_object_page_is_one_primary_key_range() {
@@ -571,5 +556,28 @@ mod tests {
         assert_eq!((b.public, b.default_cache_control.as_deref()), (false, None));
         assert_eq!(meta.bucket(&name).await.unwrap().unwrap(), b);
         assert!(meta.update_bucket(&BucketName::parse("nope").unwrap(), Some(true), None).await.unwrap().is_none());
+    }
+
+    on_both_backends!(a_page_can_start_at_a_key_inclusive);
+    async fn a_page_can_start_at_a_key_inclusive(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let mut tx = meta.begin_write().await.unwrap();
+        for key in ["a", "a/1", "a/2", "a/3", "a0", "b"] {
+            let key = ObjectKey::parse(key).unwrap();
+            tx.upsert_object(bucket.id, &key, &"0".repeat(64), 0, &ObjectAttrs::default(), 0).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+        let from = |prefix: &'static str, from: &'static str| {
+            let meta = meta.clone();
+            async move {
+                let rows = meta.list_objects_page_from(bucket.id, prefix, from, 10).await.unwrap();
+                rows.into_iter().map(|r| r.key).collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(from("", "a0").await, ["a0", "b"], "inclusive");
+        assert_eq!(from("a/", "a/2").await, ["a/2", "a/3"]);
+        assert_eq!(from("a/", "").await, ["a/1", "a/2", "a/3"], "never below the prefix");
+        assert!(from("a/", "a0").await.is_empty());
     }
 }

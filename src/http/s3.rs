@@ -1,0 +1,505 @@
+//! The S3-compatible API, path-style, on the data listener (and its bodiless reads on the admin listener).
+//!
+//! A request is an S3 request when it carries SigV4 (an `AWS4-…` Authorization header, or `X-Amz-Algorithm`,
+//! `X-Amz-Credential` or `X-Amz-Signature` in the query; a SigV2 presign's `AWSAccessKeyId` too, to be refused
+//! in S3's words) or names an S3-only route (`/`, `/{bucket}`) with a query: see [`is_s3_request`]. Everything
+//! else is the native API, unchanged. Routes:
+//! - `GET /`: ListBuckets (the key's bucket);
+//! - `HEAD /{bucket}`: HeadBucket (`x-amz-bucket-region`); `GET /{bucket}?location`: GetBucketLocation;
+//! - `GET /{bucket}?list-type=2`: ListObjectsV2; `GET /{bucket}`: ListObjects (V1);
+//! - `GET`/`HEAD /{bucket}/{key}`: GetObject/HeadObject through the native object pipeline
+//!   (`object::serve_object`: the same lookup, preconditions, ranges and `FileBody` regions sent by sendfile),
+//!   with `response-*` overrides on presigned requests only.
+//!
+//! The pipeline is the native one: parse the path, look the bucket up, authorise (`Authorizer::s3`: SigV4, then
+//! the token rules) before any object lookup, then serve. Every S3 response carries `x-amz-request-id`; errors are
+//! S3 XML (`<Error><Code/><Message/><Resource/><RequestId/></Error>`) with S3's status codes.
+
+use std::borrow::Cow;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use http::header::{self, HeaderName, HeaderValue};
+use http::{Method, StatusCode};
+
+use super::DataState;
+use super::error::ApiError;
+use super::object::{self, ObjectRequest, ResponseOverrides};
+use crate::access_log::{Principal, RequestId};
+use crate::auth::sigv4::RequestParts;
+use crate::auth::{Access, AuthError, S3Grant, S3Target};
+use crate::names::{BucketName, ObjectKey, parse_object_path};
+
+pub static AMZ_REQUEST_ID: HeaderName = HeaderName::from_static("x-amz-request-id");
+static AMZ_BUCKET_REGION: HeaderName = HeaderName::from_static("x-amz-bucket-region");
+static XML: HeaderValue = HeaderValue::from_static("application/xml");
+
+/// Whether a request is for the S3 API rather than the native one: it carries SigV4, or it names an S3-only
+/// path with a query (`/{bucket}?list-type=2`, `/?x-id=ListBuckets`). An unsigned, query-less `/` or `/{name}`
+/// keeps its native answer (400, not an object path), so the native API answers exactly as before. Cheap on the
+/// native hot path: one header lookup, a scan of the query when there is one, a look at the path's shape.
+pub fn is_s3_request(request: &Request) -> bool {
+    if request.headers().get(header::AUTHORIZATION).is_some_and(|v| v.as_bytes().starts_with(b"AWS4-")) {
+        return true;
+    }
+    match request.uri().query() {
+        Some(query) if !query.is_empty() => {
+            ["X-Amz-Algorithm=", "X-Amz-Credential=", "X-Amz-Signature=", "AWSAccessKeyId="]
+                .iter()
+                .any(|p| query.contains(p))
+                || is_s3_only_path(request.uri().path())
+        }
+        _ => false,
+    }
+}
+
+/// `/`, `/{bucket}` and `/{bucket}/`: paths that name no object, so the native API has no route there.
+fn is_s3_only_path(path: &str) -> bool {
+    let rest = path.strip_prefix('/').unwrap_or(path);
+    match rest.find('/') {
+        None => true,
+        Some(i) => i + 1 == rest.len(),
+    }
+}
+
+/// What an S3 path names.
+enum S3Path {
+    Service,
+    Bucket(BucketName),
+    Object(BucketName, ObjectKey),
+}
+
+fn parse_path(path: &str) -> Result<S3Path, S3Error> {
+    if path == "/" {
+        return Ok(S3Path::Service);
+    }
+    if is_s3_only_path(path) {
+        let name = path.trim_matches('/');
+        let decoded = percent_encoding::percent_decode_str(name).decode_utf8().map_err(|_| invalid_bucket_name())?;
+        return BucketName::parse(&decoded).map(S3Path::Bucket).map_err(|_| invalid_bucket_name());
+    }
+    let (bucket, key) =
+        parse_object_path(path).map_err(|e| S3Error::new(StatusCode::BAD_REQUEST, "InvalidArgument", e.to_string()))?;
+    Ok(S3Path::Object(bucket, key))
+}
+
+fn invalid_bucket_name() -> S3Error {
+    S3Error::new(StatusCode::BAD_REQUEST, "InvalidBucketName", "The specified bucket is not valid.")
+}
+
+/// What every S3 response and error of one request shares.
+pub struct S3Context {
+    pub request_id: HeaderValue,
+    /// `<Resource>` of an error: the request's path.
+    pub resource: String,
+}
+
+impl S3Context {
+    pub fn new(path: &str) -> Self {
+        Self { request_id: RequestId::next().header_value(), resource: path.to_owned() }
+    }
+}
+
+/// Every way an S3 request fails, rendered as S3 XML by [`S3Error::render`].
+#[derive(Debug)]
+pub enum S3Error {
+    /// An error of the shared object pipeline or the store, answered with S3's code for it.
+    Api(ApiError),
+    /// A refusal of credentials (counted like every refusal).
+    Auth(AuthError),
+    /// An error only S3 has.
+    S3 { status: StatusCode, code: &'static str, message: Cow<'static, str> },
+}
+
+impl From<ApiError> for S3Error {
+    fn from(e: ApiError) -> Self {
+        S3Error::Api(e)
+    }
+}
+
+impl From<AuthError> for S3Error {
+    fn from(e: AuthError) -> Self {
+        S3Error::Auth(e)
+    }
+}
+
+impl From<crate::store::MetadataError> for S3Error {
+    fn from(e: crate::store::MetadataError) -> Self {
+        S3Error::Api(e.into())
+    }
+}
+
+impl S3Error {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<Cow<'static, str>>) -> Self {
+        S3Error::S3 { status, code, message: message.into() }
+    }
+
+    /// The XML error response. An [`ApiError`] keeps what its own response carries (`Content-Range` of a 416,
+    /// `Allow`, `Retry-After`, and the log's record of a 5xx), with S3's status, code and body instead.
+    pub fn render(self, ctx: &S3Context) -> Response {
+        let (status, code, message, base) = match self {
+            S3Error::S3 { status, code, message } => (status, code, message, None),
+            S3Error::Auth(e) => {
+                if let Some(reason) = e.reason() {
+                    crate::metrics::auth_failure(reason);
+                }
+                match e {
+                    AuthError::SigV4 { error, .. } => (error.status(), error.code(), error.to_string().into(), None),
+                    AuthError::InvalidAccessKeyId { .. } => {
+                        (StatusCode::FORBIDDEN, "InvalidAccessKeyId", e.to_string().into(), None)
+                    }
+                    AuthError::Unauthorized { .. } | AuthError::Forbidden => {
+                        (StatusCode::FORBIDDEN, "AccessDenied", "Access Denied".into(), None)
+                    }
+                    AuthError::NoSuchBucket => {
+                        (StatusCode::NOT_FOUND, "NoSuchBucket", "The specified bucket does not exist".into(), None)
+                    }
+                    AuthError::BadRequest(why) => (StatusCode::BAD_REQUEST, "InvalidRequest", why.into(), None),
+                    AuthError::Lookup(e) => return S3Error::Api(e.into()).render(ctx),
+                }
+            }
+            S3Error::Api(e) => {
+                let (status, code, message): (_, _, Cow<'static, str>) = match &e {
+                    ApiError::NotFound => {
+                        (StatusCode::NOT_FOUND, "NoSuchKey", "The specified key does not exist.".into())
+                    }
+                    ApiError::NoSuchBucket => {
+                        (StatusCode::NOT_FOUND, "NoSuchBucket", "The specified bucket does not exist".into())
+                    }
+                    ApiError::PreconditionFailed => (
+                        StatusCode::PRECONDITION_FAILED,
+                        "PreconditionFailed",
+                        "At least one of the pre-conditions you specified did not hold".into(),
+                    ),
+                    ApiError::RangeNotSatisfiable { .. } => (
+                        StatusCode::RANGE_NOT_SATISFIABLE,
+                        "InvalidRange",
+                        "The requested range is not satisfiable".into(),
+                    ),
+                    ApiError::InvalidName(n) => (StatusCode::BAD_REQUEST, "InvalidArgument", n.to_string().into()),
+                    ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, "InvalidArgument", m.clone().into()),
+                    ApiError::BadRequestHead { status, message } => (*status, "InvalidRequest", (*message).into()),
+                    ApiError::Unauthorized(_) | ApiError::Forbidden => {
+                        (StatusCode::FORBIDDEN, "AccessDenied", "Access Denied".into())
+                    }
+                    ApiError::MethodNotAllowed => (
+                        StatusCode::METHOD_NOT_ALLOWED,
+                        "MethodNotAllowed",
+                        "The specified method is not allowed against this resource.".into(),
+                    ),
+                    ApiError::PayloadTooLarge(m) => (StatusCode::BAD_REQUEST, "EntityTooLarge", m.clone().into()),
+                    ApiError::BodyTimeout | ApiError::BodyTooSlow(_) => {
+                        (StatusCode::BAD_REQUEST, "RequestTimeout", e.to_string().into())
+                    }
+                    ApiError::DatabaseUnavailable => (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "ServiceUnavailable",
+                        "The metadata database is unreachable; retry shortly.".into(),
+                    ),
+                    ApiError::NotReady
+                    | ApiError::HandlerTimeout
+                    | ApiError::TooManyConnectionsFromAddress
+                    | ApiError::TooManyUploads => {
+                        (StatusCode::SERVICE_UNAVAILABLE, "SlowDown", "Please reduce your request rate.".into())
+                    }
+                    ApiError::InsufficientStorage | ApiError::BlobUnavailable(_) | ApiError::Internal(_) => (
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "InternalError",
+                        "We encountered an internal error. Please try again.".into(),
+                    ),
+                };
+                (status, code, message, Some(e.into_response()))
+            }
+        };
+        let body = error_xml(code, &message, &ctx.resource, ctx.request_id.to_str().unwrap_or(""));
+        let mut response = match base {
+            Some(base) => {
+                let (mut parts, _json) = base.into_parts();
+                parts.headers.remove(header::WWW_AUTHENTICATE);
+                parts.headers.remove(header::CONTENT_LENGTH);
+                Response::from_parts(parts, Body::from(body))
+            }
+            None => Response::new(Body::from(body)),
+        };
+        *response.status_mut() = status;
+        response.headers_mut().insert(header::CONTENT_TYPE, XML.clone());
+        response
+    }
+}
+
+use crate::s3::xml::error as error_xml;
+
+/// Serves one S3 request (its routing decided by [`is_s3_request`]).
+pub async fn serve(app: DataState, request: Request) -> Response {
+    let (parts, _no_body) = request.into_parts();
+    let ctx = S3Context::new(parts.uri.path());
+    let request = RequestParts {
+        method: parts.method.as_str(),
+        path: parts.uri.path(),
+        query: parts.uri.query(),
+        headers: &parts.headers,
+    };
+    let mut response = match route(&app, &parts.method, &request, &ctx).await {
+        Ok(response) => response,
+        Err(e) => e.render(&ctx),
+    };
+    response.headers_mut().insert(AMZ_REQUEST_ID.clone(), ctx.request_id.clone());
+    response
+}
+
+async fn route(
+    app: &DataState,
+    method: &Method,
+    request: &RequestParts<'_>,
+    ctx: &S3Context,
+) -> Result<Response, S3Error> {
+    if method != Method::GET && method != Method::HEAD {
+        return Err(ApiError::MethodNotAllowed.into());
+    }
+    let query = Query::parse(request.query);
+    match parse_path(request.path)? {
+        S3Path::Service => {
+            // ListBuckets' paging parameters are accepted and ignored: a key sees one bucket.
+            query.refuse_subresources(&["max-buckets", "prefix", "continuation-token", "bucket-region"])?;
+            list_buckets(app, request).await
+        }
+        S3Path::Bucket(name) => {
+            let bucket = app.catalog.bucket(name.as_str()).await?;
+            if query.has("location") {
+                query.refuse_subresources(&["location"])?;
+                let grant = app.auth.s3(request, S3Target::Bucket(bucket.as_ref()), Access::Read).await?;
+                return Ok(with_principal(app, location(app), &grant));
+            }
+            query.refuse_subresources(LIST_PARAMS)?;
+            let grant = app.auth.s3(request, S3Target::Bucket(bucket.as_ref()), Access::Read).await?;
+            let bucket = bucket.ok_or(AuthError::NoSuchBucket)?;
+            if method == Method::HEAD {
+                let mut response = Response::new(Body::empty());
+                let region = HeaderValue::from_str(app.auth.s3_region()).map_err(|e| ApiError::Internal(e.into()))?;
+                response.headers_mut().insert(AMZ_BUCKET_REGION.clone(), region);
+                return Ok(with_principal(app, response, &grant));
+            }
+            let response = super::s3_list::list_objects(app, &bucket, &grant, &query, request.query).await?;
+            Ok(with_principal(app, response, &grant))
+        }
+        S3Path::Object(name, key) => {
+            query.refuse_subresources(OBJECT_PARAMS)?;
+            let bucket = app.catalog.bucket(name.as_str()).await?;
+            let grant = app.auth.s3(request, S3Target::Object(bucket.as_ref(), &key), Access::Read).await?;
+            let bucket = bucket.ok_or(AuthError::NoSuchBucket)?;
+            let overrides = if grant.presigned { query.response_overrides()? } else { Default::default() };
+            let render = |e: ApiError| S3Error::Api(e).render(ctx);
+            let object_request = ObjectRequest {
+                method,
+                headers: request.headers,
+                bucket: &bucket,
+                key: &key,
+                content_disposition: overrides.1.as_deref(),
+                overrides: Some(&overrides.0),
+                principal: app.log_principal.then(|| Principal::S3(grant.key.id.as_str().into())),
+                render: &render,
+            };
+            Ok(object::serve_object(app, object_request).await?)
+        }
+    }
+}
+
+fn with_principal(app: &DataState, mut response: Response, grant: &S3Grant) -> Response {
+    if app.log_principal {
+        response.extensions_mut().insert(Principal::S3(grant.key.id.as_str().into()));
+    }
+    response
+}
+
+/// The query parameters the listings read (others on a bucket name a subresource we do not have).
+const LIST_PARAMS: &[&str] = &[
+    "list-type",
+    "prefix",
+    "delimiter",
+    "marker",
+    "max-keys",
+    "continuation-token",
+    "start-after",
+    "fetch-owner",
+    "encoding-type",
+];
+
+/// The query parameters GetObject reads.
+const OBJECT_PARAMS: &[&str] = &[
+    "response-content-type",
+    "response-content-language",
+    "response-expires",
+    "response-cache-control",
+    "response-content-disposition",
+    "response-content-encoding",
+];
+
+/// A request's query, decoded once.
+pub struct Query {
+    pairs: Vec<(String, String)>,
+}
+
+impl Query {
+    fn parse(query: Option<&str>) -> Self {
+        let pairs = form_urlencoded::parse(query.unwrap_or("").as_bytes())
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        Self { pairs }
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.pairs.iter().any(|(k, _)| k == name)
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// A parameter outside `known` (and SigV4's own `X-Amz-*`) names a subresource or operation we do not
+    /// implement (`?acl`, `?versioning`, `?uploads`…): S3's `NotImplemented`, rather than a wrong answer.
+    fn refuse_subresources(&self, known: &[&str]) -> Result<(), S3Error> {
+        match self
+            .pairs
+            .iter()
+            .find(|(k, _)| !known.contains(&k.as_str()) && !k.starts_with("X-Amz-") && !k.starts_with("x-amz-"))
+        {
+            None => Ok(()),
+            Some((k, _)) => Err(S3Error::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "NotImplemented",
+                format!("A parameter you provided implies functionality that is not implemented: {k}"),
+            )),
+        }
+    }
+
+    /// The `response-*` overrides of a presigned GetObject, as header values, and the disposition apart (it
+    /// goes through the object pipeline's own RFC 6266 check). An empty value is refused: it must never remove
+    /// a stored header. `response-content-encoding` is refused too: the bytes sent are the stored ones, and the
+    /// driver sends a file only under its own coding.
+    fn response_overrides(&self) -> Result<(ResponseOverrides, Option<String>), S3Error> {
+        let mut overrides = ResponseOverrides::default();
+        let mut disposition = None;
+        for (param, name) in [
+            ("response-content-type", header::CONTENT_TYPE),
+            ("response-content-language", header::CONTENT_LANGUAGE),
+            ("response-expires", header::EXPIRES),
+            ("response-cache-control", header::CACHE_CONTROL),
+            ("response-content-disposition", header::CONTENT_DISPOSITION),
+            ("response-content-encoding", header::CONTENT_ENCODING),
+        ] {
+            let Some(value) = self.get(param) else { continue };
+            let invalid = || S3Error::new(StatusCode::BAD_REQUEST, "InvalidArgument", format!("invalid {param}"));
+            if value.is_empty() {
+                return Err(invalid());
+            }
+            if name == header::CONTENT_ENCODING {
+                return Err(S3Error::new(
+                    StatusCode::NOT_IMPLEMENTED,
+                    "NotImplemented",
+                    "response-content-encoding is not supported",
+                ));
+            }
+            if name == header::CONTENT_DISPOSITION {
+                disposition = Some(value.to_owned());
+                continue;
+            }
+            overrides.headers.push((name, HeaderValue::from_str(value).map_err(|_| invalid())?));
+        }
+        Ok((overrides, disposition))
+    }
+}
+
+async fn list_buckets(app: &DataState, request: &RequestParts<'_>) -> Result<Response, S3Error> {
+    let grant = app.auth.s3(request, S3Target::Service, Access::Read).await?;
+    // A key sees its own bucket (keys are per bucket, as tokens are).
+    let bucket = app.catalog.bucket(&grant.key.bucket_name).await?;
+    let body = super::s3_list::list_buckets_xml(bucket.as_deref());
+    Ok(with_principal(app, xml_response(body), &grant))
+}
+
+fn location(app: &DataState) -> Response {
+    xml_response(super::s3_list::location_xml(app.auth.s3_region()))
+}
+
+pub fn xml_response(body: String) -> Response {
+    let mut response = Response::new(Body::from(body));
+    response.headers_mut().insert(header::CONTENT_TYPE, XML.clone());
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(method: &str, target: &str, authorization: Option<&str>) -> Request {
+        let mut builder = http::Request::builder().method(method).uri(target);
+        if let Some(a) = authorization {
+            builder = builder.header(header::AUTHORIZATION, a);
+        }
+        builder.body(Body::empty()).unwrap()
+    }
+
+    #[test]
+    fn s3_requests_are_told_from_native_ones() {
+        let sigv4 = Some(
+            "AWS4-HMAC-SHA256 Credential=AKBG/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=00",
+        );
+        let cases = [
+            ("GET", "/b/k", None, false),
+            ("GET", "/b/dir/k.txt?bg-expires=1&bg-key=k&bg-sig=s", None, false),
+            ("GET", "/b/k", Some("Bearer x"), false),
+            ("GET", "/b/k", sigv4, true),
+            ("GET", "/b/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=x", None, true),
+            ("GET", "/b/k?X-Amz-Signature=00", None, true),
+            ("GET", "/", sigv4, true),
+            ("HEAD", "/b", sigv4, true),
+            ("GET", "/b/?list-type=2", None, true),
+            ("HEAD", "/b?location", None, true),
+            // Unsigned and without a query: the native answer (400) as before.
+            ("GET", "/", None, false),
+            ("GET", "/healthz", None, false),
+            ("GET", "/b/", None, false),
+            ("GET", "/b//", None, false),
+        ];
+        for (method, target, auth, want) in cases {
+            assert_eq!(is_s3_request(&request(method, target, auth)), want, "{method} {target} {auth:?}");
+        }
+    }
+
+    #[test]
+    fn errors_are_s3_xml_with_s3_status_codes() {
+        let ctx = S3Context { request_id: HeaderValue::from_static("rid"), resource: "/b/<k>".into() };
+        let cases: Vec<(S3Error, StatusCode, &str)> = vec![
+            (ApiError::NotFound.into(), StatusCode::NOT_FOUND, "NoSuchKey"),
+            (ApiError::PreconditionFailed.into(), StatusCode::PRECONDITION_FAILED, "PreconditionFailed"),
+            (ApiError::RangeNotSatisfiable { size: 9 }.into(), StatusCode::RANGE_NOT_SATISFIABLE, "InvalidRange"),
+            (AuthError::Forbidden.into(), StatusCode::FORBIDDEN, "AccessDenied"),
+            (
+                AuthError::InvalidAccessKeyId { reason: crate::auth::FailureReason::UnknownToken }.into(),
+                StatusCode::FORBIDDEN,
+                "InvalidAccessKeyId",
+            ),
+            (
+                ApiError::Internal(anyhow::anyhow!("secret detail")).into(),
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+            ),
+        ];
+        for (error, status, code) in cases {
+            let response = error.render(&ctx);
+            assert_eq!(response.status(), status, "{code}");
+            assert_eq!(response.headers()[header::CONTENT_TYPE], "application/xml");
+            assert!(!response.headers().contains_key(header::WWW_AUTHENTICATE));
+            let body = futures_util::FutureExt::now_or_never(axum::body::to_bytes(response.into_body(), 1 << 16))
+                .unwrap()
+                .unwrap();
+            let body = String::from_utf8(body.to_vec()).unwrap();
+            assert!(body.contains(&format!("<Code>{code}</Code>")), "{body}");
+            assert!(body.contains("<Resource>/b/&lt;k&gt;</Resource><RequestId>rid</RequestId>"), "{body}");
+            assert!(!body.contains("secret detail"));
+        }
+        let range = S3Error::from(ApiError::RangeNotSatisfiable { size: 9 }).render(&ctx);
+        assert_eq!(range.headers()[header::CONTENT_RANGE], "bytes */9", "the 416 keeps its Content-Range");
+    }
+}

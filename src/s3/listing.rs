@@ -1,0 +1,470 @@
+//! One page of an S3 listing (ListObjects V1 and V2) over a source that returns a bucket's objects under a prefix
+//! in key order, from a start key, up to a limit: the store's keyset listing.
+//!
+//! The listing is the sorted sequence of *entries*: each key under the prefix, except that a key whose rest
+//! (after the prefix) contains the delimiter rolls up into its common prefix (the prefix, the rest up to and with
+//! the first delimiter), which is one entry however many keys it has. A page is the first `max_keys` entries
+//! that sort after the marker (the start-after key, the continuation token's key, or V1's marker), and the next
+//! marker is the page's last entry. Since a common prefix sorts before every key it covers, the entry order is
+//! the key order, and a common prefix at or before the marker is skipped whole.
+//!
+//! **Cost.** A common prefix is left by seeking to its successor (the least string above everything that starts
+//! with it), never by reading through its keys, so a page costs O(max-keys) rows whatever the bucket holds:
+//! - every fetch after the first starts at a new entry;
+//! - a fetch asks for at most twice the entries the previous one produced (at least [`MIN_BATCH`]), so the rows
+//!   read inside common prefixes are bounded by the entries found.
+//!
+//! Together: at most `max_keys + 2` fetches and `11 × (max_keys + 1)` rows (the property tests check both).
+//!
+//! [`Planner`] is the pure state machine (ask [`Planner::next_fetch`], answer [`Planner::feed`], then
+//! [`Planner::finish`]); [`list_page`] drives it over an [`ObjectSource`].
+
+use std::future::Future;
+
+use crate::names::prefix_upper_bound;
+
+/// The least rows a fetch asks for after the first (while entries are still wanted).
+pub const MIN_BATCH: u32 = 8;
+
+/// What to list: keys under `prefix`, rolled up at `delimiter`, after `after`, at most `max_keys` entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListQuery {
+    pub prefix: String,
+    /// `None` for no delimiter (an empty one means none, as in S3).
+    pub delimiter: Option<String>,
+    /// Entries must sort after this (exclusive): start-after, the continuation token's key, or the V1 marker.
+    pub after: Option<String>,
+    /// 0 to [`super::MAX_KEYS`]. With 0 the page is empty and not truncated (nothing to continue from).
+    pub max_keys: u32,
+}
+
+/// Where a fetch starts. Both bounds sort at or above the query's prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Start {
+    /// Keys strictly after this one.
+    After(String),
+    /// Keys at or after this one.
+    AtLeast(String),
+}
+
+/// One read from the source: up to `limit` keys under the prefix, in key order, from `start`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetch {
+    pub start: Start,
+    pub limit: u32,
+}
+
+/// Anything listed by key.
+pub trait Keyed {
+    fn key(&self) -> &str;
+}
+
+impl Keyed for String {
+    fn key(&self) -> &str {
+        self
+    }
+}
+
+/// One entry of a listing page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry<O> {
+    Object(O),
+    /// A common prefix: the query's prefix, then the rest of a key up to and with the first delimiter.
+    CommonPrefix(String),
+}
+
+impl<O: Keyed> Entry<O> {
+    /// The key or the common prefix: what the entry sorts by, and the marker to continue after it.
+    pub fn name(&self) -> &str {
+        match self {
+            Entry::Object(o) => o.key(),
+            Entry::CommonPrefix(p) => p,
+        }
+    }
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page<O> {
+    /// In order; objects and common prefixes interleaved as they sort.
+    pub entries: Vec<Entry<O>>,
+    /// More entries follow: continue after [`Page::next_marker`].
+    pub is_truncated: bool,
+}
+
+impl<O: Keyed> Page<O> {
+    /// The last entry's name when the page is truncated: the next page's marker (V1's `NextMarker`; the key a
+    /// V2 continuation token carries).
+    pub fn next_marker(&self) -> Option<&str> {
+        self.is_truncated.then(|| self.entries.last().map(Entry::name)).flatten()
+    }
+}
+
+impl<O> Page<O> {
+    /// The same page with each object converted (a store row into what the XML lists).
+    pub fn map<T>(self, mut f: impl FnMut(O) -> T) -> Page<T> {
+        let entries = self
+            .entries
+            .into_iter()
+            .map(|e| match e {
+                Entry::Object(o) => Entry::Object(f(o)),
+                Entry::CommonPrefix(p) => Entry::CommonPrefix(p),
+            })
+            .collect();
+        Page { entries, is_truncated: self.is_truncated }
+    }
+}
+
+/// The listing of one page as a state machine: no IO, so the caller decides how rows are read.
+#[derive(Debug)]
+pub struct Planner<O> {
+    query: ListQuery,
+    /// Entries wanted: one more than the page holds, to learn whether it is truncated.
+    want: usize,
+    entries: Vec<Entry<O>>,
+    /// The common prefix the last row fell in, whose remaining keys are skipped.
+    skipping: Option<String>,
+    next: Option<Fetch>,
+    rows_read: u64,
+    fetches: u32,
+}
+
+impl<O: Keyed> Planner<O> {
+    pub fn new(mut query: ListQuery) -> Self {
+        query.delimiter = query.delimiter.filter(|d| !d.is_empty());
+        let want = query.max_keys as usize + 1;
+        let start = match query.after.as_deref() {
+            Some(after) if after >= query.prefix.as_str() => {
+                // A marker past every key with the prefix leaves nothing to list.
+                let past_prefix = prefix_upper_bound(&query.prefix).is_some_and(|upper| after >= upper.as_str());
+                (!past_prefix).then(|| Start::After(after.to_owned()))
+            }
+            _ => Some(Start::AtLeast(query.prefix.clone())),
+        };
+        let next = start.filter(|_| query.max_keys > 0).map(|start| Fetch { start, limit: want as u32 });
+        Self { query, want, entries: Vec::new(), skipping: None, next, rows_read: 0, fetches: 0 }
+    }
+
+    /// The prefix every fetch lists under.
+    pub fn prefix(&self) -> &str {
+        &self.query.prefix
+    }
+
+    /// The next read the page needs, or `None` when it is complete.
+    pub fn next_fetch(&self) -> Option<&Fetch> {
+        self.next.as_ref()
+    }
+
+    /// The rows the last [`Planner::next_fetch`] returned, in key order, all under the prefix and from its
+    /// start. Fewer rows than its limit means the source has no more.
+    pub fn feed(&mut self, rows: Vec<O>) {
+        let Some(fetch) = self.next.take() else {
+            debug_assert!(rows.is_empty(), "rows fed to a complete page");
+            return;
+        };
+        self.fetches += 1;
+        self.rows_read += rows.len() as u64;
+        let exhausted = rows.len() < fetch.limit as usize;
+        let mut produced = 0u32;
+        let mut last_key = None;
+        for row in rows {
+            let key = row.key();
+            debug_assert!(key.starts_with(&self.query.prefix), "a row outside the prefix: {key:?}");
+            if self.skipping.as_deref().is_some_and(|p| key.starts_with(p)) {
+                continue;
+            }
+            self.skipping = None;
+            match self.common_prefix(key) {
+                Some(common) => {
+                    let at_or_before_marker = self.query.after.as_deref().is_some_and(|a| common.as_str() <= a);
+                    if !at_or_before_marker {
+                        self.entries.push(Entry::CommonPrefix(common.clone()));
+                        produced += 1;
+                    }
+                    self.skipping = Some(common);
+                }
+                None => {
+                    last_key = Some(key.to_owned());
+                    self.entries.push(Entry::Object(row));
+                    produced += 1;
+                }
+            }
+            if self.entries.len() == self.want {
+                return;
+            }
+        }
+        if exhausted {
+            return;
+        }
+        let start = match (&self.skipping, last_key) {
+            (Some(common), _) => match prefix_upper_bound(common) {
+                Some(successor) => Start::AtLeast(successor),
+                None => return,
+            },
+            (None, Some(key)) => Start::After(key),
+            // Not reached: a full batch has a last row, in a common prefix or not.
+            (None, None) => return,
+        };
+        let remaining = (self.want - self.entries.len()) as u32;
+        let limit = remaining.min(MIN_BATCH.max(produced.saturating_mul(2)));
+        self.next = Some(Fetch { start, limit });
+    }
+
+    /// The finished page (call once [`Planner::next_fetch`] is `None`).
+    pub fn finish(mut self) -> Page<O> {
+        debug_assert!(self.next.is_none(), "finish before the page is complete");
+        let is_truncated = self.entries.len() > self.query.max_keys as usize;
+        self.entries.truncate(self.query.max_keys as usize);
+        Page { entries: self.entries, is_truncated }
+    }
+
+    /// Rows fed so far (what the page cost the source).
+    pub fn rows_read(&self) -> u64 {
+        self.rows_read
+    }
+
+    /// Fetches fed so far.
+    pub fn fetches(&self) -> u32 {
+        self.fetches
+    }
+
+    fn common_prefix(&self, key: &str) -> Option<String> {
+        let delimiter = self.query.delimiter.as_deref()?;
+        let rest = key.get(self.query.prefix.len()..)?;
+        let at = rest.find(delimiter)?;
+        Some(key[..self.query.prefix.len() + at + delimiter.len()].to_owned())
+    }
+}
+
+/// A bucket's objects in key order, read a page at a time (the store's keyset listing).
+pub trait ObjectSource {
+    type Object: Keyed + Send;
+    type Error;
+    /// Up to `fetch.limit` objects whose keys start with `prefix`, in key order, from `fetch.start`.
+    fn fetch(
+        &mut self,
+        prefix: &str,
+        fetch: &Fetch,
+    ) -> impl Future<Output = Result<Vec<Self::Object>, Self::Error>> + Send;
+}
+
+/// One page of `query`, read from `source`.
+pub async fn list_page<S: ObjectSource>(source: &mut S, query: ListQuery) -> Result<Page<S::Object>, S::Error> {
+    let mut planner = Planner::new(query);
+    while let Some(fetch) = planner.next_fetch().cloned() {
+        let rows = source.fetch(planner.prefix(), &fetch).await?;
+        planner.feed(rows);
+    }
+    Ok(planner.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// The store's listing over a sorted set, with its cost kept.
+    struct Keys(BTreeSet<String>);
+
+    impl Keys {
+        fn read(&self, prefix: &str, fetch: &Fetch) -> Vec<String> {
+            let from = |k: &&String| match &fetch.start {
+                Start::After(a) => k.as_str() > a.as_str(),
+                Start::AtLeast(a) => k.as_str() >= a.as_str(),
+            };
+            self.0.iter().filter(|k| k.starts_with(prefix)).filter(from).take(fetch.limit as usize).cloned().collect()
+        }
+    }
+
+    impl ObjectSource for Keys {
+        type Object = String;
+        type Error = std::convert::Infallible;
+        async fn fetch(&mut self, prefix: &str, fetch: &Fetch) -> Result<Vec<String>, Self::Error> {
+            Ok(self.read(prefix, fetch))
+        }
+    }
+
+    /// Drives the planner synchronously, returning the page and its cost (rows, fetches).
+    fn page(keys: &Keys, query: ListQuery) -> (Page<String>, u64, u32) {
+        let mut planner = Planner::new(query);
+        while let Some(fetch) = planner.next_fetch().cloned() {
+            planner.feed(keys.read(planner.prefix(), &fetch));
+        }
+        let cost = (planner.rows_read(), planner.fetches());
+        (planner.finish(), cost.0, cost.1)
+    }
+
+    /// The definition, naively: every entry of the listing, in order.
+    fn reference(keys: &BTreeSet<String>, prefix: &str, delimiter: Option<&str>) -> Vec<Entry<String>> {
+        let mut entries: Vec<Entry<String>> = Vec::new();
+        for key in keys.iter().filter(|k| k.starts_with(prefix)) {
+            let rest = &key[prefix.len()..];
+            let entry = match delimiter.filter(|d| !d.is_empty()).and_then(|d| rest.find(d).map(|i| i + d.len())) {
+                Some(end) => Entry::CommonPrefix(key[..prefix.len() + end].to_owned()),
+                None => Entry::Object(key.clone()),
+            };
+            if !entries.contains(&entry) {
+                entries.push(entry);
+            }
+        }
+        entries
+    }
+
+    fn query(prefix: &str, delimiter: Option<&str>, after: Option<&str>, max_keys: u32) -> ListQuery {
+        ListQuery {
+            prefix: prefix.to_owned(),
+            delimiter: delimiter.map(str::to_owned),
+            after: after.map(str::to_owned),
+            max_keys,
+        }
+    }
+
+    fn keys(list: &[&str]) -> Keys {
+        Keys(list.iter().map(|k| (*k).to_owned()).collect())
+    }
+
+    fn names(page: &Page<String>) -> Vec<&str> {
+        page.entries.iter().map(Entry::name).collect()
+    }
+
+    #[test]
+    fn a_directory_listing_rolls_up_at_the_delimiter() {
+        let k = keys(&["a.txt", "dir/x", "dir/y/z", "dir2/q", "photos/2024/a.jpg", "photos/2024/b.jpg", "z"]);
+        let (p, _, _) = page(&k, query("", Some("/"), None, 1000));
+        assert_eq!(names(&p), ["a.txt", "dir/", "dir2/", "photos/", "z"]);
+        assert!(matches!(p.entries[1], Entry::CommonPrefix(_)));
+        assert!(!p.is_truncated && p.next_marker().is_none());
+        let (p, _, _) = page(&k, query("photos/", Some("/"), None, 1000));
+        assert_eq!(names(&p), ["photos/2024/"]);
+        let (p, _, _) = page(&k, query("dir/", Some("/"), None, 1000));
+        assert_eq!(names(&p), ["dir/x", "dir/y/"]);
+    }
+
+    #[test]
+    fn a_common_prefix_counts_once_and_continues_past_itself() {
+        let k = keys(&["a/1", "a/2", "a/3", "b", "c/1"]);
+        let (p, _, _) = page(&k, query("", Some("/"), None, 1));
+        assert_eq!((names(&p), p.is_truncated, p.next_marker()), (vec!["a/"], true, Some("a/")));
+        let (p, _, _) = page(&k, query("", Some("/"), Some("a/"), 1));
+        assert_eq!((names(&p), p.next_marker()), (vec!["b"], Some("b")));
+        let (p, _, _) = page(&k, query("", Some("/"), Some("b"), 1));
+        assert_eq!((names(&p), p.is_truncated), (vec!["c/"], false));
+    }
+
+    #[test]
+    fn a_marker_inside_a_common_prefix_skips_it_whole() {
+        let k = keys(&["a/1", "a/2", "b"]);
+        let (p, _, _) = page(&k, query("", Some("/"), Some("a/1"), 10));
+        assert_eq!(names(&p), ["b"]);
+        let (p, _, _) = page(&k, query("", None, Some("a/1"), 10));
+        assert_eq!(names(&p), ["a/2", "b"]);
+    }
+
+    #[test]
+    fn markers_outside_the_prefix() {
+        let k = keys(&["a", "b/1", "b/2", "c"]);
+        let (p, _, fetches) = page(&k, query("b/", None, Some("a"), 10));
+        assert_eq!((names(&p), fetches), (vec!["b/1", "b/2"], 1), "a marker below the prefix starts at it");
+        let (p, _, fetches) = page(&k, query("b/", None, Some("b0"), 10));
+        assert_eq!((names(&p).len(), fetches), (0, 0), "a marker above the prefix reads nothing");
+    }
+
+    #[test]
+    fn zero_max_keys_reads_nothing_and_is_not_truncated() {
+        let (p, rows, fetches) = page(&keys(&["a", "b"]), query("", None, None, 0));
+        assert_eq!((p.entries.len(), p.is_truncated, rows, fetches), (0, false, 0, 0));
+    }
+
+    #[test]
+    fn an_empty_delimiter_is_none() {
+        let (p, _, _) = page(&keys(&["a/b", "c"]), query("", Some(""), None, 10));
+        assert_eq!(names(&p), ["a/b", "c"]);
+    }
+
+    #[test]
+    fn multi_character_and_non_ascii_delimiters() {
+        let k = keys(&["x--y--z", "x-y", "é→a→b", "é→c"]);
+        assert_eq!(names(&page(&k, query("", Some("--"), None, 10)).0), ["x--", "x-y", "é→a→b", "é→c"]);
+        assert_eq!(names(&page(&k, query("é", Some("→"), None, 10)).0), ["é→"]);
+    }
+
+    #[test]
+    fn a_huge_common_prefix_costs_a_seek_not_a_scan() {
+        let mut set: BTreeSet<String> = (0..20_000).map(|i| format!("big/{i:05}")).collect();
+        set.extend((0..50).map(|i| format!("small{i:02}")));
+        let k = Keys(set);
+        let (p, rows, fetches) = page(&k, query("", Some("/"), None, 10));
+        assert_eq!(names(&p)[..3], ["big/", "small00", "small01"]);
+        assert!(p.is_truncated);
+        assert!(rows <= 11 * 11 && fetches <= 12, "rows {rows}, fetches {fetches}");
+        // The whole listing with one key per page never reads through big/.
+        let mut after = None::<String>;
+        let (mut total_rows, mut pages) = (0, 0);
+        // Bounded, so that a listing that does not move on fails instead of hanging.
+        while pages < 60 {
+            let (p, rows, _) = page(&k, query("", Some("/"), after.as_deref(), 1));
+            (total_rows, pages) = (total_rows + rows, pages + 1);
+            if !p.is_truncated {
+                break;
+            }
+            after = p.next_marker().map(str::to_owned);
+        }
+        assert_eq!(pages, 51, "one page per entry");
+        assert!(total_rows < 51 * 22, "{total_rows} rows for 51 pages");
+    }
+
+    #[tokio::test]
+    async fn the_async_driver_lists_the_same_page() {
+        let mut k = keys(&["a/1", "a/2", "b", "c/1", "d"]);
+        let want = page(&k, query("", Some("/"), None, 3)).0;
+        assert_eq!(list_page(&mut k, query("", Some("/"), None, 3)).await.unwrap(), want);
+    }
+
+    fn key_strategy() -> impl Strategy<Value = String> {
+        // A small alphabet with the delimiters in it, so that keys share prefixes and roll up often.
+        proptest::string::string_regex("[ab/é-]{0,6}").unwrap()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Concatenated pages are the reference listing, whatever the keys, prefix, delimiter and page size; each
+        /// page is within its cost bound.
+        #[test]
+        fn pages_concatenate_to_the_reference(
+            set in proptest::collection::btree_set(key_strategy(), 0..60),
+            prefix in proptest::string::string_regex("[ab/]{0,2}").unwrap(),
+            delimiter in proptest::option::of(proptest::sample::select(vec!["/", "a", "b/", "é", "-", ""])),
+            max_keys in 1u32..8,
+            start_after in proptest::option::of(key_strategy()),
+        ) {
+            let k = Keys(set.clone());
+            let mut want = reference(&set, &prefix, delimiter);
+            if let Some(a) = &start_after {
+                want.retain(|e| e.name() > a.as_str());
+            }
+            let mut got = Vec::new();
+            let mut after = start_after.clone();
+            for _ in 0..=set.len() + 1 {
+                let (p, rows, fetches) = page(&k, query(&prefix, delimiter, after.as_deref(), max_keys));
+                prop_assert!(p.entries.len() <= max_keys as usize);
+                prop_assert!(rows <= 11 * u64::from(max_keys + 1), "rows {}", rows);
+                prop_assert!(fetches <= max_keys + 2, "fetches {}", fetches);
+                prop_assert_eq!(p.next_marker().is_some(), p.is_truncated);
+                if p.is_truncated {
+                    prop_assert_eq!(p.entries.len(), max_keys as usize, "a truncated page is full");
+                }
+                after = p.next_marker().map(str::to_owned);
+                got.extend(p.entries);
+                if after.is_none() {
+                    break;
+                }
+            }
+            prop_assert!(after.is_none(), "the listing ended");
+            prop_assert_eq!(got, want);
+        }
+    }
+}

@@ -1,0 +1,448 @@
+//! What S3 requests carry that is ours to parse: the list parameters (ListObjects V1 and V2) and the XML bodies
+//! of CompleteMultipartUpload and DeleteObjects. Each refusal is a [`RequestError`] with S3's error code.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::Deserialize;
+
+use super::MAX_KEYS;
+use super::listing::ListQuery;
+
+/// A request S3 would refuse with 400, and the code it would name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("The XML you provided was not well-formed or did not validate against our published schema: {0}")]
+    MalformedXml(String),
+    #[error("Your request was too big: the body may have at most {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("The list of parts was not in ascending order. The parts list must be specified in order by part number.")]
+    InvalidPartOrder,
+}
+
+impl RequestError {
+    /// The `<Code>` of the S3 error document (the status is 400 for all of them).
+    pub fn code(&self) -> &'static str {
+        match self {
+            RequestError::InvalidArgument(_) => "InvalidArgument",
+            RequestError::MalformedXml(_) => "MalformedXML",
+            RequestError::TooLarge { .. } => "MaxMessageLengthExceeded",
+            RequestError::InvalidPartOrder => "InvalidPartOrder",
+        }
+    }
+}
+
+/// Which list call: `GET /{bucket}?list-type=2` or plain `GET /{bucket}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListVersion {
+    V1,
+    V2,
+}
+
+/// The parameters of a ListObjects call, parsed once.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListParams {
+    pub prefix: String,
+    /// `None` when absent or empty.
+    pub delimiter: Option<String>,
+    /// At most [`MAX_KEYS`] (larger values are capped, as S3 does); 1000 when absent.
+    pub max_keys: u32,
+    /// `encoding-type=url`: keys and the other key-like elements are URL-encoded in the response.
+    pub url_encoded: bool,
+    /// V2 `fetch-owner=true`: each object carries its Owner (V1 always does).
+    pub fetch_owner: bool,
+    /// V2 `start-after`, echoed as `StartAfter`.
+    pub start_after: Option<String>,
+    /// V2 `continuation-token` as sent, echoed as `ContinuationToken`; its key is `continue_after`.
+    pub continuation_token: Option<String>,
+    continue_after: Option<String>,
+    /// V1 `marker`, echoed as `Marker`.
+    pub marker: Option<String>,
+}
+
+impl ListParams {
+    /// Parses the query string of a list request (without the `?`). Unknown parameters are ignored.
+    pub fn from_query(version: ListVersion, query: &str) -> Result<Self, RequestError> {
+        let mut params = ListParams { max_keys: MAX_KEYS, ..ListParams::default() };
+        for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+            let value = value.into_owned();
+            match (&*name, version) {
+                ("prefix", _) => params.prefix = value,
+                ("delimiter", _) => params.delimiter = Some(value).filter(|d| !d.is_empty()),
+                ("max-keys", _) => params.max_keys = parse_count("max-keys", &value)?,
+                ("encoding-type", _) if value == "url" => params.url_encoded = true,
+                ("encoding-type", _) => {
+                    return Err(RequestError::InvalidArgument("Invalid Encoding Method specified in Request".into()));
+                }
+                ("fetch-owner", ListVersion::V2) => params.fetch_owner = value == "true",
+                ("start-after", ListVersion::V2) => params.start_after = Some(value).filter(|v| !v.is_empty()),
+                ("continuation-token", ListVersion::V2) => {
+                    params.continue_after = Some(decode_continuation_token(&value)?);
+                    params.continuation_token = Some(value);
+                }
+                ("marker", ListVersion::V1) => params.marker = Some(value).filter(|v| !v.is_empty()),
+                _ => {}
+            }
+        }
+        // Keys hold no control characters, and XML 1.0 cannot carry most of them even escaped: refuse them in
+        // what the response would echo, unless it is URL-encoded.
+        if !params.url_encoded {
+            let echoed =
+                [Some(&params.prefix), params.delimiter.as_ref(), params.start_after.as_ref(), params.marker.as_ref()];
+            if echoed.into_iter().flatten().any(|v| v.chars().any(char::is_control)) {
+                return Err(RequestError::InvalidArgument(
+                    "a list parameter holds a control character; use encoding-type=url".into(),
+                ));
+            }
+        }
+        Ok(params)
+    }
+
+    /// What to list: a continuation token wins over `start-after` (as in S3), and V1 lists after its marker.
+    pub fn query(&self) -> ListQuery {
+        let after = self.continue_after.clone().or_else(|| self.start_after.clone()).or_else(|| self.marker.clone());
+        ListQuery { prefix: self.prefix.clone(), delimiter: self.delimiter.clone(), after, max_keys: self.max_keys }
+    }
+}
+
+/// The parameters of ListParts: `max-parts` (capped at 1000, the default) and `part-number-marker`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListPartsParams {
+    pub max_parts: u32,
+    /// List parts after this number (0: from the first).
+    pub part_number_marker: u32,
+}
+
+impl ListPartsParams {
+    pub fn from_query(query: &str) -> Result<Self, RequestError> {
+        let mut params = ListPartsParams { max_parts: MAX_KEYS, part_number_marker: 0 };
+        for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+            match &*name {
+                "max-parts" => params.max_parts = parse_count("max-parts", &value)?,
+                "part-number-marker" => {
+                    params.part_number_marker = value.trim().parse::<u32>().map_err(|_| {
+                        RequestError::InvalidArgument("part-number-marker must be a non-negative integer".into())
+                    })?;
+                }
+                _ => {}
+            }
+        }
+        Ok(params)
+    }
+}
+
+/// The parameters of ListMultipartUploads.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListUploadsParams {
+    pub prefix: String,
+    pub delimiter: Option<String>,
+    pub key_marker: Option<String>,
+    /// Meaningful only with `key_marker` (ignored without it, as S3 does).
+    pub upload_id_marker: Option<String>,
+    pub max_uploads: u32,
+    pub url_encoded: bool,
+}
+
+impl ListUploadsParams {
+    pub fn from_query(query: &str) -> Result<Self, RequestError> {
+        let mut params = ListUploadsParams { max_uploads: MAX_KEYS, ..ListUploadsParams::default() };
+        for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+            let value = value.into_owned();
+            match &*name {
+                "prefix" => params.prefix = value,
+                "delimiter" => params.delimiter = Some(value).filter(|d| !d.is_empty()),
+                "key-marker" => params.key_marker = Some(value).filter(|v| !v.is_empty()),
+                "upload-id-marker" => params.upload_id_marker = Some(value).filter(|v| !v.is_empty()),
+                "max-uploads" => params.max_uploads = parse_count("max-uploads", &value)?,
+                "encoding-type" if value == "url" => params.url_encoded = true,
+                "encoding-type" => {
+                    return Err(RequestError::InvalidArgument("Invalid Encoding Method specified in Request".into()));
+                }
+                _ => {}
+            }
+        }
+        if params.key_marker.is_none() {
+            params.upload_id_marker = None;
+        }
+        Ok(params)
+    }
+}
+
+/// A `max-*` count: non-negative, capped at [`MAX_KEYS`].
+fn parse_count(name: &str, value: &str) -> Result<u32, RequestError> {
+    match value.trim().parse::<i64>() {
+        Ok(n) if n >= 0 => Ok(n.min(i64::from(MAX_KEYS)) as u32),
+        _ => Err(RequestError::InvalidArgument(format!("{name} must be an integer between 0 and 2147483647"))),
+    }
+}
+
+/// The opaque V2 continuation token for a listing that goes on after `key`: the key, base64url.
+#[must_use]
+pub fn continuation_token(key: &str) -> String {
+    URL_SAFE_NO_PAD.encode(key)
+}
+
+/// The key a continuation token carries.
+pub fn decode_continuation_token(token: &str) -> Result<String, RequestError> {
+    let invalid = || RequestError::InvalidArgument("The continuation token provided is incorrect".into());
+    let bytes = URL_SAFE_NO_PAD.decode(token).map_err(|_| invalid())?;
+    let key = String::from_utf8(bytes).map_err(|_| invalid())?;
+    if key.is_empty() || key.len() > crate::names::MAX_KEY_BYTES {
+        return Err(invalid());
+    }
+    Ok(key)
+}
+
+/// Largest CompleteMultipartUpload body accepted: 10,000 parts of about 100 bytes, with room for checksums.
+pub const MAX_COMPLETE_BODY: usize = 2 << 20;
+/// Largest Delete body accepted: 1000 keys of up to 1024 bytes each, escaped, with their element tags.
+pub const MAX_DELETE_BODY: usize = 2 << 20;
+/// Most parts an upload may have, and the highest part number.
+pub const MAX_PARTS: u32 = 10_000;
+/// Most keys one DeleteObjects request may name.
+pub const MAX_DELETE_KEYS: usize = 1000;
+
+/// One part of a CompleteMultipartUpload body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompletedPart {
+    /// 1 to [`MAX_PARTS`].
+    pub part_number: u32,
+    /// The part's ETag, quoted (clients send it with or without the quotes).
+    pub etag: String,
+}
+
+#[derive(Deserialize)]
+struct CompleteBody {
+    #[serde(rename = "Part", default)]
+    parts: Vec<PartBody>,
+}
+
+#[derive(Deserialize)]
+struct PartBody {
+    #[serde(rename = "PartNumber")]
+    part_number: String,
+    #[serde(rename = "ETag")]
+    etag: String,
+}
+
+/// The parts of a CompleteMultipartUpload body, in the order given: at least one, numbers 1 to 10,000 in
+/// strictly ascending order (else `InvalidPartOrder`), each with an ETag.
+pub fn parse_complete_multipart_upload(body: &[u8]) -> Result<Vec<CompletedPart>, RequestError> {
+    let parsed: CompleteBody = parse_body(body, MAX_COMPLETE_BODY)?;
+    if parsed.parts.is_empty() {
+        return Err(RequestError::MalformedXml("a CompleteMultipartUpload needs at least one Part".into()));
+    }
+    let mut parts = Vec::with_capacity(parsed.parts.len());
+    for part in parsed.parts {
+        let part_number =
+            part.part_number.trim().parse::<u32>().ok().filter(|n| (1..=MAX_PARTS).contains(n)).ok_or_else(|| {
+                RequestError::InvalidArgument("Part number must be an integer between 1 and 10000".into())
+            })?;
+        if parts.last().is_some_and(|p: &CompletedPart| p.part_number >= part_number) {
+            return Err(RequestError::InvalidPartOrder);
+        }
+        let etag = part.etag.trim().trim_matches('"');
+        if etag.is_empty() {
+            return Err(RequestError::MalformedXml(format!("part {part_number} has an empty ETag")));
+        }
+        parts.push(CompletedPart { part_number, etag: format!("\"{etag}\"") });
+    }
+    Ok(parts)
+}
+
+/// What a DeleteObjects body asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteRequest {
+    /// Report only the keys that failed.
+    pub quiet: bool,
+    /// 1 to [`MAX_DELETE_KEYS`] keys, in the order given (not validated here: a bad key is one failed entry).
+    pub keys: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct DeleteBody {
+    #[serde(rename = "Quiet", default)]
+    quiet: Option<String>,
+    #[serde(rename = "Object", default)]
+    objects: Vec<DeleteObjectBody>,
+}
+
+#[derive(Deserialize)]
+struct DeleteObjectBody {
+    #[serde(rename = "Key")]
+    key: String,
+}
+
+/// Parses a DeleteObjects body (`<Delete><Quiet/>?<Object><Key/></Object>+</Delete>`).
+pub fn parse_delete(body: &[u8]) -> Result<DeleteRequest, RequestError> {
+    let parsed: DeleteBody = parse_body(body, MAX_DELETE_BODY)?;
+    let quiet = match parsed.quiet.as_deref().map(str::trim) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => return Err(RequestError::MalformedXml(format!("Quiet must be true or false, not {other:?}"))),
+    };
+    if parsed.objects.is_empty() || parsed.objects.len() > MAX_DELETE_KEYS {
+        return Err(RequestError::MalformedXml(format!("a Delete names 1 to {MAX_DELETE_KEYS} objects")));
+    }
+    Ok(DeleteRequest { quiet, keys: parsed.objects.into_iter().map(|o| o.key).collect() })
+}
+
+/// A bounded body as UTF-8 XML into `T`. quick-xml expands only the predefined and character entities (no DTD),
+/// so a body cannot grow as it is read.
+fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8], limit: usize) -> Result<T, RequestError> {
+    if body.len() > limit {
+        return Err(RequestError::TooLarge { limit });
+    }
+    let text = std::str::from_utf8(body).map_err(|_| RequestError::MalformedXml("the body is not UTF-8".into()))?;
+    quick_xml::de::from_str(text).map_err(|e| RequestError::MalformedXml(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[test]
+    fn v2_parameters() {
+        let token = continuation_token("dir/a b+c");
+        let q = format!(
+            "list-type=2&prefix=dir%2F&delimiter=%2F&max-keys=5000&encoding-type=url&fetch-owner=true\
+             &start-after=x&continuation-token={token}&marker=ignored"
+        );
+        let p = ListParams::from_query(ListVersion::V2, &q).unwrap();
+        assert_eq!((p.prefix.as_str(), p.delimiter.as_deref(), p.max_keys), ("dir/", Some("/"), 1000), "capped");
+        assert!(p.url_encoded && p.fetch_owner);
+        assert_eq!(p.start_after.as_deref(), Some("x"));
+        assert_eq!(p.continuation_token.as_deref(), Some(token.as_str()));
+        assert_eq!(p.marker, None, "V1's marker means nothing to V2");
+        assert_eq!(p.query().after.as_deref(), Some("dir/a b+c"), "the token wins over start-after");
+
+        let p = ListParams::from_query(ListVersion::V2, "list-type=2&start-after=k&max-keys=0&delimiter=").unwrap();
+        assert_eq!((p.query().after.as_deref(), p.max_keys, p.delimiter), (Some("k"), 0, None));
+        let p = ListParams::from_query(ListVersion::V2, "list-type=2").unwrap();
+        assert_eq!(p.max_keys, 1000, "the default");
+    }
+
+    #[test]
+    fn v1_parameters() {
+        let p = ListParams::from_query(ListVersion::V1, "marker=m%2B1&start-after=no&fetch-owner=true").unwrap();
+        assert_eq!((p.marker.as_deref(), p.start_after.as_deref(), p.fetch_owner), (Some("m+1"), None, false));
+        assert_eq!(p.query().after.as_deref(), Some("m+1"));
+    }
+
+    #[test]
+    fn bad_list_parameters_are_invalid_arguments() {
+        for q in [
+            "max-keys=-1",
+            "max-keys=ten",
+            "encoding-type=base64",
+            "continuation-token=%%%",
+            "continuation-token=",
+            "continuation-token=_w",
+            "prefix=%01",
+        ] {
+            let err = ListParams::from_query(ListVersion::V2, q).unwrap_err();
+            assert_eq!(err.code(), "InvalidArgument", "{q}: {err}");
+        }
+        assert!(ListParams::from_query(ListVersion::V2, "prefix=%01&encoding-type=url").is_ok());
+    }
+
+    #[test]
+    fn list_parts_and_uploads_parameters() {
+        let p = ListPartsParams::from_query("uploadId=u&max-parts=5000&part-number-marker=7").unwrap();
+        assert_eq!(p, ListPartsParams { max_parts: 1000, part_number_marker: 7 });
+        assert_eq!(ListPartsParams::from_query("uploadId=u").unwrap().max_parts, 1000);
+        for q in ["max-parts=-1", "part-number-marker=x", "part-number-marker=-2"] {
+            assert_eq!(ListPartsParams::from_query(q).unwrap_err().code(), "InvalidArgument", "{q}");
+        }
+        let p = ListUploadsParams::from_query(
+            "uploads&prefix=a%2F&delimiter=%2F&key-marker=a%2Fk&upload-id-marker=u1&max-uploads=3&encoding-type=url",
+        )
+        .unwrap();
+        assert_eq!(
+            (p.prefix.as_str(), p.delimiter.as_deref(), p.key_marker.as_deref(), p.upload_id_marker.as_deref()),
+            ("a/", Some("/"), Some("a/k"), Some("u1"))
+        );
+        assert!(p.url_encoded && p.max_uploads == 3);
+        let p = ListUploadsParams::from_query("uploads&upload-id-marker=u1").unwrap();
+        assert_eq!((p.upload_id_marker, p.max_uploads), (None, 1000), "an upload id marker needs a key marker");
+        assert_eq!(ListUploadsParams::from_query("max-uploads=no").unwrap_err().code(), "InvalidArgument");
+    }
+
+    proptest! {
+        #[test]
+        fn continuation_tokens_round_trip(key in "\\PC{1,100}") {
+            let token = continuation_token(&key);
+            prop_assert!(token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+            prop_assert_eq!(decode_continuation_token(&token).unwrap(), key);
+        }
+    }
+
+    #[test]
+    fn complete_multipart_upload_parts_in_order() {
+        let body = br#"<?xml version="1.0" encoding="UTF-8"?>
+            <CompleteMultipartUpload xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+              <Part><ETag>"aa"</ETag><PartNumber>1</PartNumber><ChecksumCRC32>AAAAAA==</ChecksumCRC32></Part>
+              <Part><PartNumber>3</PartNumber><ETag>&quot;bb&quot;</ETag></Part>
+              <Part><PartNumber> 7 </PartNumber><ETag>cc</ETag></Part>
+            </CompleteMultipartUpload>"#;
+        let parts = parse_complete_multipart_upload(body).unwrap();
+        let want = [(1, "\"aa\""), (3, "\"bb\""), (7, "\"cc\"")];
+        assert_eq!(parts.iter().map(|p| (p.part_number, p.etag.as_str())).collect::<Vec<_>>(), want);
+    }
+
+    #[test]
+    fn bad_complete_multipart_upload_bodies() {
+        let part = |n: &str| format!("<Part><PartNumber>{n}</PartNumber><ETag>\"e\"</ETag></Part>");
+        let doc = |parts: &str| format!("<CompleteMultipartUpload>{parts}</CompleteMultipartUpload>");
+        let cases = [
+            (doc(&(part("2") + &part("1"))), "InvalidPartOrder"),
+            (doc(&(part("1") + &part("1"))), "InvalidPartOrder"),
+            (doc(&part("0")), "InvalidArgument"),
+            (doc(&part("10001")), "InvalidArgument"),
+            (doc(&part("x")), "InvalidArgument"),
+            (doc(""), "MalformedXML"),
+            (doc("<Part><PartNumber>1</PartNumber></Part>"), "MalformedXML"),
+            (doc("<Part><PartNumber>1</PartNumber><ETag></ETag></Part>"), "MalformedXML"),
+            ("<CompleteMultipartUpload><Part>".to_owned(), "MalformedXML"),
+            ("not xml at all".to_owned(), "MalformedXML"),
+            (doc("<Part><PartNumber>1</PartNumber><ETag>&bomb;</ETag></Part>"), "MalformedXML"),
+        ];
+        for (body, code) in cases {
+            let err = parse_complete_multipart_upload(body.as_bytes()).unwrap_err();
+            assert_eq!(err.code(), code, "{body}: {err}");
+        }
+        let huge = doc(&part("1").repeat(MAX_COMPLETE_BODY / 40));
+        let err = parse_complete_multipart_upload(huge.as_bytes()).unwrap_err();
+        assert_eq!(err, RequestError::TooLarge { limit: MAX_COMPLETE_BODY });
+        assert_eq!(err.code(), "MaxMessageLengthExceeded");
+        assert_eq!(parse_complete_multipart_upload(b"\xff\xfe").unwrap_err().code(), "MalformedXML");
+    }
+
+    #[test]
+    fn delete_bodies() {
+        let body = br#"<Delete xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Quiet>true</Quiet>
+            <Object><Key>a &amp; b</Key></Object><Object><Key>dir/c</Key><VersionId>v</VersionId></Object></Delete>"#;
+        let req = parse_delete(body).unwrap();
+        assert_eq!(req, DeleteRequest { quiet: true, keys: vec!["a & b".into(), "dir/c".into()] });
+        let req = parse_delete(b"<Delete><Object><Key>k</Key></Object></Delete>").unwrap();
+        assert!(!req.quiet);
+        let req = parse_delete(b"<Delete><Object><Key> spaced\t </Key></Object></Delete>").unwrap();
+        assert_eq!(req.keys, [" spaced\t "], "a key is taken as written, spaces and all");
+
+        let object = "<Object><Key>k</Key></Object>";
+        for body in [
+            "<Delete></Delete>".to_owned(),
+            format!("<Delete>{}</Delete>", object.repeat(MAX_DELETE_KEYS + 1)),
+            format!("<Delete><Quiet>maybe</Quiet>{object}</Delete>"),
+            "<Delete><Object></Object></Delete>".to_owned(),
+            "<Delete><Object><Key>k</Key></Object>".to_owned(),
+        ] {
+            assert_eq!(parse_delete(body.as_bytes()).unwrap_err().code(), "MalformedXML", "{body}");
+        }
+        let at_cap = format!("<Delete>{}</Delete>", object.repeat(MAX_DELETE_KEYS));
+        assert_eq!(parse_delete(at_cap.as_bytes()).unwrap().keys.len(), MAX_DELETE_KEYS);
+    }
+}

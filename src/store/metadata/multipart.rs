@@ -1,0 +1,411 @@
+//! S3 multipart uploads (migration 0011): uploads, their parts (each a staged file in `parts/`), and the S3 ETag
+//! of objects that a CompleteMultipartUpload committed. No server caches uploads or parts, so their writes are
+//! not announced on the change feed; the ETag rows log object changes through their triggers.
+
+use super::{Metadata, MetadataError, WriteTx};
+use crate::names::{ObjectAttrs, prefix_upper_bound};
+
+/// An upload in progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadRecord {
+    pub id: String,
+    pub bucket_id: i64,
+    pub key: String,
+    /// The attributes the object gets on Complete.
+    pub attrs: ObjectAttrs,
+    pub created_at: i64,
+}
+
+/// One uploaded part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartRecord {
+    pub part_number: u32,
+    pub size: u64,
+    /// The file `parts/<staged_name>`.
+    pub staged_name: String,
+    /// Hex MD5 of the part; its ETag, quoted, is [`PartRecord::etag`].
+    pub md5: String,
+    pub sha256: String,
+    pub created_at: i64,
+}
+
+impl PartRecord {
+    /// The part's S3 ETag: its MD5, quoted, as S3 answers UploadPart (clients may check it against their own).
+    pub fn etag(&self) -> String {
+        format!("\"{}\"", self.md5)
+    }
+}
+
+const UPLOAD_COLUMNS: &str = "id, bucket_id, key, content_type, cache_control, content_disposition, created_at";
+const PART_COLUMNS: &str = "part_number, size, staged_name, md5, sha256, created_at";
+
+#[derive(sqlx::FromRow)]
+struct UploadRow {
+    id: String,
+    bucket_id: i64,
+    key: String,
+    content_type: Option<String>,
+    cache_control: Option<String>,
+    content_disposition: Option<String>,
+    created_at: i64,
+}
+
+impl From<UploadRow> for UploadRecord {
+    fn from(r: UploadRow) -> Self {
+        UploadRecord {
+            id: r.id,
+            bucket_id: r.bucket_id,
+            key: r.key,
+            attrs: ObjectAttrs {
+                content_type: r.content_type,
+                cache_control: r.cache_control,
+                content_disposition: r.content_disposition,
+            },
+            created_at: r.created_at,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct PartRow {
+    part_number: i64,
+    size: i64,
+    staged_name: String,
+    md5: String,
+    sha256: String,
+    created_at: i64,
+}
+
+impl From<PartRow> for PartRecord {
+    fn from(r: PartRow) -> Self {
+        PartRecord {
+            part_number: r.part_number as u32,
+            size: r.size as u64,
+            staged_name: r.staged_name,
+            md5: r.md5,
+            sha256: r.sha256,
+            created_at: r.created_at,
+        }
+    }
+}
+
+impl Metadata {
+    /// Records a new upload.
+    pub async fn create_upload(&self, upload: &UploadRecord) -> Result<(), MetadataError> {
+        let mut tx = self.begin_write().await?;
+        with_tx!(&mut tx.tx, sqlite => sqlx::query(
+            "INSERT INTO multipart_uploads (id, bucket_id, key, content_type, cache_control, content_disposition,
+                                            created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(&upload.id)
+        .bind(upload.bucket_id)
+        .bind(&upload.key)
+        .bind(&upload.attrs.content_type)
+        .bind(&upload.attrs.cache_control)
+        .bind(&upload.attrs.content_disposition)
+        .bind(upload.created_at)
+        .execute(&mut **sqlite)
+        .await?.rows_affected());
+        tx.commit_without_announcing().await
+    }
+
+    pub async fn upload(&self, id: &str) -> Result<Option<UploadRecord>, MetadataError> {
+        let sql = format!("SELECT {UPLOAD_COLUMNS} FROM multipart_uploads WHERE id = $1");
+        let row: Option<UploadRow> =
+            with_pool!(&self.backend, pool => sqlx::query_as(&sql).bind(id).fetch_optional(pool).await?);
+        Ok(row.map(UploadRecord::from))
+    }
+
+    /// Up to `limit` parts of the upload, by number, after `after` (0: from the first).
+    pub async fn list_parts(&self, upload_id: &str, after: u32, limit: u32) -> Result<Vec<PartRecord>, MetadataError> {
+        let sql = format!(
+            "SELECT {PART_COLUMNS} FROM multipart_parts WHERE upload_id = $1 AND part_number > $2
+             ORDER BY part_number LIMIT $3"
+        );
+        let rows: Vec<PartRow> = with_pool!(&self.backend, pool => sqlx::query_as(&sql)
+            .bind(upload_id)
+            .bind(i64::from(after))
+            .bind(i64::from(limit))
+            .fetch_all(pool)
+            .await?);
+        Ok(rows.into_iter().map(PartRecord::from).collect())
+    }
+
+    /// Up to `limit` uploads of a bucket under `prefix`, by key and then by age, after `after` (a key marker,
+    /// with an upload id marker or not: S3's `key-marker` / `upload-id-marker`). A keyset read on the index.
+    pub async fn list_uploads(
+        &self,
+        bucket_id: i64,
+        prefix: &str,
+        after: Option<(&str, Option<&str>)>,
+        limit: u32,
+    ) -> Result<Vec<UploadRecord>, MetadataError> {
+        let upper = prefix_upper_bound(prefix);
+        // $2 prefix, $3 its upper bound, $4 the key marker, $5 the upload id marker (''=after every upload of it).
+        let after_clause = match after {
+            None => "",
+            Some((_, None)) => " AND key > $4",
+            Some((_, Some(_))) => " AND (key > $4 OR (key = $4 AND id > $5))",
+        };
+        let upper_clause = if upper.is_some() { " AND key < $3" } else { "" };
+        let sql = format!(
+            "SELECT {UPLOAD_COLUMNS} FROM multipart_uploads
+             WHERE bucket_id = $1 AND key >= $2{upper_clause}{after_clause} ORDER BY key, id LIMIT $6"
+        );
+        let rows: Vec<UploadRow> = with_pool!(&self.backend, pool => sqlx::query_as(&sql)
+            .bind(bucket_id)
+            .bind(prefix)
+            .bind(upper.as_deref())
+            .bind(after.map(|a| a.0))
+            .bind(after.and_then(|a| a.1))
+            .bind(i64::from(limit))
+            .fetch_all(pool)
+            .await?);
+        Ok(rows.into_iter().map(UploadRecord::from).collect())
+    }
+
+    /// Ids of uploads created before `before` (unix seconds), oldest first: dead uploads to reclaim.
+    pub async fn uploads_created_before(&self, before: i64, limit: u32) -> Result<Vec<String>, MetadataError> {
+        let ids = with_pool!(&self.backend, pool => sqlx::query_scalar(
+            "SELECT id FROM multipart_uploads WHERE created_at < $1 ORDER BY created_at, id LIMIT $2",
+        )
+        .bind(before)
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await?);
+        Ok(ids)
+    }
+
+    /// The S3 ETag a CompleteMultipartUpload gave the object, while the object still has that content.
+    pub async fn s3_etag(&self, bucket_id: i64, key: &str) -> Result<Option<String>, MetadataError> {
+        let etag = with_pool!(&self.backend, pool => sqlx::query_scalar(
+            "SELECT e.etag FROM object_s3_etags e JOIN objects o ON o.bucket_id = e.bucket_id AND o.key = e.key
+             WHERE e.bucket_id = $1 AND e.key = $2 AND e.sha256 = o.sha256",
+        )
+        .bind(bucket_id)
+        .bind(key)
+        .fetch_optional(pool)
+        .await?);
+        Ok(etag)
+    }
+}
+
+impl WriteTx {
+    pub async fn upload(&mut self, id: &str) -> Result<Option<UploadRecord>, MetadataError> {
+        let sql = format!("SELECT {UPLOAD_COLUMNS} FROM multipart_uploads WHERE id = $1");
+        let row: Option<UploadRow> =
+            with_tx!(&mut self.tx, tx => sqlx::query_as(&sql).bind(id).fetch_optional(&mut **tx).await?);
+        Ok(row.map(UploadRecord::from))
+    }
+
+    /// Every part of the upload, by number.
+    pub async fn parts(&mut self, upload_id: &str) -> Result<Vec<PartRecord>, MetadataError> {
+        let sql = format!("SELECT {PART_COLUMNS} FROM multipart_parts WHERE upload_id = $1 ORDER BY part_number");
+        let rows: Vec<PartRow> =
+            with_tx!(&mut self.tx, tx => sqlx::query_as(&sql).bind(upload_id).fetch_all(&mut **tx).await?);
+        Ok(rows.into_iter().map(PartRecord::from).collect())
+    }
+
+    /// Inserts the part, or replaces the one with its number; returns the replaced part's file name.
+    pub async fn upsert_part(&mut self, upload_id: &str, part: &PartRecord) -> Result<Option<String>, MetadataError> {
+        let number = i64::from(part.part_number);
+        // Read, then write: `Store::put_part` holds the blob-reference lock, so no other install of a part runs
+        // between them on either backend.
+        let previous: Option<String> = with_tx!(&mut self.tx, tx => sqlx::query_scalar(
+            "SELECT staged_name FROM multipart_parts WHERE upload_id = $1 AND part_number = $2")
+            .bind(upload_id)
+            .bind(number)
+            .fetch_optional(&mut **tx)
+            .await?);
+        with_tx!(&mut self.tx, tx => sqlx::query(
+            "INSERT INTO multipart_parts (upload_id, part_number, size, staged_name, md5, sha256, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT (upload_id, part_number) DO UPDATE SET
+                 size = excluded.size, staged_name = excluded.staged_name, md5 = excluded.md5,
+                 sha256 = excluded.sha256, created_at = excluded.created_at",
+        )
+        .bind(upload_id)
+        .bind(number)
+        .bind(i64::try_from(part.size).expect("part sizes fit in i64"))
+        .bind(&part.staged_name)
+        .bind(&part.md5)
+        .bind(&part.sha256)
+        .bind(part.created_at)
+        .execute(&mut **tx)
+        .await?.rows_affected());
+        Ok(previous)
+    }
+
+    /// Deletes the upload with its parts; returns the part files they named (none: no such upload).
+    pub async fn delete_upload(&mut self, id: &str) -> Result<Option<Vec<String>>, MetadataError> {
+        let names: Vec<String> = with_tx!(&mut self.tx, tx =>
+            sqlx::query_scalar("DELETE FROM multipart_parts WHERE upload_id = $1 RETURNING staged_name")
+                .bind(id)
+                .fetch_all(&mut **tx)
+                .await?);
+        let deleted = with_tx!(&mut self.tx, tx =>
+            sqlx::query("DELETE FROM multipart_uploads WHERE id = $1").bind(id).execute(&mut **tx).await?.rows_affected());
+        Ok((deleted > 0).then_some(names))
+    }
+
+    /// Whether any part row names the file `parts/<name>` (for the sweep, under the write lock).
+    pub async fn part_file_is_referenced(&mut self, name: &str) -> Result<bool, MetadataError> {
+        let found: bool = with_tx!(&mut self.tx, tx =>
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM multipart_parts WHERE staged_name = $1)")
+                .bind(name)
+                .fetch_one(&mut **tx)
+                .await?);
+        Ok(found)
+    }
+
+    /// Records the S3 ETag of the object `bucket_id/key` with content `sha256` (write it with the object row).
+    pub async fn set_s3_etag(
+        &mut self,
+        bucket_id: i64,
+        key: &str,
+        sha256: &str,
+        etag: &str,
+    ) -> Result<(), MetadataError> {
+        with_tx!(&mut self.tx, tx => sqlx::query(
+            "INSERT INTO object_s3_etags (bucket_id, key, sha256, etag) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (bucket_id, key) DO UPDATE SET sha256 = excluded.sha256, etag = excluded.etag",
+        )
+        .bind(bucket_id)
+        .bind(key)
+        .bind(sha256)
+        .bind(etag)
+        .execute(&mut **tx)
+        .await?.rows_affected());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::names::{BucketName, ObjectKey};
+    use crate::store::metadata::pool::tests::{TestBackend, database};
+
+    fn upload(id: &str, bucket_id: i64, key: &str, created_at: i64) -> UploadRecord {
+        UploadRecord { id: id.into(), bucket_id, key: key.into(), attrs: ObjectAttrs::default(), created_at }
+    }
+
+    fn part(n: u32, name: &str) -> PartRecord {
+        PartRecord {
+            part_number: n,
+            size: u64::from(n) * 10,
+            staged_name: name.into(),
+            md5: "d".repeat(32),
+            sha256: "e".repeat(64),
+            created_at: 5,
+        }
+    }
+
+    on_both_backends!(uploads_and_parts_read_back_and_replace);
+    async fn uploads_and_parts_read_back_and_replace(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let mut u = upload("u1", bucket.id, "k", 3);
+        u.attrs.content_type = Some("text/plain".into());
+        meta.create_upload(&u).await.unwrap();
+        assert_eq!(meta.upload("u1").await.unwrap(), Some(u));
+        assert_eq!(meta.upload("nope").await.unwrap(), None);
+
+        let mut tx = meta.begin_write().await.unwrap();
+        assert_eq!(tx.upsert_part("u1", &part(2, "p2")).await.unwrap(), None);
+        assert_eq!(tx.upsert_part("u1", &part(1, "p1")).await.unwrap(), None);
+        assert_eq!(tx.upsert_part("u1", &part(2, "p2b")).await.unwrap().as_deref(), Some("p2"), "replaced");
+        assert!(tx.part_file_is_referenced("p2b").await.unwrap());
+        assert!(!tx.part_file_is_referenced("p2").await.unwrap());
+        tx.commit().await.unwrap();
+
+        let parts = meta.list_parts("u1", 0, 10).await.unwrap();
+        assert_eq!(parts, vec![part(1, "p1"), part(2, "p2b")]);
+        assert_eq!(parts[0].etag(), format!("\"{}\"", "d".repeat(32)));
+        assert_eq!(meta.list_parts("u1", 1, 10).await.unwrap(), vec![part(2, "p2b")]);
+        assert_eq!(meta.list_parts("u1", 0, 1).await.unwrap(), vec![part(1, "p1")]);
+
+        let mut tx = meta.begin_write().await.unwrap();
+        let mut names = tx.delete_upload("u1").await.unwrap().unwrap();
+        names.sort();
+        assert_eq!(names, ["p1", "p2b"]);
+        assert_eq!(tx.delete_upload("u1").await.unwrap(), None);
+        tx.commit().await.unwrap();
+        assert!(meta.list_parts("u1", 0, 10).await.unwrap().is_empty());
+    }
+
+    on_both_backends!(a_part_number_outside_1_to_10000_is_refused_by_the_schema);
+    async fn a_part_number_outside_1_to_10000_is_refused_by_the_schema(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        meta.create_upload(&upload("u1", bucket.id, "k", 0)).await.unwrap();
+        for n in [0, 10_001] {
+            let mut tx = meta.begin_write().await.unwrap();
+            assert!(tx.upsert_part("u1", &part(n, "p")).await.is_err(), "{n}");
+        }
+        let mut tx = meta.begin_write().await.unwrap();
+        assert!(tx.upsert_part("nope", &part(1, "p")).await.is_err(), "a part needs its upload");
+    }
+
+    on_both_backends!(uploads_list_by_key_then_age_under_a_prefix);
+    async fn uploads_list_by_key_then_age_under_a_prefix(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let other = meta.create_bucket(&BucketName::parse("other").unwrap(), false, 0).await.unwrap();
+        for (id, key) in [("02", "a/x"), ("01", "a/x"), ("03", "a/y"), ("04", "b"), ("05", "a")] {
+            meta.create_upload(&upload(id, bucket.id, key, 0)).await.unwrap();
+        }
+        meta.create_upload(&upload("06", other.id, "a/x", 0)).await.unwrap();
+        let ids = |v: Vec<UploadRecord>| v.into_iter().map(|u| u.id).collect::<Vec<_>>();
+        assert_eq!(ids(meta.list_uploads(bucket.id, "", None, 10).await.unwrap()), ["05", "01", "02", "03", "04"]);
+        assert_eq!(ids(meta.list_uploads(bucket.id, "a/", None, 10).await.unwrap()), ["01", "02", "03"]);
+        assert_eq!(ids(meta.list_uploads(bucket.id, "a/", Some(("a/x", None)), 10).await.unwrap()), ["03"]);
+        assert_eq!(ids(meta.list_uploads(bucket.id, "", Some(("a/x", Some("01"))), 2).await.unwrap()), ["02", "03"]);
+        assert_eq!(ids(meta.list_uploads(bucket.id, "", None, 2).await.unwrap()), ["05", "01"]);
+    }
+
+    on_both_backends!(old_uploads_are_found_oldest_first);
+    async fn old_uploads_are_found_oldest_first(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        for (id, at) in [("a", 30), ("b", 10), ("c", 20), ("d", 100)] {
+            meta.create_upload(&upload(id, bucket.id, "k", at)).await.unwrap();
+        }
+        assert_eq!(meta.uploads_created_before(50, 10).await.unwrap(), ["b", "c", "a"]);
+        assert_eq!(meta.uploads_created_before(50, 1).await.unwrap(), ["b"]);
+    }
+
+    on_both_backends!(an_s3_etag_lives_only_as_long_as_its_content);
+    async fn an_s3_etag_lives_only_as_long_as_its_content(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let key = ObjectKey::parse("k").unwrap();
+        let (sha_a, sha_b) = ("a".repeat(64), "b".repeat(64));
+        let mut tx = meta.begin_write().await.unwrap();
+        tx.upsert_object(bucket.id, &key, &sha_a, 1, &ObjectAttrs::default(), 0).await.unwrap();
+        tx.set_s3_etag(bucket.id, "k", &sha_a, "\"x-2\"").await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(meta.s3_etag(bucket.id, "k").await.unwrap().as_deref(), Some("\"x-2\""));
+
+        // New metadata, same content: the ETag stays. New content: it goes.
+        let attrs = ObjectAttrs { content_type: Some("text/plain".into()), ..ObjectAttrs::default() };
+        let mut tx = meta.begin_write().await.unwrap();
+        tx.upsert_object(bucket.id, &key, &sha_a, 1, &attrs, 1).await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(meta.s3_etag(bucket.id, "k").await.unwrap().as_deref(), Some("\"x-2\""));
+        let mut tx = meta.begin_write().await.unwrap();
+        tx.upsert_object(bucket.id, &key, &sha_b, 1, &attrs, 2).await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(meta.s3_etag(bucket.id, "k").await.unwrap(), None);
+
+        // Deleting the object takes its ETag row with it.
+        let mut tx = meta.begin_write().await.unwrap();
+        tx.set_s3_etag(bucket.id, "k", &sha_b, "\"y-3\"").await.unwrap();
+        tx.delete_object(bucket.id, &key).await.unwrap();
+        tx.commit().await.unwrap();
+        let rows: i64 = with_pool!(&meta.backend, pool =>
+            sqlx::query_scalar("SELECT count(*) FROM object_s3_etags").fetch_one(pool).await.unwrap());
+        assert_eq!(rows, 0);
+    }
+}

@@ -1,0 +1,224 @@
+//! S3 access keys: the secret is sealed on insert and opened on read (`store::sealing`), so callers see plain
+//! secrets and the database never holds one in the clear.
+
+use super::auth::Scope;
+use super::{Backend, Metadata, MetadataError};
+use crate::store::sealing;
+
+/// An S3 access key as the server uses it: its secret opened.
+#[derive(Clone, PartialEq, Eq)]
+pub struct S3KeyRecord {
+    /// The access key id.
+    pub id: String,
+    /// The secret access key (the SigV4 signing secret).
+    pub secret: String,
+    pub bucket_id: i64,
+    pub bucket_name: String,
+    pub prefix: String,
+    pub scope: Scope,
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+    pub revoked_at: Option<i64>,
+}
+
+/// Never prints the secret.
+impl std::fmt::Debug for S3KeyRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3KeyRecord")
+            .field("id", &self.id)
+            .field("bucket_name", &self.bucket_name)
+            .field("prefix", &self.prefix)
+            .field("scope", &self.scope)
+            .field("expires_at", &self.expires_at)
+            .field("revoked_at", &self.revoked_at)
+            .finish_non_exhaustive()
+    }
+}
+
+const COLUMNS: &str = "k.id, k.secret, k.bucket_id, b.name AS bucket_name, k.prefix, k.scope, k.created_at,
+     k.expires_at, k.revoked_at";
+
+#[derive(sqlx::FromRow)]
+struct S3KeyRow {
+    id: String,
+    secret: Vec<u8>,
+    bucket_id: i64,
+    bucket_name: String,
+    prefix: String,
+    scope: String,
+    created_at: i64,
+    expires_at: Option<i64>,
+    revoked_at: Option<i64>,
+}
+
+/// The associated data a secret is sealed with: its own id, in a namespace of its own, so a sealed secret moved
+/// to another row, or into `signing_keys`, does not open.
+fn sealing_label(id: &str) -> String {
+    format!("s3_key:{id}")
+}
+
+impl Metadata {
+    pub async fn create_s3_key(&self, key: &S3KeyRecord) -> Result<(), MetadataError> {
+        let sealed = sealing::seal(
+            self.secrets_key()?,
+            &sealing_label(&key.id),
+            key.secret.as_bytes(),
+            super::auth::fresh_nonce()?,
+        );
+        let mut tx = self.begin_write().await?;
+        with_tx!(&mut tx.tx, sqlite => sqlx::query(
+            "INSERT INTO s3_keys (id, secret, bucket_id, prefix, scope, created_at, expires_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(&key.id)
+        .bind(&sealed)
+        .bind(key.bucket_id)
+        .bind(&key.prefix)
+        .bind(key.scope.as_str())
+        .bind(key.created_at)
+        .bind(key.expires_at)
+        .execute(&mut **sqlite)
+        .await?.rows_affected());
+        tx.commit().await
+    }
+
+    pub async fn s3_key(&self, id: &str) -> Result<Option<S3KeyRecord>, MetadataError> {
+        let sql = format!("SELECT {COLUMNS} FROM s3_keys k JOIN buckets b ON b.id = k.bucket_id WHERE k.id = $1");
+        let row: Option<S3KeyRow> =
+            with_pool!(&self.backend, pool => sqlx::query_as(&sql).bind(id).fetch_optional(pool).await?);
+        row.map(|r| self.open_s3_key(r)).transpose()
+    }
+
+    pub async fn list_s3_keys(&self) -> Result<Vec<S3KeyRecord>, MetadataError> {
+        let sql =
+            format!("SELECT {COLUMNS} FROM s3_keys k JOIN buckets b ON b.id = k.bucket_id ORDER BY k.created_at, k.id");
+        let rows: Vec<S3KeyRow> = with_pool!(&self.backend, pool => sqlx::query_as(&sql).fetch_all(pool).await?);
+        rows.into_iter().map(|r| self.open_s3_key(r)).collect()
+    }
+
+    /// Marks an access key revoked; `false` when there is no such live key.
+    pub async fn revoke_s3_key(&self, id: &str, now: i64) -> Result<bool, MetadataError> {
+        self.stamp_once("UPDATE s3_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL", id, now).await
+    }
+
+    /// Whether any access key is stored: its secret is sealed, so a missing secrets key file is then an error.
+    /// A database from before migration 0010 (read before it is migrated) has none.
+    pub async fn has_s3_keys(&self) -> Result<bool, MetadataError> {
+        // Both refuse a statement naming a missing table when they prepare it, so ask first.
+        let table: bool = match &self.backend {
+            Backend::Sqlite(pool) => {
+                sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 's3_keys')",
+                )
+                .fetch_one(pool)
+                .await?
+            }
+            Backend::Postgres(pool) => {
+                sqlx::query_scalar("SELECT to_regclass('s3_keys') IS NOT NULL").fetch_one(pool).await?
+            }
+        };
+        if !table {
+            return Ok(false);
+        }
+        let found: bool = with_pool!(&self.backend, pool =>
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM s3_keys)").fetch_one(pool).await?);
+        Ok(found)
+    }
+
+    fn open_s3_key(&self, r: S3KeyRow) -> Result<S3KeyRecord, MetadataError> {
+        let scope = Scope::parse(&r.scope)
+            .ok_or_else(|| MetadataError::Invalid(format!("S3 key {} has an unknown scope {:?}", r.id, r.scope)))?;
+        if !sealing::is_sealed(&r.secret) {
+            return Err(MetadataError::Invalid(format!("S3 key {} is not sealed", r.id)));
+        }
+        let secret = sealing::open(self.secrets_key()?, &sealing_label(&r.id), &r.secret)?;
+        let secret = String::from_utf8(secret)
+            .map_err(|_| MetadataError::Invalid(format!("S3 key {} has a secret that is not text", r.id)))?;
+        Ok(S3KeyRecord {
+            id: r.id,
+            secret,
+            bucket_id: r.bucket_id,
+            bucket_name: r.bucket_name,
+            prefix: r.prefix,
+            scope,
+            created_at: r.created_at,
+            expires_at: r.expires_at,
+            revoked_at: r.revoked_at,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::names::BucketName;
+    use crate::store::metadata::{TestBackend, test_database_url};
+    use crate::store::{Catchup, ChangeKind};
+
+    on_both_backends!(keys_are_sealed_read_back_revoked_logged_and_go_with_their_bucket);
+    async fn keys_are_sealed_read_back_revoked_logged_and_go_with_their_bucket(backend: TestBackend) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = test_database_url(backend, dir.path()).await;
+        let store = crate::store::Store::open(dir.path(), &url, Duration::from_secs(5)).await.unwrap();
+        let meta = &store.meta;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let start = meta.feed().last_change().await.unwrap();
+        assert!(!meta.has_s3_keys().await.unwrap());
+        let key = S3KeyRecord {
+            id: "AKBGTESTTESTTESTTEST".into(),
+            secret: "s".repeat(40),
+            bucket_id: bucket.id,
+            bucket_name: "bkt".into(),
+            prefix: "p/".into(),
+            scope: Scope::Read,
+            created_at: 3,
+            expires_at: Some(10),
+            revoked_at: None,
+        };
+        meta.create_s3_key(&key).await.unwrap();
+        assert!(meta.has_s3_keys().await.unwrap());
+        assert_eq!(meta.s3_key(&key.id).await.unwrap(), Some(key.clone()));
+        assert_eq!(meta.list_s3_keys().await.unwrap(), vec![key.clone()]);
+        assert!(!format!("{key:?}").contains(&key.secret), "Debug hides the secret");
+        let stored: Vec<u8> = with_pool!(&meta.backend, pool =>
+            sqlx::query_scalar("SELECT secret FROM s3_keys").fetch_one(pool).await.unwrap());
+        assert!(!stored.windows(40).any(|w| w == key.secret.as_bytes()), "sealed at rest");
+
+        assert!(meta.revoke_s3_key(&key.id, 5).await.unwrap());
+        assert!(!meta.revoke_s3_key(&key.id, 6).await.unwrap(), "already revoked");
+        assert_eq!(meta.s3_key(&key.id).await.unwrap().unwrap().revoked_at, Some(5));
+        store.delete_bucket(&BucketName::parse("bkt").unwrap(), false).await.unwrap();
+        assert_eq!(meta.s3_key(&key.id).await.unwrap(), None, "gone with its bucket");
+        let Catchup::Changes(changes) = meta.feed().changes_since(start).await.unwrap() else {
+            panic!("nothing was pruned")
+        };
+        let kinds: Vec<_> = changes.into_iter().filter(|c| c.kind == ChangeKind::S3Key).map(|c| c.name).collect();
+        assert_eq!(kinds, vec![key.id.clone(), key.id.clone(), key.id.clone()], "insert, revoke, delete");
+    }
+
+    on_both_backends!(sealed_s3_keys_need_their_secrets_key_file);
+    async fn sealed_s3_keys_need_their_secrets_key_file(backend: TestBackend) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = test_database_url(backend, dir.path()).await;
+        let store = crate::store::Store::open(dir.path(), &url, Duration::from_secs(5)).await.unwrap();
+        let bucket = store.meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let key = S3KeyRecord {
+            id: "AKBGBBBBBBBBBBBBBBBB".into(),
+            secret: "t".repeat(40),
+            bucket_id: bucket.id,
+            bucket_name: "bkt".into(),
+            prefix: String::new(),
+            scope: Scope::Read,
+            created_at: 0,
+            expires_at: None,
+            revoked_at: None,
+        };
+        store.meta.create_s3_key(&key).await.unwrap();
+        store.meta.close().await;
+        std::fs::remove_file(dir.path().join(crate::store::secrets_key::SECRETS_KEY_FILE)).unwrap();
+        let err = crate::store::Store::open(dir.path(), &url, Duration::from_secs(5)).await.err().expect("refused");
+        assert!(format!("{err:#}").contains("is missing"), "{err:#}");
+    }
+}

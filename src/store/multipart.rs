@@ -1,0 +1,694 @@
+//! S3 multipart uploads: create, put parts, list, abort, complete. Nothing an upload holds is visible until
+//! Complete commits the object.
+//!
+//! **Ordering.** A part is staged in `tmp/` like any upload body (fsynced, named with our pid), then moved to
+//! `parts/<name>` under the write lock in the transaction that writes its row; a replaced part's old file is
+//! removed after that commit. Complete checks the parts, assembles them into a staged blob in `tmp/` with
+//! `copy_file_range` (outside the lock: it may take a while), then under the write lock checks the upload is
+//! unchanged, deletes the upload's rows and commits the object exactly as `Store::put` does
+//! (`Store::write_object` + `finish_commit`), and only then removes the part files. A crash at any point
+//! leaves nothing visible: a dead process's staged files, part files no row names, and blobs no object
+//! references are what the start-up sweep removes; an upload that is never completed is reclaimed by
+//! `abort_uploads_older_than`.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use md5::{Digest, Md5};
+
+use super::{
+    Bucket, MetadataError, PartRecord, PutReport, Store, StoreError, UploadRecord, WriteTx, blobs::BlobStore,
+    finish_commit, require_bucket, restore_all, unix_now,
+};
+use crate::names::{BucketName, ObjectAttrs, ObjectKey};
+
+/// Every part but the last must have at least this many bytes (S3's rule).
+pub const MIN_PART_SIZE: u64 = 5 << 20;
+/// The most bytes one part may have (S3's rule; the route should refuse a larger body before staging it).
+pub const MAX_PART_SIZE: u64 = 5 << 30;
+/// Part numbers run from 1 to this.
+pub const MAX_PART_NUMBER: u32 = 10_000;
+/// Uploads reclaimed per transaction by `abort_uploads_older_than`.
+const ABORT_BATCH: u32 = 100;
+
+/// Why a multipart operation was refused, named after S3's error codes ([`MultipartError::s3_code`]).
+#[derive(Debug, thiserror::Error)]
+pub enum MultipartError {
+    #[error("no such bucket: {0}")]
+    NoSuchBucket(String),
+    #[error(
+        "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed."
+    )]
+    NoSuchUpload,
+    #[error("Part number must be an integer between 1 and 10000, inclusive (got {0})")]
+    InvalidPartNumber(u32),
+    #[error("One or more of the specified parts could not be found (part {0}), or its ETag did not match.")]
+    InvalidPart(u32),
+    #[error("The list of parts was not in ascending order. The parts list must be specified in order by part number.")]
+    InvalidPartOrder,
+    #[error("The XML you provided did not name any part.")]
+    NoParts,
+    #[error("Your proposed upload is smaller than the minimum allowed size: part {part_number} has {size} bytes")]
+    EntityTooSmall { part_number: u32, size: u64 },
+    #[error("Your proposed upload exceeds the maximum allowed size: a part may have at most 5 GiB ({size} bytes)")]
+    EntityTooLarge { size: u64 },
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+impl MultipartError {
+    /// The S3 error code (`NoSuchUpload` and `NoSuchBucket` are 404, `Other` is 500, the rest 400).
+    pub fn s3_code(&self) -> &'static str {
+        match self {
+            MultipartError::NoSuchBucket(_) => "NoSuchBucket",
+            MultipartError::NoSuchUpload => "NoSuchUpload",
+            MultipartError::InvalidPartNumber(_) => "InvalidArgument",
+            MultipartError::InvalidPart(_) => "InvalidPart",
+            MultipartError::InvalidPartOrder => "InvalidPartOrder",
+            MultipartError::NoParts => "MalformedXML",
+            MultipartError::EntityTooSmall { .. } => "EntityTooSmall",
+            MultipartError::EntityTooLarge { .. } => "EntityTooLarge",
+            MultipartError::Other(_) => "InternalError",
+        }
+    }
+}
+
+impl From<MetadataError> for MultipartError {
+    fn from(e: MetadataError) -> Self {
+        StoreError::from(e).into()
+    }
+}
+
+impl From<StoreError> for MultipartError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NoSuchBucket(b) => MultipartError::NoSuchBucket(b),
+            StoreError::Other(e) => MultipartError::Other(e),
+        }
+    }
+}
+
+/// What Complete did: the object's put report, and its S3 ETag.
+#[derive(Debug, Clone)]
+pub struct CompleteReport {
+    pub put: PutReport,
+    /// `"<hex MD5 of the concatenated binary part MD5s>-<parts>"`, quoted, as S3 computes it. Stored with the
+    /// object (`Metadata::s3_etag`) while the object keeps this content.
+    pub s3_etag: String,
+}
+
+/// The ETag S3 gives a multipart object: the MD5 of the parts' binary MD5s, then `-` and the part count, quoted.
+pub fn multipart_etag<'a>(part_md5s: impl IntoIterator<Item = &'a str>) -> anyhow::Result<String> {
+    let mut hasher = Md5::new();
+    let mut count = 0usize;
+    for md5 in part_md5s {
+        hasher.update(hex::decode(md5).with_context(|| format!("a part MD5 is not hex: {md5:?}"))?);
+        count += 1;
+    }
+    Ok(format!("\"{}-{count}\"", hex::encode(hasher.finalize())))
+}
+
+/// An ETag as clients send it back (quoted or not, any case), for comparing.
+fn bare_etag(etag: &str) -> String {
+    etag.trim().trim_matches('"').to_ascii_lowercase()
+}
+
+/// A new upload id: the creation time in nanoseconds, then randomness, as 32 hex digits, so ids sort by age.
+fn new_upload_id() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).expect("the OS random source is available");
+    format!("{:016x}{}", nanos as u64, hex::encode(random))
+}
+
+impl Store {
+    /// Starts an upload of `bucket/key`; the object gets `attrs` when it completes.
+    pub async fn create_upload(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        attrs: ObjectAttrs,
+    ) -> Result<UploadRecord, MultipartError> {
+        let bucket_row = require_bucket(self.meta.bucket(bucket).await?, bucket)?;
+        let upload = UploadRecord {
+            id: new_upload_id(),
+            bucket_id: bucket_row.id,
+            key: key.to_string(),
+            attrs,
+            created_at: unix_now(),
+        };
+        self.meta.create_upload(&upload).await?;
+        Ok(upload)
+    }
+
+    /// The upload `upload_id` of `bucket/key`; any other upload, or none, is `NoSuchUpload`.
+    pub async fn upload_of(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        upload_id: &str,
+    ) -> Result<(Bucket, UploadRecord), MultipartError> {
+        let bucket_row = require_bucket(self.meta.bucket(bucket).await?, bucket)?;
+        let upload = self.meta.upload(upload_id).await?;
+        let upload = upload.filter(|u| u.bucket_id == bucket_row.id && u.key == key.as_str());
+        Ok((bucket_row, upload.ok_or(MultipartError::NoSuchUpload)?))
+    }
+
+    /// Stores a part, staged by a `BlobStore::writer_with_md5` writer (its MD5 is the part's ETag). A part with
+    /// the same number is replaced, and its file removed once the new row is committed.
+    pub async fn put_part(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        upload_id: &str,
+        part_number: u32,
+        staged: super::StagedBlob,
+    ) -> Result<PartRecord, MultipartError> {
+        if !(1..=MAX_PART_NUMBER).contains(&part_number) {
+            return Err(MultipartError::InvalidPartNumber(part_number));
+        }
+        if staged.size > MAX_PART_SIZE {
+            return Err(MultipartError::EntityTooLarge { size: staged.size });
+        }
+        let md5 = staged.md5.clone().context("a part must be staged with BlobStore::writer_with_md5")?;
+        let mut tx = self.meta.lock_blob_refs().await?;
+        let bucket_row = require_bucket(tx.bucket(bucket).await?, bucket)?;
+        let upload = tx.upload(upload_id).await?;
+        if !upload.is_some_and(|u| u.bucket_id == bucket_row.id && u.key == key.as_str()) {
+            return Err(MultipartError::NoSuchUpload);
+        }
+        let part = PartRecord {
+            part_number,
+            size: staged.size,
+            staged_name: BlobStore::new_part_name(),
+            md5,
+            sha256: staged.sha256.clone(),
+            created_at: unix_now(),
+        };
+        // Under the write lock, so the sweep (which checks under it too) never takes the file for an orphan.
+        let blobs = self.blobs.clone();
+        let name = part.staged_name.clone();
+        tokio::task::spawn_blocking(move || blobs.install_part(&staged, &name))
+            .await
+            .context("part install task failed")??;
+        let committed = async {
+            let previous = tx.upsert_part(upload_id, &part).await?;
+            tx.commit_without_announcing().await?;
+            Ok::<_, MetadataError>(previous)
+        }
+        .await;
+        match committed {
+            Ok(previous) => {
+                if let Some(previous) = previous {
+                    self.remove_part_files(vec![previous]).await;
+                }
+                Ok(part)
+            }
+            Err(e) => {
+                self.remove_part_files(vec![part.staged_name]).await;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Up to `limit` parts of the upload after part number `after`, and whether more follow.
+    pub async fn list_parts(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        upload_id: &str,
+        after: u32,
+        limit: u32,
+    ) -> Result<(Vec<PartRecord>, bool), MultipartError> {
+        self.upload_of(bucket, key, upload_id).await?;
+        let mut parts = self.meta.list_parts(upload_id, after, limit.saturating_add(1)).await?;
+        let truncated = parts.len() > limit as usize;
+        parts.truncate(limit as usize);
+        Ok((parts, truncated))
+    }
+
+    /// Up to `limit` uploads in progress in `bucket` under `prefix`, by key then age, after `after` (key marker,
+    /// upload id marker), and whether more follow.
+    pub async fn list_uploads(
+        &self,
+        bucket: &BucketName,
+        prefix: &str,
+        after: Option<(&str, Option<&str>)>,
+        limit: u32,
+    ) -> Result<(Vec<UploadRecord>, bool), MultipartError> {
+        let bucket_row = require_bucket(self.meta.bucket(bucket).await?, bucket)?;
+        let mut uploads = self.meta.list_uploads(bucket_row.id, prefix, after, limit.saturating_add(1)).await?;
+        let truncated = uploads.len() > limit as usize;
+        uploads.truncate(limit as usize);
+        Ok((uploads, truncated))
+    }
+
+    /// Aborts the upload: its rows go, then its part files.
+    pub async fn abort_upload(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        upload_id: &str,
+    ) -> Result<(), MultipartError> {
+        self.upload_of(bucket, key, upload_id).await?;
+        if !self.abort_upload_by_id(upload_id).await? {
+            return Err(MultipartError::NoSuchUpload);
+        }
+        Ok(())
+    }
+
+    /// Aborts uploads started more than `age` ago (S3's AbortIncompleteMultipartUpload rule); returns how many.
+    pub async fn abort_uploads_older_than(&self, age: Duration) -> Result<u64, MultipartError> {
+        let before = unix_now().saturating_sub(i64::try_from(age.as_secs()).unwrap_or(i64::MAX));
+        self.abort_uploads_created_before(before).await
+    }
+
+    /// Aborts uploads created before `before` (unix seconds); returns how many.
+    pub async fn abort_uploads_created_before(&self, before: i64) -> Result<u64, MultipartError> {
+        let mut aborted = 0;
+        loop {
+            let ids = self.meta.uploads_created_before(before, ABORT_BATCH).await?;
+            for id in &ids {
+                aborted += u64::from(self.abort_upload_by_id(id).await?);
+            }
+            if ids.len() < ABORT_BATCH as usize {
+                return Ok(aborted);
+            }
+        }
+    }
+
+    async fn abort_upload_by_id(&self, upload_id: &str) -> Result<bool, MultipartError> {
+        let mut tx = self.meta.lock_blob_refs().await?;
+        let Some(names) = tx.delete_upload(upload_id).await? else {
+            return Ok(false);
+        };
+        tx.commit_without_announcing().await?;
+        self.remove_part_files(names).await;
+        Ok(true)
+    }
+
+    /// Completes the upload with `parts` (number and ETag, in ascending order): assembles them into one blob and
+    /// commits it as `bucket/key`, as a put does. Parts uploaded but not named are discarded with the upload.
+    pub async fn complete_upload(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        upload_id: &str,
+        parts: &[(u32, String)],
+    ) -> Result<CompleteReport, MultipartError> {
+        self.complete_upload_with(bucket, key, upload_id, parts, |_| Ok(())).await
+    }
+
+    /// `complete_upload`, with `before_commit` called in the transaction just before it commits (the tests fail
+    /// it there, as a crash would).
+    async fn complete_upload_with(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        upload_id: &str,
+        parts: &[(u32, String)],
+        before_commit: impl FnOnce(&mut WriteTx) -> anyhow::Result<()>,
+    ) -> Result<CompleteReport, MultipartError> {
+        if parts.is_empty() {
+            return Err(MultipartError::NoParts);
+        }
+        if parts.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err(MultipartError::InvalidPartOrder);
+        }
+        let (_, upload) = self.upload_of(bucket, key, upload_id).await?;
+        let uploaded = self.meta.list_parts(upload_id, 0, MAX_PART_NUMBER).await?;
+        let chosen = choose_parts(&uploaded, parts)?;
+        let s3_etag = multipart_etag(chosen.iter().map(|p| p.md5.as_str()))?;
+
+        let blobs = self.blobs.clone();
+        let files: Vec<(String, u64)> = chosen.iter().map(|p| (p.staged_name.clone(), p.size)).collect();
+        let staged = tokio::task::spawn_blocking(move || blobs.assemble(&files))
+            .await
+            .context("assemble task failed")?
+            .context("cannot assemble the parts")?;
+
+        let mut tx = self.meta.lock_blob_refs().await?;
+        let bucket_row = require_bucket(tx.bucket(bucket).await?, bucket)?;
+        // Aborted, completed or changed by a part upload since the parts were read: assemble nothing stale.
+        if !tx.upload(upload_id).await?.is_some_and(|u| u.bucket_id == bucket_row.id && u.key == key.as_str()) {
+            return Err(MultipartError::NoSuchUpload);
+        }
+        let now_parts = tx.parts(upload_id).await?;
+        if let Some(changed) = chosen
+            .iter()
+            .find(|p| !now_parts.iter().any(|q| q.part_number == p.part_number && q.staged_name == p.staged_name))
+        {
+            return Err(MultipartError::InvalidPart(changed.part_number));
+        }
+        let part_files = tx.delete_upload(upload_id).await?.unwrap_or_default();
+        let (put, retired) = self.write_object(&mut tx, &bucket_row, key, staged, upload.attrs, Vec::new()).await?;
+        let last_steps = async {
+            tx.set_s3_etag(bucket_row.id, key.as_str(), &put.sha256, &s3_etag).await?;
+            before_commit(&mut tx)
+        };
+        if let Err(e) = last_steps.await {
+            restore_all(retired)?;
+            return Err(e.into());
+        }
+        finish_commit(tx, retired).await?;
+        self.remove_part_files(part_files).await;
+        Ok(CompleteReport { put, s3_etag })
+    }
+
+    /// Removes part files no row names any more (best effort: what fails is left to the sweep).
+    async fn remove_part_files(&self, names: Vec<String>) {
+        if names.is_empty() {
+            return;
+        }
+        let blobs = self.blobs.clone();
+        let removed = tokio::task::spawn_blocking(move || names.iter().for_each(|n| blobs.remove_part(n))).await;
+        if let Err(e) = removed {
+            tracing::warn!(error = %e, "part file removal task failed; the next sweep removes them");
+        }
+    }
+
+    /// Removes part files that no part row names (a crash between staging and commit, or after a commit that
+    /// replaced or dropped them). Checked under the write lock, which every part install holds.
+    pub(super) async fn sweep_part_files(&self) -> anyhow::Result<usize> {
+        let blobs = self.blobs.clone();
+        let names =
+            tokio::task::spawn_blocking(move || blobs.list_part_names()).await.context("sweep task failed")??;
+        if names.is_empty() {
+            return Ok(0);
+        }
+        let mut tx = self.meta.lock_blob_refs().await?;
+        let mut orphans = Vec::new();
+        for name in names {
+            if !tx.part_file_is_referenced(&name).await? {
+                orphans.push(name);
+            }
+        }
+        // Removed while the lock is held: a part install (which holds it) cannot be between rename and commit.
+        let blobs = self.blobs.clone();
+        let count = orphans.len();
+        tokio::task::spawn_blocking(move || orphans.iter().for_each(|n| blobs.remove_part(n)))
+            .await
+            .context("sweep task failed")?;
+        tx.commit_without_announcing().await?;
+        Ok(count)
+    }
+}
+
+/// The uploaded parts that `wanted` names, in its order: each must exist with the ETag given, and every part but
+/// the last must have at least `MIN_PART_SIZE` bytes.
+fn choose_parts<'a>(
+    uploaded: &'a [PartRecord],
+    wanted: &[(u32, String)],
+) -> Result<Vec<&'a PartRecord>, MultipartError> {
+    let mut chosen = Vec::with_capacity(wanted.len());
+    for (number, etag) in wanted {
+        let part = uploaded
+            .iter()
+            .find(|p| p.part_number == *number && p.md5 == bare_etag(etag))
+            .ok_or(MultipartError::InvalidPart(*number))?;
+        chosen.push(part);
+    }
+    if let Some(small) = chosen[..chosen.len() - 1].iter().find(|p| p.size < MIN_PART_SIZE) {
+        return Err(MultipartError::EntityTooSmall { part_number: small.part_number, size: small.size });
+    }
+    Ok(chosen)
+}
+
+#[cfg(test)]
+mod tests {
+    use sha2::Sha256;
+
+    use super::*;
+    use crate::store::metadata::{TestBackend, on_both_backends, test_database_url};
+
+    const BUCKET: &str = "bkt";
+
+    async fn store(backend: TestBackend) -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = test_database_url(backend, dir.path()).await;
+        let store = Store::open(dir.path(), &url, Duration::from_secs(5)).await.unwrap();
+        store.meta.create_bucket(&BucketName::parse(BUCKET).unwrap(), false, 0).await.unwrap();
+        (dir, store)
+    }
+
+    fn names(key: &str) -> (BucketName, ObjectKey) {
+        (BucketName::parse(BUCKET).unwrap(), ObjectKey::parse(key).unwrap())
+    }
+
+    /// `len` bytes of a pattern that differs by `seed`.
+    fn bytes(len: usize, seed: u8) -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    }
+
+    async fn put(store: &Store, key: &str, upload: &str, number: u32, content: &[u8]) -> PartRecord {
+        let (b, k) = names(key);
+        let mut w = store.blobs.writer_with_md5().unwrap();
+        w.write(content).unwrap();
+        store.put_part(&b, &k, upload, number, w.finish().unwrap()).await.unwrap()
+    }
+
+    fn stage(store: &Store, content: &[u8]) -> crate::store::StagedBlob {
+        let mut w = store.blobs.writer().unwrap();
+        w.write(content).unwrap();
+        w.finish().unwrap()
+    }
+
+    fn files(dir: &std::path::Path) -> Vec<String> {
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    }
+
+    fn hex_md5(content: &[u8]) -> String {
+        hex::encode(Md5::digest(content))
+    }
+
+    #[test]
+    fn the_multipart_etag_is_the_md5_of_the_part_md5s() {
+        let parts = [hex_md5(b"a"), hex_md5(b"b")];
+        assert_eq!(parts[0], "0cc175b9c0f1b6a831c399e269772661");
+        let etag = multipart_etag(parts.iter().map(String::as_str)).unwrap();
+        // python3: hashlib.md5(md5(b'a').digest() + md5(b'b').digest()).hexdigest()
+        assert_eq!(etag, "\"96e024ba2074fe77e8e965ba43a704be-2\"");
+        assert!(multipart_etag(["zz"]).is_err());
+    }
+
+    on_both_backends!(parts_complete_into_one_object_visible_only_then);
+    async fn parts_complete_into_one_object_visible_only_then(backend: TestBackend) {
+        let (dir, store) = store(backend).await;
+        let (b, k) = names("big.bin");
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        assert_eq!(upload.id.len(), 32);
+        let one = bytes(MIN_PART_SIZE as usize, 1);
+        let two_old = bytes(MIN_PART_SIZE as usize + 7, 2);
+        let two = bytes(MIN_PART_SIZE as usize + 3, 3);
+        let three = bytes(1000, 4);
+        let p3 = put(&store, "big.bin", &upload.id, 3, &three).await;
+        let p1 = put(&store, "big.bin", &upload.id, 1, &one).await;
+        put(&store, "big.bin", &upload.id, 2, &two_old).await;
+        let p2 = put(&store, "big.bin", &upload.id, 2, &two).await;
+        assert_eq!(p1.etag(), format!("\"{}\"", hex_md5(&one)), "a part's ETag is its quoted MD5");
+        assert_eq!(p2.size, two.len() as u64);
+        assert_eq!(files(&dir.path().join("parts")).len(), 3, "the replaced part's file went");
+        let (listed, truncated) = store.list_parts(&b, &k, &upload.id, 0, 2).await.unwrap();
+        assert_eq!((listed.iter().map(|p| p.part_number).collect::<Vec<_>>(), truncated), (vec![1, 2], true));
+
+        // Nothing is visible before Complete.
+        let bucket_id = store.meta.bucket(&b).await.unwrap().unwrap().id;
+        assert!(store.meta.object_by_key(bucket_id, k.as_str()).await.unwrap().is_none());
+        assert!(store.meta.list_objects_page(bucket_id, "", None, 10).await.unwrap().is_empty());
+        assert!(store.blobs.list_hashes().unwrap().is_empty());
+
+        let wanted = vec![(1, p1.etag()), (2, p2.md5.to_uppercase()), (3, p3.etag())];
+        let report = store.complete_upload(&b, &k, &upload.id, &wanted).await.unwrap();
+        let whole = [one.as_slice(), &two, &three].concat();
+        assert_eq!(report.put.sha256, hex::encode(Sha256::digest(&whole)));
+        assert_eq!(report.put.size, whole.len() as u64);
+        assert_eq!(std::fs::read(store.blobs.path_of(&report.put.sha256)).unwrap(), whole);
+        let want_etag = multipart_etag([hex_md5(&one), hex_md5(&two), hex_md5(&three)].iter().map(String::as_str));
+        assert_eq!(report.s3_etag, want_etag.unwrap());
+        assert!(report.s3_etag.ends_with("-3\""));
+        assert_eq!(store.meta.s3_etag(bucket_id, k.as_str()).await.unwrap(), Some(report.s3_etag.clone()));
+        let object = store.meta.object_by_key(bucket_id, k.as_str()).await.unwrap().unwrap();
+        assert_eq!((object.sha256, object.size), (report.put.sha256.clone(), whole.len() as u64));
+
+        assert!(files(&dir.path().join("parts")).is_empty(), "the parts went with the upload");
+        assert!(files(&dir.path().join("tmp")).is_empty());
+        assert!(matches!(store.upload_of(&b, &k, &upload.id).await, Err(MultipartError::NoSuchUpload)));
+        assert_eq!(
+            store.sweep(Duration::ZERO).await.unwrap(),
+            crate::store::SweepReport::default(),
+            "nothing left over"
+        );
+    }
+
+    on_both_backends!(complete_keeps_the_upload_attrs_and_replaces_like_a_put);
+    async fn complete_keeps_the_upload_attrs_and_replaces_like_a_put(backend: TestBackend) {
+        let (_dir, store) = store(backend).await;
+        let (b, k) = names("doc.txt");
+        let old = stage(&store, b"old");
+        let first = store.put(&b, &k, old, ObjectAttrs::default()).await.unwrap();
+        let attrs = ObjectAttrs { content_type: Some("text/x-mine".into()), ..ObjectAttrs::default() };
+        let upload = store.create_upload(&b, &k, attrs).await.unwrap();
+        let p = put(&store, "doc.txt", &upload.id, 1, b"new content").await;
+        let report = store.complete_upload(&b, &k, &upload.id, &[(1, p.etag())]).await.unwrap();
+        assert_eq!(report.put.status, crate::store::PutStatus::Replaced);
+        assert_eq!(report.put.content_type, "text/x-mine");
+        assert!(!store.blobs.path_of(&first.sha256).exists(), "the replaced blob went, as with a put");
+        let bucket_id = store.meta.bucket(&b).await.unwrap().unwrap().id;
+        // A native put of other content: the multipart ETag no longer describes the object.
+        store.put(&b, &k, stage(&store, b"native"), ObjectAttrs::default()).await.unwrap();
+        assert_eq!(store.meta.s3_etag(bucket_id, k.as_str()).await.unwrap(), None);
+    }
+
+    on_both_backends!(bad_part_lists_are_refused_and_store_nothing);
+    async fn bad_part_lists_are_refused_and_store_nothing(backend: TestBackend) {
+        let (dir, store) = store(backend).await;
+        let (b, k) = names("k");
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        let p1 = put(&store, "k", &upload.id, 1, &bytes(100, 1)).await;
+        let p2 = put(&store, "k", &upload.id, 2, &bytes(100, 2)).await;
+        let cases: Vec<(Vec<(u32, String)>, &str)> = vec![
+            (vec![], "MalformedXML"),
+            (vec![(2, p2.etag()), (1, p1.etag())], "InvalidPartOrder"),
+            (vec![(1, p1.etag()), (1, p1.etag())], "InvalidPartOrder"),
+            (vec![(1, p1.etag()), (3, p2.etag())], "InvalidPart"),
+            (vec![(1, p2.etag())], "InvalidPart"),
+            (vec![(1, "\"not-it\"".into())], "InvalidPart"),
+            (vec![(1, p1.etag()), (2, p2.etag())], "EntityTooSmall"),
+        ];
+        for (parts, code) in cases {
+            let err = store.complete_upload(&b, &k, &upload.id, &parts).await.unwrap_err();
+            assert_eq!(err.s3_code(), code, "{parts:?}: {err}");
+        }
+        let other_key = ObjectKey::parse("other").unwrap();
+        for (key, id) in [(&k, "nope"), (&other_key, upload.id.as_str())] {
+            let err = store.complete_upload(&b, key, id, &[(1, p1.etag())]).await.unwrap_err();
+            assert_eq!(err.s3_code(), "NoSuchUpload");
+        }
+        let err = store.complete_upload(&BucketName::parse("nob").unwrap(), &k, &upload.id, &[]).await.unwrap_err();
+        assert_eq!(err.s3_code(), "MalformedXML", "the part list is checked first");
+        let bucket_id = store.meta.bucket(&b).await.unwrap().unwrap().id;
+        assert!(store.meta.object_by_key(bucket_id, "k").await.unwrap().is_none());
+        assert!(store.blobs.list_hashes().unwrap().is_empty());
+        assert!(files(&dir.path().join("tmp")).is_empty());
+        assert_eq!(store.list_parts(&b, &k, &upload.id, 0, 10).await.unwrap().0.len(), 2, "the upload is intact");
+        // The last part alone may be small.
+        store.complete_upload(&b, &k, &upload.id, &[(2, p2.etag())]).await.unwrap();
+    }
+
+    on_both_backends!(put_part_checks_the_number_and_the_upload);
+    async fn put_part_checks_the_number_and_the_upload(backend: TestBackend) {
+        let (dir, store) = store(backend).await;
+        let (b, k) = names("k");
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        let staged = |store: &Store| {
+            let mut w = store.blobs.writer_with_md5().unwrap();
+            w.write(b"hello").unwrap();
+            w.finish().unwrap()
+        };
+        for n in [0, MAX_PART_NUMBER + 1] {
+            let err = store.put_part(&b, &k, &upload.id, n, staged(&store)).await.unwrap_err();
+            assert_eq!(err.s3_code(), "InvalidArgument", "{n}");
+        }
+        let other = ObjectKey::parse("other").unwrap();
+        for (key, id) in [(&k, "nope"), (&other, upload.id.as_str())] {
+            let err = store.put_part(&b, key, id, 1, staged(&store)).await.unwrap_err();
+            assert_eq!(err.s3_code(), "NoSuchUpload");
+        }
+        let plain = stage(&store, b"hello");
+        assert!(matches!(store.put_part(&b, &k, &upload.id, 1, plain).await, Err(MultipartError::Other(_))));
+        assert!(files(&dir.path().join("tmp")).is_empty(), "refused parts leave no staged file");
+        assert!(files(&dir.path().join("parts")).is_empty());
+        let part = store.put_part(&b, &k, &upload.id, MAX_PART_NUMBER, staged(&store)).await.unwrap();
+        assert_eq!(part.etag(), "\"5d41402abc4b2a76b9719d911017c592\"", "md5(hello)");
+    }
+
+    on_both_backends!(abort_removes_the_parts_and_old_uploads_are_reclaimed);
+    async fn abort_removes_the_parts_and_old_uploads_are_reclaimed(backend: TestBackend) {
+        let (dir, store) = store(backend).await;
+        let (b, k) = names("k");
+        let kept = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        let aborted = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        put(&store, "k", &kept.id, 1, b"keep").await;
+        put(&store, "k", &aborted.id, 1, b"one").await;
+        put(&store, "k", &aborted.id, 2, b"two").await;
+        let (uploads, truncated) = store.list_uploads(&b, "", None, 10).await.unwrap();
+        assert_eq!(
+            (uploads.iter().map(|u| u.id.as_str()).collect::<Vec<_>>(), truncated),
+            (vec![&*kept.id, &*aborted.id], false)
+        );
+        store.abort_upload(&b, &k, &aborted.id).await.unwrap();
+        assert_eq!(files(&dir.path().join("parts")).len(), 1);
+        assert!(matches!(store.abort_upload(&b, &k, &aborted.id).await, Err(MultipartError::NoSuchUpload)));
+
+        assert_eq!(store.abort_uploads_older_than(Duration::from_secs(3600)).await.unwrap(), 0, "still young");
+        assert_eq!(store.abort_uploads_created_before(kept.created_at).await.unwrap(), 0, "not before itself");
+        // An hour on, as a dead client's upload would be.
+        assert_eq!(store.abort_uploads_created_before(kept.created_at + 3600).await.unwrap(), 1);
+        assert!(files(&dir.path().join("parts")).is_empty());
+        assert!(store.list_uploads(&b, "", None, 10).await.unwrap().0.is_empty());
+    }
+
+    on_both_backends!(a_complete_that_dies_before_its_commit_leaves_nothing_visible);
+    async fn a_complete_that_dies_before_its_commit_leaves_nothing_visible(backend: TestBackend) {
+        let (dir, store) = store(backend).await;
+        let (b, k) = names("k");
+        let before = store.put(&b, &k, stage(&store, b"before"), ObjectAttrs::default());
+        let before = before.await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        let p = put(&store, "k", &upload.id, 1, b"after").await;
+        let wanted = [(1, p.etag())];
+        let err = store
+            .complete_upload_with(&b, &k, &upload.id, &wanted, |_| Err(anyhow::anyhow!("killed")))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("killed"));
+        let bucket_id = store.meta.bucket(&b).await.unwrap().unwrap().id;
+        let object = store.meta.object_by_key(bucket_id, "k").await.unwrap().unwrap();
+        assert_eq!(object.sha256, before.sha256, "the old object is still the one visible");
+        assert!(store.blobs.path_of(&before.sha256).is_file(), "its retired blob was put back");
+        assert_eq!(store.meta.s3_etag(bucket_id, "k").await.unwrap(), None);
+        assert_eq!(store.list_parts(&b, &k, &upload.id, 0, 10).await.unwrap().0, vec![p.clone()], "upload intact");
+        // What a crash there leaves: the assembled blob installed without a row. The sweep takes it.
+        let report = store.sweep(Duration::ZERO).await.unwrap();
+        assert_eq!((report.unreferenced_blobs, report.part_files), (1, 0));
+        assert_eq!(store.blobs.list_hashes().unwrap(), vec![before.sha256.clone()]);
+        // And the client's retry completes.
+        store.complete_upload(&b, &k, &upload.id, &wanted).await.unwrap();
+        assert!(files(&dir.path().join("parts")).is_empty());
+    }
+
+    on_both_backends!(the_sweep_removes_part_files_no_upload_names);
+    async fn the_sweep_removes_part_files_no_upload_names(backend: TestBackend) {
+        let (dir, store) = store(backend).await;
+        let (b, k) = names("k");
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        let live = put(&store, "k", &upload.id, 1, b"live").await;
+        // A crash after a part's file was moved in but before its row committed, or after a Complete or Abort
+        // committed but before the files were removed: files no row names.
+        let parts = dir.path().join("parts");
+        for _ in 0..2 {
+            std::fs::write(parts.join(BlobStore::new_part_name()), b"orphan").unwrap();
+        }
+        std::fs::write(parts.join("not-a-part-name"), b"left alone").unwrap();
+        // A crash mid-part or mid-assembly: a staged file of a dead process.
+        std::fs::write(dir.path().join("tmp").join("stage-0-dead"), b"partial").unwrap();
+        let report = store.sweep(Duration::ZERO).await.unwrap();
+        assert_eq!((report.part_files, report.temp_files), (2, 1));
+        assert_eq!(files(&parts), vec![live.staged_name.clone(), "not-a-part-name".to_owned()]);
+        assert!(store.list_parts(&b, &k, &upload.id, 0, 10).await.is_ok());
+    }
+
+    on_both_backends!(deleting_a_bucket_drops_its_uploads);
+    async fn deleting_a_bucket_drops_its_uploads(backend: TestBackend) {
+        let (_dir, store) = store(backend).await;
+        let (b, k) = names("k");
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        put(&store, "k", &upload.id, 1, b"x").await;
+        store.delete_bucket(&b, false).await.unwrap();
+        assert_eq!(store.meta.upload(&upload.id).await.unwrap(), None);
+        assert_eq!(store.sweep(Duration::ZERO).await.unwrap().part_files, 1, "its part files are reclaimed");
+    }
+}
