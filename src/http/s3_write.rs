@@ -28,7 +28,6 @@ use crate::auth::sigv4::checksum::{Checksum, Checksummer};
 use crate::auth::sigv4::chunked::{ChunkedDecoder, header_checksum};
 use crate::auth::sigv4::{PayloadHash, RequestParts, SigV4Error, check_payload_sha256};
 use crate::auth::{Access, S3Grant, S3Target};
-use crate::header_values::etag_from_sha256;
 use crate::names::{BucketName, ObjectKey, parse_attrs};
 use crate::s3::request::{
     ListPartsParams, ListUploadsParams, MAX_COMPLETE_BODY, MAX_DELETE_BODY, RequestError,
@@ -280,8 +279,12 @@ async fn put_object(
 ) -> Result<Response, S3Error> {
     let attrs = object_attrs(headers)?;
     let staged = stage(app, grant, headers, body).await?;
-    let report = app.store.put(bucket, key, staged, attrs).await.map_err(ApiError::from)?;
-    Ok(with_etag(StatusCode::OK.into_response(), &etag_from_sha256(&report.sha256)))
+    // The ETag S3 gives a single-part upload is the content's MD5, and clients check it (s3cmd retries and fails
+    // otherwise, rclone compares it); reads keep the object's own ETag.
+    let md5 =
+        staged.md5.clone().ok_or_else(|| ApiError::Internal(anyhow::anyhow!("an S3 body is staged with its MD5")))?;
+    app.store.put(bucket, key, staged, attrs).await.map_err(ApiError::from)?;
+    Ok(with_etag(StatusCode::OK.into_response(), &format!("\"{md5}\"")))
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -22,6 +22,7 @@ mod limits;
 mod permissions;
 mod s3_clients;
 mod s3_listing;
+mod s3_writes;
 mod service;
 mod shared_cache;
 mod slow_readers;
