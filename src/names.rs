@@ -158,7 +158,7 @@ pub fn parse_object_path(path: &str) -> Result<(BucketName, ObjectKey), NameErro
 }
 
 /// The least string above every string that starts with `prefix` (`None`: no such bound, for `""`). Keys compare
-/// as UTF-8 bytes (SQLite's BINARY collation), which orders like code points, so this turns "starts with" into
+/// as UTF-8 bytes (SQLite's BINARY collation; PostgreSQL's keys are `COLLATE "C"`), which orders like code points, so this turns "starts with" into
 /// a range an index on keys can answer (the store's listing, the S3 listing's skip past a common prefix): bump the last character that can be bumped and drop what follows.
 pub fn prefix_upper_bound(prefix: &str) -> Option<String> {
     let mut chars: Vec<char> = prefix.chars().collect();

@@ -24,6 +24,8 @@ use crate::names::{BucketName, ObjectAttrs, ObjectKey};
 
 /// Every part but the last must have at least this many bytes (S3's rule).
 pub const MIN_PART_SIZE: u64 = 5 << 20;
+/// The most bytes one part may have (S3's rule; the route should refuse a larger body before staging it).
+pub const MAX_PART_SIZE: u64 = 5 << 30;
 /// Part numbers run from 1 to this.
 pub const MAX_PART_NUMBER: u32 = 10_000;
 /// Uploads reclaimed per transaction by `abort_uploads_older_than`.
@@ -48,6 +50,8 @@ pub enum MultipartError {
     NoParts,
     #[error("Your proposed upload is smaller than the minimum allowed size: part {part_number} has {size} bytes")]
     EntityTooSmall { part_number: u32, size: u64 },
+    #[error("Your proposed upload exceeds the maximum allowed size: a part may have at most 5 GiB ({size} bytes)")]
+    EntityTooLarge { size: u64 },
     #[error(transparent)]
     Other(#[from] anyhow::Error),
 }
@@ -63,6 +67,7 @@ impl MultipartError {
             MultipartError::InvalidPartOrder => "InvalidPartOrder",
             MultipartError::NoParts => "MalformedXML",
             MultipartError::EntityTooSmall { .. } => "EntityTooSmall",
+            MultipartError::EntityTooLarge { .. } => "EntityTooLarge",
             MultipartError::Other(_) => "InternalError",
         }
     }
@@ -161,6 +166,9 @@ impl Store {
     ) -> Result<PartRecord, MultipartError> {
         if !(1..=MAX_PART_NUMBER).contains(&part_number) {
             return Err(MultipartError::InvalidPartNumber(part_number));
+        }
+        if staged.size > MAX_PART_SIZE {
+            return Err(MultipartError::EntityTooLarge { size: staged.size });
         }
         let md5 = staged.md5.clone().context("a part must be staged with BlobStore::writer_with_md5")?;
         let mut tx = self.meta.lock_blob_refs().await?;

@@ -590,6 +590,18 @@ fn bad_credentials_get_the_right_s3_error_and_reveal_nothing() {
     // A response override added to a signed URL is not covered by the signature.
     let r = get(&format!("{url}&response-content-type=text%2Fhtml"), &[]);
     assert_eq!(s3_code(&r), "SignatureDoesNotMatch");
+    // `response-*` overrides apply to presigned requests only; a header-signed one is served as stored.
+    let path = "/bkt/pub/a.txt?response-content-type=text%2Fhtml";
+    let r = get(path, &sign(&good, path));
+    assert_eq!(r.status, 200);
+    assert_ne!(r.header("content-type"), Some("text/html"), "no override without a presign");
+    let overridden = presign(&good, path, 300);
+    let r = get(&overridden, &[]);
+    assert_eq!((r.status, r.header("content-type")), (200, Some("text/html")));
+    // An empty override never removes a stored header: refused, even when signed.
+    let empty = presign(&good, "/bkt/pub/a.txt?response-cache-control=", 300);
+    let r = get(&empty, &[]);
+    assert_eq!((r.status, s3_code(&r)), (400, "InvalidArgument".into()));
     // An expired presigned URL.
     let expired = presigned_path(
         &good,

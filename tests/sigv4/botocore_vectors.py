@@ -20,7 +20,16 @@ import time
 from urllib.parse import urlsplit
 
 import boto3
+
+try:
+    # botocore's optional CRT: CRC32C and CRC64NVME, and the CRT signer that aws-cli v2 uses. scripts/test
+    # installs it into target/botocore-crt only (PYTHONPATH), so other boto3 users keep botocore's own signer.
+    import awscrt  # noqa: F401
+except ImportError:
+    raise SystemExit("awscrt (botocore[crt]) is missing: scripts/test installs it with pip into target/botocore-crt")
+import botocore.auth
 from botocore.auth import S3SigV4Auth, S3SigV4QueryAuth
+from botocore.crt.auth import CrtS3SigV4Auth, CrtS3SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.credentials import Credentials
@@ -47,7 +56,10 @@ ODD_KEYS = [
     "query?like#hash",
 ]
 
+# The verifier's clock: before any signature, so that even a 1-second presign is still valid at it.
+NOW = int(time.time())
 cases = []
+CURRENT = {"impl": "python"}
 
 
 def b64(data):
@@ -71,8 +83,9 @@ def capture(request, **_):
 
 
 def wire_case(name, secret, method, url, headers, body=None, data=None, checksum=None):
+    name = f"[{CURRENT['impl']}] {name}"
     parts = urlsplit(url)
-    pairs = [["host", HOST]]
+    pairs = []
     for k, v in headers.items():
         k = k.decode() if isinstance(k, bytes) else k
         v = v.decode("latin-1") if isinstance(v, bytes) else v
@@ -80,6 +93,9 @@ def wire_case(name, secret, method, url, headers, body=None, data=None, checksum
         if k.lower() in ("transfer-encoding", "expect"):
             continue
         pairs.append([k, v])
+    # urllib3 adds Host when botocore did not (its Python signer signs it from the URL).
+    if not any(k.lower() == "host" for k, _ in pairs):
+        pairs.insert(0, ["host", HOST])
     cases.append(
         {
             "name": name,
@@ -116,8 +132,18 @@ def sdk_call(name, secret, call, data=None, checksum_header=None):
     raise SystemExit(f"botocore did not send {name}")
 
 
-for access_key, secret in KEYS:
+# Each client request twice: signed by botocore's Python signer and by the CRT's (aws-c-auth).
+IMPLEMENTATIONS = {
+    "python": (S3SigV4Auth, S3SigV4QueryAuth),
+    "crt": (CrtS3SigV4Auth, CrtS3SigV4QueryAuth),
+}
+
+for (impl, (header_auth, query_auth)), (access_key, secret) in [(i, k) for i in IMPLEMENTATIONS.items() for k in KEYS]:
+    botocore.auth.AUTH_TYPE_MAPS["s3v4"] = header_auth
+    botocore.auth.AUTH_TYPE_MAPS["s3v4-query"] = query_auth
     s3 = client_for(access_key, secret)
+    first_key = access_key == KEYS[0][0]
+    CURRENT["impl"] = impl
     for key in ODD_KEYS:
         sdk_call(f"get_object {key!r}", secret, lambda: s3.get_object(Bucket="bkt", Key=key, Range="bytes=0-9"))
         sdk_call(f"head_object {key!r}", secret, lambda: s3.head_object(Bucket="bkt", Key=key, IfMatch='"abc"'))
@@ -147,12 +173,12 @@ for access_key, secret in KEYS:
         checksum_header="x-amz-checksum-crc32",
     )
     # aws-chunked uploads: botocore's STREAMING-UNSIGNED-PAYLOAD-TRAILER with each checksum it computes itself.
-    # (CRC32C and CRC64NVME need botocore's optional CRT dependency: those are tested against the AWS trailer
-    # example and the CRC catalogue's check values instead.)
+    # CRC32C and CRC64NVME are computed by the AWS CRT (botocore[crt]), as aws-cli v2 does.
     # botocore sends 1 MiB chunks: the largest body has two data chunks (kept small: the JSON carries bodies).
     for size in [0, 1, 5000, 1024 * 1024 + 17]:
-        for algorithm in ["CRC32", "SHA1", "SHA256"]:
-            if size > 5000 and (algorithm != "CRC32" or access_key != KEYS[0][0]):
+        for algorithm in ["CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256"]:
+            large_ones = {("python", "CRC32"), ("crt", "CRC32C"), ("crt", "CRC64NVME")}
+            if size > 5000 and (not first_key or (impl, algorithm) not in large_ones):
                 continue
             data = bytes((i * 7 + size) % 251 for i in range(size))
             header = "x-amz-checksum-" + algorithm.lower()
@@ -201,8 +227,8 @@ for access_key, secret in KEYS:
     # parameters (some without values).
     credentials = Credentials(access_key, secret)
     for signer_name, signer in [
-        ("header", S3SigV4Auth(credentials, "s3", REGION)),
-        ("query", S3SigV4QueryAuth(credentials, "s3", REGION, expires=900)),
+        ("header", header_auth(credentials, "s3", REGION)),
+        ("query", query_auth(credentials, "s3", REGION, expires=900)),
     ]:
         request = AWSRequest(
             method="GET",
@@ -219,4 +245,4 @@ for access_key, secret in KEYS:
         prepared = request.prepare()
         wire_case(f"hand-made {signer_name}", secret, "GET", prepared.url, prepared.headers)
 
-json.dump({"now": int(time.time()), "region": REGION, "cases": cases}, sys.stdout)
+json.dump({"now": NOW, "region": REGION, "cases": cases}, sys.stdout)

@@ -92,6 +92,8 @@ enum State {
     Trailer,
     /// The empty line after the trailer was read: the body is complete.
     Done,
+    /// A feed or `finish` failed: the body is refused, and stays refused.
+    Failed,
 }
 
 /// The incremental aws-chunked decoder (see the module doc).
@@ -202,6 +204,17 @@ impl ChunkedDecoder {
     /// Decodes a prefix of `input`. Every call with a non-empty input consumes at least one byte or fails;
     /// call it again with the rest (see [`Self::feed_all`]).
     pub fn feed<'a>(&mut self, input: &'a [u8]) -> Result<Step<'a>, SigV4Error> {
+        let step = self.decode(input);
+        if step.is_err() {
+            self.state = State::Failed;
+        }
+        step
+    }
+
+    fn decode<'a>(&mut self, input: &'a [u8]) -> Result<Step<'a>, SigV4Error> {
+        if self.state == State::Failed {
+            return Err(refused());
+        }
         let mut consumed = 0;
         while consumed < input.len() {
             let rest = &input[consumed..];
@@ -235,6 +248,7 @@ impl ChunkedDecoder {
                     }
                 }
                 State::Done => return Err(malformed("data after the end of the aws-chunked body")),
+                State::Failed => return Err(refused()),
             }
         }
         Ok(Step { consumed, data: &[] })
@@ -260,6 +274,17 @@ impl ChunkedDecoder {
     /// The verdict once the input has ended: the body must be complete, of `x-amz-decoded-content-length`
     /// bytes, and its checksum must match.
     pub fn finish(&mut self) -> Result<Verdict, SigV4Error> {
+        let verdict = self.verdict();
+        if verdict.is_err() {
+            self.state = State::Failed;
+        }
+        verdict
+    }
+
+    fn verdict(&mut self) -> Result<Verdict, SigV4Error> {
+        if self.state == State::Failed {
+            return Err(refused());
+        }
         // Some clients end the body right after the trailer lines, without the empty line (or even without the
         // last CRLF).
         if self.state == State::Trailer {
@@ -292,7 +317,8 @@ impl ChunkedDecoder {
                     .ok_or_else(|| malformed(format!("{name} is not a base64 {} value", algorithm.name())))?
             }
         };
-        let computed = self.checksummer.take().expect("a checksummer for every expected checksum").finish();
+        // A clone, so that `finish` may be asked again and answers the same.
+        let computed = self.checksummer.clone().expect("a checksummer for every expected checksum").finish();
         if computed != presented {
             return Err(SigV4Error::BadDigest(presented.algorithm.name()));
         }
@@ -455,6 +481,11 @@ impl ChunkedDecoder {
     }
 }
 
+/// What a decoder answers once it has refused the body.
+fn refused() -> SigV4Error {
+    malformed("the aws-chunked body was already refused")
+}
+
 fn malformed(message: impl Into<String>) -> SigV4Error {
     SigV4Error::InvalidRequest(message.into())
 }
@@ -585,8 +616,10 @@ mod tests {
     fn unsigned_trailer_bodies_decode_and_check_their_checksum() {
         let data = b"hello, aws-chunked world";
         let good = format!("x-amz-checksum-crc32:{}\r\n\r\n", crc32(data));
-        let (out, verdict) = decode_all(&mut unsigned(24), &unsigned_body(data, &[5, 100], &good)).unwrap();
+        let mut decoder = unsigned(24);
+        let (out, verdict) = decode_all(&mut decoder, &unsigned_body(data, &[5, 100], &good)).unwrap();
         assert_eq!(out, data);
+        assert_eq!(decoder.finish(), Ok(verdict.clone()), "asked again, the same verdict");
         let checksum = Checksum { algorithm: ChecksumAlgorithm::Crc32, base64: crc32(data) };
         assert_eq!(verdict, Verdict { decoded_length: 24, checksum: Some(checksum) });
 
@@ -630,6 +663,19 @@ mod tests {
         for (body, len, want) in cases {
             assert_eq!(decode_all(&mut unsigned(len), &body).unwrap_err(), want, "{}", String::from_utf8_lossy(&body));
         }
+    }
+
+    #[test]
+    fn a_refused_body_stays_refused() {
+        let mut decoder = ChunkedDecoder::new(Framing::Signed(example_seed()), 66_560, None).unwrap();
+        let mut body = example_chunked_body(CHUNK_SIGNATURES, "\r\n");
+        body[100] = b'b';
+        assert_eq!(decoder.feed_all(&body, |_| {}), Err(SigV4Error::SignatureDoesNotMatch));
+        assert_eq!(decoder.feed(b"0\r\n"), Err(refused()));
+        assert_eq!(decoder.finish(), Err(refused()));
+        let mut decoder = unsigned(5);
+        assert_eq!(decoder.finish(), Err(SigV4Error::IncompleteBody));
+        assert_eq!(decoder.feed(b"5\r\n"), Err(refused()));
     }
 
     #[test]

@@ -525,3 +525,55 @@ fn the_key_cache_derives_once_per_day_and_never_serves_another_secret() {
     assert!(auth.verify(&r, SECRET, &cache).is_ok());
     assert_eq!(auth.verify(&r, b"rotated", &cache), Err(SigV4Error::SignatureDoesNotMatch));
 }
+
+mod robustness {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+        /// Any Authorization value, query and date parse to an answer (SigV4 or not, or a refusal), never a panic;
+        /// and what parses never verifies under a wrong secret.
+        #[test]
+        fn parsing_never_panics(
+            value in "(AWS4-HMAC-SHA256 )?(Credential=[A-Z0-9/a-z_]{0,40}|SignedHeaders=[a-z;-]{0,30}|Signature=[0-9a-f]{0,70}|[ ,=]{0,3}|\\PC{0,10}){0,6}",
+            query in "((X-Amz-[A-Za-z]{0,15}|[a-z]{1,5})(=[A-Za-z0-9%/+;_-]{0,20})?&?){0,8}",
+            date in "[0-9T Z]{0,18}",
+        ) {
+            let h = headers(&[("host", "h"), ("x-amz-content-sha256", EMPTY_SHA256), ("x-amz-date", &date), ("authorization", &value)]);
+            let r = request("GET", "/b/k", Some(&query), &h);
+            if let Ok(Some(auth)) = parse(&r, REGION, EXAMPLE_TIME) {
+                prop_assert!(auth.verify(&r, b"not the secret", &SigningKeyCache::new(2)).is_err());
+            }
+            let none = HeaderMap::new();
+            let _ = parse(&request("GET", "/b/k", Some(&query), &none), REGION, EXAMPLE_TIME);
+        }
+
+        /// Any bytes, in any framing, fed in any split: an answer, never a panic, and never more data than
+        /// `x-amz-decoded-content-length`.
+        #[test]
+        fn decoding_never_panics(
+            body in proptest::collection::vec(prop_oneof![Just(b'\r'), Just(b'\n'), Just(b'0'), Just(b';'), Just(b':'), any::<u8>()], 0..300),
+            len in 0u64..64,
+            cut in any::<usize>(),
+            framing in 0..3,
+        ) {
+            let framing = match framing {
+                0 => Framing::UnsignedTrailer,
+                1 => Framing::Signed(trailer_seed()),
+                _ => Framing::SignedTrailer(trailer_seed()),
+            };
+            let trailer = (!matches!(framing, Framing::Signed(_))).then_some(checksum::ChecksumAlgorithm::Crc32);
+            let mut decoder = ChunkedDecoder::new(framing, len, trailer).unwrap();
+            let at = cut % (body.len() + 1);
+            let mut out = 0;
+            let fed = decoder.feed_all(&body[..at], |d| out += d.len()).and_then(|()| decoder.feed_all(&body[at..], |d| out += d.len()));
+            if fed.is_ok() {
+                let _ = decoder.finish();
+            }
+            prop_assert!(out as u64 <= len);
+        }
+    }
+}

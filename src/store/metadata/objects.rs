@@ -500,17 +500,6 @@ mod tests {
         assert_eq!(list("a/", 1).await, ["a/1", "a/2", "a/3"]);
         assert_eq!(list("a", 3).await, ["a", "a/1", "a/2", "a/3", "a0"]);
         assert!(list("c", 2).await.is_empty());
-        let from = |prefix: &'static str, from: &'static str| {
-            let meta = meta.clone();
-            async move {
-                let rows = meta.list_objects_page_from(bucket.id, prefix, from, 10).await.unwrap();
-                rows.into_iter().map(|r| r.key).collect::<Vec<_>>()
-            }
-        };
-        assert_eq!(from("", "a0").await, ["a0", "b"], "inclusive");
-        assert_eq!(from("a/", "a/2").await, ["a/2", "a/3"]);
-        assert_eq!(from("a/", "").await, ["a/1", "a/2", "a/3"], "never below the prefix");
-        assert!(from("a/", "a0").await.is_empty());
     }
 
     #[tokio::test]
@@ -556,5 +545,28 @@ mod tests {
         assert_eq!((b.public, b.default_cache_control.as_deref()), (false, None));
         assert_eq!(meta.bucket(&name).await.unwrap().unwrap(), b);
         assert!(meta.update_bucket(&BucketName::parse("nope").unwrap(), Some(true), None).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_page_can_start_at_a_key_inclusive() {
+        let (_dir, meta) = database().await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let mut tx = meta.begin_write().await.unwrap();
+        for key in ["a", "a/1", "a/2", "a/3", "a0", "b"] {
+            let key = ObjectKey::parse(key).unwrap();
+            tx.upsert_object(bucket.id, &key, &"0".repeat(64), 0, &ObjectAttrs::default(), 0).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+        let from = |prefix: &'static str, from: &'static str| {
+            let meta = meta.clone();
+            async move {
+                let rows = meta.list_objects_page_from(bucket.id, prefix, from, 10).await.unwrap();
+                rows.into_iter().map(|r| r.key).collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(from("", "a0").await, ["a0", "b"], "inclusive");
+        assert_eq!(from("a/", "a/2").await, ["a/2", "a/3"]);
+        assert_eq!(from("a/", "").await, ["a/1", "a/2", "a/3"], "never below the prefix");
+        assert!(from("a/", "a0").await.is_empty());
     }
 }
