@@ -88,6 +88,8 @@ pub(super) trait BodyFilter {
     type Error: From<ApiError>;
     /// Whether the staged blob needs its MD5 (an S3 part's ETag, `Content-MD5`).
     const MD5: bool = false;
+    /// Body bytes gathered before they go to disk in one blocking call.
+    const BATCH: usize = WRITE_BATCH;
     fn data(&mut self, chunk: Bytes, out: &mut Vec<Bytes>) -> Result<(), Self::Error>;
     fn end(&mut self) -> Result<(), Self::Error>;
 }
@@ -119,7 +121,7 @@ pub(super) async fn stage_body<F: BodyFilter>(
 ) -> Result<StagedBlob, F::Error> {
     let body_idle = app.settings.timeouts.body_idle;
     let mut pace = BodyPace::new(app.settings.limits.min_upload_rate, body_idle, Instant::now());
-    let mut staging = Staging::new(app.store.blobs.clone(), F::MD5);
+    let mut staging = Staging::new(app.store.blobs.clone(), F::MD5, F::BATCH);
     let mut stream = body.into_data_stream();
     let mut received: u64 = 0;
     let mut pieces = Vec::new();
@@ -201,17 +203,18 @@ struct Staging {
     batched: usize,
     /// Whether the temp file's writer also computes the MD5.
     md5: bool,
+    batch_size: usize,
 }
 
 impl Staging {
-    fn new(blobs: BlobStore, md5: bool) -> Self {
-        Self { blobs, writer: None, writing: None, batch: Vec::new(), batched: 0, md5 }
+    fn new(blobs: BlobStore, md5: bool, batch_size: usize) -> Self {
+        Self { blobs, writer: None, writing: None, batch: Vec::new(), batched: 0, md5, batch_size }
     }
 
     async fn push(&mut self, chunk: Bytes) -> Result<(), ApiError> {
         self.batched += chunk.len();
         self.batch.push(chunk);
-        if self.batched < WRITE_BATCH {
+        if self.batched < self.batch_size {
             return Ok(());
         }
         self.wait_for_write().await?;
