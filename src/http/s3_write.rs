@@ -480,3 +480,60 @@ async fn list_uploads(
     };
     Ok(xml_response(xml::list_multipart_uploads(&page, &owner())))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::sigv4::checksum::ChecksumAlgorithm;
+    use crate::auth::sigv4::chunked::Framing;
+
+    fn unsigned_body() -> S3Body {
+        let decoder = ChunkedDecoder::new(Framing::UnsignedTrailer, 11, Some(ChecksumAlgorithm::Crc32)).unwrap();
+        S3Body { decoder: Some(decoder), header_checksum: None }
+    }
+
+    /// Feeds `body` in two pieces split at `at`; the object bytes yielded, and the verdict.
+    fn run(mut filter: S3Body, body: &[u8], at: usize) -> (Vec<u8>, Result<(), S3Error>) {
+        let (mut out, mut pieces) = (Vec::new(), Vec::new());
+        for part in [&body[..at], &body[at..]] {
+            if let Err(e) = filter.data(Bytes::copy_from_slice(part), &mut pieces) {
+                return (out, Err(e));
+            }
+            pieces.drain(..).for_each(|p| out.extend_from_slice(&p));
+        }
+        (out, filter.end())
+    }
+
+    fn code(result: Result<(), S3Error>) -> &'static str {
+        match result {
+            Err(S3Error::S3 { code, .. }) => code,
+            other => panic!("not an S3 refusal: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn aws_chunked_bodies_yield_their_object_bytes_at_any_split_and_a_wrong_trailer_is_bad_digest() {
+        let good = b"b\r\nhello world\r\n0\r\nx-amz-checksum-crc32:DUoRhQ==\r\n\r\n";
+        let bad = b"b\r\nhello world\r\n0\r\nx-amz-checksum-crc32:DUoRhA==\r\n\r\n";
+        for at in 0..=good.len() {
+            let (out, verdict) = run(unsigned_body(), good, at);
+            assert_eq!(out, b"hello world", "split at {at}");
+            assert!(verdict.is_ok(), "split at {at}");
+            assert_eq!(code(run(unsigned_body(), bad, at).1), "BadDigest", "split at {at}");
+        }
+        assert_eq!(code(run(unsigned_body(), &good[..12], 6).1), "IncompleteBody");
+    }
+
+    #[test]
+    fn a_plain_body_is_checked_against_its_checksum_header() {
+        let presented = Checksum::parse(ChecksumAlgorithm::Crc32, "DUoRhQ==").unwrap();
+        let plain = |c: &Checksum| S3Body {
+            decoder: None,
+            header_checksum: Some((c.clone(), Checksummer::new(ChecksumAlgorithm::Crc32))),
+        };
+        let (out, verdict) = run(plain(&presented), b"hello world", 4);
+        assert_eq!(out, b"hello world");
+        assert!(verdict.is_ok());
+        assert_eq!(code(run(plain(&presented), b"hello worle", 4).1), "BadDigest");
+    }
+}
