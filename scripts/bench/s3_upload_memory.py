@@ -102,9 +102,13 @@ def main():
             with Sampler(server.pid) as sampler:
                 procs = [cp(f"{phase.split()[0]}-{i}.bin") for i in range(count)]
                 codes = [p.wait() for p in procs]
-            if any(codes):
-                sys.exit(f"{phase}: aws s3 cp failed: {codes}")
             results[phase] = (idle, sampler.peak, time.time() - started)
+            print(f"{phase:>12}: idle {idle / 1024:.1f} MiB, peak {sampler.peak / 1024:.1f} MiB, "
+                  f"growth {(sampler.peak - idle) / 1024:.1f} MiB", flush=True)
+            if any(codes):
+                # Beyond limits.max_concurrent_uploads (default 64) parts get 503 SlowDown; aws-cli (10 parts per
+                # file) retries 4 times, so 8 files at once can exceed the default cap.
+                sys.exit(f"{phase}: aws s3 cp failed: {codes}")
         listing = [json.loads(l) for l in run("ls", "bkt", "--json").splitlines()]
         sizes = {o["key"]: o["size"] for o in listing}
         assert len(sizes) == 1 + args.concurrent and set(sizes.values()) == {args.size_mib << 20}, sizes
