@@ -246,6 +246,9 @@ fn raise_open_file_limit() -> u64 {
 
 /// The admin listener: hyper's HTTP/1.1 server with its timer installed, so `header_read_timeout` really fires
 /// (axum::serve offers no way to set a timer). Idle keep-alive connections close on shutdown.
+/// The most an admin connection buffers of what it reads (hyper's `max_buf_size`; a request head must fit).
+const ADMIN_READ_BUFFER: usize = 64 * 1024;
+
 async fn serve_admin(
     listener: TcpListener,
     router: axum::Router,
@@ -278,6 +281,9 @@ async fn serve_admin(
         tracker.spawn(async move {
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder.timer(TokioTimer::new()).header_read_timeout(header_read_timeout);
+            // Upload bodies are read in pieces of at most this much per connection (hyper's default grows to
+            // ~400 KiB), so many parallel S3 part uploads keep the server's memory flat.
+            builder.max_buf_size(ADMIN_READ_BUFFER);
             // hyper's `Uri` would drop a `#` fragment unseen; the guard makes hyper refuse it (400) instead.
             let stream = crate::http::fragment_guard::FragmentGuard::new(stream);
             let conn = builder.serve_connection(TokioIo::new(stream), service);

@@ -309,6 +309,8 @@ pub struct S3Grant {
     pub key: Arc<S3KeyRecord>,
     /// A presigned URL (query auth): only then do `response-*` overrides apply.
     pub presigned: bool,
+    /// What the signature covers of the body (an upload's payload hash, its aws-chunked seed).
+    pub verified: sigv4::Verified,
 }
 
 /// The failure-metric label of a SigV4 refusal.
@@ -386,7 +388,7 @@ impl<L: CredentialLookup> Authorizer<L> {
             }
             Err(Denial::Forbidden) => return Err(AuthError::Forbidden),
         }
-        Ok(S3Grant { key, presigned: verified.kind == AuthKind::Query })
+        Ok(S3Grant { key, presigned: verified.kind == AuthKind::Query, verified })
     }
 
     /// The same authoriser with another clock (tests).

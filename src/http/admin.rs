@@ -5,6 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::State;
 use axum::response::IntoResponse;
 use axum::routing::{get, put};
@@ -22,13 +23,41 @@ pub fn admin_router(state: AdminState) -> Router {
         .route("/metrics", get(metrics))
         .route("/stats", get(stats))
         // Any other path is an object path; the handlers parse and validate it. GET and HEAD are S3 reads only.
-        .fallback(put(super::upload::put_object).delete(super::upload::delete_object).get(s3_read).head(s3_read))
+        .fallback(put(native_or_s3_put).delete(native_or_s3_delete).post(s3_post).get(s3_read).head(s3_read))
         // hyper would buffer nothing anyway; this only lifts axum's default 2 MB cap so the limit is ours.
         .layer(axum::extract::DefaultBodyLimit::disable())
         .layer(tower::util::MapResponseLayer::new(super::error::log_server_error))
         // No failure log here: `log_server_error` logs a 5xx once, with its cause, and load shedding not at all.
         .layer(tower_http::trace::TraceLayer::new_for_http().on_failure(()))
         .with_state(state)
+}
+
+/// A SigV4 PUT is an S3 write (`s3_write`); anything else keeps the native upload.
+async fn native_or_s3_put(State(app): State<AdminState>, request: axum::extract::Request) -> axum::response::Response {
+    if super::s3_write::is_s3_write(&request) {
+        return super::s3_write::serve(app, request).await;
+    }
+    let (parts, body) = request.into_parts();
+    super::upload::put_object(State(app), parts.uri, parts.headers, Body::new(body)).await.into_response()
+}
+
+async fn native_or_s3_delete(
+    State(app): State<AdminState>,
+    request: axum::extract::Request,
+) -> axum::response::Response {
+    if super::s3_write::is_s3_write(&request) {
+        return super::s3_write::serve(app, request).await;
+    }
+    let (parts, _body) = request.into_parts();
+    super::upload::delete_object(State(app), parts.uri, parts.headers).await.into_response()
+}
+
+/// POST is S3 only (DeleteObjects, CreateMultipartUpload, CompleteMultipartUpload).
+async fn s3_post(State(app): State<AdminState>, request: axum::extract::Request) -> axum::response::Response {
+    if super::s3_write::is_s3_write(&request) {
+        return super::s3_write::serve(app, request).await;
+    }
+    (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "PUT,DELETE")]).into_response()
 }
 
 /// S3 reads on the admin listener: listings, HeadBucket, GetBucketLocation, HeadObject, through the same handler
@@ -38,6 +67,9 @@ pub fn admin_router(state: AdminState) -> Router {
 async fn s3_read(State(app): State<AdminState>, request: axum::extract::Request) -> axum::response::Response {
     if !super::s3::is_s3_request(&request) {
         return (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "PUT,DELETE")]).into_response();
+    }
+    if super::s3_write::is_s3_write(&request) {
+        return super::s3_write::serve(app, request).await;
     }
     let path = request.uri().path().to_owned();
     let is_get = request.method() == http::Method::GET;

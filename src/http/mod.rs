@@ -12,6 +12,7 @@ pub mod object;
 pub mod range;
 pub mod s3;
 mod s3_list;
+pub mod s3_write;
 #[cfg(test)]
 mod signed_url_tests;
 pub mod upload;

@@ -64,13 +64,13 @@ fn is_s3_only_path(path: &str) -> bool {
 }
 
 /// What an S3 path names.
-enum S3Path {
+pub(super) enum S3Path {
     Service,
     Bucket(BucketName),
     Object(BucketName, ObjectKey),
 }
 
-fn parse_path(path: &str) -> Result<S3Path, S3Error> {
+pub(super) fn parse_path(path: &str) -> Result<S3Path, S3Error> {
     if path == "/" {
         return Ok(S3Path::Service);
     }
@@ -305,7 +305,7 @@ async fn route(
     }
 }
 
-fn with_principal(app: &DataState, mut response: Response, grant: &S3Grant) -> Response {
+pub(super) fn with_principal(app: &DataState, mut response: Response, grant: &S3Grant) -> Response {
     if app.log_principal {
         response.extensions_mut().insert(Principal::S3(grant.key.id.as_str().into()));
     }

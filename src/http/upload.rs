@@ -60,7 +60,7 @@ pub async fn put_object(
         return Err(ApiError::TooManyUploads);
     };
     let _counted = crate::metrics::upload_in_progress();
-    let staged = stage_body(&app, body, limit).await?;
+    let staged = stage_body(&app, body, limit, &mut Plain).await?;
     if declared.is_some_and(|n| n != staged.size) {
         return Err(ApiError::BadRequest("body length differs from Content-Length".into()));
     }
@@ -80,34 +80,83 @@ pub async fn delete_object(State(app): State<AdminState>, uri: Uri, headers: Hea
     }
 }
 
-/// Streams the body into a staged blob. Each wait for body bytes is bounded by `timeouts.body_idle`, and each
-/// `body_idle` window must bring `limits.min_upload_rate` bytes per second on average.
-async fn stage_body(app: &AdminState, body: Body, limit: u64) -> Result<StagedBlob, ApiError> {
+/// What an upload body goes through on its way to disk: the native API stores it as sent; S3 decodes aws-chunked
+/// framing and checks checksums (`s3_write`). `data` gets each received chunk and pushes the object bytes it
+/// holds (sub-slices, never copies) onto `out`; `end` is called once the body has ended, before anything is
+/// fsynced, and refuses a body that did not verify.
+pub(super) trait BodyFilter {
+    type Error: From<ApiError>;
+    /// Whether the staged blob needs its MD5 (an S3 part's ETag, `Content-MD5`).
+    const MD5: bool = false;
+    /// Body bytes gathered before they go to disk in one blocking call.
+    const BATCH: usize = WRITE_BATCH;
+    fn data(&mut self, chunk: Bytes, out: &mut Vec<Bytes>) -> Result<(), Self::Error>;
+    fn end(&mut self) -> Result<(), Self::Error>;
+}
+
+/// The native body: stored as sent.
+struct Plain;
+
+impl BodyFilter for Plain {
+    type Error = ApiError;
+
+    fn data(&mut self, chunk: Bytes, out: &mut Vec<Bytes>) -> Result<(), ApiError> {
+        out.push(chunk);
+        Ok(())
+    }
+
+    fn end(&mut self) -> Result<(), ApiError> {
+        Ok(())
+    }
+}
+
+/// Streams the body into a staged blob, through `filter`. Each wait for body bytes is bounded by
+/// `timeouts.body_idle`, and each `body_idle` window must bring `limits.min_upload_rate` bytes per second on
+/// average. `limit` bounds the bytes received.
+pub(super) async fn stage_body<F: BodyFilter>(
+    app: &AdminState,
+    body: Body,
+    limit: u64,
+    filter: &mut F,
+) -> Result<StagedBlob, F::Error> {
     let body_idle = app.settings.timeouts.body_idle;
     let mut pace = BodyPace::new(app.settings.limits.min_upload_rate, body_idle, Instant::now());
-    let mut staging = Staging::new(app.store.blobs.clone());
+    let mut staging = Staging::new(app.store.blobs.clone(), F::MD5, F::BATCH);
     let mut stream = body.into_data_stream();
     let mut received: u64 = 0;
-    let failure = loop {
+    let mut pieces = Vec::new();
+    let failure: F::Error = loop {
         let chunk = match tokio::time::timeout(body_idle, stream.next()).await {
             Err(_elapsed) => {
                 crate::metrics::upload_body_timeout();
-                break ApiError::BodyTimeout;
+                break ApiError::BodyTimeout.into();
             }
-            Ok(None) => return staging.finish().await,
-            Ok(Some(Err(e))) => break ApiError::BadRequest(format!("upload interrupted: {e}")),
+            Ok(None) => match filter.end() {
+                Ok(()) => return Ok(staging.finish().await?),
+                Err(e) => break e,
+            },
+            Ok(Some(Err(e))) => break ApiError::BadRequest(format!("upload interrupted: {e}")).into(),
             Ok(Some(Ok(chunk))) => chunk,
         };
         received += chunk.len() as u64;
         if !pace.keeps_up(chunk.len() as u64, Instant::now()) {
             crate::metrics::upload_body_timeout();
-            break ApiError::BodyTooSlow(app.settings.limits.min_upload_rate);
+            break ApiError::BodyTooSlow(app.settings.limits.min_upload_rate).into();
         }
         if received > limit {
-            break ApiError::PayloadTooLarge(format!("objects are limited to {limit} bytes"));
+            break ApiError::PayloadTooLarge(format!("objects are limited to {limit} bytes")).into();
         }
-        if let Err(e) = staging.push(chunk).await {
+        if let Err(e) = filter.data(chunk, &mut pieces) {
             break e;
+        }
+        let mut pushed = Ok(());
+        for piece in pieces.drain(..) {
+            if pushed.is_ok() {
+                pushed = staging.push(piece).await;
+            }
+        }
+        if let Err(e) = pushed {
+            break e.into();
         }
     };
     staging.abandon().await;
@@ -152,30 +201,33 @@ struct Staging {
     writing: Option<JoinHandle<std::io::Result<BlobWriter>>>,
     batch: Vec<Bytes>,
     batched: usize,
+    /// Whether the temp file's writer also computes the MD5.
+    md5: bool,
+    batch_size: usize,
 }
 
 impl Staging {
-    fn new(blobs: BlobStore) -> Self {
-        Self { blobs, writer: None, writing: None, batch: Vec::new(), batched: 0 }
+    fn new(blobs: BlobStore, md5: bool, batch_size: usize) -> Self {
+        Self { blobs, writer: None, writing: None, batch: Vec::new(), batched: 0, md5, batch_size }
     }
 
     async fn push(&mut self, chunk: Bytes) -> Result<(), ApiError> {
         self.batched += chunk.len();
         self.batch.push(chunk);
-        if self.batched < WRITE_BATCH {
+        if self.batched < self.batch_size {
             return Ok(());
         }
         self.wait_for_write().await?;
-        let (writer, batch, blobs) = self.take_batch();
-        self.writing = Some(tokio::task::spawn_blocking(move || write_batch(&blobs, writer, &batch)));
+        let (writer, batch, blobs, md5) = self.take_batch();
+        self.writing = Some(tokio::task::spawn_blocking(move || write_batch(&blobs, md5, writer, &batch)));
         Ok(())
     }
 
     /// Writes what is left and fsyncs.
     async fn finish(mut self) -> Result<StagedBlob, ApiError> {
         self.wait_for_write().await?;
-        let (writer, batch, blobs) = self.take_batch();
-        joined(tokio::task::spawn_blocking(move || write_batch(&blobs, writer, &batch)?.finish()).await)
+        let (writer, batch, blobs, md5) = self.take_batch();
+        joined(tokio::task::spawn_blocking(move || write_batch(&blobs, md5, writer, &batch)?.finish()).await)
     }
 
     /// Waits for the batch in flight, then drops the writer, which removes the temp file.
@@ -191,16 +243,22 @@ impl Staging {
         Ok(())
     }
 
-    fn take_batch(&mut self) -> (Option<BlobWriter>, Vec<Bytes>, BlobStore) {
+    fn take_batch(&mut self) -> (Option<BlobWriter>, Vec<Bytes>, BlobStore, bool) {
         self.batched = 0;
-        (self.writer.take(), std::mem::take(&mut self.batch), self.blobs.clone())
+        (self.writer.take(), std::mem::take(&mut self.batch), self.blobs.clone(), self.md5)
     }
 }
 
 /// On the blocking pool: creates the temp file if this is the first batch, then appends the batch.
-fn write_batch(blobs: &BlobStore, writer: Option<BlobWriter>, batch: &[Bytes]) -> std::io::Result<BlobWriter> {
+fn write_batch(
+    blobs: &BlobStore,
+    md5: bool,
+    writer: Option<BlobWriter>,
+    batch: &[Bytes],
+) -> std::io::Result<BlobWriter> {
     let mut writer = match writer {
         Some(writer) => writer,
+        None if md5 => blobs.writer_with_md5()?,
         None => blobs.writer()?,
     };
     for chunk in batch {

@@ -26,6 +26,7 @@ mod postgres;
 mod replicas;
 mod s3_clients;
 mod s3_listing;
+mod s3_writes;
 mod service;
 mod shared_blobs;
 mod shared_cache;

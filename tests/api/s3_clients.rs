@@ -17,7 +17,7 @@ pub const ODD_KEYS: &[&str] = &["dir/a b+c%d.txt", "dir/sub/é ü.bin", "top+plu
 
 /// The python3 that has boto3 (resolved once with the developer's environment: a pyenv shim would need its
 /// `$HOME`), and the directory of its scripts (`aws`).
-fn python() -> &'static PathBuf {
+pub fn python() -> &'static PathBuf {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
     PYTHON.get_or_init(|| {
         require_tool("python3", "with pip packages boto3 and awscli");
@@ -46,7 +46,7 @@ pub fn clean_command(program: impl AsRef<std::ffi::OsStr>, home: &Path) -> Comma
     cmd
 }
 
-fn run_ok(cmd: &mut Command) -> String {
+pub fn run_ok(cmd: &mut Command) -> String {
     let out = cmd.output().expect("run client");
     assert!(
         out.status.success(),
@@ -323,7 +323,7 @@ fn boto3_session(w: &World) {
 }
 
 /// aws-cli's config and credentials files under `home`.
-fn aws_home(home: &Path, key: &AccessKey) {
+pub fn aws_home(home: &Path, key: &AccessKey) {
     let dir = home.join(".aws");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
@@ -338,7 +338,7 @@ fn aws_home(home: &Path, key: &AccessKey) {
     .unwrap();
 }
 
-fn aws(home: &Path, endpoint: &str, args: &[&str]) -> String {
+pub fn aws(home: &Path, endpoint: &str, args: &[&str]) -> String {
     let aws = python().parent().unwrap().join("aws");
     assert!(aws.exists(), "aws-cli is not installed next to {} (pip install awscli)", python().display());
     run_ok(clean_command(python(), home).arg(aws).args(["--endpoint-url", endpoint]).args(args))
@@ -377,7 +377,7 @@ fn aws_cli_lists_copies_down_and_presigns() {
     assert_eq!(sha256_hex(&std::fs::read(&fetched).unwrap()), sha256_hex(w.bytes("100%.txt")));
 }
 
-fn rclone(home: &Path, args: &[&str]) -> String {
+pub fn rclone(home: &Path, args: &[&str]) -> String {
     require_tool("rclone", "apt package rclone");
     let config = home.join("rclone.conf");
     run_ok(clean_command("rclone", home).arg("--config").arg(&config).args(args))
@@ -426,7 +426,7 @@ fn rclone_lists_copies_and_checks_with_both_list_versions() {
     }
 }
 
-fn s3cmd(home: &Path, args: &[&str]) -> Output {
+pub fn s3cmd(home: &Path, args: &[&str]) -> Output {
     require_tool("s3cmd", "apt package s3cmd");
     clean_command("s3cmd", home).arg("-c").arg(home.join(".s3cfg")).args(args).output().expect("run s3cmd")
 }

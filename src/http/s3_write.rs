@@ -1,0 +1,539 @@
+//! S3 writes, on the admin listener only (the data listener stays body-free and answers them `MethodNotAllowed`):
+//! PutObject, DeleteObject, DeleteObjects (`POST /{bucket}?delete`) and multipart uploads (`POST ?uploads`,
+//! `PUT ?partNumber=&uploadId=`, `POST ?uploadId=`, `DELETE ?uploadId=`, `GET /{bucket}?uploads`,
+//! `GET ?uploadId=`), over the store's multipart layer.
+//!
+//! Every write is authorised (`Authorizer::s3` with `Access::Write`, from the headers alone) before its body is
+//! read. Object and part bodies stream to disk through `upload::stage_body`, with the native uploads' admission,
+//! `body_idle`, minimum rate and batching; on the way they are decoded ([`S3Body`]: aws-chunked with or without
+//! chunk signatures, `x-amz-decoded-content-length`) and checked (a hex `x-amz-content-sha256`, `Content-MD5`,
+//! `x-amz-checksum-*` as header or trailer). A body that does not verify is refused before anything commits, and
+//! its staged file is removed. The small XML bodies of Complete and DeleteObjects are read into memory, bounded.
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, StatusCode};
+
+use super::AdminState;
+use super::error::ApiError;
+use super::s3::{AMZ_REQUEST_ID, S3Context, S3Error, S3Path, parse_path, with_principal, xml_response};
+use super::upload::{BodyFilter, stage_body};
+use crate::auth::sigv4::checksum::{Checksum, Checksummer};
+use crate::auth::sigv4::chunked::{ChunkedDecoder, header_checksum};
+use crate::auth::sigv4::{PayloadHash, RequestParts, SigV4Error, check_payload_sha256};
+use crate::auth::{Access, S3Grant, S3Target};
+use crate::names::{BucketName, ObjectKey, parse_attrs};
+use crate::s3::request::{
+    ListPartsParams, ListUploadsParams, MAX_COMPLETE_BODY, MAX_DELETE_BODY, RequestError,
+    parse_complete_multipart_upload, parse_delete,
+};
+use crate::s3::xml::{self, DeleteOutcome, ListedPart, ListedUpload, Owner, PartsPage, UploadsPage};
+use crate::store::StagedBlob;
+use crate::store::multipart::MultipartError;
+
+/// Whether an admin-listener request is an S3 write (or a multipart listing, which only the admin listener
+/// answers): a SigV4 request with a method that writes, or a GET naming `uploads` / `uploadId`.
+pub fn is_s3_write(request: &Request) -> bool {
+    if !super::s3::is_s3_request(request) {
+        return false;
+    }
+    match *request.method() {
+        Method::PUT | Method::POST | Method::DELETE => true,
+        Method::GET => query_pairs(request.uri().query()).iter().any(|(k, _)| k == "uploads" || k == "uploadId"),
+        _ => false,
+    }
+}
+
+/// Serves one S3 write on the admin listener.
+pub async fn serve(app: AdminState, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let ctx = S3Context::new(parts.uri.path());
+    let mut response = match route(&app, &parts, body).await {
+        Ok(response) => response,
+        Err(e) => e.render(&ctx),
+    };
+    response.headers_mut().insert(AMZ_REQUEST_ID.clone(), ctx.request_id.clone());
+    response
+}
+
+fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
+    form_urlencoded::parse(query.unwrap_or("").as_bytes()).map(|(k, v)| (k.into_owned(), v.into_owned())).collect()
+}
+
+async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Result<Response, S3Error> {
+    let request = RequestParts {
+        method: parts.method.as_str(),
+        path: parts.uri.path(),
+        query: parts.uri.query(),
+        headers: &parts.headers,
+    };
+    let query = query_pairs(parts.uri.query());
+    let param = |name: &str| query.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let method = &parts.method;
+    match parse_path(request.path)? {
+        S3Path::Service => Err(ApiError::MethodNotAllowed.into()),
+        S3Path::Bucket(name) => {
+            let bucket = app.data.catalog.bucket(name.as_str()).await?;
+            let grant = app.auth.s3(&request, S3Target::Bucket(bucket.as_ref()), Access::Write).await?;
+            bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?;
+            let response = if *method == Method::POST && param("delete").is_some() {
+                delete_objects(app, &name, &grant, &parts.headers, body).await?
+            } else if *method == Method::GET && param("uploads").is_some() {
+                list_uploads(app, &name, &grant, request.query.unwrap_or("")).await?
+            } else {
+                return Err(ApiError::MethodNotAllowed.into());
+            };
+            Ok(with_principal(&app.data, response, &grant))
+        }
+        S3Path::Object(name, key) => {
+            let bucket = app.data.catalog.bucket(name.as_str()).await?;
+            let grant = app.auth.s3(&request, S3Target::Object(bucket.as_ref(), &key), Access::Write).await?;
+            bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?;
+            let upload_id = param("uploadId");
+            let response = match (method.clone(), upload_id) {
+                (Method::PUT, None) => put_object(app, &name, &key, &grant, &parts.headers, body).await?,
+                (Method::PUT, Some(id)) => {
+                    let number = param("partNumber").and_then(|n| n.parse::<u32>().ok()).ok_or_else(|| {
+                        S3Error::new(StatusCode::BAD_REQUEST, "InvalidArgument", "partNumber must be 1 to 10000")
+                    })?;
+                    upload_part(app, &name, &key, id, number, &grant, &parts.headers, body).await?
+                }
+                (Method::DELETE, None) => {
+                    app.store.delete(&name, &key).await.map_err(ApiError::from)?;
+                    StatusCode::NO_CONTENT.into_response()
+                }
+                (Method::DELETE, Some(id)) => {
+                    app.store.abort_upload(&name, &key, id).await.map_err(multipart_error)?;
+                    StatusCode::NO_CONTENT.into_response()
+                }
+                (Method::POST, None) if param("uploads").is_some() => {
+                    let attrs = object_attrs(&parts.headers)?;
+                    let upload = app.store.create_upload(&name, &key, attrs).await.map_err(multipart_error)?;
+                    xml_response(xml::initiate_multipart_upload(name.as_str(), key.as_str(), &upload.id))
+                }
+                (Method::POST, Some(id)) => complete(app, &name, &key, id, &grant, &parts.headers, body).await?,
+                (Method::GET, Some(id)) => list_parts(app, &name, &key, id, request.query.unwrap_or("")).await?,
+                _ => return Err(ApiError::MethodNotAllowed.into()),
+            };
+            Ok(with_principal(&app.data, response, &grant))
+        }
+    }
+}
+
+fn object_attrs(headers: &HeaderMap) -> Result<crate::names::ObjectAttrs, S3Error> {
+    let text = |name: header::HeaderName| -> Result<Option<String>, S3Error> {
+        headers
+            .get(&name)
+            .map(|v| v.to_str().map(str::to_owned).map_err(|_| bad_request(format!("{name} is not ASCII"))))
+            .transpose()
+    };
+    Ok(parse_attrs(text(header::CONTENT_TYPE)?, text(header::CACHE_CONTROL)?, text(header::CONTENT_DISPOSITION)?)
+        .map_err(ApiError::from)?)
+}
+
+fn bad_request(message: String) -> S3Error {
+    S3Error::new(StatusCode::BAD_REQUEST, "InvalidArgument", message)
+}
+
+fn request_error(e: RequestError) -> S3Error {
+    S3Error::new(StatusCode::BAD_REQUEST, e.code(), e.to_string())
+}
+
+fn sigv4_error(e: SigV4Error) -> S3Error {
+    S3Error::new(e.status(), e.code(), e.to_string())
+}
+
+fn multipart_error(e: MultipartError) -> S3Error {
+    let status = match e {
+        MultipartError::NoSuchUpload | MultipartError::NoSuchBucket(_) => StatusCode::NOT_FOUND,
+        MultipartError::Other(e) => return ApiError::Internal(e).into(),
+        _ => StatusCode::BAD_REQUEST,
+    };
+    S3Error::new(status, e.s3_code(), e.to_string())
+}
+
+/// How an S3 body is decoded and checked on its way to disk (see the module doc).
+struct S3Body {
+    /// For the aws-chunked forms.
+    decoder: Option<ChunkedDecoder>,
+    /// An `x-amz-checksum-*` header on a plain body, with the running checksum.
+    header_checksum: Option<(Checksum, Checksummer)>,
+}
+
+impl S3Body {
+    fn for_request(grant: &S3Grant, headers: &HeaderMap) -> Result<Self, S3Error> {
+        let decoder = ChunkedDecoder::for_request(&grant.verified, headers).map_err(sigv4_error)?;
+        let header_checksum = match decoder {
+            Some(_) => None,
+            None => header_checksum(headers).map_err(sigv4_error)?.map(|c| {
+                let summer = Checksummer::new(c.algorithm);
+                (c, summer)
+            }),
+        };
+        Ok(Self { decoder, header_checksum })
+    }
+}
+
+impl BodyFilter for S3Body {
+    type Error = S3Error;
+    const MD5: bool = true;
+    /// Smaller than the native batch: S3 clients upload many parts at once (aws-cli: 10 per file), and the
+    /// server's memory must stay flat however many run (README, "S3 clients").
+    const BATCH: usize = 128 * 1024;
+
+    fn data(&mut self, chunk: Bytes, out: &mut Vec<Bytes>) -> Result<(), S3Error> {
+        let Some(decoder) = &mut self.decoder else {
+            if let Some((_, summer)) = &mut self.header_checksum {
+                summer.update(&chunk);
+            }
+            out.push(chunk);
+            return Ok(());
+        };
+        let mut offset = 0;
+        while offset < chunk.len() {
+            let step = decoder.feed(&chunk[offset..]).map_err(sigv4_error)?;
+            if !step.data.is_empty() {
+                // A sub-slice of the chunk: the same bytes, not a copy.
+                let start = step.data.as_ptr() as usize - chunk.as_ptr() as usize;
+                out.push(chunk.slice(start..start + step.data.len()));
+            }
+            offset += step.consumed;
+        }
+        Ok(())
+    }
+
+    fn end(&mut self) -> Result<(), S3Error> {
+        if let Some(decoder) = &mut self.decoder {
+            decoder.finish().map_err(sigv4_error)?;
+        }
+        if let Some((presented, summer)) = self.header_checksum.take() {
+            if summer.finish() != presented {
+                return Err(sigv4_error(SigV4Error::BadDigest(presented.algorithm.name())));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The checks only the whole staged body can answer: a hex `x-amz-content-sha256` (plain bodies) and
+/// `Content-MD5`. Dropping a refused `StagedBlob` removes its file.
+fn check_staged(grant: &S3Grant, headers: &HeaderMap, staged: &StagedBlob) -> Result<(), S3Error> {
+    if let PayloadHash::Sha256(signed) = grant.verified.payload {
+        let mut received = [0u8; 32];
+        hex::decode_to_slice(&staged.sha256, &mut received).map_err(|e| ApiError::Internal(e.into()))?;
+        check_payload_sha256(&signed, &received).map_err(sigv4_error)?;
+    }
+    if let Some(value) = headers.get("content-md5") {
+        let invalid =
+            || S3Error::new(StatusCode::BAD_REQUEST, "InvalidDigest", "The Content-MD5 you specified was invalid.");
+        let sent = value.to_str().ok().and_then(|v| STANDARD.decode(v.trim()).ok()).filter(|d| d.len() == 16);
+        let sent = sent.ok_or_else(invalid)?;
+        if staged.md5.as_deref() != Some(hex::encode(sent).as_str()) {
+            return Err(S3Error::new(
+                StatusCode::BAD_REQUEST,
+                "BadDigest",
+                "The Content-MD5 you specified did not match what we received.",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Stages an object or part body: admission (`limits.max_concurrent_uploads`), then the body to disk, decoded
+/// and checked.
+async fn stage(app: &AdminState, grant: &S3Grant, headers: &HeaderMap, body: Body) -> Result<StagedBlob, S3Error> {
+    let limit = app.settings.limits.max_upload_bytes;
+    let mut filter = S3Body::for_request(grant, headers)?;
+    let declared = match &filter.decoder {
+        Some(_) => crate::auth::sigv4::chunked::decoded_content_length(headers).ok(),
+        None => headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok()),
+    };
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::PayloadTooLarge(format!("objects are limited to {limit} bytes")).into());
+    }
+    let Ok(_in_progress) = app.uploads.try_acquire() else {
+        crate::metrics::upload_refused();
+        return Err(ApiError::TooManyUploads.into());
+    };
+    let _counted = crate::metrics::upload_in_progress();
+    // The aws-chunked framing adds a little per chunk; the decoded length is checked by the decoder.
+    let raw_limit = limit.saturating_add(limit / 64).saturating_add(64 << 10);
+    let staged = stage_body(app, body, raw_limit, &mut filter).await?;
+    if filter.decoder.is_none() && staged.size > limit {
+        return Err(ApiError::PayloadTooLarge(format!("objects are limited to {limit} bytes")).into());
+    }
+    check_staged(grant, headers, &staged)?;
+    Ok(staged)
+}
+
+async fn put_object(
+    app: &AdminState,
+    bucket: &BucketName,
+    key: &ObjectKey,
+    grant: &S3Grant,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, S3Error> {
+    let attrs = object_attrs(headers)?;
+    let staged = stage(app, grant, headers, body).await?;
+    // The ETag S3 gives a single-part upload is the content's MD5, and clients check it (s3cmd retries and fails
+    // otherwise, rclone compares it); reads keep the object's own ETag.
+    let md5 =
+        staged.md5.clone().ok_or_else(|| ApiError::Internal(anyhow::anyhow!("an S3 body is staged with its MD5")))?;
+    app.store.put(bucket, key, staged, attrs).await.map_err(ApiError::from)?;
+    Ok(with_etag(StatusCode::OK.into_response(), &format!("\"{md5}\"")))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn upload_part(
+    app: &AdminState,
+    bucket: &BucketName,
+    key: &ObjectKey,
+    upload_id: &str,
+    part_number: u32,
+    grant: &S3Grant,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, S3Error> {
+    if !(1..=crate::store::multipart::MAX_PART_NUMBER).contains(&part_number) {
+        return Err(multipart_error(MultipartError::InvalidPartNumber(part_number)));
+    }
+    // An unknown upload is refused before its body is read.
+    app.store.upload_of(bucket, key, upload_id).await.map_err(multipart_error)?;
+    let staged = stage(app, grant, headers, body).await?;
+    let part = app.store.put_part(bucket, key, upload_id, part_number, staged).await.map_err(multipart_error)?;
+    Ok(with_etag(StatusCode::OK.into_response(), &part.etag()))
+}
+
+fn with_etag(mut response: Response, etag: &str) -> Response {
+    if let Ok(value) = HeaderValue::from_str(etag) {
+        response.headers_mut().insert(header::ETAG, value);
+    }
+    response
+}
+
+/// A small XML request body (Complete, Delete), read into memory up to `limit` bytes, decoded and checked like
+/// an object body.
+async fn small_body(grant: &S3Grant, headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<u8>, S3Error> {
+    let too_large = || request_error(RequestError::TooLarge { limit });
+    let mut filter = S3Body::for_request(grant, headers)?;
+    let mut stream = body.into_data_stream();
+    let (mut received, mut decoded, mut pieces) = (0usize, Vec::new(), Vec::new());
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("request body interrupted: {e}")))?;
+        received += chunk.len();
+        if received > limit.saturating_add(64 << 10) {
+            return Err(too_large());
+        }
+        filter.data(chunk, &mut pieces)?;
+        for piece in pieces.drain(..) {
+            decoded.extend_from_slice(&piece);
+        }
+        if decoded.len() > limit {
+            return Err(too_large());
+        }
+    }
+    filter.end()?;
+    if let PayloadHash::Sha256(signed) = grant.verified.payload {
+        let received: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(&decoded).into();
+        check_payload_sha256(&signed, &received).map_err(sigv4_error)?;
+    }
+    if let Some(value) = headers.get("content-md5") {
+        let sent = value.to_str().ok().and_then(|v| STANDARD.decode(v.trim()).ok());
+        let computed = <md5::Md5 as md5::Digest>::digest(&decoded);
+        if sent.as_deref() != Some(computed.as_slice()) {
+            return Err(S3Error::new(
+                StatusCode::BAD_REQUEST,
+                "BadDigest",
+                "The Content-MD5 you specified did not match what we received.",
+            ));
+        }
+    }
+    Ok(decoded)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn complete(
+    app: &AdminState,
+    bucket: &BucketName,
+    key: &ObjectKey,
+    upload_id: &str,
+    grant: &S3Grant,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, S3Error> {
+    let body = small_body(grant, headers, body, MAX_COMPLETE_BODY).await?;
+    let parts = parse_complete_multipart_upload(&body).map_err(request_error)?;
+    let parts: Vec<(u32, String)> = parts.into_iter().map(|p| (p.part_number, p.etag)).collect();
+    let report = app.store.complete_upload(bucket, key, upload_id, &parts).await.map_err(multipart_error)?;
+    let location = format!("/{}/{}", bucket.as_str(), key.as_str());
+    Ok(xml_response(xml::complete_multipart_upload(&location, bucket.as_str(), key.as_str(), &report.s3_etag)))
+}
+
+async fn delete_objects(
+    app: &AdminState,
+    bucket: &BucketName,
+    grant: &S3Grant,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, S3Error> {
+    let body = small_body(grant, headers, body, MAX_DELETE_BODY).await?;
+    let request = parse_delete(&body).map_err(request_error)?;
+    let mut outcomes = Vec::with_capacity(request.keys.len());
+    for raw in request.keys {
+        let failed =
+            |code: &str, message: String| DeleteOutcome::Failed { key: raw.clone(), code: code.into(), message };
+        let outcome = match ObjectKey::parse(&raw) {
+            Err(e) => failed("InvalidArgument", e.to_string()),
+            // The key's prefix bounds each key, as it bounds a single DeleteObject.
+            Ok(key) if !key.as_str().starts_with(&grant.key.prefix) => failed("AccessDenied", "Access Denied".into()),
+            Ok(key) => match app.store.delete(bucket, &key).await {
+                Ok(_) => DeleteOutcome::Deleted { key: raw.clone() },
+                Err(e) => {
+                    tracing::error!(error = ?e, "DeleteObjects: cannot delete a key");
+                    failed("InternalError", "We encountered an internal error. Please try again.".into())
+                }
+            },
+        };
+        outcomes.push(outcome);
+    }
+    Ok(xml_response(xml::delete_result(outcomes, request.quiet)))
+}
+
+fn owner() -> Owner {
+    Owner { id: "blobgate".into(), display_name: "blobgate".into() }
+}
+
+async fn list_parts(
+    app: &AdminState,
+    bucket: &BucketName,
+    key: &ObjectKey,
+    upload_id: &str,
+    query: &str,
+) -> Result<Response, S3Error> {
+    let params = ListPartsParams::from_query(query).map_err(request_error)?;
+    let (parts, is_truncated) = app
+        .store
+        .list_parts(bucket, key, upload_id, params.part_number_marker, params.max_parts)
+        .await
+        .map_err(multipart_error)?;
+    let page = PartsPage {
+        bucket: bucket.as_str().to_owned(),
+        key: key.as_str().to_owned(),
+        upload_id: upload_id.to_owned(),
+        part_number_marker: params.part_number_marker,
+        max_parts: params.max_parts,
+        is_truncated,
+        parts: parts
+            .iter()
+            .map(|p| ListedPart {
+                part_number: p.part_number,
+                last_modified: p.created_at,
+                etag: p.etag(),
+                size: p.size,
+            })
+            .collect(),
+    };
+    Ok(xml_response(xml::list_parts(&page, &owner())))
+}
+
+/// ListMultipartUploads, within the key's prefix (a request for a shorter prefix is narrowed to it, another one
+/// refused). `delimiter` is not grouped: every upload is listed.
+async fn list_uploads(
+    app: &AdminState,
+    bucket: &BucketName,
+    grant: &S3Grant,
+    query: &str,
+) -> Result<Response, S3Error> {
+    let params = ListUploadsParams::from_query(query).map_err(request_error)?;
+    let key_prefix = grant.key.prefix.as_str();
+    let prefix = if params.prefix.starts_with(key_prefix) {
+        params.prefix.clone()
+    } else if key_prefix.starts_with(&params.prefix) {
+        key_prefix.to_owned()
+    } else {
+        return Err(crate::auth::AuthError::Forbidden.into());
+    };
+    let after = params.key_marker.as_deref().map(|k| (k, params.upload_id_marker.as_deref()));
+    let (uploads, is_truncated) =
+        app.store.list_uploads(bucket, &prefix, after, params.max_uploads).await.map_err(multipart_error)?;
+    let page = UploadsPage {
+        bucket: bucket.as_str().to_owned(),
+        prefix: params.prefix.clone(),
+        delimiter: None,
+        key_marker: params.key_marker.clone(),
+        upload_id_marker: params.upload_id_marker.clone(),
+        max_uploads: params.max_uploads,
+        is_truncated,
+        uploads: uploads
+            .into_iter()
+            .map(|u| ListedUpload { key: u.key, upload_id: u.id, initiated: u.created_at })
+            .collect(),
+        common_prefixes: Vec::new(),
+        url_encoded: params.url_encoded,
+    };
+    Ok(xml_response(xml::list_multipart_uploads(&page, &owner())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::sigv4::checksum::ChecksumAlgorithm;
+    use crate::auth::sigv4::chunked::Framing;
+
+    fn unsigned_body() -> S3Body {
+        let decoder = ChunkedDecoder::new(Framing::UnsignedTrailer, 11, Some(ChecksumAlgorithm::Crc32)).unwrap();
+        S3Body { decoder: Some(decoder), header_checksum: None }
+    }
+
+    /// Feeds `body` in two pieces split at `at`; the object bytes yielded, and the verdict.
+    fn run(mut filter: S3Body, body: &[u8], at: usize) -> (Vec<u8>, Result<(), S3Error>) {
+        let (mut out, mut pieces) = (Vec::new(), Vec::new());
+        for part in [&body[..at], &body[at..]] {
+            if let Err(e) = filter.data(Bytes::copy_from_slice(part), &mut pieces) {
+                return (out, Err(e));
+            }
+            pieces.drain(..).for_each(|p| out.extend_from_slice(&p));
+        }
+        (out, filter.end())
+    }
+
+    fn code(result: Result<(), S3Error>) -> &'static str {
+        match result {
+            Err(S3Error::S3 { code, .. }) => code,
+            other => panic!("not an S3 refusal: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn aws_chunked_bodies_yield_their_object_bytes_at_any_split_and_a_wrong_trailer_is_bad_digest() {
+        let good = b"b\r\nhello world\r\n0\r\nx-amz-checksum-crc32:DUoRhQ==\r\n\r\n";
+        let bad = b"b\r\nhello world\r\n0\r\nx-amz-checksum-crc32:DUoRhA==\r\n\r\n";
+        for at in 0..=good.len() {
+            let (out, verdict) = run(unsigned_body(), good, at);
+            assert_eq!(out, b"hello world", "split at {at}");
+            assert!(verdict.is_ok(), "split at {at}");
+            assert_eq!(code(run(unsigned_body(), bad, at).1), "BadDigest", "split at {at}");
+        }
+        assert_eq!(code(run(unsigned_body(), &good[..12], 6).1), "IncompleteBody");
+    }
+
+    #[test]
+    fn a_plain_body_is_checked_against_its_checksum_header() {
+        let presented = Checksum::parse(ChecksumAlgorithm::Crc32, "DUoRhQ==").unwrap();
+        let plain = |c: &Checksum| S3Body {
+            decoder: None,
+            header_checksum: Some((c.clone(), Checksummer::new(ChecksumAlgorithm::Crc32))),
+        };
+        let (out, verdict) = run(plain(&presented), b"hello world", 4);
+        assert_eq!(out, b"hello world");
+        assert!(verdict.is_ok());
+        assert_eq!(code(run(plain(&presented), b"hello worle", 4).1), "BadDigest");
+    }
+}
