@@ -586,7 +586,10 @@ mod tests {
             for (url, target) in [
                 ("postgres://u:secret@db/bg", "PostgreSQL database bg on db:5432 as u"),
                 ("postgresql://u:secret@db:6432/bg?host=/run/pg", "PostgreSQL database bg on /run/pg:6432 as u"),
-                ("postgres://u:secret@/bg?host=%2Frun%2Fpg", "PostgreSQL database bg on /run/pg:5432 as u"),
+                (
+                    "postgres:///bg?host=%2Frun%2Fpg&user=u&password=secret",
+                    "PostgreSQL database bg on /run/pg:5432 as u",
+                ),
                 ("postgres://u@db", "PostgreSQL database u on db:5432 as u"),
             ] {
                 jail.set_env("BLOBGATE_DATABASE_URL", url);

@@ -26,7 +26,7 @@ pub struct Cli {
     // clap would print the variable's value, empty when unset, as `[env: BLOBGATE_CONFIG=]`.
     #[arg(long, global = true, value_name = "FILE", env = "BLOBGATE_CONFIG", hide_env = true)]
     pub config: Option<PathBuf>,
-    /// Where the metadata lives: sqlite://PATH (PostgreSQL is not supported yet) [env: BLOBGATE_DATABASE_URL]
+    /// Where the metadata lives: sqlite://PATH or postgres://USER:PASS@HOST:PORT/DB [env: BLOBGATE_DATABASE_URL]
     /// [default: sqlite://<data-dir>/blobgate.db]
     #[arg(long, global = true, value_name = "URL")]
     pub database_url: Option<String>,
@@ -114,6 +114,9 @@ pub enum Command {
     /// Manage signed-URL keys, and revoke single signed URLs.
     #[command(subcommand)]
     Signing(SigningCommand),
+    /// Database maintenance.
+    #[command(subcommand)]
+    Db(DbCommand),
     /// Per-object download stats, highest first.
     Stats {
         /// Only this bucket's objects.
@@ -252,6 +255,17 @@ pub enum TokenCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum DbCommand {
+    /// Copy every bucket, object, token, signing key, revoked URL and stats row into an empty database (e.g. from
+    /// SQLite to PostgreSQL), in one transaction, and check the counts. Blobs stay in the data dir.
+    Copy {
+        /// The target database: postgres://USER:PASS@HOST:PORT/DB (or sqlite://PATH). Its migrations are applied.
+        #[arg(long, value_name = "URL")]
+        to: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum SigningCommand {
     /// Add a new signing key; new links are signed with it, old ones keep verifying.
     Rotate,
@@ -303,7 +317,8 @@ fn access(command: &Command) -> Access {
         | Command::Ls { .. }
         | Command::Stats { .. }
         | Command::Token(TokenCommand::List)
-        | Command::Signing(SigningCommand::List) => Access::Read,
+        | Command::Signing(SigningCommand::List)
+        | Command::Db(DbCommand::Copy { .. }) => Access::Read,
         _ => Access::Write,
     }
 }
@@ -409,9 +424,27 @@ pub async fn run_command(command: Command, settings: Settings) -> anyhow::Result
         }
         Command::Signing(command) => auth::signing(&store, command).await,
         Command::Stats { bucket, prefix, top, by, json } => stats::stats(&store, bucket, &prefix, top, by, json).await,
+        Command::Db(DbCommand::Copy { to }) => copy_database(&store, &to, &settings).await,
     };
     store.meta.close().await;
     result
+}
+
+/// `db copy --to URL`: prints one JSON line with the rows copied per table.
+async fn copy_database(store: &Store, to: &str, settings: &Settings) -> anyhow::Result<()> {
+    let target_url = crate::config::DatabaseUrl::parse(to).map_err(|e| anyhow::anyhow!("--to: {e}"))?;
+    if target_url == settings.database_url()? {
+        bail!("--to names the database being copied");
+    }
+    let target = crate::store::Metadata::open(&target_url, &settings.data_dir, settings.timeouts.sqlite_busy)
+        .await
+        .map_err(|e| anyhow::anyhow!("--to: {e:#}"))?;
+    let copied = store.meta.copy_to(&target).await;
+    target.close().await;
+    let copied: serde_json::Map<String, serde_json::Value> =
+        copied?.into_iter().map(|(table, rows)| (table.to_owned(), rows.into())).collect();
+    println!("{}", serde_json::json!({ "to": target_url.to_string(), "copied": copied }));
+    Ok(())
 }
 
 /// A Unix time as RFC 3339 (UTC, seconds): how every command prints times.

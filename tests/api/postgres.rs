@@ -138,3 +138,70 @@ fn two_servers_on_one_database_lose_no_stats_increment() {
     assert_eq!(s[0]["requests"].as_u64(), Some(2 * per_server), "{s}");
     assert_eq!(s[0]["bytes_sent"].as_u64(), Some(2 * per_server * bytes.len() as u64), "{s}");
 }
+
+#[test]
+fn db_copy_moves_an_sqlite_database_to_postgres_and_refuses_a_non_empty_target() {
+    let env = TestEnv::new();
+    env.bucket("open", true);
+    env.bucket("closed", false);
+    let script = b"function f() { return 1; }\n".repeat(200);
+    env.put_bytes("open", "app.js", &script, &["--precompress"]);
+    let secret = test_bytes(50_000, 17);
+    env.put_bytes("closed", "secret.bin", &secret, &[]);
+    let reader = env.token("closed", "read", &[]);
+    env.token("closed", "read", &[]);
+    env.ok(&["token", "revoke", token_id(&env.token("closed", "admin", &[]))]);
+    env.ok(&["signing", "rotate"]);
+    let signed = env.ok(&["presign", "closed", "secret.bin"]).trim().to_owned();
+    let revoked = env.ok(&["presign", "closed", "secret.bin", "--expires-in", "600"]).trim().to_owned();
+    env.ok(&["signing", "revoke-url", &revoked]);
+    {
+        let mut server = env.serve();
+        assert_eq!(server.get("/open/app.js", &[("Accept-Encoding", "br")]).status, 200);
+        assert_eq!(server.get_auth("/closed/secret.bin", &reader, &[]).status, 200);
+        assert_eq!(server.stop(), Some(0));
+    }
+    let sqlite_stats = env.ok(&["stats", "--json"]);
+    let sqlite_tokens = env.ok(&["token", "list"]);
+
+    let target = postgres_database();
+    let pg = [("BLOBGATE_DATABASE_URL", target.as_str())];
+    let out = env.ok(&["db", "copy", "--to", &target]);
+    let report: serde_json::Value = serde_json::from_str(out.trim()).expect("db copy prints JSON");
+    let copied = &report["copied"];
+    for (table, rows) in [
+        ("buckets", 2),
+        ("objects", 2),
+        ("object_variants", 2),
+        ("tokens", 3),
+        ("signing_keys", 1),
+        ("revoked_signatures", 1),
+        ("object_stats", 2),
+    ] {
+        assert_eq!(copied[table], rows, "{table}: {report}");
+    }
+    assert!(!out.contains("blobgate@") && !out.contains(":blobgate"), "no credentials in {out}");
+
+    // Everything reads back the same from PostgreSQL, with the same data dir.
+    let on_pg = |args: &[&str]| {
+        let out = env.cli_env(args, &pg);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(on_pg(&["stats", "--json"]), sqlite_stats);
+    assert_eq!(on_pg(&["token", "list"]), sqlite_tokens);
+    let server = env.serve_with(&pg, &[]);
+    let got = server.get_auth("/closed/secret.bin", &reader, &[]);
+    assert!(got.status == 200 && got.body == secret, "the token works on PostgreSQL");
+    let br = server.get("/open/app.js", &[("Accept-Encoding", "br")]);
+    assert_eq!((br.status, br.header("content-encoding")), (200, Some("br")), "the variant was copied");
+    assert_eq!(server.get(path_of_url(&signed), &[]).status, 200, "the sealed signing key opens");
+    assert_eq!(server.get(path_of_url(&revoked), &[]).status, 401, "the revoked URL stays revoked");
+    assert!(on_pg(&["bucket", "create", "new-bucket"]).contains("new-bucket"), "bucket ids continue");
+
+    // A second copy finds the target in use: refused, and nothing changes.
+    let before = (on_pg(&["bucket", "list"]), on_pg(&["ls", "closed"]), on_pg(&["token", "list"]));
+    let line = env.fails(&["db", "copy", "--to", &target]);
+    assert!(line.contains("not empty") && line.contains("nothing was copied"), "{line}");
+    assert_eq!((on_pg(&["bucket", "list"]), on_pg(&["ls", "closed"]), on_pg(&["token", "list"])), before);
+}

@@ -186,6 +186,76 @@ mod tests {
         assert_eq!(ChangeKind::parse("s3_key").as_str(), "s3_key");
     }
 
+    /// Every kind of change, as the log names it: (kind, bucket_id, name).
+    async fn log_of_every_change(backend: super::super::TestBackend) -> Vec<(String, Option<i64>, String)> {
+        use crate::names::{ObjectAttrs, ObjectKey};
+        use crate::store::metadata::{Scope, SigningKey, TokenRecord, VariantRecord};
+        let (_dir, meta) = database(backend).await;
+        let meta = meta.with_secrets_key(crate::store::sealing::SecretsKey::from_bytes([3; 32]));
+        let start = meta.feed().last_change().await.unwrap();
+        let name = BucketName::parse("bkt").unwrap();
+        let bucket = meta.create_bucket(&name, false, 0).await.unwrap();
+        meta.update_bucket(&name, Some(true), None).await.unwrap();
+        let key = ObjectKey::parse("k").unwrap();
+        let variant = VariantRecord { encoding: "br".into(), sha256: "b".repeat(64), size: 1 };
+        let mut tx = meta.begin_write().await.unwrap();
+        tx.upsert_object(bucket.id, &key, &"a".repeat(64), 2, &ObjectAttrs::default(), 0).await.unwrap();
+        tx.replace_variants(bucket.id, "k", std::slice::from_ref(&variant)).await.unwrap();
+        tx.upsert_object(bucket.id, &key, &"c".repeat(64), 2, &ObjectAttrs::default(), 1).await.unwrap();
+        tx.commit().await.unwrap();
+        let token = TokenRecord {
+            id: "tok".into(),
+            secret_hash: vec![0; 32],
+            bucket_id: bucket.id,
+            bucket_name: "bkt".into(),
+            prefix: String::new(),
+            scope: Scope::Read,
+            created_at: 0,
+            expires_at: None,
+            revoked_at: None,
+        };
+        meta.create_token(&token).await.unwrap();
+        meta.revoke_token("tok", 1).await.unwrap();
+        let signing = SigningKey { id: "key".into(), secret: vec![1; 32], created_at: 0, retired_at: None };
+        meta.create_signing_key(&signing).await.unwrap();
+        meta.retire_signing_key("key", 1).await.unwrap();
+        meta.revoke_signature("sig", 10, 1).await.unwrap();
+        let mut tx = meta.begin_write().await.unwrap();
+        tx.delete_object(bucket.id, &key).await.unwrap();
+        tx.delete_empty_bucket(bucket.id).await.unwrap();
+        tx.commit().await.unwrap();
+        let changes = meta.feed().changes_since(start).await.unwrap();
+        changes.into_iter().map(|c| (c.kind.as_str().to_owned(), c.bucket_id, c.name)).collect()
+    }
+
+    #[tokio::test]
+    async fn both_backends_log_the_same_rows_for_every_change() {
+        use super::super::TestBackend;
+        let sqlite = log_of_every_change(TestBackend::Sqlite).await;
+        let postgres = log_of_every_change(TestBackend::Postgres).await;
+        let row = |kind: &str, bucket: Option<i64>, name: &str| (kind.to_owned(), bucket, name.to_owned());
+        let expected = vec![
+            row("bucket", Some(1), "bkt"),
+            row("bucket", Some(1), "bkt"),
+            row("bucket", Some(1), "bkt"),
+            row("object", Some(1), "k"),
+            row("object", Some(1), "k"),
+            row("object", Some(1), "k"),
+            row("object", Some(1), "k"),
+            row("token", None, "tok"),
+            row("token", None, "tok"),
+            row("signing_key", None, "key"),
+            row("signing_key", None, "key"),
+            row("revoked_signature", None, "sig"),
+            row("object", Some(1), "k"),
+            row("object", Some(1), "k"),
+            row("token", None, "tok"),
+            row("bucket", Some(1), "bkt"),
+        ];
+        assert_eq!(sqlite, expected, "SQLite");
+        assert_eq!(postgres, expected, "PostgreSQL");
+    }
+
     backend_tests! {
         async fn a_commit_moves_the_feed_and_logs_what_changed(backend) {
             let (_dir, meta) = database(backend).await;

@@ -22,7 +22,7 @@
 //!
 //! Submodules: `pool` (open, migrations, read-only open, close), `objects` (buckets and objects), `auth` (tokens,
 //! signing keys, revoked signatures), `stats` (download counters), `variants`
-//! (precompressed variants of objects), `changes` (the change feed, over the
+//! (precompressed variants of objects), `copy` (`db copy`), `changes` (the change feed, over the
 //! `generation` counter).
 
 /// Runs `$body` with `$pool` bound to the backend's pool; each arm is compiled for its own database, so the SQL text
@@ -79,6 +79,7 @@ pub(crate) use pool::tests::{TestBackend, database_url as test_database_url};
 
 mod auth;
 mod changes;
+mod copy;
 mod generation;
 mod objects;
 mod pool;
@@ -91,6 +92,7 @@ use sqlx::{PgPool, Postgres, Sqlite, SqlitePool, Transaction};
 
 pub use auth::{Scope, SigningKey, TokenRecord};
 pub use changes::{CacheChange, ChangeFeed, ChangeKind};
+pub use copy::CopyError;
 pub use objects::{Bucket, ObjectRecord, Upsert};
 pub use stats::{ObjectStats, StatsOrder};
 pub use variants::VariantRecord;
