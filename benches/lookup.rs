@@ -63,7 +63,8 @@ fn main() {
     if sizes.is_empty() {
         sizes = vec![1_000, 1_000_000];
     }
-    let backends = match args.iter().find(|a| matches!(a.as_str(), "sqlite" | "postgres" | "both")).map(String::as_str) {
+    let chosen = args.iter().find(|a| matches!(a.as_str(), "sqlite" | "postgres" | "both"));
+    let backends = match chosen.map(String::as_str) {
         Some("postgres") => vec![Backend::Postgres],
         Some("both") => vec![Backend::Sqlite, Backend::Postgres],
         _ => vec![Backend::Sqlite],

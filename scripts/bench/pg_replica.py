@@ -13,7 +13,7 @@ Usage (from the project root, after `cargo build --release`):
     python3 scripts/bench/pg_replica.py [--rounds 6] [--secs 8] [--bin target/release/blobgate] [--json OUT]
 Quote the ratios, never the absolute req/s.
 """
-import argparse, json, os, re, shutil, signal, statistics, subprocess, sys
+import argparse, json, os, re, shutil, signal, statistics, subprocess, sys, time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -63,7 +63,14 @@ def wrk(server, secs, conns=64):
            server.url("small.bin")]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), int(errors.group(1)) if errors else 0
+    requests = int(re.search(r"(\d+) requests in", out).group(1))
+    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), int(errors.group(1)) if errors else 0, requests
+
+
+def transactions(server_url, database):
+    """Transactions the cluster has counted on `database` (PostgreSQL's cumulative statistics)."""
+    sql = f"SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = '{database}'"
+    return int(run(["psql", server_url, "-Atqc", sql]).strip())
 
 
 def main():
@@ -99,6 +106,8 @@ def main():
             assert compare.curl(s, "small.bin").startswith("200 4096"), s.name
             wrk(s, 1)
         rows = []
+        time.sleep(1.5)  # backends flush their statistics at most once a second
+        tx_before = transactions(server_url, "bench_replica")
         for r in range(a.rounds):
             order = servers if r % 2 == 0 else servers[::-1]
             got = {}
@@ -108,6 +117,11 @@ def main():
             print(f"round {r + 1}: sqlite {got['sqlite'][0]:,.0f} req/s, postgres {got['postgres'][0]:,.0f} req/s, "
                   f"ratio {got['postgres'][0] / got['sqlite'][0]:.3f}, non-2xx {got['sqlite'][1]}/{got['postgres'][1]}",
                   flush=True)
+        time.sleep(1.5)
+        pg_tx = transactions(server_url, "bench_replica") - tx_before
+        pg_requests = sum(g["postgres"][2] for g in rows)
+        print(f"database transactions during the postgres replica's {pg_requests:,} requests: {pg_tx} "
+              "(one per request would mean the hot path reads the database)", flush=True)
     finally:
         for s in servers:
             if getattr(s, "proc", None):
@@ -119,7 +133,9 @@ def main():
     print(f"ratio req_per_s postgres/sqlite: median {statistics.median(ratios):.3f} "
           f"(min {min(ratios):.3f}, max {max(ratios):.3f}), of sums {summed:.3f}; non-2xx {errors}")
     if a.json:
-        Path(a.json).write_text(json.dumps({"rounds": rows, "ratios": ratios, "ratio_of_sums": summed}, indent=1))
+        Path(a.json).write_text(json.dumps({"rounds": rows, "ratios": ratios, "ratio_of_sums": summed,
+                                            "postgres_transactions": pg_tx, "postgres_requests": pg_requests},
+                                           indent=1))
 
 
 if __name__ == "__main__":
