@@ -132,6 +132,8 @@ impl Application {
                 }
             }
         });
+        // The gauge says what /readyz says from the first request on, not 0 until the first probe returns.
+        metrics::gauge!(crate::metrics::DATABASE_UP).set(if self.admin.database.is_reachable() { 1.0 } else { 0.0 });
         let probe = tokio::spawn(probe_database(self.admin.store.meta.clone(), self.admin.database.clone()));
         let prometheus = self.admin.prometheus.clone();
         let upkeep = tokio::spawn(async move {
