@@ -844,8 +844,11 @@ mod tests {
                 // Only a change the format cannot see (the case of a hex digit or of the trailer's name) may pass.
                 prop_assert_eq!(out, data.clone());
             }
+            // A cut-short body is refused, except one that lacks only the trailer's closing CRLFs (some clients end
+            // the body right after the trailer line, or its CRLF): the checksum was received whole and is checked.
             let cut = flip % body.len();
-            prop_assert!(decode_in_pieces(unsigned(data.len() as u64), &body[..cut], &cuts).is_err() || cut + 2 >= body.len());
+            let lacks_only_terminators = cut + 4 == body.len() || cut + 2 >= body.len();
+            prop_assert!(decode_in_pieces(unsigned(data.len() as u64), &body[..cut], &cuts).is_err() || lacks_only_terminators);
         }
     }
 }
