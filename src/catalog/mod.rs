@@ -436,9 +436,7 @@ mod tests {
     }
 
     async fn put(store: &Store, key: &str, bytes: &[u8]) {
-        let mut w = store.blobs.writer().unwrap();
-        w.write(bytes).unwrap();
-        let staged = w.finish().unwrap();
+        let staged = store.blobs.stage_bytes(bytes);
         let b = BucketName::parse("bkt").unwrap();
         store.put(&b, &ObjectKey::parse(key).unwrap(), staged, ObjectAttrs::default()).await.unwrap();
     }
@@ -463,11 +461,7 @@ mod tests {
         use crate::header_values::content_coding::ContentCoding;
         let (_dir, store, catalog) = setup_on(backend).await;
         let bucket = catalog.bucket("bkt").await.unwrap().expect("bucket");
-        let stage = |bytes: &[u8]| {
-            let mut w = store.blobs.writer().unwrap();
-            w.write(bytes).unwrap();
-            w.finish().unwrap()
-        };
+        let stage = |bytes: &[u8]| store.blobs.stage_bytes(bytes);
         let (b, k) = (BucketName::parse("bkt").unwrap(), ObjectKey::parse("app.js").unwrap());
         let variants = vec![crate::store::StagedVariant { coding: ContentCoding::Br, blob: stage(b"br bytes") }];
         store.put_with_variants(&b, &k, stage(b"plain bytes"), ObjectAttrs::default(), variants).await.unwrap();
