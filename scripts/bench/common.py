@@ -20,6 +20,14 @@ def set_project(path):
     return PROJECT
 
 
+def binary(given):
+    """The blobgate binary: `--bin`, or PROJECT's release build, which must exist."""
+    path = Path(given).resolve() if given else PROJECT / "target/release/blobgate"
+    if not path.exists():
+        raise SystemExit(f"{path} missing: run cargo build --release first")
+    return path
+
+
 def run(cmd):
     """A command run in PROJECT, its stdout; a failure raises with the command's stderr."""
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=PROJECT)

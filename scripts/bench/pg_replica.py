@@ -51,9 +51,7 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
     project = common.set_project(a.project)
-    binary = Path(a.bin).resolve() if a.bin else project / "target/release/blobgate"
-    if not binary.exists():
-        raise SystemExit(f"{binary} missing: run cargo build --release first")
+    binary = common.binary(a.bin)
     compare.need("wrk", "wrk"); compare.need("curl", "curl")
     WORK.mkdir(parents=True, exist_ok=True)
     small = WORK / "small.bin"

@@ -266,10 +266,8 @@ def main():
     ap.add_argument("--downloads", type=int, default=4, help="cpu: downloads per repetition")
     ap.add_argument("--json")
     a = ap.parse_args()
-    project = common.set_project(a.project)
-    binary = Path(a.bin).resolve() if a.bin else project / "target/release/blobgate"
-    if not binary.exists():
-        raise SystemExit(f"{binary} missing: run cargo build --release first")
+    common.set_project(a.project)
+    binary = common.binary(a.bin)
     compare.need("wrk", "wrk"); compare.need("curl", "curl"); compare.need("nginx", "nginx-light")
     os.sched_setaffinity(0, {1})  # the list client and the signer run on the client core
     WORK.mkdir(parents=True, exist_ok=True)
