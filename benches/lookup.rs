@@ -172,13 +172,15 @@ async fn run(objects: usize, backend: Backend, postgres: Option<&PostgresServer>
         .create_token(&TokenRecord {
             id: new.id.clone(),
             secret_hash: new.secret_hash.to_vec(),
-            bucket_id: bucket.id,
-            bucket_name: "bench".into(),
-            prefix: String::new(),
-            scope: blobgate::store::Scope::Read,
-            created_at: 0,
-            expires_at: None,
-            revoked_at: None,
+            grant: blobgate::store::Grant {
+                bucket_id: bucket.id,
+                bucket_name: "bench".into(),
+                prefix: String::new(),
+                scope: blobgate::store::Scope::Read,
+                created_at: 0,
+                expires_at: None,
+                revoked_at: None,
+            },
         })
         .await
         .unwrap();

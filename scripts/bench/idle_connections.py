@@ -10,27 +10,8 @@ Exit status 0 when blobgate stays at or under 16 KiB per idle connection.
 import argparse, os, resource, shutil, signal, socket, subprocess, sys, tempfile, time
 from pathlib import Path
 
+from common import free_port, rss_kib, wait_port
 
-def free_port():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
-
-
-def rss_kib(pids):
-    total = 0
-    for pid in pids:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                total += int(line.split()[1])
-    return total
-
-
-def wait_port(port):
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close(); return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"nothing listens on {port}")
 
 
 def measure(port, path, n, pids, headers=""):
@@ -39,7 +20,7 @@ def measure(port, path, n, pids, headers=""):
     # Warm-up connection so that lazily created state (pools, caches) is not counted per connection.
     warm = socket.create_connection(("127.0.0.1", port)); warm.sendall(request); warm.recv(65536); warm.close()
     time.sleep(0.5)
-    before = rss_kib(pids)
+    before = rss_kib(*pids)
     for _ in range(n):
         s = socket.create_connection(("127.0.0.1", port))
         s.sendall(request)
@@ -51,7 +32,7 @@ def measure(port, path, n, pids, headers=""):
         if not got.startswith(b"HTTP/1.1 200"):
             raise RuntimeError(f"unexpected answer: {got[:80]!r}")
     time.sleep(1.0)
-    after = rss_kib(pids)
+    after = rss_kib(*pids)
     for s in conns:
         s.close()
     return before, after

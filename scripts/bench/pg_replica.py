@@ -13,58 +13,26 @@ Usage (from the project root, after `cargo build --release`):
     python3 scripts/bench/pg_replica.py [--rounds 6] [--secs 8] [--bin target/release/blobgate] [--json OUT]
 Quote the ratios, never the absolute req/s.
 """
-import argparse, json, os, re, shutil, signal, statistics, subprocess, sys, time
+import argparse, json, os, signal, statistics, subprocess, time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[2] / "shared" / "bench"))
-import compare  # noqa: E402  (the shared harness: server wrapper, wrk conventions, CPU accounting)
+import common
+from common import compare, run
 
 WORK = compare.WORK / "pg-replica"
 
 
-
-PROJECT = Path(".").resolve()  # the binary's source tree: it reads config/default.toml from there
-
-
-def run(cmd):
-    """compare.sh, run in PROJECT, with the command's stderr in the error."""
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=PROJECT)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, cmd))}: exit {r.returncode}: {r.stderr.strip()}")
-    return r.stdout
-
-class Replica(compare.Server):
+class Replica(common.Gate):
     """One `blobgate serve` on its own data dir, with SQLite (database_url None) or PostgreSQL."""
-    prefix = "bench/"
 
     def __init__(self, name, binary, database_url, small):
-        self.name, self.bin, self.database_url = name, str(binary), database_url
-        self.dd = WORK / f"{name}-data"
-        shutil.rmtree(self.dd, ignore_errors=True)
-        run(self.cli("bucket", "create", "bench"))
-        run(self.cli("put", "bench", "small.bin", str(small)))
-        self.token = run(self.cli("token", "create", "--bucket", "bench", "--scope", "read")).strip()
-        self.admin = compare.free_port()
-
-    def cli(self, *args):
-        url = ["--database-url", self.database_url] if self.database_url else []
-        return [self.bin, "--data-dir", str(self.dd), *url, *args]
-
-    def cwd(self):
-        return PROJECT
-
-    def command(self):
-        return self.cli("serve", "--listen", f"127.0.0.1:{self.port}", "--admin-listen", f"127.0.0.1:{self.admin}")
+        super().__init__(name, binary, WORK, database_url)
+        self.cli("put", "bench", "small.bin", str(small))
+        self.token = self.read_token()
 
 
 def wrk(server, secs, conns=64):
-    cmd = ["taskset", "-c", "1", "wrk", "-t1", f"-c{conns}", f"-d{secs}s", "-H", f"Authorization: Bearer {server.token}",
-           server.url("small.bin")]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    requests = int(re.search(r"(\d+) requests in", out).group(1))
-    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), int(errors.group(1)) if errors else 0, requests
+    return common.wrk(server.url("small.bin"), secs, {"Authorization": f"Bearer {server.token}"}, conns)
 
 
 def transactions(server_url, database):
@@ -82,12 +50,8 @@ def main():
     ap.add_argument("--secs", type=int, default=8)
     ap.add_argument("--json")
     a = ap.parse_args()
-    global PROJECT
-    PROJECT = Path(a.project).resolve()
-    project = Path(a.project).resolve()
-    binary = Path(a.bin).resolve() if a.bin else project / "target/release/blobgate"
-    if not binary.exists():
-        raise SystemExit(f"{binary} missing: run cargo build --release first")
+    project = common.set_project(a.project)
+    binary = common.binary(a.bin)
     compare.need("wrk", "wrk"); compare.need("curl", "curl")
     WORK.mkdir(parents=True, exist_ok=True)
     small = WORK / "small.bin"
@@ -123,9 +87,7 @@ def main():
         print(f"database transactions during the postgres replica's {pg_requests:,} requests: {pg_tx} "
               "(one per request would mean the hot path reads the database)", flush=True)
     finally:
-        for s in servers:
-            if getattr(s, "proc", None):
-                s.stop()
+        common.stop_all(servers)
         subprocess.run([str(project / "scripts/pg-cluster"), "stop", str(cluster)])
     ratios = [g["postgres"][0] / g["sqlite"][0] for g in rows]
     summed = sum(g["postgres"][0] for g in rows) / sum(g["sqlite"][0] for g in rows)

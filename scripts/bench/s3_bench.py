@@ -25,15 +25,13 @@ Usage (from the project root, after `cargo build --release`):
                                       [--bin target/release/blobgate] [--json OUT]
 Quote the ratios, never the absolute figures.
 """
-import argparse, http.client, json, os, re, shutil, signal, sqlite3, statistics, subprocess, sys, time
+import argparse, http.client, json, os, re, signal, sqlite3, statistics, subprocess, time
 from pathlib import Path
 from urllib.parse import quote
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[2] / "shared" / "bench"))
-sys.path.insert(0, str(HERE))
-import compare  # noqa: E402  (the shared harness: servers, data files, wrk conventions)
-import scaling  # noqa: E402  (schedstat CPU accounting)
+import common
+import scaling  # (schedstat CPU accounting)
+from common import compare, stop_all
 
 WORK = compare.WORK / "s3"
 REGION = "us-east-1"
@@ -50,36 +48,19 @@ def sign(method, url, key_id, secret):
 
 
 
-PROJECT = Path(".").resolve()  # the binary's source tree: it reads config/default.toml from there
-
-
-def run(cmd):
-    """compare.sh, run in PROJECT, with the command's stderr in the error."""
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=PROJECT)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, cmd))}: exit {r.returncode}: {r.stderr.strip()}")
-    return r.stdout
-
-class S3Gate(compare.Server):
+class S3Gate(common.Gate):
     """`blobgate serve` with one private bucket, a read token and a read S3 key. `sigv4` picks what `headers()`
     sends, so compare.curl asks either way."""
-    prefix = "bench/"
 
     def __init__(self, name, binary, files=(), keys=0, page_source=None):
-        self.name, self.bin, self.sigv4 = name, str(binary), False
-        self.dd = WORK / f"{name}-data"
-        shutil.rmtree(self.dd, ignore_errors=True)
-        self.cli("bucket", "create", "bench")
+        super().__init__(name, binary, WORK)
+        self.sigv4 = False
         for f in files:
             self.cli("put", "bench", f.name, str(f))
-        self.token = self.cli("token", "create", "--bucket", "bench", "--scope", "read").strip()
+        self.token = self.read_token()
         self.key_id, self.secret = self.cli("s3-key", "create", "--bucket", "bench", "--scope", "read").split()
         if keys:
             self.fill(keys, page_source)
-        self.admin = compare.free_port()
-
-    def cli(self, *args):
-        return run([self.bin, "--data-dir", str(self.dd), *args])
 
     def fill(self, keys, source):
         """Bench-only bulk path: `keys` rows copied from one object put through the CLI, in one transaction."""
@@ -106,33 +87,16 @@ class S3Gate(compare.Server):
     def signed_object_headers(self, key):
         return sign("GET", self.url(key), self.key_id, self.secret)
 
-    def cwd(self):
-        return PROJECT
-
-    def command(self):
-        return [self.bin, "--data-dir", str(self.dd), "serve", "--listen", f"127.0.0.1:{self.port}",
-                "--admin-listen", f"127.0.0.1:{self.admin}"]
-
 
 def list_key(i):
     return f"keys/{i:07d}"
 
 
-def stop_all(servers):
-    for s in servers:
-        if getattr(s, "proc", None) and s.proc.poll() is None:
-            s.stop()
-
-
 # ---- get: SigV4 against bearer, wrk ------------------------------------------------------------------------------
 
 def wrk(server, secs, headers):
-    cmd = ["taskset", "-c", "1", "wrk", "-t1", "-c64", f"-d{secs}s"]
-    for k, v in headers.items():
-        cmd += ["-H", f"{k}: {v}"]
-    out = subprocess.run(cmd + [server.url("small.bin")], capture_output=True, text=True, check=True).stdout
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), int(errors.group(1)) if errors else 0
+    """(req/s, non-2xx responses)."""
+    return common.wrk(server.url("small.bin"), secs, headers)[:2]
 
 
 def check_get(server, headers):
@@ -302,11 +266,8 @@ def main():
     ap.add_argument("--downloads", type=int, default=4, help="cpu: downloads per repetition")
     ap.add_argument("--json")
     a = ap.parse_args()
-    global PROJECT
-    PROJECT = Path(a.project).resolve()
-    binary = Path(a.bin).resolve() if a.bin else Path(a.project).resolve() / "target/release/blobgate"
-    if not binary.exists():
-        raise SystemExit(f"{binary} missing: run cargo build --release first")
+    common.set_project(a.project)
+    binary = common.binary(a.bin)
     compare.need("wrk", "wrk"); compare.need("curl", "curl"); compare.need("nginx", "nginx-light")
     os.sched_setaffinity(0, {1})  # the list client and the signer run on the client core
     WORK.mkdir(parents=True, exist_ok=True)

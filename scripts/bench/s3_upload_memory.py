@@ -11,28 +11,11 @@ Usage (from the project root, after `cargo build --release`; needs aws-cli: pip 
     python3 scripts/bench/s3_upload_memory.py [--size-mib 1024] [--concurrent 8] [--bin target/release/blobgate]
 Exit status 0 when both peaks stay within --budget-mib (16) of idle.
 """
-import argparse, hashlib, json, os, shutil, socket, subprocess, sys, tempfile, threading, time
+import argparse, hashlib, json, os, shutil, subprocess, sys, tempfile, threading, time
 from pathlib import Path
 
+from common import free_port, rss_kib, wait_port
 
-def free_port():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
-
-
-def rss_kib(pid):
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
-
-
-def wait_port(port):
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close(); return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"nothing listens on {port}")
 
 
 class Sampler:
@@ -90,7 +73,7 @@ def main():
                                "--admin-listen", f"127.0.0.1:{admin_port}"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_port(admin_port)
+        wait_port(admin_port, tries=200)
         endpoint = f"http://127.0.0.1:{admin_port}"
         cp = lambda name: subprocess.Popen([aws, "--endpoint-url", endpoint, "s3", "cp", "--only-show-errors",
                                             str(source), f"s3://bkt/{name}"], env=env)

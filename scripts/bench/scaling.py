@@ -16,12 +16,11 @@ Usage (from the project root, after `cargo build --release`):
     python3 scripts/bench/scaling.py [--only cpu,rps] [--reps 5] [--secs 5] [--json out.json]
 Prints Markdown tables with the ratio blobgate/nginx per row. Quote ratios, not absolute figures.
 """
-import argparse, json, re, resource, statistics, subprocess, sys
+import argparse, json, resource, statistics
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[2] / "shared" / "bench"))
-import compare  # noqa: E402  (the shared harness: servers, data files, CPU accounting)
+import common
+from common import compare
 
 SIZES = [(1, 1024), (64, 16), (1024, 3)]          # (MiB, rounds): 1-3 GiB per measurement
 CONNECTIONS = [16, 256, 2048]
@@ -56,14 +55,11 @@ def rps(server, conns, secs):
     server.start()
     try:
         compare.curl(server, "small.bin")
-        cmd = ["taskset", "-c", "1", "wrk", "-t1", f"-c{conns}", f"-d{secs}s", "--timeout", "10s"]
-        if server.token:
-            cmd += ["-H", f"Authorization: Bearer {server.token}"]
-        out = subprocess.run(cmd + [server.url("small.bin")], capture_output=True, text=True, check=True).stdout
+        headers = {"Authorization": f"Bearer {server.token}"} if server.token else {}
+        got = common.wrk(server.url("small.bin"), secs, headers, conns, extra=["--timeout", "10s"])
     finally:
         server.stop()
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), int(errors.group(1)) if errors else 0
+    return got[:2]
 
 
 def main():

@@ -26,7 +26,7 @@ use std::time::Duration;
 use http::header::{self, HeaderMap};
 
 use crate::names::{BucketName, ObjectKey};
-use crate::store::{Bucket, MetadataError, S3KeyRecord, SigningKey, TokenRecord, unix_now};
+use crate::store::{Bucket, Grant, MetadataError, S3KeyRecord, SigningKey, TokenRecord, unix_now};
 use presign::{PresignParams, QueryError};
 use sigv4::{AuthKind, RequestParts, SigV4Error, SigningKeyCache};
 use token::Scope;
@@ -202,13 +202,8 @@ pub struct Rights<'a> {
 }
 
 impl<'a> Rights<'a> {
-    pub fn of_token(token: &'a TokenRecord) -> Self {
-        let TokenRecord { bucket_id, prefix, scope, expires_at, revoked_at, .. } = token;
-        Rights { bucket_id: *bucket_id, prefix, scope: *scope, expires_at: *expires_at, revoked_at: *revoked_at }
-    }
-
-    pub fn of_s3_key(key: &'a S3KeyRecord) -> Self {
-        let S3KeyRecord { bucket_id, prefix, scope, expires_at, revoked_at, .. } = key;
+    pub fn of(grant: &'a Grant) -> Self {
+        let Grant { bucket_id, prefix, scope, expires_at, revoked_at, .. } = grant;
         Rights { bucket_id: *bucket_id, prefix, scope: *scope, expires_at: *expires_at, revoked_at: *revoked_at }
     }
 
@@ -239,7 +234,7 @@ impl<'a> Rights<'a> {
 
 /// Whether a token may be used at all at `now`: not revoked, not expired.
 pub fn check_liveness(token: &TokenRecord, now: i64) -> Result<(), Denial> {
-    Rights::of_token(token).check_liveness(now)
+    Rights::of(&token.grant).check_liveness(now)
 }
 
 pub fn check_token(
@@ -249,7 +244,7 @@ pub fn check_token(
     access: Access,
     now: i64,
 ) -> Result<(), Denial> {
-    Rights::of_token(token).check(bucket_id, key, access, now)
+    Rights::of(&token.grant).check(bucket_id, key, access, now)
 }
 
 /// What the authoriser looks up: tokens by id, signing keys by id, revoked signatures, S3 access keys by id.
@@ -371,7 +366,7 @@ impl<L: CredentialLookup> Authorizer<L> {
             return Err(AuthError::InvalidAccessKeyId { reason: FailureReason::UnknownToken });
         };
         let verified = signed.verify(request, key.secret.as_bytes(), &self.s3_signing_keys).map_err(sigv4_refusal)?;
-        let rights = Rights::of_s3_key(&key);
+        let rights = Rights::of(&key.grant);
         let checked = match target {
             S3Target::Service => rights.check_liveness(now),
             S3Target::Bucket(bucket) => rights.check(bucket.map(|b| b.id), rights.prefix, access, now),
@@ -533,13 +528,11 @@ mod tests {
         TokenRecord {
             id: "0123456789ab".into(),
             secret_hash: vec![0; 32],
-            bucket_id: 1,
-            bucket_name: "bkt".into(),
-            prefix: prefix.into(),
-            scope: Scope::parse(scope).expect("a known scope"),
-            created_at: 0,
-            expires_at: Some(100),
-            revoked_at: None,
+            grant: Grant {
+                prefix: prefix.into(),
+                expires_at: Some(100),
+                ..Grant::whole_bucket(1, "bkt", Scope::parse(scope).expect("a known scope"))
+            },
         }
     }
 
@@ -569,10 +562,10 @@ mod tests {
             assert_eq!(&got, want, "{scope} {prefix:?} {bucket:?} {key} {access:?} {now}");
         }
         let mut revoked = token("admin", "");
-        revoked.revoked_at = Some(1);
+        revoked.grant.revoked_at = Some(1);
         assert_eq!(check_token(&revoked, Some(1), "a", Access::Read, 0), Err(Denial::Revoked));
         let mut forever = token("read", "");
-        forever.expires_at = None;
+        forever.grant.expires_at = None;
         assert_eq!(check_token(&forever, Some(1), "a", Access::Read, i64::MAX), Ok(()));
     }
 
@@ -657,13 +650,11 @@ mod tests {
             let record = TokenRecord {
                 id: new.id.clone(),
                 secret_hash: new.secret_hash.to_vec(),
-                bucket_id: 1,
-                bucket_name: "priv".into(),
-                prefix: String::new(),
-                scope: Scope::parse(scope).expect("a known scope"),
-                created_at: 0,
-                expires_at,
-                revoked_at,
+                grant: Grant {
+                    expires_at,
+                    revoked_at,
+                    ..Grant::whole_bucket(1, "priv", Scope::parse(scope).expect("a known scope"))
+                },
             };
             lookup.tokens.insert(new.id, Arc::new(record));
             tokens.insert(name, new.token);
@@ -829,13 +820,7 @@ mod tests {
         S3KeyRecord {
             id: AWS_ID.into(),
             secret: secret.into(),
-            bucket_id,
-            bucket_name: "priv".into(),
-            prefix: prefix.into(),
-            scope,
-            created_at: 0,
-            expires_at: None,
-            revoked_at: None,
+            grant: Grant { prefix: prefix.into(), ..Grant::whole_bucket(bucket_id, "priv", scope) },
         }
     }
 
@@ -903,14 +888,14 @@ mod tests {
         assert_eq!(s3(&wrong, &header_signed, target, Access::Read).await, Err("SignatureDoesNotMatch".into()));
         assert_eq!(s3(&wrong, &presigned, target, Access::Read).await, Err("SignatureDoesNotMatch".into()));
         let mut revoked = s3_key_record(1, "", Scope::Read, AWS_SECRET);
-        revoked.revoked_at = Some(1);
+        revoked.grant.revoked_at = Some(1);
         let revoked = s3_authorizer(Some(revoked), || AWS_NOW, 7 * DAY as u64);
         assert_eq!(
             s3(&revoked, &header_signed, S3Target::Service, Access::Read).await,
             Err("InvalidAccessKeyId:revoked".into())
         );
         let mut expired = s3_key_record(1, "", Scope::Read, AWS_SECRET);
-        expired.expires_at = Some(AWS_NOW);
+        expired.grant.expires_at = Some(AWS_NOW);
         let expired = s3_authorizer(Some(expired), || AWS_NOW, 7 * DAY as u64);
         assert_eq!(s3(&expired, &header_signed, target, Access::Read).await, Err("AccessDenied".into()));
         // Time: skew beyond 15 minutes, a presign past its expiry or beyond our maximum lifetime.

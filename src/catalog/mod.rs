@@ -416,7 +416,7 @@ mod tests {
     use crate::config::DatabaseUrl;
     use crate::names::{BucketName, ObjectAttrs, ObjectKey};
     use crate::store::metadata::{TestBackend, on_both_backends};
-    use crate::store::{Scope, Store};
+    use crate::store::{Grant, Scope, Store};
 
     async fn open_store(dir: &std::path::Path) -> Store {
         Store::open(dir, &DatabaseUrl::in_data_dir(dir), std::time::Duration::from_secs(5)).await.unwrap()
@@ -436,9 +436,7 @@ mod tests {
     }
 
     async fn put(store: &Store, key: &str, bytes: &[u8]) {
-        let mut w = store.blobs.writer().unwrap();
-        w.write(bytes).unwrap();
-        let staged = w.finish().unwrap();
+        let staged = store.blobs.stage_bytes(bytes);
         let b = BucketName::parse("bkt").unwrap();
         store.put(&b, &ObjectKey::parse(key).unwrap(), staged, ObjectAttrs::default()).await.unwrap();
     }
@@ -463,11 +461,7 @@ mod tests {
         use crate::header_values::content_coding::ContentCoding;
         let (_dir, store, catalog) = setup_on(backend).await;
         let bucket = catalog.bucket("bkt").await.unwrap().expect("bucket");
-        let stage = |bytes: &[u8]| {
-            let mut w = store.blobs.writer().unwrap();
-            w.write(bytes).unwrap();
-            w.finish().unwrap()
-        };
+        let stage = |bytes: &[u8]| store.blobs.stage_bytes(bytes);
         let (b, k) = (BucketName::parse("bkt").unwrap(), ObjectKey::parse("app.js").unwrap());
         let variants = vec![crate::store::StagedVariant { coding: ContentCoding::Br, blob: stage(b"br bytes") }];
         store.put_with_variants(&b, &k, stage(b"plain bytes"), ObjectAttrs::default(), variants).await.unwrap();
@@ -508,13 +502,7 @@ mod tests {
         let token = TokenRecord {
             id: "0123456789ab".into(),
             secret_hash: vec![0; 32],
-            bucket_id: bucket.id,
-            bucket_name: "bkt".into(),
-            prefix: String::new(),
-            scope: Scope::Read,
-            created_at: 0,
-            expires_at: None,
-            revoked_at: None,
+            grant: Grant::whole_bucket(bucket.id, "bkt", Scope::Read),
         };
         store.meta.create_token(&token).await.unwrap();
         assert!(catalog.token(&token.id).await.unwrap().unwrap().revoked_at.is_none());
@@ -532,13 +520,7 @@ mod tests {
         let key = S3KeyRecord {
             id: "AKBGAAAAAAAAAAAAAAAA".into(),
             secret: "s".repeat(40),
-            bucket_id: bucket.id,
-            bucket_name: "bkt".into(),
-            prefix: String::new(),
-            scope: Scope::Read,
-            created_at: 0,
-            expires_at: None,
-            revoked_at: None,
+            grant: Grant::whole_bucket(bucket.id, "bkt", Scope::Read),
         };
         store.meta.create_s3_key(&key).await.unwrap();
         let cached = catalog.s3_key(&key.id).await.unwrap().expect("the insert evicted the negative entry");
@@ -624,13 +606,7 @@ mod tests {
         let token = TokenRecord {
             id: "0123456789ab".into(),
             secret_hash: vec![0; 32],
-            bucket_id: bucket.id,
-            bucket_name: "bkt".into(),
-            prefix: String::new(),
-            scope: Scope::Read,
-            created_at: 0,
-            expires_at: None,
-            revoked_at: None,
+            grant: Grant::whole_bucket(bucket.id, "bkt", Scope::Read),
         };
         here.meta.create_token(&token).await.unwrap();
         assert!(catalog.token(&token.id).await.unwrap().unwrap().revoked_at.is_none());

@@ -2,31 +2,19 @@
 
 use anyhow::{Context, bail};
 
-use super::{S3KeyCommand, SigningCommand, TokenCommand, rfc3339};
+use super::{GrantArgs, S3KeyCommand, SigningCommand, TokenCommand, rfc3339};
 use crate::auth::presign::{self, PresignParams, SignedFields};
 use crate::auth::token::{self, Scope};
 use crate::config::Settings;
 use crate::names::{BucketName, ObjectKey, parse_attrs, parse_object_path};
-use crate::store::{S3KeyRecord, SigningKey, Store, TokenRecord, unix_now};
+use crate::store::{Grant, S3KeyRecord, SigningKey, Store, TokenRecord, unix_now};
 
-/// What `token create` and `s3-key create` share: the bucket, the prefix and scope checked, the expiry computed.
-struct Grant {
-    bucket: crate::store::Bucket,
-    prefix: String,
-    scope: Scope,
-    now: i64,
-    expires_at: Option<i64>,
-}
-
-async fn grant(
-    store: &Store,
-    bucket: &str,
-    prefix: String,
-    scope: &str,
-    expires_in: Option<u64>,
-) -> anyhow::Result<Grant> {
-    let bucket = BucketName::parse(bucket)?;
-    let scope = Scope::parse(scope).with_context(|| format!("invalid scope {scope:?}: use read, write or admin"))?;
+/// The store's grant for `token create` and `s3-key create`: the bucket found, the prefix and scope checked, the
+/// expiry computed.
+async fn grant(store: &Store, args: GrantArgs) -> anyhow::Result<Grant> {
+    let GrantArgs { bucket, prefix, scope, expires_in } = args;
+    let bucket = BucketName::parse(&bucket)?;
+    let scope = Scope::parse(&scope).with_context(|| format!("invalid scope {scope:?}: use read, write or admin"))?;
     if !prefix.is_empty() {
         // A prefix is a key prefix: hold it to the key rules (a trailing `/` is fine).
         ObjectKey::parse(&prefix).context("invalid prefix")?;
@@ -38,40 +26,40 @@ async fn grant(
         Some(secs) => Some(now.saturating_add(i64::try_from(secs).context("--expires-in is too large")?)),
         None => None,
     };
-    Ok(Grant { bucket, prefix, scope, now, expires_at })
+    Ok(Grant {
+        bucket_id: bucket.id,
+        bucket_name: bucket.name,
+        prefix,
+        scope,
+        created_at: now,
+        expires_at,
+        revoked_at: None,
+    })
 }
 
-/// `live`, `revoked` or `expired`, as the list commands print it.
-fn state(revoked_at: Option<i64>, expires_at: Option<i64>, now: i64) -> &'static str {
-    if revoked_at.is_some() {
+/// A credential as the list commands print it: its id and what it grants, `state` being `live`, `revoked` or
+/// `expired`.
+fn list_line(id: &str, grant: &Grant, now: i64) -> serde_json::Value {
+    let state = if grant.revoked_at.is_some() {
         "revoked"
-    } else if expires_at.is_some_and(|at| now >= at) {
+    } else if grant.expires_at.is_some_and(|at| now >= at) {
         "expired"
     } else {
         "live"
-    }
+    };
+    serde_json::json!({
+        "id": id, "bucket": grant.bucket_name, "prefix": grant.prefix, "scope": grant.scope.as_str(),
+        "created_at": rfc3339(grant.created_at), "expires_at": grant.expires_at.map(rfc3339),
+        "revoked_at": grant.revoked_at.map(rfc3339), "state": state,
+    })
 }
 
 pub async fn s3_key(store: &Store, command: S3KeyCommand) -> anyhow::Result<()> {
     match command {
-        S3KeyCommand::Create { bucket, prefix, scope, expires_in } => {
-            let Grant { bucket, prefix, scope, now, expires_at } =
-                grant(store, &bucket, prefix, &scope, expires_in).await?;
+        S3KeyCommand::Create { grant: args } => {
+            let grant = grant(store, args).await?;
             let new = crate::auth::access_key::generate();
-            store
-                .meta
-                .create_s3_key(&S3KeyRecord {
-                    id: new.id.clone(),
-                    secret: new.secret.clone(),
-                    bucket_id: bucket.id,
-                    bucket_name: bucket.name,
-                    prefix,
-                    scope,
-                    created_at: now,
-                    expires_at,
-                    revoked_at: None,
-                })
-                .await?;
+            store.meta.create_s3_key(&S3KeyRecord { id: new.id.clone(), secret: new.secret.clone(), grant }).await?;
             println!("{} {}", new.id, new.secret);
         }
         S3KeyCommand::Revoke { access_key_id } => {
@@ -84,12 +72,7 @@ pub async fn s3_key(store: &Store, command: S3KeyCommand) -> anyhow::Result<()> 
         S3KeyCommand::List => {
             let now = unix_now();
             for k in store.meta.list_s3_keys().await? {
-                let line = serde_json::json!({
-                    "id": k.id, "bucket": k.bucket_name, "prefix": k.prefix, "scope": k.scope.as_str(),
-                    "created_at": rfc3339(k.created_at), "expires_at": k.expires_at.map(rfc3339),
-                    "revoked_at": k.revoked_at.map(rfc3339), "state": state(k.revoked_at, k.expires_at, now),
-                });
-                println!("{line}");
+                println!("{}", list_line(&k.id, &k.grant, now));
             }
         }
     }
@@ -98,23 +81,12 @@ pub async fn s3_key(store: &Store, command: S3KeyCommand) -> anyhow::Result<()> 
 
 pub async fn token(store: &Store, command: TokenCommand) -> anyhow::Result<()> {
     match command {
-        TokenCommand::Create { bucket, prefix, scope, expires_in } => {
-            let Grant { bucket: bucket_row, prefix, scope, now, expires_at } =
-                grant(store, &bucket, prefix, &scope, expires_in).await?;
+        TokenCommand::Create { grant: args } => {
+            let grant = grant(store, args).await?;
             let new = token::generate();
             store
                 .meta
-                .create_token(&TokenRecord {
-                    id: new.id.clone(),
-                    secret_hash: new.secret_hash.to_vec(),
-                    bucket_id: bucket_row.id,
-                    bucket_name: bucket_row.name,
-                    prefix,
-                    scope,
-                    created_at: now,
-                    expires_at,
-                    revoked_at: None,
-                })
+                .create_token(&TokenRecord { id: new.id.clone(), secret_hash: new.secret_hash.to_vec(), grant })
                 .await?;
             println!("{}", new.token);
         }
@@ -128,13 +100,7 @@ pub async fn token(store: &Store, command: TokenCommand) -> anyhow::Result<()> {
         TokenCommand::List => {
             let now = unix_now();
             for t in store.meta.list_tokens().await? {
-                let state = state(t.revoked_at, t.expires_at, now);
-                let line = serde_json::json!({
-                    "id": t.id, "bucket": t.bucket_name, "prefix": t.prefix, "scope": t.scope.as_str(),
-                    "created_at": rfc3339(t.created_at), "expires_at": t.expires_at.map(rfc3339),
-                    "revoked_at": t.revoked_at.map(rfc3339), "state": state,
-                });
-                println!("{line}");
+                println!("{}", list_line(&t.id, &t.grant, now));
             }
         }
     }

@@ -231,22 +231,29 @@ impl clap::ValueEnum for StatsOrder {
     }
 }
 
+/// What `token create` and `s3-key create` grant: `cli::auth` checks it and turns it into the store's `Grant`.
+#[derive(Debug, clap::Args)]
+pub struct GrantArgs {
+    /// The bucket it gives access to.
+    #[arg(long)]
+    pub bucket: String,
+    /// Only keys starting with this prefix.
+    #[arg(long, default_value = "")]
+    pub prefix: String,
+    /// read (GET/HEAD, listings), write (read + uploads and deletes) or admin.
+    #[arg(long, default_value = "read")]
+    pub scope: String,
+    /// Lifetime in seconds; without it, it does not expire.
+    #[arg(long, value_name = "SECS")]
+    pub expires_in: Option<u64>,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum TokenCommand {
     /// Create a token and print it (it is shown only once).
     Create {
-        /// The bucket the token gives access to.
-        #[arg(long)]
-        bucket: String,
-        /// Only keys starting with this prefix.
-        #[arg(long, default_value = "")]
-        prefix: String,
-        /// read (GET/HEAD), write (read + PUT/DELETE) or admin.
-        #[arg(long, default_value = "read")]
-        scope: String,
-        /// Lifetime in seconds; without it the token does not expire.
-        #[arg(long, value_name = "SECS")]
-        expires_in: Option<u64>,
+        #[command(flatten)]
+        grant: GrantArgs,
     },
     /// Revoke a token, given the token itself or its id. Takes effect on running servers at once.
     Revoke {
@@ -273,18 +280,8 @@ pub enum DbCommand {
 pub enum S3KeyCommand {
     /// Create an access key and print `ACCESS_KEY_ID SECRET_ACCESS_KEY` (the secret is shown only once).
     Create {
-        /// The bucket the key gives access to.
-        #[arg(long)]
-        bucket: String,
-        /// Only keys starting with this prefix.
-        #[arg(long, default_value = "")]
-        prefix: String,
-        /// read (GET/HEAD, listings), write (read + uploads and deletes) or admin.
-        #[arg(long, default_value = "read")]
-        scope: String,
-        /// Lifetime in seconds; without it the key does not expire.
-        #[arg(long, value_name = "SECS")]
-        expires_in: Option<u64>,
+        #[command(flatten)]
+        grant: GrantArgs,
     },
     /// Revoke an access key. Takes effect on running servers at their next request.
     Revoke {

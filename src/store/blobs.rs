@@ -519,14 +519,38 @@ fn has_size(path: &Path, size: u64) -> bool {
     fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == size)
 }
 
+/// Test set-up shared by the store's and the catalog's tests.
+#[cfg(test)]
+impl BlobStore {
+    /// `bytes` staged as a blob (not installed).
+    pub(crate) fn stage_bytes(&self, bytes: &[u8]) -> StagedBlob {
+        let mut w = self.writer().unwrap();
+        w.write(bytes).unwrap();
+        w.finish().unwrap()
+    }
+
+    /// `bytes` staged and installed.
+    pub(crate) fn install_bytes(&self, bytes: &[u8]) -> StagedBlob {
+        let staged = self.stage_bytes(bytes);
+        self.install(&staged).unwrap();
+        staged
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn staged_blobs_are_named_by_content_and_installed_once() {
+    /// A blob store in a fresh temp dir.
+    fn blob_store() -> (tempfile::TempDir, BlobStore) {
         let dir = tempfile::tempdir().unwrap();
         let store = BlobStore::open(dir.path()).unwrap();
+        (dir, store)
+    }
+
+    #[test]
+    fn staged_blobs_are_named_by_content_and_installed_once() {
+        let (dir, store) = blob_store();
         let mut w = store.writer().unwrap();
         w.write(b"hello ").unwrap();
         w.write(b"world").unwrap();
@@ -544,8 +568,7 @@ mod tests {
 
     #[test]
     fn parts_assemble_in_order_by_either_kernel_copy() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = BlobStore::open(dir.path()).unwrap();
+        let (dir, store) = blob_store();
         let mut parts = Vec::new();
         for content in [&b"first "[..], b"", b"second ", &[7u8; 3 << 20]] {
             let mut w = store.writer_with_md5().unwrap();
@@ -576,8 +599,7 @@ mod tests {
 
     #[test]
     fn dropped_writers_and_staged_blobs_leave_no_temp_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = BlobStore::open(dir.path()).unwrap();
+        let (dir, store) = blob_store();
         let mut w = store.writer().unwrap();
         w.write(b"partial").unwrap();
         drop(w);
@@ -588,12 +610,8 @@ mod tests {
 
     #[test]
     fn retire_then_restore_or_discard() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = BlobStore::open(dir.path()).unwrap();
-        let mut w = store.writer().unwrap();
-        w.write(b"x").unwrap();
-        let staged = w.finish().unwrap();
-        store.install(&staged).unwrap();
+        let (_dir, store) = blob_store();
+        let staged = store.install_bytes(b"x");
         let path = store.path_of(&staged.sha256);
         let retired = store.retire(&staged.sha256).unwrap().unwrap();
         assert!(!path.exists());
@@ -610,8 +628,7 @@ mod tests {
 
     #[test]
     fn the_sweep_removes_only_what_no_live_process_writes() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = BlobStore::open(dir.path()).unwrap();
+        let (dir, store) = blob_store();
         let tmp = dir.path().join("tmp");
         let grace = Duration::from_secs(3600);
         let me = this_process();
@@ -645,14 +662,8 @@ mod tests {
 
     #[test]
     fn install_is_idempotent_and_repairs_a_damaged_blob() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = BlobStore::open(dir.path()).unwrap();
-        let stage = |bytes: &[u8]| {
-            let mut w = store.writer().unwrap();
-            w.write(bytes).unwrap();
-            w.finish().unwrap()
-        };
-        let (first, second) = (stage(b"same"), stage(b"same"));
+        let (dir, store) = blob_store();
+        let (first, second) = (store.stage_bytes(b"same"), store.stage_bytes(b"same"));
         store.install(&first).unwrap();
         let path = store.path_of(&first.sha256);
         let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
@@ -663,28 +674,21 @@ mod tests {
         assert_eq!(fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0, "the second copy is removed");
 
         fs::write(&path, b"sa").unwrap();
-        let third = stage(b"same");
+        let third = store.stage_bytes(b"same");
         store.install(&third).unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"same", "a blob of the wrong size is replaced");
     }
 
     #[test]
     fn a_retired_blob_is_unlinked_or_restored_once_whoever_gets_there_first() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = BlobStore::open(dir.path()).unwrap();
-        let mut w = store.writer().unwrap();
-        w.write(b"x").unwrap();
-        let staged = w.finish().unwrap();
-        store.install(&staged).unwrap();
+        let (_dir, store) = blob_store();
+        let staged = store.install_bytes(b"x");
         let retired = store.retire(&staged.sha256).unwrap().unwrap();
         let twin = RetiredBlob { retired_path: retired.retired_path.clone(), blob_path: retired.blob_path.clone() };
         assert!(retired.discard());
         assert!(!twin.discard(), "the second unlink finds ENOENT, which is no error");
 
-        let mut w = store.writer().unwrap();
-        w.write(b"x").unwrap();
-        let staged = w.finish().unwrap();
-        store.install(&staged).unwrap();
+        let staged = store.install_bytes(b"x");
         let retired = store.retire(&staged.sha256).unwrap().unwrap();
         let twin = RetiredBlob { retired_path: retired.retired_path.clone(), blob_path: retired.blob_path.clone() };
         retired.restore().unwrap();
@@ -694,15 +698,10 @@ mod tests {
 
     #[test]
     fn only_blobs_idle_past_the_grace_period_are_sweep_candidates() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = BlobStore::open(dir.path()).unwrap();
+        let (_dir, store) = blob_store();
         let mut hashes = Vec::new();
         for bytes in [b"young".as_slice(), b"old"] {
-            let mut w = store.writer().unwrap();
-            w.write(bytes).unwrap();
-            let staged = w.finish().unwrap();
-            store.install(&staged).unwrap();
-            hashes.push(staged.sha256.clone());
+            hashes.push(store.install_bytes(bytes).sha256.clone());
         }
         let grace = Duration::from_secs(60);
         set_idle(&store.path_of(&hashes[1]), grace);

@@ -27,7 +27,7 @@ use serde::Serialize;
 
 pub use blobs::{BlobStore, BlobWriter, StagedBlob};
 pub use metadata::{
-    Bucket, CacheChange, Catchup, ChangeFeed, ChangeKind, DatabaseHealth, Flushed, Metadata, MetadataError,
+    Bucket, CacheChange, Catchup, ChangeFeed, ChangeKind, DatabaseHealth, Flushed, Grant, Metadata, MetadataError,
     ObjectRecord, ObjectStats, PartRecord, S3KeyRecord, Scope, SigningKey, StatsFlush, StatsOrder, TokenRecord,
     UploadRecord, Upsert, VariantRecord, WriteTx,
 };
@@ -460,8 +460,8 @@ mod tests {
         let bucket = a.meta.create_bucket(&name, false, 0).await.unwrap();
         let key = ObjectKey::parse("k").unwrap();
         for round in 0..20 {
-            let from_a = stage(&a, format!("a{round}").as_bytes());
-            let from_b = stage(&b, format!("b{round}").as_bytes());
+            let from_a = a.blobs.stage_bytes(format!("a{round}").as_bytes());
+            let from_b = b.blobs.stage_bytes(format!("b{round}").as_bytes());
             let (put_a, put_b) = tokio::join!(
                 a.put(&name, &key, from_a, ObjectAttrs::default()),
                 b.put(&name, &key, from_b, ObjectAttrs::default())
@@ -473,19 +473,13 @@ mod tests {
         }
     }
 
-    fn stage(store: &Store, bytes: &[u8]) -> StagedBlob {
-        let mut w = store.blobs.writer().unwrap();
-        w.write(bytes).unwrap();
-        w.finish().unwrap()
-    }
-
     on_both_backends!(identical_content_is_stored_once_and_removed_with_its_last_reference);
     async fn identical_content_is_stored_once_and_removed_with_its_last_reference(backend: TestBackend) {
         let (_dir, store) = store(backend).await;
         let b = BucketName::parse("bkt").unwrap();
         let (k1, k2) = (ObjectKey::parse("one").unwrap(), ObjectKey::parse("two").unwrap());
-        let r1 = store.put(&b, &k1, stage(&store, b"same"), ObjectAttrs::default()).await.unwrap();
-        let r2 = store.put(&b, &k2, stage(&store, b"same"), ObjectAttrs::default()).await.unwrap();
+        let r1 = store.put(&b, &k1, store.blobs.stage_bytes(b"same"), ObjectAttrs::default()).await.unwrap();
+        let r2 = store.put(&b, &k2, store.blobs.stage_bytes(b"same"), ObjectAttrs::default()).await.unwrap();
         assert_eq!(r1.sha256, r2.sha256);
         assert_eq!(store.blobs.list_hashes().unwrap(), vec![r1.sha256.clone()]);
         assert!(store.delete(&b, &k1).await.unwrap());
@@ -500,18 +494,18 @@ mod tests {
         let (_dir, store) = store(backend).await;
         let b = BucketName::parse("bkt").unwrap();
         let k = ObjectKey::parse("k").unwrap();
-        let first = store.put(&b, &k, stage(&store, b"v1"), ObjectAttrs::default()).await.unwrap();
+        let first = store.put(&b, &k, store.blobs.stage_bytes(b"v1"), ObjectAttrs::default()).await.unwrap();
         assert_eq!(first.status, PutStatus::Created);
-        let again = store.put(&b, &k, stage(&store, b"v1"), ObjectAttrs::default()).await.unwrap();
+        let again = store.put(&b, &k, store.blobs.stage_bytes(b"v1"), ObjectAttrs::default()).await.unwrap();
         assert_eq!(again.status, PutStatus::Unchanged);
-        let second = store.put(&b, &k, stage(&store, b"v2"), ObjectAttrs::default()).await.unwrap();
+        let second = store.put(&b, &k, store.blobs.stage_bytes(b"v2"), ObjectAttrs::default()).await.unwrap();
         assert_eq!(second.status, PutStatus::Replaced);
         assert_eq!(serde_json::to_value(second.status).unwrap(), "replaced", "the JSON spelling");
         assert_eq!(store.blobs.list_hashes().unwrap(), vec![second.sha256]);
     }
 
     fn variant(store: &Store, coding: ContentCoding, bytes: &[u8]) -> StagedVariant {
-        StagedVariant { coding, blob: stage(store, bytes) }
+        StagedVariant { coding, blob: store.blobs.stage_bytes(bytes) }
     }
 
     on_both_backends!(variants_are_part_of_their_object_on_replace_and_delete);
@@ -521,19 +515,21 @@ mod tests {
         let (k, other) = (ObjectKey::parse("app.js").unwrap(), ObjectKey::parse("other.js").unwrap());
         let id = store.meta.bucket(&b).await.unwrap().unwrap().id;
         let vs = vec![variant(&store, ContentCoding::Br, b"br-1"), variant(&store, ContentCoding::Gzip, b"gz-1")];
-        let first =
-            store.put_with_variants(&b, &k, stage(&store, b"plain-1"), ObjectAttrs::default(), vs).await.unwrap();
+        let first = store
+            .put_with_variants(&b, &k, store.blobs.stage_bytes(b"plain-1"), ObjectAttrs::default(), vs)
+            .await
+            .unwrap();
         let stored = store.meta.variants(id, k.as_str()).await.unwrap();
         assert_eq!(stored.iter().map(|v| v.encoding.as_str()).collect::<Vec<_>>(), ["br", "gzip"]);
         let (br_1, gz_1) = (stored[0].sha256.clone(), stored[1].sha256.clone());
         assert_eq!(stored[0].size, 4);
         assert_eq!(store.blobs.list_hashes().unwrap().len(), 3);
         // Another object shares the first gzip variant's bytes as its own content: that blob must stay.
-        store.put(&b, &other, stage(&store, b"gz-1"), ObjectAttrs::default()).await.unwrap();
+        store.put(&b, &other, store.blobs.stage_bytes(b"gz-1"), ObjectAttrs::default()).await.unwrap();
 
         // Replacing with new variants retires the old ones nothing else uses; the shared one stays.
         let vs = vec![variant(&store, ContentCoding::Br, b"br-2")];
-        store.put_with_variants(&b, &k, stage(&store, b"plain-2"), ObjectAttrs::default(), vs).await.unwrap();
+        store.put_with_variants(&b, &k, store.blobs.stage_bytes(b"plain-2"), ObjectAttrs::default(), vs).await.unwrap();
         let stored = store.meta.variants(id, k.as_str()).await.unwrap();
         assert_eq!(stored.len(), 1);
         assert!(!store.blobs.path_of(&first.sha256).exists(), "the old identity blob went");
@@ -542,13 +538,13 @@ mod tests {
         let br_2 = stored[0].sha256.clone();
 
         // A plain put leaves the object with no variants.
-        store.put(&b, &k, stage(&store, b"plain-2"), ObjectAttrs::default()).await.unwrap();
+        store.put(&b, &k, store.blobs.stage_bytes(b"plain-2"), ObjectAttrs::default()).await.unwrap();
         assert!(store.meta.variants(id, k.as_str()).await.unwrap().is_empty());
         assert!(!store.blobs.path_of(&br_2).exists());
 
         // Delete takes the variants and their blobs with the object.
         let vs = vec![variant(&store, ContentCoding::Br, b"br-3")];
-        store.put_with_variants(&b, &k, stage(&store, b"plain-3"), ObjectAttrs::default(), vs).await.unwrap();
+        store.put_with_variants(&b, &k, store.blobs.stage_bytes(b"plain-3"), ObjectAttrs::default(), vs).await.unwrap();
         let br_3 = store.meta.variants(id, k.as_str()).await.unwrap()[0].sha256.clone();
         assert!(store.delete(&b, &k).await.unwrap());
         assert!(store.meta.variants(id, k.as_str()).await.unwrap().is_empty());
@@ -557,7 +553,7 @@ mod tests {
 
         // A forced bucket delete counts objects, not blobs, and removes variant blobs too.
         let vs = vec![variant(&store, ContentCoding::Br, b"br-4"), variant(&store, ContentCoding::Gzip, b"gz-4")];
-        store.put_with_variants(&b, &k, stage(&store, b"plain-4"), ObjectAttrs::default(), vs).await.unwrap();
+        store.put_with_variants(&b, &k, store.blobs.stage_bytes(b"plain-4"), ObjectAttrs::default(), vs).await.unwrap();
         assert_eq!(store.delete_bucket(&b, true).await.unwrap(), BucketDeletion::Deleted { objects: 2, tokens: 0 });
         assert!(store.blobs.list_hashes().unwrap().is_empty());
     }
@@ -568,7 +564,7 @@ mod tests {
         let b = BucketName::parse("bkt").unwrap();
         let k = ObjectKey::parse("app.js").unwrap();
         let vs = vec![variant(&store, ContentCoding::Br, b"br")];
-        store.put_with_variants(&b, &k, stage(&store, b"plain"), ObjectAttrs::default(), vs).await.unwrap();
+        store.put_with_variants(&b, &k, store.blobs.stage_bytes(b"plain"), ObjectAttrs::default(), vs).await.unwrap();
         let report = store.sweep(Duration::ZERO).await.unwrap();
         assert_eq!(report.unreferenced_blobs, 0, "a variant's blob is referenced");
         assert_eq!(store.blobs.list_hashes().unwrap().len(), 2);
@@ -581,7 +577,7 @@ mod tests {
             .put(
                 &BucketName::parse("nope").unwrap(),
                 &ObjectKey::parse("k").unwrap(),
-                stage(&store, b"x"),
+                store.blobs.stage_bytes(b"x"),
                 ObjectAttrs::default(),
             )
             .await
@@ -597,7 +593,7 @@ mod tests {
         let (b, other) = (BucketName::parse("bkt").unwrap(), BucketName::parse("other").unwrap());
         store.meta.create_bucket(&other, false, 0).await.unwrap();
         let k = ObjectKey::parse("k").unwrap();
-        let shared = store.put(&other, &k, stage(&store, b"shared"), ObjectAttrs::default()).await.unwrap();
+        let shared = store.put(&other, &k, store.blobs.stage_bytes(b"shared"), ObjectAttrs::default()).await.unwrap();
         let mut own = Vec::new();
         // More objects than one batch, two of them sharing a blob within the bucket.
         for i in 0..(DELETE_BATCH + 3) {
@@ -607,7 +603,9 @@ mod tests {
                 1 | 2 => b"twice".to_vec(),
                 _ => format!("object {i}").into_bytes(),
             };
-            own.push(store.put(&b, &key, stage(&store, &bytes), ObjectAttrs::default()).await.unwrap().sha256);
+            own.push(
+                store.put(&b, &key, store.blobs.stage_bytes(&bytes), ObjectAttrs::default()).await.unwrap().sha256,
+            );
         }
         let objects = u64::from(DELETE_BATCH + 3);
         assert_eq!(store.delete_bucket(&b, false).await.unwrap(), BucketDeletion::NotEmpty { objects });
@@ -625,8 +623,10 @@ mod tests {
         let (dir, store) = store(backend).await;
         let b = BucketName::parse("bkt").unwrap();
         let (kept, gone) = (ObjectKey::parse("kept").unwrap(), ObjectKey::parse("gone").unwrap());
-        let kept_sha = store.put(&b, &kept, stage(&store, b"kept"), ObjectAttrs::default()).await.unwrap().sha256;
-        let gone_sha = store.put(&b, &gone, stage(&store, b"gone"), ObjectAttrs::default()).await.unwrap().sha256;
+        let kept_sha =
+            store.put(&b, &kept, store.blobs.stage_bytes(b"kept"), ObjectAttrs::default()).await.unwrap().sha256;
+        let gone_sha =
+            store.put(&b, &gone, store.blobs.stage_bytes(b"gone"), ObjectAttrs::default()).await.unwrap().sha256;
         // A delete that died after retiring its blob and before committing: the row stays, the blob is aside.
         std::mem::forget(store.blobs.retire(&kept_sha).unwrap().unwrap());
         // One whose commit went through but that died before the unlink.
@@ -642,7 +642,7 @@ mod tests {
     on_both_backends!(sweep_removes_blobs_installed_without_a_row);
     async fn sweep_removes_blobs_installed_without_a_row(backend: TestBackend) {
         let (_dir, store) = store(backend).await;
-        let staged = stage(&store, b"orphan");
+        let staged = store.blobs.stage_bytes(b"orphan");
         store.blobs.install(&staged).unwrap();
         let report = store.sweep(Duration::ZERO).await.unwrap();
         assert_eq!(report.unreferenced_blobs, 1);
@@ -652,7 +652,7 @@ mod tests {
     on_both_backends!(the_sweep_leaves_unreferenced_blobs_younger_than_the_grace_period);
     async fn the_sweep_leaves_unreferenced_blobs_younger_than_the_grace_period(backend: TestBackend) {
         let (_dir, store) = store(backend).await;
-        let staged = stage(&store, b"a peer's, its row on the way");
+        let staged = store.blobs.stage_bytes(b"a peer's, its row on the way");
         store.blobs.install(&staged).unwrap();
         let report = store.sweep(Duration::from_secs(3600)).await.unwrap();
         assert_eq!(report, SweepReport::default());

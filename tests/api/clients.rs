@@ -5,18 +5,9 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::helpers::*;
+use crate::s3_clients::run_ok;
 
 const SIZE: usize = 48 << 20;
-
-fn run(cmd: &mut Command) {
-    let out = cmd.output().expect("run client");
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// A private bucket with a 48 MiB object and a read token; returns (env, content, token).
 fn setup() -> (TestEnv, Vec<u8>, String) {
@@ -43,11 +34,13 @@ fn curl_resumes_a_partial_download() {
     // What an interrupted download leaves behind: the first 10 MB.
     std::fs::write(&out, &bytes[..10_000_000]).unwrap();
     let url = format!("http://{}/dls/pkg/big.bin", server.data);
-    run(Command::new("curl")
-        .args(["-sS", "--fail", "-C", "-", "-H", &format!("Authorization: Bearer {token}")])
-        .arg("-o")
-        .arg(&out)
-        .arg(&url));
+    run_ok(
+        Command::new("curl")
+            .args(["-sS", "--fail", "-C", "-", "-H", &format!("Authorization: Bearer {token}")])
+            .arg("-o")
+            .arg(&out)
+            .arg(&url),
+    );
     same_file(&out, &bytes);
 }
 
@@ -59,10 +52,12 @@ fn wget_resumes_a_partial_download() {
     let out = env.dir.path().join("wget.bin");
     std::fs::write(&out, &bytes[..(SIZE / 3)]).unwrap();
     let url = format!("http://{}/dls/pkg/big.bin", server.data);
-    run(Command::new("wget")
-        .args(["-q", "-c", "--header", &format!("Authorization: Bearer {token}"), "-O"])
-        .arg(&out)
-        .arg(&url));
+    run_ok(
+        Command::new("wget")
+            .args(["-q", "-c", "--header", &format!("Authorization: Bearer {token}"), "-O"])
+            .arg(&out)
+            .arg(&url),
+    );
     same_file(&out, &bytes);
 }
 
@@ -75,11 +70,13 @@ fn aria2c_downloads_over_eight_connections() {
     let base = format!("http://{}", server.data);
     let url = env.ok(&["presign", "dls", "pkg/big.bin", "--expires-in", "600", "--base-url", &base]);
     let dir = env.dir.path().join("aria");
-    run(Command::new("aria2c")
-        .args(["-q", "-x8", "-s8", "-k1M", "--file-allocation=none", "--allow-overwrite=true"])
-        .args(["--auto-file-renaming=false", "-o", "big.bin", "-d"])
-        .arg(&dir)
-        .arg(url.trim()));
+    run_ok(
+        Command::new("aria2c")
+            .args(["-q", "-x8", "-s8", "-k1M", "--file-allocation=none", "--allow-overwrite=true"])
+            .args(["--auto-file-renaming=false", "-o", "big.bin", "-d"])
+            .arg(&dir)
+            .arg(url.trim()),
+    );
     same_file(&dir.join("big.bin"), &bytes);
     // Eight connections means ranged requests: the server must have answered 206s.
     assert!(server.metrics().contains("blobgate_responses_total{class=\"2xx\",kind=\"range\"}"), "no 206 was served");

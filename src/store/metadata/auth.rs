@@ -34,11 +34,9 @@ impl Scope {
     }
 }
 
-/// A bearer token's stored form: never the token itself, only its hash.
+/// What a token or an S3 key grants, and for how long: the columns both tables share.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenRecord {
-    pub id: String,
-    pub secret_hash: Vec<u8>,
+pub struct Grant {
     pub bucket_id: i64,
     pub bucket_name: String,
     pub prefix: String,
@@ -46,6 +44,40 @@ pub struct TokenRecord {
     pub created_at: i64,
     pub expires_at: Option<i64>,
     pub revoked_at: Option<i64>,
+}
+
+impl Grant {
+    /// A test's grant: `scope` on the whole bucket, made at 0, live and never expiring.
+    #[cfg(test)]
+    pub fn whole_bucket(bucket_id: i64, bucket_name: &str, scope: Scope) -> Grant {
+        Grant {
+            bucket_id,
+            bucket_name: bucket_name.into(),
+            prefix: String::new(),
+            scope,
+            created_at: 0,
+            expires_at: None,
+            revoked_at: None,
+        }
+    }
+}
+
+/// A bearer token's stored form: never the token itself, only its hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRecord {
+    pub id: String,
+    pub secret_hash: Vec<u8>,
+    pub grant: Grant,
+}
+
+/// A token reads as its grant (`token.prefix`), as an S3 key does: what checks a grant does not care which
+/// credential carried it.
+impl std::ops::Deref for TokenRecord {
+    type Target = Grant;
+
+    fn deref(&self) -> &Grant {
+        &self.grant
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,13 +88,9 @@ pub struct SigningKey {
     pub retired_at: Option<i64>,
 }
 
-const TOKEN_COLUMNS: &str = "t.id, t.secret_hash, t.bucket_id, b.name AS bucket_name, t.prefix, t.scope, t.created_at,
-     t.expires_at, t.revoked_at";
-
+/// A grant row as stored, beside its kind's own columns (`#[sqlx(flatten)]`): the scope still text.
 #[derive(sqlx::FromRow)]
-struct TokenRow {
-    id: String,
-    secret_hash: Vec<u8>,
+pub(super) struct GrantRow {
     bucket_id: i64,
     bucket_name: String,
     prefix: String,
@@ -72,23 +100,42 @@ struct TokenRow {
     revoked_at: Option<i64>,
 }
 
+impl GrantRow {
+    /// The grant, its scope parsed; `what` names the credential in the error (`token 0123…`).
+    pub(super) fn parse(self, what: std::fmt::Arguments<'_>) -> Result<Grant, MetadataError> {
+        let scope = Scope::parse(&self.scope)
+            .ok_or_else(|| MetadataError::Invalid(format!("{what} has an unknown scope {:?}", self.scope)))?;
+        let GrantRow { bucket_id, bucket_name, prefix, scope: _, created_at, expires_at, revoked_at } = self;
+        Ok(Grant { bucket_id, bucket_name, prefix, scope, created_at, expires_at, revoked_at })
+    }
+}
+
+/// `SELECT`s the rows of a grant table (`tokens`, `s3_keys`) with their bucket's name: `kind_columns` (of the
+/// table, aliased `g`) beside the shared ones, then `rest` (`WHERE`, `ORDER BY`).
+pub(super) fn select_grants(table: &str, kind_columns: &str, rest: &str) -> String {
+    format!(
+        "SELECT {kind_columns}, g.bucket_id, b.name AS bucket_name, g.prefix, g.scope, g.created_at, g.expires_at,
+         g.revoked_at FROM {table} g JOIN buckets b ON b.id = g.bucket_id {rest}"
+    )
+}
+
+/// A token's own columns, beside its grant's.
+const TOKEN_COLUMNS: &str = "g.id, g.secret_hash";
+
+#[derive(sqlx::FromRow)]
+struct TokenRow {
+    id: String,
+    secret_hash: Vec<u8>,
+    #[sqlx(flatten)]
+    grant: GrantRow,
+}
+
 impl TryFrom<TokenRow> for TokenRecord {
     type Error = MetadataError;
 
     fn try_from(r: TokenRow) -> Result<Self, MetadataError> {
-        let scope = Scope::parse(&r.scope)
-            .ok_or_else(|| MetadataError::Invalid(format!("token {} has an unknown scope {:?}", r.id, r.scope)))?;
-        Ok(TokenRecord {
-            id: r.id,
-            secret_hash: r.secret_hash,
-            bucket_id: r.bucket_id,
-            bucket_name: r.bucket_name,
-            prefix: r.prefix,
-            scope,
-            created_at: r.created_at,
-            expires_at: r.expires_at,
-            revoked_at: r.revoked_at,
-        })
+        let grant = r.grant.parse(format_args!("token {}", r.id))?;
+        Ok(TokenRecord { id: r.id, secret_hash: r.secret_hash, grant })
     }
 }
 
@@ -109,34 +156,45 @@ struct StoredSecret {
 
 impl Metadata {
     pub async fn create_token(&self, token: &TokenRecord) -> Result<(), MetadataError> {
+        self.insert_grant("tokens", "secret_hash", &token.id, &token.secret_hash, &token.grant).await
+    }
+
+    /// Inserts a row of a grant table: `id` and `secret` (into `secret_column`) beside the grant's columns.
+    pub(super) async fn insert_grant(
+        &self,
+        table: &str,
+        secret_column: &str,
+        id: &str,
+        secret: &[u8],
+        grant: &Grant,
+    ) -> Result<(), MetadataError> {
+        let sql = format!(
+            "INSERT INTO {table} (id, {secret_column}, bucket_id, prefix, scope, created_at, expires_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)"
+        );
         let mut tx = self.begin_write().await?;
-        with_tx!(&mut tx.tx, sqlite => sqlx::query(
-            "INSERT INTO tokens (id, secret_hash, bucket_id, prefix, scope, created_at, expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        )
-        .bind(&token.id)
-        .bind(&token.secret_hash)
-        .bind(token.bucket_id)
-        .bind(&token.prefix)
-        .bind(token.scope.as_str())
-        .bind(token.created_at)
-        .bind(token.expires_at)
-        .execute(&mut **sqlite)
-        .await?.rows_affected());
+        with_tx!(&mut tx.tx, conn => sqlx::query(&sql)
+            .bind(id)
+            .bind(secret)
+            .bind(grant.bucket_id)
+            .bind(&grant.prefix)
+            .bind(grant.scope.as_str())
+            .bind(grant.created_at)
+            .bind(grant.expires_at)
+            .execute(&mut **conn)
+            .await?.rows_affected());
         tx.commit().await
     }
 
     pub async fn token(&self, id: &str) -> Result<Option<TokenRecord>, MetadataError> {
-        let sql = format!("SELECT {TOKEN_COLUMNS} FROM tokens t JOIN buckets b ON b.id = t.bucket_id WHERE t.id = $1");
+        let sql = select_grants("tokens", TOKEN_COLUMNS, "WHERE g.id = $1");
         let row: Option<TokenRow> =
             with_pool!(&self.backend, pool => sqlx::query_as(&sql).bind(id).fetch_optional(pool).await?);
         row.map(TokenRecord::try_from).transpose()
     }
 
     pub async fn list_tokens(&self) -> Result<Vec<TokenRecord>, MetadataError> {
-        let sql = format!(
-            "SELECT {TOKEN_COLUMNS} FROM tokens t JOIN buckets b ON b.id = t.bucket_id ORDER BY t.created_at, t.id"
-        );
+        let sql = select_grants("tokens", TOKEN_COLUMNS, "ORDER BY g.created_at, g.id");
         let rows: Vec<TokenRow> = with_pool!(&self.backend, pool => sqlx::query_as(&sql).fetch_all(pool).await?);
         rows.into_iter().map(TokenRecord::try_from).collect()
     }
@@ -325,13 +383,12 @@ mod tests {
         let token = TokenRecord {
             id: "0123456789ab".into(),
             secret_hash: vec![1; 32],
-            bucket_id: bucket.id,
-            bucket_name: "bkt".into(),
-            prefix: "p/".into(),
-            scope: Scope::Write,
-            created_at: 3,
-            expires_at: Some(10),
-            revoked_at: None,
+            grant: Grant {
+                prefix: "p/".into(),
+                created_at: 3,
+                expires_at: Some(10),
+                ..Grant::whole_bucket(bucket.id, "bkt", Scope::Write)
+            },
         };
         meta.create_token(&token).await.unwrap();
         assert_eq!(meta.token(&token.id).await.unwrap(), Some(token.clone()));

@@ -228,7 +228,7 @@ mod tests {
     /// Every kind of change, as the log names it: (kind, bucket_id, name).
     async fn log_of_every_change(backend: TestBackend) -> Vec<(String, Option<i64>, String)> {
         use crate::names::{ObjectAttrs, ObjectKey};
-        use crate::store::metadata::{S3KeyRecord, Scope, SigningKey, TokenRecord, VariantRecord};
+        use crate::store::metadata::{Grant, S3KeyRecord, Scope, SigningKey, TokenRecord, VariantRecord};
         let (_dir, meta) = database(backend).await;
         let meta = meta.with_secrets_key(crate::store::sealing::SecretsKey::from_bytes([3; 32]));
         let start = meta.feed().last_change().await.unwrap();
@@ -248,13 +248,7 @@ mod tests {
         let token = TokenRecord {
             id: "tok".into(),
             secret_hash: vec![0; 32],
-            bucket_id: bucket.id,
-            bucket_name: "bkt".into(),
-            prefix: String::new(),
-            scope: Scope::Read,
-            created_at: 0,
-            expires_at: None,
-            revoked_at: None,
+            grant: Grant::whole_bucket(bucket.id, "bkt", Scope::Read),
         };
         meta.create_token(&token).await.unwrap();
         meta.revoke_token("tok", 1).await.unwrap();
@@ -265,13 +259,7 @@ mod tests {
         let s3_key = S3KeyRecord {
             id: "AKID".into(),
             secret: "s".repeat(40),
-            bucket_id: bucket.id,
-            bucket_name: "bkt".into(),
-            prefix: String::new(),
-            scope: Scope::Read,
-            created_at: 0,
-            expires_at: None,
-            revoked_at: None,
+            grant: Grant::whole_bucket(bucket.id, "bkt", Scope::Read),
         };
         meta.create_s3_key(&s3_key).await.unwrap();
         meta.revoke_s3_key("AKID", 1).await.unwrap();

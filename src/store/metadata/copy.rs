@@ -245,7 +245,7 @@ mod tests {
     use super::*;
     use crate::config::DatabaseUrl;
     use crate::names::{BucketName, ObjectAttrs, ObjectKey};
-    use crate::store::metadata::{S3KeyRecord, Scope, TestBackend, test_database_url};
+    use crate::store::metadata::{Grant, S3KeyRecord, Scope, TestBackend, test_database_url};
     use crate::store::{StagedBlob, Store};
 
     fn part(store: &Store, content: &[u8]) -> StagedBlob {
@@ -266,13 +266,7 @@ mod tests {
         let key = S3KeyRecord {
             id: "AKBGCOPYCOPYCOPYCOPY".into(),
             secret: "c".repeat(40),
-            bucket_id: bucket.id,
-            bucket_name: "bkt".into(),
-            prefix: String::new(),
-            scope: Scope::Write,
-            created_at: 1,
-            expires_at: None,
-            revoked_at: None,
+            grant: Grant { created_at: 1, ..Grant::whole_bucket(bucket.id, "bkt", Scope::Write) },
         };
         source.meta.create_s3_key(&key).await.unwrap();
         let (done, pending) = (ObjectKey::parse("done.bin").unwrap(), ObjectKey::parse("pending.bin").unwrap());

@@ -1,7 +1,7 @@
 //! S3 access keys: the secret is sealed on insert and opened on read (`store::sealing`), so callers see plain
 //! secrets and the database never holds one in the clear.
 
-use super::auth::Scope;
+use super::auth::{Grant, GrantRow, select_grants};
 use super::{Backend, Metadata, MetadataError};
 use crate::store::sealing;
 
@@ -12,13 +12,16 @@ pub struct S3KeyRecord {
     pub id: String,
     /// The secret access key (the SigV4 signing secret).
     pub secret: String,
-    pub bucket_id: i64,
-    pub bucket_name: String,
-    pub prefix: String,
-    pub scope: Scope,
-    pub created_at: i64,
-    pub expires_at: Option<i64>,
-    pub revoked_at: Option<i64>,
+    pub grant: Grant,
+}
+
+/// A key reads as its grant (`key.prefix`), as a token does.
+impl std::ops::Deref for S3KeyRecord {
+    type Target = Grant;
+
+    fn deref(&self) -> &Grant {
+        &self.grant
+    }
 }
 
 /// Never prints the secret.
@@ -35,20 +38,15 @@ impl std::fmt::Debug for S3KeyRecord {
     }
 }
 
-const COLUMNS: &str = "k.id, k.secret, k.bucket_id, b.name AS bucket_name, k.prefix, k.scope, k.created_at,
-     k.expires_at, k.revoked_at";
+/// A key's own columns, beside its grant's.
+const COLUMNS: &str = "g.id, g.secret";
 
 #[derive(sqlx::FromRow)]
 struct S3KeyRow {
     id: String,
     secret: Vec<u8>,
-    bucket_id: i64,
-    bucket_name: String,
-    prefix: String,
-    scope: String,
-    created_at: i64,
-    expires_at: Option<i64>,
-    revoked_at: Option<i64>,
+    #[sqlx(flatten)]
+    grant: GrantRow,
 }
 
 /// The associated data a secret is sealed with: its own id, in a namespace of its own, so a sealed secret moved
@@ -65,33 +63,18 @@ impl Metadata {
             key.secret.as_bytes(),
             super::auth::fresh_nonce()?,
         );
-        let mut tx = self.begin_write().await?;
-        with_tx!(&mut tx.tx, sqlite => sqlx::query(
-            "INSERT INTO s3_keys (id, secret, bucket_id, prefix, scope, created_at, expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        )
-        .bind(&key.id)
-        .bind(&sealed)
-        .bind(key.bucket_id)
-        .bind(&key.prefix)
-        .bind(key.scope.as_str())
-        .bind(key.created_at)
-        .bind(key.expires_at)
-        .execute(&mut **sqlite)
-        .await?.rows_affected());
-        tx.commit().await
+        self.insert_grant("s3_keys", "secret", &key.id, &sealed, &key.grant).await
     }
 
     pub async fn s3_key(&self, id: &str) -> Result<Option<S3KeyRecord>, MetadataError> {
-        let sql = format!("SELECT {COLUMNS} FROM s3_keys k JOIN buckets b ON b.id = k.bucket_id WHERE k.id = $1");
+        let sql = select_grants("s3_keys", COLUMNS, "WHERE g.id = $1");
         let row: Option<S3KeyRow> =
             with_pool!(&self.backend, pool => sqlx::query_as(&sql).bind(id).fetch_optional(pool).await?);
         row.map(|r| self.open_s3_key(r)).transpose()
     }
 
     pub async fn list_s3_keys(&self) -> Result<Vec<S3KeyRecord>, MetadataError> {
-        let sql =
-            format!("SELECT {COLUMNS} FROM s3_keys k JOIN buckets b ON b.id = k.bucket_id ORDER BY k.created_at, k.id");
+        let sql = select_grants("s3_keys", COLUMNS, "ORDER BY g.created_at, g.id");
         let rows: Vec<S3KeyRow> = with_pool!(&self.backend, pool => sqlx::query_as(&sql).fetch_all(pool).await?);
         rows.into_iter().map(|r| self.open_s3_key(r)).collect()
     }
@@ -126,25 +109,14 @@ impl Metadata {
     }
 
     fn open_s3_key(&self, r: S3KeyRow) -> Result<S3KeyRecord, MetadataError> {
-        let scope = Scope::parse(&r.scope)
-            .ok_or_else(|| MetadataError::Invalid(format!("S3 key {} has an unknown scope {:?}", r.id, r.scope)))?;
+        let grant = r.grant.parse(format_args!("S3 key {}", r.id))?;
         if !sealing::is_sealed(&r.secret) {
             return Err(MetadataError::Invalid(format!("S3 key {} is not sealed", r.id)));
         }
         let secret = sealing::open(self.secrets_key()?, &sealing_label(&r.id), &r.secret)?;
         let secret = String::from_utf8(secret)
             .map_err(|_| MetadataError::Invalid(format!("S3 key {} has a secret that is not text", r.id)))?;
-        Ok(S3KeyRecord {
-            id: r.id,
-            secret,
-            bucket_id: r.bucket_id,
-            bucket_name: r.bucket_name,
-            prefix: r.prefix,
-            scope,
-            created_at: r.created_at,
-            expires_at: r.expires_at,
-            revoked_at: r.revoked_at,
-        })
+        Ok(S3KeyRecord { id: r.id, secret, grant })
     }
 }
 
@@ -154,7 +126,7 @@ mod tests {
 
     use super::*;
     use crate::names::BucketName;
-    use crate::store::metadata::{TestBackend, test_database_url};
+    use crate::store::metadata::{Scope, TestBackend, test_database_url};
     use crate::store::{Catchup, ChangeKind};
 
     on_both_backends!(keys_are_sealed_read_back_revoked_logged_and_go_with_their_bucket);
@@ -169,13 +141,12 @@ mod tests {
         let key = S3KeyRecord {
             id: "AKBGTESTTESTTESTTEST".into(),
             secret: "s".repeat(40),
-            bucket_id: bucket.id,
-            bucket_name: "bkt".into(),
-            prefix: "p/".into(),
-            scope: Scope::Read,
-            created_at: 3,
-            expires_at: Some(10),
-            revoked_at: None,
+            grant: Grant {
+                prefix: "p/".into(),
+                created_at: 3,
+                expires_at: Some(10),
+                ..Grant::whole_bucket(bucket.id, "bkt", Scope::Read)
+            },
         };
         meta.create_s3_key(&key).await.unwrap();
         assert!(meta.has_s3_keys().await.unwrap());
@@ -207,13 +178,7 @@ mod tests {
         let key = S3KeyRecord {
             id: "AKBGBBBBBBBBBBBBBBBB".into(),
             secret: "t".repeat(40),
-            bucket_id: bucket.id,
-            bucket_name: "bkt".into(),
-            prefix: String::new(),
-            scope: Scope::Read,
-            created_at: 0,
-            expires_at: None,
-            revoked_at: None,
+            grant: Grant::whole_bucket(bucket.id, "bkt", Scope::Read),
         };
         store.meta.create_s3_key(&key).await.unwrap();
         store.meta.close().await;
