@@ -182,7 +182,6 @@ impl S3Body {
 
 impl BodyFilter for S3Body {
     type Error = S3Error;
-    const MD5: bool = true;
     /// Smaller than the native batch: S3 clients upload many parts at once (aws-cli: 10 per file), and the
     /// server's memory must stay flat however many run (README, "S3 clients").
     const BATCH: usize = 128 * 1024;
@@ -283,7 +282,7 @@ async fn put_object(
     let attrs = object_attrs(headers)?;
     let staged = stage(app, grant, headers, body).await?;
     // The ETag S3 gives a single-part upload is the content's MD5, and clients check it (s3cmd retries and fails
-    // otherwise, rclone compares it); reads keep the object's own ETag.
+    // otherwise, rclone compares it); the put stores it as the object's S3 ETag, which S3 reads answer.
     let md5 =
         staged.md5.clone().ok_or_else(|| ApiError::Internal(anyhow::anyhow!("an S3 body is staged with its MD5")))?;
     app.store.put(bucket, key, staged, attrs).await.map_err(ApiError::from)?;
