@@ -108,6 +108,12 @@ pub fn multipart_etag<'a>(part_md5s: impl IntoIterator<Item = &'a str>) -> anyho
     Ok(format!("\"{}-{count}\"", hex::encode(hasher.finalize())))
 }
 
+/// How often `Store::expire_uploads` looks: an eighth of the expiry, between 1 s and 1 h, so an upload lives at
+/// most an eighth (or an hour) past its expiry.
+pub fn expiry_check_every(expiry: Duration) -> Duration {
+    (expiry / 8).clamp(Duration::from_secs(1), Duration::from_secs(3600))
+}
+
 /// An ETag as clients send it back (quoted or not, any case), for comparing.
 fn bare_etag(etag: &str) -> String {
     etag.trim().trim_matches('"').to_ascii_lowercase()
@@ -261,6 +267,27 @@ impl Store {
     pub async fn abort_uploads_older_than(&self, age: Duration) -> Result<u64, MultipartError> {
         let before = unix_now().saturating_sub(i64::try_from(age.as_secs()).unwrap_or(i64::MAX));
         self.abort_uploads_created_before(before).await
+    }
+
+    /// Runs until dropped: every [`expiry_check_every`]`(expiry)` (the first at once), aborts the uploads
+    /// started more than `expiry` ago and tells `expired` how many it aborted. Safe beside replicas doing the
+    /// same on one database: each abort deletes the upload's rows under the blob-reference lock and removes its
+    /// part files only if it was the one that deleted them, so an upload is aborted (and counted) once. An error
+    /// (the database away) is logged and the next round retries.
+    pub async fn expire_uploads(self, expiry: Duration, expired: impl Fn(u64)) {
+        let mut tick = tokio::time::interval(expiry_check_every(expiry));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            match self.abort_uploads_older_than(expiry).await {
+                Ok(0) => {}
+                Ok(count) => {
+                    tracing::info!(count, expiry = %humantime::format_duration(expiry), "aborted expired multipart uploads");
+                    expired(count);
+                }
+                Err(e) => tracing::warn!(error = %e, "aborting expired multipart uploads failed; will retry"),
+            }
+        }
     }
 
     /// Aborts uploads created before `before` (unix seconds); returns how many.
@@ -629,6 +656,70 @@ mod tests {
         assert_eq!(store.abort_uploads_created_before(kept.created_at + 3600).await.unwrap(), 1);
         assert!(files(&dir.path().join("parts")).is_empty());
         assert!(store.list_uploads(&b, "", None, 10).await.unwrap().0.is_empty());
+    }
+
+    #[test]
+    fn expiry_is_checked_an_eighth_of_it_apart_within_1s_and_1h() {
+        assert_eq!(expiry_check_every(Duration::from_secs(7 * 24 * 3600)), Duration::from_secs(3600));
+        assert_eq!(expiry_check_every(Duration::from_secs(80)), Duration::from_secs(10));
+        assert_eq!(expiry_check_every(Duration::from_secs(2)), Duration::from_secs(1));
+    }
+
+    on_both_backends!(replicas_expiring_uploads_at_once_abort_each_old_upload_once);
+    async fn replicas_expiring_uploads_at_once_abort_each_old_upload_once(backend: TestBackend) {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let url = test_database_url(backend, dir.path()).await;
+        let first = Store::open(dir.path(), &url, Duration::from_secs(5)).await.unwrap();
+        let second = Store::open(dir.path(), &url, Duration::from_secs(5)).await.unwrap();
+        first.meta.create_bucket(&BucketName::parse(BUCKET).unwrap(), false, 0).await.unwrap();
+        let (b, k) = names("k");
+        let young = first.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        put(&first, "k", &young.id, 1, b"young").await;
+        let mut old = Vec::new();
+        for i in 0..3 {
+            // Started ten minutes ago, as a dead client's uploads would have been.
+            let upload = UploadRecord {
+                id: new_upload_id(),
+                bucket_id: young.bucket_id,
+                key: "k".into(),
+                attrs: ObjectAttrs::default(),
+                created_at: young.created_at - 600,
+            };
+            first.meta.create_upload(&upload).await.unwrap();
+            put(&first, "k", &upload.id, 1, &bytes(100, i)).await;
+            put(&second, "k", &upload.id, 2, &bytes(100, i + 10)).await;
+            old.push(upload);
+        }
+        assert_eq!(files(&dir.path().join("parts")).len(), 7);
+
+        let expired = Arc::new(AtomicU64::new(0));
+        let replicas: Vec<_> = [first.clone(), second.clone()]
+            .into_iter()
+            .map(|store| {
+                let expired = expired.clone();
+                tokio::spawn(store.expire_uploads(Duration::from_secs(300), move |n| {
+                    expired.fetch_add(n, Ordering::Relaxed);
+                }))
+            })
+            .collect();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while first.list_uploads(&b, "", None, 10).await.unwrap().0.len() > 1 {
+            assert!(std::time::Instant::now() < deadline, "the old uploads were not aborted");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Both looked at once (the first round runs at start); each upload was aborted, and counted, once.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        replicas.iter().for_each(|r| r.abort());
+        assert_eq!(expired.load(Ordering::Relaxed), 3);
+        let (left, _) = second.list_uploads(&b, "", None, 10).await.unwrap();
+        assert_eq!(left.iter().map(|u| u.id.as_str()).collect::<Vec<_>>(), [young.id.as_str()], "the young one stays");
+        assert_eq!(files(&dir.path().join("parts")).len(), 1, "the old uploads' part files are gone");
+        for upload in &old {
+            let err = second.list_parts(&b, &k, &upload.id, 0, 10).await.unwrap_err();
+            assert_eq!(err.s3_code(), "NoSuchUpload");
+        }
     }
 
     on_both_backends!(a_complete_that_dies_before_its_commit_leaves_nothing_visible);

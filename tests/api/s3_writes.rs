@@ -6,6 +6,7 @@
 //! never by our code.
 
 use std::path::Path;
+use std::time::Duration;
 
 use crate::helpers::*;
 use crate::s3_clients::{AccessKey, aws, aws_home, clean_command, python, rclone, run_ok, s3_key, s3cmd, sha256_hex};
@@ -589,4 +590,64 @@ fn s3_etags_agree_on(env: TestEnv) {
     assert_eq!(r.header("vary"), None, "S3 answers do not vary with Accept-Encoding");
     assert_eq!(r.header("etag"), Some(quoted_md5(&script).as_str()));
     assert_eq!(sha256_hex(&r.body), sha256_hex(&script));
+}
+
+/// An upload left open (a client that died): `serve` aborts it past `timeouts.multipart_upload_expiry`.
+const BOTO3_ABANDONS: &str = r#"
+import json, sys, time
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+spec = json.loads(sys.argv[1])
+s3 = boto3.client("s3", endpoint_url=spec["endpoint"], aws_access_key_id=spec["id"],
+    aws_secret_access_key=spec["secret"], region_name="us-east-1",
+    config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+up = s3.create_multipart_upload(Bucket="bkt", Key="left/open")["UploadId"]
+s3.upload_part(Bucket="bkt", Key="left/open", UploadId=up, PartNumber=1, Body=b"x" * 6000)
+s3.upload_part(Bucket="bkt", Key="left/open", UploadId=up, PartNumber=2, Body=b"y" * 10)
+out = {"parts_before": len(s3.list_parts(Bucket="bkt", Key="left/open", UploadId=up)["Parts"])}
+start = time.time()
+while time.time() - start < 20:
+    try:
+        s3.list_parts(Bucket="bkt", Key="left/open", UploadId=up)
+        time.sleep(0.2)
+    except ClientError as e:
+        out["code"] = e.response["Error"]["Code"]
+        break
+out["uploads"] = [u["Key"] for u in s3.list_multipart_uploads(Bucket="bkt").get("Uploads", [])]
+print(json.dumps(out))
+"#;
+
+#[test]
+fn serve_aborts_multipart_uploads_past_their_expiry() {
+    abandoned_uploads_expire_on(TestEnv::new());
+}
+
+#[test]
+fn serve_aborts_multipart_uploads_past_their_expiry_on_postgres() {
+    abandoned_uploads_expire_on(TestEnv::on_postgres());
+}
+
+fn abandoned_uploads_expire_on(env: TestEnv) {
+    env.bucket("bkt", false);
+    let key = s3_key(&env, "bkt", &["--scope", "write"]);
+    let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__MULTIPART_UPLOAD_EXPIRY", "2s")], &[]);
+    let spec = serde_json::json!({"endpoint": format!("http://{}", server.admin), "id": key.id, "secret": key.secret});
+    let home = env.dir.path().join("boto3-home");
+    let out = run_ok(clean_command(python(), &home).args(["-c", BOTO3_ABANDONS, &spec.to_string()]));
+    let out: serde_json::Value = serde_json::from_str(out.trim()).expect("the script prints JSON");
+    assert_eq!(out["parts_before"], 2);
+    assert_eq!(out["code"], "NoSuchUpload", "the upload was aborted: {out}");
+    assert_eq!(out["uploads"], serde_json::json!([]));
+    assert!(wait_for(Duration::from_secs(5), || files_under(&env.data_dir().join("parts")).is_empty()), "parts gone");
+    assert_eq!(server.metric("blobgate_multipart_uploads_expired_total"), 1.0);
+    assert!(listed(&env, "bkt").is_empty(), "nothing became visible");
+}
+
+#[test]
+fn a_zero_multipart_upload_expiry_is_refused_naming_the_key() {
+    let env = TestEnv::new();
+    let out = env.cli_env(&["bucket", "list"], &[("BLOBGATE_TIMEOUTS__MULTIPART_UPLOAD_EXPIRY", "0s")]);
+    let err = one_line_error(&out, &["BLOBGATE_TIMEOUTS__MULTIPART_UPLOAD_EXPIRY=0s"]);
+    assert!(err.contains("timeouts.multipart_upload_expiry"), "{err}");
 }
