@@ -651,3 +651,82 @@ fn a_zero_multipart_upload_expiry_is_refused_naming_the_key() {
     let err = one_line_error(&out, &["BLOBGATE_TIMEOUTS__MULTIPART_UPLOAD_EXPIRY=0s"]);
     assert!(err.contains("timeouts.multipart_upload_expiry"), "{err}");
 }
+
+/// ListMultipartUploads with boto3: several uploads per key, odd keys, pagination by both markers, a delimiter
+/// (common prefixes count toward `max-uploads`), a prefix, and `encoding-type=url`.
+const BOTO3_LISTS_UPLOADS: &str = r#"
+import json, sys
+import boto3
+from botocore.config import Config
+spec = json.loads(sys.argv[1])
+s3 = boto3.client("s3", endpoint_url=spec["endpoint"], aws_access_key_id=spec["id"],
+    aws_secret_access_key=spec["secret"], region_name="us-east-1",
+    config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+b = "bkt"
+created = [[k, s3.create_multipart_upload(Bucket=b, Key=k)["UploadId"]] for k in spec["keys"]]
+def entries(r):
+    return ([[u["Key"], u["UploadId"]] for u in r.get("Uploads", [])], [p["Prefix"] for p in r.get("CommonPrefixes", [])])
+out = {"created": created, "all": entries(s3.list_multipart_uploads(Bucket=b))[0]}
+pages = list(s3.get_paginator("list_multipart_uploads").paginate(Bucket=b, PaginationConfig={"PageSize": 2}))
+out["paged"] = [u for p in pages for u in entries(p)[0]]
+out["page_sizes"] = [len(p.get("Uploads", [])) for p in pages]
+r = s3.list_multipart_uploads(Bucket=b, MaxUploads=1)
+out["first"] = {"uploads": entries(r)[0], "truncated": r["IsTruncated"], "next": [r["NextKeyMarker"], r["NextUploadIdMarker"]]}
+r = s3.list_multipart_uploads(Bucket=b, KeyMarker=r["NextKeyMarker"], UploadIdMarker=r["NextUploadIdMarker"], MaxUploads=1)
+out["second"] = entries(r)[0]
+out["after_key"] = entries(s3.list_multipart_uploads(Bucket=b, KeyMarker="a/one"))[0]
+out["delimited"] = entries(s3.list_multipart_uploads(Bucket=b, Delimiter="/"))
+out["delimited_prefix"] = entries(s3.list_multipart_uploads(Bucket=b, Prefix="b c/", Delimiter="/"))
+steps, marker = [], {}
+while True:
+    r = s3.list_multipart_uploads(Bucket=b, Delimiter="/", MaxUploads=1, **marker)
+    steps.append(entries(r))
+    if not r["IsTruncated"] or len(steps) > 20:
+        break
+    marker = {"KeyMarker": r["NextKeyMarker"]}
+    if r.get("NextUploadIdMarker"):
+        marker["UploadIdMarker"] = r["NextUploadIdMarker"]
+out["delimited_steps"] = steps
+r = s3.list_multipart_uploads(Bucket=b, Prefix="b c/é", EncodingType="url")
+out["encoded"] = {"uploads": entries(r)[0], "prefix": r["Prefix"], "encoding": r.get("EncodingType")}
+print(json.dumps(out))
+"#;
+
+#[test]
+fn boto3_lists_multipart_uploads_with_markers_delimiter_and_odd_keys() {
+    let env = TestEnv::new();
+    env.bucket("bkt", false);
+    let key = s3_key(&env, "bkt", &["--scope", "write"]);
+    let server = env.serve();
+    let odd = "b c/é+%.bin";
+    let keys = ["top", "a/one", odd, "a/two", "a/one", "b c/x", "top"];
+    let spec = serde_json::json!({
+        "endpoint": format!("http://{}", server.admin), "id": key.id, "secret": key.secret, "keys": keys,
+    });
+    let home = env.dir.path().join("boto3-home");
+    let out = run_ok(clean_command(python(), &home).args(["-c", BOTO3_LISTS_UPLOADS, &spec.to_string()]));
+    let out: serde_json::Value = serde_json::from_str(out.trim()).expect("the script prints JSON");
+
+    // By key, then by age (upload ids sort by creation time).
+    let mut created: Vec<(String, String)> = serde_json::from_value(out["created"].clone()).unwrap();
+    created.sort();
+    let all: Vec<(String, String)> = serde_json::from_value(out["all"].clone()).unwrap();
+    assert_eq!(all, created, "every upload, by key and then age");
+    let ids_of = |k: &str| all.iter().filter(|(key, _)| key == k).map(|(_, id)| id.clone()).collect::<Vec<_>>();
+    let upload = |k: &str, i: usize| serde_json::json!([k, ids_of(k)[i]]);
+    assert_eq!(ids_of("a/one").len(), 2);
+    assert_eq!(out["paged"], out["all"], "pages of two, continued by both markers, list everything once");
+    assert_eq!(out["page_sizes"], serde_json::json!([2, 2, 2, 1]));
+    assert_eq!(out["first"]["uploads"], serde_json::json!([upload("a/one", 0)]));
+    assert_eq!(out["first"]["truncated"], true);
+    assert_eq!(out["first"]["next"], upload("a/one", 0));
+    assert_eq!(out["second"], serde_json::json!([upload("a/one", 1)]), "the key's second upload, by upload-id-marker");
+    assert_eq!(out["after_key"][0], upload("a/two", 0), "a key marker alone skips every upload of its key");
+    assert_eq!(out["delimited"], serde_json::json!([[upload("top", 0), upload("top", 1)], ["a/", "b c/"]]));
+    assert_eq!(out["delimited_prefix"], serde_json::json!([[upload("b c/x", 0), upload(odd, 0)], []]), "byte order");
+    let steps = serde_json::json!([[[], ["a/"]], [[], ["b c/"]], [[upload("top", 0)], []], [[upload("top", 1)], []],]);
+    assert_eq!(out["delimited_steps"], steps, "a common prefix counts as one entry and is continued past");
+    assert_eq!(out["encoded"]["encoding"], "url");
+    assert_eq!(out["encoded"]["prefix"], "b%20c/%C3%A9");
+    assert_eq!(out["encoded"]["uploads"], serde_json::json!([["b%20c/%C3%A9%2B%25.bin", ids_of(odd)[0]]]));
+}
