@@ -373,7 +373,7 @@ impl<U: Upload> UploadsPlanner<U> {
             match common_prefix(&self.query.prefix, self.query.delimiter.as_deref(), key) {
                 Some(common) => {
                     // A common prefix at or before the key marker was listed by an earlier page (or skipped).
-                    if !self.query.key_marker.as_deref().is_some_and(|m| common.as_str() <= m) {
+                    if self.query.key_marker.as_deref().is_none_or(|m| common.as_str() > m) {
                         self.entries.push(Entry::CommonPrefix(common.clone()));
                         produced += 1;
                     }
