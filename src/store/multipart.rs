@@ -8,8 +8,8 @@
 //! unchanged, deletes the upload's rows and commits the object exactly as `Store::put` does
 //! (`Store::write_object` + `finish_commit`), and only then removes the part files. A crash at any point
 //! leaves nothing visible: a dead process's staged files, part files no row names, and blobs no object
-//! references are what the start-up sweep removes; an upload that is never completed is reclaimed by
-//! `abort_uploads_older_than`.
+//! references are what the start-up sweep removes; an upload that is never completed is aborted by
+//! `expire_uploads`, which `serve` runs per `timeouts.multipart_upload_expiry`.
 
 use std::time::Duration;
 
