@@ -276,6 +276,10 @@ pub struct Timeouts {
     /// at `limits.min_upload_rate`: about 17 min at the default) plus the clock skew between hosts.
     #[serde(with = "humantime_serde")]
     pub sweep_grace: Duration,
+    /// An S3 multipart upload not completed or aborted this long after it was created is aborted by `serve`
+    /// (its parts removed), as S3's `AbortIncompleteMultipartUpload` lifecycle rule does.
+    #[serde(with = "humantime_serde")]
+    pub multipart_upload_expiry: Duration,
 }
 
 impl Default for Settings {
@@ -326,6 +330,7 @@ impl Default for Timeouts {
             database_acquire: Duration::from_secs(5),
             body_idle: Duration::from_secs(30),
             sweep_grace: Duration::from_secs(3600),
+            multipart_upload_expiry: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
@@ -438,6 +443,7 @@ impl Settings {
             ("timeouts.sqlite_busy", t.sqlite_busy),
             ("timeouts.database_acquire", t.database_acquire),
             ("timeouts.body_idle", t.body_idle),
+            ("timeouts.multipart_upload_expiry", t.multipart_upload_expiry),
         ] {
             if value.is_zero() {
                 bail!("{key} must be greater than zero");

@@ -135,6 +135,9 @@ impl Application {
         // The gauge says what /readyz says from the first request on, not 0 until the first probe returns.
         metrics::gauge!(crate::metrics::DATABASE_UP).set(if self.admin.database.is_reachable() { 1.0 } else { 0.0 });
         let probe = tokio::spawn(probe_database(self.admin.store.meta.clone(), self.admin.database.clone()));
+        let expiry = self.settings.timeouts.multipart_upload_expiry;
+        let expiring =
+            tokio::spawn(self.admin.store.clone().expire_uploads(expiry, crate::metrics::multipart_uploads_expired));
         let prometheus = self.admin.prometheus.clone();
         let upkeep = tokio::spawn(async move {
             // Histograms are drained into the exporter's buckets by upkeep.
@@ -197,6 +200,7 @@ impl Application {
         }
         upkeep.abort();
         probe.abort();
+        expiring.abort();
         housekeeping.abort();
         syncing.abort();
         watcher.abort();

@@ -478,6 +478,28 @@ mod tests {
         assert!(replaced.variant(ContentCoding::Br).is_none());
     }
 
+    on_both_backends!(the_s3_etag_is_cached_with_its_object_and_follows_its_changes);
+    async fn the_s3_etag_is_cached_with_its_object_and_follows_its_changes(backend: TestBackend) {
+        use md5::Digest;
+        let (_dir, store, catalog) = setup_on(backend).await;
+        let bucket = catalog.bucket("bkt").await.unwrap().expect("bucket");
+        let md5_of = |bytes: &[u8]| format!("\"{}\"", hex::encode(md5::Md5::digest(bytes)));
+        put(&store, "k", b"one").await;
+        let entry = catalog.object(bucket.id, "k").await.unwrap().unwrap();
+        assert_eq!(entry.s3_etag, md5_of(b"one"), "a put records its MD5");
+        assert_ne!(entry.s3_etag, entry.etag);
+        // A multipart ETag for the same content (a Complete of the same bytes): the cached entry is evicted.
+        let mut tx = store.meta.lock_blob_refs().await.unwrap();
+        tx.set_s3_etag(bucket.id, "k", &entry.record.sha256, "\"abc-2\"").await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(catalog.object(bucket.id, "k").await.unwrap().unwrap().s3_etag, "\"abc-2\"");
+        put(&store, "k", b"one").await;
+        let entry = catalog.object(bucket.id, "k").await.unwrap().unwrap();
+        assert_eq!(entry.s3_etag, md5_of(b"one"), "a single put's ETag is its MD5 again, as in S3");
+        put(&store, "k", b"two").await;
+        assert_eq!(catalog.object(bucket.id, "k").await.unwrap().unwrap().s3_etag, md5_of(b"two"));
+    }
+
     #[tokio::test]
     async fn a_bucket_default_reaches_cached_objects_at_once() {
         let (dir, store, catalog) = setup().await;

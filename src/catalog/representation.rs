@@ -23,6 +23,10 @@ pub struct ObjectEntry {
     /// Shared with every response's download record, so the key is not copied per request.
     pub object_ref: ObjectRef,
     pub etag: String,
+    /// The ETag S3 requests see, with its header value: the stored S3 ETag (an MD5, or a multipart upload's),
+    /// else the native one (an object stored before S3 ETags were recorded).
+    pub s3_etag: String,
+    pub s3_etag_value: HeaderValue,
     pub last_modified: SystemTime,
     /// The effective type: stored, else guessed from the key, else application/octet-stream.
     pub content_type: String,
@@ -58,8 +62,14 @@ impl ObjectEntry {
         // Stored values were validated on the way in; an unrepresentable one is skipped rather than failing reads.
         let content_type_value =
             HeaderValue::from_str(&content_type).unwrap_or(HeaderValue::from_static("application/octet-stream"));
+        let etag_value = HeaderValue::from_str(&etag).expect("hex digits in quotes are a valid header value");
+        let (s3_etag, s3_etag_value) = record
+            .s3_etag
+            .as_deref()
+            .and_then(|tag| Some((tag.to_owned(), HeaderValue::from_str(tag).ok()?)))
+            .unwrap_or_else(|| (etag.clone(), etag_value.clone()));
         let mut h = HeaderMap::with_capacity(8);
-        h.insert(header::ETAG, HeaderValue::from_str(&etag).expect("hex digits in quotes are a valid header value"));
+        h.insert(header::ETAG, etag_value);
         h.insert(
             header::LAST_MODIFIED,
             HeaderValue::from_str(&format_http_date(last_modified)).expect("an HTTP date is a valid header value"),
@@ -82,6 +92,8 @@ impl ObjectEntry {
             record,
             object_ref,
             etag,
+            s3_etag,
+            s3_etag_value,
             last_modified,
             content_type,
             content_type_value,
@@ -211,6 +223,7 @@ mod tests {
             attrs,
             created_at: 0,
             updated_at: 1_700_000_000,
+            s3_etag: None,
         }
     }
 
@@ -232,6 +245,18 @@ mod tests {
         let cd = e.headers[header::CONTENT_DISPOSITION].to_str().unwrap();
         assert!(cd.starts_with("attachment; filename=\"r_sum_.pdf\"; filename*=UTF-8''r%C3%A9sum%C3%A9.pdf"), "{cd}");
         assert_eq!(&*e.object_ref.key, "dir/résumé.pdf");
+    }
+
+    #[test]
+    fn s3_requests_see_the_stored_s3_etag_and_else_the_native_one() {
+        let native = ObjectEntry::new(record(ObjectAttrs::default()), None);
+        assert_eq!(native.s3_etag, native.etag);
+        assert_eq!(native.s3_etag_value, native.headers[header::ETAG]);
+        let md5 = "\"d41d8cd98f00b204e9800998ecf8427e\"";
+        let stored =
+            ObjectEntry::new(ObjectRecord { s3_etag: Some(md5.into()), ..record(ObjectAttrs::default()) }, None);
+        assert_eq!((stored.s3_etag.as_str(), stored.s3_etag_value.to_str().unwrap()), (md5, md5));
+        assert_eq!(stored.headers[header::ETAG], stored.etag.as_str(), "native responses keep the native ETag");
     }
 
     #[test]

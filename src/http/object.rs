@@ -48,6 +48,7 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
         key: &key,
         content_disposition: grant.content_disposition.as_deref(),
         overrides: None,
+        s3: false,
         principal,
         render: &IntoResponse::into_response,
     };
@@ -64,6 +65,10 @@ pub(super) struct ObjectRequest<'a> {
     pub content_disposition: Option<&'a str>,
     /// S3's `response-*` overrides of a presigned request (already validated header values).
     pub overrides: Option<&'a ResponseOverrides>,
+    /// An S3 GetObject/HeadObject: the object's S3 ETag (what PutObject and Complete answered, and what listings
+    /// show) in the response and in preconditions, and the stored bytes only (S3 negotiates no content coding,
+    /// so the ETag, the listed size and the bytes sent always describe one representation).
+    pub s3: bool,
     pub principal: Option<Principal>,
     /// How a refusal after authorisation (404, 412, 416) is written: JSON natively, XML for S3.
     pub render: &'a (dyn Fn(ApiError) -> Response + Sync),
@@ -77,7 +82,7 @@ pub struct ResponseOverrides {
 
 /// Steps 3 to 7 of the pipeline, for a request that is authorised.
 pub(super) async fn serve_object(app: &DataState, request: ObjectRequest<'_>) -> Result<Response, ApiError> {
-    let ObjectRequest { method, headers, bucket, key, content_disposition, overrides, principal, render } = request;
+    let ObjectRequest { method, headers, bucket, key, content_disposition, overrides, s3, principal, render } = request;
     let method = method.clone();
     // From here on the requester is known, so refusals are logged with who asked.
     let Some(entry) = app.catalog.object(bucket.id, key.as_str()).await? else {
@@ -88,9 +93,13 @@ pub(super) async fn serve_object(app: &DataState, request: ObjectRequest<'_>) ->
     let mut representation = entry.headers.clone();
     super::cors::vary_on_origin(grant_bucket, &mut representation);
     // The selected representation: the object itself, or a precompressed variant with its own ETag and digest.
-    let variant = entry.variant(accept_encoding::negotiate(headers, entry.available));
-    if entry.available.any() {
+    let negotiates = !s3 && entry.available.any();
+    let variant = if negotiates { entry.variant(accept_encoding::negotiate(headers, entry.available)) } else { None };
+    if negotiates {
         representation.append(header::VARY, ACCEPT_ENCODING.clone());
+    }
+    if s3 {
+        representation.insert(header::ETAG, entry.s3_etag_value.clone());
     }
     if let Some(v) = variant {
         representation.insert(header::ETAG, v.etag_value.clone());
@@ -103,7 +112,7 @@ pub(super) async fn serve_object(app: &DataState, request: ObjectRequest<'_>) ->
     // Errors from here on answer for the selected representation too: a cache must key them by Accept-Encoding.
     let vary = |e: ApiError| -> Response {
         let mut response = render(e);
-        if entry.available.any() {
+        if negotiates {
             response.headers_mut().append(header::VARY, ACCEPT_ENCODING.clone());
         }
         with_principal(response, principal.clone())
@@ -129,7 +138,11 @@ pub(super) async fn serve_object(app: &DataState, request: ObjectRequest<'_>) ->
     }
     // RFC 9110 §13.1.2: If-None-Match compares with the selected representation's ETag, so another variant's tag
     // does not match (a 200 with this one, whose tag the client then caches).
-    let etag = variant.map_or(entry.etag.as_str(), |v| v.etag.as_str());
+    let etag = match variant {
+        Some(v) => v.etag.as_str(),
+        None if s3 => entry.s3_etag.as_str(),
+        None => entry.etag.as_str(),
+    };
     let validators = Validators { etag, last_modified: entry.last_modified };
     let honor_range = match conditional::evaluate(&method, headers, &validators, SystemTime::now()) {
         Precondition::Failed => return Ok(vary(ApiError::PreconditionFailed)),

@@ -297,6 +297,7 @@ async fn route(
                 key: &key,
                 content_disposition: overrides.1.as_deref(),
                 overrides: Some(&overrides.0),
+                s3: true,
                 principal: app.log_principal.then(|| Principal::S3(grant.key.id.as_str().into())),
                 render: &render,
             };

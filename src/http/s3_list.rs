@@ -81,7 +81,8 @@ impl ObjectSource for StoreSource<'_> {
         Ok(rows
             .into_iter()
             .map(|r| ListedObject {
-                etag: etag_from_sha256(&r.sha256),
+                // The ETag GetObject answers S3 requests with (`ObjectEntry::s3_etag`).
+                etag: r.s3_etag.unwrap_or_else(|| etag_from_sha256(&r.sha256)),
                 key: r.key,
                 last_modified: r.updated_at,
                 size: r.size,

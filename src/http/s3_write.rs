@@ -29,6 +29,7 @@ use crate::auth::sigv4::chunked::{ChunkedDecoder, header_checksum};
 use crate::auth::sigv4::{PayloadHash, RequestParts, SigV4Error, check_payload_sha256};
 use crate::auth::{Access, S3Grant, S3Target};
 use crate::names::{BucketName, ObjectKey, parse_attrs};
+use crate::s3::listing::{self, Entry};
 use crate::s3::request::{
     ListPartsParams, ListUploadsParams, MAX_COMPLETE_BODY, MAX_DELETE_BODY, RequestError,
     parse_complete_multipart_upload, parse_delete,
@@ -182,7 +183,6 @@ impl S3Body {
 
 impl BodyFilter for S3Body {
     type Error = S3Error;
-    const MD5: bool = true;
     /// Smaller than the native batch: S3 clients upload many parts at once (aws-cli: 10 per file), and the
     /// server's memory must stay flat however many run (README, "S3 clients").
     const BATCH: usize = 128 * 1024;
@@ -283,7 +283,7 @@ async fn put_object(
     let attrs = object_attrs(headers)?;
     let staged = stage(app, grant, headers, body).await?;
     // The ETag S3 gives a single-part upload is the content's MD5, and clients check it (s3cmd retries and fails
-    // otherwise, rclone compares it); reads keep the object's own ETag.
+    // otherwise, rclone compares it); the put stores it as the object's S3 ETag, which S3 reads answer.
     let md5 =
         staged.md5.clone().ok_or_else(|| ApiError::Internal(anyhow::anyhow!("an S3 body is staged with its MD5")))?;
     app.store.put(bucket, key, staged, attrs).await.map_err(ApiError::from)?;
@@ -443,8 +443,10 @@ async fn list_parts(
     Ok(xml_response(xml::list_parts(&page, &owner())))
 }
 
-/// ListMultipartUploads, within the key's prefix (a request for a shorter prefix is narrowed to it, another one
-/// refused). `delimiter` is not grouped: every upload is listed.
+/// ListMultipartUploads: `prefix`, `delimiter` (common prefixes), `key-marker` / `upload-id-marker`,
+/// `max-uploads`, `encoding-type=url`, planned by `s3::listing::UploadsPlanner` over the store's keyset reads.
+/// Within the key's prefix: a request for a shorter prefix lists only the uploads under the key's (rolled up
+/// as the shorter prefix and the delimiter say), another prefix is refused.
 async fn list_uploads(
     app: &AdminState,
     bucket: &BucketName,
@@ -453,32 +455,77 @@ async fn list_uploads(
 ) -> Result<Response, S3Error> {
     let params = ListUploadsParams::from_query(query).map_err(request_error)?;
     let key_prefix = grant.key.prefix.as_str();
-    let prefix = if params.prefix.starts_with(key_prefix) {
+    let readable = if params.prefix.starts_with(key_prefix) {
         params.prefix.clone()
     } else if key_prefix.starts_with(&params.prefix) {
         key_prefix.to_owned()
     } else {
         return Err(crate::auth::AuthError::Forbidden.into());
     };
-    let after = params.key_marker.as_deref().map(|k| (k, params.upload_id_marker.as_deref()));
-    let (uploads, is_truncated) =
-        app.store.list_uploads(bucket, &prefix, after, params.max_uploads).await.map_err(multipart_error)?;
+    let mut source = UploadsSource { store: &app.store, bucket, readable };
+    let planned = listing::list_uploads_page(
+        &mut source,
+        listing::UploadsQuery {
+            prefix: params.prefix.clone(),
+            delimiter: params.delimiter.clone(),
+            key_marker: params.key_marker.clone(),
+            upload_id_marker: params.upload_id_marker.clone(),
+            max_uploads: params.max_uploads,
+        },
+    )
+    .await
+    .map_err(multipart_error)?;
+    let next = planned.next_markers().map(|(key, id)| (key.to_owned(), id.map(str::to_owned)));
+    let (mut uploads, mut common_prefixes) = (Vec::new(), Vec::new());
+    for entry in planned.entries {
+        match entry {
+            Entry::Object(upload) => uploads.push(upload),
+            Entry::CommonPrefix(prefix) => common_prefixes.push(prefix),
+        }
+    }
     let page = UploadsPage {
         bucket: bucket.as_str().to_owned(),
         prefix: params.prefix.clone(),
-        delimiter: None,
+        delimiter: params.delimiter.clone(),
         key_marker: params.key_marker.clone(),
         upload_id_marker: params.upload_id_marker.clone(),
         max_uploads: params.max_uploads,
-        is_truncated,
-        uploads: uploads
-            .into_iter()
-            .map(|u| ListedUpload { key: u.key, upload_id: u.id, initiated: u.created_at })
-            .collect(),
-        common_prefixes: Vec::new(),
+        is_truncated: planned.is_truncated,
+        next_key_marker: next.as_ref().map(|n| n.0.clone()),
+        next_upload_id_marker: next.and_then(|n| n.1),
+        uploads,
+        common_prefixes,
         url_encoded: params.url_encoded,
     };
     Ok(xml_response(xml::list_multipart_uploads(&page, &owner())))
+}
+
+/// The store's uploads of one bucket, under the prefix the key may read (`readable`, which starts with the
+/// listing's prefix), in (key, upload id) order.
+struct UploadsSource<'a> {
+    store: &'a crate::store::Store,
+    bucket: &'a BucketName,
+    readable: String,
+}
+
+impl listing::UploadSource for UploadsSource<'_> {
+    type Upload = ListedUpload;
+    type Error = MultipartError;
+
+    async fn fetch(
+        &mut self,
+        _prefix: &str,
+        fetch: &listing::UploadsFetch,
+    ) -> Result<Vec<ListedUpload>, MultipartError> {
+        let after = match &fetch.start {
+            listing::UploadStart::AfterKey(key) => (key.as_str(), None),
+            listing::UploadStart::AfterUpload(key, id) => (key.as_str(), Some(id.as_str())),
+            // Upload ids are never empty, so "after the empty id" is every upload of the key.
+            listing::UploadStart::AtLeastKey(key) => (key.as_str(), Some("")),
+        };
+        let (uploads, _) = self.store.list_uploads(self.bucket, &self.readable, Some(after), fetch.limit).await?;
+        Ok(uploads.into_iter().map(|u| ListedUpload { key: u.key, upload_id: u.id, initiated: u.created_at }).collect())
+    }
 }
 
 #[cfg(test)]

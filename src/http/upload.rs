@@ -86,8 +86,6 @@ pub async fn delete_object(State(app): State<AdminState>, uri: Uri, headers: Hea
 /// fsynced, and refuses a body that did not verify.
 pub(super) trait BodyFilter {
     type Error: From<ApiError>;
-    /// Whether the staged blob needs its MD5 (an S3 part's ETag, `Content-MD5`).
-    const MD5: bool = false;
     /// Body bytes gathered before they go to disk in one blocking call.
     const BATCH: usize = WRITE_BATCH;
     fn data(&mut self, chunk: Bytes, out: &mut Vec<Bytes>) -> Result<(), Self::Error>;
@@ -121,7 +119,7 @@ pub(super) async fn stage_body<F: BodyFilter>(
 ) -> Result<StagedBlob, F::Error> {
     let body_idle = app.settings.timeouts.body_idle;
     let mut pace = BodyPace::new(app.settings.limits.min_upload_rate, body_idle, Instant::now());
-    let mut staging = Staging::new(app.store.blobs.clone(), F::MD5, F::BATCH);
+    let mut staging = Staging::new(app.store.blobs.clone(), F::BATCH);
     let mut stream = body.into_data_stream();
     let mut received: u64 = 0;
     let mut pieces = Vec::new();
@@ -201,14 +199,12 @@ struct Staging {
     writing: Option<JoinHandle<std::io::Result<BlobWriter>>>,
     batch: Vec<Bytes>,
     batched: usize,
-    /// Whether the temp file's writer also computes the MD5.
-    md5: bool,
     batch_size: usize,
 }
 
 impl Staging {
-    fn new(blobs: BlobStore, md5: bool, batch_size: usize) -> Self {
-        Self { blobs, writer: None, writing: None, batch: Vec::new(), batched: 0, md5, batch_size }
+    fn new(blobs: BlobStore, batch_size: usize) -> Self {
+        Self { blobs, writer: None, writing: None, batch: Vec::new(), batched: 0, batch_size }
     }
 
     async fn push(&mut self, chunk: Bytes) -> Result<(), ApiError> {
@@ -218,16 +214,16 @@ impl Staging {
             return Ok(());
         }
         self.wait_for_write().await?;
-        let (writer, batch, blobs, md5) = self.take_batch();
-        self.writing = Some(tokio::task::spawn_blocking(move || write_batch(&blobs, md5, writer, &batch)));
+        let (writer, batch, blobs) = self.take_batch();
+        self.writing = Some(tokio::task::spawn_blocking(move || write_batch(&blobs, writer, &batch)));
         Ok(())
     }
 
     /// Writes what is left and fsyncs.
     async fn finish(mut self) -> Result<StagedBlob, ApiError> {
         self.wait_for_write().await?;
-        let (writer, batch, blobs, md5) = self.take_batch();
-        joined(tokio::task::spawn_blocking(move || write_batch(&blobs, md5, writer, &batch)?.finish()).await)
+        let (writer, batch, blobs) = self.take_batch();
+        joined(tokio::task::spawn_blocking(move || write_batch(&blobs, writer, &batch)?.finish()).await)
     }
 
     /// Waits for the batch in flight, then drops the writer, which removes the temp file.
@@ -243,22 +239,16 @@ impl Staging {
         Ok(())
     }
 
-    fn take_batch(&mut self) -> (Option<BlobWriter>, Vec<Bytes>, BlobStore, bool) {
+    fn take_batch(&mut self) -> (Option<BlobWriter>, Vec<Bytes>, BlobStore) {
         self.batched = 0;
-        (self.writer.take(), std::mem::take(&mut self.batch), self.blobs.clone(), self.md5)
+        (self.writer.take(), std::mem::take(&mut self.batch), self.blobs.clone())
     }
 }
 
 /// On the blocking pool: creates the temp file if this is the first batch, then appends the batch.
-fn write_batch(
-    blobs: &BlobStore,
-    md5: bool,
-    writer: Option<BlobWriter>,
-    batch: &[Bytes],
-) -> std::io::Result<BlobWriter> {
+fn write_batch(blobs: &BlobStore, writer: Option<BlobWriter>, batch: &[Bytes]) -> std::io::Result<BlobWriter> {
     let mut writer = match writer {
         Some(writer) => writer,
-        None if md5 => blobs.writer_with_md5()?,
         None => blobs.writer()?,
     };
     for chunk in batch {

@@ -33,6 +33,7 @@ pub const STATS_FLUSH_ERRORS: &str = "blobgate_stats_flush_errors_total";
 pub const IDLE_RECLAIMED: &str = "blobgate_idle_connections_reclaimed_total";
 pub const PER_IP_REFUSED: &str = "blobgate_per_ip_refused_connections_total";
 pub const UPLOADS_REFUSED: &str = "blobgate_uploads_refused_total";
+pub const MULTIPART_EXPIRED: &str = "blobgate_multipart_uploads_expired_total";
 pub const UPLOAD_BODY_TIMEOUTS: &str = "blobgate_upload_body_timeouts_total";
 pub const UPLOADS_IN_PROGRESS: &str = "blobgate_uploads_in_progress";
 pub const ACCESS_LOG_DROPPED: &str = "blobgate_access_log_dropped_total";
@@ -83,6 +84,7 @@ fn describe() {
     describe_counter!(IDLE_RECLAIMED, "Idle data connections closed at the connection cap to admit new clients.");
     describe_counter!(PER_IP_REFUSED, "Data connections refused (503) beyond limits.max_connections_per_ip.");
     describe_counter!(UPLOADS_REFUSED, "Uploads refused (503) beyond limits.max_concurrent_uploads.");
+    describe_counter!(MULTIPART_EXPIRED, "S3 multipart uploads aborted past timeouts.multipart_upload_expiry.");
     describe_counter!(ACCESS_LOG_DROPPED, "Access log lines dropped because the log writer was behind.");
     describe_counter!(
         UPLOAD_BODY_TIMEOUTS,
@@ -214,6 +216,11 @@ pub fn per_ip_refused() {
 
 pub fn upload_refused() {
     counter!(UPLOADS_REFUSED).increment(1);
+}
+
+/// Counts S3 multipart uploads this process aborted for being older than `timeouts.multipart_upload_expiry`.
+pub fn multipart_uploads_expired(count: u64) {
+    counter!(MULTIPART_EXPIRED).increment(count);
 }
 
 pub fn upload_body_timeout() {

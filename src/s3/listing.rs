@@ -18,6 +18,10 @@
 //!
 //! [`Planner`] is the pure state machine (ask [`Planner::next_fetch`], answer [`Planner::feed`], then
 //! [`Planner::finish`]); [`list_page`] drives it over an [`ObjectSource`].
+//!
+//! ListMultipartUploads is the same listing over uploads, several of which may share a key: [`UploadsPlanner`]
+//! keeps positions as (key, upload id), so a page may end, and the next one resume, between two uploads of one
+//! key (`key-marker` and `upload-id-marker`); [`list_uploads_page`] drives it over an [`UploadSource`].
 
 use std::future::Future;
 
@@ -258,6 +262,187 @@ pub async fn list_page<S: ObjectSource>(source: &mut S, query: ListQuery) -> Res
     Ok(planner.finish())
 }
 
+/// An upload in progress as ListMultipartUploads lists it: several may share a key, ordered by upload id.
+pub trait Upload: Keyed {
+    fn upload_id(&self) -> &str;
+}
+
+/// What ListMultipartUploads lists: uploads whose keys are under `prefix`, rolled up at `delimiter`, after the
+/// markers, at most `max_uploads` entries (uploads and common prefixes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadsQuery {
+    pub prefix: String,
+    pub delimiter: Option<String>,
+    /// Entries after this key: with `upload_id_marker`, the key's uploads after that id too; without, none of
+    /// its uploads (S3's `key-marker` / `upload-id-marker`).
+    pub key_marker: Option<String>,
+    pub upload_id_marker: Option<String>,
+    pub max_uploads: u32,
+}
+
+/// Where an uploads fetch starts, in (key, upload id) order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UploadStart {
+    /// Uploads of keys after this one.
+    AfterKey(String),
+    /// Uploads after this (key, upload id).
+    AfterUpload(String, String),
+    /// Uploads of this key and every later one.
+    AtLeastKey(String),
+}
+
+/// One read of uploads under the prefix: up to `limit` of them from `start`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadsFetch {
+    pub start: UploadStart,
+    pub limit: u32,
+}
+
+/// One page of ListMultipartUploads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadsPage<U> {
+    pub entries: Vec<Entry<U>>,
+    pub is_truncated: bool,
+}
+
+impl<U: Upload> UploadsPage<U> {
+    /// `NextKeyMarker` and `NextUploadIdMarker` when truncated: the last entry's key (or common prefix), and the
+    /// last upload's id when the page ends with an upload.
+    pub fn next_markers(&self) -> Option<(&str, Option<&str>)> {
+        let last = self.entries.last().filter(|_| self.is_truncated)?;
+        Some(match last {
+            Entry::Object(u) => (u.key(), Some(u.upload_id())),
+            Entry::CommonPrefix(p) => (p.as_str(), None),
+        })
+    }
+}
+
+/// [`Planner`] for uploads: the same entries, markers and seeks past common prefixes, with positions that are
+/// (key, upload id) since several uploads may share a key. Pure; [`list_uploads_page`] drives it.
+#[derive(Debug)]
+pub struct UploadsPlanner<U> {
+    query: UploadsQuery,
+    want: usize,
+    entries: Vec<Entry<U>>,
+    skipping: Option<String>,
+    next: Option<UploadsFetch>,
+}
+
+impl<U: Upload> UploadsPlanner<U> {
+    pub fn new(mut query: UploadsQuery) -> Self {
+        query.delimiter = query.delimiter.filter(|d| !d.is_empty());
+        query.key_marker = query.key_marker.filter(|k| !k.is_empty());
+        if query.key_marker.is_none() {
+            query.upload_id_marker = None;
+        }
+        let want = query.max_uploads as usize + 1;
+        let start = match (query.key_marker.as_deref(), query.upload_id_marker.as_deref()) {
+            (Some(key), id) if key >= query.prefix.as_str() => {
+                let past_prefix = prefix_upper_bound(&query.prefix).is_some_and(|upper| key >= upper.as_str());
+                (!past_prefix).then(|| match id {
+                    Some(id) => UploadStart::AfterUpload(key.to_owned(), id.to_owned()),
+                    None => UploadStart::AfterKey(key.to_owned()),
+                })
+            }
+            _ => Some(UploadStart::AtLeastKey(query.prefix.clone())),
+        };
+        let next = start.filter(|_| query.max_uploads > 0).map(|start| UploadsFetch { start, limit: want as u32 });
+        Self { query, want, entries: Vec::new(), skipping: None, next }
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.query.prefix
+    }
+
+    pub fn next_fetch(&self) -> Option<&UploadsFetch> {
+        self.next.as_ref()
+    }
+
+    /// The uploads the last fetch returned, in (key, upload id) order; fewer than its limit: no more.
+    pub fn feed(&mut self, rows: Vec<U>) {
+        let Some(fetch) = self.next.take() else { return };
+        let exhausted = rows.len() < fetch.limit as usize;
+        let mut produced = 0u32;
+        let mut last = None;
+        for row in rows {
+            let key = row.key();
+            if self.skipping.as_deref().is_some_and(|p| key.starts_with(p)) {
+                continue;
+            }
+            self.skipping = None;
+            match common_prefix(&self.query.prefix, self.query.delimiter.as_deref(), key) {
+                Some(common) => {
+                    // A common prefix at or before the key marker was listed by an earlier page (or skipped).
+                    if self.query.key_marker.as_deref().is_none_or(|m| common.as_str() > m) {
+                        self.entries.push(Entry::CommonPrefix(common.clone()));
+                        produced += 1;
+                    }
+                    self.skipping = Some(common);
+                }
+                None => {
+                    last = Some((key.to_owned(), row.upload_id().to_owned()));
+                    self.entries.push(Entry::Object(row));
+                    produced += 1;
+                }
+            }
+            if self.entries.len() == self.want {
+                return;
+            }
+        }
+        if exhausted {
+            return;
+        }
+        let start = match (&self.skipping, last) {
+            (Some(common), _) => match prefix_upper_bound(common) {
+                Some(successor) => UploadStart::AtLeastKey(successor),
+                None => return,
+            },
+            (None, Some((key, id))) => UploadStart::AfterUpload(key, id),
+            (None, None) => return,
+        };
+        let remaining = (self.want - self.entries.len()) as u32;
+        self.next = Some(UploadsFetch { start, limit: remaining.min(MIN_BATCH.max(produced.saturating_mul(2))) });
+    }
+
+    pub fn finish(mut self) -> UploadsPage<U> {
+        let is_truncated = self.entries.len() > self.query.max_uploads as usize;
+        self.entries.truncate(self.query.max_uploads as usize);
+        UploadsPage { entries: self.entries, is_truncated }
+    }
+}
+
+/// The common prefix `key` rolls up into under `prefix` at `delimiter`, if any.
+fn common_prefix(prefix: &str, delimiter: Option<&str>, key: &str) -> Option<String> {
+    let rest = key.get(prefix.len()..)?;
+    let at = rest.find(delimiter?)?;
+    Some(key[..prefix.len() + at + delimiter?.len()].to_owned())
+}
+
+/// A bucket's uploads in (key, upload id) order, read a page at a time.
+pub trait UploadSource {
+    type Upload: Upload + Send;
+    type Error;
+    /// Up to `fetch.limit` uploads whose keys start with `prefix`, in order, from `fetch.start`.
+    fn fetch(
+        &mut self,
+        prefix: &str,
+        fetch: &UploadsFetch,
+    ) -> impl Future<Output = Result<Vec<Self::Upload>, Self::Error>> + Send;
+}
+
+/// One page of `query`, read from `source`.
+pub async fn list_uploads_page<S: UploadSource>(
+    source: &mut S,
+    query: UploadsQuery,
+) -> Result<UploadsPage<S::Upload>, S::Error> {
+    let mut planner = UploadsPlanner::new(query);
+    while let Some(fetch) = planner.next_fetch().cloned() {
+        let rows = source.fetch(planner.prefix(), &fetch).await?;
+        planner.feed(rows);
+    }
+    Ok(planner.finish())
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -426,6 +611,137 @@ mod tests {
     fn key_strategy() -> impl Strategy<Value = String> {
         // A small alphabet with the delimiters in it, so that keys share prefixes and roll up often.
         proptest::string::string_regex("[ab/é-]{0,6}").unwrap()
+    }
+
+    #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+    struct Up(String, String);
+
+    impl Keyed for Up {
+        fn key(&self) -> &str {
+            &self.0
+        }
+    }
+
+    impl Upload for Up {
+        fn upload_id(&self) -> &str {
+            &self.1
+        }
+    }
+
+    /// The store's upload listing over a sorted set of (key, upload id).
+    fn read_uploads(set: &BTreeSet<Up>, prefix: &str, fetch: &UploadsFetch) -> Vec<Up> {
+        let from = |u: &&Up| match &fetch.start {
+            UploadStart::AfterKey(k) => u.0.as_str() > k.as_str(),
+            UploadStart::AfterUpload(k, id) => (u.0.as_str(), u.1.as_str()) > (k.as_str(), id.as_str()),
+            UploadStart::AtLeastKey(k) => u.0.as_str() >= k.as_str(),
+        };
+        set.iter().filter(|u| u.0.starts_with(prefix)).filter(from).take(fetch.limit as usize).cloned().collect()
+    }
+
+    fn uploads_page(set: &BTreeSet<Up>, query: UploadsQuery) -> UploadsPage<Up> {
+        let mut planner = UploadsPlanner::new(query);
+        let mut fetches = 0;
+        while let Some(fetch) = planner.next_fetch().cloned() {
+            fetches += 1;
+            assert!(fetches < 1000, "the planner moves on");
+            planner.feed(read_uploads(set, planner.prefix(), &fetch));
+        }
+        planner.finish()
+    }
+
+    fn uploads_query(
+        prefix: &str,
+        delimiter: Option<&str>,
+        markers: Option<(&str, Option<&str>)>,
+        max: u32,
+    ) -> UploadsQuery {
+        UploadsQuery {
+            prefix: prefix.into(),
+            delimiter: delimiter.map(str::to_owned),
+            key_marker: markers.map(|m| m.0.to_owned()),
+            upload_id_marker: markers.and_then(|m| m.1.map(str::to_owned)),
+            max_uploads: max,
+        }
+    }
+
+    fn ups(list: &[(&str, &str)]) -> BTreeSet<Up> {
+        list.iter().map(|(k, id)| Up((*k).into(), (*id).into())).collect()
+    }
+
+    fn upload_names(page: &UploadsPage<Up>) -> Vec<String> {
+        let name = |e: &Entry<Up>| match e {
+            Entry::Object(u) => format!("{}#{}", u.0, u.1),
+            Entry::CommonPrefix(p) => p.clone(),
+        };
+        page.entries.iter().map(name).collect()
+    }
+
+    #[test]
+    fn uploads_of_one_key_continue_across_pages_by_upload_id() {
+        let set = ups(&[("a", "1"), ("a", "2"), ("a", "3"), ("b", "1")]);
+        let p = uploads_page(&set, uploads_query("", None, None, 2));
+        assert_eq!((upload_names(&p), p.next_markers()), (vec!["a#1".into(), "a#2".into()], Some(("a", Some("2")))));
+        let p = uploads_page(&set, uploads_query("", None, Some(("a", Some("2"))), 2));
+        assert_eq!((upload_names(&p), p.is_truncated), (vec!["a#3".into(), "b#1".into()], false));
+        let p = uploads_page(&set, uploads_query("", None, Some(("a", None)), 10));
+        assert_eq!(upload_names(&p), ["b#1"], "a key marker alone skips every upload of that key");
+    }
+
+    #[test]
+    fn uploads_roll_up_at_the_delimiter_and_continue_past_the_common_prefix() {
+        let set = ups(&[("dir/x", "1"), ("dir/y", "1"), ("dir/y", "2"), ("file", "1"), ("z/1", "1")]);
+        let p = uploads_page(&set, uploads_query("", Some("/"), None, 1));
+        assert_eq!((upload_names(&p), p.next_markers()), (vec!["dir/".into()], Some(("dir/", None))));
+        let p = uploads_page(&set, uploads_query("", Some("/"), Some(("dir/", None)), 5));
+        assert_eq!(upload_names(&p), ["file#1", "z/"]);
+        let p = uploads_page(&set, uploads_query("dir/", Some("/"), None, 5));
+        assert_eq!(upload_names(&p), ["dir/x#1", "dir/y#1", "dir/y#2"]);
+        let p = uploads_page(&set, uploads_query("", Some("/"), Some(("dir/x", Some("1"))), 5));
+        assert_eq!(upload_names(&p), ["file#1", "z/"], "a marker inside a common prefix skips it whole");
+        assert!(uploads_page(&set, uploads_query("", None, None, 0)).entries.is_empty());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Pages of uploads, each continued from the previous one's next markers, concatenate to the reference:
+        /// every upload under the prefix in (key, id) order, rolled up at the delimiter.
+        #[test]
+        fn upload_pages_concatenate_to_the_reference(
+            set in proptest::collection::btree_set(
+                // Keys are never empty (1 to 1024 bytes), nor are upload ids.
+                (proptest::string::string_regex("[ab/é-]{1,6}").unwrap(), proptest::sample::select(vec!["1", "2", "3"]))
+                    .prop_map(|(k, id)| Up(k, id.into())),
+                0..40,
+            ),
+            prefix in proptest::string::string_regex("[ab/]{0,2}").unwrap(),
+            delimiter in proptest::option::of(proptest::sample::select(vec!["/", "a", "b/", "é", ""])),
+            max in 1u32..6,
+        ) {
+            let mut want: Vec<String> = Vec::new();
+            for u in set.iter().filter(|u| u.0.starts_with(&prefix)) {
+                let name = match common_prefix(&prefix, delimiter.filter(|d| !d.is_empty()), &u.0) {
+                    Some(common) => common,
+                    None => format!("{}#{}", u.0, u.1),
+                };
+                if !want.contains(&name) {
+                    want.push(name);
+                }
+            }
+            let (mut got, mut markers) = (Vec::new(), None::<(String, Option<String>)>);
+            for _ in 0..=set.len() + 1 {
+                let m = markers.as_ref().map(|(k, id)| (k.as_str(), id.as_deref()));
+                let p = uploads_page(&set, uploads_query(&prefix, delimiter, m, max));
+                prop_assert!(p.entries.len() <= max as usize);
+                got.extend(upload_names(&p));
+                markers = p.next_markers().map(|(k, id)| (k.to_owned(), id.map(str::to_owned)));
+                if markers.is_none() {
+                    break;
+                }
+            }
+            prop_assert!(markers.is_none(), "the listing ended");
+            prop_assert_eq!(got, want);
+        }
     }
 
     proptest! {

@@ -424,6 +424,18 @@ pub struct ListedUpload {
     pub initiated: i64,
 }
 
+impl Keyed for ListedUpload {
+    fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+impl super::listing::Upload for ListedUpload {
+    fn upload_id(&self) -> &str {
+        &self.upload_id
+    }
+}
+
 /// One page of ListMultipartUploads.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct UploadsPage {
@@ -434,6 +446,9 @@ pub struct UploadsPage {
     pub upload_id_marker: Option<String>,
     pub max_uploads: u32,
     pub is_truncated: bool,
+    /// When truncated: where the next page starts (`listing::UploadsPage::next_markers`).
+    pub next_key_marker: Option<String>,
+    pub next_upload_id_marker: Option<String>,
     pub uploads: Vec<ListedUpload>,
     pub common_prefixes: Vec<String>,
     pub url_encoded: bool,
@@ -485,12 +500,10 @@ struct UploadXml<'a> {
     initiated: String,
 }
 
-/// ListMultipartUploads: `ListMultipartUploadsResult`, with the next markers (the last upload listed) when
-/// truncated.
+/// ListMultipartUploads: `ListMultipartUploadsResult`, with the next markers when truncated.
 #[must_use]
 pub fn list_multipart_uploads(page: &UploadsPage, owner: &Owner) -> String {
     let url = page.url_encoded;
-    let last = page.uploads.last().filter(|_| page.is_truncated);
     let uploads = page
         .uploads
         .iter()
@@ -510,8 +523,8 @@ pub fn list_multipart_uploads(page: &UploadsPage, owner: &Owner) -> String {
             bucket: &page.bucket,
             key_marker: encoded(page.key_marker.as_deref().unwrap_or_default(), url),
             upload_id_marker: page.upload_id_marker.as_deref().unwrap_or_default(),
-            next_key_marker: last.map(|u| encoded(&u.key, url)),
-            next_upload_id_marker: last.map(|u| u.upload_id.as_str()),
+            next_key_marker: page.next_key_marker.as_deref().map(|k| encoded(k, url)),
+            next_upload_id_marker: page.next_upload_id_marker.as_deref(),
             prefix: encoded(&page.prefix, url),
             delimiter: page.delimiter.as_deref().map(|d| encoded(d, url)),
             max_uploads: page.max_uploads,
@@ -740,6 +753,8 @@ mod tests {
             prefix: "p ".into(),
             max_uploads: 1000,
             is_truncated: true,
+            next_key_marker: Some("p k".into()),
+            next_upload_id_marker: Some("u1".into()),
             uploads: vec![ListedUpload { key: "p k".into(), upload_id: "u1".into(), initiated: 0 }],
             common_prefixes: vec!["p d/".into()],
             url_encoded: true,

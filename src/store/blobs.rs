@@ -39,7 +39,8 @@ pub struct StagedBlob {
     temp_path: PathBuf,
     pub sha256: String,
     pub size: u64,
-    /// Hex MD5 of the content, from a writer made by `writer_with_md5` (an S3 part's ETag).
+    /// Hex MD5 of the content, from a `BlobWriter` (a part's ETag, and a put object's S3 ETag); `None` for an
+    /// assembled multipart object, whose S3 ETag is made of its parts' MD5s.
     pub md5: Option<String>,
 }
 
@@ -94,11 +95,12 @@ impl RetiredBlob {
     }
 }
 
-/// Streams bytes into a staged blob, hashing as it goes.
+/// Streams bytes into a staged blob, hashing as it goes: SHA-256 (its name, the native ETag) and MD5 (the S3 ETag
+/// that clients such as rclone and s3cmd compare with their own).
 pub struct BlobWriter {
     file: File,
     hasher: Sha256,
-    md5: Option<Md5>,
+    md5: Md5,
     size: u64,
     /// Owns the temp path so that an abandoned writer removes its file on drop.
     staged: StagedBlob,
@@ -108,9 +110,7 @@ impl BlobWriter {
     pub fn write(&mut self, chunk: &[u8]) -> io::Result<()> {
         self.file.write_all(chunk)?;
         self.hasher.update(chunk);
-        if let Some(md5) = &mut self.md5 {
-            md5.update(chunk);
-        }
+        self.md5.update(chunk);
         self.size += chunk.len() as u64;
         Ok(())
     }
@@ -127,7 +127,7 @@ impl BlobWriter {
             temp_path: std::mem::take(&mut self.staged.temp_path),
             sha256: hex::encode(self.hasher.finalize_reset()),
             size: self.size,
-            md5: self.md5.take().map(|m| hex::encode(m.finalize())),
+            md5: Some(hex::encode(self.md5.finalize_reset())),
         })
     }
 }
@@ -174,17 +174,10 @@ impl BlobStore {
         Ok(BlobWriter {
             file,
             hasher: Sha256::new(),
-            md5: None,
+            md5: Md5::new(),
             size: 0,
             staged: StagedBlob { temp_path, sha256: String::new(), size: 0, md5: None },
         })
-    }
-
-    /// `writer`, also computing the content's MD5 (`StagedBlob::md5`): for S3 parts, whose ETag it is.
-    pub fn writer_with_md5(&self) -> io::Result<BlobWriter> {
-        let mut writer = self.writer()?;
-        writer.md5 = Some(Md5::new());
-        Ok(writer)
     }
 
     /// A new temp file in `tmp/`, named after this process (`staging::stage_name`) so that no sweep removes it
@@ -571,7 +564,7 @@ mod tests {
         let (dir, store) = blob_store();
         let mut parts = Vec::new();
         for content in [&b"first "[..], b"", b"second ", &[7u8; 3 << 20]] {
-            let mut w = store.writer_with_md5().unwrap();
+            let mut w = store.writer().unwrap();
             w.write(content).unwrap();
             let staged = w.finish().unwrap();
             assert_eq!(staged.md5.as_deref().map(str::len), Some(32));

@@ -238,6 +238,11 @@ impl Store {
                 size: i64::try_from(v.blob.size).expect("blob sizes fit in i64"),
             })
             .collect();
+        // The S3 ETag of a single upload is its MD5 (as S3's); CompleteMultipartUpload, whose assembled blob has
+        // none, records the parts' ETag instead. Either way S3 reads see the ETag the upload answered.
+        if let Some(md5) = &staged.md5 {
+            tx.set_s3_etag(bucket_row.id, key.as_str(), &staged.sha256, &format!("\"{md5}\"")).await?;
+        }
         let mut dropped = tx.replace_variants(bucket_row.id, key.as_str(), &records).await?;
         if let Upsert::Replaced { previous_sha256 } = &upsert {
             dropped.push(previous_sha256.clone());

@@ -8,8 +8,8 @@
 //! unchanged, deletes the upload's rows and commits the object exactly as `Store::put` does
 //! (`Store::write_object` + `finish_commit`), and only then removes the part files. A crash at any point
 //! leaves nothing visible: a dead process's staged files, part files no row names, and blobs no object
-//! references are what the start-up sweep removes; an upload that is never completed is reclaimed by
-//! `abort_uploads_older_than`.
+//! references are what the start-up sweep removes; an upload that is never completed is aborted by
+//! `expire_uploads`, which `serve` runs per `timeouts.multipart_upload_expiry`.
 
 use std::time::Duration;
 
@@ -108,6 +108,12 @@ pub fn multipart_etag<'a>(part_md5s: impl IntoIterator<Item = &'a str>) -> anyho
     Ok(format!("\"{}-{count}\"", hex::encode(hasher.finalize())))
 }
 
+/// How often `Store::expire_uploads` looks: an eighth of the expiry, between 1 s and 1 h, so an upload lives at
+/// most an eighth (or an hour) past its expiry.
+pub fn expiry_check_every(expiry: Duration) -> Duration {
+    (expiry / 8).clamp(Duration::from_secs(1), Duration::from_secs(3600))
+}
+
 /// An ETag as clients send it back (quoted or not, any case), for comparing.
 fn bare_etag(etag: &str) -> String {
     etag.trim().trim_matches('"').to_ascii_lowercase()
@@ -154,7 +160,7 @@ impl Store {
         Ok((bucket_row, upload.ok_or(MultipartError::NoSuchUpload)?))
     }
 
-    /// Stores a part, staged by a `BlobStore::writer_with_md5` writer (its MD5 is the part's ETag). A part with
+    /// Stores a part, staged by a `BlobWriter` (its MD5 is the part's ETag). A part with
     /// the same number is replaced, and its file removed once the new row is committed.
     pub async fn put_part(
         &self,
@@ -170,7 +176,7 @@ impl Store {
         if staged.size > MAX_PART_SIZE {
             return Err(MultipartError::EntityTooLarge { size: staged.size });
         }
-        let md5 = staged.md5.clone().context("a part must be staged with BlobStore::writer_with_md5")?;
+        let md5 = staged.md5.clone().context("a part must be staged by a BlobWriter, which computes its MD5")?;
         let mut tx = self.meta.lock_blob_refs().await?;
         let bucket_row = require_bucket(tx.bucket(bucket).await?, bucket)?;
         let upload = tx.upload(upload_id).await?;
@@ -261,6 +267,27 @@ impl Store {
     pub async fn abort_uploads_older_than(&self, age: Duration) -> Result<u64, MultipartError> {
         let before = unix_now().saturating_sub(i64::try_from(age.as_secs()).unwrap_or(i64::MAX));
         self.abort_uploads_created_before(before).await
+    }
+
+    /// Runs until dropped: every [`expiry_check_every`]`(expiry)` (the first at once), aborts the uploads
+    /// started more than `expiry` ago and tells `expired` how many it aborted. Safe beside replicas doing the
+    /// same on one database: each abort deletes the upload's rows under the blob-reference lock and removes its
+    /// part files only if it was the one that deleted them, so an upload is aborted (and counted) once. An error
+    /// (the database away) is logged and the next round retries.
+    pub async fn expire_uploads(self, expiry: Duration, expired: impl Fn(u64)) {
+        let mut tick = tokio::time::interval(expiry_check_every(expiry));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            match self.abort_uploads_older_than(expiry).await {
+                Ok(0) => {}
+                Ok(count) => {
+                    tracing::info!(count, expiry = %humantime::format_duration(expiry), "aborted expired multipart uploads");
+                    expired(count);
+                }
+                Err(e) => tracing::warn!(error = %e, "aborting expired multipart uploads failed; will retry"),
+            }
+        }
     }
 
     /// Aborts uploads created before `before` (unix seconds); returns how many.
@@ -442,7 +469,7 @@ mod tests {
 
     async fn put(store: &Store, key: &str, upload: &str, number: u32, content: &[u8]) -> PartRecord {
         let (b, k) = names(key);
-        let mut w = store.blobs.writer_with_md5().unwrap();
+        let mut w = store.blobs.writer().unwrap();
         w.write(content).unwrap();
         store.put_part(&b, &k, upload, number, w.finish().unwrap()).await.unwrap()
     }
@@ -537,9 +564,11 @@ mod tests {
         assert_eq!(report.put.content_type, "text/x-mine");
         assert!(!store.blobs.path_of(&first.sha256).exists(), "the replaced blob went, as with a put");
         let bucket_id = store.meta.bucket(&b).await.unwrap().unwrap().id;
-        // A native put of other content: the multipart ETag no longer describes the object.
+        assert_eq!(store.meta.s3_etag(bucket_id, k.as_str()).await.unwrap(), Some(report.s3_etag));
+        // A native put of other content: the multipart ETag no longer describes the object; its MD5 does.
         store.put(&b, &k, stage(&store, b"native"), ObjectAttrs::default()).await.unwrap();
-        assert_eq!(store.meta.s3_etag(bucket_id, k.as_str()).await.unwrap(), None);
+        let md5 = format!("\"{}\"", hex::encode(Md5::digest(b"native")));
+        assert_eq!(store.meta.s3_etag(bucket_id, k.as_str()).await.unwrap(), Some(md5));
     }
 
     on_both_backends!(bad_part_lists_are_refused_and_store_nothing);
@@ -584,7 +613,7 @@ mod tests {
         let (b, k) = names("k");
         let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
         let staged = |store: &Store| {
-            let mut w = store.blobs.writer_with_md5().unwrap();
+            let mut w = store.blobs.writer().unwrap();
             w.write(b"hello").unwrap();
             w.finish().unwrap()
         };
@@ -597,8 +626,6 @@ mod tests {
             let err = store.put_part(&b, key, id, 1, staged(&store)).await.unwrap_err();
             assert_eq!(err.s3_code(), "NoSuchUpload");
         }
-        let plain = stage(&store, b"hello");
-        assert!(matches!(store.put_part(&b, &k, &upload.id, 1, plain).await, Err(MultipartError::Other(_))));
         assert!(files(&dir.path().join("tmp")).is_empty(), "refused parts leave no staged file");
         assert!(files(&dir.path().join("parts")).is_empty());
         let part = store.put_part(&b, &k, &upload.id, MAX_PART_NUMBER, staged(&store)).await.unwrap();
@@ -631,6 +658,70 @@ mod tests {
         assert!(store.list_uploads(&b, "", None, 10).await.unwrap().0.is_empty());
     }
 
+    #[test]
+    fn expiry_is_checked_an_eighth_of_it_apart_within_1s_and_1h() {
+        assert_eq!(expiry_check_every(Duration::from_secs(7 * 24 * 3600)), Duration::from_secs(3600));
+        assert_eq!(expiry_check_every(Duration::from_secs(80)), Duration::from_secs(10));
+        assert_eq!(expiry_check_every(Duration::from_secs(2)), Duration::from_secs(1));
+    }
+
+    on_both_backends!(replicas_expiring_uploads_at_once_abort_each_old_upload_once);
+    async fn replicas_expiring_uploads_at_once_abort_each_old_upload_once(backend: TestBackend) {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let url = test_database_url(backend, dir.path()).await;
+        let first = Store::open(dir.path(), &url, Duration::from_secs(5)).await.unwrap();
+        let second = Store::open(dir.path(), &url, Duration::from_secs(5)).await.unwrap();
+        first.meta.create_bucket(&BucketName::parse(BUCKET).unwrap(), false, 0).await.unwrap();
+        let (b, k) = names("k");
+        let young = first.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        put(&first, "k", &young.id, 1, b"young").await;
+        let mut old = Vec::new();
+        for i in 0..3 {
+            // Started ten minutes ago, as a dead client's uploads would have been.
+            let upload = UploadRecord {
+                id: new_upload_id(),
+                bucket_id: young.bucket_id,
+                key: "k".into(),
+                attrs: ObjectAttrs::default(),
+                created_at: young.created_at - 600,
+            };
+            first.meta.create_upload(&upload).await.unwrap();
+            put(&first, "k", &upload.id, 1, &bytes(100, i)).await;
+            put(&second, "k", &upload.id, 2, &bytes(100, i + 10)).await;
+            old.push(upload);
+        }
+        assert_eq!(files(&dir.path().join("parts")).len(), 7);
+
+        let expired = Arc::new(AtomicU64::new(0));
+        let replicas: Vec<_> = [first.clone(), second.clone()]
+            .into_iter()
+            .map(|store| {
+                let expired = expired.clone();
+                tokio::spawn(store.expire_uploads(Duration::from_secs(300), move |n| {
+                    expired.fetch_add(n, Ordering::Relaxed);
+                }))
+            })
+            .collect();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while first.list_uploads(&b, "", None, 10).await.unwrap().0.len() > 1 {
+            assert!(std::time::Instant::now() < deadline, "the old uploads were not aborted");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Both looked at once (the first round runs at start); each upload was aborted, and counted, once.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        replicas.iter().for_each(|r| r.abort());
+        assert_eq!(expired.load(Ordering::Relaxed), 3);
+        let (left, _) = second.list_uploads(&b, "", None, 10).await.unwrap();
+        assert_eq!(left.iter().map(|u| u.id.as_str()).collect::<Vec<_>>(), [young.id.as_str()], "the young one stays");
+        assert_eq!(files(&dir.path().join("parts")).len(), 1, "the old uploads' part files are gone");
+        for upload in &old {
+            let err = second.list_parts(&b, &k, &upload.id, 0, 10).await.unwrap_err();
+            assert_eq!(err.s3_code(), "NoSuchUpload");
+        }
+    }
+
     on_both_backends!(a_complete_that_dies_before_its_commit_leaves_nothing_visible);
     async fn a_complete_that_dies_before_its_commit_leaves_nothing_visible(backend: TestBackend) {
         let (dir, store) = store(backend).await;
@@ -649,7 +740,8 @@ mod tests {
         let object = store.meta.object_by_key(bucket_id, "k").await.unwrap().unwrap();
         assert_eq!(object.sha256, before.sha256, "the old object is still the one visible");
         assert!(store.blobs.path_of(&before.sha256).is_file(), "its retired blob was put back");
-        assert_eq!(store.meta.s3_etag(bucket_id, "k").await.unwrap(), None);
+        let md5 = format!("\"{}\"", hex::encode(Md5::digest(b"before")));
+        assert_eq!(store.meta.s3_etag(bucket_id, "k").await.unwrap(), Some(md5), "the old object's S3 ETag stays");
         assert_eq!(store.list_parts(&b, &k, &upload.id, 0, 10).await.unwrap().0, vec![p.clone()], "upload intact");
         // What a crash there leaves: the assembled blob installed without a row. The sweep takes it.
         let report = store.sweep(Duration::ZERO).await.unwrap();

@@ -6,6 +6,7 @@
 //! never by our code.
 
 use std::path::Path;
+use std::time::Duration;
 
 use crate::helpers::*;
 use crate::s3_clients::{AccessKey, aws, aws_home, clean_command, python, rclone, run_ok, s3_key, s3cmd, sha256_hex};
@@ -456,4 +457,276 @@ fn the_data_listener_refuses_s3_writes_in_xml() {
         assert_eq!(crate::s3_clients::s3_code(&r), "MethodNotAllowed", "{method}");
     }
     assert!(listed(&env, "bkt").is_empty());
+}
+
+/// The ETag S3 requests see, object by object: what PutObject answered (an MD5), a multipart upload's
+/// `"<md5 of md5s>-N"`, and for `blobgate put` and the native `PUT` their MD5 too. HEAD, GET (data and admin
+/// listener), both list versions and the preconditions all use it; a stale one gets 412.
+const BOTO3_ETAGS: &str = r#"
+import hashlib, json, sys
+import boto3
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+from botocore.exceptions import ClientError
+spec = json.loads(sys.argv[1])
+def client(endpoint):
+    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=spec["id"],
+        aws_secret_access_key=spec["secret"], region_name="us-east-1",
+        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+admin, data = client(spec["admin"]), client(spec["data"])
+b = "bkt"
+def code(call):
+    try:
+        call()
+        return "served"
+    except ClientError as e:
+        return e.response["Error"]["Code"]
+out = {"put": {}, "seen": {}}
+small = open(spec["small"], "rb").read()
+out["put"]["put/small.bin"] = admin.put_object(Bucket=b, Key="put/small.bin", Body=small)["ETag"]
+admin.upload_file(spec["big"], b, "mp/big.bin",
+    Config=TransferConfig(multipart_threshold=5 << 20, multipart_chunksize=5 << 20, max_concurrency=3))
+big = open(spec["big"], "rb").read()
+chunks = [big[i:i + (5 << 20)] for i in range(0, len(big), 5 << 20)]
+md5s = b"".join(hashlib.md5(c).digest() for c in chunks)
+out["put"]["mp/big.bin"] = '"%s-%d"' % (hashlib.md5(md5s).hexdigest(), len(chunks))
+v2 = {o["Key"]: o["ETag"] for o in data.list_objects_v2(Bucket=b)["Contents"]}
+v1 = {o["Key"]: o["ETag"] for o in data.list_objects(Bucket=b)["Contents"]}
+for key in spec["keys"]:
+    head = data.head_object(Bucket=b, Key=key)["ETag"]
+    got = data.get_object(Bucket=b, Key=key)
+    body = got["Body"].read()
+    ranged = data.get_object(Bucket=b, Key=key, Range="bytes=0-9", IfMatch=head)
+    out["seen"][key] = {"head": head, "get": got["ETag"], "admin_head": admin.head_object(Bucket=b, Key=key)["ETag"],
+        "v2": v2[key], "v1": v1[key], "md5": '"%s"' % hashlib.md5(body).hexdigest(),
+        "if_match": ranged["ResponseMetadata"]["HTTPStatusCode"], "ranged_etag": ranged["ETag"],
+        "if_none_match": code(lambda: data.get_object(Bucket=b, Key=key, IfNoneMatch=head))}
+# The object changes after the HEAD that gave its ETag: s3transfer's ranged GETs must not mix the two.
+stale = data.head_object(Bucket=b, Key="put/small.bin")["ETag"]
+out["replaced"] = admin.put_object(Bucket=b, Key="put/small.bin", Body=b"new content")["ETag"]
+out["stale"] = code(lambda: data.get_object(Bucket=b, Key="put/small.bin", Range="bytes=0-3", IfMatch=stale))
+out["after"] = data.head_object(Bucket=b, Key="put/small.bin")["ETag"]
+print(json.dumps(out))
+"#;
+
+fn quoted_md5(bytes: &[u8]) -> String {
+    use md5::Digest;
+    format!("\"{}\"", hex::encode(md5::Md5::digest(bytes)))
+}
+
+#[test]
+fn s3_etags_agree_for_put_multipart_and_native_uploads() {
+    s3_etags_agree_on(TestEnv::new());
+}
+
+#[test]
+fn s3_etags_agree_for_put_multipart_and_native_uploads_on_postgres() {
+    s3_etags_agree_on(TestEnv::on_postgres());
+}
+
+fn s3_etags_agree_on(env: TestEnv) {
+    env.bucket("bkt", false);
+    let key = s3_key(&env, "bkt", &["--scope", "write"]);
+    let cli_bytes = test_bytes(30_000, 21);
+    let cli_put = env.put_bytes("bkt", "cli/put.bin", &cli_bytes, &[]);
+    let script = b"function f() { return 'precompressed'; }\n".repeat(200);
+    env.put_bytes("bkt", "text/app.js", &script, &["--precompress"]);
+    let server = env.serve();
+    let token = env.token("bkt", "write", &[]);
+    let native_bytes = test_bytes(40_000, 22);
+    let native = server.put("/bkt/native/put.bin", &token, &native_bytes, &[]);
+    assert_eq!(native.status, 201);
+    let small = test_bytes(70_000, 23);
+    let big = test_bytes(12 << 20, 24);
+    let spec = serde_json::json!({
+        "admin": format!("http://{}", server.admin), "data": format!("http://{}", server.data),
+        "id": key.id, "secret": key.secret,
+        "small": write_file(env.dir.path(), "small.bin", &small), "big": write_file(env.dir.path(), "big.bin", &big),
+        "keys": ["cli/put.bin", "mp/big.bin", "native/put.bin", "put/small.bin", "text/app.js"],
+    });
+    let home = env.dir.path().join("boto3-home");
+    let out = run_ok(clean_command(python(), &home).args(["-c", BOTO3_ETAGS, &spec.to_string()]));
+    let out: serde_json::Value = serde_json::from_str(out.trim()).expect("the script prints JSON");
+
+    let multipart = out["put"]["mp/big.bin"].as_str().unwrap().to_owned();
+    assert!(multipart.ends_with("-3\""), "{multipart}");
+    let want = [
+        ("cli/put.bin", quoted_md5(&cli_bytes)),
+        ("mp/big.bin", multipart),
+        ("native/put.bin", quoted_md5(&native_bytes)),
+        ("put/small.bin", out["put"]["put/small.bin"].as_str().unwrap().to_owned()),
+        ("text/app.js", quoted_md5(&script)),
+    ];
+    assert_eq!(want[3].1, quoted_md5(&small), "PutObject answered the MD5");
+    for (name, etag) in &want {
+        let seen = &out["seen"][name];
+        for view in ["head", "get", "admin_head", "v2", "v1", "ranged_etag"] {
+            assert_eq!(seen[view], etag.as_str(), "{name}: {view} in {seen}");
+        }
+        assert_eq!(seen["if_match"], 206, "{name}: If-Match with the S3 ETag");
+        assert_eq!(seen["if_none_match"], "304", "{name}: If-None-Match with the S3 ETag");
+        if !etag.contains('-') {
+            assert_eq!(seen["md5"], etag.as_str(), "{name}: a single upload's S3 ETag is the MD5 of what GET sends");
+        }
+    }
+    assert_eq!(out["stale"], "PreconditionFailed", "a stale ETag gets 412");
+    assert_eq!(out["after"], out["replaced"], "the replaced object has its new PutObject ETag");
+    assert_eq!(out["replaced"], quoted_md5(b"new content"));
+
+    // Native requests keep the native strong ETag (the SHA-256) and negotiate variants; S3 requests get the
+    // stored bytes only, under the S3 ETag, whatever Accept-Encoding says.
+    let r = server.get_auth("/bkt/cli/put.bin", &token, &[]);
+    assert_eq!(r.header("etag"), Some(cli_put["etag"].as_str().unwrap()));
+    assert_eq!(r.header("etag"), Some(format!("\"{}\"", sha256_hex(&cli_bytes)).as_str()));
+    let r = server.get_auth("/bkt/text/app.js", &token, &[("Accept-Encoding", "br")]);
+    assert_eq!(r.header("content-encoding"), Some("br"));
+    let read = s3_key(&env, "bkt", &[]);
+    let signing =
+        crate::s3_clients::Signing { method: "GET", headers: &[("Accept-Encoding", "br")], ..Default::default() };
+    let headers = crate::s3_clients::signed_headers(&read, "/bkt/text/app.js", &signing);
+    let r = server.get("/bkt/text/app.js", &crate::s3_clients::as_refs(&headers));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-encoding"), None);
+    assert_eq!(r.header("vary"), None, "S3 answers do not vary with Accept-Encoding");
+    assert_eq!(r.header("etag"), Some(quoted_md5(&script).as_str()));
+    assert_eq!(sha256_hex(&r.body), sha256_hex(&script));
+}
+
+/// An upload left open (a client that died): `serve` aborts it past `timeouts.multipart_upload_expiry`.
+const BOTO3_ABANDONS: &str = r#"
+import json, sys, time
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+spec = json.loads(sys.argv[1])
+s3 = boto3.client("s3", endpoint_url=spec["endpoint"], aws_access_key_id=spec["id"],
+    aws_secret_access_key=spec["secret"], region_name="us-east-1",
+    config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+up = s3.create_multipart_upload(Bucket="bkt", Key="left/open")["UploadId"]
+s3.upload_part(Bucket="bkt", Key="left/open", UploadId=up, PartNumber=1, Body=b"x" * 6000)
+s3.upload_part(Bucket="bkt", Key="left/open", UploadId=up, PartNumber=2, Body=b"y" * 10)
+out = {"parts_before": len(s3.list_parts(Bucket="bkt", Key="left/open", UploadId=up)["Parts"])}
+start = time.time()
+while time.time() - start < 20:
+    try:
+        s3.list_parts(Bucket="bkt", Key="left/open", UploadId=up)
+        time.sleep(0.2)
+    except ClientError as e:
+        out["code"] = e.response["Error"]["Code"]
+        break
+out["uploads"] = [u["Key"] for u in s3.list_multipart_uploads(Bucket="bkt").get("Uploads", [])]
+print(json.dumps(out))
+"#;
+
+#[test]
+fn serve_aborts_multipart_uploads_past_their_expiry() {
+    abandoned_uploads_expire_on(TestEnv::new());
+}
+
+#[test]
+fn serve_aborts_multipart_uploads_past_their_expiry_on_postgres() {
+    abandoned_uploads_expire_on(TestEnv::on_postgres());
+}
+
+fn abandoned_uploads_expire_on(env: TestEnv) {
+    env.bucket("bkt", false);
+    let key = s3_key(&env, "bkt", &["--scope", "write"]);
+    let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__MULTIPART_UPLOAD_EXPIRY", "2s")], &[]);
+    let spec = serde_json::json!({"endpoint": format!("http://{}", server.admin), "id": key.id, "secret": key.secret});
+    let home = env.dir.path().join("boto3-home");
+    let out = run_ok(clean_command(python(), &home).args(["-c", BOTO3_ABANDONS, &spec.to_string()]));
+    let out: serde_json::Value = serde_json::from_str(out.trim()).expect("the script prints JSON");
+    assert_eq!(out["parts_before"], 2);
+    assert_eq!(out["code"], "NoSuchUpload", "the upload was aborted: {out}");
+    assert_eq!(out["uploads"], serde_json::json!([]));
+    assert!(wait_for(Duration::from_secs(5), || files_under(&env.data_dir().join("parts")).is_empty()), "parts gone");
+    assert_eq!(server.metric("blobgate_multipart_uploads_expired_total"), 1.0);
+    assert!(listed(&env, "bkt").is_empty(), "nothing became visible");
+}
+
+#[test]
+fn a_zero_multipart_upload_expiry_is_refused_naming_the_key() {
+    let env = TestEnv::new();
+    let out = env.cli_env(&["bucket", "list"], &[("BLOBGATE_TIMEOUTS__MULTIPART_UPLOAD_EXPIRY", "0s")]);
+    let err = one_line_error(&out, &["BLOBGATE_TIMEOUTS__MULTIPART_UPLOAD_EXPIRY=0s"]);
+    assert!(err.contains("timeouts.multipart_upload_expiry"), "{err}");
+}
+
+/// ListMultipartUploads with boto3: several uploads per key, odd keys, pagination by both markers, a delimiter
+/// (common prefixes count toward `max-uploads`), a prefix, and `encoding-type=url`.
+const BOTO3_LISTS_UPLOADS: &str = r#"
+import json, sys
+import boto3
+from botocore.config import Config
+spec = json.loads(sys.argv[1])
+s3 = boto3.client("s3", endpoint_url=spec["endpoint"], aws_access_key_id=spec["id"],
+    aws_secret_access_key=spec["secret"], region_name="us-east-1",
+    config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+b = "bkt"
+created = [[k, s3.create_multipart_upload(Bucket=b, Key=k)["UploadId"]] for k in spec["keys"]]
+def entries(r):
+    return ([[u["Key"], u["UploadId"]] for u in r.get("Uploads", [])], [p["Prefix"] for p in r.get("CommonPrefixes", [])])
+out = {"created": created, "all": entries(s3.list_multipart_uploads(Bucket=b))[0]}
+pages = list(s3.get_paginator("list_multipart_uploads").paginate(Bucket=b, PaginationConfig={"PageSize": 2}))
+out["paged"] = [u for p in pages for u in entries(p)[0]]
+out["page_sizes"] = [len(p.get("Uploads", [])) for p in pages]
+r = s3.list_multipart_uploads(Bucket=b, MaxUploads=1)
+out["first"] = {"uploads": entries(r)[0], "truncated": r["IsTruncated"], "next": [r["NextKeyMarker"], r["NextUploadIdMarker"]]}
+r = s3.list_multipart_uploads(Bucket=b, KeyMarker=r["NextKeyMarker"], UploadIdMarker=r["NextUploadIdMarker"], MaxUploads=1)
+out["second"] = entries(r)[0]
+out["after_key"] = entries(s3.list_multipart_uploads(Bucket=b, KeyMarker="a/one"))[0]
+out["delimited"] = entries(s3.list_multipart_uploads(Bucket=b, Delimiter="/"))
+out["delimited_prefix"] = entries(s3.list_multipart_uploads(Bucket=b, Prefix="b c/", Delimiter="/"))
+steps, marker = [], {}
+while True:
+    r = s3.list_multipart_uploads(Bucket=b, Delimiter="/", MaxUploads=1, **marker)
+    steps.append(entries(r))
+    if not r["IsTruncated"] or len(steps) > 20:
+        break
+    marker = {"KeyMarker": r["NextKeyMarker"]}
+    if r.get("NextUploadIdMarker"):
+        marker["UploadIdMarker"] = r["NextUploadIdMarker"]
+out["delimited_steps"] = steps
+r = s3.list_multipart_uploads(Bucket=b, Prefix="b c/é", EncodingType="url")
+out["encoded"] = {"uploads": entries(r)[0], "prefix": r["Prefix"], "encoding": r.get("EncodingType")}
+print(json.dumps(out))
+"#;
+
+#[test]
+fn boto3_lists_multipart_uploads_with_markers_delimiter_and_odd_keys() {
+    let env = TestEnv::new();
+    env.bucket("bkt", false);
+    let key = s3_key(&env, "bkt", &["--scope", "write"]);
+    let server = env.serve();
+    let odd = "b c/é+%.bin";
+    let keys = ["top", "a/one", odd, "a/two", "a/one", "b c/x", "top"];
+    let spec = serde_json::json!({
+        "endpoint": format!("http://{}", server.admin), "id": key.id, "secret": key.secret, "keys": keys,
+    });
+    let home = env.dir.path().join("boto3-home");
+    let out = run_ok(clean_command(python(), &home).args(["-c", BOTO3_LISTS_UPLOADS, &spec.to_string()]));
+    let out: serde_json::Value = serde_json::from_str(out.trim()).expect("the script prints JSON");
+
+    // By key, then by age (upload ids sort by creation time).
+    let mut created: Vec<(String, String)> = serde_json::from_value(out["created"].clone()).unwrap();
+    created.sort();
+    let all: Vec<(String, String)> = serde_json::from_value(out["all"].clone()).unwrap();
+    assert_eq!(all, created, "every upload, by key and then age");
+    let ids_of = |k: &str| all.iter().filter(|(key, _)| key == k).map(|(_, id)| id.clone()).collect::<Vec<_>>();
+    let upload = |k: &str, i: usize| serde_json::json!([k, ids_of(k)[i]]);
+    assert_eq!(ids_of("a/one").len(), 2);
+    assert_eq!(out["paged"], out["all"], "pages of two, continued by both markers, list everything once");
+    assert_eq!(out["page_sizes"], serde_json::json!([2, 2, 2, 1]));
+    assert_eq!(out["first"]["uploads"], serde_json::json!([upload("a/one", 0)]));
+    assert_eq!(out["first"]["truncated"], true);
+    assert_eq!(out["first"]["next"], upload("a/one", 0));
+    assert_eq!(out["second"], serde_json::json!([upload("a/one", 1)]), "the key's second upload, by upload-id-marker");
+    assert_eq!(out["after_key"][0], upload("a/two", 0), "a key marker alone skips every upload of its key");
+    assert_eq!(out["delimited"], serde_json::json!([[upload("top", 0), upload("top", 1)], ["a/", "b c/"]]));
+    assert_eq!(out["delimited_prefix"], serde_json::json!([[upload("b c/x", 0), upload(odd, 0)], []]), "byte order");
+    let steps = serde_json::json!([[[], ["a/"]], [[], ["b c/"]], [[upload("top", 0)], []], [[upload("top", 1)], []],]);
+    assert_eq!(out["delimited_steps"], steps, "a common prefix counts as one entry and is continued past");
+    assert_eq!(out["encoded"]["encoding"], "url");
+    assert_eq!(out["encoded"]["prefix"], "b%20c/%C3%A9");
+    assert_eq!(out["encoded"]["uploads"], serde_json::json!([["b%20c/%C3%A9%2B%25.bin", ids_of(odd)[0]]]));
 }

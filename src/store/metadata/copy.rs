@@ -249,7 +249,7 @@ mod tests {
     use crate::store::{StagedBlob, Store};
 
     fn part(store: &Store, content: &[u8]) -> StagedBlob {
-        let mut w = store.blobs.writer_with_md5().unwrap();
+        let mut w = store.blobs.writer().unwrap();
         w.write(content).unwrap();
         w.finish().unwrap()
     }

@@ -259,7 +259,8 @@ impl WriteTx {
         Ok(found)
     }
 
-    /// Records the S3 ETag of the object `bucket_id/key` with content `sha256` (write it with the object row).
+    /// Records the S3 ETag of the object `bucket_id/key` with content `sha256` (write it with the object row). The
+    /// same ETag again writes nothing, so it announces no change (the triggers log only rows written).
     pub async fn set_s3_etag(
         &mut self,
         bucket_id: i64,
@@ -269,7 +270,8 @@ impl WriteTx {
     ) -> Result<(), MetadataError> {
         with_tx!(&mut self.tx, tx => sqlx::query(
             "INSERT INTO object_s3_etags (bucket_id, key, sha256, etag) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (bucket_id, key) DO UPDATE SET sha256 = excluded.sha256, etag = excluded.etag",
+             ON CONFLICT (bucket_id, key) DO UPDATE SET sha256 = excluded.sha256, etag = excluded.etag
+             WHERE object_s3_etags.sha256 <> excluded.sha256 OR object_s3_etags.etag <> excluded.etag",
         )
         .bind(bucket_id)
         .bind(key)

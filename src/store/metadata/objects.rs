@@ -28,6 +28,9 @@ pub struct ObjectRecord {
     pub attrs: ObjectAttrs,
     pub created_at: i64,
     pub updated_at: i64,
+    /// The ETag S3 requests see (`object_s3_etags`, quoted): the MD5 of a single upload, or a multipart upload's
+    /// `"<md5 of md5s>-N"`; `None` for an object stored before MD5s were recorded (S3 then sees the native ETag).
+    pub s3_etag: Option<String>,
 }
 
 /// How an upsert changed the object row.
@@ -43,9 +46,12 @@ pub enum Upsert {
 }
 
 const BUCKET_COLUMNS: &str = "id, name, public, created_at, default_cache_control, cors";
-/// Every column of an object row (`ObjectRow`).
-const OBJECT_COLUMNS: &str =
-    "bucket_id, key, sha256, size, content_type, cache_control, content_disposition, created_at, updated_at";
+/// Every column of an object row (`ObjectRow`), read from [`OBJECTS_WITH_S3_ETAG`].
+const OBJECT_COLUMNS: &str = "o.bucket_id, o.key, o.sha256, o.size, o.content_type, o.cache_control, \
+     o.content_disposition, o.created_at, o.updated_at, e.etag AS s3_etag";
+/// Objects (`o`) with their S3 ETag (`e`), if one is stored for their current content.
+const OBJECTS_WITH_S3_ETAG: &str = "objects o LEFT JOIN object_s3_etags e \
+     ON e.bucket_id = o.bucket_id AND e.key = o.key AND e.sha256 = o.sha256";
 
 #[derive(sqlx::FromRow)]
 struct BucketRow {
@@ -81,6 +87,7 @@ struct ObjectRow {
     content_disposition: Option<String>,
     created_at: i64,
     updated_at: i64,
+    s3_etag: Option<String>,
 }
 
 impl From<ObjectRow> for ObjectRecord {
@@ -97,6 +104,7 @@ impl From<ObjectRow> for ObjectRecord {
             },
             created_at: r.created_at,
             updated_at: r.updated_at,
+            s3_etag: r.s3_etag,
         }
     }
 }
@@ -203,15 +211,13 @@ impl Metadata {
         macro_rules! read_in {
             ($tx:expr) => {{
                 let mut tx = $tx;
-                let row: Option<ObjectWithDefaultRow> = sqlx::query_as(
-                    "SELECT o.bucket_id, o.key, o.sha256, o.size, o.content_type, o.cache_control,
-                            o.content_disposition, o.created_at, o.updated_at, b.default_cache_control
-                     FROM objects o JOIN buckets b ON b.id = o.bucket_id WHERE o.bucket_id = $1 AND o.key = $2",
-                )
-                .bind(bucket_id)
-                .bind(key)
-                .fetch_optional(&mut *tx)
-                .await?;
+                let sql = format!(
+                    "SELECT {OBJECT_COLUMNS}, b.default_cache_control
+                     FROM {OBJECTS_WITH_S3_ETAG} JOIN buckets b ON b.id = o.bucket_id
+                     WHERE o.bucket_id = $1 AND o.key = $2"
+                );
+                let row: Option<ObjectWithDefaultRow> =
+                    sqlx::query_as(&sql).bind(bucket_id).bind(key).fetch_optional(&mut *tx).await?;
                 let Some(row) = row else { return Ok(None) };
                 let variants: Vec<VariantRecord> =
                     sqlx::query_as(SELECT_VARIANTS).bind(bucket_id).bind(key).fetch_all(&mut *tx).await?;
@@ -272,7 +278,7 @@ impl Metadata {
     }
 
     pub async fn object_by_key(&self, bucket_id: i64, key: &str) -> Result<Option<ObjectRecord>, MetadataError> {
-        let sql = format!("SELECT {OBJECT_COLUMNS} FROM objects WHERE bucket_id = $1 AND key = $2");
+        let sql = format!("SELECT {OBJECT_COLUMNS} FROM {OBJECTS_WITH_S3_ETAG} WHERE o.bucket_id = $1 AND o.key = $2");
         let row: Option<ObjectRow> = with_pool!(&self.backend, pool => sqlx::query_as(&sql).bind(bucket_id).bind(key).fetch_optional(pool).await?);
         Ok(row.map(ObjectRecord::from))
     }
@@ -435,9 +441,12 @@ impl WriteTx {
 /// The page query of `list_objects_page`. $2 is the lower bound (inclusive: the prefix; exclusive: the last key
 /// of the previous page), $3 the exclusive upper bound of keys with the prefix, $4 the page size.
 fn list_objects_sql(after: bool, upper: bool) -> String {
-    let lower = if after { "key > $2" } else { "key >= $2" };
-    let upper = if upper { " AND key < $3" } else { "" };
-    format!("SELECT {OBJECT_COLUMNS} FROM objects WHERE bucket_id = $1 AND {lower}{upper} ORDER BY key LIMIT $4")
+    let lower = if after { "o.key > $2" } else { "o.key >= $2" };
+    let upper = if upper { " AND o.key < $3" } else { "" };
+    format!(
+        "SELECT {OBJECT_COLUMNS} FROM {OBJECTS_WITH_S3_ETAG}
+         WHERE o.bucket_id = $1 AND {lower}{upper} ORDER BY o.key LIMIT $4"
+    )
 }
 
 /// Commits a bucket update that returned `row` (the changed bucket, or `None` when there was no such bucket, in
@@ -470,9 +479,11 @@ mod tests {
             let sql = format!("EXPLAIN QUERY PLAN {}", list_objects_sql(after, upper));
             let rows = sqlx::query(&sql).bind(1).bind("a").bind("b").bind(10).fetch_all(pool).await.unwrap();
             let details: Vec<String> = rows.iter().map(|r| r.get::<String, _>(3)).collect();
-            assert_eq!(details.len(), 1, "{details:?}");
-            assert!(details[0].starts_with("SEARCH objects USING PRIMARY KEY"), "{details:?}");
+            // The page's range, and for each row one primary-key look-up of its S3 ETag.
+            assert_eq!(details.len(), 2, "{details:?}");
+            assert!(details[0].starts_with("SEARCH o USING PRIMARY KEY"), "{details:?}");
             assert!(details[0].ends_with(plan), "{details:?}");
+            assert!(details[1].starts_with("SEARCH e USING PRIMARY KEY (bucket_id=? AND key=?)"), "{details:?}");
             assert!(!details.iter().any(|d| d.contains("TEMP B-TREE")), "no sort: {details:?}");
         }
     }
@@ -534,13 +545,27 @@ mod tests {
             attrs,
             created_at: 9,
             updated_at: 9,
+            s3_etag: None,
         };
         assert_eq!(meta.object_by_key(bucket.id, key.as_str()).await.unwrap(), Some(want.clone()));
         assert_eq!(
             meta.object_with_bucket_default(bucket.id, key.as_str()).await.unwrap(),
-            Some((want, None, Vec::new()))
+            Some((want.clone(), None, Vec::new()))
         );
-        assert_eq!(meta.list_buckets().await.unwrap(), vec![bucket]);
+        assert_eq!(meta.list_buckets().await.unwrap(), vec![bucket.clone()]);
+
+        // The S3 ETag of the current content is read with the row, by every read of it.
+        let mut tx = meta.begin_write().await.unwrap();
+        tx.set_s3_etag(bucket.id, key.as_str(), &"a".repeat(64), "\"x-2\"").await.unwrap();
+        tx.commit().await.unwrap();
+        let want = ObjectRecord { s3_etag: Some("\"x-2\"".into()), ..want };
+        assert_eq!(meta.object_by_key(bucket.id, key.as_str()).await.unwrap(), Some(want.clone()));
+        assert_eq!(
+            meta.object_with_bucket_default(bucket.id, key.as_str()).await.unwrap(),
+            Some((want.clone(), None, Vec::new()))
+        );
+        assert_eq!(meta.list_objects_page(bucket.id, "dir/", None, 5).await.unwrap(), vec![want.clone()]);
+        assert_eq!(meta.list_objects_page_from(bucket.id, "", "dir/", 5).await.unwrap(), vec![want]);
     }
 
     on_both_backends!(bucket_updates_change_only_what_they_name);
