@@ -335,6 +335,11 @@ const OBJECT_PARAMS: &[&str] = &[
     "response-content-encoding",
 ];
 
+/// SigV4's own `X-Amz-*` parameters, and `x-id`, the operation name newer SDKs add (`?x-id=GetObject`).
+pub(super) fn is_signing_or_sdk_param(name: &str) -> bool {
+    name == "x-id" || name.starts_with("X-Amz-") || name.starts_with("x-amz-")
+}
+
 /// A request's query, decoded once.
 pub struct Query {
     pairs: Vec<(String, String)>,
@@ -359,11 +364,7 @@ impl Query {
     /// A parameter outside `known` (and SigV4's own `X-Amz-*`) names a subresource or operation we do not
     /// implement (`?acl`, `?versioning`, `?uploads`…): S3's `NotImplemented`, rather than a wrong answer.
     fn refuse_subresources(&self, known: &[&str]) -> Result<(), S3Error> {
-        match self
-            .pairs
-            .iter()
-            .find(|(k, _)| !known.contains(&k.as_str()) && !k.starts_with("X-Amz-") && !k.starts_with("x-amz-"))
-        {
+        match self.pairs.iter().find(|(k, _)| !known.contains(&k.as_str()) && !is_signing_or_sdk_param(k)) {
             None => Ok(()),
             Some((k, _)) => Err(S3Error::new(
                 StatusCode::NOT_IMPLEMENTED,

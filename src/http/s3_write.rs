@@ -22,7 +22,9 @@ use http::{Method, StatusCode};
 
 use super::AdminState;
 use super::error::ApiError;
-use super::s3::{AMZ_REQUEST_ID, S3Context, S3Error, S3Path, parse_path, with_principal, xml_response};
+use super::s3::{
+    AMZ_REQUEST_ID, S3Context, S3Error, S3Path, is_signing_or_sdk_param, parse_path, with_principal, xml_response,
+};
 use super::upload::{BodyFilter, stage_body};
 use crate::auth::sigv4::checksum::{Checksum, Checksummer};
 use crate::auth::sigv4::chunked::{ChunkedDecoder, header_checksum};
@@ -82,6 +84,7 @@ async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Re
             let bucket = app.data.catalog.bucket(name.as_str()).await?;
             let grant = app.auth.s3(&request, S3Target::Bucket(bucket.as_ref()), Access::Write).await?;
             bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?;
+            refuse_unsupported(method, &query, &parts.headers)?;
             let response = if *method == Method::POST && param("delete").is_some() {
                 delete_objects(app, &name, &grant, &parts.headers, body).await?
             } else if *method == Method::GET && param("uploads").is_some() {
@@ -95,6 +98,7 @@ async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Re
             let bucket = app.data.catalog.bucket(name.as_str()).await?;
             let grant = app.auth.s3(&request, S3Target::Object(bucket.as_ref(), &key), Access::Write).await?;
             bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?;
+            refuse_unsupported(method, &query, &parts.headers)?;
             let upload_id = param("uploadId");
             let response = match (method.clone(), upload_id) {
                 (Method::PUT, None) => put_object(app, &name, &key, &grant, &parts.headers, body).await?,
@@ -124,6 +128,66 @@ async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Re
             Ok(with_principal(&app.data, response, &grant))
         }
     }
+}
+
+/// The query parameters the write routes read (besides `x-id` and SigV4's own). Any other names a
+/// subresource or operation we do not have (`?tagging`, `?acl`, `?retention`…), which the routes would otherwise
+/// take for a plain PutObject or DeleteObject of the object.
+const WRITE_PARAMS: &[&str] = &["uploads", "uploadId", "partNumber", "delete"];
+/// What ListMultipartUploads and ListParts read besides.
+const MULTIPART_LIST_PARAMS: &[&str] = &[
+    "prefix",
+    "delimiter",
+    "key-marker",
+    "upload-id-marker",
+    "max-uploads",
+    "encoding-type",
+    "max-parts",
+    "part-number-marker",
+];
+/// Request headers asking for what we do not do: CopyObject / UploadPartCopy, server-side encryption (SSE-S3,
+/// SSE-KMS, SSE-C), object lock. Accepting them would store the wrong bytes, or plaintext while the client
+/// believes it is encrypted or locked.
+const UNSUPPORTED_HEADER_PREFIXES: &[&str] =
+    &["x-amz-copy-source", "x-amz-server-side-encryption", "x-amz-object-lock-"];
+
+fn not_implemented(what: impl std::fmt::Display) -> S3Error {
+    S3Error::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "NotImplemented",
+        format!("A header or parameter you provided implies functionality that is not implemented: {what}"),
+    )
+}
+
+/// Refuses, after authorisation and before any body is read or anything stored or deleted, a write that names
+/// what we do not implement (see the constants above), conditional writes (`If-Match` / `If-None-Match`), and a
+/// `Content-Encoding` besides `aws-chunked` (objects store no content coding): S3's `NotImplemented` (501).
+fn refuse_unsupported(method: &Method, query: &[(String, String)], headers: &HeaderMap) -> Result<(), S3Error> {
+    let listing = *method == Method::GET;
+    let known = |k: &str| {
+        WRITE_PARAMS.contains(&k) || (listing && MULTIPART_LIST_PARAMS.contains(&k)) || is_signing_or_sdk_param(k)
+    };
+    if let Some((k, _)) = query.iter().find(|(k, _)| !known(k)) {
+        return Err(not_implemented(k));
+    }
+    if listing {
+        return Ok(());
+    }
+    for name in headers.keys() {
+        let name = name.as_str();
+        if UNSUPPORTED_HEADER_PREFIXES.iter().any(|p| name.starts_with(p)) {
+            return Err(not_implemented(name));
+        }
+    }
+    for name in [header::IF_MATCH, header::IF_NONE_MATCH] {
+        if headers.contains_key(&name) {
+            return Err(not_implemented(format!("{name} (conditional writes)")));
+        }
+    }
+    if let Some(coding) = crate::auth::sigv4::chunked::stored_content_encoding(headers) {
+        return Err(not_implemented(format!("Content-Encoding: {coding}")));
+    }
+    Ok(())
 }
 
 fn object_attrs(headers: &HeaderMap) -> Result<crate::names::ObjectAttrs, S3Error> {

@@ -1,0 +1,238 @@
+//! What a review of the S3 API found (issue 15): writes we do not implement are refused before anything is
+//! stored or deleted, newer SDKs' `x-id` is accepted, and the edges of the write path (limits, digests, timeouts,
+//! key shapes) answer in S3's words. Requests come from aws-cli or are signed by botocore, never by our code.
+
+use std::process::Output;
+
+use crate::helpers::*;
+use crate::s3_clients::{AccessKey, aws_home, clean_command, python, run_ok, s3_key, sha256_hex};
+use crate::s3_writes::{listed, read_back};
+
+/// Sends each case of `spec["cases"]` (`[name, host, method, path, headers, body]`, body as latin-1 text) signed
+/// by botocore's `S3SigV4Auth` (unless the case's headers carry their own `Authorization`), and prints
+/// `{name: [status, code, headers]}`.
+const RAW: &str = r#"
+import http.client, json, sys
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+spec = json.loads(sys.argv[1])
+out = {}
+for name, host, method, path, headers, body in spec["cases"]:
+    body = body.encode("latin-1")
+    key = spec["keys"][headers.pop("_key", "write")]
+    if "Authorization" not in headers:
+        req = AWSRequest(method=method, url="http://" + host + path, headers=headers, data=body)
+        S3SigV4Auth(Credentials(key["id"], key["secret"]), "s3", "us-east-1").add_auth(req)
+        headers = dict(req.headers.items())
+    conn = http.client.HTTPConnection(host, timeout=30)
+    conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+    conn.putheader("Host", host)
+    for k, v in headers.items():
+        conn.putheader(k, v)
+    conn.putheader("Content-Length", str(len(body)))
+    conn.endheaders()
+    conn.send(body)
+    r = conn.getresponse()
+    text = r.read().decode("utf-8", "replace")
+    code = text.split("<Code>")[1].split("</Code>")[0] if "<Code>" in text else ""
+    out[name] = [r.status, code, dict((k.lower(), v) for k, v in r.getheaders())]
+print(json.dumps(out))
+"#;
+
+/// One raw request for [`raw`].
+pub struct Case<'a> {
+    pub name: &'a str,
+    pub host: String,
+    pub method: &'a str,
+    pub path: &'a str,
+    pub headers: &'a [(&'a str, &'a str)],
+    pub body: &'a [u8],
+}
+
+/// Sends the cases (signed by botocore with `keys["write"]`, or the key a case's `_key` header names) and
+/// returns each case's `[status, code, headers]`.
+pub fn raw(env: &TestEnv, keys: &[(&str, &AccessKey)], cases: &[Case<'_>]) -> serde_json::Value {
+    let keys: serde_json::Map<String, serde_json::Value> = keys
+        .iter()
+        .map(|(name, k)| ((*name).to_owned(), serde_json::json!({"id": k.id, "secret": k.secret})))
+        .collect();
+    let cases: Vec<serde_json::Value> = cases
+        .iter()
+        .map(|c| {
+            let headers: serde_json::Map<String, serde_json::Value> =
+                c.headers.iter().map(|(k, v)| ((*k).to_owned(), serde_json::Value::from(*v))).collect();
+            let body: String = c.body.iter().map(|&b| b as char).collect();
+            serde_json::json!([c.name, c.host, c.method, c.path, headers, body])
+        })
+        .collect();
+    let spec = serde_json::json!({"keys": keys, "cases": cases});
+    let home = env.dir.path().join("raw-home");
+    let out = run_ok(clean_command(python(), &home).args(["-c", RAW, &spec.to_string()]));
+    serde_json::from_str(out.trim()).expect("the script prints JSON")
+}
+
+/// A case's `(status, code)`.
+pub fn answer(out: &serde_json::Value, name: &str) -> (u64, String) {
+    let case = &out[name];
+    (case[0].as_u64().unwrap_or_else(|| panic!("{name}: {out}")), case[1].as_str().unwrap().to_owned())
+}
+
+/// Runs aws-cli (`aws --endpoint-url ENDPOINT ARGS`) whatever its exit status.
+fn aws_output(home: &std::path::Path, endpoint: &str, args: &[&str]) -> Output {
+    let aws = python().parent().unwrap().join("aws");
+    assert!(aws.exists(), "aws-cli is not installed next to {} (pip install awscli)", python().display());
+    clean_command(python(), home).arg(aws).args(["--endpoint-url", endpoint]).args(args).output().expect("run aws")
+}
+
+fn refused_not_implemented(out: &Output, what: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{what} was accepted: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(stderr.contains("NotImplemented"), "{what}: {stderr}");
+}
+
+#[test]
+fn aws_cli_copy_object_and_tagging_are_refused_and_leave_the_object_unchanged() {
+    let env = TestEnv::new();
+    env.bucket("bkt", false);
+    let original = test_bytes(10_000, 11);
+    env.put_bytes("bkt", "src.bin", &original, &[]);
+    let key = s3_key(&env, "bkt", &["--scope", "write"]);
+    let server = env.serve();
+    let admin = format!("http://{}", server.admin);
+    let home = env.dir.path().join("aws-home");
+    aws_home(&home, &key);
+
+    let copy = aws_output(
+        &home,
+        &admin,
+        &["s3api", "copy-object", "--bucket", "bkt", "--key", "dst.bin", "--copy-source", "bkt/src.bin"],
+    );
+    refused_not_implemented(&copy, "copy-object");
+    // Over an existing object too: the copy must not replace it with the empty body.
+    let copy_over = aws_output(
+        &home,
+        &admin,
+        &[
+            "s3api",
+            "copy-object",
+            "--bucket",
+            "bkt",
+            "--key",
+            "src.bin",
+            "--copy-source",
+            "bkt/src.bin",
+            "--metadata-directive",
+            "REPLACE",
+        ],
+    );
+    refused_not_implemented(&copy_over, "copy-object onto itself");
+    let tag = aws_output(
+        &home,
+        &admin,
+        &[
+            "s3api",
+            "put-object-tagging",
+            "--bucket",
+            "bkt",
+            "--key",
+            "src.bin",
+            "--tagging",
+            "TagSet=[{Key=a,Value=b}]",
+        ],
+    );
+    refused_not_implemented(&tag, "put-object-tagging");
+    let untag = aws_output(&home, &admin, &["s3api", "delete-object-tagging", "--bucket", "bkt", "--key", "src.bin"]);
+    refused_not_implemented(&untag, "delete-object-tagging");
+
+    assert_eq!(listed(&env, "bkt"), [("src.bin".to_owned(), original.len() as u64)], "nothing stored or deleted");
+    let read = s3_key(&env, "bkt", &[]);
+    assert_eq!(sha256_hex(&read_back(&server, &read, "/bkt/src.bin")), sha256_hex(&original), "object unchanged");
+}
+
+#[test]
+fn writes_naming_what_we_do_not_implement_get_not_implemented_and_x_id_is_accepted() {
+    let env = TestEnv::new();
+    env.bucket("bkt", false);
+    let original = test_bytes(5_000, 12);
+    env.put_bytes("bkt", "keep.bin", &original, &[]);
+    let write = s3_key(&env, "bkt", &["--scope", "write"]);
+    let server = env.serve();
+    let admin = server.admin.to_string();
+    let data = server.data.to_string();
+    let on_admin = |name, method, path, headers, body| Case { name, host: admin.clone(), method, path, headers, body };
+    let xml = b"<Tagging><TagSet><Tag><Key>a</Key><Value>b</Value></Tag></TagSet></Tagging>".as_slice();
+    let cases = vec![
+        on_admin("acl", "PUT", "/bkt/keep.bin?acl", &[], b"<AccessControlPolicy/>"),
+        on_admin("tagging", "PUT", "/bkt/keep.bin?tagging", &[], xml),
+        on_admin("retention", "PUT", "/bkt/keep.bin?retention", &[], b"<Retention/>"),
+        on_admin("legal_hold", "PUT", "/bkt/keep.bin?legal-hold", &[], b"<LegalHold/>"),
+        on_admin("delete_tagging", "DELETE", "/bkt/keep.bin?tagging", &[], b""),
+        on_admin("delete_version", "DELETE", "/bkt/keep.bin?versionId=3", &[], b""),
+        on_admin("copy", "PUT", "/bkt/keep.bin", &[("x-amz-copy-source", "/bkt/keep.bin")], b""),
+        on_admin(
+            "sse_c",
+            "PUT",
+            "/bkt/keep.bin",
+            &[("x-amz-server-side-encryption-customer-algorithm", "AES256")],
+            b"plain",
+        ),
+        on_admin("sse", "PUT", "/bkt/keep.bin", &[("x-amz-server-side-encryption", "aws:kms")], b"plain"),
+        on_admin("lock", "PUT", "/bkt/keep.bin", &[("x-amz-object-lock-mode", "GOVERNANCE")], b"plain"),
+        on_admin("if_none_match", "PUT", "/bkt/keep.bin", &[("If-None-Match", "*")], b"plain"),
+        on_admin("if_match", "PUT", "/bkt/keep.bin", &[("If-Match", "\"abc\"")], b"plain"),
+        on_admin("gzip", "PUT", "/bkt/keep.bin", &[("Content-Encoding", "gzip")], b"plain"),
+        on_admin(
+            "create_sse_c",
+            "POST",
+            "/bkt/mp.bin?uploads",
+            &[("x-amz-server-side-encryption-customer-algorithm", "AES256")],
+            b"",
+        ),
+        on_admin("put_x_id", "PUT", "/bkt/new.bin?x-id=PutObject", &[], b"new object"),
+        Case {
+            name: "get_x_id",
+            host: data.clone(),
+            method: "GET",
+            path: "/bkt/keep.bin?x-id=GetObject",
+            headers: &[],
+            body: b"",
+        },
+        Case {
+            name: "list_buckets_x_id",
+            host: data.clone(),
+            method: "GET",
+            path: "/?x-id=ListBuckets",
+            headers: &[],
+            body: b"",
+        },
+        on_admin("head_x_id_admin", "HEAD", "/bkt/keep.bin?x-id=HeadObject", &[], b""),
+    ];
+    let out = raw(&env, &[("write", &write)], &cases);
+    for name in [
+        "acl",
+        "tagging",
+        "retention",
+        "legal_hold",
+        "delete_tagging",
+        "delete_version",
+        "copy",
+        "sse_c",
+        "sse",
+        "lock",
+        "if_none_match",
+        "if_match",
+        "gzip",
+        "create_sse_c",
+    ] {
+        assert_eq!(answer(&out, name), (501, "NotImplemented".into()), "{name}");
+    }
+    for name in ["put_x_id", "get_x_id", "list_buckets_x_id", "head_x_id_admin"] {
+        assert_eq!(answer(&out, name).0, 200, "{name}: {}", out[name]);
+    }
+
+    let keys: Vec<String> = listed(&env, "bkt").into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["keep.bin", "new.bin"], "nothing refused was stored or deleted");
+    assert_eq!(sha256_hex(&read_back(&server, &write, "/bkt/keep.bin")), sha256_hex(&original));
+    assert_eq!(read_back(&server, &write, "/bkt/new.bin"), b"new object");
+}
