@@ -435,7 +435,14 @@ async fn complete(
     let body = small_body(grant, headers, body, MAX_COMPLETE_BODY).await?;
     let parts = parse_complete_multipart_upload(&body).map_err(request_error)?;
     let parts: Vec<(u32, String)> = parts.into_iter().map(|p| (p.part_number, p.etag)).collect();
-    let report = app.store.complete_upload(bucket, key, upload_id, &parts).await.map_err(multipart_error)?;
+    // Assembly writes a whole object: it takes an upload slot like any body (`limits.max_concurrent_uploads`).
+    let Ok(_in_progress) = app.uploads.try_acquire() else {
+        crate::metrics::upload_refused();
+        return Err(ApiError::TooManyUploads.into());
+    };
+    let limit = app.settings.limits.max_upload_bytes;
+    let report =
+        app.store.complete_upload_within(bucket, key, upload_id, &parts, limit).await.map_err(multipart_error)?;
     let location = format!("/{}/{}", bucket.as_str(), key.as_str());
     Ok(xml_response(xml::complete_multipart_upload(&location, bucket.as_str(), key.as_str(), &report.s3_etag)))
 }
