@@ -25,7 +25,7 @@ use super::error::ApiError;
 use super::s3::{
     AMZ_REQUEST_ID, S3Context, S3Error, S3Path, is_signing_or_sdk_param, parse_path, with_principal, xml_response,
 };
-use super::upload::{BodyFilter, stage_body};
+use super::upload::{BodyFilter, BodyPace, stage_body};
 use crate::auth::sigv4::checksum::{Checksum, Checksummer};
 use crate::auth::sigv4::chunked::{ChunkedDecoder, header_checksum};
 use crate::auth::sigv4::{PayloadHash, RequestParts, SigV4Error, check_payload_sha256};
@@ -294,10 +294,7 @@ fn check_staged(grant: &S3Grant, headers: &HeaderMap, staged: &StagedBlob) -> Re
         check_payload_sha256(&signed, &received).map_err(sigv4_error)?;
     }
     if let Some(value) = headers.get("content-md5") {
-        let invalid =
-            || S3Error::new(StatusCode::BAD_REQUEST, "InvalidDigest", "The Content-MD5 you specified was invalid.");
-        let sent = value.to_str().ok().and_then(|v| STANDARD.decode(v.trim()).ok()).filter(|d| d.len() == 16);
-        let sent = sent.ok_or_else(invalid)?;
+        let sent = content_md5(value)?;
         if staged.md5.as_deref() != Some(hex::encode(sent).as_str()) {
             return Err(S3Error::new(
                 StatusCode::BAD_REQUEST,
@@ -307,6 +304,15 @@ fn check_staged(grant: &S3Grant, headers: &HeaderMap, staged: &StagedBlob) -> Re
         }
     }
     Ok(())
+}
+
+/// A `Content-MD5` header's 16 bytes; anything else is `InvalidDigest` (a digest that does not match is
+/// `BadDigest`).
+fn content_md5(value: &HeaderValue) -> Result<Vec<u8>, S3Error> {
+    let sent = value.to_str().ok().and_then(|v| STANDARD.decode(v.trim()).ok()).filter(|d| d.len() == 16);
+    sent.ok_or_else(|| {
+        S3Error::new(StatusCode::BAD_REQUEST, "InvalidDigest", "The Content-MD5 you specified was invalid.")
+    })
 }
 
 /// Stages an object or part body: admission (`limits.max_concurrent_uploads`), then the body to disk, decoded
@@ -383,14 +389,34 @@ fn with_etag(mut response: Response, etag: &str) -> Response {
 }
 
 /// A small XML request body (Complete, Delete), read into memory up to `limit` bytes, decoded and checked like
-/// an object body.
-async fn small_body(grant: &S3Grant, headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<u8>, S3Error> {
+/// an object body, and paced like one (`timeouts.body_idle`, `limits.min_upload_rate`: `RequestTimeout`).
+async fn small_body(
+    app: &AdminState,
+    grant: &S3Grant,
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<Vec<u8>, S3Error> {
     let too_large = || request_error(RequestError::TooLarge { limit });
     let mut filter = S3Body::for_request(grant, headers)?;
+    let body_idle = app.settings.timeouts.body_idle;
+    let min_rate = app.settings.limits.min_upload_rate;
+    let mut pace = BodyPace::new(min_rate, body_idle, tokio::time::Instant::now());
     let mut stream = body.into_data_stream();
     let (mut received, mut decoded, mut pieces) = (0usize, Vec::new(), Vec::new());
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("request body interrupted: {e}")))?;
+    loop {
+        let chunk = match tokio::time::timeout(body_idle, stream.next()).await {
+            Err(_elapsed) => {
+                crate::metrics::upload_body_timeout();
+                return Err(ApiError::BodyTimeout.into());
+            }
+            Ok(None) => break,
+            Ok(Some(chunk)) => chunk.map_err(|e| ApiError::BadRequest(format!("request body interrupted: {e}")))?,
+        };
+        if !pace.keeps_up(chunk.len() as u64, tokio::time::Instant::now()) {
+            crate::metrics::upload_body_timeout();
+            return Err(ApiError::BodyTooSlow(min_rate).into());
+        }
         received += chunk.len();
         if received > limit.saturating_add(64 << 10) {
             return Err(too_large());
@@ -409,9 +435,9 @@ async fn small_body(grant: &S3Grant, headers: &HeaderMap, body: Body, limit: usi
         check_payload_sha256(&signed, &received).map_err(sigv4_error)?;
     }
     if let Some(value) = headers.get("content-md5") {
-        let sent = value.to_str().ok().and_then(|v| STANDARD.decode(v.trim()).ok());
+        let sent = content_md5(value)?;
         let computed = <md5::Md5 as md5::Digest>::digest(&decoded);
-        if sent.as_deref() != Some(computed.as_slice()) {
+        if sent != computed.as_slice() {
             return Err(S3Error::new(
                 StatusCode::BAD_REQUEST,
                 "BadDigest",
@@ -432,7 +458,7 @@ async fn complete(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, S3Error> {
-    let body = small_body(grant, headers, body, MAX_COMPLETE_BODY).await?;
+    let body = small_body(app, grant, headers, body, MAX_COMPLETE_BODY).await?;
     let parts = parse_complete_multipart_upload(&body).map_err(request_error)?;
     let parts: Vec<(u32, String)> = parts.into_iter().map(|p| (p.part_number, p.etag)).collect();
     // Assembly writes a whole object: it takes an upload slot like any body (`limits.max_concurrent_uploads`).
@@ -454,7 +480,18 @@ async fn delete_objects(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, S3Error> {
-    let body = small_body(grant, headers, body, MAX_DELETE_BODY).await?;
+    // S3 requires an integrity header on DeleteObjects (botocore, the Go SDK and s3cmd all send one).
+    let has_digest = headers.contains_key("content-md5")
+        || headers.contains_key("x-amz-trailer")
+        || headers.keys().any(|name| name.as_str().starts_with("x-amz-checksum-"));
+    if !has_digest {
+        return Err(S3Error::new(
+            StatusCode::BAD_REQUEST,
+            "InvalidRequest",
+            "Missing required header for this request: Content-MD5 (or an x-amz-checksum-* header)",
+        ));
+    }
+    let body = small_body(app, grant, headers, body, MAX_DELETE_BODY).await?;
     let request = parse_delete(&body).map_err(request_error)?;
     let mut outcomes = Vec::with_capacity(request.keys.len());
     for raw in request.keys {

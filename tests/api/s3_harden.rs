@@ -10,9 +10,9 @@ use crate::s3_writes::{listed, read_back};
 
 /// Sends each case of `spec["cases"]` (`[name, host, method, path, headers, body]`, body as latin-1 text) signed
 /// by botocore's `S3SigV4Auth` (unless the case's headers carry their own `Authorization`), and prints
-/// `{name: [status, code, headers]}`.
+/// `{name: [status, code, headers]}`. A `_stall: SECS` header sends half the body, then waits that long.
 const RAW: &str = r#"
-import http.client, json, sys
+import http.client, json, sys, time
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
@@ -21,6 +21,7 @@ out = {}
 for name, host, method, path, headers, body in spec["cases"]:
     body = body.encode("latin-1")
     key = spec["keys"][headers.pop("_key", "write")]
+    stall = float(headers.pop("_stall", "0"))
     if "Authorization" not in headers:
         req = AWSRequest(method=method, url="http://" + host + path, headers=headers, data=body)
         S3SigV4Auth(Credentials(key["id"], key["secret"]), "s3", "us-east-1").add_auth(req)
@@ -32,7 +33,12 @@ for name, host, method, path, headers, body in spec["cases"]:
         conn.putheader(k, v)
     conn.putheader("Content-Length", str(len(body)))
     conn.endheaders()
-    conn.send(body)
+    if stall:
+        # Half the body, then silence: the server must not wait for the rest forever.
+        conn.send(body[:len(body) // 2])
+        time.sleep(stall)
+    else:
+        conn.send(body)
     r = conn.getresponse()
     text = r.read().decode("utf-8", "replace")
     code = text.split("<Code>")[1].split("</Code>")[0] if "<Code>" in text else ""
@@ -345,4 +351,42 @@ fn multipart_uploads_are_held_to_max_upload_bytes() {
     assert_eq!(out["complete_over"], serde_json::json!([400, "EntityTooLarge"]), "{out}");
     assert_eq!(out["part_over"], serde_json::json!([400, "EntityTooLarge"]), "{out}");
     assert!(listed(&env, "bkt").is_empty(), "nothing stored");
+}
+
+#[test]
+fn small_xml_bodies_are_paced_and_delete_objects_needs_a_digest() {
+    let env = TestEnv::new();
+    env.bucket("bkt", false);
+    for key in ["a", "b", "c"] {
+        env.put_bytes("bkt", key, key.as_bytes(), &[]);
+    }
+    let write = s3_key(&env, "bkt", &["--scope", "write"]);
+    let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__BODY_IDLE", "1s")], &[]);
+    let admin = server.admin.to_string();
+    let delete_a = b"<Delete><Object><Key>a</Key></Object></Delete>".as_slice();
+    let delete_b = b"<Delete><Object><Key>b</Key></Object></Delete>".as_slice();
+    // base64(md5(delete_b)), computed by python3's hashlib.
+    let md5_b = "saCew/2Dq5dQ6qnZCXppLg==";
+    let complete =
+        b"<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>\"0\"</ETag></Part></CompleteMultipartUpload>";
+    let case = |name, path, headers, body| Case { name, host: admin.clone(), method: "POST", path, headers, body };
+    let with_md5 = [("Content-MD5", md5_b)];
+    let stalled_md5 = [("Content-MD5", md5_b), ("_stall", "3")];
+    let cases = vec![
+        case("no_digest", "/bkt?delete", &[][..], delete_a),
+        case("invalid_md5", "/bkt?delete", &[("Content-MD5", "not base64!")], delete_a),
+        case("wrong_md5", "/bkt?delete", &with_md5, delete_a),
+        case("stalled_delete", "/bkt?delete", &stalled_md5, delete_b),
+        case("stalled_complete", "/bkt/k?uploadId=00", &[("_stall", "3")], complete),
+        case("md5_ok", "/bkt?delete", &with_md5, delete_b),
+    ];
+    let out = raw(&env, &[("write", &write)], &cases);
+    assert_eq!(answer(&out, "no_digest"), (400, "InvalidRequest".into()));
+    assert_eq!(answer(&out, "invalid_md5"), (400, "InvalidDigest".into()));
+    assert_eq!(answer(&out, "wrong_md5"), (400, "BadDigest".into()));
+    assert_eq!(answer(&out, "stalled_delete"), (400, "RequestTimeout".into()));
+    assert_eq!(answer(&out, "stalled_complete"), (400, "RequestTimeout".into()));
+    assert_eq!(answer(&out, "md5_ok").0, 200, "{}", out["md5_ok"]);
+    let keys: Vec<String> = listed(&env, "bkt").into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["a", "c"], "only the verified DeleteObjects deleted anything");
 }
