@@ -1,8 +1,8 @@
 //! The S3-compatible API, path-style, on the data listener (and its bodiless reads on the admin listener).
 //!
 //! A request is an S3 request when it carries SigV4 (an `AWS4-…` Authorization header, or `X-Amz-Algorithm`,
-//! `X-Amz-Credential` or `X-Amz-Signature` in the query; a SigV2 presign's `AWSAccessKeyId` too, to be refused
-//! in S3's words) or names an S3-only route (`/`, `/{bucket}`) with a query: see [`is_s3_request`]. Everything
+//! `X-Amz-Credential` or `X-Amz-Signature` in the query; SigV2's `AWS ak:sig` header and presign
+//! `AWSAccessKeyId` too, to be refused in S3's words) or names an S3-only route (`/`, `/{bucket}`) with a query: see [`is_s3_request`]. Everything
 //! else is the native API, unchanged. Routes:
 //! - `GET /`: ListBuckets (the key's bucket);
 //! - `HEAD /{bucket}`: HeadBucket (`x-amz-bucket-region`); `GET /{bucket}?location`: GetBucketLocation;
@@ -40,7 +40,9 @@ static XML: HeaderValue = HeaderValue::from_static("application/xml");
 /// keeps its native answer (400, not an object path), so the native API answers exactly as before. Cheap on the
 /// native hot path: one header lookup, a scan of the query when there is one, a look at the path's shape.
 pub fn is_s3_request(request: &Request) -> bool {
-    if request.headers().get(header::AUTHORIZATION).is_some_and(|v| v.as_bytes().starts_with(b"AWS4-")) {
+    // `AWS4-…` is SigV4; `AWS ak:sig` is SigV2, refused in S3's words (InvalidRequest: use AWS4-HMAC-SHA256).
+    let aws = |v: &HeaderValue| v.as_bytes().starts_with(b"AWS4-") || v.as_bytes().starts_with(b"AWS ");
+    if request.headers().get(header::AUTHORIZATION).is_some_and(aws) {
         return true;
     }
     match request.uri().query() {
