@@ -173,6 +173,25 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn an_s3_request_over_the_limit_gets_s3_xml_with_a_request_id() {
+        let slow = tower::service_fn(|_: axum::extract::Request| async {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok::<_, Infallible>(StatusCode::NO_CONTENT.into_response())
+        });
+        let request = http::Request::get("/bkt/k")
+            .header(http::header::AUTHORIZATION, "AWS4-HMAC-SHA256 Credential=AKBGAAAAAAAAAAAAAAAA/…")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let Ok(response) = DeadlineLayer::new(Duration::from_secs(5)).layer(slow).oneshot(request).await;
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(response.headers().contains_key("x-amz-request-id"));
+        assert_eq!(response.headers()[http::header::CONTENT_TYPE], "application/xml");
+        let body = axum::body::to_bytes(response.into_body(), 4096).await.unwrap();
+        let body = std::str::from_utf8(&body).unwrap();
+        assert!(body.contains("<Code>SlowDown</Code>") && body.contains("<Resource>/bkt/k</Resource>"), "{body}");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn the_deadline_counts_from_the_call_not_the_first_poll() {
         let mut service = DeadlineLayer::new(Duration::from_secs(5)).layer(service_after(Duration::from_secs(3)));
         let started = Instant::now();

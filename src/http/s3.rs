@@ -40,20 +40,22 @@ static XML: HeaderValue = HeaderValue::from_static("application/xml");
 /// keeps its native answer (400, not an object path), so the native API answers exactly as before. Cheap on the
 /// native hot path: one header lookup, a scan of the query when there is one, a look at the path's shape.
 pub fn is_s3_request(request: &Request) -> bool {
-    // `AWS4-…` is SigV4; `AWS ak:sig` is SigV2, refused in S3's words (InvalidRequest: use AWS4-HMAC-SHA256).
+    carries_aws_credentials(request)
+        || request.uri().query().is_some_and(|q| !q.is_empty()) && is_s3_only_path(request.uri().path())
+}
+
+/// Whether a request carries AWS credentials: SigV4 (`AWS4-…`) or SigV2 (`AWS ak:sig`, refused in S3's words:
+/// use AWS4-HMAC-SHA256) in the Authorization header, or a presign's parameters in the query.
+pub fn carries_aws_credentials(request: &Request) -> bool {
     let aws = |v: &HeaderValue| v.as_bytes().starts_with(b"AWS4-") || v.as_bytes().starts_with(b"AWS ");
     if request.headers().get(header::AUTHORIZATION).is_some_and(aws) {
         return true;
     }
-    match request.uri().query() {
-        Some(query) if !query.is_empty() => {
-            ["X-Amz-Algorithm=", "X-Amz-Credential=", "X-Amz-Signature=", "AWSAccessKeyId="]
-                .iter()
-                .any(|p| query.contains(p))
-                || is_s3_only_path(request.uri().path())
-        }
-        _ => false,
-    }
+    request.uri().query().is_some_and(|query| {
+        ["X-Amz-Algorithm=", "X-Amz-Credential=", "X-Amz-Signature=", "AWSAccessKeyId="]
+            .iter()
+            .any(|p| query.contains(p))
+    })
 }
 
 /// `/`, `/{bucket}` and `/{bucket}/`: paths that name no object, so the native API has no route there.
