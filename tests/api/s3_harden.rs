@@ -443,7 +443,9 @@ fn sigv2_and_foreign_key_ids_get_s3_xml_and_buckets_named_like_admin_routes_are_
             body: delete_gone,
         },
     ];
-    let per_bucket: Vec<(String, String, [(&str, &str); 1])> =
+    /// A case's name, path, and the signing key's name.
+    type Named<'a> = (String, String, [(&'a str, &'a str); 1]);
+    let per_bucket: Vec<Named<'_>> =
         names.iter().map(|n| (format!("list_{n}"), format!("/{n}?list-type=2"), [("_key", *n)])).collect();
     let heads: Vec<(String, String)> = names.iter().map(|n| (format!("head_{n}"), format!("/{n}"))).collect();
     for ((list_name, list_path, key), (head_name, head_path)) in per_bucket.iter().zip(&heads) {
