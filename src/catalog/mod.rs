@@ -46,6 +46,8 @@ const TOKENS: usize = 50_000;
 const SIGNING_KEYS: usize = 1_000;
 const REVOKED: usize = 50_000;
 const S3_KEYS: usize = 50_000;
+/// Unknown access key ids, cached apart from the keys so that a flood of made-up ids evicts only other misses.
+const S3_KEY_MISSES: usize = 4_096;
 
 /// How often the background sync runs when nothing asked it to look.
 const SYNC_TICK: std::time::Duration = std::time::Duration::from_secs(1);
@@ -89,7 +91,9 @@ pub struct Catalog {
     tokens: Cache<String, Option<Arc<TokenRecord>>>,
     signing_keys: Cache<String, Option<Arc<SigningKey>>>,
     revoked: Cache<String, bool>,
+    /// Known keys only; unknown ids go to `s3_key_misses`.
     s3_keys: Cache<String, Option<Arc<S3KeyRecord>>>,
+    s3_key_misses: Cache<String, ()>,
     open_blobs: Cache<String, Arc<OpenBlob>>,
 }
 
@@ -113,6 +117,7 @@ impl Catalog {
             signing_keys: Cache::new(SIGNING_KEYS),
             revoked: Cache::new(REVOKED),
             s3_keys: Cache::new(S3_KEYS),
+            s3_key_misses: Cache::new(S3_KEY_MISSES),
             open_blobs: Cache::new(max_open_blobs.max(16)),
         })
     }
@@ -170,15 +175,32 @@ impl Catalog {
             .await
     }
 
-    /// An S3 access key by id, its secret opened (unknown ids are cached as absent too).
+    /// An S3 access key by id, its secret opened. An id not of our keys' shape is absent without a lookup; other
+    /// unknown ids are cached as absent in their own bounded cache (`S3_KEY_MISSES`), so misses never evict known
+    /// keys. Otherwise the protocol of `read_through`.
     pub async fn s3_key(&self, id: &str) -> Result<Option<Arc<S3KeyRecord>>, MetadataError> {
-        self.read_through(
-            &self.s3_keys,
-            id,
-            || id.to_owned(),
-            || async { Ok(self.meta.s3_key(id).await?.map(Arc::new)) },
-        )
-        .await
+        // An id we could never have issued needs no lookup, nor a place in either cache.
+        if !crate::auth::access_key::is_access_key_id(id) {
+            return Ok(None);
+        }
+        self.fresh().await;
+        if let Some(hit) = self.s3_keys.get(id) {
+            return Ok(hit);
+        }
+        if self.s3_key_misses.get(id).is_some() {
+            return Ok(None);
+        }
+        let stamp = self.stamp();
+        let found = self.meta.s3_key(id).await?.map(Arc::new);
+        match &found {
+            Some(_) => self.s3_keys.insert(id.to_owned(), found.clone()),
+            None => self.s3_key_misses.insert(id.to_owned(), ()),
+        }
+        if self.stamp() != stamp {
+            self.s3_keys.remove(id);
+            self.s3_key_misses.remove(id);
+        }
+        Ok(found)
     }
 
     /// One keyset page of a bucket's objects (S3 listings), straight from the database: listings are not cached,
@@ -367,6 +389,7 @@ impl Catalog {
             }
             (ChangeKind::S3Key, _) => {
                 self.s3_keys.remove(change.name.as_str());
+                self.s3_key_misses.remove(change.name.as_str());
             }
             (kind, _) => {
                 // An unknown kind comes from a newer schema: be safe and forget everything.
@@ -383,6 +406,7 @@ impl Catalog {
         self.signing_keys.clear();
         self.revoked.clear();
         self.s3_keys.clear();
+        self.s3_key_misses.clear();
         self.open_blobs.clear();
     }
 
@@ -550,6 +574,42 @@ mod tests {
         let other = open_store(dir.path()).await;
         assert!(other.meta.revoke_s3_key(&key.id, 7).await.unwrap());
         assert_eq!(catalog.s3_key(&key.id).await.unwrap().unwrap().revoked_at, Some(7));
+    }
+
+    #[tokio::test]
+    async fn unknown_access_key_ids_never_evict_known_keys() {
+        let (_dir, store, catalog) = setup().await;
+        let bucket = catalog.bucket("bkt").await.unwrap().unwrap();
+        let key = S3KeyRecord {
+            id: "AKBGKNOWNKNOWNKNOWN2".into(),
+            secret: "s".repeat(40),
+            bucket_id: bucket.id,
+            bucket_name: "bkt".into(),
+            prefix: String::new(),
+            scope: Scope::Read,
+            created_at: 0,
+            expires_at: None,
+            revoked_at: None,
+        };
+        store.meta.create_s3_key(&key).await.unwrap();
+        assert!(catalog.s3_key(&key.id).await.unwrap().is_some());
+        for n in 0..S3_KEY_MISSES * 2 {
+            // Base32 letters only: `n` in hex, with the digits 0-9 spelt A-J and a-f spelt K-P.
+            let letters: String = format!("{n:012x}")
+                .bytes()
+                .map(|b| if b.is_ascii_digit() { (b - b'0' + b'A') as char } else { (b - b'a' + b'K') as char })
+                .collect();
+            assert!(catalog.s3_key(&format!("AKBGMISS{letters}")).await.unwrap().is_none());
+        }
+        assert_eq!(catalog.s3_keys.len(), 1, "misses are not cached with the keys");
+        assert!(catalog.s3_keys.get(key.id.as_str()).is_some(), "the known key is still cached");
+        assert!(catalog.s3_key_misses.len() <= S3_KEY_MISSES, "the miss cache is bounded");
+        // Ids of another shape are not looked up or cached at all.
+        catalog.s3_key_misses.clear();
+        for junk in ["", "AKIAIOSFODNN7EXAMPLE", "AKBGaaaaaaaaaaaaaaaa", &"A".repeat(4000)] {
+            assert!(catalog.s3_key(junk).await.unwrap().is_none(), "{junk}");
+        }
+        assert_eq!((catalog.s3_keys.len(), catalog.s3_key_misses.len()), (1, 0));
     }
 
     on_both_backends!(changes_without_a_bump_are_applied_by_an_explicit_sync);

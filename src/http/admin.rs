@@ -22,6 +22,8 @@ pub fn admin_router(state: AdminState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/stats", get(stats))
+        // Buckets may be named like the routes above: a request with AWS credentials there is S3's.
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), s3_before_fixed_routes))
         // Any other path is an object path; the handlers parse and validate it. GET and HEAD are S3 reads only.
         .fallback(put(native_or_s3_put).delete(native_or_s3_delete).post(s3_post).get(s3_read).head(s3_read))
         // hyper would buffer nothing anyway; this only lifts axum's default 2 MB cap so the limit is ours.
@@ -86,6 +88,23 @@ async fn s3_read(State(app): State<AdminState>, request: axum::extract::Request)
         return refused;
     }
     response
+}
+
+/// A bucket named healthz, readyz, metrics or stats is listed, headed or written through S3 like any other: a
+/// request to those paths that carries AWS credentials goes to the S3 handlers, not to the fixed route.
+async fn s3_before_fixed_routes(
+    State(app): State<AdminState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if !super::s3::carries_aws_credentials(&request) {
+        return next.run(request).await;
+    }
+    match *request.method() {
+        http::Method::GET | http::Method::HEAD => s3_read(State(app), request).await,
+        _ if super::s3_write::is_s3_write(&request) => super::s3_write::serve(app, request).await,
+        _ => next.run(request).await,
+    }
 }
 
 async fn healthz(State(app): State<AdminState>) -> Result<&'static str, ApiError> {

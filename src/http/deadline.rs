@@ -6,7 +6,8 @@
 //! anchor, what is left is the wheel work, still measurable on small downloads (README, "Measurements"). A cached
 //! GET completes on its first poll, so the handler is polled first and the timer is armed only when it really has
 //! to wait (a cold lookup, a busy database). The deadline still counts from the call, not from the first `Pending`, and the timeout answer is
-//! the JSON `ApiError` (503 `handler_timeout`) rather than an empty 503.
+//! the JSON `ApiError` (503 `handler_timeout`) rather than an empty 503, or for an S3 request S3's XML (503
+//! `SlowDown`, which SDKs retry) with `x-amz-request-id`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -45,9 +46,29 @@ pub struct Deadline<S> {
     limit: Duration,
 }
 
+/// Where a request that times out is answered in S3's words: the path of an S3 request (`s3::is_s3_request`),
+/// `None` for a native one (JSON).
+pub trait S3Resource {
+    fn s3_resource(&self) -> Option<http::Uri>;
+}
+
+impl S3Resource for axum::extract::Request {
+    fn s3_resource(&self) -> Option<http::Uri> {
+        // A refcounted clone: no copy of the path on the S3 path either.
+        super::s3::is_s3_request(self).then(|| self.uri().clone())
+    }
+}
+
+impl S3Resource for () {
+    fn s3_resource(&self) -> Option<http::Uri> {
+        None
+    }
+}
+
 impl<S, Request> Service<Request> for Deadline<S>
 where
     S: Service<Request, Response = Response>,
+    Request: S3Resource,
 {
     type Response = Response;
     type Error = S::Error;
@@ -58,7 +79,13 @@ where
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        DeadlineFuture { inner: self.inner.call(request), expires: Instant::now() + self.limit, timer: None }
+        let s3_resource = request.s3_resource();
+        DeadlineFuture {
+            inner: self.inner.call(request),
+            expires: Instant::now() + self.limit,
+            timer: None,
+            s3_resource,
+        }
     }
 }
 
@@ -69,6 +96,8 @@ pin_project_lite::pin_project! {
         expires: Instant,
         // Boxed and created only once the handler has returned Pending: the common case never allocates it.
         timer: Option<Pin<Box<Sleep>>>,
+        // An S3 request's URI: its timeout is S3 XML with x-amz-request-id.
+        s3_resource: Option<http::Uri>,
     }
 }
 
@@ -86,7 +115,15 @@ where
         let expires = *this.expires;
         let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(expires)));
         match timer.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Ok(ApiError::HandlerTimeout.into_response())),
+            Poll::Ready(()) => Poll::Ready(Ok(match this.s3_resource.take() {
+                None => ApiError::HandlerTimeout.into_response(),
+                Some(uri) => {
+                    let ctx = super::s3::S3Context::new(uri.path());
+                    let mut response = super::s3::S3Error::Api(ApiError::HandlerTimeout).render(&ctx);
+                    response.headers_mut().insert(super::s3::AMZ_REQUEST_ID.clone(), ctx.request_id.clone());
+                    response
+                }
+            })),
             Poll::Pending => Poll::Pending,
         }
     }
@@ -133,6 +170,25 @@ mod tests {
         assert_eq!(started.elapsed(), Duration::from_secs(5));
         let body = axum::body::to_bytes(response.into_body(), 1024).await.unwrap();
         assert!(std::str::from_utf8(&body).unwrap().contains("handler_timeout"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_s3_request_over_the_limit_gets_s3_xml_with_a_request_id() {
+        let slow = tower::service_fn(|_: axum::extract::Request| async {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok::<_, Infallible>(StatusCode::NO_CONTENT.into_response())
+        });
+        let request = http::Request::get("/bkt/k")
+            .header(http::header::AUTHORIZATION, "AWS4-HMAC-SHA256 Credential=AKBGAAAAAAAAAAAAAAAA/…")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let Ok(response) = DeadlineLayer::new(Duration::from_secs(5)).layer(slow).oneshot(request).await;
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(response.headers().contains_key("x-amz-request-id"));
+        assert_eq!(response.headers()[http::header::CONTENT_TYPE], "application/xml");
+        let body = axum::body::to_bytes(response.into_body(), 4096).await.unwrap();
+        let body = std::str::from_utf8(&body).unwrap();
+        assert!(body.contains("<Code>SlowDown</Code>") && body.contains("<Resource>/bkt/k</Resource>"), "{body}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,8 +1,8 @@
 //! The S3-compatible API, path-style, on the data listener (and its bodiless reads on the admin listener).
 //!
 //! A request is an S3 request when it carries SigV4 (an `AWS4-…` Authorization header, or `X-Amz-Algorithm`,
-//! `X-Amz-Credential` or `X-Amz-Signature` in the query; a SigV2 presign's `AWSAccessKeyId` too, to be refused
-//! in S3's words) or names an S3-only route (`/`, `/{bucket}`) with a query: see [`is_s3_request`]. Everything
+//! `X-Amz-Credential` or `X-Amz-Signature` in the query; SigV2's `AWS ak:sig` header and presign
+//! `AWSAccessKeyId` too, to be refused in S3's words) or names an S3-only route (`/`, `/{bucket}`) with a query: see [`is_s3_request`]. Everything
 //! else is the native API, unchanged. Routes:
 //! - `GET /`: ListBuckets (the key's bucket);
 //! - `HEAD /{bucket}`: HeadBucket (`x-amz-bucket-region`); `GET /{bucket}?location`: GetBucketLocation;
@@ -40,18 +40,22 @@ static XML: HeaderValue = HeaderValue::from_static("application/xml");
 /// keeps its native answer (400, not an object path), so the native API answers exactly as before. Cheap on the
 /// native hot path: one header lookup, a scan of the query when there is one, a look at the path's shape.
 pub fn is_s3_request(request: &Request) -> bool {
-    if request.headers().get(header::AUTHORIZATION).is_some_and(|v| v.as_bytes().starts_with(b"AWS4-")) {
+    carries_aws_credentials(request)
+        || request.uri().query().is_some_and(|q| !q.is_empty()) && is_s3_only_path(request.uri().path())
+}
+
+/// Whether a request carries AWS credentials: SigV4 (`AWS4-…`) or SigV2 (`AWS ak:sig`, refused in S3's words:
+/// use AWS4-HMAC-SHA256) in the Authorization header, or a presign's parameters in the query.
+pub fn carries_aws_credentials(request: &Request) -> bool {
+    let aws = |v: &HeaderValue| v.as_bytes().starts_with(b"AWS4-") || v.as_bytes().starts_with(b"AWS ");
+    if request.headers().get(header::AUTHORIZATION).is_some_and(aws) {
         return true;
     }
-    match request.uri().query() {
-        Some(query) if !query.is_empty() => {
-            ["X-Amz-Algorithm=", "X-Amz-Credential=", "X-Amz-Signature=", "AWSAccessKeyId="]
-                .iter()
-                .any(|p| query.contains(p))
-                || is_s3_only_path(request.uri().path())
-        }
-        _ => false,
-    }
+    request.uri().query().is_some_and(|query| {
+        ["X-Amz-Algorithm=", "X-Amz-Credential=", "X-Amz-Signature=", "AWSAccessKeyId="]
+            .iter()
+            .any(|p| query.contains(p))
+    })
 }
 
 /// `/`, `/{bucket}` and `/{bucket}/`: paths that name no object, so the native API has no route there.
@@ -336,6 +340,11 @@ const OBJECT_PARAMS: &[&str] = &[
     "response-content-encoding",
 ];
 
+/// SigV4's own `X-Amz-*` parameters, and `x-id`, the operation name newer SDKs add (`?x-id=GetObject`).
+pub(super) fn is_signing_or_sdk_param(name: &str) -> bool {
+    name == "x-id" || name.starts_with("X-Amz-") || name.starts_with("x-amz-")
+}
+
 /// A request's query, decoded once.
 pub struct Query {
     pairs: Vec<(String, String)>,
@@ -360,11 +369,7 @@ impl Query {
     /// A parameter outside `known` (and SigV4's own `X-Amz-*`) names a subresource or operation we do not
     /// implement (`?acl`, `?versioning`, `?uploads`…): S3's `NotImplemented`, rather than a wrong answer.
     fn refuse_subresources(&self, known: &[&str]) -> Result<(), S3Error> {
-        match self
-            .pairs
-            .iter()
-            .find(|(k, _)| !known.contains(&k.as_str()) && !k.starts_with("X-Amz-") && !k.starts_with("x-amz-"))
-        {
+        match self.pairs.iter().find(|(k, _)| !known.contains(&k.as_str()) && !is_signing_or_sdk_param(k)) {
             None => Ok(()),
             Some((k, _)) => Err(S3Error::new(
                 StatusCode::NOT_IMPLEMENTED,

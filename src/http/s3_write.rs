@@ -22,8 +22,10 @@ use http::{Method, StatusCode};
 
 use super::AdminState;
 use super::error::ApiError;
-use super::s3::{AMZ_REQUEST_ID, S3Context, S3Error, S3Path, parse_path, with_principal, xml_response};
-use super::upload::{BodyFilter, stage_body};
+use super::s3::{
+    AMZ_REQUEST_ID, S3Context, S3Error, S3Path, is_signing_or_sdk_param, parse_path, with_principal, xml_response,
+};
+use super::upload::{BodyFilter, BodyPace, stage_body};
 use crate::auth::sigv4::checksum::{Checksum, Checksummer};
 use crate::auth::sigv4::chunked::{ChunkedDecoder, header_checksum};
 use crate::auth::sigv4::{PayloadHash, RequestParts, SigV4Error, check_payload_sha256};
@@ -83,6 +85,7 @@ async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Re
             let bucket = app.data.catalog.bucket(name.as_str()).await?;
             let grant = app.auth.s3(&request, S3Target::Bucket(bucket.as_ref()), Access::Write).await?;
             bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?;
+            refuse_unsupported(method, &query, &parts.headers)?;
             let response = if *method == Method::POST && param("delete").is_some() {
                 delete_objects(app, &name, &grant, &parts.headers, body).await?
             } else if *method == Method::GET && param("uploads").is_some() {
@@ -96,6 +99,7 @@ async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Re
             let bucket = app.data.catalog.bucket(name.as_str()).await?;
             let grant = app.auth.s3(&request, S3Target::Object(bucket.as_ref(), &key), Access::Write).await?;
             bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?;
+            refuse_unsupported(method, &query, &parts.headers)?;
             let upload_id = param("uploadId");
             let response = match (method.clone(), upload_id) {
                 (Method::PUT, None) => put_object(app, &name, &key, &grant, &parts.headers, body).await?,
@@ -125,6 +129,66 @@ async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Re
             Ok(with_principal(&app.data, response, &grant))
         }
     }
+}
+
+/// The query parameters the write routes read (besides `x-id` and SigV4's own). Any other names a
+/// subresource or operation we do not have (`?tagging`, `?acl`, `?retention`…), which the routes would otherwise
+/// take for a plain PutObject or DeleteObject of the object.
+const WRITE_PARAMS: &[&str] = &["uploads", "uploadId", "partNumber", "delete"];
+/// What ListMultipartUploads and ListParts read besides.
+const MULTIPART_LIST_PARAMS: &[&str] = &[
+    "prefix",
+    "delimiter",
+    "key-marker",
+    "upload-id-marker",
+    "max-uploads",
+    "encoding-type",
+    "max-parts",
+    "part-number-marker",
+];
+/// Request headers asking for what we do not do: CopyObject / UploadPartCopy, server-side encryption (SSE-S3,
+/// SSE-KMS, SSE-C), object lock. Accepting them would store the wrong bytes, or plaintext while the client
+/// believes it is encrypted or locked.
+const UNSUPPORTED_HEADER_PREFIXES: &[&str] =
+    &["x-amz-copy-source", "x-amz-server-side-encryption", "x-amz-object-lock-"];
+
+fn not_implemented(what: impl std::fmt::Display) -> S3Error {
+    S3Error::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "NotImplemented",
+        format!("A header or parameter you provided implies functionality that is not implemented: {what}"),
+    )
+}
+
+/// Refuses, after authorisation and before any body is read or anything stored or deleted, a write that names
+/// what we do not implement (see the constants above), conditional writes (`If-Match` / `If-None-Match`), and a
+/// `Content-Encoding` besides `aws-chunked` (objects store no content coding): S3's `NotImplemented` (501).
+fn refuse_unsupported(method: &Method, query: &[(String, String)], headers: &HeaderMap) -> Result<(), S3Error> {
+    let listing = *method == Method::GET;
+    let known = |k: &str| {
+        WRITE_PARAMS.contains(&k) || (listing && MULTIPART_LIST_PARAMS.contains(&k)) || is_signing_or_sdk_param(k)
+    };
+    if let Some((k, _)) = query.iter().find(|(k, _)| !known(k)) {
+        return Err(not_implemented(k));
+    }
+    if listing {
+        return Ok(());
+    }
+    for name in headers.keys() {
+        let name = name.as_str();
+        if UNSUPPORTED_HEADER_PREFIXES.iter().any(|p| name.starts_with(p)) {
+            return Err(not_implemented(name));
+        }
+    }
+    for name in [header::IF_MATCH, header::IF_NONE_MATCH] {
+        if headers.contains_key(&name) {
+            return Err(not_implemented(format!("{name} (conditional writes)")));
+        }
+    }
+    if let Some(coding) = crate::auth::sigv4::chunked::stored_content_encoding(headers) {
+        return Err(not_implemented(format!("Content-Encoding: {coding}")));
+    }
+    Ok(())
 }
 
 fn object_attrs(headers: &HeaderMap) -> Result<crate::names::ObjectAttrs, S3Error> {
@@ -230,10 +294,7 @@ fn check_staged(grant: &S3Grant, headers: &HeaderMap, staged: &StagedBlob) -> Re
         check_payload_sha256(&signed, &received).map_err(sigv4_error)?;
     }
     if let Some(value) = headers.get("content-md5") {
-        let invalid =
-            || S3Error::new(StatusCode::BAD_REQUEST, "InvalidDigest", "The Content-MD5 you specified was invalid.");
-        let sent = value.to_str().ok().and_then(|v| STANDARD.decode(v.trim()).ok()).filter(|d| d.len() == 16);
-        let sent = sent.ok_or_else(invalid)?;
+        let sent = content_md5(value)?;
         if staged.md5.as_deref() != Some(hex::encode(sent).as_str()) {
             return Err(S3Error::new(
                 StatusCode::BAD_REQUEST,
@@ -243,6 +304,15 @@ fn check_staged(grant: &S3Grant, headers: &HeaderMap, staged: &StagedBlob) -> Re
         }
     }
     Ok(())
+}
+
+/// A `Content-MD5` header's 16 bytes; anything else is `InvalidDigest` (a digest that does not match is
+/// `BadDigest`).
+fn content_md5(value: &HeaderValue) -> Result<Vec<u8>, S3Error> {
+    let sent = value.to_str().ok().and_then(|v| STANDARD.decode(v.trim()).ok()).filter(|d| d.len() == 16);
+    sent.ok_or_else(|| {
+        S3Error::new(StatusCode::BAD_REQUEST, "InvalidDigest", "The Content-MD5 you specified was invalid.")
+    })
 }
 
 /// Stages an object or part body: admission (`limits.max_concurrent_uploads`), then the body to disk, decoded
@@ -319,14 +389,34 @@ fn with_etag(mut response: Response, etag: &str) -> Response {
 }
 
 /// A small XML request body (Complete, Delete), read into memory up to `limit` bytes, decoded and checked like
-/// an object body.
-async fn small_body(grant: &S3Grant, headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<u8>, S3Error> {
+/// an object body, and paced like one (`timeouts.body_idle`, `limits.min_upload_rate`: `RequestTimeout`).
+async fn small_body(
+    app: &AdminState,
+    grant: &S3Grant,
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<Vec<u8>, S3Error> {
     let too_large = || request_error(RequestError::TooLarge { limit });
     let mut filter = S3Body::for_request(grant, headers)?;
+    let body_idle = app.settings.timeouts.body_idle;
+    let min_rate = app.settings.limits.min_upload_rate;
+    let mut pace = BodyPace::new(min_rate, body_idle, tokio::time::Instant::now());
     let mut stream = body.into_data_stream();
     let (mut received, mut decoded, mut pieces) = (0usize, Vec::new(), Vec::new());
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("request body interrupted: {e}")))?;
+    loop {
+        let chunk = match tokio::time::timeout(body_idle, stream.next()).await {
+            Err(_elapsed) => {
+                crate::metrics::upload_body_timeout();
+                return Err(ApiError::BodyTimeout.into());
+            }
+            Ok(None) => break,
+            Ok(Some(chunk)) => chunk.map_err(|e| ApiError::BadRequest(format!("request body interrupted: {e}")))?,
+        };
+        if !pace.keeps_up(chunk.len() as u64, tokio::time::Instant::now()) {
+            crate::metrics::upload_body_timeout();
+            return Err(ApiError::BodyTooSlow(min_rate).into());
+        }
         received += chunk.len();
         if received > limit.saturating_add(64 << 10) {
             return Err(too_large());
@@ -345,9 +435,9 @@ async fn small_body(grant: &S3Grant, headers: &HeaderMap, body: Body, limit: usi
         check_payload_sha256(&signed, &received).map_err(sigv4_error)?;
     }
     if let Some(value) = headers.get("content-md5") {
-        let sent = value.to_str().ok().and_then(|v| STANDARD.decode(v.trim()).ok());
+        let sent = content_md5(value)?;
         let computed = <md5::Md5 as md5::Digest>::digest(&decoded);
-        if sent.as_deref() != Some(computed.as_slice()) {
+        if sent != computed.as_slice() {
             return Err(S3Error::new(
                 StatusCode::BAD_REQUEST,
                 "BadDigest",
@@ -368,10 +458,17 @@ async fn complete(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, S3Error> {
-    let body = small_body(grant, headers, body, MAX_COMPLETE_BODY).await?;
+    let body = small_body(app, grant, headers, body, MAX_COMPLETE_BODY).await?;
     let parts = parse_complete_multipart_upload(&body).map_err(request_error)?;
     let parts: Vec<(u32, String)> = parts.into_iter().map(|p| (p.part_number, p.etag)).collect();
-    let report = app.store.complete_upload(bucket, key, upload_id, &parts).await.map_err(multipart_error)?;
+    // Assembly writes a whole object: it takes an upload slot like any body (`limits.max_concurrent_uploads`).
+    let Ok(_in_progress) = app.uploads.try_acquire() else {
+        crate::metrics::upload_refused();
+        return Err(ApiError::TooManyUploads.into());
+    };
+    let limit = app.settings.limits.max_upload_bytes;
+    let report =
+        app.store.complete_upload_within(bucket, key, upload_id, &parts, limit).await.map_err(multipart_error)?;
     let location = format!("/{}/{}", bucket.as_str(), key.as_str());
     Ok(xml_response(xml::complete_multipart_upload(&location, bucket.as_str(), key.as_str(), &report.s3_etag)))
 }
@@ -383,7 +480,18 @@ async fn delete_objects(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, S3Error> {
-    let body = small_body(grant, headers, body, MAX_DELETE_BODY).await?;
+    // S3 requires an integrity header on DeleteObjects (botocore, the Go SDK and s3cmd all send one).
+    let has_digest = headers.contains_key("content-md5")
+        || headers.contains_key("x-amz-trailer")
+        || headers.keys().any(|name| name.as_str().starts_with("x-amz-checksum-"));
+    if !has_digest {
+        return Err(S3Error::new(
+            StatusCode::BAD_REQUEST,
+            "InvalidRequest",
+            "Missing required header for this request: Content-MD5 (or an x-amz-checksum-* header)",
+        ));
+    }
+    let body = small_body(app, grant, headers, body, MAX_DELETE_BODY).await?;
     let request = parse_delete(&body).map_err(request_error)?;
     let mut outcomes = Vec::with_capacity(request.keys.len());
     for raw in request.keys {

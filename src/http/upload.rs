@@ -163,7 +163,7 @@ pub(super) async fn stage_body<F: BodyFilter>(
 
 /// The minimum body rate, judged once per window of `window` (the body idle timeout): a window that ends with
 /// fewer than `min_rate` bytes per second fails. Pure, so it is tested without a clock.
-struct BodyPace {
+pub(super) struct BodyPace {
     min_rate: u64,
     window: Duration,
     window_start: Instant,
@@ -171,12 +171,12 @@ struct BodyPace {
 }
 
 impl BodyPace {
-    fn new(min_rate: u64, window: Duration, now: Instant) -> Self {
+    pub(super) fn new(min_rate: u64, window: Duration, now: Instant) -> Self {
         Self { min_rate, window, window_start: now, window_bytes: 0 }
     }
 
     /// Counts `bytes` that arrived at `now`; false once a whole window brought too few.
-    fn keeps_up(&mut self, bytes: u64, now: Instant) -> bool {
+    pub(super) fn keeps_up(&mut self, bytes: u64, now: Instant) -> bool {
         self.window_bytes += bytes;
         let elapsed = now.duration_since(self.window_start);
         if self.min_rate == 0 || elapsed < self.window {

@@ -28,6 +28,9 @@ pub const MIN_PART_SIZE: u64 = 5 << 20;
 pub const MAX_PART_SIZE: u64 = 5 << 30;
 /// Part numbers run from 1 to this.
 pub const MAX_PART_NUMBER: u32 = 10_000;
+/// How long a Complete's claim on its upload holds: past it, a replica that died while assembling no longer
+/// keeps the upload from completing.
+const COMPLETE_CLAIM_LEASE: Duration = Duration::from_secs(3600);
 /// Uploads reclaimed per transaction by `abort_uploads_older_than`.
 const ABORT_BATCH: u32 = 100;
 
@@ -52,6 +55,10 @@ pub enum MultipartError {
     EntityTooSmall { part_number: u32, size: u64 },
     #[error("Your proposed upload exceeds the maximum allowed size: a part may have at most 5 GiB ({size} bytes)")]
     EntityTooLarge { size: u64 },
+    #[error(
+        "Your proposed upload exceeds the maximum allowed size: the parts hold {size} bytes, objects at most {limit}"
+    )]
+    ObjectTooLarge { size: u64, limit: u64 },
     #[error(transparent)]
     Other(#[from] anyhow::Error),
 }
@@ -67,7 +74,7 @@ impl MultipartError {
             MultipartError::InvalidPartOrder => "InvalidPartOrder",
             MultipartError::NoParts => "MalformedXML",
             MultipartError::EntityTooSmall { .. } => "EntityTooSmall",
-            MultipartError::EntityTooLarge { .. } => "EntityTooLarge",
+            MultipartError::EntityTooLarge { .. } | MultipartError::ObjectTooLarge { .. } => "EntityTooLarge",
             MultipartError::Other(_) => "InternalError",
         }
     }
@@ -316,6 +323,7 @@ impl Store {
 
     /// Completes the upload with `parts` (number and ETag, in ascending order): assembles them into one blob and
     /// commits it as `bucket/key`, as a put does. Parts uploaded but not named are discarded with the upload.
+    /// No limit on the object's size: see `complete_upload_within`.
     pub async fn complete_upload(
         &self,
         bucket: &BucketName,
@@ -323,7 +331,20 @@ impl Store {
         upload_id: &str,
         parts: &[(u32, String)],
     ) -> Result<CompleteReport, MultipartError> {
-        self.complete_upload_with(bucket, key, upload_id, parts, |_| Ok(())).await
+        self.complete_upload_with(bucket, key, upload_id, parts, u64::MAX, |_| Ok(())).await
+    }
+
+    /// `complete_upload` of an object of at most `max_object_bytes` (`limits.max_upload_bytes`): larger is
+    /// `ObjectTooLarge`, refused before anything is assembled.
+    pub async fn complete_upload_within(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        upload_id: &str,
+        parts: &[(u32, String)],
+        max_object_bytes: u64,
+    ) -> Result<CompleteReport, MultipartError> {
+        self.complete_upload_with(bucket, key, upload_id, parts, max_object_bytes, |_| Ok(())).await
     }
 
     /// `complete_upload`, with `before_commit` called in the transaction just before it commits (the tests fail
@@ -334,6 +355,7 @@ impl Store {
         key: &ObjectKey,
         upload_id: &str,
         parts: &[(u32, String)],
+        max_object_bytes: u64,
         before_commit: impl FnOnce(&mut WriteTx) -> anyhow::Result<()>,
     ) -> Result<CompleteReport, MultipartError> {
         if parts.is_empty() {
@@ -344,15 +366,45 @@ impl Store {
         }
         let (_, upload) = self.upload_of(bucket, key, upload_id).await?;
         let uploaded = self.meta.list_parts(upload_id, 0, MAX_PART_NUMBER).await?;
-        let chosen = choose_parts(&uploaded, parts)?;
+        let chosen = choose_parts(&uploaded, parts, max_object_bytes)?;
         let s3_etag = multipart_etag(chosen.iter().map(|p| p.md5.as_str()))?;
 
+        // One Complete at a time per upload, on every replica: the others get NoSuchUpload (S3's answer once the
+        // upload is completed), and none assembles a second copy.
+        let claimed_at = unix_now();
+        let stale_before = claimed_at.saturating_sub(COMPLETE_CLAIM_LEASE.as_secs() as i64);
+        if !self.meta.claim_upload(upload_id, claimed_at, stale_before).await? {
+            return Err(MultipartError::NoSuchUpload);
+        }
+        let completed = self.assemble_and_commit(bucket, key, upload, &chosen, &s3_etag, before_commit).await;
+        if completed.is_err() {
+            // The upload stays as it was (or is gone, if aborted meanwhile): a later Complete may try again.
+            if let Err(e) = self.meta.release_upload_claim(upload_id, claimed_at).await {
+                tracing::warn!(error = %e, "cannot release a Complete's claim; it lapses after the lease");
+            }
+        }
+        Ok(CompleteReport { put: completed?, s3_etag })
+    }
+
+    /// The claimed part of Complete: assembles the chosen parts into a staged blob and commits it. A failed
+    /// assembly is judged under the lock: an upload aborted or a part replaced meanwhile (its file removed) is
+    /// the client's `NoSuchUpload` / `InvalidPart`, never an internal error.
+    async fn assemble_and_commit(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        upload: UploadRecord,
+        chosen: &[&PartRecord],
+        s3_etag: &str,
+        before_commit: impl FnOnce(&mut WriteTx) -> anyhow::Result<()>,
+    ) -> Result<PutReport, MultipartError> {
+        let upload_id = upload.id.as_str();
         let blobs = self.blobs.clone();
         let files: Vec<(String, u64)> = chosen.iter().map(|p| (p.staged_name.clone(), p.size)).collect();
-        let staged = tokio::task::spawn_blocking(move || blobs.assemble(&files))
+        let assembled = tokio::task::spawn_blocking(move || blobs.assemble(&files))
             .await
             .context("assemble task failed")?
-            .context("cannot assemble the parts")?;
+            .context("cannot assemble the parts");
 
         let mut tx = self.meta.lock_blob_refs().await?;
         let bucket_row = require_bucket(tx.bucket(bucket).await?, bucket)?;
@@ -367,10 +419,11 @@ impl Store {
         {
             return Err(MultipartError::InvalidPart(changed.part_number));
         }
+        let staged = assembled?;
         let part_files = tx.delete_upload(upload_id).await?.unwrap_or_default();
         let (put, retired) = self.write_object(&mut tx, &bucket_row, key, staged, upload.attrs, Vec::new()).await?;
         let last_steps = async {
-            tx.set_s3_etag(bucket_row.id, key.as_str(), &put.sha256, &s3_etag).await?;
+            tx.set_s3_etag(bucket_row.id, key.as_str(), &put.sha256, s3_etag).await?;
             before_commit(&mut tx)
         };
         if let Err(e) = last_steps.await {
@@ -379,7 +432,7 @@ impl Store {
         }
         finish_commit(tx, retired).await?;
         self.remove_part_files(part_files).await;
-        Ok(CompleteReport { put, s3_etag })
+        Ok(put)
     }
 
     /// Removes part files no row names any more (best effort: what fails is left to the sweep).
@@ -421,11 +474,12 @@ impl Store {
     }
 }
 
-/// The uploaded parts that `wanted` names, in its order: each must exist with the ETag given, and every part but
-/// the last must have at least `MIN_PART_SIZE` bytes.
+/// The uploaded parts that `wanted` names, in its order: each must exist with the ETag given, every part but
+/// the last must have at least `MIN_PART_SIZE` bytes, and together at most `max_object_bytes`.
 fn choose_parts<'a>(
     uploaded: &'a [PartRecord],
     wanted: &[(u32, String)],
+    max_object_bytes: u64,
 ) -> Result<Vec<&'a PartRecord>, MultipartError> {
     let mut chosen = Vec::with_capacity(wanted.len());
     for (number, etag) in wanted {
@@ -437,6 +491,10 @@ fn choose_parts<'a>(
     }
     if let Some(small) = chosen[..chosen.len() - 1].iter().find(|p| p.size < MIN_PART_SIZE) {
         return Err(MultipartError::EntityTooSmall { part_number: small.part_number, size: small.size });
+    }
+    let size = chosen.iter().fold(0u64, |sum, p| sum.saturating_add(p.size));
+    if size > max_object_bytes {
+        return Err(MultipartError::ObjectTooLarge { size, limit: max_object_bytes });
     }
     Ok(chosen)
 }
@@ -732,7 +790,7 @@ mod tests {
         let p = put(&store, "k", &upload.id, 1, b"after").await;
         let wanted = [(1, p.etag())];
         let err = store
-            .complete_upload_with(&b, &k, &upload.id, &wanted, |_| Err(anyhow::anyhow!("killed")))
+            .complete_upload_with(&b, &k, &upload.id, &wanted, u64::MAX, |_| Err(anyhow::anyhow!("killed")))
             .await
             .unwrap_err();
         assert!(err.to_string().contains("killed"));
@@ -750,6 +808,74 @@ mod tests {
         // And the client's retry completes.
         store.complete_upload(&b, &k, &upload.id, &wanted).await.unwrap();
         assert!(files(&dir.path().join("parts")).is_empty());
+    }
+
+    on_both_backends!(one_complete_at_a_time_claims_the_upload);
+    async fn one_complete_at_a_time_claims_the_upload(backend: TestBackend) {
+        let (_dir, store) = store(backend).await;
+        let (b, k) = names("k");
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        let p = put(&store, "k", &upload.id, 1, b"claimed").await;
+        let wanted = [(1, p.etag())];
+        // Another Complete (on any replica) holds the claim: this one assembles nothing.
+        let now = unix_now();
+        assert!(store.meta.claim_upload(&upload.id, now, now - 10).await.unwrap());
+        assert!(!store.meta.claim_upload(&upload.id, now, now - 10).await.unwrap(), "exactly one claim wins");
+        let err = store.complete_upload(&b, &k, &upload.id, &wanted).await.unwrap_err();
+        assert!(matches!(err, MultipartError::NoSuchUpload), "{err:?}");
+        assert!(store.blobs.list_hashes().unwrap().is_empty(), "nothing assembled");
+        // Two at once: one completes, the other is NoSuchUpload, neither an internal error.
+        store.meta.release_upload_claim(&upload.id, now).await.unwrap();
+        let (x, y) = tokio::join!(
+            store.complete_upload(&b, &k, &upload.id, &wanted),
+            store.complete_upload(&b, &k, &upload.id, &wanted)
+        );
+        let outcomes = [x, y].map(|r| r.map(|_| ()).map_err(|e| e.s3_code()));
+        assert!(outcomes.contains(&Ok(())) && outcomes.contains(&Err("NoSuchUpload")), "{outcomes:?}");
+
+        // A claim older than the lease (its replica died while assembling) is taken over.
+        let stale = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        let p = put(&store, "k", &stale.id, 1, b"stale").await;
+        let long_ago = now - COMPLETE_CLAIM_LEASE.as_secs() as i64 - 1;
+        assert!(store.meta.claim_upload(&stale.id, long_ago, long_ago - 10).await.unwrap());
+        store.complete_upload(&b, &k, &stale.id, &[(1, p.etag())]).await.unwrap();
+    }
+
+    on_both_backends!(an_upload_aborted_during_assembly_is_no_such_upload_and_a_replaced_part_invalid_part);
+    async fn an_upload_aborted_during_assembly_is_no_such_upload_and_a_replaced_part_invalid_part(
+        backend: TestBackend,
+    ) {
+        let (_dir, store) = store(backend).await;
+        let (b, k) = names("k");
+        // The parts as Complete read them, then an Abort (rows and files gone) before the assembly runs.
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        let p = put(&store, "k", &upload.id, 1, b"aborted").await;
+        store.abort_upload(&b, &k, &upload.id).await.unwrap();
+        let err = store.assemble_and_commit(&b, &k, upload, &[&p], "\"x-1\"", |_| Ok(())).await.unwrap_err();
+        assert!(matches!(err, MultipartError::NoSuchUpload), "{err:?}");
+        // A part replaced meanwhile: its old file is gone.
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        let old = put(&store, "k", &upload.id, 1, b"old").await;
+        put(&store, "k", &upload.id, 1, b"new").await;
+        let err = store.assemble_and_commit(&b, &k, upload, &[&old], "\"x-1\"", |_| Ok(())).await.unwrap_err();
+        assert!(matches!(err, MultipartError::InvalidPart(1)), "{err:?}");
+        let bucket_id = store.meta.bucket(&b).await.unwrap().unwrap().id;
+        assert!(store.meta.object_by_key(bucket_id, "k").await.unwrap().is_none(), "nothing committed");
+    }
+
+    on_both_backends!(parts_adding_up_to_more_than_the_limit_are_entity_too_large);
+    async fn parts_adding_up_to_more_than_the_limit_are_entity_too_large(backend: TestBackend) {
+        let (_dir, store) = store(backend).await;
+        let (b, k) = names("k");
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        let one = put(&store, "k", &upload.id, 1, &bytes(MIN_PART_SIZE as usize, 1)).await;
+        let two = put(&store, "k", &upload.id, 2, &bytes(10, 2)).await;
+        let wanted = [(1, one.etag()), (2, two.etag())];
+        let err = store.complete_upload_within(&b, &k, &upload.id, &wanted, MIN_PART_SIZE + 9).await.unwrap_err();
+        assert!(matches!(err, MultipartError::ObjectTooLarge { size, .. } if size == MIN_PART_SIZE + 10), "{err:?}");
+        assert_eq!(err.s3_code(), "EntityTooLarge");
+        assert!(store.blobs.list_hashes().unwrap().is_empty(), "nothing assembled");
+        store.complete_upload_within(&b, &k, &upload.id, &wanted, MIN_PART_SIZE + 10).await.unwrap();
     }
 
     on_both_backends!(the_sweep_removes_part_files_no_upload_names);

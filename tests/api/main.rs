@@ -25,6 +25,7 @@ mod permissions;
 mod postgres;
 mod replicas;
 mod s3_clients;
+mod s3_harden;
 mod s3_listing;
 mod s3_writes;
 mod service;

@@ -12,7 +12,7 @@ use crate::helpers::*;
 use crate::s3_clients::{AccessKey, aws, aws_home, clean_command, python, rclone, run_ok, s3_key, s3cmd, sha256_hex};
 
 /// The keys `blobgate ls BUCKET` lists, with their sizes.
-fn listed(env: &TestEnv, bucket: &str) -> Vec<(String, u64)> {
+pub fn listed(env: &TestEnv, bucket: &str) -> Vec<(String, u64)> {
     let out = env.ok(&["ls", bucket, "--json"]);
     out.lines()
         .map(|l| {
@@ -41,7 +41,7 @@ fn blob_files(env: &TestEnv) -> Vec<String> {
 }
 
 /// An object read back from the data listener with a SigV4 GET signed by botocore.
-fn read_back(server: &Server, key: &AccessKey, path: &str) -> Vec<u8> {
+pub fn read_back(server: &Server, key: &AccessKey, path: &str) -> Vec<u8> {
     let headers = crate::s3_clients::signed_headers(
         key,
         path,

@@ -110,6 +110,37 @@ impl Metadata {
         tx.commit_without_announcing().await
     }
 
+    /// Claims the upload for one CompleteMultipartUpload (migration 0013): true when no other Complete holds a
+    /// claim taken at `stale_before` or later. One conditional UPDATE, so of concurrent Completes on any replicas
+    /// exactly one wins.
+    pub async fn claim_upload(&self, id: &str, now: i64, stale_before: i64) -> Result<bool, MetadataError> {
+        let mut tx = self.begin_write().await?;
+        let claimed = with_tx!(&mut tx.tx, tx => sqlx::query(
+            "UPDATE multipart_uploads SET completing_since = $2
+             WHERE id = $1 AND (completing_since IS NULL OR completing_since < $3)",
+        )
+        .bind(id)
+        .bind(now)
+        .bind(stale_before)
+        .execute(&mut **tx)
+        .await?.rows_affected());
+        tx.commit_without_announcing().await?;
+        Ok(claimed > 0)
+    }
+
+    /// Releases a claim taken at `since` (a Complete that failed), so the upload can be completed again.
+    pub async fn release_upload_claim(&self, id: &str, since: i64) -> Result<(), MetadataError> {
+        let mut tx = self.begin_write().await?;
+        with_tx!(&mut tx.tx, tx => sqlx::query(
+            "UPDATE multipart_uploads SET completing_since = NULL WHERE id = $1 AND completing_since = $2",
+        )
+        .bind(id)
+        .bind(since)
+        .execute(&mut **tx)
+        .await?.rows_affected());
+        tx.commit_without_announcing().await
+    }
+
     pub async fn upload(&self, id: &str) -> Result<Option<UploadRecord>, MetadataError> {
         let sql = format!("SELECT {UPLOAD_COLUMNS} FROM multipart_uploads WHERE id = $1");
         let row: Option<UploadRow> =

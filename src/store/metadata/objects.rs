@@ -251,6 +251,7 @@ impl Metadata {
             .bind(after.unwrap_or(prefix))
             .bind(upper.as_deref())
             .bind(i64::from(limit))
+            .bind(prefix)
             .fetch_all(pool)
             .await?);
         Ok(rows.into_iter().map(ObjectRecord::from).collect())
@@ -439,9 +440,11 @@ impl WriteTx {
 }
 
 /// The page query of `list_objects_page`. $2 is the lower bound (inclusive: the prefix; exclusive: the last key
-/// of the previous page), $3 the exclusive upper bound of keys with the prefix, $4 the page size.
+/// of the previous page), $3 the exclusive upper bound of keys with the prefix, $4 the page size, $5 the prefix:
+/// with a last key, the prefix still bounds the page from below (a last key from below the prefix, which the
+/// listings never pass, lists nothing outside it).
 fn list_objects_sql(after: bool, upper: bool) -> String {
-    let lower = if after { "o.key > $2" } else { "o.key >= $2" };
+    let lower = if after { "o.key > $2 AND o.key >= $5" } else { "o.key >= $2" };
     let upper = if upper { " AND o.key < $3" } else { "" };
     format!(
         "SELECT {OBJECT_COLUMNS} FROM {OBJECTS_WITH_S3_ETAG}
@@ -522,6 +525,9 @@ mod tests {
         assert_eq!(list("a/", 1).await, ["a/1", "a/2", "a/3"]);
         assert_eq!(list("a", 3).await, ["a", "a/1", "a/2", "a/3", "a0"]);
         assert!(list("c", 2).await.is_empty());
+        // A last key from below the prefix (the listings never pass one) still lists only keys with the prefix.
+        let below = meta.list_objects_page(bucket.id, "a/", Some("B"), 10).await.unwrap();
+        assert_eq!(below.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["a/1", "a/2", "a/3"]);
     }
 
     on_both_backends!(rows_read_back_as_written);
