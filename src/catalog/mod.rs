@@ -583,13 +583,7 @@ mod tests {
         let key = S3KeyRecord {
             id: "AKBGKNOWNKNOWNKNOWN2".into(),
             secret: "s".repeat(40),
-            bucket_id: bucket.id,
-            bucket_name: "bkt".into(),
-            prefix: String::new(),
-            scope: Scope::Read,
-            created_at: 0,
-            expires_at: None,
-            revoked_at: None,
+            grant: Grant::whole_bucket(bucket.id, "bkt", Scope::Read),
         };
         store.meta.create_s3_key(&key).await.unwrap();
         assert!(catalog.s3_key(&key.id).await.unwrap().is_some());
