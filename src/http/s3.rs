@@ -248,7 +248,7 @@ pub async fn serve(app: DataState, request: Request) -> Response {
         Ok(response) => response,
         Err(e) => e.render(&ctx),
     };
-    response.headers_mut().insert(AMZ_REQUEST_ID.clone(), ctx.request_id.clone());
+    response.headers_mut().insert(AMZ_REQUEST_ID.clone(), ctx.request_id);
     response
 }
 

@@ -4,6 +4,13 @@
 //! ```text
 //! <method>\n<canonical URI>\n<canonical query>\n<canonical headers>\n<signed headers>\n<payload hash>
 //! ```
+//!
+//! Each piece is written into a [`Sink`]: a buffer when the text itself is wanted (tests), and on the request path
+//! straight into the SHA-256 that the string to sign needs, so a verification builds no string at all. A request
+//! without a query (a GetObject) allocates nothing here; a query's parameters are sorted by reference, and only a
+//! parameter not already in canonical form is re-encoded.
+
+use std::borrow::Cow;
 
 use http::HeaderMap;
 use percent_encoding::percent_decode;
@@ -13,23 +20,60 @@ use super::{AuthKind, SigV4Auth, SigV4Error, UNSIGNED_PAYLOAD};
 /// The query parameter that carries a presigned URL's signature: the one parameter it does not sign.
 pub const SIGNATURE_PARAM: &str = "X-Amz-Signature";
 pub const CONTENT_SHA256: &str = "x-amz-content-sha256";
+/// The same as a header name, so that looking it up parses nothing.
+static CONTENT_SHA256_HEADER: http::HeaderName = http::HeaderName::from_static(CONTENT_SHA256);
+
+/// Where canonical text goes: a buffer, or a hash or MAC fed as it is written.
+pub trait Sink {
+    fn put(&mut self, bytes: &[u8]);
+}
+
+impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+impl Sink for sha2::Sha256 {
+    fn put(&mut self, bytes: &[u8]) {
+        sha2::Digest::update(self, bytes);
+    }
+}
+
+impl Sink for hmac::Hmac<sha2::Sha256> {
+    fn put(&mut self, bytes: &[u8]) {
+        hmac::Mac::update(self, bytes);
+    }
+}
 
 /// The whole canonical request of `auth` over `request`, as the bytes that are hashed.
-pub fn canonical_request(request: &super::RequestParts<'_>, auth: &SigV4Auth) -> Result<Vec<u8>, SigV4Error> {
-    let exclude = (auth.kind == AuthKind::Query).then_some(SIGNATURE_PARAM);
+pub fn canonical_request(request: &super::RequestParts<'_>, auth: &SigV4Auth<'_>) -> Result<Vec<u8>, SigV4Error> {
     let mut out = Vec::with_capacity(256);
-    out.extend_from_slice(request.method.as_bytes());
-    out.push(b'\n');
-    out.extend_from_slice(canonical_uri(request.path).as_bytes());
-    out.push(b'\n');
-    out.extend_from_slice(canonical_query(request.query.unwrap_or(""), exclude).as_bytes());
-    out.push(b'\n');
-    out.extend_from_slice(&canonical_headers(request.headers, &auth.signed_headers));
-    out.push(b'\n');
-    out.extend_from_slice(auth.signed_headers.join(";").as_bytes());
-    out.push(b'\n');
-    out.extend_from_slice(payload_text(request.headers, auth.kind)?.as_bytes());
+    write_canonical_request(&mut out, request, auth)?;
     Ok(out)
+}
+
+/// [`canonical_request`], written into `out` piece by piece.
+pub fn write_canonical_request(
+    out: &mut impl Sink,
+    request: &super::RequestParts<'_>,
+    auth: &SigV4Auth<'_>,
+) -> Result<(), SigV4Error> {
+    // Checked before anything is written, so a refusal leaves nothing half-hashed behind it.
+    let payload = payload_text(request.headers, auth.kind)?;
+    let exclude = (auth.kind == AuthKind::Query).then_some(SIGNATURE_PARAM);
+    out.put(request.method.as_bytes());
+    out.put(b"\n");
+    out.put(canonical_uri(request.path).as_bytes());
+    out.put(b"\n");
+    write_canonical_query(out, request.query.unwrap_or(""), exclude);
+    out.put(b"\n");
+    write_canonical_headers(out, request.headers, auth.signed_headers());
+    out.put(b"\n");
+    out.put(auth.signed_headers.as_bytes());
+    out.put(b"\n");
+    out.put(payload.as_bytes());
+    Ok(())
 }
 
 /// The canonical URI: S3 signs the path exactly as it was sent (the client encoded each key segment once) and,
@@ -42,26 +86,73 @@ pub fn canonical_uri(raw_path: &str) -> &str {
 /// ([`uri_encode`]), a missing `=` as an empty value, sorted by encoded name then value, joined with `&`.
 /// `exclude` drops one parameter by name (a presign's `X-Amz-Signature`).
 pub fn canonical_query(raw_query: &str, exclude: Option<&str>) -> String {
-    let mut pairs: Vec<(String, String)> = raw_query
+    let mut out = Vec::with_capacity(raw_query.len() + 16);
+    write_canonical_query(&mut out, raw_query, exclude);
+    String::from_utf8(out).expect("the canonical query is ASCII")
+}
+
+fn write_canonical_query(out: &mut impl Sink, raw_query: &str, exclude: Option<&str>) {
+    if raw_query.is_empty() {
+        return;
+    }
+    let mut pairs: Vec<(Cow<'_, str>, Cow<'_, str>)> = raw_query
         .split('&')
         .filter(|piece| !piece.is_empty())
         .map(|piece| {
             let (name, value) = piece.split_once('=').unwrap_or((piece, ""));
-            (uri_encode(&query_decode(name), true), uri_encode(&query_decode(value), true))
+            (canonical_component(name), canonical_component(value))
         })
         .filter(|(name, _)| exclude.is_none_or(|excluded| name != excluded))
         .collect();
     pairs.sort_unstable();
-    let mut out = String::with_capacity(raw_query.len() + 16);
     for (i, (name, value)) in pairs.iter().enumerate() {
         if i > 0 {
-            out.push('&');
+            out.put(b"&");
         }
-        out.push_str(name);
-        out.push('=');
-        out.push_str(value);
+        out.put(name.as_bytes());
+        out.put(b"=");
+        out.put(value.as_bytes());
     }
-    out
+}
+
+/// One query name or value in canonical form: borrowed when it already is (what SDKs send), re-encoded when not.
+fn canonical_component(raw: &str) -> Cow<'_, str> {
+    if is_canonical(raw.as_bytes()) { Cow::Borrowed(raw) } else { Cow::Owned(uri_encode(&query_decode(raw), true)) }
+}
+
+/// Whether `uri_encode(query_decode(raw))` is `raw` itself: only unreserved bytes, and `%XY` (uppercase hex)
+/// for bytes that are not unreserved.
+fn is_canonical(raw: &[u8]) -> bool {
+    let mut i = 0;
+    while i < raw.len() {
+        let b = raw[i];
+        if is_unreserved(b) {
+            i += 1;
+            continue;
+        }
+        let upper_hex = |b: u8| b.is_ascii_digit() || (b'A'..=b'F').contains(&b);
+        if b != b'%' || i + 2 >= raw.len() {
+            return false;
+        }
+        let (hi, lo) = (raw[i + 1], raw[i + 2]);
+        if !upper_hex(hi) || !upper_hex(lo) || is_unreserved(hex_value(hi) << 4 | hex_value(lo)) {
+            return false;
+        }
+        i += 3;
+    }
+    true
+}
+
+fn hex_value(digit: u8) -> u8 {
+    match digit {
+        b'0'..=b'9' => digit - b'0',
+        _ => digit - b'A' + 10,
+    }
+}
+
+/// RFC 3986's unreserved bytes: what SigV4 never encodes.
+fn is_unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
 }
 
 /// One query name or value as bytes: `+` is a space, `%XY` a byte; a `%` not followed by two hex digits stays.
@@ -76,7 +167,7 @@ pub fn uri_encode(bytes: &[u8], encode_slash: bool) -> String {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let mut out = String::with_capacity(bytes.len());
     for &b in bytes {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') || (b == b'/' && !encode_slash) {
+        if is_unreserved(b) || (b == b'/' && !encode_slash) {
             out.push(b as char);
         } else {
             out.push('%');
@@ -90,37 +181,41 @@ pub fn uri_encode(bytes: &[u8], encode_slash: bool) -> String {
 /// `name:value\n` for each signed header, in the signed order. The value is every field of that name joined
 /// with `,`, each trimmed and with runs of whitespace inside collapsed to one space (as botocore does). A
 /// signed header that is absent has an empty value, which then fails the signature like any other change.
-pub fn canonical_headers(headers: &HeaderMap, signed: &[String]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64 * signed.len());
-    for name in signed {
-        out.extend_from_slice(name.as_bytes());
-        out.push(b':');
-        for (i, value) in headers.get_all(name.as_str()).iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            push_trimmed(&mut out, value.as_bytes());
-        }
-        out.push(b'\n');
-    }
+pub fn canonical_headers<'n>(headers: &HeaderMap, signed: impl IntoIterator<Item = &'n str>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    write_canonical_headers(&mut out, headers, signed);
     out
 }
 
+fn write_canonical_headers<'n>(out: &mut impl Sink, headers: &HeaderMap, signed: impl IntoIterator<Item = &'n str>) {
+    for name in signed {
+        out.put(name.as_bytes());
+        out.put(b":");
+        for (i, value) in headers.get_all(name).iter().enumerate() {
+            if i > 0 {
+                out.put(b",");
+            }
+            put_trimmed(out, value.as_bytes());
+        }
+        out.put(b"\n");
+    }
+}
+
 /// Trims `value` and collapses each inner run of whitespace into one space.
-fn push_trimmed(out: &mut Vec<u8>, value: &[u8]) {
+fn put_trimmed(out: &mut impl Sink, value: &[u8]) {
     let is_space = |b: &u8| b.is_ascii_whitespace() || *b == 0x0b;
     for (i, word) in value.split(is_space).filter(|w| !w.is_empty()).enumerate() {
         if i > 0 {
-            out.push(b' ');
+            out.put(b" ");
         }
-        out.extend_from_slice(word);
+        out.put(word);
     }
 }
 
 /// The last line of the canonical request: `x-amz-content-sha256` as sent. A presigned URL that sends none
 /// signs `UNSIGNED-PAYLOAD`; header auth must send one.
 pub fn payload_text(headers: &HeaderMap, kind: AuthKind) -> Result<&str, SigV4Error> {
-    match headers.get(CONTENT_SHA256) {
+    match headers.get(&CONTENT_SHA256_HEADER) {
         Some(value) => value.to_str().map_err(|_| {
             SigV4Error::InvalidArgument("x-amz-content-sha256 must be a sha256 value or one of the named forms.".into())
         }),
@@ -131,20 +226,27 @@ pub fn payload_text(headers: &HeaderMap, kind: AuthKind) -> Result<&str, SigV4Er
     }
 }
 
-/// An ISO 8601 basic timestamp, `YYYYMMDDTHHMMSSZ` (UTC), as SigV4 sends it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// An ISO 8601 basic timestamp, `YYYYMMDDTHHMMSSZ` (UTC), as SigV4 sends it. Kept inline (16 bytes), so parsing
+/// one allocates nothing.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct AmzDate {
-    /// As sent: it goes into the string to sign verbatim.
-    pub text: String,
+    /// As sent (checked to be ASCII digits, `T` and `Z`): it goes into the string to sign verbatim.
+    text: [u8; 16],
     /// The same instant in unix seconds.
     pub unix: i64,
+}
+
+impl std::fmt::Debug for AmzDate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmzDate").field("text", &self.text()).field("unix", &self.unix).finish()
+    }
 }
 
 impl AmzDate {
     /// `None` unless `text` is exactly `YYYYMMDDTHHMMSSZ` with a real calendar date and time.
     pub fn parse(text: &str) -> Option<Self> {
-        let b = text.as_bytes();
-        if b.len() != 16 || b[8] != b'T' || b[15] != b'Z' {
+        let b: [u8; 16] = text.as_bytes().try_into().ok()?;
+        if b[8] != b'T' || b[15] != b'Z' {
             return None;
         }
         let number = |range: std::ops::Range<usize>| -> Option<i64> {
@@ -162,12 +264,17 @@ impl AmzDate {
             return None;
         }
         let unix = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second;
-        Some(AmzDate { text: text.to_owned(), unix })
+        Some(AmzDate { text: b, unix })
+    }
+
+    /// The timestamp as sent: what the string to sign carries.
+    pub fn text(&self) -> &str {
+        std::str::from_utf8(&self.text).expect("parse accepted ASCII only")
     }
 
     /// `YYYYMMDD`: what the credential scope must name.
     pub fn date(&self) -> &str {
-        &self.text[..8]
+        &self.text()[..8]
     }
 }
 
@@ -229,9 +336,9 @@ mod tests {
     #[test]
     fn canonical_header_values_are_trimmed_collapsed_and_joined() {
         let h = headers(&[("x-amz-meta-a", "  one   two\t\tthree  "), ("x-amz-meta-b", "1"), ("x-amz-meta-b", " 2 ")]);
-        let signed = ["host".to_owned(), "x-amz-meta-a".to_owned(), "x-amz-meta-b".to_owned()];
+        let signed = ["host", "x-amz-meta-a", "x-amz-meta-b"];
         assert_eq!(
-            String::from_utf8(canonical_headers(&h, &signed)).unwrap(),
+            String::from_utf8(canonical_headers(&h, signed)).unwrap(),
             "host:\nx-amz-meta-a:one two three\nx-amz-meta-b:1,2\n"
         );
     }
@@ -284,6 +391,14 @@ mod tests {
             prop_assert_eq!(percent_decode(encoded.as_bytes()).collect::<Vec<u8>>(), bytes);
         }
 
+        /// A query component kept as sent is exactly what decoding and re-encoding it gives.
+        #[test]
+        fn components_kept_as_sent_are_canonical(raw in "([a-zA-Z0-9 +~_.=/-]|%[0-9a-fA-F]{0,2}|é){0,12}") {
+            let reencoded = uri_encode(&query_decode(&raw), true);
+            let kept = canonical_component(&raw);
+            prop_assert_eq!(kept.as_ref(), reencoded.as_str());
+        }
+
         /// The canonical query does not depend on the order of the parameters, and is its own canonical form.
         #[test]
         fn the_canonical_query_ignores_order(
@@ -312,9 +427,8 @@ mod tests {
                 loose.push_str(w);
                 loose.push_str(&pads[(i + 1) % pads.len()]);
             }
-            let signed = ["x-amz-meta-v".to_owned()];
-            let a = canonical_headers(&headers(&[("x-amz-meta-v", &tight)]), &signed);
-            let b = canonical_headers(&headers(&[("x-amz-meta-v", &loose)]), &signed);
+            let a = canonical_headers(&headers(&[("x-amz-meta-v", &tight)]), ["x-amz-meta-v"]);
+            let b = canonical_headers(&headers(&[("x-amz-meta-v", &loose)]), ["x-amz-meta-v"]);
             prop_assert_eq!(a, b);
         }
     }

@@ -715,12 +715,7 @@ mod tests {
 
     #[test]
     fn decoders_come_from_the_request_headers() {
-        let verified = |payload| Verified {
-            access_key_id: "k".into(),
-            kind: AuthKind::Header,
-            payload,
-            streaming: Some(example_seed()),
-        };
+        let verified = |payload| Verified { kind: AuthKind::Header, payload, streaming: Some(example_seed()) };
         let unsigned_trailer = verified(PayloadHash::StreamingUnsignedTrailer);
         let h = headers(&[("x-amz-decoded-content-length", "3"), ("x-amz-trailer", "x-amz-checksum-crc32")]);
         assert!(ChunkedDecoder::for_request(&unsigned_trailer, &h).unwrap().is_some());

@@ -20,6 +20,7 @@ pub mod canonical;
 pub mod checksum;
 pub mod chunked;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use hmac::{Hmac, Mac};
@@ -29,7 +30,7 @@ use quick_cache::sync::Cache;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use canonical::AmzDate;
+use canonical::{AmzDate, Sink};
 
 /// The only signing algorithm accepted (SigV4a, `AWS4-ECDSA-P256-SHA256`, is not).
 pub const ALGORITHM: &str = "AWS4-HMAC-SHA256";
@@ -199,32 +200,21 @@ impl PayloadHash {
     }
 }
 
-/// `<date>/<region>/s3/aws4_request` of a credential, checked against our region and service.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CredentialScope {
-    /// `YYYYMMDD`, equal to the date of the request's timestamp.
-    pub date: String,
-    pub region: String,
-}
-
-impl CredentialScope {
-    /// The scope as it appears in the string to sign: `date/region/s3/aws4_request`.
-    pub fn to_scope_string(&self) -> String {
-        format!("{}/{}/{SERVICE}/{TERMINATOR}", self.date, self.region)
-    }
-}
-
 /// A SigV4 request that parsed and passed every check that needs no secret. Look up the secret of
-/// [`Self::access_key_id`], then call [`Self::verify`].
+/// [`Self::access_key_id`], then call [`Self::verify`]. It borrows from the request (header auth copies
+/// nothing; a presign's decoded parameters are owned).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SigV4Auth {
+pub struct SigV4Auth<'a> {
     pub kind: AuthKind,
-    pub access_key_id: String,
-    pub scope: CredentialScope,
+    pub access_key_id: Cow<'a, str>,
+    /// The credential scope's region: ours, since `parse` refuses any other. The scope's date is
+    /// [`AmzDate::date`] of [`Self::timestamp`] (checked equal too), so the scope is
+    /// `<timestamp date>/<region>/s3/aws4_request`.
+    pub region: &'a str,
     /// The request's `x-amz-date` (or `X-Amz-Date`), as sent and as parsed.
     pub timestamp: AmzDate,
-    /// The lowercase signed header names, in their (sorted) order.
-    pub signed_headers: Vec<String>,
+    /// `SignedHeaders` as sent, checked: lowercase names, sorted, unique, `;`-separated, `host` among them.
+    pub signed_headers: Cow<'a, str>,
     /// The presented signature (32 bytes, sent as 64 lowercase hex digits).
     pub signature: [u8; 32],
     pub payload: PayloadHash,
@@ -232,10 +222,9 @@ pub struct SigV4Auth {
     pub expires_in: Option<i64>,
 }
 
-/// What a verified request allows the caller to go on with.
+/// What a verified request allows the caller to go on with (the access key is the caller's already).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
-    pub access_key_id: String,
     pub kind: AuthKind,
     pub payload: PayloadHash,
     /// For the signed streaming forms: what the chunk signatures chain from.
@@ -284,6 +273,13 @@ impl SigningKey {
     /// The HMAC-SHA256 of `message` under this key: a signature.
     pub fn sign(&self, message: &[u8]) -> [u8; 32] {
         hmac_sha256(&self.0, message)
+    }
+
+    /// The same, of a message that `write` feeds to the MAC piece by piece (no buffer for it).
+    pub fn sign_written(&self, write: impl FnOnce(&mut Hmac<Sha256>)) -> [u8; 32] {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        write(&mut mac);
+        mac.finalize().into_bytes().into()
     }
 }
 
@@ -351,23 +347,27 @@ impl Default for SigningKeyCache {
 /// when the request carries no SigV4 at all (no `AWS4-HMAC-SHA256` Authorization header, no `X-Amz-Algorithm`
 /// or `X-Amz-Credential` query parameter): it may still be a bearer token or one of our own signed URLs.
 /// `region` is ours (`s3.region`), `now` unix seconds.
-pub fn parse(request: &RequestParts<'_>, region: &str, now: i64) -> Result<Option<SigV4Auth>, SigV4Error> {
+pub fn parse<'a>(request: &RequestParts<'a>, region: &'a str, now: i64) -> Result<Option<SigV4Auth<'a>>, SigV4Error> {
     parsing::parse(request, region, now)
 }
 
-impl SigV4Auth {
-    /// Checks the signature with the secret of [`Self::access_key_id`]: rebuilds the canonical request and the
-    /// string to sign, takes the signing key from `keys`, compares in constant time.
+impl SigV4Auth<'_> {
+    /// Checks the signature with the secret of [`Self::access_key_id`]: hashes the canonical request as it is
+    /// written, feeds the string to sign to the HMAC under the signing key from `keys`, compares in constant
+    /// time. A header-signed request without a query allocates nothing.
     pub fn verify(
         &self,
         request: &RequestParts<'_>,
         secret: &[u8],
         keys: &SigningKeyCache,
     ) -> Result<Verified, SigV4Error> {
-        let canonical = canonical::canonical_request(request, self)?;
-        let string_to_sign = string_to_sign(&self.timestamp.text, &self.scope.to_scope_string(), &canonical);
-        let key = keys.signing_key(&self.access_key_id, secret, &self.scope.date, &self.scope.region);
-        let expected = key.sign(string_to_sign.as_bytes());
+        let mut canonical = Sha256::new();
+        canonical::write_canonical_request(&mut canonical, request, self)?;
+        let canonical: [u8; 32] = canonical.finalize().into();
+        let date = self.timestamp.date();
+        let key = keys.signing_key(&self.access_key_id, secret, date, self.region);
+        let scope = [date, "/", self.region, "/", SERVICE, "/", TERMINATOR];
+        let expected = key.sign_written(|mac| write_string_to_sign(mac, self.timestamp.text(), &scope, &canonical));
         if !bool::from(expected.ct_eq(&self.signature)) {
             return Err(SigV4Error::SignatureDoesNotMatch);
         }
@@ -375,16 +375,38 @@ impl SigV4Auth {
             .then(|| StreamingSeed {
                 seed_signature: self.signature,
                 signing_key: key,
-                scope: self.scope.to_scope_string(),
-                timestamp: self.timestamp.text.clone(),
+                scope: scope.concat(),
+                timestamp: self.timestamp.text().to_owned(),
             });
-        Ok(Verified { access_key_id: self.access_key_id.clone(), kind: self.kind, payload: self.payload, streaming })
+        Ok(Verified { kind: self.kind, payload: self.payload, streaming })
+    }
+
+    /// The signed header names, in their (sorted) order.
+    pub fn signed_headers(&self) -> std::str::Split<'_, char> {
+        self.signed_headers.split(';')
     }
 }
 
 /// `AWS4-HMAC-SHA256\n<timestamp>\n<scope>\n<hex SHA-256 of the canonical request>`.
 pub fn string_to_sign(timestamp: &str, scope: &str, canonical_request: &[u8]) -> String {
-    format!("{ALGORITHM}\n{timestamp}\n{scope}\n{}", hex::encode(Sha256::digest(canonical_request)))
+    let mut out = Vec::with_capacity(128);
+    write_string_to_sign(&mut out, timestamp, &[scope], &Sha256::digest(canonical_request).into());
+    String::from_utf8(out).expect("the string to sign is ASCII when its parts are")
+}
+
+/// [`string_to_sign`] written into `out`, the scope given in pieces and the canonical request by its SHA-256.
+fn write_string_to_sign(out: &mut impl Sink, timestamp: &str, scope: &[&str], canonical_sha256: &[u8; 32]) {
+    let mut hex = [0u8; 64];
+    hex::encode_to_slice(canonical_sha256, &mut hex).expect("64 hex digits for 32 bytes");
+    out.put(ALGORITHM.as_bytes());
+    out.put(b"\n");
+    out.put(timestamp.as_bytes());
+    out.put(b"\n");
+    for piece in scope {
+        out.put(piece.as_bytes());
+    }
+    out.put(b"\n");
+    out.put(&hex);
 }
 
 /// Compares the SHA-256 of a received body with a signed [`PayloadHash::Sha256`].

@@ -1,11 +1,13 @@
 //! Finding SigV4 on a request and every check that needs no secret. Messages are S3's where S3 has one.
 
-use http::header::{self, HeaderMap};
+use std::borrow::Cow;
+
+use http::header::{self, HeaderMap, HeaderName};
 
 use super::canonical::{AmzDate, payload_text, query_decode};
 use super::{
-    ALGORITHM, AuthKind, CredentialScope, MAX_CLOCK_SKEW_SECS, MAX_PRESIGN_EXPIRES_SECS, PayloadHash, RequestParts,
-    SERVICE, SigV4Auth, SigV4Error, TERMINATOR,
+    ALGORITHM, AuthKind, MAX_CLOCK_SKEW_SECS, MAX_PRESIGN_EXPIRES_SECS, PayloadHash, RequestParts, SERVICE, SigV4Auth,
+    SigV4Error, TERMINATOR,
 };
 
 const QUERY_ALGORITHM: &str = "X-Amz-Algorithm";
@@ -14,12 +16,16 @@ const QUERY_DATE: &str = "X-Amz-Date";
 const QUERY_EXPIRES: &str = "X-Amz-Expires";
 const QUERY_SIGNED_HEADERS: &str = "X-Amz-SignedHeaders";
 const QUERY_SIGNATURE: &str = "X-Amz-Signature";
-const DATE_HEADER: &str = "x-amz-date";
+static DATE_HEADER: HeaderName = HeaderName::from_static("x-amz-date");
 
 const QUERY_INCOMPLETE: &str = "Query-string authentication version 4 requires the X-Amz-Algorithm, \
      X-Amz-Credential, X-Amz-Signature, X-Amz-Date, X-Amz-SignedHeaders, and X-Amz-Expires parameters.";
 
-pub(super) fn parse(request: &RequestParts<'_>, region: &str, now: i64) -> Result<Option<SigV4Auth>, SigV4Error> {
+pub(super) fn parse<'a>(
+    request: &RequestParts<'a>,
+    region: &'a str,
+    now: i64,
+) -> Result<Option<SigV4Auth<'a>>, SigV4Error> {
     let authorization = authorization_header(request.headers)?;
     let query = presign_query(request.query)?;
     match (authorization, query) {
@@ -28,26 +34,26 @@ pub(super) fn parse(request: &RequestParts<'_>, region: &str, now: i64) -> Resul
              parameter or the Authorization header should be specified"
                 .into(),
         )),
-        (Some(Authorization::SigV4(value)), None) => parse_header_auth(request, &value, region, now).map(Some),
+        (Some(Authorization::SigV4(value)), None) => parse_header_auth(request, value, region, now).map(Some),
         (Some(Authorization::Other), None) | (None, None) => Ok(None),
         (None, Some(params)) => parse_query_auth(request, params, region, now).map(Some),
     }
 }
 
-enum Authorization {
+enum Authorization<'a> {
     /// The value after `AWS4-HMAC-SHA256 `.
-    SigV4(String),
+    SigV4(&'a str),
     /// Another scheme (a bearer token): not ours to judge, but it still conflicts with a presign query.
     Other,
 }
 
-fn authorization_header(headers: &HeaderMap) -> Result<Option<Authorization>, SigV4Error> {
+fn authorization_header(headers: &HeaderMap) -> Result<Option<Authorization<'_>>, SigV4Error> {
     let mut fields = headers.get_all(header::AUTHORIZATION).iter();
     let (Some(value), rest) = (fields.next(), fields.next()) else { return Ok(None) };
     let text = value.to_str().unwrap_or("");
     let scheme = text.split(' ').next().unwrap_or("");
     let sigv4 = match scheme {
-        ALGORITHM => Some(text[ALGORITHM.len()..].trim_start_matches(' ').to_owned()),
+        ALGORITHM => Some(text[ALGORITHM.len()..].trim_start_matches(' ')),
         "AWS" => {
             return Err(SigV4Error::InvalidRequest(
                 "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.".into(),
@@ -105,7 +111,12 @@ fn presign_query(query: Option<&str>) -> Result<Option<QueryParams>, SigV4Error>
     Ok((any && presign).then_some(params))
 }
 
-fn parse_header_auth(request: &RequestParts<'_>, value: &str, region: &str, now: i64) -> Result<SigV4Auth, SigV4Error> {
+fn parse_header_auth<'a>(
+    request: &RequestParts<'a>,
+    value: &'a str,
+    region: &'a str,
+    now: i64,
+) -> Result<SigV4Auth<'a>, SigV4Error> {
     let (mut credential, mut signed_headers, mut signature) = (None, None, None);
     for part in value.split(',').map(|p| p.trim_matches(' ')).filter(|p| !p.is_empty()) {
         let (name, field) = part.split_once('=').ok_or_else(|| {
@@ -130,35 +141,35 @@ fn parse_header_auth(request: &RequestParts<'_>, value: &str, region: &str, now:
     let signed_headers = signed_headers.ok_or_else(|| missing("SignedHeaders"))?;
     let signature = signature.ok_or_else(|| missing("Signature"))?;
 
-    let date_text = request.headers.get(DATE_HEADER).and_then(|v| v.to_str().ok());
+    let date_text = request.headers.get(&DATE_HEADER).and_then(|v| v.to_str().ok());
     let timestamp = date_text
         .and_then(AmzDate::parse)
         .ok_or(SigV4Error::AccessDenied("AWS authentication requires a valid Date or x-amz-date header"))?;
-    let (access_key_id, scope) = parse_credential(credential, &timestamp, region, SigV4Error::header)?;
-    let signed_headers = parse_signed_headers(signed_headers, SigV4Error::header)?;
-    check_signed(request.headers, &signed_headers)?;
+    let access_key_id = parse_credential(credential, &timestamp, region, SigV4Error::header)?;
+    parse_signed_headers(signed_headers, SigV4Error::header)?;
+    check_signed(request.headers, signed_headers)?;
     if (now - timestamp.unix).abs() > MAX_CLOCK_SKEW_SECS {
         return Err(SigV4Error::RequestTimeTooSkewed);
     }
     let payload = PayloadHash::parse(payload_text(request.headers, AuthKind::Header)?)?;
     Ok(SigV4Auth {
         kind: AuthKind::Header,
-        access_key_id,
-        scope,
+        access_key_id: Cow::Borrowed(access_key_id),
+        region,
         timestamp,
-        signed_headers,
+        signed_headers: Cow::Borrowed(signed_headers),
         signature: parse_signature(signature)?,
         payload,
         expires_in: None,
     })
 }
 
-fn parse_query_auth(
-    request: &RequestParts<'_>,
+fn parse_query_auth<'a>(
+    request: &RequestParts<'a>,
     params: QueryParams,
-    region: &str,
+    region: &'a str,
     now: i64,
-) -> Result<SigV4Auth, SigV4Error> {
+) -> Result<SigV4Auth<'a>, SigV4Error> {
     let incomplete = || SigV4Error::query(QUERY_INCOMPLETE);
     let algorithm = params.algorithm.ok_or_else(incomplete)?;
     let credential = params.credential.ok_or_else(incomplete)?;
@@ -178,8 +189,8 @@ fn parse_query_auth(
     if expires_in > MAX_PRESIGN_EXPIRES_SECS {
         return Err(SigV4Error::query("X-Amz-Expires must be less than a week (in seconds) that is 604800"));
     }
-    let (access_key_id, scope) = parse_credential(&credential, &timestamp, region, SigV4Error::query)?;
-    let signed_headers = parse_signed_headers(&signed_headers, SigV4Error::query)?;
+    let access_key_id = parse_credential(&credential, &timestamp, region, SigV4Error::query)?.to_owned();
+    parse_signed_headers(&signed_headers, SigV4Error::query)?;
     check_signed(request.headers, &signed_headers)?;
     if timestamp.unix > now + MAX_CLOCK_SKEW_SECS {
         return Err(SigV4Error::AccessDenied("Request is not valid yet"));
@@ -193,25 +204,28 @@ fn parse_query_auth(
     }
     Ok(SigV4Auth {
         kind: AuthKind::Query,
-        access_key_id,
-        scope,
+        access_key_id: Cow::Owned(access_key_id),
+        region,
         timestamp,
-        signed_headers,
+        signed_headers: Cow::Owned(signed_headers),
         signature: parse_signature(&signature)?,
         payload,
         expires_in: Some(expires_in),
     })
 }
 
-/// `AKID/YYYYMMDD/region/s3/aws4_request`, checked against the request's date and our region.
-fn parse_credential(
-    credential: &str,
+/// `AKID/YYYYMMDD/region/s3/aws4_request`, checked against the request's date and our region: the access key id.
+fn parse_credential<'c>(
+    credential: &'c str,
     timestamp: &AmzDate,
     region: &str,
     error: fn(String) -> SigV4Error,
-) -> Result<(String, CredentialScope), SigV4Error> {
-    let parts: Vec<&str> = credential.split('/').collect();
-    let [access_key_id, date, scope_region, service, terminator] = parts[..] else {
+) -> Result<&'c str, SigV4Error> {
+    let mut parts = credential.split('/');
+    let mut next = || parts.next();
+    let (Some(access_key_id), Some(date), Some(scope_region), Some(service), Some(terminator), None) =
+        (next(), next(), next(), next(), next(), next())
+    else {
         return Err(error(format!(
             "The authorization header is malformed; the Credential is mal-formed; expecting \
              \"<YOUR-AKID>/YYYYMMDD/REGION/SERVICE/aws4_request\"; got \"{credential}\"."
@@ -241,33 +255,37 @@ fn parse_credential(
             "The authorization header is malformed; incorrect terminal \"{terminator}\". This endpoint uses \"{TERMINATOR}\"."
         )));
     }
-    Ok((access_key_id.to_owned(), CredentialScope { date: date.to_owned(), region: scope_region.to_owned() }))
+    Ok(access_key_id)
 }
 
 /// `host;range;x-amz-date`: lowercase header names, sorted, unique, including `host`.
-fn parse_signed_headers(text: &str, error: fn(String) -> SigV4Error) -> Result<Vec<String>, SigV4Error> {
-    let names: Vec<String> = text.split(';').map(str::to_owned).collect();
-    let token = |n: &String| {
+fn parse_signed_headers(text: &str, error: fn(String) -> SigV4Error) -> Result<(), SigV4Error> {
+    let token = |n: &str| {
         !n.is_empty()
             && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$%&'*+-.^_`|~".contains(&b))
     };
-    if !names.iter().all(token) {
+    if !text.split(';').all(token) {
         return Err(error(format!("SignedHeaders must be lowercase header names separated by ';', got \"{text}\".")));
     }
-    if !names.windows(2).all(|w| w[0] < w[1]) {
-        return Err(error(format!("SignedHeaders must be sorted and unique, got \"{text}\".")));
+    let mut previous: Option<&str> = None;
+    for name in text.split(';') {
+        if previous.is_some_and(|p| p >= name) {
+            return Err(error(format!("SignedHeaders must be sorted and unique, got \"{text}\".")));
+        }
+        previous = Some(name);
     }
-    if !names.iter().any(|n| n == "host") {
+    if !text.split(';').any(|n| n == "host") {
         return Err(error("SignedHeaders must include host.".into()));
     }
-    Ok(names)
+    Ok(())
 }
 
 /// Every `x-amz-*` header that was sent must be signed, so that none can be added or changed on the way.
-fn check_signed(headers: &HeaderMap, signed: &[String]) -> Result<(), SigV4Error> {
-    let unsigned = headers.keys().any(|name| {
-        name.as_str().starts_with("x-amz-") && signed.binary_search_by(|s| s.as_str().cmp(name.as_str())).is_err()
-    });
+/// `signed` is a checked `SignedHeaders` list.
+fn check_signed(headers: &HeaderMap, signed: &str) -> Result<(), SigV4Error> {
+    let unsigned = headers
+        .keys()
+        .any(|name| name.as_str().starts_with("x-amz-") && !signed.split(';').any(|s| s == name.as_str()));
     if unsigned {
         return Err(SigV4Error::AccessDenied("There were headers present in the request which were not signed"));
     }
