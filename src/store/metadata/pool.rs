@@ -95,6 +95,21 @@ impl Metadata {
             tracing::debug!(error = %e, "checkpoint at close failed; SQLite will recover the WAL on the next open");
         }
         pool.close().await;
+        // The last connection to close removes the -wal and -shm files, but two of the pool's connections closing
+        // at once can each see the other still open and leave them. One more connection, opened and closed alone,
+        // is the last one: a stopped server leaves the database file alone (a backup or a read-only data dir).
+        let options = pool.connect_options();
+        let wal = format!("{}-wal", options.get_filename().display());
+        if Path::new(&wal).exists() {
+            match <sqlx::SqliteConnection as sqlx::Connection>::connect_with(&options).await {
+                Ok(last) => {
+                    if let Err(e) = sqlx::Connection::close(last).await {
+                        tracing::debug!(error = %e, "closing the last connection failed; the WAL stays");
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "cannot reopen the database to remove its WAL"),
+            }
+        }
     }
 }
 
