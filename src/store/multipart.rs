@@ -366,7 +366,15 @@ impl Store {
         }
         let (_, upload) = self.upload_of(bucket, key, upload_id).await?;
         let uploaded = self.meta.list_parts(upload_id, 0, MAX_PART_NUMBER).await?;
-        let chosen = choose_parts(&uploaded, parts, max_object_bytes)?;
+        let chosen = match choose_parts(&uploaded, parts, max_object_bytes) {
+            // An Abort between reading the upload and its parts takes both at once: the upload is gone, not a part.
+            Err(MultipartError::InvalidPart(_))
+                if matches!(self.upload_of(bucket, key, upload_id).await, Err(MultipartError::NoSuchUpload)) =>
+            {
+                return Err(MultipartError::NoSuchUpload);
+            }
+            chosen => chosen?,
+        };
         let s3_etag = multipart_etag(chosen.iter().map(|p| p.md5.as_str()))?;
 
         // One Complete at a time per upload, on every replica: the others get NoSuchUpload (S3's answer once the
