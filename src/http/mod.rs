@@ -6,7 +6,6 @@ pub mod conditional;
 pub mod cors;
 pub mod deadline;
 pub mod error;
-pub mod fragment_guard;
 pub mod multipart;
 pub mod object;
 pub mod range;
