@@ -289,7 +289,10 @@ impl<S: DataService> Connection<S> {
             BodyFraming::None => (Body::empty(), None),
             framing => {
                 let expect_continue = head.version == Version::HTTP_11
-                    && head.headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+                    && head
+                        .headers
+                        .get(header::EXPECT)
+                        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
                 let (pump, body) = BodyPump::new(framing, expect_continue);
                 (body, Some(pump))
             }
@@ -314,8 +317,7 @@ impl<S: DataService> Connection<S> {
         if let Some((entry, _)) = &mut access {
             let refused = matches!(response.status(), StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN);
             // A handler that authorised the request names its principal; else the admin credentials claimed.
-            entry.principal =
-                response.extensions_mut().remove::<Principal>().or(claimed.filter(|_| !refused));
+            entry.principal = response.extensions_mut().remove::<Principal>().or(claimed.filter(|_| !refused));
             response.headers_mut().insert(REQUEST_ID_HEADER, entry.request_id.header_value());
         }
         let keep = match response.extensions_mut().remove::<FileBody>() {

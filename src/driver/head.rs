@@ -452,7 +452,10 @@ mod tests {
             (b"PUT /b/k HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", Err(400)),
             (b"PUT /b/k HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", Err(501)),
             (b"PUT /b/k HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", Err(501)),
-            (b"PUT /b/k HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", Err(501)),
+            (
+                b"PUT /b/k HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+                Err(501),
+            ),
             (b"PUT /b/k HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", Err(400)),
             (b"PUT /b/k HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 5\r\n\r\n", Err(400)),
             (b"PUT /b/k HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", Err(400)),

@@ -36,9 +36,10 @@ fn put(path: &str, token: &str, body: &[u8]) -> Vec<u8> {
 
 /// A whole native PUT with a chunked body, in chunks of `chunk` bytes (with an extension and a trailer).
 fn chunked_put(path: &str, token: &str, body: &[u8], chunk: usize) -> Vec<u8> {
-    let mut raw =
-        format!("PUT {path} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\nTransfer-Encoding: chunked\r\n\r\n")
-            .into_bytes();
+    let mut raw = format!(
+        "PUT {path} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    .into_bytes();
     for piece in body.chunks(chunk) {
         raw.extend_from_slice(format!("{:x};note=x\r\n", piece.len()).as_bytes());
         raw.extend_from_slice(piece);
@@ -190,7 +191,9 @@ fn pipelined_requests_after_bodies_are_answered_in_order() {
     let second = body_with_request_lines(90_000, 37);
     let mut raw = put("/box/p1", &a.write, &first);
     raw.extend_from_slice(&chunked_put("/box/p2", &a.write, &second, 10_000));
-    raw.extend_from_slice(format!("DELETE /box/p1 HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {}\r\n\r\n", a.write).as_bytes());
+    raw.extend_from_slice(
+        format!("DELETE /box/p1 HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {}\r\n\r\n", a.write).as_bytes(),
+    );
     raw.extend_from_slice(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
     let mut conn = Conn::open(server.admin);
     conn.send(&raw);
