@@ -215,3 +215,27 @@ fn a_fragment_in_an_admin_target_is_refused() {
     assert!(conn.is_closed(Duration::from_secs(5)));
     assert!(a.env.blob_files().is_empty());
 }
+
+#[test]
+fn an_early_answer_reaches_a_client_that_sends_its_body_without_waiting() {
+    let a = setup();
+    let server = a.env.serve();
+    let body = test_bytes(4 << 20, 38);
+    let mut conn = Conn::open(server.admin);
+    conn.send(&put_head("/box/anon", "bg_not_a_token", body.len(), ""));
+    // The client writes its whole body at once; the server answers 401 without reading it, and must not reset
+    // the connection under the answer.
+    let mut writer = conn.stream.try_clone().unwrap();
+    let sender = std::thread::spawn(move || {
+        use std::io::Write;
+        let _ = writer.write_all(&body);
+    });
+    // Read late, when the server has long answered (and, without lingering, closed under the unread body).
+    std::thread::sleep(Duration::from_millis(500));
+    let r = conn.read_response(false).expect("the answer arrives before the close");
+    assert_json_error(&r, 401, "unauthorized");
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(conn.is_closed(Duration::from_secs(10)));
+    sender.join().unwrap();
+    assert!(a.env.blob_files().is_empty());
+}
