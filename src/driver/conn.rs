@@ -305,7 +305,8 @@ impl<S: DataService> Connection<S> {
         let call = self.ctx.service.clone().oneshot(request);
         let Ok(mut response) = match pump.as_mut() {
             None => call.await,
-            Some(pump) => self.call_with_body(call, pump).await,
+            // Boxed: the data listener's connection futures (and so its per-connection memory) stay as they were.
+            Some(pump) => Box::pin(self.call_with_body(call, pump)).await,
         };
         if pump.take().is_some_and(|pump| !pump.consumed()) {
             // Answered before the body ended (or the body broke off): its rest must not be read as a request.
