@@ -239,3 +239,16 @@ fn an_early_answer_reaches_a_client_that_sends_its_body_without_waiting() {
     sender.join().unwrap();
     assert!(a.env.blob_files().is_empty());
 }
+
+#[test]
+fn an_admin_head_not_received_in_time_is_a_408() {
+    let a = setup();
+    let server = a.env.serve_with(&[("BLOBGATE_TIMEOUTS__HEADER_READ", "1s")], &[]);
+    let mut conn = Conn::open(server.admin);
+    conn.send(b"PUT /box/slow HTTP/1.1\r\nHost: t\r\n");
+    let started = std::time::Instant::now();
+    let r = conn.read_response(false).expect("an answer");
+    assert_eq!(r.status, 408);
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(conn.is_closed(Duration::from_secs(5)));
+}
