@@ -99,6 +99,8 @@ fn one_keep_alive_connection_puts_gets_by_s3_and_puts_again() {
     assert_eq!(r.status, 200);
     assert_eq!(sha256_hex(&r.body), sha256_hex(&second));
     assert!(!conn.is_closed(Duration::from_millis(200)), "the connection carries on");
+    // Admin downloads count as data-listener ones do: their object bytes, from sendfile's return values.
+    assert_eq!(server.metric("blobgate_sent_bytes_total") as usize, first.len() + second.len());
     assert!(server.get_auth("/box/two.bin", &a.read, &[]).body == second);
 }
 
