@@ -222,7 +222,7 @@ pub struct Limits {
     /// Longest request target; longer gets 414.
     pub max_uri_bytes: usize,
     /// Data connections served at once; further ones wait, unread (each worker accepts at most one of them, the
-    /// rest stay in the kernel's accept backlog).
+    /// rest stay in the kernel's accept backlog). The admin listener has a cap of the same size, counted apart.
     pub max_connections: usize,
     /// Most bytes handed to one sendfile call before yielding, so one fast reader cannot starve the others.
     pub sendfile_chunk_bytes: usize,

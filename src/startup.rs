@@ -8,8 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -161,22 +159,27 @@ impl Application {
             data_service(self.data.clone(), self.settings.timeouts.handler),
             refusal_response,
             &self.settings,
-            recorder,
+            recorder.clone(),
         );
         let (access_log, access_log_writer) = self.access_log.unzip();
         ctx.access_log = access_log.clone();
         let ctx = Arc::new(ctx);
+        // The admin listener is the same driver on this runtime, with bodies; its GetObject downloads are recorded
+        // and counted as the data listener's are.
+        let mut admin_ctx =
+            DriverContext::new(admin_router(self.admin.clone()), refusal_response, &self.settings, recorder)
+                .for_admin(admin_principal);
+        admin_ctx.access_log = access_log;
+        let admin_ctx = Arc::new(admin_ctx);
         let grace = self.settings.timeouts.shutdown_grace;
         let workers = driver::spawn_workers(self.data_listeners, ctx, &self.settings.limits, shutdown.clone(), grace)
             .context("cannot start the data workers")?;
-        let admin = tokio::spawn(serve_admin(
-            self.admin_listener,
-            admin_router(self.admin.clone()),
-            self.settings.timeouts.header_read,
-            access_log,
-            shutdown.clone(),
-            tracker.clone(),
-        ));
+        let admin = {
+            let (settings, shutdown, tracker) = (self.settings.clone(), shutdown.clone(), tracker.clone());
+            tokio::spawn(async move {
+                driver::serve_admin(self.admin_listener, admin_ctx, &settings.limits, shutdown, tracker).await
+            })
+        };
         self.admin.ready.store(true, Ordering::Release);
         // The bound addresses, not the configured ones: with port 0 this is how callers learn the ports.
         tracing::info!(data = %data_addr, admin = %admin_addr, "blobgate is serving");
@@ -247,63 +250,6 @@ fn raise_open_file_limit() -> u64 {
         },
         Ok((soft, _)) => soft,
         Err(_) => 1024,
-    }
-}
-
-/// The admin listener: hyper's HTTP/1.1 server with its timer installed, so `header_read_timeout` really fires
-/// (axum::serve offers no way to set a timer). Idle keep-alive connections close on shutdown.
-/// The most an admin connection buffers of what it reads (hyper's `max_buf_size`; a request head must fit).
-const ADMIN_READ_BUFFER: usize = 64 * 1024;
-
-async fn serve_admin(
-    listener: TcpListener,
-    router: axum::Router,
-    header_read_timeout: Duration,
-    access_log: Option<AccessLog>,
-    shutdown: CancellationToken,
-    tracker: TaskTracker,
-) {
-    let service = tower::ServiceBuilder::new()
-        .map_request(|req: http::Request<hyper::body::Incoming>| req.map(axum::body::Body::new))
-        .service(router);
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = shutdown.cancelled() => break,
-        };
-        let (stream, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                tracing::warn!(error = %e, "admin accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let layer = access_log::AdminLayer::new(access_log.clone(), peer, admin_principal);
-        let logged = tower::Layer::layer(&layer, service.clone());
-        let service = TowerToHyperService::new(logged);
-        let shutdown = shutdown.clone();
-        tracker.spawn(async move {
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.timer(TokioTimer::new()).header_read_timeout(header_read_timeout);
-            // Upload bodies are read in pieces of at most this much per connection (hyper's default grows to
-            // ~400 KiB), so many parallel S3 part uploads keep the server's memory flat.
-            builder.max_buf_size(ADMIN_READ_BUFFER);
-            // hyper's `Uri` would drop a `#` fragment unseen; the guard makes hyper refuse it (400) instead.
-            let stream = crate::http::fragment_guard::FragmentGuard::new(stream);
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
-            let mut conn = std::pin::pin!(conn);
-            tokio::select! {
-                result = conn.as_mut() => {
-                    if let Err(e) = result { tracing::debug!(error = %e, "admin connection ended with an error"); }
-                }
-                _ = shutdown.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
-                }
-            }
-        });
     }
 }
 

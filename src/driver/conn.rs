@@ -4,33 +4,53 @@
 //!
 //! While a connection waits for a head with zero bytes of it read, it is in its worker's idle list
 //! (`idle.rs`): at the connection cap the worker may close it then, and only then, to admit a new client.
+//!
+//! On the admin listener a request may have a body (`body.rs` follows its framing). The service gets it as a
+//! stream the connection feeds while it awaits the response ([`BodyPump`]): nothing is read before the service
+//! first polls the body (then `100 Continue` goes out if the client asked for it), at most
+//! [`BODY_READ_BYTES`] per read, and one chunk waits in the channel at most, so a slow handler slows the client
+//! down instead of filling memory. A response given before the body was read to its end closes the connection:
+//! the rest is never parsed as a next request.
 
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
 use axum::response::Response;
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::header::{self, HeaderValue};
 use http::{Method, Request, StatusCode, Version};
 use tokio::net::TcpStream;
+use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use super::admission::Admission;
+use super::body::{BodyDecoder, BodyFraming, Decoded};
 use super::head::{Parsed, Persistence, RequestHead, parse_request_head, write_response_head};
 use super::idle::IdleEntry;
 use super::sendfile::{SendOutcome, send_bytes, send_file_response};
-use super::{DataService, DriverContext, Refusal};
+use super::{DataService, DriverContext, Listener, Refusal};
 use crate::access_log::{Entry, Principal, REQUEST_ID_HEADER, RequestId};
 use crate::file_body::{DownloadKind, FileBody, ObjectRef};
 use crate::stats::{DownloadRecord, Outcome, RecordKind};
 
-/// Largest buffered (non-file) response body we accept from a handler: errors and small JSON only.
+/// Largest buffered (non-file) response body we accept from a data handler: errors and small JSON only. The
+/// admin listener takes any size (listings, `/stats`, `/metrics`): its handlers build their bodies in memory
+/// anyway. Bodies up to this size go out in one send with their head, larger ones in a second.
 const MAX_BUFFERED_BODY: usize = 1 << 20;
+
+/// The most one read of a request body takes from the socket (the admin listener's read buffer): with one chunk
+/// in the channel and one being decoded, many parallel S3 part uploads keep the server's memory flat.
+pub const BODY_READ_BYTES: usize = 64 * 1024;
+
+/// Sent when the service first polls the body of a request that asked for it (RFC 9110 §10.1.1).
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 // Returned once per request and consumed at once: boxing the head would only add an allocation.
 #[allow(clippy::large_enum_variant)]
@@ -92,9 +112,10 @@ impl<S: DataService> Connection<S> {
             peer,
             buf: BytesMut::new(),
             out: Vec::new(),
+            // Only data workers keep idle lists; an admin connection is never reclaimed.
+            reclaimable: matches!(ctx.listener, Listener::Data),
             ctx,
             admission,
-            reclaimable: true,
             served: 0,
             last_sent: (StatusCode::OK, 0),
         }
@@ -251,7 +272,7 @@ impl<S: DataService> Connection<S> {
     /// Serves one request; returns whether the connection may carry another.
     async fn respond(&mut self, head: RequestHead, shutdown: &CancellationToken) -> bool {
         let is_head = head.method == Method::HEAD;
-        let persistence = match (head.keep_alive && !shutdown.is_cancelled(), head.version) {
+        let mut persistence = match (head.keep_alive && !shutdown.is_cancelled(), head.version) {
             (false, _) => Persistence::Close,
             (true, Version::HTTP_10) => Persistence::KeepAliveHttp10,
             (true, _) => Persistence::KeepAlive,
@@ -260,17 +281,44 @@ impl<S: DataService> Connection<S> {
         let logged = tracing::enabled!(tracing::Level::DEBUG).then(|| (head.method.clone(), head.uri.clone()));
         // Only with the access log on: reference-counted clones of what the head holds, no formatting.
         let mut access = self.ctx.access_log.is_some().then(|| (self.access_entry(&head), Instant::now()));
-        let mut request = Request::new(Body::empty());
+        let claimed = match (&access, self.ctx.listener) {
+            (Some(_), Listener::Admin { principal_of }) => principal_of(&head.headers),
+            _ => None,
+        };
+        let (body, mut pump) = match head.body {
+            BodyFraming::None => (Body::empty(), None),
+            framing => {
+                let expect_continue = head.version == Version::HTTP_11
+                    && head
+                        .headers
+                        .get(header::EXPECT)
+                        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+                let (pump, body) = BodyPump::new(framing, expect_continue);
+                (body, Some(pump))
+            }
+        };
+        let mut request = Request::new(body);
         *request.method_mut() = head.method;
         *request.uri_mut() = head.uri;
         *request.version_mut() = head.version;
         *request.headers_mut() = head.headers;
-        let Ok(mut response) = self.ctx.service.clone().oneshot(request).await;
+        let call = self.ctx.service.clone().oneshot(request);
+        let Ok(mut response) = match pump.as_mut() {
+            None => call.await,
+            // Boxed: the data listener's connection futures (and so its per-connection memory) stay as they were.
+            Some(pump) => Box::pin(self.call_with_body(call, pump)).await,
+        };
+        if pump.take().is_some_and(|pump| !pump.consumed()) {
+            // Answered before the body ended (or the body broke off): its rest must not be read as a request.
+            persistence = Persistence::Close;
+        }
         if let Some((method, uri)) = logged {
             tracing::debug!(peer = %self.peer, %method, path = uri.path(), status = response.status().as_u16(), "response");
         }
         if let Some((entry, _)) = &mut access {
-            entry.principal = response.extensions_mut().remove::<Principal>();
+            let refused = matches!(response.status(), StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN);
+            // A handler that authorised the request names its principal; else the admin credentials claimed.
+            entry.principal = response.extensions_mut().remove::<Principal>().or(claimed.filter(|_| !refused));
             response.headers_mut().insert(REQUEST_ID_HEADER, entry.request_id.header_value());
         }
         let keep = match response.extensions_mut().remove::<FileBody>() {
@@ -291,11 +339,23 @@ impl<S: DataService> Connection<S> {
         keep
     }
 
+    /// Awaits the service's response while feeding it the request body from the socket.
+    async fn call_with_body<F: std::future::Future>(&mut self, call: F, pump: &mut BodyPump) -> F::Output {
+        tokio::pin!(call);
+        loop {
+            tokio::select! {
+                biased;
+                response = &mut call => return response,
+                () = pump.run(&mut self.stream, &mut self.buf, self.ctx.send.progress_timeout), if !pump.stopped => {}
+            }
+        }
+    }
+
     /// The access-log entry for `head`, before its response exists.
     fn access_entry(&self, head: &RequestHead) -> Entry {
         Entry {
             time: SystemTime::now(),
-            listener: "data",
+            listener: self.ctx.listener.name(),
             remote: self.peer,
             method: head.method.clone(),
             uri: head.uri.clone(),
@@ -389,7 +449,11 @@ impl<S: DataService> Connection<S> {
     /// Writes a response whose (small) body is in memory: errors, JSON, redirects, 304s.
     async fn send_buffered(&mut self, response: Response, is_head: bool, persistence: Persistence) -> bool {
         let (mut parts, body) = response.into_parts();
-        let Ok(bytes) = axum::body::to_bytes(body, MAX_BUFFERED_BODY).await else {
+        let limit = match self.ctx.listener {
+            Listener::Data => MAX_BUFFERED_BODY,
+            Listener::Admin { .. } => usize::MAX,
+        };
+        let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
             tracing::error!("handler produced an unreadable or oversized in-memory body");
             return false;
         };
@@ -404,16 +468,24 @@ impl<S: DataService> Connection<S> {
         let mut out = std::mem::take(&mut self.out);
         out.clear();
         write_response_head(&mut out, status, &parts.headers, &super::http_date(), persistence);
-        if !is_head && !bodiless {
+        let with_body = !is_head && !bodiless;
+        let separate = with_body && bytes.len() > MAX_BUFFERED_BODY;
+        if with_body && !separate {
             out.extend_from_slice(&bytes);
         }
         match parts.extensions.remove::<ObjectRef>() {
             Some(object) if status == StatusCode::NOT_MODIFIED => {
                 self.observe(DownloadRecord::now(object, status.as_u16(), RecordKind::NotModified), 0)
             }
-            _ => self.ctx.metrics.other_response(status),
+            // The responses series counts the data listener's answers and every listener's downloads.
+            _ if matches!(self.ctx.listener, Listener::Data) => self.ctx.metrics.other_response(status),
+            _ => {}
         }
-        let sent = send_bytes(&self.stream, &out, false, self.ctx.send.progress_timeout).await;
+        let timeout = self.ctx.send.progress_timeout;
+        let mut sent = send_bytes(&self.stream, &out, separate, timeout).await;
+        if separate && sent.is_ok() {
+            sent = send_bytes(&self.stream, &bytes, false, timeout).await;
+        }
         let body_bytes = if is_head || bodiless || sent.is_err() { 0 } else { bytes.len() as u64 };
         self.last_sent = (status, body_bytes);
         // Keep the buffer for the next response unless an error body made it large.
@@ -421,6 +493,99 @@ impl<S: DataService> Connection<S> {
             self.out = out;
         }
         sent.is_ok() && persistence != Persistence::Close
+    }
+}
+
+/// Feeds one request body from the socket to the service (see the module doc). Lives beside the service's
+/// response future for one request; its state survives the `select!` that drops its `run` future.
+struct BodyPump {
+    decoder: BodyDecoder,
+    /// To the service's body; dropped at the body's end, which the service reads as the end of the stream.
+    chunks: Option<mpsc::Sender<io::Result<Bytes>>>,
+    /// Notified by the service's first poll of the body.
+    demand: Arc<Notify>,
+    expect_continue: bool,
+    /// The pump has nothing more to do: the body ended, broke off, or the service dropped it.
+    stopped: bool,
+}
+
+impl BodyPump {
+    fn new(framing: BodyFraming, expect_continue: bool) -> (Self, Body) {
+        let (tx, rx) = mpsc::channel(1);
+        let demand = Arc::new(Notify::new());
+        let body = Body::from_stream(PumpedBody { chunks: rx, demand: Some(demand.clone()) });
+        let pump =
+            Self { decoder: BodyDecoder::new(framing), chunks: Some(tx), demand, expect_continue, stopped: false };
+        (pump, body)
+    }
+
+    /// Whether the whole body's framing was read from the socket, so the connection may carry another request.
+    fn consumed(&self) -> bool {
+        self.decoder.is_done()
+    }
+
+    /// Waits for the service to ask for the body, then moves it from `buf` and the socket into the channel until
+    /// it ends; a read error, EOF or broken framing reaches the service as a body error.
+    async fn run(&mut self, stream: &mut TcpStream, buf: &mut BytesMut, send_timeout: Duration) {
+        self.demand.notified().await;
+        // Only if nothing of the body came yet: a client that did not wait needs no invitation.
+        if std::mem::take(&mut self.expect_continue)
+            && buf.is_empty()
+            && send_bytes(stream, CONTINUE, false, send_timeout).await.is_err()
+        {
+            self.chunks = None;
+            self.stopped = true;
+            return;
+        }
+        loop {
+            let step = self.decoder.decode(buf);
+            let Some(chunks) = self.chunks.as_ref() else { break };
+            let failure = match step {
+                Ok(Decoded::Data(data)) => match chunks.send(Ok(data)).await {
+                    Ok(()) => continue,
+                    Err(_) => break, // the service dropped the body
+                },
+                Ok(Decoded::Done) => {
+                    self.chunks = None;
+                    break;
+                }
+                Ok(Decoded::NeedMore) => match read_body_bytes(stream, buf).await {
+                    Ok(0) => io::Error::new(io::ErrorKind::UnexpectedEof, "the client closed the connection mid-body"),
+                    Ok(_) => continue,
+                    Err(e) => e,
+                },
+                Err(e) => io::Error::new(io::ErrorKind::InvalidData, e),
+            };
+            let _ = chunks.send(Err(failure)).await;
+            break;
+        }
+        self.chunks = None;
+        self.stopped = true;
+    }
+}
+
+/// Reads at most [`BODY_READ_BYTES`] from the socket onto `buf`.
+async fn read_body_bytes(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
+    use tokio::io::AsyncReadExt;
+    buf.reserve(BODY_READ_BYTES);
+    let mut limited = (&mut *buf).limit(BODY_READ_BYTES);
+    stream.read_buf(&mut limited).await
+}
+
+/// The request body as the service sees it: the pump's chunks. Its first poll is the pump's signal to start.
+struct PumpedBody {
+    chunks: mpsc::Receiver<io::Result<Bytes>>,
+    demand: Option<Arc<Notify>>,
+}
+
+impl futures_util::Stream for PumpedBody {
+    type Item = io::Result<Bytes>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(demand) = self.demand.take() {
+            demand.notify_one();
+        }
+        self.chunks.poll_recv(cx)
     }
 }
 

@@ -2,17 +2,23 @@
 //!
 //! The data listener takes requests without bodies only (GET/HEAD), so framing is simple and strict: any
 //! `Transfer-Encoding` or a non-zero `Content-Length` ends the connection after an error response (RFC 9112
-//! §6.3 says a server that cannot determine the framing MUST close). After any parse error the connection is
-//! closed: we never try to find the next request in a byte stream we failed to understand.
+//! §6.3 says a server that cannot determine the framing MUST close). The admin listener (`accept_bodies`) takes a
+//! `Content-Length` body or a `chunked` one (decoded by `body.rs`), and refuses everything ambiguous the same way.
+//! After any parse error the connection is closed: we never try to find the next request in a byte stream we
+//! failed to understand.
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri, Version};
+
+use super::body::BodyFraming;
 
 #[derive(Debug, Clone, Copy)]
 pub struct HeadLimits {
     pub max_head_bytes: usize,
     pub max_headers: usize,
     pub max_uri_bytes: usize,
+    /// Whether request bodies are taken (the admin listener) or refused (the data listener).
+    pub accept_bodies: bool,
 }
 
 /// A parsed request head.
@@ -24,6 +30,8 @@ pub struct RequestHead {
     pub headers: HeaderMap,
     /// Whether the connection may carry another request after this one (RFC 9112 §9.3).
     pub keep_alive: bool,
+    /// How its body is framed; always `BodyFraming::None` unless `HeadLimits::accept_bodies`.
+    pub body: BodyFraming,
     /// Bytes of the buffer this head used; whatever follows belongs to the next (pipelined) request.
     pub len: usize,
 }
@@ -129,9 +137,9 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
             .map_err(|_| HeadError::new(StatusCode::BAD_REQUEST, "malformed header value"))?;
         headers.append(name, value);
     }
-    check_framing(&headers, version)?;
+    let body = check_framing(&headers, version, limits.accept_bodies)?;
     let keep_alive = wants_keep_alive(&headers, version);
-    Ok(Parsed::Complete(RequestHead { method, uri, version, headers, keep_alive, len: len + skipped }))
+    Ok(Parsed::Complete(RequestHead { method, uri, version, headers, keep_alive, body, len: len + skipped }))
 }
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4) as far as its request line: a client with prior knowledge.
@@ -216,34 +224,63 @@ fn parse_target(target: &str, shared: bytes::Bytes, method: &Method) -> Result<U
     }
 }
 
-/// Requests on the data listener carry no body. RFC 9112 §6.3: TE with CL, differing or invalid CL, and TE on
-/// HTTP/1.0 are framing errors; we refuse every TE and every non-zero CL, and close.
-fn check_framing(headers: &HeaderMap, version: Version) -> Result<(), HeadError> {
-    if headers.contains_key(header::TRANSFER_ENCODING) {
+/// RFC 9112 §6.3: TE with CL, differing or invalid CL, and TE on HTTP/1.0 are framing errors. Without
+/// `accept_bodies` (the data listener) every TE and every non-zero CL is refused; with it, a CL body or the
+/// `chunked` coding alone is taken, and any other transfer coding gets 501 (§6.1). The connection closes after
+/// every refusal.
+fn check_framing(headers: &HeaderMap, version: Version, accept_bodies: bool) -> Result<BodyFraming, HeadError> {
+    if !accept_bodies && headers.contains_key(header::TRANSFER_ENCODING) {
         return Err(HeadError::new(StatusCode::BAD_REQUEST, "request bodies are not accepted on this listener"));
     }
     let mut lengths = headers.get_all(header::CONTENT_LENGTH).iter();
-    if let Some(first) = lengths.next() {
-        if lengths.next().is_some() {
+    let length = match lengths.next() {
+        None => None,
+        Some(_) if lengths.next().is_some() => {
             return Err(HeadError::new(StatusCode::BAD_REQUEST, "repeated Content-Length"));
         }
-        let digits = first.as_bytes();
-        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-            return Err(HeadError::new(StatusCode::BAD_REQUEST, "invalid Content-Length"));
+        Some(value) => {
+            let digits = value.as_bytes();
+            if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+                return Err(HeadError::new(StatusCode::BAD_REQUEST, "invalid Content-Length"));
+            }
+            let zero = digits.iter().all(|&d| d == b'0');
+            if !zero && !accept_bodies {
+                return Err(HeadError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "request bodies are not accepted on this listener",
+                ));
+            }
+            // Digits only, so the parse fails on overflow alone.
+            let n = std::str::from_utf8(digits).ok().and_then(|d| d.parse::<u64>().ok());
+            Some(n.ok_or_else(|| HeadError::new(StatusCode::BAD_REQUEST, "invalid Content-Length"))?)
         }
-        if digits.iter().any(|&d| d != b'0') {
-            return Err(HeadError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "request bodies are not accepted on this listener",
-            ));
+    };
+    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
+    let framing = match (codings.next(), length) {
+        (None, None | Some(0)) => BodyFraming::None,
+        (None, Some(n)) => BodyFraming::Length(n),
+        (Some(_), _) if version == Version::HTTP_10 => {
+            return Err(HeadError::new(StatusCode::BAD_REQUEST, "Transfer-Encoding in an HTTP/1.0 request"));
         }
-    }
+        (Some(_), Some(_)) => {
+            return Err(HeadError::new(StatusCode::BAD_REQUEST, "Transfer-Encoding together with Content-Length"));
+        }
+        (Some(coding), None) => {
+            if codings.next().is_some() || !coding.as_bytes().trim_ascii().eq_ignore_ascii_case(b"chunked") {
+                return Err(HeadError::new(
+                    StatusCode::NOT_IMPLEMENTED,
+                    "only the chunked transfer coding is supported",
+                ));
+            }
+            BodyFraming::Chunked
+        }
+    };
     // RFC 9112 §3.2: a client MUST send Host in HTTP/1.1; a server MUST answer 400 when it is missing or repeated.
     let hosts = headers.get_all(header::HOST).iter().count();
     if (version == Version::HTTP_11 && hosts != 1) || hosts > 1 {
         return Err(HeadError::new(StatusCode::BAD_REQUEST, "exactly one Host header is required"));
     }
-    Ok(())
+    Ok(framing)
 }
 
 fn wants_keep_alive(headers: &HeaderMap, version: Version) -> bool {
@@ -306,7 +343,9 @@ pub fn write_response_head(
 mod tests {
     use super::*;
 
-    const LIMITS: HeadLimits = HeadLimits { max_head_bytes: 1024, max_headers: 8, max_uri_bytes: 256 };
+    const LIMITS: HeadLimits =
+        HeadLimits { max_head_bytes: 1024, max_headers: 8, max_uri_bytes: 256, accept_bodies: false };
+    const ADMIN: HeadLimits = HeadLimits { accept_bodies: true, ..LIMITS };
 
     fn parse(raw: &[u8]) -> Result<Parsed, HeadError> {
         parse_request_head(raw, &LIMITS)
@@ -392,6 +431,43 @@ mod tests {
             assert_eq!(status_of(raw).as_u16(), *want, "{:?}", String::from_utf8_lossy(raw));
         }
         assert_eq!(status_of(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"), StatusCode::OK);
+    }
+
+    #[test]
+    fn the_admin_listener_takes_length_and_chunked_bodies_and_refuses_ambiguity() {
+        let framing = |raw: &[u8]| match parse_request_head(raw, &ADMIN) {
+            Ok(Parsed::Complete(head)) => Ok(head.body),
+            Ok(Parsed::Partial) => panic!("partial"),
+            Err(e) => Err(e.status.as_u16()),
+        };
+        let cases: &[(&[u8], Result<BodyFraming, u16>)] = &[
+            (b"PUT /b/k HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello", Ok(BodyFraming::Length(5))),
+            (b"PUT /b/k HTTP/1.1\r\nHost: x\r\nContent-Length: 000\r\n\r\n", Ok(BodyFraming::None)),
+            (b"PUT /b/k HTTP/1.1\r\nHost: x\r\n\r\n", Ok(BodyFraming::None)),
+            (b"PUT /b/k HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", Ok(BodyFraming::Chunked)),
+            (b"PUT /b/k HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:  Chunked \r\n\r\n", Ok(BodyFraming::Chunked)),
+            (b"PUT /b/k HTTP/1.0\r\nContent-Length: 3\r\n\r\nabc", Ok(BodyFraming::Length(3))),
+            (b"PUT /b/k HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", Err(400)),
+            (b"PUT /b/k HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 0\r\n\r\n", Err(400)),
+            (b"PUT /b/k HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", Err(400)),
+            (b"PUT /b/k HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", Err(501)),
+            (b"PUT /b/k HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", Err(501)),
+            (
+                b"PUT /b/k HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+                Err(501),
+            ),
+            (b"PUT /b/k HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", Err(400)),
+            (b"PUT /b/k HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 5\r\n\r\n", Err(400)),
+            (b"PUT /b/k HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", Err(400)),
+            (b"PUT /b/k HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n", Err(400)),
+            (b"PUT /b/k#x HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx", Err(400)),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(framing(raw), *want, "{:?}", String::from_utf8_lossy(raw));
+        }
+        // The data listener keeps refusing what the admin listener takes.
+        assert_eq!(status_of(b"PUT /b/k HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello").as_u16(), 413);
+        assert_eq!(status_of(b"PUT /b/k HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n").as_u16(), 400);
     }
 
     #[test]

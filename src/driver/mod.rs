@@ -1,13 +1,17 @@
-//! The data listener: our own HTTP/1.1 server, because hyper cannot hand a file to `sendfile(2)`.
+//! Our own HTTP/1.1 server, because hyper cannot hand a file to `sendfile(2)`. It serves both listeners: the data
+//! listener (one worker thread and runtime per CPU, no request bodies) and the admin listener (on the main
+//! runtime, request bodies streamed to the service), so an S3 GetObject leaves by sendfile on either.
 //!
-//! - `mod.rs`: the accept loop (connection cap, accept back-off, shutdown) and the shared context.
+//! - `mod.rs`: the accept loops (connection cap, accept back-off, shutdown) and the shared context.
 //! - `admission.rs`: the connection caps (total and per address) and the keep-alive timeout under pressure.
 //! - `idle.rs`: each worker's idle connections, oldest first, closed at the cap to admit new clients.
 //! - `conn.rs`: the per-connection loop; calls the application (any axum-compatible tower `Service`).
 //! - `head.rs`: pure request-head parsing and response-head writing.
+//! - `body.rs`: pure request-body framing (Content-Length, chunked) for the admin listener.
 //! - `sendfile.rs`: the only code that touches raw fds: `send(MSG_MORE)` for heads, `sendfile` for bodies.
 
 mod admission;
+pub mod body;
 mod conn;
 pub mod head;
 mod idle;
@@ -85,6 +89,26 @@ impl SendObserver for DriverMetrics {
     }
 }
 
+/// Which listener a context serves.
+#[derive(Debug, Clone, Copy)]
+pub enum Listener {
+    /// No request bodies; connections live on data workers (idle lists, per-worker counts).
+    Data,
+    /// Request bodies streamed to the service; connections live on the main runtime. `principal_of` names the
+    /// access log's principal from a request's credentials when the handler names none (and did not refuse them).
+    Admin { principal_of: fn(&http::HeaderMap) -> Option<crate::access_log::Principal> },
+}
+
+impl Listener {
+    /// The access log's `listener` field.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Listener::Data => "data",
+            Listener::Admin { .. } => "admin",
+        }
+    }
+}
+
 /// Everything a connection needs, shared by all of them.
 pub struct DriverContext<S> {
     /// Cloned per request (a reference count) because `oneshot` takes the service by value.
@@ -98,6 +122,7 @@ pub struct DriverContext<S> {
     pub recorder: DownloadRecorder,
     /// One line per response when the access log is on; never blocks.
     pub access_log: Option<crate::access_log::AccessLog>,
+    pub listener: Listener,
 }
 
 impl<S: DataService> DriverContext<S> {
@@ -109,6 +134,7 @@ impl<S: DataService> DriverContext<S> {
                 max_head_bytes: settings.limits.max_head_bytes,
                 max_headers: settings.limits.max_headers,
                 max_uri_bytes: settings.limits.max_uri_bytes,
+                accept_bodies: false,
             },
             timeouts: settings.timeouts.clone(),
             send: SendOptions {
@@ -120,7 +146,15 @@ impl<S: DataService> DriverContext<S> {
             metrics: DriverMetrics::new(),
             recorder,
             access_log: None,
+            listener: Listener::Data,
         }
+    }
+
+    /// The same for the admin listener: request bodies are taken and streamed to the service.
+    pub fn for_admin(mut self, principal_of: fn(&http::HeaderMap) -> Option<crate::access_log::Principal>) -> Self {
+        self.listener = Listener::Admin { principal_of };
+        self.head_limits.accept_bodies = true;
+        self
     }
 }
 
@@ -309,6 +343,56 @@ async fn serve<S: DataService>(
             let _on_this_worker = WorkerConnection::open();
             conn::Connection::new(stream, peer, ctx.clone(), admission).run(shutdown).await;
             drop((permit, address));
+        });
+    }
+}
+
+/// The admin listener's accept loop, on the caller's (multi-threaded) runtime: the handlers behind it hash, fsync
+/// and query the database, which a data worker's single thread must not wait for. Its cap is
+/// `limits.max_connections` of its own (no per-address cap, no idle reclaiming: operators and S3 writers are few),
+/// counted apart from the data listener's so neither can lock the other out. Returns after `shutdown` (dropping
+/// the listener); connection tasks go on `tracker`, so the caller can wait for in-flight requests.
+pub async fn serve_admin<S: DataService>(
+    listener: TcpListener,
+    ctx: Arc<DriverContext<S>>,
+    limits: &crate::config::Limits,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+) {
+    let admission = Arc::new(Admission::new(limits.max_connections, 0, 0));
+    let mut backoff = Duration::from_millis(5);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.cancelled() => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(pair) => {
+                backoff = Duration::from_millis(5);
+                pair
+            }
+            Err(e) if is_resource_exhaustion(&e) => {
+                tracing::warn!(error = %e, backoff_ms = backoff.as_millis() as u64, "admin accept failed; backing off");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {},
+                    _ = shutdown.cancelled() => break,
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "admin accept failed");
+                continue;
+            }
+        };
+        let Some(permit) = admission.slot(0, &shutdown).await else { break };
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+        let (ctx, admission, shutdown) = (ctx.clone(), admission.clone(), shutdown.clone());
+        tracker.spawn(async move {
+            conn::Connection::new(stream, peer, ctx, admission).run(shutdown).await;
+            drop(permit);
         });
     }
 }

@@ -1,6 +1,6 @@
 //! The admin listener's routes: liveness (`/healthz`), readiness (`/readyz`), Prometheus metrics, uploads and
-//! deletes. Served by hyper (through hyper-util), not by the sendfile driver, so request bodies never touch the
-//! hand-written parser.
+//! deletes, and the S3 API (reads and writes). Served by the driver in its admin mode, which streams request
+//! bodies to these handlers and sends a GetObject's file regions by sendfile, as on the data listener.
 
 use std::sync::atomic::Ordering;
 
@@ -26,7 +26,7 @@ pub fn admin_router(state: AdminState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), s3_before_fixed_routes))
         // Any other path is an object path; the handlers parse and validate it. GET and HEAD are S3 reads only.
         .fallback(put(native_or_s3_put).delete(native_or_s3_delete).post(s3_post).get(s3_read).head(s3_read))
-        // hyper would buffer nothing anyway; this only lifts axum's default 2 MB cap so the limit is ours.
+        // The driver streams bodies; this only lifts axum's default 2 MB cap so the limit is ours.
         .layer(axum::extract::DefaultBodyLimit::disable())
         .layer(tower::util::MapResponseLayer::new(super::error::log_server_error))
         // No failure log here: `log_server_error` logs a 5xx once, with its cause, and load shedding not at all.
@@ -62,10 +62,9 @@ async fn s3_post(State(app): State<AdminState>, request: axum::extract::Request)
     (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "PUT,DELETE")]).into_response()
 }
 
-/// S3 reads on the admin listener: listings, HeadBucket, GetBucketLocation, HeadObject, through the same handler
-/// and state as on the data listener. A GetObject body is never sent from here: hyper cannot hand a file to
-/// sendfile, and object bytes never pass through our memory, so it is refused in S3's words (clients point GETs
-/// at the data listener). A GET or HEAD that is not an S3 request gets the 405 it always got.
+/// S3 reads on the admin listener: listings, HeadBucket, GetBucketLocation, HeadObject and GetObject, through the
+/// same handler and state as on the data listener; a GetObject's `FileBody` goes out by sendfile from the driver,
+/// as there. A GET or HEAD that is not an S3 request gets the 405 it always got.
 async fn s3_read(State(app): State<AdminState>, request: axum::extract::Request) -> axum::response::Response {
     if !super::s3::is_s3_request(&request) {
         return (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "PUT,DELETE")]).into_response();
@@ -73,21 +72,7 @@ async fn s3_read(State(app): State<AdminState>, request: axum::extract::Request)
     if super::s3_write::is_s3_write(&request) {
         return super::s3_write::serve(app, request).await;
     }
-    let path = request.uri().path().to_owned();
-    let is_get = request.method() == http::Method::GET;
-    let mut response = super::s3::serve(app.data.clone(), request).await;
-    if is_get && response.extensions_mut().remove::<crate::file_body::FileBody>().is_some() {
-        let ctx = super::s3::S3Context::new(&path);
-        let refusal = super::s3::S3Error::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "NotImplemented",
-            "GetObject is served by the data listener (sendfile), not the admin listener",
-        );
-        let mut refused = refusal.render(&ctx);
-        refused.headers_mut().insert(super::s3::AMZ_REQUEST_ID.clone(), ctx.request_id.clone());
-        return refused;
-    }
-    response
+    super::s3::serve(app.data.clone(), request).await
 }
 
 /// A bucket named healthz, readyz, metrics or stats is listed, headed or written through S3 like any other: a

@@ -6,7 +6,6 @@ pub mod conditional;
 pub mod cors;
 pub mod deadline;
 pub mod error;
-pub mod fragment_guard;
 pub mod multipart;
 pub mod object;
 pub mod range;
@@ -119,7 +118,7 @@ async fn route(State(app): State<DataState>, request: axum::extract::Request) ->
     if s3::is_s3_request(&request) { s3::serve(app, request).await } else { cors::serve(State(app), request).await }
 }
 
-/// What the data listener answers when the driver refuses a request itself: the same JSON errors as the handler's.
+/// What either listener answers when the driver refuses a request itself: the same JSON errors as the handlers'.
 pub fn refusal_response(refusal: Refusal) -> Response {
     let error = match refusal {
         Refusal::BadHead { status, message } => ApiError::BadRequestHead { status, message },

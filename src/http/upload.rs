@@ -1,7 +1,7 @@
 //! `PUT` and `DELETE /{bucket}/{key}` on the admin listener.
 //!
 //! An upload streams the request body into a staged blob, hashing as it goes. The object becomes visible only
-//! when the blob is fsynced and renamed and its row committed (`Store::put`). A client abort, a short body (hyper
+//! when the blob is fsynced and renamed and its row committed (`Store::put`). A client abort, a short body (the driver
 //! reports it as a body error), a body that sends nothing for `timeouts.body_idle` (408) or a size-limit breach
 //! drops the staged blob, which removes its temp file: nothing becomes visible and nothing is left behind.
 //!

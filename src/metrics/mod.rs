@@ -65,7 +65,10 @@ fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(SENT_BYTES, Unit::Bytes, "Object bytes handed to sockets, summed from sendfile return values.");
     describe_counter!(SENDFILE_CALLS, "sendfile(2) calls that moved bytes.");
-    describe_counter!(RESPONSES, "Responses written on the data listener, by status class and kind.");
+    describe_counter!(
+        RESPONSES,
+        "Responses written on the data listener, and downloads on the admin listener, by status class and kind."
+    );
     describe_gauge!(OPEN_CONNECTIONS, "Open data connections.");
     describe_gauge!(ACTIVE_DOWNLOADS, "File responses currently being sent.");
     describe_counter!(TRUNCATED, "File responses cut short because the blob shrank (never padded).");

@@ -303,7 +303,7 @@ fn a_short_body_is_refused() {
     conn.send(head.as_bytes());
     conn.send(&[b'x'; 50]);
     conn.stream.shutdown(std::net::Shutdown::Write).unwrap();
-    // Whether or not hyper answers a truncated body, nothing may become visible.
+    // Whatever the answer to a truncated body, nothing may become visible.
     let _ = conn.read_response(false);
     assert!(wait_for(Duration::from_secs(3), || a.env.tmp_files().is_empty()));
     assert_eq!(server.get_auth("/box/short", &a.read, &[]).status, 404);

@@ -8,6 +8,7 @@ mod in_process;
 
 mod access_log;
 mod admin;
+mod admin_wire;
 mod auth;
 mod bad_input;
 mod browser;

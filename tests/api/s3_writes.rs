@@ -730,3 +730,100 @@ fn boto3_lists_multipart_uploads_with_markers_delimiter_and_odd_keys() {
     assert_eq!(out["encoded"]["prefix"], "b%20c/%C3%A9");
     assert_eq!(out["encoded"]["uploads"], serde_json::json!([["b%20c/%C3%A9%2B%25.bin", ids_of(odd)[0]]]));
 }
+
+/// One boto3 client whose only endpoint is the admin listener: it writes and reads on the same pooled keep-alive
+/// connections (as boto3 does when pointed at one endpoint), and every GetObject body leaves by sendfile there.
+const BOTO3_ADMIN_ONLY: &str = r#"
+import hashlib, json, sys
+import boto3
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+spec = json.loads(sys.argv[1])
+s3 = boto3.client("s3", endpoint_url=spec["endpoint"], aws_access_key_id=spec["id"],
+    aws_secret_access_key=spec["secret"], region_name="us-east-1",
+    config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+b = "bkt"
+sha = lambda data: hashlib.sha256(data).hexdigest()
+out = {}
+small = open(spec["small"], "rb").read()
+s3.put_object(Bucket=b, Key="one/small.bin", Body=small)
+out["small"] = sha(s3.get_object(Bucket=b, Key="one/small.bin")["Body"].read())
+s3.upload_file(spec["twenty"], b, "one/twenty.bin",
+    Config=TransferConfig(multipart_threshold=5 << 20, multipart_chunksize=5 << 20, max_concurrency=4))
+out["twenty"] = sha(s3.get_object(Bucket=b, Key="one/twenty.bin")["Body"].read())
+out["twenty_range"] = sha(s3.get_object(Bucket=b, Key="one/twenty.bin", Range="bytes=1000-1999999")["Body"].read())
+s3.upload_file(spec["forty"], b, "one/forty.bin",
+    Config=TransferConfig(multipart_threshold=8 << 20, multipart_chunksize=8 << 20, max_concurrency=4))
+s3.download_file(b, "one/forty.bin", spec["download_to"],
+    Config=TransferConfig(multipart_threshold=8 << 20, multipart_chunksize=8 << 20, max_concurrency=4))
+out["forty_head"] = s3.head_object(Bucket=b, Key="one/forty.bin")["ContentLength"]
+out["listed"] = {o["Key"]: o["Size"] for o in s3.list_objects_v2(Bucket=b, Prefix="one/").get("Contents", [])}
+print(json.dumps(out))
+"#;
+
+#[test]
+fn boto3_with_only_the_admin_endpoint_puts_uploads_gets_and_downloads() {
+    let env = TestEnv::new();
+    env.bucket("bkt", false);
+    let key = s3_key(&env, "bkt", &["--scope", "write"]);
+    let server = env.serve();
+    let small = test_bytes(70_000, 11);
+    let twenty = test_bytes(20 << 20, 12);
+    let forty = test_bytes(40 << 20, 13);
+    let download = env.dir.path().join("forty-down.bin");
+    let spec = serde_json::json!({
+        "endpoint": format!("http://{}", server.admin), "id": key.id, "secret": key.secret,
+        "small": write_file(env.dir.path(), "small.bin", &small),
+        "twenty": write_file(env.dir.path(), "twenty.bin", &twenty),
+        "forty": write_file(env.dir.path(), "forty.bin", &forty), "download_to": download,
+    });
+    let home = env.dir.path().join("boto3-home");
+    let out = run_ok(clean_command(python(), &home).args(["-c", BOTO3_ADMIN_ONLY, &spec.to_string()]));
+    let out: serde_json::Value = serde_json::from_str(out.trim()).expect("the script prints JSON");
+
+    assert_eq!(out["small"], sha256_hex(&small));
+    assert_eq!(out["twenty"], sha256_hex(&twenty));
+    assert_eq!(out["twenty_range"], sha256_hex(&twenty[1000..2_000_000]));
+    assert_eq!(sha256_hex(&std::fs::read(&download).unwrap()), sha256_hex(&forty), "download_file, four threads");
+    assert_eq!(out["forty_head"], forty.len());
+    assert_eq!(
+        out["listed"],
+        serde_json::json!({"one/forty.bin": forty.len(), "one/small.bin": small.len(), "one/twenty.bin": twenty.len()})
+    );
+}
+
+#[test]
+fn aws_cli_with_only_the_admin_endpoint_copies_and_syncs_both_ways() {
+    let env = TestEnv::new();
+    env.bucket("bkt", false);
+    let key = s3_key(&env, "bkt", &["--scope", "write"]);
+    let server = env.serve();
+    let admin = format!("http://{}", server.admin);
+    let home = env.dir.path().join("aws-home");
+    aws_home(&home, &key);
+
+    let big = test_bytes(20 << 20, 14);
+    let big_path = write_file(env.dir.path(), "big.bin", &big);
+    aws(&home, &admin, &["s3", "cp", big_path.to_str().unwrap(), "s3://bkt/up/big.bin"]);
+    let down = env.dir.path().join("big-down.bin");
+    aws(&home, &admin, &["s3", "cp", "s3://bkt/up/big.bin", down.to_str().unwrap()]);
+    assert_eq!(sha256_hex(&std::fs::read(&down).unwrap()), sha256_hex(&big));
+
+    let local = env.dir.path().join("tree");
+    let files: Vec<(&str, Vec<u8>)> =
+        vec![("a.txt", test_bytes(10, 15)), ("dir/b c.bin", test_bytes(9 << 20, 16)), ("dir/é.bin", test_bytes(9, 17))];
+    for (name, bytes) in &files {
+        std::fs::create_dir_all(local.join(name).parent().unwrap()).unwrap();
+        std::fs::write(local.join(name), bytes).unwrap();
+    }
+    let up = aws(&home, &admin, &["s3", "sync", local.to_str().unwrap(), "s3://bkt/tree/"]);
+    assert_eq!(up.matches("upload:").count(), files.len(), "{up}");
+    let back = env.dir.path().join("back");
+    let first = aws(&home, &admin, &["s3", "sync", "s3://bkt/tree/", back.to_str().unwrap()]);
+    assert_eq!(first.matches("download:").count(), files.len(), "{first}");
+    for (name, bytes) in &files {
+        assert_eq!(sha256_hex(&std::fs::read(back.join(name)).unwrap()), sha256_hex(bytes), "{name}");
+    }
+    let second = aws(&home, &admin, &["s3", "sync", "s3://bkt/tree/", back.to_str().unwrap()]);
+    assert!(!second.contains("download:"), "the second sync copies nothing: {second}");
+}

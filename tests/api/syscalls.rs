@@ -1,6 +1,7 @@
 //! The invariant, proven with syscalls: object bytes leave by sendfile(2); read/write-like calls move only heads.
 //! Runs the server under `strace -f` (installed by `.ci/run`) and downloads a 64 MiB object whole, by one
-//! range, and as a 3-part multi-range; and the same as an S3 GetObject signed with SigV4 by botocore.
+//! range, and as a 3-part multi-range; and the same as an S3 GetObject signed with SigV4 by botocore, on the data
+//! listener and on the admin listener (the same driver serves both).
 
 use std::path::Path;
 
@@ -53,10 +54,15 @@ fn parse_trace(path: &Path) -> Trace {
 
 /// Serves one request under strace and returns (response, trace).
 fn traced_download(env: &TestEnv, path: &str, headers: &[(&str, &str)], name: &str) -> (Response, Trace) {
+    traced(env, name, |server| server.get(path, headers))
+}
+
+/// Runs `request` against a server under strace and returns (its response, the trace).
+fn traced(env: &TestEnv, name: &str, request: impl FnOnce(&Server) -> Response) -> (Response, Trace) {
     let trace_file = env.dir.path().join(format!("{name}.strace"));
     let trace_arg = trace_file.to_str().unwrap().to_owned();
     let mut server = env.serve_with(&[], &["strace", "-f", "-qq", "-s", "0", "-o", &trace_arg]);
-    let response = server.get(path, headers);
+    let response = request(&server);
     assert_eq!(server.stop(), Some(0), "server log:\n{}", server.log());
     (response, parse_trace(&trace_file))
 }
@@ -147,6 +153,57 @@ fn sigv4_get_object_bytes_leave_by_sendfile_only() {
                 assert!(response.body == bytes[1000..=41_943_040], "range body differs");
             }
             Some(_) => {
+                assert_eq!(response.status, 206, "{name}");
+                assert!(response.header("content-type").unwrap().starts_with("multipart/byteranges"));
+            }
+        }
+        eprintln!("{name}: {trace:?}");
+        assert_eq!(trace.sendfile_bytes, object_bytes as u64, "{name}: sendfile moved {trace:?}");
+        let ratio = trace.copied_bytes as f64 / object_bytes as f64;
+        assert!(
+            ratio <= 0.001,
+            "{name}: read/write-like calls moved {} bytes ({ratio:.5} per body byte)",
+            trace.copied_bytes
+        );
+    }
+}
+
+/// The same SigV4 GetObject on the admin listener, where boto3 and aws-cli pointed at one endpoint read too:
+/// full, one range, three ranges, each body by sendfile only.
+#[test]
+fn sigv4_get_object_on_the_admin_listener_leaves_by_sendfile_only() {
+    use crate::s3_clients::{Signing, as_refs, s3_key, signed_headers_for_host};
+    require_tool("strace", "apt package strace");
+    let env = TestEnv::new();
+    env.bucket("big", false);
+    let size = 64 << 20;
+    let bytes = test_bytes(size, 66);
+    env.put_bytes("big", "blob.bin", &bytes, &[]);
+    let key = s3_key(&env, "big", &[]);
+    let multi = format!("bytes=0-99999,{}-{},{}-", size / 2, size / 2 + 5_000_000, size - 1000);
+    let cases: [(&str, Option<&str>, usize); 3] = [
+        ("admin-full", None, size),
+        ("admin-range", Some("bytes=1000-41943040"), 41_943_040 - 1000 + 1),
+        ("admin-multi", Some(&multi), 100_000 + 5_000_001 + 1000),
+    ];
+    for (name, range, object_bytes) in cases {
+        let extra: Vec<(&str, &str)> = range.map(|r| ("Range", r)).into_iter().collect();
+        let signing = Signing { method: "GET", headers: &extra, ..Default::default() };
+        // `server.admin` sends `Host: t`.
+        let headers = signed_headers_for_host("t", &key, "/big/blob.bin", &signing);
+        let (response, trace) =
+            traced(&env, name, |server| server.admin("GET", "/big/blob.bin", &as_refs(&headers), b""));
+        assert!(response.header("x-amz-request-id").is_some(), "{name}: an S3 response");
+        match name {
+            "admin-full" => {
+                assert_eq!(response.status, 200, "{name}");
+                assert!(response.body == bytes, "full body differs");
+            }
+            "admin-range" => {
+                assert_eq!(response.status, 206, "{name}");
+                assert!(response.body == bytes[1000..=41_943_040], "range body differs");
+            }
+            _ => {
                 assert_eq!(response.status, 206, "{name}");
                 assert!(response.header("content-type").unwrap().starts_with("multipart/byteranges"));
             }
