@@ -131,40 +131,13 @@ fn sigv4_get_object_bytes_leave_by_sendfile_only() {
     let bytes = test_bytes(size, 65);
     env.put_bytes("big", "blob.bin", &bytes, &[]);
     let key = s3_key(&env, "big", &[]);
-    let multi = format!("bytes=0-99999,{}-{},{}-", size / 4, size / 4 + 30_000_000, size - 1000);
-    let cases: [(&str, Option<&str>, usize); 3] = [
-        ("s3-full", None, size),
-        ("s3-range", Some("bytes=1000-41943040"), 41_943_040 - 1000 + 1),
-        ("s3-multi", Some(&multi), 100_000 + 30_000_001 + 1000),
-    ];
-    for (name, range, object_bytes) in cases {
-        let extra: Vec<(&str, &str)> = range.map(|r| ("Range", r)).into_iter().collect();
+    for (case, (range, object_bytes)) in sigv4_cases(size).into_iter().enumerate() {
+        let name = ["s3-full", "s3-range", "s3-multi"][case];
+        let extra: Vec<(&str, &str)> = range.as_deref().map(|r| ("Range", r)).into_iter().collect();
         let headers =
             signed_headers(&key, "/big/blob.bin", &Signing { method: "GET", headers: &extra, ..Default::default() });
         let (response, trace) = traced_download(&env, "/big/blob.bin", &as_refs(&headers), name);
-        assert!(response.header("x-amz-request-id").is_some(), "{name}: an S3 response");
-        match range {
-            None => {
-                assert_eq!(response.status, 200, "{name}");
-                assert!(response.body == bytes, "full body differs");
-            }
-            Some(_) if name == "s3-range" => {
-                assert_eq!(response.status, 206, "{name}");
-                assert!(response.body == bytes[1000..=41_943_040], "range body differs");
-            }
-            Some(_) => {
-                assert_eq!(response.status, 206, "{name}");
-                assert!(response.header("content-type").unwrap().starts_with("multipart/byteranges"));
-            }
-        }
-        eprintln!("{name}: {trace:?}");
-        assert_eq!(trace.sendfile_bytes, object_bytes as u64, "{name}: sendfile moved {trace:?}");
-        let ratio = trace.copied_bytes as f64 / object_bytes as f64;
-        assert!(
-            ratio <= 0.001,
-            "{name}: read/write-like calls moved {} bytes ({ratio:.5} per body byte)",
-            trace.copied_bytes
-        );
+        assert_sigv4_download(name, case, &response, &trace, &bytes, object_bytes);
     }
 }
 
@@ -180,43 +153,63 @@ fn sigv4_get_object_on_the_admin_listener_leaves_by_sendfile_only() {
     let bytes = test_bytes(size, 66);
     env.put_bytes("big", "blob.bin", &bytes, &[]);
     let key = s3_key(&env, "big", &[]);
-    let multi = format!("bytes=0-99999,{}-{},{}-", size / 4, size / 4 + 30_000_000, size - 1000);
-    let cases: [(&str, Option<&str>, usize); 3] = [
-        ("admin-full", None, size),
-        ("admin-range", Some("bytes=1000-41943040"), 41_943_040 - 1000 + 1),
-        ("admin-multi", Some(&multi), 100_000 + 30_000_001 + 1000),
-    ];
-    for (name, range, object_bytes) in cases {
-        let extra: Vec<(&str, &str)> = range.map(|r| ("Range", r)).into_iter().collect();
+    for (case, (range, object_bytes)) in sigv4_cases(size).into_iter().enumerate() {
+        let name = ["admin-full", "admin-range", "admin-multi"][case];
+        let extra: Vec<(&str, &str)> = range.as_deref().map(|r| ("Range", r)).into_iter().collect();
         let signing = Signing { method: "GET", headers: &extra, ..Default::default() };
         // `server.admin` sends `Host: t`.
         let headers = signed_headers_for_host("t", &key, "/big/blob.bin", &signing);
         let (response, trace) =
             traced(&env, name, |server| server.admin("GET", "/big/blob.bin", &as_refs(&headers), b""));
-        assert!(response.header("x-amz-request-id").is_some(), "{name}: an S3 response");
-        match name {
-            "admin-full" => {
-                assert_eq!(response.status, 200, "{name}");
-                assert!(response.body == bytes, "full body differs");
-            }
-            "admin-range" => {
-                assert_eq!(response.status, 206, "{name}");
-                assert!(response.body == bytes[1000..=41_943_040], "range body differs");
-            }
-            _ => {
-                assert_eq!(response.status, 206, "{name}");
-                assert!(response.header("content-type").unwrap().starts_with("multipart/byteranges"));
-            }
-        }
-        eprintln!("{name}: {trace:?}");
-        assert_eq!(trace.sendfile_bytes, object_bytes as u64, "{name}: sendfile moved {trace:?}");
-        let ratio = trace.copied_bytes as f64 / object_bytes as f64;
-        assert!(
-            ratio <= 0.001,
-            "{name}: read/write-like calls moved {} bytes ({ratio:.5} per body byte)",
-            trace.copied_bytes
-        );
+        assert_sigv4_download(name, case, &response, &trace, &bytes, object_bytes);
     }
+}
+
+/// The SigV4 download cases of an object of `size` bytes (64 MiB): the whole object, one range, and three ranges
+/// with a 30 MB middle part (so a few KiB of heads and boundaries stay far below 0.001 per body byte), each with
+/// the object bytes it sends.
+fn sigv4_cases(size: usize) -> [(Option<String>, usize); 3] {
+    let multi = format!("bytes=0-99999,{}-{},{}-", size / 4, size / 4 + 30_000_000, size - 1000);
+    [
+        (None, size),
+        (Some("bytes=1000-41943040".to_owned()), 41_943_040 - 1000 + 1),
+        (Some(multi), 100_000 + 30_000_001 + 1000),
+    ]
+}
+
+/// What each case of [`sigv4_cases`] must show: an S3 response with the right status and body, and its object
+/// bytes sent by sendfile only.
+fn assert_sigv4_download(
+    name: &str,
+    case: usize,
+    response: &Response,
+    trace: &Trace,
+    bytes: &[u8],
+    object_bytes: usize,
+) {
+    assert!(response.header("x-amz-request-id").is_some(), "{name}: an S3 response");
+    match case {
+        0 => {
+            assert_eq!(response.status, 200, "{name}");
+            assert!(response.body == bytes, "full body differs");
+        }
+        1 => {
+            assert_eq!(response.status, 206, "{name}");
+            assert!(response.body == bytes[1000..=41_943_040], "range body differs");
+        }
+        _ => {
+            assert_eq!(response.status, 206, "{name}");
+            assert!(response.header("content-type").unwrap().starts_with("multipart/byteranges"));
+        }
+    }
+    eprintln!("{name}: {trace:?}");
+    assert_eq!(trace.sendfile_bytes, object_bytes as u64, "{name}: sendfile moved {trace:?}");
+    let ratio = trace.copied_bytes as f64 / object_bytes as f64;
+    assert!(
+        ratio <= 0.001,
+        "{name}: read/write-like calls moved {} bytes ({ratio:.5} per body byte)",
+        trace.copied_bytes
+    );
 }
 
 /// One line of an `strace -f -tt -o` file: thread id, seconds since midnight, syscall name, and whether it failed
