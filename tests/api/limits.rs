@@ -329,10 +329,8 @@ fn uploads_far_beyond_the_body_budget_all_complete_byte_exact() {
     let write = env.token("box", "write", &[]);
     let read = env.token("box", "read", &[]);
     let key = crate::s3_clients::s3_key(&env, "box", &["--scope", "write"]);
-    let server = env.serve_with(
-        &[("BLOBGATE_LIMITS__UPLOAD_BUFFER_BYTES", "65536"), ("BLOBGATE_TIMEOUTS__BODY_IDLE", "10s")],
-        &[],
-    );
+    let server = env
+        .serve_with(&[("BLOBGATE_LIMITS__UPLOAD_BUFFER_BYTES", "65536"), ("BLOBGATE_TIMEOUTS__BODY_IDLE", "10s")], &[]);
     let (parts, part_size) = (8, 5 << 20);
     let multipart = test_bytes(parts * part_size, 40);
     let file = write_file(env.dir.path(), "parts.bin", &multipart);
