@@ -315,7 +315,7 @@ impl Default for Limits {
             max_upload_bytes: 5 * 1024 * 1024 * 1024,
             max_connections_per_ip: 0,
             max_concurrent_uploads: 64,
-            upload_buffer_bytes: 4 * 1024 * 1024,
+            upload_buffer_bytes: 1024 * 1024,
             min_upload_rate: 500,
             stats_buffer_objects: 100_000,
         }
