@@ -233,6 +233,9 @@ pub struct Limits {
     pub max_connections_per_ip: usize,
     /// Uploads in progress at once on the admin listener; beyond it an upload gets 503 with `Retry-After`.
     pub max_concurrent_uploads: usize,
+    /// Request-body bytes the admin listener holds in memory at once, across all uploads: a body read waits for
+    /// its share (at most 64 KiB), so beyond it TCP back-pressure slows the clients and memory stays flat.
+    pub upload_buffer_bytes: usize,
     /// Slowest upload body accepted, in bytes per second averaged over each `timeouts.body_idle` window; slower
     /// gets 408, so a body that trickles a byte now and then cannot keep its upload place. 0 turns it off.
     pub min_upload_rate: u64,
@@ -312,6 +315,7 @@ impl Default for Limits {
             max_upload_bytes: 5 * 1024 * 1024 * 1024,
             max_connections_per_ip: 0,
             max_concurrent_uploads: 64,
+            upload_buffer_bytes: 1024 * 1024,
             min_upload_rate: 500,
             stats_buffer_objects: 100_000,
         }
@@ -433,6 +437,8 @@ impl Settings {
         }
         check("limits.max_connections_per_ip", l.max_connections_per_ip, 0, 1_000_000)?;
         check("limits.max_concurrent_uploads", l.max_concurrent_uploads, 1, 100_000)?;
+        // At least one body read (the driver reads at most 64 KiB at a time).
+        check("limits.upload_buffer_bytes", l.upload_buffer_bytes, 64 * 1024, 1 << 32)?;
         check("limits.stats_buffer_objects", l.stats_buffer_objects, 2, 100_000_000)?;
         let t = &self.timeouts;
         for (key, value) in [

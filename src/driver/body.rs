@@ -1,11 +1,11 @@
 //! Pure request-body framing for the admin listener (RFC 9112 §6 and §7.1): a `Content-Length` body or the
 //! `chunked` transfer coding, decoded incrementally from the front of the connection's read buffer. No IO.
 //!
-//! Data comes out as views of the buffer (`split_to` + `freeze`), never copied; whatever follows the body stays
-//! in the buffer, where the next (pipelined) request head is read from. Chunk extensions and trailer fields are
+//! Data comes out as views of the buffer (`split_to`), never copied; whatever follows the body stays in the
+//! buffer, from which the connection takes the next (pipelined) request head. Chunk extensions and trailer fields are
 //! read past and dropped (the S3 trailers our handlers check are inside the aws-chunked payload, not HTTP ones).
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, Bytes};
 
 /// How a request says its body is framed (decided from the head by `head::check_framing`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +76,7 @@ impl BodyDecoder {
     }
 
     /// Takes the next piece of the body from the front of `buf`.
-    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, FramingError> {
+    pub fn decode(&mut self, buf: &mut Bytes) -> Result<Decoded, FramingError> {
         loop {
             match self.state {
                 State::Done => return Ok(Decoded::Done),
@@ -85,7 +85,7 @@ impl BodyDecoder {
                         return Ok(Decoded::NeedMore);
                     }
                     let take = left.min(buf.len() as u64);
-                    let data = buf.split_to(take as usize).freeze();
+                    let data = buf.split_to(take as usize);
                     self.state = match (self.state, left - take) {
                         (State::Length(_), 0) => State::Done,
                         (State::Length(_), rest) => State::Length(rest),
@@ -177,7 +177,7 @@ mod tests {
         points.push(stream.len());
         points.sort_unstable();
         let mut decoder = BodyDecoder::new(framing);
-        let mut buf = BytesMut::new();
+        let mut buf = Bytes::new();
         let mut body = Vec::new();
         let mut fed = 0;
         let mut next = points.into_iter();
@@ -191,7 +191,7 @@ mod tests {
                 }
                 Decoded::NeedMore => {
                     let Some(upto) = next.next() else { return Err(FramingError("stream ended")) };
-                    buf.extend_from_slice(&stream[fed..upto]);
+                    buf = [&buf[..], &stream[fed..upto]].concat().into();
                     fed = upto;
                 }
             }
@@ -227,7 +227,7 @@ mod tests {
     #[test]
     fn a_content_length_body_is_done_with_its_last_byte() {
         let mut decoder = BodyDecoder::new(BodyFraming::Length(5));
-        let mut buf = BytesMut::from(&b"helloGET"[..]);
+        let mut buf = Bytes::from_static(b"helloGET");
         assert_eq!(decoder.decode(&mut buf), Ok(Decoded::Data(Bytes::from_static(b"hello"))));
         assert!(decoder.is_done(), "done before the next call, so the connection may continue");
         assert_eq!(decoder.decode(&mut buf), Ok(Decoded::Done));

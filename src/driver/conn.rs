@@ -9,7 +9,10 @@
 //! stream the connection feeds while it awaits the response ([`BodyPump`]): nothing is read before the service
 //! first polls the body (then `100 Continue` goes out if the client asked for it), at most
 //! [`BODY_READ_BYTES`] per read, and one chunk waits in the channel at most, so a slow handler slows the client
-//! down instead of filling memory. A response given before the body was read to its end closes the connection:
+//! down instead of filling memory. Every read first takes its share of the listener's body budget
+//! (`budget.rs`), once the socket is readable (a client that sends nothing holds none), and the decoded chunks
+//! carry that share until the handler drops them: however many bodies arrive at once, the bytes they hold in
+//! memory stay within `limits.upload_buffer_bytes`. A response given before the body was read to its end closes the connection:
 //! the rest is never parsed as a next request.
 
 use std::io;
@@ -21,7 +24,7 @@ use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
 use axum::response::Response;
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderValue};
 use http::{Method, Request, StatusCode, Version};
 use tokio::net::TcpStream;
@@ -32,6 +35,7 @@ use tower::ServiceExt;
 
 use super::admission::Admission;
 use super::body::{BodyDecoder, BodyFraming, Decoded};
+use super::budget::{BodyBudget, budgeted};
 use super::head::{Parsed, Persistence, RequestHead, parse_request_head, write_response_head};
 use super::idle::IdleEntry;
 use super::sendfile::{SendOutcome, send_bytes, send_file_response};
@@ -45,8 +49,7 @@ use crate::stats::{DownloadRecord, Outcome, RecordKind};
 /// anyway. Bodies up to this size go out in one send with their head, larger ones in a second.
 const MAX_BUFFERED_BODY: usize = 1 << 20;
 
-/// The most one read of a request body takes from the socket (the admin listener's read buffer): with one chunk
-/// in the channel and one being decoded, many parallel S3 part uploads keep the server's memory flat.
+/// The most one read of a request body takes from the socket, and the share of the body budget it waits for.
 pub const BODY_READ_BYTES: usize = 64 * 1024;
 
 /// Sent when the service first polls the body of a request that asked for it (RFC 9110 §10.1.1).
@@ -293,7 +296,7 @@ impl<S: DataService> Connection<S> {
                         .headers
                         .get(header::EXPECT)
                         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-                let (pump, body) = BodyPump::new(framing, expect_continue);
+                let (pump, body) = BodyPump::new(framing, expect_continue, self.ctx.body_budget.clone());
                 (body, Some(pump))
             }
         };
@@ -308,9 +311,12 @@ impl<S: DataService> Connection<S> {
             // Boxed: the data listener's connection futures (and so its per-connection memory) stay as they were.
             Some(pump) => Box::pin(self.call_with_body(call, pump)).await,
         };
-        if pump.take().is_some_and(|pump| !pump.consumed()) {
+        match pump.take() {
+            // What followed the body (a pipelined request) is read from the connection's buffer again.
+            Some(pump) if pump.consumed() => self.buf.extend_from_slice(&pump.pending),
             // Answered before the body ended (or the body broke off): its rest must not be read as a request.
-            persistence = Persistence::Close;
+            Some(_) => persistence = Persistence::Close,
+            None => {}
         }
         if let Some((method, uri)) = logged {
             tracing::debug!(peer = %self.peer, %method, path = uri.path(), status = response.status().as_u16(), "response");
@@ -500,6 +506,10 @@ impl<S: DataService> Connection<S> {
 /// response future for one request; its state survives the `select!` that drops its `run` future.
 struct BodyPump {
     decoder: BodyDecoder,
+    /// Read but not yet decoded: the bytes that came with the head, then each budgeted read in turn. Between
+    /// reads only part of a framing line is left here; after the body, whatever followed it.
+    pending: Bytes,
+    budget: BodyBudget,
     /// To the service's body; dropped at the body's end, which the service reads as the end of the stream.
     chunks: Option<mpsc::Sender<io::Result<Bytes>>>,
     /// Notified by the service's first poll of the body.
@@ -510,12 +520,19 @@ struct BodyPump {
 }
 
 impl BodyPump {
-    fn new(framing: BodyFraming, expect_continue: bool) -> (Self, Body) {
+    fn new(framing: BodyFraming, expect_continue: bool, budget: BodyBudget) -> (Self, Body) {
         let (tx, rx) = mpsc::channel(1);
         let demand = Arc::new(Notify::new());
         let body = Body::from_stream(PumpedBody { chunks: rx, demand: Some(demand.clone()) });
-        let pump =
-            Self { decoder: BodyDecoder::new(framing), chunks: Some(tx), demand, expect_continue, stopped: false };
+        let pump = Self {
+            decoder: BodyDecoder::new(framing),
+            pending: Bytes::new(),
+            budget,
+            chunks: Some(tx),
+            demand,
+            expect_continue,
+            stopped: false,
+        };
         (pump, body)
     }
 
@@ -525,7 +542,8 @@ impl BodyPump {
     }
 
     /// Waits for the service to ask for the body, then moves it from `buf` and the socket into the channel until
-    /// it ends; a read error, EOF or broken framing reaches the service as a body error.
+    /// it ends; a read error, EOF or broken framing reaches the service as a body error. `buf`'s bytes (what came
+    /// with the head) take their share of the budget too.
     async fn run(&mut self, stream: &mut TcpStream, buf: &mut BytesMut, send_timeout: Duration) {
         self.demand.notified().await;
         // Only if nothing of the body came yet: a client that did not wait needs no invitation.
@@ -537,8 +555,12 @@ impl BodyPump {
             self.stopped = true;
             return;
         }
+        if !buf.is_empty() {
+            let share = self.budget.acquire(buf.len()).await;
+            self.pending = budgeted(buf.split().freeze(), share);
+        }
         loop {
-            let step = self.decoder.decode(buf);
+            let step = self.decoder.decode(&mut self.pending);
             let Some(chunks) = self.chunks.as_ref() else { break };
             let failure = match step {
                 Ok(Decoded::Data(data)) => match chunks.send(Ok(data)).await {
@@ -549,7 +571,7 @@ impl BodyPump {
                     self.chunks = None;
                     break;
                 }
-                Ok(Decoded::NeedMore) => match read_body_bytes(stream, buf).await {
+                Ok(Decoded::NeedMore) => match read_budgeted(stream, &self.budget, &mut self.pending).await {
                     Ok(0) => io::Error::new(io::ErrorKind::UnexpectedEof, "the client closed the connection mid-body"),
                     Ok(_) => continue,
                     Err(e) => e,
@@ -564,12 +586,34 @@ impl BodyPump {
     }
 }
 
-/// Reads at most [`BODY_READ_BYTES`] from the socket onto `buf`.
-async fn read_body_bytes(stream: &mut TcpStream, buf: &mut BytesMut) -> io::Result<usize> {
-    use tokio::io::AsyncReadExt;
-    buf.reserve(BODY_READ_BYTES);
-    let mut limited = (&mut *buf).limit(BODY_READ_BYTES);
-    stream.read_buf(&mut limited).await
+/// Reads once from the socket into a fresh buffer of [`BODY_READ_BYTES`] that holds its share of `budget`, after
+/// what is left of `pending` (part of a framing line, copied). The share is taken once the socket is readable,
+/// so a client that sends nothing holds none; a short read gives back what it did not fill.
+async fn read_budgeted(stream: &TcpStream, budget: &BodyBudget, pending: &mut Bytes) -> io::Result<usize> {
+    // Copied out first: the old buffer's share must not be held while this read waits for budget.
+    let carry = pending.to_vec();
+    *pending = Bytes::new();
+    let capacity = BODY_READ_BYTES.max(2 * carry.len());
+    loop {
+        stream.readable().await?;
+        let mut share = budget.acquire(capacity).await;
+        let mut fresh = Vec::with_capacity(capacity);
+        fresh.extend_from_slice(&carry);
+        match stream.try_read_buf(&mut fresh) {
+            Ok(0) => return Ok(0),
+            Ok(n) => {
+                if fresh.len() < capacity / 2 {
+                    // In place with glibc: no copy, and the unused share serves other reads.
+                    fresh.shrink_to_fit();
+                    drop(share.split(share.num_permits().saturating_sub(fresh.len())));
+                }
+                *pending = budgeted(fresh, share);
+                return Ok(n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// The request body as the service sees it: the pump's chunks. Its first poll is the pump's signal to start.

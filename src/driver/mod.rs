@@ -8,10 +8,12 @@
 //! - `conn.rs`: the per-connection loop; calls the application (any axum-compatible tower `Service`).
 //! - `head.rs`: pure request-head parsing and response-head writing.
 //! - `body.rs`: pure request-body framing (Content-Length, chunked) for the admin listener.
+//! - `budget.rs`: the admin listener's budget of request-body bytes in memory (`limits.upload_buffer_bytes`).
 //! - `sendfile.rs`: the only code that touches raw fds: `send(MSG_MORE)` for heads, `sendfile` for bodies.
 
 mod admission;
 pub mod body;
+mod budget;
 mod conn;
 pub mod head;
 mod idle;
@@ -123,6 +125,8 @@ pub struct DriverContext<S> {
     /// One line per response when the access log is on; never blocks.
     pub access_log: Option<crate::access_log::AccessLog>,
     pub listener: Listener,
+    /// Request-body bytes in memory, across the listener's connections (only the admin listener reads bodies).
+    pub body_budget: budget::BodyBudget,
 }
 
 impl<S: DataService> DriverContext<S> {
@@ -147,6 +151,7 @@ impl<S: DataService> DriverContext<S> {
             recorder,
             access_log: None,
             listener: Listener::Data,
+            body_budget: budget::BodyBudget::new(settings.limits.upload_buffer_bytes),
         }
     }
 

@@ -9,6 +9,12 @@
 //! body is written in batches, each one short call on the blocking pool. An upload holds no thread while it
 //! waits for its client, and its temp file is created with its first batch, so stalled uploads hold neither
 //! threads nor files, and cannot delay other uploads.
+//!
+//! Body chunks hold their share of the admin listener's body budget (`limits.upload_buffer_bytes`) until they
+//! are written. So an upload never waits for more body while it holds chunks and no write is in flight: it
+//! writes whatever it holds at once, and a batch fills only while the previous one is being written. Were it to
+//! wait for a fuller batch, uploads holding part-filled batches could take the whole budget and wait for each
+//! other forever.
 
 use std::time::Duration;
 
@@ -27,8 +33,8 @@ use super::error::ApiError;
 use crate::names::{parse_attrs, parse_object_path};
 use crate::store::{BlobStore, BlobWriter, StagedBlob};
 
-/// Body bytes gathered before they go to disk in one blocking call. With one batch being written while the next
-/// is received, an upload buffers at most about twice this.
+/// The most body bytes gathered while a batch is being written; the next write takes them all. With one batch
+/// being written while the next is received, an upload buffers at most about twice this.
 const WRITE_BATCH: usize = 512 * 1024;
 
 pub async fn put_object(
@@ -124,7 +130,23 @@ pub(super) async fn stage_body<F: BodyFilter>(
     let mut received: u64 = 0;
     let mut pieces = Vec::new();
     let failure: F::Error = loop {
-        let chunk = match tokio::time::timeout(body_idle, stream.next()).await {
+        let deadline = Instant::now() + body_idle;
+        let next = loop {
+            // A finished write starts the next one with what gathered meanwhile, while we wait for the client.
+            tokio::select! {
+                next = tokio::time::timeout_at(deadline, stream.next()) => break Ok(next),
+                written = staging.write_done(), if staging.is_writing() => {
+                    if let Err(e) = written {
+                        break Err(e);
+                    }
+                }
+            }
+        };
+        let next = match next {
+            Ok(next) => next,
+            Err(e) => break e.into(),
+        };
+        let chunk = match next {
             Err(_elapsed) => {
                 crate::metrics::upload_body_timeout();
                 break ApiError::BodyTimeout.into();
@@ -190,7 +212,9 @@ impl BodyPace {
 }
 
 /// An upload's temp file, written from the blocking pool one batch at a time, with at most one batch being
-/// written while the next one is received (back-pressure: a slow disk slows the client, not our memory).
+/// written while the next one is received (back-pressure: a slow disk slows the client, not our memory). What it
+/// holds is written as soon as no write is in flight (see the module doc): batches grow only while the disk is
+/// busy, up to `batch_size`.
 struct Staging {
     blobs: BlobStore,
     /// Created by the first batch written, so a body that never fills a batch holds no file until it ends.
@@ -210,13 +234,34 @@ impl Staging {
     async fn push(&mut self, chunk: Bytes) -> Result<(), ApiError> {
         self.batched += chunk.len();
         self.batch.push(chunk);
-        if self.batched < self.batch_size {
+        if self.writing.is_some() && self.batched < self.batch_size {
             return Ok(());
         }
         self.wait_for_write().await?;
+        self.start_write();
+        Ok(())
+    }
+
+    fn is_writing(&self) -> bool {
+        self.writing.is_some()
+    }
+
+    /// Waits for the write in flight, then starts the next with what gathered meanwhile. Cancel-safe: dropped
+    /// while waiting, the write stays in flight.
+    async fn write_done(&mut self) -> Result<(), ApiError> {
+        let Some(writing) = self.writing.as_mut() else { return Ok(()) };
+        let written = writing.await;
+        self.writing = None;
+        self.writer = Some(joined(written)?);
+        if !self.batch.is_empty() {
+            self.start_write();
+        }
+        Ok(())
+    }
+
+    fn start_write(&mut self) {
         let (writer, batch, blobs) = self.take_batch();
         self.writing = Some(tokio::task::spawn_blocking(move || write_batch(&blobs, writer, &batch)));
-        Ok(())
     }
 
     /// Writes what is left and fsyncs.

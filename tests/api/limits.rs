@@ -260,3 +260,121 @@ fn uploads_beyond_the_concurrency_cap_get_503_with_retry_after() {
     // Load shedding is counted, not logged: a flood of refusals must not flood the log.
     assert!(!server.log().contains("ERROR"), "{}", server.log());
 }
+
+/// S3 parts sent at once: odd ones as `STREAMING-UNSIGNED-PAYLOAD-TRAILER` aws-chunked bodies (signed by
+/// botocore's signer, framed here), even ones plain through boto3's `upload_part`; then Complete. Prints "ok".
+const BUDGET_PARTS: &str = r#"
+import base64, http.client, json, sys, zlib
+from concurrent.futures import ThreadPoolExecutor
+import boto3
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.config import Config
+from botocore.credentials import Credentials
+spec = json.loads(sys.argv[1])
+host, parts, size = spec["host"], spec["parts"], spec["part_size"]
+data = open(spec["file"], "rb").read()
+s3 = boto3.client("s3", endpoint_url="http://" + host, aws_access_key_id=spec["id"],
+    aws_secret_access_key=spec["secret"], region_name="us-east-1",
+    config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+up = s3.create_multipart_upload(Bucket="box", Key="s3/parts")["UploadId"]
+
+class Streaming(S3SigV4Auth):
+    def payload(self, request):
+        return "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
+
+def chunked_part(number, piece):
+    path = "/box/s3/parts?partNumber=%d&uploadId=%s" % (number, up)
+    headers = {"Content-Encoding": "aws-chunked", "x-amz-decoded-content-length": str(len(piece)),
+               "x-amz-trailer": "x-amz-checksum-crc32"}
+    req = AWSRequest(method="PUT", url="http://" + host + path, headers=headers, data=b"")
+    Streaming(Credentials(spec["id"], spec["secret"]), "s3", "us-east-1").add_auth(req)
+    body = b"".join(b"%x\r\n%s\r\n" % (len(piece[i:i + 40000]), piece[i:i + 40000]) for i in range(0, len(piece), 40000))
+    crc = base64.b64encode(zlib.crc32(piece).to_bytes(4, "big"))
+    body += b"0\r\nx-amz-checksum-crc32:" + crc + b"\r\n\r\n"
+    conn = http.client.HTTPConnection(host, timeout=60)
+    conn.putrequest("PUT", path, skip_host=True, skip_accept_encoding=True)
+    conn.putheader("Host", host)
+    for name, value in req.headers.items():
+        conn.putheader(name, value)
+    conn.putheader("Content-Length", str(len(body)))
+    conn.endheaders()
+    conn.send(body)
+    r = conn.getresponse()
+    text = r.read()
+    assert r.status == 200, (number, r.status, text)
+    return r.getheader("ETag")
+
+def part(number):
+    piece = data[(number - 1) * size:number * size]
+    if number % 2:
+        return chunked_part(number, piece)
+    return s3.upload_part(Bucket="box", Key="s3/parts", UploadId=up, PartNumber=number, Body=piece)["ETag"]
+
+with ThreadPoolExecutor(parts) as pool:
+    etags = list(pool.map(part, range(1, parts + 1)))
+s3.complete_multipart_upload(Bucket="box", Key="s3/parts", UploadId=up,
+    MultipartUpload={"Parts": [{"PartNumber": n + 1, "ETag": e} for n, e in enumerate(etags)]})
+print("ok")
+"#;
+
+/// The body budget far below what the uploads at once would buffer (here one 64 KiB read for all of them,
+/// against 16 uploads × a 128 or 512 KiB batch): every upload still completes byte-exact, because no upload
+/// waits for more body while it holds unwritten chunks. Native PUTs with Content-Length and chunked bodies, and
+/// S3 UploadParts, aws-chunked and plain, all at once.
+#[test]
+fn uploads_far_beyond_the_body_budget_all_complete_byte_exact() {
+    let env = TestEnv::new();
+    env.bucket("box", false);
+    let write = env.token("box", "write", &[]);
+    let read = env.token("box", "read", &[]);
+    let key = crate::s3_clients::s3_key(&env, "box", &["--scope", "write"]);
+    let server = env
+        .serve_with(&[("BLOBGATE_LIMITS__UPLOAD_BUFFER_BYTES", "65536"), ("BLOBGATE_TIMEOUTS__BODY_IDLE", "10s")], &[]);
+    let (parts, part_size) = (8, 5 << 20);
+    let multipart = test_bytes(parts * part_size, 40);
+    let file = write_file(env.dir.path(), "parts.bin", &multipart);
+    let spec = serde_json::json!({
+        "host": server.admin.to_string(), "id": key.id, "secret": key.secret, "file": file,
+        "parts": parts, "part_size": part_size,
+    });
+    let home = env.dir.path().join("boto3-home");
+    let mut s3 = crate::s3_clients::clean_command(crate::s3_clients::python(), &home);
+    s3.args(["-c", BUDGET_PARTS, &spec.to_string()]);
+    let s3 = std::thread::spawn(move || crate::s3_clients::run_ok(&mut s3));
+
+    let bodies: Vec<Vec<u8>> = (0..8).map(|n| test_bytes((3 << 20) + n * 7919, 50 + n as u64)).collect();
+    std::thread::scope(|scope| {
+        for (n, body) in bodies.iter().enumerate() {
+            let (server, write) = (&server, &write);
+            scope.spawn(move || {
+                if n % 2 == 0 {
+                    let r = server.put(&format!("/box/native-{n}"), write, body, &[]);
+                    assert_eq!(r.status, 201, "native PUT {n}: {}", String::from_utf8_lossy(&r.body));
+                    return;
+                }
+                let mut conn = Conn::open(server.admin);
+                let head = format!(
+                    "PUT /box/native-{n} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {write}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                );
+                conn.send(head.as_bytes());
+                for piece in body.chunks(100_000) {
+                    conn.send(format!("{:x}\r\n", piece.len()).as_bytes());
+                    conn.send(piece);
+                    conn.send(b"\r\n");
+                }
+                conn.send(b"0\r\n\r\n");
+                conn.stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                let r = conn.read_response(false).unwrap_or_else(|| panic!("chunked PUT {n} got no answer"));
+                assert_eq!(r.status, 201, "chunked PUT {n}: {}", String::from_utf8_lossy(&r.body));
+            });
+        }
+    });
+    assert_eq!(s3.join().expect("the S3 client thread").trim(), "ok");
+    for (n, body) in bodies.iter().enumerate() {
+        let got = server.get_auth(&format!("/box/native-{n}"), &read, &[]);
+        assert!(sha256_hex(&got.body) == sha256_hex(body), "native-{n} differs");
+    }
+    assert!(sha256_hex(&server.get_auth("/box/s3/parts", &read, &[]).body) == sha256_hex(&multipart));
+    assert!(env.tmp_files().is_empty(), "temp files left behind: {:?}", env.tmp_files());
+}
