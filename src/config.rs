@@ -273,6 +273,12 @@ pub struct Timeouts {
     /// How long an upload body on the admin listener may send nothing before it gets 408 (nothing is stored).
     #[serde(with = "humantime_serde")]
     pub body_idle: Duration,
+    /// How long an upload beyond `limits.max_concurrent_uploads` waits for a place (first come, first served)
+    /// before it gets 503 with `Retry-After`. A burst of parts slightly over the cap (several `aws s3 cp` at once,
+    /// each with its 10 parts in flight) then waits instead of failing; nothing is read while it waits. 0 refuses
+    /// at once.
+    #[serde(with = "humantime_serde")]
+    pub upload_queue: Duration,
     /// The start-up sweep removes a temp file of no live local process, or an unreferenced blob, only when it has
     /// not been modified for this long: a peer sharing the data dir (another host, another container) may still be
     /// writing it. Keep it above the longest a live writer leaves its temp file untouched (one 512 KiB write batch
@@ -333,6 +339,7 @@ impl Default for Timeouts {
             sqlite_busy: Duration::from_secs(10),
             database_acquire: Duration::from_secs(5),
             body_idle: Duration::from_secs(30),
+            upload_queue: Duration::from_secs(5),
             sweep_grace: Duration::from_secs(3600),
             multipart_upload_expiry: Duration::from_secs(7 * 24 * 3600),
         }

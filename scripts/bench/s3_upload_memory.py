@@ -89,8 +89,8 @@ def main():
             print(f"{phase:>12}: idle {idle / 1024:.1f} MiB, peak {sampler.peak / 1024:.1f} MiB, "
                   f"growth {(sampler.peak - idle) / 1024:.1f} MiB", flush=True)
             if any(codes):
-                # Beyond limits.max_concurrent_uploads (default 64) parts get 503 SlowDown; aws-cli (10 parts per
-                # file) retries 4 times, so 8 files at once can exceed the default cap.
+                # Beyond limits.max_concurrent_uploads (default 64) a part waits timeouts.upload_queue for a place,
+                # then gets 503 SlowDown (aws-cli retries 4 times).
                 sys.exit(f"{phase}: aws s3 cp failed: {codes}")
         listing = [json.loads(l) for l in run("ls", "bkt", "--json").splitlines()]
         sizes = {o["key"]: o["size"] for o in listing}

@@ -327,11 +327,7 @@ async fn stage(app: &AdminState, grant: &S3Grant, headers: &HeaderMap, body: Bod
     if declared.is_some_and(|n| n > limit) {
         return Err(ApiError::PayloadTooLarge(format!("objects are limited to {limit} bytes")).into());
     }
-    let Ok(_in_progress) = app.uploads.try_acquire() else {
-        crate::metrics::upload_refused();
-        return Err(ApiError::TooManyUploads.into());
-    };
-    let _counted = crate::metrics::upload_in_progress();
+    let _place = super::upload::upload_place(app).await?;
     // The aws-chunked framing adds a little per chunk; the decoded length is checked by the decoder.
     let raw_limit = limit.saturating_add(limit / 64).saturating_add(64 << 10);
     let staged = stage_body(app, body, raw_limit, &mut filter).await?;
@@ -462,10 +458,7 @@ async fn complete(
     let parts = parse_complete_multipart_upload(&body).map_err(request_error)?;
     let parts: Vec<(u32, String)> = parts.into_iter().map(|p| (p.part_number, p.etag)).collect();
     // Assembly writes a whole object: it takes an upload slot like any body (`limits.max_concurrent_uploads`).
-    let Ok(_in_progress) = app.uploads.try_acquire() else {
-        crate::metrics::upload_refused();
-        return Err(ApiError::TooManyUploads.into());
-    };
+    let _place = super::upload::upload_place(app).await?;
     let limit = app.settings.limits.max_upload_bytes;
     let report =
         app.store.complete_upload_within(bucket, key, upload_id, &parts, limit).await.map_err(multipart_error)?;

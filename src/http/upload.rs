@@ -5,8 +5,8 @@
 //! reports it as a body error), a body that sends nothing for `timeouts.body_idle` (408) or a size-limit breach
 //! drops the staged blob, which removes its temp file: nothing becomes visible and nothing is left behind.
 //!
-//! Uploads are bounded: at most `limits.max_concurrent_uploads` at once (503 with `Retry-After` beyond), and the
-//! body is written in batches, each one short call on the blocking pool. An upload holds no thread while it
+//! Uploads are bounded: at most `limits.max_concurrent_uploads` at once. One beyond waits its turn for up to
+//! `timeouts.upload_queue` without reading its body, then gets 503 with `Retry-After`. The body is written in batches, each one short call on the blocking pool. An upload holds no thread while it
 //! waits for its client, and its temp file is created with its first batch, so stalled uploads hold neither
 //! threads nor files, and cannot delay other uploads.
 //!
@@ -32,6 +32,32 @@ use super::AdminState;
 use super::error::ApiError;
 use crate::names::{parse_attrs, parse_object_path};
 use crate::store::{BlobStore, BlobWriter, StagedBlob};
+
+/// One of the `limits.max_concurrent_uploads` places, held while a body is staged or an object assembled.
+pub(super) struct UploadPlace<'a> {
+    _permit: tokio::sync::SemaphorePermit<'a>,
+    _counted: crate::metrics::OwnedGaugeGuard,
+}
+
+/// Takes an upload place: at once when one is free, else in arrival order within `timeouts.upload_queue`, else
+/// `TooManyUploads` (503 with `Retry-After`). Nothing of the body is read while it waits.
+pub(super) async fn upload_place(app: &AdminState) -> Result<UploadPlace<'_>, ApiError> {
+    let permit = match app.uploads.try_acquire() {
+        Ok(permit) => permit,
+        Err(_) => {
+            let _waiting = crate::metrics::upload_waiting();
+            match tokio::time::timeout(app.settings.timeouts.upload_queue, app.uploads.acquire()).await {
+                Ok(Ok(permit)) => permit,
+                // Timed out, or the semaphore closed (it never is).
+                _ => {
+                    crate::metrics::upload_refused();
+                    return Err(ApiError::TooManyUploads);
+                }
+            }
+        }
+    };
+    Ok(UploadPlace { _permit: permit, _counted: crate::metrics::upload_in_progress() })
+}
 
 /// The most body bytes gathered while a batch is being written; the next write takes them all. With one batch
 /// being written while the next is received, an upload buffers at most about twice this.
@@ -61,11 +87,7 @@ pub async fn put_object(
     if declared.is_some_and(|n| n > limit) {
         return Err(ApiError::PayloadTooLarge(format!("objects are limited to {limit} bytes")));
     }
-    let Ok(_in_progress) = app.uploads.try_acquire() else {
-        crate::metrics::upload_refused();
-        return Err(ApiError::TooManyUploads);
-    };
-    let _counted = crate::metrics::upload_in_progress();
+    let _place = upload_place(&app).await?;
     let staged = stage_body(&app, body, limit, &mut Plain).await?;
     if declared.is_some_and(|n| n != staged.size) {
         return Err(ApiError::BadRequest("body length differs from Content-Length".into()));

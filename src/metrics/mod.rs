@@ -36,6 +36,7 @@ pub const UPLOADS_REFUSED: &str = "blobgate_uploads_refused_total";
 pub const MULTIPART_EXPIRED: &str = "blobgate_multipart_uploads_expired_total";
 pub const UPLOAD_BODY_TIMEOUTS: &str = "blobgate_upload_body_timeouts_total";
 pub const UPLOADS_IN_PROGRESS: &str = "blobgate_uploads_in_progress";
+pub const UPLOADS_WAITING: &str = "blobgate_uploads_waiting";
 pub const ACCESS_LOG_DROPPED: &str = "blobgate_access_log_dropped_total";
 pub const DATABASE_UP: &str = "blobgate_database_up";
 pub const STATS_BUFFER_DROPPED: &str = "blobgate_stats_buffer_dropped_total";
@@ -86,7 +87,10 @@ fn describe() {
     describe_counter!(STATS_FLUSH_ERRORS, "Failed writes of a stats batch (retried).");
     describe_counter!(IDLE_RECLAIMED, "Idle data connections closed at the connection cap to admit new clients.");
     describe_counter!(PER_IP_REFUSED, "Data connections refused (503) beyond limits.max_connections_per_ip.");
-    describe_counter!(UPLOADS_REFUSED, "Uploads refused (503) beyond limits.max_concurrent_uploads.");
+    describe_counter!(
+        UPLOADS_REFUSED,
+        "Uploads refused (503) beyond limits.max_concurrent_uploads, after waiting timeouts.upload_queue."
+    );
     describe_counter!(MULTIPART_EXPIRED, "S3 multipart uploads aborted past timeouts.multipart_upload_expiry.");
     describe_counter!(ACCESS_LOG_DROPPED, "Access log lines dropped because the log writer was behind.");
     describe_counter!(
@@ -94,6 +98,7 @@ fn describe() {
         "Uploads ended (408) because the body sent nothing for timeouts.body_idle or fell below limits.min_upload_rate."
     );
     describe_gauge!(UPLOADS_IN_PROGRESS, "Uploads holding one of the limits.max_concurrent_uploads places.");
+    describe_gauge!(UPLOADS_WAITING, "Uploads waiting (up to timeouts.upload_queue) for an upload place.");
     describe_histogram!(RESPONSE_SECONDS, Unit::Seconds, "File responses, from head written to last byte sent.");
     describe_gauge!(DATABASE_UP, "1 while the last readiness probe (SELECT 1) of the metadata database answered.");
     describe_counter!(
@@ -231,6 +236,12 @@ pub fn upload_body_timeout() {
 }
 
 /// Counts an upload in progress for as long as the guard lives.
+pub fn upload_waiting() -> OwnedGaugeGuard {
+    let gauge = gauge!(UPLOADS_WAITING);
+    gauge.increment(1.0);
+    OwnedGaugeGuard(gauge)
+}
+
 pub fn upload_in_progress() -> OwnedGaugeGuard {
     let gauge = gauge!(UPLOADS_IN_PROGRESS);
     gauge.increment(1.0);

@@ -234,31 +234,80 @@ fn a_trickling_upload_body_gets_408_and_stores_nothing() {
 }
 
 #[test]
-fn uploads_beyond_the_concurrency_cap_get_503_with_retry_after() {
+fn uploads_beyond_the_concurrency_cap_wait_their_turn_then_get_503_with_retry_after() {
     let env = TestEnv::new();
     env.bucket("box", false);
     let write = env.token("box", "write", &[]);
-    let server = env.serve_with(&[("BLOBGATE_LIMITS__MAX_CONCURRENT_UPLOADS", "2")], &[]);
+    let server = env.serve_with(
+        &[("BLOBGATE_LIMITS__MAX_CONCURRENT_UPLOADS", "2"), ("BLOBGATE_TIMEOUTS__UPLOAD_QUEUE", "1s")],
+        &[],
+    );
     let stalled: Vec<Conn> = (0..2).map(|n| stalled_upload(&server, &write, &format!("stalled-{n}"))).collect();
     let holding = wait_for(Duration::from_secs(3), || server.metric("blobgate_uploads_in_progress") == 2.0);
     assert!(holding, "the stalled uploads did not start; log:\n{}", server.log());
-    let mut refused = None;
-    let got_503 = wait_for(Duration::from_secs(3), || {
-        let r = server.put("/box/third", &write, b"third", &[]);
-        let is_503 = r.status == 503;
-        refused = Some(r);
-        is_503
-    });
-    let r = refused.expect("an answer");
-    assert!(got_503, "a third concurrent upload was not refused: {r:?}\n{}", server.log());
+    // A third waits `timeouts.upload_queue` for a place, then is refused.
+    let started = Instant::now();
+    let r = server.put("/box/third", &write, b"third", &[]);
+    let waited = started.elapsed();
     assert_json_error(&r, 503, "too_many_uploads");
     assert_eq!(r.header("retry-after"), Some("1"));
+    assert!(waited >= Duration::from_millis(900), "refused after {waited:?}, before its turn could come");
+    assert!(waited < Duration::from_secs(4), "refused only after {waited:?}");
+    assert_eq!(server.metric("blobgate_uploads_refused_total"), 1.0);
+    assert_eq!(server.metric("blobgate_uploads_waiting"), 0.0);
+    assert_eq!(server.get_auth("/box/third", &write, &[]).status, 404, "a refused upload stored something");
     // Once the stalled clients go away, their places are free again.
     drop(stalled);
     let stored = wait_for(Duration::from_secs(3), || server.put("/box/third", &write, b"third", &[]).status == 201);
     assert!(stored, "uploads still refused after the others ended");
     // Load shedding is counted, not logged: a flood of refusals must not flood the log.
     assert!(!server.log().contains("ERROR"), "{}", server.log());
+}
+
+#[test]
+fn an_upload_beyond_the_cap_takes_the_first_place_freed_within_its_wait() {
+    let env = TestEnv::new();
+    env.bucket("box", false);
+    let write = env.token("box", "write", &[]);
+    let server = env.serve_with(
+        &[("BLOBGATE_LIMITS__MAX_CONCURRENT_UPLOADS", "1"), ("BLOBGATE_TIMEOUTS__UPLOAD_QUEUE", "20s")],
+        &[],
+    );
+    let stalled = stalled_upload(&server, &write, "stalled");
+    let holding = wait_for(Duration::from_secs(3), || server.metric("blobgate_uploads_in_progress") == 1.0);
+    assert!(holding, "the stalled upload did not start; log:\n{}", server.log());
+    let body = test_bytes(3 << 20, 4);
+    let waiting = std::thread::scope(|scope| {
+        let second = scope.spawn(|| server.put("/box/second", &write, &body, &[]));
+        let queued = wait_for(Duration::from_secs(5), || server.metric("blobgate_uploads_waiting") == 1.0);
+        // The first place frees: the waiting upload takes it and is stored whole.
+        drop(stalled);
+        (queued, second.join().unwrap())
+    });
+    let (queued, r) = waiting;
+    assert!(queued, "the second upload never waited for a place; log:\n{}", server.log());
+    assert_eq!(r.status, 201, "{r:?}\n{}", server.log());
+    assert_eq!(server.get_auth("/box/second", &write, &[]).body, body);
+    assert_eq!(server.metric("blobgate_uploads_refused_total"), 0.0);
+    assert_eq!(server.metric("blobgate_uploads_waiting"), 0.0);
+}
+
+#[test]
+fn with_no_upload_queue_an_upload_beyond_the_cap_is_refused_at_once() {
+    let env = TestEnv::new();
+    env.bucket("box", false);
+    let write = env.token("box", "write", &[]);
+    let server = env.serve_with(
+        &[("BLOBGATE_LIMITS__MAX_CONCURRENT_UPLOADS", "1"), ("BLOBGATE_TIMEOUTS__UPLOAD_QUEUE", "0s")],
+        &[],
+    );
+    let _stalled = stalled_upload(&server, &write, "stalled");
+    let holding = wait_for(Duration::from_secs(3), || server.metric("blobgate_uploads_in_progress") == 1.0);
+    assert!(holding, "the stalled upload did not start; log:\n{}", server.log());
+    let started = Instant::now();
+    let r = server.put("/box/second", &write, b"second", &[]);
+    assert_json_error(&r, 503, "too_many_uploads");
+    assert!(started.elapsed() < Duration::from_secs(2), "refused only after {:?}", started.elapsed());
 }
 
 /// S3 parts sent at once: odd ones as `STREAMING-UNSIGNED-PAYLOAD-TRAILER` aws-chunked bodies (signed by
