@@ -26,7 +26,7 @@ pub fn generate() -> NewAccessKey {
 pub fn is_access_key_id(id: &str) -> bool {
     id.len() == ID_PREFIX.len() + ID_RANDOM_LEN
         && id.starts_with(ID_PREFIX)
-        && id.bytes().skip(ID_PREFIX.len()).all(|b| BASE32.contains(&b))
+        && id.bytes().skip(ID_PREFIX.len()).all(|b| matches!(b, b'A'..=b'Z' | b'2'..=b'7'))
 }
 
 /// `len` characters drawn uniformly from `alphabet` (rejection sampling: no modulo bias).
@@ -59,6 +59,11 @@ mod tests {
         assert!(a.secret.bytes().all(|c| c.is_ascii_alphanumeric()));
         assert_ne!(a.id, b.id);
         assert_ne!(a.secret, b.secret);
+        // The shape check's ranges are the BASE32 alphabet exactly.
+        for b in 0..=u8::MAX {
+            let id = format!("AKBGAAAAAAAAAAAAAAA{}", b as char);
+            assert_eq!(is_access_key_id(&id), BASE32.contains(&b), "{b}");
+        }
         for bad in ["", "AKIAAAAAAAAAAAAAAAAA", "AKBGaaaaaaaaaaaaaaaa", "AKBG", "AKBGAAAAAAAAAAAAAAAAA"] {
             assert!(!is_access_key_id(bad), "{bad}");
         }

@@ -93,15 +93,15 @@ fn invalid_bucket_name() -> S3Error {
 }
 
 /// What every S3 response and error of one request shares.
-pub struct S3Context {
+pub struct S3Context<'r> {
     pub request_id: HeaderValue,
-    /// `<Resource>` of an error: the request's path.
-    pub resource: String,
+    /// `<Resource>` of an error: the request's path (borrowed: only an error needs it).
+    pub resource: &'r str,
 }
 
-impl S3Context {
-    pub fn new(path: &str) -> Self {
-        Self { request_id: RequestId::next().header_value(), resource: path.to_owned() }
+impl<'r> S3Context<'r> {
+    pub fn new(path: &'r str) -> Self {
+        Self { request_id: RequestId::next().header_value(), resource: path }
     }
 }
 
@@ -141,7 +141,7 @@ impl S3Error {
 
     /// The XML error response. An [`ApiError`] keeps what its own response carries (`Content-Range` of a 416,
     /// `Allow`, `Retry-After`, and the log's record of a 5xx), with S3's status, code and body instead.
-    pub fn render(self, ctx: &S3Context) -> Response {
+    pub fn render(self, ctx: &S3Context<'_>) -> Response {
         let (status, code, message, base) = match self {
             S3Error::S3 { status, code, message } => (status, code, message, None),
             S3Error::Auth(e) => {
@@ -216,7 +216,7 @@ impl S3Error {
                 (status, code, message, Some(e.into_response()))
             }
         };
-        let body = error_xml(code, &message, &ctx.resource, ctx.request_id.to_str().unwrap_or(""));
+        let body = error_xml(code, &message, ctx.resource, ctx.request_id.to_str().unwrap_or(""));
         let mut response = match base {
             Some(base) => {
                 let (mut parts, _json) = base.into_parts();
@@ -256,7 +256,7 @@ async fn route(
     app: &DataState,
     method: &Method,
     request: &RequestParts<'_>,
-    ctx: &S3Context,
+    ctx: &S3Context<'_>,
 ) -> Result<Response, S3Error> {
     if method != Method::GET && method != Method::HEAD {
         return Err(ApiError::MethodNotAllowed.into());
@@ -475,7 +475,7 @@ mod tests {
 
     #[test]
     fn errors_are_s3_xml_with_s3_status_codes() {
-        let ctx = S3Context { request_id: HeaderValue::from_static("rid"), resource: "/b/<k>".into() };
+        let ctx = S3Context { request_id: HeaderValue::from_static("rid"), resource: "/b/<k>" };
         let cases: Vec<(S3Error, StatusCode, &str)> = vec![
             (ApiError::NotFound.into(), StatusCode::NOT_FOUND, "NoSuchKey"),
             (ApiError::PreconditionFailed.into(), StatusCode::PRECONDITION_FAILED, "PreconditionFailed"),

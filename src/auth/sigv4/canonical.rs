@@ -46,6 +46,48 @@ impl Sink for hmac::Hmac<sha2::Sha256> {
     }
 }
 
+/// Gathers small pieces on the stack and passes them on in large updates: a hash fed piece by piece pays a call
+/// and a partial-block copy for each of the ~30 pieces of a canonical request. Call [`Gather::finish`] last.
+pub struct Gather<'s, S: Sink> {
+    inner: &'s mut S,
+    buf: [u8; GATHER_BYTES],
+    len: usize,
+}
+
+const GATHER_BYTES: usize = 512;
+
+impl<'s, S: Sink> Gather<'s, S> {
+    pub fn new(inner: &'s mut S) -> Self {
+        Self { inner, buf: [0; GATHER_BYTES], len: 0 }
+    }
+
+    /// Passes on what is still gathered.
+    pub fn finish(mut self) {
+        self.flush();
+    }
+
+    fn flush(&mut self) {
+        if self.len > 0 {
+            self.inner.put(&self.buf[..self.len]);
+            self.len = 0;
+        }
+    }
+}
+
+impl<S: Sink> Sink for Gather<'_, S> {
+    fn put(&mut self, bytes: &[u8]) {
+        if self.len + bytes.len() > GATHER_BYTES {
+            self.flush();
+            if bytes.len() > GATHER_BYTES {
+                self.inner.put(bytes);
+                return;
+            }
+        }
+        self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len();
+    }
+}
+
 /// The whole canonical request of `auth` over `request`, as the bytes that are hashed.
 pub fn canonical_request(request: &super::RequestParts<'_>, auth: &SigV4Auth<'_>) -> Result<Vec<u8>, SigV4Error> {
     let mut out = Vec::with_capacity(256);
@@ -150,6 +192,48 @@ fn hex_value(digit: u8) -> u8 {
     }
 }
 
+/// `text.split(sep)` for an ASCII separator, by a plain byte scan: SigV4's fields are split into pieces a few bytes
+/// long, where `str::split`'s searcher costs more than the scan it saves.
+pub fn split_ascii(text: &str, sep: u8) -> impl Iterator<Item = &str> + Clone {
+    debug_assert!(sep.is_ascii());
+    let mut rest = Some(text);
+    std::iter::from_fn(move || {
+        let t = rest?;
+        match t.bytes().position(|b| b == sep) {
+            Some(i) => {
+                rest = Some(&t[i + 1..]);
+                Some(&t[..i])
+            }
+            None => {
+                rest = None;
+                Some(t)
+            }
+        }
+    })
+}
+
+/// `text.split_once(sep)` for an ASCII separator (see [`split_ascii`]).
+pub fn split_once_ascii(text: &str, sep: u8) -> Option<(&str, &str)> {
+    let i = text.bytes().position(|b| b == sep)?;
+    Some((&text[..i], &text[i + 1..]))
+}
+
+/// 64 hex digits as 32 bytes, in one pass; `None` for any other text. `lowercase_only` refuses `A-F`.
+pub fn hex_32(text: &str, lowercase_only: bool) -> Option<[u8; 32]> {
+    let digits: &[u8; 64] = text.as_bytes().try_into().ok()?;
+    let nibble = |d: u8| match d {
+        b'0'..=b'9' => Some(d - b'0'),
+        b'a'..=b'f' => Some(d - b'a' + 10),
+        b'A'..=b'F' if !lowercase_only => Some(d - b'A' + 10),
+        _ => None,
+    };
+    let mut out = [0u8; 32];
+    for (byte, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
+        *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
+    }
+    Some(out)
+}
+
 /// RFC 3986's unreserved bytes: what SigV4 never encodes.
 fn is_unreserved(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
@@ -203,6 +287,15 @@ fn write_canonical_headers<'n>(out: &mut impl Sink, headers: &HeaderMap, signed:
 
 /// Trims `value` and collapses each inner run of whitespace into one space.
 fn put_trimmed(out: &mut impl Sink, value: &[u8]) {
+    let is_space = |b: &u8| b.is_ascii_whitespace() || *b == 0x0b;
+    // What clients send: no space at either end and single spaces inside, so the value goes as it is.
+    let plain = value.first().is_none_or(|b| !is_space(b))
+        && value.last().is_none_or(|b| !is_space(b))
+        && !value.windows(2).any(|w| is_space(&w[0]) && (w[0] != b' ' || is_space(&w[1])));
+    if plain { out.put(value) } else { put_collapsed(out, value) }
+}
+
+fn put_collapsed(out: &mut impl Sink, value: &[u8]) {
     let is_space = |b: &u8| b.is_ascii_whitespace() || *b == 0x0b;
     for (i, word) in value.split(is_space).filter(|w| !w.is_empty()).enumerate() {
         if i > 0 {
@@ -376,6 +469,41 @@ mod tests {
     }
 
     proptest! {
+        /// The byte-scan splits are `str::split` and `str::split_once`, for any text and separator.
+        #[test]
+        fn ascii_splits_are_str_splits(text in "[a-c;,/= é]{0,24}", sep in proptest::sample::select(vec![b';', b',', b'/', b'=', b' '])) {
+            let ours: Vec<&str> = split_ascii(&text, sep).collect();
+            let theirs: Vec<&str> = text.split(sep as char).collect();
+            prop_assert_eq!(ours, theirs);
+            prop_assert_eq!(split_once_ascii(&text, sep), text.split_once(sep as char));
+        }
+
+        /// A value sent as it is by the shortcut is exactly what trimming and collapsing would give.
+        #[test]
+        fn trimming_shortcut_changes_nothing(value in proptest::collection::vec(
+            prop_oneof![Just(b' '), Just(b'\t'), Just(0x0b), Just(b'\r'), b'a'..=b'c'], 0..16)) {
+            let (mut shortcut, mut full) = (Vec::new(), Vec::new());
+            put_trimmed(&mut shortcut, &value);
+            put_collapsed(&mut full, &value);
+            prop_assert_eq!(shortcut, full);
+        }
+
+        /// `hex_32` decodes what the hex crate decodes, and refuses uppercase when asked to.
+        #[test]
+        fn hex_32_is_the_hex_crate(bytes in proptest::array::uniform32(any::<u8>()), upper in any::<bool>(),
+                                   noise in proptest::option::of((0usize..64, "[g-zG-Z+ ]"))) {
+            let mut text = if upper { hex::encode_upper(bytes) } else { hex::encode(bytes) };
+            if let Some((at, c)) = &noise {
+                text.replace_range(*at..*at + 1, c);
+            }
+            let mut expected = [0u8; 32];
+            let valid = hex::decode_to_slice(&text, &mut expected).is_ok();
+            prop_assert_eq!(hex_32(&text, false), valid.then_some(expected));
+            let lowercase = valid && !text.bytes().any(|b| b.is_ascii_uppercase());
+            prop_assert_eq!(hex_32(&text, true), lowercase.then_some(expected));
+            prop_assert_eq!(hex_32(&text[..63], false), None);
+        }
+
         /// Every instant from 1970 to 9999 reads back as itself.
         #[test]
         fn timestamps_read_back(unix in 0u64..253_402_300_800) {

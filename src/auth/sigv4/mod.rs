@@ -177,15 +177,14 @@ impl PayloadHash {
             STREAMING_SIGNED_TRAILER => PayloadHash::StreamingSignedTrailer,
             STREAMING_UNSIGNED_TRAILER => PayloadHash::StreamingUnsignedTrailer,
             hex_value => {
-                let mut digest = [0u8; 32];
-                if hex_value.len() != 64 || hex::decode_to_slice(hex_value, &mut digest).is_err() {
+                let Some(digest) = canonical::hex_32(hex_value, false) else {
                     return Err(SigV4Error::InvalidArgument(
                         "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, STREAMING-UNSIGNED-PAYLOAD-TRAILER, \
                          STREAMING-AWS4-HMAC-SHA256-PAYLOAD, STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER or a valid \
                          sha256 value."
                             .into(),
                     ));
-                }
+                };
                 PayloadHash::Sha256(digest)
             }
         })
@@ -254,9 +253,21 @@ impl std::fmt::Debug for StreamingSeed {
 }
 
 /// A derived SigV4 signing key: `HMAC(HMAC(HMAC(HMAC("AWS4" + secret, date), region), "s3"), "aws4_request")`.
-/// Never printed.
-#[derive(Clone, PartialEq, Eq)]
-pub struct SigningKey([u8; 32]);
+/// Never printed. It keeps the HMAC already keyed with it (its inner and outer pads absorbed), so a signature
+/// costs the message's blocks only: the two pad blocks are hashed once per derivation, not once per request.
+#[derive(Clone)]
+pub struct SigningKey {
+    bytes: [u8; 32],
+    keyed: Hmac<Sha256>,
+}
+
+impl PartialEq for SigningKey {
+    fn eq(&self, other: &Self) -> bool {
+        bool::from(self.bytes.ct_eq(&other.bytes))
+    }
+}
+
+impl Eq for SigningKey {}
 
 impl SigningKey {
     /// Derives the key (four HMACs): what [`SigningKeyCache`] saves on every request after the first of a day.
@@ -267,17 +278,21 @@ impl SigningKey {
         let k_date = hmac_sha256(&k_secret, date.as_bytes());
         let k_region = hmac_sha256(&k_date, region.as_bytes());
         let k_service = hmac_sha256(&k_region, SERVICE.as_bytes());
-        SigningKey(hmac_sha256(&k_service, TERMINATOR.as_bytes()))
+        Self::from_bytes(hmac_sha256(&k_service, TERMINATOR.as_bytes()))
+    }
+
+    fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self { bytes, keyed: Hmac::<Sha256>::new_from_slice(&bytes).expect("HMAC takes keys of any length") }
     }
 
     /// The HMAC-SHA256 of `message` under this key: a signature.
     pub fn sign(&self, message: &[u8]) -> [u8; 32] {
-        hmac_sha256(&self.0, message)
+        self.sign_written(|mac| mac.update(message))
     }
 
     /// The same, of a message that `write` feeds to the MAC piece by piece (no buffer for it).
     pub fn sign_written(&self, write: impl FnOnce(&mut Hmac<Sha256>)) -> [u8; 32] {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        let mut mac = self.keyed.clone();
         write(&mut mac);
         mac.finalize().into_bytes().into()
     }
@@ -362,12 +377,18 @@ impl SigV4Auth<'_> {
         keys: &SigningKeyCache,
     ) -> Result<Verified, SigV4Error> {
         let mut canonical = Sha256::new();
-        canonical::write_canonical_request(&mut canonical, request, self)?;
+        let mut gathered = canonical::Gather::new(&mut canonical);
+        canonical::write_canonical_request(&mut gathered, request, self)?;
+        gathered.finish();
         let canonical: [u8; 32] = canonical.finalize().into();
         let date = self.timestamp.date();
         let key = keys.signing_key(&self.access_key_id, secret, date, self.region);
         let scope = [date, "/", self.region, "/", SERVICE, "/", TERMINATOR];
-        let expected = key.sign_written(|mac| write_string_to_sign(mac, self.timestamp.text(), &scope, &canonical));
+        let expected = key.sign_written(|mac| {
+            let mut gathered = canonical::Gather::new(mac);
+            write_string_to_sign(&mut gathered, self.timestamp.text(), &scope, &canonical);
+            gathered.finish();
+        });
         if !bool::from(expected.ct_eq(&self.signature)) {
             return Err(SigV4Error::SignatureDoesNotMatch);
         }
@@ -382,8 +403,8 @@ impl SigV4Auth<'_> {
     }
 
     /// The signed header names, in their (sorted) order.
-    pub fn signed_headers(&self) -> std::str::Split<'_, char> {
-        self.signed_headers.split(';')
+    pub fn signed_headers(&self) -> impl Iterator<Item = &str> + Clone {
+        canonical::split_ascii(&self.signed_headers, b';')
     }
 }
 

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use http::header::{self, HeaderMap, HeaderName};
 
-use super::canonical::{AmzDate, payload_text, query_decode};
+use super::canonical::{AmzDate, hex_32, payload_text, query_decode, split_ascii, split_once_ascii};
 use super::{
     ALGORITHM, AuthKind, MAX_CLOCK_SKEW_SECS, MAX_PRESIGN_EXPIRES_SECS, PayloadHash, RequestParts, SERVICE, SigV4Auth,
     SigV4Error, TERMINATOR,
@@ -51,7 +51,7 @@ fn authorization_header(headers: &HeaderMap) -> Result<Option<Authorization<'_>>
     let mut fields = headers.get_all(header::AUTHORIZATION).iter();
     let (Some(value), rest) = (fields.next(), fields.next()) else { return Ok(None) };
     let text = value.to_str().unwrap_or("");
-    let scheme = text.split(' ').next().unwrap_or("");
+    let scheme = split_ascii(text, b' ').next().unwrap_or("");
     let sigv4 = match scheme {
         ALGORITHM => Some(text[ALGORITHM.len()..].trim_start_matches(' ')),
         "AWS" => {
@@ -118,8 +118,8 @@ fn parse_header_auth<'a>(
     now: i64,
 ) -> Result<SigV4Auth<'a>, SigV4Error> {
     let (mut credential, mut signed_headers, mut signature) = (None, None, None);
-    for part in value.split(',').map(|p| p.trim_matches(' ')).filter(|p| !p.is_empty()) {
-        let (name, field) = part.split_once('=').ok_or_else(|| {
+    for part in split_ascii(value, b',').map(|p| p.trim_matches(' ')).filter(|p| !p.is_empty()) {
+        let (name, field) = split_once_ascii(part, b'=').ok_or_else(|| {
             SigV4Error::header(format!("The authorization header is malformed; '{part}' is not a key=value pair."))
         })?;
         let slot = match name {
@@ -221,7 +221,7 @@ fn parse_credential<'c>(
     region: &str,
     error: fn(String) -> SigV4Error,
 ) -> Result<&'c str, SigV4Error> {
-    let mut parts = credential.split('/');
+    let mut parts = split_ascii(credential, b'/');
     let mut next = || parts.next();
     let (Some(access_key_id), Some(date), Some(scope_region), Some(service), Some(terminator), None) =
         (next(), next(), next(), next(), next(), next())
@@ -264,17 +264,22 @@ fn parse_signed_headers(text: &str, error: fn(String) -> SigV4Error) -> Result<(
         !n.is_empty()
             && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$%&'*+-.^_`|~".contains(&b))
     };
-    if !text.split(';').all(token) {
-        return Err(error(format!("SignedHeaders must be lowercase header names separated by ';', got \"{text}\".")));
-    }
+    // One pass; a malformed name is reported before an unsorted list, and that before a missing host.
+    let (mut malformed, mut unsorted, mut host) = (false, false, false);
     let mut previous: Option<&str> = None;
-    for name in text.split(';') {
-        if previous.is_some_and(|p| p >= name) {
-            return Err(error(format!("SignedHeaders must be sorted and unique, got \"{text}\".")));
-        }
+    for name in split_ascii(text, b';') {
+        malformed |= !token(name);
+        unsorted |= previous.is_some_and(|p| p >= name);
+        host |= name == "host";
         previous = Some(name);
     }
-    if !text.split(';').any(|n| n == "host") {
+    if malformed {
+        return Err(error(format!("SignedHeaders must be lowercase header names separated by ';', got \"{text}\".")));
+    }
+    if unsorted {
+        return Err(error(format!("SignedHeaders must be sorted and unique, got \"{text}\".")));
+    }
+    if !host {
         return Err(error("SignedHeaders must include host.".into()));
     }
     Ok(())
@@ -285,7 +290,7 @@ fn parse_signed_headers(text: &str, error: fn(String) -> SigV4Error) -> Result<(
 fn check_signed(headers: &HeaderMap, signed: &str) -> Result<(), SigV4Error> {
     let unsigned = headers
         .keys()
-        .any(|name| name.as_str().starts_with("x-amz-") && !signed.split(';').any(|s| s == name.as_str()));
+        .any(|name| name.as_str().starts_with("x-amz-") && !split_ascii(signed, b';').any(|s| s == name.as_str()));
     if unsigned {
         return Err(SigV4Error::AccessDenied("There were headers present in the request which were not signed"));
     }
@@ -295,10 +300,5 @@ fn check_signed(headers: &HeaderMap, signed: &str) -> Result<(), SigV4Error> {
 /// A signature exactly as SigV4 prints it: 64 lowercase hex digits. Any other spelling (uppercase included) does
 /// not match, so no two texts verify as one signature.
 fn parse_signature(text: &str) -> Result<[u8; 32], SigV4Error> {
-    let mut signature = [0u8; 32];
-    let lowercase_hex = text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-    if !lowercase_hex || hex::decode_to_slice(text, &mut signature).is_err() {
-        return Err(SigV4Error::SignatureDoesNotMatch);
-    }
-    Ok(signature)
+    hex_32(text, true).ok_or(SigV4Error::SignatureDoesNotMatch)
 }

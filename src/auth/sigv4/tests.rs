@@ -514,7 +514,7 @@ fn the_key_cache_derives_once_per_day_and_never_serves_another_secret() {
     }
     assert!(cache.keys.len() <= 2, "{}", cache.keys.len());
     // A hit is served from the cache (found by its borrowed form): a planted entry comes back, for its secret only.
-    let planted = SigningKey([9; 32]);
+    let planted = SigningKey::from_bytes([9; 32]);
     let id = (AKID.to_owned(), "20130601".to_owned(), REGION.to_owned());
     cache.keys.insert(id, std::sync::Arc::new(CachedKey { secret: SECRET.into(), key: planted.clone() }));
     assert_eq!(cache.signing_key(AKID, SECRET, "20130601", REGION), planted);
