@@ -451,7 +451,7 @@ impl<L: CredentialLookup> Authorizer<L> {
             return Err(AuthError::unauthorized(FailureReason::Missing, "a bearer token with admin scope is required"));
         };
         let record = self.live_token(&presented).await?;
-        if record.scope != Scope::Admin {
+        if record.grant.scope != Scope::Admin {
             return Err(AuthError::Forbidden);
         }
         Ok(record)
@@ -776,7 +776,7 @@ mod tests {
         let signed = Credentials::Presigned(sign("priv", "a", NOW + 60, "k1", None));
         assert_eq!(write(b, signed).await, Err("missing".into()), "a signed URL never writes");
 
-        let admin = async |credentials| outcome(w.auth.admin(credentials).await).map(|t| t.scope);
+        let admin = async |credentials| outcome(w.auth.admin(credentials).await).map(|t| t.grant.scope);
         assert_eq!(admin(bearer("admin")).await, Ok(Scope::Admin));
         assert_eq!(admin(bearer("write")).await, Err("forbidden".into()));
         assert_eq!(admin(bearer("expired")).await, Err("expired".into()));

@@ -551,11 +551,11 @@ mod tests {
             grant: Grant::whole_bucket(bucket.id, "bkt", Scope::Read),
         };
         store.meta.create_token(&token).await.unwrap();
-        assert!(catalog.token(&token.id).await.unwrap().unwrap().revoked_at.is_none());
+        assert!(catalog.token(&token.id).await.unwrap().unwrap().grant.revoked_at.is_none());
         // A second Store on the same data dir stands for the CLI in another process.
         let other = open_store(dir.path()).await;
         assert!(other.meta.revoke_token(&token.id, 5).await.unwrap());
-        assert_eq!(catalog.token(&token.id).await.unwrap().unwrap().revoked_at, Some(5));
+        assert_eq!(catalog.token(&token.id).await.unwrap().unwrap().grant.revoked_at, Some(5));
     }
 
     #[tokio::test]
@@ -573,7 +573,7 @@ mod tests {
         assert_eq!(cached.secret, key.secret, "the secret opened");
         let other = open_store(dir.path()).await;
         assert!(other.meta.revoke_s3_key(&key.id, 7).await.unwrap());
-        assert_eq!(catalog.s3_key(&key.id).await.unwrap().unwrap().revoked_at, Some(7));
+        assert_eq!(catalog.s3_key(&key.id).await.unwrap().unwrap().grant.revoked_at, Some(7));
     }
 
     #[tokio::test]
@@ -685,11 +685,11 @@ mod tests {
             grant: Grant::whole_bucket(bucket.id, "bkt", Scope::Read),
         };
         here.meta.create_token(&token).await.unwrap();
-        assert!(catalog.token(&token.id).await.unwrap().unwrap().revoked_at.is_none());
+        assert!(catalog.token(&token.id).await.unwrap().unwrap().grant.revoked_at.is_none());
         let counter = feed.current();
         assert!(elsewhere.meta.revoke_token(&token.id, 5).await.unwrap());
         let revoked = std::time::Instant::now();
-        while catalog.token(&token.id).await.unwrap().unwrap().revoked_at.is_none() {
+        while catalog.token(&token.id).await.unwrap().unwrap().grant.revoked_at.is_none() {
             assert!(revoked.elapsed() < std::time::Duration::from_secs(1), "the revocation did not arrive in 1 s");
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
@@ -706,7 +706,7 @@ mod tests {
         catalog.sync().await.unwrap();
         let reread = catalog.bucket("bkt").await.unwrap().unwrap();
         assert_eq!(reread.default_cache_control.as_deref(), Some("max-age=9"), "the flush forgot the stale entry");
-        assert!(catalog.token(&token.id).await.unwrap().unwrap().revoked_at.is_some());
+        assert!(catalog.token(&token.id).await.unwrap().unwrap().grant.revoked_at.is_some());
     }
 
     on_both_backends!(open_blobs_are_reused_and_failures_are_not_cached);

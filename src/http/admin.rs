@@ -129,11 +129,11 @@ async fn stats(
     };
     // A prefix can only narrow the token's own prefix.
     let prefix = match query.prefix {
-        Some(p) if p.starts_with(&token.prefix) => p,
+        Some(p) if p.starts_with(&token.grant.prefix) => p,
         Some(_) => return Err(ApiError::Forbidden),
-        None => token.prefix.clone(),
+        None => token.grant.prefix.clone(),
     };
-    let rows = app.store.meta.object_stats(Some(token.bucket_id), &prefix, order, query.top).await?;
+    let rows = app.store.meta.object_stats(Some(token.grant.bucket_id), &prefix, order, query.top).await?;
     Ok(axum::Json(rows.iter().map(stats_json).collect::<Vec<_>>()))
 }
 

@@ -419,7 +419,7 @@ impl Query {
 async fn list_buckets(app: &DataState, request: &RequestParts<'_>) -> Result<Response, S3Error> {
     let grant = app.auth.s3(request, S3Target::Service, Access::Read).await?;
     // A key sees its own bucket (keys are per bucket, as tokens are).
-    let bucket = app.catalog.bucket(&grant.key.bucket_name).await?;
+    let bucket = app.catalog.bucket(&grant.key.grant.bucket_name).await?;
     let body = super::s3_list::list_buckets_xml(bucket.as_deref());
     Ok(with_principal(app, xml_response(body), &grant))
 }

@@ -49,7 +49,7 @@ pub async fn list_objects(
         Some(_) => return Err(S3Error::new(StatusCode::BAD_REQUEST, "InvalidArgument", "Invalid List Type specified")),
     };
     let params = ListParams::from_query(version, raw_query.unwrap_or("")).map_err(request_error)?;
-    if !params.prefix.starts_with(&grant.key.prefix) {
+    if !params.prefix.starts_with(&grant.key.grant.prefix) {
         return Err(crate::auth::AuthError::Forbidden.into());
     }
     let mut source = StoreSource { catalog: &app.catalog, bucket_id: bucket.id };

@@ -493,7 +493,9 @@ async fn delete_objects(
         let outcome = match ObjectKey::parse(&raw) {
             Err(e) => failed("InvalidArgument", e.to_string()),
             // The key's prefix bounds each key, as it bounds a single DeleteObject.
-            Ok(key) if !key.as_str().starts_with(&grant.key.prefix) => failed("AccessDenied", "Access Denied".into()),
+            Ok(key) if !key.as_str().starts_with(&grant.key.grant.prefix) => {
+                failed("AccessDenied", "Access Denied".into())
+            }
             Ok(key) => match app.store.delete(bucket, &key).await {
                 Ok(_) => DeleteOutcome::Deleted { key: raw.clone() },
                 Err(e) => {
@@ -555,7 +557,7 @@ async fn list_uploads(
     query: &str,
 ) -> Result<Response, S3Error> {
     let params = ListUploadsParams::from_query(query).map_err(request_error)?;
-    let key_prefix = grant.key.prefix.as_str();
+    let key_prefix = grant.key.grant.prefix.as_str();
     let readable = if params.prefix.starts_with(key_prefix) {
         params.prefix.clone()
     } else if key_prefix.starts_with(&params.prefix) {

@@ -70,16 +70,6 @@ pub struct TokenRecord {
     pub grant: Grant,
 }
 
-/// A token reads as its grant (`token.prefix`), as an S3 key does: what checks a grant does not care which
-/// credential carried it.
-impl std::ops::Deref for TokenRecord {
-    type Target = Grant;
-
-    fn deref(&self) -> &Grant {
-        &self.grant
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SigningKey {
     pub id: String,

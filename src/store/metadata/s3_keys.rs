@@ -15,25 +15,16 @@ pub struct S3KeyRecord {
     pub grant: Grant,
 }
 
-/// A key reads as its grant (`key.prefix`), as a token does.
-impl std::ops::Deref for S3KeyRecord {
-    type Target = Grant;
-
-    fn deref(&self) -> &Grant {
-        &self.grant
-    }
-}
-
 /// Never prints the secret.
 impl std::fmt::Debug for S3KeyRecord {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("S3KeyRecord")
             .field("id", &self.id)
-            .field("bucket_name", &self.bucket_name)
-            .field("prefix", &self.prefix)
-            .field("scope", &self.scope)
-            .field("expires_at", &self.expires_at)
-            .field("revoked_at", &self.revoked_at)
+            .field("bucket_name", &self.grant.bucket_name)
+            .field("prefix", &self.grant.prefix)
+            .field("scope", &self.grant.scope)
+            .field("expires_at", &self.grant.expires_at)
+            .field("revoked_at", &self.grant.revoked_at)
             .finish_non_exhaustive()
     }
 }
@@ -159,7 +150,7 @@ mod tests {
 
         assert!(meta.revoke_s3_key(&key.id, 5).await.unwrap());
         assert!(!meta.revoke_s3_key(&key.id, 6).await.unwrap(), "already revoked");
-        assert_eq!(meta.s3_key(&key.id).await.unwrap().unwrap().revoked_at, Some(5));
+        assert_eq!(meta.s3_key(&key.id).await.unwrap().unwrap().grant.revoked_at, Some(5));
         store.delete_bucket(&BucketName::parse("bkt").unwrap(), false).await.unwrap();
         assert_eq!(meta.s3_key(&key.id).await.unwrap(), None, "gone with its bucket");
         let Catchup::Changes(changes) = meta.feed().changes_since(start).await.unwrap() else {
