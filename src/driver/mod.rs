@@ -297,34 +297,9 @@ async fn serve<S: DataService>(
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
-    let mut backoff = Duration::from_millis(5);
+    let mut accepting = Acceptor::new(&listener, "data");
     loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = shutdown.cancelled() => break,
-        };
-        let (stream, peer) = match accepted {
-            Ok(pair) => {
-                backoff = Duration::from_millis(5);
-                pair
-            }
-            Err(e) if is_resource_exhaustion(&e) => {
-                // EMFILE and friends: keep serving the connections we have and retry later, instead of spinning.
-                tracing::warn!(error = %e, backoff_ms = backoff.as_millis() as u64, "accept failed; backing off");
-                ctx.metrics.accept_error();
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {},
-                    _ = shutdown.cancelled() => break,
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-                continue;
-            }
-            Err(e) => {
-                // ECONNABORTED and similar concern one connection only.
-                tracing::debug!(error = %e, "accept failed");
-                continue;
-            }
-        };
+        let Some((stream, peer)) = accepting.next(&shutdown, || ctx.metrics.accept_error()).await else { break };
         let Some(address) = admission.admit_address(peer.ip()) else {
             // Over limits.max_connections_per_ip: read its request and answer 503, without taking a slot.
             crate::metrics::per_ip_refused();
@@ -365,31 +340,9 @@ pub async fn serve_admin<S: DataService>(
     tracker: TaskTracker,
 ) {
     let admission = Arc::new(Admission::new(limits.max_connections, 0, 0));
-    let mut backoff = Duration::from_millis(5);
+    let mut accepting = Acceptor::new(&listener, "admin");
     loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = shutdown.cancelled() => break,
-        };
-        let (stream, peer) = match accepted {
-            Ok(pair) => {
-                backoff = Duration::from_millis(5);
-                pair
-            }
-            Err(e) if is_resource_exhaustion(&e) => {
-                tracing::warn!(error = %e, backoff_ms = backoff.as_millis() as u64, "admin accept failed; backing off");
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {},
-                    _ = shutdown.cancelled() => break,
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-                continue;
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "admin accept failed");
-                continue;
-            }
-        };
+        let Some((stream, peer)) = accepting.next(&shutdown, || {}).await else { break };
         let Some(permit) = admission.slot(0, &shutdown).await else { break };
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
@@ -399,6 +352,55 @@ pub async fn serve_admin<S: DataService>(
             conn::Connection::new(stream, peer, ctx, admission).run(shutdown).await;
             drop(permit);
         });
+    }
+}
+
+/// One listener's `accept`, shared by both accept loops: it retries a failure that concerns one connection only
+/// (ECONNABORTED and similar) at once, and backs off (5 ms doubling to 1 s) on resource exhaustion (EMFILE and
+/// friends), so the connections already open go on being served instead of the loop spinning.
+struct Acceptor<'l> {
+    listener: &'l TcpListener,
+    /// `data` or `admin`, for the log.
+    name: &'static str,
+    backoff: Duration,
+}
+
+impl<'l> Acceptor<'l> {
+    const FIRST_BACKOFF: Duration = Duration::from_millis(5);
+
+    fn new(listener: &'l TcpListener, name: &'static str) -> Self {
+        Self { listener, name, backoff: Self::FIRST_BACKOFF }
+    }
+
+    /// The next connection; `None` once `shutdown` fires. `exhausted` is called at each back-off (a metric).
+    async fn next(
+        &mut self,
+        shutdown: &CancellationToken,
+        exhausted: impl Fn(),
+    ) -> Option<(tokio::net::TcpStream, std::net::SocketAddr)> {
+        loop {
+            let accepted = tokio::select! {
+                accepted = self.listener.accept() => accepted,
+                _ = shutdown.cancelled() => return None,
+            };
+            match accepted {
+                Ok(pair) => {
+                    self.backoff = Self::FIRST_BACKOFF;
+                    return Some(pair);
+                }
+                Err(e) if is_resource_exhaustion(&e) => {
+                    let backoff_ms = self.backoff.as_millis() as u64;
+                    tracing::warn!(listener = self.name, error = %e, backoff_ms, "accept failed; backing off");
+                    exhausted();
+                    tokio::select! {
+                        _ = tokio::time::sleep(self.backoff) => {},
+                        _ = shutdown.cancelled() => return None,
+                    }
+                    self.backoff = (self.backoff * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => tracing::debug!(listener = self.name, error = %e, "accept failed"),
+            }
+        }
     }
 }
 
