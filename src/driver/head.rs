@@ -130,7 +130,7 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
 
     let mut headers = HeaderMap::with_capacity(req.headers.len());
     for h in req.headers.iter() {
-        let name = header_name(h.name.as_bytes())
+        let name = HeaderName::from_bytes(h.name.as_bytes())
             .map_err(|_| HeadError::new(StatusCode::BAD_REQUEST, "malformed header name"))?;
         // httparse already refused CR, LF, NUL and other controls in values.
         let value = HeaderValue::from_maybe_shared(view(h.value))
@@ -140,28 +140,6 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
     let body = check_framing(&headers, version, limits.accept_bodies)?;
     let keep_alive = wants_keep_alive(&headers, version);
     Ok(Parsed::Complete(RequestHead { method, uri, version, headers, keep_alive, body, len: len + skipped }))
-}
-
-/// Names S3 clients send on every request that `http` has no constant for. A name `http` does not know is copied
-/// into a new allocation each time it is parsed; these are cloned from a static instead, which copies nothing.
-static S3_HEADER_NAMES: [HeaderName; 8] = [
-    HeaderName::from_static("x-amz-date"),
-    HeaderName::from_static("x-amz-content-sha256"),
-    HeaderName::from_static("x-amz-security-token"),
-    HeaderName::from_static("x-amz-user-agent"),
-    HeaderName::from_static("x-amz-checksum-mode"),
-    HeaderName::from_static("x-amz-decoded-content-length"),
-    HeaderName::from_static("amz-sdk-invocation-id"),
-    HeaderName::from_static("amz-sdk-request"),
-];
-
-/// `HeaderName::from_bytes`, without its allocation for the names in [`S3_HEADER_NAMES`].
-fn header_name(raw: &[u8]) -> Result<HeaderName, http::header::InvalidHeaderName> {
-    let s3_like = raw.len() > 4 && (raw[..2].eq_ignore_ascii_case(b"x-") || raw[..4].eq_ignore_ascii_case(b"amz-"));
-    if s3_like && let Some(known) = S3_HEADER_NAMES.iter().find(|n| n.as_str().as_bytes().eq_ignore_ascii_case(raw)) {
-        return Ok(known.clone());
-    }
-    HeaderName::from_bytes(raw)
 }
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4) as far as its request line: a client with prior knowledge.
@@ -557,22 +535,6 @@ mod tests {
         }
 
         proptest! {
-            /// The static S3 names are a shortcut only: any name, in any case, parses to what `from_bytes` gives.
-            #[test]
-            fn header_name_is_from_bytes(raw in prop_oneof![
-                proptest::sample::select(S3_HEADER_NAMES.iter().map(|n| n.as_str().to_owned()).collect::<Vec<_>>())
-                    .prop_flat_map(|n| proptest::collection::vec(any::<bool>(), n.len()).prop_map(move |upper| {
-                        n.chars().zip(&upper).map(|(c, &u)| if u { c.to_ascii_uppercase() } else { c }).collect()
-                    })),
-                "(x-|amz-|X-Amz-)[ -~]{0,24}",
-                "[ -~]{0,8}",
-            ]) {
-                let ours = header_name(raw.as_bytes());
-                let theirs = HeaderName::from_bytes(raw.as_bytes());
-                prop_assert_eq!(ours.as_ref().ok(), theirs.as_ref().ok());
-                prop_assert_eq!(ours.is_err(), theirs.is_err());
-            }
-
             /// The parser never panics, whatever the bytes.
             #[test]
             fn never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
