@@ -16,7 +16,6 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
-use futures_util::StreamExt;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode};
 
@@ -25,7 +24,7 @@ use super::error::ApiError;
 use super::s3::{
     AMZ_REQUEST_ID, S3Context, S3Error, S3Path, is_signing_or_sdk_param, parse_path, with_principal, xml_response,
 };
-use super::upload::{BodyFilter, BodyPace, stage_body};
+use super::upload::{BodyFilter, PacedBody, stage_body};
 use crate::auth::sigv4::checksum::{Checksum, Checksummer};
 use crate::auth::sigv4::chunked::{ChunkedDecoder, header_checksum};
 use crate::auth::sigv4::{PayloadHash, RequestParts, SigV4Error, check_payload_sha256};
@@ -395,24 +394,9 @@ async fn small_body(
 ) -> Result<Vec<u8>, S3Error> {
     let too_large = || request_error(RequestError::TooLarge { limit });
     let mut filter = S3Body::for_request(grant, headers)?;
-    let body_idle = app.settings.timeouts.body_idle;
-    let min_rate = app.settings.limits.min_upload_rate;
-    let mut pace = BodyPace::new(min_rate, body_idle, tokio::time::Instant::now());
-    let mut stream = body.into_data_stream();
+    let mut body = PacedBody::new(app, body);
     let (mut received, mut decoded, mut pieces) = (0usize, Vec::new(), Vec::new());
-    loop {
-        let chunk = match tokio::time::timeout(body_idle, stream.next()).await {
-            Err(_elapsed) => {
-                crate::metrics::upload_body_timeout();
-                return Err(ApiError::BodyTimeout.into());
-            }
-            Ok(None) => break,
-            Ok(Some(chunk)) => chunk.map_err(|e| ApiError::BadRequest(format!("request body interrupted: {e}")))?,
-        };
-        if !pace.keeps_up(chunk.len() as u64, tokio::time::Instant::now()) {
-            crate::metrics::upload_body_timeout();
-            return Err(ApiError::BodyTooSlow(min_rate).into());
-        }
+    while let Some(chunk) = body.next_by(body.deadline()).await? {
         received += chunk.len();
         if received > limit.saturating_add(64 << 10) {
             return Err(too_large());

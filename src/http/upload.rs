@@ -6,8 +6,8 @@
 //! drops the staged blob, which removes its temp file: nothing becomes visible and nothing is left behind.
 //!
 //! Uploads are bounded: at most `limits.max_concurrent_uploads` at once. One beyond waits its turn for up to
-//! `timeouts.upload_queue` without reading its body, then gets 503 with `Retry-After`. The body is written in batches, each one short call on the blocking pool. An upload holds no thread while it
-//! waits for its client, and its temp file is created with its first batch, so stalled uploads hold neither
+//! `timeouts.upload_queue` without reading its body, then gets 503 with `Retry-After`. The body is written in
+//! batches, each one short call on the blocking pool. An upload holds no thread while it waits for its client, and its temp file is created with its first batch, so stalled uploads hold neither
 //! threads nor files, and cannot delay other uploads.
 //!
 //! Body chunks hold their share of the admin listener's body budget (`limits.upload_buffer_bytes`) until they
@@ -145,18 +145,16 @@ pub(super) async fn stage_body<F: BodyFilter>(
     limit: u64,
     filter: &mut F,
 ) -> Result<StagedBlob, F::Error> {
-    let body_idle = app.settings.timeouts.body_idle;
-    let mut pace = BodyPace::new(app.settings.limits.min_upload_rate, body_idle, Instant::now());
+    let mut body = PacedBody::new(app, body);
     let mut staging = Staging::new(app.store.blobs.clone(), F::BATCH);
-    let mut stream = body.into_data_stream();
     let mut received: u64 = 0;
     let mut pieces = Vec::new();
     let failure: F::Error = loop {
-        let deadline = Instant::now() + body_idle;
+        let deadline = body.deadline();
         let next = loop {
             // A finished write starts the next one with what gathered meanwhile, while we wait for the client.
             tokio::select! {
-                next = tokio::time::timeout_at(deadline, stream.next()) => break Ok(next),
+                next = body.next_by(deadline) => break next,
                 written = staging.write_done(), if staging.is_writing() => {
                     if let Err(e) = written {
                         break Err(e);
@@ -164,27 +162,15 @@ pub(super) async fn stage_body<F: BodyFilter>(
                 }
             }
         };
-        let next = match next {
-            Ok(next) => next,
-            Err(e) => break e.into(),
-        };
         let chunk = match next {
-            Err(_elapsed) => {
-                crate::metrics::upload_body_timeout();
-                break ApiError::BodyTimeout.into();
-            }
+            Err(e) => break e.into(),
             Ok(None) => match filter.end() {
                 Ok(()) => return Ok(staging.finish().await?),
                 Err(e) => break e,
             },
-            Ok(Some(Err(e))) => break ApiError::BadRequest(format!("upload interrupted: {e}")).into(),
-            Ok(Some(Ok(chunk))) => chunk,
+            Ok(Some(chunk)) => chunk,
         };
         received += chunk.len() as u64;
-        if !pace.keeps_up(chunk.len() as u64, Instant::now()) {
-            crate::metrics::upload_body_timeout();
-            break ApiError::BodyTooSlow(app.settings.limits.min_upload_rate).into();
-        }
         if received > limit {
             break ApiError::PayloadTooLarge(format!("objects are limited to {limit} bytes")).into();
         }
@@ -205,9 +191,48 @@ pub(super) async fn stage_body<F: BodyFilter>(
     Err(failure)
 }
 
+/// A request body read under the upload pace rules: each chunk within `timeouts.body_idle` (else `BodyTimeout`,
+/// 408), and each `body_idle` window at `limits.min_upload_rate` on average (else `BodyTooSlow`); both counted.
+pub(super) struct PacedBody {
+    stream: axum::body::BodyDataStream,
+    pace: BodyPace,
+    idle: Duration,
+    min_rate: u64,
+}
+
+impl PacedBody {
+    pub(super) fn new(app: &AdminState, body: Body) -> Self {
+        let (idle, min_rate) = (app.settings.timeouts.body_idle, app.settings.limits.min_upload_rate);
+        Self { stream: body.into_data_stream(), pace: BodyPace::new(min_rate, idle, Instant::now()), idle, min_rate }
+    }
+
+    /// When the next chunk is due, counted from now.
+    pub(super) fn deadline(&self) -> Instant {
+        Instant::now() + self.idle
+    }
+
+    /// The next chunk (`None` at the body's end), due by `deadline`. Cancel-safe.
+    pub(super) async fn next_by(&mut self, deadline: Instant) -> Result<Option<Bytes>, ApiError> {
+        let chunk = match tokio::time::timeout_at(deadline, self.stream.next()).await {
+            Err(_elapsed) => {
+                crate::metrics::upload_body_timeout();
+                return Err(ApiError::BodyTimeout);
+            }
+            Ok(None) => return Ok(None),
+            Ok(Some(Err(e))) => return Err(ApiError::BadRequest(format!("upload interrupted: {e}"))),
+            Ok(Some(Ok(chunk))) => chunk,
+        };
+        if !self.pace.keeps_up(chunk.len() as u64, Instant::now()) {
+            crate::metrics::upload_body_timeout();
+            return Err(ApiError::BodyTooSlow(self.min_rate));
+        }
+        Ok(Some(chunk))
+    }
+}
+
 /// The minimum body rate, judged once per window of `window` (the body idle timeout): a window that ends with
 /// fewer than `min_rate` bytes per second fails. Pure, so it is tested without a clock.
-pub(super) struct BodyPace {
+struct BodyPace {
     min_rate: u64,
     window: Duration,
     window_start: Instant,
@@ -215,12 +240,12 @@ pub(super) struct BodyPace {
 }
 
 impl BodyPace {
-    pub(super) fn new(min_rate: u64, window: Duration, now: Instant) -> Self {
+    fn new(min_rate: u64, window: Duration, now: Instant) -> Self {
         Self { min_rate, window, window_start: now, window_bytes: 0 }
     }
 
     /// Counts `bytes` that arrived at `now`; false once a whole window brought too few.
-    pub(super) fn keeps_up(&mut self, bytes: u64, now: Instant) -> bool {
+    fn keeps_up(&mut self, bytes: u64, now: Instant) -> bool {
         self.window_bytes += bytes;
         let elapsed = now.duration_since(self.window_start);
         if self.min_rate == 0 || elapsed < self.window {
