@@ -83,8 +83,8 @@ fn object_bytes_leave_by_sendfile_only() {
         ("range", Some(format!("bytes=1000-{}", 40 << 20)), (40 << 20) - 1000 + 1),
         (
             "multi",
-            Some(format!("bytes=0-99999,{}-{},{}-", size / 2, size / 2 + 5_000_000, size - 1000)),
-            100_000 + 5_000_001 + 1000,
+            Some(format!("bytes=0-99999,{}-{},{}-", size / 4, size / 4 + 30_000_000, size - 1000)),
+            100_000 + 30_000_001 + 1000,
         ),
     ];
     for (name, range, object_bytes) in cases {
