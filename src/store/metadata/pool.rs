@@ -96,18 +96,30 @@ impl Metadata {
         }
         pool.close().await;
         // The last connection to close removes the -wal and -shm files, but two of the pool's connections closing
-        // at once can each see the other still open and leave them. One more connection, opened and closed alone,
-        // is the last one: a stopped server leaves the database file alone (a backup or a read-only data dir).
+        // at once can each see the other still open and leave them, and sqlx finishes closing them on their own
+        // threads after `close` returns. One more connection, opened and closed alone once those are gone, is the
+        // last one: a stopped server leaves the database file alone (a backup or a read-only data dir). It is
+        // retried for up to a second, and a WAL another process keeps open stays, as it must.
         let options = pool.connect_options();
         let wal = format!("{}-wal", options.get_filename().display());
-        if Path::new(&wal).exists() {
+        for _ in 0..20 {
+            if !Path::new(&wal).exists() {
+                break;
+            }
             match <sqlx::SqliteConnection as sqlx::Connection>::connect_with(&options).await {
                 Ok(last) => {
                     if let Err(e) = sqlx::Connection::close(last).await {
                         tracing::debug!(error = %e, "closing the last connection failed; the WAL stays");
+                        break;
                     }
                 }
-                Err(e) => tracing::debug!(error = %e, "cannot reopen the database to remove its WAL"),
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot reopen the database to remove its WAL");
+                    break;
+                }
+            }
+            if Path::new(&wal).exists() {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         }
     }
