@@ -153,9 +153,13 @@ fn aws_cli_copies_up_and_syncs_both_ways() {
         ("dir/b c.bin", test_bytes(300_000, 5)),
         ("dir/sub/é.bin", test_bytes(9, 6)),
     ];
+    // LastModified has whole seconds, and `aws s3 sync` uploads again a file whose mtime is later than it: a file
+    // written in the same second as its upload would be copied once more. Written two seconds ago, it is not.
+    let written = std::time::SystemTime::now() - std::time::Duration::from_secs(2);
     for (name, bytes) in &files {
         std::fs::create_dir_all(local.join(name).parent().unwrap()).unwrap();
         std::fs::write(local.join(name), bytes).unwrap();
+        std::fs::File::options().write(true).open(local.join(name)).unwrap().set_modified(written).unwrap();
     }
     let first = aws(&home, &admin, &["s3", "sync", local.to_str().unwrap(), "s3://bkt/tree/"]);
     assert_eq!(first.matches("upload:").count(), files.len(), "{first}");
