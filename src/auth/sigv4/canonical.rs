@@ -89,20 +89,15 @@ impl<S: Sink> Sink for Gather<'_, S> {
 }
 
 /// The whole canonical request of `auth` over `request`, as the bytes that are hashed.
-pub fn canonical_request(request: &super::RequestParts<'_>, auth: &SigV4Auth<'_>) -> Result<Vec<u8>, SigV4Error> {
+pub fn canonical_request(request: &super::RequestParts<'_>, auth: &SigV4Auth<'_>) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
-    write_canonical_request(&mut out, request, auth)?;
-    Ok(out)
+    write_canonical_request(&mut out, request, auth);
+    out
 }
 
-/// [`canonical_request`], written into `out` piece by piece.
-pub fn write_canonical_request(
-    out: &mut impl Sink,
-    request: &super::RequestParts<'_>,
-    auth: &SigV4Auth<'_>,
-) -> Result<(), SigV4Error> {
-    // Checked before anything is written, so a refusal leaves nothing half-hashed behind it.
-    let payload = payload_text(request.headers, auth.kind)?;
+/// [`canonical_request`], written into `out` piece by piece. `auth` came from parsing this same `request`: its
+/// payload line is the `x-amz-content-sha256` that parsing read.
+pub fn write_canonical_request(out: &mut impl Sink, request: &super::RequestParts<'_>, auth: &SigV4Auth<'_>) {
     let exclude = (auth.kind == AuthKind::Query).then_some(SIGNATURE_PARAM);
     out.put(request.method.as_bytes());
     out.put(b"\n");
@@ -114,8 +109,7 @@ pub fn write_canonical_request(
     out.put(b"\n");
     out.put(auth.signed_headers.as_bytes());
     out.put(b"\n");
-    out.put(payload.as_bytes());
-    Ok(())
+    out.put(auth.payload_text.as_bytes());
 }
 
 /// The canonical URI: S3 signs the path exactly as it was sent (the client encoded each key segment once) and,
@@ -192,14 +186,14 @@ fn hex_value(digit: u8) -> u8 {
     }
 }
 
-/// `text.split(sep)` for an ASCII separator, by a plain byte scan: SigV4's fields are split into pieces a few bytes
-/// long, where `str::split`'s searcher costs more than the scan it saves.
+/// `text.split(sep)` for an ASCII separator, by [`find_ascii`]: `str::split`'s general searcher costs more than the
+/// search on SigV4's fields.
 pub fn split_ascii(text: &str, sep: u8) -> impl Iterator<Item = &str> + Clone {
     debug_assert!(sep.is_ascii());
     let mut rest = Some(text);
     std::iter::from_fn(move || {
         let t = rest?;
-        match t.bytes().position(|b| b == sep) {
+        match find_ascii(t.as_bytes(), sep) {
             Some(i) => {
                 rest = Some(&t[i + 1..]);
                 Some(&t[..i])
@@ -214,24 +208,52 @@ pub fn split_ascii(text: &str, sep: u8) -> impl Iterator<Item = &str> + Clone {
 
 /// `text.split_once(sep)` for an ASCII separator (see [`split_ascii`]).
 pub fn split_once_ascii(text: &str, sep: u8) -> Option<(&str, &str)> {
-    let i = text.bytes().position(|b| b == sep)?;
+    let i = find_ascii(text.as_bytes(), sep)?;
     Some((&text[..i], &text[i + 1..]))
+}
+
+/// The first `sep` in `bytes`. `memchr` pays a call through its CPU-dispatch pointer, which only a long text
+/// (such as the `Authorization` value) repays; SigV4's short fields are scanned byte by byte.
+fn find_ascii(bytes: &[u8], sep: u8) -> Option<usize> {
+    if bytes.len() >= 64 { memchr::memchr(sep, bytes) } else { bytes.iter().position(|&b| b == sep) }
 }
 
 /// 64 hex digits as 32 bytes, in one pass; `None` for any other text. `lowercase_only` refuses `A-F`.
 pub fn hex_32(text: &str, lowercase_only: bool) -> Option<[u8; 32]> {
     let digits: &[u8; 64] = text.as_bytes().try_into().ok()?;
-    let nibble = |d: u8| match d {
-        b'0'..=b'9' => Some(d - b'0'),
-        b'a'..=b'f' => Some(d - b'a' + 10),
-        b'A'..=b'F' if !lowercase_only => Some(d - b'A' + 10),
-        _ => None,
-    };
+    let table = if lowercase_only { &HEX_LOWER } else { &HEX_ANY };
     let mut out = [0u8; 32];
+    // No branch per digit: a non-digit reads as 0xFF, whose high bits survive the OR and refuse the whole text.
+    let mut bad = 0u8;
     for (byte, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
-        *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
+        let (hi, lo) = (table[usize::from(pair[0])], table[usize::from(pair[1])]);
+        bad |= hi | lo;
+        *byte = hi << 4 | lo;
     }
-    Some(out)
+    (bad < 16).then_some(out)
+}
+
+/// The value of each hex digit byte, 0xFF for any other byte.
+static HEX_ANY: [u8; 256] = hex_table(true);
+/// The same without `A-F`.
+static HEX_LOWER: [u8; 256] = hex_table(false);
+
+const fn hex_table(uppercase: bool) -> [u8; 256] {
+    let mut table = [0xFF; 256];
+    let mut i = 0;
+    while i < 10 {
+        table[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        table[b'a' as usize + i] = 10 + i as u8;
+        if uppercase {
+            table[b'A' as usize + i] = 10 + i as u8;
+        }
+        i += 1;
+    }
+    table
 }
 
 /// RFC 3986's unreserved bytes: what SigV4 never encodes.
@@ -275,7 +297,10 @@ fn write_canonical_headers<'n>(out: &mut impl Sink, headers: &HeaderMap, signed:
     for name in signed {
         out.put(name.as_bytes());
         out.put(b":");
-        for (i, value) in headers.get_all(name).iter().enumerate() {
+        // A scan of the request's few headers rather than a lookup: a lookup by text parses and hashes the name
+        // first. The map yields each name's fields together and in the order they came.
+        let fields = headers.iter().filter(|(n, _)| n.as_str() == name);
+        for (i, (_, value)) in fields.enumerate() {
             if i > 0 {
                 out.put(b",");
             }
@@ -287,8 +312,13 @@ fn write_canonical_headers<'n>(out: &mut impl Sink, headers: &HeaderMap, signed:
 
 /// Trims `value` and collapses each inner run of whitespace into one space.
 fn put_trimmed(out: &mut impl Sink, value: &[u8]) {
+    // Most signed values (hosts, dates, hashes, ranges) have no byte at or below a space at all: one scan with no
+    // early exit, which the compiler turns into wide compares.
+    if !value.iter().fold(false, |any, &b| any | (b <= b' ')) {
+        return out.put(value);
+    }
     let is_space = |b: &u8| b.is_ascii_whitespace() || *b == 0x0b;
-    // What clients send: no space at either end and single spaces inside, so the value goes as it is.
+    // What clients send otherwise: no space at either end and single spaces inside, so the value goes as it is.
     let plain = value.first().is_none_or(|b| !is_space(b))
         && value.last().is_none_or(|b| !is_space(b))
         && !value.windows(2).any(|w| is_space(&w[0]) && (w[0] != b' ' || is_space(&w[1])));

@@ -21,7 +21,6 @@
 
 use http::HeaderMap;
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
 use super::checksum::{Checksum, ChecksumAlgorithm, Checksummer};
 use super::{PayloadHash, SigV4Error, StreamingSeed, Verified};
@@ -409,7 +408,7 @@ impl ChunkedDecoder {
             hex::encode(self.previous_signature)
         );
         let expected = seed.signing_key.sign(string_to_sign.as_bytes());
-        if !bool::from(expected.ct_eq(&self.chunk_signature)) {
+        if !super::ct_eq(&expected, &self.chunk_signature) {
             return Err(SigV4Error::SignatureDoesNotMatch);
         }
         self.previous_signature = expected;
@@ -455,7 +454,7 @@ impl ChunkedDecoder {
                 hex::encode(Sha256::digest(canonical.as_bytes()))
             );
             let expected = seed.signing_key.sign(string_to_sign.as_bytes());
-            if !bool::from(expected.ct_eq(&presented)) {
+            if !super::ct_eq(&expected, &presented) {
                 return Err(SigV4Error::SignatureDoesNotMatch);
             }
             self.trailer_signature_seen = true;

@@ -217,6 +217,9 @@ pub struct SigV4Auth<'a> {
     /// The presented signature (32 bytes, sent as 64 lowercase hex digits).
     pub signature: [u8; 32],
     pub payload: PayloadHash,
+    /// [`Self::payload`] as sent (the canonical request's last line): `x-amz-content-sha256`, or
+    /// `UNSIGNED-PAYLOAD` for a presigned URL that sends none.
+    pub payload_text: &'a str,
     /// `X-Amz-Expires` of a presigned URL, in seconds.
     pub expires_in: Option<i64>,
 }
@@ -263,7 +266,7 @@ pub struct SigningKey {
 
 impl PartialEq for SigningKey {
     fn eq(&self, other: &Self) -> bool {
-        bool::from(self.bytes.ct_eq(&other.bytes))
+        ct_eq(&self.bytes, &other.bytes)
     }
 }
 
@@ -331,7 +334,7 @@ impl SigningKeyCache {
     /// The signing key of `access_key_id` with `secret` for `date` (`YYYYMMDD`) and `region`.
     pub fn signing_key(&self, access_key_id: &str, secret: &[u8], date: &str, region: &str) -> SigningKey {
         if let Some(hit) = self.keys.get(&KeyLookup(access_key_id, date, region))
-            && bool::from(hit.secret.ct_eq(secret))
+            && ct_eq(&hit.secret, secret)
         {
             return hit.key.clone();
         }
@@ -378,7 +381,7 @@ impl SigV4Auth<'_> {
     ) -> Result<Verified, SigV4Error> {
         let mut canonical = Sha256::new();
         let mut gathered = canonical::Gather::new(&mut canonical);
-        canonical::write_canonical_request(&mut gathered, request, self)?;
+        canonical::write_canonical_request(&mut gathered, request, self);
         gathered.finish();
         let canonical: [u8; 32] = canonical.finalize().into();
         let date = self.timestamp.date();
@@ -389,7 +392,7 @@ impl SigV4Auth<'_> {
             write_string_to_sign(&mut gathered, self.timestamp.text(), &scope, &canonical);
             gathered.finish();
         });
-        if !bool::from(expected.ct_eq(&self.signature)) {
+        if !ct_eq(&expected, &self.signature) {
             return Err(SigV4Error::SignatureDoesNotMatch);
         }
         let streaming = matches!(self.payload, PayloadHash::StreamingSigned | PayloadHash::StreamingSignedTrailer)
@@ -432,7 +435,20 @@ fn write_string_to_sign(out: &mut impl Sink, timestamp: &str, scope: &[&str], ca
 
 /// Compares the SHA-256 of a received body with a signed [`PayloadHash::Sha256`].
 pub fn check_payload_sha256(signed: &[u8; 32], received: &[u8; 32]) -> Result<(), SigV4Error> {
-    if bool::from(signed.ct_eq(received)) { Ok(()) } else { Err(SigV4Error::ContentSha256Mismatch) }
+    if ct_eq(signed, received) { Ok(()) } else { Err(SigV4Error::ContentSha256Mismatch) }
+}
+
+/// Whether `a` and `b` are equal, in time that depends on their lengths only. Eight bytes at a time: `subtle`
+/// keeps each comparison branch-free with a barrier, and one barrier per word rather than per byte is a quarter
+/// of the cost on a signature.
+pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let (a_words, b_words) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tails = a_words.remainder().ct_eq(b_words.remainder());
+    let word = |w: &[u8]| u64::from_ne_bytes(w.try_into().expect("chunks of eight"));
+    bool::from(a_words.zip(b_words).fold(tails, |equal, (x, y)| equal & word(x).ct_eq(&word(y))))
 }
 
 mod parsing;

@@ -146,12 +146,12 @@ fn parse_header_auth<'a>(
         .and_then(AmzDate::parse)
         .ok_or(SigV4Error::AccessDenied("AWS authentication requires a valid Date or x-amz-date header"))?;
     let access_key_id = parse_credential(credential, &timestamp, region, SigV4Error::header)?;
-    parse_signed_headers(signed_headers, SigV4Error::header)?;
-    check_signed(request.headers, signed_headers)?;
+    check_signed(request.headers, &parse_signed_headers(signed_headers, SigV4Error::header)?)?;
     if (now - timestamp.unix).abs() > MAX_CLOCK_SKEW_SECS {
         return Err(SigV4Error::RequestTimeTooSkewed);
     }
-    let payload = PayloadHash::parse(payload_text(request.headers, AuthKind::Header)?)?;
+    let payload_text = payload_text(request.headers, AuthKind::Header)?;
+    let payload = PayloadHash::parse(payload_text)?;
     Ok(SigV4Auth {
         kind: AuthKind::Header,
         access_key_id: Cow::Borrowed(access_key_id),
@@ -160,6 +160,7 @@ fn parse_header_auth<'a>(
         signed_headers: Cow::Borrowed(signed_headers),
         signature: parse_signature(signature)?,
         payload,
+        payload_text,
         expires_in: None,
     })
 }
@@ -190,15 +191,15 @@ fn parse_query_auth<'a>(
         return Err(SigV4Error::query("X-Amz-Expires must be less than a week (in seconds) that is 604800"));
     }
     let access_key_id = parse_credential(&credential, &timestamp, region, SigV4Error::query)?.to_owned();
-    parse_signed_headers(&signed_headers, SigV4Error::query)?;
-    check_signed(request.headers, &signed_headers)?;
+    check_signed(request.headers, &parse_signed_headers(&signed_headers, SigV4Error::query)?)?;
     if timestamp.unix > now + MAX_CLOCK_SKEW_SECS {
         return Err(SigV4Error::AccessDenied("Request is not valid yet"));
     }
     if now > timestamp.unix + expires_in {
         return Err(SigV4Error::AccessDenied("Request has expired"));
     }
-    let payload = PayloadHash::parse(payload_text(request.headers, AuthKind::Query)?)?;
+    let payload_text = payload_text(request.headers, AuthKind::Query)?;
+    let payload = PayloadHash::parse(payload_text)?;
     if matches!(payload, PayloadHash::StreamingSigned | PayloadHash::StreamingSignedTrailer) {
         return Err(SigV4Error::InvalidRequest("a signed streaming payload needs header authentication".into()));
     }
@@ -210,6 +211,7 @@ fn parse_query_auth<'a>(
         signed_headers: Cow::Owned(signed_headers),
         signature: parse_signature(&signature)?,
         payload,
+        payload_text,
         expires_in: Some(expires_in),
     })
 }
@@ -258,20 +260,24 @@ fn parse_credential<'c>(
     Ok(access_key_id)
 }
 
-/// `host;range;x-amz-date`: lowercase header names, sorted, unique, including `host`.
-fn parse_signed_headers(text: &str, error: fn(String) -> SigV4Error) -> Result<(), SigV4Error> {
-    let token = |n: &str| {
-        !n.is_empty()
-            && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$%&'*+-.^_`|~".contains(&b))
-    };
-    // One pass; a malformed name is reported before an unsorted list, and that before a missing host.
+/// `host;range;x-amz-date`: lowercase header names, sorted, unique, including `host`. The names, in order.
+fn parse_signed_headers(text: &str, error: fn(String) -> SigV4Error) -> Result<SignedNames<'_>, SigV4Error> {
+    // One pass over the bytes; a malformed name is reported before an unsorted list, and that before a missing
+    // host.
     let (mut malformed, mut unsorted, mut host) = (false, false, false);
-    let mut previous: Option<&str> = None;
-    for name in split_ascii(text, b';') {
-        malformed |= !token(name);
-        unsorted |= previous.is_some_and(|p| p >= name);
+    let mut names = SignedNames::new();
+    let mut start = 0;
+    for (i, &b) in text.as_bytes().iter().chain([b';'].iter()).enumerate() {
+        if b != b';' {
+            malformed |= !LOWERCASE_TOKEN[usize::from(b)];
+            continue;
+        }
+        let name = &text[start..i];
+        malformed |= name.is_empty();
+        unsorted |= names.last().is_some_and(|p| *p >= name);
         host |= name == "host";
-        previous = Some(name);
+        names.push(name);
+        start = i + 1;
     }
     if malformed {
         return Err(error(format!("SignedHeaders must be lowercase header names separated by ';', got \"{text}\".")));
@@ -282,15 +288,33 @@ fn parse_signed_headers(text: &str, error: fn(String) -> SigV4Error) -> Result<(
     if !host {
         return Err(error("SignedHeaders must include host.".into()));
     }
-    Ok(())
+    Ok(names)
 }
 
+/// The signed header names of one request: a handful, so they stay on the stack.
+type SignedNames<'t> = smallvec::SmallVec<[&'t str; 12]>;
+
+/// RFC 9110's token bytes without `A-Z`: what a signed header name may be made of.
+static LOWERCASE_TOKEN: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let byte = b as u8;
+        table[b] = byte.is_ascii_lowercase()
+            || byte.is_ascii_digit()
+            || matches!(
+                byte,
+                b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~'
+            );
+        b += 1;
+    }
+    table
+};
+
 /// Every `x-amz-*` header that was sent must be signed, so that none can be added or changed on the way.
-/// `signed` is a checked `SignedHeaders` list.
-fn check_signed(headers: &HeaderMap, signed: &str) -> Result<(), SigV4Error> {
-    let unsigned = headers
-        .keys()
-        .any(|name| name.as_str().starts_with("x-amz-") && !split_ascii(signed, b';').any(|s| s == name.as_str()));
+fn check_signed(headers: &HeaderMap, signed: &[&str]) -> Result<(), SigV4Error> {
+    let unsigned =
+        headers.keys().map(HeaderName::as_str).any(|name| name.starts_with("x-amz-") && !signed.contains(&name));
     if unsigned {
         return Err(SigV4Error::AccessDenied("There were headers present in the request which were not signed"));
     }
@@ -301,4 +325,17 @@ fn check_signed(headers: &HeaderMap, signed: &str) -> Result<(), SigV4Error> {
 /// not match, so no two texts verify as one signature.
 fn parse_signature(text: &str) -> Result<[u8; 32], SigV4Error> {
     hex_32(text, true).ok_or(SigV4Error::SignatureDoesNotMatch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LOWERCASE_TOKEN;
+
+    #[test]
+    fn signed_header_name_bytes_are_the_lowercase_token_bytes() {
+        for b in 0..=255u8 {
+            let token = b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$%&'*+-.^_`|~".contains(&b);
+            assert_eq!(LOWERCASE_TOKEN[usize::from(b)], token, "byte {b:#04x}");
+        }
+    }
 }

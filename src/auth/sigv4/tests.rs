@@ -59,7 +59,7 @@ fn aws_example_get_object_with_range() {
     assert_eq!(auth.access_key_id, AKID);
     assert_eq!(auth.kind, AuthKind::Header);
     // The documentation's canonical request and string to sign, line by line.
-    let canonical = String::from_utf8(canonical::canonical_request(&r, &auth).unwrap()).unwrap();
+    let canonical = String::from_utf8(canonical::canonical_request(&r, &auth)).unwrap();
     assert_eq!(
         canonical,
         format!(
@@ -552,6 +552,21 @@ mod robustness {
             }
             let none = HeaderMap::new();
             let _ = parse(&request("GET", "/b/k", Some(&query), &none), REGION, EXAMPLE_TIME);
+        }
+
+        /// The word-wise constant-time comparison answers what `==` answers, at every length and position of a
+        /// difference.
+        #[test]
+        fn constant_time_comparison_is_equality(a in proptest::collection::vec(any::<u8>(), 0..70),
+                                                flip in any::<proptest::sample::Index>(), bit in 0u8..8,
+                                                cut in any::<proptest::sample::Index>()) {
+            prop_assert!(crate::auth::sigv4::ct_eq(&a, &a.clone()));
+            if !a.is_empty() {
+                let mut b = a.clone();
+                b[flip.index(a.len())] ^= 1 << bit;
+                prop_assert!(!crate::auth::sigv4::ct_eq(&a, &b));
+                prop_assert!(!crate::auth::sigv4::ct_eq(&a, &a[..cut.index(a.len())]));
+            }
         }
 
         /// Any bytes, in any framing, fed in any split: an answer, never a panic, and never more data than
