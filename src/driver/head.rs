@@ -7,6 +7,8 @@
 //! After any parse error the connection is closed: we never try to find the next request in a byte stream we
 //! failed to understand.
 
+use std::mem::MaybeUninit;
+
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri, Version};
 
@@ -62,16 +64,18 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
     // RFC 9112 §2.2: a server SHOULD ignore at least one empty line before the request-line.
     let skipped = leading_empty_lines(buf);
     let buf = &buf[skipped..];
-    let mut storage = [httparse::EMPTY_HEADER; 64];
+    // Room for the default limit on the stack and left uninitialised (httparse initialises what it parses), so a
+    // head allocates nothing here; a higher limit spills to the heap.
+    let mut storage = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; 128];
     let mut spill;
-    let slots: &mut [httparse::Header<'_>] = if limits.max_headers <= storage.len() {
+    let slots: &mut [MaybeUninit<httparse::Header<'_>>] = if limits.max_headers <= storage.len() {
         &mut storage[..limits.max_headers]
     } else {
-        spill = vec![httparse::EMPTY_HEADER; limits.max_headers];
+        spill = vec![MaybeUninit::uninit(); limits.max_headers];
         &mut spill
     };
-    let mut req = httparse::Request::new(slots);
-    let status = match req.parse(buf) {
+    let mut req = httparse::Request::new(&mut []);
+    let status = match req.parse_with_uninit_headers(buf, slots) {
         Ok(s) => s,
         Err(httparse::Error::TooManyHeaders) => {
             return Err(HeadError::new(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "too many header fields"));
@@ -363,6 +367,34 @@ mod tests {
         match parse(raw) {
             Err(e) => e.status,
             Ok(_) => StatusCode::OK,
+        }
+    }
+
+    #[test]
+    fn header_limits_hold_on_the_stack_and_above_it() {
+        // 128 slots live on the stack; a higher limit spills to the heap. Both count the same way.
+        for max_headers in [8, 100, 128, 129, 300] {
+            let limits = HeadLimits { max_head_bytes: 64 << 10, max_headers, ..LIMITS };
+            let head = |fields: usize| {
+                let mut raw = b"GET /b/k HTTP/1.1\r\nhost: x\r\n".to_vec();
+                for i in 1..fields {
+                    raw.extend_from_slice(format!("x-f{i}: {i}\r\n").as_bytes());
+                }
+                raw.extend_from_slice(b"\r\n");
+                parse_request_head(&raw, &limits)
+            };
+            match head(max_headers) {
+                Ok(Parsed::Complete(h)) => {
+                    assert_eq!(h.headers.len(), max_headers);
+                    assert_eq!(
+                        h.headers.get(format!("x-f{}", max_headers - 1)).unwrap(),
+                        &*(max_headers - 1).to_string()
+                    );
+                }
+                other => panic!("{max_headers} fields under a limit of {max_headers}: {:?}", other.err()),
+            }
+            let refused = head(max_headers + 1).err().map(|e| e.status);
+            assert_eq!(refused, Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE), "limit {max_headers}");
         }
     }
 
