@@ -7,8 +7,9 @@
 //!
 //! Uploads are bounded: at most `limits.max_concurrent_uploads` at once. One beyond waits its turn for up to
 //! `timeouts.upload_queue` without reading its body, then gets 503 with `Retry-After`. The body is written in
-//! batches, each one short call on the blocking pool. An upload holds no thread while it waits for its client, and its temp file is created with its first batch, so stalled uploads hold neither
-//! threads nor files, and cannot delay other uploads.
+//! batches, each one short call on the blocking pool. An upload holds no thread while it waits for its client,
+//! and its temp file is created with its first batch, so stalled uploads hold neither threads nor files, and
+//! cannot delay other uploads.
 //!
 //! Body chunks hold their share of the admin listener's body budget (`limits.upload_buffer_bytes`) until they
 //! are written. So an upload never waits for more body while it holds chunks and no write is in flight: it
