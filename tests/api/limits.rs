@@ -164,16 +164,28 @@ fn stalled_upload_bodies_get_408_store_nothing_and_do_not_delay_other_uploads() 
     env.bucket("box", false);
     let write = env.token("box", "write", &[]);
     let read = env.token("box", "read", &[]);
-    let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__BODY_IDLE", "2s")], &[]);
+    let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__BODY_IDLE", "4s")], &[]);
     let body = test_bytes(2 << 20, 3);
     let started = Instant::now();
     assert_eq!(server.put("/box/warm-up", &write, &body, &[]).status, 201);
     let baseline = started.elapsed();
     let threads_before = thread_count(server.pid());
 
-    let mut stalled: Vec<Conn> = (0..40).map(|n| stalled_upload(&server, &write, &format!("stalled-{n}"))).collect();
-    let waiting = wait_for(Duration::from_secs(5), || server.metric("blobgate_uploads_in_progress") == 40.0);
-    assert!(waiting, "the stalled uploads did not all start");
+    // One at a time: each writes its first bytes on a blocking thread, and 40 at once would grow the pool for a
+    // moment (its threads linger idle for 10 s), which is not what is measured here.
+    let started_stalls = Instant::now();
+    let mut stalled = Vec::new();
+    for n in 0..40 {
+        stalled.push(stalled_upload(&server, &write, &format!("stalled-{n}")));
+        let open = wait_for(Duration::from_secs(2), || server.metric("blobgate_uploads_in_progress") == (n + 1) as f64);
+        assert!(open, "stalled upload {n} did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        started_stalls.elapsed() < Duration::from_secs(4),
+        "the stalls took {:?} to start",
+        started_stalls.elapsed()
+    );
     let started = Instant::now();
     assert_eq!(server.put("/box/normal", &write, &body, &[]).status, 201);
     let with_stalls = started.elapsed();
@@ -186,7 +198,7 @@ fn stalled_upload_bodies_get_408_store_nothing_and_do_not_delay_other_uploads() 
     assert!(threads < threads_before + 10, "{threads} threads with 40 stalled uploads, {threads_before} before");
 
     for (n, conn) in stalled.iter_mut().enumerate() {
-        conn.stream.set_read_timeout(Some(Duration::from_secs(6))).unwrap();
+        conn.stream.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
         let r = conn.read_response(false).unwrap_or_else(|| panic!("stalled upload {n} got no answer"));
         assert_json_error(&r, 408, "body_timeout");
     }
