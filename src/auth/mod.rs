@@ -308,6 +308,27 @@ pub struct S3Grant {
     pub verified: sigv4::Verified,
 }
 
+/// The key's rights to `target` with `access` at `now`, as an S3 refusal.
+fn check_s3_target(key: &S3KeyRecord, target: S3Target<'_>, access: Access, now: i64) -> Result<(), AuthError> {
+    let rights = Rights::of(&key.grant);
+    let checked = match target {
+        S3Target::Service => rights.check_liveness(now),
+        S3Target::Bucket(bucket) => rights.check(bucket.map(|b| b.id), rights.prefix, access, now),
+        // A public bucket is readable by any live key, as by anyone.
+        S3Target::Object(Some(bucket), _) if bucket.public && access == Access::Read => rights.check_liveness(now),
+        S3Target::Object(bucket, object) => rights.check(bucket.map(|b| b.id), object.as_str(), access, now),
+    };
+    match checked {
+        Ok(()) => Ok(()),
+        Err(Denial::Revoked) => Err(AuthError::InvalidAccessKeyId { reason: FailureReason::Revoked }),
+        Err(Denial::Expired) => {
+            let error = SigV4Error::AccessDenied("The access key has expired.");
+            Err(AuthError::SigV4 { reason: FailureReason::Expired, error })
+        }
+        Err(Denial::Forbidden) => Err(AuthError::Forbidden),
+    }
+}
+
 /// The failure-metric label of a SigV4 refusal.
 fn sigv4_reason(error: &SigV4Error) -> FailureReason {
     match error {
@@ -366,24 +387,14 @@ impl<L: CredentialLookup> Authorizer<L> {
             return Err(AuthError::InvalidAccessKeyId { reason: FailureReason::UnknownToken });
         };
         let verified = signed.verify(request, key.secret.as_bytes(), &self.s3_signing_keys).map_err(sigv4_refusal)?;
-        let rights = Rights::of(&key.grant);
-        let checked = match target {
-            S3Target::Service => rights.check_liveness(now),
-            S3Target::Bucket(bucket) => rights.check(bucket.map(|b| b.id), rights.prefix, access, now),
-            // A public bucket is readable by any live key, as by anyone.
-            S3Target::Object(Some(bucket), _) if bucket.public && access == Access::Read => rights.check_liveness(now),
-            S3Target::Object(bucket, object) => rights.check(bucket.map(|b| b.id), object.as_str(), access, now),
-        };
-        match checked {
-            Ok(()) => {}
-            Err(Denial::Revoked) => return Err(AuthError::InvalidAccessKeyId { reason: FailureReason::Revoked }),
-            Err(Denial::Expired) => {
-                let error = SigV4Error::AccessDenied("The access key has expired.");
-                return Err(AuthError::SigV4 { reason: FailureReason::Expired, error });
-            }
-            Err(Denial::Forbidden) => return Err(AuthError::Forbidden),
-        }
+        check_s3_target(&key, target, access, now)?;
         Ok(S3Grant { key, presigned: verified.kind == AuthKind::Query, verified })
+    }
+
+    /// Whether a request already verified by [`Authorizer::s3`] may also have `access` to a second target: the
+    /// source of a server-side copy, which the signed request names in a header.
+    pub fn s3_also(&self, grant: &S3Grant, target: S3Target<'_>, access: Access) -> Result<(), AuthError> {
+        check_s3_target(&grant.key, target, access, (self.clock)())
     }
 
     /// The same authoriser with another clock (tests).

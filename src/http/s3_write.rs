@@ -1,7 +1,9 @@
 //! S3 writes, on the admin listener only (the data listener stays body-free and answers them `MethodNotAllowed`):
-//! PutObject, DeleteObject, DeleteObjects (`POST /{bucket}?delete`) and multipart uploads (`POST ?uploads`,
+//! PutObject, DeleteObject, DeleteObjects (`POST /{bucket}?delete`), multipart uploads (`POST ?uploads`,
 //! `PUT ?partNumber=&uploadId=`, `POST ?uploadId=`, `DELETE ?uploadId=`, `GET /{bucket}?uploads`,
-//! `GET ?uploadId=`), over the store's multipart layer.
+//! `GET ?uploadId=`) over the store's multipart layer, and server-side copies (a PUT with `x-amz-copy-source`:
+//! CopyObject, or UploadPartCopy with `uploadId`) over `store::server_copy`. A copy's source is authorised for
+//! reading by the same signed request before it is looked up.
 //!
 //! Every write is authorised (`Authorizer::s3` with `Access::Write`, from the headers alone) before its body is
 //! read. Object and part bodies stream to disk through `upload::stage_body`, with the native uploads' admission,
@@ -20,6 +22,7 @@ use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode};
 
 use super::AdminState;
+use super::conditional::{Precondition, Validators, evaluate};
 use super::error::ApiError;
 use super::s3::{
     AMZ_REQUEST_ID, S3Context, S3Error, S3Path, is_signing_or_sdk_param, parse_path, with_principal, xml_response,
@@ -33,11 +36,13 @@ use crate::names::{BucketName, ObjectKey, parse_attrs};
 use crate::s3::listing::{self, Entry};
 use crate::s3::request::{
     ListPartsParams, ListUploadsParams, MAX_COMPLETE_BODY, MAX_DELETE_BODY, RequestError,
-    parse_complete_multipart_upload, parse_delete,
+    parse_complete_multipart_upload, parse_copy_source, parse_copy_source_range, parse_delete,
+    parse_metadata_directive,
 };
-use crate::s3::xml::{self, DeleteOutcome, ListedPart, ListedUpload, Owner, PartsPage, UploadsPage};
-use crate::store::StagedBlob;
+use crate::s3::xml::{self, CopyResult, DeleteOutcome, ListedPart, ListedUpload, Owner, PartsPage, UploadsPage};
 use crate::store::multipart::MultipartError;
+use crate::store::server_copy::{CopiedAttrs, CopyOutcome, ObjectName};
+use crate::store::{ObjectRecord, StagedBlob};
 
 /// Whether an admin-listener request is an S3 write (or a multipart listing, which only the admin listener
 /// answers): a SigV4 request with a method that writes, or a GET naming `uploads` / `uploadId`.
@@ -100,13 +105,22 @@ async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Re
             bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?;
             refuse_unsupported(method, &query, &parts.headers)?;
             let upload_id = param("uploadId");
+            let target = ObjectName { bucket: &name, key: &key };
+            let copy_source = parts.headers.get(COPY_SOURCE);
             let response = match (method.clone(), upload_id) {
+                (Method::PUT, None) if copy_source.is_some() => {
+                    copy_object(app, target, &grant, &parts.headers, body).await?
+                }
                 (Method::PUT, None) => put_object(app, &name, &key, &grant, &parts.headers, body).await?,
                 (Method::PUT, Some(id)) => {
                     let number = param("partNumber").and_then(|n| n.parse::<u32>().ok()).ok_or_else(|| {
                         S3Error::new(StatusCode::BAD_REQUEST, "InvalidArgument", "partNumber must be 1 to 10000")
                     })?;
-                    upload_part(app, &name, &key, id, number, &grant, &parts.headers, body).await?
+                    if copy_source.is_some() {
+                        upload_part_copy(app, target, id, number, &grant, &parts.headers, body).await?
+                    } else {
+                        upload_part(app, &name, &key, id, number, &grant, &parts.headers, body).await?
+                    }
                 }
                 (Method::DELETE, None) => {
                     app.store.delete(&name, &key).await.map_err(ApiError::from)?;
@@ -145,11 +159,22 @@ const MULTIPART_LIST_PARAMS: &[&str] = &[
     "max-parts",
     "part-number-marker",
 ];
-/// Request headers asking for what we do not do: CopyObject / UploadPartCopy, server-side encryption (SSE-S3,
-/// SSE-KMS, SSE-C), object lock. Accepting them would store the wrong bytes, or plaintext while the client
-/// believes it is encrypted or locked.
+/// Request headers asking for what we do not do: server-side encryption (SSE-S3, SSE-KMS, SSE-C, of the object
+/// or of a copy's source), object lock. Accepting them would store plaintext while the client believes it is
+/// encrypted or locked.
 const UNSUPPORTED_HEADER_PREFIXES: &[&str] =
-    &["x-amz-copy-source", "x-amz-server-side-encryption", "x-amz-object-lock-"];
+    &["x-amz-server-side-encryption", "x-amz-copy-source-server-side-encryption", "x-amz-object-lock-"];
+/// CopyObject's and UploadPartCopy's source (`[/]bucket/key`, URL-encoded), and the headers that go with it.
+const COPY_SOURCE: &str = "x-amz-copy-source";
+const COPY_SOURCE_RANGE: &str = "x-amz-copy-source-range";
+const METADATA_DIRECTIVE: &str = "x-amz-metadata-directive";
+/// The copy source's preconditions, and the RFC 9110 fields they mean for the source.
+const COPY_SOURCE_PRECONDITIONS: [(&str, header::HeaderName); 4] = [
+    ("x-amz-copy-source-if-match", header::IF_MATCH),
+    ("x-amz-copy-source-if-none-match", header::IF_NONE_MATCH),
+    ("x-amz-copy-source-if-modified-since", header::IF_MODIFIED_SINCE),
+    ("x-amz-copy-source-if-unmodified-since", header::IF_UNMODIFIED_SINCE),
+];
 
 fn not_implemented(what: impl std::fmt::Display) -> S3Error {
     S3Error::new(
@@ -177,6 +202,10 @@ fn refuse_unsupported(method: &Method, query: &[(String, String)], headers: &Hea
         let name = name.as_str();
         if UNSUPPORTED_HEADER_PREFIXES.iter().any(|p| name.starts_with(p)) {
             return Err(not_implemented(name));
+        }
+        // A copy is a PUT (CopyObject, UploadPartCopy); S3 has no copy by POST or DELETE.
+        if name == COPY_SOURCE && *method != Method::PUT {
+            return Err(not_implemented(format!("{name} on {method}")));
         }
     }
     for name in [header::IF_MATCH, header::IF_NONE_MATCH] {
@@ -374,6 +403,113 @@ async fn upload_part(
     let staged = stage(app, grant, headers, body).await?;
     let part = app.store.put_part(bucket, key, upload_id, part_number, staged).await.map_err(multipart_error)?;
     Ok(with_etag(StatusCode::OK.into_response(), &part.etag()))
+}
+
+/// The source a copy names, authorised for reading by the same signed request (before it is looked up, so an
+/// answer never tells a key that may not read it whether the source exists), and the empty body checked.
+async fn copy_source(
+    app: &AdminState,
+    grant: &S3Grant,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(BucketName, ObjectKey), S3Error> {
+    let value = headers.get(COPY_SOURCE).map(|v| v.to_str()).transpose();
+    let value = value.map_err(|_| bad_request(format!("{COPY_SOURCE} is not ASCII")))?.unwrap_or_default();
+    let (bucket, key) = parse_copy_source(value).map_err(request_error)?;
+    let found = app.data.catalog.bucket(bucket.as_str()).await?;
+    app.auth.s3_also(grant, S3Target::Object(found.as_ref(), &key), Access::Read)?;
+    // A copy carries no body: one that does is refused, and a signed payload hash is checked as for any body.
+    small_body(app, grant, headers, body, 0).await?;
+    Ok((bucket, key))
+}
+
+/// Whether the copy's source passes its `x-amz-copy-source-if-*` preconditions, evaluated as RFC 9110's
+/// `If-*` on the source (S3's rules are the RFC's order: If-Match wins over If-Unmodified-Since, If-None-Match
+/// over If-Modified-Since), against the ETag and Last-Modified S3 reads of it answer.
+fn copy_source_passes(headers: &HeaderMap, source: &ObjectRecord) -> bool {
+    let mut fields = HeaderMap::new();
+    for (name, field) in &COPY_SOURCE_PRECONDITIONS {
+        for value in headers.get_all(*name) {
+            fields.append(field.clone(), value.clone());
+        }
+    }
+    if fields.is_empty() {
+        return true;
+    }
+    let etag = source.s3_etag.clone().unwrap_or_else(|| crate::header_values::etag_from_sha256(&source.sha256));
+    let last_modified = std::time::UNIX_EPOCH + std::time::Duration::from_secs(source.updated_at.max(0) as u64);
+    let validators = Validators { etag: &etag, last_modified };
+    matches!(evaluate(&Method::GET, &fields, &validators, std::time::SystemTime::now()), Precondition::Proceed { .. })
+}
+
+async fn copy_object(
+    app: &AdminState,
+    target: ObjectName<'_>,
+    grant: &S3Grant,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, S3Error> {
+    let (bucket, key) = copy_source(app, grant, headers, body).await?;
+    let directive = headers.get(METADATA_DIRECTIVE).map(|v| v.to_str().unwrap_or("?"));
+    let attrs = if parse_metadata_directive(directive).map_err(request_error)? {
+        CopiedAttrs::Replace(object_attrs(headers)?)
+    } else if bucket == *target.bucket && key == *target.key {
+        return Err(S3Error::new(
+            StatusCode::BAD_REQUEST,
+            "InvalidRequest",
+            "This copy request is illegal because it is trying to copy an object to itself without changing the \
+             object's metadata, storage class, website redirect location or encryption attributes.",
+        ));
+    } else {
+        CopiedAttrs::FromSource
+    };
+    let source = ObjectName { bucket: &bucket, key: &key };
+    let copied = app.store.copy_object(source, target, attrs, |record| copy_source_passes(headers, record)).await;
+    match copied.map_err(ApiError::from)? {
+        CopyOutcome::Copied(report) => {
+            Ok(xml_response(xml::copy_result(CopyResult::Object, &report.s3_etag, report.last_modified)))
+        }
+        CopyOutcome::NoSuchKey => Err(ApiError::NotFound.into()),
+        CopyOutcome::PreconditionFailed => Err(ApiError::PreconditionFailed.into()),
+    }
+}
+
+async fn upload_part_copy(
+    app: &AdminState,
+    target: ObjectName<'_>,
+    upload_id: &str,
+    part_number: u32,
+    grant: &S3Grant,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, S3Error> {
+    if !(1..=crate::store::multipart::MAX_PART_NUMBER).contains(&part_number) {
+        return Err(multipart_error(MultipartError::InvalidPartNumber(part_number)));
+    }
+    let (bucket, key) = copy_source(app, grant, headers, body).await?;
+    let source = app.store.object(&bucket, &key).await.map_err(ApiError::from)?.ok_or(ApiError::NotFound)?;
+    if !copy_source_passes(headers, &source) {
+        return Err(ApiError::PreconditionFailed.into());
+    }
+    let range = match headers.get(COPY_SOURCE_RANGE) {
+        Some(value) => {
+            let value = value.to_str().map_err(|_| bad_request(format!("{COPY_SOURCE_RANGE} is not ASCII")))?;
+            parse_copy_source_range(value, source.size).map_err(request_error)?
+        }
+        None => (0, source.size),
+    };
+    if range.1 > crate::store::multipart::MAX_PART_SIZE {
+        return Err(multipart_error(MultipartError::EntityTooLarge { size: range.1 }));
+    }
+    // The copy writes a part file: it takes an upload place like an uploaded part.
+    let _place = super::upload::upload_place(app).await?;
+    let copied = app.store.copy_part(&source, range, target, upload_id, part_number).await;
+    match copied.map_err(multipart_error)? {
+        CopyOutcome::Copied(part) => {
+            Ok(xml_response(xml::copy_result(CopyResult::Part, &part.etag(), part.created_at)))
+        }
+        CopyOutcome::NoSuchKey | CopyOutcome::PreconditionFailed => Err(ApiError::NotFound.into()),
+    }
 }
 
 fn with_etag(mut response: Response, etag: &str) -> Response {

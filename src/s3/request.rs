@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use super::MAX_KEYS;
 use super::listing::ListQuery;
+use crate::names::{BucketName, ObjectKey};
 
 /// A request S3 would refuse with 400, and the code it would name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -288,6 +289,71 @@ pub fn parse_delete(body: &[u8]) -> Result<DeleteRequest, RequestError> {
     Ok(DeleteRequest { quiet, keys: parsed.objects.into_iter().map(|o| o.key).collect() })
 }
 
+/// CopyObject's and UploadPartCopy's source, `x-amz-copy-source`: `[/]bucket/key`, the key URL-encoded, with an
+/// optional `?versionId=`. Buckets have no versions here, so only the `null` version (the current object, as
+/// S3 names it in an unversioned bucket) is accepted.
+pub fn parse_copy_source(value: &str) -> Result<(BucketName, ObjectKey), RequestError> {
+    let invalid = |why: &str| {
+        RequestError::InvalidArgument(format!(
+            "Copy Source must mention the source bucket and key: sourcebucket/sourcekey ({why})"
+        ))
+    };
+    let (path, query) = value.split_once('?').unwrap_or((value, ""));
+    for (name, version) in form_urlencoded::parse(query.as_bytes()) {
+        if name != "versionId" {
+            return Err(invalid("only versionId may follow the key"));
+        }
+        if version != "null" {
+            return Err(RequestError::InvalidArgument("Invalid version id specified".into()));
+        }
+    }
+    let path = path.strip_prefix('/').unwrap_or(path);
+    let (bucket, key) = path.split_once('/').ok_or_else(|| invalid("no key"))?;
+    let bucket = BucketName::parse(bucket).map_err(|e| invalid(&e.to_string()))?;
+    let key = ObjectKey::from_url_path(key).map_err(|e| invalid(&e.to_string()))?;
+    Ok((bucket, key))
+}
+
+/// UploadPartCopy's `x-amz-copy-source-range: bytes=first-last` (both offsets given, inclusive, within the
+/// source's `size` bytes), as (offset, length).
+pub fn parse_copy_source_range(value: &str, size: u64) -> Result<(u64, u64), RequestError> {
+    let (first, last) = value
+        .strip_prefix("bytes=")
+        .and_then(|r| r.split_once('-'))
+        .and_then(|(a, b)| Some((parse_offset(a)?, parse_offset(b)?)))
+        .ok_or_else(|| {
+            RequestError::InvalidArgument(
+                "The x-amz-copy-source-range value must be of the form bytes=first-last where first and last are \
+                 the zero-based offsets of the first and last bytes to copy"
+                    .into(),
+            )
+        })?;
+    if first > last || last >= size {
+        return Err(RequestError::InvalidArgument(format!(
+            "Range specified is not valid for source object of size: {size}"
+        )));
+    }
+    Ok((first, last - first + 1))
+}
+
+/// A byte offset: ASCII digits only (no sign, no space), as `u64`.
+fn parse_offset(digits: &str) -> Option<u64> {
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// `x-amz-metadata-directive`: whether the copy takes the request's attributes (`REPLACE`) rather than the
+/// source's (`COPY`, the default).
+pub fn parse_metadata_directive(value: Option<&str>) -> Result<bool, RequestError> {
+    match value {
+        None | Some("COPY") => Ok(false),
+        Some("REPLACE") => Ok(true),
+        Some(other) => Err(RequestError::InvalidArgument(format!("Unknown metadata directive: {other}"))),
+    }
+}
+
 /// A bounded body as UTF-8 XML into `T`. quick-xml expands only the predefined and character entities (no DTD),
 /// so a body cannot grow as it is read.
 fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8], limit: usize) -> Result<T, RequestError> {
@@ -303,6 +369,68 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn copy_sources_name_a_bucket_and_a_decoded_key() {
+        let parsed = |v: &str| parse_copy_source(v).map(|(b, k)| (b.as_str().to_owned(), k.as_str().to_owned()));
+        let want = |b: &str, k: &str| Ok((b.to_owned(), k.to_owned()));
+        assert_eq!(parsed("bkt/a/b.txt"), want("bkt", "a/b.txt"));
+        assert_eq!(parsed("/bkt/a/b.txt"), want("bkt", "a/b.txt"));
+        assert_eq!(parsed("/bkt/odd/a%20b%2Bc%25d%20%C3%A9.txt"), want("bkt", "odd/a b+c%d é.txt"));
+        assert_eq!(parsed("bkt/what%3Fnot"), want("bkt", "what?not"), "an encoded ? is part of the key");
+        assert_eq!(parsed("bkt/k?versionId=null"), want("bkt", "k"));
+        for bad in ["bkt", "/bkt", "bkt/", "/", "", "Bad_Bucket!/k", "bkt/%FF", "bkt/k?acl", "bkt/k?versionId=null&x=1"]
+        {
+            assert!(matches!(parse_copy_source(bad), Err(RequestError::InvalidArgument(_))), "{bad:?}");
+        }
+        let versioned = parse_copy_source("bkt/k?versionId=3HL4kqtJlcpXroDTDmJ").unwrap_err();
+        assert_eq!(versioned.to_string(), "Invalid version id specified");
+    }
+
+    #[test]
+    fn copy_source_ranges_are_inclusive_and_within_the_source() {
+        assert_eq!(parse_copy_source_range("bytes=0-9", 10), Ok((0, 10)));
+        assert_eq!(parse_copy_source_range("bytes=5-5", 10), Ok((5, 1)));
+        assert_eq!(parse_copy_source_range("bytes=3-7", 10), Ok((3, 5)));
+        for bad in
+            ["bytes=0-10", "bytes=7-3", "bytes=-5", "bytes=5-", "bytes=0-1,3-4", "0-5", "bytes= 0-5", "bytes=+1-2"]
+        {
+            assert!(parse_copy_source_range(bad, 10).is_err(), "{bad:?}");
+        }
+        assert!(parse_copy_source_range("bytes=0-0", 0).is_err(), "an empty source has no range");
+        assert!(parse_copy_source_range("bytes=0-99999999999999999999999", u64::MAX).is_err());
+    }
+
+    #[test]
+    fn metadata_directives() {
+        assert_eq!(parse_metadata_directive(None), Ok(false));
+        assert_eq!(parse_metadata_directive(Some("COPY")), Ok(false));
+        assert_eq!(parse_metadata_directive(Some("REPLACE")), Ok(true));
+        assert!(parse_metadata_directive(Some("replace")).is_err(), "S3's values are upper case");
+    }
+
+    proptest! {
+        #[test]
+        fn copy_source_ranges_agree_with_their_bounds(size in 0u64..1 << 40, a in 0u64..1 << 41, b in 0u64..1 << 41) {
+            let parsed = parse_copy_source_range(&format!("bytes={a}-{b}"), size);
+            if a <= b && b < size {
+                prop_assert_eq!(parsed, Ok((a, b - a + 1)));
+            } else {
+                prop_assert!(parsed.is_err());
+            }
+        }
+
+        #[test]
+        fn any_valid_key_survives_a_copy_source_round_trip(key in "[a-zA-Z0-9 %+?#&=/é~._-]{1,60}") {
+            prop_assume!(crate::names::ObjectKey::parse(&key).is_ok());
+            let encoded: String = percent_encoding::utf8_percent_encode(&key, percent_encoding::NON_ALPHANUMERIC)
+                .to_string()
+                .replace("%2F", "/");
+            let (bucket, parsed) = parse_copy_source(&format!("/bkt/{encoded}")).unwrap();
+            prop_assert_eq!(bucket.as_str(), "bkt");
+            prop_assert_eq!(parsed.as_str(), key.as_str());
+        }
+    }
 
     #[test]
     fn v2_parameters() {

@@ -319,6 +319,34 @@ pub fn complete_multipart_upload(location: &str, bucket: &str, key: &str, etag: 
     document("CompleteMultipartUploadResult", &CompleteXml { xmlns: XMLNS, location, bucket, key, etag })
 }
 
+#[derive(Serialize)]
+struct CopyResultXml<'a> {
+    #[serde(rename = "@xmlns")]
+    xmlns: &'static str,
+    #[serde(rename = "LastModified")]
+    last_modified: String,
+    #[serde(rename = "ETag")]
+    etag: &'a str,
+}
+
+/// CopyObject's `CopyObjectResult` and UploadPartCopy's `CopyPartResult` (`root`): the new object's or part's
+/// ETag (quoted) and Last-Modified (unix seconds).
+#[must_use]
+pub fn copy_result(root: CopyResult, etag: &str, last_modified: i64) -> String {
+    let root = match root {
+        CopyResult::Object => "CopyObjectResult",
+        CopyResult::Part => "CopyPartResult",
+    };
+    document(root, &CopyResultXml { xmlns: XMLNS, last_modified: iso8601_millis(last_modified), etag })
+}
+
+/// Which copy answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyResult {
+    Object,
+    Part,
+}
+
 /// A part as ListParts shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListedPart {
@@ -726,6 +754,12 @@ mod tests {
              <Location>http://h/b/k</Location><Bucket>b</Bucket><Key>k</Key><ETag>\"ab-2\"</ETag>\
              </CompleteMultipartUploadResult>"
         );
+        assert_eq!(
+            body(&copy_result(CopyResult::Object, "\"abc\"", 1_714_564_800)),
+            "<CopyObjectResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
+             <LastModified>2024-05-01T12:00:00.000Z</LastModified><ETag>\"abc\"</ETag></CopyObjectResult>"
+        );
+        assert!(body(&copy_result(CopyResult::Part, "\"e\"", 0)).starts_with("<CopyPartResult xmlns="));
     }
 
     #[test]

@@ -394,16 +394,56 @@ impl BlobStore {
                     Err(e) => return Err(e).context("cannot read a part file"),
                 }
             }
-            copy_in_kernel(&input, &mut output, &mut out_offset, size, &mut how)?;
+            copy_in_kernel(&input, 0, &mut output, &mut out_offset, size, &mut how)?;
             staged.size += size;
         }
         output.sync_all().context("cannot sync the assembled object")?;
         staged.sha256 = hex::encode(hasher.finalize());
         Ok(staged)
     }
+
+    /// Stages `len` bytes of the blob `sha256` from `offset` (UploadPartCopy), with their MD5 (the part's ETag).
+    /// Like `assemble`, the bytes are copied by the kernel and read once to hash them. `Ok(None)` when the blob is
+    /// gone: its object was deleted after the caller read its row.
+    pub fn stage_range(&self, sha256: &str, offset: u64, len: u64) -> anyhow::Result<Option<StagedBlob>> {
+        use std::os::unix::fs::FileExt;
+        anyhow::ensure!(is_blob_hash(sha256), "invalid blob hash {sha256:?}");
+        let input = match self.open_blob(sha256) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("cannot open blob {sha256}")),
+        };
+        let end = offset.checked_add(len).context("range end beyond u64")?;
+        let actual = input.metadata().with_context(|| format!("cannot stat blob {sha256}"))?.len();
+        anyhow::ensure!(end <= actual, "blob {sha256} has {actual} bytes, the range ends at {end}");
+        let (mut output, temp_path) = self.create_stage_file().context("cannot create a temp file in the data dir")?;
+        let mut staged = StagedBlob { temp_path, sha256: String::new(), size: len, md5: None };
+        let (mut sha, mut md5) = (Sha256::new(), Md5::new());
+        let mut buf = vec![0u8; usize::try_from(len.min(1 << 20)).expect("1 MiB fits in usize")];
+        let mut at = offset;
+        while at < end {
+            let want = usize::try_from((end - at).min(buf.len() as u64)).expect("bounded by the buffer");
+            match input.read_at(&mut buf[..want], at) {
+                Ok(0) => anyhow::bail!("blob {sha256} ended before {end} bytes"),
+                Ok(n) => {
+                    sha.update(&buf[..n]);
+                    md5.update(&buf[..n]);
+                    at += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e).with_context(|| format!("cannot read blob {sha256}")),
+            }
+        }
+        let mut out_offset = 0;
+        copy_in_kernel(&input, offset, &mut output, &mut out_offset, len, &mut KernelCopy::CopyFileRange)?;
+        output.sync_all().context("cannot sync the staged copy")?;
+        staged.sha256 = hex::encode(sha.finalize());
+        staged.md5 = Some(hex::encode(md5.finalize()));
+        Ok(Some(staged))
+    }
 }
 
-/// How `assemble` moves bytes between files; both keep them in the kernel.
+/// How `assemble` and `stage_range` move bytes between files; both keep them in the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum KernelCopy {
     CopyFileRange,
@@ -411,9 +451,10 @@ enum KernelCopy {
     Sendfile,
 }
 
-/// Appends `size` bytes of `input` (from its start) to `output` at `out_offset`, which it advances.
+/// Appends `size` bytes of `input` from `from` to `output` at `out_offset`, which it advances.
 fn copy_in_kernel(
     input: &File,
+    from: u64,
     output: &mut File,
     out_offset: &mut i64,
     size: u64,
@@ -421,7 +462,7 @@ fn copy_in_kernel(
 ) -> anyhow::Result<()> {
     use nix::errno::Errno;
     use std::io::{Seek, SeekFrom};
-    let mut in_offset: i64 = 0;
+    let mut in_offset = i64::try_from(from).context("offset beyond i64")?;
     let mut left = size;
     while left > 0 {
         let chunk = usize::try_from(left.min(1 << 30)).expect("1 GiB fits in usize");
@@ -446,10 +487,10 @@ fn copy_in_kernel(
             }
         };
         match copied {
-            Ok(0) => anyhow::bail!("a part file ended before its recorded size"),
+            Ok(0) => anyhow::bail!("a file ended before its recorded size"),
             Ok(n) => left -= n as u64,
             Err(Errno::EINTR) => {}
-            Err(e) => return Err(io::Error::from(e)).context("cannot copy a part into the object"),
+            Err(e) => return Err(io::Error::from(e)).context("cannot copy between files in the data dir"),
         }
     }
     Ok(())

@@ -17,6 +17,7 @@ pub mod multipart;
 pub mod precompress;
 pub mod sealing;
 pub mod secrets_key;
+pub mod server_copy;
 pub mod staging;
 
 use std::path::Path;

@@ -98,7 +98,7 @@ fn refused_not_implemented(out: &Output, what: &str) {
 }
 
 #[test]
-fn aws_cli_copy_object_and_tagging_are_refused_and_leave_the_object_unchanged() {
+fn aws_cli_tagging_is_refused_and_leaves_the_object_unchanged() {
     let env = TestEnv::new();
     env.bucket("bkt", false);
     let original = test_bytes(10_000, 11);
@@ -109,30 +109,6 @@ fn aws_cli_copy_object_and_tagging_are_refused_and_leave_the_object_unchanged() 
     let home = env.dir.path().join("aws-home");
     aws_home(&home, &key);
 
-    let copy = aws_output(
-        &home,
-        &admin,
-        &["s3api", "copy-object", "--bucket", "bkt", "--key", "dst.bin", "--copy-source", "bkt/src.bin"],
-    );
-    refused_not_implemented(&copy, "copy-object");
-    // Over an existing object too: the copy must not replace it with the empty body.
-    let copy_over = aws_output(
-        &home,
-        &admin,
-        &[
-            "s3api",
-            "copy-object",
-            "--bucket",
-            "bkt",
-            "--key",
-            "src.bin",
-            "--copy-source",
-            "bkt/src.bin",
-            "--metadata-directive",
-            "REPLACE",
-        ],
-    );
-    refused_not_implemented(&copy_over, "copy-object onto itself");
     let tag = aws_output(
         &home,
         &admin,
@@ -175,7 +151,17 @@ fn writes_naming_what_we_do_not_implement_get_not_implemented_and_x_id_is_accept
         on_admin("legal_hold", "PUT", "/bkt/keep.bin?legal-hold", &[], b"<LegalHold/>"),
         on_admin("delete_tagging", "DELETE", "/bkt/keep.bin?tagging", &[], b""),
         on_admin("delete_version", "DELETE", "/bkt/keep.bin?versionId=3", &[], b""),
-        on_admin("copy", "PUT", "/bkt/keep.bin", &[("x-amz-copy-source", "/bkt/keep.bin")], b""),
+        on_admin(
+            "copy_sse_c",
+            "PUT",
+            "/bkt/copy.bin",
+            &[
+                ("x-amz-copy-source", "/bkt/keep.bin"),
+                ("x-amz-copy-source-server-side-encryption-customer-algorithm", "AES256"),
+            ],
+            b"",
+        ),
+        on_admin("copy_by_post", "POST", "/bkt/copy.bin?uploads", &[("x-amz-copy-source", "/bkt/keep.bin")], b""),
         on_admin(
             "sse_c",
             "PUT",
@@ -222,7 +208,8 @@ fn writes_naming_what_we_do_not_implement_get_not_implemented_and_x_id_is_accept
         "legal_hold",
         "delete_tagging",
         "delete_version",
-        "copy",
+        "copy_sse_c",
+        "copy_by_post",
         "sse_c",
         "sse",
         "lock",

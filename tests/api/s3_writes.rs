@@ -513,7 +513,7 @@ out["after"] = data.head_object(Bucket=b, Key="put/small.bin")["ETag"]
 print(json.dumps(out))
 "#;
 
-fn quoted_md5(bytes: &[u8]) -> String {
+pub fn quoted_md5(bytes: &[u8]) -> String {
     use md5::Digest;
     format!("\"{}\"", hex::encode(md5::Md5::digest(bytes)))
 }

@@ -297,6 +297,18 @@ impl Metadata {
 }
 
 impl WriteTx {
+    /// The object row with its S3 ETag, read inside the transaction (under the blob-reference lock, its blob
+    /// stays referenced until the commit).
+    pub async fn object_by_key(&mut self, bucket_id: i64, key: &str) -> Result<Option<ObjectRecord>, MetadataError> {
+        let sql = format!("SELECT {OBJECT_COLUMNS} FROM {OBJECTS_WITH_S3_ETAG} WHERE o.bucket_id = $1 AND o.key = $2");
+        let row: Option<ObjectRow> = with_tx!(&mut self.tx, tx => sqlx::query_as(&sql)
+            .bind(bucket_id)
+            .bind(key)
+            .fetch_optional(&mut **tx)
+            .await?);
+        Ok(row.map(ObjectRecord::from))
+    }
+
     pub async fn bucket(&mut self, name: &BucketName) -> Result<Option<Bucket>, MetadataError> {
         let sql = format!("SELECT {BUCKET_COLUMNS} FROM buckets WHERE name = $1");
         let row: Option<BucketRow> =

@@ -26,6 +26,13 @@ impl Metadata {
 }
 
 impl WriteTx {
+    /// The object's variants, read inside the transaction.
+    pub async fn variants(&mut self, bucket_id: i64, key: &str) -> Result<Vec<VariantRecord>, MetadataError> {
+        Ok(
+            with_tx!(&mut self.tx, tx => sqlx::query_as(SELECT_VARIANTS).bind(bucket_id).bind(key).fetch_all(&mut **tx).await?),
+        )
+    }
+
     /// Replaces the object's variants with `variants` (none: the object has none). Returns the hashes the old
     /// rows referenced, for the caller to retire when nothing references them any more.
     pub async fn replace_variants(
