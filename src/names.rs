@@ -1,6 +1,7 @@
 //! Bucket names and object keys: parsed once at the edge ("parse, don't validate"), shared by the CLI, the data
 //! listener and the admin listener so that every entry point applies the same rules.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 /// Longest key we accept, in bytes (the contract: 1 to 1024 bytes of UTF-8).
@@ -25,7 +26,12 @@ pub struct ObjectAttrs {
     pub content_type: Option<String>,
     pub cache_control: Option<String>,
     pub content_disposition: Option<String>,
+    /// S3 user metadata (`x-amz-meta-<name>: <value>`), by lower-case name without the prefix; empty for none.
+    pub user_metadata: BTreeMap<String, String>,
 }
+
+/// S3's bound on user metadata: the bytes of every name and value together.
+pub const MAX_USER_METADATA_BYTES: usize = 2048;
 
 /// Checks the attributes a caller may set on an object (CLI flags or upload headers), so that every stored
 /// value is a well-formed header value when it is served later.
@@ -59,7 +65,7 @@ pub fn parse_attrs(
         crate::header_values::disposition::validate_content_disposition(cd)
             .map_err(|reason| NameError::Attr { field: "content disposition", reason })?;
     }
-    Ok(ObjectAttrs { content_type, cache_control, content_disposition })
+    Ok(ObjectAttrs { content_type, cache_control, content_disposition, user_metadata: BTreeMap::new() })
 }
 
 /// An S3-style bucket name: 3 to 63 characters of `a-z`, `0-9`, `.` and `-`, starting and ending with a letter or

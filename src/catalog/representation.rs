@@ -39,6 +39,8 @@ pub struct ObjectEntry {
     /// The precompressed variants, each with its own strong ETag and Repr-Digest (over its encoded bytes).
     pub variants: Vec<VariantEntry>,
     pub available: Variants,
+    /// The `x-amz-meta-*` fields S3 reads answer, from the stored user metadata.
+    pub s3_user_metadata: Vec<(HeaderName, HeaderValue)>,
 }
 
 /// One precompressed variant as the handler sends it.
@@ -87,6 +89,16 @@ impl ObjectEntry {
             h.insert(REPR_DIGEST.clone(), digest);
         }
         let private_cache_control = private_cache_control(cache_control);
+        // Names and values were checked on the way in; one that is not a valid field any more is skipped.
+        let s3_user_metadata = record
+            .attrs
+            .user_metadata
+            .iter()
+            .filter_map(|(name, value)| {
+                let name = HeaderName::try_from(format!("x-amz-meta-{name}")).ok()?;
+                Some((name, HeaderValue::from_str(value).ok()?))
+            })
+            .collect();
         let object_ref = ObjectRef { bucket_id: record.bucket_id, key: Arc::from(record.key.as_str()) };
         Self {
             record,
@@ -101,6 +113,7 @@ impl ObjectEntry {
             private_cache_control,
             variants: Vec::new(),
             available: Variants::default(),
+            s3_user_metadata,
         }
     }
 
@@ -234,6 +247,7 @@ mod tests {
                 content_type: None,
                 cache_control: Some("max-age=60".into()),
                 content_disposition: Some("attachment".into()),
+                ..ObjectAttrs::default()
             }),
             Some("no-cache"),
         );

@@ -100,6 +100,9 @@ pub(super) async fn serve_object(app: &DataState, request: ObjectRequest<'_>) ->
     }
     if s3 {
         representation.insert(header::ETAG, entry.s3_etag_value.clone());
+        for (name, value) in &entry.s3_user_metadata {
+            representation.insert(name.clone(), value.clone());
+        }
     }
     if let Some(v) = variant {
         representation.insert(header::ETAG, v.etag_value.clone());

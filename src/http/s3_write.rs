@@ -32,7 +32,7 @@ use crate::auth::sigv4::checksum::{Checksum, Checksummer};
 use crate::auth::sigv4::chunked::{ChunkedDecoder, header_checksum};
 use crate::auth::sigv4::{PayloadHash, RequestParts, SigV4Error, check_payload_sha256};
 use crate::auth::{Access, S3Grant, S3Target};
-use crate::names::{BucketName, ObjectKey, parse_attrs};
+use crate::names::{BucketName, MAX_USER_METADATA_BYTES, ObjectKey, parse_attrs};
 use crate::s3::listing::{self, Entry};
 use crate::s3::request::{
     ListPartsParams, ListUploadsParams, MAX_COMPLETE_BODY, MAX_DELETE_BODY, RequestError,
@@ -166,6 +166,8 @@ const UNSUPPORTED_HEADER_PREFIXES: &[&str] =
     &["x-amz-server-side-encryption", "x-amz-copy-source-server-side-encryption", "x-amz-object-lock-"];
 /// CopyObject's and UploadPartCopy's source (`[/]bucket/key`, URL-encoded), and the headers that go with it.
 const COPY_SOURCE: &str = "x-amz-copy-source";
+/// S3 user metadata fields: `x-amz-meta-<name>`.
+const USER_METADATA_PREFIX: &str = "x-amz-meta-";
 const COPY_SOURCE_RANGE: &str = "x-amz-copy-source-range";
 const METADATA_DIRECTIVE: &str = "x-amz-metadata-directive";
 /// The copy source's preconditions, and the RFC 9110 fields they mean for the source.
@@ -226,8 +228,44 @@ fn object_attrs(headers: &HeaderMap) -> Result<crate::names::ObjectAttrs, S3Erro
             .map(|v| v.to_str().map(str::to_owned).map_err(|_| bad_request(format!("{name} is not ASCII"))))
             .transpose()
     };
-    Ok(parse_attrs(text(header::CONTENT_TYPE)?, text(header::CACHE_CONTROL)?, text(header::CONTENT_DISPOSITION)?)
-        .map_err(ApiError::from)?)
+    let mut attrs =
+        parse_attrs(text(header::CONTENT_TYPE)?, text(header::CACHE_CONTROL)?, text(header::CONTENT_DISPOSITION)?)
+            .map_err(ApiError::from)?;
+    attrs.user_metadata = user_metadata(headers)?;
+    Ok(attrs)
+}
+
+/// The request's `x-amz-meta-*` fields, by name without the prefix (field names are lower case already); several
+/// lines of one name are joined with commas, as HTTP combines them. S3's bound holds: names and values together
+/// at most 2 KB, else `MetadataTooLarge`.
+fn user_metadata(headers: &HeaderMap) -> Result<std::collections::BTreeMap<String, String>, S3Error> {
+    let mut metadata = std::collections::BTreeMap::<String, String>::new();
+    for (name, value) in headers {
+        let Some(short) = name.as_str().strip_prefix(USER_METADATA_PREFIX) else { continue };
+        if short.is_empty() {
+            return Err(bad_request(format!("{name} names no metadata")));
+        }
+        let value = value.to_str().map_err(|_| bad_request(format!("{name} is not printable ASCII")))?;
+        metadata
+            .entry(short.to_owned())
+            .and_modify(|joined| {
+                joined.push(',');
+                joined.push_str(value);
+            })
+            .or_insert_with(|| value.to_owned());
+    }
+    let size: usize = metadata.iter().map(|(name, value)| name.len() + value.len()).sum();
+    if size > MAX_USER_METADATA_BYTES {
+        return Err(S3Error::new(
+            StatusCode::BAD_REQUEST,
+            "MetadataTooLarge",
+            format!(
+                "Your metadata headers exceed the maximum allowed metadata size: {size} bytes of names and values, \
+                 at most {MAX_USER_METADATA_BYTES}"
+            ),
+        ));
+    }
+    Ok(metadata)
 }
 
 fn bad_request(message: String) -> S3Error {

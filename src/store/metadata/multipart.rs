@@ -36,7 +36,8 @@ impl PartRecord {
     }
 }
 
-const UPLOAD_COLUMNS: &str = "id, bucket_id, key, content_type, cache_control, content_disposition, created_at";
+const UPLOAD_COLUMNS: &str =
+    "id, bucket_id, key, content_type, cache_control, content_disposition, user_metadata, created_at";
 const PART_COLUMNS: &str = "part_number, size, staged_name, md5, sha256, created_at";
 
 #[derive(sqlx::FromRow)]
@@ -47,6 +48,7 @@ struct UploadRow {
     content_type: Option<String>,
     cache_control: Option<String>,
     content_disposition: Option<String>,
+    user_metadata: Option<String>,
     created_at: i64,
 }
 
@@ -60,6 +62,7 @@ impl From<UploadRow> for UploadRecord {
                 content_type: r.content_type,
                 cache_control: r.cache_control,
                 content_disposition: r.content_disposition,
+                user_metadata: super::objects::user_metadata_from_column(r.user_metadata.as_deref()),
             },
             created_at: r.created_at,
         }
@@ -95,8 +98,8 @@ impl Metadata {
         let mut tx = self.begin_write().await?;
         with_tx!(&mut tx.tx, sqlite => sqlx::query(
             "INSERT INTO multipart_uploads (id, bucket_id, key, content_type, cache_control, content_disposition,
-                                            created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                                            created_at, user_metadata)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind(&upload.id)
         .bind(upload.bucket_id)
@@ -105,6 +108,7 @@ impl Metadata {
         .bind(&upload.attrs.cache_control)
         .bind(&upload.attrs.content_disposition)
         .bind(upload.created_at)
+        .bind(super::objects::user_metadata_column(&upload.attrs.user_metadata))
         .execute(&mut **sqlite)
         .await?.rows_affected());
         tx.commit_without_announcing().await

@@ -2,6 +2,7 @@
 
 use super::variants::{SELECT_VARIANTS, VariantRecord};
 use super::{Backend, Metadata, MetadataError, WriteTx};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::header_values::cors::{CorsPolicy, CorsRule};
@@ -48,7 +49,7 @@ pub enum Upsert {
 const BUCKET_COLUMNS: &str = "id, name, public, created_at, default_cache_control, cors";
 /// Every column of an object row (`ObjectRow`), read from [`OBJECTS_WITH_S3_ETAG`].
 const OBJECT_COLUMNS: &str = "o.bucket_id, o.key, o.sha256, o.size, o.content_type, o.cache_control, \
-     o.content_disposition, o.created_at, o.updated_at, e.etag AS s3_etag";
+     o.content_disposition, o.user_metadata, o.created_at, o.updated_at, e.etag AS s3_etag";
 /// Objects (`o`) with their S3 ETag (`e`), if one is stored for their current content.
 const OBJECTS_WITH_S3_ETAG: &str = "objects o LEFT JOIN object_s3_etags e \
      ON e.bucket_id = o.bucket_id AND e.key = o.key AND e.sha256 = o.sha256";
@@ -85,6 +86,7 @@ struct ObjectRow {
     content_type: Option<String>,
     cache_control: Option<String>,
     content_disposition: Option<String>,
+    user_metadata: Option<String>,
     created_at: i64,
     updated_at: i64,
     s3_etag: Option<String>,
@@ -101,6 +103,7 @@ impl From<ObjectRow> for ObjectRecord {
                 content_type: r.content_type,
                 cache_control: r.cache_control,
                 content_disposition: r.content_disposition,
+                user_metadata: user_metadata_from_column(r.user_metadata.as_deref()),
             },
             created_at: r.created_at,
             updated_at: r.updated_at,
@@ -125,6 +128,18 @@ struct StoredContent {
     content_type: Option<String>,
     cache_control: Option<String>,
     content_disposition: Option<String>,
+    user_metadata: Option<String>,
+}
+
+/// The `user_metadata` column: a JSON object of names to values, NULL for none (a `BTreeMap` writes its names in
+/// order, so equal metadata is equal text).
+pub(super) fn user_metadata_column(metadata: &BTreeMap<String, String>) -> Option<String> {
+    (!metadata.is_empty()).then(|| serde_json::to_string(metadata).expect("a map of strings serializes"))
+}
+
+/// A stored `user_metadata` read back; text that is not such an object (written by hand) reads as none.
+pub(super) fn user_metadata_from_column(column: Option<&str>) -> BTreeMap<String, String> {
+    column.and_then(|text| serde_json::from_str(text).ok()).unwrap_or_default()
 }
 
 impl Metadata {
@@ -378,7 +393,7 @@ impl WriteTx {
         now: i64,
     ) -> Result<Upsert, MetadataError> {
         let existing: Option<StoredContent> = with_tx!(&mut self.tx, tx => sqlx::query_as(
-            "SELECT sha256, size, content_type, cache_control, content_disposition
+            "SELECT sha256, size, content_type, cache_control, content_disposition, user_metadata
              FROM objects WHERE bucket_id = $1 AND key = $2",
         )
         .bind(bucket_id)
@@ -392,6 +407,7 @@ impl WriteTx {
             content_type: attrs.content_type.clone(),
             cache_control: attrs.cache_control.clone(),
             content_disposition: attrs.content_disposition.clone(),
+            user_metadata: user_metadata_column(&attrs.user_metadata),
         };
         let outcome = match existing {
             Some(stored) if stored == wanted => return Ok(Upsert::Unchanged),
@@ -400,12 +416,12 @@ impl WriteTx {
         };
         with_tx!(&mut self.tx, tx => sqlx::query(
             "INSERT INTO objects (bucket_id, key, sha256, size, content_type, cache_control, content_disposition,
-                                  created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
+                                  user_metadata, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $9, $8, $8)
              ON CONFLICT (bucket_id, key) DO UPDATE SET
                  sha256 = excluded.sha256, size = excluded.size, content_type = excluded.content_type,
                  cache_control = excluded.cache_control, content_disposition = excluded.content_disposition,
-                 updated_at = excluded.updated_at",
+                 user_metadata = excluded.user_metadata, updated_at = excluded.updated_at",
         )
         .bind(bucket_id)
         .bind(key.as_str())
@@ -415,6 +431,7 @@ impl WriteTx {
         .bind(&attrs.cache_control)
         .bind(&attrs.content_disposition)
         .bind(now)
+        .bind(&wanted.user_metadata)
         .execute(&mut **tx)
         .await?.rows_affected());
         Ok(outcome)
@@ -551,6 +568,8 @@ mod tests {
             content_type: Some("text/plain".into()),
             cache_control: None,
             content_disposition: Some("attachment".into()),
+            user_metadata: [("mtime".to_owned(), "1700000000.5".to_owned()), ("a-b".to_owned(), "x, y".to_owned())]
+                .into(),
         };
         let mut tx = meta.begin_write().await.unwrap();
         assert_eq!(tx.upsert_object(bucket.id, &key, &"a".repeat(64), 42, &attrs, 9).await.unwrap(), Upsert::Created);
