@@ -191,6 +191,8 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::NoSuchBucket(_) => ApiError::NoSuchBucket,
+            StoreError::PreconditionFailed => ApiError::PreconditionFailed,
+            StoreError::NoSuchKey => ApiError::NotFound,
             StoreError::Other(e) => e.into(),
         }
     }

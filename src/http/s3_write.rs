@@ -42,7 +42,7 @@ use crate::s3::request::{
 use crate::s3::xml::{self, CopyResult, DeleteOutcome, ListedPart, ListedUpload, Owner, PartsPage, UploadsPage};
 use crate::store::multipart::MultipartError;
 use crate::store::server_copy::{CopiedAttrs, CopyOutcome, ObjectName};
-use crate::store::{ObjectRecord, StagedBlob};
+use crate::store::{ObjectRecord, StagedBlob, WriteCondition};
 
 /// Whether an admin-listener request is an S3 write (or a multipart listing, which only the admin listener
 /// answers): a SigV4 request with a method that writes, or a GET naming `uploads` / `uploadId`.
@@ -210,15 +210,49 @@ fn refuse_unsupported(method: &Method, query: &[(String, String)], headers: &Hea
             return Err(not_implemented(format!("{name} on {method}")));
         }
     }
+    // Conditional writes are PutObject's and CompleteMultipartUpload's (`write_condition`), as in S3.
+    let conditional_write = (*method == Method::PUT && !query.iter().any(|(k, _)| k == "uploadId"))
+        || (*method == Method::POST && query.iter().any(|(k, _)| k == "uploadId"));
+    let copying = headers.contains_key(COPY_SOURCE);
     for name in [header::IF_MATCH, header::IF_NONE_MATCH] {
-        if headers.contains_key(&name) {
-            return Err(not_implemented(format!("{name} (conditional writes)")));
+        if headers.contains_key(&name) && (!conditional_write || copying) {
+            return Err(not_implemented(format!("{name} on this request (conditional writes)")));
         }
     }
     if let Some(coding) = crate::auth::sigv4::chunked::stored_content_encoding(headers) {
         return Err(not_implemented(format!("Content-Encoding: {coding}")));
     }
     Ok(())
+}
+
+/// A PutObject's or CompleteMultipartUpload's precondition on the object it would replace: `If-None-Match: *`
+/// (only `*`, as in S3) or `If-Match: "<etag>"` (one ETag, or `*`), not both.
+fn write_condition(headers: &HeaderMap) -> Result<WriteCondition, S3Error> {
+    let one = |name: header::HeaderName| -> Result<Option<String>, S3Error> {
+        let mut values = headers.get_all(&name).iter();
+        let Some(value) = values.next() else { return Ok(None) };
+        let value = value.to_str().map_err(|_| bad_request(format!("{name} is not ASCII")))?.trim();
+        if values.next().is_some() || value.contains(',') {
+            return Err(not_implemented(format!("{name} with more than one value")));
+        }
+        Ok(Some(value.to_owned()))
+    };
+    match (one(header::IF_NONE_MATCH)?, one(header::IF_MATCH)?) {
+        (None, None) => Ok(WriteCondition::Always),
+        (Some(_), Some(_)) => Err(bad_request("If-Match and If-None-Match cannot both be given on a write".into())),
+        (Some(star), None) if star == "*" => Ok(WriteCondition::IfAbsent),
+        (Some(_), None) => Err(not_implemented("If-None-Match with a value other than *")),
+        (None, Some(tag)) if tag == "*" => Ok(WriteCondition::IfMatch(tag)),
+        // A weak tag never matches strongly (RFC 9110 §13.1.1): kept as sent, it fails with 412.
+        (None, Some(tag)) if tag.starts_with("W/") => Ok(WriteCondition::IfMatch(tag)),
+        (None, Some(tag)) => {
+            let bare = tag.trim_matches('"');
+            if bare.is_empty() || bare.contains('"') {
+                return Err(bad_request(format!("If-Match is not an entity tag: {tag}")));
+            }
+            Ok(WriteCondition::IfMatch(format!("\"{bare}\"")))
+        }
+    }
 }
 
 fn object_attrs(headers: &HeaderMap) -> Result<crate::names::ObjectAttrs, S3Error> {
@@ -282,7 +316,10 @@ fn sigv4_error(e: SigV4Error) -> S3Error {
 
 fn multipart_error(e: MultipartError) -> S3Error {
     let status = match e {
-        MultipartError::NoSuchUpload | MultipartError::NoSuchBucket(_) => StatusCode::NOT_FOUND,
+        MultipartError::NoSuchUpload | MultipartError::NoSuchBucket(_) | MultipartError::NoSuchKey => {
+            StatusCode::NOT_FOUND
+        }
+        MultipartError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
         MultipartError::Other(e) => return ApiError::Internal(e).into(),
         _ => StatusCode::BAD_REQUEST,
     };
@@ -413,12 +450,13 @@ async fn put_object(
     body: Body,
 ) -> Result<Response, S3Error> {
     let attrs = object_attrs(headers)?;
+    let condition = write_condition(headers)?;
     let staged = stage(app, grant, headers, body).await?;
     // The ETag S3 gives a single-part upload is the content's MD5, and clients check it (s3cmd retries and fails
     // otherwise, rclone compares it); the put stores it as the object's S3 ETag, which S3 reads answer.
     let md5 =
         staged.md5.clone().ok_or_else(|| ApiError::Internal(anyhow::anyhow!("an S3 body is staged with its MD5")))?;
-    app.store.put(bucket, key, staged, attrs).await.map_err(ApiError::from)?;
+    app.store.put_if(bucket, key, staged, attrs, Vec::new(), &condition).await.map_err(ApiError::from)?;
     Ok(with_etag(StatusCode::OK.into_response(), &format!("\"{md5}\"")))
 }
 
@@ -474,7 +512,7 @@ fn copy_source_passes(headers: &HeaderMap, source: &ObjectRecord) -> bool {
     if fields.is_empty() {
         return true;
     }
-    let etag = source.s3_etag.clone().unwrap_or_else(|| crate::header_values::etag_from_sha256(&source.sha256));
+    let etag = source.s3_etag_or_native();
     let last_modified = std::time::UNIX_EPOCH + std::time::Duration::from_secs(source.updated_at.max(0) as u64);
     let validators = Validators { etag: &etag, last_modified };
     matches!(evaluate(&Method::GET, &fields, &validators, std::time::SystemTime::now()), Precondition::Proceed { .. })
@@ -612,14 +650,18 @@ async fn complete(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, S3Error> {
+    let condition = write_condition(headers)?;
     let body = small_body(app, grant, headers, body, MAX_COMPLETE_BODY).await?;
     let parts = parse_complete_multipart_upload(&body).map_err(request_error)?;
     let parts: Vec<(u32, String)> = parts.into_iter().map(|p| (p.part_number, p.etag)).collect();
     // Assembly writes a whole object: it takes an upload slot like any body (`limits.max_concurrent_uploads`).
     let _place = super::upload::upload_place(app).await?;
     let limit = app.settings.limits.max_upload_bytes;
-    let report =
-        app.store.complete_upload_within(bucket, key, upload_id, &parts, limit).await.map_err(multipart_error)?;
+    let report = app
+        .store
+        .complete_upload_within(bucket, key, upload_id, &parts, limit, &condition)
+        .await
+        .map_err(multipart_error)?;
     let location = format!("/{}/{}", bucket.as_str(), key.as_str());
     Ok(xml_response(xml::complete_multipart_upload(&location, bucket.as_str(), key.as_str(), &report.s3_etag)))
 }

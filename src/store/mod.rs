@@ -42,6 +42,12 @@ use crate::names::{BucketName, ObjectAttrs, ObjectKey};
 pub enum StoreError {
     #[error("no such bucket: {0}")]
     NoSuchBucket(String),
+    /// A conditional write's [`WriteCondition`] did not hold for the object it would replace.
+    #[error("the object does not meet the write's precondition")]
+    PreconditionFailed,
+    /// `WriteCondition::IfMatch` on a key with no object.
+    #[error("no such object")]
+    NoSuchKey,
     #[error(transparent)]
     Other(#[from] anyhow::Error),
 }
@@ -53,6 +59,18 @@ impl From<MetadataError> for StoreError {
             other => StoreError::Other(other.into()),
         }
     }
+}
+
+/// A precondition on the object a write would replace (S3 conditional writes: `If-None-Match: *`, `If-Match`),
+/// checked under the write lock, so of two writers racing for one key exactly one sees it hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum WriteCondition {
+    #[default]
+    Always,
+    /// No object may exist under the key.
+    IfAbsent,
+    /// The current object's S3 ETag (quoted) must be this one; `*` matches any current object.
+    IfMatch(String),
 }
 
 /// What `put` prints and the admin upload answers (the contract's JSON).
@@ -200,8 +218,23 @@ impl Store {
         attrs: ObjectAttrs,
         variants: Vec<StagedVariant>,
     ) -> Result<PutReport, StoreError> {
+        self.put_if(bucket, key, staged, attrs, variants, &WriteCondition::Always).await
+    }
+
+    /// `put_with_variants` if `condition` holds for the object it would replace, else `PreconditionFailed` (or
+    /// `NoSuchKey` for `IfMatch` on an absent key) and nothing changes.
+    pub async fn put_if(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        staged: StagedBlob,
+        attrs: ObjectAttrs,
+        variants: Vec<StagedVariant>,
+        condition: &WriteCondition,
+    ) -> Result<PutReport, StoreError> {
         let mut tx = self.meta.lock_blob_refs().await?;
         let bucket_row = require_bucket(tx.bucket(bucket).await?, bucket)?;
+        check_write_condition(&mut tx, &bucket_row, key, condition).await?;
         let (report, retired) = self.write_object(&mut tx, &bucket_row, key, staged, attrs, variants).await?;
         finish_commit(tx, retired).await?;
         Ok(report)
@@ -425,6 +458,25 @@ pub fn effective_content_type(stored: Option<&str>, key: &str) -> String {
     mime_guess::from_path(key).first_raw().map(str::to_owned).unwrap_or_else(|| "application/octet-stream".to_owned())
 }
 
+/// Checks a conditional write's precondition inside its write transaction (which holds the write lock).
+async fn check_write_condition(
+    tx: &mut WriteTx,
+    bucket: &Bucket,
+    key: &ObjectKey,
+    condition: &WriteCondition,
+) -> Result<(), StoreError> {
+    if *condition == WriteCondition::Always {
+        return Ok(());
+    }
+    let current = tx.object_by_key(bucket.id, key.as_str()).await?;
+    match (condition, current) {
+        (WriteCondition::IfAbsent, None) => Ok(()),
+        (WriteCondition::IfMatch(_), None) => Err(StoreError::NoSuchKey),
+        (WriteCondition::IfMatch(tag), Some(current)) if tag == "*" || *tag == current.s3_etag_or_native() => Ok(()),
+        _ => Err(StoreError::PreconditionFailed),
+    }
+}
+
 /// The bucket a lookup found, or `NoSuchBucket`: the one bucket-exists check, for lookups in a transaction or not.
 pub fn require_bucket(found: Option<Bucket>, name: &BucketName) -> Result<Bucket, StoreError> {
     found.ok_or_else(|| StoreError::NoSuchBucket(name.to_string()))
@@ -493,6 +545,34 @@ mod tests {
         assert!(store.delete(&b, &k2).await.unwrap());
         assert!(!store.blobs.path_of(&r1.sha256).exists());
         assert!(!store.delete(&b, &k2).await.unwrap());
+    }
+
+    on_both_backends!(conditional_puts_hold_under_the_write_lock_and_refusals_leave_nothing);
+    async fn conditional_puts_hold_under_the_write_lock_and_refusals_leave_nothing(backend: TestBackend) {
+        let (dir, store) = store(backend).await;
+        let b = BucketName::parse("bkt").unwrap();
+        let k = ObjectKey::parse("lock").unwrap();
+        let put = |bytes: &'static [u8], condition: WriteCondition| {
+            let staged = store.blobs.stage_bytes(bytes);
+            let (b, k, store) = (&b, &k, &store);
+            async move { store.put_if(b, k, staged, ObjectAttrs::default(), Vec::new(), &condition).await }
+        };
+        let etag_of = |bytes: &[u8]| {
+            use md5::Digest;
+            format!("\"{}\"", hex::encode(md5::Md5::digest(bytes)))
+        };
+        assert!(matches!(put(b"x", WriteCondition::IfMatch("*".into())).await, Err(StoreError::NoSuchKey)));
+        put(b"one", WriteCondition::IfAbsent).await.unwrap();
+        assert!(matches!(put(b"two", WriteCondition::IfAbsent).await, Err(StoreError::PreconditionFailed)));
+        let stale = WriteCondition::IfMatch(etag_of(b"zero"));
+        assert!(matches!(put(b"two", stale).await, Err(StoreError::PreconditionFailed)));
+        put(b"two", WriteCondition::IfMatch(etag_of(b"one"))).await.unwrap();
+        put(b"three", WriteCondition::IfMatch("*".into())).await.unwrap();
+        let row = store.meta.object_by_key(1, "lock").await.unwrap().unwrap();
+        assert_eq!(row.s3_etag_or_native(), etag_of(b"three"));
+        assert_eq!(store.blobs.list_hashes().unwrap(), vec![row.sha256], "refused and replaced blobs are gone");
+        let tmp: Vec<_> = std::fs::read_dir(dir.path().join("tmp")).unwrap().collect();
+        assert!(tmp.is_empty(), "refused puts left staged files: {tmp:?}");
     }
 
     on_both_backends!(reput_is_unchanged_and_replace_drops_the_old_blob);

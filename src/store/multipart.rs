@@ -17,8 +17,8 @@ use anyhow::Context;
 use md5::{Digest, Md5};
 
 use super::{
-    Bucket, MetadataError, PartRecord, PutReport, Store, StoreError, UploadRecord, WriteTx, blobs::BlobStore,
-    finish_commit, require_bucket, restore_all, unix_now,
+    Bucket, MetadataError, PartRecord, PutReport, Store, StoreError, UploadRecord, WriteCondition, WriteTx,
+    blobs::BlobStore, finish_commit, require_bucket, restore_all, unix_now,
 };
 use crate::names::{BucketName, ObjectAttrs, ObjectKey};
 
@@ -59,6 +59,10 @@ pub enum MultipartError {
         "Your proposed upload exceeds the maximum allowed size: the parts hold {size} bytes, objects at most {limit}"
     )]
     ObjectTooLarge { size: u64, limit: u64 },
+    #[error("At least one of the pre-conditions you specified did not hold")]
+    PreconditionFailed,
+    #[error("The specified key does not exist.")]
+    NoSuchKey,
     #[error(transparent)]
     Other(#[from] anyhow::Error),
 }
@@ -75,6 +79,8 @@ impl MultipartError {
             MultipartError::NoParts => "MalformedXML",
             MultipartError::EntityTooSmall { .. } => "EntityTooSmall",
             MultipartError::EntityTooLarge { .. } | MultipartError::ObjectTooLarge { .. } => "EntityTooLarge",
+            MultipartError::PreconditionFailed => "PreconditionFailed",
+            MultipartError::NoSuchKey => "NoSuchKey",
             MultipartError::Other(_) => "InternalError",
         }
     }
@@ -90,6 +96,8 @@ impl From<StoreError> for MultipartError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::NoSuchBucket(b) => MultipartError::NoSuchBucket(b),
+            StoreError::PreconditionFailed => MultipartError::PreconditionFailed,
+            StoreError::NoSuchKey => MultipartError::NoSuchKey,
             StoreError::Other(e) => MultipartError::Other(e),
         }
     }
@@ -332,7 +340,7 @@ impl Store {
         upload_id: &str,
         parts: &[(u32, String)],
     ) -> Result<CompleteReport, MultipartError> {
-        self.complete_upload_with(bucket, key, upload_id, parts, u64::MAX, |_| Ok(())).await
+        self.complete_upload_with(bucket, key, upload_id, parts, u64::MAX, &WriteCondition::Always, |_| Ok(())).await
     }
 
     /// `complete_upload` of an object of at most `max_object_bytes` (`limits.max_upload_bytes`): larger is
@@ -344,8 +352,9 @@ impl Store {
         upload_id: &str,
         parts: &[(u32, String)],
         max_object_bytes: u64,
+        condition: &WriteCondition,
     ) -> Result<CompleteReport, MultipartError> {
-        self.complete_upload_with(bucket, key, upload_id, parts, max_object_bytes, |_| Ok(())).await
+        self.complete_upload_with(bucket, key, upload_id, parts, max_object_bytes, condition, |_| Ok(())).await
     }
 
     /// `complete_upload`, with `before_commit` called in the transaction just before it commits (the tests fail
@@ -357,6 +366,7 @@ impl Store {
         upload_id: &str,
         parts: &[(u32, String)],
         max_object_bytes: u64,
+        condition: &WriteCondition,
         before_commit: impl FnOnce(&mut WriteTx) -> anyhow::Result<()>,
     ) -> Result<CompleteReport, MultipartError> {
         if parts.is_empty() {
@@ -385,7 +395,8 @@ impl Store {
         if !self.meta.claim_upload(upload_id, claimed_at, stale_before).await? {
             return Err(MultipartError::NoSuchUpload);
         }
-        let completed = self.assemble_and_commit(bucket, key, upload, &chosen, &s3_etag, before_commit).await;
+        let completed =
+            self.assemble_and_commit(bucket, key, upload, &chosen, &s3_etag, condition, before_commit).await;
         if completed.is_err() {
             // The upload stays as it was (or is gone, if aborted meanwhile): a later Complete may try again.
             if let Err(e) = self.meta.release_upload_claim(upload_id, claimed_at).await {
@@ -405,6 +416,7 @@ impl Store {
         upload: UploadRecord,
         chosen: &[&PartRecord],
         s3_etag: &str,
+        condition: &WriteCondition,
         before_commit: impl FnOnce(&mut WriteTx) -> anyhow::Result<()>,
     ) -> Result<PutReport, MultipartError> {
         let upload_id = upload.id.as_str();
@@ -428,6 +440,8 @@ impl Store {
         {
             return Err(MultipartError::InvalidPart(changed.part_number));
         }
+        // A failed precondition leaves the upload as it is, for a Complete without it (or after a change) to finish.
+        super::check_write_condition(&mut tx, &bucket_row, key, condition).await?;
         let staged = assembled?;
         let part_files = tx.delete_upload(upload_id).await?.unwrap_or_default();
         let (put, retired) = self.write_object(&mut tx, &bucket_row, key, staged, upload.attrs, Vec::new()).await?;
@@ -799,7 +813,9 @@ mod tests {
         let p = put(&store, "k", &upload.id, 1, b"after").await;
         let wanted = [(1, p.etag())];
         let err = store
-            .complete_upload_with(&b, &k, &upload.id, &wanted, u64::MAX, |_| Err(anyhow::anyhow!("killed")))
+            .complete_upload_with(&b, &k, &upload.id, &wanted, u64::MAX, &WriteCondition::Always, |_| {
+                Err(anyhow::anyhow!("killed"))
+            })
             .await
             .unwrap_err();
         assert!(err.to_string().contains("killed"));
@@ -860,13 +876,19 @@ mod tests {
         let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
         let p = put(&store, "k", &upload.id, 1, b"aborted").await;
         store.abort_upload(&b, &k, &upload.id).await.unwrap();
-        let err = store.assemble_and_commit(&b, &k, upload, &[&p], "\"x-1\"", |_| Ok(())).await.unwrap_err();
+        let err = store
+            .assemble_and_commit(&b, &k, upload, &[&p], "\"x-1\"", &WriteCondition::Always, |_| Ok(()))
+            .await
+            .unwrap_err();
         assert!(matches!(err, MultipartError::NoSuchUpload), "{err:?}");
         // A part replaced meanwhile: its old file is gone.
         let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
         let old = put(&store, "k", &upload.id, 1, b"old").await;
         put(&store, "k", &upload.id, 1, b"new").await;
-        let err = store.assemble_and_commit(&b, &k, upload, &[&old], "\"x-1\"", |_| Ok(())).await.unwrap_err();
+        let err = store
+            .assemble_and_commit(&b, &k, upload, &[&old], "\"x-1\"", &WriteCondition::Always, |_| Ok(()))
+            .await
+            .unwrap_err();
         assert!(matches!(err, MultipartError::InvalidPart(1)), "{err:?}");
         let bucket_id = store.meta.bucket(&b).await.unwrap().unwrap().id;
         assert!(store.meta.object_by_key(bucket_id, "k").await.unwrap().is_none(), "nothing committed");
@@ -880,11 +902,17 @@ mod tests {
         let one = put(&store, "k", &upload.id, 1, &bytes(MIN_PART_SIZE as usize, 1)).await;
         let two = put(&store, "k", &upload.id, 2, &bytes(10, 2)).await;
         let wanted = [(1, one.etag()), (2, two.etag())];
-        let err = store.complete_upload_within(&b, &k, &upload.id, &wanted, MIN_PART_SIZE + 9).await.unwrap_err();
+        let err = store
+            .complete_upload_within(&b, &k, &upload.id, &wanted, MIN_PART_SIZE + 9, &WriteCondition::Always)
+            .await
+            .unwrap_err();
         assert!(matches!(err, MultipartError::ObjectTooLarge { size, .. } if size == MIN_PART_SIZE + 10), "{err:?}");
         assert_eq!(err.s3_code(), "EntityTooLarge");
         assert!(store.blobs.list_hashes().unwrap().is_empty(), "nothing assembled");
-        store.complete_upload_within(&b, &k, &upload.id, &wanted, MIN_PART_SIZE + 10).await.unwrap();
+        store
+            .complete_upload_within(&b, &k, &upload.id, &wanted, MIN_PART_SIZE + 10, &WriteCondition::Always)
+            .await
+            .unwrap();
     }
 
     on_both_backends!(the_sweep_removes_part_files_no_upload_names);

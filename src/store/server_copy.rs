@@ -78,7 +78,7 @@ impl Store {
         let upsert = tx.upsert_object(to.id, target.key, &record.sha256, record.size, &attrs, now).await?;
         // The variants are the same content in other codings, so they hold for the copy whatever its attributes.
         let mut dropped = tx.replace_variants(to.id, target.key.as_str(), &variants).await?;
-        let s3_etag = record.s3_etag.clone().unwrap_or_else(|| crate::header_values::etag_from_sha256(&record.sha256));
+        let s3_etag = record.s3_etag_or_native();
         tx.set_s3_etag(to.id, target.key.as_str(), &record.sha256, &s3_etag).await?;
         let last_modified = match upsert {
             Upsert::Unchanged => {

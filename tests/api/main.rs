@@ -26,6 +26,7 @@ mod permissions;
 mod postgres;
 mod replicas;
 mod s3_clients;
+mod s3_conditional;
 mod s3_copy;
 mod s3_harden;
 mod s3_listing;

@@ -173,6 +173,15 @@ fn writes_naming_what_we_do_not_implement_get_not_implemented_and_x_id_is_accept
         on_admin("lock", "PUT", "/bkt/keep.bin", &[("x-amz-object-lock-mode", "GOVERNANCE")], b"plain"),
         on_admin("if_none_match", "PUT", "/bkt/keep.bin", &[("If-None-Match", "*")], b"plain"),
         on_admin("if_match", "PUT", "/bkt/keep.bin", &[("If-Match", "\"abc\"")], b"plain"),
+        on_admin("if_none_match_etag", "PUT", "/bkt/keep.bin", &[("If-None-Match", "\"abc\"")], b"plain"),
+        on_admin("if_match_delete", "DELETE", "/bkt/keep.bin", &[("If-Match", "\"abc\"")], b""),
+        on_admin(
+            "if_none_match_copy",
+            "PUT",
+            "/bkt/copy.bin",
+            &[("x-amz-copy-source", "/bkt/keep.bin"), ("If-None-Match", "*")],
+            b"",
+        ),
         on_admin("gzip", "PUT", "/bkt/keep.bin", &[("Content-Encoding", "gzip")], b"plain"),
         on_admin(
             "create_sse_c",
@@ -213,12 +222,17 @@ fn writes_naming_what_we_do_not_implement_get_not_implemented_and_x_id_is_accept
         "sse_c",
         "sse",
         "lock",
-        "if_none_match",
-        "if_match",
+        "if_none_match_etag",
+        "if_match_delete",
+        "if_none_match_copy",
         "gzip",
         "create_sse_c",
     ] {
         assert_eq!(answer(&out, name), (501, "NotImplemented".into()), "{name}");
+    }
+    // Conditional PutObjects whose precondition fails on the existing object (tests/api/s3_conditional.rs).
+    for name in ["if_none_match", "if_match"] {
+        assert_eq!(answer(&out, name), (412, "PreconditionFailed".into()), "{name}");
     }
     for name in ["put_x_id", "get_x_id", "list_buckets_x_id", "head_x_id_admin"] {
         assert_eq!(answer(&out, name).0, 200, "{name}: {}", out[name]);

@@ -34,6 +34,14 @@ pub struct ObjectRecord {
     pub s3_etag: Option<String>,
 }
 
+impl ObjectRecord {
+    /// The ETag S3 requests see: the stored S3 ETag, else (an object stored before those were recorded) the
+    /// native one.
+    pub fn s3_etag_or_native(&self) -> String {
+        self.s3_etag.clone().unwrap_or_else(|| crate::header_values::etag_from_sha256(&self.sha256))
+    }
+}
+
 /// How an upsert changed the object row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Upsert {
