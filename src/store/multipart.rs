@@ -359,6 +359,7 @@ impl Store {
 
     /// `complete_upload`, with `before_commit` called in the transaction just before it commits (the tests fail
     /// it there, as a crash would).
+    #[allow(clippy::too_many_arguments)]
     async fn complete_upload_with(
         &self,
         bucket: &BucketName,
@@ -409,6 +410,7 @@ impl Store {
     /// The claimed part of Complete: assembles the chosen parts into a staged blob and commits it. A failed
     /// assembly is judged under the lock: an upload aborted or a part replaced meanwhile (its file removed) is
     /// the client's `NoSuchUpload` / `InvalidPart`, never an internal error.
+    #[allow(clippy::too_many_arguments)]
     async fn assemble_and_commit(
         &self,
         bucket: &BucketName,
