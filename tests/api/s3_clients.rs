@@ -57,6 +57,41 @@ pub fn run_ok(cmd: &mut Command) -> String {
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
+/// What every boto3 script of `run_boto3` starts with: `spec` (the JSON argument), `client(endpoint, key)` (a path
+/// style SigV4 client with no retries, for a `{"id", "secret"}` key) and `code(call)` (`[status, S3 code]` of the
+/// call, `[200, ""]` when it succeeds).
+const BOTO3_PRELUDE: &str = r#"
+import datetime, hashlib, json, sys, threading
+import boto3
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+from botocore.exceptions import ClientError
+spec = json.loads(sys.argv[1])
+def client(endpoint, key):
+    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=key["id"],
+        aws_secret_access_key=key["secret"], region_name="us-east-1",
+        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+def code(call):
+    try:
+        call()
+        return [200, ""]
+    except ClientError as e:
+        return [e.response["ResponseMetadata"]["HTTPStatusCode"], e.response["Error"]["Code"]]
+"#;
+
+/// Runs a boto3 script (after [`BOTO3_PRELUDE`]) with `spec` as its argument, in a clean environment with its own
+/// `$HOME`, and parses the JSON it prints.
+pub fn run_boto3(home: &Path, script: &str, spec: &serde_json::Value) -> serde_json::Value {
+    let program = format!("{BOTO3_PRELUDE}{script}");
+    let out = run_ok(clean_command(python(), home).args(["-c", &program, &spec.to_string()]));
+    serde_json::from_str(out.trim()).expect("the script prints JSON")
+}
+
+/// An access key as the boto3 scripts take it.
+pub fn key_json(key: &AccessKey) -> serde_json::Value {
+    serde_json::json!({"id": key.id, "secret": key.secret})
+}
+
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }

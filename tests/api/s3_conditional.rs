@@ -4,30 +4,14 @@
 //! database; the losers get 412 and the stored bytes are the winner's.
 
 use crate::helpers::*;
-use crate::s3_clients::{clean_command, python, run_ok, s3_key, sha256_hex};
+use crate::s3_clients::{key_json, run_boto3, s3_key, sha256_hex};
 use crate::s3_writes::read_back;
 
 const BOTO3_CONDITIONAL: &str = r#"
-import hashlib, json, sys, threading
-import boto3
-from boto3.s3.transfer import TransferConfig
-from botocore.config import Config
-from botocore.exceptions import ClientError
-spec = json.loads(sys.argv[1])
-def client(endpoint):
-    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=spec["id"],
-        aws_secret_access_key=spec["secret"], region_name="us-east-1",
-        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
-clients = [client(e) for e in spec["endpoints"]]
+clients = [client(e, spec["key"]) for e in spec["endpoints"]]
 s3 = clients[0]
 b = "bkt"
 out = {}
-def code(call):
-    try:
-        call()
-        return [200, ""]
-    except ClientError as e:
-        return [e.response["ResponseMetadata"]["HTTPStatusCode"], e.response["Error"]["Code"]]
 
 out["create"] = code(lambda: s3.put_object(Bucket=b, Key="lock", Body=b"first", IfNoneMatch="*"))
 out["create_again"] = code(lambda: s3.put_object(Bucket=b, Key="lock", Body=b"second", IfNoneMatch="*"))
@@ -66,10 +50,8 @@ fn run_conditional(env: &TestEnv, servers: &[&Server]) -> serde_json::Value {
     env.bucket("bkt", false);
     let key = s3_key(env, "bkt", &["--scope", "write"]);
     let endpoints: Vec<String> = servers.iter().map(|s| format!("http://{}", s.admin)).collect();
-    let spec = serde_json::json!({"endpoints": endpoints, "id": key.id, "secret": key.secret});
-    let home = env.dir.path().join("boto3-home");
-    let out = run_ok(clean_command(python(), &home).args(["-c", BOTO3_CONDITIONAL, &spec.to_string()]));
-    let out: serde_json::Value = serde_json::from_str(out.trim()).expect("the script prints JSON");
+    let spec = serde_json::json!({"endpoints": endpoints, "key": key_json(&key)});
+    let out = run_boto3(&env.dir.path().join("boto3-home"), BOTO3_CONDITIONAL, &spec);
     let want = |name: &str, status: u64, code: &str| {
         assert_eq!(out[name], serde_json::json!([status, code]), "{name}");
     };

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use crate::helpers::*;
-use crate::s3_clients::{AccessKey, aws, aws_home, clean_command, python, rclone, run_ok, s3_key, s3cmd, sha256_hex};
+use crate::s3_clients::{aws, aws_home, clean_command, key_json, rclone, run_boto3, s3_key, s3cmd, sha256_hex};
 use crate::s3_writes::{listed, quoted_md5, read_back};
 
 /// Every file under `dir` (the data dir's `blobs/`, `parts/` or `tmp/`).
@@ -29,25 +29,10 @@ fn files_under(dir: &Path) -> Vec<String> {
 }
 
 const BOTO3_COPIES: &str = r#"
-import json, sys, datetime
-import boto3
-from boto3.s3.transfer import TransferConfig
-from botocore.config import Config
-from botocore.exceptions import ClientError
-spec = json.loads(sys.argv[1])
-def client(k):
-    return boto3.client("s3", endpoint_url=spec["endpoint"], aws_access_key_id=k["id"],
-        aws_secret_access_key=k["secret"], region_name="us-east-1",
-        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
-s3, reader, prefixed = client(spec["key"]), client(spec["read"]), client(spec["prefixed"])
+s3 = client(spec["endpoint"], spec["key"])
+reader, prefixed = client(spec["endpoint"], spec["read"]), client(spec["endpoint"], spec["prefixed"])
 b = "bkt"
 out = {}
-def code(call):
-    try:
-        call()
-        return [200, ""]
-    except ClientError as e:
-        return [e.response["ResponseMetadata"]["HTTPStatusCode"], e.response["Error"]["Code"]]
 
 small = open(spec["small"], "rb").read()
 src_etag = s3.put_object(Bucket=b, Key="src/a b+c%d é.txt", Body=small, ContentType="text/x-small",
@@ -162,14 +147,11 @@ fn boto3_copies_on(env: TestEnv) {
     let big = test_bytes(12 << 20, 2);
     let small_path = write_file(env.dir.path(), "small.bin", &small);
     let big_path = write_file(env.dir.path(), "big.bin", &big);
-    let as_json = |k: &AccessKey| serde_json::json!({"id": k.id, "secret": k.secret});
     let spec = serde_json::json!({
-        "endpoint": format!("http://{}", server.admin), "key": as_json(&write), "read": as_json(&read),
-        "prefixed": as_json(&prefixed), "small": small_path, "big": big_path,
+        "endpoint": format!("http://{}", server.admin), "key": key_json(&write), "read": key_json(&read),
+        "prefixed": key_json(&prefixed), "small": small_path, "big": big_path,
     });
-    let home = env.dir.path().join("boto3-home");
-    let out = run_ok(clean_command(python(), &home).args(["-c", BOTO3_COPIES, &spec.to_string()]));
-    let out: serde_json::Value = serde_json::from_str(out.trim()).expect("the script prints JSON");
+    let out = run_boto3(&env.dir.path().join("boto3-home"), BOTO3_COPIES, &spec);
     let want = |name: &str, status: u64, code: &str| {
         assert_eq!(out[name], serde_json::json!([status, code]), "{name}");
     };

@@ -3,21 +3,11 @@
 //! aws-cli and rclone (which keeps a file's modification time in `x-amz-meta-mtime` and reads it back).
 
 use crate::helpers::*;
-use crate::s3_clients::{aws, aws_home, clean_command, python, rclone, run_ok, s3_key};
+use crate::s3_clients::{aws, aws_home, clean_command, key_json, rclone, run_boto3, s3_key};
 use crate::s3_writes::listed;
 
 const BOTO3_METADATA: &str = r#"
-import json, sys
-import boto3
-from boto3.s3.transfer import TransferConfig
-from botocore.config import Config
-from botocore.exceptions import ClientError
-spec = json.loads(sys.argv[1])
-def client(endpoint):
-    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=spec["id"],
-        aws_secret_access_key=spec["secret"], region_name="us-east-1",
-        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
-s3, data = client(spec["admin"]), client(spec["data"])
+s3, data = client(spec["admin"], spec["key"]), client(spec["data"], spec["key"])
 b = "bkt"
 out = {}
 meta = {"Mtime": "1700000000.5", "a-b": "x, y", "empty": ""}
@@ -35,12 +25,6 @@ s3.copy_object(Bucket=b, Key="replaced.txt", CopySource={"Bucket": b, "Key": "pu
 out["replaced"] = data.head_object(Bucket=b, Key="replaced.txt")["Metadata"]
 s3.put_object(Bucket=b, Key="put.txt", Body=b"hello again")
 out["overwritten"] = data.head_object(Bucket=b, Key="put.txt")["Metadata"]
-def code(call):
-    try:
-        call()
-        return [200, ""]
-    except ClientError as e:
-        return [e.response["ResponseMetadata"]["HTTPStatusCode"], e.response["Error"]["Code"]]
 out["at_limit"] = code(lambda: s3.put_object(Bucket=b, Key="limit.txt", Body=b"x", Metadata={"k": "v" * 2047}))
 out["too_large"] = code(lambda: s3.put_object(Bucket=b, Key="large.txt", Body=b"x", Metadata={"k": "v" * 2048}))
 out["too_large_upload"] = code(lambda: s3.create_multipart_upload(Bucket=b, Key="large.bin",
@@ -67,11 +51,9 @@ fn boto3_metadata_on(env: TestEnv) {
     let big_path = write_file(env.dir.path(), "big.bin", &test_bytes(11 << 20, 5));
     let spec = serde_json::json!({
         "admin": format!("http://{}", server.admin), "data": format!("http://{}", server.data),
-        "id": key.id, "secret": key.secret, "big": big_path,
+        "key": key_json(&key), "big": big_path,
     });
-    let home = env.dir.path().join("boto3-home");
-    let out = run_ok(clean_command(python(), &home).args(["-c", BOTO3_METADATA, &spec.to_string()]));
-    let out: serde_json::Value = serde_json::from_str(out.trim()).expect("the script prints JSON");
+    let out = run_boto3(&env.dir.path().join("boto3-home"), BOTO3_METADATA, &spec);
 
     // Field names are case-insensitive, so S3 (and we) answer them in lower case.
     let sent = serde_json::json!({"mtime": "1700000000.5", "a-b": "x, y", "empty": ""});
