@@ -164,10 +164,10 @@ const MULTIPART_LIST_PARAMS: &[&str] = &[
 /// encrypted or locked.
 const UNSUPPORTED_HEADER_PREFIXES: &[&str] =
     &["x-amz-server-side-encryption", "x-amz-copy-source-server-side-encryption", "x-amz-object-lock-"];
-/// CopyObject's and UploadPartCopy's source (`[/]bucket/key`, URL-encoded), and the headers that go with it.
-const COPY_SOURCE: &str = "x-amz-copy-source";
 /// S3 user metadata fields: `x-amz-meta-<name>`.
 const USER_METADATA_PREFIX: &str = "x-amz-meta-";
+/// CopyObject's and UploadPartCopy's source (`[/]bucket/key`, URL-encoded), and the headers that go with it.
+const COPY_SOURCE: &str = "x-amz-copy-source";
 const COPY_SOURCE_RANGE: &str = "x-amz-copy-source-range";
 const METADATA_DIRECTIVE: &str = "x-amz-metadata-directive";
 /// The copy source's preconditions, and the RFC 9110 fields they mean for the source.
@@ -471,9 +471,7 @@ async fn upload_part(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, S3Error> {
-    if !(1..=crate::store::multipart::MAX_PART_NUMBER).contains(&part_number) {
-        return Err(multipart_error(MultipartError::InvalidPartNumber(part_number)));
-    }
+    check_part_number(part_number)?;
     // An unknown upload is refused before its body is read.
     app.store.upload_of(bucket, key, upload_id).await.map_err(multipart_error)?;
     let staged = stage(app, grant, headers, body).await?;
@@ -559,9 +557,7 @@ async fn upload_part_copy(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, S3Error> {
-    if !(1..=crate::store::multipart::MAX_PART_NUMBER).contains(&part_number) {
-        return Err(multipart_error(MultipartError::InvalidPartNumber(part_number)));
-    }
+    check_part_number(part_number)?;
     let (bucket, key) = copy_source(app, grant, headers, body).await?;
     let source = app.store.object(&bucket, &key).await.map_err(ApiError::from)?.ok_or(ApiError::NotFound)?;
     if !copy_source_passes(headers, &source) {
@@ -580,12 +576,16 @@ async fn upload_part_copy(
     // The copy writes a part file: it takes an upload place like an uploaded part.
     let _place = super::upload::upload_place(app).await?;
     let copied = app.store.copy_part(&source, range, target, upload_id, part_number).await;
-    match copied.map_err(multipart_error)? {
-        CopyOutcome::Copied(part) => {
-            Ok(xml_response(xml::copy_result(CopyResult::Part, &part.etag(), part.created_at)))
-        }
-        CopyOutcome::NoSuchKey | CopyOutcome::PreconditionFailed => Err(ApiError::NotFound.into()),
+    let part = copied.map_err(multipart_error)?.ok_or(ApiError::NotFound)?;
+    Ok(xml_response(xml::copy_result(CopyResult::Part, &part.etag(), part.created_at)))
+}
+
+/// A part number S3 accepts (1 to 10,000), checked before a part's body or source is read.
+fn check_part_number(part_number: u32) -> Result<(), S3Error> {
+    if !(1..=crate::store::multipart::MAX_PART_NUMBER).contains(&part_number) {
+        return Err(multipart_error(MultipartError::InvalidPartNumber(part_number)));
     }
+    Ok(())
 }
 
 fn with_etag(mut response: Response, etag: &str) -> Response {

@@ -104,7 +104,7 @@ impl Store {
     }
 
     /// Stages `len` bytes of `source` (a row `object` returned) from `offset` as part `part_number` of an upload.
-    /// `NoSuchKey` when the source was deleted since its row was read.
+    /// `None` when the source was deleted since its row was read.
     pub async fn copy_part(
         &self,
         source: &ObjectRecord,
@@ -112,7 +112,7 @@ impl Store {
         target: ObjectName<'_>,
         upload_id: &str,
         part_number: u32,
-    ) -> Result<CopyOutcome<PartRecord>, MultipartError> {
+    ) -> Result<Option<PartRecord>, MultipartError> {
         // An unknown upload is refused before anything is staged.
         self.upload_of(target.bucket, target.key, upload_id).await?;
         let blobs = self.blobs.clone();
@@ -120,9 +120,8 @@ impl Store {
         let staged: Option<StagedBlob> = tokio::task::spawn_blocking(move || blobs.stage_range(&sha256, offset, len))
             .await
             .context("part copy task failed")??;
-        let Some(staged) = staged else { return Ok(CopyOutcome::NoSuchKey) };
-        let part = self.put_part(target.bucket, target.key, upload_id, part_number, staged).await?;
-        Ok(CopyOutcome::Copied(part))
+        let Some(staged) = staged else { return Ok(None) };
+        Ok(Some(self.put_part(target.bucket, target.key, upload_id, part_number, staged).await?))
     }
 }
 
@@ -257,7 +256,7 @@ mod tests {
         let upload = store.create_upload(&dst.0, &dst.1, ObjectAttrs::default()).await.unwrap();
         let target = ObjectName { bucket: &dst.0, key: &dst.1 };
         let copied = store.copy_part(&source, (1000, 5000), target, &upload.id, 1).await.unwrap();
-        let CopyOutcome::Copied(part) = copied else { panic!("copied: {copied:?}") };
+        let Some(part) = copied else { panic!("copied: {copied:?}") };
         assert_eq!(part.size, 5000);
         use md5::Digest;
         assert_eq!(part.md5, hex::encode(md5::Md5::digest(&bytes[1000..6000])));
@@ -268,7 +267,7 @@ mod tests {
         assert!(store.delete(&src.0, &src.1).await.unwrap());
         let gone = store.create_upload(&dst.0, &dst.1, ObjectAttrs::default()).await.unwrap();
         let copied = store.copy_part(&source, (0, 10), target, &gone.id, 1).await.unwrap();
-        assert!(matches!(copied, CopyOutcome::NoSuchKey), "a source deleted since its row was read");
+        assert!(copied.is_none(), "a source deleted since its row was read");
         let unknown = store.copy_part(&source, (0, 10), target, "0".repeat(32).as_str(), 1).await;
         assert!(matches!(unknown, Err(MultipartError::NoSuchUpload)));
     }

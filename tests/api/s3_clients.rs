@@ -426,16 +426,7 @@ fn rclone_lists_copies_and_checks_with_both_list_versions() {
     let server = w.env.serve();
     for list_version in ["1", "2"] {
         let home = w.env.dir.path().join(format!("rclone-home-{list_version}"));
-        std::fs::create_dir_all(&home).unwrap();
-        std::fs::write(
-            home.join("rclone.conf"),
-            format!(
-                "[bg]\ntype = s3\nprovider = Other\naccess_key_id = {}\nsecret_access_key = {}\nendpoint = http://{}\n\
-                 region = us-east-1\nforce_path_style = true\nlist_version = {list_version}\n",
-                w.key.id, w.key.secret, server.data
-            ),
-        )
-        .unwrap();
+        rclone_config(&home, &w.key, &server.data.to_string(), &format!("list_version = {list_version}\n"));
         let listing = rclone(&home, &["ls", "bg:bkt"]);
         for (key, bytes) in &w.objects {
             let want = format!("{} {key}", bytes.len());
@@ -453,20 +444,50 @@ fn rclone_lists_copies_and_checks_with_both_list_versions() {
         // S3 reads answer a single upload's MD5 as its ETag, which `check` compares with the local files' MD5s;
         // `--download` compares the bytes themselves.
         for how in [&[][..], &["--download"][..]] {
-            let checked = clean_command("rclone", &home)
-                .arg("--config")
-                .arg(home.join("rclone.conf"))
-                .arg("check")
-                .args(how)
-                .args(["bg:bkt", local.to_str().unwrap()])
-                .output()
-                .unwrap();
+            let args: Vec<&str> =
+                ["check"].into_iter().chain(how.iter().copied()).chain(["bg:bkt", local.to_str().unwrap()]).collect();
+            let checked = rclone_output(&home, &args);
             assert!(checked.status.success(), "rclone check {how:?}: {}", String::from_utf8_lossy(&checked.stderr));
             let report = String::from_utf8_lossy(&checked.stderr);
             assert!(report.contains(&format!("{} matching files", w.objects.len())), "{how:?}: {report}");
             assert!(!report.contains("hash"), "{how:?}: every hash compared: {report}");
         }
     }
+}
+
+/// Writes `home/rclone.conf` with one remote `bg` (`provider = Other`, path style) for `key` at `endpoint`
+/// (`host:port`), plus `extra` lines.
+pub fn rclone_config(home: &Path, key: &AccessKey, endpoint: &str, extra: &str) {
+    std::fs::create_dir_all(home).unwrap();
+    std::fs::write(
+        home.join("rclone.conf"),
+        format!(
+            "[bg]\ntype = s3\nprovider = Other\naccess_key_id = {}\nsecret_access_key = {}\nendpoint = http://{endpoint}\n\
+             region = us-east-1\nforce_path_style = true\n{extra}",
+            key.id, key.secret
+        ),
+    )
+    .unwrap();
+}
+
+/// rclone with `home/rclone.conf`, its output kept whether it succeeds or not (for the caller to read its log).
+pub fn rclone_output(home: &Path, args: &[&str]) -> Output {
+    require_tool("rclone", "apt package rclone");
+    clean_command("rclone", home).arg("--config").arg(home.join("rclone.conf")).args(args).output().expect("run rclone")
+}
+
+/// Writes `home/.s3cfg` for `key` at `endpoint` (`host:port`), path style, SigV4.
+pub fn s3cmd_config(home: &Path, key: &AccessKey, endpoint: &str) {
+    std::fs::create_dir_all(home).unwrap();
+    std::fs::write(
+        home.join(".s3cfg"),
+        format!(
+            "[default]\naccess_key = {}\nsecret_key = {}\nhost_base = {endpoint}\nhost_bucket = {endpoint}\nuse_https = False\n\
+             signature_v2 = False\nbucket_location = us-east-1\ncheck_ssl_certificate = False\n",
+            key.id, key.secret
+        ),
+    )
+    .unwrap();
 }
 
 pub fn s3cmd(home: &Path, args: &[&str]) -> Output {
@@ -479,18 +500,7 @@ fn s3cmd_lists_and_gets() {
     let w = world();
     let server = w.env.serve();
     let home = w.env.dir.path().join("s3cmd-home");
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::write(
-        home.join(".s3cfg"),
-        format!(
-            "[default]\naccess_key = {}\nsecret_key = {}\nhost_base = {addr}\nhost_bucket = {addr}\nuse_https = False\n\
-             signature_v2 = False\nbucket_location = us-east-1\ncheck_ssl_certificate = False\n",
-            w.key.id,
-            w.key.secret,
-            addr = server.data
-        ),
-    )
-    .unwrap();
+    s3cmd_config(&home, &w.key, &server.data.to_string());
     let out = s3cmd(&home, &["ls", "--recursive", "s3://bkt/"]);
     assert!(out.status.success(), "s3cmd ls: {}", String::from_utf8_lossy(&out.stderr));
     let listing = String::from_utf8_lossy(&out.stdout);

@@ -7,7 +7,9 @@
 use std::path::Path;
 
 use crate::helpers::*;
-use crate::s3_clients::{aws, aws_home, clean_command, key_json, rclone, run_boto3, s3_key, s3cmd, sha256_hex};
+use crate::s3_clients::{
+    aws, aws_home, key_json, rclone, rclone_config, rclone_output, run_boto3, s3_key, s3cmd, s3cmd_config, sha256_hex,
+};
 use crate::s3_writes::{listed, quoted_md5, read_back};
 
 /// Every file under `dir` (the data dir's `blobs/`, `parts/` or `tmp/`).
@@ -265,41 +267,16 @@ fn aws_cli_rclone_and_s3cmd_copy_between_s3_urls() {
     assert!(!second.contains("copy:"), "the second sync copies nothing: {second}");
 
     let rclone_home = env.dir.path().join("rclone-home");
-    std::fs::create_dir_all(&rclone_home).unwrap();
-    std::fs::write(
-        rclone_home.join("rclone.conf"),
-        format!(
-            "[bg]\ntype = s3\nprovider = Other\naccess_key_id = {}\nsecret_access_key = {}\nendpoint = {admin}\n\
-             region = us-east-1\nforce_path_style = true\n",
-            key.id, key.secret
-        ),
-    )
-    .unwrap();
+    rclone_config(&rclone_home, &key, &server.admin.to_string(), "");
     // `-v` logs each file as copied; a server-side copy reads no object bytes through rclone.
-    let copied = clean_command("rclone", &rclone_home)
-        .arg("--config")
-        .arg(rclone_home.join("rclone.conf"))
-        .args(["copy", "-v", "--stats", "0", "bg:bkt/src", "bg:bkt/rc"])
-        .output()
-        .expect("run rclone");
+    let copied = rclone_output(&rclone_home, &["copy", "-v", "--stats", "0", "bg:bkt/src", "bg:bkt/rc"]);
     let log = String::from_utf8_lossy(&copied.stderr);
     assert!(copied.status.success(), "rclone copy: {log}");
     assert!(log.contains("Copied (server-side copy)"), "rclone copied server-side: {log}");
     rclone(&rclone_home, &["check", "bg:bkt/src", "bg:bkt/rc"]);
 
     let s3cmd_home = env.dir.path().join("s3cmd-home");
-    std::fs::create_dir_all(&s3cmd_home).unwrap();
-    std::fs::write(
-        s3cmd_home.join(".s3cfg"),
-        format!(
-            "[default]\naccess_key = {}\nsecret_key = {}\nhost_base = {addr}\nhost_bucket = {addr}\nuse_https = False\n\
-             signature_v2 = False\nbucket_location = us-east-1\ncheck_ssl_certificate = False\n",
-            key.id,
-            key.secret,
-            addr = server.admin
-        ),
-    )
-    .unwrap();
+    s3cmd_config(&s3cmd_home, &key, &server.admin.to_string());
     let out = s3cmd(&s3cmd_home, &["cp", "s3://bkt/src/small é.txt", "s3://bkt/s3cmd/copy.txt"]);
     assert!(out.status.success(), "s3cmd cp: {}", String::from_utf8_lossy(&out.stderr));
 

@@ -3,7 +3,7 @@
 //! aws-cli and rclone (which keeps a file's modification time in `x-amz-meta-mtime` and reads it back).
 
 use crate::helpers::*;
-use crate::s3_clients::{aws, aws_home, clean_command, key_json, rclone, run_boto3, s3_key};
+use crate::s3_clients::{aws, aws_home, key_json, rclone, rclone_config, rclone_output, run_boto3, s3_key};
 use crate::s3_writes::listed;
 
 const BOTO3_METADATA: &str = r#"
@@ -94,16 +94,7 @@ fn aws_cli_metadata_and_rclone_modification_times_survive_the_round_trip() {
 
     // rclone keeps the file's mtime in x-amz-meta-mtime and lists it from there: an old mtime comes back.
     let rclone_home = env.dir.path().join("rclone-home");
-    std::fs::create_dir_all(&rclone_home).unwrap();
-    std::fs::write(
-        rclone_home.join("rclone.conf"),
-        format!(
-            "[bg]\ntype = s3\nprovider = Other\naccess_key_id = {}\nsecret_access_key = {}\nendpoint = {admin}\n\
-             region = us-east-1\nforce_path_style = true\n",
-            key.id, key.secret
-        ),
-    )
-    .unwrap();
+    rclone_config(&rclone_home, &key, &server.admin.to_string(), "");
     let local = rclone_home.join("src");
     std::fs::create_dir_all(&local).unwrap();
     let old = write_file(&local, "old.bin", &test_bytes(1000, 6));
@@ -112,12 +103,7 @@ fn aws_cli_metadata_and_rclone_modification_times_survive_the_round_trip() {
     rclone(&rclone_home, &["copy", local.to_str().unwrap(), "bg:bkt/rc"]);
     let listing = rclone(&rclone_home, &["lsl", "bg:bkt/rc"]);
     assert!(listing.contains("2001-09-09"), "rclone reads the mtime it stored: {listing}");
-    let again = clean_command("rclone", &rclone_home)
-        .arg("--config")
-        .arg(rclone_home.join("rclone.conf"))
-        .args(["copy", "-v", "--stats", "0", local.to_str().unwrap(), "bg:bkt/rc"])
-        .output()
-        .expect("run rclone");
+    let again = rclone_output(&rclone_home, &["copy", "-v", "--stats", "0", local.to_str().unwrap(), "bg:bkt/rc"]);
     let log = String::from_utf8_lossy(&again.stderr);
     assert!(again.status.success(), "{log}");
     assert!(!log.contains("Copied"), "a second copy sees equal mtimes and copies nothing: {log}");

@@ -9,7 +9,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::helpers::*;
-use crate::s3_clients::{AccessKey, aws, aws_home, clean_command, python, rclone, run_ok, s3_key, s3cmd, sha256_hex};
+use crate::s3_clients::{
+    AccessKey, aws, aws_home, clean_command, python, rclone, rclone_config, run_ok, s3_key, s3cmd, s3cmd_config,
+    sha256_hex,
+};
 
 /// The keys `blobgate ls BUCKET` lists, with their sizes.
 pub fn listed(env: &TestEnv, bucket: &str) -> Vec<(String, u64)> {
@@ -189,16 +192,7 @@ fn rclone_copies_up_and_s3cmd_puts() {
     let key = s3_key(&env, "bkt", &["--scope", "write"]);
     let server = env.serve();
     let home = env.dir.path().join("rclone-home");
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::write(
-        home.join("rclone.conf"),
-        format!(
-            "[bg]\ntype = s3\nprovider = Other\naccess_key_id = {}\nsecret_access_key = {}\nendpoint = http://{}\n\
-             region = us-east-1\nforce_path_style = true\n",
-            key.id, key.secret, server.admin
-        ),
-    )
-    .unwrap();
+    rclone_config(&home, &key, &server.admin.to_string(), "");
     let local = home.join("src");
     let files = [("one.bin", test_bytes(100_000, 7)), ("d/two words.txt", test_bytes(17, 8))];
     for (name, bytes) in &files {
@@ -208,18 +202,7 @@ fn rclone_copies_up_and_s3cmd_puts() {
     rclone(&home, &["copy", local.to_str().unwrap(), "bg:bkt/rc"]);
 
     let s3cmd_home = env.dir.path().join("s3cmd-home");
-    std::fs::create_dir_all(&s3cmd_home).unwrap();
-    std::fs::write(
-        s3cmd_home.join(".s3cfg"),
-        format!(
-            "[default]\naccess_key = {}\nsecret_key = {}\nhost_base = {addr}\nhost_bucket = {addr}\nuse_https = False\n\
-             signature_v2 = False\nbucket_location = us-east-1\ncheck_ssl_certificate = False\n",
-            key.id,
-            key.secret,
-            addr = server.admin
-        ),
-    )
-    .unwrap();
+    s3cmd_config(&s3cmd_home, &key, &server.admin.to_string());
     let put = test_bytes(250_000, 9);
     let put_path = write_file(env.dir.path(), "s3cmd.bin", &put);
     let out = s3cmd(&s3cmd_home, &["put", put_path.to_str().unwrap(), "s3://bkt/s3cmd/put.bin"]);
