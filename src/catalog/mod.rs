@@ -191,7 +191,7 @@ impl Catalog {
             return Ok(None);
         }
         let stamp = self.stamp();
-        let found = self.meta.s3_key(id).await?.map(Arc::new);
+        let found = Box::pin(self.meta.s3_key(id)).await?.map(Arc::new);
         match &found {
             Some(_) => self.s3_keys.insert(id.to_owned(), found.clone()),
             None => self.s3_key_misses.insert(id.to_owned(), ()),
@@ -248,7 +248,7 @@ impl Catalog {
             return Ok(hit);
         }
         let stamp = self.stamp();
-        let found = fetch().await?;
+        let found = Box::pin(fetch()).await?;
         cache.insert(owned_key(), found.clone());
         if self.stamp() != stamp {
             cache.remove(lookup);
@@ -282,7 +282,7 @@ impl Catalog {
     async fn fresh(&self) {
         let generation = self.feed.current();
         if generation != self.synced.load(Ordering::Acquire)
-            && let Err(e) = self.sync().await
+            && let Err(e) = Box::pin(self.sync()).await
         {
             tracing::warn!(error = %e, "cache sync failed; serving from the caches until the database answers");
             self.synced.fetch_max(generation, Ordering::AcqRel);

@@ -266,7 +266,7 @@ async fn route(
         S3Path::Service => {
             // ListBuckets' paging parameters are accepted and ignored: a key sees one bucket.
             query.refuse_subresources(&["max-buckets", "prefix", "continuation-token", "bucket-region"])?;
-            list_buckets(app, request).await
+            Box::pin(list_buckets(app, request)).await
         }
         S3Path::Bucket(name) => {
             let bucket = app.catalog.bucket(name.as_str()).await?;
@@ -284,7 +284,7 @@ async fn route(
                 response.headers_mut().insert(AMZ_BUCKET_REGION.clone(), region);
                 return Ok(with_principal(app, response, &grant));
             }
-            let response = super::s3_list::list_objects(app, &bucket, &grant, &query, request.query).await?;
+            let response = Box::pin(super::s3_list::list_objects(app, &bucket, &grant, &query, request.query)).await?;
             Ok(with_principal(app, response, &grant))
         }
         S3Path::Object(name, key) => {
