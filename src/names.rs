@@ -28,7 +28,12 @@ pub struct ObjectAttrs {
     pub content_disposition: Option<String>,
     /// S3 user metadata (`x-amz-meta-<name>: <value>`), by lower-case name without the prefix; empty for none.
     pub user_metadata: BTreeMap<String, String>,
+    /// S3 object tags, by key; empty for none.
+    pub tags: Tags,
 }
+
+/// An object's S3 tag set (`x-amz-tagging`, PutObjectTagging): key to value, keys unique.
+pub type Tags = BTreeMap<String, String>;
 
 /// S3's bound on user metadata: the bytes of every name and value together.
 pub const MAX_USER_METADATA_BYTES: usize = 2048;
@@ -65,7 +70,7 @@ pub fn parse_attrs(
         crate::header_values::disposition::validate_content_disposition(cd)
             .map_err(|reason| NameError::Attr { field: "content disposition", reason })?;
     }
-    Ok(ObjectAttrs { content_type, cache_control, content_disposition, user_metadata: BTreeMap::new() })
+    Ok(ObjectAttrs { content_type, cache_control, content_disposition, ..ObjectAttrs::default() })
 }
 
 /// An S3-style bucket name: 3 to 63 characters of `a-z`, `0-9`, `.` and `-`, starting and ending with a letter or

@@ -15,6 +15,8 @@ use crate::store::{ObjectRecord, VariantRecord, effective_content_type};
 
 static NOSNIFF: HeaderValue = HeaderValue::from_static("nosniff");
 static BYTES: HeaderValue = HeaderValue::from_static("bytes");
+/// How many tags an object has, on S3 GetObject and HeadObject (boto3 reads it as `TagCount`).
+static TAGGING_COUNT: HeaderName = HeaderName::from_static("x-amz-tagging-count");
 pub static REPR_DIGEST: HeaderName = HeaderName::from_static("repr-digest");
 
 #[derive(Debug)]
@@ -39,8 +41,9 @@ pub struct ObjectEntry {
     /// The precompressed variants, each with its own strong ETag and Repr-Digest (over its encoded bytes).
     pub variants: Vec<VariantEntry>,
     pub available: Variants,
-    /// The `x-amz-meta-*` fields S3 reads answer, from the stored user metadata.
-    pub s3_user_metadata: Vec<(HeaderName, HeaderValue)>,
+    /// The `x-amz-*` fields S3 reads answer: the stored user metadata (`x-amz-meta-*`) and, when the object has
+    /// tags, `x-amz-tagging-count`.
+    pub s3_headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 /// One precompressed variant as the handler sends it.
@@ -90,7 +93,7 @@ impl ObjectEntry {
         }
         let private_cache_control = private_cache_control(cache_control);
         // Names and values were checked on the way in; one that is not a valid field any more is skipped.
-        let s3_user_metadata = record
+        let mut s3_headers: Vec<(HeaderName, HeaderValue)> = record
             .attrs
             .user_metadata
             .iter()
@@ -99,6 +102,9 @@ impl ObjectEntry {
                 Some((name, HeaderValue::from_str(value).ok()?))
             })
             .collect();
+        if !record.attrs.tags.is_empty() {
+            s3_headers.push((TAGGING_COUNT.clone(), HeaderValue::from(record.attrs.tags.len())));
+        }
         let object_ref = ObjectRef { bucket_id: record.bucket_id, key: Arc::from(record.key.as_str()) };
         Self {
             record,
@@ -113,7 +119,7 @@ impl ObjectEntry {
             private_cache_control,
             variants: Vec::new(),
             available: Variants::default(),
-            s3_user_metadata,
+            s3_headers,
         }
     }
 

@@ -100,7 +100,7 @@ pub(super) async fn serve_object(app: &DataState, request: ObjectRequest<'_>) ->
     }
     if s3 {
         representation.insert(header::ETAG, entry.s3_etag_value.clone());
-        for (name, value) in &entry.s3_user_metadata {
+        for (name, value) in &entry.s3_headers {
             representation.insert(name.clone(), value.clone());
         }
     }

@@ -9,7 +9,8 @@
 //! - `GET /{bucket}?list-type=2`: ListObjectsV2; `GET /{bucket}`: ListObjects (V1);
 //! - `GET`/`HEAD /{bucket}/{key}`: GetObject/HeadObject through the native object pipeline
 //!   (`object::serve_object`: the same lookup, preconditions, ranges and `FileBody` regions sent by sendfile),
-//!   with `response-*` overrides on presigned requests only.
+//!   with `response-*` overrides on presigned requests only;
+//! - `GET /{bucket}/{key}?tagging`: GetObjectTagging (from the cached entry).
 //!
 //! The pipeline is the native one: parse the path, look the bucket up, authorise (`Authorizer::s3`: SigV4, then
 //! the token rules) before any object lookup, then serve. Every S3 response carries `x-amz-request-id`; errors are
@@ -287,6 +288,9 @@ async fn route(
             let response = Box::pin(super::s3_list::list_objects(app, &bucket, &grant, &query, request.query)).await?;
             Ok(with_principal(app, response, &grant))
         }
+        S3Path::Object(name, key) if query.has("tagging") => {
+            Box::pin(get_object_tagging(app, method, request, &query, name, key)).await
+        }
         S3Path::Object(name, key) => {
             query.refuse_subresources(OBJECT_PARAMS)?;
             let bucket = app.catalog.bucket(name.as_str()).await?;
@@ -308,6 +312,26 @@ async fn route(
             Ok(object::serve_object(app, object_request).await?)
         }
     }
+}
+
+/// GetObjectTagging (`GET ?tagging`): the object's tags, to a key that may read it (on either listener).
+async fn get_object_tagging(
+    app: &DataState,
+    method: &Method,
+    request: &RequestParts<'_>,
+    query: &Query,
+    name: BucketName,
+    key: ObjectKey,
+) -> Result<Response, S3Error> {
+    query.refuse_subresources(&["tagging"])?;
+    let bucket = app.catalog.bucket(name.as_str()).await?;
+    let grant = app.auth.s3(request, S3Target::Object(bucket.as_ref(), &key), Access::Read).await?;
+    let bucket = bucket.ok_or(AuthError::NoSuchBucket)?;
+    if method != Method::GET {
+        return Err(ApiError::MethodNotAllowed.into());
+    }
+    let entry = app.catalog.object(bucket.id, key.as_str()).await?.ok_or(ApiError::NotFound)?;
+    Ok(with_principal(app, xml_response(crate::s3::xml::tagging(&entry.record.attrs.tags)), &grant))
 }
 
 pub(super) fn with_principal(app: &DataState, mut response: Response, grant: &S3Grant) -> Response {

@@ -1,7 +1,8 @@
 //! S3 writes, on the admin listener only (the data listener stays body-free and answers them `MethodNotAllowed`):
 //! PutObject, DeleteObject, DeleteObjects (`POST /{bucket}?delete`), multipart uploads (`POST ?uploads`,
 //! `PUT ?partNumber=&uploadId=`, `POST ?uploadId=`, `DELETE ?uploadId=`, `GET /{bucket}?uploads`,
-//! `GET ?uploadId=`) over the store's multipart layer, and server-side copies (a PUT with `x-amz-copy-source`:
+//! `GET ?uploadId=`) over the store's multipart layer, PutObjectTagging and DeleteObjectTagging (`PUT`/`DELETE
+//! ?tagging`), and server-side copies (a PUT with `x-amz-copy-source`:
 //! CopyObject, or UploadPartCopy with `uploadId`) over `store::server_copy`. A copy's source is authorised for
 //! reading by the same signed request before it is looked up.
 //!
@@ -32,16 +33,16 @@ use crate::auth::sigv4::checksum::{Checksum, Checksummer};
 use crate::auth::sigv4::chunked::{ChunkedDecoder, header_checksum};
 use crate::auth::sigv4::{PayloadHash, RequestParts, SigV4Error, check_payload_sha256};
 use crate::auth::{Access, S3Grant, S3Target};
-use crate::names::{BucketName, MAX_USER_METADATA_BYTES, ObjectKey, parse_attrs};
+use crate::names::{BucketName, MAX_USER_METADATA_BYTES, ObjectKey, Tags, parse_attrs};
 use crate::s3::listing::{self, Entry};
 use crate::s3::request::{
-    ListPartsParams, ListUploadsParams, MAX_COMPLETE_BODY, MAX_DELETE_BODY, RequestError,
+    ListPartsParams, ListUploadsParams, MAX_COMPLETE_BODY, MAX_DELETE_BODY, MAX_TAGGING_BODY, RequestError,
     parse_complete_multipart_upload, parse_copy_source, parse_copy_source_range, parse_delete,
-    parse_metadata_directive,
+    parse_metadata_directive, parse_tagging, parse_tagging_directive, parse_tagging_header,
 };
 use crate::s3::xml::{self, CopyResult, DeleteOutcome, ListedPart, ListedUpload, Owner, PartsPage, UploadsPage};
 use crate::store::multipart::MultipartError;
-use crate::store::server_copy::{CopiedAttrs, CopyOutcome, ObjectName};
+use crate::store::server_copy::{CopiedAttrs, CopyOutcome, Directive, ObjectName};
 use crate::store::{ObjectRecord, StagedBlob, WriteCondition};
 
 /// Whether an admin-listener request is an S3 write (or a multipart listing, which only the admin listener
@@ -107,6 +108,10 @@ async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Re
             let upload_id = param("uploadId");
             let target = ObjectName { bucket: &name, key: &key };
             let copy_source = parts.headers.get(COPY_SOURCE);
+            if param("tagging").is_some() {
+                let response = object_tagging(app, target, method, upload_id, &grant, &parts.headers, body).await?;
+                return Ok(with_principal(&app.data, response, &grant));
+            }
             let response = match (method.clone(), upload_id) {
                 (Method::PUT, None) if copy_source.is_some() => {
                     copy_object(app, target, &grant, &parts.headers, body).await?
@@ -147,7 +152,7 @@ async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Re
 /// The query parameters the write routes read (besides `x-id` and SigV4's own). Any other names a
 /// subresource or operation we do not have (`?tagging`, `?acl`, `?retention`…), which the routes would otherwise
 /// take for a plain PutObject or DeleteObject of the object.
-const WRITE_PARAMS: &[&str] = &["uploads", "uploadId", "partNumber", "delete"];
+const WRITE_PARAMS: &[&str] = &["uploads", "uploadId", "partNumber", "delete", "tagging"];
 /// What ListMultipartUploads and ListParts read besides.
 const MULTIPART_LIST_PARAMS: &[&str] = &[
     "prefix",
@@ -170,6 +175,9 @@ const USER_METADATA_PREFIX: &str = "x-amz-meta-";
 const COPY_SOURCE: &str = "x-amz-copy-source";
 const COPY_SOURCE_RANGE: &str = "x-amz-copy-source-range";
 const METADATA_DIRECTIVE: &str = "x-amz-metadata-directive";
+/// An object's tags as a URL query (PutObject, CreateMultipartUpload, a copy that replaces them).
+const TAGGING: &str = "x-amz-tagging";
+const TAGGING_DIRECTIVE: &str = "x-amz-tagging-directive";
 /// The copy source's preconditions, and the RFC 9110 fields they mean for the source.
 const COPY_SOURCE_PRECONDITIONS: [(&str, header::HeaderName); 4] = [
     ("x-amz-copy-source-if-match", header::IF_MATCH),
@@ -266,7 +274,19 @@ fn object_attrs(headers: &HeaderMap) -> Result<crate::names::ObjectAttrs, S3Erro
         parse_attrs(text(header::CONTENT_TYPE)?, text(header::CACHE_CONTROL)?, text(header::CONTENT_DISPOSITION)?)
             .map_err(ApiError::from)?;
     attrs.user_metadata = user_metadata(headers)?;
+    attrs.tags = request_tags(headers)?;
     Ok(attrs)
+}
+
+/// The request's `x-amz-tagging` (none: no tags), checked as S3 checks a tag set (`InvalidTag`).
+fn request_tags(headers: &HeaderMap) -> Result<Tags, S3Error> {
+    match headers.get(TAGGING) {
+        None => Ok(Tags::new()),
+        Some(value) => {
+            let text = value.to_str().map_err(|_| bad_request(format!("{TAGGING} is not URL-encoded ASCII")))?;
+            parse_tagging_header(text).map_err(request_error)
+        }
+    }
 }
 
 /// The request's `x-amz-meta-*` fields, by name without the prefix (field names are lower case already); several
@@ -524,19 +544,22 @@ async fn copy_object(
     body: Body,
 ) -> Result<Response, S3Error> {
     let (bucket, key) = copy_source(app, grant, headers, body).await?;
-    let directive = headers.get(METADATA_DIRECTIVE).map(|v| v.to_str().unwrap_or("?"));
-    let attrs = if parse_metadata_directive(directive).map_err(request_error)? {
-        CopiedAttrs::Replace(object_attrs(headers)?)
-    } else if bucket == *target.bucket && key == *target.key {
+    let directive = |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or("?"));
+    let replace_metadata = parse_metadata_directive(directive(METADATA_DIRECTIVE)).map_err(request_error)?;
+    let replace_tags = parse_tagging_directive(directive(TAGGING_DIRECTIVE)).map_err(request_error)?;
+    let attrs = CopiedAttrs {
+        metadata: if replace_metadata { Directive::Replace(object_attrs(headers)?) } else { Directive::FromSource },
+        tags: if replace_tags { Directive::Replace(request_tags(headers)?) } else { Directive::FromSource },
+    };
+    // S3 refuses a copy onto itself that changes nothing; new tags alone do not make it legal.
+    if !replace_metadata && bucket == *target.bucket && key == *target.key {
         return Err(S3Error::new(
             StatusCode::BAD_REQUEST,
             "InvalidRequest",
             "This copy request is illegal because it is trying to copy an object to itself without changing the \
              object's metadata, storage class, website redirect location or encryption attributes.",
         ));
-    } else {
-        CopiedAttrs::FromSource
-    };
+    }
     let source = ObjectName { bucket: &bucket, key: &key };
     let copied = app.store.copy_object(source, target, attrs, |record| copy_source_passes(headers, record)).await;
     match copied.map_err(ApiError::from)? {
@@ -546,6 +569,34 @@ async fn copy_object(
         CopyOutcome::NoSuchKey => Err(ApiError::NotFound.into()),
         CopyOutcome::PreconditionFailed => Err(ApiError::PreconditionFailed.into()),
     }
+}
+
+/// PutObjectTagging (`PUT ?tagging`, the body's tag set replaces the object's) and DeleteObjectTagging (`DELETE
+/// ?tagging`). The object's content, ETag and Last-Modified stay; an absent object is `NoSuchKey`.
+async fn object_tagging(
+    app: &AdminState,
+    target: ObjectName<'_>,
+    method: &Method,
+    upload_id: Option<&str>,
+    grant: &S3Grant,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, S3Error> {
+    if upload_id.is_some() || headers.contains_key(COPY_SOURCE) {
+        return Err(S3Error::new(StatusCode::BAD_REQUEST, "InvalidRequest", "?tagging names no upload and no copy"));
+    }
+    let (tags, status) = match *method {
+        Method::PUT => {
+            let body = small_body(app, grant, headers, body, MAX_TAGGING_BODY).await?;
+            (parse_tagging(&body).map_err(request_error)?, StatusCode::OK)
+        }
+        Method::DELETE => (Tags::new(), StatusCode::NO_CONTENT),
+        _ => return Err(ApiError::MethodNotAllowed.into()),
+    };
+    if !app.store.set_tags(target.bucket, target.key, &tags).await.map_err(ApiError::from)? {
+        return Err(ApiError::NotFound.into());
+    }
+    Ok(status.into_response())
 }
 
 async fn upload_part_copy(

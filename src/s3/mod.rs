@@ -4,8 +4,8 @@
 //! what these functions write.
 //!
 //! - [`xml`]: ListAllMyBucketsResult, ListBucketResult (V1 and V2), LocationConstraint, Error, the multipart
-//!   results, DeleteResult; and the request bodies CompleteMultipartUpload and Delete, bounded, with S3's error
-//!   codes.
+//!   results, DeleteResult, Tagging; and the request bodies CompleteMultipartUpload, Delete and Tagging, bounded,
+//!   with S3's error codes.
 //! - [`request`]: the parameters of ListObjects V1 and V2, parsed once (`max-keys` capped, `encoding-type`,
 //!   continuation tokens).
 //! - [`listing`]: prefix, delimiter and pagination over any source of keys in order; a page costs O(max-keys)

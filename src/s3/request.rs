@@ -1,5 +1,6 @@
-//! What S3 requests carry that is ours to parse: the list parameters (ListObjects V1 and V2) and the XML bodies
-//! of CompleteMultipartUpload and DeleteObjects. Each refusal is a [`RequestError`] with S3's error code.
+//! What S3 requests carry that is ours to parse: the list parameters (ListObjects V1 and V2), the XML bodies
+//! of CompleteMultipartUpload, DeleteObjects and PutObjectTagging, the copy headers, and tag sets (`x-amz-tagging`,
+//! checked by S3's rules). Each refusal is a [`RequestError`] with S3's error code.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -7,7 +8,7 @@ use serde::Deserialize;
 
 use super::MAX_KEYS;
 use super::listing::ListQuery;
-use crate::names::{BucketName, ObjectKey};
+use crate::names::{BucketName, ObjectKey, Tags};
 
 /// A request S3 would refuse with 400, and the code it would name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -20,6 +21,10 @@ pub enum RequestError {
     TooLarge { limit: usize },
     #[error("The list of parts was not in ascending order. The parts list must be specified in order by part number.")]
     InvalidPartOrder,
+    /// A tag set S3 would refuse: too many tags, a repeated key, a key or value too long or with a character
+    /// outside S3's set.
+    #[error("{0}")]
+    InvalidTag(String),
 }
 
 impl RequestError {
@@ -30,6 +35,7 @@ impl RequestError {
             RequestError::MalformedXml(_) => "MalformedXML",
             RequestError::TooLarge { .. } => "MaxMessageLengthExceeded",
             RequestError::InvalidPartOrder => "InvalidPartOrder",
+            RequestError::InvalidTag(_) => "InvalidTag",
         }
     }
 }
@@ -354,6 +360,88 @@ pub fn parse_metadata_directive(value: Option<&str>) -> Result<bool, RequestErro
     }
 }
 
+/// Most tags an object may have (S3's bound).
+pub const MAX_TAGS: usize = 10;
+/// Longest tag key and value, in characters (S3's bounds).
+pub const MAX_TAG_KEY_CHARS: usize = 128;
+pub const MAX_TAG_VALUE_CHARS: usize = 256;
+/// Largest PutObjectTagging body accepted: ten tags at their longest, each character escaped, with the elements.
+pub const MAX_TAGGING_BODY: usize = 64 << 10;
+
+/// A tag set as S3 checks it, in the order given: at most [`MAX_TAGS`], keys unique, 1 to 128 characters, not
+/// starting with the reserved `aws:`, values up to 256; both made of letters, digits, spaces and `+ - = . _ : /
+/// @` only.
+pub fn check_tags(pairs: Vec<(String, String)>) -> Result<Tags, RequestError> {
+    if pairs.len() > MAX_TAGS {
+        return Err(RequestError::InvalidTag(format!("Object tags cannot be greater than {MAX_TAGS}")));
+    }
+    let allowed = |c: char| c.is_alphanumeric() || c == ' ' || "+-=._:/@".contains(c);
+    let mut tags = Tags::new();
+    for (key, value) in pairs {
+        let key_chars = key.chars().count();
+        if key_chars == 0 || key_chars > MAX_TAG_KEY_CHARS || !key.chars().all(allowed) {
+            return Err(RequestError::InvalidTag(format!(
+                "The TagKey you have provided is invalid: 1 to {MAX_TAG_KEY_CHARS} letters, digits, spaces and + - = . _ : / @"
+            )));
+        }
+        if key.starts_with("aws:") {
+            return Err(RequestError::InvalidTag("Your TagKey cannot be prefixed with aws:".into()));
+        }
+        if value.chars().count() > MAX_TAG_VALUE_CHARS || !value.chars().all(allowed) {
+            return Err(RequestError::InvalidTag(format!(
+                "The TagValue you have provided is invalid: up to {MAX_TAG_VALUE_CHARS} letters, digits, spaces and + - = . _ : / @"
+            )));
+        }
+        if tags.insert(key, value).is_some() {
+            return Err(RequestError::InvalidTag("Cannot provide multiple Tags with the same key".into()));
+        }
+    }
+    Ok(tags)
+}
+
+/// `x-amz-tagging` (PutObject, CreateMultipartUpload, a copy with `REPLACE`): the tag set as a URL query,
+/// `k1=v1&k2=v2`, checked by [`check_tags`]. A key without `=` has an empty value.
+pub fn parse_tagging_header(value: &str) -> Result<Tags, RequestError> {
+    check_tags(form_urlencoded::parse(value.as_bytes()).map(|(k, v)| (k.into_owned(), v.into_owned())).collect())
+}
+
+#[derive(Deserialize)]
+struct TaggingBody {
+    #[serde(rename = "TagSet")]
+    tag_set: TagSetBody,
+}
+
+#[derive(Deserialize)]
+struct TagSetBody {
+    #[serde(rename = "Tag", default)]
+    tags: Vec<TagBody>,
+}
+
+#[derive(Deserialize)]
+struct TagBody {
+    #[serde(rename = "Key")]
+    key: String,
+    #[serde(rename = "Value", default)]
+    value: String,
+}
+
+/// A PutObjectTagging body (`<Tagging><TagSet><Tag><Key/><Value/></Tag>*</TagSet></Tagging>`), checked by
+/// [`check_tags`]. An empty `TagSet` removes every tag.
+pub fn parse_tagging(body: &[u8]) -> Result<Tags, RequestError> {
+    let parsed: TaggingBody = parse_body(body, MAX_TAGGING_BODY)?;
+    check_tags(parsed.tag_set.tags.into_iter().map(|t| (t.key, t.value)).collect())
+}
+
+/// S3's `x-amz-tagging-directive` on CopyObject: `COPY` (the default, the source's tags) or `REPLACE` (the
+/// request's `x-amz-tagging`): whether to replace.
+pub fn parse_tagging_directive(value: Option<&str>) -> Result<bool, RequestError> {
+    match value {
+        None | Some("COPY") => Ok(false),
+        Some("REPLACE") => Ok(true),
+        Some(other) => Err(RequestError::InvalidArgument(format!("Unknown tagging directive: {other}"))),
+    }
+}
+
 /// A bounded body as UTF-8 XML into `T`. quick-xml expands only the predefined and character entities (no DTD),
 /// so a body cannot grow as it is read.
 fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8], limit: usize) -> Result<T, RequestError> {
@@ -409,7 +497,66 @@ mod tests {
         assert!(parse_metadata_directive(Some("replace")).is_err(), "S3's values are upper case");
     }
 
+    #[test]
+    fn tag_sets_follow_s3s_rules() {
+        let tags = |pairs: &[(&str, &str)]| {
+            check_tags(pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect())
+        };
+        let ok = tags(&[("project", "blob gate"), ("path", "a/b.c_d-e+f=g:h@i"), ("empty", ""), ("ünï", "çödé")]);
+        assert_eq!(ok.unwrap().len(), 4);
+        assert_eq!(tags(&[]), Ok(Tags::new()));
+        let ten: Vec<(String, String)> = (0..10).map(|i| (format!("k{i}"), String::new())).collect();
+        assert!(check_tags(ten.clone()).is_ok());
+        let mut eleven = ten;
+        eleven.push(("k10".into(), String::new()));
+        let code = |r: Result<Tags, RequestError>| r.unwrap_err().code();
+        assert_eq!(code(check_tags(eleven)), "InvalidTag");
+        assert_eq!(code(tags(&[("a", "1"), ("a", "2")])), "InvalidTag", "a repeated key");
+        assert_eq!(code(tags(&[("", "v")])), "InvalidTag", "an empty key");
+        assert_eq!(code(tags(&[("aws:createdBy", "v")])), "InvalidTag", "the reserved prefix");
+        for bad in ["a*b", "a,b", "a\tb", "a&b", "<x>", "a\"b", "tab\there"] {
+            assert_eq!(code(tags(&[(bad, "v")])), "InvalidTag", "key {bad:?}");
+            assert_eq!(code(tags(&[("k", bad)])), "InvalidTag", "value {bad:?}");
+        }
+        assert!(tags(&[(&"k".repeat(128), &"v".repeat(256))]).is_ok());
+        assert!(tags(&[(&"é".repeat(128), "v")]).is_ok(), "characters, not bytes");
+        assert_eq!(code(tags(&[(&"k".repeat(129), "v")])), "InvalidTag");
+        assert_eq!(code(tags(&[("k", &"v".repeat(257))])), "InvalidTag");
+    }
+
+    #[test]
+    fn tagging_headers_and_bodies() {
+        let want: Tags = [("a b".to_owned(), "1+2".to_owned()), ("c".to_owned(), String::new())].into();
+        assert_eq!(parse_tagging_header("a%20b=1%2B2&c="), Ok(want.clone()));
+        assert_eq!(parse_tagging_header("a+b=1%2B2&c"), Ok(want.clone()), "+ is a space; no = is an empty value");
+        assert_eq!(parse_tagging_header(""), Ok(Tags::new()));
+        assert_eq!(parse_tagging_header("a=1&a=2").unwrap_err().code(), "InvalidTag");
+        let body = br#"<?xml version="1.0" encoding="UTF-8"?>
+            <Tagging xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><TagSet>
+              <Tag><Key>a b</Key><Value>1+2</Value></Tag><Tag><Key>c</Key><Value></Value></Tag>
+            </TagSet></Tagging>"#;
+        assert_eq!(parse_tagging(body), Ok(want));
+        assert_eq!(parse_tagging(b"<Tagging><TagSet/></Tagging>"), Ok(Tags::new()));
+        assert_eq!(
+            parse_tagging(b"<Tagging><TagSet><Tag><Key>a&amp;b</Key></Tag></TagSet></Tagging>").unwrap_err().code(),
+            "InvalidTag"
+        );
+        assert_eq!(parse_tagging(b"<Tagging>").unwrap_err().code(), "MalformedXML");
+        assert_eq!(parse_tagging(b"<Tagging></Tagging>").unwrap_err().code(), "MalformedXML", "no TagSet");
+        assert_eq!(parse_tagging(&vec![b' '; MAX_TAGGING_BODY + 1]).unwrap_err().code(), "MaxMessageLengthExceeded");
+        assert_eq!(parse_tagging_directive(None), Ok(false));
+        assert_eq!(parse_tagging_directive(Some("REPLACE")), Ok(true));
+        assert!(parse_tagging_directive(Some("MERGE")).is_err());
+    }
+
     proptest! {
+        #[test]
+        fn tagging_headers_round_trip(pairs in proptest::collection::btree_map("[a-zA-Z0-9 +=._:/@-]{1,20}", "[a-zA-Z0-9 +=._:/@-]{0,20}", 0..10)) {
+            let header: String = form_urlencoded::Serializer::new(String::new()).extend_pairs(&pairs).finish();
+            prop_assume!(!pairs.keys().any(|k| k.starts_with("aws:")));
+            prop_assert_eq!(parse_tagging_header(&header), Ok(pairs));
+        }
+
         #[test]
         fn copy_source_ranges_agree_with_their_bounds(size in 0u64..1 << 40, a in 0u64..1 << 41, b in 0u64..1 << 41) {
             let parsed = parse_copy_source_range(&format!("bytes={a}-{b}"), size);

@@ -320,6 +320,35 @@ pub fn complete_multipart_upload(location: &str, bucket: &str, key: &str, etag: 
 }
 
 #[derive(Serialize)]
+struct TaggingXml<'a> {
+    #[serde(rename = "@xmlns")]
+    xmlns: &'static str,
+    #[serde(rename = "TagSet")]
+    tag_set: TagSetXml<'a>,
+}
+
+#[derive(Serialize)]
+struct TagSetXml<'a> {
+    #[serde(rename = "Tag")]
+    tags: Vec<TagXml<'a>>,
+}
+
+#[derive(Serialize)]
+struct TagXml<'a> {
+    #[serde(rename = "Key")]
+    key: &'a str,
+    #[serde(rename = "Value")]
+    value: &'a str,
+}
+
+/// GetObjectTagging: `Tagging` with the object's `TagSet` (empty when it has no tags).
+#[must_use]
+pub fn tagging(tags: &crate::names::Tags) -> String {
+    let tags = tags.iter().map(|(key, value)| TagXml { key, value }).collect();
+    document("Tagging", &TaggingXml { xmlns: XMLNS, tag_set: TagSetXml { tags } })
+}
+
+#[derive(Serialize)]
 struct CopyResultXml<'a> {
     #[serde(rename = "@xmlns")]
     xmlns: &'static str,
@@ -633,6 +662,23 @@ mod tests {
 
     fn body(xml: &str) -> &str {
         xml.strip_prefix(XML_DECLARATION).expect("every document starts with the XML declaration")
+    }
+
+    #[test]
+    fn tagging_document_reads_back_as_the_same_tags() {
+        let tags: crate::names::Tags =
+            [("a b".to_owned(), "x&y<z>".to_owned()), ("empty".to_owned(), String::new())].into();
+        let xml = tagging(&tags);
+        assert_eq!(
+            body(&xml),
+            "<Tagging xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><TagSet>\
+             <Tag><Key>a b</Key><Value>x&amp;y&lt;z&gt;</Value></Tag><Tag><Key>empty</Key><Value></Value></Tag>\
+             </TagSet></Tagging>"
+        );
+        assert_eq!(crate::s3::request::parse_tagging(xml.as_bytes()).map_err(|e| e.code()), Err("InvalidTag"));
+        let plain: crate::names::Tags = [("k".to_owned(), "v 1".to_owned())].into();
+        assert_eq!(crate::s3::request::parse_tagging(tagging(&plain).as_bytes()), Ok(plain));
+        assert!(body(&tagging(&Default::default())).contains("<TagSet></TagSet>"));
     }
 
     #[test]

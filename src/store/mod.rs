@@ -36,7 +36,7 @@ pub use multipart::{CompleteReport, MultipartError};
 
 use crate::config::{DatabaseTimeouts, DatabaseUrl};
 use crate::header_values::content_coding::ContentCoding;
-use crate::names::{BucketName, ObjectAttrs, ObjectKey};
+use crate::names::{BucketName, ObjectAttrs, ObjectKey, Tags};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -305,6 +305,16 @@ impl Store {
         let retired = self.retire_all_unreferenced(&mut tx, hashes).await?;
         finish_commit(tx, retired).await?;
         Ok(true)
+    }
+
+    /// Replaces an object's S3 tags (PutObjectTagging; an empty set is DeleteObjectTagging). Its content, ETag
+    /// and Last-Modified stay. `false` when there is no such object.
+    pub async fn set_tags(&self, bucket: &BucketName, key: &ObjectKey, tags: &Tags) -> Result<bool, StoreError> {
+        let mut tx = self.meta.begin_write().await?;
+        let bucket_row = require_bucket(tx.bucket(bucket).await?, bucket)?;
+        let found = tx.set_object_tags(bucket_row.id, key, tags).await?;
+        tx.commit().await?;
+        Ok(found)
     }
 
     /// Deletes a bucket, refused while it has objects unless `force`. Forced, its objects go in batches, each

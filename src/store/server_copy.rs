@@ -9,18 +9,45 @@
 use anyhow::Context;
 
 use super::{Store, StoreError, finish_commit, require_bucket, unix_now};
-use crate::names::{BucketName, ObjectAttrs, ObjectKey};
+use crate::names::{BucketName, ObjectAttrs, ObjectKey, Tags};
 use crate::store::metadata::{ObjectRecord, Upsert};
 use crate::store::multipart::MultipartError;
 use crate::store::{PartRecord, StagedBlob};
 
-/// The attributes the copy gets (S3's `x-amz-metadata-directive`).
+/// One of a copy's S3 directives (`x-amz-metadata-directive`, `x-amz-tagging-directive`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CopiedAttrs {
+pub enum Directive<T> {
     /// `COPY`, the default: the source's.
     FromSource,
     /// `REPLACE`: the request's.
-    Replace(ObjectAttrs),
+    Replace(T),
+}
+
+/// The attributes the copy gets: its metadata (all of [`ObjectAttrs`] but the tags) and its tags, each kept from
+/// the source or replaced, independently, as S3 does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopiedAttrs {
+    pub metadata: Directive<ObjectAttrs>,
+    pub tags: Directive<Tags>,
+}
+
+impl CopiedAttrs {
+    /// Both kept from the source (a copy without directives).
+    pub fn from_source() -> Self {
+        Self { metadata: Directive::FromSource, tags: Directive::FromSource }
+    }
+
+    fn apply(self, source: &ObjectAttrs) -> ObjectAttrs {
+        let mut attrs = match self.metadata {
+            Directive::FromSource => source.clone(),
+            Directive::Replace(attrs) => attrs,
+        };
+        attrs.tags = match self.tags {
+            Directive::FromSource => source.tags.clone(),
+            Directive::Replace(tags) => tags,
+        };
+        attrs
+    }
 }
 
 /// What a copy found: the source may be missing, or fail the caller's preconditions.
@@ -70,10 +97,7 @@ impl Store {
             return Ok(CopyOutcome::PreconditionFailed);
         }
         let variants = tx.variants(from.id, source.key.as_str()).await?;
-        let attrs = match attrs {
-            CopiedAttrs::FromSource => record.attrs.clone(),
-            CopiedAttrs::Replace(attrs) => attrs,
-        };
+        let attrs = attrs.apply(&record.attrs);
         let now = unix_now();
         let upsert = tx.upsert_object(to.id, target.key, &record.sha256, record.size, &attrs, now).await?;
         // The variants are the same content in other codings, so they hold for the copy whatever its attributes.
@@ -165,7 +189,7 @@ mod tests {
             .copy_object(
                 ObjectName { bucket: &src.0, key: &src.1 },
                 ObjectName { bucket: &dst.0, key: &dst.1 },
-                CopiedAttrs::FromSource,
+                CopiedAttrs::from_source(),
                 |_| true,
             )
             .await
@@ -192,28 +216,46 @@ mod tests {
     async fn a_copy_replacing_an_object_retires_its_old_blob_and_refusals_change_nothing(backend: TestBackend) {
         let (_dir, store) = store(backend).await;
         let (src, dst) = (names("bkt", "src"), names("bkt", "dst"));
-        store.put(&src.0, &src.1, store.blobs.stage_bytes(b"new"), ObjectAttrs::default()).await.unwrap();
+        let tagged = ObjectAttrs {
+            content_type: Some("text/x-a".into()),
+            tags: [("team".to_owned(), "build".to_owned())].into(),
+            ..ObjectAttrs::default()
+        };
+        store.put(&src.0, &src.1, store.blobs.stage_bytes(b"new"), tagged).await.unwrap();
         let old = store.put(&dst.0, &dst.1, store.blobs.stage_bytes(b"old"), ObjectAttrs::default()).await.unwrap();
         assert_eq!(old.status, PutStatus::Created);
         let source = ObjectName { bucket: &src.0, key: &src.1 };
         let target = ObjectName { bucket: &dst.0, key: &dst.1 };
-        let refused = store.copy_object(source, target, CopiedAttrs::FromSource, |_| false).await.unwrap();
+        let refused = store.copy_object(source, target, CopiedAttrs::from_source(), |_| false).await.unwrap();
         assert!(matches!(refused, CopyOutcome::PreconditionFailed));
         let (absent, _) = names("bkt", "absent");
         let missing = ObjectName { bucket: &absent, key: &ObjectKey::parse("absent").unwrap() };
         assert!(matches!(
-            store.copy_object(missing, target, CopiedAttrs::FromSource, |_| true).await.unwrap(),
+            store.copy_object(missing, target, CopiedAttrs::from_source(), |_| true).await.unwrap(),
             CopyOutcome::NoSuchKey
         ));
         assert_eq!(row(&store, &dst).await.unwrap().sha256, old.sha256, "a refused copy changed nothing");
 
-        let replaced =
-            CopiedAttrs::Replace(ObjectAttrs { cache_control: Some("no-store".into()), ..Default::default() });
+        // Metadata replaced, tags kept: the two directives are independent.
+        let replaced = CopiedAttrs {
+            metadata: Directive::Replace(ObjectAttrs { cache_control: Some("no-store".into()), ..Default::default() }),
+            tags: Directive::FromSource,
+        };
         let copied = store.copy_object(source, target, replaced, |_| true).await.unwrap();
         assert!(matches!(copied, CopyOutcome::Copied(_)));
         let copy = row(&store, &dst).await.unwrap();
         assert_eq!(copy.sha256, row(&store, &src).await.unwrap().sha256);
         assert_eq!(copy.attrs.cache_control.as_deref(), Some("no-store"));
+        assert_eq!(copy.attrs.tags, [("team".to_owned(), "build".to_owned())].into(), "the source's tags");
+        // And the other way round.
+        let retagged = CopiedAttrs {
+            metadata: Directive::FromSource,
+            tags: Directive::Replace([("new".to_owned(), "tag".to_owned())].into()),
+        };
+        assert!(matches!(store.copy_object(source, target, retagged, |_| true).await.unwrap(), CopyOutcome::Copied(_)));
+        let copy = row(&store, &dst).await.unwrap();
+        assert_eq!(copy.attrs.content_type.as_deref(), Some("text/x-a"), "the source's metadata");
+        assert_eq!(copy.attrs.tags, [("new".to_owned(), "tag".to_owned())].into());
         assert_eq!(store.blobs.list_hashes().unwrap(), vec![copy.sha256], "the replaced content's blob went");
     }
 
@@ -230,7 +272,7 @@ mod tests {
             let source = ObjectName { bucket: &src.0, key: &src.1 };
             let target = ObjectName { bucket: &dst.0, key: &dst.1 };
             let (copied, deleted) = tokio::join!(
-                store.copy_object(source, target, CopiedAttrs::FromSource, |_| true),
+                store.copy_object(source, target, CopiedAttrs::from_source(), |_| true),
                 store.delete(&src.0, &src.1)
             );
             assert!(deleted.unwrap());

@@ -31,6 +31,7 @@ mod s3_copy;
 mod s3_harden;
 mod s3_listing;
 mod s3_metadata;
+mod s3_tagging;
 mod s3_writes;
 mod service;
 mod shared_blobs;

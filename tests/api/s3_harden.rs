@@ -2,10 +2,8 @@
 //! stored or deleted, newer SDKs' `x-id` is accepted, and the edges of the write path (limits, digests, timeouts,
 //! key shapes) answer in S3's words. Requests come from aws-cli or are signed by botocore, never by our code.
 
-use std::process::Output;
-
 use crate::helpers::*;
-use crate::s3_clients::{AccessKey, aws_home, clean_command, python, run_ok, s3_key, sha256_hex};
+use crate::s3_clients::{AccessKey, clean_command, python, run_ok, s3_key, sha256_hex};
 use crate::s3_writes::{listed, read_back};
 
 /// Sends each case of `spec["cases"]` (`[name, host, method, path, headers, body]`, body as latin-1 text) signed
@@ -82,54 +80,6 @@ pub fn raw(env: &TestEnv, keys: &[(&str, &AccessKey)], cases: &[Case<'_>]) -> se
 pub fn answer(out: &serde_json::Value, name: &str) -> (u64, String) {
     let case = &out[name];
     (case[0].as_u64().unwrap_or_else(|| panic!("{name}: {out}")), case[1].as_str().unwrap().to_owned())
-}
-
-/// Runs aws-cli (`aws --endpoint-url ENDPOINT ARGS`) whatever its exit status.
-fn aws_output(home: &std::path::Path, endpoint: &str, args: &[&str]) -> Output {
-    let aws = python().parent().unwrap().join("aws");
-    assert!(aws.exists(), "aws-cli is not installed next to {} (pip install awscli)", python().display());
-    clean_command(python(), home).arg(aws).args(["--endpoint-url", endpoint]).args(args).output().expect("run aws")
-}
-
-fn refused_not_implemented(out: &Output, what: &str) {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{what} was accepted: {}", String::from_utf8_lossy(&out.stdout));
-    assert!(stderr.contains("NotImplemented"), "{what}: {stderr}");
-}
-
-#[test]
-fn aws_cli_tagging_is_refused_and_leaves_the_object_unchanged() {
-    let env = TestEnv::new();
-    env.bucket("bkt", false);
-    let original = test_bytes(10_000, 11);
-    env.put_bytes("bkt", "src.bin", &original, &[]);
-    let key = s3_key(&env, "bkt", &["--scope", "write"]);
-    let server = env.serve();
-    let admin = format!("http://{}", server.admin);
-    let home = env.dir.path().join("aws-home");
-    aws_home(&home, &key);
-
-    let tag = aws_output(
-        &home,
-        &admin,
-        &[
-            "s3api",
-            "put-object-tagging",
-            "--bucket",
-            "bkt",
-            "--key",
-            "src.bin",
-            "--tagging",
-            "TagSet=[{Key=a,Value=b}]",
-        ],
-    );
-    refused_not_implemented(&tag, "put-object-tagging");
-    let untag = aws_output(&home, &admin, &["s3api", "delete-object-tagging", "--bucket", "bkt", "--key", "src.bin"]);
-    refused_not_implemented(&untag, "delete-object-tagging");
-
-    assert_eq!(listed(&env, "bkt"), [("src.bin".to_owned(), original.len() as u64)], "nothing stored or deleted");
-    let read = s3_key(&env, "bkt", &[]);
-    assert_eq!(sha256_hex(&read_back(&server, &read, "/bkt/src.bin")), sha256_hex(&original), "object unchanged");
 }
 
 #[test]
@@ -212,10 +162,8 @@ fn writes_naming_what_we_do_not_implement_get_not_implemented_and_x_id_is_accept
     let out = raw(&env, &[("write", &write)], &cases);
     for name in [
         "acl",
-        "tagging",
         "retention",
         "legal_hold",
-        "delete_tagging",
         "delete_version",
         "copy_sse_c",
         "copy_by_post",
@@ -234,6 +182,9 @@ fn writes_naming_what_we_do_not_implement_get_not_implemented_and_x_id_is_accept
     for name in ["if_none_match", "if_match"] {
         assert_eq!(answer(&out, name), (412, "PreconditionFailed".into()), "{name}");
     }
+    // Tagging is implemented (tests/api/s3_tagging.rs): it changes no content.
+    assert_eq!(answer(&out, "tagging").0, 200, "{}", out["tagging"]);
+    assert_eq!(answer(&out, "delete_tagging").0, 204, "{}", out["delete_tagging"]);
     for name in ["put_x_id", "get_x_id", "list_buckets_x_id", "head_x_id_admin"] {
         assert_eq!(answer(&out, name).0, 200, "{name}: {}", out[name]);
     }

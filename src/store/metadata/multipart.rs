@@ -37,7 +37,7 @@ impl PartRecord {
 }
 
 const UPLOAD_COLUMNS: &str =
-    "id, bucket_id, key, content_type, cache_control, content_disposition, user_metadata, created_at";
+    "id, bucket_id, key, content_type, cache_control, content_disposition, user_metadata, tags, created_at";
 const PART_COLUMNS: &str = "part_number, size, staged_name, md5, sha256, created_at";
 
 #[derive(sqlx::FromRow)]
@@ -49,6 +49,7 @@ struct UploadRow {
     cache_control: Option<String>,
     content_disposition: Option<String>,
     user_metadata: Option<String>,
+    tags: Option<String>,
     created_at: i64,
 }
 
@@ -62,7 +63,8 @@ impl From<UploadRow> for UploadRecord {
                 content_type: r.content_type,
                 cache_control: r.cache_control,
                 content_disposition: r.content_disposition,
-                user_metadata: super::objects::user_metadata_from_column(r.user_metadata.as_deref()),
+                user_metadata: super::objects::string_map_from_column(r.user_metadata.as_deref()),
+                tags: super::objects::string_map_from_column(r.tags.as_deref()),
             },
             created_at: r.created_at,
         }
@@ -98,8 +100,8 @@ impl Metadata {
         let mut tx = self.begin_write().await?;
         with_tx!(&mut tx.tx, sqlite => sqlx::query(
             "INSERT INTO multipart_uploads (id, bucket_id, key, content_type, cache_control, content_disposition,
-                                            created_at, user_metadata)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                                            created_at, user_metadata, tags)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(&upload.id)
         .bind(upload.bucket_id)
@@ -108,7 +110,8 @@ impl Metadata {
         .bind(&upload.attrs.cache_control)
         .bind(&upload.attrs.content_disposition)
         .bind(upload.created_at)
-        .bind(super::objects::user_metadata_column(&upload.attrs.user_metadata))
+        .bind(super::objects::string_map_column(&upload.attrs.user_metadata))
+        .bind(super::objects::string_map_column(&upload.attrs.tags))
         .execute(&mut **sqlite)
         .await?.rows_affected());
         tx.commit_without_announcing().await

@@ -57,7 +57,7 @@ pub enum Upsert {
 const BUCKET_COLUMNS: &str = "id, name, public, created_at, default_cache_control, cors";
 /// Every column of an object row (`ObjectRow`), read from [`OBJECTS_WITH_S3_ETAG`].
 const OBJECT_COLUMNS: &str = "o.bucket_id, o.key, o.sha256, o.size, o.content_type, o.cache_control, \
-     o.content_disposition, o.user_metadata, o.created_at, o.updated_at, e.etag AS s3_etag";
+     o.content_disposition, o.user_metadata, o.tags, o.created_at, o.updated_at, e.etag AS s3_etag";
 /// Objects (`o`) with their S3 ETag (`e`), if one is stored for their current content.
 const OBJECTS_WITH_S3_ETAG: &str = "objects o LEFT JOIN object_s3_etags e \
      ON e.bucket_id = o.bucket_id AND e.key = o.key AND e.sha256 = o.sha256";
@@ -95,6 +95,7 @@ struct ObjectRow {
     cache_control: Option<String>,
     content_disposition: Option<String>,
     user_metadata: Option<String>,
+    tags: Option<String>,
     created_at: i64,
     updated_at: i64,
     s3_etag: Option<String>,
@@ -111,7 +112,8 @@ impl From<ObjectRow> for ObjectRecord {
                 content_type: r.content_type,
                 cache_control: r.cache_control,
                 content_disposition: r.content_disposition,
-                user_metadata: user_metadata_from_column(r.user_metadata.as_deref()),
+                user_metadata: string_map_from_column(r.user_metadata.as_deref()),
+                tags: string_map_from_column(r.tags.as_deref()),
             },
             created_at: r.created_at,
             updated_at: r.updated_at,
@@ -137,16 +139,17 @@ struct StoredContent {
     cache_control: Option<String>,
     content_disposition: Option<String>,
     user_metadata: Option<String>,
+    tags: Option<String>,
 }
 
-/// The `user_metadata` column: a JSON object of names to values, NULL for none (a `BTreeMap` writes its names in
-/// order, so equal metadata is equal text).
-pub(super) fn user_metadata_column(metadata: &BTreeMap<String, String>) -> Option<String> {
-    (!metadata.is_empty()).then(|| serde_json::to_string(metadata).expect("a map of strings serializes"))
+/// The `user_metadata` and `tags` columns: a JSON object of names to values, NULL for none (a `BTreeMap` writes
+/// its names in order, so equal maps are equal text).
+pub(super) fn string_map_column(map: &BTreeMap<String, String>) -> Option<String> {
+    (!map.is_empty()).then(|| serde_json::to_string(map).expect("a map of strings serializes"))
 }
 
-/// A stored `user_metadata` read back; text that is not such an object (written by hand) reads as none.
-pub(super) fn user_metadata_from_column(column: Option<&str>) -> BTreeMap<String, String> {
+/// Such a column read back; text that is not such an object (written by hand) reads as none.
+pub(super) fn string_map_from_column(column: Option<&str>) -> BTreeMap<String, String> {
     column.and_then(|text| serde_json::from_str(text).ok()).unwrap_or_default()
 }
 
@@ -401,7 +404,7 @@ impl WriteTx {
         now: i64,
     ) -> Result<Upsert, MetadataError> {
         let existing: Option<StoredContent> = with_tx!(&mut self.tx, tx => sqlx::query_as(
-            "SELECT sha256, size, content_type, cache_control, content_disposition, user_metadata
+            "SELECT sha256, size, content_type, cache_control, content_disposition, user_metadata, tags
              FROM objects WHERE bucket_id = $1 AND key = $2",
         )
         .bind(bucket_id)
@@ -415,7 +418,8 @@ impl WriteTx {
             content_type: attrs.content_type.clone(),
             cache_control: attrs.cache_control.clone(),
             content_disposition: attrs.content_disposition.clone(),
-            user_metadata: user_metadata_column(&attrs.user_metadata),
+            user_metadata: string_map_column(&attrs.user_metadata),
+            tags: string_map_column(&attrs.tags),
         };
         let outcome = match existing {
             Some(stored) if stored == wanted => return Ok(Upsert::Unchanged),
@@ -424,12 +428,12 @@ impl WriteTx {
         };
         with_tx!(&mut self.tx, tx => sqlx::query(
             "INSERT INTO objects (bucket_id, key, sha256, size, content_type, cache_control, content_disposition,
-                                  user_metadata, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $9, $8, $8)
+                                  user_metadata, tags, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $9, $10, $8, $8)
              ON CONFLICT (bucket_id, key) DO UPDATE SET
                  sha256 = excluded.sha256, size = excluded.size, content_type = excluded.content_type,
                  cache_control = excluded.cache_control, content_disposition = excluded.content_disposition,
-                 user_metadata = excluded.user_metadata, updated_at = excluded.updated_at",
+                 user_metadata = excluded.user_metadata, tags = excluded.tags, updated_at = excluded.updated_at",
         )
         .bind(bucket_id)
         .bind(key.as_str())
@@ -440,9 +444,29 @@ impl WriteTx {
         .bind(&attrs.content_disposition)
         .bind(now)
         .bind(&wanted.user_metadata)
+        .bind(&wanted.tags)
         .execute(&mut **tx)
         .await?.rows_affected());
         Ok(outcome)
+    }
+
+    /// Replaces an object's tags in place (its content, ETag and Last-Modified stay); `false` when there is no
+    /// such object. The update is logged like any, so caches drop the entry.
+    pub async fn set_object_tags(
+        &mut self,
+        bucket_id: i64,
+        key: &ObjectKey,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<bool, MetadataError> {
+        let updated = with_tx!(&mut self.tx, tx => sqlx::query(
+            "UPDATE objects SET tags = $1 WHERE bucket_id = $2 AND key = $3",
+        )
+        .bind(string_map_column(tags))
+        .bind(bucket_id)
+        .bind(key.as_str())
+        .execute(&mut **tx)
+        .await?.rows_affected());
+        Ok(updated > 0)
     }
 
     /// Deletes the object row with its variants; returns the hashes they referenced (the object's first), or `None`
@@ -578,6 +602,7 @@ mod tests {
             content_disposition: Some("attachment".into()),
             user_metadata: [("mtime".to_owned(), "1700000000.5".to_owned()), ("a-b".to_owned(), "x, y".to_owned())]
                 .into(),
+            tags: [("team".to_owned(), "build".to_owned()), ("empty".to_owned(), String::new())].into(),
         };
         let mut tx = meta.begin_write().await.unwrap();
         assert_eq!(tx.upsert_object(bucket.id, &key, &"a".repeat(64), 42, &attrs, 9).await.unwrap(), Upsert::Created);
@@ -610,7 +635,22 @@ mod tests {
             Some((want.clone(), None, Vec::new()))
         );
         assert_eq!(meta.list_objects_page(bucket.id, "dir/", None, 5).await.unwrap(), vec![want.clone()]);
-        assert_eq!(meta.list_objects_page_from(bucket.id, "", "dir/", 5).await.unwrap(), vec![want]);
+        assert_eq!(meta.list_objects_page_from(bucket.id, "", "dir/", 5).await.unwrap(), vec![want.clone()]);
+
+        // Tags change in place: the content, the S3 ETag and the times stay; an absent object is reported.
+        let mut tx = meta.begin_write().await.unwrap();
+        let retagged = [("k".to_owned(), "v".to_owned())].into();
+        assert!(tx.set_object_tags(bucket.id, &key, &retagged).await.unwrap());
+        assert!(!tx.set_object_tags(bucket.id, &ObjectKey::parse("absent").unwrap(), &retagged).await.unwrap());
+        tx.commit().await.unwrap();
+        let mut want = want;
+        want.attrs.tags = retagged;
+        assert_eq!(meta.object_by_key(bucket.id, key.as_str()).await.unwrap(), Some(want.clone()));
+        let mut tx = meta.begin_write().await.unwrap();
+        assert!(tx.set_object_tags(bucket.id, &key, &Default::default()).await.unwrap());
+        tx.commit().await.unwrap();
+        want.attrs.tags.clear();
+        assert_eq!(meta.object_by_key(bucket.id, key.as_str()).await.unwrap(), Some(want));
     }
 
     on_both_backends!(bucket_updates_change_only_what_they_name);
