@@ -36,14 +36,14 @@ use crate::auth::{Access, S3Grant, S3Target};
 use crate::names::{BucketName, MAX_USER_METADATA_BYTES, ObjectKey, Tags, parse_attrs};
 use crate::s3::listing::{self, Entry};
 use crate::s3::request::{
-    ListPartsParams, ListUploadsParams, MAX_COMPLETE_BODY, MAX_DELETE_BODY, MAX_TAGGING_BODY, RequestError,
-    parse_complete_multipart_upload, parse_copy_source, parse_copy_source_range, parse_delete,
-    parse_metadata_directive, parse_tagging, parse_tagging_directive, parse_tagging_header,
+    DeleteTarget, ListPartsParams, ListUploadsParams, MAX_COMPLETE_BODY, MAX_DELETE_BODY, MAX_TAGGING_BODY,
+    RequestError, parse_complete_multipart_upload, parse_copy_source, parse_copy_source_range, parse_delete,
+    parse_if_match, parse_metadata_directive, parse_tagging, parse_tagging_directive, parse_tagging_header,
 };
 use crate::s3::xml::{self, CopyResult, DeleteOutcome, ListedPart, ListedUpload, Owner, PartsPage, UploadsPage};
 use crate::store::multipart::MultipartError;
 use crate::store::server_copy::{CopiedAttrs, CopyOutcome, Directive, ObjectName};
-use crate::store::{ObjectRecord, StagedBlob, WriteCondition};
+use crate::store::{ObjectRecord, StagedBlob, StoreError, WriteCondition};
 
 /// Whether an admin-listener request is an S3 write (or a multipart listing, which only the admin listener
 /// answers): a SigV4 request with a method that writes, or a GET naming `uploads` / `uploadId`.
@@ -91,6 +91,10 @@ async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Re
             let grant = app.auth.s3(&request, S3Target::Bucket(bucket.as_ref()), Access::Write).await?;
             bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?;
             refuse_unsupported(method, &query, &parts.headers)?;
+            if param("tagging").is_some() {
+                // Bucket tagging (PutBucketTagging, DeleteBucketTagging) is not object tagging.
+                return Err(not_implemented("tagging on a bucket"));
+            }
             let response = if *method == Method::POST && param("delete").is_some() {
                 delete_objects(app, &name, &grant, &parts.headers, body).await?
             } else if *method == Method::GET && param("uploads").is_some() {
@@ -128,7 +132,8 @@ async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Re
                     }
                 }
                 (Method::DELETE, None) => {
-                    app.store.delete(&name, &key).await.map_err(ApiError::from)?;
+                    let condition = write_condition(&parts.headers)?;
+                    app.store.delete_if(&name, &key, &condition).await.map_err(ApiError::from)?;
                     StatusCode::NO_CONTENT.into_response()
                 }
                 (Method::DELETE, Some(id)) => {
@@ -167,8 +172,13 @@ const MULTIPART_LIST_PARAMS: &[&str] = &[
 /// Request headers asking for what we do not do: server-side encryption (SSE-S3, SSE-KMS, SSE-C, of the object
 /// or of a copy's source), object lock. Accepting them would store plaintext while the client believes it is
 /// encrypted or locked.
-const UNSUPPORTED_HEADER_PREFIXES: &[&str] =
-    &["x-amz-server-side-encryption", "x-amz-copy-source-server-side-encryption", "x-amz-object-lock-"];
+const UNSUPPORTED_HEADER_PREFIXES: &[&str] = &[
+    "x-amz-server-side-encryption",
+    "x-amz-copy-source-server-side-encryption",
+    "x-amz-object-lock-",
+    // Conditional deletes by size or time (S3 directory buckets): ignoring them would delete unconditionally.
+    "x-amz-if-match-",
+];
 /// S3 user metadata fields: `x-amz-meta-<name>`.
 const USER_METADATA_PREFIX: &str = "x-amz-meta-";
 /// CopyObject's and UploadPartCopy's source (`[/]bucket/key`, URL-encoded), and the headers that go with it.
@@ -218,12 +228,16 @@ fn refuse_unsupported(method: &Method, query: &[(String, String)], headers: &Hea
             return Err(not_implemented(format!("{name} on {method}")));
         }
     }
-    // Conditional writes are PutObject's and CompleteMultipartUpload's (`write_condition`), as in S3.
-    let conditional_write = (*method == Method::PUT && !query.iter().any(|(k, _)| k == "uploadId"))
-        || (*method == Method::POST && query.iter().any(|(k, _)| k == "uploadId"));
+    // Conditional writes are PutObject's and CompleteMultipartUpload's (`write_condition`), and conditional
+    // deletes DeleteObject's (`If-Match` only), as in S3.
+    let named = |param: &str| query.iter().any(|(k, _)| k == param);
+    let conditional_write = (*method == Method::PUT && !named("uploadId") && !named("tagging"))
+        || (*method == Method::POST && named("uploadId"));
+    let conditional_delete = *method == Method::DELETE && !named("uploadId") && !named("tagging");
     let copying = headers.contains_key(COPY_SOURCE);
     for name in [header::IF_MATCH, header::IF_NONE_MATCH] {
-        if headers.contains_key(&name) && (!conditional_write || copying) {
+        let allowed = (conditional_write && !copying) || (conditional_delete && name == header::IF_MATCH);
+        if headers.contains_key(&name) && !allowed {
             return Err(not_implemented(format!("{name} on this request (conditional writes)")));
         }
     }
@@ -250,16 +264,7 @@ fn write_condition(headers: &HeaderMap) -> Result<WriteCondition, S3Error> {
         (Some(_), Some(_)) => Err(bad_request("If-Match and If-None-Match cannot both be given on a write".into())),
         (Some(star), None) if star == "*" => Ok(WriteCondition::IfAbsent),
         (Some(_), None) => Err(not_implemented("If-None-Match with a value other than *")),
-        (None, Some(tag)) if tag == "*" => Ok(WriteCondition::IfMatch(tag)),
-        // A weak tag never matches strongly (RFC 9110 §13.1.1): kept as sent, it fails with 412.
-        (None, Some(tag)) if tag.starts_with("W/") => Ok(WriteCondition::IfMatch(tag)),
-        (None, Some(tag)) => {
-            let bare = tag.trim_matches('"');
-            if bare.is_empty() || bare.contains('"') {
-                return Err(bad_request(format!("If-Match is not an entity tag: {tag}")));
-            }
-            Ok(WriteCondition::IfMatch(format!("\"{bare}\"")))
-        }
+        (None, Some(tag)) => Ok(WriteCondition::IfMatch(parse_if_match(&tag).map_err(request_error)?)),
     }
 }
 
@@ -737,18 +742,29 @@ async fn delete_objects(
     }
     let body = small_body(app, grant, headers, body, MAX_DELETE_BODY).await?;
     let request = parse_delete(&body).map_err(request_error)?;
-    let mut outcomes = Vec::with_capacity(request.keys.len());
-    for raw in request.keys {
+    let mut outcomes = Vec::with_capacity(request.objects.len());
+    for DeleteTarget { key: raw, etag } in request.objects {
         let failed =
             |code: &str, message: String| DeleteOutcome::Failed { key: raw.clone(), code: code.into(), message };
-        let outcome = match ObjectKey::parse(&raw) {
-            Err(e) => failed("InvalidArgument", e.to_string()),
+        // An `<ETag>` makes the entry a conditional delete, as `If-Match` makes a DeleteObject one.
+        let condition = etag.as_deref().map(parse_if_match).transpose();
+        let outcome = match (ObjectKey::parse(&raw), condition) {
+            (Err(e), _) => failed("InvalidArgument", e.to_string()),
             // The key's prefix bounds each key, as it bounds a single DeleteObject.
-            Ok(key) if !key.as_str().starts_with(&grant.key.grant.prefix) => {
+            (Ok(key), _) if !key.as_str().starts_with(&grant.key.grant.prefix) => {
                 failed("AccessDenied", "Access Denied".into())
             }
-            Ok(key) => match app.store.delete(bucket, &key).await {
+            (Ok(_), Err(e)) => failed(e.code(), e.to_string()),
+            (Ok(key), Ok(tag)) => match app
+                .store
+                .delete_if(bucket, &key, &tag.map_or(WriteCondition::Always, WriteCondition::IfMatch))
+                .await
+            {
                 Ok(_) => DeleteOutcome::Deleted { key: raw.clone() },
+                Err(StoreError::PreconditionFailed) => {
+                    failed("PreconditionFailed", "At least one of the pre-conditions you specified did not hold".into())
+                }
+                Err(StoreError::NoSuchKey) => failed("NoSuchKey", "The specified key does not exist.".into()),
                 Err(e) => {
                     tracing::error!(error = ?e, "DeleteObjects: cannot delete a key");
                     failed("InternalError", "We encountered an internal error. Please try again.".into())

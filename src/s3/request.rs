@@ -263,8 +263,16 @@ pub fn parse_complete_multipart_upload(body: &[u8]) -> Result<Vec<CompletedPart>
 pub struct DeleteRequest {
     /// Report only the keys that failed.
     pub quiet: bool,
-    /// 1 to [`MAX_DELETE_KEYS`] keys, in the order given (not validated here: a bad key is one failed entry).
-    pub keys: Vec<String>,
+    /// 1 to [`MAX_DELETE_KEYS`] objects, in the order given (not validated here: a bad key is one failed entry).
+    pub objects: Vec<DeleteTarget>,
+}
+
+/// One object of a DeleteObjects body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteTarget {
+    pub key: String,
+    /// `<ETag>`: delete only if the object's ETag is this one (a conditional delete, as `If-Match`), as sent.
+    pub etag: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -279,9 +287,11 @@ struct DeleteBody {
 struct DeleteObjectBody {
     #[serde(rename = "Key")]
     key: String,
+    #[serde(rename = "ETag", default)]
+    etag: Option<String>,
 }
 
-/// Parses a DeleteObjects body (`<Delete><Quiet/>?<Object><Key/></Object>+</Delete>`).
+/// Parses a DeleteObjects body (`<Delete><Quiet/>?<Object><Key/><ETag/>?</Object>+</Delete>`).
 pub fn parse_delete(body: &[u8]) -> Result<DeleteRequest, RequestError> {
     let parsed: DeleteBody = parse_body(body, MAX_DELETE_BODY)?;
     let quiet = match parsed.quiet.as_deref().map(str::trim) {
@@ -292,7 +302,23 @@ pub fn parse_delete(body: &[u8]) -> Result<DeleteRequest, RequestError> {
     if parsed.objects.is_empty() || parsed.objects.len() > MAX_DELETE_KEYS {
         return Err(RequestError::MalformedXml(format!("a Delete names 1 to {MAX_DELETE_KEYS} objects")));
     }
-    Ok(DeleteRequest { quiet, keys: parsed.objects.into_iter().map(|o| o.key).collect() })
+    let objects = parsed.objects.into_iter().map(|o| DeleteTarget { key: o.key, etag: o.etag }).collect();
+    Ok(DeleteRequest { quiet, objects })
+}
+
+/// The entity tag of an `If-Match` on a write or delete (or a DeleteObjects `<ETag>`), as the store compares it:
+/// `*`, a weak tag as sent (it never matches strongly, RFC 9110 §13.1.1), or a strong tag quoted whether or not
+/// the client quoted it (S3 accepts both).
+pub fn parse_if_match(value: &str) -> Result<String, RequestError> {
+    let tag = value.trim();
+    if tag == "*" || tag.starts_with("W/") {
+        return Ok(tag.to_owned());
+    }
+    let bare = tag.trim_matches('"');
+    if bare.is_empty() || bare.contains('"') {
+        return Err(RequestError::InvalidArgument(format!("If-Match is not an entity tag: {tag}")));
+    }
+    Ok(format!("\"{bare}\""))
 }
 
 /// CopyObject's and UploadPartCopy's source, `x-amz-copy-source`: `[/]bucket/key`, the key URL-encoded, with an
@@ -701,11 +727,14 @@ mod tests {
         let body = br#"<Delete xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Quiet>true</Quiet>
             <Object><Key>a &amp; b</Key></Object><Object><Key>dir/c</Key><VersionId>v</VersionId></Object></Delete>"#;
         let req = parse_delete(body).unwrap();
-        assert_eq!(req, DeleteRequest { quiet: true, keys: vec!["a & b".into(), "dir/c".into()] });
+        let target = |key: &str, etag: Option<&str>| DeleteTarget { key: key.into(), etag: etag.map(Into::into) };
+        assert_eq!(req, DeleteRequest { quiet: true, objects: vec![target("a & b", None), target("dir/c", None)] });
+        let req = parse_delete(b"<Delete><Object><Key>k</Key><ETag>\"abc\"</ETag></Object></Delete>").unwrap();
+        assert_eq!(req.objects, [target("k", Some("\"abc\""))], "a conditional delete's ETag");
         let req = parse_delete(b"<Delete><Object><Key>k</Key></Object></Delete>").unwrap();
         assert!(!req.quiet);
         let req = parse_delete(b"<Delete><Object><Key> spaced\t </Key></Object></Delete>").unwrap();
-        assert_eq!(req.keys, [" spaced\t "], "a key is taken as written, spaces and all");
+        assert_eq!(req.objects[0].key, " spaced\t ", "a key is taken as written, spaces and all");
 
         let object = "<Object><Key>k</Key></Object>";
         for body in [
@@ -718,6 +747,17 @@ mod tests {
             assert_eq!(parse_delete(body.as_bytes()).unwrap_err().code(), "MalformedXML", "{body}");
         }
         let at_cap = format!("<Delete>{}</Delete>", object.repeat(MAX_DELETE_KEYS));
-        assert_eq!(parse_delete(at_cap.as_bytes()).unwrap().keys.len(), MAX_DELETE_KEYS);
+        assert_eq!(parse_delete(at_cap.as_bytes()).unwrap().objects.len(), MAX_DELETE_KEYS);
+    }
+
+    #[test]
+    fn if_match_tags_are_quoted_for_the_store() {
+        assert_eq!(parse_if_match("\"abc\"").as_deref(), Ok("\"abc\""));
+        assert_eq!(parse_if_match(" abc ").as_deref(), Ok("\"abc\""), "S3 takes an unquoted ETag too");
+        assert_eq!(parse_if_match("*").as_deref(), Ok("*"));
+        assert_eq!(parse_if_match("W/\"abc\"").as_deref(), Ok("W/\"abc\""), "weak, kept to fail");
+        for bad in ["", "\"\"", "a\"b"] {
+            assert_eq!(parse_if_match(bad).unwrap_err().code(), "InvalidArgument", "{bad:?}");
+        }
     }
 }

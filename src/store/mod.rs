@@ -297,8 +297,21 @@ impl Store {
 
     /// Deletes `bucket/key`; `Ok(false)` when there was no such object. Removes the blob with its last reference.
     pub async fn delete(&self, bucket: &BucketName, key: &ObjectKey) -> Result<bool, StoreError> {
+        self.delete_if(bucket, key, &WriteCondition::Always).await
+    }
+
+    /// `delete` if `condition` holds for the current object (S3 conditional deletes: `If-Match`), checked under
+    /// the write lock; else `PreconditionFailed` (or `NoSuchKey` for `IfMatch` on an absent key) and nothing
+    /// changes.
+    pub async fn delete_if(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        condition: &WriteCondition,
+    ) -> Result<bool, StoreError> {
         let mut tx = self.meta.lock_blob_refs().await?;
         let bucket_row = require_bucket(tx.bucket(bucket).await?, bucket)?;
+        check_write_condition(&mut tx, &bucket_row, key, condition).await?;
         let Some(hashes) = tx.delete_object(bucket_row.id, key).await? else {
             return Ok(false);
         };
@@ -583,6 +596,29 @@ mod tests {
         assert_eq!(store.blobs.list_hashes().unwrap(), vec![row.sha256], "refused and replaced blobs are gone");
         let tmp: Vec<_> = std::fs::read_dir(dir.path().join("tmp")).unwrap().collect();
         assert!(tmp.is_empty(), "refused puts left staged files: {tmp:?}");
+    }
+
+    on_both_backends!(conditional_deletes_delete_only_the_object_they_name);
+    async fn conditional_deletes_delete_only_the_object_they_name(backend: TestBackend) {
+        let (_dir, store) = store(backend).await;
+        let b = BucketName::parse("bkt").unwrap();
+        let k = ObjectKey::parse("k").unwrap();
+        let etag_of = |bytes: &[u8]| {
+            use md5::Digest;
+            format!("\"{}\"", hex::encode(md5::Md5::digest(bytes)))
+        };
+        let if_match = |tag: &str| WriteCondition::IfMatch(tag.to_owned());
+        assert!(matches!(store.delete_if(&b, &k, &if_match("*")).await, Err(StoreError::NoSuchKey)));
+        store.put(&b, &k, store.blobs.stage_bytes(b"v1"), ObjectAttrs::default()).await.unwrap();
+        let stale = etag_of(b"v0");
+        assert!(matches!(store.delete_if(&b, &k, &if_match(&stale)).await, Err(StoreError::PreconditionFailed)));
+        assert!(store.meta.object_by_key(1, "k").await.unwrap().is_some(), "a refused delete kept the object");
+        assert_eq!(store.blobs.list_hashes().unwrap().len(), 1);
+        assert!(store.delete_if(&b, &k, &if_match(&etag_of(b"v1"))).await.unwrap());
+        assert!(store.meta.object_by_key(1, "k").await.unwrap().is_none());
+        assert!(store.blobs.list_hashes().unwrap().is_empty(), "the deleted object's blob went");
+        store.put(&b, &k, store.blobs.stage_bytes(b"v2"), ObjectAttrs::default()).await.unwrap();
+        assert!(store.delete_if(&b, &k, &if_match("*")).await.unwrap(), "* matches any current object");
     }
 
     on_both_backends!(reput_is_unchanged_and_replace_drops_the_old_blob);

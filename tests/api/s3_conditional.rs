@@ -1,5 +1,5 @@
-//! S3 conditional writes (`If-None-Match: *`, `If-Match`) on PutObject and CompleteMultipartUpload, driven by
-//! boto3. The precondition is checked under the write lock, so of writers racing to create one key (a lock file,
+//! S3 conditional writes (`If-None-Match: *`, `If-Match`) on PutObject and CompleteMultipartUpload, and
+//! conditional deletes (`If-Match` on DeleteObject, `<ETag>` in DeleteObjects), driven by boto3. The precondition is checked under the write lock, so of writers racing to create one key (a lock file,
 //! as Terraform's S3 backend writes it) exactly one wins, on one server or on two replicas of one PostgreSQL
 //! database; the losers get 412 and the stored bytes are the winner's.
 
@@ -43,6 +43,24 @@ for t in threads:
     t.join()
 out["race"] = results
 out["race_winners"] = [i for i, r in enumerate(results) if r[0] == 200]
+
+# Conditional deletes: If-Match on DeleteObject, <ETag> on DeleteObjects entries.
+s3.put_object(Bucket=b, Key="d1", Body=b"one")
+s3.put_object(Bucket=b, Key="d2", Body=b"two")
+d1 = s3.head_object(Bucket=b, Key="d1")["ETag"]
+out["delete_stale"] = code(lambda: s3.delete_object(Bucket=b, Key="d1", IfMatch='"0123"'))
+out["delete_absent"] = code(lambda: s3.delete_object(Bucket=b, Key="gone", IfMatch="*"))
+out["delete_kept"] = s3.get_object(Bucket=b, Key="d1")["Body"].read().decode()
+out["delete_match"] = code(lambda: s3.delete_object(Bucket=b, Key="d1", IfMatch=d1))
+out["delete_star"] = code(lambda: s3.delete_object(Bucket=b, Key="d2", IfMatch="*"))
+s3.put_object(Bucket=b, Key="m1", Body=b"m1")
+s3.put_object(Bucket=b, Key="m2", Body=b"m2")
+m1 = s3.head_object(Bucket=b, Key="m1")["ETag"]
+r = s3.delete_objects(Bucket=b, Delete={"Objects": [
+    {"Key": "m1", "ETag": m1}, {"Key": "m2", "ETag": '"0123"'}, {"Key": "m3", "ETag": m1}]})
+out["multi_deleted"] = sorted(d["Key"] for d in r.get("Deleted", []))
+out["multi_errors"] = sorted([e["Key"], e["Code"]] for e in r.get("Errors", []))
+out["left"] = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=b).get("Contents", []))
 print(json.dumps(out))
 "#;
 
@@ -76,6 +94,15 @@ fn run_conditional(env: &TestEnv, servers: &[&Server]) -> serde_json::Value {
     let stored = read_back(servers[0], &read, "/bkt/race");
     assert_eq!(sha256_hex(&stored), sha256_hex(format!("writer {winner}").as_bytes()), "the winner's bytes");
     assert_eq!(read_back(servers[0], &read, "/bkt/lock"), b"multipart");
+
+    want("delete_stale", 412, "PreconditionFailed");
+    want("delete_absent", 404, "NoSuchKey");
+    assert_eq!(out["delete_kept"], "one", "a refused delete keeps the object");
+    want("delete_match", 200, "");
+    want("delete_star", 200, "");
+    assert_eq!(out["multi_deleted"], serde_json::json!(["m1"]), "the entry whose ETag matched");
+    assert_eq!(out["multi_errors"], serde_json::json!([["m2", "PreconditionFailed"], ["m3", "NoSuchKey"]]));
+    assert_eq!(out["left"], serde_json::json!(["lock", "m2", "race"]), "only the matching deletes deleted");
     out
 }
 

@@ -100,6 +100,8 @@ fn writes_naming_what_we_do_not_implement_get_not_implemented_and_x_id_is_accept
         on_admin("retention", "PUT", "/bkt/keep.bin?retention", &[], b"<Retention/>"),
         on_admin("legal_hold", "PUT", "/bkt/keep.bin?legal-hold", &[], b"<LegalHold/>"),
         on_admin("delete_tagging", "DELETE", "/bkt/keep.bin?tagging", &[], b""),
+        on_admin("bucket_tagging", "PUT", "/bkt?tagging", &[], xml),
+        on_admin("if_match_tagging", "PUT", "/bkt/keep.bin?tagging", &[("If-Match", "\"abc\"")], xml),
         on_admin("delete_version", "DELETE", "/bkt/keep.bin?versionId=3", &[], b""),
         on_admin(
             "copy_sse_c",
@@ -125,6 +127,8 @@ fn writes_naming_what_we_do_not_implement_get_not_implemented_and_x_id_is_accept
         on_admin("if_match", "PUT", "/bkt/keep.bin", &[("If-Match", "\"abc\"")], b"plain"),
         on_admin("if_none_match_etag", "PUT", "/bkt/keep.bin", &[("If-None-Match", "\"abc\"")], b"plain"),
         on_admin("if_match_delete", "DELETE", "/bkt/keep.bin", &[("If-Match", "\"abc\"")], b""),
+        on_admin("if_none_match_delete", "DELETE", "/bkt/keep.bin", &[("If-None-Match", "*")], b""),
+        on_admin("if_match_size_delete", "DELETE", "/bkt/keep.bin", &[("x-amz-if-match-size", "5000")], b""),
         on_admin(
             "if_none_match_copy",
             "PUT",
@@ -165,21 +169,25 @@ fn writes_naming_what_we_do_not_implement_get_not_implemented_and_x_id_is_accept
         "retention",
         "legal_hold",
         "delete_version",
+        "bucket_tagging",
+        "if_match_tagging",
         "copy_sse_c",
         "copy_by_post",
         "sse_c",
         "sse",
         "lock",
         "if_none_match_etag",
-        "if_match_delete",
+        "if_none_match_delete",
+        "if_match_size_delete",
         "if_none_match_copy",
         "gzip",
         "create_sse_c",
     ] {
         assert_eq!(answer(&out, name), (501, "NotImplemented".into()), "{name}");
     }
-    // Conditional PutObjects whose precondition fails on the existing object (tests/api/s3_conditional.rs).
-    for name in ["if_none_match", "if_match"] {
+    // Conditional PutObjects and a DeleteObject whose precondition fails on the existing object
+    // (tests/api/s3_conditional.rs).
+    for name in ["if_none_match", "if_match", "if_match_delete"] {
         assert_eq!(answer(&out, name), (412, "PreconditionFailed".into()), "{name}");
     }
     // Tagging is implemented (tests/api/s3_tagging.rs): it changes no content.
