@@ -155,7 +155,7 @@ async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Re
 }
 
 /// The query parameters the write routes read (besides `x-id` and SigV4's own). Any other names a
-/// subresource or operation we do not have (`?tagging`, `?acl`, `?retention`…), which the routes would otherwise
+/// subresource or operation we do not have (`?acl`, `?retention`, `?legal-hold`…), which the routes would otherwise
 /// take for a plain PutObject or DeleteObject of the object.
 const WRITE_PARAMS: &[&str] = &["uploads", "uploadId", "partNumber", "delete", "tagging"];
 /// What ListMultipartUploads and ListParts read besides.
@@ -170,8 +170,8 @@ const MULTIPART_LIST_PARAMS: &[&str] = &[
     "part-number-marker",
 ];
 /// Request headers asking for what we do not do: server-side encryption (SSE-S3, SSE-KMS, SSE-C, of the object
-/// or of a copy's source), object lock. Accepting them would store plaintext while the client believes it is
-/// encrypted or locked.
+/// or of a copy's source), object lock, and delete conditions on size or time. Accepting them would store plaintext
+/// while the client believes it is encrypted or locked, or delete what the client meant to keep.
 const UNSUPPORTED_HEADER_PREFIXES: &[&str] = &[
     "x-amz-server-side-encryption",
     "x-amz-copy-source-server-side-encryption",
