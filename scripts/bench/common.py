@@ -50,6 +50,17 @@ def wait_port(port, tries=100):
     raise RuntimeError(f"nothing listens on {port}")
 
 
+def bucket_with_write_key(binary, data):
+    """A fresh data dir `data` with bucket `bkt` and a write S3 key on it, through the CLI: returns
+    (run, key_id, secret), `run(*args)` being the CLI on that data dir (its stdout)."""
+    def run(*args):
+        return subprocess.run([str(binary), "--data-dir", str(data), *args], check=True, capture_output=True,
+                              text=True).stdout
+    run("bucket", "create", "bkt")
+    key_id, secret = run("s3-key", "create", "--bucket", "bkt", "--scope", "write").split()
+    return run, key_id, secret
+
+
 def rss_kib(*pids):
     """The summed VmRSS of `pids`, in KiB."""
     total = 0

@@ -13,7 +13,7 @@ Usage (from the project root, after `cargo build --release`; needs boto3: pip in
 import argparse, hashlib, os, shutil, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
-from common import free_port, wait_port
+from common import bucket_with_write_key, free_port, wait_port
 
 
 def main():
@@ -29,10 +29,7 @@ def main():
         sys.exit("boto3 is not installed (pip install boto3)")
     work = Path(tempfile.mkdtemp(prefix="bg-s3-copy-"))
     data = work / "data"
-    run = lambda *a: subprocess.run([args.bin, "--data-dir", str(data), *a], check=True, capture_output=True,
-                                    text=True).stdout
-    run("bucket", "create", "bkt")
-    key_id, secret = run("s3-key", "create", "--bucket", "bkt", "--scope", "write").split()
+    run, key_id, secret = bucket_with_write_key(args.bin, data)
     large = work / "large.bin"
     digest = hashlib.sha256()
     with open(large, "wb") as f:

@@ -14,7 +14,7 @@ Exit status 0 when both peaks stay within --budget-mib (16) of idle.
 import argparse, hashlib, json, os, shutil, subprocess, sys, tempfile, threading, time
 from pathlib import Path
 
-from common import free_port, rss_kib, wait_port
+from common import bucket_with_write_key, free_port, rss_kib, wait_port
 
 
 
@@ -48,10 +48,7 @@ def main():
         sys.exit("aws-cli is not installed (pip install awscli)")
     work = Path(tempfile.mkdtemp(prefix="bg-s3-mem-"))
     data = work / "data"
-    run = lambda *a: subprocess.run([args.bin, "--data-dir", str(data), *a], check=True, capture_output=True,
-                                    text=True).stdout
-    run("bucket", "create", "bkt")
-    key_id, secret = run("s3-key", "create", "--bucket", "bkt", "--scope", "write").split()
+    run, key_id, secret = bucket_with_write_key(args.bin, data)
     home = work / "home"
     (home / ".aws").mkdir(parents=True)
     (home / ".aws" / "config").write_text("[default]\nregion = us-east-1\ns3 =\n    addressing_style = path\n")
