@@ -61,6 +61,33 @@ def bucket_with_write_key(binary, data):
     return run, key_id, secret
 
 
+def serve_data_dir(binary, data):
+    """`blobgate serve` on `data` with both listeners on free ports, waited for: (process, port, admin_port)."""
+    port, admin_port = free_port(), free_port()
+    server = subprocess.Popen([str(binary), "--data-dir", str(data), "serve", "--listen", f"127.0.0.1:{port}",
+                               "--admin-listen", f"127.0.0.1:{admin_port}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(admin_port, tries=200)
+    except BaseException:
+        server.kill()
+        raise
+    return server, port, admin_port
+
+
+def write_test_file(path, mib):
+    """`mib` MiB of incompressible bytes (one random MiB, rotated per MiB) at `path`; returns their SHA-256 (hex)."""
+    import hashlib, os
+    digest = hashlib.sha256()
+    with open(path, "wb") as f:
+        block = os.urandom(1 << 20)
+        for i in range(mib):
+            chunk = block[i % 997:] + block[:i % 997]
+            f.write(chunk)
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def rss_kib(*pids):
     """The summed VmRSS of `pids`, in KiB."""
     total = 0

@@ -13,7 +13,7 @@ Usage (from the project root, after `cargo build --release`; needs boto3: pip in
 import argparse, hashlib, os, shutil, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
-from common import bucket_with_write_key, free_port, wait_port
+from common import bucket_with_write_key, serve_data_dir, write_test_file
 
 
 def main():
@@ -31,23 +31,14 @@ def main():
     data = work / "data"
     run, key_id, secret = bucket_with_write_key(args.bin, data)
     large = work / "large.bin"
-    digest = hashlib.sha256()
-    with open(large, "wb") as f:
-        block = os.urandom(1 << 20)
-        for i in range(args.size_mib):
-            chunk = block[i % 997:] + block[:i % 997]
-            f.write(chunk); digest.update(chunk)
+    large_sha = write_test_file(large, args.size_mib)
     (work / "small.bin").write_bytes(os.urandom(4096))
     run("put", "bkt", "large.bin", str(large))
     run("put", "bkt", "small.bin", str(work / "small.bin"))
     large.unlink()
 
-    port, admin_port = free_port(), free_port()
-    server = subprocess.Popen([args.bin, "--data-dir", str(data), "serve", "--listen", f"127.0.0.1:{port}",
-                               "--admin-listen", f"127.0.0.1:{admin_port}"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server, port, admin_port = serve_data_dir(args.bin, data)
     try:
-        wait_port(admin_port, tries=200)
         client = lambda endpoint: boto3.client(
             "s3", endpoint_url=endpoint, aws_access_key_id=key_id, aws_secret_access_key=secret,
             region_name="us-east-1", config=Config(signature_version="s3v4", s3={"addressing_style": "path"}))
@@ -72,7 +63,7 @@ def main():
         got = hashlib.sha256()
         for chunk in iter(lambda: body.read(1 << 20), b""):
             got.update(chunk)
-        assert got.hexdigest() == digest.hexdigest(), "the copy of the large object differs"
+        assert got.hexdigest() == large_sha, "the copy of the large object differs"
         blobs = sum(len(files) for _, _, files in os.walk(data / "blobs"))
     finally:
         server.terminate(); server.wait()

@@ -11,10 +11,10 @@ Usage (from the project root, after `cargo build --release`; needs aws-cli: pip 
     python3 scripts/bench/s3_upload_memory.py [--size-mib 1024] [--concurrent 8] [--bin target/release/blobgate]
 Exit status 0 when both peaks stay within --budget-mib (16) of idle.
 """
-import argparse, hashlib, json, os, shutil, subprocess, sys, tempfile, threading, time
+import argparse, json, os, shutil, subprocess, sys, tempfile, threading, time
 from pathlib import Path
 
-from common import bucket_with_write_key, free_port, rss_kib, wait_port
+from common import bucket_with_write_key, rss_kib, serve_data_dir, write_test_file
 
 
 
@@ -57,20 +57,10 @@ def main():
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
     source = work / "upload.bin"
-    digest = hashlib.sha256()
-    with open(source, "wb") as f:
-        block = os.urandom(1 << 20)
-        for i in range(args.size_mib):
-            chunk = block[i % 997:] + block[:i % 997]
-            f.write(chunk); digest.update(chunk)
-    want_sha = digest.hexdigest()
+    want_sha = write_test_file(source, args.size_mib)
 
-    port, admin_port = free_port(), free_port()
-    server = subprocess.Popen([args.bin, "--data-dir", str(data), "serve", "--listen", f"127.0.0.1:{port}",
-                               "--admin-listen", f"127.0.0.1:{admin_port}"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server, port, admin_port = serve_data_dir(args.bin, data)
     try:
-        wait_port(admin_port, tries=200)
         endpoint = f"http://127.0.0.1:{admin_port}"
         cp = lambda name: subprocess.Popen([aws, "--endpoint-url", endpoint, "s3", "cp", "--only-show-errors",
                                             str(source), f"s3://bkt/{name}"], env=env)
