@@ -190,8 +190,13 @@ impl Catalog {
         if self.s3_key_misses.get(id).is_some() {
             return Ok(None);
         }
+        // Boxed and out of line: the hit above is what a request runs, and its code stays small.
+        Box::pin(self.s3_key_from_store(id)).await
+    }
+
+    async fn s3_key_from_store(&self, id: &str) -> Result<Option<Arc<S3KeyRecord>>, MetadataError> {
         let stamp = self.stamp();
-        let found = Box::pin(self.meta.s3_key(id)).await?.map(Arc::new);
+        let found = self.meta.s3_key(id).await?.map(Arc::new);
         match &found {
             Some(_) => self.s3_keys.insert(id.to_owned(), found.clone()),
             None => self.s3_key_misses.insert(id.to_owned(), ()),

@@ -134,8 +134,8 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
 
     let mut headers = HeaderMap::with_capacity(req.headers.len());
     for h in req.headers.iter() {
-        let name = HeaderName::from_bytes(h.name.as_bytes())
-            .map_err(|_| HeadError::new(StatusCode::BAD_REQUEST, "malformed header name"))?;
+        let name =
+            header_name(h.name.as_bytes()).ok_or(HeadError::new(StatusCode::BAD_REQUEST, "malformed header name"))?;
         // httparse already refused CR, LF, NUL and other controls in values.
         let value = HeaderValue::from_maybe_shared(view(h.value))
             .map_err(|_| HeadError::new(StatusCode::BAD_REQUEST, "malformed header value"))?;
@@ -145,6 +145,30 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
     let keep_alive = wants_keep_alive(&headers, version);
     Ok(Parsed::Complete(RequestHead { method, uri, version, headers, keep_alive, body, len: len + skipped }))
 }
+
+/// A request header name. `http` knows the standard names without allocating; the names S3 clients send on
+/// every request are not among them, so they are matched here (by length, then bytes) against static copies
+/// rather than lowercased into an allocation each.
+fn header_name(raw: &[u8]) -> Option<HeaderName> {
+    let known = match raw.len() {
+        10 => &X_AMZ_DATE,
+        15 => &AMZ_SDK_REQUEST,
+        20 => &X_AMZ_CONTENT_SHA256,
+        21 => &AMZ_SDK_INVOCATION_ID,
+        _ => return HeaderName::from_bytes(raw).ok(),
+    };
+    if known.as_str().as_bytes().eq_ignore_ascii_case(raw) {
+        Some(known.clone())
+    } else {
+        HeaderName::from_bytes(raw).ok()
+    }
+}
+
+// What botocore and aws-cli send on every request beyond `http`'s standard names.
+static X_AMZ_DATE: HeaderName = HeaderName::from_static("x-amz-date");
+static X_AMZ_CONTENT_SHA256: HeaderName = HeaderName::from_static("x-amz-content-sha256");
+static AMZ_SDK_REQUEST: HeaderName = HeaderName::from_static("amz-sdk-request");
+static AMZ_SDK_INVOCATION_ID: HeaderName = HeaderName::from_static("amz-sdk-invocation-id");
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4) as far as its request line: a client with prior knowledge.
 const HTTP2_PREFACE_LINE: &[u8] = b"PRI * HTTP/2.0";
@@ -523,6 +547,23 @@ mod tests {
         assert_eq!(status_of(many.as_bytes()), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
         let big = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n", "v".repeat(1100));
         assert_eq!(status_of(big.as_bytes()), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+    }
+
+    #[test]
+    fn s3_client_header_names_are_the_static_ones_in_any_case_and_others_parse_as_before() {
+        for raw in ["x-amz-date", "X-Amz-Date", "X-AMZ-CONTENT-SHA256", "amz-sdk-request", "Amz-Sdk-Invocation-Id"] {
+            let name = super::header_name(raw.as_bytes()).expect("a valid name");
+            assert_eq!(name.as_str(), raw.to_ascii_lowercase());
+            assert_eq!(name, HeaderName::from_bytes(raw.as_bytes()).unwrap());
+        }
+        // The same lengths as names in the table, and names http knows itself.
+        for raw in ["x-amz-dafe", "x-amz-content-sha255", "Content-Length", "Host"] {
+            assert_eq!(super::header_name(raw.as_bytes()), HeaderName::from_bytes(raw.as_bytes()).ok(), "{raw}");
+        }
+        assert_eq!(super::header_name(b"x-amz date"), None);
+        assert_eq!(super::header_name(b"bad name here!!"), None);
+        let head = complete(b"GET / HTTP/1.1\r\nHost: h\r\nX-Amz-Date: 20130524T000000Z\r\n\r\n");
+        assert_eq!(head.headers.get("x-amz-date").unwrap(), "20130524T000000Z");
     }
 
     #[test]

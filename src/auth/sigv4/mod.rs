@@ -333,14 +333,24 @@ impl SigningKeyCache {
 
     /// The signing key of `access_key_id` with `secret` for `date` (`YYYYMMDD`) and `region`.
     pub fn signing_key(&self, access_key_id: &str, secret: &[u8], date: &str, region: &str) -> SigningKey {
+        self.cached(access_key_id, secret, date, region).key.clone()
+    }
+
+    /// The same, shared rather than copied (the key holds two hash states).
+    fn cached(&self, access_key_id: &str, secret: &[u8], date: &str, region: &str) -> Arc<CachedKey> {
         if let Some(hit) = self.keys.get(&KeyLookup(access_key_id, date, region))
             && ct_eq(&hit.secret, secret)
         {
-            return hit.key.clone();
+            return hit;
         }
-        let key = SigningKey::derive(secret, date, region);
+        cold(|| self.derive(access_key_id, secret, date, region))
+    }
+
+    /// A miss: once a day per key.
+    fn derive(&self, access_key_id: &str, secret: &[u8], date: &str, region: &str) -> Arc<CachedKey> {
+        let key = Arc::new(CachedKey { secret: secret.into(), key: SigningKey::derive(secret, date, region) });
         let id = (access_key_id.to_owned(), date.to_owned(), region.to_owned());
-        self.keys.insert(id, Arc::new(CachedKey { secret: secret.into(), key: key.clone() }));
+        self.keys.insert(id, key.clone());
         key
     }
 }
@@ -385,7 +395,8 @@ impl SigV4Auth<'_> {
         gathered.finish();
         let canonical: [u8; 32] = canonical.finalize().into();
         let date = self.timestamp.date();
-        let key = keys.signing_key(&self.access_key_id, secret, date, self.region);
+        let cached = keys.cached(&self.access_key_id, secret, date, self.region);
+        let key = &cached.key;
         let scope = [date, "/", self.region, "/", SERVICE, "/", TERMINATOR];
         let expected = key.sign_written(|mac| {
             let mut gathered = canonical::Gather::new(mac);
@@ -396,11 +407,13 @@ impl SigV4Auth<'_> {
             return Err(SigV4Error::SignatureDoesNotMatch);
         }
         let streaming = matches!(self.payload, PayloadHash::StreamingSigned | PayloadHash::StreamingSignedTrailer)
-            .then(|| StreamingSeed {
-                seed_signature: self.signature,
-                signing_key: key,
-                scope: scope.concat(),
-                timestamp: self.timestamp.text().to_owned(),
+            .then(|| {
+                cold(|| StreamingSeed {
+                    seed_signature: self.signature,
+                    signing_key: key.clone(),
+                    scope: scope.concat(),
+                    timestamp: self.timestamp.text().to_owned(),
+                })
             });
         Ok(Verified { kind: self.kind, payload: self.payload, streaming })
     }
@@ -449,6 +462,15 @@ pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     let tails = a_words.remainder().ct_eq(b_words.remainder());
     let word = |w: &[u8]| u64::from_ne_bytes(w.try_into().expect("chunks of eight"));
     bool::from(a_words.zip(b_words).fold(tails, |equal, (x, y)| equal & word(x).ct_eq(&word(y))))
+}
+
+/// Runs `make` out of line, on a path the compiler treats as unlikely. Refusals build their messages here, so
+/// that the code a valid request runs sits in fewer cache lines: the check runs once per request, after the
+/// kernel's network path has evicted it, and pays for every line it touches.
+#[cold]
+#[inline(never)]
+pub(crate) fn cold<T>(make: impl FnOnce() -> T) -> T {
+    make()
 }
 
 mod parsing;

@@ -2,12 +2,14 @@
 
 use std::borrow::Cow;
 
-use http::header::{self, HeaderMap, HeaderName};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-use super::canonical::{AmzDate, hex_32, payload_text, query_decode, split_ascii, split_once_ascii};
+use super::canonical::{
+    AmzDate, CONTENT_SHA256_HEADER, hex_32, payload_text, query_decode, split_ascii, split_once_ascii,
+};
 use super::{
     ALGORITHM, AuthKind, MAX_CLOCK_SKEW_SECS, MAX_PRESIGN_EXPIRES_SECS, PayloadHash, RequestParts, SERVICE, SigV4Auth,
-    SigV4Error, TERMINATOR,
+    SigV4Error, TERMINATOR, cold,
 };
 
 const QUERY_ALGORITHM: &str = "X-Amz-Algorithm";
@@ -26,17 +28,20 @@ pub(super) fn parse<'a>(
     region: &'a str,
     now: i64,
 ) -> Result<Option<SigV4Auth<'a>>, SigV4Error> {
-    let authorization = authorization_header(request.headers)?;
+    let found = AuthHeaders::find(request.headers);
+    let authorization = authorization_header(&found)?;
     let query = presign_query(request.query)?;
     match (authorization, query) {
-        (Some(_), Some(_)) => Err(SigV4Error::InvalidArgument(
-            "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, Signature query string \
+        (Some(_), Some(_)) => Err(cold(|| {
+            SigV4Error::InvalidArgument(
+                "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, Signature query string \
              parameter or the Authorization header should be specified"
-                .into(),
-        )),
-        (Some(Authorization::SigV4(value)), None) => parse_header_auth(request, value, region, now).map(Some),
+                    .into(),
+            )
+        })),
+        (Some(Authorization::SigV4(value)), None) => parse_header_auth(request, &found, value, region, now).map(Some),
         (Some(Authorization::Other), None) | (None, None) => Ok(None),
-        (None, Some(params)) => parse_query_auth(request, params, region, now).map(Some),
+        (None, Some(params)) => parse_query_auth(request, &found, params, region, now).map(Some),
     }
 }
 
@@ -47,25 +52,59 @@ enum Authorization<'a> {
     Other,
 }
 
-fn authorization_header(headers: &HeaderMap) -> Result<Option<Authorization<'_>>, SigV4Error> {
-    let mut fields = headers.get_all(header::AUTHORIZATION).iter();
-    let (Some(value), rest) = (fields.next(), fields.next()) else { return Ok(None) };
+/// The headers SigV4 reads, found in one scan of the request's few fields rather than by a hashed lookup each.
+struct AuthHeaders<'h> {
+    /// The first `Authorization` field, and whether there was another.
+    authorization: Option<&'h HeaderValue>,
+    authorization_repeated: bool,
+    date: Option<&'h HeaderValue>,
+    content_sha256: Option<&'h HeaderValue>,
+}
+
+impl<'h> AuthHeaders<'h> {
+    fn find(headers: &'h HeaderMap) -> Self {
+        let mut found =
+            AuthHeaders { authorization: None, authorization_repeated: false, date: None, content_sha256: None };
+        for (name, value) in headers {
+            let slot = if name == header::AUTHORIZATION {
+                found.authorization_repeated |= found.authorization.is_some();
+                &mut found.authorization
+            } else if name == DATE_HEADER {
+                &mut found.date
+            } else if name == CONTENT_SHA256_HEADER {
+                &mut found.content_sha256
+            } else {
+                continue;
+            };
+            // The first field of a name, as `HeaderMap::get` gives it.
+            slot.get_or_insert(value);
+        }
+        found
+    }
+}
+
+fn authorization_header<'h>(found: &AuthHeaders<'h>) -> Result<Option<Authorization<'h>>, SigV4Error> {
+    let Some(value) = found.authorization else { return Ok(None) };
+    let rest = found.authorization_repeated.then_some(());
     let text = value.to_str().unwrap_or("");
     let scheme = split_ascii(text, b' ').next().unwrap_or("");
     let sigv4 = match scheme {
         ALGORITHM => Some(text[ALGORITHM.len()..].trim_start_matches(' ')),
         "AWS" => {
-            return Err(SigV4Error::InvalidRequest(
-                "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.".into(),
-            ));
+            return Err(cold(|| {
+                SigV4Error::InvalidRequest(
+                    "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256."
+                        .into(),
+                )
+            }));
         }
         s if s.starts_with("AWS4-") => {
-            return Err(SigV4Error::InvalidRequest(format!("Unsupported Authorization Type: {s}")));
+            return Err(cold(|| SigV4Error::InvalidRequest(format!("Unsupported Authorization Type: {s}"))));
         }
         _ => None,
     };
     match (sigv4, rest) {
-        (Some(_), Some(_)) => Err(SigV4Error::InvalidArgument("The Authorization header is repeated.".into())),
+        (Some(_), Some(_)) => Err(cold(|| SigV4Error::InvalidArgument("The Authorization header is repeated.".into()))),
         (Some(value), None) => Ok(Some(Authorization::SigV4(value))),
         (None, _) => Ok(Some(Authorization::Other)),
     }
@@ -100,9 +139,9 @@ fn presign_query(query: Option<&str>) -> Result<Option<QueryParams>, SigV4Error>
         };
         any = true;
         let value = String::from_utf8(query_decode(raw_value))
-            .map_err(|_| SigV4Error::query(format!("{} is not UTF-8", String::from_utf8_lossy(&name))))?;
+            .map_err(|_| cold(|| SigV4Error::query(format!("{} is not UTF-8", String::from_utf8_lossy(&name)))))?;
         if slot.replace(value).is_some() {
-            return Err(SigV4Error::query(format!("{} is repeated", String::from_utf8_lossy(&name))));
+            return Err(cold(|| SigV4Error::query(format!("{} is repeated", String::from_utf8_lossy(&name)))));
         }
     }
     // Only the parameters that say "this is a SigV4 presign" make it one; the others are ordinary names a
@@ -113,6 +152,7 @@ fn presign_query(query: Option<&str>) -> Result<Option<QueryParams>, SigV4Error>
 
 fn parse_header_auth<'a>(
     request: &RequestParts<'a>,
+    found: &AuthHeaders<'a>,
     value: &'a str,
     region: &'a str,
     now: i64,
@@ -120,28 +160,32 @@ fn parse_header_auth<'a>(
     let (mut credential, mut signed_headers, mut signature) = (None, None, None);
     for part in split_ascii(value, b',').map(|p| p.trim_matches(' ')).filter(|p| !p.is_empty()) {
         let (name, field) = split_once_ascii(part, b'=').ok_or_else(|| {
-            SigV4Error::header(format!("The authorization header is malformed; '{part}' is not a key=value pair."))
+            cold(|| {
+                SigV4Error::header(format!("The authorization header is malformed; '{part}' is not a key=value pair."))
+            })
         })?;
         let slot = match name {
             "Credential" => &mut credential,
             "SignedHeaders" => &mut signed_headers,
             "Signature" => &mut signature,
             _ => {
-                return Err(SigV4Error::header(format!(
-                    "The authorization header is malformed; unknown component '{name}'."
-                )));
+                return Err(cold(|| {
+                    SigV4Error::header(format!("The authorization header is malformed; unknown component '{name}'."))
+                }));
             }
         };
         if slot.replace(field).is_some() {
-            return Err(SigV4Error::header(format!("The authorization header is malformed; {name} is repeated.")));
+            return Err(cold(|| {
+                SigV4Error::header(format!("The authorization header is malformed; {name} is repeated."))
+            }));
         }
     }
     let missing = |what: &str| SigV4Error::header(format!("The authorization header is malformed; missing {what}."));
-    let credential = credential.ok_or_else(|| missing("Credential"))?;
-    let signed_headers = signed_headers.ok_or_else(|| missing("SignedHeaders"))?;
-    let signature = signature.ok_or_else(|| missing("Signature"))?;
+    let credential = credential.ok_or_else(|| cold(|| missing("Credential")))?;
+    let signed_headers = signed_headers.ok_or_else(|| cold(|| missing("SignedHeaders")))?;
+    let signature = signature.ok_or_else(|| cold(|| missing("Signature")))?;
 
-    let date_text = request.headers.get(&DATE_HEADER).and_then(|v| v.to_str().ok());
+    let date_text = found.date.and_then(|v| v.to_str().ok());
     let timestamp = date_text
         .and_then(AmzDate::parse)
         .ok_or(SigV4Error::AccessDenied("AWS authentication requires a valid Date or x-amz-date header"))?;
@@ -150,7 +194,7 @@ fn parse_header_auth<'a>(
     if (now - timestamp.unix).abs() > MAX_CLOCK_SKEW_SECS {
         return Err(SigV4Error::RequestTimeTooSkewed);
     }
-    let payload_text = payload_text(request.headers, AuthKind::Header)?;
+    let payload_text = payload_text(found.content_sha256, AuthKind::Header)?;
     let payload = PayloadHash::parse(payload_text)?;
     Ok(SigV4Auth {
         kind: AuthKind::Header,
@@ -167,6 +211,7 @@ fn parse_header_auth<'a>(
 
 fn parse_query_auth<'a>(
     request: &RequestParts<'a>,
+    found: &AuthHeaders<'a>,
     params: QueryParams,
     region: &'a str,
     now: i64,
@@ -179,16 +224,17 @@ fn parse_query_auth<'a>(
     let signed_headers = params.signed_headers.ok_or_else(incomplete)?;
     let signature = params.signature.ok_or_else(incomplete)?;
     if algorithm != ALGORITHM {
-        return Err(SigV4Error::query("X-Amz-Algorithm only supports \"AWS4-HMAC-SHA256\""));
+        return Err(cold(|| SigV4Error::query("X-Amz-Algorithm only supports \"AWS4-HMAC-SHA256\"")));
     }
-    let timestamp = AmzDate::parse(&date)
-        .ok_or_else(|| SigV4Error::query("X-Amz-Date must be in the ISO8601 Long Format \"yyyyMMdd'T'HHmmss'Z'\""))?;
+    let timestamp = AmzDate::parse(&date).ok_or_else(|| {
+        cold(|| SigV4Error::query("X-Amz-Date must be in the ISO8601 Long Format \"yyyyMMdd'T'HHmmss'Z'\""))
+    })?;
     let expires_in: i64 = match expires.parse() {
         Ok(n) if expires.bytes().all(|b| b.is_ascii_digit()) => n,
-        _ => return Err(SigV4Error::query("X-Amz-Expires should be a number")),
+        _ => return Err(cold(|| SigV4Error::query("X-Amz-Expires should be a number"))),
     };
     if expires_in > MAX_PRESIGN_EXPIRES_SECS {
-        return Err(SigV4Error::query("X-Amz-Expires must be less than a week (in seconds) that is 604800"));
+        return Err(cold(|| SigV4Error::query("X-Amz-Expires must be less than a week (in seconds) that is 604800")));
     }
     let access_key_id = parse_credential(&credential, &timestamp, region, SigV4Error::query)?.to_owned();
     check_signed(request.headers, &parse_signed_headers(&signed_headers, SigV4Error::query)?)?;
@@ -198,10 +244,12 @@ fn parse_query_auth<'a>(
     if now > timestamp.unix + expires_in {
         return Err(SigV4Error::AccessDenied("Request has expired"));
     }
-    let payload_text = payload_text(request.headers, AuthKind::Query)?;
+    let payload_text = payload_text(found.content_sha256, AuthKind::Query)?;
     let payload = PayloadHash::parse(payload_text)?;
     if matches!(payload, PayloadHash::StreamingSigned | PayloadHash::StreamingSignedTrailer) {
-        return Err(SigV4Error::InvalidRequest("a signed streaming payload needs header authentication".into()));
+        return Err(cold(|| {
+            SigV4Error::InvalidRequest("a signed streaming payload needs header authentication".into())
+        }));
     }
     Ok(SigV4Auth {
         kind: AuthKind::Query,
@@ -228,34 +276,44 @@ fn parse_credential<'c>(
     let (Some(access_key_id), Some(date), Some(scope_region), Some(service), Some(terminator), None) =
         (next(), next(), next(), next(), next(), next())
     else {
-        return Err(error(format!(
-            "The authorization header is malformed; the Credential is mal-formed; expecting \
+        return Err(cold(|| {
+            error(format!(
+                "The authorization header is malformed; the Credential is mal-formed; expecting \
              \"<YOUR-AKID>/YYYYMMDD/REGION/SERVICE/aws4_request\"; got \"{credential}\"."
-        )));
+            ))
+        }));
     };
     if access_key_id.is_empty() {
-        return Err(error("The authorization header is malformed; the access key id is empty.".into()));
+        return Err(cold(|| error("The authorization header is malformed; the access key id is empty.".into())));
     }
     if date != timestamp.date() {
-        return Err(error(format!(
-            "Invalid credential date \"{date}\". This date is not the same as X-Amz-Date: \"{}\".",
-            timestamp.date()
-        )));
+        return Err(cold(|| {
+            error(format!(
+                "Invalid credential date \"{date}\". This date is not the same as X-Amz-Date: \"{}\".",
+                timestamp.date()
+            ))
+        }));
     }
     if scope_region != region {
-        return Err(error(format!(
-            "The authorization header is malformed; the region '{scope_region}' is wrong; expecting '{region}'"
-        )));
+        return Err(cold(|| {
+            error(format!(
+                "The authorization header is malformed; the region '{scope_region}' is wrong; expecting '{region}'"
+            ))
+        }));
     }
     if service != SERVICE {
-        return Err(error(format!(
-            "The authorization header is malformed; incorrect service \"{service}\". This endpoint belongs to \"{SERVICE}\"."
-        )));
+        return Err(cold(|| {
+            error(format!(
+                "The authorization header is malformed; incorrect service \"{service}\". This endpoint belongs to \"{SERVICE}\"."
+            ))
+        }));
     }
     if terminator != TERMINATOR {
-        return Err(error(format!(
-            "The authorization header is malformed; incorrect terminal \"{terminator}\". This endpoint uses \"{TERMINATOR}\"."
-        )));
+        return Err(cold(|| {
+            error(format!(
+                "The authorization header is malformed; incorrect terminal \"{terminator}\". This endpoint uses \"{TERMINATOR}\"."
+            ))
+        }));
     }
     Ok(access_key_id)
 }
@@ -266,27 +324,31 @@ fn parse_signed_headers(text: &str, error: fn(String) -> SigV4Error) -> Result<S
     // host.
     let (mut malformed, mut unsorted, mut host) = (false, false, false);
     let mut names = SignedNames::new();
+    let bytes = text.as_bytes();
     let mut start = 0;
-    for (i, &b) in text.as_bytes().iter().chain([b';'].iter()).enumerate() {
-        if b != b';' {
-            malformed |= !LOWERCASE_TOKEN[usize::from(b)];
-            continue;
+    while start <= bytes.len() {
+        let mut end = start;
+        while end < bytes.len() && bytes[end] != b';' {
+            malformed |= !LOWERCASE_TOKEN[usize::from(bytes[end])];
+            end += 1;
         }
-        let name = &text[start..i];
+        let name = &text[start..end];
         malformed |= name.is_empty();
         unsorted |= names.last().is_some_and(|p| *p >= name);
         host |= name == "host";
         names.push(name);
-        start = i + 1;
+        start = end + 1;
     }
     if malformed {
-        return Err(error(format!("SignedHeaders must be lowercase header names separated by ';', got \"{text}\".")));
+        return Err(cold(|| {
+            error(format!("SignedHeaders must be lowercase header names separated by ';', got \"{text}\"."))
+        }));
     }
     if unsorted {
-        return Err(error(format!("SignedHeaders must be sorted and unique, got \"{text}\".")));
+        return Err(cold(|| error(format!("SignedHeaders must be sorted and unique, got \"{text}\"."))));
     }
     if !host {
-        return Err(error("SignedHeaders must include host.".into()));
+        return Err(cold(|| error("SignedHeaders must include host.".into())));
     }
     Ok(names)
 }
