@@ -55,6 +55,9 @@ def main():
     args = ap.parse_args()
     if len(args.bin) < 2:
         sys.exit("s3_ab: give at least two --bin")
+    # Made here, as s3_bench does: left to the server, the bench's work directory would be created private (0700),
+    # and nginx's worker could not read compare.py's files under it afterwards.
+    s3_bench.WORK.mkdir(parents=True, exist_ok=True)
     small = Path(tempfile.mkdtemp(prefix="s3-ab-")) / "small.bin"
     small.write_bytes(os.urandom(4096))
     servers = []

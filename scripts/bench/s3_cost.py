@@ -117,6 +117,8 @@ def main():
     for tool in ("valgrind", "cg_annotate"):
         if not shutil.which(tool):
             sys.exit(f"s3_cost: {tool} is missing (apt install valgrind)")
+    # As s3_bench does (see s3_ab.py): the server would create the bench's work directory private otherwise.
+    s3_bench.WORK.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="s3-cost-"))
     small = work / "small.bin"
     small.write_bytes(os.urandom(4096))
