@@ -85,7 +85,6 @@ impl<'h> AuthHeaders<'h> {
 
 fn authorization_header<'h>(found: &AuthHeaders<'h>) -> Result<Option<Authorization<'h>>, SigV4Error> {
     let Some(value) = found.authorization else { return Ok(None) };
-    let rest = found.authorization_repeated.then_some(());
     let text = value.to_str().unwrap_or("");
     let scheme = split_ascii(text, b' ').next().unwrap_or("");
     let sigv4 = match scheme {
@@ -103,9 +102,9 @@ fn authorization_header<'h>(found: &AuthHeaders<'h>) -> Result<Option<Authorizat
         }
         _ => None,
     };
-    match (sigv4, rest) {
-        (Some(_), Some(_)) => Err(cold(|| SigV4Error::InvalidArgument("The Authorization header is repeated.".into()))),
-        (Some(value), None) => Ok(Some(Authorization::SigV4(value))),
+    match (sigv4, found.authorization_repeated) {
+        (Some(_), true) => Err(cold(|| SigV4Error::InvalidArgument("The Authorization header is repeated.".into()))),
+        (Some(value), false) => Ok(Some(Authorization::SigV4(value))),
         (None, _) => Ok(Some(Authorization::Other)),
     }
 }
