@@ -13,6 +13,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri, Version};
 
 use super::body::BodyFraming;
+use crate::header_values::{X_AMZ_CONTENT_SHA256, X_AMZ_DATE};
 
 #[derive(Debug, Clone, Copy)]
 pub struct HeadLimits {
@@ -165,8 +166,6 @@ fn header_name(raw: &[u8]) -> Option<HeaderName> {
 }
 
 // What botocore and aws-cli send on every request beyond `http`'s standard names.
-static X_AMZ_DATE: HeaderName = HeaderName::from_static("x-amz-date");
-static X_AMZ_CONTENT_SHA256: HeaderName = HeaderName::from_static("x-amz-content-sha256");
 static AMZ_SDK_REQUEST: HeaderName = HeaderName::from_static("amz-sdk-request");
 static AMZ_SDK_INVOCATION_ID: HeaderName = HeaderName::from_static("amz-sdk-invocation-id");
 

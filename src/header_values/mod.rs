@@ -1,5 +1,5 @@
-//! Header values that more than one layer writes: the ETag of a blob, HTTP dates, and Content-Disposition
-//! (`disposition`). Pure and below `store`, `auth` and `http`, so the store can record an ETag, the driver can
+//! Header values that more than one layer writes: the ETag of a blob, HTTP dates, Content-Disposition
+//! (`disposition`), and the SigV4 header names that the driver parses and `auth` reads. Pure and below `store`, `auth` and `http`, so the store can record an ETag, the driver can
 //! write a `Date`, and names and signed URLs can validate a disposition without reaching up into `http`.
 
 pub mod content_coding;
@@ -7,6 +7,13 @@ pub mod cors;
 pub mod disposition;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::HeaderName;
+
+/// SigV4's request timestamp and body hash: not among `http`'s standard names, so shared as static values that
+/// the driver hands out without allocating and `auth` compares without parsing.
+pub static X_AMZ_DATE: HeaderName = HeaderName::from_static("x-amz-date");
+pub static X_AMZ_CONTENT_SHA256: HeaderName = HeaderName::from_static("x-amz-content-sha256");
 
 /// Formats `t` as an IMF-fixdate (`Wed, 01 May 2024 12:00:00 GMT`), dropping sub-seconds.
 /// Times outside 1970-01-01..=9999-12-31T23:59:59 are clamped, since `httpdate` panics on them.

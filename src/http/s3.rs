@@ -165,55 +165,7 @@ impl S3Error {
                 }
             }
             S3Error::Api(e) => {
-                let (status, code, message): (_, _, Cow<'static, str>) = match &e {
-                    ApiError::NotFound => {
-                        (StatusCode::NOT_FOUND, "NoSuchKey", "The specified key does not exist.".into())
-                    }
-                    ApiError::NoSuchBucket => {
-                        (StatusCode::NOT_FOUND, "NoSuchBucket", "The specified bucket does not exist".into())
-                    }
-                    ApiError::PreconditionFailed => (
-                        StatusCode::PRECONDITION_FAILED,
-                        "PreconditionFailed",
-                        "At least one of the pre-conditions you specified did not hold".into(),
-                    ),
-                    ApiError::RangeNotSatisfiable { .. } => (
-                        StatusCode::RANGE_NOT_SATISFIABLE,
-                        "InvalidRange",
-                        "The requested range is not satisfiable".into(),
-                    ),
-                    ApiError::InvalidName(n) => (StatusCode::BAD_REQUEST, "InvalidArgument", n.to_string().into()),
-                    ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, "InvalidArgument", m.clone().into()),
-                    ApiError::BadRequestHead { status, message } => (*status, "InvalidRequest", (*message).into()),
-                    ApiError::Unauthorized(_) | ApiError::Forbidden => {
-                        (StatusCode::FORBIDDEN, "AccessDenied", "Access Denied".into())
-                    }
-                    ApiError::MethodNotAllowed => (
-                        StatusCode::METHOD_NOT_ALLOWED,
-                        "MethodNotAllowed",
-                        "The specified method is not allowed against this resource.".into(),
-                    ),
-                    ApiError::PayloadTooLarge(m) => (StatusCode::BAD_REQUEST, "EntityTooLarge", m.clone().into()),
-                    ApiError::BodyTimeout | ApiError::BodyTooSlow(_) => {
-                        (StatusCode::BAD_REQUEST, "RequestTimeout", e.to_string().into())
-                    }
-                    ApiError::DatabaseUnavailable => (
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "ServiceUnavailable",
-                        "The metadata database is unreachable; retry shortly.".into(),
-                    ),
-                    ApiError::NotReady
-                    | ApiError::HandlerTimeout
-                    | ApiError::TooManyConnectionsFromAddress
-                    | ApiError::TooManyUploads => {
-                        (StatusCode::SERVICE_UNAVAILABLE, "SlowDown", "Please reduce your request rate.".into())
-                    }
-                    ApiError::InsufficientStorage | ApiError::BlobUnavailable(_) | ApiError::Internal(_) => (
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "InternalError",
-                        "We encountered an internal error. Please try again.".into(),
-                    ),
-                };
+                let (status, code, message) = api_error_parts(&e);
                 (status, code, message, Some(e.into_response()))
             }
         };
@@ -234,6 +186,54 @@ impl S3Error {
 }
 
 use crate::s3::xml::error as error_xml;
+
+/// S3's status, code and message for an error of the shared pipeline or the store: what an error response carries,
+/// and what one failed entry of a DeleteObjects result says.
+pub(super) fn api_error_parts(e: &ApiError) -> (StatusCode, &'static str, Cow<'static, str>) {
+    match e {
+        ApiError::NotFound => (StatusCode::NOT_FOUND, "NoSuchKey", "The specified key does not exist.".into()),
+        ApiError::NoSuchBucket => (StatusCode::NOT_FOUND, "NoSuchBucket", "The specified bucket does not exist".into()),
+        ApiError::PreconditionFailed => (
+            StatusCode::PRECONDITION_FAILED,
+            "PreconditionFailed",
+            "At least one of the pre-conditions you specified did not hold".into(),
+        ),
+        ApiError::RangeNotSatisfiable { .. } => {
+            (StatusCode::RANGE_NOT_SATISFIABLE, "InvalidRange", "The requested range is not satisfiable".into())
+        }
+        ApiError::InvalidName(n) => (StatusCode::BAD_REQUEST, "InvalidArgument", n.to_string().into()),
+        ApiError::BadRequest(m) => (StatusCode::BAD_REQUEST, "InvalidArgument", m.clone().into()),
+        ApiError::BadRequestHead { status, message } => (*status, "InvalidRequest", (*message).into()),
+        ApiError::Unauthorized(_) | ApiError::Forbidden => {
+            (StatusCode::FORBIDDEN, "AccessDenied", "Access Denied".into())
+        }
+        ApiError::MethodNotAllowed => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            "The specified method is not allowed against this resource.".into(),
+        ),
+        ApiError::PayloadTooLarge(m) => (StatusCode::BAD_REQUEST, "EntityTooLarge", m.clone().into()),
+        ApiError::BodyTimeout | ApiError::BodyTooSlow(_) => {
+            (StatusCode::BAD_REQUEST, "RequestTimeout", e.to_string().into())
+        }
+        ApiError::DatabaseUnavailable => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            "The metadata database is unreachable; retry shortly.".into(),
+        ),
+        ApiError::NotReady
+        | ApiError::HandlerTimeout
+        | ApiError::TooManyConnectionsFromAddress
+        | ApiError::TooManyUploads => {
+            (StatusCode::SERVICE_UNAVAILABLE, "SlowDown", "Please reduce your request rate.".into())
+        }
+        ApiError::InsufficientStorage | ApiError::BlobUnavailable(_) | ApiError::Internal(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            "We encountered an internal error. Please try again.".into(),
+        ),
+    }
+}
 
 /// Serves one S3 request (its routing decided by [`is_s3_request`]).
 pub async fn serve(app: DataState, request: Request) -> Response {

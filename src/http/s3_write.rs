@@ -43,7 +43,7 @@ use crate::s3::request::{
 use crate::s3::xml::{self, CopyResult, DeleteOutcome, ListedPart, ListedUpload, Owner, PartsPage, UploadsPage};
 use crate::store::multipart::MultipartError;
 use crate::store::server_copy::{CopiedAttrs, CopyOutcome, Directive, ObjectName};
-use crate::store::{ObjectRecord, StagedBlob, StoreError, WriteCondition};
+use crate::store::{ObjectRecord, StagedBlob, WriteCondition};
 
 /// Whether an admin-listener request is an S3 write (or a multipart listing, which only the admin listener
 /// answers): a SigV4 request with a method that writes, or a GET naming `uploads` / `uploadId`.
@@ -761,13 +761,14 @@ async fn delete_objects(
                 .await
             {
                 Ok(_) => DeleteOutcome::Deleted { key: raw.clone() },
-                Err(StoreError::PreconditionFailed) => {
-                    failed("PreconditionFailed", "At least one of the pre-conditions you specified did not hold".into())
-                }
-                Err(StoreError::NoSuchKey) => failed("NoSuchKey", "The specified key does not exist.".into()),
+                // The entry says what a DeleteObject of the key would answer.
                 Err(e) => {
-                    tracing::error!(error = ?e, "DeleteObjects: cannot delete a key");
-                    failed("InternalError", "We encountered an internal error. Please try again.".into())
+                    let e = ApiError::from(e);
+                    let (status, code, message) = super::s3::api_error_parts(&e);
+                    if status.is_server_error() {
+                        tracing::error!(error = ?e, "DeleteObjects: cannot delete a key");
+                    }
+                    failed(code, message.into_owned())
                 }
             },
         };

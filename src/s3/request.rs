@@ -267,11 +267,13 @@ pub struct DeleteRequest {
     pub objects: Vec<DeleteTarget>,
 }
 
-/// One object of a DeleteObjects body.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One object of a DeleteObjects body (`<Object>`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct DeleteTarget {
+    #[serde(rename = "Key")]
     pub key: String,
     /// `<ETag>`: delete only if the object's ETag is this one (a conditional delete, as `If-Match`), as sent.
+    #[serde(rename = "ETag", default)]
     pub etag: Option<String>,
 }
 
@@ -280,15 +282,7 @@ struct DeleteBody {
     #[serde(rename = "Quiet", default)]
     quiet: Option<String>,
     #[serde(rename = "Object", default)]
-    objects: Vec<DeleteObjectBody>,
-}
-
-#[derive(Deserialize)]
-struct DeleteObjectBody {
-    #[serde(rename = "Key")]
-    key: String,
-    #[serde(rename = "ETag", default)]
-    etag: Option<String>,
+    objects: Vec<DeleteTarget>,
 }
 
 /// Parses a DeleteObjects body (`<Delete><Quiet/>?<Object><Key/><ETag/>?</Object>+</Delete>`).
@@ -302,8 +296,7 @@ pub fn parse_delete(body: &[u8]) -> Result<DeleteRequest, RequestError> {
     if parsed.objects.is_empty() || parsed.objects.len() > MAX_DELETE_KEYS {
         return Err(RequestError::MalformedXml(format!("a Delete names 1 to {MAX_DELETE_KEYS} objects")));
     }
-    let objects = parsed.objects.into_iter().map(|o| DeleteTarget { key: o.key, etag: o.etag }).collect();
-    Ok(DeleteRequest { quiet, objects })
+    Ok(DeleteRequest { quiet, objects: parsed.objects })
 }
 
 /// The entity tag of an `If-Match` on a write or delete (or a DeleteObjects `<ETag>`), as the store compares it:

@@ -19,9 +19,6 @@ use super::{AuthKind, SigV4Auth, SigV4Error, UNSIGNED_PAYLOAD};
 
 /// The query parameter that carries a presigned URL's signature: the one parameter it does not sign.
 pub const SIGNATURE_PARAM: &str = "X-Amz-Signature";
-pub const CONTENT_SHA256: &str = "x-amz-content-sha256";
-/// The same as a header name, so that finding it parses nothing.
-pub(super) static CONTENT_SHA256_HEADER: http::HeaderName = http::HeaderName::from_static(CONTENT_SHA256);
 
 /// Where canonical text goes: a buffer, or a hash or MAC fed as it is written.
 pub trait Sink {

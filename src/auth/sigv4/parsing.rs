@@ -4,9 +4,9 @@ use std::borrow::Cow;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-use super::canonical::{
-    AmzDate, CONTENT_SHA256_HEADER, hex_32, payload_text, query_decode, split_ascii, split_once_ascii,
-};
+use crate::header_values::{X_AMZ_CONTENT_SHA256, X_AMZ_DATE};
+
+use super::canonical::{AmzDate, hex_32, payload_text, query_decode, split_ascii, split_once_ascii};
 use super::{
     ALGORITHM, AuthKind, MAX_CLOCK_SKEW_SECS, MAX_PRESIGN_EXPIRES_SECS, PayloadHash, RequestParts, SERVICE, SigV4Auth,
     SigV4Error, TERMINATOR, cold,
@@ -18,7 +18,6 @@ const QUERY_DATE: &str = "X-Amz-Date";
 const QUERY_EXPIRES: &str = "X-Amz-Expires";
 const QUERY_SIGNED_HEADERS: &str = "X-Amz-SignedHeaders";
 const QUERY_SIGNATURE: &str = "X-Amz-Signature";
-static DATE_HEADER: HeaderName = HeaderName::from_static("x-amz-date");
 
 const QUERY_INCOMPLETE: &str = "Query-string authentication version 4 requires the X-Amz-Algorithm, \
      X-Amz-Credential, X-Amz-Signature, X-Amz-Date, X-Amz-SignedHeaders, and X-Amz-Expires parameters.";
@@ -69,9 +68,9 @@ impl<'h> AuthHeaders<'h> {
             let slot = if name == header::AUTHORIZATION {
                 found.authorization_repeated |= found.authorization.is_some();
                 &mut found.authorization
-            } else if name == DATE_HEADER {
+            } else if name == X_AMZ_DATE {
                 &mut found.date
-            } else if name == CONTENT_SHA256_HEADER {
+            } else if name == X_AMZ_CONTENT_SHA256 {
                 &mut found.content_sha256
             } else {
                 continue;
