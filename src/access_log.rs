@@ -3,7 +3,7 @@
 //! The hot path never waits on it: a connection hands an [`Entry`] (cheap clones of what it already holds, no
 //! formatting) to a bounded channel with `try_send`; a full channel drops the line and counts it
 //! (`blobgate_access_log_dropped_total`). A writer thread wakes every [`FLUSH_EVERY`], formats what is queued,
-//! strips credentials from the query, and writes the batch through a `BufWriter` with one flush. SIGHUP ([`request_reopen`]) makes
+//! strips credentials from the query ([`redacted_query`], also used for the admin listener's trace span), and writes the batch through a `BufWriter` with one flush. SIGHUP ([`request_reopen`]) makes
 //! it reopen the file, for logrotate. When the log is off there is no [`AccessLog`] and nothing of this runs.
 
 use std::cell::Cell;
@@ -219,8 +219,23 @@ impl Entry {
     }
 }
 
-/// The query without credentials: every `bg-*` (signed URLs) and `X-Amz-*` (S3 signatures) parameter is left out,
-/// whatever its case or percent-encoding. `None` when nothing is left.
+/// Query parameters that carry credentials, by prefix: `bg-*` (our signed URLs) and `X-Amz-*` (SigV4 presigns:
+/// credential, signature, security token). Lower case; names compare case-insensitively.
+pub const CREDENTIAL_PARAM_PREFIXES: [&str; 2] = ["bg-", "x-amz-"];
+/// Query parameters that carry credentials, by name: SigV2 presigns (`AWSAccessKeyId`, `Signature`), which the S3
+/// front end refuses but a misdirected client may fill with real AWS credentials. Lower case.
+pub const CREDENTIAL_PARAMS: [&str; 2] = ["awsaccesskeyid", "signature"];
+
+/// Whether a (decoded) query parameter name carries a credential: the one list the access log, the admin
+/// listener's trace span and the S3 front end's detection (`http::s3::carries_aws_credentials`, checked by its
+/// tests) share.
+pub fn is_credential_param(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    CREDENTIAL_PARAM_PREFIXES.iter().any(|p| name.starts_with(p)) || CREDENTIAL_PARAMS.contains(&name.as_str())
+}
+
+/// The query without credentials ([`is_credential_param`]), whatever their case or percent-encoding. `None` when
+/// nothing is left.
 pub fn redacted_query(query: &str) -> Option<String> {
     let kept: Vec<&str> = query
         .split('&')
@@ -228,8 +243,7 @@ pub fn redacted_query(query: &str) -> Option<String> {
         .filter(|pair| {
             let name = pair.split('=').next().unwrap_or_default();
             let name: String = form_urlencoded::parse(name.as_bytes()).map(|(k, _)| k).collect();
-            let name = name.to_ascii_lowercase();
-            !(name.starts_with("bg-") || name.starts_with("x-amz-"))
+            !is_credential_param(&name)
         })
         .collect();
     (!kept.is_empty()).then(|| kept.join("&"))
@@ -378,6 +392,14 @@ mod tests {
             Some("response-content-type=x".into())
         );
         assert_eq!(redacted_query(""), None);
+        // SigV2 presigns, however spelt; `Expires` and look-alikes are not credentials.
+        assert_eq!(
+            redacted_query(
+                "AWSAccessKeyId=AKIAREAL&Expires=99&Signature=c2ln&awsaccesskeyid=x&%53ignature=y&Signatures=1"
+            ),
+            Some("Expires=99&Signatures=1".into())
+        );
+        assert_eq!(redacted_query("a=1&a%3D=2&=3"), Some("a=1&a%3D=2&=3".into()));
     }
 
     #[test]

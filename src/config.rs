@@ -41,7 +41,7 @@ pub struct Settings {
     pub faults: Faults,
 }
 
-#[derive(Clone, Default, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DatabaseSettings {
     /// Where the metadata lives: `sqlite://PATH`, or PostgreSQL as `postgres://USER:PASS@HOST:PORT/DB` (also
@@ -49,6 +49,20 @@ pub struct DatabaseSettings {
     /// and `BLOBGATE_DATABASE_URL`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// How long a server may go without syncing its caches with the database before it refuses whatever a missed
+    /// change could affect: credentials (a revocation) and private buckets, 503 with `Retry-After`.
+    #[serde(with = "humantime_serde")]
+    pub max_staleness: Duration,
+    /// The same bound for cached objects of public buckets (a bucket made private, an object deleted meanwhile):
+    /// past it every request is refused. Below `max_staleness` (`0s`) they fail with everything else.
+    #[serde(with = "humantime_serde")]
+    pub public_max_staleness: Duration,
+}
+
+impl Default for DatabaseSettings {
+    fn default() -> Self {
+        Self { url: None, max_staleness: Duration::from_secs(30), public_max_staleness: Duration::from_secs(3600) }
+    }
 }
 
 /// Never prints the URL itself: it may hold a password.
@@ -58,7 +72,24 @@ impl std::fmt::Debug for DatabaseSettings {
             Ok(parsed) => parsed.to_string(),
             Err(_) => "(invalid)".to_owned(),
         });
-        f.debug_struct("DatabaseSettings").field("url", &url).finish()
+        f.debug_struct("DatabaseSettings")
+            .field("url", &url)
+            .field("max_staleness", &self.max_staleness)
+            .field("public_max_staleness", &self.public_max_staleness)
+            .finish()
+    }
+}
+
+/// `--database-url`: the one database setting a flag sets, so that flags never reset the others.
+#[derive(Clone, Default, Serialize)]
+pub struct DatabaseFlags {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+impl std::fmt::Debug for DatabaseFlags {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatabaseFlags").field("url", &self.url.as_ref().map(|_| "(set)")).finish()
     }
 }
 
@@ -376,7 +407,7 @@ pub struct FlagOverrides {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_listen: Option<SocketAddr>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub database: Option<DatabaseSettings>,
+    pub database: Option<DatabaseFlags>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access_log: Option<PathBuf>,
 }
@@ -480,6 +511,13 @@ impl Settings {
         }
         check_log_filter("log", &self.log)?;
         self.database_url()?;
+        // The background sync runs every second: a shorter window would flap.
+        if self.database.max_staleness < Duration::from_secs(2) {
+            bail!(
+                "database.max_staleness must be at least 2s (the caches sync every second), got {}",
+                humantime::format_duration(self.database.max_staleness)
+            );
+        }
         Ok(())
     }
 
@@ -640,6 +678,32 @@ mod tests {
     }
 
     #[test]
+    fn staleness_windows_come_from_every_layer_and_a_url_flag_leaves_them_alone() {
+        Jail::expect_with(|jail| {
+            let s = Settings::load(None, &FlagOverrides::default()).map_err(|e| e.to_string())?;
+            assert_eq!(s.database.max_staleness, Duration::from_secs(30));
+            assert_eq!(s.database.public_max_staleness, Duration::from_secs(3600));
+            jail.create_file("c.toml", "[database]\nmax_staleness = \"10s\"\npublic_max_staleness = \"0s\"\n")?;
+            jail.set_env("BLOBGATE_DATABASE__MAX_STALENESS", "5s");
+            let flags = FlagOverrides {
+                database: Some(DatabaseFlags { url: Some("sqlite:flag.db".into()) }),
+                ..Default::default()
+            };
+            let s = Settings::load(Some(Path::new("c.toml")), &flags).map_err(|e| e.to_string())?;
+            assert_eq!(s.database.max_staleness, Duration::from_secs(5), "env beats the file");
+            assert_eq!(s.database.public_max_staleness, Duration::ZERO, "the file's, not reset by the flag");
+            assert_eq!(s.database_url().unwrap(), DatabaseUrl::Sqlite("flag.db".into()));
+            jail.set_env("BLOBGATE_DATABASE__MAX_STALENESS", "1s");
+            let err = Settings::load(None, &FlagOverrides::default()).unwrap_err().to_string();
+            assert!(err.starts_with("database.max_staleness must be at least 2s"), "{err}");
+            jail.set_env("BLOBGATE_DATABASE__MAX_STALENESS", "soon");
+            let err = Settings::load(None, &FlagOverrides::default()).unwrap_err().to_string();
+            assert!(err.contains("database.max_staleness"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
     fn the_database_url_defaults_to_sqlite_in_the_data_dir_and_postgres_urls_hide_their_password() {
         Jail::expect_with(|jail| {
             let flags = FlagOverrides { data_dir: Some("/srv/d".into()), ..Default::default() };
@@ -652,7 +716,7 @@ mod tests {
             let s = Settings::load(None, &flags).map_err(|e| e.to_string())?;
             assert_eq!(s.database_url().unwrap(), DatabaseUrl::Sqlite("rel/meta.db".into()));
             let flags = FlagOverrides {
-                database: Some(DatabaseSettings { url: Some("sqlite:flag.db".into()) }),
+                database: Some(DatabaseFlags { url: Some("sqlite:flag.db".into()) }),
                 ..Default::default()
             };
             let s = Settings::load(None, &flags).map_err(|e| e.to_string())?;

@@ -14,7 +14,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::access_log::{self, AccessLog};
 use crate::auth::Authorizer;
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, StalenessBounds};
 use crate::config::Settings;
 use crate::driver::{self, DriverContext};
 use crate::http::{
@@ -74,8 +74,13 @@ impl Application {
         let access_log = settings.access_log.as_deref().map(|path| access_log::start(path, dropped)).transpose()?;
         let open_files = raise_open_file_limit();
         // A quarter of the fd budget for cached blobs; the rest is for connections and the database.
-        let catalog =
-            Catalog::new(store.meta.clone(), store.blobs.clone(), (open_files / 4).min(4096) as usize).await?;
+        let staleness = StalenessBounds {
+            credentials: settings.database.max_staleness,
+            public: settings.database.public_max_staleness,
+        };
+        let catalog = Catalog::new(store.meta.clone(), store.blobs.clone(), (open_files / 4).min(4096) as usize)
+            .await?
+            .with_staleness_bounds(staleness);
         let settings = Arc::new(settings);
         let catalog = Arc::new(catalog);
         let authorizer =
@@ -132,7 +137,11 @@ impl Application {
         });
         // The gauge says what /readyz says from the first request on, not 0 until the first probe returns.
         metrics::gauge!(crate::metrics::DATABASE_UP).set(if self.admin.database.is_reachable() { 1.0 } else { 0.0 });
-        let probe = tokio::spawn(probe_database(self.admin.store.meta.clone(), self.admin.database.clone()));
+        let probe = tokio::spawn(probe_database(
+            self.admin.store.meta.clone(),
+            self.admin.database.clone(),
+            self.data.catalog.clone(),
+        ));
         let expiry = self.settings.timeouts.multipart_upload_expiry;
         let expiring =
             tokio::spawn(self.admin.store.clone().expire_uploads(expiry, crate::metrics::multipart_uploads_expired));
@@ -215,13 +224,15 @@ impl Application {
 
 /// The readiness probe: `SELECT 1` every [`PROBE_EVERY`], each within [`PROBE_TIMEOUT`], so `/readyz` reports a
 /// verdict at most about two seconds old without ever waiting on the database itself. An outage is logged when it
-/// starts and when it ends, not at every probe.
-async fn probe_database(meta: Metadata, health: Arc<DatabaseHealth>) {
+/// starts and when it ends, not at every probe. It also publishes the age of the caches' last sync.
+async fn probe_database(meta: Metadata, health: Arc<DatabaseHealth>, catalog: Arc<Catalog>) {
     let up = metrics::gauge!(crate::metrics::DATABASE_UP);
+    let sync_age = metrics::gauge!(crate::metrics::CACHE_SYNC_AGE);
     let mut tick = tokio::time::interval(PROBE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        sync_age.set(catalog.sync_age().as_secs_f64());
         let result = meta.ping(PROBE_TIMEOUT).await;
         up.set(if result.is_ok() { 1.0 } else { 0.0 });
         if health.set_reachable(result.is_ok()) {

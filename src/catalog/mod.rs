@@ -12,6 +12,15 @@
 //! writers that do not announce their commits (someone with the sqlite3 shell). A failed sync never fails a
 //! request the caches can answer.
 //!
+//! **Bounded staleness.** A replica cut off from the database (a network partition, while the CLI and other
+//! replicas still reach it) cannot learn of a revocation. So every successful sync notes when it started, a
+//! watchdog ([`Catalog::keep_synced`] runs it beside the syncs) compares that with the clock four times a second,
+//! and once the caches are older than `database.max_staleness` every lookup a missed change could make wrong
+//! fails as [`MetadataError::Stale`] (503): credentials of every kind, and any bucket but a cached public one.
+//! Past `database.public_max_staleness` the public buckets and all objects fail too, so the open-file cache never
+//! serves a blob whose deletion may have been missed beyond that window. The first sync that succeeds lifts it.
+//! Requests pay one relaxed atomic load per lookup for this.
+//!
 //! **Races.** A miss reads the database and inserts the result. If a change lands between that read and the
 //! insert, the insert could resurrect stale data; so the reader notes the feed's counter and the sync epoch before
 //! reading, and removes what it inserted if either moved. Syncs bump the epoch before they evict.
@@ -27,7 +36,8 @@ use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use quick_cache::Equivalent;
 use quick_cache::sync::Cache;
@@ -50,7 +60,64 @@ const S3_KEYS: usize = 50_000;
 const S3_KEY_MISSES: usize = 4_096;
 
 /// How often the background sync runs when nothing asked it to look.
-const SYNC_TICK: std::time::Duration = std::time::Duration::from_secs(1);
+const SYNC_TICK: Duration = Duration::from_secs(1);
+/// A background sync that has not finished by then is given up (a partition can leave a query hanging until
+/// TCP gives up, minutes later); the next round tries again.
+const SYNC_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the staleness watchdog compares the last sync with the clock.
+const STALENESS_CHECK: Duration = Duration::from_millis(250);
+
+/// How long the caches may go without a successful sync (`database.max_staleness`,
+/// `database.public_max_staleness`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StalenessBounds {
+    /// Past this, credentials and private (or unknown) buckets are refused.
+    pub credentials: Duration,
+    /// Past this (and never before `credentials`), everything is refused.
+    pub public: Duration,
+}
+
+impl Default for StalenessBounds {
+    fn default() -> Self {
+        let settings = crate::config::DatabaseSettings::default();
+        Self { credentials: settings.max_staleness, public: settings.public_max_staleness }
+    }
+}
+
+impl StalenessBounds {
+    /// What caches last synced `age` ago may still answer. Pure.
+    pub fn freshness(&self, age: Duration) -> Freshness {
+        if age > self.credentials.max(self.public) {
+            Freshness::Expired
+        } else if age > self.credentials {
+            Freshness::PublicOnly
+        } else {
+            Freshness::Fresh
+        }
+    }
+}
+
+/// What the caches may answer, by the age of their last successful sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Freshness {
+    /// Everything.
+    Fresh = 0,
+    /// Cached public buckets and their objects, without credentials.
+    PublicOnly = 1,
+    /// Nothing.
+    Expired = 2,
+}
+
+impl Freshness {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            0 => Freshness::Fresh,
+            1 => Freshness::PublicOnly,
+            _ => Freshness::Expired,
+        }
+    }
+}
 
 /// An open blob and its size from `fstat` on that same fd.
 #[derive(Debug)]
@@ -95,6 +162,12 @@ pub struct Catalog {
     s3_keys: Cache<String, Option<Arc<S3KeyRecord>>>,
     s3_key_misses: Cache<String, ()>,
     open_blobs: Cache<String, Arc<OpenBlob>>,
+    /// See "Bounded staleness": the windows, the clock's origin, when the last successful sync started
+    /// (milliseconds since `origin`), and the watchdog's verdict (a [`Freshness`]).
+    bounds: StalenessBounds,
+    origin: Instant,
+    synced_at_ms: AtomicU64,
+    freshness: AtomicU8,
 }
 
 impl Catalog {
@@ -104,6 +177,11 @@ impl Catalog {
         let synced = feed.current();
         let applied = feed.last_change().await?;
         Ok(Self {
+            bounds: StalenessBounds::default(),
+            origin: Instant::now(),
+            // Reading the feed's end above was a sync of empty caches.
+            synced_at_ms: AtomicU64::new(0),
+            freshness: AtomicU8::new(Freshness::Fresh as u8),
             meta,
             feed,
             blobs,
@@ -122,7 +200,24 @@ impl Catalog {
         })
     }
 
+    /// The same catalog with other staleness windows (`database.max_staleness`, `database.public_max_staleness`).
+    pub fn with_staleness_bounds(self, bounds: StalenessBounds) -> Self {
+        Self { bounds, ..self }
+    }
+
+    /// A bucket by name. While the caches are stale, only a cached public bucket is answered (see "Bounded
+    /// staleness"); anything else, present or absent, is [`MetadataError::Stale`].
     pub async fn bucket(&self, name: &str) -> Result<Option<Arc<Bucket>>, MetadataError> {
+        match self.freshness() {
+            Freshness::Fresh => {}
+            Freshness::PublicOnly => {
+                return match self.buckets.get(name) {
+                    Some(Some(bucket)) if bucket.public => Ok(Some(bucket)),
+                    _ => Err(self.stale()),
+                };
+            }
+            Freshness::Expired => return Err(self.stale()),
+        }
         self.read_through(
             &self.buckets,
             name,
@@ -137,7 +232,12 @@ impl Catalog {
         .await
     }
 
+    /// An object with its prepared headers. Past the public window nothing is answered: a deletion may have been
+    /// missed (before it, only a public bucket's objects get here, since `bucket` refuses the others).
     pub async fn object(&self, bucket_id: i64, key: &str) -> Result<Option<Arc<ObjectEntry>>, MetadataError> {
+        if self.freshness() == Freshness::Expired {
+            return Err(self.stale());
+        }
         let lookup = ObjectLookup(bucket_id, key);
         self.read_through(
             &self.objects,
@@ -156,11 +256,13 @@ impl Catalog {
     }
 
     pub async fn token(&self, id: &str) -> Result<Option<Arc<TokenRecord>>, MetadataError> {
+        self.require_fresh()?;
         self.read_through(&self.tokens, id, || id.to_owned(), || async { Ok(self.meta.token(id).await?.map(Arc::new)) })
             .await
     }
 
     pub async fn signing_key(&self, id: &str) -> Result<Option<Arc<SigningKey>>, MetadataError> {
+        self.require_fresh()?;
         self.read_through(
             &self.signing_keys,
             id,
@@ -171,6 +273,7 @@ impl Catalog {
     }
 
     pub async fn signature_revoked(&self, signature: &str) -> Result<bool, MetadataError> {
+        self.require_fresh()?;
         self.read_through(&self.revoked, signature, || signature.to_owned(), || self.meta.signature_revoked(signature))
             .await
     }
@@ -183,6 +286,7 @@ impl Catalog {
         if !crate::auth::access_key::is_access_key_id(id) {
             return Ok(None);
         }
+        self.require_fresh()?;
         self.fresh().await;
         if let Some(hit) = self.s3_keys.get(id) {
             return Ok(hit);
@@ -298,6 +402,8 @@ impl Catalog {
     /// no longer holds them all.
     pub async fn sync(&self) -> Result<(), MetadataError> {
         let _one_at_a_time = self.sync_lock.lock().await;
+        // Every commit before this instant is seen by the read below: what "synced at" means.
+        let started = self.elapsed_ms();
         // Read the counter first: every commit it counts is then visible to the read below.
         let generation = self.feed.current();
         let applied = self.applied.load(Ordering::Acquire);
@@ -323,14 +429,24 @@ impl Catalog {
             }
         }
         self.synced.store(generation, Ordering::Release);
+        self.synced_at_ms.fetch_max(started, Ordering::AcqRel);
+        // Caught up: serve again at once rather than at the watchdog's next look.
+        if self.freshness() != Freshness::Fresh {
+            self.check_staleness();
+        }
         Ok(())
     }
 
     /// Keeps the caches synced in the background, for as long as it is polled: whenever the feed says to look
     /// (other replicas' commits, seen by the PostgreSQL watcher), and once a second for writers that announce
     /// nothing (someone with the sqlite3 shell). A failed sync is retried on the next round; requests go on
-    /// being answered from the caches meanwhile.
+    /// being answered from the caches meanwhile, within the staleness windows, which a watchdog running beside
+    /// the syncs enforces (see "Bounded staleness").
     pub async fn keep_synced(&self) {
+        tokio::join!(self.sync_loop(), self.watch_staleness());
+    }
+
+    async fn sync_loop(&self) {
         let mut looks = self.feed.subscribe();
         let mut tick = tokio::time::interval(SYNC_TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -341,7 +457,11 @@ impl Catalog {
                 // Never `Err`: the sender lives in `self.feed`.
                 _ = looks.changed() => {}
             }
-            match self.sync().await {
+            let synced = match tokio::time::timeout(SYNC_TIMEOUT, self.sync()).await {
+                Ok(result) => result,
+                Err(_) => Err(MetadataError::no_answer_within(SYNC_TIMEOUT)),
+            };
+            match synced {
                 Ok(()) if failing => {
                     failing = false;
                     tracing::info!("cache sync works again");
@@ -355,6 +475,67 @@ impl Catalog {
                 Err(e) => tracing::debug!(error = %e, "cache sync failed again"),
             }
         }
+    }
+
+    /// Every [`STALENESS_CHECK`], compares the last successful sync with the clock and publishes the verdict;
+    /// independent of the syncs, so a sync that hangs cannot keep a stale cache serving.
+    async fn watch_staleness(&self) {
+        let mut tick = tokio::time::interval(STALENESS_CHECK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.check_staleness();
+        }
+    }
+
+    /// Publishes what the caches may answer now, logging a change.
+    fn check_staleness(&self) {
+        let age = self.sync_age();
+        let now = self.bounds.freshness(age);
+        let before = Freshness::from_u8(self.freshness.swap(now as u8, Ordering::AcqRel));
+        if now == before {
+            return;
+        }
+        let age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+        match now {
+            Freshness::Fresh => {
+                tracing::info!(age_ms, "the caches are in sync with the database again; serving all requests")
+            }
+            Freshness::PublicOnly => tracing::warn!(
+                age_ms,
+                "the caches have not synced with the database within database.max_staleness: refusing credentials \
+                 and private buckets (503) until they do, since a revocation may have been missed"
+            ),
+            Freshness::Expired => tracing::warn!(
+                age_ms,
+                "the caches have not synced with the database within database.max_staleness nor \
+                 database.public_max_staleness: refusing every request (503) until they do"
+            ),
+        }
+    }
+
+    /// How long ago the last successful sync started.
+    pub fn sync_age(&self) -> Duration {
+        let synced = self.synced_at_ms.load(Ordering::Acquire);
+        Duration::from_millis(self.elapsed_ms().saturating_sub(synced))
+    }
+
+    /// What the caches may answer, as the watchdog last judged.
+    pub fn freshness(&self) -> Freshness {
+        Freshness::from_u8(self.freshness.load(Ordering::Relaxed))
+    }
+
+    fn require_fresh(&self) -> Result<(), MetadataError> {
+        if self.freshness() == Freshness::Fresh { Ok(()) } else { Err(self.stale()) }
+    }
+
+    #[cold]
+    fn stale(&self) -> MetadataError {
+        MetadataError::Stale { age: Duration::from_secs(self.sync_age().as_secs()) }
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     /// The applied change-feed position, for pruning.
@@ -661,6 +842,74 @@ mod tests {
         assert_eq!(catalog.synced.load(Ordering::Acquire), store.meta.feed().current(), "later reads do not retry");
         assert!(catalog.sync().await.is_err(), "the changes are still to be applied");
         assert!(catalog.bucket("never-cached").await.is_err(), "a miss needs the database");
+    }
+
+    #[test]
+    fn staleness_windows_grade_what_the_caches_may_answer() {
+        let secs = Duration::from_secs;
+        let bounds = StalenessBounds { credentials: secs(30), public: secs(3600) };
+        for (age, want) in [
+            (secs(0), Freshness::Fresh),
+            (secs(30), Freshness::Fresh),
+            (secs(31), Freshness::PublicOnly),
+            (secs(3600), Freshness::PublicOnly),
+            (secs(3601), Freshness::Expired),
+        ] {
+            assert_eq!(bounds.freshness(age), want, "{age:?}");
+        }
+        // A public window below the credentials' one (`0s`) fails public objects with the rest, never before.
+        let strict = StalenessBounds { credentials: secs(30), public: Duration::ZERO };
+        assert_eq!(strict.freshness(secs(30)), Freshness::Fresh);
+        assert_eq!(strict.freshness(secs(31)), Freshness::Expired);
+        for v in 0..=3 {
+            assert_eq!(Freshness::from_u8(v) as u8, v.min(2));
+        }
+    }
+
+    on_both_backends!(stale_caches_refuse_credentials_and_private_buckets_then_everything_until_a_sync);
+    async fn stale_caches_refuse_credentials_and_private_buckets_then_everything_until_a_sync(backend: TestBackend) {
+        let (_dir, store, catalog) = setup_on(backend).await;
+        let secs = Duration::from_secs;
+        let mut catalog = catalog.with_staleness_bounds(StalenessBounds { credentials: secs(10), public: secs(100) });
+        store.meta.create_bucket(&BucketName::parse("pub").unwrap(), true, 0).await.unwrap();
+        store.meta.create_bucket(&BucketName::parse("pub-uncached").unwrap(), true, 0).await.unwrap();
+        put(&store, "k", b"bytes").await;
+        let private = catalog.bucket("bkt").await.unwrap().unwrap();
+        let public = catalog.bucket("pub").await.unwrap().unwrap();
+        assert!(catalog.token("0123456789ab").await.unwrap().is_none());
+        fn stale<T>(r: Result<T, MetadataError>) -> bool {
+            matches!(r, Err(MetadataError::Stale { .. }))
+        }
+
+        // The last sync was 11 s ago: credentials and private (or unknown) buckets are refused.
+        catalog.origin -= secs(11);
+        catalog.check_staleness();
+        assert_eq!(catalog.freshness(), Freshness::PublicOnly);
+        assert!(stale(catalog.token("0123456789ab").await));
+        assert!(stale(catalog.signing_key("k1").await));
+        assert!(stale(catalog.signature_revoked("00").await));
+        assert!(stale(catalog.s3_key("AKBGAAAAAAAAAAAAAAAA").await));
+        assert!(stale(catalog.bucket("bkt").await), "a private bucket");
+        assert!(stale(catalog.bucket("absent").await), "an absent one, alike");
+        assert!(stale(catalog.bucket("pub-uncached").await), "a public bucket not in the cache");
+        assert_eq!(catalog.bucket("pub").await.unwrap().unwrap().id, public.id, "a cached public bucket");
+        assert!(catalog.object(private.id, "k").await.unwrap().is_some(), "objects, reached only through `bucket`");
+        let error = catalog.token("0123456789ab").await.unwrap_err();
+        assert!(error.is_unavailable() && error.to_string().contains("11s ago"), "{error}");
+
+        // 101 s: nothing at all.
+        catalog.origin -= secs(90);
+        catalog.check_staleness();
+        assert_eq!(catalog.freshness(), Freshness::Expired);
+        assert!(stale(catalog.bucket("pub").await));
+        assert!(stale(catalog.object(private.id, "k").await));
+
+        // A sync that succeeds lifts it at once.
+        catalog.sync().await.unwrap();
+        assert_eq!(catalog.freshness(), Freshness::Fresh);
+        assert!(catalog.sync_age() < secs(1));
+        assert!(catalog.bucket("bkt").await.unwrap().is_some());
+        assert!(catalog.token("0123456789ab").await.unwrap().is_none());
     }
 
     #[tokio::test]

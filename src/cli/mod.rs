@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use anyhow::bail;
 use clap::{Parser, Subcommand};
 
-use crate::config::{DatabaseSettings, FlagOverrides, Settings};
+use crate::config::{DatabaseFlags, FlagOverrides, Settings};
 use crate::names::{BucketName, ObjectKey, parse_attrs};
 use crate::store::{BucketDeletion, StatsOrder, Store, unix_now};
 
@@ -314,7 +314,7 @@ impl Cli {
     pub fn settings(&self) -> anyhow::Result<Settings> {
         let mut flags = FlagOverrides {
             data_dir: self.data_dir.clone(),
-            database: self.database_url.clone().map(|url| DatabaseSettings { url: Some(url) }),
+            database: self.database_url.clone().map(|url| DatabaseFlags { url: Some(url) }),
             access_log: self.access_log.clone(),
             ..Default::default()
         };

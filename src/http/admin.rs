@@ -30,8 +30,15 @@ pub fn admin_router(state: AdminState) -> Router {
         .layer(axum::extract::DefaultBodyLimit::disable())
         .layer(tower::util::MapResponseLayer::new(super::error::log_server_error))
         // No failure log here: `log_server_error` logs a 5xx once, with its cause, and load shedding not at all.
-        .layer(tower_http::trace::TraceLayer::new_for_http().on_failure(()))
+        .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(request_span).on_failure(()))
         .with_state(state)
+}
+
+/// The trace span of an admin request: method, path and the query without credentials (a presigned PUT's
+/// signature is valid for days), never the whole URI or any header.
+fn request_span(request: &http::Request<Body>) -> tracing::Span {
+    let query = request.uri().query().and_then(crate::access_log::redacted_query);
+    tracing::debug_span!("request", method = %request.method(), path = request.uri().path(), query)
 }
 
 /// A SigV4 PUT is an S3 write (`s3_write`); anything else keeps the native upload.
@@ -96,13 +103,14 @@ async fn healthz(State(app): State<AdminState>) -> Result<&'static str, ApiError
     if app.ready.load(Ordering::Acquire) { Ok("ok\n") } else { Err(ApiError::NotReady) }
 }
 
-/// Readiness, for a load balancer: serving (started, not draining) and the database answered the last probe.
-/// It reads the probe's flag only, so it answers at once even while the database hangs.
+/// Readiness, for a load balancer: serving (started, not draining), the database answered the last probe, and
+/// the caches are within `database.max_staleness` (a replica cut off from the database refuses credentials).
+/// It reads flags only, so it answers at once even while the database hangs.
 async fn readyz(State(app): State<AdminState>) -> Result<&'static str, ApiError> {
     if !app.ready.load(Ordering::Acquire) {
         return Err(ApiError::NotReady);
     }
-    if !app.database.is_reachable() {
+    if !app.database.is_reachable() || app.data.catalog.freshness() != crate::catalog::Freshness::Fresh {
         return Err(ApiError::DatabaseUnavailable);
     }
     Ok("ok\n")

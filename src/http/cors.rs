@@ -8,8 +8,13 @@
 //!   credentials (browsers send none on a preflight). Allowed: 204 with the `Access-Control-*` headers. Not
 //!   allowed (origin, method, no rule, unknown bucket): the same 204 without CORS headers, which a browser refuses;
 //!   a 403 would say no more and would differ between a known and an unknown bucket.
-//! - An actual request gets the handler's response plus the rule's headers, which depend on the bucket and the
-//!   origin only, never on the object: a 404 and a 403 look alike to a script as they do to anyone.
+//! - An actual request that passed authorisation gets the handler's response plus the rule's headers, which
+//!   depend on the bucket and the origin only, never on the object: a 404 and a 200 differ to a script only as
+//!   they do to anyone with the same credentials. A request refused before authorisation (401, 403, a bad path,
+//!   a stale replica's 503) gets none, nor `Vary: Origin`: otherwise a private bucket with a rule would answer
+//!   differently from an absent one, and tell an unauthenticated caller that it exists.
+//! - What a preflight reveals is by design: the Fetch standard sends no credentials with it, so it can only be
+//!   answered from the bucket's rule, and an allowed origin learns that a bucket by that name has a rule for it.
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -45,11 +50,18 @@ pub async fn serve(State(app): State<DataState>, request: Request) -> Response {
         return response;
     }
     let credentialed = headers.contains_key(header::AUTHORIZATION) || headers.contains_key(header::COOKIE);
-    let mut response = object::get_object(State(app), request).await.into_response();
-    if let Some(policy) = policy {
-        policy.add_actual_headers(&origin, credentialed, response.headers_mut());
+    match object::authorise_and_serve(&app, request).await {
+        // Refused before authorisation: no CORS headers and no `Vary: Origin`, which only a bucket with a rule
+        // would get, so an existing private bucket answers exactly as an absent one.
+        Err(refusal) => refusal.into_response(),
+        Ok(answer) => {
+            let mut response = answer.into_response();
+            if let Some(policy) = policy {
+                policy.add_actual_headers(&origin, credentialed, response.headers_mut());
+            }
+            response
+        }
     }
-    response
 }
 
 /// `Vary: Origin` on a bucket's 200, 206 and 304 whether or not the request had an `Origin`, when the bucket has a

@@ -47,7 +47,8 @@ pub enum ApiError {
     #[error("the request was not handled in time")]
     HandlerTimeout,
     /// The request needs the database, and it cannot be reached (`MetadataError::Unavailable`, anywhere in the
-    /// cause chain): 503 with `Retry-After`, so clients and load balancers come back later.
+    /// cause chain), or this server's caches are too stale to answer it (`MetadataError::Stale`): 503 with
+    /// `Retry-After`, so clients and load balancers come back later.
     #[error("the metadata database is unreachable; retry later")]
     DatabaseUnavailable,
     /// The object exists but its blob is missing or unreadable. The source names the object and the IO error; the
@@ -173,7 +174,7 @@ impl From<MetadataError> for ApiError {
     fn from(e: MetadataError) -> Self {
         match e {
             MetadataError::NoSuchBucket(_) => ApiError::NoSuchBucket,
-            MetadataError::Unavailable(_) => ApiError::DatabaseUnavailable,
+            MetadataError::Unavailable(_) | MetadataError::Stale { .. } => ApiError::DatabaseUnavailable,
             other => ApiError::Internal(other.into()),
         }
     }

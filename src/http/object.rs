@@ -26,12 +26,19 @@ use super::multipart;
 use super::range::{self, RangeDecision};
 use crate::access_log::Principal;
 use crate::auth::Credentials;
-use crate::catalog::representation::{REPR_DIGEST, disposition_value};
+use crate::catalog::representation::{REPR_DIGEST, disposition_value, private_cache_control};
 use crate::file_body::{DownloadKind, FileBody, Segment};
 use crate::names::parse_object_path;
 
 // The whole request by value rather than `Method`, `Uri` and `HeaderMap` extractors, which clone each part.
 pub async fn get_object(State(app): State<DataState>, request: Request) -> Result<Response, ApiError> {
+    authorise_and_serve(&app, request).await.and_then(|answer| answer)
+}
+
+/// The GET/HEAD pipeline with its refusals before authorisation (the outer `Err`: bad path, bad or missing
+/// credentials, no access, a stale replica) kept apart from whatever follows authorisation (the inner result),
+/// so that `cors` can leave the former bare: they must look alike whether the bucket exists or not.
+pub async fn authorise_and_serve(app: &DataState, request: Request) -> Result<Result<Response, ApiError>, ApiError> {
     let (http::request::Parts { method, uri, headers, .. }, _no_body) = request.into_parts();
     if method != Method::GET && method != Method::HEAD {
         return Err(ApiError::MethodNotAllowed);
@@ -52,7 +59,7 @@ pub async fn get_object(State(app): State<DataState>, request: Request) -> Resul
         principal,
         render: &IntoResponse::into_response,
     };
-    serve_object(&app, request).await
+    Ok(serve_object(app, request).await)
 }
 
 /// An authorised GET/HEAD of one object: what the native and the S3 routes share from step 3 on.
@@ -131,10 +138,14 @@ pub(super) async fn serve_object(app: &DataState, request: ObjectRequest<'_>) ->
         representation.insert(header::CONTENT_DISPOSITION, v);
     }
     // S3's presigned `response-*` overrides: also the signer's choice, applied as S3 does (non-empty values only).
+    // A private bucket's Cache-Control keeps `private` whoever signed: a shared cache would otherwise serve the
+    // response to others, after the key is revoked too.
     let mut content_type_override = None;
     for (name, value) in overrides.map_or(&[][..], |o| &o.headers[..]) {
         if name == header::CONTENT_TYPE {
             content_type_override = Some(value.clone());
+        } else if name == header::CACHE_CONTROL && !grant_bucket.public {
+            representation.insert(header::CACHE_CONTROL, private_cache_control(value.to_str().ok()));
         } else {
             representation.insert(name.clone(), value.clone());
         }

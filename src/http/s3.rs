@@ -52,12 +52,13 @@ pub fn carries_aws_credentials(request: &Request) -> bool {
     if request.headers().get(header::AUTHORIZATION).is_some_and(aws) {
         return true;
     }
-    request.uri().query().is_some_and(|query| {
-        ["X-Amz-Algorithm=", "X-Amz-Credential=", "X-Amz-Signature=", "AWSAccessKeyId="]
-            .iter()
-            .any(|p| query.contains(p))
-    })
+    request.uri().query().is_some_and(|query| AWS_QUERY_CREDENTIALS.iter().any(|p| query.contains(p)))
 }
+
+/// The query parameters (as `name=`) that make a request an AWS one. Each is a credential the logs redact
+/// (`access_log::is_credential_param`; a test checks it).
+const AWS_QUERY_CREDENTIALS: [&str; 4] =
+    ["X-Amz-Algorithm=", "X-Amz-Credential=", "X-Amz-Signature=", "AWSAccessKeyId="];
 
 /// `/`, `/{bucket}` and `/{bucket}/`: paths that name no object, so the native API has no route there.
 fn is_s3_only_path(path: &str) -> bool {
@@ -461,6 +462,16 @@ pub fn xml_response(body: String) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_query_credential_the_front_end_detects_is_one_the_logs_redact() {
+        for param in AWS_QUERY_CREDENTIALS {
+            let name = param.trim_end_matches('=');
+            assert!(crate::access_log::is_credential_param(name), "{name}");
+            assert_eq!(crate::access_log::redacted_query(&format!("{name}=secret&a=1")).as_deref(), Some("a=1"));
+        }
+        assert!(crate::access_log::is_credential_param("Signature"), "SigV2's signature, refused but redacted");
+    }
 
     fn request(method: &str, target: &str, authorization: Option<&str>) -> Request {
         let mut builder = http::Request::builder().method(method).uri(target);

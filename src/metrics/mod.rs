@@ -39,6 +39,7 @@ pub const UPLOADS_IN_PROGRESS: &str = "blobgate_uploads_in_progress";
 pub const UPLOADS_WAITING: &str = "blobgate_uploads_waiting";
 pub const ACCESS_LOG_DROPPED: &str = "blobgate_access_log_dropped_total";
 pub const DATABASE_UP: &str = "blobgate_database_up";
+pub const CACHE_SYNC_AGE: &str = "blobgate_cache_sync_age_seconds";
 pub const STATS_BUFFER_DROPPED: &str = "blobgate_stats_buffer_dropped_total";
 pub const STATS_PENDING: &str = "blobgate_stats_pending_objects";
 
@@ -101,6 +102,10 @@ fn describe() {
     describe_gauge!(UPLOADS_WAITING, "Uploads waiting (up to timeouts.upload_queue) for an upload place.");
     describe_histogram!(RESPONSE_SECONDS, Unit::Seconds, "File responses, from head written to last byte sent.");
     describe_gauge!(DATABASE_UP, "1 while the last readiness probe (SELECT 1) of the metadata database answered.");
+    describe_gauge!(
+        CACHE_SYNC_AGE,
+        "Seconds since the caches last synced with the database; past database.max_staleness requests are refused."
+    );
     describe_counter!(
         STATS_BUFFER_DROPPED,
         "Download records dropped because the stats buffer (limits.stats_buffer_objects) was full while writes failed."

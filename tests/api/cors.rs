@@ -75,8 +75,6 @@ fn actual_responses_carry_cors_headers_on_every_status() {
         ("/pub/a.bin", vec![origin, ("If-Match", "\"other\"")], 412),
         ("/pub/a.bin", vec![origin, ("Range", "bytes=5000-")], 416),
         ("/pub/missing", vec![origin], 404),
-        ("/priv/s.bin", vec![origin], 401),
-        ("/priv/missing", vec![origin], 401),
     ];
     for (path, headers, status) in &cases {
         let r = server.get(path, headers);
@@ -88,6 +86,13 @@ fn actual_responses_carry_cors_headers_on_every_status() {
             "{path} {headers:?}"
         );
         assert!(r.header("vary").is_some_and(|v| v.contains("Origin")), "{path}: {:?}", r.headers);
+    }
+    // Refused before authorisation: no CORS headers and no Vary, exactly as for a bucket that does not exist
+    // (which has no rule), so a script cannot tell them apart (harden3.rs has the whole matrix).
+    for path in ["/priv/s.bin", "/priv/missing", "/nobucket/x"] {
+        let r = server.get(path, &[origin]);
+        assert_eq!(r.status, 401, "{path}");
+        assert!(cors_headers(&r).is_empty() && r.header("vary").is_none(), "{path}: {:?}", r.headers);
     }
     let head = server.request("HEAD", "/pub/a.bin", &[origin]);
     assert_eq!((head.status, head.header("access-control-allow-origin")), (200, Some(APP)));

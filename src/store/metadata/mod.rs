@@ -111,6 +111,10 @@ pub enum MetadataError {
     /// refused, the server shutting down): the request may succeed later. Made only by `From<sqlx::Error>`.
     #[error("the database is unreachable")]
     Unavailable(#[source] sqlx::Error),
+    /// A server's caches have not synced with the database within its staleness window, so they may miss a
+    /// revocation or a deletion: what they would answer is refused (made by the catalog, never by SQL).
+    #[error("the caches last synced with the database {}s ago, beyond database.max_staleness", age.as_secs())]
+    Stale { age: std::time::Duration },
     #[error(transparent)]
     Database(sqlx::Error),
     #[error(transparent)]
@@ -131,9 +135,9 @@ impl From<sqlx::Error> for MetadataError {
 }
 
 impl MetadataError {
-    /// Whether this says the database is unreachable.
+    /// Whether this says the database is unreachable, or, to this server, as good as (its caches are stale).
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, MetadataError::Unavailable(_))
+        matches!(self, MetadataError::Unavailable(_) | MetadataError::Stale { .. })
     }
 
     /// Whether any cause in `error`'s chain says the database is unreachable (a [`MetadataError::Unavailable`],
