@@ -38,7 +38,6 @@ pub const MAX_MAX_AGE: u32 = 86_400;
 
 const ALLOW_METHODS: HeaderValue = HeaderValue::from_static("GET, HEAD");
 const ANY_ORIGIN: HeaderValue = HeaderValue::from_static("*");
-pub const VARY_ORIGIN: HeaderValue = HeaderValue::from_static("Origin");
 const VARY_PREFLIGHT: HeaderValue =
     HeaderValue::from_static("Origin, Access-Control-Request-Method, Access-Control-Request-Headers");
 
@@ -137,9 +136,7 @@ impl CorsPolicy {
     /// the request carries `Authorization` or `Cookie`, so `*` is never the answer.
     pub fn add_actual_headers(&self, origin: &HeaderValue, credentialed: bool, headers: &mut HeaderMap) {
         // The answer depends on Origin whenever there is a rule, allowed or not (the handler may have said so).
-        if !headers.get_all(header::VARY).iter().any(|v| v == VARY_ORIGIN) {
-            headers.append(header::VARY, VARY_ORIGIN);
-        }
+        super::add_vary(headers, "Origin");
         if !self.allows(origin) {
             return;
         }
@@ -157,7 +154,7 @@ impl CorsPolicy {
         request_headers: Option<&HeaderValue>,
         headers: &mut HeaderMap,
     ) -> bool {
-        headers.append(header::VARY, VARY_PREFLIGHT);
+        headers.insert(header::VARY, VARY_PREFLIGHT);
         let method_ok = request_method.is_some_and(|m| m.as_bytes() == b"GET" || m.as_bytes() == b"HEAD");
         if !method_ok || !self.allows(origin) {
             return false;
@@ -255,12 +252,16 @@ mod tests {
     }
 
     #[test]
-    fn vary_origin_is_not_repeated() {
+    fn vary_origin_is_not_repeated_and_joins_the_one_vary_line() {
         let p = policy(&["https://a.example"]);
         let mut h = HeaderMap::new();
-        h.append(header::VARY, VARY_ORIGIN);
+        h.append(header::VARY, hv("Origin"));
         p.add_actual_headers(&hv("https://a.example"), false, &mut h);
         assert_eq!(h.get_all(header::VARY).iter().count(), 1);
+        let mut h = HeaderMap::new();
+        h.append(header::VARY, hv("Accept-Encoding"));
+        p.add_actual_headers(&hv("https://a.example"), false, &mut h);
+        assert_eq!(h.get_all(header::VARY).iter().collect::<Vec<_>>(), ["Accept-Encoding, Origin"]);
     }
 
     #[test]

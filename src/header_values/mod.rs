@@ -8,12 +8,46 @@ pub mod disposition;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use http::HeaderName;
+use http::{HeaderMap, HeaderName, HeaderValue, header};
 
 /// SigV4's request timestamp and body hash: not among `http`'s standard names, so shared as static values that
 /// the driver hands out without allocating and `auth` compares without parsing.
 pub static X_AMZ_DATE: HeaderName = HeaderName::from_static("x-amz-date");
 pub static X_AMZ_CONTENT_SHA256: HeaderName = HeaderName::from_static("x-amz-content-sha256");
+
+/// Adds `field` (a header name as `Vary` lists it) to a response's one `Vary` line, unless it is listed already.
+/// RFC 9110 §12.5.5 lets `Vary` be several lines, but caches key on one (nginx 1.22's `proxy_cache` kept only
+/// one of `Vary: Origin` and `Vary: Accept-Encoding`, and served browsers copies without CORS headers), so blobgate
+/// always sends one. The two fields it varies on, in either order, cost no allocation.
+pub fn add_vary(headers: &mut HeaderMap, field: &'static str) {
+    let mut lines = headers.get_all(header::VARY).iter();
+    let value = match (lines.next(), lines.next()) {
+        (None, _) => HeaderValue::from_static(field),
+        (Some(one), None) => match (one.as_bytes(), field) {
+            (b"Origin", "Accept-Encoding") => HeaderValue::from_static("Origin, Accept-Encoding"),
+            (b"Accept-Encoding", "Origin") => HeaderValue::from_static("Accept-Encoding, Origin"),
+            _ => vary_with(std::iter::once(one), field),
+        },
+        // Several lines (none of ours writes them): folded into one.
+        (Some(_), Some(_)) => vary_with(headers.get_all(header::VARY).iter(), field),
+    };
+    headers.insert(header::VARY, value);
+}
+
+/// One `Vary` value listing every field of `lines` and `field`, each once (`*` alone covers all).
+fn vary_with<'a>(lines: impl Iterator<Item = &'a HeaderValue>, field: &str) -> HeaderValue {
+    let mut fields: Vec<&str> = Vec::new();
+    for f in lines.filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).map(str::trim).chain([field]) {
+        if !f.is_empty() && !fields.iter().any(|g| g.eq_ignore_ascii_case(f)) {
+            fields.push(f);
+        }
+    }
+    if fields.contains(&"*") {
+        return HeaderValue::from_static("*");
+    }
+    // Visible ASCII from header values and a header name, joined by ", ": always a valid value.
+    HeaderValue::from_str(&fields.join(", ")).unwrap_or(HeaderValue::from_static("*"))
+}
 
 /// Formats `t` as an IMF-fixdate (`Wed, 01 May 2024 12:00:00 GMT`), dropping sub-seconds.
 /// Times outside 1970-01-01..=9999-12-31T23:59:59 are clamped, since `httpdate` panics on them.
@@ -39,4 +73,38 @@ pub fn etag_from_sha256(hex: &str) -> String {
     tag.extend(hex.chars().filter(char::is_ascii_hexdigit).map(|c| c.to_ascii_lowercase()));
     tag.push('"');
     tag
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vary_after(lines: &[&'static str], field: &'static str) -> Vec<String> {
+        let mut headers = HeaderMap::new();
+        for line in lines {
+            headers.append(header::VARY, HeaderValue::from_static(line));
+        }
+        add_vary(&mut headers, field);
+        headers.get_all(header::VARY).iter().map(|v| v.to_str().unwrap().to_owned()).collect()
+    }
+
+    #[test]
+    fn vary_is_always_one_line_listing_each_field_once() {
+        let cases: &[(&[&'static str], &'static str, &str)] = &[
+            (&[], "Origin", "Origin"),
+            (&["Origin"], "Accept-Encoding", "Origin, Accept-Encoding"),
+            (&["Accept-Encoding"], "Origin", "Accept-Encoding, Origin"),
+            (&["Origin"], "Origin", "Origin"),
+            (&["origin"], "Origin", "origin"),
+            (&["Origin, Accept-Encoding"], "Accept-Encoding", "Origin, Accept-Encoding"),
+            (&["Range"], "Origin", "Range, Origin"),
+            (&["*"], "Origin", "*"),
+            (&["Origin", "Accept-Encoding"], "Origin", "Origin, Accept-Encoding"),
+            (&["Range", "Origin"], "Accept-Encoding", "Range, Origin, Accept-Encoding"),
+            (&["Range", "*"], "Origin", "*"),
+        ];
+        for (lines, field, want) in cases {
+            assert_eq!(vary_after(lines, field), vec![want.to_string()], "{lines:?} + {field}");
+        }
+    }
 }

@@ -69,7 +69,7 @@ pub async fn serve(State(app): State<DataState>, request: Request) -> Response {
 /// by the object handler, which has the bucket already; a bucket without a rule costs one branch.
 pub fn vary_on_origin(bucket: &crate::store::Bucket, headers: &mut http::HeaderMap) {
     if bucket.cors.is_some() {
-        headers.append(header::VARY, crate::header_values::cors::VARY_ORIGIN);
+        crate::header_values::add_vary(headers, "Origin");
     }
 }
 

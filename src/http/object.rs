@@ -103,7 +103,7 @@ pub(super) async fn serve_object(app: &DataState, request: ObjectRequest<'_>) ->
     let negotiates = !s3 && entry.available.any();
     let variant = if negotiates { entry.variant(accept_encoding::negotiate(headers, entry.available)) } else { None };
     if negotiates {
-        representation.append(header::VARY, ACCEPT_ENCODING.clone());
+        crate::header_values::add_vary(&mut representation, "Accept-Encoding");
     }
     if s3 {
         representation.insert(header::ETAG, entry.s3_etag_value.clone());
@@ -122,8 +122,10 @@ pub(super) async fn serve_object(app: &DataState, request: ObjectRequest<'_>) ->
     // Errors from here on answer for the selected representation too: a cache must key them by Accept-Encoding.
     let vary = |e: ApiError| -> Response {
         let mut response = render(e);
+        // In the order the object's own answers list them, so a cache sees one `Vary` value per object.
+        super::cors::vary_on_origin(grant_bucket, response.headers_mut());
         if negotiates {
-            response.headers_mut().append(header::VARY, ACCEPT_ENCODING.clone());
+            crate::header_values::add_vary(response.headers_mut(), "Accept-Encoding");
         }
         with_principal(response, principal.clone())
     };
@@ -237,8 +239,6 @@ pub(super) async fn serve_object(app: &DataState, request: ObjectRequest<'_>) ->
     }
     Ok(response)
 }
-
-static ACCEPT_ENCODING: HeaderValue = HeaderValue::from_static("accept-encoding");
 
 /// Attaches the access log's principal (when the log is on) to a response.
 fn with_principal(mut response: Response, principal: Option<Principal>) -> Response {

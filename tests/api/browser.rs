@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::helpers::*;
 
 /// Serves `html` to every request on a port of its own, from a thread that lives as long as the test.
-fn serve_page(html: String) -> SocketAddr {
+pub fn serve_page(html: String) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
@@ -30,7 +30,7 @@ fn serve_page(html: String) -> SocketAddr {
 }
 
 /// Loads `url` in headless Chromium and returns the DOM after the page's script had time to finish.
-fn chromium_dom(url: &str) -> String {
+pub fn chromium_dom(url: &str) -> String {
     let profile = tempfile::tempdir().unwrap();
     let out = Command::new("chromium")
         .args(["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--mute-audio"])
@@ -44,7 +44,7 @@ fn chromium_dom(url: &str) -> String {
 }
 
 /// The text the page wrote into `<pre id="out">`.
-fn page_output(dom: &str) -> serde_json::Value {
+pub fn page_output(dom: &str) -> serde_json::Value {
     let start = dom.find("<pre id=\"out\">").unwrap_or_else(|| panic!("no output element in {dom}")) + 14;
     let end = start + dom[start..].find("</pre>").unwrap();
     let text = dom[start..end].replace("&quot;", "\"").replace("&amp;", "&");

@@ -12,6 +12,7 @@ mod admin_wire;
 mod auth;
 mod bad_input;
 mod browser;
+mod cache_cors;
 mod cli;
 mod clients;
 mod cors;

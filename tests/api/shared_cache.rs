@@ -8,14 +8,14 @@ use std::time::Duration;
 use crate::helpers::*;
 
 /// nginx as a caching reverse proxy for `upstream`, in the foreground, with everything under a temp dir.
-struct CachingProxy {
+pub struct CachingProxy {
     child: Child,
-    addr: SocketAddr,
+    pub addr: SocketAddr,
     _dir: tempfile::TempDir,
 }
 
 impl CachingProxy {
-    fn start(upstream: SocketAddr) -> Self {
+    pub fn start(upstream: SocketAddr) -> Self {
         let nginx = system_binary("nginx", "nginx");
         let dir = tempfile::tempdir().unwrap();
         let addr = free_local_addr();
@@ -49,7 +49,7 @@ impl CachingProxy {
         Self { child, addr, _dir: dir }
     }
 
-    fn get(&self, path: &str, headers: &[(&str, &str)]) -> Response {
+    pub fn get(&self, path: &str, headers: &[(&str, &str)]) -> Response {
         let mut conn = Conn::open(self.addr);
         conn.send(&raw_request("GET", path, headers, true));
         conn.read_response(false).expect("a response from nginx")

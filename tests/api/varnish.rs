@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use crate::helpers::*;
 
-/// The VCL the README shows: blobgate as the backend, multi-range requests piped to it, and an `X-Cache` header
-/// saying whether the answer was a hit. Everything else is Varnish's built-in VCL (it passes requests with
+/// The VCL the README shows: blobgate as the backend, multi-range requests piped to it, `Accept-Encoding`
+/// normalised so brotli variants are kept (with `http_gzip_support=off`), and an `X-Cache` header saying whether
+/// the answer was a hit. Everything else is Varnish's built-in VCL (it passes requests with
 /// `Authorization` and does not store responses marked `private`, `no-store` or `no-cache`).
-fn vcl(backend: SocketAddr) -> String {
+pub fn vcl(backend: SocketAddr) -> String {
     let (host, port) = (backend.ip(), backend.port());
     format!(
         r#"vcl 4.1;
@@ -27,6 +28,15 @@ sub vcl_recv {{
     if (req.http.Range ~ ",") {{
         return (pipe);
     }}
+    # Keep brotli: with http_gzip_support off, Accept-Encoding reaches blobgate as the client sent it; normalised
+    # to the codings blobgate stores, so the cache keeps at most one copy per coding (it keys on Vary).
+    if (req.http.Accept-Encoding ~ "\bbr\b") {{
+        set req.http.Accept-Encoding = "br";
+    }} elsif (req.http.Accept-Encoding ~ "\bgzip\b") {{
+        set req.http.Accept-Encoding = "gzip";
+    }} else {{
+        unset req.http.Accept-Encoding;
+    }}
 }}
 
 sub vcl_deliver {{
@@ -41,19 +51,25 @@ sub vcl_deliver {{
 }
 
 /// A throw-away `varnishd` in the foreground, its working dir and VCL in a temp dir; killed on drop.
-struct Varnish {
+pub struct Varnish {
     child: Child,
-    addr: SocketAddr,
+    pub addr: SocketAddr,
     dir: tempfile::TempDir,
 }
 
 impl Varnish {
-    fn start(backend: SocketAddr) -> Self {
+    /// With the README's VCL and parameters.
+    pub fn start(backend: SocketAddr) -> Self {
+        Self::start_with(&vcl(backend), &["http_gzip_support=off"])
+    }
+
+    /// Varnish with another VCL and more `-p` parameters (`name=value`).
+    pub fn start_with(vcl: &str, params: &[&str]) -> Self {
         let varnishd = system_binary("varnishd", "varnish");
         let dir = tempfile::tempdir().unwrap();
         let addr = free_local_addr();
         let vcl_file = dir.path().join("blobgate.vcl");
-        std::fs::write(&vcl_file, vcl(backend)).unwrap();
+        std::fs::write(&vcl_file, vcl).unwrap();
         let log = std::fs::File::create(dir.path().join("varnishd.log")).unwrap();
         let child = Command::new(&varnishd)
             .arg("-F")
@@ -65,6 +81,7 @@ impl Varnish {
             // No grace, so an expired object is revalidated before the answer (not served stale meanwhile), and
             // a minute of keep, so Varnish revalidates it with If-None-Match instead of fetching it again.
             .args(["-p", "default_grace=0s", "-p", "default_keep=60s"])
+            .args(params.iter().flat_map(|p| ["-p", p]))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -84,11 +101,11 @@ impl Varnish {
         varnish
     }
 
-    fn log(&self) -> String {
+    pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("varnishd.log")).unwrap_or_default()
     }
 
-    fn get(&self, path: &str, headers: &[(&str, &str)]) -> Response {
+    pub fn get(&self, path: &str, headers: &[(&str, &str)]) -> Response {
         let mut conn = Conn::open(self.addr);
         conn.send(&raw_request("GET", path, headers, true));
         let response = conn.read_response(false).expect("a response from varnish");
