@@ -1,5 +1,6 @@
 //! Opening the database: connection options, migrations, read-only opens, and closing.
 
+use std::net::IpAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::str::FromStr;
@@ -79,6 +80,19 @@ impl Metadata {
                 .fetch_one(pool)
                 .await);
         applied.map_or(true, |v| v < latest)
+    }
+
+    /// Whether the link to the database may cross a network in clear (see [`plaintext_may_leave_host`]): `serve`
+    /// warns of it.
+    pub fn link_may_be_plaintext(&self) -> bool {
+        match &self.backend {
+            Backend::Sqlite(_) => false,
+            Backend::Postgres(pool) => {
+                let options = pool.connect_options();
+                let socket = options.get_socket().is_some() || options.get_host().starts_with('/');
+                plaintext_may_leave_host(options.get_host(), socket, options.get_ssl_mode())
+            }
+        }
     }
 
     /// Folds the WAL into the database file and truncates it, then closes. The next process then starts with
@@ -291,6 +305,20 @@ fn ssl_mode_name(mode: PgSslMode) -> &'static str {
     }
 }
 
+/// Whether the password and query results may cross a network in clear, where an on-path attacker reads and
+/// changes them: TLS is not required (`sslmode` absent or `prefer`, which takes TLS only when the server offers it
+/// and checks no certificate; `allow` and `disable`, which never use it) and the host is not this machine
+/// (loopback, or a Unix socket). Pure: the host is not resolved.
+fn plaintext_may_leave_host(host: &str, socket: bool, mode: PgSslMode) -> bool {
+    if socket || requires_tls(mode) {
+        return false;
+    }
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host.trim_end_matches('.').eq_ignore_ascii_case("localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.to_canonical().is_loopback());
+    !loopback
+}
+
 fn requires_tls(mode: PgSslMode) -> bool {
     matches!(mode, PgSslMode::Require | PgSslMode::VerifyCa | PgSslMode::VerifyFull)
 }
@@ -423,6 +451,23 @@ pub(super) mod tests {
         assert!(err.to_string().contains("read-only transaction"), "{err}");
         reader.close().await;
         assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "nothing in the data dir");
+    }
+
+    #[test]
+    fn plaintext_is_warned_of_only_off_this_host_without_tls_required() {
+        use PgSslMode::*;
+        for mode in [Disable, Allow, Prefer] {
+            for host in ["db.internal", "10.0.0.7", "[2001:db8::1]", "localhost.example", "127.0.0.1.example"] {
+                assert!(plaintext_may_leave_host(host, false, mode), "{host} {mode:?}");
+            }
+            for host in ["localhost", "LOCALHOST.", "127.0.0.1", "127.1.2.3", "::1", "[::1]", "::ffff:127.0.0.1"] {
+                assert!(!plaintext_may_leave_host(host, false, mode), "{host} {mode:?}");
+            }
+            assert!(!plaintext_may_leave_host("/run/postgresql", true, mode), "a Unix socket");
+        }
+        for mode in [Require, VerifyCa, VerifyFull] {
+            assert!(!plaintext_may_leave_host("db.internal", false, mode), "{mode:?}");
+        }
     }
 
     #[test]
