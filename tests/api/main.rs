@@ -24,6 +24,7 @@ mod limits;
 mod outage;
 mod permissions;
 mod postgres;
+mod postgres_tls;
 mod replicas;
 mod s3_clients;
 mod s3_conditional;
