@@ -722,6 +722,24 @@ impl TestEnv {
     }
 }
 
+impl TestEnv {
+    /// Runs `blobgate ARGS` (for `["serve"]`, `serve` on port 0) with `url` as `database.url`, which must fail at
+    /// start with one stderr line naming `database.url`: that line.
+    pub fn refused_database_url(&self, args: &[&str], url: &str) -> String {
+        let mut cmd = if args == ["serve"] {
+            self.serve_command("127.0.0.1:0", "127.0.0.1:0")
+        } else {
+            let mut cmd = Command::new(BIN);
+            cmd.arg("--data-dir").arg(self.data_dir()).args(args).env_remove("BLOBGATE_CONFIG");
+            cmd
+        };
+        cmd.env("BLOBGATE_DATABASE_URL", url).env_remove("RUST_LOG");
+        let line = one_line_error(&run_until_exit(cmd, Duration::from_secs(30)), args);
+        assert!(line.starts_with("blobgate: database.url"), "{args:?} {url}: {line}");
+        line
+    }
+}
+
 /// Fails the test, naming the tool and where it comes from (`from`: "apt package curl"), when `tool` is not on
 /// the PATH.
 /// The path of a system daemon (nginx, varnishd) that may live outside `PATH`; fails naming its apt package.

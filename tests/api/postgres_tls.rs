@@ -102,15 +102,7 @@ fn verify_full_serves_a_bucket_end_to_end_over_tls() {
 /// never the password.
 fn refused_with(env: &TestEnv, url: &str, reason: &str) {
     for args in [&["bucket", "create", "refused"][..], &["serve"]] {
-        let out = if args == ["serve"] {
-            let mut cmd = env.serve_command("127.0.0.1:0", "127.0.0.1:0");
-            cmd.env("BLOBGATE_DATABASE_URL", url);
-            run_until_exit(cmd, Duration::from_secs(60))
-        } else {
-            env.cli_env(args, &[("BLOBGATE_DATABASE_URL", url)])
-        };
-        let line = one_line_error(&out, args);
-        assert!(line.starts_with("blobgate: database.url"), "{args:?} {url}: {line}");
+        let line = env.refused_database_url(args, url);
         assert!(line.contains(reason), "{args:?} {url}: {line}");
         assert!(!line.contains(":blobgate@"), "the password shows: {line}");
     }
