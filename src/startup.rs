@@ -42,7 +42,16 @@ pub struct Application {
 
 impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
-        let store = Store::open(&settings.data_dir, &settings.database_url()?, settings.timeouts.database()).await?;
+        let database = settings.database_url()?;
+        let store = Store::open(&settings.data_dir, &database, settings.timeouts.database()).await?;
+        if store.meta.link_may_be_plaintext() {
+            tracing::warn!(
+                %database,
+                "database.url does not require TLS to a database on another host: the password and query results \
+                 may cross the network in clear, and an on-path attacker can read and change them; add \
+                 sslmode=verify-full (and sslrootcert=FILE, the CA that signed the server's certificate)"
+            );
+        }
         match crate::store::loose_data_dir_mode(&settings.data_dir) {
             Ok(Some(mode)) => tracing::warn!(
                 path = %settings.data_dir.display(),

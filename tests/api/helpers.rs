@@ -722,6 +722,24 @@ impl TestEnv {
     }
 }
 
+impl TestEnv {
+    /// Runs `blobgate ARGS` (for `["serve"]`, `serve` on port 0) with `url` as `database.url`, which must fail at
+    /// start with one stderr line naming `database.url`: that line.
+    pub fn refused_database_url(&self, args: &[&str], url: &str) -> String {
+        let mut cmd = if args == ["serve"] {
+            self.serve_command("127.0.0.1:0", "127.0.0.1:0")
+        } else {
+            let mut cmd = Command::new(BIN);
+            cmd.arg("--data-dir").arg(self.data_dir()).args(args).env_remove("BLOBGATE_CONFIG");
+            cmd
+        };
+        cmd.env("BLOBGATE_DATABASE_URL", url).env_remove("RUST_LOG");
+        let line = one_line_error(&run_until_exit(cmd, Duration::from_secs(30)), args);
+        assert!(line.starts_with("blobgate: database.url"), "{args:?} {url}: {line}");
+        line
+    }
+}
+
 /// Fails the test, naming the tool and where it comes from (`from`: "apt package curl"), when `tool` is not on
 /// the PATH.
 /// The path of a system daemon (nginx, varnishd) that may live outside `PATH`; fails naming its apt package.
@@ -753,6 +771,56 @@ pub fn postgres_server_url() -> String {
              PostgreSQL cluster (or `scripts/pg-cluster start DIR` and export the URL it prints)"
         )
     })
+}
+
+/// A PostgreSQL cluster of a test's own (`scripts/pg-cluster`): one that can be stopped and started again on the
+/// same port while a replica runs on it, or that speaks TLS only. Removed on drop, even when the test fails.
+pub struct OwnCluster {
+    dir: tempfile::TempDir,
+    /// The superuser's URL (`127.0.0.1`, no `sslmode`).
+    pub url: String,
+}
+
+const PG_CLUSTER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg-cluster");
+
+impl OwnCluster {
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// A cluster with TLS on (this certificate and key) that refuses TCP logins without it.
+    pub fn start_tls(cert: &Path, key: &Path) -> Self {
+        Self::start_with(&["--tls".as_ref(), cert.as_os_str(), key.as_os_str()])
+    }
+
+    fn start_with(args: &[&std::ffi::OsStr]) -> Self {
+        require_tool("psql", "apt package postgresql-client");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let out = Command::new(PG_CLUSTER)
+            .arg("start")
+            .arg(dir.path().join("pg"))
+            .args(args)
+            .output()
+            .expect("run pg-cluster");
+        assert!(out.status.success(), "pg-cluster start: {}", String::from_utf8_lossy(&out.stderr));
+        let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        OwnCluster { dir, url }
+    }
+
+    pub fn run(&self, command: &str) {
+        let out = Command::new(PG_CLUSTER).arg(command).arg(self.dir.path().join("pg")).output().unwrap();
+        assert!(out.status.success(), "pg-cluster {command}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    pub fn port(&self) -> String {
+        self.url.rsplit_once(':').unwrap().1.split('/').next().unwrap().to_owned()
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        let _ = Command::new(PG_CLUSTER).arg("stop").arg(self.dir.path().join("pg")).output();
+    }
 }
 
 /// A fresh, empty database on the test cluster, for one test: its URL. Dropped by the cluster's removal at the

@@ -27,6 +27,7 @@ mod outage;
 mod partition;
 mod permissions;
 mod postgres;
+mod postgres_tls;
 mod replicas;
 mod s3_clients;
 mod s3_conditional;

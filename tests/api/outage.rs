@@ -1,7 +1,6 @@
 //! The database going away and coming back: readiness (`/readyz`), answers from cache, 503 + `Retry-After` for
 //! what needs the database, download stats buffered through the outage.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::helpers::*;
@@ -19,41 +18,6 @@ fn readyz_is_ready_on_sqlite_and_liveness_stays_apart() {
     let metrics = String::from_utf8(server.admin("GET", "/metrics", &[], b"").body).unwrap();
     assert!(metrics.lines().any(|l| l == "blobgate_database_up 1"), "{metrics}");
     assert_eq!(server.get("/readyz", &[]).status, 400, "the data listener has no /readyz");
-}
-
-/// A PostgreSQL cluster of this test's own (`scripts/pg-cluster`), so it can be stopped and started again on the
-/// same port while a replica runs on it. Removed on drop, even when the test fails.
-struct OwnCluster {
-    dir: tempfile::TempDir,
-    url: String,
-}
-
-const PG_CLUSTER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg-cluster");
-
-impl OwnCluster {
-    fn start() -> Self {
-        require_tool("psql", "apt package postgresql-client");
-        let dir = tempfile::tempdir().expect("temp dir");
-        let out = Command::new(PG_CLUSTER).arg("start").arg(dir.path().join("pg")).output().expect("run pg-cluster");
-        assert!(out.status.success(), "pg-cluster start: {}", String::from_utf8_lossy(&out.stderr));
-        let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-        OwnCluster { dir, url }
-    }
-
-    fn run(&self, command: &str) {
-        let out = Command::new(PG_CLUSTER).arg(command).arg(self.dir.path().join("pg")).output().unwrap();
-        assert!(out.status.success(), "pg-cluster {command}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-
-    fn port(&self) -> String {
-        self.url.rsplit_once(':').unwrap().1.split('/').next().unwrap().to_owned()
-    }
-}
-
-impl Drop for OwnCluster {
-    fn drop(&mut self) {
-        let _ = Command::new(PG_CLUSTER).arg("stop").arg(self.dir.path().join("pg")).output();
-    }
 }
 
 /// `requests` of BUCKET/KEY in `blobgate stats --json`, or None when the CLI fails.

@@ -1,5 +1,6 @@
 //! Opening the database: connection options, migrations, read-only opens, and closing.
 
+use std::net::IpAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::str::FromStr;
@@ -7,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{ConnectOptions, Connection};
 
@@ -79,6 +80,19 @@ impl Metadata {
                 .fetch_one(pool)
                 .await);
         applied.map_or(true, |v| v < latest)
+    }
+
+    /// Whether the link to the database may cross a network in clear (see [`plaintext_may_leave_host`]): `serve`
+    /// warns of it.
+    pub fn link_may_be_plaintext(&self) -> bool {
+        match &self.backend {
+            Backend::Sqlite(_) => false,
+            Backend::Postgres(pool) => {
+                let options = pool.connect_options();
+                let socket = options.get_socket().is_some() || options.get_host().starts_with('/');
+                plaintext_may_leave_host(options.get_host(), socket, options.get_ssl_mode())
+            }
+        }
     }
 
     /// Folds the WAL into the database file and truncates it, then closes. The next process then starts with
@@ -160,19 +174,33 @@ async fn open_sqlite(path: &Path, timeouts: DatabaseTimeouts) -> anyhow::Result<
         .with_context(|| format!("cannot open database {}", path.display()))
 }
 
-/// Connects once, within [`PG_CONNECT_TIMEOUT`], so that a wrong password, an unknown database or an unreachable
-/// host fails at start with its own reason, then opens the pool. Every message names `database.url` and where it
-/// points, never the password.
+/// Connects once, within [`PG_CONNECT_TIMEOUT`], so that a wrong password, an unknown database, an unreachable
+/// host or a refused certificate fails at start with its own reason, then opens the pool. Every message names
+/// `database.url` and where it points, never the password.
 async fn open_postgres(url: &PostgresUrl, read_only: bool, timeouts: DatabaseTimeouts) -> anyhow::Result<sqlx::PgPool> {
     let mut options = PgConnectOptions::from_str(url.expose_secret())
         .map_err(|e| anyhow::anyhow!("database.url is not a valid PostgreSQL URL ({url}): {e}"))?
         .application_name("blobgate");
+    let asked = options.get_ssl_mode();
+    let root_cert = root_cert(url);
+    if let Some(RootCert::File(path)) = &root_cert {
+        check_root_cert(Path::new(path))?;
+    }
+    if matches!(asked, PgSslMode::Require) && root_cert.is_some() {
+        // libpq (and sqlx's own documentation) verify the CA when `require` comes with a root certificate; sqlx's
+        // code does not, and a URL written for libpq must not get less than it asked for.
+        options = options.ssl_mode(PgSslMode::VerifyCa);
+    }
     if read_only {
         options = options.options([("default_transaction_read_only", "on")]);
     }
+    let refused = |e: sqlx::Error| {
+        let why = connect_failure(&e, options.get_host(), asked, root_cert.as_ref());
+        anyhow::anyhow!("database.url: cannot connect to {url}: {why}")
+    };
     let first = match tokio::time::timeout(PG_CONNECT_TIMEOUT, options.connect()).await {
         Ok(Ok(conn)) => conn,
-        Ok(Err(e)) => anyhow::bail!("database.url: cannot connect to {url}: {}", one_line(&e)),
+        Ok(Err(e)) => return Err(refused(e)),
         Err(_) => {
             anyhow::bail!("database.url: cannot connect to {url}: no answer within {}s", PG_CONNECT_TIMEOUT.as_secs())
         }
@@ -182,9 +210,117 @@ async fn open_postgres(url: &PostgresUrl, read_only: bool, timeouts: DatabaseTim
         .max_connections(8)
         // Shorter than timeouts.handler: a request during an outage gets its 503 instead of the handler's.
         .acquire_timeout(timeouts.acquire)
-        .connect_with(options)
+        .connect_with(options.clone())
         .await
-        .map_err(|e| anyhow::anyhow!("database.url: cannot connect to {url}: {}", one_line(&e)))
+        .map_err(refused)
+}
+
+/// A URL's root certificate (`sslrootcert`, or sqlx's other spellings; the last one counts, as for sqlx): a file,
+/// or PEM text in the URL itself.
+#[derive(Debug, PartialEq, Eq)]
+enum RootCert {
+    File(String),
+    Inline,
+}
+
+fn root_cert(url: &PostgresUrl) -> Option<RootCert> {
+    let parsed = url::Url::parse(url.expose_secret()).ok()?;
+    let value =
+        parsed.query_pairs().filter(|(k, _)| matches!(&**k, "sslrootcert" | "ssl-root-cert" | "ssl-ca")).last()?.1;
+    // sqlx's own test for PEM text.
+    Some(if value.trim().starts_with("-----BEGIN") { RootCert::Inline } else { RootCert::File(value.into_owned()) })
+}
+
+impl std::fmt::Display for RootCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RootCert::File(path) => write!(f, "sslrootcert {path}"),
+            RootCert::Inline => f.write_str("sslrootcert"),
+        }
+    }
+}
+
+/// sqlx reads the file at each connection and calls a missing one an I/O error, and an empty one no CA at all:
+/// both are said here, once, at start.
+fn check_root_cert(path: &Path) -> anyhow::Result<()> {
+    let pem = std::fs::read(path)
+        .map_err(|e| anyhow::anyhow!("database.url: sslrootcert {} cannot be read: {e}", path.display()))?;
+    if memchr::memmem::find(&pem, b"-----BEGIN CERTIFICATE-----").is_none() {
+        anyhow::bail!("database.url: sslrootcert {} holds no PEM certificate", path.display());
+    }
+    Ok(())
+}
+
+/// Why a connection failed, on one line. TLS refusals say what is wrong in the URL's terms: `asked` is the
+/// `sslmode` the URL gave (or sqlx's default, `prefer`).
+fn connect_failure(e: &sqlx::Error, host: &str, asked: PgSslMode, root_cert: Option<&RootCert>) -> String {
+    use rustls::CertificateError as Cert;
+    // sqlx's words when the server answers the TLS request with "no".
+    if matches!(e, sqlx::Error::Tls(inner) if inner.to_string() == "server does not support TLS") {
+        return format!("the server does not offer TLS, which sslmode={} requires", ssl_mode_name(asked));
+    }
+    // pg_hba.conf refusing a login without TLS (hostssl lines only); PostgreSQL 12 and later end it so.
+    if let sqlx::Error::Database(db) = e {
+        if !requires_tls(asked) && db.code().as_deref() == Some("28000") && db.message().ends_with("no encryption") {
+            return format!("{} (the server accepts TLS only: set sslmode=verify-full)", one_line(e));
+        }
+    }
+    // A refused handshake comes back as the socket's I/O error around rustls's.
+    let tls = match e {
+        sqlx::Error::Io(io) => io.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()),
+        sqlx::Error::Tls(inner) => inner.downcast_ref::<rustls::Error>(),
+        _ => None,
+    };
+    match tls {
+        Some(rustls::Error::InvalidCertificate(Cert::NotValidForName | Cert::NotValidForNameContext { .. })) => {
+            match asked {
+                PgSslMode::VerifyFull => format!("the server's certificate does not match host {host}"),
+                // sqlx 0.8 forgives only rustls's older name-mismatch error (sqlx#3793, fixed in 0.9), so
+                // verify-ca checks the name as well.
+                _ => format!(
+                    "the server's certificate does not match host {host} (checked under sslmode={} too)",
+                    ssl_mode_name(asked)
+                ),
+            }
+        }
+        Some(rustls::Error::InvalidCertificate(Cert::UnknownIssuer)) => match root_cert {
+            Some(root) => format!("the server's certificate is not signed by {root}"),
+            None => "the server's certificate is not signed by a trusted CA (name the CA that signed it with \
+                     sslrootcert=FILE)"
+                .to_owned(),
+        },
+        Some(rustls::Error::InvalidCertificate(other)) => format!("the server's certificate is refused: {other}"),
+        _ => one_line(e),
+    }
+}
+
+fn ssl_mode_name(mode: PgSslMode) -> &'static str {
+    match mode {
+        PgSslMode::Disable => "disable",
+        PgSslMode::Allow => "allow",
+        PgSslMode::Prefer => "prefer",
+        PgSslMode::Require => "require",
+        PgSslMode::VerifyCa => "verify-ca",
+        PgSslMode::VerifyFull => "verify-full",
+    }
+}
+
+/// Whether the password and query results may cross a network in clear, where an on-path attacker reads and
+/// changes them: TLS is not required (`sslmode` absent or `prefer`, which takes TLS only when the server offers it
+/// and checks no certificate; `allow` and `disable`, which never use it) and the host is not this machine
+/// (loopback, or a Unix socket). Pure: the host is not resolved.
+fn plaintext_may_leave_host(host: &str, socket: bool, mode: PgSslMode) -> bool {
+    if socket || requires_tls(mode) {
+        return false;
+    }
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host.trim_end_matches('.').eq_ignore_ascii_case("localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.to_canonical().is_loopback());
+    !loopback
+}
+
+fn requires_tls(mode: PgSslMode) -> bool {
+    matches!(mode, PgSslMode::Require | PgSslMode::VerifyCa | PgSslMode::VerifyFull)
 }
 
 /// An error's message on one line (the server's messages may carry a detail line).
@@ -315,6 +451,69 @@ pub(super) mod tests {
         assert!(err.to_string().contains("read-only transaction"), "{err}");
         reader.close().await;
         assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "nothing in the data dir");
+    }
+
+    #[test]
+    fn plaintext_is_warned_of_only_off_this_host_without_tls_required() {
+        use PgSslMode::*;
+        for mode in [Disable, Allow, Prefer] {
+            for host in ["db.internal", "10.0.0.7", "[2001:db8::1]", "localhost.example", "127.0.0.1.example"] {
+                assert!(plaintext_may_leave_host(host, false, mode), "{host} {mode:?}");
+            }
+            for host in ["localhost", "LOCALHOST.", "127.0.0.1", "127.1.2.3", "::1", "[::1]", "::ffff:127.0.0.1"] {
+                assert!(!plaintext_may_leave_host(host, false, mode), "{host} {mode:?}");
+            }
+            assert!(!plaintext_may_leave_host("/run/postgresql", true, mode), "a Unix socket");
+        }
+        for mode in [Require, VerifyCa, VerifyFull] {
+            assert!(!plaintext_may_leave_host("db.internal", false, mode), "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn the_root_certificate_is_read_from_the_url_in_any_of_sqlxs_spellings() {
+        let root = |url: &str| match DatabaseUrl::parse(url).unwrap() {
+            DatabaseUrl::Postgres(url) => root_cert(&url),
+            DatabaseUrl::Sqlite(_) => unreachable!(),
+        };
+        let file = |path: &str| Some(RootCert::File(path.to_owned()));
+        assert_eq!(root("postgres://u:p@db/bg?sslmode=verify-full"), None);
+        assert_eq!(root("postgres://u:p@db/bg?sslmode=verify-full&sslrootcert=/etc/ca.pem"), file("/etc/ca.pem"));
+        assert_eq!(root("postgres://u:p@db/bg?ssl-ca=%2Fetc%2Fca.pem"), file("/etc/ca.pem"));
+        assert_eq!(root("postgres://u:p@db/bg?sslrootcert=a.pem&ssl-root-cert=b.pem"), file("b.pem"));
+        assert_eq!(root("postgres://u:p@db/bg?sslrootcert=-----BEGIN%20CERTIFICATE-----x"), Some(RootCert::Inline));
+    }
+
+    #[test]
+    fn certificate_refusals_say_what_is_wrong() {
+        use rustls::CertificateError as Cert;
+        let refused = |cert: Cert| {
+            sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                rustls::Error::InvalidCertificate(cert),
+            ))
+        };
+        let file = RootCert::File("/etc/ca.pem".into());
+        let why = |e: &sqlx::Error, root: Option<&RootCert>| connect_failure(e, "db", PgSslMode::VerifyFull, root);
+        assert_eq!(
+            why(&refused(Cert::NotValidForName), Some(&file)),
+            "the server's certificate does not match host db"
+        );
+        assert_eq!(
+            connect_failure(&refused(Cert::NotValidForName), "db", PgSslMode::VerifyCa, Some(&file)),
+            "the server's certificate does not match host db (checked under sslmode=verify-ca too)"
+        );
+        assert_eq!(
+            why(&refused(Cert::UnknownIssuer), Some(&file)),
+            "the server's certificate is not signed by sslrootcert /etc/ca.pem"
+        );
+        assert!(why(&refused(Cert::UnknownIssuer), None).contains("not signed by a trusted CA"));
+        assert!(why(&refused(Cert::Expired), None).starts_with("the server's certificate is refused: "));
+        let no_tls = sqlx::Error::Tls("server does not support TLS".into());
+        assert_eq!(
+            connect_failure(&no_tls, "db", PgSslMode::Require, None),
+            "the server does not offer TLS, which sslmode=require requires"
+        );
     }
 
     /// Waits a little and says whether `task` is still waiting (for a lock, here).
