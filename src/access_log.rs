@@ -281,16 +281,27 @@ impl Writer {
 
 enum Target {
     Stdout,
-    File { path: PathBuf, file: BufWriter<File> },
+    File { path: PathBuf, mode: u32, file: BufWriter<File> },
 }
 
 impl Target {
-    fn open(path: &Path) -> io::Result<Self> {
+    /// Opens `path` for appending; a file it creates gets `mode` (`access_log_mode`) whatever the umask (the
+    /// process runs under `077`), so a log shipper in the file's group can read it. An existing file keeps its
+    /// mode: the operator (or logrotate's `create`) chose it.
+    fn open(path: &Path, mode: u32) -> io::Result<Self> {
+        use std::os::unix::fs::PermissionsExt;
         if path == Path::new("-") {
             return Ok(Target::Stdout);
         }
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
-        Ok(Target::File { path: path.to_owned(), file: BufWriter::with_capacity(64 * 1024, file) })
+        let file = match OpenOptions::new().create_new(true).append(true).open(path) {
+            Ok(created) => {
+                created.set_permissions(std::fs::Permissions::from_mode(mode))?;
+                created
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => OpenOptions::new().append(true).open(path)?,
+            Err(e) => return Err(e),
+        };
+        Ok(Target::File { path: path.to_owned(), mode, file: BufWriter::with_capacity(64 * 1024, file) })
     }
 
     fn write_entry(&mut self, entry: &Entry) -> io::Result<()> {
@@ -309,8 +320,8 @@ impl Target {
 
     fn reopen(&mut self) {
         let _ = self.flush();
-        if let Target::File { path, .. } = self {
-            match Target::open(path) {
+        if let Target::File { path, mode, .. } = self {
+            match Target::open(path, *mode) {
                 Ok(reopened) => *self = reopened,
                 Err(e) => tracing::error!(path = %path.display(), error = %e, "cannot reopen the access log; \
                     still writing to the old file"),
@@ -319,11 +330,12 @@ impl Target {
     }
 }
 
-/// Opens `path` (`-` for stdout) and starts the writer. An unopenable file is an error here, at start-up.
-/// `dropped` counts the lines dropped when the writer is behind (`blobgate_access_log_dropped_total`).
-pub fn start(path: &Path, dropped: metrics::Counter) -> anyhow::Result<(AccessLog, Writer)> {
-    let target =
-        Target::open(path).with_context(|| format!("cannot open the access log {} (access_log)", path.display()))?;
+/// Opens `path` (`-` for stdout; a new file gets `mode`) and starts the writer. An unopenable file is an error
+/// here, at start-up. `dropped` counts the lines dropped when the writer is behind
+/// (`blobgate_access_log_dropped_total`).
+pub fn start(path: &Path, mode: u32, dropped: metrics::Counter) -> anyhow::Result<(AccessLog, Writer)> {
+    let target = Target::open(path, mode)
+        .with_context(|| format!("cannot open the access log {} (access_log)", path.display()))?;
     let (lines, received) = sync_channel(CHANNEL_CAPACITY);
     let stop = Arc::new(AtomicBool::new(false));
     let thread = std::thread::Builder::new()

@@ -25,12 +25,19 @@ pub struct Settings {
     pub listen: SocketAddr,
     /// Uploads, management, `/healthz` and `/metrics`.
     pub admin_listen: SocketAddr,
-    /// A `tracing` filter, e.g. `info` or `blobgate=debug`; `RUST_LOG` wins when set.
+    /// A `tracing` filter, e.g. `info` or `blobgate=debug`; `RUST_LOG` wins when set. sqlx's own lines show at
+    /// `warn` and above unless the filter names `sqlx`.
     pub log: String,
+    /// The process log's format on stderr: `text` (for people) or `json` (one JSON object a line, for shippers).
+    pub log_format: LogFormat,
     /// The access log: one JSON line per response on both listeners; `-` is stdout; unset, none is written.
     /// Also `--access-log` and `BLOBGATE_ACCESS_LOG`. SIGHUP reopens the file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access_log: Option<PathBuf>,
+    /// The mode a new access log file gets, in octal (`0640`: a log shipper in the file's group can read it),
+    /// whatever the umask. An existing file keeps its own.
+    #[serde(deserialize_with = "octal_digits")]
+    pub access_log_mode: String,
     pub limits: Limits,
     pub timeouts: Timeouts,
     pub auth: AuthSettings,
@@ -39,6 +46,30 @@ pub struct Settings {
     pub runtime: RuntimeSettings,
     /// Fault injection for the test suite; every value is off by default.
     pub faults: Faults,
+}
+
+/// A file mode as octal digits: a string (`"0640"`), or a number whose digits are read as octal, since the
+/// environment's `0640` arrives as the number 640.
+fn octal_digits<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Digits {
+        Text(String),
+        Number(u64),
+    }
+    Ok(match Digits::deserialize(deserializer)? {
+        Digits::Text(text) => text,
+        Digits::Number(n) => n.to_string(),
+    })
+}
+
+/// `log_format`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -330,7 +361,9 @@ impl Default for Settings {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
             log: "info".into(),
+            log_format: LogFormat::Text,
             access_log: None,
+            access_log_mode: "0640".into(),
             limits: Limits::default(),
             timeouts: Timeouts::default(),
             auth: AuthSettings::default(),
@@ -419,7 +452,9 @@ const SETTING_KEYS: &[&str] = &[
     "listen",
     "admin_listen",
     "log",
+    "log_format",
     "access_log",
+    "access_log_mode",
     "limits",
     "timeouts",
     "auth",
@@ -510,6 +545,7 @@ impl Settings {
             bail!("data_dir must not be empty");
         }
         check_log_filter("log", &self.log)?;
+        self.access_log_mode()?;
         self.database_url()?;
         // The background sync runs every second: a shorter window would flap.
         if self.database.max_staleness < Duration::from_secs(2) {
@@ -521,6 +557,19 @@ impl Settings {
         Ok(())
     }
 
+    /// `access_log_mode` as permission bits: octal, at most `0777`, and readable and writable by the owner (the
+    /// server writes it, and reopens it after logrotate).
+    pub fn access_log_mode(&self) -> anyhow::Result<u32> {
+        let text = self.access_log_mode.trim();
+        match u32::from_str_radix(text.strip_prefix("0o").unwrap_or(text), 8) {
+            Ok(mode) if mode <= 0o777 && mode & 0o600 == 0o600 => Ok(mode),
+            Ok(_) => {
+                bail!("access_log_mode {text:?} must be at most 0777 and include 0600 (the owner reads and writes it)")
+            }
+            Err(_) => bail!("access_log_mode {text:?} is not an octal file mode such as 0640"),
+        }
+    }
+
     /// `database.url`, parsed; SQLite's `blobgate.db` in the data dir when it is unset.
     pub fn database_url(&self) -> anyhow::Result<DatabaseUrl> {
         match &self.database.url {
@@ -528,6 +577,13 @@ impl Settings {
             None => Ok(DatabaseUrl::in_data_dir(&self.data_dir)),
         }
     }
+}
+
+/// `filter` with sqlx's own lines at `warn` and above, unless it names `sqlx` itself: its pool and connection
+/// chatter at `info` (every reconnect attempt during an outage) is noise for an operator, and the outage is logged
+/// once by the readiness probe.
+pub fn with_quiet_sqlx(filter: &str) -> String {
+    if filter.contains("sqlx") { filter.to_owned() } else { format!("{filter},sqlx=warn") }
 }
 
 /// The `tracing` filter in force: `RUST_LOG` when it is set and not empty, else `setting`. A `RUST_LOG` that is not

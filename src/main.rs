@@ -5,6 +5,7 @@
 use std::process::ExitCode;
 
 use blobgate::cli::{Cli, Command};
+use blobgate::config::LogFormat;
 use blobgate::startup::{Application, shutdown_signal};
 use clap::Parser;
 
@@ -52,7 +53,8 @@ fn usage_error(e: clap::Error) -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     let settings = cli.settings()?;
     let serving = matches!(cli.command, Command::Serve { .. });
-    init_logging(&blobgate::config::log_filter(if serving { &settings.log } else { "warn" })?);
+    let filter = blobgate::config::log_filter(if serving { &settings.log } else { "warn" })?;
+    init_logging(&blobgate::config::with_quiet_sqlx(&filter), settings.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         if serving {
@@ -65,9 +67,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     })
 }
 
-/// `filter` was checked by `config::log_filter`, so an unusable one never reaches here silently.
-fn init_logging(filter: &str) {
+/// `filter` was checked by `config::log_filter`, so an unusable one never reaches here silently. JSON lines carry
+/// the event's fields at the top level beside `timestamp`, `level`, `target` and `message`, and its spans.
+fn init_logging(filter: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::new(filter);
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).init();
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+        LogFormat::Json => logs.json().flatten_event(true).with_current_span(true).with_span_list(false).init(),
+    }
 }

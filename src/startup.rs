@@ -80,7 +80,9 @@ impl Application {
             .and_then(|socket| TcpListener::from_std(socket.into()))
             .with_context(|| format!("cannot listen on {} (admin_listen)", settings.admin_listen))?;
         let dropped = metrics::counter!(crate::metrics::ACCESS_LOG_DROPPED);
-        let access_log = settings.access_log.as_deref().map(|path| access_log::start(path, dropped)).transpose()?;
+        let access_log_mode = settings.access_log_mode()?;
+        let access_log =
+            settings.access_log.as_deref().map(|path| access_log::start(path, access_log_mode, dropped)).transpose()?;
         let open_files = raise_open_file_limit();
         // A quarter of the fd budget for cached blobs; the rest is for connections and the database.
         let staleness = StalenessBounds {
@@ -144,6 +146,7 @@ impl Application {
                 }
             }
         });
+        crate::metrics::register_all(crate::auth::FailureReason::ALL.map(crate::auth::FailureReason::label));
         // The gauge says what /readyz says from the first request on, not 0 until the first probe returns.
         metrics::gauge!(crate::metrics::DATABASE_UP).set(if self.admin.database.is_reachable() { 1.0 } else { 0.0 });
         let probe = tokio::spawn(probe_database(

@@ -69,6 +69,19 @@ pub enum FailureReason {
 }
 
 impl FailureReason {
+    /// Every reason, so the metric's series exist (at 0) from start-up.
+    pub const ALL: [FailureReason; 9] = [
+        FailureReason::Missing,
+        FailureReason::Malformed,
+        FailureReason::UnknownToken,
+        FailureReason::Revoked,
+        FailureReason::Expired,
+        FailureReason::Forbidden,
+        FailureReason::BadSignature,
+        FailureReason::SignatureExpired,
+        FailureReason::SignatureRevoked,
+    ];
+
     pub fn label(self) -> &'static str {
         match self {
             FailureReason::Missing => "missing",

@@ -47,7 +47,7 @@ async fn native_or_s3_put(State(app): State<AdminState>, request: axum::extract:
         return super::s3_write::serve(app, request).await;
     }
     let (parts, body) = request.into_parts();
-    super::upload::put_object(State(app), parts.uri, parts.headers, Body::new(body)).await.into_response()
+    super::upload::put_object(State(app), parts.uri, parts.headers, Body::new(body)).await
 }
 
 async fn native_or_s3_delete(

@@ -64,12 +64,25 @@ pub(super) async fn upload_place(app: &AdminState) -> Result<UploadPlace<'_>, Ap
 /// being written while the next is received, an upload buffers at most about twice this.
 const WRITE_BATCH: usize = 512 * 1024;
 
-pub async fn put_object(
-    State(app): State<AdminState>,
-    uri: Uri,
-    headers: HeaderMap,
+/// A native `PUT`: the object, or an error; counted in `blobgate_uploads_total{api="native"}` either way.
+pub async fn put_object(State(app): State<AdminState>, uri: Uri, headers: HeaderMap, body: Body) -> Response {
+    let (response, stored) = match store_body(&app, &uri, &headers, body).await {
+        Ok(report) => {
+            let size = report.size;
+            ((StatusCode::CREATED, axum::Json(report)).into_response(), size)
+        }
+        Err(e) => (e.into_response(), 0),
+    };
+    crate::metrics::upload_finished(crate::metrics::UploadApi::Native, response.status(), stored);
+    response
+}
+
+async fn store_body(
+    app: &AdminState,
+    uri: &Uri,
+    headers: &HeaderMap,
     body: Body,
-) -> Result<Response, ApiError> {
+) -> Result<crate::store::PutReport, ApiError> {
     let (bucket_name, key) = parse_object_path(uri.path())?;
     let bucket = app.store.meta.bucket(&bucket_name).await?;
     app.auth.write(bucket.as_ref(), &key, crate::auth::credentials(&headers, None)?).await?;
@@ -88,13 +101,12 @@ pub async fn put_object(
     if declared.is_some_and(|n| n > limit) {
         return Err(ApiError::PayloadTooLarge(format!("objects are limited to {limit} bytes")));
     }
-    let _place = upload_place(&app).await?;
-    let staged = stage_body(&app, body, limit, &mut Plain).await?;
+    let _place = upload_place(app).await?;
+    let staged = stage_body(app, body, limit, &mut Plain).await?;
     if declared.is_some_and(|n| n != staged.size) {
         return Err(ApiError::BadRequest("body length differs from Content-Length".into()));
     }
-    let report = app.store.put(&bucket_name, &key, staged, attrs).await?;
-    Ok((StatusCode::CREATED, axum::Json(report)).into_response())
+    Ok(app.store.put(&bucket_name, &key, staged, attrs).await?)
 }
 
 pub async fn delete_object(State(app): State<AdminState>, uri: Uri, headers: HeaderMap) -> Result<Response, ApiError> {

@@ -42,6 +42,28 @@ pub const DATABASE_UP: &str = "blobgate_database_up";
 pub const CACHE_SYNC_AGE: &str = "blobgate_cache_sync_age_seconds";
 pub const STATS_BUFFER_DROPPED: &str = "blobgate_stats_buffer_dropped_total";
 pub const STATS_PENDING: &str = "blobgate_stats_pending_objects";
+pub const UPLOADS: &str = "blobgate_uploads_total";
+pub const UPLOAD_BYTES: &str = "blobgate_upload_bytes_total";
+
+/// The `api` label of `blobgate_uploads_total`: which front end took the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UploadApi {
+    Native,
+    S3,
+}
+
+impl UploadApi {
+    fn label(self) -> &'static str {
+        match self {
+            UploadApi::Native => "native",
+            UploadApi::S3 => "s3",
+        }
+    }
+}
+
+/// The `result` label of `blobgate_uploads_total`: stored, refused (a 4xx: the client's doing, such as a failed
+/// condition, a bad digest, a size limit or a stalled body) or failed (a 5xx: ours, or the database's).
+const UPLOAD_RESULTS: [&str; 3] = ["stored", "refused", "failed"];
 
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 const KINDS: [&str; 6] = ["full", "range", "multipart", "not_modified", "head", "other"];
@@ -111,6 +133,69 @@ fn describe() {
         "Download records dropped because the stats buffer (limits.stats_buffer_objects) was full while writes failed."
     );
     describe_gauge!(STATS_PENDING, "Objects (and object-days) whose download counts wait to be written.");
+    describe_counter!(
+        UPLOADS,
+        "Requests that carried object bytes (native PUT, S3 PutObject and UploadPart), by API and result."
+    );
+    describe_counter!(UPLOAD_BYTES, Unit::Bytes, "Object bytes stored by uploads (body bytes, after decoding).");
+}
+
+/// Registers every series (counters at 0, gauges at their resting value) so that `/metrics` lists each one from
+/// start-up: a dashboard or an alert on `rate(x[5m])` must not see "no data" until the first event.
+/// `auth_failure_reasons` are the `reason` labels of `blobgate_auth_failures_total` (`auth::FailureReason`).
+pub fn register_all(auth_failure_reasons: impl IntoIterator<Item = &'static str>) {
+    for name in [
+        SENT_BYTES,
+        SENDFILE_CALLS,
+        TRUNCATED,
+        ABORTED,
+        STALLED,
+        ACCEPT_ERRORS,
+        BLOB_OPEN_ERRORS,
+        COLD_CHUNKS,
+        STATS_DROPPED,
+        STATS_FLUSH_ERRORS,
+        IDLE_RECLAIMED,
+        PER_IP_REFUSED,
+        UPLOADS_REFUSED,
+        MULTIPART_EXPIRED,
+        UPLOAD_BODY_TIMEOUTS,
+        ACCESS_LOG_DROPPED,
+        STATS_BUFFER_DROPPED,
+        UPLOAD_BYTES,
+    ] {
+        counter!(name).increment(0);
+    }
+    for class in CLASSES {
+        for kind in KINDS {
+            counter!(RESPONSES, "class" => class, "kind" => kind).increment(0);
+        }
+    }
+    for reason in auth_failure_reasons {
+        counter!(AUTH_FAILURES, "reason" => reason).increment(0);
+    }
+    for api in [UploadApi::Native, UploadApi::S3] {
+        for result in UPLOAD_RESULTS {
+            counter!(UPLOADS, "api" => api.label(), "result" => result).increment(0);
+        }
+    }
+    for name in [OPEN_CONNECTIONS, ACTIVE_DOWNLOADS, UPLOADS_IN_PROGRESS, UPLOADS_WAITING, STATS_PENDING, STATS_LAG] {
+        gauge!(name).increment(0.0);
+    }
+    gauge!(CACHE_SYNC_AGE).set(0.0);
+}
+
+/// One request that carried object bytes ended with `status`; `stored_bytes` is what it stored (0 unless stored).
+pub fn upload_finished(api: UploadApi, status: StatusCode, stored_bytes: u64) {
+    let result = match status.as_u16() {
+        200..=299 => "stored",
+        400..=499 => "refused",
+        _ => "failed",
+    };
+    counter!(UPLOADS, "api" => api.label(), "result" => result).increment(1);
+    if result == "stored" {
+        counter!(UPLOAD_BYTES).increment(stored_bytes);
+    }
 }
 
 /// Pre-registered handles for the data driver.

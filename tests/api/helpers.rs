@@ -131,9 +131,16 @@ impl TestEnv {
             let _ = child.kill();
             panic!("server did not start; log:\n{}", log.lock().unwrap())
         });
+        // `data=ADDR` in the text log, `"data":"ADDR"` in the JSON one (`log_format = "json"`).
         let addr = |field: &str| -> SocketAddr {
-            let start = line.find(&format!("{field}=")).expect("address field") + field.len() + 1;
-            line[start..].split_whitespace().next().unwrap().parse().expect("socket address")
+            let (text, json) = (format!("{field}="), format!("\"{field}\":\""));
+            let start = match (line.find(&text), line.find(&json)) {
+                (Some(at), _) => at + text.len(),
+                (None, Some(at)) => at + json.len(),
+                (None, None) => panic!("no {field} address in {line}"),
+            };
+            let end = line[start..].find(|c: char| c.is_whitespace() || c == '"').map_or(line.len(), |n| start + n);
+            line[start..end].parse().expect("socket address")
         };
         Server { child: Some(child), wrapped: !wrapper.is_empty(), data: addr("data"), admin: addr("admin"), log }
     }
