@@ -85,7 +85,7 @@ async fn store_body(
 ) -> Result<crate::store::PutReport, ApiError> {
     let (bucket_name, key) = parse_object_path(uri.path())?;
     let bucket = app.store.meta.bucket(&bucket_name).await?;
-    app.auth.write(bucket.as_ref(), &key, crate::auth::credentials(&headers, None)?).await?;
+    app.auth.write(bucket.as_ref(), &key, crate::auth::credentials(headers, None)?).await?;
     crate::store::require_bucket(bucket, &bucket_name)?;
     let text = |name: header::HeaderName| -> Result<Option<String>, ApiError> {
         headers
