@@ -104,8 +104,9 @@ pub enum Command {
         bucket: String,
         /// The object's key (it need not exist yet).
         key: String,
-        /// Lifetime in seconds (at most auth.presign_max_lifetime).
-        #[arg(long, value_name = "SECS", default_value_t = 3600)]
+        /// Lifetime: seconds or a duration as the config takes it (`3600`, `1h`, `7days`); at most
+        /// auth.presign_max_lifetime.
+        #[arg(long, value_name = "DURATION", default_value = "3600", value_parser = duration_secs)]
         expires_in: u64,
         /// Scheme, host and port of the data listener [default: http://<listen>]
         #[arg(long, value_name = "URL")]
@@ -243,8 +244,9 @@ pub struct GrantArgs {
     /// read (GET/HEAD, listings), write (read + uploads and deletes) or admin.
     #[arg(long, default_value = "read")]
     pub scope: String,
-    /// Lifetime in seconds; without it, it does not expire.
-    #[arg(long, value_name = "SECS")]
+    /// Lifetime: seconds or a duration as the config takes it (`3600`, `1h`, `7days`); without it, it does not
+    /// expire.
+    #[arg(long, value_name = "DURATION", value_parser = duration_secs)]
     pub expires_in: Option<u64>,
 }
 
@@ -498,8 +500,33 @@ pub fn rfc3339(unix_secs: i64) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
+/// `--expires-in`: whole seconds (`3600`) or a duration in the config's spelling (`1h`, `90min`, `7days`).
+fn duration_secs(value: &str) -> Result<u64, String> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Ok(secs);
+    }
+    let duration = humantime::parse_duration(value)
+        .map_err(|_| format!("{value:?} is not a duration: give seconds (3600) or a duration (1h, 7days)"))?;
+    if duration.subsec_nanos() != 0 {
+        return Err(format!("{value:?} is not a whole number of seconds"));
+    }
+    Ok(duration.as_secs())
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn expires_in_takes_seconds_or_the_configs_durations() {
+        for (given, secs) in [("3600", 3600), ("1h", 3600), ("7days", 604_800), ("90min", 5400), (" 2s ", 2), ("0", 0)]
+        {
+            assert_eq!(duration_secs(given), Ok(secs), "{given}");
+        }
+        for bad in ["", "soon", "-5", "1.5s", "500ms"] {
+            assert!(duration_secs(bad).is_err(), "{bad}");
+        }
+    }
     use clap::CommandFactory;
 
     use super::*;

@@ -396,6 +396,12 @@ impl Query {
     fn refuse_subresources(&self, known: &[&str]) -> Result<(), S3Error> {
         match self.pairs.iter().find(|(k, _)| !known.contains(&k.as_str()) && !is_signing_or_sdk_param(k)) {
             None => Ok(()),
+            // A SigV2 presign (`AWSAccessKeyId`, `Signature`, `Expires`) gets the SigV2 answer, whichever of its
+            // parameters comes first.
+            Some(_) if self.has("AWSAccessKeyId") && !self.has("X-Amz-Algorithm") => {
+                let error = crate::auth::sigv4::sigv2_refused();
+                Err(AuthError::SigV4 { reason: crate::auth::FailureReason::Malformed, error }.into())
+            }
             Some((k, _)) => Err(S3Error::new(
                 StatusCode::NOT_IMPLEMENTED,
                 "NotImplemented",

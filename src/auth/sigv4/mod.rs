@@ -475,6 +475,8 @@ pub(crate) fn cold<T>(make: impl FnOnce() -> T) -> T {
 
 mod parsing;
 
+pub use parsing::sigv2_refused;
+
 #[cfg(test)]
 mod botocore_tests;
 #[cfg(test)]

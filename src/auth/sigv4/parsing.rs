@@ -88,14 +88,7 @@ fn authorization_header<'h>(found: &AuthHeaders<'h>) -> Result<Option<Authorizat
     let scheme = split_ascii(text, b' ').next().unwrap_or("");
     let sigv4 = match scheme {
         ALGORITHM => Some(text[ALGORITHM.len()..].trim_start_matches(' ')),
-        "AWS" => {
-            return Err(cold(|| {
-                SigV4Error::InvalidRequest(
-                    "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256."
-                        .into(),
-                )
-            }));
-        }
+        "AWS" => return Err(cold(sigv2_refused)),
         s if s.starts_with("AWS4-") => {
             return Err(cold(|| SigV4Error::InvalidRequest(format!("Unsupported Authorization Type: {s}"))));
         }
@@ -119,14 +112,25 @@ struct QueryParams {
     signature: Option<String>,
 }
 
+/// SigV2, in the header (`AWS ak:sig`) or presigned (`AWSAccessKeyId=`), in S3's words.
+pub fn sigv2_refused() -> SigV4Error {
+    SigV4Error::InvalidRequest(
+        "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.".into(),
+    )
+}
+
 fn presign_query(query: Option<&str>) -> Result<Option<QueryParams>, SigV4Error> {
     let Some(query) = query else { return Ok(None) };
     let mut params = QueryParams::default();
-    let mut any = false;
+    let (mut any, mut sigv2) = (false, false);
     for piece in query.split('&').filter(|p| !p.is_empty()) {
         let (raw_name, raw_value) = piece.split_once('=').unwrap_or((piece, ""));
         let name = query_decode(raw_name);
         let slot = match name.as_slice() {
+            b"AWSAccessKeyId" => {
+                sigv2 = true;
+                continue;
+            }
             n if n == QUERY_ALGORITHM.as_bytes() => &mut params.algorithm,
             n if n == QUERY_CREDENTIAL.as_bytes() => &mut params.credential,
             n if n == QUERY_DATE.as_bytes() => &mut params.date,
@@ -145,6 +149,9 @@ fn presign_query(query: Option<&str>) -> Result<Option<QueryParams>, SigV4Error>
     // Only the parameters that say "this is a SigV4 presign" make it one; the others are ordinary names a
     // client may use (they are then simply signed query parameters).
     let presign = params.algorithm.is_some() || params.credential.is_some() || params.signature.is_some();
+    if sigv2 && !presign {
+        return Err(cold(sigv2_refused));
+    }
     Ok((any && presign).then_some(params))
 }
 

@@ -426,6 +426,10 @@ fn what_is_not_sigv4_and_what_is_refused() {
     assert_eq!(none(&HeaderMap::new(), Some("X-Amz-Date=1&X-Amz-Expires=2")), Ok(None));
     let code = |h: &HeaderMap, q: Option<&str>| none(h, q).unwrap_err().code();
     assert_eq!(code(&headers(&[("authorization", "AWS AKID:c2ln")]), None), "InvalidRequest");
+    // A SigV2 presign gets SigV2's answer too, whatever the order of its parameters.
+    for sigv2 in ["AWSAccessKeyId=AKID&Expires=9&Signature=c2ln", "Signature=c2ln&Expires=9&AWSAccessKeyId=AKID"] {
+        assert_eq!(code(&HeaderMap::new(), Some(sigv2)), "InvalidRequest", "{sigv2}");
+    }
     assert_eq!(code(&headers(&[("authorization", "AWS4-ECDSA-P256-SHA256 Credential=x")]), None), "InvalidRequest");
     let h = get_object_headers(GET_OBJECT_SIGNATURE);
     assert_eq!(code(&h, Some(PRESIGNED_QUERY)), "InvalidArgument");
