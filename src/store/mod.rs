@@ -32,7 +32,7 @@ pub use metadata::{
     ObjectRecord, ObjectStats, PartRecord, S3KeyRecord, Scope, SigningKey, StatsFlush, StatsOrder, TokenRecord,
     UploadRecord, Upsert, VariantRecord, WriteTx,
 };
-pub use multipart::{CompleteReport, MultipartError};
+pub use multipart::{CompleteReport, MultipartError, UploadLimits};
 
 use crate::config::{DatabaseTimeouts, DatabaseUrl};
 use crate::header_values::content_coding::ContentCoding;
