@@ -185,7 +185,8 @@ pub enum BucketCommand {
     /// servers apply it at their next request.
     #[command(subcommand)]
     Cors(CorsCommand),
-    /// Delete a bucket with its tokens and download stats; refused while it has objects, unless --force.
+    /// Delete a bucket with its tokens, download stats and unfinished S3 uploads; refused while it has objects,
+    /// unless --force.
     Delete {
         /// The bucket to delete.
         name: String,
@@ -420,9 +421,9 @@ async fn run_on_store(command: Command, settings: Settings) -> anyhow::Result<()
                 BucketDeletion::NotEmpty { objects } => {
                     bail!("bucket {name} has {objects} objects: delete them first, or use --force")
                 }
-                BucketDeletion::Deleted { objects, tokens } => {
+                BucketDeletion::Deleted { objects, tokens, uploads } => {
                     let line = serde_json::json!({ "bucket": name.as_str(), "deleted_objects": objects,
-                        "deleted_tokens": tokens });
+                        "deleted_tokens": tokens, "aborted_uploads": uploads });
                     println!("{line}");
                 }
             }

@@ -555,7 +555,7 @@ impl Store {
     }
 
     /// Removes part files no row names any more (best effort: what fails is left to the sweep).
-    async fn remove_part_files(&self, names: Vec<String>) {
+    pub(super) async fn remove_part_files(&self, names: Vec<String>) {
         if names.is_empty() {
             return;
         }
@@ -623,6 +623,7 @@ mod tests {
     use sha2::Sha256;
 
     use super::*;
+    use crate::store::BucketDeletion;
     use crate::store::metadata::{TestBackend, on_both_backends, test_database_url};
 
     const BUCKET: &str = "bkt";
@@ -1040,15 +1041,24 @@ mod tests {
         assert!(store.list_parts(&b, &k, &upload.id, 0, 10).await.is_ok());
     }
 
-    on_both_backends!(deleting_a_bucket_drops_its_uploads);
-    async fn deleting_a_bucket_drops_its_uploads(backend: TestBackend) {
-        let (_dir, store) = store(backend).await;
+    on_both_backends!(deleting_a_bucket_aborts_its_uploads_and_removes_their_part_files);
+    async fn deleting_a_bucket_aborts_its_uploads_and_removes_their_part_files(backend: TestBackend) {
+        let (dir, store) = store(backend).await;
         let (b, k) = names("k");
         let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
         put(&store, "k", &upload.id, 1, b"x").await;
-        store.delete_bucket(&b, false).await.unwrap();
+        put(&store, "k", &upload.id, 2, b"y").await;
+        // With an object, a delete without force is refused and aborts nothing.
+        store.put(&b, &k, stage(&store, b"object"), ObjectAttrs::default()).await.unwrap();
+        assert!(matches!(store.delete_bucket(&b, false).await.unwrap(), BucketDeletion::NotEmpty { objects: 1 }));
+        assert!(store.meta.upload(&upload.id).await.unwrap().is_some());
+        store.delete(&b, &k).await.unwrap();
+        // Without objects, unfinished uploads do not keep the bucket (as in S3): they go with it, files and all.
+        let deleted = store.delete_bucket(&b, false).await.unwrap();
+        assert_eq!(deleted, BucketDeletion::Deleted { objects: 0, tokens: 0, uploads: 1 });
         assert_eq!(store.meta.upload(&upload.id).await.unwrap(), None);
-        assert_eq!(store.sweep(Duration::ZERO).await.unwrap().part_files, 1, "its part files are reclaimed");
+        assert!(files(&dir.path().join("parts")).is_empty(), "the part files went at once");
+        assert_eq!(store.sweep(Duration::ZERO).await.unwrap().part_files, 0);
     }
 
     fn limits(max_part_bytes: u64, max_object_bytes: u64, per_key: Option<u64>) -> UploadLimits {

@@ -343,6 +343,24 @@ impl WriteTx {
         Ok(HeldBytes { upload: upload as u64, creator: creator.map(|_| by_creator as u64) })
     }
 
+    /// Deletes every upload of the bucket with its parts (a bucket delete); returns how many uploads went and the
+    /// part files their parts named.
+    pub async fn delete_bucket_uploads(&mut self, bucket_id: i64) -> Result<(u64, Vec<String>), MetadataError> {
+        let names: Vec<String> = with_tx!(&mut self.tx, tx => sqlx::query_scalar(
+            "DELETE FROM multipart_parts WHERE upload_id IN (SELECT id FROM multipart_uploads WHERE bucket_id = $1)
+             RETURNING staged_name",
+        )
+        .bind(bucket_id)
+        .fetch_all(&mut **tx)
+        .await?);
+        let uploads = with_tx!(&mut self.tx, tx => sqlx::query("DELETE FROM multipart_uploads WHERE bucket_id = $1")
+            .bind(bucket_id)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected());
+        Ok((uploads, names))
+    }
+
     /// Whether any part row names the file `parts/<name>` (for the sweep, under the write lock).
     pub async fn part_file_is_referenced(&mut self, name: &str) -> Result<bool, MetadataError> {
         let found: bool = with_tx!(&mut self.tx, tx =>
@@ -492,6 +510,26 @@ mod tests {
         assert_eq!(meta.held_bytes("b1", 1, Some("AKBGB")).await.unwrap(), HeldBytes { upload: 40, creator: Some(40) });
         let none = HeldBytes { upload: 0, creator: Some(0) };
         assert_eq!(meta.held_bytes("nope", 1, Some("AKBGC")).await.unwrap(), none);
+    }
+
+    on_both_backends!(deleting_a_buckets_uploads_returns_their_part_files);
+    async fn deleting_a_buckets_uploads_returns_their_part_files(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let other = meta.create_bucket(&BucketName::parse("other").unwrap(), false, 0).await.unwrap();
+        for (id, b) in [("u1", bucket.id), ("u2", bucket.id), ("u3", other.id)] {
+            meta.create_upload(&upload(id, b, "k", 0)).await.unwrap();
+        }
+        let mut tx = meta.begin_write().await.unwrap();
+        for (id, n) in [("u1", 1), ("u1", 2), ("u3", 1)] {
+            tx.upsert_part(id, &part(n, &format!("{id}-{n}"))).await.unwrap();
+        }
+        let (uploads, mut names) = tx.delete_bucket_uploads(bucket.id).await.unwrap();
+        names.sort();
+        assert_eq!((uploads, names), (2, vec!["u1-1".to_owned(), "u1-2".to_owned()]));
+        tx.commit().await.unwrap();
+        assert_eq!(meta.upload("u1").await.unwrap(), None);
+        assert!(meta.upload("u3").await.unwrap().is_some(), "another bucket's upload stays");
     }
 
     on_both_backends!(old_uploads_are_found_oldest_first);
