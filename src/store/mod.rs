@@ -30,7 +30,7 @@ pub use blobs::{BlobStore, BlobWriter, StagedBlob};
 pub use metadata::{
     Bucket, CacheChange, Catchup, ChangeFeed, ChangeKind, DatabaseHealth, Flushed, Grant, Metadata, MetadataError,
     ObjectRecord, ObjectStats, PartRecord, S3KeyRecord, Scope, SigningKey, StatsFlush, StatsOrder, TokenRecord,
-    UploadRecord, Upsert, VariantRecord, WriteTx,
+    UploadRecord, UploadSummary, Upsert, VariantRecord, WriteTx,
 };
 pub use multipart::{CompleteReport, MultipartError, UploadLimits};
 

@@ -373,6 +373,8 @@ fn a_missing_data_dir_is_an_error_naming_it_and_nothing_is_created() {
         &["presign", "bkt", "k"],
         &["signing", "list"],
         &["signing", "rotate"],
+        &["uploads", "list"],
+        &["uploads", "abort", "bkt", "k", "0123"],
     ];
     let expected = format!("blobgate: data dir {} does not exist", data.display());
     for args in commands {
@@ -697,6 +699,7 @@ fn read_only_commands_create_nothing_and_work_on_a_read_only_data_dir() {
     for (args, want) in read_only.iter().zip(&expected) {
         assert_eq!(&copy.ok(args), want, "{args:?} on a read-only data dir");
     }
+    assert_eq!(copy.ok(&["uploads", "list"]), "", "uploads list reads only (there are none here)");
     for args in [&["bucket", "create", "new"][..], &["rm", "bkt", "b.bin"], &["token", "create", "--bucket", "bkt"]] {
         copy.fails(args);
     }

@@ -28,6 +28,14 @@ pub struct HeldBytes {
     pub creator: Option<u64>,
 }
 
+/// An upload in progress with what its parts hold (`blobgate uploads list`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadSummary {
+    pub upload: UploadRecord,
+    pub parts: u64,
+    pub bytes: u64,
+}
+
 /// One uploaded part.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartRecord {
@@ -86,6 +94,14 @@ impl From<UploadRow> for UploadRecord {
 }
 
 #[derive(sqlx::FromRow)]
+struct SummaryRow {
+    #[sqlx(flatten)]
+    upload: UploadRow,
+    parts: i64,
+    bytes: i64,
+}
+
+#[derive(sqlx::FromRow)]
 struct PartRow {
     part_number: i64,
     size: i64,
@@ -106,6 +122,22 @@ impl From<PartRow> for PartRecord {
             created_at: r.created_at,
         }
     }
+}
+
+/// The SQL of a keyset page of a bucket's uploads, by key and then by id, with the columns `extra` adds: $1 the
+/// bucket id, $2 a key prefix, $3 its upper bound (when `upper`), $4 the key marker, $5 the upload id marker
+/// (`""`: after every upload of the key, none: after nothing of it), $6 the limit.
+fn uploads_page_sql(extra: &str, upper: bool, after: Option<(&str, Option<&str>)>) -> String {
+    let after_clause = match after {
+        None => "",
+        Some((_, None)) => " AND key > $4",
+        Some((_, Some(_))) => " AND (key > $4 OR (key = $4 AND id > $5))",
+    };
+    let upper_clause = if upper { " AND key < $3" } else { "" };
+    format!(
+        "SELECT {UPLOAD_COLUMNS}{extra} FROM multipart_uploads
+         WHERE bucket_id = $1 AND key >= $2{upper_clause}{after_clause} ORDER BY key, id LIMIT $6"
+    )
 }
 
 /// The bytes held beside part $2 of upload $1: the upload's other parts, and every part of the uploads creator $3
@@ -202,17 +234,7 @@ impl Metadata {
         limit: u32,
     ) -> Result<Vec<UploadRecord>, MetadataError> {
         let upper = prefix_upper_bound(prefix);
-        // $2 prefix, $3 its upper bound, $4 the key marker, $5 the upload id marker (''=after every upload of it).
-        let after_clause = match after {
-            None => "",
-            Some((_, None)) => " AND key > $4",
-            Some((_, Some(_))) => " AND (key > $4 OR (key = $4 AND id > $5))",
-        };
-        let upper_clause = if upper.is_some() { " AND key < $3" } else { "" };
-        let sql = format!(
-            "SELECT {UPLOAD_COLUMNS} FROM multipart_uploads
-             WHERE bucket_id = $1 AND key >= $2{upper_clause}{after_clause} ORDER BY key, id LIMIT $6"
-        );
+        let sql = uploads_page_sql("", upper.is_some(), after);
         let rows: Vec<UploadRow> = with_pool!(&self.backend, pool => sqlx::query_as(&sql)
             .bind(bucket_id)
             .bind(prefix)
@@ -223,6 +245,34 @@ impl Metadata {
             .fetch_all(pool)
             .await?);
         Ok(rows.into_iter().map(UploadRecord::from).collect())
+    }
+
+    /// Up to `limit` uploads of a bucket with their part counts and bytes, by key and then by age, after `after`
+    /// (key, upload id): `list_uploads`'s keyset read, plus two sums over each upload's part rows.
+    pub async fn upload_summaries(
+        &self,
+        bucket_id: i64,
+        after: Option<(&str, &str)>,
+        limit: u32,
+    ) -> Result<Vec<UploadSummary>, MetadataError> {
+        let after = after.map(|(key, id)| (key, Some(id)));
+        let totals = ", (SELECT count(*) FROM multipart_parts p WHERE p.upload_id = multipart_uploads.id) AS parts,
+                        (SELECT CAST(coalesce(sum(p.size), 0) AS BIGINT) FROM multipart_parts p
+                         WHERE p.upload_id = multipart_uploads.id) AS bytes";
+        let sql = uploads_page_sql(totals, false, after);
+        let rows: Vec<SummaryRow> = with_pool!(&self.backend, pool => sqlx::query_as(&sql)
+            .bind(bucket_id)
+            .bind("")
+            .bind(None::<&str>)
+            .bind(after.map(|a| a.0))
+            .bind(after.and_then(|a| a.1))
+            .bind(i64::from(limit))
+            .fetch_all(pool)
+            .await?);
+        Ok(rows
+            .into_iter()
+            .map(|r| UploadSummary { upload: r.upload.into(), parts: r.parts as u64, bytes: r.bytes as u64 })
+            .collect())
     }
 
     /// What is held beside part `part_number` of upload `upload_id` (see [`HELD_BYTES`]). Read outside the write
@@ -510,6 +560,33 @@ mod tests {
         assert_eq!(meta.held_bytes("b1", 1, Some("AKBGB")).await.unwrap(), HeldBytes { upload: 40, creator: Some(40) });
         let none = HeldBytes { upload: 0, creator: Some(0) };
         assert_eq!(meta.held_bytes("nope", 1, Some("AKBGC")).await.unwrap(), none);
+    }
+
+    on_both_backends!(upload_summaries_page_a_buckets_uploads_with_their_parts_and_bytes);
+    async fn upload_summaries_page_a_buckets_uploads_with_their_parts_and_bytes(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let other = meta.create_bucket(&BucketName::parse("other").unwrap(), false, 0).await.unwrap();
+        for (id, key) in [("02", "a"), ("01", "a"), ("03", "b")] {
+            meta.create_upload(&upload(id, bucket.id, key, 0)).await.unwrap();
+        }
+        meta.create_upload(&upload("04", other.id, "a", 0)).await.unwrap();
+        let mut tx = meta.begin_write().await.unwrap();
+        for (id, n) in [("02", 1), ("02", 2), ("03", 3), ("04", 4)] {
+            tx.upsert_part(id, &part(n, &format!("{id}-{n}"))).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+        let rows = |v: Vec<UploadSummary>| v.into_iter().map(|s| (s.upload.id, s.parts, s.bytes)).collect::<Vec<_>>();
+        let all = meta.upload_summaries(bucket.id, None, 10).await.unwrap();
+        assert_eq!(rows(all), [("01".into(), 0, 0), ("02".into(), 2, 30), ("03".into(), 1, 30)]);
+        assert_eq!(rows(meta.upload_summaries(bucket.id, None, 1).await.unwrap()), [("01".into(), 0, 0)]);
+        let next = meta.upload_summaries(bucket.id, Some(("a", "01")), 10).await.unwrap();
+        assert_eq!(rows(next), [("02".into(), 2, 30), ("03".into(), 1, 30)]);
+        assert_eq!(
+            rows(meta.upload_summaries(bucket.id, Some(("a", "02")), 10).await.unwrap()),
+            [("03".into(), 1, 30)]
+        );
+        assert_eq!(rows(meta.upload_summaries(other.id, None, 10).await.unwrap()), [("04".into(), 1, 40)]);
     }
 
     on_both_backends!(deleting_a_buckets_uploads_returns_their_part_files);
