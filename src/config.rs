@@ -288,8 +288,15 @@ pub struct Limits {
     pub max_connections: usize,
     /// Most bytes handed to one sendfile call before yielding, so one fast reader cannot starve the others.
     pub sendfile_chunk_bytes: usize,
-    /// Largest object accepted by an upload on the admin listener; larger gets 413.
+    /// Largest request body of an upload (native PUT, S3 PutObject, UploadPart, and the range of an
+    /// UploadPartCopy); larger gets 413 (S3: `EntityTooLarge`).
     pub max_upload_bytes: u64,
+    /// Largest object: a multipart upload is refused at the UploadPart or UploadPartCopy that would take its parts
+    /// beyond it (and Complete is held to it); a single upload body is held to it too.
+    pub max_object_bytes: u64,
+    /// Bytes that the unfinished multipart uploads one S3 access key started may hold in `parts/` together;
+    /// beyond it a part gets 403 `QuotaExceeded`. 0 turns it off.
+    pub max_unfinished_upload_bytes_per_key: u64,
     /// Open data connections from one client address; beyond it a request gets 503 and the connection closes.
     /// 0 means unlimited.
     pub max_connections_per_ip: usize,
@@ -383,12 +390,21 @@ impl Default for Limits {
             max_connections: 10_000,
             sendfile_chunk_bytes: 2 * 1024 * 1024,
             max_upload_bytes: 5 * 1024 * 1024 * 1024,
+            max_object_bytes: 5 * 1024 * 1024 * 1024 * 1024,
+            max_unfinished_upload_bytes_per_key: 1024 * 1024 * 1024 * 1024,
             max_connections_per_ip: 0,
             max_concurrent_uploads: 64,
             upload_buffer_bytes: 1024 * 1024,
             min_upload_rate: 500,
             stats_buffer_objects: 100_000,
         }
+    }
+}
+
+impl Limits {
+    /// The most bytes one upload body may carry: an object of one body is held to `max_object_bytes` too.
+    pub fn max_body_bytes(&self) -> u64 {
+        self.max_upload_bytes.min(self.max_object_bytes)
     }
 }
 
@@ -507,6 +523,9 @@ impl Settings {
         check("limits.sendfile_chunk_bytes", l.sendfile_chunk_bytes, 4096, 1 << 30)?;
         if l.max_upload_bytes == 0 {
             bail!("limits.max_upload_bytes must be at least 1");
+        }
+        if l.max_object_bytes == 0 {
+            bail!("limits.max_object_bytes must be at least 1");
         }
         check("limits.max_connections_per_ip", l.max_connections_per_ip, 0, 1_000_000)?;
         check("limits.max_concurrent_uploads", l.max_concurrent_uploads, 1, 100_000)?;
@@ -807,6 +826,25 @@ mod tests {
                 let err = Settings::load(None, &FlagOverrides::default()).unwrap_err().to_string();
                 assert!(err.starts_with("database.url must be sqlite://PATH"), "{url}: {err}");
             }
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn upload_bounds_default_to_s3s_and_come_from_the_environment() {
+        Jail::expect_with(|jail| {
+            let l = Settings::load(None, &FlagOverrides::default()).map_err(|e| e.to_string())?.limits;
+            assert_eq!((l.max_upload_bytes, l.max_object_bytes), (5 << 30, 5 << 40), "S3's part and object maxima");
+            assert_eq!(l.max_unfinished_upload_bytes_per_key, 1 << 40);
+            assert_eq!(l.max_body_bytes(), 5 << 30);
+            jail.set_env("BLOBGATE_LIMITS__MAX_OBJECT_BYTES", "1000");
+            jail.set_env("BLOBGATE_LIMITS__MAX_UNFINISHED_UPLOAD_BYTES_PER_KEY", "0");
+            let l = Settings::load(None, &FlagOverrides::default()).map_err(|e| e.to_string())?.limits;
+            assert_eq!((l.max_object_bytes, l.max_unfinished_upload_bytes_per_key), (1000, 0));
+            assert_eq!(l.max_body_bytes(), 1000, "a one-body object is held to max_object_bytes too");
+            jail.set_env("BLOBGATE_LIMITS__MAX_OBJECT_BYTES", "0");
+            let err = Settings::load(None, &FlagOverrides::default()).unwrap_err().to_string();
+            assert_eq!(err, "limits.max_object_bytes must be at least 1");
             Ok(())
         });
     }

@@ -4,6 +4,7 @@
 mod auth;
 mod objects;
 mod stats;
+mod uploads;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -139,6 +140,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// S3 multipart uploads that were neither completed nor aborted (they hold their parts on disk).
+    #[command(subcommand)]
+    Uploads(UploadsCommand),
     /// Store every regular file under DIR, keyed by its path relative to DIR (idempotent).
     Import {
         /// The bucket to store into (it must exist).
@@ -186,13 +190,34 @@ pub enum BucketCommand {
     /// servers apply it at their next request.
     #[command(subcommand)]
     Cors(CorsCommand),
-    /// Delete a bucket with its tokens and download stats; refused while it has objects, unless --force.
+    /// Delete a bucket with its tokens, download stats and unfinished S3 uploads; refused while it has objects,
+    /// unless --force.
     Delete {
         /// The bucket to delete.
         name: String,
         /// Delete its objects first (their blobs go with their last reference).
         #[arg(long)]
         force: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UploadsCommand {
+    /// List unfinished uploads as JSON lines (bucket, key, upload_id, parts, bytes, started, created_by), by
+    /// bucket, then key, then age.
+    List {
+        /// Only this bucket's uploads.
+        #[arg(long)]
+        bucket: Option<String>,
+    },
+    /// Abort an upload: its parts are deleted, and their files removed.
+    Abort {
+        /// The upload's bucket.
+        bucket: String,
+        /// The key the upload was started for.
+        key: String,
+        /// The upload's id, as `uploads list` shows it.
+        upload_id: String,
     },
 }
 
@@ -348,6 +373,7 @@ fn access(command: &Command) -> Access {
         | Command::Token(TokenCommand::List)
         | Command::S3Key(S3KeyCommand::List)
         | Command::Signing(SigningCommand::List)
+        | Command::Uploads(UploadsCommand::List { .. })
         | Command::Db(DbCommand::Copy { .. }) => Access::Read,
         _ => Access::Write,
     }
@@ -422,9 +448,9 @@ async fn run_on_store(command: Command, settings: Settings) -> anyhow::Result<()
                 BucketDeletion::NotEmpty { objects } => {
                     bail!("bucket {name} has {objects} objects: delete them first, or use --force")
                 }
-                BucketDeletion::Deleted { objects, tokens } => {
+                BucketDeletion::Deleted { objects, tokens, uploads } => {
                     let line = serde_json::json!({ "bucket": name.as_str(), "deleted_objects": objects,
-                        "deleted_tokens": tokens });
+                        "deleted_tokens": tokens, "aborted_uploads": uploads });
                     println!("{line}");
                 }
             }
@@ -471,6 +497,10 @@ async fn run_on_store(command: Command, settings: Settings) -> anyhow::Result<()
         }
         Command::Signing(command) => auth::signing(&store, command).await,
         Command::Stats { bucket, prefix, top, by, json } => stats::stats(&store, bucket, &prefix, top, by, json).await,
+        Command::Uploads(UploadsCommand::List { bucket }) => uploads::list(&store, bucket.as_deref()).await,
+        Command::Uploads(UploadsCommand::Abort { bucket, key, upload_id }) => {
+            uploads::abort(&store, &bucket, &key, &upload_id).await
+        }
         Command::Db(DbCommand::Copy { to }) => copy_database(&store, &to, &settings).await,
     };
     store.meta.close().await;

@@ -41,7 +41,7 @@ use crate::s3::request::{
     parse_if_match, parse_metadata_directive, parse_tagging, parse_tagging_directive, parse_tagging_header,
 };
 use crate::s3::xml::{self, CopyResult, DeleteOutcome, ListedPart, ListedUpload, Owner, PartsPage, UploadsPage};
-use crate::store::multipart::MultipartError;
+use crate::store::multipart::{MultipartError, UploadLimits};
 use crate::store::server_copy::{CopiedAttrs, CopyOutcome, Directive, ObjectName};
 use crate::store::{ObjectRecord, StagedBlob, WriteCondition};
 
@@ -142,7 +142,10 @@ async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Re
                 }
                 (Method::POST, None) if param("uploads").is_some() => {
                     let attrs = object_attrs(&parts.headers)?;
-                    let upload = app.store.create_upload(&name, &key, attrs).await.map_err(multipart_error)?;
+                    // The key that starts an upload is the one its parts count for (limits' per-key cap).
+                    let created_by = Some(grant.key.id.as_str());
+                    let upload =
+                        app.store.create_upload(&name, &key, attrs, created_by).await.map_err(multipart_error)?;
                     xml_response(xml::initiate_multipart_upload(name.as_str(), key.as_str(), &upload.id))
                 }
                 (Method::POST, Some(id)) => complete(app, &name, &key, id, &grant, &parts.headers, body).await?,
@@ -345,10 +348,19 @@ fn multipart_error(e: MultipartError) -> S3Error {
             StatusCode::NOT_FOUND
         }
         MultipartError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+        MultipartError::QuotaExceeded { .. } => StatusCode::FORBIDDEN,
         MultipartError::Other(e) => return ApiError::Internal(e).into(),
         _ => StatusCode::BAD_REQUEST,
     };
     S3Error::new(status, e.s3_code(), e.to_string())
+}
+
+/// `multipart_error` for a part (UploadPart, UploadPartCopy): a refusal by a limit is counted, by limit.
+fn part_error(e: MultipartError) -> S3Error {
+    if let Some(limit) = e.refusing_limit() {
+        crate::metrics::multipart_part_refused(limit);
+    }
+    multipart_error(e)
 }
 
 /// How an S3 body is decoded and checked on its way to disk (see the module doc).
@@ -370,6 +382,17 @@ impl S3Body {
             }),
         };
         Ok(Self { decoder, header_checksum })
+    }
+
+    /// The object bytes the request says it carries: `x-amz-decoded-content-length` for aws-chunked bodies (their
+    /// Content-Length counts the framing), else Content-Length. Checked against the body as it is read.
+    fn declared_length(&self, headers: &HeaderMap) -> Option<u64> {
+        match &self.decoder {
+            Some(_) => crate::auth::sigv4::chunked::decoded_content_length(headers).ok(),
+            None => {
+                headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
+            }
+        }
     }
 }
 
@@ -443,16 +466,17 @@ fn content_md5(value: &HeaderValue) -> Result<Vec<u8>, S3Error> {
     })
 }
 
-/// Stages an object or part body: admission (`limits.max_concurrent_uploads`), then the body to disk, decoded
-/// and checked.
-async fn stage(app: &AdminState, grant: &S3Grant, headers: &HeaderMap, body: Body) -> Result<StagedBlob, S3Error> {
-    let limit = app.settings.limits.max_upload_bytes;
-    let mut filter = S3Body::for_request(grant, headers)?;
-    let declared = match &filter.decoder {
-        Some(_) => crate::auth::sigv4::chunked::decoded_content_length(headers).ok(),
-        None => headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok()),
-    };
-    if declared.is_some_and(|n| n > limit) {
+/// Stages an object or part body of at most `limit` bytes through `filter`: admission
+/// (`limits.max_concurrent_uploads`), then the body to disk, decoded and checked.
+async fn stage(
+    app: &AdminState,
+    grant: &S3Grant,
+    headers: &HeaderMap,
+    body: Body,
+    mut filter: S3Body,
+    limit: u64,
+) -> Result<StagedBlob, S3Error> {
+    if filter.declared_length(headers).is_some_and(|n| n > limit) {
         return Err(ApiError::PayloadTooLarge(format!("objects are limited to {limit} bytes")).into());
     }
     let _place = super::upload::upload_place(app).await?;
@@ -476,7 +500,8 @@ async fn put_object(
 ) -> Result<Response, S3Error> {
     let attrs = object_attrs(headers)?;
     let condition = write_condition(headers)?;
-    let staged = stage(app, grant, headers, body).await?;
+    let filter = S3Body::for_request(grant, headers)?;
+    let staged = stage(app, grant, headers, body, filter, app.settings.limits.max_body_bytes()).await?;
     // The ETag S3 gives a single-part upload is the content's MD5, and clients check it (s3cmd retries and fails
     // otherwise, rclone compares it); the put stores it as the object's S3 ETag, which S3 reads answer.
     let md5 =
@@ -497,10 +522,18 @@ async fn upload_part(
     body: Body,
 ) -> Result<Response, S3Error> {
     check_part_number(part_number)?;
-    // An unknown upload is refused before its body is read.
-    app.store.upload_of(bucket, key, upload_id).await.map_err(multipart_error)?;
-    let staged = stage(app, grant, headers, body).await?;
-    let part = app.store.put_part(bucket, key, upload_id, part_number, staged).await.map_err(multipart_error)?;
+    let limits = UploadLimits::of(&app.settings.limits);
+    let filter = S3Body::for_request(grant, headers)?;
+    // An unknown upload, or a part that cannot fit by its declared length, is refused before its body is read.
+    let declared = filter.declared_length(headers);
+    app.store.check_part_room(bucket, key, upload_id, part_number, declared, &limits).await.map_err(part_error)?;
+    let staged = stage(app, grant, headers, body, filter, limits.max_part_bytes).await.inspect_err(|e| {
+        // A body longer than it declared (or declaring nothing) is refused while it streams.
+        if matches!(e, S3Error::Api(ApiError::PayloadTooLarge(_))) {
+            crate::metrics::multipart_part_refused("max_upload_bytes");
+        }
+    })?;
+    let part = app.store.put_part(bucket, key, upload_id, part_number, staged, &limits).await.map_err(part_error)?;
     Ok(with_etag(StatusCode::OK.into_response(), &part.etag()))
 }
 
@@ -626,13 +659,11 @@ async fn upload_part_copy(
         }
         None => (0, source.size),
     };
-    if range.1 > crate::store::multipart::MAX_PART_SIZE {
-        return Err(multipart_error(MultipartError::EntityTooLarge { size: range.1 }));
-    }
-    // The copy writes a part file: it takes an upload place like an uploaded part.
+    // The copy writes a part file: it takes an upload place like an uploaded part, and is bounded like one.
     let _place = super::upload::upload_place(app).await?;
-    let copied = app.store.copy_part(&source, range, target, upload_id, part_number).await;
-    let part = copied.map_err(multipart_error)?.ok_or(ApiError::NotFound)?;
+    let limits = UploadLimits::of(&app.settings.limits);
+    let copied = app.store.copy_part(&source, range, target, upload_id, part_number, &limits).await;
+    let part = copied.map_err(part_error)?.ok_or(ApiError::NotFound)?;
     Ok(xml_response(xml::copy_result(CopyResult::Part, &part.etag(), part.created_at)))
 }
 
@@ -712,7 +743,7 @@ async fn complete(
     let parts: Vec<(u32, String)> = parts.into_iter().map(|p| (p.part_number, p.etag)).collect();
     // Assembly writes a whole object: it takes an upload slot like any body (`limits.max_concurrent_uploads`).
     let _place = super::upload::upload_place(app).await?;
-    let limit = app.settings.limits.max_upload_bytes;
+    let limit = app.settings.limits.max_object_bytes;
     let report = app
         .store
         .complete_upload_within(bucket, key, upload_id, &parts, limit, &condition)

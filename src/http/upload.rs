@@ -95,7 +95,7 @@ async fn store_body(
     };
     let attrs =
         parse_attrs(text(header::CONTENT_TYPE)?, text(header::CACHE_CONTROL)?, text(header::CONTENT_DISPOSITION)?)?;
-    let limit = app.settings.limits.max_upload_bytes;
+    let limit = app.settings.limits.max_body_bytes();
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {

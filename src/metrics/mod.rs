@@ -34,6 +34,7 @@ pub const IDLE_RECLAIMED: &str = "blobgate_idle_connections_reclaimed_total";
 pub const PER_IP_REFUSED: &str = "blobgate_per_ip_refused_connections_total";
 pub const UPLOADS_REFUSED: &str = "blobgate_uploads_refused_total";
 pub const MULTIPART_EXPIRED: &str = "blobgate_multipart_uploads_expired_total";
+pub const MULTIPART_PARTS_REFUSED: &str = "blobgate_multipart_parts_refused_total";
 pub const UPLOAD_BODY_TIMEOUTS: &str = "blobgate_upload_body_timeouts_total";
 pub const UPLOADS_IN_PROGRESS: &str = "blobgate_uploads_in_progress";
 pub const UPLOADS_WAITING: &str = "blobgate_uploads_waiting";
@@ -66,6 +67,8 @@ impl UploadApi {
 const UPLOAD_RESULTS: [&str; 3] = ["stored", "refused", "failed"];
 
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+/// The `limit` label of `MULTIPART_PARTS_REFUSED`: the `limits.*` setting that refused the part.
+const PART_LIMITS: [&str; 3] = ["max_upload_bytes", "max_object_bytes", "max_unfinished_upload_bytes_per_key"];
 const KINDS: [&str; 6] = ["full", "range", "multipart", "not_modified", "head", "other"];
 const OTHER_KIND: usize = 5;
 
@@ -115,6 +118,14 @@ fn describe() {
         "Uploads refused (503) beyond limits.max_concurrent_uploads, after waiting timeouts.upload_queue."
     );
     describe_counter!(MULTIPART_EXPIRED, "S3 multipart uploads aborted past timeouts.multipart_upload_expiry.");
+    describe_counter!(
+        MULTIPART_PARTS_REFUSED,
+        "UploadPart and UploadPartCopy requests refused by a limits.* bound, by the limit (the setting's name)."
+    );
+    // Shown at 0 from the start, so a rate over the first refusal has a point before it.
+    for limit in PART_LIMITS {
+        counter!(MULTIPART_PARTS_REFUSED, "limit" => limit).absolute(0);
+    }
     describe_counter!(ACCESS_LOG_DROPPED, "Access log lines dropped because the log writer was behind.");
     describe_counter!(
         UPLOAD_BODY_TIMEOUTS,
@@ -319,6 +330,12 @@ pub fn upload_refused() {
 /// Counts S3 multipart uploads this process aborted for being older than `timeouts.multipart_upload_expiry`.
 pub fn multipart_uploads_expired(count: u64) {
     counter!(MULTIPART_EXPIRED).increment(count);
+}
+
+/// Counts an S3 part refused by the setting `limits.<limit>` (one of a fixed set of names).
+pub fn multipart_part_refused(limit: &'static str) {
+    debug_assert!(PART_LIMITS.contains(&limit), "{limit} is not a part limit");
+    counter!(MULTIPART_PARTS_REFUSED, "limit" => limit).increment(1);
 }
 
 pub fn upload_body_timeout() {

@@ -30,9 +30,9 @@ pub use blobs::{BlobStore, BlobWriter, StagedBlob};
 pub use metadata::{
     Bucket, CacheChange, Catchup, ChangeFeed, ChangeKind, DatabaseHealth, Flushed, Grant, Metadata, MetadataError,
     ObjectRecord, ObjectStats, PartRecord, S3KeyRecord, Scope, SigningKey, StatsFlush, StatsOrder, TokenRecord,
-    UploadRecord, Upsert, VariantRecord, WriteTx,
+    UploadRecord, UploadSummary, Upsert, VariantRecord, WriteTx,
 };
-pub use multipart::{CompleteReport, MultipartError};
+pub use multipart::{CompleteReport, MultipartError, UploadLimits};
 
 use crate::config::{DatabaseTimeouts, DatabaseUrl};
 use crate::header_values::content_coding::ContentCoding;
@@ -116,8 +116,8 @@ pub struct StagedVariant {
 /// What `Store::delete_bucket` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BucketDeletion {
-    /// The bucket is gone, with this many objects and tokens.
-    Deleted { objects: u64, tokens: u64 },
+    /// The bucket is gone, with this many objects and tokens, and this many unfinished multipart uploads.
+    Deleted { objects: u64, tokens: u64, uploads: u64 },
     /// Refused without `force`: the bucket still holds this many objects.
     NotEmpty { objects: u64 },
 }
@@ -334,7 +334,8 @@ impl Store {
     /// like `delete` (rows removed and unreferenced blobs retired under the write lock, unlinked after the
     /// commit), so a crash part-way leaves a smaller bucket and never a row without its blob; running it again
     /// finishes the job. The last transaction checks the bucket is empty (a put may have raced) and removes it
-    /// with its tokens and download stats.
+    /// with its tokens, download stats and unfinished multipart uploads (as S3 deletes a bucket that holds only
+    /// those), whose part files are removed after the commit.
     pub async fn delete_bucket(&self, bucket: &BucketName, force: bool) -> Result<BucketDeletion, StoreError> {
         let mut objects = 0;
         loop {
@@ -348,9 +349,11 @@ impl Store {
             }
             let (deleted, hashes) = tx.delete_objects_batch(row.id, DELETE_BATCH).await?;
             if deleted == 0 {
+                let (uploads, part_files) = tx.delete_bucket_uploads(row.id).await?;
                 let tokens = tx.delete_empty_bucket(row.id).await?;
                 tx.commit().await?;
-                return Ok(BucketDeletion::Deleted { objects, tokens });
+                self.remove_part_files(part_files).await;
+                return Ok(BucketDeletion::Deleted { objects, tokens, uploads });
             }
             objects += deleted;
             let retired = self.retire_all_unreferenced(&mut tx, hashes).await?;
@@ -686,7 +689,10 @@ mod tests {
         // A forced bucket delete counts objects, not blobs, and removes variant blobs too.
         let vs = vec![variant(&store, ContentCoding::Br, b"br-4"), variant(&store, ContentCoding::Gzip, b"gz-4")];
         store.put_with_variants(&b, &k, store.blobs.stage_bytes(b"plain-4"), ObjectAttrs::default(), vs).await.unwrap();
-        assert_eq!(store.delete_bucket(&b, true).await.unwrap(), BucketDeletion::Deleted { objects: 2, tokens: 0 });
+        assert_eq!(
+            store.delete_bucket(&b, true).await.unwrap(),
+            BucketDeletion::Deleted { objects: 2, tokens: 0, uploads: 0 }
+        );
         assert!(store.blobs.list_hashes().unwrap().is_empty());
     }
 
@@ -742,7 +748,10 @@ mod tests {
         let objects = u64::from(DELETE_BATCH + 3);
         assert_eq!(store.delete_bucket(&b, false).await.unwrap(), BucketDeletion::NotEmpty { objects });
         assert!(store.meta.bucket(&b).await.unwrap().is_some(), "refused: nothing deleted");
-        assert_eq!(store.delete_bucket(&b, true).await.unwrap(), BucketDeletion::Deleted { objects, tokens: 0 });
+        assert_eq!(
+            store.delete_bucket(&b, true).await.unwrap(),
+            BucketDeletion::Deleted { objects, tokens: 0, uploads: 0 }
+        );
         assert!(store.meta.bucket(&b).await.unwrap().is_none());
         assert_eq!(store.blobs.list_hashes().unwrap(), vec![shared.sha256.clone()], "only the other bucket's is left");
         assert!(own.iter().filter(|sha| **sha != shared.sha256).all(|sha| !store.blobs.path_of(sha).exists()));

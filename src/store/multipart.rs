@@ -10,6 +10,13 @@
 //! leaves nothing visible: a dead process's staged files, part files no row names, and blobs no object
 //! references are what the start-up sweep removes; an upload that is never completed is aborted by
 //! `expire_uploads`, which `serve` runs per `timeouts.multipart_upload_expiry`.
+//!
+//! **Bounds** ([`UploadLimits`]). A part is checked against what is already held when its row is written, under
+//! the write lock in that transaction: its own size, the upload's parts with it (`limits.max_object_bytes`), and
+//! every part of the unfinished uploads its upload's creator started (`limits.max_unfinished_upload_bytes_per_key`).
+//! Every part install holds that lock, so parts arriving at once on several replicas cannot pass a limit together;
+//! a part that replaces one of the same number counts at its new size only. `check_part_room` makes the same
+//! checks from a declared length before a body is read, so a client is refused before it sends the bytes.
 
 use std::time::Duration;
 
@@ -18,13 +25,13 @@ use md5::{Digest, Md5};
 
 use super::{
     Bucket, MetadataError, PartRecord, PutReport, Store, StoreError, UploadRecord, WriteCondition, WriteTx,
-    blobs::BlobStore, finish_commit, require_bucket, restore_all, unix_now,
+    blobs::BlobStore, finish_commit, metadata::HeldBytes, require_bucket, restore_all, unix_now,
 };
 use crate::names::{BucketName, ObjectAttrs, ObjectKey};
 
 /// Every part but the last must have at least this many bytes (S3's rule).
 pub const MIN_PART_SIZE: u64 = 5 << 20;
-/// The most bytes one part may have (S3's rule; the route should refuse a larger body before staging it).
+/// The most bytes one part may have (S3's rule; `limits.max_upload_bytes` may lower it).
 pub const MAX_PART_SIZE: u64 = 5 << 30;
 /// Part numbers run from 1 to this.
 pub const MAX_PART_NUMBER: u32 = 10_000;
@@ -53,12 +60,20 @@ pub enum MultipartError {
     NoParts,
     #[error("Your proposed upload is smaller than the minimum allowed size: part {part_number} has {size} bytes")]
     EntityTooSmall { part_number: u32, size: u64 },
-    #[error("Your proposed upload exceeds the maximum allowed size: a part may have at most 5 GiB ({size} bytes)")]
-    EntityTooLarge { size: u64 },
     #[error(
-        "Your proposed upload exceeds the maximum allowed size: the parts hold {size} bytes, objects at most {limit}"
+        "Your proposed upload exceeds the maximum allowed size: a part may have at most {limit} bytes ({size} given)"
+    )]
+    EntityTooLarge { size: u64, limit: u64 },
+    #[error(
+        "Your proposed upload exceeds the maximum allowed size: its parts would hold {size} bytes, objects at most {limit}"
     )]
     ObjectTooLarge { size: u64, limit: u64 },
+    #[error(
+        "The unfinished multipart uploads of this upload's access key would hold {held} bytes, more than \
+         limits.max_unfinished_upload_bytes_per_key ({limit}): complete or abort unfinished uploads \
+         (ListMultipartUploads; an operator lists them with `blobgate uploads list`)"
+    )]
+    QuotaExceeded { held: u64, limit: u64 },
     #[error("At least one of the pre-conditions you specified did not hold")]
     PreconditionFailed,
     #[error("The specified key does not exist.")]
@@ -68,7 +83,8 @@ pub enum MultipartError {
 }
 
 impl MultipartError {
-    /// The S3 error code (`NoSuchUpload` and `NoSuchBucket` are 404, `Other` is 500, the rest 400).
+    /// The S3 error code (`NoSuchUpload` and `NoSuchBucket` are 404, `QuotaExceeded` 403 as in Ceph RGW, `Other`
+    /// 500, the rest 400).
     pub fn s3_code(&self) -> &'static str {
         match self {
             MultipartError::NoSuchBucket(_) => "NoSuchBucket",
@@ -79,9 +95,63 @@ impl MultipartError {
             MultipartError::NoParts => "MalformedXML",
             MultipartError::EntityTooSmall { .. } => "EntityTooSmall",
             MultipartError::EntityTooLarge { .. } | MultipartError::ObjectTooLarge { .. } => "EntityTooLarge",
+            MultipartError::QuotaExceeded { .. } => "QuotaExceeded",
             MultipartError::PreconditionFailed => "PreconditionFailed",
             MultipartError::NoSuchKey => "NoSuchKey",
             MultipartError::Other(_) => "InternalError",
+        }
+    }
+
+    /// The setting whose bound refused a part (`limits.<name>`), if that is why.
+    pub fn refusing_limit(&self) -> Option<&'static str> {
+        match self {
+            MultipartError::EntityTooLarge { .. } => Some("max_upload_bytes"),
+            MultipartError::ObjectTooLarge { .. } => Some("max_object_bytes"),
+            MultipartError::QuotaExceeded { .. } => Some("max_unfinished_upload_bytes_per_key"),
+            _ => None,
+        }
+    }
+}
+
+/// What bounds a multipart upload's parts (from `limits.*`; see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UploadLimits {
+    /// One part: `limits.max_upload_bytes`, at most S3's [`MAX_PART_SIZE`].
+    pub max_part_bytes: u64,
+    /// An upload's parts together: `limits.max_object_bytes`.
+    pub max_object_bytes: u64,
+    /// Every part of the unfinished uploads one access key started: `limits.max_unfinished_upload_bytes_per_key`
+    /// (`None`: off).
+    pub max_unfinished_per_key: Option<u64>,
+}
+
+impl UploadLimits {
+    /// S3's part maximum only (the tests' form).
+    #[cfg(test)]
+    pub const NONE: Self =
+        UploadLimits { max_part_bytes: MAX_PART_SIZE, max_object_bytes: u64::MAX, max_unfinished_per_key: None };
+
+    pub fn of(limits: &crate::config::Limits) -> Self {
+        UploadLimits {
+            max_part_bytes: limits.max_upload_bytes.min(MAX_PART_SIZE),
+            max_object_bytes: limits.max_object_bytes,
+            max_unfinished_per_key: Some(limits.max_unfinished_upload_bytes_per_key).filter(|&n| n > 0),
+        }
+    }
+
+    /// Whether a part of `size` bytes may join what `held` says the other parts hold.
+    fn check(&self, size: u64, held: HeldBytes) -> Result<(), MultipartError> {
+        if size > self.max_part_bytes {
+            return Err(MultipartError::EntityTooLarge { size, limit: self.max_part_bytes });
+        }
+        let total = held.upload.saturating_add(size);
+        if total > self.max_object_bytes {
+            return Err(MultipartError::ObjectTooLarge { size: total, limit: self.max_object_bytes });
+        }
+        // An upload from before creators were recorded counts for no key.
+        match (self.max_unfinished_per_key, held.creator.map(|c| c.saturating_add(size))) {
+            (Some(limit), Some(held)) if held > limit => Err(MultipartError::QuotaExceeded { held, limit }),
+            _ => Ok(()),
         }
     }
 }
@@ -143,12 +213,13 @@ fn new_upload_id() -> String {
 }
 
 impl Store {
-    /// Starts an upload of `bucket/key`; the object gets `attrs` when it completes.
+    /// Starts an upload of `bucket/key`, by the access key `created_by`; the object gets `attrs` when it completes.
     pub async fn create_upload(
         &self,
         bucket: &BucketName,
         key: &ObjectKey,
         attrs: ObjectAttrs,
+        created_by: Option<&str>,
     ) -> Result<UploadRecord, MultipartError> {
         let bucket_row = require_bucket(self.meta.bucket(bucket).await?, bucket)?;
         let upload = UploadRecord {
@@ -157,6 +228,7 @@ impl Store {
             key: key.to_string(),
             attrs,
             created_at: unix_now(),
+            created_by: created_by.map(str::to_owned),
         };
         self.meta.create_upload(&upload).await?;
         Ok(upload)
@@ -175,8 +247,28 @@ impl Store {
         Ok((bucket_row, upload.ok_or(MultipartError::NoSuchUpload)?))
     }
 
-    /// Stores a part, staged by a `BlobWriter` (its MD5 is the part's ETag). A part with
-    /// the same number is replaced, and its file removed once the new row is committed.
+    /// Whether part `part_number` of `size` bytes (when the request declares it) would fit within `limits`,
+    /// judged outside the write lock: the early refusal, before a body is read or a range copied, of what
+    /// `put_part` would refuse (it decides). Returns the upload; another upload's id, or none, is `NoSuchUpload`.
+    pub async fn check_part_room(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        upload_id: &str,
+        part_number: u32,
+        size: Option<u64>,
+        limits: &UploadLimits,
+    ) -> Result<UploadRecord, MultipartError> {
+        let (_, upload) = self.upload_of(bucket, key, upload_id).await?;
+        if let Some(size) = size {
+            let held = self.meta.held_bytes(upload_id, part_number, upload.created_by.as_deref()).await?;
+            limits.check(size, held)?;
+        }
+        Ok(upload)
+    }
+
+    /// Stores a part, staged by a `BlobWriter` (its MD5 is the part's ETag), if it fits within `limits`. A part
+    /// with the same number is replaced, and its file removed once the new row is committed.
     pub async fn put_part(
         &self,
         bucket: &BucketName,
@@ -184,20 +276,21 @@ impl Store {
         upload_id: &str,
         part_number: u32,
         staged: super::StagedBlob,
+        limits: &UploadLimits,
     ) -> Result<PartRecord, MultipartError> {
         if !(1..=MAX_PART_NUMBER).contains(&part_number) {
             return Err(MultipartError::InvalidPartNumber(part_number));
-        }
-        if staged.size > MAX_PART_SIZE {
-            return Err(MultipartError::EntityTooLarge { size: staged.size });
         }
         let md5 = staged.md5.clone().context("a part must be staged by a BlobWriter, which computes its MD5")?;
         let mut tx = self.meta.lock_blob_refs().await?;
         let bucket_row = require_bucket(tx.bucket(bucket).await?, bucket)?;
         let upload = tx.upload(upload_id).await?;
-        if !upload.is_some_and(|u| u.bucket_id == bucket_row.id && u.key == key.as_str()) {
+        let Some(upload) = upload.filter(|u| u.bucket_id == bucket_row.id && u.key == key.as_str()) else {
             return Err(MultipartError::NoSuchUpload);
-        }
+        };
+        // Decided here, in the transaction that writes the row: no other part is installed meanwhile.
+        let held = tx.held_bytes(upload_id, part_number, upload.created_by.as_deref()).await?;
+        limits.check(staged.size, held)?;
         let part = PartRecord {
             part_number,
             size: staged.size,
@@ -343,8 +436,9 @@ impl Store {
         self.complete_upload_with(bucket, key, upload_id, parts, u64::MAX, &WriteCondition::Always, |_| Ok(())).await
     }
 
-    /// `complete_upload` of an object of at most `max_object_bytes` (`limits.max_upload_bytes`): larger is
-    /// `ObjectTooLarge`, refused before anything is assembled.
+    /// `complete_upload` of an object of at most `max_object_bytes` (`limits.max_object_bytes`): larger is
+    /// `ObjectTooLarge`, refused before anything is assembled. (The parts were held to it as they came; this
+    /// catches a limit lowered since.)
     pub async fn complete_upload_within(
         &self,
         bucket: &BucketName,
@@ -461,7 +555,7 @@ impl Store {
     }
 
     /// Removes part files no row names any more (best effort: what fails is left to the sweep).
-    async fn remove_part_files(&self, names: Vec<String>) {
+    pub(super) async fn remove_part_files(&self, names: Vec<String>) {
         if names.is_empty() {
             return;
         }
@@ -529,6 +623,7 @@ mod tests {
     use sha2::Sha256;
 
     use super::*;
+    use crate::store::BucketDeletion;
     use crate::store::metadata::{TestBackend, on_both_backends, test_database_url};
 
     const BUCKET: &str = "bkt";
@@ -539,6 +634,16 @@ mod tests {
         let store = Store::open(dir.path(), &url, Duration::from_secs(5)).await.unwrap();
         store.meta.create_bucket(&BucketName::parse(BUCKET).unwrap(), false, 0).await.unwrap();
         (dir, store)
+    }
+
+    /// Two stores on one database and one data dir, as two replicas are, with the bucket.
+    async fn two_replicas(backend: TestBackend) -> (tempfile::TempDir, Store, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = test_database_url(backend, dir.path()).await;
+        let first = Store::open(dir.path(), &url, Duration::from_secs(5)).await.unwrap();
+        let second = Store::open(dir.path(), &url, Duration::from_secs(5)).await.unwrap();
+        first.meta.create_bucket(&BucketName::parse(BUCKET).unwrap(), false, 0).await.unwrap();
+        (dir, first, second)
     }
 
     fn names(key: &str) -> (BucketName, ObjectKey) {
@@ -554,7 +659,7 @@ mod tests {
         let (b, k) = names(key);
         let mut w = store.blobs.writer().unwrap();
         w.write(content).unwrap();
-        store.put_part(&b, &k, upload, number, w.finish().unwrap()).await.unwrap()
+        store.put_part(&b, &k, upload, number, w.finish().unwrap(), &UploadLimits::NONE).await.unwrap()
     }
 
     fn stage(store: &Store, content: &[u8]) -> crate::store::StagedBlob {
@@ -588,7 +693,7 @@ mod tests {
     async fn parts_complete_into_one_object_visible_only_then(backend: TestBackend) {
         let (dir, store) = store(backend).await;
         let (b, k) = names("big.bin");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
         assert_eq!(upload.id.len(), 32);
         let one = bytes(MIN_PART_SIZE as usize, 1);
         let two_old = bytes(MIN_PART_SIZE as usize + 7, 2);
@@ -640,7 +745,7 @@ mod tests {
         let old = stage(&store, b"old");
         let first = store.put(&b, &k, old, ObjectAttrs::default()).await.unwrap();
         let attrs = ObjectAttrs { content_type: Some("text/x-mine".into()), ..ObjectAttrs::default() };
-        let upload = store.create_upload(&b, &k, attrs).await.unwrap();
+        let upload = store.create_upload(&b, &k, attrs, None).await.unwrap();
         let p = put(&store, "doc.txt", &upload.id, 1, b"new content").await;
         let report = store.complete_upload(&b, &k, &upload.id, &[(1, p.etag())]).await.unwrap();
         assert_eq!(report.put.status, crate::store::PutStatus::Replaced);
@@ -658,7 +763,7 @@ mod tests {
     async fn bad_part_lists_are_refused_and_store_nothing(backend: TestBackend) {
         let (dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
         let p1 = put(&store, "k", &upload.id, 1, &bytes(100, 1)).await;
         let p2 = put(&store, "k", &upload.id, 2, &bytes(100, 2)).await;
         let cases: Vec<(Vec<(u32, String)>, &str)> = vec![
@@ -694,24 +799,25 @@ mod tests {
     async fn put_part_checks_the_number_and_the_upload(backend: TestBackend) {
         let (dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
         let staged = |store: &Store| {
             let mut w = store.blobs.writer().unwrap();
             w.write(b"hello").unwrap();
             w.finish().unwrap()
         };
         for n in [0, MAX_PART_NUMBER + 1] {
-            let err = store.put_part(&b, &k, &upload.id, n, staged(&store)).await.unwrap_err();
+            let err = store.put_part(&b, &k, &upload.id, n, staged(&store), &UploadLimits::NONE).await.unwrap_err();
             assert_eq!(err.s3_code(), "InvalidArgument", "{n}");
         }
         let other = ObjectKey::parse("other").unwrap();
         for (key, id) in [(&k, "nope"), (&other, upload.id.as_str())] {
-            let err = store.put_part(&b, key, id, 1, staged(&store)).await.unwrap_err();
+            let err = store.put_part(&b, key, id, 1, staged(&store), &UploadLimits::NONE).await.unwrap_err();
             assert_eq!(err.s3_code(), "NoSuchUpload");
         }
         assert!(files(&dir.path().join("tmp")).is_empty(), "refused parts leave no staged file");
         assert!(files(&dir.path().join("parts")).is_empty());
-        let part = store.put_part(&b, &k, &upload.id, MAX_PART_NUMBER, staged(&store)).await.unwrap();
+        let part =
+            store.put_part(&b, &k, &upload.id, MAX_PART_NUMBER, staged(&store), &UploadLimits::NONE).await.unwrap();
         assert_eq!(part.etag(), "\"5d41402abc4b2a76b9719d911017c592\"", "md5(hello)");
     }
 
@@ -719,8 +825,8 @@ mod tests {
     async fn abort_removes_the_parts_and_old_uploads_are_reclaimed(backend: TestBackend) {
         let (dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let kept = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
-        let aborted = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        let kept = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let aborted = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
         put(&store, "k", &kept.id, 1, b"keep").await;
         put(&store, "k", &aborted.id, 1, b"one").await;
         put(&store, "k", &aborted.id, 2, b"two").await;
@@ -752,13 +858,9 @@ mod tests {
     async fn replicas_expiring_uploads_at_once_abort_each_old_upload_once(backend: TestBackend) {
         use std::sync::Arc;
         use std::sync::atomic::{AtomicU64, Ordering};
-        let dir = tempfile::tempdir().unwrap();
-        let url = test_database_url(backend, dir.path()).await;
-        let first = Store::open(dir.path(), &url, Duration::from_secs(5)).await.unwrap();
-        let second = Store::open(dir.path(), &url, Duration::from_secs(5)).await.unwrap();
-        first.meta.create_bucket(&BucketName::parse(BUCKET).unwrap(), false, 0).await.unwrap();
+        let (dir, first, second) = two_replicas(backend).await;
         let (b, k) = names("k");
-        let young = first.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        let young = first.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
         put(&first, "k", &young.id, 1, b"young").await;
         let mut old = Vec::new();
         for i in 0..3 {
@@ -769,6 +871,7 @@ mod tests {
                 key: "k".into(),
                 attrs: ObjectAttrs::default(),
                 created_at: young.created_at - 600,
+                created_by: None,
             };
             first.meta.create_upload(&upload).await.unwrap();
             put(&first, "k", &upload.id, 1, &bytes(100, i)).await;
@@ -811,7 +914,7 @@ mod tests {
         let (b, k) = names("k");
         let before = store.put(&b, &k, stage(&store, b"before"), ObjectAttrs::default());
         let before = before.await.unwrap();
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
         let p = put(&store, "k", &upload.id, 1, b"after").await;
         let wanted = [(1, p.etag())];
         let err = store
@@ -841,7 +944,7 @@ mod tests {
     async fn one_complete_at_a_time_claims_the_upload(backend: TestBackend) {
         let (_dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
         let p = put(&store, "k", &upload.id, 1, b"claimed").await;
         let wanted = [(1, p.etag())];
         // Another Complete (on any replica) holds the claim: this one assembles nothing.
@@ -861,7 +964,7 @@ mod tests {
         assert!(outcomes.contains(&Ok(())) && outcomes.contains(&Err("NoSuchUpload")), "{outcomes:?}");
 
         // A claim older than the lease (its replica died while assembling) is taken over.
-        let stale = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        let stale = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
         let p = put(&store, "k", &stale.id, 1, b"stale").await;
         let long_ago = now - COMPLETE_CLAIM_LEASE.as_secs() as i64 - 1;
         assert!(store.meta.claim_upload(&stale.id, long_ago, long_ago - 10).await.unwrap());
@@ -875,7 +978,7 @@ mod tests {
         let (_dir, store) = store(backend).await;
         let (b, k) = names("k");
         // The parts as Complete read them, then an Abort (rows and files gone) before the assembly runs.
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
         let p = put(&store, "k", &upload.id, 1, b"aborted").await;
         store.abort_upload(&b, &k, &upload.id).await.unwrap();
         let err = store
@@ -884,7 +987,7 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, MultipartError::NoSuchUpload), "{err:?}");
         // A part replaced meanwhile: its old file is gone.
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
         let old = put(&store, "k", &upload.id, 1, b"old").await;
         put(&store, "k", &upload.id, 1, b"new").await;
         let err = store
@@ -900,7 +1003,7 @@ mod tests {
     async fn parts_adding_up_to_more_than_the_limit_are_entity_too_large(backend: TestBackend) {
         let (_dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
         let one = put(&store, "k", &upload.id, 1, &bytes(MIN_PART_SIZE as usize, 1)).await;
         let two = put(&store, "k", &upload.id, 2, &bytes(10, 2)).await;
         let wanted = [(1, one.etag()), (2, two.etag())];
@@ -921,7 +1024,7 @@ mod tests {
     async fn the_sweep_removes_part_files_no_upload_names(backend: TestBackend) {
         let (dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
         let live = put(&store, "k", &upload.id, 1, b"live").await;
         // A crash after a part's file was moved in but before its row committed, or after a Complete or Abort
         // committed but before the files were removed: files no row names.
@@ -938,14 +1041,129 @@ mod tests {
         assert!(store.list_parts(&b, &k, &upload.id, 0, 10).await.is_ok());
     }
 
-    on_both_backends!(deleting_a_bucket_drops_its_uploads);
-    async fn deleting_a_bucket_drops_its_uploads(backend: TestBackend) {
+    on_both_backends!(deleting_a_bucket_aborts_its_uploads_and_removes_their_part_files);
+    async fn deleting_a_bucket_aborts_its_uploads_and_removes_their_part_files(backend: TestBackend) {
+        let (dir, store) = store(backend).await;
+        let (b, k) = names("k");
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        put(&store, "k", &upload.id, 1, b"x").await;
+        put(&store, "k", &upload.id, 2, b"y").await;
+        // With an object, a delete without force is refused and aborts nothing.
+        store.put(&b, &k, stage(&store, b"object"), ObjectAttrs::default()).await.unwrap();
+        assert!(matches!(store.delete_bucket(&b, false).await.unwrap(), BucketDeletion::NotEmpty { objects: 1 }));
+        assert!(store.meta.upload(&upload.id).await.unwrap().is_some());
+        store.delete(&b, &k).await.unwrap();
+        // Without objects, unfinished uploads do not keep the bucket (as in S3): they go with it, files and all.
+        let deleted = store.delete_bucket(&b, false).await.unwrap();
+        assert_eq!(deleted, BucketDeletion::Deleted { objects: 0, tokens: 0, uploads: 1 });
+        assert_eq!(store.meta.upload(&upload.id).await.unwrap(), None);
+        assert!(files(&dir.path().join("parts")).is_empty(), "the part files went at once");
+        assert_eq!(store.sweep(Duration::ZERO).await.unwrap().part_files, 0);
+    }
+
+    fn limits(max_part_bytes: u64, max_object_bytes: u64, per_key: Option<u64>) -> UploadLimits {
+        UploadLimits { max_part_bytes, max_object_bytes, max_unfinished_per_key: per_key }
+    }
+
+    async fn put_within(
+        store: &Store,
+        key: &str,
+        upload: &str,
+        number: u32,
+        len: usize,
+        limits: &UploadLimits,
+    ) -> Result<PartRecord, MultipartError> {
+        let (b, k) = names(key);
+        store.put_part(&b, &k, upload, number, stage(store, &bytes(len, number as u8)), limits).await
+    }
+
+    on_both_backends!(
+        a_part_that_would_take_its_upload_past_the_object_limit_is_refused_and_a_replaced_part_counts_once
+    );
+    async fn a_part_that_would_take_its_upload_past_the_object_limit_is_refused_and_a_replaced_part_counts_once(
+        backend: TestBackend,
+    ) {
+        let (dir, store) = store(backend).await;
+        let (b, k) = names("k");
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), Some("AKBGONE")).await.unwrap();
+        let bounds = limits(100, 250, None);
+        put_within(&store, "k", &upload.id, 1, 100, &bounds).await.unwrap();
+        put_within(&store, "k", &upload.id, 2, 100, &bounds).await.unwrap();
+        let err = put_within(&store, "k", &upload.id, 3, 60, &bounds).await.unwrap_err();
+        assert!(matches!(err, MultipartError::ObjectTooLarge { size: 260, limit: 250 }), "{err:?}");
+        assert_eq!((err.s3_code(), err.refusing_limit()), ("EntityTooLarge", Some("max_object_bytes")));
+        let err = put_within(&store, "k", &upload.id, 3, 101, &bounds).await.unwrap_err();
+        assert!(matches!(err, MultipartError::EntityTooLarge { size: 101, limit: 100 }), "{err:?}");
+        assert_eq!(err.refusing_limit(), Some("max_upload_bytes"));
+        assert_eq!(files(&dir.path().join("parts")).len(), 2, "the earlier parts stay, the refused ones left none");
+        assert!(files(&dir.path().join("tmp")).is_empty());
+        // Part 2 again: it replaces itself, so 100 + 100 still; then part 3 makes exactly the limit.
+        put_within(&store, "k", &upload.id, 2, 100, &bounds).await.unwrap();
+        put_within(&store, "k", &upload.id, 3, 50, &bounds).await.unwrap();
+        let (parts, _) = store.list_parts(&b, &k, &upload.id, 0, 10).await.unwrap();
+        assert_eq!(parts.iter().map(|p| p.size).sum::<u64>(), 250);
+
+        // The early check, from a declared length, answers as the store would; without one it only finds the upload.
+        let room = |n, size| store.check_part_room(&b, &k, &upload.id, n, size, &bounds);
+        assert!(matches!(room(4, Some(1)).await, Err(MultipartError::ObjectTooLarge { size: 251, .. })));
+        assert!(matches!(room(3, Some(50)).await, Ok(u) if u.id == upload.id), "a replacement of the same size fits");
+        assert!(room(4, None).await.is_ok());
+        let err = store.check_part_room(&b, &k, "nope", 1, Some(1), &bounds).await.unwrap_err();
+        assert!(matches!(err, MultipartError::NoSuchUpload), "{err:?}");
+    }
+
+    on_both_backends!(one_keys_unfinished_parts_are_capped_and_other_keys_and_old_uploads_are_not);
+    async fn one_keys_unfinished_parts_are_capped_and_other_keys_and_old_uploads_are_not(backend: TestBackend) {
         let (_dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default()).await.unwrap();
-        put(&store, "k", &upload.id, 1, b"x").await;
-        store.delete_bucket(&b, false).await.unwrap();
-        assert_eq!(store.meta.upload(&upload.id).await.unwrap(), None);
-        assert_eq!(store.sweep(Duration::ZERO).await.unwrap().part_files, 1, "its part files are reclaimed");
+        let bounds = limits(1000, 1000, Some(300));
+        let start = |by: Option<&'static str>| store.create_upload(&b, &k, ObjectAttrs::default(), by);
+        let (first, second) = (start(Some("AKBGA")).await.unwrap(), start(Some("AKBGA")).await.unwrap());
+        let (other_key, from_before) = (start(Some("AKBGB")).await.unwrap(), start(None).await.unwrap());
+        put_within(&store, "k", &first.id, 1, 100, &bounds).await.unwrap();
+        put_within(&store, "k", &first.id, 2, 100, &bounds).await.unwrap();
+        let err = put_within(&store, "k", &second.id, 1, 150, &bounds).await.unwrap_err();
+        assert!(matches!(err, MultipartError::QuotaExceeded { held: 350, limit: 300 }), "{err:?}");
+        assert_eq!(
+            (err.s3_code(), err.refusing_limit()),
+            ("QuotaExceeded", Some("max_unfinished_upload_bytes_per_key"))
+        );
+        let room = store.check_part_room(&b, &k, &second.id, 1, Some(150), &bounds).await;
+        assert!(matches!(room, Err(MultipartError::QuotaExceeded { .. })), "the early check agrees: {room:?}");
+        put_within(&store, "k", &second.id, 1, 100, &bounds).await.unwrap();
+        // A replaced part counts once; another key, and an upload that names no key, are not held to A's bytes.
+        put_within(&store, "k", &first.id, 2, 100, &bounds).await.unwrap();
+        put_within(&store, "k", &other_key.id, 1, 300, &bounds).await.unwrap();
+        put_within(&store, "k", &from_before.id, 1, 900, &bounds).await.unwrap();
+        assert!(put_within(&store, "k", &second.id, 2, 1, &bounds).await.is_err(), "A holds 300");
+        // Aborting (or completing) frees what an upload held.
+        store.abort_upload(&b, &k, &first.id).await.unwrap();
+        put_within(&store, "k", &second.id, 2, 200, &bounds).await.unwrap();
+        // Off: no cap.
+        put_within(&store, "k", &second.id, 3, 500, &limits(1000, 10_000, None)).await.unwrap();
+    }
+
+    on_both_backends!(parts_on_two_replicas_at_once_cannot_pass_a_limit_together);
+    /// Ten parts at once, of two uploads by one key, on two stores sharing one database (two replicas): the check
+    /// and the row are one transaction under the write lock, so exactly as many are taken as fit.
+    async fn parts_on_two_replicas_at_once_cannot_pass_a_limit_together(backend: TestBackend) {
+        let (_dir, first, second) = two_replicas(backend).await;
+        let (b, k) = names("k");
+        let upload = first.create_upload(&b, &k, ObjectAttrs::default(), Some("AKBGA")).await.unwrap();
+        let other = first.create_upload(&b, &k, ObjectAttrs::default(), Some("AKBGA")).await.unwrap();
+        let bounds = limits(100, 250, Some(350));
+        let (replicas, mut parts) = ([&first, &second], Vec::new());
+        for n in 1..=5u32 {
+            let store = replicas[n as usize % 2];
+            parts.push(put_within(store, "k", &upload.id, n, 100, &bounds));
+            parts.push(put_within(store, "k", &other.id, n, 100, &bounds));
+        }
+        let outcomes = futures_util::future::join_all(parts).await;
+        let taken = outcomes.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(taken, 3, "the key's cap holds three parts: {outcomes:?}");
+        let one = first.meta.held_bytes(&upload.id, 0, Some("AKBGA")).await.unwrap();
+        let two = first.meta.held_bytes(&other.id, 0, Some("AKBGA")).await.unwrap();
+        assert_eq!((one.creator, one.upload + two.upload), (Some(300), 300));
+        assert!(one.upload <= 250 && two.upload <= 250, "each upload within the object limit: {one:?} {two:?}");
     }
 }

@@ -11,7 +11,7 @@ use anyhow::Context;
 use super::{Store, StoreError, finish_commit, require_bucket, unix_now};
 use crate::names::{BucketName, ObjectAttrs, ObjectKey, Tags};
 use crate::store::metadata::{ObjectRecord, Upsert};
-use crate::store::multipart::MultipartError;
+use crate::store::multipart::{MultipartError, UploadLimits};
 use crate::store::{PartRecord, StagedBlob};
 
 /// One of a copy's S3 directives (`x-amz-metadata-directive`, `x-amz-tagging-directive`).
@@ -127,8 +127,8 @@ impl Store {
         Ok(self.meta.object_by_key(found.id, key.as_str()).await?)
     }
 
-    /// Stages `len` bytes of `source` (a row `object` returned) from `offset` as part `part_number` of an upload.
-    /// `None` when the source was deleted since its row was read.
+    /// Stages `len` bytes of `source` (a row `object` returned) from `offset` as part `part_number` of an upload,
+    /// bounded as an uploaded part is. `None` when the source was deleted since its row was read.
     pub async fn copy_part(
         &self,
         source: &ObjectRecord,
@@ -136,16 +136,17 @@ impl Store {
         target: ObjectName<'_>,
         upload_id: &str,
         part_number: u32,
+        limits: &UploadLimits,
     ) -> Result<Option<PartRecord>, MultipartError> {
-        // An unknown upload is refused before anything is staged.
-        self.upload_of(target.bucket, target.key, upload_id).await?;
+        // An unknown upload, or a range that cannot fit, is refused before anything is staged.
+        self.check_part_room(target.bucket, target.key, upload_id, part_number, Some(len), limits).await?;
         let blobs = self.blobs.clone();
         let sha256 = source.sha256.clone();
         let staged: Option<StagedBlob> = tokio::task::spawn_blocking(move || blobs.stage_range(&sha256, offset, len))
             .await
             .context("part copy task failed")??;
         let Some(staged) = staged else { return Ok(None) };
-        Ok(Some(self.put_part(target.bucket, target.key, upload_id, part_number, staged).await?))
+        Ok(Some(self.put_part(target.bucket, target.key, upload_id, part_number, staged, limits).await?))
     }
 }
 
@@ -295,9 +296,9 @@ mod tests {
         store.put(&src.0, &src.1, store.blobs.stage_bytes(&bytes), ObjectAttrs::default()).await.unwrap();
         let source = row(&store, &src).await.unwrap();
         let dst = names("bkt", "dst");
-        let upload = store.create_upload(&dst.0, &dst.1, ObjectAttrs::default()).await.unwrap();
+        let upload = store.create_upload(&dst.0, &dst.1, ObjectAttrs::default(), None).await.unwrap();
         let target = ObjectName { bucket: &dst.0, key: &dst.1 };
-        let copied = store.copy_part(&source, (1000, 5000), target, &upload.id, 1).await.unwrap();
+        let copied = store.copy_part(&source, (1000, 5000), target, &upload.id, 1, &UploadLimits::NONE).await.unwrap();
         let Some(part) = copied else { panic!("copied: {copied:?}") };
         assert_eq!(part.size, 5000);
         use md5::Digest;
@@ -307,10 +308,33 @@ mod tests {
         assert!(blob == bytes[1000..6000], "the part holds exactly the range");
 
         assert!(store.delete(&src.0, &src.1).await.unwrap());
-        let gone = store.create_upload(&dst.0, &dst.1, ObjectAttrs::default()).await.unwrap();
-        let copied = store.copy_part(&source, (0, 10), target, &gone.id, 1).await.unwrap();
+        let gone = store.create_upload(&dst.0, &dst.1, ObjectAttrs::default(), None).await.unwrap();
+        let copied = store.copy_part(&source, (0, 10), target, &gone.id, 1, &UploadLimits::NONE).await.unwrap();
         assert!(copied.is_none(), "a source deleted since its row was read");
-        let unknown = store.copy_part(&source, (0, 10), target, "0".repeat(32).as_str(), 1).await;
+        let unknown = store.copy_part(&source, (0, 10), target, "0".repeat(32).as_str(), 1, &UploadLimits::NONE).await;
         assert!(matches!(unknown, Err(MultipartError::NoSuchUpload)));
+    }
+
+    on_both_backends!(a_part_copy_is_bounded_like_a_part_before_anything_is_staged);
+    async fn a_part_copy_is_bounded_like_a_part_before_anything_is_staged(backend: TestBackend) {
+        let (dir, store) = store(backend).await;
+        let src = names("bkt", "src");
+        store.put(&src.0, &src.1, store.blobs.stage_bytes(&[7; 1000]), ObjectAttrs::default()).await.unwrap();
+        let source = row(&store, &src).await.unwrap();
+        let dst = names("bkt", "dst");
+        let upload = store.create_upload(&dst.0, &dst.1, ObjectAttrs::default(), Some("AKBGA")).await.unwrap();
+        let target = ObjectName { bucket: &dst.0, key: &dst.1 };
+        let copy = |range, limits| store.copy_part(&source, range, target, &upload.id, 1, limits);
+        let part_limit = UploadLimits { max_part_bytes: 500, ..UploadLimits::NONE };
+        let object_limit = UploadLimits { max_object_bytes: 500, ..UploadLimits::NONE };
+        let key_cap = UploadLimits { max_unfinished_per_key: Some(500), ..UploadLimits::NONE };
+        for (limits, code) in
+            [(&part_limit, "EntityTooLarge"), (&object_limit, "EntityTooLarge"), (&key_cap, "QuotaExceeded")]
+        {
+            let err = copy((0, 501), limits).await.unwrap_err();
+            assert_eq!(err.s3_code(), code, "{err:?}");
+            assert!(std::fs::read_dir(dir.path().join("tmp")).unwrap().next().is_none(), "nothing staged");
+        }
+        assert_eq!(copy((0, 500), &key_cap).await.unwrap().map(|p| p.size), Some(500));
     }
 }

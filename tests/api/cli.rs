@@ -373,6 +373,8 @@ fn a_missing_data_dir_is_an_error_naming_it_and_nothing_is_created() {
         &["presign", "bkt", "k"],
         &["signing", "list"],
         &["signing", "rotate"],
+        &["uploads", "list"],
+        &["uploads", "abort", "bkt", "k", "0123"],
     ];
     let expected = format!("blobgate: data dir {} does not exist", data.display());
     for args in commands {
@@ -570,7 +572,9 @@ fn bucket_delete_is_refused_while_objects_remain_and_force_removes_everything() 
     // A download whose stats are still in the server's batch when the bucket goes.
     assert_eq!(server.get_auth("/doomed/shared", &doomed_token, &[]).status, 200);
     let out = json_lines(&env.ok(&["bucket", "delete", "doomed", "--force"]));
-    assert_eq!(out[0], serde_json::json!({ "bucket": "doomed", "deleted_objects": 3, "deleted_tokens": 1 }));
+    let deleted =
+        serde_json::json!({ "bucket": "doomed", "deleted_objects": 3, "deleted_tokens": 1, "aborted_uploads": 0 });
+    assert_eq!(out[0], deleted);
     // The running server: the bucket, its objects and its token are gone at the next request.
     let r = server.get_auth("/doomed/own", &doomed_token, &[]);
     assert_eq!(r.status, 401, "its token went with it");
@@ -695,6 +699,7 @@ fn read_only_commands_create_nothing_and_work_on_a_read_only_data_dir() {
     for (args, want) in read_only.iter().zip(&expected) {
         assert_eq!(&copy.ok(args), want, "{args:?} on a read-only data dir");
     }
+    assert_eq!(copy.ok(&["uploads", "list"]), "", "uploads list reads only (there are none here)");
     for args in [&["bucket", "create", "new"][..], &["rm", "bkt", "b.bin"], &["token", "create", "--bucket", "bkt"]] {
         copy.fails(args);
     }

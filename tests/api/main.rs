@@ -44,6 +44,7 @@ mod shared_cache;
 mod slow_readers;
 mod stats;
 mod syscalls;
+mod upload_bounds;
 mod variants;
 mod varnish;
 mod wire;

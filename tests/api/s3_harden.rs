@@ -204,7 +204,7 @@ fn writes_naming_what_we_do_not_implement_get_not_implemented_and_x_id_is_accept
 }
 
 /// Multipart races and limits, signed by botocore: `spec["mode"]` is `race` (concurrent Completes of one upload,
-/// then Completes racing an Abort) or `limit` (parts over `limits.max_upload_bytes`). Prints JSON.
+/// then Completes racing an Abort) or `limit` (parts against `limits.max_upload_bytes`). Prints JSON.
 const MULTIPART: &str = r#"
 import hashlib, http.client, json, sys, threading
 from botocore.auth import S3SigV4Auth
@@ -262,7 +262,7 @@ if spec["mode"] == "race":
         out["aborts"].append(together([("POST", path + "?uploadId=" + uid, xml), ("DELETE", path + "?uploadId=" + uid)]))
 else:
     uid, xml, _ = upload("/bkt/sum.bin", [part, b"x" * (2 << 20)])
-    out["complete_over"] = list(call("POST", "/bkt/sum.bin?uploadId=" + uid, xml)[:2])
+    out["complete_sum"] = list(call("POST", "/bkt/sum.bin?uploadId=" + uid, xml)[:2])
     _, _, refused = upload("/bkt/one.bin", [b"y" * (7 << 20)])
     out["part_over"] = refused
 print(json.dumps(out))
@@ -301,16 +301,17 @@ fn concurrent_completes_and_an_abort_during_complete_get_clean_s3_answers() {
 }
 
 #[test]
-fn multipart_uploads_are_held_to_max_upload_bytes() {
+fn each_part_is_held_to_max_upload_bytes_and_the_object_to_max_object_bytes() {
     let env = TestEnv::new();
     env.bucket("bkt", false);
     let key = s3_key(&env, "bkt", &["--scope", "write"]);
-    // 6 MiB: each part fits, the two together do not.
+    // 6 MiB bodies: each part of 5 and 2 MiB fits, and so does their 7 MiB object (max_object_bytes bounds it);
+    // one 7 MiB part does not.
     let server = env.serve_with(&[("BLOBGATE_LIMITS__MAX_UPLOAD_BYTES", "6291456")], &[]);
     let out = multipart(&env, &server, &key, "limit");
-    assert_eq!(out["complete_over"], serde_json::json!([400, "EntityTooLarge"]), "{out}");
+    assert_eq!(out["complete_sum"], serde_json::json!([200, ""]), "{out}");
     assert_eq!(out["part_over"], serde_json::json!([400, "EntityTooLarge"]), "{out}");
-    assert!(listed(&env, "bkt").is_empty(), "nothing stored");
+    assert_eq!(listed(&env, "bkt"), [("sum.bin".to_owned(), 7 << 20)], "only the object of two fitting parts");
 }
 
 #[test]

@@ -136,6 +136,7 @@ const TABLES: &[Table] = {
                 ("user_metadata", Text),
                 ("tags", Text),
                 ("created_at", Int),
+                ("created_by", Text),
             ],
             "id",
         ),
@@ -250,7 +251,7 @@ mod tests {
     use crate::config::DatabaseUrl;
     use crate::names::{BucketName, ObjectAttrs, ObjectKey};
     use crate::store::metadata::{Grant, S3KeyRecord, Scope, TestBackend, test_database_url};
-    use crate::store::{StagedBlob, Store};
+    use crate::store::{StagedBlob, Store, UploadLimits};
 
     fn part(store: &Store, content: &[u8]) -> StagedBlob {
         let mut w = store.blobs.writer().unwrap();
@@ -259,7 +260,8 @@ mod tests {
     }
 
     /// The S3 tables move too: a key with its sealed secret (it opens on the target with the same data dir), an
-    /// object's multipart ETag, and an upload in progress with its part, which the target can then complete.
+    /// object's multipart ETag, and an upload in progress (with the key that started it) and its part, which the
+    /// target can then complete.
     #[tokio::test]
     async fn s3_keys_etags_and_uploads_in_progress_are_copied_and_counted() {
         let dir = tempfile::tempdir().unwrap();
@@ -274,11 +276,12 @@ mod tests {
         };
         source.meta.create_s3_key(&key).await.unwrap();
         let (done, pending) = (ObjectKey::parse("done.bin").unwrap(), ObjectKey::parse("pending.bin").unwrap());
-        let upload = source.create_upload(&b, &done, ObjectAttrs::default()).await.unwrap();
-        let p1 = source.put_part(&b, &done, &upload.id, 1, part(&source, b"whole")).await.unwrap();
+        let upload = source.create_upload(&b, &done, ObjectAttrs::default(), None).await.unwrap();
+        let p1 = source.put_part(&b, &done, &upload.id, 1, part(&source, b"whole"), &UploadLimits::NONE).await.unwrap();
         let completed = source.complete_upload(&b, &done, &upload.id, &[(1, p1.etag())]).await.unwrap();
-        let open = source.create_upload(&b, &pending, ObjectAttrs::default()).await.unwrap();
-        let open_part = source.put_part(&b, &pending, &open.id, 1, part(&source, b"half")).await.unwrap();
+        let open = source.create_upload(&b, &pending, ObjectAttrs::default(), Some(&key.id)).await.unwrap();
+        let open_part =
+            source.put_part(&b, &pending, &open.id, 1, part(&source, b"half"), &UploadLimits::NONE).await.unwrap();
 
         let target_url = test_database_url(TestBackend::Postgres, dir.path()).await;
         let target = Store::open(dir.path(), &target_url, Duration::from_secs(5)).await.unwrap();

@@ -14,6 +14,26 @@ pub struct UploadRecord {
     /// The attributes the object gets on Complete.
     pub attrs: ObjectAttrs,
     pub created_at: i64,
+    /// The S3 access key id that started it (migration 0016); `None` for uploads from before, which count for
+    /// no key's `limits.max_unfinished_upload_bytes_per_key`.
+    pub created_by: Option<String>,
+}
+
+/// What the other parts hold, beside the one a part upload would write (see [`Metadata::held_bytes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldBytes {
+    /// The upload's other parts.
+    pub upload: u64,
+    /// Every part of every upload its creator started, but this one; `None` when the upload names no creator.
+    pub creator: Option<u64>,
+}
+
+/// An upload in progress with what its parts hold (`blobgate uploads list`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadSummary {
+    pub upload: UploadRecord,
+    pub parts: u64,
+    pub bytes: u64,
 }
 
 /// One uploaded part.
@@ -36,8 +56,8 @@ impl PartRecord {
     }
 }
 
-const UPLOAD_COLUMNS: &str =
-    "id, bucket_id, key, content_type, cache_control, content_disposition, user_metadata, tags, created_at";
+const UPLOAD_COLUMNS: &str = "id, bucket_id, key, content_type, cache_control, content_disposition, user_metadata, \
+                              tags, created_at, created_by";
 const PART_COLUMNS: &str = "part_number, size, staged_name, md5, sha256, created_at";
 
 #[derive(sqlx::FromRow)]
@@ -51,6 +71,7 @@ struct UploadRow {
     user_metadata: Option<String>,
     tags: Option<String>,
     created_at: i64,
+    created_by: Option<String>,
 }
 
 impl From<UploadRow> for UploadRecord {
@@ -67,8 +88,17 @@ impl From<UploadRow> for UploadRecord {
                 tags: super::objects::string_map_from_column(r.tags.as_deref()),
             },
             created_at: r.created_at,
+            created_by: r.created_by,
         }
     }
+}
+
+#[derive(sqlx::FromRow)]
+struct SummaryRow {
+    #[sqlx(flatten)]
+    upload: UploadRow,
+    parts: i64,
+    bytes: i64,
 }
 
 #[derive(sqlx::FromRow)]
@@ -94,14 +124,37 @@ impl From<PartRow> for PartRecord {
     }
 }
 
+/// The SQL of a keyset page of a bucket's uploads, by key and then by id, with the columns `extra` adds: $1 the
+/// bucket id, $2 a key prefix, $3 its upper bound (when `upper`), $4 the key marker, $5 the upload id marker
+/// (`""`: after every upload of the key, none: after nothing of it), $6 the limit.
+fn uploads_page_sql(extra: &str, upper: bool, after: Option<(&str, Option<&str>)>) -> String {
+    let after_clause = match after {
+        None => "",
+        Some((_, None)) => " AND key > $4",
+        Some((_, Some(_))) => " AND (key > $4 OR (key = $4 AND id > $5))",
+    };
+    let upper_clause = if upper { " AND key < $3" } else { "" };
+    format!(
+        "SELECT {UPLOAD_COLUMNS}{extra} FROM multipart_uploads
+         WHERE bucket_id = $1 AND key >= $2{upper_clause}{after_clause} ORDER BY key, id LIMIT $6"
+    )
+}
+
+/// The bytes held beside part $2 of upload $1: the upload's other parts, and every part of the uploads creator $3
+/// started but that one (none when $3 is NULL). A replaced part so counts once, at its new size.
+const HELD_BYTES: &str = "SELECT
+    CAST(coalesce((SELECT sum(size) FROM multipart_parts WHERE upload_id = $1 AND part_number <> $2), 0) AS BIGINT),
+    CAST(coalesce((SELECT sum(p.size) FROM multipart_parts p JOIN multipart_uploads u ON u.id = p.upload_id
+                   WHERE u.created_by = $3 AND NOT (p.upload_id = $1 AND p.part_number = $2)), 0) AS BIGINT)";
+
 impl Metadata {
     /// Records a new upload.
     pub async fn create_upload(&self, upload: &UploadRecord) -> Result<(), MetadataError> {
         let mut tx = self.begin_write().await?;
         with_tx!(&mut tx.tx, sqlite => sqlx::query(
             "INSERT INTO multipart_uploads (id, bucket_id, key, content_type, cache_control, content_disposition,
-                                            created_at, user_metadata, tags)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                                            created_at, user_metadata, tags, created_by)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(&upload.id)
         .bind(upload.bucket_id)
@@ -112,6 +165,7 @@ impl Metadata {
         .bind(upload.created_at)
         .bind(super::objects::string_map_column(&upload.attrs.user_metadata))
         .bind(super::objects::string_map_column(&upload.attrs.tags))
+        .bind(&upload.created_by)
         .execute(&mut **sqlite)
         .await?.rows_affected());
         tx.commit_without_announcing().await
@@ -180,17 +234,7 @@ impl Metadata {
         limit: u32,
     ) -> Result<Vec<UploadRecord>, MetadataError> {
         let upper = prefix_upper_bound(prefix);
-        // $2 prefix, $3 its upper bound, $4 the key marker, $5 the upload id marker (''=after every upload of it).
-        let after_clause = match after {
-            None => "",
-            Some((_, None)) => " AND key > $4",
-            Some((_, Some(_))) => " AND (key > $4 OR (key = $4 AND id > $5))",
-        };
-        let upper_clause = if upper.is_some() { " AND key < $3" } else { "" };
-        let sql = format!(
-            "SELECT {UPLOAD_COLUMNS} FROM multipart_uploads
-             WHERE bucket_id = $1 AND key >= $2{upper_clause}{after_clause} ORDER BY key, id LIMIT $6"
-        );
+        let sql = uploads_page_sql("", upper.is_some(), after);
         let rows: Vec<UploadRow> = with_pool!(&self.backend, pool => sqlx::query_as(&sql)
             .bind(bucket_id)
             .bind(prefix)
@@ -201,6 +245,51 @@ impl Metadata {
             .fetch_all(pool)
             .await?);
         Ok(rows.into_iter().map(UploadRecord::from).collect())
+    }
+
+    /// Up to `limit` uploads of a bucket with their part counts and bytes, by key and then by age, after `after`
+    /// (key, upload id): `list_uploads`'s keyset read, plus two sums over each upload's part rows.
+    pub async fn upload_summaries(
+        &self,
+        bucket_id: i64,
+        after: Option<(&str, &str)>,
+        limit: u32,
+    ) -> Result<Vec<UploadSummary>, MetadataError> {
+        let after = after.map(|(key, id)| (key, Some(id)));
+        let totals = ", (SELECT count(*) FROM multipart_parts p WHERE p.upload_id = multipart_uploads.id) AS parts,
+                        (SELECT CAST(coalesce(sum(p.size), 0) AS BIGINT) FROM multipart_parts p
+                         WHERE p.upload_id = multipart_uploads.id) AS bytes";
+        let sql = uploads_page_sql(totals, false, after);
+        let rows: Vec<SummaryRow> = with_pool!(&self.backend, pool => sqlx::query_as(&sql)
+            .bind(bucket_id)
+            .bind("")
+            .bind(None::<&str>)
+            .bind(after.map(|a| a.0))
+            .bind(after.and_then(|a| a.1))
+            .bind(i64::from(limit))
+            .fetch_all(pool)
+            .await?);
+        Ok(rows
+            .into_iter()
+            .map(|r| UploadSummary { upload: r.upload.into(), parts: r.parts as u64, bytes: r.bytes as u64 })
+            .collect())
+    }
+
+    /// What is held beside part `part_number` of upload `upload_id` (see [`HELD_BYTES`]). Read outside the write
+    /// lock, it serves an early refusal only; `WriteTx::held_bytes` is the one that decides.
+    pub async fn held_bytes(
+        &self,
+        upload_id: &str,
+        part_number: u32,
+        creator: Option<&str>,
+    ) -> Result<HeldBytes, MetadataError> {
+        let (upload, by_creator): (i64, i64) = with_pool!(&self.backend, pool => sqlx::query_as(HELD_BYTES)
+            .bind(upload_id)
+            .bind(i64::from(part_number))
+            .bind(creator)
+            .fetch_one(pool)
+            .await?);
+        Ok(HeldBytes { upload: upload as u64, creator: creator.map(|_| by_creator as u64) })
     }
 
     /// Ids of uploads created before `before` (unix seconds), oldest first: dead uploads to reclaim.
@@ -287,6 +376,41 @@ impl WriteTx {
         Ok((deleted > 0).then_some(names))
     }
 
+    /// [`Metadata::held_bytes`] in this transaction: under the write lock, which every part install holds, the
+    /// sums cannot change before the part's row is written.
+    pub async fn held_bytes(
+        &mut self,
+        upload_id: &str,
+        part_number: u32,
+        creator: Option<&str>,
+    ) -> Result<HeldBytes, MetadataError> {
+        let (upload, by_creator): (i64, i64) = with_tx!(&mut self.tx, tx => sqlx::query_as(HELD_BYTES)
+            .bind(upload_id)
+            .bind(i64::from(part_number))
+            .bind(creator)
+            .fetch_one(&mut **tx)
+            .await?);
+        Ok(HeldBytes { upload: upload as u64, creator: creator.map(|_| by_creator as u64) })
+    }
+
+    /// Deletes every upload of the bucket with its parts (a bucket delete); returns how many uploads went and the
+    /// part files their parts named.
+    pub async fn delete_bucket_uploads(&mut self, bucket_id: i64) -> Result<(u64, Vec<String>), MetadataError> {
+        let names: Vec<String> = with_tx!(&mut self.tx, tx => sqlx::query_scalar(
+            "DELETE FROM multipart_parts WHERE upload_id IN (SELECT id FROM multipart_uploads WHERE bucket_id = $1)
+             RETURNING staged_name",
+        )
+        .bind(bucket_id)
+        .fetch_all(&mut **tx)
+        .await?);
+        let uploads = with_tx!(&mut self.tx, tx => sqlx::query("DELETE FROM multipart_uploads WHERE bucket_id = $1")
+            .bind(bucket_id)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected());
+        Ok((uploads, names))
+    }
+
     /// Whether any part row names the file `parts/<name>` (for the sweep, under the write lock).
     pub async fn part_file_is_referenced(&mut self, name: &str) -> Result<bool, MetadataError> {
         let found: bool = with_tx!(&mut self.tx, tx =>
@@ -328,7 +452,14 @@ mod tests {
     use crate::store::metadata::pool::tests::{TestBackend, database};
 
     fn upload(id: &str, bucket_id: i64, key: &str, created_at: i64) -> UploadRecord {
-        UploadRecord { id: id.into(), bucket_id, key: key.into(), attrs: ObjectAttrs::default(), created_at }
+        UploadRecord {
+            id: id.into(),
+            bucket_id,
+            key: key.into(),
+            attrs: ObjectAttrs::default(),
+            created_at,
+            created_by: None,
+        }
     }
 
     fn part(n: u32, name: &str) -> PartRecord {
@@ -403,6 +534,79 @@ mod tests {
         assert_eq!(ids(meta.list_uploads(bucket.id, "a/", Some(("a/x", None)), 10).await.unwrap()), ["03"]);
         assert_eq!(ids(meta.list_uploads(bucket.id, "", Some(("a/x", Some("01"))), 2).await.unwrap()), ["02", "03"]);
         assert_eq!(ids(meta.list_uploads(bucket.id, "", None, 2).await.unwrap()), ["05", "01"]);
+    }
+
+    on_both_backends!(held_bytes_sum_the_other_parts_of_the_upload_and_of_its_creator);
+    async fn held_bytes_sum_the_other_parts_of_the_upload_and_of_its_creator(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let by = |id: &str, creator: Option<&str>| UploadRecord {
+            created_by: creator.map(str::to_owned),
+            ..upload(id, bucket.id, "k", 0)
+        };
+        for u in [by("a1", Some("AKBGA")), by("a2", Some("AKBGA")), by("b1", Some("AKBGB")), by("old", None)] {
+            meta.create_upload(&u).await.unwrap();
+            assert_eq!(meta.upload(&u.id).await.unwrap(), Some(u), "created_by reads back");
+        }
+        let mut tx = meta.begin_write().await.unwrap();
+        // part(n, _) has 10·n bytes.
+        for (id, n) in [("a1", 1), ("a1", 2), ("a2", 3), ("b1", 4), ("old", 5)] {
+            tx.upsert_part(id, &part(n, &format!("{id}-{n}"))).await.unwrap();
+        }
+        assert_eq!(tx.held_bytes("a1", 2, Some("AKBGA")).await.unwrap(), HeldBytes { upload: 10, creator: Some(40) });
+        assert_eq!(tx.held_bytes("a1", 9, Some("AKBGA")).await.unwrap(), HeldBytes { upload: 30, creator: Some(60) });
+        assert_eq!(tx.held_bytes("old", 1, None).await.unwrap(), HeldBytes { upload: 50, creator: None }, "no key");
+        tx.commit().await.unwrap();
+        assert_eq!(meta.held_bytes("b1", 1, Some("AKBGB")).await.unwrap(), HeldBytes { upload: 40, creator: Some(40) });
+        let none = HeldBytes { upload: 0, creator: Some(0) };
+        assert_eq!(meta.held_bytes("nope", 1, Some("AKBGC")).await.unwrap(), none);
+    }
+
+    on_both_backends!(upload_summaries_page_a_buckets_uploads_with_their_parts_and_bytes);
+    async fn upload_summaries_page_a_buckets_uploads_with_their_parts_and_bytes(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let other = meta.create_bucket(&BucketName::parse("other").unwrap(), false, 0).await.unwrap();
+        for (id, key) in [("02", "a"), ("01", "a"), ("03", "b")] {
+            meta.create_upload(&upload(id, bucket.id, key, 0)).await.unwrap();
+        }
+        meta.create_upload(&upload("04", other.id, "a", 0)).await.unwrap();
+        let mut tx = meta.begin_write().await.unwrap();
+        for (id, n) in [("02", 1), ("02", 2), ("03", 3), ("04", 4)] {
+            tx.upsert_part(id, &part(n, &format!("{id}-{n}"))).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+        let rows = |v: Vec<UploadSummary>| v.into_iter().map(|s| (s.upload.id, s.parts, s.bytes)).collect::<Vec<_>>();
+        let all = meta.upload_summaries(bucket.id, None, 10).await.unwrap();
+        assert_eq!(rows(all), [("01".into(), 0, 0), ("02".into(), 2, 30), ("03".into(), 1, 30)]);
+        assert_eq!(rows(meta.upload_summaries(bucket.id, None, 1).await.unwrap()), [("01".into(), 0, 0)]);
+        let next = meta.upload_summaries(bucket.id, Some(("a", "01")), 10).await.unwrap();
+        assert_eq!(rows(next), [("02".into(), 2, 30), ("03".into(), 1, 30)]);
+        assert_eq!(
+            rows(meta.upload_summaries(bucket.id, Some(("a", "02")), 10).await.unwrap()),
+            [("03".into(), 1, 30)]
+        );
+        assert_eq!(rows(meta.upload_summaries(other.id, None, 10).await.unwrap()), [("04".into(), 1, 40)]);
+    }
+
+    on_both_backends!(deleting_a_buckets_uploads_returns_their_part_files);
+    async fn deleting_a_buckets_uploads_returns_their_part_files(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let other = meta.create_bucket(&BucketName::parse("other").unwrap(), false, 0).await.unwrap();
+        for (id, b) in [("u1", bucket.id), ("u2", bucket.id), ("u3", other.id)] {
+            meta.create_upload(&upload(id, b, "k", 0)).await.unwrap();
+        }
+        let mut tx = meta.begin_write().await.unwrap();
+        for (id, n) in [("u1", 1), ("u1", 2), ("u3", 1)] {
+            tx.upsert_part(id, &part(n, &format!("{id}-{n}"))).await.unwrap();
+        }
+        let (uploads, mut names) = tx.delete_bucket_uploads(bucket.id).await.unwrap();
+        names.sort();
+        assert_eq!((uploads, names), (2, vec!["u1-1".to_owned(), "u1-2".to_owned()]));
+        tx.commit().await.unwrap();
+        assert_eq!(meta.upload("u1").await.unwrap(), None);
+        assert!(meta.upload("u3").await.unwrap().is_some(), "another bucket's upload stays");
     }
 
     on_both_backends!(old_uploads_are_found_oldest_first);
