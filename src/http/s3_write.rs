@@ -62,11 +62,33 @@ pub fn is_s3_write(request: &Request) -> bool {
 pub async fn serve(app: AdminState, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let ctx = S3Context::new(parts.uri.path());
+    let upload = carries_object_bytes(&parts);
     let mut response = match route(&app, &parts, body).await {
         Ok(response) => response,
         Err(e) => e.render(&ctx),
     };
+    if upload {
+        let stored = response.extensions_mut().remove::<StoredBytes>().map_or(0, |StoredBytes(n)| n);
+        crate::metrics::upload_finished(crate::metrics::UploadApi::S3, response.status(), stored);
+    }
     response.headers_mut().insert(AMZ_REQUEST_ID.clone(), ctx.request_id.clone());
+    response
+}
+
+/// Object bytes a PutObject or UploadPart stored, handed to [`serve`] for `blobgate_uploads_total`.
+#[derive(Debug, Clone, Copy)]
+struct StoredBytes(u64);
+
+/// A PutObject or UploadPart (a PUT of an object's bytes), not a copy or a tagging change.
+fn carries_object_bytes(parts: &http::request::Parts) -> bool {
+    parts.method == Method::PUT
+        && !parts.headers.contains_key(COPY_SOURCE)
+        && matches!(parse_path(parts.uri.path()), Ok(S3Path::Object(..)))
+        && !query_pairs(parts.uri.query()).iter().any(|(k, _)| k == "tagging")
+}
+
+fn stored(mut response: Response, bytes: u64) -> Response {
+    response.extensions_mut().insert(StoredBytes(bytes));
     response
 }
 
@@ -506,8 +528,9 @@ async fn put_object(
     // otherwise, rclone compares it); the put stores it as the object's S3 ETag, which S3 reads answer.
     let md5 =
         staged.md5.clone().ok_or_else(|| ApiError::Internal(anyhow::anyhow!("an S3 body is staged with its MD5")))?;
+    let size = staged.size;
     app.store.put_if(bucket, key, staged, attrs, Vec::new(), &condition).await.map_err(ApiError::from)?;
-    Ok(with_etag(StatusCode::OK.into_response(), &format!("\"{md5}\"")))
+    Ok(stored(with_etag(StatusCode::OK.into_response(), &format!("\"{md5}\"")), size))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -534,7 +557,7 @@ async fn upload_part(
         }
     })?;
     let part = app.store.put_part(bucket, key, upload_id, part_number, staged, &limits).await.map_err(part_error)?;
-    Ok(with_etag(StatusCode::OK.into_response(), &part.etag()))
+    Ok(stored(with_etag(StatusCode::OK.into_response(), &part.etag()), part.size))
 }
 
 /// The source a copy names, authorised for reading by the same signed request (before it is looked up, so an

@@ -66,9 +66,9 @@ impl UploadApi {
 /// condition, a bad digest, a size limit or a stalled body) or failed (a 5xx: ours, or the database's).
 const UPLOAD_RESULTS: [&str; 3] = ["stored", "refused", "failed"];
 
-const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 /// The `limit` label of `MULTIPART_PARTS_REFUSED`: the `limits.*` setting that refused the part.
 const PART_LIMITS: [&str; 3] = ["max_upload_bytes", "max_object_bytes", "max_unfinished_upload_bytes_per_key"];
+const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 const KINDS: [&str; 6] = ["full", "range", "multipart", "not_modified", "head", "other"];
 const OTHER_KIND: usize = 5;
 
@@ -122,10 +122,6 @@ fn describe() {
         MULTIPART_PARTS_REFUSED,
         "UploadPart and UploadPartCopy requests refused by a limits.* bound, by the limit (the setting's name)."
     );
-    // Shown at 0 from the start, so a rate over the first refusal has a point before it.
-    for limit in PART_LIMITS {
-        counter!(MULTIPART_PARTS_REFUSED, "limit" => limit).absolute(0);
-    }
     describe_counter!(ACCESS_LOG_DROPPED, "Access log lines dropped because the log writer was behind.");
     describe_counter!(
         UPLOAD_BODY_TIMEOUTS,
@@ -184,6 +180,9 @@ pub fn register_all(auth_failure_reasons: impl IntoIterator<Item = &'static str>
     }
     for reason in auth_failure_reasons {
         counter!(AUTH_FAILURES, "reason" => reason).increment(0);
+    }
+    for limit in PART_LIMITS {
+        counter!(MULTIPART_PARTS_REFUSED, "limit" => limit).increment(0);
     }
     for api in [UploadApi::Native, UploadApi::S3] {
         for result in UPLOAD_RESULTS {

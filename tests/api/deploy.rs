@@ -140,6 +140,9 @@ fn the_dashboard_shows_every_series_per_replica_and_summed() {
         );
     }
     assert!(exprs.contains(&"blobgate_database_up"), "readiness per replica: {exprs:?}");
+    for series in ["blobgate_uploads_total", "blobgate_upload_bytes_total", "blobgate_cache_sync_age_seconds"] {
+        assert!(exprs.iter().any(|e| e.contains(series)), "{series} has a panel: {exprs:?}");
+    }
 }
 
 #[test]

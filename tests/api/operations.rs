@@ -143,3 +143,47 @@ fn the_access_log_is_created_with_access_log_mode_and_an_existing_file_keeps_its
         assert!(err.contains("access_log_mode"), "{bad}: {err}");
     }
 }
+
+/// S3 uploads (PutObject, UploadPart) are counted like native ones, by boto3's requests; copies are not uploads.
+#[test]
+fn s3_uploads_are_counted_by_result_with_the_bytes_stored() {
+    use crate::s3_clients::{key_json, run_boto3, s3_key};
+    let env = TestEnv::new();
+    env.bucket("bkt", false);
+    let key = s3_key(&env, "bkt", &["--scope", "write"]);
+    let server = env.serve_with(&[("BLOBGATE_ACCESS_LOG", env.dir.path().join("a.log").to_str().unwrap())], &[]);
+    let script = r#"
+s3 = client(spec["endpoint"], spec["key"])
+out = {}
+out["put"] = code(lambda: s3.put_object(Bucket="bkt", Key="a", Body=b"x" * 1000))
+out["bad_md5"] = code(lambda: s3.put_object(Bucket="bkt", Key="b", Body=b"y" * 10, ContentMD5="AAAAAAAAAAAAAAAAAAAAAA=="))
+up = s3.create_multipart_upload(Bucket="bkt", Key="m")["UploadId"]
+parts = []
+for n, size in [(1, 5 << 20), (2, 7)]:
+    etag = s3.upload_part(Bucket="bkt", Key="m", UploadId=up, PartNumber=n, Body=b"z" * size)["ETag"]
+    parts.append({"PartNumber": n, "ETag": etag})
+s3.complete_multipart_upload(Bucket="bkt", Key="m", UploadId=up, MultipartUpload={"Parts": parts})
+out["copy"] = code(lambda: s3.copy_object(Bucket="bkt", Key="c", CopySource={"Bucket": "bkt", "Key": "a"}))
+print(json.dumps(out))
+"#;
+    let spec = serde_json::json!({"endpoint": format!("http://{}", server.admin), "key": key_json(&key)});
+    let out = run_boto3(&env.dir.path().join("home"), script, &spec);
+    assert_eq!(out["put"], serde_json::json!([200, ""]), "{out}");
+    assert_eq!(out["bad_md5"][0], 400, "{out}");
+    assert_eq!(out["copy"], serde_json::json!([200, ""]), "{out}");
+    let metrics = server.metrics();
+    let counted = |result: &str| {
+        let line = format!("blobgate_uploads_total{{api=\"s3\",result=\"{result}\"}} ");
+        metrics.lines().find_map(|l| l.strip_prefix(line.as_str())).map(|v| v.parse::<f64>().unwrap())
+    };
+    assert_eq!(counted("stored"), Some(3.0), "one PutObject and two UploadParts:\n{metrics}");
+    // botocore sends a PUT refused with BadDigest again: each request is counted.
+    let read_log = || std::fs::read_to_string(env.dir.path().join("a.log")).unwrap_or_default();
+    // The writer flushes every 100 ms: wait for the last request's line.
+    assert!(wait_for(std::time::Duration::from_secs(10), || read_log().contains(r#""path":"/bkt/c""#)));
+    let log = read_log();
+    let refused_puts = log.lines().filter(|l| l.contains(r#""method":"PUT","path":"/bkt/b""#)).count();
+    assert!(refused_puts >= 1, "{log}");
+    assert_eq!(counted("refused"), Some(refused_puts as f64), "the bad Content-MD5s:\n{log}");
+    assert_eq!(server.metric("blobgate_upload_bytes_total"), (1000 + (5 << 20) + 7) as f64);
+}
