@@ -504,11 +504,14 @@ impl Settings {
                 SETTING_KEYS.iter().any(|k| top.eq_ignore_ascii_case(k))
             })
             .split("__");
-        let settings: Settings = figment
+        let mut settings: Settings = figment
             .merge(env)
             .merge(Serialized::defaults(flags))
             .extract()
             .map_err(|e| anyhow::anyhow!(first_error(e)))?;
+        // An empty value (`BLOBGATE_DATABASE_URL=` in a unit file or a compose file) means unset, as for a shell.
+        settings.database.url = settings.database.url.filter(|url| !url.trim().is_empty());
+        settings.access_log = settings.access_log.filter(|path| path.to_str().is_none_or(|p| !p.trim().is_empty()));
         settings.validate()?;
         Ok(settings)
     }
@@ -814,6 +817,14 @@ mod tests {
                     assert!(!shown.contains("secret"), "the password shows: {shown}");
                     assert!(shown.contains(target), "{shown}");
                 }
+            }
+            for empty in ["", "  "] {
+                jail.set_env("BLOBGATE_DATABASE_URL", empty);
+                jail.set_env("BLOBGATE_ACCESS_LOG", empty);
+                let flags = FlagOverrides { data_dir: Some("/srv/d".into()), ..Default::default() };
+                let s = Settings::load(None, &flags).map_err(|e| e.to_string())?;
+                assert_eq!(s.database_url().unwrap(), DatabaseUrl::Sqlite("/srv/d/blobgate.db".into()), "unset");
+                assert_eq!(s.access_log, None);
             }
             for url in ["postgres://u:secret@db:99999/bg", "postgres://u:secret@[db/bg"] {
                 jail.set_env("BLOBGATE_DATABASE_URL", url);

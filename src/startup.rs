@@ -41,7 +41,28 @@ pub struct Application {
 }
 
 impl Application {
+    /// Opens the store (creating the data dir if it is missing) and binds both listeners. A start that fails
+    /// leaves no data dir behind that it created: a mistyped `--data-dir` next to a bad setting must not leave an
+    /// empty data dir that the next, corrected, start then takes for the real one.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        let data_dir = settings.data_dir.clone();
+        let created = !data_dir.exists();
+        let built = Self::build_in(settings).await;
+        if built.is_err() && created && data_dir.is_dir() {
+            if let Err(e) = std::fs::remove_dir_all(&data_dir) {
+                tracing::warn!(path = %data_dir.display(), error = %e, "cannot remove the data dir this failed start created");
+            }
+        }
+        built
+    }
+
+    async fn build_in(settings: Settings) -> anyhow::Result<Self> {
+        // The listeners first: an address in use fails the start before anything is created.
+        let data_listeners = driver::bind_data_listeners(settings.listen, settings.runtime.worker_count())
+            .with_context(|| format!("cannot listen on {} (listen)", settings.listen))?;
+        let admin_listener = driver::listen_exclusive(settings.admin_listen, 1024)
+            .and_then(|socket| TcpListener::from_std(socket.into()))
+            .with_context(|| format!("cannot listen on {} (admin_listen)", settings.admin_listen))?;
         let database = settings.database_url()?;
         let store = Store::open(&settings.data_dir, &database, settings.timeouts.database()).await?;
         if store.meta.link_may_be_plaintext() {
@@ -74,11 +95,6 @@ impl Application {
                 "start-up sweep removed leftovers"
             );
         }
-        let data_listeners = driver::bind_data_listeners(settings.listen, settings.runtime.worker_count())
-            .with_context(|| format!("cannot listen on {} (listen)", settings.listen))?;
-        let admin_listener = driver::listen_exclusive(settings.admin_listen, 1024)
-            .and_then(|socket| TcpListener::from_std(socket.into()))
-            .with_context(|| format!("cannot listen on {} (admin_listen)", settings.admin_listen))?;
         let dropped = metrics::counter!(crate::metrics::ACCESS_LOG_DROPPED);
         let access_log_mode = settings.access_log_mode()?;
         let access_log =

@@ -79,7 +79,8 @@ pub enum Command {
         bucket: String,
         /// Only keys starting with this.
         prefix: Option<String>,
-        /// One JSON object per line instead (with sha256, cache_control, content_disposition, created_at too).
+        /// One JSON object per line instead (with sha256, cache_control, content_disposition, created_at and the
+        /// codings of its precompressed variants too).
         #[arg(long)]
         json: bool,
         /// Objects read per database query; the listing is printed page by page.

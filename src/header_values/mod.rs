@@ -5,6 +5,7 @@
 pub mod content_coding;
 pub mod cors;
 pub mod disposition;
+pub mod upload_digest;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

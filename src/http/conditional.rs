@@ -38,6 +38,7 @@ use http::{HeaderMap, Method, header};
 use super::range::trim_ows;
 #[cfg(test)]
 use crate::header_values::{MAX_HTTP_DATE_SECS, etag_from_sha256, format_http_date};
+use crate::store::WriteCondition;
 
 /// Validators of the selected representation.
 #[derive(Debug, Clone, Copy)]
@@ -325,6 +326,48 @@ fn skip_while(s: &[u8], pred: impl Fn(u8) -> bool) -> &[u8] {
 #[cfg(test)]
 #[path = "../../tests/api/cases/conditional.rs"]
 mod cases;
+
+/// Why a write's preconditions cannot be honoured as sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WriteConditionError {
+    #[error("{0} is not ASCII")]
+    NotAscii(header::HeaderName),
+    /// Several field lines or a list: one entity tag, or `*`, is what a write can be conditioned on.
+    #[error("{0} with more than one value")]
+    SeveralValues(header::HeaderName),
+    #[error("If-Match and If-None-Match cannot both be given on a write")]
+    Both,
+    /// `If-None-Match: "tag"` on a write (only `*`, "create only", is meaningful there).
+    #[error("If-None-Match with a value other than *")]
+    IfNoneMatchTag,
+    #[error("If-Match is not an entity tag: {0}")]
+    NotAnEntityTag(String),
+}
+
+/// The precondition of a write (a native PUT, S3's PutObject and CompleteMultipartUpload): `If-None-Match: *`
+/// (create only) or `If-Match` with `*` or one entity tag, which the store checks under its write lock in the
+/// committing transaction, so of racing writers on any replicas one wins. The tag may be either validator the
+/// object has (its content ETag, or its S3 ETag). Pure; each front end maps the errors to its own words.
+pub fn write_condition(headers: &HeaderMap) -> Result<WriteCondition, WriteConditionError> {
+    let one = |name: header::HeaderName| -> Result<Option<String>, WriteConditionError> {
+        let mut values = headers.get_all(&name).iter();
+        let Some(value) = values.next() else { return Ok(None) };
+        let value = value.to_str().map_err(|_| WriteConditionError::NotAscii(name.clone()))?.trim();
+        if values.next().is_some() || value.contains(',') {
+            return Err(WriteConditionError::SeveralValues(name));
+        }
+        Ok(Some(value.to_owned()))
+    };
+    match (one(header::IF_NONE_MATCH)?, one(header::IF_MATCH)?) {
+        (None, None) => Ok(WriteCondition::Always),
+        (Some(_), Some(_)) => Err(WriteConditionError::Both),
+        (Some(star), None) if star == "*" => Ok(WriteCondition::IfAbsent),
+        (Some(_), None) => Err(WriteConditionError::IfNoneMatchTag),
+        (None, Some(tag)) => crate::s3::request::parse_if_match(&tag)
+            .map(WriteCondition::IfMatch)
+            .map_err(|_| WriteConditionError::NotAnEntityTag(tag)),
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -653,5 +696,29 @@ mod tests {
             prop_assert_eq!(parse_http_date(text.as_bytes()), Some(t));
             prop_assert_eq!(parse_http_date(render_wire_value("{LM_ASCTIME}", "", t).as_bytes()), Some(t));
         }
+    }
+
+    #[test]
+    fn a_write_is_conditioned_on_star_or_one_entity_tag() {
+        let with = |fields: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (name, value) in fields {
+                h.append(*name, http::HeaderValue::from_static(value));
+            }
+            write_condition(&h)
+        };
+        assert_eq!(with(&[]), Ok(WriteCondition::Always));
+        assert_eq!(with(&[("if-none-match", "*")]), Ok(WriteCondition::IfAbsent));
+        assert_eq!(with(&[("if-match", "*")]), Ok(WriteCondition::IfMatch("*".into())));
+        assert_eq!(with(&[("if-match", " \"abc\" ")]), Ok(WriteCondition::IfMatch("\"abc\"".into())));
+        assert_eq!(with(&[("if-match", "abc")]), Ok(WriteCondition::IfMatch("\"abc\"".into())), "S3 clients' bare tag");
+        assert_eq!(with(&[("if-none-match", "*"), ("if-match", "*")]), Err(WriteConditionError::Both));
+        assert_eq!(with(&[("if-none-match", "\"abc\"")]), Err(WriteConditionError::IfNoneMatchTag));
+        assert_eq!(with(&[("if-match", "\"a\", \"b\"")]), Err(WriteConditionError::SeveralValues(header::IF_MATCH)));
+        assert_eq!(
+            with(&[("if-match", "\"a\""), ("if-match", "\"b\"")]),
+            Err(WriteConditionError::SeveralValues(header::IF_MATCH))
+        );
+        assert!(matches!(with(&[("if-match", "\"\"")]), Err(WriteConditionError::NotAnEntityTag(_))));
     }
 }

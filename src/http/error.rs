@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 
 use crate::auth::AuthError;
+use crate::header_values::upload_digest::DigestError;
 use crate::names::NameError;
 use crate::store::{MetadataError, StoreError};
 
@@ -39,6 +40,9 @@ pub enum ApiError {
     RangeNotSatisfiable { size: u64 },
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// A declared body digest (`Content-MD5`, `Repr-Digest`, `Content-Digest`) malformed or not matched.
+    #[error(transparent)]
+    Digest(#[from] crate::header_values::upload_digest::DigestError),
     #[error("not enough storage space")]
     InsufficientStorage,
     #[error("not ready")]
@@ -86,6 +90,8 @@ impl ApiError {
             ApiError::PreconditionFailed => (StatusCode::PRECONDITION_FAILED, "precondition_failed"),
             ApiError::RangeNotSatisfiable { .. } => (StatusCode::RANGE_NOT_SATISFIABLE, "range_not_satisfiable"),
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::Digest(DigestError::Invalid(..)) => (StatusCode::BAD_REQUEST, "invalid_digest"),
+            ApiError::Digest(DigestError::Mismatch(_)) => (StatusCode::BAD_REQUEST, "bad_digest"),
             ApiError::InsufficientStorage => (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage"),
             ApiError::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
             ApiError::HandlerTimeout => (StatusCode::SERVICE_UNAVAILABLE, "handler_timeout"),

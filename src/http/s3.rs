@@ -30,6 +30,7 @@ use super::object::{self, ObjectRequest, ResponseOverrides};
 use crate::access_log::{Principal, RequestId};
 use crate::auth::sigv4::RequestParts;
 use crate::auth::{Access, AuthError, S3Grant, S3Target};
+use crate::header_values::upload_digest::DigestError;
 use crate::names::{BucketName, ObjectKey, parse_object_path};
 
 pub static AMZ_REQUEST_ID: HeaderName = HeaderName::from_static("x-amz-request-id");
@@ -214,6 +215,17 @@ pub(super) fn api_error_parts(e: &ApiError) -> (StatusCode, &'static str, Cow<'s
             "The specified method is not allowed against this resource.".into(),
         ),
         ApiError::PayloadTooLarge(m) => (StatusCode::BAD_REQUEST, "EntityTooLarge", m.clone().into()),
+        ApiError::Digest(DigestError::Invalid("Content-MD5", _)) => {
+            (StatusCode::BAD_REQUEST, "InvalidDigest", "The Content-MD5 you specified was invalid.".into())
+        }
+        ApiError::Digest(d @ DigestError::Invalid(..)) => {
+            (StatusCode::BAD_REQUEST, "InvalidDigest", d.to_string().into())
+        }
+        ApiError::Digest(DigestError::Mismatch(field)) => (
+            StatusCode::BAD_REQUEST,
+            "BadDigest",
+            format!("The {field} you specified did not match what we received.").into(),
+        ),
         ApiError::BodyTimeout | ApiError::BodyTooSlow(_) => {
             (StatusCode::BAD_REQUEST, "RequestTimeout", e.to_string().into())
         }

@@ -16,8 +16,6 @@
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode};
@@ -33,6 +31,7 @@ use crate::auth::sigv4::checksum::{Checksum, Checksummer};
 use crate::auth::sigv4::chunked::{ChunkedDecoder, header_checksum};
 use crate::auth::sigv4::{PayloadHash, RequestParts, SigV4Error, check_payload_sha256};
 use crate::auth::{Access, S3Grant, S3Target};
+use crate::header_values::upload_digest::{DeclaredDigests, DigestError};
 use crate::names::{BucketName, MAX_USER_METADATA_BYTES, ObjectKey, Tags, parse_attrs};
 use crate::s3::listing::{self, Entry};
 use crate::s3::request::{
@@ -275,22 +274,11 @@ fn refuse_unsupported(method: &Method, query: &[(String, String)], headers: &Hea
 /// A PutObject's or CompleteMultipartUpload's precondition on the object it would replace: `If-None-Match: *`
 /// (only `*`, as in S3) or `If-Match: "<etag>"` (one ETag, or `*`), not both.
 fn write_condition(headers: &HeaderMap) -> Result<WriteCondition, S3Error> {
-    let one = |name: header::HeaderName| -> Result<Option<String>, S3Error> {
-        let mut values = headers.get_all(&name).iter();
-        let Some(value) = values.next() else { return Ok(None) };
-        let value = value.to_str().map_err(|_| bad_request(format!("{name} is not ASCII")))?.trim();
-        if values.next().is_some() || value.contains(',') {
-            return Err(not_implemented(format!("{name} with more than one value")));
-        }
-        Ok(Some(value.to_owned()))
-    };
-    match (one(header::IF_NONE_MATCH)?, one(header::IF_MATCH)?) {
-        (None, None) => Ok(WriteCondition::Always),
-        (Some(_), Some(_)) => Err(bad_request("If-Match and If-None-Match cannot both be given on a write".into())),
-        (Some(star), None) if star == "*" => Ok(WriteCondition::IfAbsent),
-        (Some(_), None) => Err(not_implemented("If-None-Match with a value other than *")),
-        (None, Some(tag)) => Ok(WriteCondition::IfMatch(parse_if_match(&tag).map_err(request_error)?)),
-    }
+    use super::conditional::WriteConditionError as E;
+    super::conditional::write_condition(headers).map_err(|e| match e {
+        E::SeveralValues(_) | E::IfNoneMatchTag => not_implemented(e),
+        E::NotAscii(_) | E::Both | E::NotAnEntityTag(_) => bad_request(e.to_string()),
+    })
 }
 
 fn object_attrs(headers: &HeaderMap) -> Result<crate::names::ObjectAttrs, S3Error> {
@@ -466,26 +454,17 @@ fn check_staged(grant: &S3Grant, headers: &HeaderMap, staged: &StagedBlob) -> Re
         hex::decode_to_slice(&staged.sha256, &mut received).map_err(|e| ApiError::Internal(e.into()))?;
         check_payload_sha256(&signed, &received).map_err(sigv4_error)?;
     }
-    if let Some(value) = headers.get("content-md5") {
-        let sent = content_md5(value)?;
-        if staged.md5.as_deref() != Some(hex::encode(sent).as_str()) {
-            return Err(S3Error::new(
-                StatusCode::BAD_REQUEST,
-                "BadDigest",
-                "The Content-MD5 you specified did not match what we received.",
-            ));
-        }
-    }
-    Ok(())
+    declared_digests(headers)?.check(staged.md5.as_deref(), &staged.sha256).map_err(digest_error)
 }
 
-/// A `Content-MD5` header's 16 bytes; anything else is `InvalidDigest` (a digest that does not match is
-/// `BadDigest`).
-fn content_md5(value: &HeaderValue) -> Result<Vec<u8>, S3Error> {
-    let sent = value.to_str().ok().and_then(|v| STANDARD.decode(v.trim()).ok()).filter(|d| d.len() == 16);
-    sent.ok_or_else(|| {
-        S3Error::new(StatusCode::BAD_REQUEST, "InvalidDigest", "The Content-MD5 you specified was invalid.")
-    })
+/// `Content-MD5` (and an RFC 9530 `sha-256`, which S3 clients do not send), parsed before the body is read.
+fn declared_digests(headers: &HeaderMap) -> Result<DeclaredDigests, S3Error> {
+    DeclaredDigests::from_headers(headers).map_err(digest_error)
+}
+
+/// S3's words for a digest (`InvalidDigest`, `BadDigest`), from the one mapping (`s3::api_error_parts`).
+fn digest_error(e: DigestError) -> S3Error {
+    ApiError::Digest(e).into()
 }
 
 /// Stages an object or part body of at most `limit` bytes through `filter`: admission
@@ -501,6 +480,8 @@ async fn stage(
     if filter.declared_length(headers).is_some_and(|n| n > limit) {
         return Err(ApiError::PayloadTooLarge(format!("objects are limited to {limit} bytes")).into());
     }
+    // A malformed digest is refused before the body is read.
+    declared_digests(headers)?;
     let _place = super::upload::upload_place(app).await?;
     // The aws-chunked framing adds a little per chunk; the decoded length is checked by the decoder.
     let raw_limit = limit.saturating_add(limit / 64).saturating_add(64 << 10);
@@ -736,16 +717,11 @@ async fn small_body(
         let received: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(&decoded).into();
         check_payload_sha256(&signed, &received).map_err(sigv4_error)?;
     }
-    if let Some(value) = headers.get("content-md5") {
-        let sent = content_md5(value)?;
-        let computed = <md5::Md5 as md5::Digest>::digest(&decoded);
-        if sent != computed.as_slice() {
-            return Err(S3Error::new(
-                StatusCode::BAD_REQUEST,
-                "BadDigest",
-                "The Content-MD5 you specified did not match what we received.",
-            ));
-        }
+    let declared = declared_digests(headers)?;
+    if !declared.is_empty() {
+        let md5 = hex::encode(<md5::Md5 as md5::Digest>::digest(&decoded));
+        let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&decoded));
+        declared.check(Some(&md5), &sha256).map_err(digest_error)?;
     }
     Ok(decoded)
 }

@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 use super::AdminState;
 use super::error::ApiError;
+use crate::header_values::upload_digest::DeclaredDigests;
 use crate::names::{parse_attrs, parse_object_path};
 use crate::store::{BlobStore, BlobWriter, StagedBlob};
 
@@ -95,18 +96,26 @@ async fn store_body(
     };
     let attrs =
         parse_attrs(text(header::CONTENT_TYPE)?, text(header::CACHE_CONTROL)?, text(header::CONTENT_DISPOSITION)?)?;
+    // The write's precondition and the body's declared digests, as S3's PutObject takes them: refused before the
+    // body is read when malformed, checked before anything commits.
+    let condition = super::conditional::write_condition(headers).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let declared = DeclaredDigests::from_headers(headers)?;
     let limit = app.settings.limits.max_body_bytes();
-    let declared =
-        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit) {
+    let length = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if length.is_some_and(|n| n > limit) {
         return Err(ApiError::PayloadTooLarge(format!("objects are limited to {limit} bytes")));
     }
     let _place = upload_place(app).await?;
     let staged = stage_body(app, body, limit, &mut Plain).await?;
-    if declared.is_some_and(|n| n != staged.size) {
+    if length.is_some_and(|n| n != staged.size) {
         return Err(ApiError::BadRequest("body length differs from Content-Length".into()));
     }
-    Ok(app.store.put(&bucket_name, &key, staged, attrs).await?)
+    declared.check(staged.md5.as_deref(), &staged.sha256)?;
+    // RFC 9110 §13.1.1: If-Match on a key with no object fails (412), as any other mismatch does.
+    match app.store.put_if(&bucket_name, &key, staged, attrs, Vec::new(), &condition).await {
+        Err(crate::store::StoreError::NoSuchKey) => Err(ApiError::PreconditionFailed),
+        stored => Ok(stored?),
+    }
 }
 
 pub async fn delete_object(State(app): State<AdminState>, uri: Uri, headers: HeaderMap) -> Result<Response, ApiError> {

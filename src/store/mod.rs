@@ -69,7 +69,8 @@ pub enum WriteCondition {
     Always,
     /// No object may exist under the key.
     IfAbsent,
-    /// The current object's S3 ETag (quoted) must be this one; `*` matches any current object.
+    /// The current object must have this ETag (quoted): its content ETag (native) or its S3 ETag, which never
+    /// look alike; `*` matches any current object.
     IfMatch(String),
 }
 
@@ -498,7 +499,7 @@ async fn check_write_condition(
     match (condition, current) {
         (WriteCondition::IfAbsent, None) => Ok(()),
         (WriteCondition::IfMatch(_), None) => Err(StoreError::NoSuchKey),
-        (WriteCondition::IfMatch(tag), Some(current)) if tag == "*" || *tag == current.s3_etag_or_native() => Ok(()),
+        (WriteCondition::IfMatch(tag), Some(current)) if tag == "*" || current.has_etag(tag) => Ok(()),
         _ => Err(StoreError::PreconditionFailed),
     }
 }

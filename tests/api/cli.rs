@@ -805,4 +805,44 @@ fn put_and_import_precompress_text_and_take_sidecars_as_variants() {
     assert!(out.status.success(), "{out:?}");
     assert_eq!(env.blob_files().len(), before + 1, "a gzip variant was made for site.css");
     assert!(env.blob_path(&sha256_hex(&br)).is_file());
+    // `ls --json` names each object's variants, page by page (a page of one here).
+    let listed: Vec<serde_json::Value> = env
+        .ok(&["ls", "bkt", "--json", "--page-size", "1"])
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let variants = |key: &str| listed.iter().find(|o| o["key"] == key).map(|o| o["variants"].clone());
+    assert_eq!(variants("css/site.css"), Some(serde_json::json!(["br", "gzip"])), "{listed:?}");
+    assert_eq!(variants("dl/archive.tar.gz"), Some(serde_json::json!([])), "{listed:?}");
+}
+
+/// A `serve` that fails to start leaves no data dir behind that it created (a mistyped `--data-dir` beside an
+/// address in use or an unreachable database), so the corrected start does not find an empty one.
+#[test]
+fn a_failed_serve_leaves_no_data_dir_it_created() {
+    let env = TestEnv::new();
+    let wrong = env.dir.path().join("typo-data");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = taken.local_addr().unwrap().to_string();
+    let unreachable = format!("postgres://u:p@{}/db", free_local_addr());
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 3] = [
+        (&["--listen", &taken, "--admin-listen", "127.0.0.1:0"], &[], "(listen)"),
+        (&["--listen", "127.0.0.1:0", "--admin-listen", &taken], &[], "(admin_listen)"),
+        (
+            &["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"],
+            &[("BLOBGATE_DATABASE_URL", &unreachable)],
+            "database.url",
+        ),
+    ];
+    for (args, vars, names) in cases {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.arg("--data-dir").arg(&wrong).arg("serve").args(args).current_dir(env.dir.path());
+        cmd.env_remove("BLOBGATE_CONFIG").env_remove("BLOBGATE_DATABASE_URL").envs(vars.iter().copied());
+        let out = run_until_exit(cmd, std::time::Duration::from_secs(30));
+        assert!(!out.status.success(), "{args:?} started");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(names), "{args:?}: {stderr}");
+        assert!(!wrong.exists(), "{args:?} left {} behind", wrong.display());
+    }
 }

@@ -23,6 +23,7 @@ mod faults;
 mod harden3;
 mod lifecycle;
 mod limits;
+mod native_put;
 mod operations;
 mod outage;
 mod partition;

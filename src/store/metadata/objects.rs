@@ -37,6 +37,12 @@ pub struct ObjectRecord {
 impl ObjectRecord {
     /// The ETag S3 requests see: the stored S3 ETag, else (an object stored before those were recorded) the
     /// native one.
+    /// Whether `etag` (quoted) is one of this object's validators: its content ETag (the native API's, the quoted
+    /// SHA-256) or its S3 ETag (an MD5, or a multipart ETag): 64 hex digits against 32 (or `-N`), never both.
+    pub fn has_etag(&self, etag: &str) -> bool {
+        self.s3_etag.as_deref() == Some(etag) || crate::header_values::etag_from_sha256(&self.sha256) == etag
+    }
+
     pub fn s3_etag_or_native(&self) -> String {
         self.s3_etag.clone().unwrap_or_else(|| crate::header_values::etag_from_sha256(&self.sha256))
     }

@@ -25,6 +25,27 @@ impl Metadata {
     }
 }
 
+impl Metadata {
+    /// `(key, encoding)` of every variant of the objects keyed from `first` to `last` inclusive, by key: one
+    /// listing page's variants in one range read of the table's key order (the listing's own).
+    pub async fn variant_codings_between(
+        &self,
+        bucket_id: i64,
+        first: &str,
+        last: &str,
+    ) -> Result<Vec<(String, String)>, MetadataError> {
+        Ok(with_pool!(&self.backend, pool => sqlx::query_as(
+            "SELECT key, encoding FROM object_variants WHERE bucket_id = $1 AND key >= $2 AND key <= $3 \
+             ORDER BY key, encoding",
+        )
+        .bind(bucket_id)
+        .bind(first)
+        .bind(last)
+        .fetch_all(pool)
+        .await?))
+    }
+}
+
 impl WriteTx {
     /// The object's variants, read inside the transaction.
     pub async fn variants(&mut self, bucket_id: i64, key: &str) -> Result<Vec<VariantRecord>, MetadataError> {
