@@ -2,10 +2,10 @@
 //! the two compare (`MigrationStatus::compare`, pure).
 //!
 //! A database that a newer release migrated is served: its later migrations only add tables, columns with
-//! defaults and indexes that this release ignores (README, "Upgrades"), so a rollback, or an old replica restarting
-//! mid-rollout, keeps working. Anything else this binary does not know (a migration below its latest, one of its
-//! own with another checksum, one of its own skipped under a later one, one that failed part-way) means another
-//! line of releases or a broken migration, and is refused in one line ([`SchemaError`]).
+//! defaults and indexes that this release ignores (README, "Upgrades and rollbacks"), so a rollback, or an old
+//! replica restarting mid-rollout, keeps working. Anything else this binary does not know (a migration below its
+//! latest, one of its own with another checksum, one of its own skipped under a later one, one that failed
+//! part-way) means another line of releases or a broken migration, and is refused in one line ([`SchemaError`]).
 
 use std::fmt;
 
