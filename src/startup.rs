@@ -65,6 +65,13 @@ impl Application {
             .with_context(|| format!("cannot listen on {} (admin_listen)", settings.admin_listen))?;
         let database = settings.database_url()?;
         let store = Store::open(&settings.data_dir, &database, settings.timeouts.database()).await?;
+        if let Some(note) = store.meta.migrations().newer_note() {
+            // A rollback, or an old replica restarting mid-rollout: tolerated by the upgrade rule.
+            tracing::warn!(
+                "{note}; serving on, as a newer release only adds tables, columns with defaults and indexes that the \
+                 one before ignores (README, \"Upgrades and rollbacks\")"
+            );
+        }
         if store.meta.link_may_be_plaintext() {
             tracing::warn!(
                 %database,

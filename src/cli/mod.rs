@@ -2,6 +2,7 @@
 //! non-zero exit status (see `main.rs`).
 
 mod auth;
+mod db;
 mod objects;
 mod stats;
 mod uploads;
@@ -294,6 +295,20 @@ pub enum TokenCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum DbCommand {
+    /// List the schema's migrations, this release's and the database's: version, state (applied, pending; newer:
+    /// applied by a newer release, which this one tolerates; unknown, differs, failed: another line of releases,
+    /// refused), when applied, description. Reads only, and creates nothing.
+    Status {
+        /// One JSON object per line instead.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Apply this release's pending migrations and exit; prints each applied one as `db status` does.
+    Migrate {
+        /// One JSON object per line instead.
+        #[arg(long)]
+        json: bool,
+    },
     /// Copy every bucket, object, token, S3 key, signing key, revoked URL, stats row and S3 upload in progress
     /// into an empty database (e.g. from SQLite to PostgreSQL), in one transaction, and check the counts. Blobs
     /// and part files stay in the data dir.
@@ -375,7 +390,7 @@ fn access(command: &Command) -> Access {
         | Command::S3Key(S3KeyCommand::List)
         | Command::Signing(SigningCommand::List)
         | Command::Uploads(UploadsCommand::List { .. })
-        | Command::Db(DbCommand::Copy { .. }) => Access::Read,
+        | Command::Db(DbCommand::Status { .. } | DbCommand::Copy { .. }) => Access::Read,
         _ => Access::Write,
     }
 }
@@ -413,12 +428,22 @@ async fn run_on_store(command: Command, settings: Settings) -> anyhow::Result<()
             bail!("data dir {} is not a directory", shown.display());
         }
     }
+    // These open the database themselves: neither needs the blob store or the secrets key.
+    match command {
+        Command::Db(DbCommand::Status { json }) => return db::status(&settings, json).await,
+        Command::Db(DbCommand::Migrate { json }) => return db::migrate(&settings, json).await,
+        _ => {}
+    }
     let busy = settings.timeouts.database();
     let database = settings.database_url()?;
     let store = match access {
         Access::Read => Store::open_read_only(dir, &database, busy).await?,
         Access::Write | Access::Create => Store::open(dir, &database, busy).await?,
     };
+    // `db copy` refuses such a database instead (it would drop what the newer release stored).
+    if !matches!(command, Command::Db(DbCommand::Copy { .. })) {
+        db::warn_of_newer(store.meta.migrations());
+    }
     let result = match command {
         Command::Serve { .. } => unreachable!("serve is run by main"),
         Command::Bucket(BucketCommand::Create { name, public }) => {
@@ -502,27 +527,11 @@ async fn run_on_store(command: Command, settings: Settings) -> anyhow::Result<()
         Command::Uploads(UploadsCommand::Abort { bucket, key, upload_id }) => {
             uploads::abort(&store, &bucket, &key, &upload_id).await
         }
-        Command::Db(DbCommand::Copy { to }) => copy_database(&store, &to, &settings).await,
+        Command::Db(DbCommand::Copy { to }) => db::copy(&store, &to, &settings).await,
+        Command::Db(DbCommand::Status { .. } | DbCommand::Migrate { .. }) => unreachable!("run above"),
     };
     store.meta.close().await;
     result
-}
-
-/// `db copy --to URL`: prints one JSON line with the rows copied per table.
-async fn copy_database(store: &Store, to: &str, settings: &Settings) -> anyhow::Result<()> {
-    let target_url = crate::config::DatabaseUrl::parse(to).map_err(|e| anyhow::anyhow!("--to: {e}"))?;
-    if target_url == settings.database_url()? {
-        bail!("--to names the database being copied");
-    }
-    let target = crate::store::Metadata::open(&target_url, &settings.data_dir, settings.timeouts.sqlite_busy)
-        .await
-        .map_err(|e| anyhow::anyhow!("--to: {e:#}"))?;
-    let copied = store.meta.copy_to(&target).await;
-    target.close().await;
-    let copied: serde_json::Map<String, serde_json::Value> =
-        copied?.into_iter().map(|(table, rows)| (table.to_owned(), rows.into())).collect();
-    println!("{}", serde_json::json!({ "to": target_url.to_string(), "copied": copied }));
-    Ok(())
 }
 
 /// A Unix time as RFC 3339 (UTC, seconds): how every command prints times.

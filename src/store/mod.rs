@@ -29,8 +29,8 @@ use serde::Serialize;
 pub use blobs::{BlobStore, BlobWriter, StagedBlob};
 pub use metadata::{
     Bucket, CacheChange, Catchup, ChangeFeed, ChangeKind, DatabaseHealth, Flushed, Grant, Metadata, MetadataError,
-    ObjectRecord, ObjectStats, PartRecord, S3KeyRecord, Scope, SigningKey, StatsFlush, StatsOrder, TokenRecord,
-    UploadRecord, UploadSummary, Upsert, VariantRecord, WriteTx,
+    MigrationEntry, MigrationState, MigrationStatus, ObjectRecord, ObjectStats, PartRecord, S3KeyRecord, Scope,
+    SigningKey, StatsFlush, StatsOrder, TokenRecord, UploadRecord, UploadSummary, Upsert, VariantRecord, WriteTx,
 };
 pub use multipart::{CompleteReport, MultipartError, UploadLimits};
 
@@ -175,8 +175,10 @@ impl Store {
     }
 
     /// Opens an existing data dir for reading only: creates no directory or file, writes nothing (see
-    /// `Metadata::open_read_only`). A database that needs a migration is opened for writing instead, so that
-    /// the first command after an upgrade works where it may write and says why where it may not.
+    /// `Metadata::open_read_only`). A database without a schema, or from another line of releases, is refused in
+    /// one line (`MigrationStatus::check`), before anything reads a table. One that needs a migration is opened for
+    /// writing instead, so that the first command after an upgrade works where it may write and says why where it
+    /// may not.
     pub async fn open_read_only(
         data_dir: &Path,
         database: &DatabaseUrl,
@@ -184,14 +186,19 @@ impl Store {
     ) -> anyhow::Result<Self> {
         let timeouts = timeouts.into();
         let mut meta = Metadata::open_read_only(database, timeouts).await?;
-        if let Some(key) = secrets_key::load_existing(data_dir, &meta).await? {
-            meta = meta.with_secrets_key(key);
+        let status = meta.migrations();
+        if let Err(e) = status.check(database) {
+            meta.close().await;
+            return Err(e);
         }
-        if meta.needs_migration().await {
+        if status.pending().next().is_some() {
             meta.close().await;
             return Self::open(data_dir, database, timeouts)
                 .await
                 .context("the database must be migrated to this version first, which needs write access");
+        }
+        if let Some(key) = secrets_key::load_existing(data_dir, &meta).await? {
+            meta = meta.with_secrets_key(key);
         }
         Ok(Self { meta, blobs: BlobStore::at(data_dir) })
     }

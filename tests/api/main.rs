@@ -23,6 +23,7 @@ mod faults;
 mod harden3;
 mod lifecycle;
 mod limits;
+mod migrations;
 mod native_put;
 mod operations;
 mod outage;

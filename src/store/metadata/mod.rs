@@ -20,11 +20,11 @@
 //! [`with_pool!`] and [`with_tx!`] run the same code on either backend's connection, each arm type-checked for its
 //! own database. Where they differ, the operation matches on the backend.
 //!
-//! Submodules: `pool` (open, migrations, read-only open, close), `objects` (buckets and objects), `auth` (tokens,
-//! signing keys, revoked signatures), `stats` (download counters), `s3_keys` (S3 access keys, sealed), `variants`
-//! (precompressed variants of objects), `multipart` (S3 uploads in progress, their parts, multipart ETags), `copy`
-//! (`db copy`), `changes` (the change feed, over the
-//! `generation` counter).
+//! Submodules: `pool` (open, read-only open, close), `migrations` (this binary's migrations against the
+//! database's: applied, tolerated, refused), `objects` (buckets and objects), `auth` (tokens, signing keys, revoked
+//! signatures), `stats` (download counters), `s3_keys` (S3 access keys, sealed), `variants` (precompressed variants
+//! of objects), `multipart` (S3 uploads in progress, their parts, multipart ETags), `copy` (`db copy`), `changes`
+//! (the change feed, over the `generation` counter).
 
 /// Runs `$body` with `$pool` bound to the backend's pool; each arm is compiled for its own database, so the SQL text
 /// in `$body` is shared by both.
@@ -77,6 +77,7 @@ mod changes;
 mod copy;
 mod generation;
 mod health;
+mod migrations;
 mod multipart;
 mod objects;
 mod pg_feed;
@@ -93,6 +94,7 @@ pub use auth::{Grant, Scope, SigningKey, TokenRecord};
 pub use changes::{CacheChange, Catchup, ChangeFeed, ChangeKind};
 pub use copy::CopyError;
 pub use health::DatabaseHealth;
+pub use migrations::{MigrationEntry, MigrationState, MigrationStatus, SchemaError, SchemaState};
 pub use multipart::{HeldBytes, PartRecord, UploadRecord, UploadSummary};
 pub use objects::{Bucket, ObjectRecord, Upsert};
 pub use s3_keys::S3KeyRecord;
@@ -160,6 +162,8 @@ pub struct Metadata {
     read_only: bool,
     /// Seals signing-key secrets in the database (`store::sealing`); `Store::open` sets it.
     secrets_key: Option<Arc<SecretsKey>>,
+    /// The schema's migrations as the open found them (after migrating, for `open`).
+    migrations: Arc<MigrationStatus>,
 }
 
 /// The database behind [`Metadata`]. An enum rather than a trait object: every operation is a plain `match`

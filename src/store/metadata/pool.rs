@@ -13,24 +13,21 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{ConnectOptions, Connection};
 
 use super::generation::Generation;
+use super::migrations::{self, SchemaError};
 use super::{Backend, ChangeFeed, Metadata};
 use crate::config::{DatabaseTimeouts, DatabaseUrl, PostgresUrl};
-
-/// The embedded migrations: applied by `open`, compared by `open_read_only`.
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
-/// PostgreSQL's own migrations (its schema is written in its own dialect), tracked in that database.
-static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
 /// How long opening a PostgreSQL database may take (a host that drops packets would otherwise hang a start for
 /// the kernel's TCP timeout, minutes), and how long any later wait for a pooled connection may take.
 pub const PG_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Metadata {
-    /// Opens (creating if needed) the database and applies the embedded migrations. The change feed's counter
-    /// lives in `data_dir`, shared with every process that opens it. `timeouts` is a busy timeout alone or
-    /// [`DatabaseTimeouts`], whose `acquire` bounds every wait for a pooled connection.
+    /// Opens (creating if needed) the database and applies the embedded migrations: see `migrations.rs` for the
+    /// database this binary refuses, and the newer one it serves. The change feed's counter lives in `data_dir`,
+    /// shared with every process that opens it. `timeouts` is a busy timeout alone or [`DatabaseTimeouts`], whose
+    /// `acquire` bounds every wait for a pooled connection.
     /// PostgreSQL: the counter is private to this process (see `changes.rs`); several processes may apply the
-    /// migrations at once (sqlx serialises them with an advisory lock).
+    /// migrations at once (sqlx's advisory lock serialises them).
     pub async fn open(
         database: &DatabaseUrl,
         data_dir: &Path,
@@ -40,22 +37,22 @@ impl Metadata {
         let (backend, generation) = match database {
             DatabaseUrl::Sqlite(path) => {
                 let generation = Generation::open(data_dir)?;
-                let pool = open_sqlite(path, timeouts).await?;
-                MIGRATOR.run(&pool).await.context("cannot apply database migrations")?;
-                (Backend::Sqlite(pool), generation)
+                (Backend::Sqlite(open_sqlite(path, timeouts).await?), generation)
             }
             DatabaseUrl::Postgres(url) => {
-                let pool = open_postgres(url, false, timeouts).await?;
-                PG_MIGRATOR.run(&pool).await.with_context(|| format!("cannot apply the migrations to {url}"))?;
-                (Backend::Postgres(pool), Generation::local())
+                (Backend::Postgres(open_postgres(url, false, timeouts).await?), Generation::local())
             }
         };
+        let migrations = migrations::migrate(&backend).await.map_err(|e| match e.downcast::<SchemaError>() {
+            Ok(refusal) => migrations::refused(refusal, database),
+            Err(e) => e.context(format!("cannot apply the migrations to {database}")),
+        })?;
         let feed = ChangeFeed::new(Arc::new(generation), backend.clone());
-        Ok(Self { feed, backend, read_only: false, secrets_key: None })
+        Ok(Self { feed, backend, read_only: false, secrets_key: None, migrations: Arc::new(migrations) })
     }
 
     /// Opens an existing database for reading only: no migrations, no writes, no files created, so it works in a
-    /// read-only data dir. Check `needs_migration` before trusting the schema.
+    /// read-only data dir. Its migrations are read (`migrations()`): check them before trusting the schema.
     /// PostgreSQL: every transaction is read-only (`default_transaction_read_only`).
     pub async fn open_read_only(database: &DatabaseUrl, timeouts: impl Into<DatabaseTimeouts>) -> anyhow::Result<Self> {
         let timeouts = timeouts.into();
@@ -63,23 +60,11 @@ impl Metadata {
             DatabaseUrl::Sqlite(path) => Backend::Sqlite(open_sqlite_read_only(path, timeouts).await?),
             DatabaseUrl::Postgres(url) => Backend::Postgres(open_postgres(url, true, timeouts).await?),
         };
+        let migrations = Arc::new(Self::read_migrations(&backend).await?);
         // Nothing is written, so nothing needs to reach other processes: a private counter.
         let generation = Arc::new(Generation::local());
-        Ok(Self { feed: ChangeFeed::new(generation, backend.clone()), backend, read_only: true, secrets_key: None })
-    }
-
-    /// Whether the database lacks migrations this binary embeds (a read-only open cannot apply them).
-    pub async fn needs_migration(&self) -> bool {
-        let migrator = match &self.backend {
-            Backend::Sqlite(_) => &MIGRATOR,
-            Backend::Postgres(_) => &PG_MIGRATOR,
-        };
-        let latest = migrator.iter().map(|m| m.version).max().unwrap_or(0);
-        let applied: Result<i64, _> = with_pool!(&self.backend, pool =>
-            sqlx::query_scalar("SELECT coalesce(max(version), 0) FROM _sqlx_migrations WHERE success")
-                .fetch_one(pool)
-                .await);
-        applied.map_or(true, |v| v < latest)
+        let feed = ChangeFeed::new(generation, backend.clone());
+        Ok(Self { feed, backend, read_only: true, secrets_key: None, migrations })
     }
 
     /// Whether the link to the database may cross a network in clear (see [`plaintext_may_leave_host`]): `serve`
@@ -335,7 +320,7 @@ fn one_line(e: &sqlx::Error) -> String {
 /// or at its close, touches the main file.)
 async fn open_sqlite_read_only(path: &Path, timeouts: DatabaseTimeouts) -> anyhow::Result<sqlx::SqlitePool> {
     if !path.is_file() {
-        anyhow::bail!("no database at {}", path.display());
+        anyhow::bail!(migrations::no_database_at(path));
     }
     let mut wal = path.as_os_str().to_owned();
     wal.push("-wal");
@@ -359,6 +344,11 @@ pub(super) mod tests {
     use super::*;
     use crate::names::BucketName;
     use crate::store::Store;
+
+    /// Whether the database lacks migrations this binary embeds (a read-only open cannot apply them).
+    fn has_pending(meta: &Metadata) -> bool {
+        meta.migrations().pending().next().is_some()
+    }
 
     /// Which backend a test runs on (see `on_both_backends!`).
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -421,7 +411,7 @@ pub(super) mod tests {
         std::fs::copy(writer_dir.path().join("blobgate.db"), dir.path().join("blobgate.db")).unwrap();
         let url = DatabaseUrl::in_data_dir(dir.path());
         let reader = Metadata::open_read_only(&url, Duration::from_secs(5)).await.unwrap();
-        assert!(!reader.needs_migration().await);
+        assert!(!has_pending(&reader));
         assert_eq!(reader.list_buckets().await.unwrap().len(), 1);
         let err = reader.create_bucket(&BucketName::parse("new").unwrap(), false, 0).await.unwrap_err();
         assert!(err.to_string().contains("readonly"), "{err}");
@@ -439,13 +429,13 @@ pub(super) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let url = database_url(TestBackend::Postgres, dir.path()).await;
         let fresh = Metadata::open_read_only(&url, Duration::from_secs(5)).await.unwrap();
-        assert!(fresh.needs_migration().await, "an empty database needs the migrations");
+        assert!(has_pending(&fresh), "an empty database needs the migrations");
         fresh.close().await;
         let meta = Metadata::open(&url, dir.path(), Duration::from_secs(5)).await.unwrap();
         meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
         meta.close().await;
         let reader = Metadata::open_read_only(&url, Duration::from_secs(5)).await.unwrap();
-        assert!(!reader.needs_migration().await);
+        assert!(!has_pending(&reader));
         assert_eq!(reader.list_buckets().await.unwrap().len(), 1);
         let err = reader.create_bucket(&BucketName::parse("new").unwrap(), false, 0).await.unwrap_err();
         assert!(err.to_string().contains("read-only transaction"), "{err}");
@@ -583,11 +573,11 @@ pub(super) mod tests {
 
         let database = DatabaseUrl::in_data_dir(&data);
         let store = Store::open_read_only(&data, &database, Duration::from_secs(5)).await.unwrap();
-        assert!(!store.meta.needs_migration().await);
+        assert!(!has_pending(&store.meta));
         assert!(store.meta.list_buckets().await.unwrap().is_empty(), "the new column exists");
         store.meta.close().await;
         let again = Store::open_read_only(&data, &database, Duration::from_secs(5)).await.unwrap();
-        assert!(!again.meta.needs_migration().await, "an up-to-date database opens read-only");
+        assert!(!has_pending(&again.meta), "an up-to-date database opens read-only");
         again.meta.close().await;
     }
 }
