@@ -689,7 +689,8 @@ mod tests {
         }
         lookup.revoked.insert(sign("priv", "a", NOW + 60, "k1", Some("inline")).signature);
         let bucket = |id, name: &str, public| {
-            Arc::new(Bucket { id, name: name.into(), public, created_at: 0, default_cache_control: None, cors: None })
+            let (default_cache_control, cors, website) = (None, None, crate::names::Website::NONE);
+            Arc::new(Bucket { id, name: name.into(), public, created_at: 0, default_cache_control, cors, website })
         };
         World {
             auth: Authorizer::new(lookup, Duration::from_secs(3600)).with_clock(|| NOW),

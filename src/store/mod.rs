@@ -28,9 +28,9 @@ use serde::Serialize;
 
 pub use blobs::{BlobStore, BlobWriter, StagedBlob};
 pub use metadata::{
-    Bucket, CacheChange, Catchup, ChangeFeed, ChangeKind, DatabaseHealth, Flushed, Grant, Metadata, MetadataError,
-    ObjectRecord, ObjectStats, PartRecord, S3KeyRecord, Scope, SigningKey, StatsFlush, StatsOrder, TokenRecord,
-    UploadRecord, UploadSummary, Upsert, VariantRecord, WriteTx,
+    Bucket, BucketChanges, CacheChange, Catchup, ChangeFeed, ChangeKind, DatabaseHealth, Flushed, Grant, Metadata,
+    MetadataError, ObjectRecord, ObjectStats, PartRecord, S3KeyRecord, Scope, SigningKey, StatsFlush, StatsOrder,
+    TokenRecord, UploadRecord, UploadSummary, Upsert, VariantRecord, WriteTx,
 };
 pub use multipart::{CompleteReport, MultipartError, UploadLimits};
 

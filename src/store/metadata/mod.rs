@@ -94,7 +94,7 @@ pub use changes::{CacheChange, Catchup, ChangeFeed, ChangeKind};
 pub use copy::CopyError;
 pub use health::DatabaseHealth;
 pub use multipart::{HeldBytes, PartRecord, UploadRecord, UploadSummary};
-pub use objects::{Bucket, ObjectRecord, Upsert};
+pub use objects::{Bucket, BucketChanges, ObjectRecord, Upsert};
 pub use s3_keys::S3KeyRecord;
 pub use stats::{Flushed, ObjectStats, StatsFlush, StatsOrder};
 pub use variants::VariantRecord;
