@@ -267,7 +267,7 @@ async fn time_lookups(app: &DataState, catalog: &Catalog, headers: &HeaderMap, p
         let (bucket_name, key) = blobgate::names::parse_object_path(uri.path()).unwrap();
         let bucket = catalog.bucket(bucket_name.as_str()).await.unwrap();
         let credentials = blobgate::auth::credentials(headers, uri.query()).unwrap();
-        let grant = app.auth.read(&bucket_name, bucket.as_ref(), &key, credentials).await.unwrap();
+        let grant = app.auth.read(&bucket_name, bucket.as_ref(), key.as_str(), credentials).await.unwrap();
         let entry = catalog.object(grant.bucket.id, key.as_str()).await.unwrap();
         times.push(started.elapsed());
         assert!(entry.is_some(), "{path} must exist");

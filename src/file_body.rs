@@ -35,6 +35,8 @@ pub enum DownloadKind {
     Full,
     Range,
     Multipart,
+    /// A static-site bucket's error document, whole, as the 404 of a missing key: no download of the document.
+    ErrorDocument,
 }
 
 /// Identifies the object a file response serves, so the driver can attribute what it sent.

@@ -160,12 +160,100 @@ impl fmt::Display for ObjectKey {
 
 /// Splits a request path (`/{bucket}/{key}`, still percent-encoded) into its parsed parts.
 pub fn parse_object_path(path: &str) -> Result<(BucketName, ObjectKey), NameError> {
+    match parse_data_path(path)? {
+        (bucket, RequestedKey::Key(key)) => Ok((bucket, key)),
+        (_, RequestedKey::Root { .. }) => Err(NameError::Key("key is empty")),
+    }
+}
+
+/// What a GET or HEAD on the data listener names: an object key, or its bucket's root (a static site's home).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestedKey {
+    /// `/{bucket}/{key}`.
+    Key(ObjectKey),
+    /// `/{bucket}/` (`slash`) or `/{bucket}`.
+    Root { slash: bool },
+}
+
+/// Splits a data-listener path (still percent-encoded) into its bucket and what it names in it.
+pub fn parse_data_path(path: &str) -> Result<(BucketName, RequestedKey), NameError> {
     let rest = path.strip_prefix('/').unwrap_or(path);
-    let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+    let (bucket, key) = match rest.split_once('/') {
+        Some((bucket, key)) => (bucket, Some(key)),
+        None => (rest, None),
+    };
     // A bucket name has no characters that need escaping, so it is never decoded.
     let bucket = BucketName::parse(bucket)?;
-    let key = ObjectKey::from_url_path(key)?;
-    Ok((bucket, key))
+    let requested = match key {
+        Some(key) if !key.is_empty() => RequestedKey::Key(ObjectKey::from_url_path(key)?),
+        _ => RequestedKey::Root { slash: key.is_some() },
+    };
+    Ok((bucket, requested))
+}
+
+/// A bucket's static-site settings (`bucket set --index-document/--error-document`; migration 0017).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Website {
+    /// What a directory path (`/{bucket}/`, `/{bucket}/dir/`) serves: that directory's key plus this suffix.
+    pub index_document: Option<IndexDocument>,
+    /// What a missing key's GET serves, with 404.
+    pub error_document: Option<ObjectKey>,
+}
+
+impl Website {
+    /// No static-site settings: what a bucket without them, and an absent bucket, plans with.
+    pub const NONE: Website = Website { index_document: None, error_document: None };
+
+    /// An error document as `bucket set --error-document` takes it: a valid key.
+    pub fn parse_error_document(document: &str) -> Result<ObjectKey, NameError> {
+        ObjectKey::parse(document).map_err(|e| e.into_attr("error document"))
+    }
+}
+
+/// An index document: a relative key suffix such as `index.html` or `_site/home.html`, a valid key with no
+/// leading `/` and no empty segment, so that added to a directory's key (empty, or ending in `/`) it names a key
+/// inside that directory, and a valid one whenever the sum is no longer than a key may be.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IndexDocument(String);
+
+impl IndexDocument {
+    pub fn parse(document: &str) -> Result<Self, NameError> {
+        let key = ObjectKey::parse(document).map_err(|e| e.into_attr("index document"))?;
+        let fail = |reason| Err(NameError::Attr { field: "index document", reason });
+        if document.starts_with('/') {
+            return fail("must be relative (no leading '/'), like index.html");
+        }
+        if document.split('/').any(str::is_empty) {
+            return fail("must not have an empty segment (no '//', no trailing '/')");
+        }
+        Ok(Self(key.0))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The bucket root's index document: the suffix itself, as a key.
+    pub fn at_root(&self) -> ObjectKey {
+        ObjectKey(self.0.clone())
+    }
+
+    /// The index document of `directory` (a key ending in `/`), or `None` when the sum is longer than a key
+    /// may be. Both parts are valid and the suffix adds no empty, `.` or `..` segment, so the sum is a valid key.
+    pub fn in_directory(&self, directory: &str) -> Option<ObjectKey> {
+        debug_assert!(directory.ends_with('/'), "{directory:?} is not a directory");
+        (directory.len() + self.0.len() <= MAX_KEY_BYTES).then(|| ObjectKey(format!("{directory}{}", self.0)))
+    }
+}
+
+impl NameError {
+    /// A key's refusal as the refusal of the setting that names one (`invalid index document: ...`).
+    fn into_attr(self, field: &'static str) -> NameError {
+        match self {
+            NameError::Key(reason) => NameError::Attr { field, reason },
+            other => other,
+        }
+    }
 }
 
 /// The least string above every string that starts with `prefix` (`None`: no such bound, for `""`). Keys compare
@@ -264,6 +352,48 @@ mod tests {
     }
 
     #[test]
+    fn data_paths_name_a_key_or_the_bucket_root() {
+        let key = |k: &str| RequestedKey::Key(ObjectKey::parse(k).unwrap());
+        for (path, want) in [
+            ("/bkt/", RequestedKey::Root { slash: true }),
+            ("/bkt", RequestedKey::Root { slash: false }),
+            ("/bkt/css/", key("css/")),
+            ("/bkt//", key("/")),
+            ("/bkt/a%2Fb", key("a/b")),
+        ] {
+            let (bucket, requested) = parse_data_path(path).unwrap();
+            assert_eq!((bucket.as_str(), requested), ("bkt", want), "{path}");
+        }
+        for bad in ["/", "", "/BKT/", "/bkt/%2E%2E", "/bkt/a/../b"] {
+            assert!(parse_data_path(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_object_path("/bkt/"), Err(NameError::Key("key is empty")));
+    }
+
+    #[test]
+    fn index_documents_are_relative_suffixes_and_error_documents_keys() {
+        for ok in ["index.html", "_site/home.html", "a.b/c", ".hidden", "é.html"] {
+            assert_eq!(IndexDocument::parse(ok).map(|i| i.as_str().to_owned()), Ok(ok.to_owned()));
+        }
+        for bad in
+            ["", "/index.html", "a//b", "dir/", "/", "..", "a/../b", "./index.html", "a\u{7}b", &"k".repeat(1025)]
+        {
+            let err = IndexDocument::parse(bad).unwrap_err().to_string();
+            assert!(err.starts_with("invalid index document: "), "{bad:?}: {err}");
+        }
+        assert!(Website::parse_error_document("errors/404.html").is_ok());
+        for bad in ["", "../404.html", "a/./b", "x\u{1}"] {
+            let err = Website::parse_error_document(bad).unwrap_err().to_string();
+            assert!(err.starts_with("invalid error document: "), "{bad:?}: {err}");
+        }
+        let index = IndexDocument::parse("index.html").unwrap();
+        assert_eq!(index.at_root().as_str(), "index.html");
+        assert_eq!(index.in_directory("a/").map(|k| k.0), Some("a/index.html".to_owned()));
+        assert_eq!(index.in_directory(&format!("{}/", "d".repeat(1014))), None, "1025 bytes");
+        assert!(index.in_directory(&format!("{}/", "d".repeat(1013))).is_some(), "1024 bytes");
+    }
+
+    #[test]
     fn attrs_must_be_well_formed_header_values() {
         let ok =
             parse_attrs(Some("text/plain; charset=utf-8".into()), Some("max-age=60".into()), Some("attachment".into()));
@@ -286,6 +416,19 @@ mod tests {
                 prop_assert!(!k.contains('\0'));
                 prop_assert!(!k.split('/').any(|s| s == "." || s == ".."));
                 prop_assert!(!k.is_empty() && k.len() <= MAX_KEY_BYTES);
+            }
+        }
+
+        /// An index document added to any directory key is a key that parses, whenever it is short enough.
+        #[test]
+        fn an_index_document_in_a_directory_is_a_valid_key(
+            directory in "([a-z.%]{0,4}/){1,4}",
+            index in "[a-z.]{1,4}(/[a-z.]{1,4}){0,2}",
+        ) {
+            if let (Ok(dir), Ok(index)) = (ObjectKey::parse(&directory), IndexDocument::parse(&index)) {
+                let joined = index.in_directory(dir.as_str()).unwrap();
+                prop_assert_eq!(ObjectKey::parse(joined.as_str()), Ok(joined.clone()));
+                prop_assert!(joined.as_str().starts_with(dir.as_str()));
             }
         }
 

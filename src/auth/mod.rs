@@ -415,13 +415,14 @@ impl<L: CredentialLookup> Authorizer<L> {
         Self { clock, ..self }
     }
 
-    /// Authorises a GET/HEAD of `name/key`. `bucket` is `None` when no such bucket exists; that case answers
-    /// exactly like a private bucket the caller may not read.
+    /// Authorises a GET/HEAD of `name/key`: an object's key, or `""` for the bucket's root (`/{bucket}/`, which
+    /// only credentials for the whole bucket may read). `bucket` is `None` when no such bucket exists; that case
+    /// answers exactly like a private bucket the caller may not read.
     pub async fn read(
         &self,
         name: &BucketName,
         bucket: Option<&Arc<Bucket>>,
-        key: &ObjectKey,
+        key: &str,
         credentials: Credentials,
     ) -> Result<ReadGrant, AuthError> {
         if let Some(b) = bucket.filter(|b| b.public) {
@@ -463,7 +464,9 @@ impl<L: CredentialLookup> Authorizer<L> {
         credentials: Credentials,
     ) -> Result<(), AuthError> {
         match credentials {
-            Credentials::Bearer(token) => self.authorize_token(&token, bucket.map(|b| b.id), key, Access::Write).await,
+            Credentials::Bearer(token) => {
+                self.authorize_token(&token, bucket.map(|b| b.id), key.as_str(), Access::Write).await
+            }
             _ => Err(AuthError::unauthorized(FailureReason::Missing, "a bearer token with write scope is required")),
         }
     }
@@ -485,11 +488,11 @@ impl<L: CredentialLookup> Authorizer<L> {
         &self,
         presented: &str,
         bucket_id: Option<i64>,
-        key: &ObjectKey,
+        key: &str,
         access: Access,
     ) -> Result<(), AuthError> {
         let record = self.known_token(presented).await?;
-        Ok(check_token(&record, bucket_id, key.as_str(), access, (self.clock)())?)
+        Ok(check_token(&record, bucket_id, key, access, (self.clock)())?)
     }
 
     /// The token presented as `Authorization: Bearer`, if it exists and is neither revoked nor expired.
@@ -511,12 +514,7 @@ impl<L: CredentialLookup> Authorizer<L> {
         record.filter(|_| hash_matches).ok_or(AuthError::unauthorized(FailureReason::UnknownToken, "invalid token"))
     }
 
-    async fn verify_presigned(
-        &self,
-        params: &PresignParams,
-        bucket: &BucketName,
-        key: &ObjectKey,
-    ) -> Result<(), AuthError> {
+    async fn verify_presigned(&self, params: &PresignParams, bucket: &BucketName, key: &str) -> Result<(), AuthError> {
         let now = (self.clock)();
         let fail = |reason, message| Err(AuthError::unauthorized(reason, message));
         if now >= params.expires {
@@ -532,7 +530,7 @@ impl<L: CredentialLookup> Authorizer<L> {
         if signing_key.retired_at.is_some() {
             return fail(FailureReason::BadSignature, "signed URL's key has been retired");
         }
-        if !params.verify(&signing_key.secret, bucket.as_str(), key.as_str()) {
+        if !params.verify(&signing_key.secret, bucket.as_str(), key) {
             return fail(FailureReason::BadSignature, "invalid signed URL");
         }
         if self.lookup.signature_revoked(&params.signature).await? {
@@ -578,6 +576,9 @@ mod tests {
             ("read", "pub/", Some(1), "pub/x", Read, 50, ok),
             ("read", "pub/", Some(1), "pubx", Read, 50, forbidden),
             ("read", "pub/", Some(1), "other/pub/x", Read, 50, forbidden),
+            // The bucket's root (`/{bucket}/` without an index document) is read with the whole bucket only.
+            ("read", "", Some(1), "", Read, 50, ok),
+            ("read", "pub/", Some(1), "", Read, 50, forbidden),
             ("read", "", Some(1), "a", Read, 100, Err(Denial::Expired)),
             ("read", "", Some(2), "a", Read, 100, Err(Denial::Expired)),
         ];
@@ -689,7 +690,8 @@ mod tests {
         }
         lookup.revoked.insert(sign("priv", "a", NOW + 60, "k1", Some("inline")).signature);
         let bucket = |id, name: &str, public| {
-            Arc::new(Bucket { id, name: name.into(), public, created_at: 0, default_cache_control: None, cors: None })
+            let (default_cache_control, cors, website) = (None, None, crate::names::Website::NONE);
+            Arc::new(Bucket { id, name: name.into(), public, created_at: 0, default_cache_control, cors, website })
         };
         World {
             auth: Authorizer::new(lookup, Duration::from_secs(3600)).with_clock(|| NOW),
@@ -734,7 +736,7 @@ mod tests {
         let bearer = |name: &str| Credentials::Bearer(w.tokens[name].clone());
         let (private, public) = (Some(&w.private), Some(&w.public));
         let read = async |bucket: &str, b: Option<&Arc<Bucket>>, credentials: Credentials| {
-            outcome(w.auth.read(&name(bucket), b, &key("a"), credentials).await)
+            outcome(w.auth.read(&name(bucket), b, "a", credentials).await)
         };
         let bucket_of = |r: Result<ReadGrant, String>| r.map(|g| (g.bucket.id, g.content_disposition));
 

@@ -14,7 +14,7 @@ use anyhow::bail;
 use clap::{Parser, Subcommand};
 
 use crate::config::{DatabaseFlags, FlagOverrides, Settings};
-use crate::names::{BucketName, ObjectKey, parse_attrs};
+use crate::names::{BucketName, IndexDocument, ObjectKey, Website, parse_attrs};
 use crate::store::{BucketDeletion, StatsOrder, Store, unix_now};
 
 #[derive(Debug, Parser)]
@@ -172,9 +172,10 @@ pub enum BucketCommand {
     },
     /// List buckets as JSON lines.
     List,
-    /// Change who may read a bucket, or the Cache-Control served for its objects that store none. Running servers
-    /// apply it at their next request.
-    #[command(group(clap::ArgGroup::new("change").required(true).multiple(true).args(["public", "private", "cache_control"])))]
+    /// Change who may read a bucket, the Cache-Control served for its objects that store none, or its index and
+    /// error documents (a static site). Running servers apply it at their next request.
+    #[command(group(clap::ArgGroup::new("change").required(true).multiple(true)
+        .args(["public", "private", "cache_control", "index_document", "error_document"])))]
     Set {
         /// The bucket to change.
         name: String,
@@ -187,6 +188,13 @@ pub enum BucketCommand {
         /// Default Cache-Control for objects that store none; `""` removes the default.
         #[arg(long, value_name = "VALUE")]
         cache_control: Option<String>,
+        /// What a directory path (`/NAME/`, `/NAME/dir/`) serves: that directory's key plus this relative suffix,
+        /// such as `index.html`; `""` turns it off.
+        #[arg(long, value_name = "SUFFIX")]
+        index_document: Option<String>,
+        /// The key served, with 404, for a missing key (such as `404.html`); `""` turns it off.
+        #[arg(long, value_name = "KEY")]
+        error_document: Option<String>,
     },
     /// Set or clear the bucket's CORS rule (which web origins may read its objects from a script). Running
     /// servers apply it at their next request.
@@ -458,8 +466,20 @@ async fn run_on_store(command: Command, settings: Settings) -> anyhow::Result<()
             }
             Ok(())
         }
-        Command::Bucket(BucketCommand::Set { name, public, private, cache_control }) => {
-            objects::set_bucket(&store, &name, public, private, cache_control).await
+        Command::Bucket(BucketCommand::Set {
+            name,
+            public,
+            private,
+            cache_control,
+            index_document,
+            error_document,
+        }) => {
+            // Every flag is checked before the one update, so bad input changes nothing.
+            let website = (
+                flag_change(index_document, IndexDocument::parse)?,
+                flag_change(error_document, Website::parse_error_document)?,
+            );
+            objects::set_bucket(&store, &name, public, private, cache_control, website).await
         }
         Command::Bucket(BucketCommand::Cors(CorsCommand::Set { name, origins, max_age, expose_headers })) => {
             let rule = crate::header_values::cors::CorsRule { origins, max_age, expose_headers };
@@ -532,6 +552,21 @@ async fn run_on_store(command: Command, settings: Settings) -> anyhow::Result<()
     };
     store.meta.close().await;
     result
+}
+
+/// `bucket set`'s index and error documents, parsed: `None` leaves one as it is, `Some(None)` turns it off.
+type WebsiteChanges = (Option<Option<IndexDocument>>, Option<Option<ObjectKey>>);
+
+/// A flag that sets a value or, given as `""`, clears it.
+fn flag_change<T>(
+    flag: Option<String>,
+    parse: impl Fn(&str) -> Result<T, crate::names::NameError>,
+) -> Result<Option<Option<T>>, crate::names::NameError> {
+    match flag {
+        None => Ok(None),
+        Some(v) if v.is_empty() => Ok(Some(None)),
+        Some(v) => parse(&v).map(|parsed| Some(Some(parsed))),
+    }
 }
 
 /// A Unix time as RFC 3339 (UTC, seconds): how every command prints times.

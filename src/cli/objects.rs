@@ -7,14 +7,18 @@ use anyhow::{Context, bail};
 
 use super::rfc3339;
 use crate::header_values::content_coding::ContentCoding;
-use crate::names::{BucketName, ObjectKey, parse_attrs};
-use crate::store::{ObjectRecord, PutStatus, StagedBlob, StagedVariant, Store, effective_content_type, precompress};
+use crate::names::{BucketName, IndexDocument, ObjectKey, parse_attrs};
+use crate::store::{
+    BucketChanges, ObjectRecord, PutStatus, StagedBlob, StagedVariant, Store, effective_content_type, precompress,
+};
 
 /// A bucket as `bucket list` and `bucket set` print it.
 pub(super) fn bucket_json(b: &crate::store::Bucket) -> serde_json::Value {
     serde_json::json!({
         "bucket": b.name, "public": b.public, "cache_control": b.default_cache_control,
         "created_at": rfc3339(b.created_at), "cors": b.cors.as_ref().map(|c| &c.rule),
+        "index_document": b.website.index_document.as_ref().map(IndexDocument::as_str),
+        "error_document": b.website.error_document.as_ref().map(ObjectKey::as_str),
     })
 }
 
@@ -40,6 +44,7 @@ pub(super) async fn set_bucket(
     public: bool,
     private: bool,
     cache_control: Option<String>,
+    (index_document, error_document): super::WebsiteChanges,
 ) -> anyhow::Result<()> {
     let name = BucketName::parse(name)?;
     let public = match (public, private) {
@@ -53,7 +58,13 @@ pub(super) async fn set_bucket(
         Some(v) if v.is_empty() => Some(None),
         Some(v) => Some(parse_attrs(None, Some(v), None)?.cache_control),
     };
-    let bucket = store.meta.update_bucket(&name, public, cache_control.as_ref().map(Option::as_deref)).await?;
+    let changes = BucketChanges {
+        public,
+        default_cache_control: cache_control.as_ref().map(Option::as_deref),
+        index_document: index_document.as_ref().map(Option::as_ref),
+        error_document: error_document.as_ref().map(Option::as_ref),
+    };
+    let bucket = store.meta.update_bucket(&name, changes).await?;
     let bucket = crate::store::require_bucket(bucket, &name)?;
     warn_if_shared_caching_in_private_bucket(store, &name, bucket.default_cache_control.as_deref()).await?;
     println!("{}", bucket_json(&bucket));

@@ -405,29 +405,44 @@ impl<S: DataService> Connection<S> {
         if is_head {
             self.last_sent = (status, 0);
             let sent = send_bytes(&self.stream, head, false, self.ctx.send.progress_timeout).await;
-            self.observe(DownloadRecord::now(body.object, status.as_u16(), RecordKind::Head), 0);
+            // An error document answers for a missing key: a response, never the document's download or HEAD.
+            if body.kind == DownloadKind::ErrorDocument {
+                self.ctx.metrics.error_document_sent(status, 0);
+            } else {
+                self.observe(DownloadRecord::now(body.object, status.as_u16(), RecordKind::Head), 0);
+            }
             return sent.is_ok() && persistence != Persistence::Close;
         }
         let started = Instant::now();
         let _active = self.ctx.metrics.download_started();
         let report = send_file_response(&self.stream, head, &body, &self.ctx.send, &self.ctx.metrics).await;
-        let kind = match body.kind {
-            DownloadKind::Full => RecordKind::Full,
-            DownloadKind::Range => RecordKind::Range,
-            DownloadKind::Multipart => RecordKind::Multipart,
-        };
-        let mut record = DownloadRecord::now(body.object.clone(), status.as_u16(), kind);
-        record.planned_bytes = body.object_len();
-        record.sent_bytes = report.object_bytes;
         self.last_sent = (status, report.object_bytes);
-        record.duration = started.elapsed();
-        record.outcome = match &report.outcome {
-            SendOutcome::Completed => Outcome::Completed,
-            SendOutcome::Truncated { .. } => Outcome::Truncated,
-            SendOutcome::Stalled | SendOutcome::Aborted(_) => Outcome::Aborted,
+        let kind = match body.kind {
+            DownloadKind::Full => Some(RecordKind::Full),
+            DownloadKind::Range => Some(RecordKind::Range),
+            DownloadKind::Multipart => Some(RecordKind::Multipart),
+            DownloadKind::ErrorDocument => None,
         };
-        self.observe(record, report.sendfile_calls);
-        match &report.outcome {
+        if let Some(kind) = kind {
+            let mut record = DownloadRecord::now(body.object.clone(), status.as_u16(), kind);
+            record.planned_bytes = body.object_len();
+            record.sent_bytes = report.object_bytes;
+            record.duration = started.elapsed();
+            record.outcome = match &report.outcome {
+                SendOutcome::Completed => Outcome::Completed,
+                SendOutcome::Truncated { .. } => Outcome::Truncated,
+                SendOutcome::Stalled | SendOutcome::Aborted(_) => Outcome::Aborted,
+            };
+            self.observe(record, report.sendfile_calls);
+        } else {
+            self.ctx.metrics.error_document_sent(status, report.sendfile_calls);
+        }
+        self.after_file_send(&report.outcome, &body, persistence)
+    }
+
+    /// Whether the connection goes on after a file body was sent with `outcome`; logs what cut it short.
+    fn after_file_send(&self, outcome: &SendOutcome, body: &FileBody, persistence: Persistence) -> bool {
+        match outcome {
             SendOutcome::Completed => persistence != Persistence::Close,
             SendOutcome::Truncated { missing } => {
                 tracing::error!(peer = %self.peer, key = %body.object.key, missing,
@@ -636,9 +651,11 @@ impl futures_util::Stream for PumpedBody {
 /// RFC 9112 framing checks before a single file byte goes out: the head must describe exactly the bytes the
 /// regions will produce, with no transfer or content coding in between.
 fn check_file_response(response: &Response, body: &FileBody) -> Result<(), &'static str> {
-    let status = response.status();
-    if status != StatusCode::OK && status != StatusCode::PARTIAL_CONTENT {
-        return Err("file bodies go with 200 or 206 only");
+    match (body.kind, response.status()) {
+        (DownloadKind::ErrorDocument, StatusCode::NOT_FOUND) => {}
+        (DownloadKind::ErrorDocument, _) => return Err("an error document goes with 404 only"),
+        (_, StatusCode::OK | StatusCode::PARTIAL_CONTENT) => {}
+        _ => return Err("file bodies go with 200 or 206 only"),
     }
     let headers = response.headers();
     if headers.contains_key(header::TRANSFER_ENCODING) {
@@ -709,6 +726,23 @@ mod tests {
         ] {
             let got = check_file_response(&response(headers), &body(encoding));
             assert_eq!(got.is_ok(), ok, "{headers:?} for a {encoding} file: {got:?}");
+        }
+    }
+
+    #[test]
+    fn a_file_goes_with_200_or_206_and_an_error_document_with_404_only() {
+        let error_document = FileBody { kind: DownloadKind::ErrorDocument, ..body("identity") };
+        for (status, file, ok) in [
+            (StatusCode::OK, body("identity"), true),
+            (StatusCode::PARTIAL_CONTENT, body("identity"), true),
+            (StatusCode::NOT_FOUND, body("identity"), false),
+            (StatusCode::NOT_FOUND, error_document.clone(), true),
+            (StatusCode::OK, error_document.clone(), false),
+            (StatusCode::PARTIAL_CONTENT, error_document, false),
+        ] {
+            let mut r = response(&[("content-length", "10")]);
+            *r.status_mut() = status;
+            assert_eq!(check_file_response(&r, &file).is_ok(), ok, "{status} with {:?}", file.kind);
         }
     }
 }

@@ -25,7 +25,7 @@ use http::{Method, StatusCode};
 use super::DataState;
 use super::object;
 use crate::header_values::cors::CorsPolicy;
-use crate::names::parse_object_path;
+use crate::names::parse_data_path;
 
 const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
 
@@ -73,8 +73,9 @@ pub fn vary_on_origin(bucket: &crate::store::Bucket, headers: &mut http::HeaderM
     }
 }
 
-/// The rule of the bucket the path names; none for a bad path or an unknown bucket (which then look alike).
+/// The rule of the bucket the path names (its root included: a static site's home); none for a bad path or an
+/// unknown bucket (which then look alike).
 async fn bucket_policy(app: &DataState, path: &str) -> Option<std::sync::Arc<CorsPolicy>> {
-    let (bucket, _key) = parse_object_path(path).ok()?;
+    let (bucket, _key) = parse_data_path(path).ok()?;
     app.catalog.bucket(bucket.as_str()).await.ok().flatten()?.cors.clone()
 }

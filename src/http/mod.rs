@@ -15,6 +15,7 @@ pub mod s3_write;
 #[cfg(test)]
 mod signed_url_tests;
 pub mod upload;
+pub mod website;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;

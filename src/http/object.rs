@@ -1,22 +1,28 @@
 //! `GET`/`HEAD /{bucket}/{key}` on the data listener. The request pipeline, in order:
 //!
-//! 1. Parse the path (one percent-decode) into a bucket name and key: 400 on bad input.
-//! 2. Authorise against the bucket *before* looking the object up, so an unauthorised caller learns nothing
-//!    about which keys exist (`auth`).
-//! 3. Look the object up (`catalog`: cached with its prepared headers and variants): 404. Negotiate the
-//!    content coding (`accept_encoding`): the selected variant brings its ETag, Repr-Digest and blob.
+//! 1. Parse the path (one percent-decode) into a bucket name and a key, or the bucket's root (`/{bucket}/`):
+//!    400 on bad input. Look the bucket up (cached), and plan from its static-site settings which key the path
+//!    reads (`website`: the key itself, or for a directory path its index document).
+//! 2. Authorise the key the plan reads against the bucket *before* looking anything up, so an unauthorised
+//!    caller learns nothing about which keys exist (`auth`).
+//! 3. Look the object up (`catalog`: cached with its prepared headers and variants). Negotiate the content coding
+//!    (`accept_encoding`): the selected variant brings its ETag, Repr-Digest and blob. A miss: the plan's
+//!    fallbacks, each for a caller who may read the key it names (a 302 from `dir` to `./dir/` when that
+//!    directory's index document exists, else the bucket's error document with 404), else 404.
 //! 4. Evaluate preconditions (RFC 9110 §13.2.2): 412 or 304, with no file IO.
 //! 5. Get the open blob and its `fstat` size (`catalog`): Content-Length comes from the fd that will be sent.
 //! 6. Evaluate Range (RFC 9110 §14) for GET: 200, 206 (single or multipart) or 416.
-//! 7. Answer an empty body plus a `FileBody` extension; the driver sends its regions with sendfile.
+//! 7. Answer an empty body plus a `FileBody` extension; the driver sends its regions with sendfile (an error
+//!    document too: one whole region, with 404).
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use http::header::{self, HeaderValue};
-use http::{Method, StatusCode};
+use http::{HeaderMap, Method, StatusCode};
 
 use super::DataState;
 use super::accept_encoding;
@@ -24,11 +30,13 @@ use super::conditional::{self, Precondition, Validators};
 use super::error::ApiError;
 use super::multipart;
 use super::range::{self, RangeDecision};
+use super::website::{self, Plan};
 use crate::access_log::Principal;
-use crate::auth::Credentials;
-use crate::catalog::representation::{REPR_DIGEST, disposition_value, private_cache_control};
+use crate::auth::{AuthError, Credentials};
+use crate::catalog::representation::{ObjectEntry, REPR_DIGEST, disposition_value, private_cache_control};
 use crate::file_body::{DownloadKind, FileBody, Segment};
-use crate::names::parse_object_path;
+use crate::names::{BucketName, Website, parse_data_path};
+use crate::store::Bucket;
 
 // The whole request by value rather than `Method`, `Uri` and `HeaderMap` extractors, which clone each part.
 pub async fn get_object(State(app): State<DataState>, request: Request) -> Result<Response, ApiError> {
@@ -43,23 +51,127 @@ pub async fn authorise_and_serve(app: &DataState, request: Request) -> Result<Re
     if method != Method::GET && method != Method::HEAD {
         return Err(ApiError::MethodNotAllowed);
     }
-    let (bucket_name, key) = parse_object_path(uri.path())?;
+    let (bucket_name, requested) = parse_data_path(uri.path())?;
     let bucket = app.catalog.bucket(bucket_name.as_str()).await?;
+    let plan = website::plan(requested, uri.path(), bucket.as_deref().map_or(&Website::NONE, |b| &b.website));
     let credentials = crate::auth::credentials(&headers, uri.query())?;
     let principal = app.log_principal.then(|| principal_of(&credentials));
-    let grant = app.auth.read(&bucket_name, bucket.as_ref(), &key, credentials).await?;
-    let request = ObjectRequest {
-        method: &method,
-        headers: &headers,
-        bucket: &grant.bucket,
-        key: &key,
-        content_disposition: grant.content_disposition.as_deref(),
-        overrides: None,
-        s3: false,
-        principal,
-        render: &IntoResponse::into_response,
+    let grant = app.auth.read(&bucket_name, bucket.as_ref(), plan.authorised_key(), credentials).await?;
+    let asked = Asked { method: &method, headers: &headers, query: uri.query(), name: &bucket_name };
+    Ok(serve_planned(app, &asked, &plan, grant, principal).await)
+}
+
+/// A native request as the steps after authorisation need it.
+struct Asked<'a> {
+    method: &'a Method,
+    headers: &'a HeaderMap,
+    query: Option<&'a str>,
+    name: &'a BucketName,
+}
+
+/// Steps 3 on of a native GET/HEAD, authorised for the key `plan` reads: that object, else the plan's fallbacks.
+async fn serve_planned(
+    app: &DataState,
+    asked: &Asked<'_>,
+    plan: &Plan<'_>,
+    grant: crate::auth::ReadGrant,
+    principal: Option<Principal>,
+) -> Result<Response, ApiError> {
+    let bucket = &grant.bucket;
+    if let Some(key) = &plan.object {
+        if let Some(entry) = app.catalog.object(bucket.id, key.as_str()).await? {
+            let request = ObjectRequest {
+                method: asked.method,
+                headers: asked.headers,
+                bucket,
+                key,
+                content_disposition: grant.content_disposition.as_deref(),
+                overrides: None,
+                s3: false,
+                principal,
+                render: &IntoResponse::into_response,
+            };
+            return serve_entry(app, request, &entry).await;
+        }
+    }
+    // A miss, told only to a caller who may read what the path reads. Each fallback names another key, which is
+    // read only by a caller who may read that key too (a token's prefix, a signed URL's one key).
+    if let Some(redirect) = plan.redirect() {
+        if may_read(app, asked, bucket, redirect.index.as_str()).await?
+            && app.catalog.object(bucket.id, redirect.index.as_str()).await?.is_some()
+        {
+            return Ok(with_principal(redirect_response(bucket, &redirect.location)?, principal));
+        }
+    }
+    if let Some(document) = plan.error_document {
+        if may_read(app, asked, bucket, document.as_str()).await? {
+            if let Some(entry) = app.catalog.object(bucket.id, document.as_str()).await? {
+                return Ok(with_principal(error_document_response(app, bucket, &entry).await?, principal));
+            }
+        }
+    }
+    Ok(with_principal(ApiError::NotFound.into_response(), principal))
+}
+
+/// Whether the request's credentials may read `key` too, decided as for a GET of it. Only a failed lookup is an
+/// error; any refusal is a plain no, never an answer of its own.
+async fn may_read(app: &DataState, asked: &Asked<'_>, bucket: &Arc<Bucket>, key: &str) -> Result<bool, ApiError> {
+    // The credentials were read once already (and moved into that authorisation): this path is the rare one.
+    let Ok(credentials) = crate::auth::credentials(asked.headers, asked.query) else { return Ok(false) };
+    match app.auth.read(asked.name, Some(bucket), key, credentials).await {
+        Ok(_) => Ok(true),
+        Err(AuthError::Lookup(e)) => Err(e.into()),
+        Err(_) => Ok(false),
+    }
+}
+
+static NO_CACHE: HeaderValue = HeaderValue::from_static("no-cache");
+static PRIVATE_NO_CACHE: HeaderValue = HeaderValue::from_static("private, no-cache");
+
+/// Cache-Control of a static-site 404 or redirect: it says that a key is missing, or elsewhere, until the next
+/// upload, so a cache must ask again before reusing it (Varnish does not store it at all); a private bucket's
+/// stays its requester's.
+fn miss_cache_control(bucket: &Bucket) -> HeaderValue {
+    if bucket.public { NO_CACHE.clone() } else { PRIVATE_NO_CACHE.clone() }
+}
+
+/// `302 Found` from a directory named without its `/` to the directory.
+fn redirect_response(bucket: &Bucket, location: &str) -> Result<Response, ApiError> {
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = StatusCode::FOUND;
+    let h = response.headers_mut();
+    h.insert(header::LOCATION, header_value(location)?);
+    h.insert(header::CACHE_CONTROL, miss_cache_control(bucket));
+    super::cors::vary_on_origin(bucket, h);
+    Ok(response)
+}
+
+/// The bucket's error document as the 404 of a missing key: its bytes (the stored ones, whatever the request's
+/// Accept-Encoding) and its type, sent by sendfile like any object's. No ETag, Last-Modified or ranges: it does not
+/// represent the key asked for, so it is never a 304 or a 206, and its own Cache-Control (often a year) is not the
+/// answer's.
+async fn error_document_response(app: &DataState, bucket: &Bucket, entry: &ObjectEntry) -> Result<Response, ApiError> {
+    let blob = open_blob(app, entry, &entry.record.sha256).await?;
+    let body = FileBody {
+        file: blob.file.clone(),
+        file_size: blob.size,
+        segments: vec![Segment::Region { offset: 0, len: blob.size }],
+        kind: DownloadKind::ErrorDocument,
+        object: entry.object_ref.clone(),
+        encoding: "identity",
     };
-    Ok(serve_object(app, request).await)
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = StatusCode::NOT_FOUND;
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, entry.content_type_value.clone());
+    if let Some(nosniff) = entry.headers.get(header::X_CONTENT_TYPE_OPTIONS) {
+        h.insert(header::X_CONTENT_TYPE_OPTIONS, nosniff.clone());
+    }
+    h.insert(header::CACHE_CONTROL, miss_cache_control(bucket));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(body.total_len()));
+    super::cors::vary_on_origin(bucket, h);
+    response.extensions_mut().insert(body);
+    Ok(response)
 }
 
 /// An authorised GET/HEAD of one object: what the native and the S3 routes share from step 3 on.
@@ -89,12 +201,18 @@ pub struct ResponseOverrides {
 
 /// Steps 3 to 7 of the pipeline, for a request that is authorised.
 pub(super) async fn serve_object(app: &DataState, request: ObjectRequest<'_>) -> Result<Response, ApiError> {
-    let ObjectRequest { method, headers, bucket, key, content_disposition, overrides, s3, principal, render } = request;
-    let method = method.clone();
     // From here on the requester is known, so refusals are logged with who asked.
-    let Some(entry) = app.catalog.object(bucket.id, key.as_str()).await? else {
-        return Ok(with_principal(render(ApiError::NotFound), principal));
-    };
+    match app.catalog.object(request.bucket.id, request.key.as_str()).await? {
+        Some(entry) => serve_entry(app, request, &entry).await,
+        None => Ok(with_principal((request.render)(ApiError::NotFound), request.principal)),
+    }
+}
+
+/// Steps 3 (the representation) to 7, for an object that was found.
+async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &ObjectEntry) -> Result<Response, ApiError> {
+    let ObjectRequest { method, headers, bucket, key: _, content_disposition, overrides, s3, principal, render } =
+        request;
+    let method = method.clone();
     let grant_bucket = bucket;
 
     let mut representation = entry.headers.clone();
@@ -178,13 +296,7 @@ pub(super) async fn serve_object(app: &DataState, request: ObjectRequest<'_>) ->
     };
 
     let sha256 = variant.map_or(entry.record.sha256.as_str(), |v| v.sha256.as_str());
-    let blob = app.catalog.open_blob(sha256).await.map_err(|e| {
-        crate::metrics::blob_open_error();
-        let record = &entry.record;
-        let object =
-            format!("blob missing or unreadable: bucket_id={} key={} sha256={sha256}", record.bucket_id, record.key);
-        ApiError::BlobUnavailable(anyhow::Error::new(e).context(object))
-    })?;
+    let blob = open_blob(app, entry, sha256).await?;
     let size = blob.size;
     // RFC 9110 §14.2: Range is defined for GET only; HEAD answers what a plain GET would.
     let range_header = match (honor_range && method == Method::GET, headers.get_all(header::RANGE).iter().count()) {
@@ -238,6 +350,21 @@ pub(super) async fn serve_object(app: &DataState, request: ObjectRequest<'_>) ->
         response.extensions_mut().insert(principal);
     }
     Ok(response)
+}
+
+/// The open blob `sha256` of `entry` (the object or one of its variants); a missing one is a server error.
+async fn open_blob(
+    app: &DataState,
+    entry: &ObjectEntry,
+    sha256: &str,
+) -> Result<Arc<crate::catalog::OpenBlob>, ApiError> {
+    app.catalog.open_blob(sha256).await.map_err(|e| {
+        crate::metrics::blob_open_error();
+        let record = &entry.record;
+        let object =
+            format!("blob missing or unreadable: bucket_id={} key={} sha256={sha256}", record.bucket_id, record.key);
+        ApiError::BlobUnavailable(anyhow::Error::new(e).context(object))
+    })
 }
 
 /// Attaches the access log's principal (when the log is on) to a response.

@@ -38,13 +38,60 @@ static AMZ_BUCKET_REGION: HeaderName = HeaderName::from_static("x-amz-bucket-reg
 static XML: HeaderValue = HeaderValue::from_static("application/xml");
 
 /// Whether a request is for the S3 API rather than the native one: it carries SigV4, or it names an S3-only
-/// path with a query (`/{bucket}?list-type=2`, `/?x-id=ListBuckets`). An unsigned, query-less `/` or `/{name}`
-/// keeps its native answer (400, not an object path), so the native API answers exactly as before. Cheap on the
-/// native hot path: one header lookup, a scan of the query when there is one, a look at the path's shape.
+/// path with a query that an S3 client sends (`/{bucket}?list-type=2`, `/?x-id=ListBuckets`). An unsigned `/` or
+/// `/{name}` without a query is native (a static site's home, or 404), and so is `/{name}/` or `/{name}` with a
+/// query that names no S3 parameter: links to a static site's home carry `?utm_source=…` or `?fbclid=…`. Cheap on
+/// the native hot path: one header lookup, a scan of the query when there is one, a look at the path's shape.
 pub fn is_s3_request(request: &Request) -> bool {
     carries_aws_credentials(request)
-        || request.uri().query().is_some_and(|q| !q.is_empty()) && is_s3_only_path(request.uri().path())
+        || request.uri().query().is_some_and(|q| !q.is_empty() && is_s3_query(request.uri().path(), q))
 }
+
+/// Whether an unsigned request for `path` with `query` is an S3 one: `/` with any query, a bucket's path with a
+/// query naming a parameter of S3's bucket operations.
+fn is_s3_query(path: &str, query: &str) -> bool {
+    if path == "/" {
+        return true;
+    }
+    is_s3_only_path(path)
+        && form_urlencoded::parse(query.as_bytes()).any(|(name, _)| {
+            LIST_PARAMS.contains(&&*name) || BUCKET_SUBRESOURCES.contains(&&*name) || is_signing_or_sdk_param(&name)
+        })
+}
+
+/// The subresources and parameters of S3's bucket operations besides the listings' (most get `NotImplemented`
+/// here): an unsigned request on a bucket's path that names one is an S3 client's.
+const BUCKET_SUBRESOURCES: &[&str] = &[
+    "location",
+    "uploads",
+    "uploadId",
+    "max-uploads",
+    "key-marker",
+    "upload-id-marker",
+    "versions",
+    "versioning",
+    "acl",
+    "policy",
+    "policyStatus",
+    "cors",
+    "lifecycle",
+    "tagging",
+    "website",
+    "encryption",
+    "logging",
+    "notification",
+    "replication",
+    "requestPayment",
+    "object-lock",
+    "publicAccessBlock",
+    "ownershipControls",
+    "accelerate",
+    "analytics",
+    "inventory",
+    "metrics",
+    "intelligent-tiering",
+    "delete",
+];
 
 /// Whether a request carries AWS credentials: SigV4 (`AWS4-…`) or SigV2 (`AWS ak:sig`, refused in S3's words:
 /// use AWS4-HMAC-SHA256) in the Authorization header, or a presign's parameters in the query.
@@ -515,11 +562,19 @@ mod tests {
             ("HEAD", "/b", sigv4, true),
             ("GET", "/b/?list-type=2", None, true),
             ("HEAD", "/b?location", None, true),
-            // Unsigned and without a query: the native answer (400) as before.
+            ("GET", "/b?list-type=2&prefix=a", None, true),
+            ("GET", "/b/?delimiter=%2F", None, true),
+            ("GET", "/b?x-id=ListObjects", None, true),
+            ("GET", "/b?acl", None, true),
+            ("GET", "/?utm_source=x", None, true),
+            // Unsigned and without a query, or with one no S3 client sends (a link to a static site's home): native.
             ("GET", "/", None, false),
             ("GET", "/healthz", None, false),
             ("GET", "/b/", None, false),
             ("GET", "/b//", None, false),
+            ("GET", "/b/?utm_source=mail&fbclid=x", None, false),
+            ("GET", "/b?utm_source=mail", None, false),
+            ("GET", "/b/?list-type2", None, false),
         ];
         for (method, target, auth, want) in cases {
             assert_eq!(is_s3_request(&request(method, target, auth)), want, "{method} {target} {auth:?}");

@@ -265,6 +265,13 @@ impl DriverMetrics {
         self.responses[class_index(status)][OTHER_KIND].increment(1);
     }
 
+    /// A static-site 404 whose body, the bucket's error document, took `sendfile_calls`: a response without an
+    /// object record, as other errors are, whose bytes count as sent (`add_sent_bytes`, per call).
+    pub fn error_document_sent(&self, status: StatusCode, sendfile_calls: u64) {
+        self.other_response(status);
+        self.sendfile_calls.increment(sendfile_calls);
+    }
+
     /// One object response ended (completed or not): a file response, a HEAD, or a 304.
     pub fn finished(&self, record: &DownloadRecord, sendfile_calls: u64) {
         let kind = match record.kind {

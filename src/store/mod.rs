@@ -28,9 +28,10 @@ use serde::Serialize;
 
 pub use blobs::{BlobStore, BlobWriter, StagedBlob};
 pub use metadata::{
-    Bucket, CacheChange, Catchup, ChangeFeed, ChangeKind, DatabaseHealth, Flushed, Grant, Metadata, MetadataError,
-    MigrationEntry, MigrationState, MigrationStatus, ObjectRecord, ObjectStats, PartRecord, S3KeyRecord, Scope,
-    SigningKey, StatsFlush, StatsOrder, TokenRecord, UploadRecord, UploadSummary, Upsert, VariantRecord, WriteTx,
+    Bucket, BucketChanges, CacheChange, Catchup, ChangeFeed, ChangeKind, DatabaseHealth, Flushed, Grant, Metadata,
+    MetadataError, MigrationEntry, MigrationState, MigrationStatus, ObjectRecord, ObjectStats, PartRecord, S3KeyRecord,
+    Scope, SigningKey, StatsFlush, StatsOrder, TokenRecord, UploadRecord, UploadSummary, Upsert, VariantRecord,
+    WriteTx,
 };
 pub use multipart::{CompleteReport, MultipartError, UploadLimits};
 

@@ -49,4 +49,5 @@ mod syscalls;
 mod upload_bounds;
 mod variants;
 mod varnish;
+mod website;
 mod wire;

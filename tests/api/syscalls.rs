@@ -1,7 +1,8 @@
 //! The invariant, proven with syscalls: object bytes leave by sendfile(2); read/write-like calls move only heads.
 //! Runs the server under `strace -f` (installed by `.ci/run`) and downloads a 64 MiB object whole, by one
 //! range, and as a 3-part multi-range; and the same as an S3 GetObject signed with SigV4 by botocore, on the data
-//! listener and on the admin listener (the same driver serves both).
+//! listener and on the admin listener (the same driver serves both); and a static site's index and error
+//! documents.
 
 use std::path::Path;
 
@@ -107,16 +108,7 @@ fn object_bytes_leave_by_sendfile_only() {
                 assert!(response.header("content-type").unwrap().starts_with("multipart/byteranges"));
             }
         }
-        eprintln!("{name}: {trace:?}");
-        // sendfile carried every object byte...
-        assert_eq!(trace.sendfile_bytes, object_bytes as u64, "{name}: sendfile moved {trace:?}");
-        // ...and read/write-like calls moved under 0.1% of them (request/response heads, boundaries, start-up).
-        let ratio = trace.copied_bytes as f64 / object_bytes as f64;
-        assert!(
-            ratio < 0.001,
-            "{name}: read/write-like calls moved {} bytes ({ratio:.5} per body byte)",
-            trace.copied_bytes
-        );
+        assert_by_sendfile_only(name, &trace, object_bytes as u64);
     }
 }
 
@@ -165,6 +157,31 @@ fn sigv4_get_object_on_the_admin_listener_leaves_by_sendfile_only() {
     }
 }
 
+/// A static site's index document (`GET /site/big/`) and error document (the 404 of a missing key) are objects
+/// like any other: every byte of both by sendfile, in one traced server.
+#[test]
+fn index_and_error_documents_leave_by_sendfile_only() {
+    require_tool("strace", "apt package strace");
+    let env = TestEnv::new();
+    env.bucket("site", true);
+    let size = 32 << 20;
+    let (index, error) = (test_bytes(size, 67), test_bytes(size, 68));
+    env.put_bytes("site", "big/index.html", &index, &[]);
+    env.put_bytes("site", "404.html", &error, &[]);
+    env.ok(&["bucket", "set", "site", "--index-document", "index.html", "--error-document", "404.html"]);
+    let mut missing = None;
+    let (found, trace) = traced(&env, "site", |server| {
+        missing = Some(server.get("/site/missing.html", &[]));
+        server.get("/site/big/", &[])
+    });
+    let missing = missing.unwrap();
+    assert_eq!(found.status, 200);
+    assert!(found.body == index, "the index document's bytes");
+    assert_eq!(missing.status, 404);
+    assert!(missing.body == error, "the error document's bytes");
+    assert_by_sendfile_only("site", &trace, 2 * size as u64);
+}
+
 /// The SigV4 download cases of an object of `size` bytes (64 MiB): the whole object, one range, and three ranges
 /// with a 30 MB middle part (so a few KiB of heads and boundaries stay far below 0.001 per body byte), each with
 /// the object bytes it sends.
@@ -202,8 +219,14 @@ fn assert_sigv4_download(
             assert!(response.header("content-type").unwrap().starts_with("multipart/byteranges"));
         }
     }
+    assert_by_sendfile_only(name, trace, object_bytes as u64);
+}
+
+/// sendfile carried every object byte, and read/write-like calls moved at most 0.1% of them (request and response
+/// heads, multipart boundaries, start-up).
+fn assert_by_sendfile_only(name: &str, trace: &Trace, object_bytes: u64) {
     eprintln!("{name}: {trace:?}");
-    assert_eq!(trace.sendfile_bytes, object_bytes as u64, "{name}: sendfile moved {trace:?}");
+    assert_eq!(trace.sendfile_bytes, object_bytes, "{name}: sendfile moved {trace:?}");
     let ratio = trace.copied_bytes as f64 / object_bytes as f64;
     assert!(
         ratio <= 0.001,

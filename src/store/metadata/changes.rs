@@ -234,7 +234,9 @@ mod tests {
         let start = meta.feed().last_change().await.unwrap();
         let name = BucketName::parse("bkt").unwrap();
         let bucket = meta.create_bucket(&name, false, 0).await.unwrap();
-        meta.update_bucket(&name, Some(true), None).await.unwrap();
+        meta.update_bucket(&name, crate::store::BucketChanges { public: Some(true), ..Default::default() })
+            .await
+            .unwrap();
         let key = ObjectKey::parse("k").unwrap();
         let variant = VariantRecord { encoding: "br".into(), sha256: "b".repeat(64), size: 1 };
         let mut tx = meta.begin_write().await.unwrap();

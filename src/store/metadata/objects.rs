@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::header_values::cors::{CorsPolicy, CorsRule};
-use crate::names::{BucketName, ObjectAttrs, ObjectKey, prefix_upper_bound};
+use crate::names::{BucketName, IndexDocument, ObjectAttrs, ObjectKey, Website, prefix_upper_bound};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bucket {
@@ -18,6 +18,17 @@ pub struct Bucket {
     pub default_cache_control: Option<String>,
     /// The bucket's CORS rule, prepared (migration 0008). A stored rule that no longer validates reads as none.
     pub cors: Option<Arc<CorsPolicy>>,
+    /// Index and error documents (migration 0017). A stored value that no longer parses reads as none.
+    pub website: Website,
+}
+
+/// What [`Metadata::update_bucket`] changes: `None` leaves a field as it is, `Some(None)` clears it.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BucketChanges<'a> {
+    pub public: Option<bool>,
+    pub default_cache_control: Option<Option<&'a str>>,
+    pub index_document: Option<Option<&'a IndexDocument>>,
+    pub error_document: Option<Option<&'a ObjectKey>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,7 +71,8 @@ pub enum Upsert {
     },
 }
 
-const BUCKET_COLUMNS: &str = "id, name, public, created_at, default_cache_control, cors";
+const BUCKET_COLUMNS: &str =
+    "id, name, public, created_at, default_cache_control, cors, index_document, error_document";
 /// Every column of an object row (`ObjectRow`), read from [`OBJECTS_WITH_S3_ETAG`].
 const OBJECT_COLUMNS: &str = "o.bucket_id, o.key, o.sha256, o.size, o.content_type, o.cache_control, \
      o.content_disposition, o.user_metadata, o.tags, o.created_at, o.updated_at, e.etag AS s3_etag";
@@ -76,6 +88,8 @@ struct BucketRow {
     created_at: i64,
     default_cache_control: Option<String>,
     cors: Option<String>,
+    index_document: Option<String>,
+    error_document: Option<String>,
 }
 
 impl From<BucketRow> for Bucket {
@@ -87,6 +101,10 @@ impl From<BucketRow> for Bucket {
             created_at: r.created_at,
             default_cache_control: r.default_cache_control,
             cors: r.cors.as_deref().and_then(CorsPolicy::from_json).map(Arc::new),
+            website: Website {
+                index_document: r.index_document.as_deref().and_then(|d| IndexDocument::parse(d).ok()),
+                error_document: r.error_document.as_deref().and_then(|d| ObjectKey::parse(d).ok()),
+            },
         }
     }
 }
@@ -175,7 +193,8 @@ impl Metadata {
             return Err(MetadataError::BucketExists(name.to_string()));
         };
         tx.commit().await?;
-        Ok(Bucket { id, name: name.to_string(), public, created_at: now, default_cache_control: None, cors: None })
+        let (default_cache_control, cors, website) = (None, None, Website::NONE);
+        Ok(Bucket { id, name: name.to_string(), public, created_at: now, default_cache_control, cors, website })
     }
 
     pub async fn bucket(&self, name: &BucketName) -> Result<Option<Bucket>, MetadataError> {
@@ -191,18 +210,20 @@ impl Metadata {
         Ok(rows.into_iter().map(Bucket::from).collect())
     }
 
-    /// Changes a bucket's access and its default Cache-Control; `None` leaves that field as it is, and
-    /// `Some(None)` removes the default. Returns the changed bucket, or `None` when there is no such bucket.
+    /// Changes a bucket's access, its default Cache-Control and its index and error documents, in one statement.
+    /// Returns the changed bucket, or `None` when there is no such bucket.
     pub async fn update_bucket(
         &self,
         name: &BucketName,
-        public: Option<bool>,
-        default_cache_control: Option<Option<&str>>,
+        changes: BucketChanges<'_>,
     ) -> Result<Option<Bucket>, MetadataError> {
+        let BucketChanges { public, default_cache_control, index_document, error_document } = changes;
         let mut tx = self.begin_write().await?;
         let sql = format!(
             "UPDATE buckets SET public = coalesce($2, public),
-                 default_cache_control = CASE WHEN $3 THEN $4 ELSE default_cache_control END
+                 default_cache_control = CASE WHEN $3 THEN $4 ELSE default_cache_control END,
+                 index_document = CASE WHEN $5 THEN $6 ELSE index_document END,
+                 error_document = CASE WHEN $7 THEN $8 ELSE error_document END
              WHERE name = $1 RETURNING {BUCKET_COLUMNS}"
         );
         let row: Option<BucketRow> = with_tx!(&mut tx.tx, sqlite => sqlx::query_as(&sql)
@@ -210,6 +231,10 @@ impl Metadata {
             .bind(public)
             .bind(default_cache_control.is_some())
             .bind(default_cache_control.flatten())
+            .bind(index_document.is_some())
+            .bind(index_document.flatten().map(IndexDocument::as_str))
+            .bind(error_document.is_some())
+            .bind(error_document.flatten().map(ObjectKey::as_str))
             .fetch_optional(&mut **sqlite)
             .await?);
         commit_bucket_update(tx, row).await
@@ -664,14 +689,34 @@ mod tests {
         let (_dir, meta) = database(backend).await;
         let name = BucketName::parse("bkt").unwrap();
         meta.create_bucket(&name, false, 0).await.unwrap();
-        let b = meta.update_bucket(&name, None, Some(Some("max-age=60"))).await.unwrap().unwrap();
+        let change =
+            |public, default_cache_control| BucketChanges { public, default_cache_control, ..Default::default() };
+        let b = meta.update_bucket(&name, change(None, Some(Some("max-age=60")))).await.unwrap().unwrap();
         assert_eq!((b.public, b.default_cache_control.as_deref()), (false, Some("max-age=60")));
-        let b = meta.update_bucket(&name, Some(true), None).await.unwrap().unwrap();
+        let b = meta.update_bucket(&name, change(Some(true), None)).await.unwrap().unwrap();
         assert_eq!((b.public, b.default_cache_control.as_deref()), (true, Some("max-age=60")));
-        let b = meta.update_bucket(&name, Some(false), Some(None)).await.unwrap().unwrap();
+        let b = meta.update_bucket(&name, change(Some(false), Some(None))).await.unwrap().unwrap();
         assert_eq!((b.public, b.default_cache_control.as_deref()), (false, None));
         assert_eq!(meta.bucket(&name).await.unwrap().unwrap(), b);
-        assert!(meta.update_bucket(&BucketName::parse("nope").unwrap(), Some(true), None).await.unwrap().is_none());
+        let nope = BucketName::parse("nope").unwrap();
+        assert!(meta.update_bucket(&nope, change(Some(true), None)).await.unwrap().is_none());
+
+        // The documents likewise, each on its own.
+        let (index, error) = (IndexDocument::parse("index.html").unwrap(), ObjectKey::parse("404.html").unwrap());
+        let both = BucketChanges {
+            index_document: Some(Some(&index)),
+            error_document: Some(Some(&error)),
+            ..Default::default()
+        };
+        let b = meta.update_bucket(&name, both).await.unwrap().unwrap();
+        assert_eq!(b.website, Website { index_document: Some(index.clone()), error_document: Some(error.clone()) });
+        assert_eq!((b.public, b.default_cache_control.as_deref()), (false, None), "the rest stays");
+        let b = meta.update_bucket(&name, change(Some(true), None)).await.unwrap().unwrap();
+        assert_eq!(b.website.index_document.as_ref(), Some(&index));
+        let off = BucketChanges { index_document: Some(None), ..Default::default() };
+        let b = meta.update_bucket(&name, off).await.unwrap().unwrap();
+        assert_eq!(b.website, Website { index_document: None, error_document: Some(error) });
+        assert_eq!(meta.bucket(&name).await.unwrap().unwrap(), b);
     }
 
     on_both_backends!(a_page_can_start_at_a_key_inclusive);
