@@ -16,14 +16,15 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context;
-use memmap2::MmapMut;
+use memmap2::{MmapOptions, MmapRaw};
 
 /// One page: the counter sits at offset 0, page-aligned.
 const FILE_LEN: u64 = 4096;
 
 pub enum Generation {
-    /// Offset 0 of the shared file's page-aligned mapping.
-    Mapped(MmapMut),
+    /// Offset 0 of the shared file's page-aligned mapping. `MmapRaw` hands out raw pointers only, never a Rust
+    /// reference to the mapped bytes, so the one reference that exists is the `&AtomicU64` of `counter`.
+    Mapped(MmapRaw),
     /// Seen by this process only.
     Local(AtomicU64),
 }
@@ -42,10 +43,10 @@ impl Generation {
         if file.metadata()?.len() < FILE_LEN {
             file.set_len(FILE_LEN).with_context(|| format!("cannot size {}", path.display()))?;
         }
-        // SAFETY: the file is ours (inside the data dir) and is never truncated below FILE_LEN; other blobgate
-        // processes only touch it through the same atomic below, so the mapping never changes under us in a
-        // way Rust cannot see.
-        let map = unsafe { MmapMut::map_mut(&file) }.with_context(|| format!("cannot map {}", path.display()))?;
+        let map = MmapOptions::new()
+            .len(FILE_LEN as usize)
+            .map_raw(&file)
+            .with_context(|| format!("cannot map {}", path.display()))?;
         Ok(Self::Mapped(map))
     }
 
@@ -61,11 +62,18 @@ impl Generation {
             Self::Local(counter) => return counter,
             Self::Mapped(map) => map,
         };
-        // SAFETY: the mapping is page-aligned and at least 8 bytes long, so offset 0 is a valid, aligned u64 for
-        // as long as `self` lives. AtomicU64 has the size and alignment of u64 and accepts every bit pattern, and
-        // atomic operations on shared memory are coherent between processes on Linux. All access goes through
-        // atomics, so there is no data race.
-        unsafe { &*(map.as_ptr() as *const AtomicU64) }
+        // SAFETY: `AtomicU64::from_ptr` needs an aligned pointer, valid for the reference's life, whose bytes are
+        // only ever accessed atomically and at one size meanwhile.
+        // - Alignment and the cast: mmap returns a page-aligned address, more than AtomicU64's 8 bytes; the mapping
+        //   holds FILE_LEN ≥ 8 bytes of a file never truncated below that, and lives as long as `self`, which the
+        //   returned reference borrows. Every bit pattern is a valid u64.
+        // - Aliasing: this `&AtomicU64` (an `UnsafeCell`, so writes through a shared reference are allowed) is the
+        //   only Rust reference to the mapped bytes: `MmapRaw` hands out raw pointers, never a `&[u8]`, and this one
+        //   comes from `as_mut_ptr`, whose provenance permits writes. Other processes change the bytes behind our
+        //   back, which only an `UnsafeCell` accessed atomically tolerates.
+        // - Races: every access, here and in the other (blobgate) processes mapping the file, is an 8-byte atomic at
+        //   offset 0, and atomics on shared memory are coherent between processes on Linux.
+        unsafe { AtomicU64::from_ptr(map.as_mut_ptr().cast::<u64>()) }
     }
 
     #[inline]
