@@ -318,7 +318,7 @@ fn cachestat(file: &File, offset: u64, len: u64) -> Option<Residency> {
         nr_evicted: u64,
         nr_recently_evicted: u64,
     }
-    const SYS_CACHESTAT: libc::c_long = 451; // the same number on every architecture
+    const SYS_CACHESTAT: libc::c_long = 451; // the unified syscall table's number (all but alpha)
     let range = Range { off: offset, len };
     let mut stat = Stat::default();
     // SAFETY: `range` and `stat` are live, properly laid out (#[repr(C)], matching the kernel ABI) for the whole
@@ -347,15 +347,15 @@ fn mincore(file: &File, offset: u64, len: u64) -> Residency {
     let page = page_size();
     let start = offset / page * page;
     let map_len = (offset + len - start) as usize;
-    // SAFETY: a private read-only mapping of an immutable blob; we never read through it, only pass its address
-    // to mincore, and it is unmapped when `map` drops at the end of this function.
-    let map = match unsafe { memmap2::MmapOptions::new().offset(start).len(map_len).map(file) } {
+    // A read-only `MAP_SHARED` mapping that hands out raw pointers only (`MmapRaw`): we never read its bytes, so no
+    // reference to them exists, and it is unmapped when `map` drops at the end of this function.
+    let map = match memmap2::MmapOptions::new().offset(start).len(map_len).map_raw_read_only(file) {
         Ok(m) => m,
         Err(_) => return Residency::Unknown,
     };
     let mut pages = vec![0u8; pages_in(offset, len, page) as usize];
     // SAFETY: `map` is a live mapping of `map_len` bytes starting at a page boundary, and `pages` has one byte per
-    // page of it, as mincore requires.
+    // page of it, as mincore requires; mincore reads page tables, not the mapped bytes, and writes only `pages`.
     let rc = unsafe { libc::mincore(map.as_ptr() as *mut libc::c_void, map_len, pages.as_mut_ptr()) };
     match rc {
         0 if pages.iter().all(|p| p & 1 == 1) => Residency::Resident,
