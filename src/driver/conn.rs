@@ -39,7 +39,7 @@ use super::budget::{BodyBudget, budgeted};
 use super::head::{Parsed, Persistence, RequestHead, parse_request_head, write_response_head};
 use super::idle::IdleEntry;
 use super::sendfile::{SendOutcome, send_bytes, send_file_response};
-use super::{DataService, DriverContext, Listener, Refusal};
+use super::{DriverContext, Listener, Refusal, RequestService};
 use crate::access_log::{Entry, Principal, REQUEST_ID_HEADER, RequestId};
 use crate::file_body::{DownloadKind, FileBody, ObjectRef};
 use crate::stats::{DownloadRecord, Outcome, RecordKind};
@@ -103,7 +103,7 @@ pub(crate) struct Connection<S> {
     last_sent: (StatusCode, u64),
 }
 
-impl<S: DataService> Connection<S> {
+impl<S: RequestService> Connection<S> {
     pub(crate) fn new(
         stream: TcpStream,
         peer: SocketAddr,

@@ -45,10 +45,10 @@ use sendfile::{SendObserver, SendOptions};
 /// cold downloads cannot take every blocking thread.
 const POOL_SENDS: usize = 16;
 
-/// What the driver calls for each request: a tower `Service` from `http::Request<axum::body::Body>` to an axum
-/// `Response`. An axum `Router` is one; production uses the object handler under its layers
-/// (`http::data_service`).
-pub trait DataService:
+/// What the driver calls for each request, on either listener: a tower `Service` from
+/// `http::Request<axum::body::Body>` to an axum `Response`. An axum `Router` is one (the admin listener's); the
+/// data listener's is the object handler under its layers (`http::data_service`).
+pub trait RequestService:
     tower::Service<http::Request<Body>, Response = Response, Error = Infallible, Future: Send>
     + Clone
     + Send
@@ -57,7 +57,7 @@ pub trait DataService:
 {
 }
 
-impl<S> DataService for S where
+impl<S> RequestService for S where
     S: tower::Service<http::Request<Body>, Response = Response, Error = Infallible, Future: Send>
         + Clone
         + Send
@@ -129,7 +129,7 @@ pub struct DriverContext<S> {
     pub body_budget: budget::BodyBudget,
 }
 
-impl<S: DataService> DriverContext<S> {
+impl<S: RequestService> DriverContext<S> {
     pub fn new(service: S, render_refusal: RenderRefusal, settings: &Settings, recorder: DownloadRecorder) -> Self {
         Self {
             service,
@@ -219,7 +219,7 @@ pub fn listen_exclusive(addr: SocketAddr, backlog: i32) -> io::Result<Socket> {
 /// Runs one data worker per listener, each a thread with its own single-threaded tokio runtime: a connection
 /// lives its whole life on one thread, with no work-stealing or cross-thread wake-ups on the request path.
 /// Each worker returns after `shutdown` once its connections have finished, or after `grace`.
-pub fn spawn_workers<S: DataService>(
+pub fn spawn_workers<S: RequestService>(
     listeners: Vec<std::net::TcpListener>,
     ctx: Arc<DriverContext<S>>,
     limits: &crate::config::Limits,
@@ -289,7 +289,7 @@ async fn anchor_timer_wheel() {
 /// Accepts connections until `shutdown` fires, then returns (dropping the listener, so new connections are
 /// refused). Connection tasks are spawned on `tracker` so the caller can wait for in-flight responses. `worker`
 /// is this worker's index in `admission`.
-async fn serve<S: DataService>(
+async fn serve<S: RequestService>(
     listener: TcpListener,
     ctx: Arc<DriverContext<S>>,
     admission: Arc<Admission>,
@@ -332,7 +332,7 @@ async fn serve<S: DataService>(
 /// `limits.max_connections` of its own (no per-address cap, no idle reclaiming: operators and S3 writers are few),
 /// counted apart from the data listener's so neither can lock the other out. Returns after `shutdown` (dropping
 /// the listener); connection tasks go on `tracker`, so the caller can wait for in-flight requests.
-pub async fn serve_admin<S: DataService>(
+pub async fn serve_admin<S: RequestService>(
     listener: TcpListener,
     ctx: Arc<DriverContext<S>>,
     limits: &crate::config::Limits,

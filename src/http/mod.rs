@@ -106,7 +106,7 @@ impl std::ops::Deref for AdminState {
 /// its per-request span is paid by every small download (README, "Measurements"); the driver logs every response
 /// itself (`blobgate::driver` at debug), which costs nothing when that level is off.
 /// Server errors are logged once, by [`error::log_server_error`], which only reads the status of a success.
-pub fn data_service(state: DataState, handler_timeout: Duration) -> impl crate::driver::DataService {
+pub fn data_service(state: DataState, handler_timeout: Duration) -> impl crate::driver::RequestService {
     tower::ServiceBuilder::new()
         .map_response(error::log_server_error)
         .layer(deadline::DeadlineLayer::new(handler_timeout))
