@@ -46,9 +46,9 @@ pub enum Credentials {
     Presigned(PresignParams),
 }
 
-/// What a successful read authorisation allows beyond the object itself.
+/// The decision that allowed a native read (GET/HEAD of an object), and what it allows beyond the object itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReadGrant {
+pub struct AllowedRead {
     pub bucket: Arc<Bucket>,
     /// A `response-content-disposition` that a valid signature covered.
     pub content_disposition: Option<String>,
@@ -204,22 +204,9 @@ impl From<Denial> for AuthError {
     }
 }
 
-/// What a token or an S3 access key grants: the token rules hold for both.
-#[derive(Debug, Clone, Copy)]
-pub struct Rights<'a> {
-    pub bucket_id: i64,
-    pub prefix: &'a str,
-    pub scope: Scope,
-    pub expires_at: Option<i64>,
-    pub revoked_at: Option<i64>,
-}
-
-impl<'a> Rights<'a> {
-    pub fn of(grant: &'a Grant) -> Self {
-        let Grant { bucket_id, prefix, scope, expires_at, revoked_at, .. } = grant;
-        Rights { bucket_id: *bucket_id, prefix, scope: *scope, expires_at: *expires_at, revoked_at: *revoked_at }
-    }
-
+/// The token rules, over what a stored credential (a token or an S3 access key) grants. `Grant` is the store's
+/// (its columns); the rules are `auth`'s, so they live here.
+impl Grant {
     /// Whether the credential may be used at all at `now`: not revoked, not expired.
     pub fn check_liveness(&self, now: i64) -> Result<(), Denial> {
         if self.revoked_at.is_some() {
@@ -234,7 +221,7 @@ impl<'a> Rights<'a> {
     /// Whether the credential grants `access` to `key` in the bucket `bucket_id` (`None`: no such bucket).
     pub fn check(&self, bucket_id: Option<i64>, key: &str, access: Access, now: i64) -> Result<(), Denial> {
         self.check_liveness(now)?;
-        if bucket_id != Some(self.bucket_id) || !key.starts_with(self.prefix) {
+        if bucket_id != Some(self.bucket_id) || !key.starts_with(&self.prefix) {
             return Err(Denial::Forbidden);
         }
         let needed = match access {
@@ -243,21 +230,6 @@ impl<'a> Rights<'a> {
         };
         if self.scope >= needed { Ok(()) } else { Err(Denial::Forbidden) }
     }
-}
-
-/// Whether a token may be used at all at `now`: not revoked, not expired.
-pub fn check_liveness(token: &TokenRecord, now: i64) -> Result<(), Denial> {
-    Rights::of(&token.grant).check_liveness(now)
-}
-
-pub fn check_token(
-    token: &TokenRecord,
-    bucket_id: Option<i64>,
-    key: &str,
-    access: Access,
-    now: i64,
-) -> Result<(), Denial> {
-    Rights::of(&token.grant).check(bucket_id, key, access, now)
 }
 
 /// What the authoriser looks up: tokens by id, signing keys by id, revoked signatures, S3 access keys by id.
@@ -311,9 +283,10 @@ pub enum S3Target<'a> {
     Object(Option<&'a Arc<Bucket>>, &'a ObjectKey),
 }
 
-/// A verified SigV4 request's access key, and how it was signed.
+/// The decision that allowed an S3 request: its verified access key (whose `grant` bounds what else it may do),
+/// and how it was signed.
 #[derive(Debug, Clone)]
-pub struct S3Grant {
+pub struct AllowedS3Request {
     pub key: Arc<S3KeyRecord>,
     /// A presigned URL (query auth): only then do `response-*` overrides apply.
     pub presigned: bool,
@@ -323,13 +296,13 @@ pub struct S3Grant {
 
 /// The key's rights to `target` with `access` at `now`, as an S3 refusal.
 fn check_s3_target(key: &S3KeyRecord, target: S3Target<'_>, access: Access, now: i64) -> Result<(), AuthError> {
-    let rights = Rights::of(&key.grant);
+    let grant = &key.grant;
     let checked = match target {
-        S3Target::Service => rights.check_liveness(now),
-        S3Target::Bucket(bucket) => rights.check(bucket.map(|b| b.id), rights.prefix, access, now),
+        S3Target::Service => grant.check_liveness(now),
+        S3Target::Bucket(bucket) => grant.check(bucket.map(|b| b.id), &grant.prefix, access, now),
         // A public bucket is readable by any live key, as by anyone.
-        S3Target::Object(Some(bucket), _) if bucket.public && access == Access::Read => rights.check_liveness(now),
-        S3Target::Object(bucket, object) => rights.check(bucket.map(|b| b.id), object.as_str(), access, now),
+        S3Target::Object(Some(bucket), _) if bucket.public && access == Access::Read => grant.check_liveness(now),
+        S3Target::Object(bucket, object) => grant.check(bucket.map(|b| b.id), object.as_str(), access, now),
     };
     match checked {
         Ok(()) => Ok(()),
@@ -385,7 +358,7 @@ impl<L: CredentialLookup> Authorizer<L> {
         request: &RequestParts<'_>,
         target: S3Target<'_>,
         access: Access,
-    ) -> Result<S3Grant, AuthError> {
+    ) -> Result<AllowedS3Request, AuthError> {
         let now = (self.clock)();
         let Some(signed) = sigv4::parse(request, &self.s3_region, now).map_err(sigv4_refusal)? else {
             return Err(AuthError::unauthorized(FailureReason::Missing, "Access Denied"));
@@ -401,13 +374,13 @@ impl<L: CredentialLookup> Authorizer<L> {
         };
         let verified = signed.verify(request, key.secret.as_bytes(), &self.s3_signing_keys).map_err(sigv4_refusal)?;
         check_s3_target(&key, target, access, now)?;
-        Ok(S3Grant { key, presigned: verified.kind == AuthKind::Query, verified })
+        Ok(AllowedS3Request { key, presigned: verified.kind == AuthKind::Query, verified })
     }
 
     /// Whether a request already verified by [`Authorizer::s3`] may also have `access` to a second target: the
     /// source of a server-side copy, which the signed request names in a header.
-    pub fn s3_also(&self, grant: &S3Grant, target: S3Target<'_>, access: Access) -> Result<(), AuthError> {
-        check_s3_target(&grant.key, target, access, (self.clock)())
+    pub fn s3_also(&self, allowed: &AllowedS3Request, target: S3Target<'_>, access: Access) -> Result<(), AuthError> {
+        check_s3_target(&allowed.key, target, access, (self.clock)())
     }
 
     /// The same authoriser with another clock (tests).
@@ -424,7 +397,7 @@ impl<L: CredentialLookup> Authorizer<L> {
         bucket: Option<&Arc<Bucket>>,
         key: &str,
         credentials: Credentials,
-    ) -> Result<ReadGrant, AuthError> {
+    ) -> Result<AllowedRead, AuthError> {
         if let Some(b) = bucket.filter(|b| b.public) {
             // Public buckets need no credentials, but credentials that are presented must be valid (as in S3): a
             // revoked token or a tampered link is refused rather than silently treated as anonymous.
@@ -439,19 +412,19 @@ impl<L: CredentialLookup> Authorizer<L> {
                     params.response_disposition
                 }
             };
-            return Ok(ReadGrant { bucket: b.clone(), content_disposition });
+            return Ok(AllowedRead { bucket: b.clone(), content_disposition });
         }
         match credentials {
             Credentials::Anonymous => Err(AuthError::unauthorized(FailureReason::Missing, "credentials required")),
             Credentials::Bearer(token) => {
                 self.authorize_token(&token, bucket.as_ref().map(|b| b.id), key, Access::Read).await?;
                 let bucket = bucket.expect("a token only passes for an existing bucket").clone();
-                Ok(ReadGrant { bucket, content_disposition: None })
+                Ok(AllowedRead { bucket, content_disposition: None })
             }
             Credentials::Presigned(params) => {
                 self.verify_presigned(&params, name, key).await?;
                 let bucket = bucket.ok_or(AuthError::NoSuchBucket)?.clone();
-                Ok(ReadGrant { bucket, content_disposition: params.response_disposition })
+                Ok(AllowedRead { bucket, content_disposition: params.response_disposition })
             }
         }
     }
@@ -492,13 +465,13 @@ impl<L: CredentialLookup> Authorizer<L> {
         access: Access,
     ) -> Result<(), AuthError> {
         let record = self.known_token(presented).await?;
-        Ok(check_token(&record, bucket_id, key, access, (self.clock)())?)
+        Ok(record.grant.check(bucket_id, key, access, (self.clock)())?)
     }
 
     /// The token presented as `Authorization: Bearer`, if it exists and is neither revoked nor expired.
     async fn live_token(&self, presented: &str) -> Result<Arc<TokenRecord>, AuthError> {
         let record = self.known_token(presented).await?;
-        check_liveness(&record, (self.clock)())?;
+        record.grant.check_liveness((self.clock)())?;
         Ok(record)
     }
 
@@ -583,15 +556,15 @@ mod tests {
             ("read", "", Some(2), "a", Read, 100, Err(Denial::Expired)),
         ];
         for (scope, prefix, bucket, key, access, now, want) in cases {
-            let got = check_token(&token(scope, prefix), *bucket, key, *access, *now);
+            let got = token(scope, prefix).grant.check(*bucket, key, *access, *now);
             assert_eq!(&got, want, "{scope} {prefix:?} {bucket:?} {key} {access:?} {now}");
         }
         let mut revoked = token("admin", "");
         revoked.grant.revoked_at = Some(1);
-        assert_eq!(check_token(&revoked, Some(1), "a", Access::Read, 0), Err(Denial::Revoked));
+        assert_eq!(revoked.grant.check(Some(1), "a", Access::Read, 0), Err(Denial::Revoked));
         let mut forever = token("read", "");
         forever.grant.expires_at = None;
-        assert_eq!(check_token(&forever, Some(1), "a", Access::Read, i64::MAX), Ok(()));
+        assert_eq!(forever.grant.check(Some(1), "a", Access::Read, i64::MAX), Ok(()));
     }
 
     #[test]
@@ -738,7 +711,7 @@ mod tests {
         let read = async |bucket: &str, b: Option<&Arc<Bucket>>, credentials: Credentials| {
             outcome(w.auth.read(&name(bucket), b, "a", credentials).await)
         };
-        let bucket_of = |r: Result<ReadGrant, String>| r.map(|g| (g.bucket.id, g.content_disposition));
+        let bucket_of = |r: Result<AllowedRead, String>| r.map(|g| (g.bucket.id, g.content_disposition));
 
         // Anonymous: public is readable, private and absent buckets answer alike.
         assert_eq!(bucket_of(read("pub", public, Credentials::Anonymous).await), Ok((2, None)));

@@ -56,9 +56,9 @@ pub async fn authorise_and_serve(app: &DataState, request: Request) -> Result<Re
     let plan = website::plan(requested, uri.path(), bucket.as_deref().map_or(&Website::NONE, |b| &b.website));
     let credentials = crate::auth::credentials(&headers, uri.query())?;
     let principal = app.log_principal.then(|| principal_of(&credentials));
-    let grant = app.auth.read(&bucket_name, bucket.as_ref(), plan.authorised_key(), credentials).await?;
+    let allowed = app.auth.read(&bucket_name, bucket.as_ref(), plan.authorised_key(), credentials).await?;
     let asked = Asked { method: &method, headers: &headers, query: uri.query(), name: &bucket_name };
-    Ok(serve_planned(app, &asked, &plan, grant, principal).await)
+    Ok(serve_planned(app, &asked, &plan, allowed, principal).await)
 }
 
 /// A native request as the steps after authorisation need it.
@@ -74,10 +74,10 @@ async fn serve_planned(
     app: &DataState,
     asked: &Asked<'_>,
     plan: &Plan<'_>,
-    grant: crate::auth::ReadGrant,
+    allowed: crate::auth::AllowedRead,
     principal: Option<Principal>,
 ) -> Result<Response, ApiError> {
-    let bucket = &grant.bucket;
+    let bucket = &allowed.bucket;
     if let Some(key) = &plan.object {
         if let Some(entry) = app.catalog.object(bucket.id, key.as_str()).await? {
             let request = ObjectRequest {
@@ -85,7 +85,7 @@ async fn serve_planned(
                 headers: asked.headers,
                 bucket,
                 key,
-                content_disposition: grant.content_disposition.as_deref(),
+                content_disposition: allowed.content_disposition.as_deref(),
                 overrides: None,
                 s3: false,
                 principal,

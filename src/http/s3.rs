@@ -29,7 +29,7 @@ use super::error::ApiError;
 use super::object::{self, ObjectRequest, ResponseOverrides};
 use crate::access_log::{Principal, RequestId};
 use crate::auth::sigv4::RequestParts;
-use crate::auth::{Access, AuthError, S3Grant, S3Target};
+use crate::auth::{Access, AllowedS3Request, AuthError, S3Target};
 use crate::header_values::upload_digest::DigestError;
 use crate::names::{BucketName, ObjectKey, parse_object_path};
 
@@ -333,20 +333,21 @@ async fn route(
             let bucket = app.catalog.bucket(name.as_str()).await?;
             if query.has("location") {
                 query.refuse_subresources(&["location"])?;
-                let grant = app.auth.s3(request, S3Target::Bucket(bucket.as_ref()), Access::Read).await?;
-                return Ok(with_principal(app, location(app), &grant));
+                let allowed = app.auth.s3(request, S3Target::Bucket(bucket.as_ref()), Access::Read).await?;
+                return Ok(with_principal(app, location(app), &allowed));
             }
             query.refuse_subresources(LIST_PARAMS)?;
-            let grant = app.auth.s3(request, S3Target::Bucket(bucket.as_ref()), Access::Read).await?;
+            let allowed = app.auth.s3(request, S3Target::Bucket(bucket.as_ref()), Access::Read).await?;
             let bucket = bucket.ok_or(AuthError::NoSuchBucket)?;
             if method == Method::HEAD {
                 let mut response = Response::new(Body::empty());
                 let region = HeaderValue::from_str(app.auth.s3_region()).map_err(|e| ApiError::Internal(e.into()))?;
                 response.headers_mut().insert(AMZ_BUCKET_REGION.clone(), region);
-                return Ok(with_principal(app, response, &grant));
+                return Ok(with_principal(app, response, &allowed));
             }
-            let response = Box::pin(super::s3_list::list_objects(app, &bucket, &grant, &query, request.query)).await?;
-            Ok(with_principal(app, response, &grant))
+            let response =
+                Box::pin(super::s3_list::list_objects(app, &bucket, &allowed, &query, request.query)).await?;
+            Ok(with_principal(app, response, &allowed))
         }
         S3Path::Object(name, key) if query.has("tagging") => {
             Box::pin(get_object_tagging(app, method, request, &query, name, key)).await
@@ -354,9 +355,9 @@ async fn route(
         S3Path::Object(name, key) => {
             query.refuse_subresources(OBJECT_PARAMS)?;
             let bucket = app.catalog.bucket(name.as_str()).await?;
-            let grant = app.auth.s3(request, S3Target::Object(bucket.as_ref(), &key), Access::Read).await?;
+            let allowed = app.auth.s3(request, S3Target::Object(bucket.as_ref(), &key), Access::Read).await?;
             let bucket = bucket.ok_or(AuthError::NoSuchBucket)?;
-            let overrides = if grant.presigned { query.response_overrides()? } else { Default::default() };
+            let overrides = if allowed.presigned { query.response_overrides()? } else { Default::default() };
             let render = |e: ApiError| S3Error::Api(e).render(ctx);
             let object_request = ObjectRequest {
                 method,
@@ -366,7 +367,7 @@ async fn route(
                 content_disposition: overrides.1.as_deref(),
                 overrides: Some(&overrides.0),
                 s3: true,
-                principal: app.log_principal.then(|| Principal::S3(grant.key.id.as_str().into())),
+                principal: app.log_principal.then(|| Principal::S3(allowed.key.id.as_str().into())),
                 render: &render,
             };
             Ok(object::serve_object(app, object_request).await?)
@@ -385,18 +386,18 @@ async fn get_object_tagging(
 ) -> Result<Response, S3Error> {
     query.refuse_subresources(&["tagging"])?;
     let bucket = app.catalog.bucket(name.as_str()).await?;
-    let grant = app.auth.s3(request, S3Target::Object(bucket.as_ref(), &key), Access::Read).await?;
+    let allowed = app.auth.s3(request, S3Target::Object(bucket.as_ref(), &key), Access::Read).await?;
     let bucket = bucket.ok_or(AuthError::NoSuchBucket)?;
     if method != Method::GET {
         return Err(ApiError::MethodNotAllowed.into());
     }
     let entry = app.catalog.object(bucket.id, key.as_str()).await?.ok_or(ApiError::NotFound)?;
-    Ok(with_principal(app, xml_response(crate::s3::xml::tagging(&entry.record.attrs.tags)), &grant))
+    Ok(with_principal(app, xml_response(crate::s3::xml::tagging(&entry.record.attrs.tags)), &allowed))
 }
 
-pub(super) fn with_principal(app: &DataState, mut response: Response, grant: &S3Grant) -> Response {
+pub(super) fn with_principal(app: &DataState, mut response: Response, allowed: &AllowedS3Request) -> Response {
     if app.log_principal {
-        response.extensions_mut().insert(Principal::S3(grant.key.id.as_str().into()));
+        response.extensions_mut().insert(Principal::S3(allowed.key.id.as_str().into()));
     }
     response
 }
@@ -507,11 +508,11 @@ impl Query {
 }
 
 async fn list_buckets(app: &DataState, request: &RequestParts<'_>) -> Result<Response, S3Error> {
-    let grant = app.auth.s3(request, S3Target::Service, Access::Read).await?;
+    let allowed = app.auth.s3(request, S3Target::Service, Access::Read).await?;
     // A key sees its own bucket (keys are per bucket, as tokens are).
-    let bucket = app.catalog.bucket(&grant.key.grant.bucket_name).await?;
+    let bucket = app.catalog.bucket(&allowed.key.grant.bucket_name).await?;
     let body = super::s3_list::list_buckets_xml(bucket.as_deref());
-    Ok(with_principal(app, xml_response(body), &grant))
+    Ok(with_principal(app, xml_response(body), &allowed))
 }
 
 fn location(app: &DataState) -> Response {

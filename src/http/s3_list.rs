@@ -7,7 +7,7 @@ use http::StatusCode;
 
 use super::DataState;
 use super::s3::{Query, S3Error, xml_response};
-use crate::auth::S3Grant;
+use crate::auth::AllowedS3Request;
 use crate::catalog::Catalog;
 use crate::header_values::etag_from_sha256;
 use crate::s3::listing::{self, Fetch, ObjectSource, Start};
@@ -39,7 +39,7 @@ fn request_error(e: RequestError) -> S3Error {
 pub async fn list_objects(
     app: &DataState,
     bucket: &Bucket,
-    grant: &S3Grant,
+    allowed: &AllowedS3Request,
     query: &Query,
     raw_query: Option<&str>,
 ) -> Result<Response, S3Error> {
@@ -49,7 +49,7 @@ pub async fn list_objects(
         Some(_) => return Err(S3Error::new(StatusCode::BAD_REQUEST, "InvalidArgument", "Invalid List Type specified")),
     };
     let params = ListParams::from_query(version, raw_query.unwrap_or("")).map_err(request_error)?;
-    if !params.prefix.starts_with(&grant.key.grant.prefix) {
+    if !params.prefix.starts_with(&allowed.key.grant.prefix) {
         return Err(crate::auth::AuthError::Forbidden.into());
     }
     let mut source = StoreSource { catalog: &app.catalog, bucket_id: bucket.id };

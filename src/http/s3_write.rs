@@ -30,7 +30,7 @@ use super::upload::{BodyFilter, PacedBody, stage_body};
 use crate::auth::sigv4::checksum::{Checksum, Checksummer};
 use crate::auth::sigv4::chunked::{ChunkedDecoder, header_checksum};
 use crate::auth::sigv4::{PayloadHash, RequestParts, SigV4Error, check_payload_sha256};
-use crate::auth::{Access, S3Grant, S3Target};
+use crate::auth::{Access, AllowedS3Request, S3Target};
 use crate::header_values::upload_digest::{DeclaredDigests, DigestError};
 use crate::names::{BucketName, MAX_USER_METADATA_BYTES, ObjectKey, Tags, parse_attrs};
 use crate::s3::listing::{self, Entry};
@@ -109,7 +109,7 @@ async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Re
         S3Path::Service => Err(ApiError::MethodNotAllowed.into()),
         S3Path::Bucket(name) => {
             let bucket = app.data.catalog.bucket(name.as_str()).await?;
-            let grant = app.auth.s3(&request, S3Target::Bucket(bucket.as_ref()), Access::Write).await?;
+            let allowed = app.auth.s3(&request, S3Target::Bucket(bucket.as_ref()), Access::Write).await?;
             bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?;
             refuse_unsupported(method, &query, &parts.headers)?;
             if param("tagging").is_some() {
@@ -117,39 +117,39 @@ async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Re
                 return Err(not_implemented("tagging on a bucket"));
             }
             let response = if *method == Method::POST && param("delete").is_some() {
-                delete_objects(app, &name, &grant, &parts.headers, body).await?
+                delete_objects(app, &name, &allowed, &parts.headers, body).await?
             } else if *method == Method::GET && param("uploads").is_some() {
-                list_uploads(app, &name, &grant, request.query.unwrap_or("")).await?
+                list_uploads(app, &name, &allowed, request.query.unwrap_or("")).await?
             } else {
                 return Err(ApiError::MethodNotAllowed.into());
             };
-            Ok(with_principal(&app.data, response, &grant))
+            Ok(with_principal(&app.data, response, &allowed))
         }
         S3Path::Object(name, key) => {
             let bucket = app.data.catalog.bucket(name.as_str()).await?;
-            let grant = app.auth.s3(&request, S3Target::Object(bucket.as_ref(), &key), Access::Write).await?;
+            let allowed = app.auth.s3(&request, S3Target::Object(bucket.as_ref(), &key), Access::Write).await?;
             bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?;
             refuse_unsupported(method, &query, &parts.headers)?;
             let upload_id = param("uploadId");
             let target = ObjectName { bucket: &name, key: &key };
             let copy_source = parts.headers.get(COPY_SOURCE);
             if param("tagging").is_some() {
-                let response = object_tagging(app, target, method, upload_id, &grant, &parts.headers, body).await?;
-                return Ok(with_principal(&app.data, response, &grant));
+                let response = object_tagging(app, target, method, upload_id, &allowed, &parts.headers, body).await?;
+                return Ok(with_principal(&app.data, response, &allowed));
             }
             let response = match (method.clone(), upload_id) {
                 (Method::PUT, None) if copy_source.is_some() => {
-                    copy_object(app, target, &grant, &parts.headers, body).await?
+                    copy_object(app, target, &allowed, &parts.headers, body).await?
                 }
-                (Method::PUT, None) => put_object(app, &name, &key, &grant, &parts.headers, body).await?,
+                (Method::PUT, None) => put_object(app, &name, &key, &allowed, &parts.headers, body).await?,
                 (Method::PUT, Some(id)) => {
                     let number = param("partNumber").and_then(|n| n.parse::<u32>().ok()).ok_or_else(|| {
                         S3Error::new(StatusCode::BAD_REQUEST, "InvalidArgument", "partNumber must be 1 to 10000")
                     })?;
                     if copy_source.is_some() {
-                        upload_part_copy(app, target, id, number, &grant, &parts.headers, body).await?
+                        upload_part_copy(app, target, id, number, &allowed, &parts.headers, body).await?
                     } else {
-                        upload_part(app, &name, &key, id, number, &grant, &parts.headers, body).await?
+                        upload_part(app, &name, &key, id, number, &allowed, &parts.headers, body).await?
                     }
                 }
                 (Method::DELETE, None) => {
@@ -164,16 +164,16 @@ async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Re
                 (Method::POST, None) if param("uploads").is_some() => {
                     let attrs = object_attrs(&parts.headers)?;
                     // The key that starts an upload is the one its parts count for (limits' per-key cap).
-                    let created_by = Some(grant.key.id.as_str());
+                    let created_by = Some(allowed.key.id.as_str());
                     let upload =
                         app.store.create_upload(&name, &key, attrs, created_by).await.map_err(multipart_error)?;
                     xml_response(xml::initiate_multipart_upload(name.as_str(), key.as_str(), &upload.id))
                 }
-                (Method::POST, Some(id)) => complete(app, &name, &key, id, &grant, &parts.headers, body).await?,
+                (Method::POST, Some(id)) => complete(app, &name, &key, id, &allowed, &parts.headers, body).await?,
                 (Method::GET, Some(id)) => list_parts(app, &name, &key, id, request.query.unwrap_or("")).await?,
                 _ => return Err(ApiError::MethodNotAllowed.into()),
             };
-            Ok(with_principal(&app.data, response, &grant))
+            Ok(with_principal(&app.data, response, &allowed))
         }
     }
 }
@@ -382,8 +382,8 @@ struct S3Body {
 }
 
 impl S3Body {
-    fn for_request(grant: &S3Grant, headers: &HeaderMap) -> Result<Self, S3Error> {
-        let decoder = ChunkedDecoder::for_request(&grant.verified, headers).map_err(sigv4_error)?;
+    fn for_request(allowed: &AllowedS3Request, headers: &HeaderMap) -> Result<Self, S3Error> {
+        let decoder = ChunkedDecoder::for_request(&allowed.verified, headers).map_err(sigv4_error)?;
         let header_checksum = match decoder {
             Some(_) => None,
             None => header_checksum(headers).map_err(sigv4_error)?.map(|c| {
@@ -448,8 +448,8 @@ impl BodyFilter for S3Body {
 
 /// The checks only the whole staged body can answer: a hex `x-amz-content-sha256` (plain bodies) and
 /// `Content-MD5`. Dropping a refused `StagedBlob` removes its file.
-fn check_staged(grant: &S3Grant, headers: &HeaderMap, staged: &StagedBlob) -> Result<(), S3Error> {
-    if let PayloadHash::Sha256(signed) = grant.verified.payload {
+fn check_staged(allowed: &AllowedS3Request, headers: &HeaderMap, staged: &StagedBlob) -> Result<(), S3Error> {
+    if let PayloadHash::Sha256(signed) = allowed.verified.payload {
         let mut received = [0u8; 32];
         hex::decode_to_slice(&staged.sha256, &mut received).map_err(|e| ApiError::Internal(e.into()))?;
         check_payload_sha256(&signed, &received).map_err(sigv4_error)?;
@@ -471,7 +471,7 @@ fn digest_error(e: DigestError) -> S3Error {
 /// (`limits.max_concurrent_uploads`), then the body to disk, decoded and checked.
 async fn stage(
     app: &AdminState,
-    grant: &S3Grant,
+    allowed: &AllowedS3Request,
     headers: &HeaderMap,
     body: Body,
     mut filter: S3Body,
@@ -489,7 +489,7 @@ async fn stage(
     if filter.decoder.is_none() && staged.size > limit {
         return Err(ApiError::PayloadTooLarge(format!("objects are limited to {limit} bytes")).into());
     }
-    check_staged(grant, headers, &staged)?;
+    check_staged(allowed, headers, &staged)?;
     Ok(staged)
 }
 
@@ -497,14 +497,14 @@ async fn put_object(
     app: &AdminState,
     bucket: &BucketName,
     key: &ObjectKey,
-    grant: &S3Grant,
+    allowed: &AllowedS3Request,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, S3Error> {
     let attrs = object_attrs(headers)?;
     let condition = write_condition(headers)?;
-    let filter = S3Body::for_request(grant, headers)?;
-    let staged = stage(app, grant, headers, body, filter, app.settings.limits.max_body_bytes()).await?;
+    let filter = S3Body::for_request(allowed, headers)?;
+    let staged = stage(app, allowed, headers, body, filter, app.settings.limits.max_body_bytes()).await?;
     // The ETag S3 gives a single-part upload is the content's MD5, and clients check it (s3cmd retries and fails
     // otherwise, rclone compares it); the put stores it as the object's S3 ETag, which S3 reads answer.
     let md5 =
@@ -521,17 +521,17 @@ async fn upload_part(
     key: &ObjectKey,
     upload_id: &str,
     part_number: u32,
-    grant: &S3Grant,
+    allowed: &AllowedS3Request,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, S3Error> {
     check_part_number(part_number)?;
     let limits = UploadLimits::of(&app.settings.limits);
-    let filter = S3Body::for_request(grant, headers)?;
+    let filter = S3Body::for_request(allowed, headers)?;
     // An unknown upload, or a part that cannot fit by its declared length, is refused before its body is read.
     let declared = filter.declared_length(headers);
     app.store.check_part_room(bucket, key, upload_id, part_number, declared, &limits).await.map_err(part_error)?;
-    let staged = stage(app, grant, headers, body, filter, limits.max_part_bytes).await.inspect_err(|e| {
+    let staged = stage(app, allowed, headers, body, filter, limits.max_part_bytes).await.inspect_err(|e| {
         // A body longer than it declared (or declaring nothing) is refused while it streams.
         if matches!(e, S3Error::Api(ApiError::PayloadTooLarge(_))) {
             crate::metrics::multipart_part_refused("max_upload_bytes");
@@ -545,7 +545,7 @@ async fn upload_part(
 /// answer never tells a key that may not read it whether the source exists), and the empty body checked.
 async fn copy_source(
     app: &AdminState,
-    grant: &S3Grant,
+    allowed: &AllowedS3Request,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<(BucketName, ObjectKey), S3Error> {
@@ -553,9 +553,9 @@ async fn copy_source(
     let value = value.map_err(|_| bad_request(format!("{COPY_SOURCE} is not ASCII")))?.unwrap_or_default();
     let (bucket, key) = parse_copy_source(value).map_err(request_error)?;
     let found = app.data.catalog.bucket(bucket.as_str()).await?;
-    app.auth.s3_also(grant, S3Target::Object(found.as_ref(), &key), Access::Read)?;
+    app.auth.s3_also(allowed, S3Target::Object(found.as_ref(), &key), Access::Read)?;
     // A copy carries no body: one that does is refused, and a signed payload hash is checked as for any body.
-    small_body(app, grant, headers, body, 0).await?;
+    small_body(app, allowed, headers, body, 0).await?;
     Ok((bucket, key))
 }
 
@@ -581,11 +581,11 @@ fn copy_source_passes(headers: &HeaderMap, source: &ObjectRecord) -> bool {
 async fn copy_object(
     app: &AdminState,
     target: ObjectName<'_>,
-    grant: &S3Grant,
+    allowed: &AllowedS3Request,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, S3Error> {
-    let (bucket, key) = copy_source(app, grant, headers, body).await?;
+    let (bucket, key) = copy_source(app, allowed, headers, body).await?;
     let directive = |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or("?"));
     let replace_metadata = parse_metadata_directive(directive(METADATA_DIRECTIVE)).map_err(request_error)?;
     let replace_tags = parse_tagging_directive(directive(TAGGING_DIRECTIVE)).map_err(request_error)?;
@@ -620,7 +620,7 @@ async fn object_tagging(
     target: ObjectName<'_>,
     method: &Method,
     upload_id: Option<&str>,
-    grant: &S3Grant,
+    allowed: &AllowedS3Request,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, S3Error> {
@@ -629,7 +629,7 @@ async fn object_tagging(
     }
     let (tags, status) = match *method {
         Method::PUT => {
-            let body = small_body(app, grant, headers, body, MAX_TAGGING_BODY).await?;
+            let body = small_body(app, allowed, headers, body, MAX_TAGGING_BODY).await?;
             (parse_tagging(&body).map_err(request_error)?, StatusCode::OK)
         }
         Method::DELETE => (Tags::new(), StatusCode::NO_CONTENT),
@@ -646,12 +646,12 @@ async fn upload_part_copy(
     target: ObjectName<'_>,
     upload_id: &str,
     part_number: u32,
-    grant: &S3Grant,
+    allowed: &AllowedS3Request,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, S3Error> {
     check_part_number(part_number)?;
-    let (bucket, key) = copy_source(app, grant, headers, body).await?;
+    let (bucket, key) = copy_source(app, allowed, headers, body).await?;
     let source = app.store.object(&bucket, &key).await.map_err(ApiError::from)?.ok_or(ApiError::NotFound)?;
     if !copy_source_passes(headers, &source) {
         return Err(ApiError::PreconditionFailed.into());
@@ -690,13 +690,13 @@ fn with_etag(mut response: Response, etag: &str) -> Response {
 /// an object body, and paced like one (`timeouts.body_idle`, `limits.min_upload_rate`: `RequestTimeout`).
 async fn small_body(
     app: &AdminState,
-    grant: &S3Grant,
+    allowed: &AllowedS3Request,
     headers: &HeaderMap,
     body: Body,
     limit: usize,
 ) -> Result<Vec<u8>, S3Error> {
     let too_large = || request_error(RequestError::TooLarge { limit });
-    let mut filter = S3Body::for_request(grant, headers)?;
+    let mut filter = S3Body::for_request(allowed, headers)?;
     let mut body = PacedBody::new(app, body);
     let (mut received, mut decoded, mut pieces) = (0usize, Vec::new(), Vec::new());
     while let Some(chunk) = body.next_by(body.deadline()).await? {
@@ -713,7 +713,7 @@ async fn small_body(
         }
     }
     filter.end()?;
-    if let PayloadHash::Sha256(signed) = grant.verified.payload {
+    if let PayloadHash::Sha256(signed) = allowed.verified.payload {
         let received: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(&decoded).into();
         check_payload_sha256(&signed, &received).map_err(sigv4_error)?;
     }
@@ -732,12 +732,12 @@ async fn complete(
     bucket: &BucketName,
     key: &ObjectKey,
     upload_id: &str,
-    grant: &S3Grant,
+    allowed: &AllowedS3Request,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, S3Error> {
     let condition = write_condition(headers)?;
-    let body = small_body(app, grant, headers, body, MAX_COMPLETE_BODY).await?;
+    let body = small_body(app, allowed, headers, body, MAX_COMPLETE_BODY).await?;
     let parts = parse_complete_multipart_upload(&body).map_err(request_error)?;
     let parts: Vec<(u32, String)> = parts.into_iter().map(|p| (p.part_number, p.etag)).collect();
     // Assembly writes a whole object: it takes an upload slot like any body (`limits.max_concurrent_uploads`).
@@ -755,7 +755,7 @@ async fn complete(
 async fn delete_objects(
     app: &AdminState,
     bucket: &BucketName,
-    grant: &S3Grant,
+    allowed: &AllowedS3Request,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, S3Error> {
@@ -770,7 +770,7 @@ async fn delete_objects(
             "Missing required header for this request: Content-MD5 (or an x-amz-checksum-* header)",
         ));
     }
-    let body = small_body(app, grant, headers, body, MAX_DELETE_BODY).await?;
+    let body = small_body(app, allowed, headers, body, MAX_DELETE_BODY).await?;
     let request = parse_delete(&body).map_err(request_error)?;
     let mut outcomes = Vec::with_capacity(request.objects.len());
     for DeleteTarget { key: raw, etag } in request.objects {
@@ -781,7 +781,7 @@ async fn delete_objects(
         let outcome = match (ObjectKey::parse(&raw), condition) {
             (Err(e), _) => failed("InvalidArgument", e.to_string()),
             // The key's prefix bounds each key, as it bounds a single DeleteObject.
-            (Ok(key), _) if !key.as_str().starts_with(&grant.key.grant.prefix) => {
+            (Ok(key), _) if !key.as_str().starts_with(&allowed.key.grant.prefix) => {
                 failed("AccessDenied", "Access Denied".into())
             }
             (Ok(_), Err(e)) => failed(e.code(), e.to_string()),
@@ -851,11 +851,11 @@ async fn list_parts(
 async fn list_uploads(
     app: &AdminState,
     bucket: &BucketName,
-    grant: &S3Grant,
+    allowed: &AllowedS3Request,
     query: &str,
 ) -> Result<Response, S3Error> {
     let params = ListUploadsParams::from_query(query).map_err(request_error)?;
-    let key_prefix = grant.key.grant.prefix.as_str();
+    let key_prefix = allowed.key.grant.prefix.as_str();
     let readable = if params.prefix.starts_with(key_prefix) {
         params.prefix.clone()
     } else if key_prefix.starts_with(&params.prefix) {

@@ -34,7 +34,8 @@ impl Scope {
     }
 }
 
-/// What a token or an S3 key grants, and for how long: the columns both tables share.
+/// What a stored credential (a token or an S3 key) grants, and for how long: the columns both tables share. The
+/// rules that decide with it (`Grant::check`) are `auth`'s; a decision is `auth::AllowedRead` or `auth::AllowedS3Request`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
     pub bucket_id: i64,
