@@ -117,17 +117,15 @@ impl Application {
             .with_staleness_bounds(staleness);
         let settings = Arc::new(settings);
         let catalog = Arc::new(catalog);
-        let authorizer =
-            || Authorizer::new(catalog.clone(), settings.auth.presign_max_lifetime).with_s3_region(&settings.s3.region);
         let data = DataState::new(DataParts {
             catalog: catalog.clone(),
-            auth: authorizer(),
+            auth: Authorizer::new(catalog.clone(), settings.auth.presign_max_lifetime)
+                .with_s3_region(&settings.s3.region),
             range_policy: RangePolicy::default(),
             log_principal: access_log.is_some(),
         });
         let admin = AdminState::new(AdminParts {
             store,
-            auth: authorizer(),
             settings: settings.clone(),
             prometheus: crate::metrics::prometheus(),
             ready: AtomicBool::new(false),

@@ -129,7 +129,7 @@ async fn stats(
     headers: http::HeaderMap,
     query: Result<axum::extract::Query<StatsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let token = app.auth.admin(crate::auth::credentials(&headers, None)?).await?;
+    let token = app.data.auth.admin(crate::auth::credentials(&headers, None)?).await?;
     let axum::extract::Query(query) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let order = match query.by.as_deref() {
         None => StatsOrder::default(),

@@ -40,6 +40,8 @@ pub struct DataState(Arc<DataParts>);
 pub struct DataParts {
     /// Cached metadata and open blobs for the data path, coherent with the database.
     pub catalog: Arc<Catalog>,
+    /// The one authoriser, which the admin listener uses too (through `AdminParts::data`): one SigV4 signing-key
+    /// cache for both listeners.
     pub auth: Authorizer<Arc<Catalog>>,
     pub range_policy: range::RangePolicy,
     /// Whether responses carry their `access_log::Principal` (only when the access log is on: it costs an
@@ -67,8 +69,6 @@ pub struct AdminState(Arc<AdminParts>);
 
 pub struct AdminParts {
     pub store: Store,
-    /// Over the same catalog as the data listener, so both see a revocation at once.
-    pub auth: Authorizer<Arc<Catalog>>,
     pub settings: Arc<Settings>,
     pub prometheus: PrometheusHandle,
     /// Set once migrations have run and both listeners are bound: `/healthz` reports it.
@@ -77,7 +77,8 @@ pub struct AdminParts {
     pub database: Arc<DatabaseHealth>,
     /// One permit per upload in progress (`limits.max_concurrent_uploads`).
     pub uploads: tokio::sync::Semaphore,
-    /// The data listener's state, for the S3 reads the admin listener answers too (`admin::s3_read`).
+    /// The data listener's state: its authoriser (`data.auth`) decides the admin listener's requests too, and
+    /// its catalog serves the S3 reads the admin listener answers (`admin::s3_read`).
     pub data: DataState,
 }
 

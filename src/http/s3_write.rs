@@ -109,7 +109,7 @@ async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Re
         S3Path::Service => Err(ApiError::MethodNotAllowed.into()),
         S3Path::Bucket(name) => {
             let bucket = app.data.catalog.bucket(name.as_str()).await?;
-            let allowed = app.auth.s3(&request, S3Target::Bucket(bucket.as_ref()), Access::Write).await?;
+            let allowed = app.data.auth.s3(&request, S3Target::Bucket(bucket.as_ref()), Access::Write).await?;
             bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?;
             refuse_unsupported(method, &query, &parts.headers)?;
             if param("tagging").is_some() {
@@ -127,7 +127,7 @@ async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Re
         }
         S3Path::Object(name, key) => {
             let bucket = app.data.catalog.bucket(name.as_str()).await?;
-            let allowed = app.auth.s3(&request, S3Target::Object(bucket.as_ref(), &key), Access::Write).await?;
+            let allowed = app.data.auth.s3(&request, S3Target::Object(bucket.as_ref(), &key), Access::Write).await?;
             bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?;
             refuse_unsupported(method, &query, &parts.headers)?;
             let upload_id = param("uploadId");
@@ -553,7 +553,7 @@ async fn copy_source(
     let value = value.map_err(|_| bad_request(format!("{COPY_SOURCE} is not ASCII")))?.unwrap_or_default();
     let (bucket, key) = parse_copy_source(value).map_err(request_error)?;
     let found = app.data.catalog.bucket(bucket.as_str()).await?;
-    app.auth.s3_also(allowed, S3Target::Object(found.as_ref(), &key), Access::Read)?;
+    app.data.auth.s3_also(allowed, S3Target::Object(found.as_ref(), &key), Access::Read)?;
     // A copy carries no body: one that does is refused, and a signed payload hash is checked as for any body.
     small_body(app, allowed, headers, body, 0).await?;
     Ok((bucket, key))

@@ -86,7 +86,7 @@ async fn store_body(
 ) -> Result<crate::store::PutReport, ApiError> {
     let (bucket_name, key) = parse_object_path(uri.path())?;
     let bucket = app.store.meta.bucket(&bucket_name).await?;
-    app.auth.write(bucket.as_ref(), &key, crate::auth::credentials(headers, None)?).await?;
+    app.data.auth.write(bucket.as_ref(), &key, crate::auth::credentials(headers, None)?).await?;
     crate::store::require_bucket(bucket, &bucket_name)?;
     let text = |name: header::HeaderName| -> Result<Option<String>, ApiError> {
         headers
@@ -121,7 +121,7 @@ async fn store_body(
 pub async fn delete_object(State(app): State<AdminState>, uri: Uri, headers: HeaderMap) -> Result<Response, ApiError> {
     let (bucket_name, key) = parse_object_path(uri.path())?;
     let bucket = app.store.meta.bucket(&bucket_name).await?;
-    app.auth.write(bucket.as_ref(), &key, crate::auth::credentials(&headers, None)?).await?;
+    app.data.auth.write(bucket.as_ref(), &key, crate::auth::credentials(&headers, None)?).await?;
     crate::store::require_bucket(bucket, &bucket_name)?;
     if app.store.delete(&bucket_name, &key).await? {
         Ok(StatusCode::NO_CONTENT.into_response())
