@@ -40,7 +40,7 @@ use crate::s3::request::{
     parse_if_match, parse_metadata_directive, parse_tagging, parse_tagging_directive, parse_tagging_header,
 };
 use crate::s3::xml::{self, CopyResult, DeleteOutcome, ListedPart, ListedUpload, Owner, PartsPage, UploadsPage};
-use crate::store::multipart::{MultipartError, UploadLimits};
+use crate::store::multipart::{Completion, MultipartError, UploadLimits};
 use crate::store::server_copy::{CopiedAttrs, CopyOutcome, Directive, ObjectName};
 use crate::store::{ObjectRecord, StagedBlob, WriteCondition};
 
@@ -742,12 +742,13 @@ async fn complete(
     let parts: Vec<(u32, String)> = parts.into_iter().map(|p| (p.part_number, p.etag)).collect();
     // Assembly writes a whole object: it takes an upload slot like any body (`limits.max_concurrent_uploads`).
     let _place = super::upload::upload_place(app).await?;
-    let limit = app.settings.limits.max_object_bytes;
-    let report = app
-        .store
-        .complete_upload_within(bucket, key, upload_id, &parts, limit, &condition)
-        .await
-        .map_err(multipart_error)?;
+    let completion = Completion {
+        upload_id,
+        parts: &parts,
+        max_object_bytes: app.settings.limits.max_object_bytes,
+        condition: &condition,
+    };
+    let report = app.store.complete_upload(bucket, key, completion).await.map_err(multipart_error)?;
     let location = format!("/{}/{}", bucket.as_str(), key.as_str());
     Ok(xml_response(xml::complete_multipart_upload(&location, bucket.as_str(), key.as_str(), &report.s3_etag)))
 }

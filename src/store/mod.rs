@@ -33,7 +33,7 @@ pub use metadata::{
     Scope, SigningKey, StatsFlush, StatsOrder, TokenRecord, UploadRecord, UploadSummary, Upsert, VariantRecord,
     WriteTx,
 };
-pub use multipart::{CompleteReport, MultipartError, UploadLimits};
+pub use multipart::{CompleteReport, Completion, MultipartError, UploadLimits};
 
 use crate::config::{DatabaseTimeouts, DatabaseUrl};
 use crate::header_values::content_coding::ContentCoding;

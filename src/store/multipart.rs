@@ -173,6 +173,27 @@ impl From<StoreError> for MultipartError {
     }
 }
 
+/// What a Complete asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct Completion<'a> {
+    pub upload_id: &'a str,
+    /// The parts to assemble, by number and ETag, in ascending order.
+    pub parts: &'a [(u32, String)],
+    /// `limits.max_object_bytes`: a larger object is `ObjectTooLarge`, refused before anything is assembled. (The
+    /// parts were held to it as they came; this catches a limit lowered since.)
+    pub max_object_bytes: u64,
+    /// What the key's current object must be for the commit to happen.
+    pub condition: &'a WriteCondition,
+}
+
+impl<'a> Completion<'a> {
+    /// No limit on the object's size and no precondition (the tests' form).
+    #[cfg(test)]
+    pub fn unbounded(upload_id: &'a str, parts: &'a [(u32, String)]) -> Self {
+        Completion { upload_id, parts, max_object_bytes: u64::MAX, condition: &WriteCondition::Always }
+    }
+}
+
 /// What Complete did: the object's put report, and its S3 ETag.
 #[derive(Debug, Clone)]
 pub struct CompleteReport {
@@ -422,48 +443,27 @@ impl Store {
         Ok(true)
     }
 
-    /// Completes the upload with `parts` (number and ETag, in ascending order): assembles them into one blob and
-    /// commits it as `bucket/key`, as a put does. Parts uploaded but not named are discarded with the upload.
-    /// No limit on the object's size (the tests' form): the server calls `complete_upload_within`.
-    #[cfg(test)]
+    /// Completes an upload as `completion` says: assembles the named parts into one blob and commits it as
+    /// `bucket/key`, as a put does. Parts uploaded but not named are discarded with the upload.
     pub async fn complete_upload(
         &self,
         bucket: &BucketName,
         key: &ObjectKey,
-        upload_id: &str,
-        parts: &[(u32, String)],
+        completion: Completion<'_>,
     ) -> Result<CompleteReport, MultipartError> {
-        self.complete_upload_with(bucket, key, upload_id, parts, u64::MAX, &WriteCondition::Always, |_| Ok(())).await
+        self.complete_upload_hooked(bucket, key, completion, |_| Ok(())).await
     }
 
-    /// `complete_upload` of an object of at most `max_object_bytes` (`limits.max_object_bytes`): larger is
-    /// `ObjectTooLarge`, refused before anything is assembled. (The parts were held to it as they came; this
-    /// catches a limit lowered since.)
-    pub async fn complete_upload_within(
+    /// [`Store::complete_upload`], with `before_commit` called in the transaction just before it commits (the tests
+    /// fail it there, as a crash would).
+    async fn complete_upload_hooked(
         &self,
         bucket: &BucketName,
         key: &ObjectKey,
-        upload_id: &str,
-        parts: &[(u32, String)],
-        max_object_bytes: u64,
-        condition: &WriteCondition,
-    ) -> Result<CompleteReport, MultipartError> {
-        self.complete_upload_with(bucket, key, upload_id, parts, max_object_bytes, condition, |_| Ok(())).await
-    }
-
-    /// `complete_upload`, with `before_commit` called in the transaction just before it commits (the tests fail
-    /// it there, as a crash would).
-    #[allow(clippy::too_many_arguments)]
-    async fn complete_upload_with(
-        &self,
-        bucket: &BucketName,
-        key: &ObjectKey,
-        upload_id: &str,
-        parts: &[(u32, String)],
-        max_object_bytes: u64,
-        condition: &WriteCondition,
+        completion: Completion<'_>,
         before_commit: impl FnOnce(&mut WriteTx) -> anyhow::Result<()>,
     ) -> Result<CompleteReport, MultipartError> {
+        let Completion { upload_id, parts, max_object_bytes, condition } = completion;
         if parts.is_empty() {
             return Err(MultipartError::NoParts);
         }
@@ -716,7 +716,7 @@ mod tests {
         assert!(store.blobs.list_hashes().unwrap().is_empty());
 
         let wanted = vec![(1, p1.etag()), (2, p2.md5.to_uppercase()), (3, p3.etag())];
-        let report = store.complete_upload(&b, &k, &upload.id, &wanted).await.unwrap();
+        let report = store.complete_upload(&b, &k, Completion::unbounded(&upload.id, &wanted)).await.unwrap();
         let whole = [one.as_slice(), &two, &three].concat();
         assert_eq!(report.put.sha256, hex::encode(Sha256::digest(&whole)));
         assert_eq!(report.put.size, whole.len() as u64);
@@ -747,7 +747,7 @@ mod tests {
         let attrs = ObjectAttrs { content_type: Some("text/x-mine".into()), ..ObjectAttrs::default() };
         let upload = store.create_upload(&b, &k, attrs, None).await.unwrap();
         let p = put(&store, "doc.txt", &upload.id, 1, b"new content").await;
-        let report = store.complete_upload(&b, &k, &upload.id, &[(1, p.etag())]).await.unwrap();
+        let report = store.complete_upload(&b, &k, Completion::unbounded(&upload.id, &[(1, p.etag())])).await.unwrap();
         assert_eq!(report.put.status, crate::store::PutStatus::Replaced);
         assert_eq!(report.put.content_type, "text/x-mine");
         assert!(!store.blobs.path_of(&first.sha256).exists(), "the replaced blob went, as with a put");
@@ -776,15 +776,18 @@ mod tests {
             (vec![(1, p1.etag()), (2, p2.etag())], "EntityTooSmall"),
         ];
         for (parts, code) in cases {
-            let err = store.complete_upload(&b, &k, &upload.id, &parts).await.unwrap_err();
+            let err = store.complete_upload(&b, &k, Completion::unbounded(&upload.id, &parts)).await.unwrap_err();
             assert_eq!(err.s3_code(), code, "{parts:?}: {err}");
         }
         let other_key = ObjectKey::parse("other").unwrap();
         for (key, id) in [(&k, "nope"), (&other_key, upload.id.as_str())] {
-            let err = store.complete_upload(&b, key, id, &[(1, p1.etag())]).await.unwrap_err();
+            let err = store.complete_upload(&b, key, Completion::unbounded(id, &[(1, p1.etag())])).await.unwrap_err();
             assert_eq!(err.s3_code(), "NoSuchUpload");
         }
-        let err = store.complete_upload(&BucketName::parse("nob").unwrap(), &k, &upload.id, &[]).await.unwrap_err();
+        let err = store
+            .complete_upload(&BucketName::parse("nob").unwrap(), &k, Completion::unbounded(&upload.id, &[]))
+            .await
+            .unwrap_err();
         assert_eq!(err.s3_code(), "MalformedXML", "the part list is checked first");
         let bucket_id = store.meta.bucket(&b).await.unwrap().unwrap().id;
         assert!(store.meta.object_by_key(bucket_id, "k").await.unwrap().is_none());
@@ -792,7 +795,7 @@ mod tests {
         assert!(files(&dir.path().join("tmp")).is_empty());
         assert_eq!(store.list_parts(&b, &k, &upload.id, 0, 10).await.unwrap().0.len(), 2, "the upload is intact");
         // The last part alone may be small.
-        store.complete_upload(&b, &k, &upload.id, &[(2, p2.etag())]).await.unwrap();
+        store.complete_upload(&b, &k, Completion::unbounded(&upload.id, &[(2, p2.etag())])).await.unwrap();
     }
 
     on_both_backends!(put_part_checks_the_number_and_the_upload);
@@ -918,7 +921,7 @@ mod tests {
         let p = put(&store, "k", &upload.id, 1, b"after").await;
         let wanted = [(1, p.etag())];
         let err = store
-            .complete_upload_with(&b, &k, &upload.id, &wanted, u64::MAX, &WriteCondition::Always, |_| {
+            .complete_upload_hooked(&b, &k, Completion::unbounded(&upload.id, &wanted), |_| {
                 Err(anyhow::anyhow!("killed"))
             })
             .await
@@ -936,7 +939,7 @@ mod tests {
         assert_eq!((report.unreferenced_blobs, report.part_files), (1, 0));
         assert_eq!(store.blobs.list_hashes().unwrap(), vec![before.sha256.clone()]);
         // And the client's retry completes.
-        store.complete_upload(&b, &k, &upload.id, &wanted).await.unwrap();
+        store.complete_upload(&b, &k, Completion::unbounded(&upload.id, &wanted)).await.unwrap();
         assert!(files(&dir.path().join("parts")).is_empty());
     }
 
@@ -951,14 +954,14 @@ mod tests {
         let now = unix_now();
         assert!(store.meta.claim_upload(&upload.id, now, now - 10).await.unwrap());
         assert!(!store.meta.claim_upload(&upload.id, now, now - 10).await.unwrap(), "exactly one claim wins");
-        let err = store.complete_upload(&b, &k, &upload.id, &wanted).await.unwrap_err();
+        let err = store.complete_upload(&b, &k, Completion::unbounded(&upload.id, &wanted)).await.unwrap_err();
         assert!(matches!(err, MultipartError::NoSuchUpload), "{err:?}");
         assert!(store.blobs.list_hashes().unwrap().is_empty(), "nothing assembled");
         // Two at once: one completes, the other is NoSuchUpload, neither an internal error.
         store.meta.release_upload_claim(&upload.id, now).await.unwrap();
         let (x, y) = tokio::join!(
-            store.complete_upload(&b, &k, &upload.id, &wanted),
-            store.complete_upload(&b, &k, &upload.id, &wanted)
+            store.complete_upload(&b, &k, Completion::unbounded(&upload.id, &wanted)),
+            store.complete_upload(&b, &k, Completion::unbounded(&upload.id, &wanted))
         );
         let outcomes = [x, y].map(|r| r.map(|_| ()).map_err(|e| e.s3_code()));
         assert!(outcomes.contains(&Ok(())) && outcomes.contains(&Err("NoSuchUpload")), "{outcomes:?}");
@@ -968,7 +971,7 @@ mod tests {
         let p = put(&store, "k", &stale.id, 1, b"stale").await;
         let long_ago = now - COMPLETE_CLAIM_LEASE.as_secs() as i64 - 1;
         assert!(store.meta.claim_upload(&stale.id, long_ago, long_ago - 10).await.unwrap());
-        store.complete_upload(&b, &k, &stale.id, &[(1, p.etag())]).await.unwrap();
+        store.complete_upload(&b, &k, Completion::unbounded(&stale.id, &[(1, p.etag())])).await.unwrap();
     }
 
     on_both_backends!(an_upload_aborted_during_assembly_is_no_such_upload_and_a_replaced_part_invalid_part);
@@ -1008,14 +1011,22 @@ mod tests {
         let two = put(&store, "k", &upload.id, 2, &bytes(10, 2)).await;
         let wanted = [(1, one.etag()), (2, two.etag())];
         let err = store
-            .complete_upload_within(&b, &k, &upload.id, &wanted, MIN_PART_SIZE + 9, &WriteCondition::Always)
+            .complete_upload(
+                &b,
+                &k,
+                Completion { max_object_bytes: MIN_PART_SIZE + 9, ..Completion::unbounded(&upload.id, &wanted) },
+            )
             .await
             .unwrap_err();
         assert!(matches!(err, MultipartError::ObjectTooLarge { size, .. } if size == MIN_PART_SIZE + 10), "{err:?}");
         assert_eq!(err.s3_code(), "EntityTooLarge");
         assert!(store.blobs.list_hashes().unwrap().is_empty(), "nothing assembled");
         store
-            .complete_upload_within(&b, &k, &upload.id, &wanted, MIN_PART_SIZE + 10, &WriteCondition::Always)
+            .complete_upload(
+                &b,
+                &k,
+                Completion { max_object_bytes: MIN_PART_SIZE + 10, ..Completion::unbounded(&upload.id, &wanted) },
+            )
             .await
             .unwrap();
     }

@@ -157,7 +157,7 @@ mod tests {
     use super::*;
     use crate::header_values::content_coding::ContentCoding;
     use crate::store::metadata::{TestBackend, on_both_backends, test_database_url};
-    use crate::store::{PutStatus, StagedVariant};
+    use crate::store::{Completion, PutStatus, StagedVariant};
 
     async fn store(backend: TestBackend) -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();
@@ -303,7 +303,10 @@ mod tests {
         assert_eq!(part.size, 5000);
         use md5::Digest;
         assert_eq!(part.md5, hex::encode(md5::Md5::digest(&bytes[1000..6000])));
-        let report = store.complete_upload(&dst.0, &dst.1, &upload.id, &[(1, part.etag())]).await.unwrap();
+        let report = store
+            .complete_upload(&dst.0, &dst.1, Completion::unbounded(&upload.id, &[(1, part.etag())]))
+            .await
+            .unwrap();
         let blob = std::fs::read(store.blobs.path_of(&report.put.sha256)).unwrap();
         assert!(blob == bytes[1000..6000], "the part holds exactly the range");
 

@@ -253,7 +253,7 @@ mod tests {
     use crate::config::DatabaseUrl;
     use crate::names::{BucketName, IndexDocument, ObjectAttrs, ObjectKey};
     use crate::store::metadata::{BucketChanges, Grant, S3KeyRecord, Scope, TestBackend, test_database_url};
-    use crate::store::{StagedBlob, Store, UploadLimits};
+    use crate::store::{Completion, StagedBlob, Store, UploadLimits};
 
     fn part(store: &Store, content: &[u8]) -> StagedBlob {
         let mut w = store.blobs.writer().unwrap();
@@ -287,7 +287,8 @@ mod tests {
         let (done, pending) = (ObjectKey::parse("done.bin").unwrap(), ObjectKey::parse("pending.bin").unwrap());
         let upload = source.create_upload(&b, &done, ObjectAttrs::default(), None).await.unwrap();
         let p1 = source.put_part(&b, &done, &upload.id, 1, part(&source, b"whole"), &UploadLimits::NONE).await.unwrap();
-        let completed = source.complete_upload(&b, &done, &upload.id, &[(1, p1.etag())]).await.unwrap();
+        let completed =
+            source.complete_upload(&b, &done, Completion::unbounded(&upload.id, &[(1, p1.etag())])).await.unwrap();
         let open = source.create_upload(&b, &pending, ObjectAttrs::default(), Some(&key.id)).await.unwrap();
         let open_part =
             source.put_part(&b, &pending, &open.id, 1, part(&source, b"half"), &UploadLimits::NONE).await.unwrap();
@@ -307,7 +308,10 @@ mod tests {
         assert_eq!(target.meta.s3_etag(bucket.id, "done.bin").await.unwrap(), Some(completed.s3_etag));
         assert_eq!(target.meta.upload(&open.id).await.unwrap(), Some(open.clone()));
         assert_eq!(target.meta.list_parts(&open.id, 0, 10).await.unwrap(), vec![open_part.clone()]);
-        let finished = target.complete_upload(&b, &pending, &open.id, &[(1, open_part.etag())]).await.unwrap();
+        let finished = target
+            .complete_upload(&b, &pending, Completion::unbounded(&open.id, &[(1, open_part.etag())]))
+            .await
+            .unwrap();
         assert_eq!(finished.put.size, 4, "the part file in parts/ completes on the target");
     }
 
