@@ -14,8 +14,10 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use percent_encoding::utf8_percent_encode;
 use sha2::Sha256;
+
+use crate::header_values::uri;
 
 pub const EXPIRES: &str = "bg-expires";
 pub const KEY_ID: &str = "bg-key";
@@ -157,23 +159,19 @@ pub fn parse_query(query: Option<&str>) -> Result<Option<PresignParams>, QueryEr
     }
 }
 
-/// Characters kept as they are in a key's path segments: RFC 3986 unreserved.
-const PATH_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
-
-/// Builds the link. Each key segment is percent-encoded, `/` is kept, so the server's single decode gives the
-/// exact key back.
+/// Builds the link. The key is percent-encoded with its `/` kept, so the server's single decode gives the exact
+/// key back.
 pub fn build_url(base_url: &str, fields: &SignedFields<'_>, signature: &str) -> String {
-    let key: Vec<String> = fields.key.split('/').map(|s| utf8_percent_encode(s, PATH_SEGMENT).to_string()).collect();
     let mut url = format!(
         "{}/{}/{}?{EXPIRES}={}&{KEY_ID}={}",
         base_url.trim_end_matches('/'),
         fields.bucket,
-        key.join("/"),
+        utf8_percent_encode(fields.key, uri::PATH),
         fields.expires,
-        utf8_percent_encode(fields.key_id, PATH_SEGMENT)
+        utf8_percent_encode(fields.key_id, uri::COMPONENT)
     );
     if let Some(d) = fields.response_disposition {
-        url.push_str(&format!("&{RESPONSE_DISPOSITION}={}", utf8_percent_encode(d, PATH_SEGMENT)));
+        url.push_str(&format!("&{RESPONSE_DISPOSITION}={}", utf8_percent_encode(d, uri::COMPONENT)));
     }
     url.push_str(&format!("&{SIGNATURE}={signature}"));
     url

@@ -1,11 +1,14 @@
 //! Header values that more than one layer writes: the ETag of a blob, HTTP dates, Content-Disposition
-//! (`disposition`), and the SigV4 header names that the driver parses and `auth` reads. Pure and below `store`, `auth` and `http`, so the store can record an ETag, the driver can
+//! (`disposition`), and the SigV4 header names that the driver parses and `auth` reads; and what `auth` and `s3`
+//! both encode with: the calendar of their timestamps (`calendar`) and RFC 3986 percent-encoding (`uri`). Pure and below `store`, `auth` and `http`, so the store can record an ETag, the driver can
 //! write a `Date`, and names and signed URLs can validate a disposition without reaching up into `http`.
 
+pub mod calendar;
 pub mod content_coding;
 pub mod cors;
 pub mod disposition;
 pub mod upload_digest;
+pub mod uri;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -15,7 +15,9 @@ pub mod listing;
 pub mod request;
 pub mod xml;
 
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use percent_encoding::utf8_percent_encode;
+
+use crate::header_values::{calendar, uri};
 
 /// The namespace of every S3 response document.
 pub const XMLNS: &str = "http://s3.amazonaws.com/doc/2006-03-01/";
@@ -26,15 +28,12 @@ pub const STORAGE_CLASS: &str = "STANDARD";
 /// Most keys one list page returns (S3's own cap and default for `max-keys`).
 pub const MAX_KEYS: u32 = 1000;
 
-/// What `encoding-type=url` escapes: everything but RFC 3986 unreserved characters and `/`. Clients decode with a
-/// full URL decoder (botocore: `unquote_plus`), so escaping more than S3 does is safe, and `+` must be escaped
-/// (it would decode to a space).
-const URL_ENCODED: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~').remove(b'/');
-
-/// `value` as `encoding-type=url` writes it.
+/// `value` as `encoding-type=url` writes it: everything but RFC 3986 unreserved characters and `/` escaped
+/// (`uri::PATH`). Clients decode with a full URL decoder (botocore: `unquote_plus`), so escaping more than S3 does
+/// is safe, and `+` must be escaped (it would decode to a space).
 #[must_use]
 pub fn url_encode(value: &str) -> String {
-    utf8_percent_encode(value, URL_ENCODED).to_string()
+    utf8_percent_encode(value, uri::PATH).to_string()
 }
 
 /// Unix seconds as S3's timestamps in XML: ISO 8601 in UTC with milliseconds (`2024-05-01T12:00:00.000Z`).
@@ -43,22 +42,8 @@ pub fn url_encode(value: &str) -> String {
 pub fn iso8601_millis(unix_secs: i64) -> String {
     let secs = unix_secs.max(0);
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (year, month, day) = civil_from_days(days);
+    let (year, month, day) = calendar::civil_from_days(days);
     format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.000Z", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
-/// The proleptic Gregorian date of a day count from 1970-01-01 (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]

@@ -13,9 +13,11 @@
 use std::borrow::Cow;
 
 use http::{HeaderMap, HeaderValue};
-use percent_encoding::percent_decode;
+use percent_encoding::{percent_decode, percent_encode};
 
 use super::{AuthKind, SigV4Auth, SigV4Error, UNSIGNED_PAYLOAD};
+use crate::header_values::calendar::{days_from_civil, days_in_month};
+use crate::header_values::uri::{self, is_unreserved};
 
 /// The query parameter that carries a presigned URL's signature: the one parameter it does not sign.
 pub const SIGNATURE_PARAM: &str = "X-Amz-Signature";
@@ -261,11 +263,6 @@ const fn hex_table(uppercase: bool) -> [u8; 256] {
     table
 }
 
-/// RFC 3986's unreserved bytes: what SigV4 never encodes.
-fn is_unreserved(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
-}
-
 /// One query name or value as bytes: `+` is a space, `%XY` a byte; a `%` not followed by two hex digits stays.
 pub fn query_decode(raw: &str) -> Vec<u8> {
     let plus_as_space: Vec<u8> = raw.bytes().map(|b| if b == b'+' { b' ' } else { b }).collect();
@@ -275,18 +272,7 @@ pub fn query_decode(raw: &str) -> Vec<u8> {
 /// SigV4's URI encoding: RFC 3986 unreserved bytes (`A-Z a-z 0-9 - . _ ~`) as they are, every other byte as
 /// `%XY` with uppercase hex; `/` too when `encode_slash`.
 pub fn uri_encode(bytes: &[u8], encode_slash: bool) -> String {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let mut out = String::with_capacity(bytes.len());
-    for &b in bytes {
-        if is_unreserved(b) || (b == b'/' && !encode_slash) {
-            out.push(b as char);
-        } else {
-            out.push('%');
-            out.push(HEX[usize::from(b >> 4)] as char);
-            out.push(HEX[usize::from(b & 0xf)] as char);
-        }
-    }
-    out
+    percent_encode(bytes, if encode_slash { uri::COMPONENT } else { uri::PATH }).to_string()
 }
 
 /// `name:value\n` for each signed header, in the signed order. The value is every field of that name joined
@@ -383,9 +369,7 @@ impl AmzDate {
         };
         let (year, month, day) = (number(0..4)?, number(4..6)?, number(6..8)?);
         let (hour, minute, second) = (number(9..11)?, number(11..13)?, number(13..15)?);
-        let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-        let month_days = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
-        if !(1..=12).contains(&month) || day < 1 || day > month_days[(month - 1) as usize] {
+        if day < 1 || day > days_in_month(year, month)? {
             return None;
         }
         if hour > 23 || minute > 59 || second > 59 {
@@ -404,18 +388,6 @@ impl AmzDate {
     pub fn date(&self) -> &str {
         &self.text()[..8]
     }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`): ten lines, so no
-/// date crate for one conversion.
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]
