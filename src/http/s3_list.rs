@@ -10,7 +10,7 @@ use super::s3::{Query, S3Error, xml_response};
 use crate::auth::AllowedS3Request;
 use crate::catalog::Catalog;
 use crate::header_values::etag_from_sha256;
-use crate::s3::listing::{self, Fetch, ObjectSource, Start};
+use crate::s3::listing::{self, Fetch, Source, Start};
 use crate::s3::request::{ListParams, ListVersion, RequestError};
 use crate::s3::xml::{self, ListedBucket, ListedObject, Owner};
 use crate::store::{Bucket, MetadataError};
@@ -67,8 +67,8 @@ struct StoreSource<'a> {
     bucket_id: i64,
 }
 
-impl ObjectSource for StoreSource<'_> {
-    type Object = ListedObject;
+impl Source for StoreSource<'_> {
+    type Item = ListedObject;
     type Error = MetadataError;
 
     async fn fetch(&mut self, prefix: &str, fetch: &Fetch) -> Result<Vec<ListedObject>, MetadataError> {

@@ -33,7 +33,7 @@ use crate::auth::sigv4::{PayloadHash, RequestParts, SigV4Error, check_payload_sh
 use crate::auth::{Access, AllowedS3Request, S3Target};
 use crate::header_values::upload_digest::{DeclaredDigests, DigestError};
 use crate::names::{BucketName, MAX_USER_METADATA_BYTES, ObjectKey, Tags, parse_attrs};
-use crate::s3::listing::{self, Entry};
+use crate::s3::listing::{self, Entry, Fetch, ListQuery, Start, UploadMarker};
 use crate::s3::request::{
     DeleteTarget, ListPartsParams, ListUploadsParams, MAX_COMPLETE_BODY, MAX_DELETE_BODY, MAX_TAGGING_BODY,
     RequestError, parse_complete_multipart_upload, parse_copy_source, parse_copy_source_range, parse_delete,
@@ -846,7 +846,7 @@ async fn list_parts(
 }
 
 /// ListMultipartUploads: `prefix`, `delimiter` (common prefixes), `key-marker` / `upload-id-marker`,
-/// `max-uploads`, `encoding-type=url`, planned by `s3::listing::UploadsPlanner` over the store's keyset reads.
+/// `max-uploads`, `encoding-type=url`, planned by `s3::listing::Planner` over the store's keyset reads.
 /// Within the key's prefix: a request for a shorter prefix lists only the uploads under the key's (rolled up
 /// as the shorter prefix and the delimiter say), another prefix is refused.
 async fn list_uploads(
@@ -865,19 +865,15 @@ async fn list_uploads(
         return Err(crate::auth::AuthError::Forbidden.into());
     };
     let mut source = UploadsSource { store: &app.store, bucket, readable };
-    let planned = listing::list_uploads_page(
-        &mut source,
-        listing::UploadsQuery {
-            prefix: params.prefix.clone(),
-            delimiter: params.delimiter.clone(),
-            key_marker: params.key_marker.clone(),
-            upload_id_marker: params.upload_id_marker.clone(),
-            max_uploads: params.max_uploads,
-        },
-    )
-    .await
-    .map_err(multipart_error)?;
-    let next = planned.next_markers().map(|(key, id)| (key.to_owned(), id.map(str::to_owned)));
+    let query = ListQuery {
+        prefix: params.prefix.clone(),
+        delimiter: params.delimiter.clone(),
+        after: UploadMarker::of_request(params.key_marker.as_deref(), params.upload_id_marker.as_deref()),
+        max_keys: params.max_uploads,
+    };
+    let planned = listing::list_page(&mut source, query).await.map_err(multipart_error)?;
+    let (next_key_marker, next_upload_id_marker) =
+        (planned.next_marker().map(str::to_owned), planned.next_upload_id_marker());
     let (mut uploads, mut common_prefixes) = (Vec::new(), Vec::new());
     for entry in planned.entries {
         match entry {
@@ -893,8 +889,8 @@ async fn list_uploads(
         upload_id_marker: params.upload_id_marker.clone(),
         max_uploads: params.max_uploads,
         is_truncated: planned.is_truncated,
-        next_key_marker: next.as_ref().map(|n| n.0.clone()),
-        next_upload_id_marker: next.and_then(|n| n.1),
+        next_key_marker,
+        next_upload_id_marker,
         uploads,
         common_prefixes,
         url_encoded: params.url_encoded,
@@ -910,20 +906,15 @@ struct UploadsSource<'a> {
     readable: String,
 }
 
-impl listing::UploadSource for UploadsSource<'_> {
-    type Upload = ListedUpload;
+impl listing::Source for UploadsSource<'_> {
+    type Item = ListedUpload;
     type Error = MultipartError;
 
-    async fn fetch(
-        &mut self,
-        _prefix: &str,
-        fetch: &listing::UploadsFetch,
-    ) -> Result<Vec<ListedUpload>, MultipartError> {
+    async fn fetch(&mut self, _prefix: &str, fetch: &Fetch<UploadMarker>) -> Result<Vec<ListedUpload>, MultipartError> {
         let after = match &fetch.start {
-            listing::UploadStart::AfterKey(key) => (key.as_str(), None),
-            listing::UploadStart::AfterUpload(key, id) => (key.as_str(), Some(id.as_str())),
+            Start::After(UploadMarker { key, upload_id }) => (key.as_str(), upload_id.as_deref()),
             // Upload ids are never empty, so "after the empty id" is every upload of the key.
-            listing::UploadStart::AtLeastKey(key) => (key.as_str(), Some("")),
+            Start::AtLeast(key) => (key.as_str(), Some("")),
         };
         let (uploads, _) = self.store.list_uploads(self.bucket, &self.readable, Some(after), fetch.limit).await?;
         Ok(uploads.into_iter().map(|u| ListedUpload { key: u.key, upload_id: u.id, initiated: u.created_at }).collect())

@@ -17,11 +17,11 @@
 //! Together: at most `max_keys + 2` fetches and `11 × (max_keys + 1)` rows (the property tests check both).
 //!
 //! [`Planner`] is the pure state machine (ask [`Planner::next_fetch`], answer [`Planner::feed`], then
-//! [`Planner::finish`]); [`list_page`] drives it over an [`ObjectSource`].
+//! [`Planner::finish`]); [`list_page`] drives it over a [`Source`].
 //!
-//! ListMultipartUploads is the same listing over uploads, several of which may share a key: [`UploadsPlanner`]
-//! keeps positions as (key, upload id), so a page may end, and the next one resume, between two uploads of one
-//! key (`key-marker` and `upload-id-marker`); [`list_uploads_page`] drives it over an [`UploadSource`].
+//! Both listings run on it: ListObjects over objects, whose position is their key, and ListMultipartUploads over
+//! uploads, several of which may share a key, so their position is an [`UploadMarker`] (key, upload id): a page
+//! may end, and the next one resume, between two uploads of one key (`key-marker` and `upload-id-marker`).
 
 use std::future::Future;
 
@@ -30,31 +30,33 @@ use crate::names::prefix_upper_bound;
 /// The least rows a fetch asks for after the first (while entries are still wanted).
 pub const MIN_BATCH: u32 = 8;
 
-/// What to list: keys under `prefix`, rolled up at `delimiter`, after `after`, at most `max_keys` entries.
+/// What to list: items whose keys are under `prefix`, rolled up at `delimiter`, after `after`, at most `max_keys`
+/// entries. `M` is the listed items' [`Listed::Marker`]: a key for objects.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListQuery {
+pub struct ListQuery<M = String> {
     pub prefix: String,
     /// `None` for no delimiter (an empty one means none, as in S3).
     pub delimiter: Option<String>,
-    /// Entries must sort after this (exclusive): start-after, the continuation token's key, or the V1 marker.
-    pub after: Option<String>,
+    /// Entries must sort after this (exclusive): start-after, the continuation token's key, or the V1 marker; for
+    /// uploads, the key and upload-id markers.
+    pub after: Option<M>,
     /// 0 to [`super::MAX_KEYS`]. With 0 the page is empty and not truncated (nothing to continue from).
     pub max_keys: u32,
 }
 
 /// Where a fetch starts. Both bounds sort at or above the query's prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Start {
-    /// Keys strictly after this one.
-    After(String),
-    /// Keys at or after this one.
+pub enum Start<M = String> {
+    /// Items strictly after this position.
+    After(M),
+    /// Items whose keys are at or after this one.
     AtLeast(String),
 }
 
-/// One read from the source: up to `limit` keys under the prefix, in key order, from `start`.
+/// One read from the source: up to `limit` items under the prefix, in order, from `start`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fetch {
-    pub start: Start,
+pub struct Fetch<M = String> {
+    pub start: Start<M>,
     pub limit: u32,
 }
 
@@ -66,6 +68,43 @@ pub trait Keyed {
 impl Keyed for String {
     fn key(&self) -> &str {
         self
+    }
+}
+
+/// What a listing lists: items under keys, in the order of their markers.
+pub trait Listed: Keyed {
+    /// A position in that order, which a page continues after: an object's key, an upload's [`UploadMarker`].
+    type Marker: Keyed + Clone + std::fmt::Debug + Eq;
+    fn marker(&self) -> Self::Marker;
+}
+
+impl Listed for String {
+    type Marker = String;
+    fn marker(&self) -> String {
+        self.clone()
+    }
+}
+
+/// A position among uploads, ordered by (key, upload id): several uploads may share a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadMarker {
+    pub key: String,
+    /// After this upload of `key`; `None`: after every upload of `key`.
+    pub upload_id: Option<String>,
+}
+
+impl UploadMarker {
+    /// S3's `key-marker` and `upload-id-marker`: an empty key marker is none, and an upload-id marker counts
+    /// only with a key marker.
+    pub fn of_request(key_marker: Option<&str>, upload_id_marker: Option<&str>) -> Option<Self> {
+        let key = key_marker.filter(|k| !k.is_empty())?;
+        Some(UploadMarker { key: key.to_owned(), upload_id: upload_id_marker.map(str::to_owned) })
+    }
+}
+
+impl Keyed for UploadMarker {
+    fn key(&self) -> &str {
+        &self.key
     }
 }
 
@@ -98,9 +137,20 @@ pub struct Page<O> {
 
 impl<O: Keyed> Page<O> {
     /// The last entry's name when the page is truncated: the next page's marker (V1's `NextMarker`; the key a
-    /// V2 continuation token carries).
+    /// V2 continuation token carries; ListMultipartUploads' `NextKeyMarker`).
     pub fn next_marker(&self) -> Option<&str> {
         self.is_truncated.then(|| self.entries.last().map(Entry::name)).flatten()
+    }
+}
+
+impl<O: Listed<Marker = UploadMarker>> Page<O> {
+    /// ListMultipartUploads' `NextUploadIdMarker`: the last upload's id when the page is truncated after an upload
+    /// (after a common prefix, the next page skips all of its uploads).
+    pub fn next_upload_id_marker(&self) -> Option<String> {
+        match self.entries.last().filter(|_| self.is_truncated)? {
+            Entry::Object(upload) => upload.marker().upload_id,
+            Entry::CommonPrefix(_) => None,
+        }
     }
 }
 
@@ -121,27 +171,27 @@ impl<O> Page<O> {
 
 /// The listing of one page as a state machine: no IO, so the caller decides how rows are read.
 #[derive(Debug)]
-pub struct Planner<O> {
-    query: ListQuery,
+pub struct Planner<O: Listed> {
+    query: ListQuery<O::Marker>,
     /// Entries wanted: one more than the page holds, to learn whether it is truncated.
     want: usize,
     entries: Vec<Entry<O>>,
     /// The common prefix the last row fell in, whose remaining keys are skipped.
     skipping: Option<String>,
-    next: Option<Fetch>,
+    next: Option<Fetch<O::Marker>>,
     rows_read: u64,
     fetches: u32,
 }
 
-impl<O: Keyed> Planner<O> {
-    pub fn new(mut query: ListQuery) -> Self {
+impl<O: Listed> Planner<O> {
+    pub fn new(mut query: ListQuery<O::Marker>) -> Self {
         query.delimiter = query.delimiter.filter(|d| !d.is_empty());
         let want = query.max_keys as usize + 1;
-        let start = match query.after.as_deref() {
-            Some(after) if after >= query.prefix.as_str() => {
+        let start = match &query.after {
+            Some(after) if after.key() >= query.prefix.as_str() => {
                 // A marker past every key with the prefix leaves nothing to list.
-                let past_prefix = prefix_upper_bound(&query.prefix).is_some_and(|upper| after >= upper.as_str());
-                (!past_prefix).then(|| Start::After(after.to_owned()))
+                let past_prefix = prefix_upper_bound(&query.prefix).is_some_and(|upper| after.key() >= upper.as_str());
+                (!past_prefix).then(|| Start::After(after.clone()))
             }
             _ => Some(Start::AtLeast(query.prefix.clone())),
         };
@@ -155,12 +205,12 @@ impl<O: Keyed> Planner<O> {
     }
 
     /// The next read the page needs, or `None` when it is complete.
-    pub fn next_fetch(&self) -> Option<&Fetch> {
+    pub fn next_fetch(&self) -> Option<&Fetch<O::Marker>> {
         self.next.as_ref()
     }
 
-    /// The rows the last [`Planner::next_fetch`] returned, in key order, all under the prefix and from its
-    /// start. Fewer rows than its limit means the source has no more.
+    /// The rows the last [`Planner::next_fetch`] returned, in order, all under the prefix and from its start.
+    /// Fewer rows than its limit means the source has no more.
     pub fn feed(&mut self, rows: Vec<O>) {
         let Some(fetch) = self.next.take() else {
             debug_assert!(rows.is_empty(), "rows fed to a complete page");
@@ -170,7 +220,7 @@ impl<O: Keyed> Planner<O> {
         self.rows_read += rows.len() as u64;
         let exhausted = rows.len() < fetch.limit as usize;
         let mut produced = 0u32;
-        let mut last_key = None;
+        let mut last = None;
         for row in rows {
             let key = row.key();
             debug_assert!(key.starts_with(&self.query.prefix), "a row outside the prefix: {key:?}");
@@ -178,9 +228,10 @@ impl<O: Keyed> Planner<O> {
                 continue;
             }
             self.skipping = None;
-            match self.common_prefix(key) {
+            match common_prefix(&self.query.prefix, self.query.delimiter.as_deref(), key) {
                 Some(common) => {
-                    let at_or_before_marker = self.query.after.as_deref().is_some_and(|a| common.as_str() <= a);
+                    // A common prefix at or before the marker was listed by an earlier page (or skipped).
+                    let at_or_before_marker = self.query.after.as_ref().is_some_and(|a| common.as_str() <= a.key());
                     if !at_or_before_marker {
                         self.entries.push(Entry::CommonPrefix(common.clone()));
                         produced += 1;
@@ -188,7 +239,7 @@ impl<O: Keyed> Planner<O> {
                     self.skipping = Some(common);
                 }
                 None => {
-                    last_key = Some(key.to_owned());
+                    last = Some(row.marker());
                     self.entries.push(Entry::Object(row));
                     produced += 1;
                 }
@@ -200,12 +251,12 @@ impl<O: Keyed> Planner<O> {
         if exhausted {
             return;
         }
-        let start = match (&self.skipping, last_key) {
+        let start = match (&self.skipping, last) {
             (Some(common), _) => match prefix_upper_bound(common) {
                 Some(successor) => Start::AtLeast(successor),
                 None => return,
             },
-            (None, Some(key)) => Start::After(key),
+            (None, Some(marker)) => Start::After(marker),
             // Not reached: a full batch has a last row, in a common prefix or not.
             (None, None) => return,
         };
@@ -231,184 +282,6 @@ impl<O: Keyed> Planner<O> {
     pub fn fetches(&self) -> u32 {
         self.fetches
     }
-
-    fn common_prefix(&self, key: &str) -> Option<String> {
-        let delimiter = self.query.delimiter.as_deref()?;
-        let rest = key.get(self.query.prefix.len()..)?;
-        let at = rest.find(delimiter)?;
-        Some(key[..self.query.prefix.len() + at + delimiter.len()].to_owned())
-    }
-}
-
-/// A bucket's objects in key order, read a page at a time (the store's keyset listing).
-pub trait ObjectSource {
-    type Object: Keyed + Send;
-    type Error;
-    /// Up to `fetch.limit` objects whose keys start with `prefix`, in key order, from `fetch.start`.
-    fn fetch(
-        &mut self,
-        prefix: &str,
-        fetch: &Fetch,
-    ) -> impl Future<Output = Result<Vec<Self::Object>, Self::Error>> + Send;
-}
-
-/// One page of `query`, read from `source`.
-pub async fn list_page<S: ObjectSource>(source: &mut S, query: ListQuery) -> Result<Page<S::Object>, S::Error> {
-    let mut planner = Planner::new(query);
-    while let Some(fetch) = planner.next_fetch().cloned() {
-        let rows = source.fetch(planner.prefix(), &fetch).await?;
-        planner.feed(rows);
-    }
-    Ok(planner.finish())
-}
-
-/// An upload in progress as ListMultipartUploads lists it: several may share a key, ordered by upload id.
-pub trait Upload: Keyed {
-    fn upload_id(&self) -> &str;
-}
-
-/// What ListMultipartUploads lists: uploads whose keys are under `prefix`, rolled up at `delimiter`, after the
-/// markers, at most `max_uploads` entries (uploads and common prefixes).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UploadsQuery {
-    pub prefix: String,
-    pub delimiter: Option<String>,
-    /// Entries after this key: with `upload_id_marker`, the key's uploads after that id too; without, none of
-    /// its uploads (S3's `key-marker` / `upload-id-marker`).
-    pub key_marker: Option<String>,
-    pub upload_id_marker: Option<String>,
-    pub max_uploads: u32,
-}
-
-/// Where an uploads fetch starts, in (key, upload id) order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UploadStart {
-    /// Uploads of keys after this one.
-    AfterKey(String),
-    /// Uploads after this (key, upload id).
-    AfterUpload(String, String),
-    /// Uploads of this key and every later one.
-    AtLeastKey(String),
-}
-
-/// One read of uploads under the prefix: up to `limit` of them from `start`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UploadsFetch {
-    pub start: UploadStart,
-    pub limit: u32,
-}
-
-/// One page of ListMultipartUploads.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UploadsPage<U> {
-    pub entries: Vec<Entry<U>>,
-    pub is_truncated: bool,
-}
-
-impl<U: Upload> UploadsPage<U> {
-    /// `NextKeyMarker` and `NextUploadIdMarker` when truncated: the last entry's key (or common prefix), and the
-    /// last upload's id when the page ends with an upload.
-    pub fn next_markers(&self) -> Option<(&str, Option<&str>)> {
-        let last = self.entries.last().filter(|_| self.is_truncated)?;
-        Some(match last {
-            Entry::Object(u) => (u.key(), Some(u.upload_id())),
-            Entry::CommonPrefix(p) => (p.as_str(), None),
-        })
-    }
-}
-
-/// [`Planner`] for uploads: the same entries, markers and seeks past common prefixes, with positions that are
-/// (key, upload id) since several uploads may share a key. Pure; [`list_uploads_page`] drives it.
-#[derive(Debug)]
-pub struct UploadsPlanner<U> {
-    query: UploadsQuery,
-    want: usize,
-    entries: Vec<Entry<U>>,
-    skipping: Option<String>,
-    next: Option<UploadsFetch>,
-}
-
-impl<U: Upload> UploadsPlanner<U> {
-    pub fn new(mut query: UploadsQuery) -> Self {
-        query.delimiter = query.delimiter.filter(|d| !d.is_empty());
-        query.key_marker = query.key_marker.filter(|k| !k.is_empty());
-        if query.key_marker.is_none() {
-            query.upload_id_marker = None;
-        }
-        let want = query.max_uploads as usize + 1;
-        let start = match (query.key_marker.as_deref(), query.upload_id_marker.as_deref()) {
-            (Some(key), id) if key >= query.prefix.as_str() => {
-                let past_prefix = prefix_upper_bound(&query.prefix).is_some_and(|upper| key >= upper.as_str());
-                (!past_prefix).then(|| match id {
-                    Some(id) => UploadStart::AfterUpload(key.to_owned(), id.to_owned()),
-                    None => UploadStart::AfterKey(key.to_owned()),
-                })
-            }
-            _ => Some(UploadStart::AtLeastKey(query.prefix.clone())),
-        };
-        let next = start.filter(|_| query.max_uploads > 0).map(|start| UploadsFetch { start, limit: want as u32 });
-        Self { query, want, entries: Vec::new(), skipping: None, next }
-    }
-
-    pub fn prefix(&self) -> &str {
-        &self.query.prefix
-    }
-
-    pub fn next_fetch(&self) -> Option<&UploadsFetch> {
-        self.next.as_ref()
-    }
-
-    /// The uploads the last fetch returned, in (key, upload id) order; fewer than its limit: no more.
-    pub fn feed(&mut self, rows: Vec<U>) {
-        let Some(fetch) = self.next.take() else { return };
-        let exhausted = rows.len() < fetch.limit as usize;
-        let mut produced = 0u32;
-        let mut last = None;
-        for row in rows {
-            let key = row.key();
-            if self.skipping.as_deref().is_some_and(|p| key.starts_with(p)) {
-                continue;
-            }
-            self.skipping = None;
-            match common_prefix(&self.query.prefix, self.query.delimiter.as_deref(), key) {
-                Some(common) => {
-                    // A common prefix at or before the key marker was listed by an earlier page (or skipped).
-                    if self.query.key_marker.as_deref().is_none_or(|m| common.as_str() > m) {
-                        self.entries.push(Entry::CommonPrefix(common.clone()));
-                        produced += 1;
-                    }
-                    self.skipping = Some(common);
-                }
-                None => {
-                    last = Some((key.to_owned(), row.upload_id().to_owned()));
-                    self.entries.push(Entry::Object(row));
-                    produced += 1;
-                }
-            }
-            if self.entries.len() == self.want {
-                return;
-            }
-        }
-        if exhausted {
-            return;
-        }
-        let start = match (&self.skipping, last) {
-            (Some(common), _) => match prefix_upper_bound(common) {
-                Some(successor) => UploadStart::AtLeastKey(successor),
-                None => return,
-            },
-            (None, Some((key, id))) => UploadStart::AfterUpload(key, id),
-            (None, None) => return,
-        };
-        let remaining = (self.want - self.entries.len()) as u32;
-        self.next = Some(UploadsFetch { start, limit: remaining.min(MIN_BATCH.max(produced.saturating_mul(2))) });
-    }
-
-    pub fn finish(mut self) -> UploadsPage<U> {
-        let is_truncated = self.entries.len() > self.query.max_uploads as usize;
-        self.entries.truncate(self.query.max_uploads as usize);
-        UploadsPage { entries: self.entries, is_truncated }
-    }
 }
 
 /// The common prefix `key` rolls up into under `prefix` at `delimiter`, if any.
@@ -418,24 +291,24 @@ fn common_prefix(prefix: &str, delimiter: Option<&str>, key: &str) -> Option<Str
     Some(key[..prefix.len() + at + delimiter?.len()].to_owned())
 }
 
-/// A bucket's uploads in (key, upload id) order, read a page at a time.
-pub trait UploadSource {
-    type Upload: Upload + Send;
+/// The items of one bucket in order, read a page at a time: the store's keyset listing of objects or of uploads.
+pub trait Source {
+    type Item: Listed + Send;
     type Error;
-    /// Up to `fetch.limit` uploads whose keys start with `prefix`, in order, from `fetch.start`.
+    /// Up to `fetch.limit` items whose keys start with `prefix`, in order, from `fetch.start`.
     fn fetch(
         &mut self,
         prefix: &str,
-        fetch: &UploadsFetch,
-    ) -> impl Future<Output = Result<Vec<Self::Upload>, Self::Error>> + Send;
+        fetch: &Fetch<<Self::Item as Listed>::Marker>,
+    ) -> impl Future<Output = Result<Vec<Self::Item>, Self::Error>> + Send;
 }
 
 /// One page of `query`, read from `source`.
-pub async fn list_uploads_page<S: UploadSource>(
+pub async fn list_page<S: Source>(
     source: &mut S,
-    query: UploadsQuery,
-) -> Result<UploadsPage<S::Upload>, S::Error> {
-    let mut planner = UploadsPlanner::new(query);
+    query: ListQuery<<S::Item as Listed>::Marker>,
+) -> Result<Page<S::Item>, S::Error> {
+    let mut planner = Planner::new(query);
     while let Some(fetch) = planner.next_fetch().cloned() {
         let rows = source.fetch(planner.prefix(), &fetch).await?;
         planner.feed(rows);
@@ -464,8 +337,8 @@ mod tests {
         }
     }
 
-    impl ObjectSource for Keys {
-        type Object = String;
+    impl Source for Keys {
+        type Item = String;
         type Error = std::convert::Infallible;
         async fn fetch(&mut self, prefix: &str, fetch: &Fetch) -> Result<Vec<String>, Self::Error> {
             Ok(self.read(prefix, fetch))
@@ -622,24 +495,27 @@ mod tests {
         }
     }
 
-    impl Upload for Up {
-        fn upload_id(&self) -> &str {
-            &self.1
+    impl Listed for Up {
+        type Marker = UploadMarker;
+        fn marker(&self) -> UploadMarker {
+            UploadMarker { key: self.0.clone(), upload_id: Some(self.1.clone()) }
         }
     }
 
     /// The store's upload listing over a sorted set of (key, upload id).
-    fn read_uploads(set: &BTreeSet<Up>, prefix: &str, fetch: &UploadsFetch) -> Vec<Up> {
+    fn read_uploads(set: &BTreeSet<Up>, prefix: &str, fetch: &Fetch<UploadMarker>) -> Vec<Up> {
         let from = |u: &&Up| match &fetch.start {
-            UploadStart::AfterKey(k) => u.0.as_str() > k.as_str(),
-            UploadStart::AfterUpload(k, id) => (u.0.as_str(), u.1.as_str()) > (k.as_str(), id.as_str()),
-            UploadStart::AtLeastKey(k) => u.0.as_str() >= k.as_str(),
+            Start::After(UploadMarker { key, upload_id: None }) => u.0.as_str() > key.as_str(),
+            Start::After(UploadMarker { key, upload_id: Some(id) }) => {
+                (u.0.as_str(), u.1.as_str()) > (key.as_str(), id.as_str())
+            }
+            Start::AtLeast(k) => u.0.as_str() >= k.as_str(),
         };
         set.iter().filter(|u| u.0.starts_with(prefix)).filter(from).take(fetch.limit as usize).cloned().collect()
     }
 
-    fn uploads_page(set: &BTreeSet<Up>, query: UploadsQuery) -> UploadsPage<Up> {
-        let mut planner = UploadsPlanner::new(query);
+    fn uploads_page(set: &BTreeSet<Up>, query: ListQuery<UploadMarker>) -> Page<Up> {
+        let mut planner = Planner::new(query);
         let mut fetches = 0;
         while let Some(fetch) = planner.next_fetch().cloned() {
             fetches += 1;
@@ -654,21 +530,25 @@ mod tests {
         delimiter: Option<&str>,
         markers: Option<(&str, Option<&str>)>,
         max: u32,
-    ) -> UploadsQuery {
-        UploadsQuery {
+    ) -> ListQuery<UploadMarker> {
+        ListQuery {
             prefix: prefix.into(),
             delimiter: delimiter.map(str::to_owned),
-            key_marker: markers.map(|m| m.0.to_owned()),
-            upload_id_marker: markers.and_then(|m| m.1.map(str::to_owned)),
-            max_uploads: max,
+            after: UploadMarker::of_request(markers.map(|m| m.0), markers.and_then(|m| m.1)),
+            max_keys: max,
         }
+    }
+
+    /// `NextKeyMarker` and `NextUploadIdMarker`.
+    fn next_markers(page: &Page<Up>) -> Option<(String, Option<String>)> {
+        page.next_marker().map(|key| (key.to_owned(), page.next_upload_id_marker()))
     }
 
     fn ups(list: &[(&str, &str)]) -> BTreeSet<Up> {
         list.iter().map(|(k, id)| Up((*k).into(), (*id).into())).collect()
     }
 
-    fn upload_names(page: &UploadsPage<Up>) -> Vec<String> {
+    fn upload_names(page: &Page<Up>) -> Vec<String> {
         let name = |e: &Entry<Up>| match e {
             Entry::Object(u) => format!("{}#{}", u.0, u.1),
             Entry::CommonPrefix(p) => p.clone(),
@@ -680,7 +560,10 @@ mod tests {
     fn uploads_of_one_key_continue_across_pages_by_upload_id() {
         let set = ups(&[("a", "1"), ("a", "2"), ("a", "3"), ("b", "1")]);
         let p = uploads_page(&set, uploads_query("", None, None, 2));
-        assert_eq!((upload_names(&p), p.next_markers()), (vec!["a#1".into(), "a#2".into()], Some(("a", Some("2")))));
+        assert_eq!(
+            (upload_names(&p), next_markers(&p)),
+            (vec!["a#1".into(), "a#2".into()], Some(("a".into(), Some("2".into()))))
+        );
         let p = uploads_page(&set, uploads_query("", None, Some(("a", Some("2"))), 2));
         assert_eq!((upload_names(&p), p.is_truncated), (vec!["a#3".into(), "b#1".into()], false));
         let p = uploads_page(&set, uploads_query("", None, Some(("a", None)), 10));
@@ -691,7 +574,7 @@ mod tests {
     fn uploads_roll_up_at_the_delimiter_and_continue_past_the_common_prefix() {
         let set = ups(&[("dir/x", "1"), ("dir/y", "1"), ("dir/y", "2"), ("file", "1"), ("z/1", "1")]);
         let p = uploads_page(&set, uploads_query("", Some("/"), None, 1));
-        assert_eq!((upload_names(&p), p.next_markers()), (vec!["dir/".into()], Some(("dir/", None))));
+        assert_eq!((upload_names(&p), next_markers(&p)), (vec!["dir/".into()], Some(("dir/".into(), None))));
         let p = uploads_page(&set, uploads_query("", Some("/"), Some(("dir/", None)), 5));
         assert_eq!(upload_names(&p), ["file#1", "z/"]);
         let p = uploads_page(&set, uploads_query("dir/", Some("/"), None, 5));
@@ -734,7 +617,7 @@ mod tests {
                 let p = uploads_page(&set, uploads_query(&prefix, delimiter, m, max));
                 prop_assert!(p.entries.len() <= max as usize);
                 got.extend(upload_names(&p));
-                markers = p.next_markers().map(|(k, id)| (k.to_owned(), id.map(str::to_owned)));
+                markers = next_markers(&p);
                 if markers.is_none() {
                     break;
                 }

@@ -8,7 +8,7 @@
 
 use serde::Serialize;
 
-use super::listing::{Entry, Keyed, Page};
+use super::listing::{Entry, Keyed, Listed, Page, UploadMarker};
 use super::request::{ListParams, continuation_token};
 use super::{STORAGE_CLASS, XMLNS, iso8601_millis, url_encode};
 
@@ -35,6 +35,13 @@ pub struct ListedObject {
 impl Keyed for ListedObject {
     fn key(&self) -> &str {
         &self.key
+    }
+}
+
+impl Listed for ListedObject {
+    type Marker = String;
+    fn marker(&self) -> String {
+        self.key.clone()
     }
 }
 
@@ -487,9 +494,10 @@ impl Keyed for ListedUpload {
     }
 }
 
-impl super::listing::Upload for ListedUpload {
-    fn upload_id(&self) -> &str {
-        &self.upload_id
+impl Listed for ListedUpload {
+    type Marker = UploadMarker;
+    fn marker(&self) -> UploadMarker {
+        UploadMarker { key: self.key.clone(), upload_id: Some(self.upload_id.clone()) }
     }
 }
 
@@ -503,7 +511,7 @@ pub struct UploadsPage {
     pub upload_id_marker: Option<String>,
     pub max_uploads: u32,
     pub is_truncated: bool,
-    /// When truncated: where the next page starts (`listing::UploadsPage::next_markers`).
+    /// When truncated: where the next page starts (`listing::Page::next_marker` and `next_upload_id_marker`).
     pub next_key_marker: Option<String>,
     pub next_upload_id_marker: Option<String>,
     pub uploads: Vec<ListedUpload>,

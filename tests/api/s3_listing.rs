@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use blobgate::config::DatabaseUrl;
 use blobgate::names::{BucketName, ObjectAttrs, ObjectKey};
-use blobgate::s3::listing::{Entry, Fetch, ListQuery, ObjectSource, Page, Start, list_page};
+use blobgate::s3::listing::{Entry, Fetch, ListQuery, Listed, Page, Source, Start, list_page};
 use blobgate::s3::request::{ListParams, ListVersion, continuation_token, decode_continuation_token};
 use blobgate::store::{Metadata, MetadataError, ObjectRecord, Store};
 
@@ -27,10 +27,17 @@ impl blobgate::s3::listing::Keyed for Row {
     }
 }
 
+impl Listed for Row {
+    type Marker = String;
+    fn marker(&self) -> String {
+        self.0.key.clone()
+    }
+}
+
 struct Row(ObjectRecord);
 
-impl ObjectSource for StoreSource {
-    type Object = Row;
+impl Source for StoreSource {
+    type Item = Row;
     type Error = MetadataError;
     async fn fetch(&mut self, prefix: &str, fetch: &Fetch) -> Result<Vec<Row>, MetadataError> {
         let rows = match &fetch.start {
