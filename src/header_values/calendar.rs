@@ -51,12 +51,13 @@ mod tests {
 
     #[test]
     fn known_dates() {
-        assert_eq!(days_from_civil(1970, 1, 1), 0);
-        assert_eq!(days_from_civil(2000, 2, 29), 11_016);
-        assert_eq!(days_from_civil(1969, 12, 31), -1);
-        assert_eq!(civil_from_days(19_844), (2024, 5, 1));
-        assert_eq!(civil_from_days(-719_468), (0, 3, 1));
-        assert_eq!([1900, 2000, 2023, 2024].map(|y| days_in_month(y, 2)), [28, 29, 28, 29].map(Some));
+        let known = [((1970, 1, 1), 0), ((2000, 2, 29), 11_016), ((1969, 12, 31), -1), ((2024, 5, 1), 19_844)];
+        for ((year, month, day), days) in known.into_iter().chain([((0, 3, 1), -719_468)]) {
+            assert_eq!(days_from_civil(year, month, day), days, "{year}-{month}-{day}");
+            assert_eq!(civil_from_days(days), (year, month as u32, day as u32), "{days}");
+        }
+        let february = [1900, 2000, 2023, 2024].map(|year| days_in_month(year, 2));
+        assert_eq!(february, [28, 29, 28, 29].map(Some));
         assert_eq!((days_in_month(2024, 0), days_in_month(2024, 13)), (None, None));
     }
 
