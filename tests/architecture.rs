@@ -1,6 +1,9 @@
 //! The layer table of ARCHITECTURE.md, made executable: every `crate::…` path (and every `super::…` path that
-//! leaves its top-level module) in every file under `src/`, tests included, must be an edge the table allows.
-//! Needs no server: it reads files only.
+//! leaves its top-level module) in every file under `src/`, tests included, must be an edge the table allows, and
+//! every edge the table allows must be used. With it, what the docs say about the tree: every path they name
+//! exists, `sqlx` stays in `src/store/metadata/`, raw fds stay in the files allowed `unsafe`, and every
+//! `blobgate_` series they name is registered in `src/metrics`. Each check is also shown failing, on the real
+//! tree with one defect injected in memory. Needs no server: it reads files only.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
