@@ -1,6 +1,9 @@
 //! The layer table of ARCHITECTURE.md, made executable: every `crate::…` path (and every `super::…` path that
-//! leaves its top-level module) in every file under `src/`, tests included, must be an edge the table allows.
-//! Needs no server: it reads files only.
+//! leaves its top-level module) in every file under `src/`, tests included, must be an edge the table allows, and
+//! every edge the table allows must be used. With it, what the docs say about the tree: every path they name
+//! exists, `sqlx` stays in `src/store/metadata/`, raw fds stay in the files allowed `unsafe`, and every
+//! `blobgate_` series they name is registered in `src/metrics`. Each check is also shown failing, on the real
+//! tree with one defect injected in memory. Needs no server: it reads files only.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -13,21 +16,24 @@ const NOT_A_MODULE: [&str; 2] = ["lib.rs", "main.rs"];
 struct Layer {
     rank: u32,
     may_use: BTreeSet<String>,
+    /// The row's line in ARCHITECTURE.md.
+    line: usize,
 }
 
 /// The rows of the `## Layers` table: module → (layer, modules it may use).
 fn layer_table(markdown: &str) -> BTreeMap<String, Layer> {
-    let section = markdown.split("\n## Layers\n").nth(1).expect("ARCHITECTURE.md has a `## Layers` section");
-    let section = section.split("\n## ").next().unwrap_or(section);
+    let start = markdown.lines().position(|l| l == "## Layers").expect("ARCHITECTURE.md has a `## Layers` section");
     let backticked = |cell: &str| -> Vec<String> { cell.split('`').skip(1).step_by(2).map(str::to_owned).collect() };
     let mut table = BTreeMap::new();
-    for line in section.lines().filter(|l| l.starts_with('|')) {
+    let section = markdown.lines().enumerate().skip(start + 1).take_while(|(_, l)| !l.starts_with("## "));
+    for (index, line) in section.filter(|(_, l)| l.starts_with('|')) {
         let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
         let [rank, module, may_use] = cells[..] else { continue };
         let Ok(rank) = rank.parse::<u32>() else { continue };
         let [module] = &backticked(module)[..] else { panic!("one module per row: {line}") };
         let may_use = backticked(may_use).into_iter().collect();
-        assert!(table.insert(module.clone(), Layer { rank, may_use }).is_none(), "{module} has two rows");
+        let layer = Layer { rank, may_use, line: index + 1 };
+        assert!(table.insert(module.clone(), layer).is_none(), "{module} has two rows");
     }
     assert!(!table.is_empty(), "the `## Layers` section of ARCHITECTURE.md has no table rows");
     table
@@ -183,19 +189,91 @@ fn edges(code: &str, depth: usize) -> Vec<Edge> {
     found
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+fn files_under(dir: &Path, keep: &dyn Fn(&Path) -> bool, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display())) {
         let path = entry.expect("a directory entry").path();
         if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
+            files_under(&path, keep, out);
+        } else if keep(&path) {
             out.push(path);
         }
     }
 }
 
-/// Every violation of `table` in the crate under `src`, one line each.
-fn violations(src: &Path, table: &BTreeMap<String, Layer>) -> Vec<String> {
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}
+
+/// One file under `src/`, read once; the checks work on these, so a test can inject a defect without a copy of
+/// the tree.
+#[derive(Clone)]
+struct Source {
+    /// Its path as messages show it: `src/http/mod.rs`.
+    shown: String,
+    /// Its path under `src/`, one component each.
+    parts: Vec<String>,
+    text: String,
+}
+
+impl Source {
+    /// Its top-level module (`http` for `src/http/mod.rs`); `None` for `lib.rs` and `main.rs`.
+    fn module(&self) -> Option<String> {
+        if self.parts.len() == 1 && NOT_A_MODULE.contains(&self.parts[0].as_str()) {
+            return None;
+        }
+        Some(self.parts[0].trim_end_matches(".rs").to_owned())
+    }
+
+    /// How many `super::` lead from this file to the crate root (1 for `src/x.rs` and `src/x/mod.rs`).
+    fn depth(&self) -> usize {
+        if self.parts.last().is_some_and(|p| p == "mod.rs") { self.parts.len() - 1 } else { self.parts.len() }
+    }
+
+    /// Line `n` (from 1), trimmed, for messages.
+    fn line(&self, n: usize) -> &str {
+        self.text.lines().nth(n - 1).map_or("", str::trim)
+    }
+}
+
+fn sources(src: &Path) -> Vec<Source> {
+    let mut files = Vec::new();
+    files_under(src, &|p| p.extension().is_some_and(|e| e == "rs"), &mut files);
+    files.sort();
+    files
+        .iter()
+        .map(|file| {
+            let relative = file.strip_prefix(src).expect("files are under src");
+            let parts = relative.iter().map(|p| p.to_str().expect("UTF-8 file names").to_owned()).collect();
+            Source { shown: Path::new("src").join(relative).display().to_string(), parts, text: read(file) }
+        })
+        .collect()
+}
+
+/// `BLOBGATE_ARCHITECTURE_SRC` checks another `src/` against this table (an old checkout, say), without
+/// rebuilding anything.
+fn src_dir() -> PathBuf {
+    std::env::var_os("BLOBGATE_ARCHITECTURE_SRC").map_or_else(|| Path::new(ROOT).join("src"), PathBuf::from)
+}
+
+fn architecture_md() -> String {
+    read(&Path::new(ROOT).join("ARCHITECTURE.md"))
+}
+
+/// The crate's top-level modules: `src/x.rs` and `src/x/`.
+fn modules_of(sources: &[Source]) -> BTreeSet<String> {
+    sources.iter().filter_map(Source::module).collect()
+}
+
+/// The uses of other top-level modules in one file.
+fn outgoing(source: &Source, top_level: &BTreeSet<String>) -> Vec<Edge> {
+    let module = source.module().unwrap_or_default();
+    let mut found = edges(&code_only(&source.text), source.depth());
+    found.retain(|e| e.to != module && top_level.contains(&e.to));
+    found
+}
+
+/// Every violation of `table` in the crate, one line each.
+fn violations(sources: &[Source], table: &BTreeMap<String, Layer>) -> Vec<String> {
     let mut problems = Vec::new();
     // The table itself must point one way.
     for (module, layer) in table {
@@ -210,43 +288,48 @@ fn violations(src: &Path, table: &BTreeMap<String, Layer>) -> Vec<String> {
             }
         }
     }
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
-    files.sort();
-    let top_level = modules_in(src);
-    let mut modules = BTreeSet::new();
-    for file in &files {
-        let relative = file.strip_prefix(src).expect("files are under src");
-        let parts: Vec<&str> = relative.iter().map(|p| p.to_str().expect("UTF-8 file names")).collect();
-        if parts.len() == 1 && NOT_A_MODULE.contains(&parts[0]) {
-            continue;
-        }
-        let module = parts[0].trim_end_matches(".rs").to_owned();
-        modules.insert(module.clone());
-        let shown = Path::new("src").join(relative);
+    let top_level = modules_of(sources);
+    for source in sources {
+        let Some(module) = source.module() else { continue };
         let Some(layer) = table.get(&module) else {
-            problems.push(format!("{}: module {module} has no row in the layer table", shown.display()));
+            problems.push(format!("{}: module {module} has no row in the layer table", source.shown));
             continue;
         };
-        let depth = if parts.last() == Some(&"mod.rs") { parts.len() - 1 } else { parts.len() };
-        let source = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()));
-        let lines: Vec<&str> = source.lines().collect();
-        for edge in edges(&code_only(&source), depth) {
-            if edge.to == module || !top_level.contains(&edge.to) || layer.may_use.contains(&edge.to) {
-                continue;
-            }
+        for edge in outgoing(source, &top_level).into_iter().filter(|e| !layer.may_use.contains(&e.to)) {
             problems.push(format!(
                 "{}:{}: {module} -> {} is not in the layer table ({module} may use: {}): {}",
-                shown.display(),
+                source.shown,
                 edge.line,
                 edge.to,
                 if layer.may_use.is_empty() { "nothing".to_owned() } else { join(&layer.may_use) },
-                lines.get(edge.line - 1).map_or("", |l| l.trim())
+                source.line(edge.line)
             ));
         }
     }
-    for module in table.keys().filter(|m| !modules.contains(*m)) {
+    for module in table.keys().filter(|m| !top_level.contains(*m)) {
         problems.push(format!("ARCHITECTURE.md: {module} has a row but no file under src/"));
+    }
+    problems
+}
+
+/// Every "may use" entry of the table that no file of the row's module uses: a table that allows more than the
+/// code does hides the real shape of the crate.
+fn unused_edges(sources: &[Source], table: &BTreeMap<String, Layer>) -> Vec<String> {
+    let top_level = modules_of(sources);
+    let mut used: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for source in sources {
+        let Some(module) = source.module() else { continue };
+        used.entry(module).or_default().extend(outgoing(source, &top_level).into_iter().map(|e| e.to));
+    }
+    let mut problems = Vec::new();
+    for (module, layer) in table {
+        for entry in layer.may_use.iter().filter(|e| !used.get(module).is_some_and(|u| u.contains(*e))) {
+            problems.push(format!(
+                "ARCHITECTURE.md:{}: the `{module}` row may use `{entry}`, but no file of {module} names \
+                 `crate::{entry}`: remove `{entry}` from the row",
+                layer.line
+            ));
+        }
     }
     problems
 }
@@ -255,26 +338,453 @@ fn join(set: &BTreeSet<String>) -> String {
     set.iter().map(String::as_str).collect::<Vec<_>>().join(", ")
 }
 
-/// The crate's top-level modules: `src/x.rs` and `src/x/`.
-fn modules_in(src: &Path) -> BTreeSet<String> {
-    std::fs::read_dir(src)
-        .expect("src/ is readable")
-        .map(|e| e.expect("a directory entry").path())
-        .filter(|p| p.is_dir() || p.extension().is_some_and(|e| e == "rs"))
-        .filter_map(|p| p.file_stem().and_then(|s| s.to_str()).map(str::to_owned))
-        .filter(|m| m != "lib" && m != "main")
-        .collect()
+/// Byte offsets where `word` occurs in `code` as a whole identifier.
+fn words<'a>(code: &'a str, word: &'a str) -> impl Iterator<Item = usize> + 'a {
+    let b = code.as_bytes();
+    code.match_indices(word)
+        .map(|(at, _)| at)
+        .filter(move |&at| (at == 0 || !is_ident(b[at - 1])) && b.get(at + word.len()).is_none_or(|&c| !is_ident(c)))
 }
 
-/// `BLOBGATE_ARCHITECTURE_SRC` checks another `src/` against this table (an old checkout, say), without
-/// rebuilding anything.
+fn line_at(text: &str, at: usize) -> usize {
+    text[..at].matches('\n').count() + 1
+}
+
+/// The metadata seam: every query, row type and pool stays behind `store::Metadata`, so `sqlx` (a path through
+/// it, `use sqlx`, a derive) in code anywhere else is a leak. Comments and strings (a log filter's "sqlx") are
+/// not code.
+fn stray_sqlx(sources: &[Source]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for source in sources.iter().filter(|s| !s.shown.starts_with("src/store/metadata/")) {
+        let code = code_only(&source.text);
+        for at in words(&code, "sqlx") {
+            let line = line_at(&code, at);
+            problems.push(format!(
+                "{}:{line}: sqlx outside src/store/metadata/: move this behind `store::Metadata`: {}",
+                source.shown,
+                source.line(line)
+            ));
+        }
+    }
+    problems
+}
+
+/// The raw-fd vocabulary: std's fd types, traits and methods. A safe wrapper given an owned handle (`nix`'s
+/// `impl AsFd` functions called with a `&File`, `socket2::Socket`) is not raw-fd code: the handle keeps the fd
+/// open, and no fd number is in our hands. `libc::` *calls* (a lowercase name then `(`) count too; `libc`
+/// constants and types (`libc::EMFILE`) do not.
+const RAW_FD_WORDS: [&str; 12] = [
+    "RawFd",
+    "AsRawFd",
+    "as_raw_fd",
+    "FromRawFd",
+    "from_raw_fd",
+    "IntoRawFd",
+    "into_raw_fd",
+    "AsFd",
+    "as_fd",
+    "BorrowedFd",
+    "borrow_raw",
+    "OwnedFd",
+];
+
+/// The files allowed `unsafe`: `src/lib.rs` denies it, and a file allows it for itself with
+/// `#![allow(unsafe_code)]` at its top.
+fn unsafe_files(sources: &[Source]) -> BTreeSet<String> {
+    sources.iter().filter(|s| code_only(&s.text).contains("#![allow(unsafe_code)]")).map(|s| s.shown.clone()).collect()
+}
+
+/// Raw fds only in the files allowed `unsafe`, and that list kept a list of files: the crate root denies
+/// `unsafe_code`, and nothing allows it for less than a whole file.
+fn stray_raw_fds(sources: &[Source]) -> Vec<String> {
+    let allowed = unsafe_files(sources);
+    let shown_allowed = join(&allowed);
+    let mut problems = Vec::new();
+    let lib = sources.iter().find(|s| s.shown == "src/lib.rs").expect("src/lib.rs");
+    let lib_code = code_only(&lib.text);
+    if !lib_code.contains("#![deny(unsafe_code)]") && !lib_code.contains("#![forbid(unsafe_code)]") {
+        problems.push("src/lib.rs: no `#![deny(unsafe_code)]`: without it every module may hold unsafe".to_owned());
+    }
+    for source in sources {
+        let code = code_only(&source.text);
+        for attribute in ["allow(unsafe_code)", "expect(unsafe_code)"] {
+            for (at, _) in code.match_indices(attribute).filter(|(at, _)| !code[..*at].ends_with("#![")) {
+                let line = line_at(&code, at);
+                problems.push(format!(
+                    "{}:{line}: `unsafe_code` allowed for one item: allow it for the whole file \
+                     (`#![allow(unsafe_code)]` at its top), so that the unsafe modules are a list of files: {}",
+                    source.shown,
+                    source.line(line)
+                ));
+            }
+        }
+        if allowed.contains(&source.shown) {
+            continue;
+        }
+        let mut found: Vec<(usize, String)> = Vec::new();
+        for word in RAW_FD_WORDS {
+            found.extend(words(&code, word).map(|at| (at, format!("`{word}`"))));
+        }
+        for at in words(&code, "libc") {
+            let Some(rest) = code[at + "libc".len()..].strip_prefix("::") else { continue };
+            let name = ident(rest);
+            let called = rest[name.len()..].trim_start().starts_with('(');
+            if called && name.starts_with(|c: char| c.is_ascii_lowercase()) {
+                found.push((at, format!("the call `libc::{name}`")));
+            }
+        }
+        found.sort();
+        for (at, what) in found {
+            let line = line_at(&code, at);
+            problems.push(format!(
+                "{}:{line}: {what} outside the files allowed unsafe ({shown_allowed}): keep raw fds there and \
+                 pass owned handles (`&File`, `&TcpStream`) elsewhere: {}",
+                source.shown,
+                source.line(line)
+            ));
+        }
+    }
+    problems
+}
+
+/// A document the checks read: where it is (relative to the repository root) and its text.
+#[derive(Clone)]
+struct Doc {
+    shown: String,
+    text: String,
+}
+
+/// README.md, ARCHITECTURE.md and every `docs/**/*.md`, those that exist.
+fn documents(root: &Path) -> Vec<Doc> {
+    let mut paths: Vec<PathBuf> =
+        ["ARCHITECTURE.md", "README.md"].iter().map(|p| root.join(p)).filter(|p| p.is_file()).collect();
+    if root.join("docs").is_dir() {
+        let mut docs = Vec::new();
+        files_under(&root.join("docs"), &|p| p.extension().is_some_and(|e| e == "md"), &mut docs);
+        docs.sort();
+        paths.extend(docs);
+    }
+    as_docs(root, &paths)
+}
+
+fn as_docs(root: &Path, paths: &[PathBuf]) -> Vec<Doc> {
+    let doc =
+        |p: &PathBuf| Doc { shown: p.strip_prefix(root).expect("under the root").display().to_string(), text: read(p) };
+    paths.iter().map(doc).collect()
+}
+
+/// Where a document may name a file by its path from the repository root (or, in `docs/`, by `../`).
+/// `docs/` counts only for a `.md` file: `docs/index.html` and the like are object keys in examples.
+const TREE_ROOTS: [&str; 8] = ["src/", "tests/", "benches/", "scripts/", "migrations/", "deploy/", "config/", "docs/"];
+
+fn is_path_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || b"_./-".contains(&c)
+}
+
+/// What may follow a path: `:12` (a line) or `::Item` (a name in the file).
+enum Suffix {
+    None,
+    Line(usize),
+    Item(String),
+}
+
+fn suffix(rest: &str) -> Suffix {
+    if let Some(item) = rest.strip_prefix("::") {
+        let item = ident(item);
+        if !item.is_empty() {
+            return Suffix::Item(item.to_owned());
+        }
+    } else if let Some(line) = rest.strip_prefix(':') {
+        let digits: String = line.chars().take_while(char::is_ascii_digit).collect();
+        if let Ok(n) = digits.parse() {
+            return Suffix::Line(n);
+        }
+    }
+    Suffix::None
+}
+
+/// One path a document names: its line, the path from the repository root it resolves to, and what it said.
+struct Mention {
+    line: usize,
+    path: PathBuf,
+    suffix: Suffix,
+    written: String,
+}
+
+/// `a/../b` → `b`; `None` if it leaves the repository.
+fn normalise(path: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    Some(out)
+}
+
+/// The paths a document names:
+/// - anywhere in the text, a path from the repository root (`src/…`, `tests/…`, `scripts/…`, … as in
+///   `TREE_ROOTS`) not inside a longer path or URL, or one reached by `../` from the document's own folder;
+/// - in backticks, a path from `src/` that starts with a module folder (`driver/body.rs`, `auth/sigv4/`);
+/// - in backticks, a bare `name.rs`, which must be some file's name (see `stale_paths`).
+///
+/// A trailing `.` ends the sentence, not the path; `:12` and `::Item` after a path are kept as its suffix.
+fn mentions(doc: &Doc, module_dirs: &BTreeSet<String>) -> (Vec<Mention>, Vec<(usize, String, Suffix)>) {
+    let doc_dir = Path::new(&doc.shown).parent().unwrap_or(Path::new("")).to_owned();
+    let (mut paths, mut bare) = (Vec::new(), Vec::new());
+    for (index, line) in doc.text.lines().enumerate() {
+        let b = line.as_bytes();
+        let take = |start: usize| {
+            let end = start + b[start..].iter().take_while(|&&c| is_path_byte(c)).count();
+            let path = line[start..end].trim_end_matches('.');
+            let rest = if path.len() == end - start { &line[end..] } else { "" };
+            (path, suffix(rest))
+        };
+        for root in TREE_ROOTS {
+            for (at, _) in line.match_indices(root) {
+                let mut start = at;
+                while line[..start].ends_with("../") {
+                    start -= 3;
+                }
+                if start > 0 && is_path_byte(b[start - 1]) {
+                    continue;
+                }
+                let (written, suffix) = take(start);
+                if root == "docs/" && !written.ends_with(".md") {
+                    continue;
+                }
+                let Some(path) = normalise(&doc_dir.join(written)) else { continue };
+                // Only `../` paths resolve from the document's folder; the others are from the root.
+                let path = if start == at { PathBuf::from(written) } else { path };
+                paths.push(Mention { line: index + 1, path, suffix, written: written.to_owned() });
+            }
+        }
+        for span in line.split('`').skip(1).step_by(2) {
+            let (written, suffix) = {
+                let n = span.bytes().take_while(|&c| is_path_byte(c)).count();
+                (span[..n].trim_end_matches('.'), suffix(&span[n..]))
+            };
+            if TREE_ROOTS.iter().any(|r| written.starts_with(r)) {
+                continue;
+            }
+            match written.split_once('/') {
+                Some((first, _)) if module_dirs.contains(first) => paths.push(Mention {
+                    line: index + 1,
+                    path: Path::new("src").join(written),
+                    suffix,
+                    written: written.to_owned(),
+                }),
+                None if written.ends_with(".rs") && written.len() > 3 => {
+                    bare.push((index + 1, written.to_owned(), suffix));
+                }
+                _ => {}
+            }
+        }
+    }
+    (paths, bare)
+}
+
+/// Every path the documents name that is not in the tree under `root`, and every `:line` past its file's end or
+/// `::Item` its file does not contain. A bare `name.rs` must be the name of a file under `src/`, `tests/` or
+/// `benches/` (its line checked when exactly one file has that name).
+fn stale_paths(root: &Path, docs: &[Doc]) -> Vec<String> {
+    let module_dirs: BTreeSet<String> = std::fs::read_dir(root.join("src"))
+        .expect("src/ is readable")
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.is_dir())
+        .filter_map(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_owned))
+        .collect();
+    let mut by_name: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+    for dir in ["src", "tests", "benches"] {
+        let mut files = Vec::new();
+        files_under(&root.join(dir), &|p| p.extension().is_some_and(|e| e == "rs"), &mut files);
+        for file in files {
+            let name = file.file_name().and_then(|n| n.to_str()).expect("UTF-8 file names").to_owned();
+            by_name.entry(name).or_default().push(file);
+        }
+    }
+    let mut problems = Vec::new();
+    for doc in docs {
+        let (paths, bare) = mentions(doc, &module_dirs);
+        let mut report = |line: usize, written: &str, what: String| {
+            problems.push(format!("{}:{line}: `{written}` {what}: fix the mention or drop it", doc.shown));
+        };
+        for m in paths {
+            let full = root.join(&m.path);
+            if !full.exists() {
+                report(m.line, &m.written, format!("names {}, which does not exist", m.path.display()));
+            } else if let Some(what) = suffix_problem(&full, &m.suffix) {
+                report(m.line, &m.written, what);
+            }
+        }
+        for (line, name, suffix) in bare {
+            match by_name.get(&name).map(Vec::as_slice) {
+                None => report(line, &name, "is the name of no file under src/, tests/ or benches/".to_owned()),
+                Some([file]) => {
+                    if let Some(what) = suffix_problem(file, &suffix) {
+                        report(line, &name, what);
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    problems
+}
+
+/// Why `suffix` does not fit `file`, if it does not.
+fn suffix_problem(file: &Path, suffix: &Suffix) -> Option<String> {
+    match suffix {
+        Suffix::None => None,
+        _ if file.is_dir() => None,
+        Suffix::Line(n) => {
+            let lines = read(file).lines().count();
+            (*n == 0 || *n > lines).then(|| format!("points at line {n}, but the file has {lines} lines"))
+        }
+        Suffix::Item(item) => {
+            let code = code_only(&read(file));
+            (words(&code, item).next().is_none()).then(|| format!("names `{item}`, which the file does not contain"))
+        }
+    }
+}
+
+/// Names in the documents that start with `blobgate_` but are not series, with what each is. Each must still be
+/// a string literal under `src/`, so this list cannot go stale either.
+const NOT_SERIES: [(&str, &str); 1] =
+    [("blobgate_changes", "the PostgreSQL NOTIFY channel of the change feed (store/metadata/pg_feed.rs)")];
+
+/// The series `src/metrics` registers: every `const NAME: &str = "blobgate_…"` there that a `describe_counter!`,
+/// `describe_gauge!` or `describe_histogram!` names (the describe calls are what `/metrics` lists with HELP and
+/// TYPE), with whether it is a histogram. Also the names defined but never described.
+fn registered_series(sources: &[Source]) -> (BTreeMap<String, bool>, BTreeSet<String>) {
+    let metrics: Vec<&Source> = sources.iter().filter(|s| s.parts[0] == "metrics").collect();
+    let mut consts = BTreeMap::new();
+    for source in &metrics {
+        for line in source.text.lines() {
+            let line = line.trim_start().trim_start_matches("pub(crate) ").trim_start_matches("pub ");
+            let Some(rest) = line.strip_prefix("const ") else { continue };
+            let name = ident(rest);
+            let Some(value) = rest.split('"').nth(1) else { continue };
+            if value.starts_with("blobgate_") {
+                consts.insert(name.to_owned(), value.to_owned());
+            }
+        }
+    }
+    let mut described = BTreeMap::new();
+    for source in &metrics {
+        let code = code_only(&source.text);
+        for (kind, histogram) in
+            [("describe_counter!", false), ("describe_gauge!", false), ("describe_histogram!", true)]
+        {
+            for (at, _) in code.match_indices(kind) {
+                let args = code[at + kind.len()..].trim_start().trim_start_matches('(').trim_start();
+                if let Some(value) = consts.get(ident(args)) {
+                    described.insert(value.clone(), histogram);
+                }
+            }
+        }
+    }
+    let undescribed = consts.into_values().filter(|v| !described.contains_key(v)).collect();
+    (described, undescribed)
+}
+
+/// Every `blobgate_…` name in `docs` that is not a registered series; a histogram's `_bucket`, `_sum` and
+/// `_count` are its own name. A name ending in `_` or followed by `*` is the prefix, not a series.
+fn unregistered_series(docs: &[Doc], sources: &[Source]) -> Vec<String> {
+    let (registered, undescribed) = registered_series(sources);
+    let mut problems = Vec::new();
+    for (name, what) in NOT_SERIES {
+        if !sources.iter().any(|s| s.text.contains(&format!("\"{name}\""))) {
+            problems.push(format!("tests/architecture.rs: NOT_SERIES lists {name} ({what}), which src/ no longer has"));
+        }
+    }
+    for doc in docs {
+        for (index, line) in doc.text.lines().enumerate() {
+            let b = line.as_bytes();
+            for (at, _) in line.match_indices("blobgate_").filter(|(at, _)| *at == 0 || !is_ident(b[at - 1])) {
+                let name = &line[at..at + "blobgate_".len() + ident(&line[at + "blobgate_".len()..]).len()];
+                if name.ends_with('_') || line[at + name.len()..].starts_with('*') {
+                    continue;
+                }
+                let histogram_part = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .filter_map(|s| name.strip_suffix(s))
+                    .any(|base| registered.get(base) == Some(&true));
+                if registered.contains_key(name) || histogram_part || NOT_SERIES.iter().any(|(n, _)| *n == name) {
+                    continue;
+                }
+                let fix = if undescribed.contains(name) {
+                    "is defined in src/metrics but never described: add its describe_* call"
+                } else {
+                    "is not a series src/metrics registers: fix the name, or define and describe the series"
+                };
+                problems.push(format!("{}:{}: `{name}` {fix}", doc.shown, index + 1));
+            }
+        }
+    }
+    problems
+}
+
+/// The documents that name series: the Markdown ones, and the dashboards and configuration under `deploy/`.
+fn series_documents(root: &Path) -> Vec<Doc> {
+    let mut docs = documents(root);
+    if root.join("deploy").is_dir() {
+        let mut files = Vec::new();
+        let text =
+            |p: &Path| p.extension().is_some_and(|e| ["json", "yml", "yaml"].contains(&e.to_str().unwrap_or("")));
+        files_under(&root.join("deploy"), &text, &mut files);
+        files.sort();
+        docs.extend(as_docs(root, &files));
+    }
+    docs
+}
+
+fn assert_none(what: &str, problems: &[String]) {
+    assert!(problems.is_empty(), "{} {what}:\n{}", problems.len(), problems.join("\n"));
+}
+
 #[test]
 fn every_use_follows_the_layer_table() {
-    let markdown = std::fs::read_to_string(Path::new(ROOT).join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
-    let table = layer_table(&markdown);
-    let src = std::env::var_os("BLOBGATE_ARCHITECTURE_SRC").map_or_else(|| Path::new(ROOT).join("src"), PathBuf::from);
-    let problems = violations(&src, &table);
-    assert!(problems.is_empty(), "{} layer violations:\n{}", problems.len(), problems.join("\n"));
+    let table = layer_table(&architecture_md());
+    assert_none("layer violations", &violations(&sources(&src_dir()), &table));
+}
+
+#[test]
+fn every_edge_of_the_layer_table_is_used() {
+    let table = layer_table(&architecture_md());
+    assert_none("unused layer edges", &unused_edges(&sources(&src_dir()), &table));
+}
+
+#[test]
+fn every_path_the_docs_name_exists() {
+    let root = Path::new(ROOT);
+    assert_none("stale paths in the docs", &stale_paths(root, &documents(root)));
+}
+
+#[test]
+fn sqlx_stays_in_store_metadata() {
+    assert_none("uses of sqlx outside src/store/metadata/", &stray_sqlx(&sources(&src_dir())));
+}
+
+#[test]
+fn raw_fds_stay_in_the_files_allowed_unsafe() {
+    let sources = sources(&src_dir());
+    assert!(!unsafe_files(&sources).is_empty(), "no file has #![allow(unsafe_code)]: is the rule still this one?");
+    assert_none("raw-fd uses outside the unsafe files", &stray_raw_fds(&sources));
+}
+
+#[test]
+fn every_series_the_docs_name_is_registered() {
+    let root = Path::new(ROOT);
+    let sources = sources(&src_dir());
+    assert!(!registered_series(&sources).0.is_empty(), "no series found in src/metrics: is the rule still this one?");
+    assert_none("unregistered series in the docs", &unregistered_series(&series_documents(root), &sources));
 }
 
 /// The checker itself: paths in groups, `super` chains, and paths only in comments or strings.
@@ -291,4 +801,141 @@ fn the_checker_finds_paths_and_ignores_comments_and_strings() {
     let found: Vec<(usize, String)> = edges(&code, 2).into_iter().map(|e| (e.line, e.to)).collect();
     let want = [(1, "names"), (1, "store"), (4, "metrics"), (5, "config")].map(|(l, m)| (l, m.to_owned()));
     assert_eq!(found, want);
+}
+
+// Each check, shown to fail: the real tree with one defect injected, in memory. Each asserts the new problems
+// exactly, so a check that stopped seeing its defect (or started reporting more) fails here.
+
+/// What `after` reports that `before` did not.
+fn added(before: &[String], after: Vec<String>) -> Vec<String> {
+    after.into_iter().filter(|p| !before.contains(p)).collect()
+}
+
+/// `src` with `text` appended to the file shown as `file`; returns the new text's first line number.
+fn inject(sources: &mut [Source], file: &str, text: &str) -> usize {
+    let source = sources.iter_mut().find(|s| s.shown == file).unwrap_or_else(|| panic!("{file} is in the tree"));
+    if !source.text.ends_with('\n') {
+        source.text.push('\n');
+    }
+    let line = source.text.lines().count() + 1;
+    source.text.push_str(text);
+    line
+}
+
+#[test]
+fn a_stale_path_in_the_docs_is_reported() {
+    let root = Path::new(ROOT);
+    let mut docs = documents(root);
+    let before = stale_paths(root, &docs);
+    let architecture = docs.iter_mut().find(|d| d.shown == "ARCHITECTURE.md").expect("ARCHITECTURE.md");
+    let line = architecture.text.lines().count() + 1;
+    architecture.text.push_str(
+        "| `src/store/catalog.rs` | gone | `store/metadata/copy.rs:100000`, `catalog.rs`, [a link](src/http/), \
+         `src/http/mod.rs::DataState`, `src/http/mod.rs::NoSuchState`, src/lib.rs. |\n",
+    );
+    let want = [
+        "`src/store/catalog.rs` names src/store/catalog.rs, which does not exist".to_owned(),
+        "`src/http/mod.rs` names `NoSuchState`, which the file does not contain".to_owned(),
+        format!("`store/metadata/copy.rs` points at line 100000, but the file has {} lines", {
+            read(&root.join("src/store/metadata/copy.rs")).lines().count()
+        }),
+        "`catalog.rs` is the name of no file under src/, tests/ or benches/".to_owned(),
+    ];
+    let want: Vec<String> =
+        want.iter().map(|w| format!("ARCHITECTURE.md:{line}: {w}: fix the mention or drop it")).collect();
+    assert_eq!(added(&before, stale_paths(root, &docs)), want);
+}
+
+#[test]
+fn an_unused_layer_edge_is_reported() {
+    let sources = sources(&Path::new(ROOT).join("src"));
+    let mut table = layer_table(&architecture_md());
+    let before = unused_edges(&sources, &table);
+    // `names` holds pure values: it has no settings to read.
+    let names = table.get_mut("names").expect("a `names` row");
+    assert!(names.may_use.insert("config".to_owned()), "`names` may not use `config` yet");
+    let line = names.line;
+    assert_eq!(
+        added(&before, unused_edges(&sources, &table)),
+        [format!(
+            "ARCHITECTURE.md:{line}: the `names` row may use `config`, but no file of names names `crate::config`: \
+             remove `config` from the row"
+        )]
+    );
+}
+
+#[test]
+fn a_stray_sqlx_import_is_reported() {
+    let mut sources = sources(&Path::new(ROOT).join("src"));
+    let before = stray_sqlx(&sources);
+    let line = inject(&mut sources, "src/http/mod.rs", "// sqlx::query in a comment is fine\nuse sqlx::Row;\n");
+    assert_eq!(
+        added(&before, stray_sqlx(&sources)),
+        [format!(
+            "src/http/mod.rs:{}: sqlx outside src/store/metadata/: move this behind `store::Metadata`: use sqlx::Row;",
+            line + 1
+        )]
+    );
+}
+
+#[test]
+fn a_raw_fd_outside_the_unsafe_files_is_reported() {
+    let mut sources = sources(&Path::new(ROOT).join("src"));
+    let before = stray_raw_fds(&sources);
+    let allowed = join(&unsafe_files(&sources));
+    let line = inject(
+        &mut sources,
+        "src/store/blobs.rs",
+        "fn fd(f: &File) -> i32 { std::os::fd::AsRawFd::as_raw_fd(f) }\n\
+         fn errno(e: &std::io::Error) -> bool { e.raw_os_error() == Some(libc::EMFILE) }\n\
+         #[allow(unsafe_code)]\nfn close() { unsafe { libc::close(3) }; }\n",
+    );
+    let at = |n: usize, what: &str, text: &str| {
+        format!(
+            "src/store/blobs.rs:{n}: {what} outside the files allowed unsafe ({allowed}): keep raw fds there and \
+             pass owned handles (`&File`, `&TcpStream`) elsewhere: {text}"
+        )
+    };
+    let fd_line = "fn fd(f: &File) -> i32 { std::os::fd::AsRawFd::as_raw_fd(f) }";
+    assert_eq!(
+        added(&before, stray_raw_fds(&sources)),
+        [
+            format!(
+                "src/store/blobs.rs:{}: `unsafe_code` allowed for one item: allow it for the whole file \
+                 (`#![allow(unsafe_code)]` at its top), so that the unsafe modules are a list of files: \
+                 #[allow(unsafe_code)]",
+                line + 2
+            ),
+            at(line, "`AsRawFd`", fd_line),
+            at(line, "`as_raw_fd`", fd_line),
+            at(line + 3, "the call `libc::close`", "fn close() { unsafe { libc::close(3) }; }"),
+        ]
+    );
+}
+
+#[test]
+fn an_unregistered_series_in_the_docs_is_reported() {
+    let root = Path::new(ROOT);
+    let sources = sources(&root.join("src"));
+    let mut docs = series_documents(root);
+    let before = unregistered_series(&docs, &sources);
+    let readme = docs.iter_mut().find(|d| d.shown == "README.md").expect("README.md");
+    let line = readme.text.lines().count() + 1;
+    readme.text.push_str(
+        "`blobgate_imaginary_total`, `blobgate_response_duration_seconds_count`, the `blobgate_` prefix, \
+         `blobgate_sent_bytes_total_bucket`\n",
+    );
+    assert_eq!(
+        added(&before, unregistered_series(&docs, &sources)),
+        [
+            format!(
+                "README.md:{line}: `blobgate_imaginary_total` is not a series src/metrics registers: fix the name, \
+                 or define and describe the series"
+            ),
+            format!(
+                "README.md:{line}: `blobgate_sent_bytes_total_bucket` is not a series src/metrics registers: fix \
+                 the name, or define and describe the series"
+            ),
+        ]
+    );
 }

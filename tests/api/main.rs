@@ -40,6 +40,7 @@ mod s3_listing;
 mod s3_metadata;
 mod s3_tagging;
 mod s3_writes;
+mod schema;
 mod service;
 mod shared_blobs;
 mod shared_cache;
