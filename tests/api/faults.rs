@@ -27,17 +27,14 @@ fn emfile_at_accept_backs_off_and_keeps_serving() {
 
     // Free fds: the server takes the waiting connections and serves new ones again.
     idle.truncate(5);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let recovered = wait_for(Duration::from_secs(30), || {
         let mut conn = Conn::open(server.data);
         conn.send(&raw_request("GET", "/fds/k", &[], true));
-        if let Some(r) = conn.read_response(false) {
-            assert_eq!((r.status, r.body.as_slice()), (200, &b"still here"[..]));
-            break;
-        }
-        assert!(Instant::now() < deadline, "the server did not recover after fds were freed");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        conn.read_response(false)
+            .inspect(|r| assert_eq!((r.status, r.body.as_slice()), (200, &b"still here"[..])))
+            .is_some()
+    });
+    assert!(recovered, "the server did not recover after fds were freed");
     let window = flooded.elapsed();
     drop(idle);
     // Every failure is followed by a wait of at least 5 ms, so each acceptor (two data workers, the admin
@@ -139,15 +136,16 @@ fn a_locked_database_loses_no_stats() {
     env.bucket("busy", true);
     env.put_bytes("busy", "k", &test_bytes(1000, 2), &[]);
     let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__SQLITE_BUSY", "200ms")], &[]);
-    // Another process holds SQLite's write lock for 3 seconds (readers still work in WAL mode).
+    // Another process holds SQLite's write lock until told to let go (readers still work in WAL mode).
     let db = env.data_dir().join("blobgate.db");
     let mut locker = Command::new("python3")
         .args([
             "-c",
             "import sqlite3,sys,time; c=sqlite3.connect(sys.argv[1], isolation_level=None); \
-             c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(3); c.execute('COMMIT')",
+             c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); sys.stdin.readline(); c.execute('COMMIT')",
         ])
         .arg(&db)
+        .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -157,20 +155,19 @@ fn a_locked_database_loses_no_stats() {
     for _ in 0..7 {
         assert_eq!(server.get("/busy/k", &[]).status, 200);
     }
-    std::thread::sleep(Duration::from_millis(1500));
-    assert!(server.metric("blobgate_stats_flush_errors_total") >= 1.0, "the lock never got in the batcher's way");
+    let blocked = wait_for(Duration::from_secs(30), || server.metric("blobgate_stats_flush_errors_total") >= 1.0);
+    assert!(blocked, "the lock never got in the batcher's way");
+    // Let go of the lock: the buffered stats arrive, none lost.
+    std::io::Write::write_all(locker.stdin.as_mut().unwrap(), b"go\n").unwrap();
     assert!(locker.wait().unwrap().success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let stats: serde_json::Value = serde_json::from_str(env.ok(&["stats", "--json"]).trim()).unwrap();
-        if stats[0]["requests"] == 7 {
-            assert_eq!(stats[0]["completed"], 7);
-            assert_eq!(stats[0]["bytes_sent"], 7000);
-            break;
-        }
-        assert!(Instant::now() < deadline, "stats after the lock: {stats}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let mut stats = serde_json::Value::Null;
+    let arrived = wait_for(Duration::from_secs(30), || {
+        stats = serde_json::from_str(env.ok(&["stats", "--json"]).trim()).unwrap();
+        stats[0]["requests"] == 7
+    });
+    assert!(arrived, "stats after the lock: {stats}");
+    assert_eq!(stats[0]["completed"], 7);
+    assert_eq!(stats[0]["bytes_sent"], 7000);
 }
 
 #[test]
@@ -219,11 +216,8 @@ fn aborted_downloads_release_their_fds_and_nothing_spins() {
         let _ = conn.stream.read(&mut chunk);
         conn.reset();
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while fds() > baseline {
-        assert!(Instant::now() < deadline, "fds not released: {} open, {baseline} before", fds());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let released = wait_for(Duration::from_secs(30), || fds() <= baseline);
+    assert!(released, "fds not released: {} open, {baseline} before", fds());
     // And no task is left polling a dead socket: every aborted connection's task has ended (the gauges drop
     // when a connection's task does), so nothing is left to spin.
     let ended = wait_for(Duration::from_secs(30), || {

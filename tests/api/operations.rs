@@ -180,7 +180,7 @@ print(json.dumps(out))
     // botocore sends a PUT refused with BadDigest again: each request is counted.
     let read_log = || std::fs::read_to_string(env.dir.path().join("a.log")).unwrap_or_default();
     // The writer flushes every 100 ms: wait for the last request's line.
-    assert!(wait_for(std::time::Duration::from_secs(10), || read_log().contains(r#""path":"/bkt/c""#)));
+    assert!(wait_for(std::time::Duration::from_secs(30), || read_log().contains(r#""path":"/bkt/c""#)));
     let log = read_log();
     let refused_puts = log.lines().filter(|l| l.contains(r#""method":"PUT","path":"/bkt/b""#)).count();
     assert!(refused_puts >= 1, "{log}");

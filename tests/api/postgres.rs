@@ -2,20 +2,18 @@
 //! (`BLOBGATE_TEST_POSTGRES_URL`, which `scripts/test` sets; a missing variable fails the test), the start-up
 //! errors of a bad `database.url`, and two servers adding to the same stats rows.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::helpers::*;
 
-/// `stats --json`, once the rows satisfy `done` (the batcher writes at least once a second) or after 10 s.
+/// `stats --json`, once the rows satisfy `done` (the batcher writes at least once a second) or after 30 s.
 fn stats_when(env: &TestEnv, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let s: serde_json::Value = serde_json::from_str(env.ok(&["stats", "--json"]).trim()).expect("stats JSON");
-        if done(&s) || Instant::now() > deadline {
-            return s;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let mut s = serde_json::Value::Null;
+    wait_for(Duration::from_secs(30), || {
+        s = serde_json::from_str(env.ok(&["stats", "--json"]).trim()).expect("stats JSON");
+        done(&s)
+    });
+    s
 }
 
 /// The id part of `bg_<id>_<secret>`.

@@ -246,7 +246,7 @@ fn kill_9_of_a_replica_mid_upload_leaves_nothing_visible_and_nothing_behind() {
     stream.write_all(head.as_bytes()).unwrap();
     stream.write_all(&test_bytes(total / 2, 9)).unwrap();
     let tmp = r.env.data_dir().join("tmp");
-    let staged = wait_for(Duration::from_secs(10), || {
+    let staged = wait_for(Duration::from_secs(30), || {
         files_under(&tmp).iter().any(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0) > 0)
     });
     assert!(staged, "the upload never reached the disk");

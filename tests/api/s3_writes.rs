@@ -626,7 +626,7 @@ fn abandoned_uploads_expire_on(env: TestEnv) {
     assert_eq!(out["parts_before"], 2);
     assert_eq!(out["code"], "NoSuchUpload", "the upload was aborted: {out}");
     assert_eq!(out["uploads"], serde_json::json!([]));
-    assert!(wait_for(Duration::from_secs(5), || files_under(&env.data_dir().join("parts")).is_empty()), "parts gone");
+    assert!(wait_for(Duration::from_secs(30), || files_under(&env.data_dir().join("parts")).is_empty()), "parts gone");
     assert_eq!(server.metric("blobgate_multipart_uploads_expired_total"), 1.0);
     assert!(listed(&env, "bkt").is_empty(), "nothing became visible");
 }

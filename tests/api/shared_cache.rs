@@ -40,7 +40,7 @@ impl CachingProxy {
             .stderr(Stdio::null())
             .spawn()
             .expect("start nginx");
-        let up = wait_for(Duration::from_secs(10), || TcpStream::connect(addr).is_ok());
+        let up = wait_for(Duration::from_secs(30), || TcpStream::connect(addr).is_ok());
         if !up {
             let _ = child.kill();
             let log = std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default();

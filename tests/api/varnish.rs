@@ -89,7 +89,7 @@ impl Varnish {
         let mut varnish = Self { child, addr, dir };
         // The manager listens first, then starts the worker process: wait for an answer (any status; `/` names
         // no object).
-        let up = wait_for(Duration::from_secs(20), || {
+        let up = wait_for(Duration::from_secs(30), || {
             varnish.child.try_wait().unwrap().is_none()
                 && TcpStream::connect(addr).is_ok()
                 && varnish.get("/", &[]).status > 0
@@ -214,6 +214,7 @@ fn revalidation_through_varnish_gives_304_from_the_cache_and_from_the_origin() {
     // Varnish's own revalidation: once short.css has expired, it asks blobgate with If-None-Match, gets 304 and
     // serves the bytes it kept.
     assert!(varnish.get("/assets/short.css", &[]).body == bytes);
+    // The scenario: short.css's max-age=1 runs out in Varnish.
     std::thread::sleep(Duration::from_millis(2100));
     let r = varnish.get("/assets/short.css", &[]);
     assert_eq!((r.status, r.header("cache-control")), (200, Some("max-age=1")));

@@ -122,6 +122,7 @@ fn many_pipelined_requests_and_heads_split_across_writes() {
         [&raw[..2], &raw[2..25], &raw[25..raw.len() - 3], &raw[raw.len() - 3..raw.len() - 1], &raw[raw.len() - 1..]]
     {
         conn.send(piece);
+        // The scenario: each piece arrives in a read of its own.
         std::thread::sleep(Duration::from_millis(30));
     }
     let r = conn.read_response(false).expect("the split request");
@@ -359,10 +360,8 @@ fn header_read_timeout_answers_408_and_idle_connections_are_closed() {
     let env = TestEnv::new();
     setup(&env);
     // The reference connection closes at 6 s; the default header timeout is 10 s.
-    let server = env.serve_with(
-        &[("BLOBGATE_TIMEOUTS__HEADER_READ", "1s"), ("BLOBGATE_TIMEOUTS__KEEP_ALIVE_IDLE", "6s")],
-        &[],
-    );
+    let server =
+        env.serve_with(&[("BLOBGATE_TIMEOUTS__HEADER_READ", "1s"), ("BLOBGATE_TIMEOUTS__KEEP_ALIVE_IDLE", "6s")], &[]);
     let mut reference = reference_idle_connection(&server);
 
     // A partial head: 408, then close.
@@ -391,10 +390,8 @@ fn header_read_timeout_answers_408_and_idle_connections_are_closed() {
 fn header_read_timeout_is_not_reset_by_a_trickling_client() {
     let env = TestEnv::new();
     setup(&env);
-    let server = env.serve_with(
-        &[("BLOBGATE_TIMEOUTS__HEADER_READ", "1s"), ("BLOBGATE_TIMEOUTS__KEEP_ALIVE_IDLE", "6s")],
-        &[],
-    );
+    let server =
+        env.serve_with(&[("BLOBGATE_TIMEOUTS__HEADER_READ", "1s"), ("BLOBGATE_TIMEOUTS__KEEP_ALIVE_IDLE", "6s")], &[]);
     let mut reference = reference_idle_connection(&server);
     let mut conn = Conn::open(server.data);
     // One byte every 100 ms: each read makes progress, but the head is never complete. The whole head would take
@@ -419,10 +416,8 @@ fn idle_keep_alive_connections_are_closed() {
     let env = TestEnv::new();
     let [a, _, _] = setup(&env);
     // The reference: a partial head on another connection, timed out at 6 s.
-    let server = env.serve_with(
-        &[("BLOBGATE_TIMEOUTS__KEEP_ALIVE_IDLE", "1s"), ("BLOBGATE_TIMEOUTS__HEADER_READ", "6s")],
-        &[],
-    );
+    let server =
+        env.serve_with(&[("BLOBGATE_TIMEOUTS__KEEP_ALIVE_IDLE", "1s"), ("BLOBGATE_TIMEOUTS__HEADER_READ", "6s")], &[]);
     let mut conn = Conn::open(server.data);
     conn.send(&raw_request("GET", "/pub/a", &[], false));
     let r = conn.read_response(false).expect("a response");
@@ -448,7 +443,7 @@ fn a_client_that_stops_reading_is_dropped_after_the_send_progress_timeout() {
     let mut conn = Conn::open(server.data);
     conn.send(&raw_request("GET", "/pub/big", &[], false));
     assert_eq!(server.metric("blobgate_stalled_responses_total"), 0.0);
-    let stalled = wait_for(Duration::from_secs(6), || server.metric("blobgate_stalled_responses_total") == 1.0);
+    let stalled = wait_for(Duration::from_secs(30), || server.metric("blobgate_stalled_responses_total") == 1.0);
     assert!(stalled, "no stalled response counted; metrics:\n{}", server.metrics());
     // Everything the kernel buffered arrives, then the connection ends: fewer bytes than promised.
     let (status, headers) = conn.read_head().expect("the head was sent before the stall");
@@ -522,7 +517,7 @@ fn a_client_that_resets_mid_download_does_not_disturb_others() {
         conn.read_raw(1000);
         // Dropped here, with megabytes still owed.
     }
-    assert!(wait_for(Duration::from_secs(3), || server.metric("blobgate_aborted_responses_total") == 1.0));
+    assert!(wait_for(Duration::from_secs(30), || server.metric("blobgate_aborted_responses_total") == 1.0));
     let r = server.get("/pub/big", &[]);
     assert_eq!(r.status, 200);
     assert!(r.body == big);
@@ -545,7 +540,7 @@ fn an_http2_preface_gets_a_505_that_says_so_logged_at_info() {
     assert_eq!(r.header("connection"), Some("close"));
     assert!(conn.is_closed(Duration::from_secs(2)));
     let logged =
-        wait_for(Duration::from_secs(2), || server.log().contains("refused a request in another HTTP version"));
+        wait_for(Duration::from_secs(30), || server.log().contains("refused a request in another HTTP version"));
     assert!(logged, "{}", server.log());
     let line = server.log().lines().find(|l| l.contains("another HTTP version")).unwrap().to_owned();
     assert!(line.contains("INFO") && line.contains("HTTP/2"), "{line}");
@@ -581,7 +576,7 @@ fn a_range_covering_the_whole_object_is_a_206() {
 
     // Every 206 is a range request in the stats; the two 200s are not.
     let range_requests = whole.len() as u64 + 1;
-    let counted = wait_for(Duration::from_secs(10), || {
+    let counted = wait_for(Duration::from_secs(30), || {
         let stats: serde_json::Value = serde_json::from_str(env.ok(&["stats", "--json"]).trim()).unwrap();
         let row = stats.as_array().unwrap().iter().find(|r| r["key"] == "a").cloned();
         row.is_some_and(|r| r["requests"] == range_requests + 3 && r["range_requests"] == range_requests)
