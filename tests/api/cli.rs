@@ -825,7 +825,7 @@ fn a_failed_serve_leaves_no_data_dir_it_created() {
     let wrong = env.dir.path().join("typo-data");
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken = taken.local_addr().unwrap().to_string();
-    let unreachable = format!("postgres://u:p@{}/db", free_local_addr());
+    let unreachable = format!("postgres://u:p@{}/db", reserved_local_addr());
     type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
     let cases: [Case; 3] = [
         (&["--listen", &taken, "--admin-listen", "127.0.0.1:0"], &[], "(listen)"),

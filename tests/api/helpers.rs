@@ -771,10 +771,57 @@ pub fn system_binary(name: &str, package: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("{name} is not installed: scripts/test installs it (apt package {package})"))
 }
 
-/// A loopback address with a port that was free a moment ago, for a helper process to listen on.
-pub fn free_local_addr() -> SocketAddr {
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    SocketAddr::from(([127, 0, 0, 1], port))
+/// A loopback address, free now, for what cannot bind port 0 and report it (nginx's config, two gateways racing
+/// for one address) or must name a port nobody listens on. The port lies below the kernel's ephemeral range, so
+/// no bind to port 0 and no outgoing connection, in this suite or beside it, can be given it meanwhile; each call
+/// in this process gets another one, and the process id spreads concurrent runs apart.
+pub fn reserved_local_addr() -> SocketAddr {
+    static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").expect("the ephemeral range");
+    let low: u16 = range.split_whitespace().next().and_then(|p| p.parse().ok()).expect("its low end");
+    // 8192 ports below the range (which starts at 32768 by default), never the privileged ones.
+    let span = 8192.min(low - 1024);
+    let offset = std::process::id() as u16 % span;
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = low - 1 - (offset.wrapping_add(n) % span);
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        // Free now (a fixed-port daemon of the machine's own may hold it): skip it if not.
+        if TcpListener::bind(addr).is_ok() {
+            return addr;
+        }
+    }
+    panic!("no free loopback port below {low}");
+}
+
+/// The TCP addresses process `pid` listens on (its sockets in LISTEN state, from /proc): how a helper process
+/// told to bind port 0 says which port it got.
+pub fn listening_addrs(pid: u32) -> Vec<SocketAddr> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.map_while(Result::ok)
+                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                .filter_map(|target| {
+                    let target = target.to_string_lossy().into_owned();
+                    target.strip_prefix("socket:[").and_then(|t| t.strip_suffix(']')).map(str::to_owned)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // local_address is HEX_IP:HEX_PORT (the IP in host byte order), st 0A is LISTEN, then the inode.
+            (fields.len() > 9 && fields[3] == "0A" && inodes.iter().any(|i| i == fields[9])).then(|| {
+                let (ip, port) = fields[1].split_once(':').unwrap();
+                let ip = std::net::Ipv4Addr::from(u32::from_str_radix(ip, 16).unwrap().to_be());
+                SocketAddr::from((ip, u16::from_str_radix(port, 16).unwrap()))
+            })
+        })
+        .collect()
 }
 
 pub fn require_tool(tool: &str, from: &str) {

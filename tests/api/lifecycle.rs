@@ -321,8 +321,8 @@ impl Drop for KillOnDrop {
 fn of_two_gateways_started_at_once_on_one_address_exactly_one_serves() {
     use std::process::Stdio;
     for _ in 0..5 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let listen = format!("127.0.0.1:{port}");
+        // Both must be told one address before either binds: a port that binds to port 0 cannot take meanwhile.
+        let listen = reserved_local_addr().to_string();
         let envs = [TestEnv::new(), TestEnv::new()];
         let mut children = KillOnDrop(
             envs.iter()

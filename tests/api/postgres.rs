@@ -78,7 +78,7 @@ fn a_bad_database_url_fails_at_start_with_one_line_naming_it() {
     std::fs::create_dir(env.data_dir()).unwrap();
     let server = postgres_server_url();
     let (_, host_and_db) = server.rsplit_once('@').expect("user:password@host");
-    let closed_port = free_local_addr();
+    let closed_port = reserved_local_addr();
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let silent_addr = silent.local_addr().unwrap();
     let cases = [
