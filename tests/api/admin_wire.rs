@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use crate::helpers::s3::{AccessKey, Signing, s3_key, signed_headers_for_host};
+use crate::helpers::sha256_hex;
 use crate::helpers::*;
-use crate::s3_clients::{AccessKey, Signing, s3_key, sha256_hex, signed_headers_for_host};
 
 struct Admin {
     env: TestEnv,

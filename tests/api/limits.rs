@@ -332,19 +332,14 @@ fn with_no_upload_queue_an_upload_beyond_the_cap_is_refused_at_once() {
 /// S3 parts sent at once: odd ones as `STREAMING-UNSIGNED-PAYLOAD-TRAILER` aws-chunked bodies (signed by
 /// botocore's signer, framed here), even ones plain through boto3's `upload_part`; then Complete. Prints "ok".
 const BUDGET_PARTS: &str = r#"
-import base64, http.client, json, sys, zlib
+import base64, http.client, zlib
 from concurrent.futures import ThreadPoolExecutor
-import boto3
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
-from botocore.config import Config
 from botocore.credentials import Credentials
-spec = json.loads(sys.argv[1])
 host, parts, size = spec["host"], spec["parts"], spec["part_size"]
 data = open(spec["file"], "rb").read()
-s3 = boto3.client("s3", endpoint_url="http://" + host, aws_access_key_id=spec["id"],
-    aws_secret_access_key=spec["secret"], region_name="us-east-1",
-    config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+s3 = client("http://" + host, spec)
 up = s3.create_multipart_upload(Bucket="box", Key="s3/parts")["UploadId"]
 
 class Streaming(S3SigV4Auth):
@@ -396,7 +391,7 @@ fn uploads_far_beyond_the_body_budget_all_complete_byte_exact() {
     env.bucket("box", false);
     let write = env.token("box", "write", &[]);
     let read = env.token("box", "read", &[]);
-    let key = crate::s3_clients::s3_key(&env, "box", &["--scope", "write"]);
+    let key = crate::helpers::s3::s3_key(&env, "box", &["--scope", "write"]);
     let server = env
         .serve_with(&[("BLOBGATE_LIMITS__UPLOAD_BUFFER_BYTES", "65536"), ("BLOBGATE_TIMEOUTS__BODY_IDLE", "10s")], &[]);
     let (parts, part_size) = (8, 5 << 20);
@@ -407,9 +402,8 @@ fn uploads_far_beyond_the_body_budget_all_complete_byte_exact() {
         "parts": parts, "part_size": part_size,
     });
     let home = env.dir.path().join("boto3-home");
-    let mut s3 = crate::s3_clients::clean_command(crate::s3_clients::python(), &home);
-    s3.args(["-c", BUDGET_PARTS, &spec.to_string()]);
-    let s3 = std::thread::spawn(move || crate::s3_clients::run_ok(&mut s3));
+    let mut s3 = crate::helpers::s3::boto3_command(&home, BUDGET_PARTS, &spec);
+    let s3 = std::thread::spawn(move || crate::helpers::s3::run_ok(&mut s3));
 
     let bodies: Vec<Vec<u8>> = (0..8).map(|n| test_bytes((3 << 20) + n * 7919, 50 + n as u64)).collect();
     std::thread::scope(|scope| {

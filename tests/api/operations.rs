@@ -147,7 +147,7 @@ fn the_access_log_is_created_with_access_log_mode_and_an_existing_file_keeps_its
 /// S3 uploads (PutObject, UploadPart) are counted like native ones, by boto3's requests; copies are not uploads.
 #[test]
 fn s3_uploads_are_counted_by_result_with_the_bytes_stored() {
-    use crate::s3_clients::{key_json, run_boto3, s3_key};
+    use crate::helpers::s3::{key_json, run_boto3, s3_key};
     let env = TestEnv::new();
     env.bucket("bkt", false);
     let key = s3_key(&env, "bkt", &["--scope", "write"]);

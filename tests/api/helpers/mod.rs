@@ -1,4 +1,7 @@
-//! Test harness: spawn the real binary, drive it with its CLI, and talk raw HTTP/1.1 to it.
+//! Test harness: spawn the real binary, drive it with its CLI, and talk raw HTTP/1.1 to it. `s3` holds what the
+//! S3 modules share (clients, keys, signatures).
+
+pub mod s3;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -829,6 +832,30 @@ pub fn require_tool(tool: &str, from: &str) {
         Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().is_ok_and(|o| o.status.success());
     assert!(found, "this test needs {tool} ({from}; scripts/test installs it)");
 }
+
+/// Declares one test per metadata backend from one body: `NAME::sqlite` on a fresh SQLite data dir and
+/// `NAME::postgres` on a fresh database of the test cluster; the body gets the `TestEnv` as `env`.
+macro_rules! both_backends {
+    ($name:ident, |$env:ident| $body:expr) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[test]
+            fn sqlite() {
+                let $env = $crate::helpers::TestEnv::new();
+                $body
+            }
+
+            #[test]
+            fn postgres() {
+                let $env = $crate::helpers::TestEnv::on_postgres();
+                $body
+            }
+        }
+    };
+}
+pub(crate) use both_backends;
 
 /// The throw-away PostgreSQL cluster that `scripts/test` starts (`scripts/pg-cluster`), as its superuser URL.
 pub fn postgres_server_url() -> String {
