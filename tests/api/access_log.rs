@@ -3,25 +3,23 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::helpers::{Conn, TestEnv, path_of_url, raw_request, test_bytes};
+use crate::helpers::{Conn, TestEnv, path_of_url, raw_request, test_bytes, wait_for};
 
 /// The log's lines once there are at least `n` (the writer flushes within a fraction of a second).
 fn wait_for_lines(path: &Path, n: usize) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let read = || -> (String, Vec<Value>) {
         let text = std::fs::read_to_string(path).unwrap_or_default();
-        let lines: Vec<Value> =
-            text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
-        if lines.len() >= n {
-            return lines;
-        }
-        assert!(Instant::now() < deadline, "wanted {n} access log lines, have {}:\n{text}", lines.len());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        let lines = text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+        (text, lines)
+    };
+    let enough = wait_for(Duration::from_secs(30), || read().1.len() >= n);
+    let (text, lines) = read();
+    assert!(enough, "wanted {n} access log lines, have {}:\n{text}", lines.len());
+    lines
 }
 
 /// The line whose `request_id` is `id`.
@@ -142,11 +140,8 @@ fn sighup_reopens_the_access_log_for_logrotate() {
     let rotated = env.dir.path().join("access.log.1");
     std::fs::rename(&log, &rotated).unwrap();
     assert!(Command::new("kill").args(["-HUP", &server.pid().to_string()]).status().unwrap().success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !server.log().contains("SIGHUP received") {
-        assert!(Instant::now() < deadline, "SIGHUP not acknowledged:\n{}", server.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let acknowledged = wait_for(Duration::from_secs(30), || server.log().contains("SIGHUP received"));
+    assert!(acknowledged, "SIGHUP not acknowledged:\n{}", server.log());
     let after = server.get("/pub/a.bin", &[]);
     assert_eq!(after.status, 200);
 

@@ -161,6 +161,7 @@ fn expired_tokens_and_signed_urls_are_401() {
     let server = env.serve();
     let base = format!("http://{}", server.data);
     let url = env.ok(&["presign", "alpha", "pub/x", "--expires-in", "1", "--base-url", &base]);
+    // The scenario: both credentials' one second runs out.
     std::thread::sleep(Duration::from_secs(2));
     let r = server.get_auth("/alpha/pub/x", &token, &[]);
     assert_401(&r, "expired token");
@@ -194,9 +195,8 @@ fn revoked_tokens_are_refused_at_once_by_a_running_server() {
 
     let out = env.cli(&["token", "revoke", &token]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let revoked_at = std::time::Instant::now();
+    // The very next request after `token revoke` returned is refused: no window at all, not a short one.
     let r = server.get_auth("/alpha/pub/x", &token, &[]);
-    assert!(revoked_at.elapsed() < Duration::from_secs(1));
     assert_401(&r, "revoked token");
     assert_eq!(r.json()["message"], "token revoked");
     conn.send(&raw_request("GET", "/alpha/pub/x", &[("Authorization", &auth)], true));
@@ -510,6 +510,7 @@ fn revoke_url_verifies_first_and_a_revoked_link_stays_revoked() {
     assert!(!revoke(&forged[0]).status.success());
     let short = presign(env, &server, "alpha", "pub/x", &["--expires-in", "1"]);
     assert!(revoke(&short).status.success());
+    // The scenario: `short` expires, so the next revocation may prune its row.
     std::thread::sleep(Duration::from_secs(2));
     let later = presign(env, &server, "alpha", "priv/y", &["--expires-in", "60"]);
     assert!(revoke(&later).status.success(), "this revocation prunes the expired row of `short`");

@@ -142,7 +142,7 @@ fn a_video_on_another_origin_plays_from_range_requests() {
 
     // From blobgate's side: the browser's media requests were ranges, each answered 206.
     let mut last = serde_json::Value::Null;
-    let counted = wait_for(Duration::from_secs(10), || {
+    let counted = wait_for(Duration::from_secs(30), || {
         let stats: serde_json::Value = serde_json::from_str(env.ok(&["stats", "--json"]).trim()).unwrap();
         last = stats.as_array().unwrap().iter().find(|r| r["key"] == "clip.webm").cloned().unwrap_or_default();
         last["range_requests"].as_u64().is_some_and(|n| n >= 1) && last["range_requests"] == last["requests"]

@@ -156,7 +156,8 @@ fn import_stores_a_tree_and_reimport_changes_nothing() {
     }
     assert_eq!(server.get_auth("/bkt/sub/link.txt", &token, &[]).status, 404, "symlinks are not imported");
 
-    // Re-import while the server runs, a second later: nothing changes, not even Last-Modified.
+    // Re-import while the server runs, a second later (the scenario: a new mtime second): nothing changes, not
+    // even Last-Modified.
     std::thread::sleep(Duration::from_millis(1100));
     let out = env.ok(&["import", "bkt", root.to_str().unwrap()]);
     let summary: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
@@ -589,7 +590,7 @@ fn bucket_delete_is_refused_while_objects_remain_and_force_removes_everything() 
     assert_eq!(buckets.iter().map(|b| b["bucket"].as_str().unwrap()).collect::<Vec<_>>(), ["kept"]);
     assert_eq!(json_lines(&env.ok(&["token", "list"])).len(), 1);
     // The stats batcher keeps writing (rows of the deleted bucket are dropped, not retried forever).
-    let wrote = wait_for(Duration::from_secs(10), || {
+    let wrote = wait_for(Duration::from_secs(30), || {
         let stats: serde_json::Value = serde_json::from_str(env.ok(&["stats", "--json"]).trim()).unwrap();
         let rows = stats.as_array().unwrap();
         rows.iter().any(|r| r["bucket"] == "kept" && r["requests"] == 1)
@@ -659,7 +660,7 @@ fn read_only_commands_create_nothing_and_work_on_a_read_only_data_dir() {
     env.ok(&["signing", "rotate"]);
     let mut server = env.serve();
     assert_eq!(server.get("/bkt/b.bin", &[]).status, 200);
-    let counted = wait_for(Duration::from_secs(10), || env.ok(&["stats", "--json"]).contains("b.bin"));
+    let counted = wait_for(Duration::from_secs(30), || env.ok(&["stats", "--json"]).contains("b.bin"));
     assert!(counted, "the download was not counted");
     assert_eq!(server.stop(), Some(0));
 
@@ -824,7 +825,7 @@ fn a_failed_serve_leaves_no_data_dir_it_created() {
     let wrong = env.dir.path().join("typo-data");
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken = taken.local_addr().unwrap().to_string();
-    let unreachable = format!("postgres://u:p@{}/db", free_local_addr());
+    let unreachable = format!("postgres://u:p@{}/db", reserved_local_addr());
     type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
     let cases: [Case; 3] = [
         (&["--listen", &taken, "--admin-listen", "127.0.0.1:0"], &[], "(listen)"),

@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::process::Command;
 
+use crate::helpers::s3::run_ok;
 use crate::helpers::*;
-use crate::s3_clients::run_ok;
 
 const SIZE: usize = 48 << 20;
 

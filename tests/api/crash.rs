@@ -3,7 +3,7 @@
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::helpers::*;
 
@@ -23,11 +23,10 @@ fn kill_9_mid_upload_then_restart_leaves_nothing() {
     stream.write_all(&test_bytes(total / 2, 9)).unwrap();
     // Wait until the server has staged part of the body on disk, then kill it without warning.
     let tmp = env.data_dir().join("tmp");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while files_under(&tmp).iter().all(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0) == 0) {
-        assert!(Instant::now() < deadline, "the upload never reached the disk");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let staged = wait_for(Duration::from_secs(30), || {
+        files_under(&tmp).iter().any(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0) > 0)
+    });
+    assert!(staged, "the upload never reached the disk");
     server.stop_with("KILL");
     drop(stream);
     assert!(!files_under(&tmp).is_empty(), "the killed upload left its temp file (as a crash would)");

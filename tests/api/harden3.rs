@@ -2,8 +2,8 @@
 //! (`postgres_tls.rs`) and the upload bounds (`upload_bounds.rs`): a presigned `response-cache-control` on a
 //! private bucket, CORS headers before authorisation, and credentials in the server log and the access log.
 
+use crate::helpers::s3::{Signing, presigned_path, s3_code, s3_key, signed_headers};
 use crate::helpers::*;
-use crate::s3_clients::{Signing, presigned_path, s3_code, s3_key, signed_headers};
 
 const APP: &str = "https://app.example";
 

@@ -51,7 +51,7 @@ pub fn spawn_app() -> TestApp {
         .block_on(Store::open(&settings.data_dir, &settings.database_url().expect("database url"), busy))
         .expect("open the store");
     let app = TestApp { data, admin, store, runtime, stop: Some(stop), served: Some(served), _dir: dir };
-    let ready = crate::helpers::wait_for(Duration::from_secs(10), || app.admin("GET", "/healthz").status == 200);
+    let ready = crate::helpers::wait_for(Duration::from_secs(30), || app.admin("GET", "/healthz").status == 200);
     assert!(ready, "the in-process application did not become ready");
     app
 }

@@ -2,7 +2,7 @@
 //! with the last reference, a blob that shrinks mid-download and a blob that is missing.
 
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::helpers::*;
 
@@ -28,7 +28,7 @@ fn sigterm_refuses_new_connections_and_drains_an_in_flight_download() {
     assert_eq!(body.len(), 1 << 20);
 
     server.signal("TERM");
-    let stopped_accepting = wait_for(Duration::from_secs(3), || refused(server.data) && refused(server.admin));
+    let stopped_accepting = wait_for(Duration::from_secs(30), || refused(server.data) && refused(server.admin));
     assert!(stopped_accepting, "new connections are still accepted after SIGTERM");
     // The download in flight completes, byte-exact, at the client's (slow) pace.
     while body.len() < size {
@@ -52,17 +52,15 @@ fn sigint_exits_zero_and_idle_connections_do_not_hold_it_up() {
     let env = TestEnv::new();
     env.bucket("pub", true);
     env.put_bytes("pub", "a", b"a", &[]);
-    let mut server = env.serve();
+    // A grace of ten minutes: exiting at all within the hang bound below means idle connections ended at once.
+    let mut server = env.serve_with(&[("BLOBGATE_TIMEOUTS__SHUTDOWN_GRACE", "600s")], &[]);
     // An idle keep-alive connection, and a connection that has not sent a byte.
     let mut idle = Conn::open(server.data);
     idle.send(&raw_request("GET", "/pub/a", &[], false));
     assert_eq!(idle.read_response(false).unwrap().status, 200);
     let mut silent = Conn::open(server.data);
-    let start = Instant::now();
     server.signal("INT");
-    assert_eq!(server.wait_exit(Duration::from_secs(10)), Some(0), "log:\n{}", server.log());
-    // Well under the 30 s shutdown grace: idle connections end at once.
-    assert!(start.elapsed() < Duration::from_secs(5), "shutdown took {:?}", start.elapsed());
+    assert_eq!(server.wait_exit(Duration::from_secs(60)), Some(0), "log:\n{}", server.log());
     assert!(idle.is_closed(Duration::from_secs(1)));
     assert!(silent.is_closed(Duration::from_secs(1)));
 }
@@ -189,7 +187,7 @@ fn a_blob_truncated_mid_download_ends_the_response_early_and_is_never_padded() {
     body.extend_from_slice(&rest);
     assert!(body.len() < size, "all {size} bytes arrived from a 1 MiB file");
     assert!(body == bytes[..body.len()], "the bytes that arrived are not the object's prefix (padded?)");
-    let counted = wait_for(Duration::from_secs(3), || server.metric("blobgate_truncated_responses_total") == 1.0);
+    let counted = wait_for(Duration::from_secs(30), || server.metric("blobgate_truncated_responses_total") == 1.0);
     assert!(counted, "truncation not counted; metrics:\n{}", server.metrics());
 }
 
@@ -256,7 +254,7 @@ fn sighup_is_logged_and_the_server_keeps_serving() {
     let mut server = env.serve();
     for n in 1..=2 {
         server.signal("HUP");
-        let logged = wait_for(Duration::from_secs(5), || server.log().matches("SIGHUP received").count() == n);
+        let logged = wait_for(Duration::from_secs(30), || server.log().matches("SIGHUP received").count() == n);
         assert!(logged, "SIGHUP #{n} not logged:\n{}", server.log());
         assert!(server.log().lines().any(|l| l.contains("INFO") && l.contains("SIGHUP received")), "{}", server.log());
         let r = server.get("/pub/a", &[]);
@@ -285,7 +283,7 @@ fn sigpipe_is_ignored_so_a_reset_mid_response_cannot_kill_the_server() {
         // An RST, not a FIN: the server's next sends fail with ECONNRESET, then EPIPE.
         conn.reset();
     }
-    assert!(wait_for(Duration::from_secs(5), || server.metric("blobgate_aborted_responses_total") == 3.0));
+    assert!(wait_for(Duration::from_secs(30), || server.metric("blobgate_aborted_responses_total") == 3.0));
     let r = server.get("/pub/big", &[]);
     assert!(r.status == 200 && r.body == big);
     assert_eq!(server.stop(), Some(0));
@@ -303,7 +301,7 @@ fn an_invalid_log_filter_fails_at_start_naming_its_key() {
     }
     // A valid filter still starts (and logs its start-up line).
     let server = env.serve_with(&[("RUST_LOG", "warn,blobgate=info")], &[]);
-    assert!(wait_for(Duration::from_secs(2), || server.log().contains("blobgate is serving")), "{}", server.log());
+    assert!(wait_for(Duration::from_secs(30), || server.log().contains("blobgate is serving")), "{}", server.log());
 }
 
 /// Child processes that are killed when the test ends, failed or not (a failed assertion must not leave servers
@@ -323,8 +321,8 @@ impl Drop for KillOnDrop {
 fn of_two_gateways_started_at_once_on_one_address_exactly_one_serves() {
     use std::process::Stdio;
     for _ in 0..5 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let listen = format!("127.0.0.1:{port}");
+        // Both must be told one address before either binds: a port that binds to port 0 cannot take meanwhile.
+        let listen = reserved_local_addr().to_string();
         let envs = [TestEnv::new(), TestEnv::new()];
         let mut children = KillOnDrop(
             envs.iter()
@@ -337,12 +335,13 @@ fn of_two_gateways_started_at_once_on_one_address_exactly_one_serves() {
         let children = &mut children.0;
         // The loser exits at once; the winner keeps serving.
         let mut exited = None;
-        let decided = wait_for(Duration::from_secs(20), || {
+        let decided = wait_for(Duration::from_secs(30), || {
             exited = children.iter_mut().position(|c| c.try_wait().unwrap().is_some());
             exited.is_some()
         });
         assert!(decided, "both gateways are serving on {listen}");
         let loser = exited.unwrap();
+        // The scenario: the winner must outlive the loser's exit, not only reach it.
         std::thread::sleep(Duration::from_millis(300));
         let winner = &mut children[1 - loser];
         let still_serving = winner.try_wait().unwrap().is_none();

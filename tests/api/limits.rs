@@ -57,21 +57,27 @@ fn a_cap_full_of_idle_connections_admits_new_clients_within_a_second() {
     let env = TestEnv::new();
     let bytes = small_object(&env);
     // Two workers, so a worker may have to ask the other one to close an idle connection.
-    let server =
-        env.serve_with(&[("BLOBGATE_LIMITS__MAX_CONNECTIONS", "20"), ("BLOBGATE_RUNTIME__DATA_WORKERS", "2")], &[]);
+    // Idle connections never time out here (600 s): a new client can only be admitted by reclaiming one.
+    let server = env.serve_with(
+        &[
+            ("BLOBGATE_LIMITS__MAX_CONNECTIONS", "20"),
+            ("BLOBGATE_RUNTIME__DATA_WORKERS", "2"),
+            ("BLOBGATE_TIMEOUTS__KEEP_ALIVE_IDLE", "600s"),
+        ],
+        &[],
+    );
     let mut idle = idle_connections(&server, 20);
-    // The new clients stay open too, so each one needs a slot of its own.
+    // The new clients stay open too, so each one needs a slot of its own: each is served, and by then one more
+    // idle connection has been reclaimed for it (events, not a stopwatch).
     let mut newcomers = Vec::new();
     for n in 0..5 {
-        let started = Instant::now();
         let mut conn = Conn::open(server.data);
-        conn.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         conn.send(&raw_request("GET", "/pub/a", &[], false));
         let r = conn.read_response(false).unwrap_or_else(|| panic!("new client {n} got no answer at the cap"));
-        let waited = started.elapsed();
         assert_eq!(r.status, 200);
         assert!(r.body == bytes);
-        assert!(waited < Duration::from_secs(1), "new client {n} waited {waited:?} at a cap full of idle connections");
+        let reclaimed = server.metric("blobgate_idle_connections_reclaimed_total");
+        assert!(reclaimed >= (n + 1) as f64, "new client {n} was served with {reclaimed} idle connections reclaimed");
         newcomers.push(conn);
     }
     // Every idle connection either stayed open or ended with a clean EOF and nothing sent: never a response it
@@ -112,13 +118,16 @@ fn above_ninety_percent_of_the_cap_idle_connections_get_a_tenth_of_keep_alive_id
     small_object(&env);
     let server = env
         .serve_with(&[("BLOBGATE_LIMITS__MAX_CONNECTIONS", "10"), ("BLOBGATE_TIMEOUTS__KEEP_ALIVE_IDLE", "30s")], &[]);
-    // The first nine go idle at up to 90% of the cap (30 s); the tenth at 100% (3 s).
-    let mut idle = idle_connections(&server, 10);
+    // The first nine go idle at up to 90% of the cap (30 s); the tenth at 100% (3 s). Timed from before the
+    // tenth's response, so the lower bound cannot fail on a slow machine.
     let started = Instant::now();
-    assert_eq!(idle_end(&mut idle[9], Duration::from_secs(8)), IdleEnd::CleanClose);
+    let mut idle = idle_connections(&server, 10);
+    assert_eq!(idle_end(&mut idle[9], Duration::from_secs(28)), IdleEnd::CleanClose);
     let waited = started.elapsed();
-    assert!(waited > Duration::from_secs(2) && waited < Duration::from_secs(5), "closed after {waited:?}");
-    assert_eq!(idle_end(&mut idle[0], Duration::from_millis(100)), IdleEnd::Open);
+    assert!(waited > Duration::from_secs(2), "closed after {waited:?}, before a tenth of keep_alive_idle");
+    // A tenth, not the whole: the tenth closed while the nine opened before it are all still open.
+    let open = idle[..9].iter_mut().filter_map(|conn| conn.untouched().then_some(())).count();
+    assert_eq!(open, 9, "the tenth closed only with the others, after {waited:?}");
 }
 
 #[test]
@@ -139,7 +148,7 @@ fn connections_beyond_the_per_address_cap_get_a_clear_503() {
     held[0].send(&raw_request("GET", "/pub/a", &[], false));
     assert!(held[0].read_response(false).unwrap().body == bytes);
     drop(held.pop());
-    let admitted = wait_for(Duration::from_secs(2), || server.get("/pub/a", &[]).status == 200);
+    let admitted = wait_for(Duration::from_secs(30), || server.get("/pub/a", &[]).status == 200);
     assert!(admitted, "a place freed by a closed connection is given to a new one");
 }
 
@@ -164,41 +173,30 @@ fn stalled_upload_bodies_get_408_store_nothing_and_do_not_delay_other_uploads() 
     env.bucket("box", false);
     let write = env.token("box", "write", &[]);
     let read = env.token("box", "read", &[]);
-    let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__BODY_IDLE", "4s")], &[]);
+    let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__BODY_IDLE", "8s")], &[]);
     let body = test_bytes(2 << 20, 3);
-    let started = Instant::now();
     assert_eq!(server.put("/box/warm-up", &write, &body, &[]).status, 201);
-    let baseline = started.elapsed();
     let threads_before = thread_count(server.pid());
 
     // One at a time: each writes its first bytes on a blocking thread, and 40 at once would grow the pool for a
     // moment (its threads linger idle for 10 s), which is not what is measured here.
-    let started_stalls = Instant::now();
     let mut stalled = Vec::new();
     for n in 0..40 {
         stalled.push(stalled_upload(&server, &write, &format!("stalled-{n}")));
-        let open = wait_for(Duration::from_secs(2), || server.metric("blobgate_uploads_in_progress") == (n + 1) as f64);
+        let open =
+            wait_for(Duration::from_secs(30), || server.metric("blobgate_uploads_in_progress") == (n + 1) as f64);
         assert!(open, "stalled upload {n} did not start");
-        std::thread::sleep(Duration::from_millis(10));
     }
-    assert!(
-        started_stalls.elapsed() < Duration::from_secs(4),
-        "the stalls took {:?} to start",
-        started_stalls.elapsed()
-    );
-    let started = Instant::now();
+    // A normal upload is stored while all forty stalls still hold their places: none had timed out when it was
+    // answered (an ordering of events: an upload queued behind the stalls would finish only after their 408s).
     assert_eq!(server.put("/box/normal", &write, &body, &[]).status, 201);
-    let with_stalls = started.elapsed();
-    assert!(
-        with_stalls < baseline + Duration::from_secs(1),
-        "a normal upload took {with_stalls:?} beside 40 stalled ones (alone: {baseline:?})"
-    );
+    assert_eq!(server.metric("blobgate_upload_body_timeouts_total"), 0.0, "the normal upload waited for the stalls");
+    assert_eq!(server.metric("blobgate_uploads_in_progress"), 40.0);
     // Stalled uploads hold no thread each (before, each held a blocking thread for its whole life).
     let threads = thread_count(server.pid());
     assert!(threads < threads_before + 10, "{threads} threads with 40 stalled uploads, {threads_before} before");
 
     for (n, conn) in stalled.iter_mut().enumerate() {
-        conn.stream.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
         let r = conn.read_response(false).unwrap_or_else(|| panic!("stalled upload {n} got no answer"));
         assert_json_error(&r, 408, "body_timeout");
     }
@@ -220,9 +218,11 @@ fn a_trickling_upload_body_gets_408_and_stores_nothing() {
     let read = env.token("box", "read", &[]);
     let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__BODY_IDLE", "2s")], &[]);
     let mut conn = stalled_upload(&server, &write, "trickle");
-    let started = Instant::now();
     let mut refused = false;
-    while started.elapsed() < Duration::from_secs(10) {
+    // The scenario's pace: ten bytes every 500 ms, for at most twenty trickles (five `body_idle` windows).
+    let mut trickles = 0;
+    while trickles < 20 {
+        trickles += 1;
         std::thread::sleep(Duration::from_millis(500));
         if conn.send_lossy(b"0123456789").is_err() {
             refused = true;
@@ -234,11 +234,11 @@ fn a_trickling_upload_body_gets_408_and_stores_nothing() {
             break;
         }
     }
-    assert!(refused, "a body at 20 bytes/s was still accepted after {:?}", started.elapsed());
-    conn.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    assert!(refused, "a body at 20 bytes/s was still accepted after {trickles} trickles");
+    conn.stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let r = conn.read_response(false).expect("an answer");
+    // `body_too_slow`, not `body_timeout`: the rate rule refused it, not the idle timer its trickles reset.
     assert_json_error(&r, 408, "body_too_slow");
-    assert!(started.elapsed() < Duration::from_secs(6), "refused only after {:?}", started.elapsed());
     assert!(env.tmp_files().is_empty(), "temp files left behind: {:?}", env.tmp_files());
     assert_eq!(server.get_auth("/box/trickle", &read, &[]).status, 404);
     // A body at a normal pace is stored.
@@ -255,7 +255,7 @@ fn uploads_beyond_the_concurrency_cap_wait_their_turn_then_get_503_with_retry_af
         &[],
     );
     let stalled: Vec<Conn> = (0..2).map(|n| stalled_upload(&server, &write, &format!("stalled-{n}"))).collect();
-    let holding = wait_for(Duration::from_secs(3), || server.metric("blobgate_uploads_in_progress") == 2.0);
+    let holding = wait_for(Duration::from_secs(30), || server.metric("blobgate_uploads_in_progress") == 2.0);
     assert!(holding, "the stalled uploads did not start; log:\n{}", server.log());
     // A third waits `timeouts.upload_queue` for a place, then is refused.
     let started = Instant::now();
@@ -263,14 +263,14 @@ fn uploads_beyond_the_concurrency_cap_wait_their_turn_then_get_503_with_retry_af
     let waited = started.elapsed();
     assert_json_error(&r, 503, "too_many_uploads");
     assert_eq!(r.header("retry-after"), Some("1"));
+    // A lower bound only (a slow machine cannot make it fail): it waited its turn before the refusal.
     assert!(waited >= Duration::from_millis(900), "refused after {waited:?}, before its turn could come");
-    assert!(waited < Duration::from_secs(4), "refused only after {waited:?}");
     assert_eq!(server.metric("blobgate_uploads_refused_total"), 1.0);
     assert_eq!(server.metric("blobgate_uploads_waiting"), 0.0);
     assert_eq!(server.get_auth("/box/third", &write, &[]).status, 404, "a refused upload stored something");
     // Once the stalled clients go away, their places are free again.
     drop(stalled);
-    let stored = wait_for(Duration::from_secs(3), || server.put("/box/third", &write, b"third", &[]).status == 201);
+    let stored = wait_for(Duration::from_secs(30), || server.put("/box/third", &write, b"third", &[]).status == 201);
     assert!(stored, "uploads still refused after the others ended");
     // Load shedding is counted, not logged: a flood of refusals must not flood the log.
     assert!(!server.log().contains("ERROR"), "{}", server.log());
@@ -286,12 +286,12 @@ fn an_upload_beyond_the_cap_takes_the_first_place_freed_within_its_wait() {
         &[],
     );
     let stalled = stalled_upload(&server, &write, "stalled");
-    let holding = wait_for(Duration::from_secs(3), || server.metric("blobgate_uploads_in_progress") == 1.0);
+    let holding = wait_for(Duration::from_secs(30), || server.metric("blobgate_uploads_in_progress") == 1.0);
     assert!(holding, "the stalled upload did not start; log:\n{}", server.log());
     let body = test_bytes(3 << 20, 4);
     let waiting = std::thread::scope(|scope| {
         let second = scope.spawn(|| server.put("/box/second", &write, &body, &[]));
-        let queued = wait_for(Duration::from_secs(5), || server.metric("blobgate_uploads_waiting") == 1.0);
+        let queued = wait_for(Duration::from_secs(30), || server.metric("blobgate_uploads_waiting") == 1.0);
         // The first place frees: the waiting upload takes it and is stored whole.
         drop(stalled);
         (queued, second.join().unwrap())
@@ -310,34 +310,36 @@ fn with_no_upload_queue_an_upload_beyond_the_cap_is_refused_at_once() {
     env.bucket("box", false);
     let write = env.token("box", "write", &[]);
     let server = env.serve_with(
-        &[("BLOBGATE_LIMITS__MAX_CONCURRENT_UPLOADS", "1"), ("BLOBGATE_TIMEOUTS__UPLOAD_QUEUE", "0s")],
+        &[
+            ("BLOBGATE_LIMITS__MAX_CONCURRENT_UPLOADS", "1"),
+            ("BLOBGATE_TIMEOUTS__UPLOAD_QUEUE", "0s"),
+            ("BLOBGATE_TIMEOUTS__BODY_IDLE", "4s"),
+        ],
         &[],
     );
     let _stalled = stalled_upload(&server, &write, "stalled");
-    let holding = wait_for(Duration::from_secs(3), || server.metric("blobgate_uploads_in_progress") == 1.0);
+    let holding = wait_for(Duration::from_secs(30), || server.metric("blobgate_uploads_in_progress") == 1.0);
     assert!(holding, "the stalled upload did not start; log:\n{}", server.log());
-    let started = Instant::now();
     let r = server.put("/box/second", &write, b"second", &[]);
     assert_json_error(&r, 503, "too_many_uploads");
-    assert!(started.elapsed() < Duration::from_secs(2), "refused only after {:?}", started.elapsed());
+    // Refused while the stall still holds the only place: an upload that waited at all would have taken the
+    // place the stall's `body_idle` (4 s) frees, and been stored.
+    assert_eq!(server.metric("blobgate_uploads_in_progress"), 1.0);
+    assert_eq!(server.metric("blobgate_upload_body_timeouts_total"), 0.0);
+    assert_eq!(server.metric("blobgate_uploads_waiting"), 0.0);
 }
 
 /// S3 parts sent at once: odd ones as `STREAMING-UNSIGNED-PAYLOAD-TRAILER` aws-chunked bodies (signed by
 /// botocore's signer, framed here), even ones plain through boto3's `upload_part`; then Complete. Prints "ok".
 const BUDGET_PARTS: &str = r#"
-import base64, http.client, json, sys, zlib
+import base64, http.client, zlib
 from concurrent.futures import ThreadPoolExecutor
-import boto3
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
-from botocore.config import Config
 from botocore.credentials import Credentials
-spec = json.loads(sys.argv[1])
 host, parts, size = spec["host"], spec["parts"], spec["part_size"]
 data = open(spec["file"], "rb").read()
-s3 = boto3.client("s3", endpoint_url="http://" + host, aws_access_key_id=spec["id"],
-    aws_secret_access_key=spec["secret"], region_name="us-east-1",
-    config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+s3 = client("http://" + host, spec)
 up = s3.create_multipart_upload(Bucket="box", Key="s3/parts")["UploadId"]
 
 class Streaming(S3SigV4Auth):
@@ -389,7 +391,7 @@ fn uploads_far_beyond_the_body_budget_all_complete_byte_exact() {
     env.bucket("box", false);
     let write = env.token("box", "write", &[]);
     let read = env.token("box", "read", &[]);
-    let key = crate::s3_clients::s3_key(&env, "box", &["--scope", "write"]);
+    let key = crate::helpers::s3::s3_key(&env, "box", &["--scope", "write"]);
     let server = env
         .serve_with(&[("BLOBGATE_LIMITS__UPLOAD_BUFFER_BYTES", "65536"), ("BLOBGATE_TIMEOUTS__BODY_IDLE", "10s")], &[]);
     let (parts, part_size) = (8, 5 << 20);
@@ -400,9 +402,8 @@ fn uploads_far_beyond_the_body_budget_all_complete_byte_exact() {
         "parts": parts, "part_size": part_size,
     });
     let home = env.dir.path().join("boto3-home");
-    let mut s3 = crate::s3_clients::clean_command(crate::s3_clients::python(), &home);
-    s3.args(["-c", BUDGET_PARTS, &spec.to_string()]);
-    let s3 = std::thread::spawn(move || crate::s3_clients::run_ok(&mut s3));
+    let mut s3 = crate::helpers::s3::boto3_command(&home, BUDGET_PARTS, &spec);
+    let s3 = std::thread::spawn(move || crate::helpers::s3::run_ok(&mut s3));
 
     let bodies: Vec<Vec<u8>> = (0..8).map(|n| test_bytes((3 << 20) + n * 7919, 50 + n as u64)).collect();
     std::thread::scope(|scope| {

@@ -147,7 +147,7 @@ fn the_access_log_is_created_with_access_log_mode_and_an_existing_file_keeps_its
 /// S3 uploads (PutObject, UploadPart) are counted like native ones, by boto3's requests; copies are not uploads.
 #[test]
 fn s3_uploads_are_counted_by_result_with_the_bytes_stored() {
-    use crate::s3_clients::{key_json, run_boto3, s3_key};
+    use crate::helpers::s3::{key_json, run_boto3, s3_key};
     let env = TestEnv::new();
     env.bucket("bkt", false);
     let key = s3_key(&env, "bkt", &["--scope", "write"]);
@@ -180,7 +180,7 @@ print(json.dumps(out))
     // botocore sends a PUT refused with BadDigest again: each request is counted.
     let read_log = || std::fs::read_to_string(env.dir.path().join("a.log")).unwrap_or_default();
     // The writer flushes every 100 ms: wait for the last request's line.
-    assert!(wait_for(std::time::Duration::from_secs(10), || read_log().contains(r#""path":"/bkt/c""#)));
+    assert!(wait_for(std::time::Duration::from_secs(30), || read_log().contains(r#""path":"/bkt/c""#)));
     let log = read_log();
     let refused_puts = log.lines().filter(|l| l.contains(r#""method":"PUT","path":"/bkt/b""#)).count();
     assert!(refused_puts >= 1, "{log}");

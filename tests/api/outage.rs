@@ -1,7 +1,7 @@
 //! The database going away and coming back: readiness (`/readyz`), answers from cache, 503 + `Retry-After` for
 //! what needs the database, download stats buffered through the outage.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::helpers::*;
 
@@ -10,7 +10,7 @@ fn readyz_is_ready_on_sqlite_and_liveness_stays_apart() {
     let env = TestEnv::new();
     env.bucket("open", true);
     let server = env.serve();
-    let ready = wait_for(Duration::from_secs(5), || server.admin("GET", "/readyz", &[], b"").status == 200);
+    let ready = wait_for(Duration::from_secs(30), || server.admin("GET", "/readyz", &[], b"").status == 200);
     assert!(ready, "/readyz never answered 200; log:\n{}", server.log());
     let r = server.admin("GET", "/readyz", &[], b"");
     assert_eq!(r.body, b"ok\n");
@@ -44,9 +44,15 @@ fn a_replica_rides_out_a_postgres_outage_and_resumes_without_a_restart() {
     let victim = env.token("box", "read", &[]);
     let auth = format!("Bearer {token}");
     let auth = [("Authorization", auth.as_str())];
-    let (handler, acquire) = (Duration::from_secs(3), "1s");
-    let server =
-        env.serve_with(&[("BLOBGATE_TIMEOUTS__HANDLER", "3s"), ("BLOBGATE_TIMEOUTS__DATABASE_ACQUIRE", acquire)], &[]);
+    // A long staleness window: a revocation can then reach the caches only through the change feed.
+    let server = env.serve_with(
+        &[
+            ("BLOBGATE_TIMEOUTS__HANDLER", "8s"),
+            ("BLOBGATE_TIMEOUTS__DATABASE_ACQUIRE", "4s"),
+            ("BLOBGATE_DATABASE__MAX_STALENESS", "600s"),
+        ],
+        &[],
+    );
     assert_eq!(server.admin("GET", "/readyz", &[], b"").status, 200);
     for _ in 0..3 {
         let r = server.get("/box/cached.bin", &auth);
@@ -54,31 +60,40 @@ fn a_replica_rides_out_a_postgres_outage_and_resumes_without_a_restart() {
     }
     let victim_auth = format!("Bearer {victim}");
     assert_eq!(server.get("/box/cached.bin", &[("Authorization", victim_auth.as_str())]).status, 200);
-    assert!(wait_for(Duration::from_secs(10), || downloads_of(&env, "cached.bin") == Some(4)));
+    assert!(wait_for(Duration::from_secs(30), || downloads_of(&env, "cached.bin") == Some(4)));
 
     cluster.run("halt");
-    // Readiness flips within about two probe periods, and answers at once meanwhile.
-    let flipped = wait_for(Duration::from_secs(5), || server.admin("GET", "/readyz", &[], b"").status == 503);
+    // Readiness flips once the probe sees the outage.
+    let flipped = wait_for(Duration::from_secs(30), || server.admin("GET", "/readyz", &[], b"").status == 503);
     assert!(flipped, "/readyz stayed 200 with the database down; log:\n{}", server.log());
-    let started = Instant::now();
-    let r = server.admin("GET", "/readyz", &[], b"");
-    assert!(started.elapsed() < Duration::from_millis(500), "readyz took {:?}", started.elapsed());
-    assert_eq!((r.status, r.json()["error"].as_str()), (503, Some("database_unavailable")));
+    // Uncached: a request that needs the database waits for a connection (sqlx retries a refused connect until
+    // `database_acquire`), then gets 503 with Retry-After. `database_unavailable`, not `handler_timeout`: the
+    // acquire timeout answered it, not the handler deadline.
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let uncached = std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| {
+            let r = server.get("/box/uncached.bin", &auth);
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            r
+        });
+        // /readyz answers from the probe's last verdict: its 503 arrives while that request still waits for the
+        // database (an ordering of events; a /readyz that asked the database would wait as long).
+        let r = server.admin("GET", "/readyz", &[], b"");
+        let answered_first = !done.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!((r.status, r.json()["error"].as_str()), (503, Some("database_unavailable")));
+        assert!(answered_first, "/readyz answered only after a request waiting for the database had given up");
+        waiting.join().unwrap()
+    });
     assert_eq!(server.admin("GET", "/healthz", &[], b"").status, 200, "liveness does not depend on the database");
+    assert_eq!(uncached.status, 503, "{}", String::from_utf8_lossy(&uncached.body));
+    assert!(uncached.header("retry-after").is_some(), "no Retry-After: {:?}", uncached.headers_without_date());
+    assert_eq!(uncached.json()["error"], "database_unavailable");
 
     // Cached: still served, byte-exact; these four downloads' stats wait in the buffer.
     for _ in 0..4 {
         let r = server.get("/box/cached.bin", &auth);
         assert_eq!((r.status, r.body == cached), (200, true), "a cached object during the outage");
     }
-    // Uncached: 503 with Retry-After, within the handler timeout.
-    let started = Instant::now();
-    let r = server.get("/box/uncached.bin", &auth);
-    let took = started.elapsed();
-    assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
-    assert!(r.header("retry-after").is_some(), "no Retry-After: {:?}", r.headers_without_date());
-    assert!(took < handler, "the 503 took {took:?}, over timeouts.handler");
-    assert_eq!(r.json()["error"], "database_unavailable");
 
     // The CLI: one line naming the database (host, port, database; never the password), non-zero exit.
     let out = env.cli(&["ls", "box"]);
@@ -96,26 +111,32 @@ fn a_replica_rides_out_a_postgres_outage_and_resumes_without_a_restart() {
         log.lines().filter(|l| l.contains(" sqlx") && (l.contains(" INFO ") || l.contains(" DEBUG "))).collect();
     assert!(chatter.is_empty(), "sqlx below warn at log = info: {chatter:?}");
     cluster.run("restart");
-    let back = wait_for(Duration::from_secs(10), || server.admin("GET", "/readyz", &[], b"").status == 200);
+    let back = wait_for(Duration::from_secs(30), || server.admin("GET", "/readyz", &[], b"").status == 200);
     assert!(back, "/readyz stayed 503 after the restart; log:\n{}", server.log());
     // The replica resumes without a restart: what needs the database works again.
     let r = server.get("/box/uncached.bin", &auth);
     assert_eq!((r.status, r.body.as_slice()), (200, b"needs the database".as_slice()));
     // The outage's four downloads arrive, exactly once each.
     assert!(
-        wait_for(Duration::from_secs(10), || downloads_of(&env, "cached.bin") == Some(8)),
+        wait_for(Duration::from_secs(30), || downloads_of(&env, "cached.bin") == Some(8)),
         "{:?}",
         downloads_of(&env, "cached.bin")
     );
+    // The scenario: give a double count time to show (the batcher flushes every second), then check none came.
     std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(downloads_of(&env, "cached.bin"), Some(8), "counted twice after the restart");
 
-    // A revocation made after the restart is honoured within 1 s.
+    // A revocation made after the restart is honoured: with a 600 s staleness window, only the change feed,
+    // listening again, can have told the caches (the deadline bounds a hang only).
     env.ok(&["token", "revoke", &victim]);
-    let revoked_at = Instant::now();
-    let refused = wait_for(Duration::from_secs(3), || {
-        server.get("/box/cached.bin", &[("Authorization", victim_auth.as_str())]).status == 401
+    let mut last = None;
+    let refused = wait_for(Duration::from_secs(30), || {
+        let r = server.get("/box/cached.bin", &[("Authorization", victim_auth.as_str())]);
+        let refused = r.status == 401;
+        last = Some(r);
+        refused
     });
-    let took = revoked_at.elapsed();
-    assert!(refused && took < Duration::from_secs(1), "the revocation took {took:?} (refused: {refused})");
+    let last = last.expect("a request was made");
+    assert!(refused, "the revocation never reached the replica: {last:?}");
+    assert_eq!(last.json()["message"], "token revoked");
 }

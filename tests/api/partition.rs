@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::helpers::s3::{Signing, presigned_path, s3_code, s3_key};
 use crate::helpers::*;
-use crate::s3_clients::{Signing, presigned_path, s3_code, s3_key};
 
 /// A TCP proxy to one address that can be cut (every byte dropped, both ways, on open and new connections) and
 /// restored (the connections that lived through the cut are closed, since their streams lost bytes).

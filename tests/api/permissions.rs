@@ -72,7 +72,7 @@ fn nothing_in_the_data_dir_is_readable_by_others_whatever_the_umask() {
     upload.send(head.as_bytes());
     // More than one write batch, so the temp file exists (the first batch creates it).
     upload.send(&vec![b'x'; 1 << 20]);
-    assert!(wait_for(Duration::from_secs(10), || !env.tmp_files().is_empty()), "the upload is staged in tmp/");
+    assert!(wait_for(Duration::from_secs(30), || !env.tmp_files().is_empty()), "the upload is staged in tmp/");
 
     assert_eq!(mode(&data), 0o700, "the data dir is {:04o}", mode(&data));
     let entries = modes_under(&data);

@@ -91,7 +91,7 @@ fn verify_full_serves_a_bucket_end_to_end_over_tls() {
     assert!(env.ok(&["ls", "tls"]).contains("over/tls.bin"));
     // A CLI change reaches the running server: its change feed (LISTEN and the head poll) works over TLS too.
     env.ok(&["token", "revoke", &token]);
-    let revoked = wait_for(Duration::from_secs(10), || server.get_auth("/tls/over/tls.bin", &token, &[]).status == 401);
+    let revoked = wait_for(Duration::from_secs(30), || server.get_auth("/tls/over/tls.bin", &token, &[]).status == 401);
     assert!(revoked, "the revocation never reached the server; log:\n{}", server.log());
     let log = server.log();
     assert!(!log.contains(PLAINTEXT_WARNING), "a verified link is not warned of:\n{log}");
@@ -176,7 +176,7 @@ fn serve_warns_once_of_a_database_on_another_host_without_tls_required() {
         ..TestEnv::new()
     };
     let server = remote.serve();
-    let ready = wait_for(Duration::from_secs(10), || server.admin("GET", "/readyz", &[], b"").status == 200);
+    let ready = wait_for(Duration::from_secs(30), || server.admin("GET", "/readyz", &[], b"").status == 200);
     assert!(ready, "it reaches the database; log:\n{}", server.log());
     let log = server.log();
     let warnings: Vec<&str> = log.lines().filter(|l| l.contains(PLAINTEXT_WARNING)).collect();

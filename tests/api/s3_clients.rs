@@ -4,198 +4,10 @@
 //! from our code. Bad input (wrong secret, unknown or revoked key, wrong bucket or prefix, skewed dates,
 //! tampered presigned URLs, over-long expiry) gets the right S3 error code and reveals nothing.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::OnceLock;
+use std::process::Command;
 
-use sha2::{Digest, Sha256};
-
+use crate::helpers::s3::*;
 use crate::helpers::*;
-
-/// Keys that break a client that does not encode them right.
-pub const ODD_KEYS: &[&str] = &["dir/a b+c%d.txt", "dir/sub/é ü.bin", "top+plus.txt", "100%.txt", "x/y/z"];
-
-/// The python3 that has boto3 (resolved once with the developer's environment: a pyenv shim would need its
-/// `$HOME`), and the directory of its scripts (`aws`).
-pub fn python() -> &'static PathBuf {
-    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(|| {
-        require_tool("python3", "with pip packages boto3 and awscli");
-        let out = Command::new("python3")
-            .args(["-c", "import boto3, sys; print(sys.executable)"])
-            .output()
-            .expect("run python3");
-        assert!(
-            out.status.success(),
-            "python3 has no boto3 (pip install boto3): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-    })
-}
-
-/// A client command with a clean environment: `PATH`, a UTF-8 locale and its own `$HOME`, nothing else.
-pub fn clean_command(program: impl AsRef<std::ffi::OsStr>, home: &Path) -> Command {
-    std::fs::create_dir_all(home).unwrap();
-    let mut cmd = Command::new(program);
-    cmd.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("LANG", "C.UTF-8")
-        .env("LC_ALL", "C.UTF-8");
-    cmd
-}
-
-pub fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd.output().expect("run client");
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
-}
-
-/// What every boto3 script of `run_boto3` starts with: `spec` (the JSON argument), `client(endpoint, key)` (a path
-/// style SigV4 client with no retries, for a `{"id", "secret"}` key) and `code(call)` (`[status, S3 code]` of the
-/// call, `[200, ""]` when it succeeds).
-const BOTO3_PRELUDE: &str = r#"
-import datetime, hashlib, json, sys, threading
-import boto3
-from boto3.s3.transfer import TransferConfig
-from botocore.config import Config
-from botocore.exceptions import ClientError
-spec = json.loads(sys.argv[1])
-def client(endpoint, key):
-    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=key["id"],
-        aws_secret_access_key=key["secret"], region_name="us-east-1",
-        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
-def code(call):
-    try:
-        call()
-        return [200, ""]
-    except ClientError as e:
-        return [e.response["ResponseMetadata"]["HTTPStatusCode"], e.response["Error"]["Code"]]
-"#;
-
-/// Runs a boto3 script (after [`BOTO3_PRELUDE`]) with `spec` as its argument, in a clean environment with its own
-/// `$HOME`, and parses the JSON it prints.
-pub fn run_boto3(home: &Path, script: &str, spec: &serde_json::Value) -> serde_json::Value {
-    let program = format!("{BOTO3_PRELUDE}{script}");
-    let out = run_ok(clean_command(python(), home).args(["-c", &program, &spec.to_string()]));
-    serde_json::from_str(out.trim()).expect("the script prints JSON")
-}
-
-/// An access key as the boto3 scripts take it.
-pub fn key_json(key: &AccessKey) -> serde_json::Value {
-    serde_json::json!({"id": key.id, "secret": key.secret})
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
-
-/// An access key's two halves.
-#[derive(Clone)]
-pub struct AccessKey {
-    pub id: String,
-    pub secret: String,
-}
-
-pub fn s3_key(env: &TestEnv, bucket: &str, extra: &[&str]) -> AccessKey {
-    let mut args = vec!["s3-key", "create", "--bucket", bucket];
-    args.extend_from_slice(extra);
-    let line = env.ok(&args);
-    let (id, secret) = line.trim().split_once(' ').expect("ACCESS_KEY_ID SECRET_ACCESS_KEY");
-    AccessKey { id: id.into(), secret: secret.into() }
-}
-
-/// Signs with botocore (`S3SigV4Auth` for headers, `S3SigV4QueryAuth` for presigned URLs), optionally at another
-/// time (`skew_secs` from now) or with another region.
-const SIGNER: &str = r#"
-import datetime, json, sys
-import botocore.auth
-from botocore.auth import S3SigV4Auth, S3SigV4QueryAuth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
-spec = json.loads(sys.argv[1])
-if spec.get("skew_secs"):
-    real = botocore.auth.get_current_datetime
-    botocore.auth.get_current_datetime = lambda: real() + datetime.timedelta(seconds=spec["skew_secs"])
-creds = Credentials(spec["id"], spec["secret"])
-req = AWSRequest(method=spec["method"], url=spec["url"], headers=spec.get("headers", {}))
-region = spec.get("region", "us-east-1")
-if spec.get("expires") is not None:
-    S3SigV4QueryAuth(creds, "s3", region, expires=spec["expires"]).add_auth(req)
-    print(json.dumps({"url": req.url}))
-else:
-    S3SigV4Auth(creds, "s3", region).add_auth(req)
-    print(json.dumps({"headers": dict(req.headers.items())}))
-"#;
-
-/// What to sign.
-#[derive(Default)]
-pub struct Signing<'a> {
-    pub method: &'a str,
-    pub headers: &'a [(&'a str, &'a str)],
-    pub expires: Option<u64>,
-    pub skew_secs: i64,
-    pub region: Option<&'a str>,
-}
-
-fn botocore(key: &AccessKey, url: &str, signing: &Signing<'_>) -> serde_json::Value {
-    let home = tempfile::tempdir().unwrap();
-    let headers: serde_json::Map<String, serde_json::Value> =
-        signing.headers.iter().map(|(k, v)| ((*k).to_owned(), serde_json::Value::from(*v))).collect();
-    let spec = serde_json::json!({
-        "id": key.id, "secret": key.secret, "method": if signing.method.is_empty() { "GET" } else { signing.method },
-        "url": url, "headers": headers, "expires": signing.expires, "skew_secs": signing.skew_secs,
-        "region": signing.region.unwrap_or("us-east-1"),
-    });
-    let out = run_ok(clean_command(python(), home.path()).args(["-c", SIGNER, &spec.to_string()]));
-    serde_json::from_str(out.trim()).expect("signer prints JSON")
-}
-
-/// The headers botocore adds to sign `path` for host `test` (what `helpers::raw_request` sends), with the given
-/// extra headers signed too; returned with those extra headers, ready for `Server::get`.
-pub fn signed_headers(key: &AccessKey, path: &str, signing: &Signing<'_>) -> Vec<(String, String)> {
-    signed_headers_for_host("test", key, path, signing)
-}
-
-/// The same for another `Host` (the admin helper sends `t`).
-pub fn signed_headers_for_host(
-    host: &str,
-    key: &AccessKey,
-    path: &str,
-    signing: &Signing<'_>,
-) -> Vec<(String, String)> {
-    let value = botocore(key, &format!("http://{host}{path}"), signing);
-    let headers = value["headers"].as_object().expect("signed headers");
-    headers.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned())).collect()
-}
-
-/// A presigned URL's path and query for host `test`.
-pub fn presigned_path(key: &AccessKey, path: &str, signing: &Signing<'_>) -> String {
-    let value = botocore(key, &format!("http://test{path}"), signing);
-    let url = value["url"].as_str().expect("presigned url");
-    url.strip_prefix("http://test").expect("same host").to_owned()
-}
-
-pub fn as_refs(headers: &[(String, String)]) -> Vec<(&str, &str)> {
-    headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
-}
-
-/// An S3 error body's `<Code>`.
-pub fn s3_code(response: &Response) -> String {
-    let body = String::from_utf8_lossy(&response.body);
-    let start = body.find("<Code>").map(|i| i + 6);
-    let end = body.find("</Code>");
-    match (start, end) {
-        (Some(s), Some(e)) if s <= e => body[s..e].to_owned(),
-        _ => panic!("no S3 error code in {} {body:?}", response.status),
-    }
-}
 
 /// A private bucket `bkt` with the odd keys, a 40 MiB object and a read key.
 struct World {
@@ -238,15 +50,7 @@ impl World {
 }
 
 const BOTO3_SCRIPT: &str = r#"
-import hashlib, json, sys
-import boto3
-from boto3.s3.transfer import TransferConfig
-from botocore.config import Config
-from botocore.exceptions import ClientError
-spec = json.loads(sys.argv[1])
-s3 = boto3.client("s3", endpoint_url=spec["endpoint"], aws_access_key_id=spec["id"],
-    aws_secret_access_key=spec["secret"], region_name="us-east-1",
-    config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+s3 = client(spec["endpoint"], spec)
 b = "bkt"
 out = {"buckets": [x["Name"] for x in s3.list_buckets()["Buckets"]]}
 out["region"] = s3.head_bucket(Bucket=b)["ResponseMetadata"]["HTTPHeaders"].get("x-amz-bucket-region")
@@ -288,19 +92,14 @@ out["presigned"] = s3.generate_presigned_url("get_object", Params={"Bucket": b, 
 print(json.dumps(out))
 "#;
 
-#[test]
-fn boto3_gets_heads_lists_downloads_and_presigns() {
-    boto3_session(&world());
-}
-
-/// The same boto3 session against a server on PostgreSQL: the access key (its sealed secret), the objects and
-/// every listing page come from there.
-#[test]
-fn boto3_gets_heads_lists_downloads_and_presigns_on_postgres() {
-    let w = world_in(TestEnv::on_postgres());
-    assert!(!w.env.data_dir().join("blobgate.db").exists(), "no SQLite database beside PostgreSQL");
+// On PostgreSQL the access key (its sealed secret), the objects and every listing page come from there.
+both_backends!(boto3_gets_heads_lists_downloads_and_presigns, |env| {
+    let w = world_in(env);
+    if w.env.database_url.is_some() {
+        assert!(!w.env.data_dir().join("blobgate.db").exists(), "no SQLite database beside PostgreSQL");
+    }
     boto3_session(&w);
-}
+});
 
 /// Runs `BOTO3_SCRIPT` against a server on `w` and checks every answer.
 fn boto3_session(w: &World) {
@@ -312,7 +111,7 @@ fn boto3_session(w: &World) {
         "endpoint": format!("http://{}", server.data), "id": w.key.id, "secret": w.key.secret,
         "keys": w.keys(), "big": BIG, "download_to": download,
     });
-    let out = run_ok(clean_command(python(), &home).args(["-c", BOTO3_SCRIPT, &spec.to_string()]));
+    let out = boto3_output(&home, BOTO3_SCRIPT, &spec);
     let out: serde_json::Value = serde_json::from_str(out.trim()).expect("the script prints JSON");
 
     assert_eq!(out["buckets"], serde_json::json!(["bkt"]));
@@ -322,7 +121,7 @@ fn boto3_session(w: &World) {
         assert_eq!(got["sha256"], sha256_hex(bytes), "{key}");
         assert_eq!(got["size"], bytes.len(), "{key}");
         // `blobgate put` records the MD5, the ETag S3 clients expect of a single upload.
-        let md5 = hex::encode(md5::Md5::digest(bytes));
+        let md5 = hex::encode(<md5::Md5 as sha2::Digest>::digest(bytes));
         assert_eq!(got["etag"], format!("\"{md5}\""), "{key}");
     }
     let first = w.bytes(w.keys()[0]);
@@ -359,28 +158,6 @@ fn boto3_session(w: &World) {
     assert!(headers.contains("x-amz-request-id: "), "{headers}");
 }
 
-/// aws-cli's config and credentials files under `home`.
-pub fn aws_home(home: &Path, key: &AccessKey) {
-    let dir = home.join(".aws");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("config"),
-        "[default]\nregion = us-east-1\ns3 =\n    addressing_style = path\n    signature_version = s3v4\n",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("credentials"),
-        format!("[default]\naws_access_key_id = {}\naws_secret_access_key = {}\n", key.id, key.secret),
-    )
-    .unwrap();
-}
-
-pub fn aws(home: &Path, endpoint: &str, args: &[&str]) -> String {
-    let aws = python().parent().unwrap().join("aws");
-    assert!(aws.exists(), "aws-cli is not installed next to {} (pip install awscli)", python().display());
-    run_ok(clean_command(python(), home).arg(aws).args(["--endpoint-url", endpoint]).args(args))
-}
-
 #[test]
 fn aws_cli_lists_copies_down_and_presigns() {
     require_tool("curl", "apt package curl");
@@ -412,12 +189,6 @@ fn aws_cli_lists_copies_down_and_presigns() {
     let fetched = w.env.dir.path().join("aws-presigned.bin");
     run_ok(Command::new("curl").args(["-sS", "--fail", "-o"]).arg(&fetched).arg(url));
     assert_eq!(sha256_hex(&std::fs::read(&fetched).unwrap()), sha256_hex(w.bytes("100%.txt")));
-}
-
-pub fn rclone(home: &Path, args: &[&str]) -> String {
-    require_tool("rclone", "apt package rclone");
-    let config = home.join("rclone.conf");
-    run_ok(clean_command("rclone", home).arg("--config").arg(&config).args(args))
 }
 
 #[test]
@@ -453,46 +224,6 @@ fn rclone_lists_copies_and_checks_with_both_list_versions() {
             assert!(!report.contains("hash"), "{how:?}: every hash compared: {report}");
         }
     }
-}
-
-/// Writes `home/rclone.conf` with one remote `bg` (`provider = Other`, path style) for `key` at `endpoint`
-/// (`host:port`), plus `extra` lines.
-pub fn rclone_config(home: &Path, key: &AccessKey, endpoint: &str, extra: &str) {
-    std::fs::create_dir_all(home).unwrap();
-    std::fs::write(
-        home.join("rclone.conf"),
-        format!(
-            "[bg]\ntype = s3\nprovider = Other\naccess_key_id = {}\nsecret_access_key = {}\nendpoint = http://{endpoint}\n\
-             region = us-east-1\nforce_path_style = true\n{extra}",
-            key.id, key.secret
-        ),
-    )
-    .unwrap();
-}
-
-/// rclone with `home/rclone.conf`, its output kept whether it succeeds or not (for the caller to read its log).
-pub fn rclone_output(home: &Path, args: &[&str]) -> Output {
-    require_tool("rclone", "apt package rclone");
-    clean_command("rclone", home).arg("--config").arg(home.join("rclone.conf")).args(args).output().expect("run rclone")
-}
-
-/// Writes `home/.s3cfg` for `key` at `endpoint` (`host:port`), path style, SigV4.
-pub fn s3cmd_config(home: &Path, key: &AccessKey, endpoint: &str) {
-    std::fs::create_dir_all(home).unwrap();
-    std::fs::write(
-        home.join(".s3cfg"),
-        format!(
-            "[default]\naccess_key = {}\nsecret_key = {}\nhost_base = {endpoint}\nhost_bucket = {endpoint}\nuse_https = False\n\
-             signature_v2 = False\nbucket_location = us-east-1\ncheck_ssl_certificate = False\n",
-            key.id, key.secret
-        ),
-    )
-    .unwrap();
-}
-
-pub fn s3cmd(home: &Path, args: &[&str]) -> Output {
-    require_tool("s3cmd", "apt package s3cmd");
-    clean_command("s3cmd", home).arg("-c").arg(home.join(".s3cfg")).args(args).output().expect("run s3cmd")
 }
 
 #[test]
@@ -703,19 +434,16 @@ fn a_revoked_key_is_refused_at_the_next_request_and_the_log_names_keys() {
     let r = server.get("/bkt/a.txt", &as_refs(&headers));
     assert_eq!((r.status, s3_code(&r)), (403, "InvalidAccessKeyId".into()));
     assert!(env.cli(&["s3-key", "revoke", &key.id]).status.code() == Some(1), "revoking twice fails");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let lines: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-        if lines.len() >= 2 {
-            assert_eq!(lines[0]["status"], 200, "{text}");
-            assert_eq!(lines[0]["principal"], key.id.as_str(), "{text}");
-            assert!(!text.contains("X-Amz-Signature") && !text.contains(&key.secret), "{text}");
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "access log: {text}");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    let parsed =
+        |text: &str| -> Vec<serde_json::Value> { text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect() };
+    let written = wait_for(std::time::Duration::from_secs(30), || parsed(&read()).len() >= 2);
+    let text = read();
+    assert!(written, "access log: {text}");
+    let lines = parsed(&text);
+    assert_eq!(lines[0]["status"], 200, "{text}");
+    assert_eq!(lines[0]["principal"], key.id.as_str(), "{text}");
+    assert!(!text.contains("X-Amz-Signature") && !text.contains(&key.secret), "{text}");
 }
 
 /// The admin listener answers every S3 read too (listings, HeadBucket, HeadObject, GetObject with its ranges, by

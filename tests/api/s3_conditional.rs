@@ -3,8 +3,9 @@
 //! as Terraform's S3 backend writes it) exactly one wins, on one server or on two replicas of one PostgreSQL
 //! database; the losers get 412 and the stored bytes are the winner's.
 
+use crate::helpers::s3::{key_json, run_boto3, s3_key};
+use crate::helpers::sha256_hex;
 use crate::helpers::*;
-use crate::s3_clients::{key_json, run_boto3, s3_key, sha256_hex};
 use crate::s3_writes::read_back;
 
 const BOTO3_CONDITIONAL: &str = r#"

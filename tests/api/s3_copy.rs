@@ -6,10 +6,11 @@
 
 use std::path::Path;
 
-use crate::helpers::*;
-use crate::s3_clients::{
-    aws, aws_home, key_json, rclone, rclone_config, rclone_output, run_boto3, s3_key, s3cmd, s3cmd_config, sha256_hex,
+use crate::helpers::s3::{
+    aws, aws_home, key_json, rclone, rclone_config, rclone_output, run_boto3, s3_key, s3cmd, s3cmd_config,
 };
+use crate::helpers::sha256_hex;
+use crate::helpers::*;
 use crate::s3_writes::{listed, quoted_md5, read_back};
 
 /// Every file under `dir` (the data dir's `blobs/`, `parts/` or `tmp/`).
@@ -123,15 +124,7 @@ s3.delete_object(Bucket=b, Key="src/a b+c%d é.txt")
 print(json.dumps(out))
 "#;
 
-#[test]
-fn boto3_copies_objects_and_parts_server_side() {
-    boto3_copies_on(TestEnv::new());
-}
-
-#[test]
-fn boto3_copies_objects_and_parts_server_side_on_postgres() {
-    boto3_copies_on(TestEnv::on_postgres());
-}
+both_backends!(boto3_copies_objects_and_parts_server_side, |env| boto3_copies_on(env));
 
 fn boto3_copies_on(env: TestEnv) {
     env.bucket("bkt", false);

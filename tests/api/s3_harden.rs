@@ -2,8 +2,9 @@
 //! stored or deleted, newer SDKs' `x-id` is accepted, and the edges of the write path (limits, digests, timeouts,
 //! key shapes) answer in S3's words. Requests come from aws-cli or are signed by botocore, never by our code.
 
+use crate::helpers::s3::{AccessKey, clean_command, python, run_ok, s3_key};
+use crate::helpers::sha256_hex;
 use crate::helpers::*;
-use crate::s3_clients::{AccessKey, clean_command, python, run_ok, s3_key, sha256_hex};
 use crate::s3_writes::{listed, read_back};
 
 /// Sends each case of `spec["cases"]` (`[name, host, method, path, headers, body]`, body as latin-1 text) signed

@@ -2,8 +2,8 @@
 //! replaced by a copy, answered by GetObject and HeadObject on both listeners, bounded at 2 KB. Driven by boto3,
 //! aws-cli and rclone (which keeps a file's modification time in `x-amz-meta-mtime` and reads it back).
 
+use crate::helpers::s3::{aws, aws_home, key_json, rclone, rclone_config, rclone_output, run_boto3, s3_key};
 use crate::helpers::*;
-use crate::s3_clients::{aws, aws_home, key_json, rclone, rclone_config, rclone_output, run_boto3, s3_key};
 use crate::s3_writes::listed;
 
 const BOTO3_METADATA: &str = r#"
@@ -34,15 +34,7 @@ out["too_large_copy"] = code(lambda: s3.copy_object(Bucket=b, Key="large-copy.tx
 print(json.dumps(out))
 "#;
 
-#[test]
-fn boto3_user_metadata_is_stored_copied_and_answered() {
-    boto3_metadata_on(TestEnv::new());
-}
-
-#[test]
-fn boto3_user_metadata_is_stored_copied_and_answered_on_postgres() {
-    boto3_metadata_on(TestEnv::on_postgres());
-}
+both_backends!(boto3_user_metadata_is_stored_copied_and_answered, |env| boto3_metadata_on(env));
 
 fn boto3_metadata_on(env: TestEnv) {
     env.bucket("bkt", false);

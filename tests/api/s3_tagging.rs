@@ -3,8 +3,9 @@
 //! GetObjectTagging on both listeners and counted by GetObject's `x-amz-tagging-count`. Refused tag sets store
 //! nothing. Driven by boto3 and aws-cli.
 
+use crate::helpers::s3::{aws, aws_home, key_json, run_boto3, s3_key};
+use crate::helpers::sha256_hex;
 use crate::helpers::*;
-use crate::s3_clients::{aws, aws_home, key_json, run_boto3, s3_key, sha256_hex};
 use crate::s3_writes::{listed, read_back};
 
 const BOTO3_TAGGING: &str = r#"
@@ -68,15 +69,7 @@ out["other_bucket_absent"] = code(lambda: data.get_object_tagging(Bucket="other"
 print(json.dumps(out))
 "#;
 
-#[test]
-fn boto3_tags_are_stored_copied_changed_and_read() {
-    boto3_tagging_on(TestEnv::new());
-}
-
-#[test]
-fn boto3_tags_are_stored_copied_changed_and_read_on_postgres() {
-    boto3_tagging_on(TestEnv::on_postgres());
-}
+both_backends!(boto3_tags_are_stored_copied_changed_and_read, |env| boto3_tagging_on(env));
 
 fn boto3_tagging_on(env: TestEnv) {
     env.bucket("bkt", false);

@@ -8,11 +8,12 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::helpers::*;
-use crate::s3_clients::{
-    AccessKey, aws, aws_home, clean_command, python, rclone, rclone_config, run_ok, s3_key, s3cmd, s3cmd_config,
-    sha256_hex,
+use crate::helpers::s3::{
+    AccessKey, aws, aws_home, boto3_output, clean_command, python, rclone, rclone_config, run_ok, s3_key, s3cmd,
+    s3cmd_config,
 };
+use crate::helpers::sha256_hex;
+use crate::helpers::*;
 
 /// The keys `blobgate ls BUCKET` lists, with their sizes.
 pub fn listed(env: &TestEnv, bucket: &str) -> Vec<(String, u64)> {
@@ -45,26 +46,18 @@ fn blob_files(env: &TestEnv) -> Vec<String> {
 
 /// An object read back from the data listener with a SigV4 GET signed by botocore.
 pub fn read_back(server: &Server, key: &AccessKey, path: &str) -> Vec<u8> {
-    let headers = crate::s3_clients::signed_headers(
+    let headers = crate::helpers::s3::signed_headers(
         key,
         path,
-        &crate::s3_clients::Signing { method: "GET", ..Default::default() },
+        &crate::helpers::s3::Signing { method: "GET", ..Default::default() },
     );
-    let r = server.get(path, &crate::s3_clients::as_refs(&headers));
+    let r = server.get(path, &crate::helpers::s3::as_refs(&headers));
     assert_eq!(r.status, 200, "GET {path}: {}", String::from_utf8_lossy(&r.body));
     r.body
 }
 
 const BOTO3_WRITES: &str = r#"
-import hashlib, json, sys
-import boto3
-from boto3.s3.transfer import TransferConfig
-from botocore.config import Config
-from botocore.exceptions import ClientError
-spec = json.loads(sys.argv[1])
-s3 = boto3.client("s3", endpoint_url=spec["endpoint"], aws_access_key_id=spec["id"],
-    aws_secret_access_key=spec["secret"], region_name="us-east-1",
-    config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+s3 = client(spec["endpoint"], spec)
 b = "bkt"
 out = {}
 small = open(spec["small"], "rb").read()
@@ -111,7 +104,7 @@ fn boto3_puts_uploads_multipart_and_deletes() {
         "small": small_path, "big": big_path,
     });
     let home = env.dir.path().join("boto3-home");
-    let out = run_ok(clean_command(python(), &home).args(["-c", BOTO3_WRITES, &spec.to_string()]));
+    let out = boto3_output(&home, BOTO3_WRITES, &spec);
     let out: serde_json::Value = serde_json::from_str(out.trim()).expect("the script prints JSON");
 
     assert_eq!(out["put_etag"], out["put_md5"], "PutObject answers the content's MD5 as its ETag");
@@ -434,14 +427,14 @@ fn the_data_listener_refuses_s3_writes_in_xml() {
     let write = s3_key(&env, "bkt", &["--scope", "write"]);
     let server = env.serve();
     for method in ["PUT", "POST", "DELETE"] {
-        let headers = crate::s3_clients::signed_headers(
+        let headers = crate::helpers::s3::signed_headers(
             &write,
             "/bkt/k.bin",
-            &crate::s3_clients::Signing { method, ..Default::default() },
+            &crate::helpers::s3::Signing { method, ..Default::default() },
         );
-        let r = server.request(method, "/bkt/k.bin", &crate::s3_clients::as_refs(&headers));
+        let r = server.request(method, "/bkt/k.bin", &crate::helpers::s3::as_refs(&headers));
         assert_eq!(r.status, 405, "{method}");
-        assert_eq!(crate::s3_clients::s3_code(&r), "MethodNotAllowed", "{method}");
+        assert_eq!(crate::helpers::s3::s3_code(&r), "MethodNotAllowed", "{method}");
     }
     assert!(listed(&env, "bkt").is_empty());
 }
@@ -450,17 +443,7 @@ fn the_data_listener_refuses_s3_writes_in_xml() {
 /// `"<md5 of md5s>-N"`, and for `blobgate put` and the native `PUT` their MD5 too. HEAD, GET (data and admin
 /// listener), both list versions and the preconditions all use it; a stale one gets 412.
 const BOTO3_ETAGS: &str = r#"
-import hashlib, json, sys
-import boto3
-from boto3.s3.transfer import TransferConfig
-from botocore.config import Config
-from botocore.exceptions import ClientError
-spec = json.loads(sys.argv[1])
-def client(endpoint):
-    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=spec["id"],
-        aws_secret_access_key=spec["secret"], region_name="us-east-1",
-        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
-admin, data = client(spec["admin"]), client(spec["data"])
+admin, data = client(spec["admin"], spec), client(spec["data"], spec)
 b = "bkt"
 def code(call):
     try:
@@ -501,15 +484,7 @@ pub fn quoted_md5(bytes: &[u8]) -> String {
     format!("\"{}\"", hex::encode(md5::Md5::digest(bytes)))
 }
 
-#[test]
-fn s3_etags_agree_for_put_multipart_and_native_uploads() {
-    s3_etags_agree_on(TestEnv::new());
-}
-
-#[test]
-fn s3_etags_agree_for_put_multipart_and_native_uploads_on_postgres() {
-    s3_etags_agree_on(TestEnv::on_postgres());
-}
+both_backends!(s3_etags_agree_for_put_multipart_and_native_uploads, |env| s3_etags_agree_on(env));
 
 fn s3_etags_agree_on(env: TestEnv) {
     env.bucket("bkt", false);
@@ -532,7 +507,7 @@ fn s3_etags_agree_on(env: TestEnv) {
         "keys": ["cli/put.bin", "mp/big.bin", "native/put.bin", "put/small.bin", "text/app.js"],
     });
     let home = env.dir.path().join("boto3-home");
-    let out = run_ok(clean_command(python(), &home).args(["-c", BOTO3_ETAGS, &spec.to_string()]));
+    let out = boto3_output(&home, BOTO3_ETAGS, &spec);
     let out: serde_json::Value = serde_json::from_str(out.trim()).expect("the script prints JSON");
 
     let multipart = out["put"]["mp/big.bin"].as_str().unwrap().to_owned();
@@ -569,9 +544,9 @@ fn s3_etags_agree_on(env: TestEnv) {
     assert_eq!(r.header("content-encoding"), Some("br"));
     let read = s3_key(&env, "bkt", &[]);
     let signing =
-        crate::s3_clients::Signing { method: "GET", headers: &[("Accept-Encoding", "br")], ..Default::default() };
-    let headers = crate::s3_clients::signed_headers(&read, "/bkt/text/app.js", &signing);
-    let r = server.get("/bkt/text/app.js", &crate::s3_clients::as_refs(&headers));
+        crate::helpers::s3::Signing { method: "GET", headers: &[("Accept-Encoding", "br")], ..Default::default() };
+    let headers = crate::helpers::s3::signed_headers(&read, "/bkt/text/app.js", &signing);
+    let r = server.get("/bkt/text/app.js", &crate::helpers::s3::as_refs(&headers));
     assert_eq!(r.status, 200);
     assert_eq!(r.header("content-encoding"), None);
     assert_eq!(r.header("vary"), None, "S3 answers do not vary with Accept-Encoding");
@@ -581,14 +556,8 @@ fn s3_etags_agree_on(env: TestEnv) {
 
 /// An upload left open (a client that died): `serve` aborts it past `timeouts.multipart_upload_expiry`.
 const BOTO3_ABANDONS: &str = r#"
-import json, sys, time
-import boto3
-from botocore.config import Config
-from botocore.exceptions import ClientError
-spec = json.loads(sys.argv[1])
-s3 = boto3.client("s3", endpoint_url=spec["endpoint"], aws_access_key_id=spec["id"],
-    aws_secret_access_key=spec["secret"], region_name="us-east-1",
-    config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+import time
+s3 = client(spec["endpoint"], spec)
 up = s3.create_multipart_upload(Bucket="bkt", Key="left/open")["UploadId"]
 s3.upload_part(Bucket="bkt", Key="left/open", UploadId=up, PartNumber=1, Body=b"x" * 6000)
 s3.upload_part(Bucket="bkt", Key="left/open", UploadId=up, PartNumber=2, Body=b"y" * 10)
@@ -605,15 +574,7 @@ out["uploads"] = [u["Key"] for u in s3.list_multipart_uploads(Bucket="bkt").get(
 print(json.dumps(out))
 "#;
 
-#[test]
-fn serve_aborts_multipart_uploads_past_their_expiry() {
-    abandoned_uploads_expire_on(TestEnv::new());
-}
-
-#[test]
-fn serve_aborts_multipart_uploads_past_their_expiry_on_postgres() {
-    abandoned_uploads_expire_on(TestEnv::on_postgres());
-}
+both_backends!(serve_aborts_multipart_uploads_past_their_expiry, |env| abandoned_uploads_expire_on(env));
 
 fn abandoned_uploads_expire_on(env: TestEnv) {
     env.bucket("bkt", false);
@@ -621,12 +582,12 @@ fn abandoned_uploads_expire_on(env: TestEnv) {
     let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__MULTIPART_UPLOAD_EXPIRY", "2s")], &[]);
     let spec = serde_json::json!({"endpoint": format!("http://{}", server.admin), "id": key.id, "secret": key.secret});
     let home = env.dir.path().join("boto3-home");
-    let out = run_ok(clean_command(python(), &home).args(["-c", BOTO3_ABANDONS, &spec.to_string()]));
+    let out = boto3_output(&home, BOTO3_ABANDONS, &spec);
     let out: serde_json::Value = serde_json::from_str(out.trim()).expect("the script prints JSON");
     assert_eq!(out["parts_before"], 2);
     assert_eq!(out["code"], "NoSuchUpload", "the upload was aborted: {out}");
     assert_eq!(out["uploads"], serde_json::json!([]));
-    assert!(wait_for(Duration::from_secs(5), || files_under(&env.data_dir().join("parts")).is_empty()), "parts gone");
+    assert!(wait_for(Duration::from_secs(30), || files_under(&env.data_dir().join("parts")).is_empty()), "parts gone");
     assert_eq!(server.metric("blobgate_multipart_uploads_expired_total"), 1.0);
     assert!(listed(&env, "bkt").is_empty(), "nothing became visible");
 }
@@ -642,13 +603,7 @@ fn a_zero_multipart_upload_expiry_is_refused_naming_the_key() {
 /// ListMultipartUploads with boto3: several uploads per key, odd keys, pagination by both markers, a delimiter
 /// (common prefixes count toward `max-uploads`), a prefix, and `encoding-type=url`.
 const BOTO3_LISTS_UPLOADS: &str = r#"
-import json, sys
-import boto3
-from botocore.config import Config
-spec = json.loads(sys.argv[1])
-s3 = boto3.client("s3", endpoint_url=spec["endpoint"], aws_access_key_id=spec["id"],
-    aws_secret_access_key=spec["secret"], region_name="us-east-1",
-    config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+s3 = client(spec["endpoint"], spec)
 b = "bkt"
 created = [[k, s3.create_multipart_upload(Bucket=b, Key=k)["UploadId"]] for k in spec["keys"]]
 def entries(r):
@@ -691,7 +646,7 @@ fn boto3_lists_multipart_uploads_with_markers_delimiter_and_odd_keys() {
         "endpoint": format!("http://{}", server.admin), "id": key.id, "secret": key.secret, "keys": keys,
     });
     let home = env.dir.path().join("boto3-home");
-    let out = run_ok(clean_command(python(), &home).args(["-c", BOTO3_LISTS_UPLOADS, &spec.to_string()]));
+    let out = boto3_output(&home, BOTO3_LISTS_UPLOADS, &spec);
     let out: serde_json::Value = serde_json::from_str(out.trim()).expect("the script prints JSON");
 
     // By key, then by age (upload ids sort by creation time).
@@ -721,14 +676,7 @@ fn boto3_lists_multipart_uploads_with_markers_delimiter_and_odd_keys() {
 /// One boto3 client whose only endpoint is the admin listener: it writes and reads on the same pooled keep-alive
 /// connections (as boto3 does when pointed at one endpoint), and every GetObject body leaves by sendfile there.
 const BOTO3_ADMIN_ONLY: &str = r#"
-import hashlib, json, sys
-import boto3
-from boto3.s3.transfer import TransferConfig
-from botocore.config import Config
-spec = json.loads(sys.argv[1])
-s3 = boto3.client("s3", endpoint_url=spec["endpoint"], aws_access_key_id=spec["id"],
-    aws_secret_access_key=spec["secret"], region_name="us-east-1",
-    config=Config(signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+s3 = client(spec["endpoint"], spec)
 b = "bkt"
 sha = lambda data: hashlib.sha256(data).hexdigest()
 out = {}
@@ -765,7 +713,7 @@ fn boto3_with_only_the_admin_endpoint_puts_uploads_gets_and_downloads() {
         "forty": write_file(env.dir.path(), "forty.bin", &forty), "download_to": download,
     });
     let home = env.dir.path().join("boto3-home");
-    let out = run_ok(clean_command(python(), &home).args(["-c", BOTO3_ADMIN_ONLY, &spec.to_string()]));
+    let out = boto3_output(&home, BOTO3_ADMIN_ONLY, &spec);
     let out: serde_json::Value = serde_json::from_str(out.trim()).expect("the script prints JSON");
 
     assert_eq!(out["small"], sha256_hex(&small));

@@ -27,7 +27,7 @@ fn an_object_stored_while_the_app_serves_becomes_visible() {
     assert_json_error(&app.get("/pub/late", &[]), 404, "not_found");
     // Written through another store handle, as the CLI writes: the caches learn of it through the change feed.
     app.put("pub", "late", b"here now");
-    let visible = wait_for(std::time::Duration::from_secs(3), || app.get("/pub/late", &[]).status == 200);
+    let visible = wait_for(std::time::Duration::from_secs(30), || app.get("/pub/late", &[]).status == 200);
     assert!(visible, "the new object never became visible");
     assert_eq!(app.get("/pub/late", &[]).body, b"here now");
 }

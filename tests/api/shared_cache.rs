@@ -18,7 +18,8 @@ impl CachingProxy {
     pub fn start(upstream: SocketAddr) -> Self {
         let nginx = system_binary("nginx", "nginx");
         let dir = tempfile::tempdir().unwrap();
-        let addr = free_local_addr();
+        // nginx refuses port 0: a port no bind to port 0 can take before nginx binds it.
+        let addr = reserved_local_addr();
         let d = dir.path().display();
         // One process, running as us (no worker switching to `nobody`, who could not write the temp dir).
         let conf = format!(
@@ -40,7 +41,7 @@ impl CachingProxy {
             .stderr(Stdio::null())
             .spawn()
             .expect("start nginx");
-        let up = wait_for(Duration::from_secs(10), || TcpStream::connect(addr).is_ok());
+        let up = wait_for(Duration::from_secs(30), || TcpStream::connect(addr).is_ok());
         if !up {
             let _ = child.kill();
             let log = std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default();

@@ -107,7 +107,7 @@ fn a_zero_window_reader_is_still_dropped() {
     conn.send(&raw_request("GET", "/shut/big.bin", &[], true));
     let started = Instant::now();
     assert!(
-        wait_for(Duration::from_secs(15), || server.log().contains("client made no progress")),
+        wait_for(Duration::from_secs(30), || server.log().contains("client made no progress")),
         "a reader that never reads was never dropped; log:\n{}",
         server.log()
     );

@@ -2,7 +2,7 @@
 //! that resets the connection mid-body.
 
 use std::io::Read;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::helpers::*;
 
@@ -12,14 +12,12 @@ fn stats(env: &TestEnv) -> serde_json::Value {
 
 /// Waits for the batcher (it writes at least once a second) until `done` holds.
 fn wait_for_stats(env: &TestEnv, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let s = stats(env);
-        if done(&s) || Instant::now() > deadline {
-            return s;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let mut s = serde_json::Value::Null;
+    wait_for(Duration::from_secs(30), || {
+        s = stats(env);
+        done(&s)
+    });
+    s
 }
 
 #[test]

@@ -115,7 +115,7 @@ fn object_bytes_leave_by_sendfile_only() {
 /// The same for an S3 GetObject signed by botocore (SigV4 header auth): full, one range, three ranges.
 #[test]
 fn sigv4_get_object_bytes_leave_by_sendfile_only() {
-    use crate::s3_clients::{Signing, as_refs, s3_key, signed_headers};
+    use crate::helpers::s3::{Signing, as_refs, s3_key, signed_headers};
     require_tool("strace", "apt package strace");
     let env = TestEnv::new();
     env.bucket("big", false);
@@ -137,7 +137,7 @@ fn sigv4_get_object_bytes_leave_by_sendfile_only() {
 /// full, one range, three ranges, each body by sendfile only.
 #[test]
 fn sigv4_get_object_on_the_admin_listener_leaves_by_sendfile_only() {
-    use crate::s3_clients::{Signing, as_refs, s3_key, signed_headers_for_host};
+    use crate::helpers::s3::{Signing, as_refs, s3_key, signed_headers_for_host};
     require_tool("strace", "apt package strace");
     let env = TestEnv::new();
     env.bucket("big", false);

@@ -6,8 +6,8 @@
 
 use std::path::PathBuf;
 
+use crate::helpers::s3::{AccessKey, aws_home, clean_command, key_json, python, run_boto3, s3_key};
 use crate::helpers::*;
-use crate::s3_clients::{AccessKey, aws_home, clean_command, key_json, python, run_boto3, s3_key};
 use crate::s3_writes::listed;
 
 const MIB: u64 = 1 << 20;
@@ -208,15 +208,9 @@ for bucket, k, sizes in spec["uploads"]:
 print(json.dumps(ids))
 "#;
 
-#[test]
-fn uploads_are_listed_and_aborted_and_bucket_delete_takes_them() {
-    uploads_list_abort_and_bucket_delete_on(TestEnv::new());
-}
-
-#[test]
-fn uploads_are_listed_and_aborted_and_bucket_delete_takes_them_on_postgres() {
-    uploads_list_abort_and_bucket_delete_on(TestEnv::on_postgres());
-}
+both_backends!(uploads_are_listed_and_aborted_and_bucket_delete_takes_them, |env| {
+    uploads_list_abort_and_bucket_delete_on(env)
+});
 
 fn uploads_list_abort_and_bucket_delete_on(env: TestEnv) {
     for bucket in ["bkt", "other"] {

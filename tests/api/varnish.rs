@@ -67,7 +67,6 @@ impl Varnish {
     pub fn start_with(vcl: &str, params: &[&str]) -> Self {
         let varnishd = system_binary("varnishd", "varnish");
         let dir = tempfile::tempdir().unwrap();
-        let addr = free_local_addr();
         let vcl_file = dir.path().join("blobgate.vcl");
         std::fs::write(&vcl_file, vcl).unwrap();
         let log = std::fs::File::create(dir.path().join("varnishd.log")).unwrap();
@@ -76,7 +75,9 @@ impl Varnish {
             .arg("-n")
             .arg(dir.path().join("work"))
             // No privilege separation: as root it would switch to the `varnish` user, who cannot read the temp dir.
-            .args(["-j", "none", "-a", &addr.to_string(), "-s", "malloc,32m", "-f"])
+            // Port 0: the manager binds it, and its listening socket says which port it got.
+            // No management port (`-T none`), so the one listening socket is the HTTP one.
+            .args(["-j", "none", "-T", "none", "-a", "127.0.0.1:0", "-s", "malloc,32m", "-f"])
             .arg(&vcl_file)
             // No grace, so an expired object is revalidated before the answer (not served stale meanwhile), and
             // a minute of keep, so Varnish revalidates it with If-None-Match instead of fetching it again.
@@ -86,17 +87,22 @@ impl Varnish {
             .stderr(log)
             .spawn()
             .expect("start varnishd");
-        let mut varnish = Self { child, addr, dir };
+        let unbound = SocketAddr::from(([127, 0, 0, 1], 0));
+        let mut varnish = Self { child, addr: unbound, dir };
         // The manager listens first, then starts the worker process: wait for an answer (any status; `/` names
         // no object).
-        let up = wait_for(Duration::from_secs(20), || {
+        let up = wait_for(Duration::from_secs(30), || {
+            if varnish.addr == unbound {
+                varnish.addr = listening_addrs(varnish.child.id()).first().copied().unwrap_or(unbound);
+            }
             varnish.child.try_wait().unwrap().is_none()
-                && TcpStream::connect(addr).is_ok()
+                && varnish.addr != unbound
+                && TcpStream::connect(varnish.addr).is_ok()
                 && varnish.get("/", &[]).status > 0
         });
         if !up {
             let _ = varnish.child.kill();
-            panic!("varnishd did not start on {addr}:\n{}", varnish.log());
+            panic!("varnishd did not start on {}:\n{}", varnish.addr, varnish.log());
         }
         varnish
     }
@@ -214,6 +220,7 @@ fn revalidation_through_varnish_gives_304_from_the_cache_and_from_the_origin() {
     // Varnish's own revalidation: once short.css has expired, it asks blobgate with If-None-Match, gets 304 and
     // serves the bytes it kept.
     assert!(varnish.get("/assets/short.css", &[]).body == bytes);
+    // The scenario: short.css's max-age=1 runs out in Varnish.
     std::thread::sleep(Duration::from_millis(2100));
     let r = varnish.get("/assets/short.css", &[]);
     assert_eq!((r.status, r.header("cache-control")), (200, Some("max-age=1")));

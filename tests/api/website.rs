@@ -303,7 +303,7 @@ fn bad_documents_are_one_line_errors_and_change_nothing() {
 /// XML); unsigned ones are native requests and get the site, also with a query that names no S3 parameter.
 #[test]
 fn signed_s3_requests_keep_rest_semantics_and_anonymous_ones_get_the_site() {
-    use crate::s3_clients::{key_json, run_boto3, s3_key};
+    use crate::helpers::s3::{key_json, run_boto3, s3_key};
     let env = TestEnv::new();
     site(&env, "static", true);
     website(&env, "static");

@@ -122,6 +122,7 @@ fn many_pipelined_requests_and_heads_split_across_writes() {
         [&raw[..2], &raw[2..25], &raw[25..raw.len() - 3], &raw[raw.len() - 3..raw.len() - 1], &raw[raw.len() - 1..]]
     {
         conn.send(piece);
+        // The scenario: each piece arrives in a read of its own.
         std::thread::sleep(Duration::from_millis(30));
     }
     let r = conn.read_response(false).expect("the split request");
@@ -345,11 +346,23 @@ fn head_size_limits_give_431_and_414() {
     assert_json_error(&r, 400, "invalid_name");
 }
 
+/// A keep-alive connection that went idle now, for timing the server against its own clock: it closes after
+/// `keep_alive_idle`, so what happens while it is still open happened before that.
+fn reference_idle_connection(server: &Server) -> Conn {
+    let mut conn = Conn::open(server.data);
+    conn.send(&raw_request("GET", "/pub/a", &[], false));
+    assert_eq!(conn.read_response(false).expect("a response").status, 200);
+    conn
+}
+
 #[test]
 fn header_read_timeout_answers_408_and_idle_connections_are_closed() {
     let env = TestEnv::new();
     setup(&env);
-    let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__HEADER_READ", "1s")], &[]);
+    // The reference connection closes at 6 s; the default header timeout is 10 s.
+    let server =
+        env.serve_with(&[("BLOBGATE_TIMEOUTS__HEADER_READ", "1s"), ("BLOBGATE_TIMEOUTS__KEEP_ALIVE_IDLE", "6s")], &[]);
+    let mut reference = reference_idle_connection(&server);
 
     // A partial head: 408, then close.
     let mut partial = Conn::open(server.data);
@@ -360,50 +373,64 @@ fn header_read_timeout_answers_408_and_idle_connections_are_closed() {
     let elapsed = start.elapsed();
     assert_eq!(r.status, 408);
     assert_eq!(r.header("connection"), Some("close"));
-    assert!(elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(3), "408 after {elapsed:?}");
-    assert!(partial.is_closed(Duration::from_secs(1)));
+    // Lower bound: not before the timeout. Upper, as an ordering: before the 6 s idle close, so the configured
+    // 1 s timed it out, not the default 10 s.
+    assert!(elapsed >= Duration::from_millis(900), "408 after {elapsed:?}");
+    assert!(partial.is_closed(Duration::from_secs(30)));
 
     // A connection that never sends anything is closed without a response.
     let (bytes, _) = silent.read_to_end();
     let elapsed = start.elapsed();
     assert!(bytes.is_empty(), "a silent connection got {:?}", String::from_utf8_lossy(&bytes));
-    assert!(elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(3), "closed after {elapsed:?}");
+    assert!(elapsed >= Duration::from_millis(900), "closed after {elapsed:?}");
+    assert!(reference.untouched(), "the 408 and the close came only after a 6 s keep-alive idle close");
 }
 
 #[test]
 fn header_read_timeout_is_not_reset_by_a_trickling_client() {
     let env = TestEnv::new();
     setup(&env);
-    let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__HEADER_READ", "1s")], &[]);
+    let server =
+        env.serve_with(&[("BLOBGATE_TIMEOUTS__HEADER_READ", "1s"), ("BLOBGATE_TIMEOUTS__KEEP_ALIVE_IDLE", "6s")], &[]);
+    let mut reference = reference_idle_connection(&server);
     let mut conn = Conn::open(server.data);
-    let start = Instant::now();
-    // One byte every 100 ms: each read makes progress, but the head is never complete.
+    // One byte every 100 ms: each read makes progress, but the head is never complete. The whole head would take
+    // 7 s; a timeout that each byte resets would never fire before it is sent.
     let head = b"GET /pub/a HTTP/1.1\r\nHost: t\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    let mut sent = 0;
     for byte in head.iter() {
-        if conn.send_lossy(&[*byte]).is_err() || start.elapsed() > Duration::from_secs(3) {
+        if conn.send_lossy(&[*byte]).is_err() || !conn.untouched() {
             break;
         }
+        sent += 1;
         std::thread::sleep(Duration::from_millis(100));
     }
     let r = conn.read_response(false).expect("a 408");
     assert_eq!(r.status, 408);
-    assert!(start.elapsed() < Duration::from_secs(4), "408 after {:?}", start.elapsed());
+    assert!(sent < head.len(), "the whole head was sent before the 408");
+    assert!(reference.untouched(), "the 408 came only after a 6 s keep-alive idle close");
 }
 
 #[test]
 fn idle_keep_alive_connections_are_closed() {
     let env = TestEnv::new();
     let [a, _, _] = setup(&env);
-    let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__KEEP_ALIVE_IDLE", "1s")], &[]);
+    // The reference: a partial head on another connection, timed out at 6 s.
+    let server =
+        env.serve_with(&[("BLOBGATE_TIMEOUTS__KEEP_ALIVE_IDLE", "1s"), ("BLOBGATE_TIMEOUTS__HEADER_READ", "6s")], &[]);
     let mut conn = Conn::open(server.data);
     conn.send(&raw_request("GET", "/pub/a", &[], false));
     let r = conn.read_response(false).expect("a response");
     assert!(r.body == a);
     let start = Instant::now();
+    let mut reference = Conn::open(server.data);
+    reference.send(b"GET /pub/a HTTP/1.1\r\n");
     let (rest, _) = conn.read_to_end();
     let elapsed = start.elapsed();
     assert!(rest.is_empty(), "an idle close sends nothing, got {:?}", String::from_utf8_lossy(&rest));
-    assert!(elapsed >= Duration::from_millis(800) && elapsed < Duration::from_secs(3), "closed after {elapsed:?}");
+    // Not before the idle timeout; and before the reference's 6 s header timeout (the default idle is 75 s).
+    assert!(elapsed >= Duration::from_millis(800), "closed after {elapsed:?}");
+    assert!(reference.untouched(), "the idle close came only after a 6 s header timeout");
 }
 
 #[test]
@@ -416,7 +443,7 @@ fn a_client_that_stops_reading_is_dropped_after_the_send_progress_timeout() {
     let mut conn = Conn::open(server.data);
     conn.send(&raw_request("GET", "/pub/big", &[], false));
     assert_eq!(server.metric("blobgate_stalled_responses_total"), 0.0);
-    let stalled = wait_for(Duration::from_secs(6), || server.metric("blobgate_stalled_responses_total") == 1.0);
+    let stalled = wait_for(Duration::from_secs(30), || server.metric("blobgate_stalled_responses_total") == 1.0);
     assert!(stalled, "no stalled response counted; metrics:\n{}", server.metrics());
     // Everything the kernel buffered arrives, then the connection ends: fewer bytes than promised.
     let (status, headers) = conn.read_head().expect("the head was sent before the stall");
@@ -490,7 +517,7 @@ fn a_client_that_resets_mid_download_does_not_disturb_others() {
         conn.read_raw(1000);
         // Dropped here, with megabytes still owed.
     }
-    assert!(wait_for(Duration::from_secs(3), || server.metric("blobgate_aborted_responses_total") == 1.0));
+    assert!(wait_for(Duration::from_secs(30), || server.metric("blobgate_aborted_responses_total") == 1.0));
     let r = server.get("/pub/big", &[]);
     assert_eq!(r.status, 200);
     assert!(r.body == big);
@@ -513,7 +540,7 @@ fn an_http2_preface_gets_a_505_that_says_so_logged_at_info() {
     assert_eq!(r.header("connection"), Some("close"));
     assert!(conn.is_closed(Duration::from_secs(2)));
     let logged =
-        wait_for(Duration::from_secs(2), || server.log().contains("refused a request in another HTTP version"));
+        wait_for(Duration::from_secs(30), || server.log().contains("refused a request in another HTTP version"));
     assert!(logged, "{}", server.log());
     let line = server.log().lines().find(|l| l.contains("another HTTP version")).unwrap().to_owned();
     assert!(line.contains("INFO") && line.contains("HTTP/2"), "{line}");
@@ -549,7 +576,7 @@ fn a_range_covering_the_whole_object_is_a_206() {
 
     // Every 206 is a range request in the stats; the two 200s are not.
     let range_requests = whole.len() as u64 + 1;
-    let counted = wait_for(Duration::from_secs(10), || {
+    let counted = wait_for(Duration::from_secs(30), || {
         let stats: serde_json::Value = serde_json::from_str(env.ok(&["stats", "--json"]).trim()).unwrap();
         let row = stats.as_array().unwrap().iter().find(|r| r["key"] == "a").cloned();
         row.is_some_and(|r| r["requests"] == range_requests + 3 && r["range_requests"] == range_requests)

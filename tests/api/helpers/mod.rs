@@ -1,4 +1,7 @@
-//! Test harness: spawn the real binary, drive it with its CLI, and talk raw HTTP/1.1 to it.
+//! Test harness: spawn the real binary, drive it with its CLI, and talk raw HTTP/1.1 to it. `s3` holds what the
+//! S3 modules share (clients, keys, signatures).
+
+pub mod s3;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -372,6 +375,19 @@ impl Conn {
                 }
             }
         }
+    }
+
+    /// True when, at this moment, nothing has arrived and the server has not closed the connection (a
+    /// non-blocking peek): for asserting that one server timer has not fired yet while another has.
+    pub fn untouched(&mut self) -> bool {
+        if !self.buf.is_empty() {
+            return false;
+        }
+        self.stream.set_nonblocking(true).unwrap();
+        let mut byte = [0u8; 1];
+        let untouched = matches!(self.stream.peek(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+        self.stream.set_nonblocking(false).unwrap();
+        untouched
     }
 
     /// True when the server has closed the connection (reads EOF or an error within `wait`).
@@ -758,10 +774,57 @@ pub fn system_binary(name: &str, package: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("{name} is not installed: scripts/test installs it (apt package {package})"))
 }
 
-/// A loopback address with a port that was free a moment ago, for a helper process to listen on.
-pub fn free_local_addr() -> SocketAddr {
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    SocketAddr::from(([127, 0, 0, 1], port))
+/// A loopback address, free now, for what cannot bind port 0 and report it (nginx's config, two gateways racing
+/// for one address) or must name a port nobody listens on. The port lies below the kernel's ephemeral range, so
+/// no bind to port 0 and no outgoing connection, in this suite or beside it, can be given it meanwhile; each call
+/// in this process gets another one, and the process id spreads concurrent runs apart.
+pub fn reserved_local_addr() -> SocketAddr {
+    static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").expect("the ephemeral range");
+    let low: u16 = range.split_whitespace().next().and_then(|p| p.parse().ok()).expect("its low end");
+    // 8192 ports below the range (which starts at 32768 by default), never the privileged ones.
+    let span = 8192.min(low - 1024);
+    let offset = std::process::id() as u16 % span;
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = low - 1 - (offset.wrapping_add(n) % span);
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        // Free now (a fixed-port daemon of the machine's own may hold it): skip it if not.
+        if TcpListener::bind(addr).is_ok() {
+            return addr;
+        }
+    }
+    panic!("no free loopback port below {low}");
+}
+
+/// The TCP addresses process `pid` listens on (its sockets in LISTEN state, from /proc): how a helper process
+/// told to bind port 0 says which port it got.
+pub fn listening_addrs(pid: u32) -> Vec<SocketAddr> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.map_while(Result::ok)
+                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                .filter_map(|target| {
+                    let target = target.to_string_lossy().into_owned();
+                    target.strip_prefix("socket:[").and_then(|t| t.strip_suffix(']')).map(str::to_owned)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // local_address is HEX_IP:HEX_PORT (the IP in host byte order), st 0A is LISTEN, then the inode.
+            (fields.len() > 9 && fields[3] == "0A" && inodes.iter().any(|i| i == fields[9])).then(|| {
+                let (ip, port) = fields[1].split_once(':').unwrap();
+                let ip = std::net::Ipv4Addr::from(u32::from_str_radix(ip, 16).unwrap().to_be());
+                SocketAddr::from((ip, u16::from_str_radix(port, 16).unwrap()))
+            })
+        })
+        .collect()
 }
 
 pub fn require_tool(tool: &str, from: &str) {
@@ -769,6 +832,30 @@ pub fn require_tool(tool: &str, from: &str) {
         Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().is_ok_and(|o| o.status.success());
     assert!(found, "this test needs {tool} ({from}; scripts/test installs it)");
 }
+
+/// Declares one test per metadata backend from one body: `NAME::sqlite` on a fresh SQLite data dir and
+/// `NAME::postgres` on a fresh database of the test cluster; the body gets the `TestEnv` as `env`.
+macro_rules! both_backends {
+    ($name:ident, |$env:ident| $body:expr) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[test]
+            fn sqlite() {
+                let $env = $crate::helpers::TestEnv::new();
+                $body
+            }
+
+            #[test]
+            fn postgres() {
+                let $env = $crate::helpers::TestEnv::on_postgres();
+                $body
+            }
+        }
+    };
+}
+pub(crate) use both_backends;
 
 /// The throw-away PostgreSQL cluster that `scripts/test` starts (`scripts/pg-cluster`), as its superuser URL.
 pub fn postgres_server_url() -> String {
