@@ -4,20 +4,23 @@
 //!
 //! ## Layout
 //! Dependencies point one way, as the layer table in ARCHITECTURE.md says (`tests/architecture.rs` checks it).
-//! - [`cli`]: the command line (serve, bucket, put, import, token, presign).
+//! - [`cli`]: the command line (serve, bucket, put, import, ls, rm, token, s3-key, presign, signing, stats,
+//!   uploads, db).
 //! - [`config`]: layered settings; the only module that reads the environment.
 //! - [`startup`]: builds the application from settings and runs both listeners until shutdown.
 //! - [`names`]: bucket names and object keys, parsed once and shared by every entry point.
-//! - [`store`]: SQLite metadata (the only SQL) and content-addressed blob files.
+//! - [`store`]: the metadata on SQLite or PostgreSQL (the only SQL) and the content-addressed blob files.
 //! - [`http`]: axum routes and handlers for both listeners, and the one error type.
 //! - [`auth`]: who may read or write what: the `Authorizer` and its `AuthError`s, over a lookup the catalog provides.
 //! - [`catalog`]: caches of metadata and open blobs for the data path, coherent with the database.
-//! - [`header_values`]: ETag, HTTP date and Content-Disposition values (pure), shared by store, auth, http, driver.
+//! - [`header_values`]: ETag, HTTP date, Content-Disposition, CORS rule and upload digest values (pure), shared by
+//!   store, auth, http, driver.
 //! - [`file_body`]: the response extension that hands file regions from handlers to the driver.
-//! - [`driver`]: the data listener's own HTTP/1.1 loop; `driver::sendfile` is the only raw-fd code.
+//! - [`driver`]: the HTTP/1.1 loop both listeners run; `driver::sendfile` is the only raw-fd code.
 //! - [`metrics`]: Prometheus series, all names in one place; the stats batcher.
 //! - [`s3`]: the S3 wire format (XML documents, list parameters, the listing planner), pure.
 //! - [`stats`]: download records and the per-object counters they add up to (pure data).
+//! - [`access_log`]: one JSON line per response, written by its own thread, credentials redacted.
 
 // `unsafe` only where a module allows it (the raw-fd send path, the shared generation mapping), and each block
 // says why it is sound.

@@ -69,7 +69,7 @@ impl Application {
             // A rollback, or an old replica restarting mid-rollout: tolerated by the upgrade rule.
             tracing::warn!(
                 "{note}; serving on, as a newer release only adds tables, columns with defaults and indexes that the \
-                 one before ignores (README, \"Upgrades and rollbacks\")"
+                 one before ignores (docs/operations.md, \"Upgrades and rollbacks\")"
             );
         }
         if store.meta.link_may_be_plaintext() {

@@ -41,7 +41,7 @@ pub(super) async fn migrate(settings: &Settings, json: bool) -> anyhow::Result<(
 /// One line on stderr when a newer release migrated the database (every command that opens it says it once).
 pub(super) fn warn_of_newer(status: &MigrationStatus) {
     if let Some(note) = status.newer_note() {
-        eprintln!("blobgate: warning: {note}; carrying on (README, \"Upgrades and rollbacks\")");
+        eprintln!("blobgate: warning: {note}; carrying on (docs/operations.md, \"Upgrades and rollbacks\")");
     }
 }
 

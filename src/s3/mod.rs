@@ -1,13 +1,13 @@
-//! The S3 wire format, pure: the XML bodies S3 answers with and the ones it accepts (`xml`), the list requests'
-//! query parameters (`request`), and the listing planner that turns the store's keyset pages into one S3 list
-//! page (`listing`). No IO: the routes (in `http`) read the request, drive the planner over the store and send
-//! what these functions write.
+//! The S3 wire format, pure: the XML documents S3 answers with (`xml`), what requests carry (`request`: list
+//! parameters and the XML bodies S3 accepts), and the listing planner that turns the store's keyset pages into one
+//! S3 list page (`listing`). No IO: the routes (in `http`) read the request, drive the planner over the store and
+//! send what these functions write.
 //!
 //! - [`xml`]: ListAllMyBucketsResult, ListBucketResult (V1 and V2), LocationConstraint, Error, the multipart
-//!   results, DeleteResult, Tagging; and the request bodies CompleteMultipartUpload, Delete and Tagging, bounded,
-//!   with S3's error codes.
-//! - [`request`]: the parameters of ListObjects V1 and V2, parsed once (`max-keys` capped, `encoding-type`,
-//!   continuation tokens).
+//!   and copy results, DeleteResult, Tagging.
+//! - [`request`]: the parameters of ListObjects V1 and V2, ListParts and ListMultipartUploads, parsed once
+//!   (`max-keys` capped, `encoding-type`, continuation tokens); the request bodies CompleteMultipartUpload,
+//!   Delete and Tagging, bounded, with S3's error codes; the copy headers and tag sets.
 //! - [`listing`]: prefix, delimiter and pagination over any source of keys in order; a page costs O(max-keys)
 //!   rows, since a common prefix is skipped by seeking past it.
 

@@ -1,5 +1,5 @@
-//! A static site's assets behind the README's shared caches (nginx `proxy_cache`, Varnish), read by a browser on
-//! another origin. The trial that found it: objects with variants got `Vary: Origin` and `Vary: Accept-Encoding`
+//! A static site's assets behind docs/cdn-origin.md's shared caches (nginx `proxy_cache`, Varnish), read by a browser
+//! on another origin. The trial that found it: objects with variants got `Vary: Origin` and `Vary: Accept-Encoding`
 //! as two header lines, nginx keyed its cache on one, and a copy stored for a request without `Origin` was handed
 //! to Chromium without `Access-Control-Allow-Origin`. `Vary` is one line now; these tests prime each cache
 //! without `Origin`, then let Chromium read through it.
@@ -69,7 +69,7 @@ fn a_browser_gets_cors_headers_through_nginx_and_varnish_primed_without_origin()
     std::fs::write(&css, &bytes).unwrap();
     let put = env.ok(&["put", "site", "app.css", css.to_str().unwrap(), "--precompress"]);
     assert!(put.contains("\"br\"") && put.contains("\"gzip\""), "both variants kept: {put}");
-    // nginx stores only what says how long it may (no proxy_cache_valid in the README's snippet).
+    // nginx stores only what says how long it may (no proxy_cache_valid in docs/cdn-origin.md's snippet).
     env.ok(&["bucket", "set", "site", "--cache-control", "public, max-age=600"]);
     let server = env.serve();
     let nginx = CachingProxy::start(server.data);
@@ -110,11 +110,11 @@ fn a_browser_gets_cors_headers_through_nginx_and_varnish_primed_without_origin()
         assert_eq!(seen[name]["status"], 200, "{name}: {seen}");
         assert_eq!(seen[name]["length"], bytes.len(), "{name}: the decoded stylesheet: {seen}");
     }
-    assert_eq!(seen["varnish"]["encoding"], "br", "Varnish keeps brotli with the README's VCL: {seen}");
+    assert_eq!(seen["varnish"]["encoding"], "br", "Varnish keeps brotli with docs/cdn-origin.md's VCL: {seen}");
 }
 
-/// With the README's VCL (`http_gzip_support=off` and `Accept-Encoding` normalised), each coding is cached apart
-/// and brotli reaches brotli clients from the cache.
+/// With docs/cdn-origin.md's VCL (`http_gzip_support=off` and `Accept-Encoding` normalised), each coding is cached
+/// apart and brotli reaches brotli clients from the cache.
 #[test]
 fn varnish_with_the_readme_vcl_caches_each_coding_apart_and_keeps_brotli() {
     let env = TestEnv::new();

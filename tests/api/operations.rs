@@ -5,11 +5,24 @@ use std::os::unix::fs::PermissionsExt;
 
 use crate::helpers::*;
 
-/// Names in the README that look like series but are not (the PostgreSQL change feed's channel).
+/// Names in the docs that look like series but are not (the PostgreSQL change feed's channel).
 const NOT_SERIES: [&str; 1] = ["blobgate_changes"];
 
-fn readme() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md")
+fn doc(path: &str) -> String {
+    std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).expect(path)
+}
+
+/// README.md, ARCHITECTURE.md and every `docs/*.md`, one after the other.
+fn all_docs() -> String {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/docs");
+    let mut pages: Vec<_> = std::fs::read_dir(dir).expect("docs/").map(|e| e.expect("docs/ entry").path()).collect();
+    pages.retain(|p| p.extension().is_some_and(|e| e == "md"));
+    pages.sort();
+    let mut text = doc("README.md") + &doc("ARCHITECTURE.md");
+    for page in pages {
+        text += &std::fs::read_to_string(&page).expect("a docs page");
+    }
+    text
 }
 
 /// Every `blobgate_*` word in `text`.
@@ -28,15 +41,15 @@ fn series_names(text: &str) -> std::collections::BTreeSet<String> {
 }
 
 #[test]
-fn every_series_the_readme_names_is_on_metrics_from_start_up() {
-    let readme = readme();
-    let start = readme.find("- Prometheus series (`/metrics`)").expect("the README's series list");
-    let end = start + readme[start..].find("\n- ").expect("the item after it");
-    let listed = series_names(&readme[start..end]);
-    let mentioned = series_names(&readme);
+fn every_series_the_docs_name_is_on_metrics_from_start_up() {
+    let operations = doc("docs/operations.md");
+    let start = operations.find("- Prometheus series (`/metrics`)").expect("the series list in docs/operations.md");
+    let end = start + operations[start..].find("\n\n").expect("the paragraph after it");
+    let listed = series_names(&operations[start..end]);
+    let mentioned = series_names(&all_docs());
     assert!(listed.len() >= 30, "{listed:?}");
     let unlisted: Vec<_> = mentioned.difference(&listed).collect();
-    assert!(unlisted.is_empty(), "named in the README but not in its series list: {unlisted:?}");
+    assert!(unlisted.is_empty(), "named in the docs but not in docs/operations.md's series list: {unlisted:?}");
 
     let env = TestEnv::new();
     let server = env.serve();
