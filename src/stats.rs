@@ -2,7 +2,7 @@
 //! per-day aggregate a batch writes. Shared by the driver (which emits records), `metrics` (which batches them)
 //! and `store` (which writes them); it does no IO, so it sits below all three.
 //!
-//! **What counts** is in the module doc of `metrics::downloads` and in the README.
+//! **What counts** is in the module doc of `metrics::downloads` and in docs/operations.md ("Download statistics").
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -73,7 +73,7 @@ const PROBE_MIN: u64 = 64 * 1024;
 /// Chunks at least this large go to the low-priority pool, cached or not, while the worker has other connections
 /// to serve: pushing half a megabyte or more through the TCP stack is itself long enough to delay every small
 /// response waiting on the event loop. A lone download stays inline, where it costs less CPU. The figures behind
-/// this choice are in the README ("Measurements").
+/// this choice are in docs/measurements.md.
 const OFFLOAD_MIN: u64 = 512 * 1024;
 
 /// Observes every sendfile return value as it happens (the Prometheus byte counter), so bytes are counted even

@@ -3,7 +3,7 @@
 //! tower-http's `TimeoutLayer` polls its `Sleep` before the inner future, so every request inserts a timer into
 //! tokio's wheel and removes it again. Before the data workers had their timer anchor (`driver::anchor_timer_wheel`)
 //! that timer was also the wheel's earliest and unparked the driver: an eventfd `write(2)` per request. With the
-//! anchor, what is left is the wheel work, still measurable on small downloads (README, "Measurements"). A cached
+//! anchor, what is left is the wheel work, still measurable on small downloads (docs/measurements.md). A cached
 //! GET completes on its first poll, so the handler is polled first and the timer is armed only when it really has
 //! to wait (a cold lookup, a busy database). The deadline still counts from the call, not from the first `Pending`, and the timeout answer is
 //! the JSON `ApiError` (503 `handler_timeout`) rather than an empty 503, or for an S3 request S3's XML (503

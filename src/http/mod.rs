@@ -104,7 +104,7 @@ impl std::ops::Deref for AdminState {
 /// There is no `Router` in front: with a single handler it has nothing to route, and its per-request work (a
 /// path match, boxing and cloning the route, extension inserts) allocates on every download. The driver accepts
 /// any such `Service`, so a `Router` or further layers can go back on without touching it. No TraceLayer either:
-/// its per-request span is paid by every small download (README, "Measurements"); the driver logs every response
+/// its per-request span is paid by every small download (docs/measurements.md); the driver logs every response
 /// itself (`blobgate::driver` at debug), which costs nothing when that level is off.
 /// Server errors are logged once, by [`error::log_server_error`], which only reads the status of a success.
 pub fn data_service(state: DataState, handler_timeout: Duration) -> impl crate::driver::RequestService {

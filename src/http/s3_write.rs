@@ -409,7 +409,7 @@ impl S3Body {
 impl BodyFilter for S3Body {
     type Error = S3Error;
     /// Smaller than the native batch: S3 clients upload many parts at once (aws-cli: 10 per file), and the
-    /// server's memory must stay flat however many run (README, "S3 clients").
+    /// server's memory must stay flat however many run (docs/s3.md).
     const BATCH: usize = 128 * 1024;
 
     fn data(&mut self, chunk: Bytes, out: &mut Vec<Bytes>) -> Result<(), S3Error> {

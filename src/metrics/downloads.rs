@@ -5,7 +5,7 @@
 //! The send path never waits on any of this: records go through a bounded channel with `try_send`, and a full
 //! channel costs a dropped record and a counter increment, never a blocked response.
 //!
-//! **What counts** (also in the README):
+//! **What counts** (also in docs/operations.md):
 //! - `requests`: GET responses with status 200 or 206 that started (the head was written).
 //! - `completed`: of those, the ones whose every planned byte was handed to the socket.
 //! - `aborted`: of those, the ones cut short: the client went away, stopped reading (send-progress timeout), or

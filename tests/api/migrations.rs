@@ -87,7 +87,7 @@ fn migrated(env: &TestEnv) -> i64 {
     *recorded_versions(env).last().expect("the migrations were recorded")
 }
 
-/// What a newer release's migration does, by the README's rule: a new table, and new columns with defaults on
+/// What a newer release's migration does, by the rule in docs/operations.md: a new table, and new columns with defaults on
 /// tables this release reads and writes.
 const NEWER_MIGRATION: &str = "CREATE TABLE future_feature (id BIGINT PRIMARY KEY, note TEXT NOT NULL DEFAULT ''); \
      ALTER TABLE buckets ADD COLUMN future_quota BIGINT NOT NULL DEFAULT 0; \

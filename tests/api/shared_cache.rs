@@ -68,7 +68,7 @@ impl Drop for CachingProxy {
 fn a_shared_cache_never_serves_a_private_object_to_a_request_without_valid_credentials() {
     let env = TestEnv::new();
     let bytes = test_bytes(200_000, 41);
-    // The README's walkthrough: a private object stored with a long-lived public Cache-Control.
+    // The walkthrough in docs/cdn-origin.md: a private object stored with a long-lived public Cache-Control.
     let cache_control = "public, max-age=31536000, immutable";
     env.bucket("releases", false);
     env.bucket("assets", true);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::helpers::*;
 
-/// The VCL the README shows: blobgate as the backend, multi-range requests piped to it, `Accept-Encoding`
+/// The VCL docs/cdn-origin.md shows: blobgate as the backend, multi-range requests piped to it, `Accept-Encoding`
 /// normalised so brotli variants are kept (with `http_gzip_support=off`), and an `X-Cache` header saying whether
 /// the answer was a hit. Everything else is Varnish's built-in VCL (it passes requests with
 /// `Authorization` and does not store responses marked `private`, `no-store` or `no-cache`).
@@ -58,7 +58,7 @@ pub struct Varnish {
 }
 
 impl Varnish {
-    /// With the README's VCL and parameters.
+    /// With docs/cdn-origin.md's VCL and parameters.
     pub fn start(backend: SocketAddr) -> Self {
         Self::start_with(&vcl(backend), &["http_gzip_support=off"])
     }
@@ -324,7 +324,7 @@ fn varnish_sees_the_bucket_default_cache_control_for_objects_stored_without_one(
     put_file(&env, env.dir.path(), "live", "feed.json", &bytes, None);
     put_file(&env, env.dir.path(), "live", "pinned.json", &bytes, Some("max-age=60"));
     put_file(&env, env.dir.path(), "plain", "note.txt", &bytes, None);
-    // The README's content-hashed assets: the bucket default says immutable, the entry point says no-cache.
+    // docs/cdn-origin.md's content-hashed assets: the bucket default says immutable, the entry point says no-cache.
     env.bucket("static", true);
     env.ok(&["bucket", "set", "static", "--cache-control", "public, max-age=31536000, immutable"]);
     let dist = env.dir.path().join("dist");

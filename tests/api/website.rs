@@ -350,7 +350,7 @@ print(json.dumps(out))
     assert!(list.header("x-amz-request-id").is_some(), "an S3 answer: {list:?}");
 }
 
-/// A static site in headless Chromium through Varnish with the README's VCL: the page, its stylesheet by a
+/// A static site in headless Chromium through Varnish with docs/cdn-origin.md's VCL: the page, its stylesheet by a
 /// relative link, a missing image's error page, and a directory link followed through its redirect. Varnish keeps
 /// the page and never the 404 (`no-cache`), so a key uploaded later is served at once.
 #[test]

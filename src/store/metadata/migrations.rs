@@ -2,7 +2,7 @@
 //! the two compare (`MigrationStatus::compare`, pure).
 //!
 //! A database that a newer release migrated is served: its later migrations only add tables, columns with
-//! defaults and indexes that this release ignores (README, "Upgrades and rollbacks"), so a rollback, or an old
+//! defaults and indexes that this release ignores (docs/operations.md, "Upgrades and rollbacks"), so a rollback, or an old
 //! replica restarting mid-rollout, keeps working. Anything else this binary does not know (a migration below its
 //! latest, one of its own with another checksum, one of its own skipped under a later one, one that failed
 //! part-way) means another line of releases or a broken migration, and is refused in one line ([`SchemaError`]).
