@@ -893,7 +893,8 @@ mod tests {
                 }))
             })
             .collect();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        // Bounds a hang only.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while first.list_uploads(&b, "", None, 10).await.unwrap().0.len() > 1 {
             assert!(std::time::Instant::now() < deadline, "the old uploads were not aborted");
             tokio::time::sleep(Duration::from_millis(20)).await;
