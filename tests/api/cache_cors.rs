@@ -116,7 +116,7 @@ fn a_browser_gets_cors_headers_through_nginx_and_varnish_primed_without_origin()
 /// With docs/cdn-origin.md's VCL (`http_gzip_support=off` and `Accept-Encoding` normalised), each coding is cached
 /// apart and brotli reaches brotli clients from the cache.
 #[test]
-fn varnish_with_the_readme_vcl_caches_each_coding_apart_and_keeps_brotli() {
+fn varnish_with_the_documented_vcl_caches_each_coding_apart_and_keeps_brotli() {
     let env = TestEnv::new();
     env.bucket("site", true);
     let bytes = stylesheet();
