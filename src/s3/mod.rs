@@ -12,6 +12,7 @@
 //!   rows, since a common prefix is skipped by seeking past it.
 
 pub mod listing;
+pub mod operation;
 pub mod request;
 pub mod xml;
 
