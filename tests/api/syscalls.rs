@@ -335,7 +335,14 @@ fn small_requests_cost_three_syscalls(access_log: bool) {
     );
     assert_eq!(count("sendfile") as u64, REQUESTS, "one sendfile per 4 KiB body");
     assert_eq!(count("sendto") as u64, REQUESTS, "one send per head");
-    assert!(eagain_reads < 10, "recvfrom failed with EAGAIN {eagain_reads} times for {REQUESTS} requests");
+    // The regression this guards made one failing recvfrom per wait for the next request (at least the 300
+    // keep-alive waits here). A worker woken before a new request reached its socket buffer makes one too, which
+    // a loaded machine does a few times per hundred requests (17 of 400 while another build ran): half the
+    // requests tells the two apart.
+    assert!(
+        (eagain_reads as u64) < REQUESTS / 2,
+        "recvfrom failed with EAGAIN {eagain_reads} times for {REQUESTS} requests"
+    );
     assert!(
         count("write") <= anchor_writes + 10,
         "{} write calls (eventfd wake-ups) for {REQUESTS} requests in {seconds:.2} s",
