@@ -189,6 +189,7 @@ async fn run(objects: usize, backend: Backend, postgres: Option<&PostgresServer>
     let presign_max_lifetime = Settings::default().auth.presign_max_lifetime;
     let app = DataState::new(DataParts {
         log_principal: false,
+        s3_domain: None,
         catalog: catalog.clone(),
         auth: Authorizer::new(catalog.clone(), presign_max_lifetime),
         range_policy: RangePolicy::default(),

@@ -227,7 +227,7 @@ pub const CREDENTIAL_PARAM_PREFIXES: [&str; 2] = ["bg-", "x-amz-"];
 pub const CREDENTIAL_PARAMS: [&str; 2] = ["awsaccesskeyid", "signature"];
 
 /// Whether a (decoded) query parameter name carries a credential: the one list the access log, the admin
-/// listener's trace span and the S3 front end's detection (`http::s3::carries_aws_credentials`, checked by its
+/// listener's trace span and the S3 front end's detection (`s3::operation::carries_aws_credentials`, checked by its
 /// tests) share.
 pub fn is_credential_param(name: &str) -> bool {
     let name = name.to_ascii_lowercase();

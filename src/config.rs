@@ -266,11 +266,14 @@ impl Default for AuthSettings {
 pub struct S3Settings {
     /// The region SigV4 credential scopes must name, and HeadBucket's `x-amz-bucket-region`.
     pub region: String,
+    /// Virtual-hosted-style addressing: a request whose `Host` is `BUCKET.<domain>` (any port) addresses that
+    /// bucket. Unset: path-style only.
+    pub domain: Option<String>,
 }
 
 impl Default for S3Settings {
     fn default() -> Self {
-        Self { region: "us-east-1".into() }
+        Self { region: "us-east-1".into(), domain: None }
     }
 }
 
@@ -568,6 +571,7 @@ impl Settings {
         }
         check_log_filter("log", &self.log)?;
         self.access_log_mode()?;
+        self.s3_domain()?;
         self.database_url()?;
         // The background sync runs every second: a shorter window would flap.
         if self.database.max_staleness < Duration::from_secs(2) {
@@ -590,6 +594,26 @@ impl Settings {
             }
             Err(_) => bail!("access_log_mode {text:?} is not an octal file mode such as 0640"),
         }
+    }
+
+    /// `s3.domain`, lower-cased and without a trailing dot: a DNS name of at least two labels, each of letters,
+    /// digits and hyphens. An empty value means unset, as an empty environment variable does.
+    pub fn s3_domain(&self) -> anyhow::Result<Option<String>> {
+        let Some(domain) = self.s3.domain.as_deref().map(str::trim).filter(|d| !d.is_empty()) else {
+            return Ok(None);
+        };
+        let domain = domain.strip_suffix('.').unwrap_or(domain).to_ascii_lowercase();
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        };
+        if domain.len() > 253 || domain.split('.').count() < 2 || !domain.split('.').all(label_ok) {
+            bail!("s3.domain {domain:?} is not a DNS name such as s3.example.com (no scheme, port or path)");
+        }
+        Ok(Some(domain))
     }
 
     /// `database.url`, parsed; SQLite's `blobgate.db` in the data dir when it is unset.

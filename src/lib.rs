@@ -18,7 +18,7 @@
 //! - [`file_body`]: the response extension that hands file regions from handlers to the driver.
 //! - [`driver`]: the HTTP/1.1 loop both listeners run; `driver::sendfile` is the only raw-fd code.
 //! - [`metrics`]: Prometheus series, all names in one place; the stats batcher.
-//! - [`s3`]: the S3 wire format (XML documents, list parameters, the listing planner), pure.
+//! - [`s3`]: the S3 wire format (XML documents, list parameters, the listing planner) and `operation::classify`, pure.
 //! - [`stats`]: download records and the per-object counters they add up to (pure data).
 //! - [`access_log`]: one JSON line per response, written by its own thread, credentials redacted.
 

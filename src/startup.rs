@@ -123,6 +123,7 @@ impl Application {
                 .with_s3_region(&settings.s3.region),
             range_policy: RangePolicy::default(),
             log_principal: access_log.is_some(),
+            s3_domain: settings.s3_domain()?,
         });
         let admin = AdminState::new(AdminParts {
             store,

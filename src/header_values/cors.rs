@@ -36,6 +36,8 @@ pub const ALLOWED_REQUEST_HEADERS: [&str; 7] =
 /// Browsers cap a preflight cache far lower (Chromium: 2 h); a day is the most worth storing.
 pub const MAX_MAX_AGE: u32 = 86_400;
 
+/// The methods a rule allows (its preflight's `Access-Control-Allow-Methods`, GetBucketCors' `AllowedMethod`).
+pub const ALLOWED_METHODS: [&str; 2] = ["GET", "HEAD"];
 const ALLOW_METHODS: HeaderValue = HeaderValue::from_static("GET, HEAD");
 const ANY_ORIGIN: HeaderValue = HeaderValue::from_static("*");
 const VARY_PREFLIGHT: HeaderValue =
@@ -293,6 +295,7 @@ mod tests {
         assert!(p.add_preflight_headers(&hv("https://a.example"), Some(&hv("GET")), Some(&asked), &mut h));
         assert_eq!(h[header::ACCESS_CONTROL_ALLOW_ORIGIN], "https://a.example");
         assert_eq!(h[header::ACCESS_CONTROL_ALLOW_METHODS], "GET, HEAD");
+        assert_eq!(ALLOW_METHODS, ALLOWED_METHODS.join(", ").as_str());
         assert_eq!(h[header::ACCESS_CONTROL_ALLOW_HEADERS], "range, if-none-match, authorization");
         assert_eq!(h[header::ACCESS_CONTROL_MAX_AGE], "600");
         assert_eq!(h[header::VARY], "Origin, Access-Control-Request-Method, Access-Control-Request-Headers");

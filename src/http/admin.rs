@@ -11,9 +11,10 @@ use axum::response::IntoResponse;
 use axum::routing::{get, put};
 use http::{StatusCode, header};
 
-use super::AdminState;
 use super::error::ApiError;
+use super::{AdminState, Classified};
 use crate::metrics::downloads::stats_json;
+use crate::s3::operation::{Api, carries_aws_credentials};
 use crate::store::StatsOrder;
 
 pub fn admin_router(state: AdminState) -> Router {
@@ -22,10 +23,10 @@ pub fn admin_router(state: AdminState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/stats", get(stats))
-        // Buckets may be named like the routes above: a request with AWS credentials there is S3's.
-        .route_layer(axum::middleware::from_fn_with_state(state.clone(), s3_before_fixed_routes))
-        // Any other path is an object path; the handlers parse and validate it. GET and HEAD are S3 reads only.
-        .fallback(put(native_or_s3_put).delete(native_or_s3_delete).post(s3_post).get(s3_read).head(s3_read))
+        // Any other path is a native object path: uploads and deletes (the handlers parse and validate it).
+        .fallback(put(native_put).delete(native_delete).get(not_native).head(not_native).post(not_native))
+        // Every request is classified once; an S3 one goes to the S3 dispatcher before any route.
+        .layer(axum::middleware::from_fn_with_state(state.clone(), s3_first))
         // The driver streams bodies; this only lifts axum's default 2 MB cap so the limit is ours.
         .layer(axum::extract::DefaultBodyLimit::disable())
         .layer(tower::util::MapResponseLayer::new(super::error::log_server_error))
@@ -41,62 +42,42 @@ fn request_span(request: &http::Request<Body>) -> tracing::Span {
     tracing::debug_span!("request", method = %request.method(), path = request.uri().path(), query)
 }
 
-/// A SigV4 PUT is an S3 write (`s3_write`); anything else keeps the native upload.
-async fn native_or_s3_put(State(app): State<AdminState>, request: axum::extract::Request) -> axum::response::Response {
-    if super::s3_write::is_s3_write(&request) {
-        return super::s3_write::serve(app, request).await;
-    }
-    let (parts, body) = request.into_parts();
-    super::upload::put_object(State(app), parts.uri, parts.headers, Body::new(body)).await
-}
-
-async fn native_or_s3_delete(
-    State(app): State<AdminState>,
-    request: axum::extract::Request,
-) -> axum::response::Response {
-    if super::s3_write::is_s3_write(&request) {
-        return super::s3_write::serve(app, request).await;
-    }
-    let (parts, _body) = request.into_parts();
-    super::upload::delete_object(State(app), parts.uri, parts.headers).await.into_response()
-}
-
-/// POST is S3 only (DeleteObjects, CreateMultipartUpload, CompleteMultipartUpload).
-async fn s3_post(State(app): State<AdminState>, request: axum::extract::Request) -> axum::response::Response {
-    if super::s3_write::is_s3_write(&request) {
-        return super::s3_write::serve(app, request).await;
-    }
-    (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "PUT,DELETE")]).into_response()
-}
-
-/// S3 reads on the admin listener: listings, HeadBucket, GetBucketLocation, HeadObject and GetObject, through the
-/// same handler and state as on the data listener; a GetObject's `FileBody` goes out by sendfile from the driver,
-/// as there. A GET or HEAD that is not an S3 request gets the 405 it always got.
-async fn s3_read(State(app): State<AdminState>, request: axum::extract::Request) -> axum::response::Response {
-    if !super::s3::is_s3_request(&request) {
-        return (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "PUT,DELETE")]).into_response();
-    }
-    if super::s3_write::is_s3_write(&request) {
-        return super::s3_write::serve(app, request).await;
-    }
-    super::s3::serve(app.data.clone(), request).await
-}
-
-/// A bucket named healthz, readyz, metrics or stats is listed, headed or written through S3 like any other: a
-/// request to those paths that carries AWS credentials goes to the S3 handlers, not to the fixed route.
-async fn s3_before_fixed_routes(
+/// The admin listener's dispatch: an S3 request (`s3::operation::classify`) is served here, its reads from the
+/// catalog (`s3::serve`, as on the data listener) and its writes by `s3_write`; a native one goes on to the routes.
+/// The fixed routes stay the listener's own unless the request carries AWS credentials: a bucket may be named
+/// `healthz`, `readyz`, `metrics` or `stats`, and `/stats?prefix=…` is not a listing.
+async fn s3_first(
     State(app): State<AdminState>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    if !super::s3::carries_aws_credentials(&request) {
-        return next.run(request).await;
+    let Classified { api, request } = Classified::new(request, app.data.s3_domain.as_deref());
+    let fixed_route = matches!(request.uri().path(), "/healthz" | "/readyz" | "/metrics" | "/stats")
+        && !carries_aws_credentials(request.headers(), request.uri().query());
+    match api {
+        Api::Native => next.run(request).await,
+        Api::S3(_) if fixed_route => next.run(request).await,
+        Api::S3(Ok(call)) if super::s3::answered_from_catalog(call.operation) => {
+            super::s3::serve(app.data.clone(), call, request).await
+        }
+        Api::S3(Ok(call)) => super::s3_write::serve(app, call, request).await,
+        Api::S3(Err(refusal)) => super::s3::refuse(&request, refusal.into()),
     }
-    match *request.method() {
-        http::Method::GET | http::Method::HEAD => s3_read(State(app), request).await,
-        _ if super::s3_write::is_s3_write(&request) => super::s3_write::serve(app, request).await,
-        _ => next.run(request).await,
-    }
+}
+
+async fn native_put(State(app): State<AdminState>, request: axum::extract::Request) -> axum::response::Response {
+    let (parts, body) = request.into_parts();
+    super::upload::put_object(State(app), parts.uri, parts.headers, Body::new(body)).await
+}
+
+async fn native_delete(State(app): State<AdminState>, request: axum::extract::Request) -> axum::response::Response {
+    let (parts, _body) = request.into_parts();
+    super::upload::delete_object(State(app), parts.uri, parts.headers).await.into_response()
+}
+
+/// A native GET, HEAD or POST here: objects are read on the data listener (S3 reads are served above).
+async fn not_native() -> axum::response::Response {
+    (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "PUT,DELETE")]).into_response()
 }
 
 async fn healthz(State(app): State<AdminState>) -> Result<&'static str, ApiError> {

@@ -46,16 +46,16 @@ pub struct Deadline<S> {
     limit: Duration,
 }
 
-/// Where a request that times out is answered in S3's words: the path of an S3 request (`s3::is_s3_request`),
+/// Where a request that times out is answered in S3's words: the path of an S3 request (as classified),
 /// `None` for a native one (JSON).
 pub trait S3Resource {
     fn s3_resource(&self) -> Option<http::Uri>;
 }
 
-impl S3Resource for axum::extract::Request {
+impl S3Resource for super::Classified {
     fn s3_resource(&self) -> Option<http::Uri> {
         // A refcounted clone: no copy of the path on the S3 path either.
-        super::s3::is_s3_request(self).then(|| self.uri().clone())
+        matches!(self.api, crate::s3::operation::Api::S3(_)).then(|| self.request.uri().clone())
     }
 }
 
@@ -174,7 +174,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_s3_request_over_the_limit_gets_s3_xml_with_a_request_id() {
-        let slow = tower::service_fn(|_: axum::extract::Request| async {
+        let slow = tower::service_fn(|_: crate::http::Classified| async {
             tokio::time::sleep(Duration::from_secs(60)).await;
             Ok::<_, Infallible>(StatusCode::NO_CONTENT.into_response())
         });
@@ -182,6 +182,7 @@ mod tests {
             .header(http::header::AUTHORIZATION, "AWS4-HMAC-SHA256 Credential=AKBGAAAAAAAAAAAAAAAA/…")
             .body(axum::body::Body::empty())
             .unwrap();
+        let request = crate::http::Classified::new(request, None);
         let Ok(response) = DeadlineLayer::new(Duration::from_secs(5)).layer(slow).oneshot(request).await;
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert!(response.headers().contains_key("x-amz-request-id"));

@@ -21,8 +21,9 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use std::convert::Infallible;
+
 use axum::extract::State;
-use axum::handler::Handler;
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::PrometheusHandle;
 
@@ -30,6 +31,7 @@ use crate::auth::Authorizer;
 use crate::catalog::Catalog;
 use crate::config::Settings;
 use crate::driver::Refusal;
+use crate::s3::operation::{Api, RequestHead};
 use crate::store::{DatabaseHealth, Store};
 use error::ApiError;
 
@@ -47,6 +49,8 @@ pub struct DataParts {
     /// Whether responses carry their `access_log::Principal` (only when the access log is on: it costs an
     /// allocation).
     pub log_principal: bool,
+    /// `s3.domain` (validated): virtual-hosted-style S3 addressing under it.
+    pub s3_domain: Option<String>,
 }
 
 impl DataState {
@@ -96,10 +100,9 @@ impl std::ops::Deref for AdminState {
     }
 }
 
-/// The data listener's application: the object handler (an ordinary axum handler with extractors) as a tower
-/// `Service`, under tower layers. Every request goes to the handler, which answers 400 for a malformed path
-/// and 405 for a method other than GET/HEAD; a request with `Origin` first passes `cors::serve` (preflights,
-/// CORS headers).
+/// The data listener's application: the request classified once (`s3::operation::classify`), under the handler
+/// deadline, then the one routing decision ([`route`]): a native request goes through CORS to the object handler
+/// (an ordinary axum handler with extractors), an S3 one to the S3 dispatcher.
 ///
 /// There is no `Router` in front: with a single handler it has nothing to route, and its per-request work (a
 /// path match, boxing and cloning the route, extension inserts) allocates on every download. The driver accepts
@@ -108,16 +111,39 @@ impl std::ops::Deref for AdminState {
 /// itself (`blobgate::driver` at debug), which costs nothing when that level is off.
 /// Server errors are logged once, by [`error::log_server_error`], which only reads the status of a success.
 pub fn data_service(state: DataState, handler_timeout: Duration) -> impl crate::driver::RequestService {
+    let domain = state.s3_domain.clone().map(Arc::<str>::from);
     tower::ServiceBuilder::new()
         .map_response(error::log_server_error)
+        .map_request(move |request| Classified::new(request, domain.as_deref()))
         .layer(deadline::DeadlineLayer::new(handler_timeout))
-        .service(route.with_state(state))
+        .service_fn(move |classified| route(state.clone(), classified))
 }
 
-/// The data listener's one routing decision: an S3 request (`s3::is_s3_request`: SigV4, or an S3-only path) or
-/// a native one, which goes on through CORS to the object handler exactly as before.
-async fn route(State(app): State<DataState>, request: axum::extract::Request) -> Response {
-    if s3::is_s3_request(&request) { s3::serve(app, request).await } else { cors::serve(State(app), request).await }
+/// A request and what [`classify`](crate::s3::operation::classify) made of it, decided once.
+pub struct Classified {
+    pub api: Api,
+    pub request: axum::extract::Request,
+}
+
+impl Classified {
+    pub fn new(request: axum::extract::Request, s3_domain: Option<&str>) -> Self {
+        let api = crate::s3::operation::classify(RequestHead {
+            method: request.method(),
+            path: request.uri().path(),
+            query: request.uri().query(),
+            headers: request.headers(),
+            s3_domain,
+        });
+        Self { api, request }
+    }
+}
+
+/// The data listener's one routing decision.
+async fn route(app: DataState, Classified { api, request }: Classified) -> Result<Response, Infallible> {
+    Ok(match api {
+        Api::Native => cors::serve(State(app), request).await,
+        Api::S3(call) => s3::dispatch_on_data(app, call, request).await,
+    })
 }
 
 /// What either listener answers when the driver refuses a request itself: the same JSON errors as the handlers'.

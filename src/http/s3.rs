@@ -1,20 +1,17 @@
-//! The S3-compatible API, path-style, on the data listener (and its bodiless reads on the admin listener).
+//! The S3-compatible API's reads: what the catalog alone answers, on either listener. Which request is an S3 one,
+//! and which operation, is decided once by `s3::operation::classify`; this module dispatches on it:
+//! - ListBuckets (the key's bucket); HeadBucket (`x-amz-bucket-region`); GetBucketLocation; ListObjects V1/V2;
+//! - GetObject/HeadObject through the native object pipeline (`object::serve_object`: the same lookup,
+//!   preconditions, ranges and `FileBody` regions sent by sendfile), with `response-*` overrides on presigned
+//!   requests only; GetObjectTagging (from the cached entry);
+//! - the probes clients send routinely, never `501`: GetBucketVersioning (never enabled), GetBucketAcl and
+//!   GetObjectAcl (the owner, FULL_CONTROL), GetBucketCors (the bucket's rule), and the configurations we do not
+//!   keep (lifecycle, policy, encryption, tagging) with S3's 404 for each.
 //!
-//! A request is an S3 request when it carries SigV4 (an `AWS4-…` Authorization header, or `X-Amz-Algorithm`,
-//! `X-Amz-Credential` or `X-Amz-Signature` in the query; SigV2's `AWS ak:sig` header and presign
-//! `AWSAccessKeyId` too, to be refused in S3's words) or names an S3-only route (`/`, `/{bucket}`) with a query: see [`is_s3_request`]. Everything
-//! else is the native API, unchanged. Routes:
-//! - `GET /`: ListBuckets (the key's bucket);
-//! - `HEAD /{bucket}`: HeadBucket (`x-amz-bucket-region`); `GET /{bucket}?location`: GetBucketLocation;
-//! - `GET /{bucket}?list-type=2`: ListObjectsV2; `GET /{bucket}`: ListObjects (V1);
-//! - `GET`/`HEAD /{bucket}/{key}`: GetObject/HeadObject through the native object pipeline
-//!   (`object::serve_object`: the same lookup, preconditions, ranges and `FileBody` regions sent by sendfile),
-//!   with `response-*` overrides on presigned requests only;
-//! - `GET /{bucket}/{key}?tagging`: GetObjectTagging (from the cached entry).
-//!
-//! The pipeline is the native one: parse the path, look the bucket up, authorise (`Authorizer::s3`: SigV4, then
-//! the token rules) before any object lookup, then serve. Every S3 response carries `x-amz-request-id`; errors are
-//! S3 XML (`<Error><Code/><Message/><Resource/><RequestId/></Error>`) with S3's status codes.
+//! The pipeline is the native one: look the bucket up, authorise (`Authorizer::s3`: SigV4, then the grant rules)
+//! before any object lookup, then serve. Every S3 response carries `x-amz-request-id`; errors are S3 XML
+//! (`<Error><Code/><Message/><Resource/><RequestId/></Error>`) with S3's status codes, from one mapping
+//! ([`S3Error::render`]). The writes, and the multipart listings, are `s3_write`'s (admin listener).
 
 use std::borrow::Cow;
 
@@ -31,111 +28,55 @@ use crate::access_log::{Principal, RequestId};
 use crate::auth::sigv4::RequestParts;
 use crate::auth::{Access, AllowedS3Request, AuthError, S3Target};
 use crate::header_values::upload_digest::DigestError;
-use crate::names::{BucketName, ObjectKey, parse_object_path};
+use crate::names::{BucketName, ObjectKey};
+use crate::s3::operation::{Operation, Refusal, Resource, S3Call};
 
 pub static AMZ_REQUEST_ID: HeaderName = HeaderName::from_static("x-amz-request-id");
 static AMZ_BUCKET_REGION: HeaderName = HeaderName::from_static("x-amz-bucket-region");
 static XML: HeaderValue = HeaderValue::from_static("application/xml");
 
-/// Whether a request is for the S3 API rather than the native one: it carries SigV4, or it names an S3-only
-/// path with a query that an S3 client sends (`/{bucket}?list-type=2`, `/?x-id=ListBuckets`). An unsigned `/` or
-/// `/{name}` without a query is native (a static site's home, or 404), and so is `/{name}/` or `/{name}` with a
-/// query that names no S3 parameter: links to a static site's home carry `?utm_source=…` or `?fbclid=…`. Cheap on
-/// the native hot path: one header lookup, a scan of the query when there is one, a look at the path's shape.
-pub fn is_s3_request(request: &Request) -> bool {
-    carries_aws_credentials(request)
-        || request.uri().query().is_some_and(|q| !q.is_empty() && is_s3_query(request.uri().path(), q))
+/// Whether this module answers the operation from the catalog (the reads and the probes); the writes and the
+/// multipart listings need the store (`s3_write`).
+#[must_use]
+pub fn answered_from_catalog(operation: Operation) -> bool {
+    !operation.is_write() && !matches!(operation, Operation::ListMultipartUploads | Operation::ListParts)
 }
 
-/// Whether an unsigned request for `path` with `query` is an S3 one: `/` with any query, a bucket's path with a
-/// query naming a parameter of S3's bucket operations.
-fn is_s3_query(path: &str, query: &str) -> bool {
-    if path == "/" {
-        return true;
-    }
-    is_s3_only_path(path)
-        && form_urlencoded::parse(query.as_bytes()).any(|(name, _)| {
-            LIST_PARAMS.contains(&&*name) || BUCKET_SUBRESOURCES.contains(&&*name) || is_signing_or_sdk_param(&name)
-        })
-}
-
-/// The subresources and parameters of S3's bucket operations besides the listings' (most get `NotImplemented`
-/// here): an unsigned request on a bucket's path that names one is an S3 client's.
-const BUCKET_SUBRESOURCES: &[&str] = &[
-    "location",
-    "uploads",
-    "uploadId",
-    "max-uploads",
-    "key-marker",
-    "upload-id-marker",
-    "versions",
-    "versioning",
-    "acl",
-    "policy",
-    "policyStatus",
-    "cors",
-    "lifecycle",
-    "tagging",
-    "website",
-    "encryption",
-    "logging",
-    "notification",
-    "replication",
-    "requestPayment",
-    "object-lock",
-    "publicAccessBlock",
-    "ownershipControls",
-    "accelerate",
-    "analytics",
-    "inventory",
-    "metrics",
-    "intelligent-tiering",
-    "delete",
-];
-
-/// Whether a request carries AWS credentials: SigV4 (`AWS4-…`) or SigV2 (`AWS ak:sig`, refused in S3's words:
-/// use AWS4-HMAC-SHA256) in the Authorization header, or a presign's parameters in the query.
-pub fn carries_aws_credentials(request: &Request) -> bool {
-    let aws = |v: &HeaderValue| v.as_bytes().starts_with(b"AWS4-") || v.as_bytes().starts_with(b"AWS ");
-    if request.headers().get(header::AUTHORIZATION).is_some_and(aws) {
-        return true;
-    }
-    request.uri().query().is_some_and(|query| AWS_QUERY_CREDENTIALS.iter().any(|p| query.contains(p)))
-}
-
-/// The query parameters (as `name=`) that make a request an AWS one. Each is a credential the logs redact
-/// (`access_log::is_credential_param`; a test checks it).
-const AWS_QUERY_CREDENTIALS: [&str; 4] =
-    ["X-Amz-Algorithm=", "X-Amz-Credential=", "X-Amz-Signature=", "AWSAccessKeyId="];
-
-/// `/`, `/{bucket}` and `/{bucket}/`: paths that name no object, so the native API has no route there.
-fn is_s3_only_path(path: &str) -> bool {
-    let rest = path.strip_prefix('/').unwrap_or(path);
-    match rest.find('/') {
-        None => true,
-        Some(i) => i + 1 == rest.len(),
+/// An S3 request on the data listener: the reads are served; writes are the admin listener's.
+pub async fn dispatch_on_data(app: DataState, call: Result<S3Call, Refusal>, request: Request) -> Response {
+    match call {
+        Ok(call) if answered_from_catalog(call.operation) => serve(app, call, request).await,
+        Ok(_) => refuse(&request, ApiError::MethodNotAllowed.into()),
+        Err(refusal) => refuse(&request, refusal.into()),
     }
 }
 
-/// What an S3 path names.
-pub(super) enum S3Path {
-    Service,
-    Bucket(BucketName),
-    Object(BucketName, ObjectKey),
+/// An S3 error answer to `request`, with its request id.
+pub fn refuse(request: &Request, error: S3Error) -> Response {
+    let ctx = S3Context::new(request.uri().path());
+    let mut response = error.render(&ctx);
+    response.headers_mut().insert(AMZ_REQUEST_ID.clone(), ctx.request_id);
+    response
 }
 
-pub(super) fn parse_path(path: &str) -> Result<S3Path, S3Error> {
-    if path == "/" {
-        return Ok(S3Path::Service);
+impl From<Refusal> for S3Error {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::InvalidBucketName => invalid_bucket_name(),
+            Refusal::InvalidKey(why) => S3Error::new(StatusCode::BAD_REQUEST, "InvalidArgument", why),
+            Refusal::NotImplemented(what) => not_implemented(what),
+            Refusal::MethodNotAllowed => ApiError::MethodNotAllowed.into(),
+        }
     }
-    if is_s3_only_path(path) {
-        let name = path.trim_matches('/');
-        let decoded = percent_encoding::percent_decode_str(name).decode_utf8().map_err(|_| invalid_bucket_name())?;
-        return BucketName::parse(&decoded).map(S3Path::Bucket).map_err(|_| invalid_bucket_name());
-    }
-    let (bucket, key) =
-        parse_object_path(path).map_err(|e| S3Error::new(StatusCode::BAD_REQUEST, "InvalidArgument", e.to_string()))?;
-    Ok(S3Path::Object(bucket, key))
+}
+
+/// S3's answer to what we do not implement (a subresource, a header, an option).
+pub fn not_implemented(what: impl std::fmt::Display) -> S3Error {
+    S3Error::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "NotImplemented",
+        format!("A header or parameter you provided implies functionality that is not implemented: {what}"),
+    )
 }
 
 fn invalid_bucket_name() -> S3Error {
@@ -295,8 +236,8 @@ pub(super) fn api_error_parts(e: &ApiError) -> (StatusCode, &'static str, Cow<'s
     }
 }
 
-/// Serves one S3 request (its routing decided by [`is_s3_request`]).
-pub async fn serve(app: DataState, request: Request) -> Response {
+/// Serves one S3 read (one that [`answered_from_catalog`]).
+pub async fn serve(app: DataState, call: S3Call, request: Request) -> Response {
     let (parts, _no_body) = request.into_parts();
     let ctx = S3Context::new(parts.uri.path());
     let request = RequestParts {
@@ -305,7 +246,7 @@ pub async fn serve(app: DataState, request: Request) -> Response {
         query: parts.uri.query(),
         headers: &parts.headers,
     };
-    let mut response = match route(&app, &parts.method, &request, &ctx).await {
+    let mut response = match route(&app, &parts.method, call, &request, &ctx).await {
         Ok(response) => response,
         Err(e) => e.render(&ctx),
     };
@@ -316,83 +257,108 @@ pub async fn serve(app: DataState, request: Request) -> Response {
 async fn route(
     app: &DataState,
     method: &Method,
+    call: S3Call,
     request: &RequestParts<'_>,
     ctx: &S3Context<'_>,
 ) -> Result<Response, S3Error> {
-    if method != Method::GET && method != Method::HEAD {
-        return Err(ApiError::MethodNotAllowed.into());
-    }
     let query = Query::parse(request.query);
-    match parse_path(request.path)? {
-        S3Path::Service => {
-            // ListBuckets' paging parameters are accepted and ignored: a key sees one bucket.
-            query.refuse_subresources(&["max-buckets", "prefix", "continuation-token", "bucket-region"])?;
-            Box::pin(list_buckets(app, request)).await
-        }
-        S3Path::Bucket(name) => {
-            let bucket = app.catalog.bucket(name.as_str()).await?;
-            if query.has("location") {
-                query.refuse_subresources(&["location"])?;
-                let allowed = app.auth.s3(request, S3Target::Bucket(bucket.as_ref()), Access::Read).await?;
-                return Ok(with_principal(app, location(app), &allowed));
+    match call.resource {
+        Resource::Service => Box::pin(list_buckets(app, request)).await,
+        Resource::Bucket(name) => Box::pin(bucket_read(app, call.operation, name, request, &query)).await,
+        Resource::Object(name, key) => match call.operation {
+            Operation::GetObjectTagging | Operation::GetObjectAcl => {
+                Box::pin(object_subresource(app, call.operation, request, name, key)).await
             }
-            query.refuse_subresources(LIST_PARAMS)?;
-            let allowed = app.auth.s3(request, S3Target::Bucket(bucket.as_ref()), Access::Read).await?;
-            let bucket = bucket.ok_or(AuthError::NoSuchBucket)?;
-            if method == Method::HEAD {
-                let mut response = Response::new(Body::empty());
-                let region = HeaderValue::from_str(app.auth.s3_region()).map_err(|e| ApiError::Internal(e.into()))?;
-                response.headers_mut().insert(AMZ_BUCKET_REGION.clone(), region);
-                return Ok(with_principal(app, response, &allowed));
+            _ => {
+                let bucket = app.catalog.bucket(name.as_str()).await?;
+                let allowed = app.auth.s3(request, S3Target::Object(bucket.as_ref(), &key), Access::Read).await?;
+                let bucket = bucket.ok_or(AuthError::NoSuchBucket)?;
+                let overrides = if allowed.presigned { query.response_overrides()? } else { Default::default() };
+                let render = |e: ApiError| S3Error::Api(e).render(ctx);
+                let object_request = ObjectRequest {
+                    method,
+                    headers: request.headers,
+                    bucket: &bucket,
+                    key: &key,
+                    content_disposition: overrides.1.as_deref(),
+                    overrides: Some(&overrides.0),
+                    s3: true,
+                    principal: app.log_principal.then(|| Principal::S3(allowed.key.id.as_str().into())),
+                    render: &render,
+                };
+                Ok(object::serve_object(app, object_request).await?)
             }
-            let response =
-                Box::pin(super::s3_list::list_objects(app, &bucket, &allowed, &query, request.query)).await?;
-            Ok(with_principal(app, response, &allowed))
-        }
-        S3Path::Object(name, key) if query.has("tagging") => {
-            Box::pin(get_object_tagging(app, method, request, &query, name, key)).await
-        }
-        S3Path::Object(name, key) => {
-            query.refuse_subresources(OBJECT_PARAMS)?;
-            let bucket = app.catalog.bucket(name.as_str()).await?;
-            let allowed = app.auth.s3(request, S3Target::Object(bucket.as_ref(), &key), Access::Read).await?;
-            let bucket = bucket.ok_or(AuthError::NoSuchBucket)?;
-            let overrides = if allowed.presigned { query.response_overrides()? } else { Default::default() };
-            let render = |e: ApiError| S3Error::Api(e).render(ctx);
-            let object_request = ObjectRequest {
-                method,
-                headers: request.headers,
-                bucket: &bucket,
-                key: &key,
-                content_disposition: overrides.1.as_deref(),
-                overrides: Some(&overrides.0),
-                s3: true,
-                principal: app.log_principal.then(|| Principal::S3(allowed.key.id.as_str().into())),
-                render: &render,
-            };
-            Ok(object::serve_object(app, object_request).await?)
-        }
+        },
     }
 }
 
-/// GetObjectTagging (`GET ?tagging`): the object's tags, to a key that may read it (on either listener).
-async fn get_object_tagging(
+/// The bucket reads: HeadBucket, GetBucketLocation, the listings and the probes, each authorised for reading the
+/// bucket before it is looked at.
+async fn bucket_read(
     app: &DataState,
-    method: &Method,
+    operation: Operation,
+    name: BucketName,
     request: &RequestParts<'_>,
     query: &Query,
+) -> Result<Response, S3Error> {
+    let bucket = app.catalog.bucket(name.as_str()).await?;
+    let allowed = app.auth.s3(request, S3Target::Bucket(bucket.as_ref()), Access::Read).await?;
+    if operation == Operation::GetBucketLocation {
+        return Ok(with_principal(app, location(app), &allowed));
+    }
+    let bucket = bucket.ok_or(AuthError::NoSuchBucket)?;
+    let not_configured =
+        |code: &'static str, message: &'static str| Err(S3Error::new(StatusCode::NOT_FOUND, code, message));
+    let response = match operation {
+        Operation::HeadBucket => {
+            let mut response = Response::new(Body::empty());
+            let region = HeaderValue::from_str(app.auth.s3_region()).map_err(|e| ApiError::Internal(e.into()))?;
+            response.headers_mut().insert(AMZ_BUCKET_REGION.clone(), region);
+            response
+        }
+        Operation::ListObjects | Operation::ListObjectsV2 => {
+            Box::pin(super::s3_list::list_objects(app, &bucket, &allowed, query, request.query)).await?
+        }
+        Operation::GetBucketVersioning => xml_response(crate::s3::xml::versioning_never_enabled()),
+        Operation::GetBucketAcl => xml_response(super::s3_list::owner_full_control_xml()),
+        Operation::GetBucketCors => match &bucket.cors {
+            Some(policy) => xml_response(super::s3_list::cors_configuration_xml(policy)),
+            None => return not_configured("NoSuchCORSConfiguration", "The CORS configuration does not exist"),
+        },
+        Operation::GetBucketLifecycleConfiguration => {
+            return not_configured("NoSuchLifecycleConfiguration", "The lifecycle configuration does not exist");
+        }
+        Operation::GetBucketPolicy => return not_configured("NoSuchBucketPolicy", "The bucket policy does not exist"),
+        Operation::GetBucketEncryption => {
+            return not_configured(
+                "ServerSideEncryptionConfigurationNotFoundError",
+                "The server side encryption configuration was not found",
+            );
+        }
+        Operation::GetBucketTagging => return not_configured("NoSuchTagSet", "The TagSet does not exist"),
+        other => return Err(ApiError::Internal(anyhow::anyhow!("{other:?} routed as a bucket read")).into()),
+    };
+    Ok(with_principal(app, response, &allowed))
+}
+
+/// GetObjectTagging (`GET ?tagging`: the object's tags) and GetObjectAcl (`GET ?acl`: the owner's full control),
+/// to a key that may read the object, which must exist (on either listener).
+async fn object_subresource(
+    app: &DataState,
+    operation: Operation,
+    request: &RequestParts<'_>,
     name: BucketName,
     key: ObjectKey,
 ) -> Result<Response, S3Error> {
-    query.refuse_subresources(&["tagging"])?;
     let bucket = app.catalog.bucket(name.as_str()).await?;
     let allowed = app.auth.s3(request, S3Target::Object(bucket.as_ref(), &key), Access::Read).await?;
     let bucket = bucket.ok_or(AuthError::NoSuchBucket)?;
-    if method != Method::GET {
-        return Err(ApiError::MethodNotAllowed.into());
-    }
     let entry = app.catalog.object(bucket.id, key.as_str()).await?.ok_or(ApiError::NotFound)?;
-    Ok(with_principal(app, xml_response(crate::s3::xml::tagging(&entry.record.attrs.tags)), &allowed))
+    let body = match operation {
+        Operation::GetObjectAcl => super::s3_list::owner_full_control_xml(),
+        _ => crate::s3::xml::tagging(&entry.record.attrs.tags),
+    };
+    Ok(with_principal(app, xml_response(body), &allowed))
 }
 
 pub(super) fn with_principal(app: &DataState, mut response: Response, allowed: &AllowedS3Request) -> Response {
@@ -400,34 +366,6 @@ pub(super) fn with_principal(app: &DataState, mut response: Response, allowed: &
         response.extensions_mut().insert(Principal::S3(allowed.key.id.as_str().into()));
     }
     response
-}
-
-/// The query parameters the listings read (others on a bucket name a subresource we do not have).
-const LIST_PARAMS: &[&str] = &[
-    "list-type",
-    "prefix",
-    "delimiter",
-    "marker",
-    "max-keys",
-    "continuation-token",
-    "start-after",
-    "fetch-owner",
-    "encoding-type",
-];
-
-/// The query parameters GetObject reads.
-const OBJECT_PARAMS: &[&str] = &[
-    "response-content-type",
-    "response-content-language",
-    "response-expires",
-    "response-cache-control",
-    "response-content-disposition",
-    "response-content-encoding",
-];
-
-/// SigV4's own `X-Amz-*` parameters, and `x-id`, the operation name newer SDKs add (`?x-id=GetObject`).
-pub(super) fn is_signing_or_sdk_param(name: &str) -> bool {
-    name == "x-id" || name.starts_with("X-Amz-") || name.starts_with("x-amz-")
 }
 
 /// A request's query, decoded once.
@@ -449,25 +387,6 @@ impl Query {
 
     pub fn get(&self, name: &str) -> Option<&str> {
         self.pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
-    }
-
-    /// A parameter outside `known` (and SigV4's own `X-Amz-*`) names a subresource or operation we do not
-    /// implement (`?acl`, `?versioning`, `?uploads`…): S3's `NotImplemented`, rather than a wrong answer.
-    fn refuse_subresources(&self, known: &[&str]) -> Result<(), S3Error> {
-        match self.pairs.iter().find(|(k, _)| !known.contains(&k.as_str()) && !is_signing_or_sdk_param(k)) {
-            None => Ok(()),
-            // A SigV2 presign (`AWSAccessKeyId`, `Signature`, `Expires`) gets the SigV2 answer, whichever of its
-            // parameters comes first.
-            Some(_) if self.has("AWSAccessKeyId") && !self.has("X-Amz-Algorithm") => {
-                let error = crate::auth::sigv4::sigv2_refused();
-                Err(AuthError::SigV4 { reason: crate::auth::FailureReason::Malformed, error }.into())
-            }
-            Some((k, _)) => Err(S3Error::new(
-                StatusCode::NOT_IMPLEMENTED,
-                "NotImplemented",
-                format!("A parameter you provided implies functionality that is not implemented: {k}"),
-            )),
-        }
     }
 
     /// The `response-*` overrides of a presigned GetObject, as header values, and the disposition apart (it
@@ -531,55 +450,12 @@ mod tests {
 
     #[test]
     fn every_query_credential_the_front_end_detects_is_one_the_logs_redact() {
-        for param in AWS_QUERY_CREDENTIALS {
+        for param in crate::s3::operation::AWS_QUERY_CREDENTIALS {
             let name = param.trim_end_matches('=');
             assert!(crate::access_log::is_credential_param(name), "{name}");
             assert_eq!(crate::access_log::redacted_query(&format!("{name}=secret&a=1")).as_deref(), Some("a=1"));
         }
         assert!(crate::access_log::is_credential_param("Signature"), "SigV2's signature, refused but redacted");
-    }
-
-    fn request(method: &str, target: &str, authorization: Option<&str>) -> Request {
-        let mut builder = http::Request::builder().method(method).uri(target);
-        if let Some(a) = authorization {
-            builder = builder.header(header::AUTHORIZATION, a);
-        }
-        builder.body(Body::empty()).unwrap()
-    }
-
-    #[test]
-    fn s3_requests_are_told_from_native_ones() {
-        let sigv4 = Some(
-            "AWS4-HMAC-SHA256 Credential=AKBG/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=00",
-        );
-        let cases = [
-            ("GET", "/b/k", None, false),
-            ("GET", "/b/dir/k.txt?bg-expires=1&bg-key=k&bg-sig=s", None, false),
-            ("GET", "/b/k", Some("Bearer x"), false),
-            ("GET", "/b/k", sigv4, true),
-            ("GET", "/b/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=x", None, true),
-            ("GET", "/b/k?X-Amz-Signature=00", None, true),
-            ("GET", "/", sigv4, true),
-            ("HEAD", "/b", sigv4, true),
-            ("GET", "/b/?list-type=2", None, true),
-            ("HEAD", "/b?location", None, true),
-            ("GET", "/b?list-type=2&prefix=a", None, true),
-            ("GET", "/b/?delimiter=%2F", None, true),
-            ("GET", "/b?x-id=ListObjects", None, true),
-            ("GET", "/b?acl", None, true),
-            ("GET", "/?utm_source=x", None, true),
-            // Unsigned and without a query, or with one no S3 client sends (a link to a static site's home): native.
-            ("GET", "/", None, false),
-            ("GET", "/healthz", None, false),
-            ("GET", "/b/", None, false),
-            ("GET", "/b//", None, false),
-            ("GET", "/b/?utm_source=mail&fbclid=x", None, false),
-            ("GET", "/b?utm_source=mail", None, false),
-            ("GET", "/b/?list-type2", None, false),
-        ];
-        for (method, target, auth, want) in cases {
-            assert_eq!(is_s3_request(&request(method, target, auth)), want, "{method} {target} {auth:?}");
-        }
     }
 
     #[test]

@@ -9,6 +9,7 @@ use super::DataState;
 use super::s3::{Query, S3Error, xml_response};
 use crate::auth::AllowedS3Request;
 use crate::catalog::Catalog;
+use crate::header_values::cors::{self, CorsPolicy};
 use crate::header_values::etag_from_sha256;
 use crate::s3::listing::{self, Fetch, Source, Start};
 use crate::s3::request::{ListParams, ListVersion, RequestError};
@@ -24,6 +25,25 @@ pub fn list_buckets_xml(bucket: Option<&Bucket>) -> String {
     let buckets: Vec<ListedBucket> =
         bucket.map(|b| ListedBucket { name: b.name.clone(), created_at: b.created_at }).into_iter().collect();
     xml::list_buckets(&owner(), &buckets)
+}
+
+/// GetBucketAcl's and GetObjectAcl's answer: the one owner, with full control.
+pub fn owner_full_control_xml() -> String {
+    xml::owner_full_control(&owner())
+}
+
+/// GetBucketCors' answer: the bucket's rule, with the methods, request headers and exposed headers it means.
+pub fn cors_configuration_xml(policy: &CorsPolicy) -> String {
+    let rule = &policy.rule;
+    let mut expose_headers: Vec<&str> = cors::DEFAULT_EXPOSED.to_vec();
+    expose_headers.extend(rule.expose_headers.iter().map(String::as_str));
+    xml::cors_configuration(&xml::CorsRuleView {
+        origins: &rule.origins,
+        methods: &cors::ALLOWED_METHODS,
+        allowed_headers: &cors::ALLOWED_REQUEST_HEADERS,
+        expose_headers,
+        max_age: rule.max_age,
+    })
 }
 
 pub fn location_xml(region: &str) -> String {

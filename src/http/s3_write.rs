@@ -1,4 +1,5 @@
-//! S3 writes, on the admin listener only (the data listener stays body-free and answers them `MethodNotAllowed`):
+//! S3 writes and the multipart listings, on the admin listener only (the data listener stays body-free and answers
+//! them `MethodNotAllowed`), dispatched on the operation `s3::operation::classify` decided:
 //! PutObject, DeleteObject, DeleteObjects (`POST /{bucket}?delete`), multipart uploads (`POST ?uploads`,
 //! `PUT ?partNumber=&uploadId=`, `POST ?uploadId=`, `DELETE ?uploadId=`, `GET /{bucket}?uploads`,
 //! `GET ?uploadId=`) over the store's multipart layer, PutObjectTagging and DeleteObjectTagging (`PUT`/`DELETE
@@ -23,9 +24,7 @@ use http::{Method, StatusCode};
 use super::AdminState;
 use super::conditional::{Precondition, Validators, evaluate};
 use super::error::ApiError;
-use super::s3::{
-    AMZ_REQUEST_ID, S3Context, S3Error, S3Path, is_signing_or_sdk_param, parse_path, with_principal, xml_response,
-};
+use super::s3::{AMZ_REQUEST_ID, S3Context, S3Error, not_implemented, with_principal, xml_response};
 use super::upload::{BodyFilter, PacedBody, stage_body};
 use crate::auth::sigv4::checksum::{Checksum, Checksummer};
 use crate::auth::sigv4::chunked::{ChunkedDecoder, header_checksum};
@@ -34,6 +33,7 @@ use crate::auth::{Access, AllowedS3Request, S3Target};
 use crate::header_values::upload_digest::{DeclaredDigests, DigestError};
 use crate::names::{BucketName, MAX_USER_METADATA_BYTES, ObjectKey, Tags, parse_attrs};
 use crate::s3::listing::{self, Entry, Fetch, ListQuery, Start, UploadMarker};
+use crate::s3::operation::{COPY_SOURCE, Operation, Resource, S3Call};
 use crate::s3::request::{
     DeleteTarget, ListPartsParams, ListUploadsParams, MAX_COMPLETE_BODY, MAX_DELETE_BODY, MAX_TAGGING_BODY,
     RequestError, parse_complete_multipart_upload, parse_copy_source, parse_copy_source_range, parse_delete,
@@ -44,29 +44,16 @@ use crate::store::multipart::{Completion, MultipartError, UploadLimits};
 use crate::store::server_copy::{CopiedAttrs, CopyOutcome, Directive, ObjectName};
 use crate::store::{ObjectRecord, StagedBlob, WriteCondition};
 
-/// Whether an admin-listener request is an S3 write (or a multipart listing, which only the admin listener
-/// answers): a SigV4 request with a method that writes, or a GET naming `uploads` / `uploadId`.
-pub fn is_s3_write(request: &Request) -> bool {
-    if !super::s3::is_s3_request(request) {
-        return false;
-    }
-    match *request.method() {
-        Method::PUT | Method::POST | Method::DELETE => true,
-        Method::GET => query_pairs(request.uri().query()).iter().any(|(k, _)| k == "uploads" || k == "uploadId"),
-        _ => false,
-    }
-}
-
-/// Serves one S3 write on the admin listener.
-pub async fn serve(app: AdminState, request: Request) -> Response {
+/// Serves one S3 write (or multipart listing) on the admin listener.
+pub async fn serve(app: AdminState, call: S3Call, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let ctx = S3Context::new(parts.uri.path());
-    let upload = carries_object_bytes(&parts);
-    let mut response = match route(&app, &parts, body).await {
+    let operation = call.operation;
+    let mut response = match route(&app, call, &parts, body).await {
         Ok(response) => response,
         Err(e) => e.render(&ctx),
     };
-    if upload {
+    if matches!(operation, Operation::PutObject | Operation::UploadPart) {
         let stored = response.extensions_mut().remove::<StoredBytes>().map_or(0, |StoredBytes(n)| n);
         crate::metrics::upload_finished(crate::metrics::UploadApi::S3, response.status(), stored);
     }
@@ -78,14 +65,6 @@ pub async fn serve(app: AdminState, request: Request) -> Response {
 #[derive(Debug, Clone, Copy)]
 struct StoredBytes(u64);
 
-/// A PutObject or UploadPart (a PUT of an object's bytes), not a copy or a tagging change.
-fn carries_object_bytes(parts: &http::request::Parts) -> bool {
-    parts.method == Method::PUT
-        && !parts.headers.contains_key(COPY_SOURCE)
-        && matches!(parse_path(parts.uri.path()), Ok(S3Path::Object(..)))
-        && !query_pairs(parts.uri.query()).iter().any(|(k, _)| k == "tagging")
-}
-
 fn stored(mut response: Response, bytes: u64) -> Response {
     response.extensions_mut().insert(StoredBytes(bytes));
     response
@@ -95,7 +74,8 @@ fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
     form_urlencoded::parse(query.unwrap_or("").as_bytes()).map(|(k, v)| (k.into_owned(), v.into_owned())).collect()
 }
 
-async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Result<Response, S3Error> {
+async fn route(app: &AdminState, call: S3Call, parts: &http::request::Parts, body: Body) -> Result<Response, S3Error> {
+    use Operation as Op;
     let request = RequestParts {
         method: parts.method.as_str(),
         path: parts.uri.path(),
@@ -104,64 +84,66 @@ async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Re
     };
     let query = query_pairs(parts.uri.query());
     let param = |name: &str| query.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
-    let method = &parts.method;
-    match parse_path(request.path)? {
-        S3Path::Service => Err(ApiError::MethodNotAllowed.into()),
-        S3Path::Bucket(name) => {
+    let operation = call.operation;
+    match call.resource {
+        Resource::Service => Err(ApiError::MethodNotAllowed.into()),
+        Resource::Bucket(name) => {
             let bucket = app.data.catalog.bucket(name.as_str()).await?;
             let allowed = app.data.auth.s3(&request, S3Target::Bucket(bucket.as_ref()), Access::Write).await?;
             bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?;
-            refuse_unsupported(method, &query, &parts.headers)?;
-            if param("tagging").is_some() {
-                // Bucket tagging (PutBucketTagging, DeleteBucketTagging) is not object tagging.
-                return Err(not_implemented("tagging on a bucket"));
-            }
-            let response = if *method == Method::POST && param("delete").is_some() {
-                delete_objects(app, &name, &allowed, &parts.headers, body).await?
-            } else if *method == Method::GET && param("uploads").is_some() {
-                list_uploads(app, &name, &allowed, request.query.unwrap_or("")).await?
-            } else {
-                return Err(ApiError::MethodNotAllowed.into());
+            refuse_unsupported(operation, &parts.headers)?;
+            let response = match operation {
+                Op::DeleteObjects => delete_objects(app, &name, &allowed, &parts.headers, body).await?,
+                Op::ListMultipartUploads => list_uploads(app, &name, &allowed, request.query.unwrap_or("")).await?,
+                // The bucket exists and this key may write to it: S3's answer to its owner, which clients that
+                // create the bucket before a copy take as success.
+                Op::CreateBucket => {
+                    return Err(S3Error::new(
+                        StatusCode::CONFLICT,
+                        "BucketAlreadyOwnedByYou",
+                        "Your previous request to create the named bucket succeeded and you already own it.",
+                    ));
+                }
+                // Deleting a bucket takes an administrator's grant, which no S3 key holds yet.
+                _ => return Err(crate::auth::AuthError::Forbidden.into()),
             };
             Ok(with_principal(&app.data, response, &allowed))
         }
-        S3Path::Object(name, key) => {
+        Resource::Object(name, key) => {
             let bucket = app.data.catalog.bucket(name.as_str()).await?;
             let allowed = app.data.auth.s3(&request, S3Target::Object(bucket.as_ref(), &key), Access::Write).await?;
             bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?;
-            refuse_unsupported(method, &query, &parts.headers)?;
-            let upload_id = param("uploadId");
+            refuse_unsupported(operation, &parts.headers)?;
+            let upload_id = || param("uploadId").unwrap_or("");
+            let part_number = || {
+                param("partNumber").and_then(|n| n.parse::<u32>().ok()).ok_or_else(|| {
+                    S3Error::new(StatusCode::BAD_REQUEST, "InvalidArgument", "partNumber must be 1 to 10000")
+                })
+            };
             let target = ObjectName { bucket: &name, key: &key };
-            let copy_source = parts.headers.get(COPY_SOURCE);
-            if param("tagging").is_some() {
-                let response = object_tagging(app, target, method, upload_id, &allowed, &parts.headers, body).await?;
-                return Ok(with_principal(&app.data, response, &allowed));
-            }
-            let response = match (method.clone(), upload_id) {
-                (Method::PUT, None) if copy_source.is_some() => {
-                    copy_object(app, target, &allowed, &parts.headers, body).await?
+            let response = match operation {
+                Op::PutObjectTagging | Op::DeleteObjectTagging => {
+                    object_tagging(app, target, &parts.method, param("uploadId"), &allowed, &parts.headers, body)
+                        .await?
                 }
-                (Method::PUT, None) => put_object(app, &name, &key, &allowed, &parts.headers, body).await?,
-                (Method::PUT, Some(id)) => {
-                    let number = param("partNumber").and_then(|n| n.parse::<u32>().ok()).ok_or_else(|| {
-                        S3Error::new(StatusCode::BAD_REQUEST, "InvalidArgument", "partNumber must be 1 to 10000")
-                    })?;
-                    if copy_source.is_some() {
-                        upload_part_copy(app, target, id, number, &allowed, &parts.headers, body).await?
-                    } else {
-                        upload_part(app, &name, &key, id, number, &allowed, &parts.headers, body).await?
-                    }
+                Op::CopyObject => copy_object(app, target, &allowed, &parts.headers, body).await?,
+                Op::PutObject => put_object(app, &name, &key, &allowed, &parts.headers, body).await?,
+                Op::UploadPartCopy => {
+                    upload_part_copy(app, target, upload_id(), part_number()?, &allowed, &parts.headers, body).await?
                 }
-                (Method::DELETE, None) => {
+                Op::UploadPart => {
+                    upload_part(app, &name, &key, upload_id(), part_number()?, &allowed, &parts.headers, body).await?
+                }
+                Op::DeleteObject => {
                     let condition = write_condition(&parts.headers)?;
                     app.store.delete_if(&name, &key, &condition).await.map_err(ApiError::from)?;
                     StatusCode::NO_CONTENT.into_response()
                 }
-                (Method::DELETE, Some(id)) => {
-                    app.store.abort_upload(&name, &key, id).await.map_err(multipart_error)?;
+                Op::AbortMultipartUpload => {
+                    app.store.abort_upload(&name, &key, upload_id()).await.map_err(multipart_error)?;
                     StatusCode::NO_CONTENT.into_response()
                 }
-                (Method::POST, None) if param("uploads").is_some() => {
+                Op::CreateMultipartUpload => {
                     let attrs = object_attrs(&parts.headers)?;
                     // The key that starts an upload is the one its parts count for (limits' per-key cap).
                     let created_by = Some(allowed.key.id.as_str());
@@ -169,8 +151,10 @@ async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Re
                         app.store.create_upload(&name, &key, attrs, created_by).await.map_err(multipart_error)?;
                     xml_response(xml::initiate_multipart_upload(name.as_str(), key.as_str(), &upload.id))
                 }
-                (Method::POST, Some(id)) => complete(app, &name, &key, id, &allowed, &parts.headers, body).await?,
-                (Method::GET, Some(id)) => list_parts(app, &name, &key, id, request.query.unwrap_or("")).await?,
+                Op::CompleteMultipartUpload => {
+                    complete(app, &name, &key, upload_id(), &allowed, &parts.headers, body).await?
+                }
+                Op::ListParts => list_parts(app, &name, &key, upload_id(), request.query.unwrap_or("")).await?,
                 _ => return Err(ApiError::MethodNotAllowed.into()),
             };
             Ok(with_principal(&app.data, response, &allowed))
@@ -178,21 +162,6 @@ async fn route(app: &AdminState, parts: &http::request::Parts, body: Body) -> Re
     }
 }
 
-/// The query parameters the write routes read (besides `x-id` and SigV4's own). Any other names a
-/// subresource or operation we do not have (`?acl`, `?retention`, `?legal-hold`…), which the routes would otherwise
-/// take for a plain PutObject or DeleteObject of the object.
-const WRITE_PARAMS: &[&str] = &["uploads", "uploadId", "partNumber", "delete", "tagging"];
-/// What ListMultipartUploads and ListParts read besides.
-const MULTIPART_LIST_PARAMS: &[&str] = &[
-    "prefix",
-    "delimiter",
-    "key-marker",
-    "upload-id-marker",
-    "max-uploads",
-    "encoding-type",
-    "max-parts",
-    "part-number-marker",
-];
 /// Request headers asking for what we do not do: server-side encryption (SSE-S3, SSE-KMS, SSE-C, of the object
 /// or of a copy's source), object lock, and delete conditions on size or time. Accepting them would store plaintext
 /// while the client believes it is encrypted or locked, or delete what the client meant to keep.
@@ -205,8 +174,7 @@ const UNSUPPORTED_HEADER_PREFIXES: &[&str] = &[
 ];
 /// S3 user metadata fields: `x-amz-meta-<name>`.
 const USER_METADATA_PREFIX: &str = "x-amz-meta-";
-/// CopyObject's and UploadPartCopy's source (`[/]bucket/key`, URL-encoded), and the headers that go with it.
-const COPY_SOURCE: &str = "x-amz-copy-source";
+/// The headers that go with CopyObject's and UploadPartCopy's source (`s3::operation::COPY_SOURCE`).
 const COPY_SOURCE_RANGE: &str = "x-amz-copy-source-range";
 const METADATA_DIRECTIVE: &str = "x-amz-metadata-directive";
 /// An object's tags as a URL query (PutObject, CreateMultipartUpload, a copy that replaces them).
@@ -220,26 +188,13 @@ const COPY_SOURCE_PRECONDITIONS: [(&str, header::HeaderName); 4] = [
     ("x-amz-copy-source-if-unmodified-since", header::IF_UNMODIFIED_SINCE),
 ];
 
-fn not_implemented(what: impl std::fmt::Display) -> S3Error {
-    S3Error::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "NotImplemented",
-        format!("A header or parameter you provided implies functionality that is not implemented: {what}"),
-    )
-}
-
-/// Refuses, after authorisation and before any body is read or anything stored or deleted, a write that names
-/// what we do not implement (see the constants above), conditional writes (`If-Match` / `If-None-Match`), and a
-/// `Content-Encoding` besides `aws-chunked` (objects store no content coding): S3's `NotImplemented` (501).
-fn refuse_unsupported(method: &Method, query: &[(String, String)], headers: &HeaderMap) -> Result<(), S3Error> {
-    let listing = *method == Method::GET;
-    let known = |k: &str| {
-        WRITE_PARAMS.contains(&k) || (listing && MULTIPART_LIST_PARAMS.contains(&k)) || is_signing_or_sdk_param(k)
-    };
-    if let Some((k, _)) = query.iter().find(|(k, _)| !known(k)) {
-        return Err(not_implemented(k));
-    }
-    if listing {
+/// Refuses, after authorisation and before any body is read or anything stored or deleted, a write that asks for
+/// what we do not implement (see the constants above; unknown subresources were refused by `classify`),
+/// conditional writes (`If-Match` / `If-None-Match`) other than S3's, and a `Content-Encoding` besides
+/// `aws-chunked` (objects store no content coding): S3's `NotImplemented` (501).
+fn refuse_unsupported(operation: Operation, headers: &HeaderMap) -> Result<(), S3Error> {
+    use Operation as Op;
+    if matches!(operation, Op::ListMultipartUploads | Op::ListParts) {
         return Ok(());
     }
     for name in headers.keys() {
@@ -247,20 +202,16 @@ fn refuse_unsupported(method: &Method, query: &[(String, String)], headers: &Hea
         if UNSUPPORTED_HEADER_PREFIXES.iter().any(|p| name.starts_with(p)) {
             return Err(not_implemented(name));
         }
-        // A copy is a PUT (CopyObject, UploadPartCopy); S3 has no copy by POST or DELETE.
-        if name == COPY_SOURCE && *method != Method::PUT {
-            return Err(not_implemented(format!("{name} on {method}")));
+        // A copy is CopyObject or UploadPartCopy; S3 has no copy by POST or DELETE.
+        if name == COPY_SOURCE && !matches!(operation, Op::CopyObject | Op::UploadPartCopy) {
+            return Err(not_implemented(format!("{name} on {operation:?}")));
         }
     }
     // Conditional writes are PutObject's and CompleteMultipartUpload's (`write_condition`), and conditional
     // deletes DeleteObject's (`If-Match` only), as in S3.
-    let named = |param: &str| query.iter().any(|(k, _)| k == param);
-    let conditional_write = (*method == Method::PUT && !named("uploadId") && !named("tagging"))
-        || (*method == Method::POST && named("uploadId"));
-    let conditional_delete = *method == Method::DELETE && !named("uploadId") && !named("tagging");
-    let copying = headers.contains_key(COPY_SOURCE);
     for name in [header::IF_MATCH, header::IF_NONE_MATCH] {
-        let allowed = (conditional_write && !copying) || (conditional_delete && name == header::IF_MATCH);
+        let allowed = matches!(operation, Op::PutObject | Op::CompleteMultipartUpload)
+            || (operation == Op::DeleteObject && name == header::IF_MATCH);
         if headers.contains_key(&name) && !allowed {
             return Err(not_implemented(format!("{name} on this request (conditional writes)")));
         }

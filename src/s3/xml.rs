@@ -356,6 +356,113 @@ pub fn tagging(tags: &crate::names::Tags) -> String {
 }
 
 #[derive(Serialize)]
+struct VersioningXml {
+    #[serde(rename = "@xmlns")]
+    xmlns: &'static str,
+}
+
+/// GetBucketVersioning of a bucket that has never had versioning: an empty `VersioningConfiguration`.
+#[must_use]
+pub fn versioning_never_enabled() -> String {
+    document("VersioningConfiguration", &VersioningXml { xmlns: XMLNS })
+}
+
+#[derive(Serialize)]
+struct AccessControlPolicyXml<'a> {
+    #[serde(rename = "@xmlns")]
+    xmlns: &'static str,
+    #[serde(rename = "Owner")]
+    owner: &'a Owner,
+    #[serde(rename = "AccessControlList")]
+    list: AccessControlListXml<'a>,
+}
+
+#[derive(Serialize)]
+struct AccessControlListXml<'a> {
+    #[serde(rename = "Grant")]
+    grant: GrantXml<'a>,
+}
+
+#[derive(Serialize)]
+struct GrantXml<'a> {
+    #[serde(rename = "Grantee")]
+    grantee: GranteeXml<'a>,
+    #[serde(rename = "Permission")]
+    permission: &'static str,
+}
+
+#[derive(Serialize)]
+struct GranteeXml<'a> {
+    #[serde(rename = "@xmlns:xsi")]
+    xmlns_xsi: &'static str,
+    #[serde(rename = "@xsi:type")]
+    kind: &'static str,
+    #[serde(rename = "ID")]
+    id: &'a str,
+    #[serde(rename = "DisplayName")]
+    display_name: &'a str,
+}
+
+/// GetBucketAcl and GetObjectAcl: the owner, with FULL_CONTROL. Access is decided by credentials' grants, not
+/// ACLs; this is what S3 answers for a bucket or object with ACLs disabled (BucketOwnerEnforced).
+#[must_use]
+pub fn owner_full_control(owner: &Owner) -> String {
+    let grantee = GranteeXml {
+        xmlns_xsi: "http://www.w3.org/2001/XMLSchema-instance",
+        kind: "CanonicalUser",
+        id: &owner.id,
+        display_name: &owner.display_name,
+    };
+    let list = AccessControlListXml { grant: GrantXml { grantee, permission: "FULL_CONTROL" } };
+    document("AccessControlPolicy", &AccessControlPolicyXml { xmlns: XMLNS, owner, list })
+}
+
+/// One CORS rule as GetBucketCors shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CorsRuleView<'a> {
+    pub origins: &'a [String],
+    pub methods: &'a [&'a str],
+    pub allowed_headers: &'a [&'a str],
+    pub expose_headers: Vec<&'a str>,
+    pub max_age: Option<u32>,
+}
+
+#[derive(Serialize)]
+struct CorsConfigurationXml<'a> {
+    #[serde(rename = "@xmlns")]
+    xmlns: &'static str,
+    #[serde(rename = "CORSRule")]
+    rule: CorsRuleXml<'a>,
+}
+
+#[derive(Serialize)]
+struct CorsRuleXml<'a> {
+    #[serde(rename = "AllowedHeader")]
+    allowed_headers: &'a [&'a str],
+    #[serde(rename = "AllowedMethod")]
+    methods: &'a [&'a str],
+    #[serde(rename = "AllowedOrigin")]
+    origins: &'a [String],
+    #[serde(rename = "ExposeHeader")]
+    expose_headers: &'a [&'a str],
+    #[serde(rename = "MaxAgeSeconds", skip_serializing_if = "Option::is_none")]
+    max_age: Option<u32>,
+}
+
+/// GetBucketCors: the bucket's one rule as a `CORSConfiguration`.
+#[must_use]
+pub fn cors_configuration(rule: &CorsRuleView<'_>) -> String {
+    let rule = CorsRuleXml {
+        allowed_headers: rule.allowed_headers,
+        methods: rule.methods,
+        origins: rule.origins,
+        expose_headers: &rule.expose_headers,
+        max_age: rule.max_age,
+    };
+    document("CORSConfiguration", &CorsConfigurationXml { xmlns: XMLNS, rule })
+}
+
+#[derive(Serialize)]
 struct CopyResultXml<'a> {
     #[serde(rename = "@xmlns")]
     xmlns: &'static str,
@@ -872,5 +979,43 @@ mod tests {
         );
         let quiet = delete_result(outcomes, true);
         assert!(!quiet.contains("<Deleted>") && quiet.contains("<Error>"), "{quiet}");
+    }
+
+    #[test]
+    fn probe_answers_are_s3_documents() {
+        let owner = Owner { id: "blobgate".into(), display_name: "blobgate".into() };
+        assert_eq!(
+            versioning_never_enabled(),
+            format!("{XML_DECLARATION}<VersioningConfiguration xmlns=\"{XMLNS}\"></VersioningConfiguration>")
+        );
+        let acl = owner_full_control(&owner);
+        assert!(
+            acl.contains(
+                "<AccessControlList><Grant><Grantee xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\" \
+                 xsi:type=\"CanonicalUser\"><ID>blobgate</ID><DisplayName>blobgate</DisplayName></Grantee>\
+                 <Permission>FULL_CONTROL</Permission></Grant></AccessControlList>"
+            ),
+            "{acl}"
+        );
+        assert!(acl.contains("<Owner><ID>blobgate</ID><DisplayName>blobgate</DisplayName></Owner>"), "{acl}");
+        let origins = vec!["https://a.example".to_owned(), "https://b&c.example".to_owned()];
+        let rule = CorsRuleView {
+            origins: &origins,
+            methods: &["GET", "HEAD"],
+            allowed_headers: &["range"],
+            expose_headers: vec!["ETag"],
+            max_age: Some(600),
+        };
+        assert_eq!(
+            cors_configuration(&rule),
+            format!(
+                "{XML_DECLARATION}<CORSConfiguration xmlns=\"{XMLNS}\"><CORSRule><AllowedHeader>range</AllowedHeader>\
+                 <AllowedMethod>GET</AllowedMethod><AllowedMethod>HEAD</AllowedMethod>\
+                 <AllowedOrigin>https://a.example</AllowedOrigin><AllowedOrigin>https://b&amp;c.example</AllowedOrigin>\
+                 <ExposeHeader>ETag</ExposeHeader><MaxAgeSeconds>600</MaxAgeSeconds></CORSRule></CORSConfiguration>"
+            )
+        );
+        let no_age = CorsRuleView { max_age: None, ..rule };
+        assert!(!cors_configuration(&no_age).contains("MaxAgeSeconds"));
     }
 }

@@ -35,6 +35,7 @@ mod replicas;
 mod s3_clients;
 mod s3_conditional;
 mod s3_copy;
+mod s3_endpoint;
 mod s3_harden;
 mod s3_listing;
 mod s3_metadata;
