@@ -21,9 +21,12 @@ pub struct Settings {
     /// Holds the blob files, and the SQLite database unless `database.url` names another.
     pub data_dir: PathBuf,
     pub database: DatabaseSettings,
-    /// The sendfile data listener (GET/HEAD only).
+    /// The public listener: downloads by sendfile, and uploads and S3 writes unless `listen_read_only`.
     pub listen: SocketAddr,
-    /// Uploads, management, `/healthz` and `/metrics`.
+    /// Refuse writes on the data listener (405, S3 XML on S3 requests): downloads only, writes on the admin
+    /// listener.
+    pub listen_read_only: bool,
+    /// Management: `/healthz`, `/readyz`, `/metrics`, `/stats`, and everything the data listener serves.
     pub admin_listen: SocketAddr,
     /// A `tracing` filter, e.g. `info` or `blobgate=debug`; `RUST_LOG` wins when set. sqlx's own lines show at
     /// `warn` and above unless the filter names `sqlx`.
@@ -369,6 +372,7 @@ impl Default for Settings {
             data_dir: PathBuf::from("./data"),
             database: DatabaseSettings::default(),
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            listen_read_only: false,
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
             log: "info".into(),
             log_format: LogFormat::Text,
@@ -469,6 +473,7 @@ const SETTING_KEYS: &[&str] = &[
     "data_dir",
     "database",
     "listen",
+    "listen_read_only",
     "admin_listen",
     "log",
     "log_format",
@@ -715,6 +720,18 @@ pub fn ensure_data_dir(dir: &Path) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use figment::Jail;
+
+    #[test]
+    fn every_top_level_setting_is_read_from_the_environment() {
+        let defaults = serde_json::to_value(Settings::default()).unwrap();
+        let mut keys: Vec<&str> = defaults.as_object().unwrap().keys().map(String::as_str).collect();
+        // Unset by default, so absent from the serialized defaults.
+        keys.push("access_log");
+        keys.sort_unstable();
+        let mut known = SETTING_KEYS.to_vec();
+        known.sort_unstable();
+        assert_eq!(keys, known, "SETTING_KEYS must name every top-level setting, so BLOBGATE_<KEY> reaches it");
+    }
 
     #[test]
     fn the_access_log_is_off_by_default_and_set_by_file_env_or_flag() {

@@ -199,7 +199,7 @@ impl Application {
             stop_batcher.clone(),
         ));
         let mut ctx = DriverContext::new(
-            data_service(self.data.clone(), self.settings.timeouts.handler),
+            data_service(self.admin.clone(), self.settings.timeouts.handler, self.settings.listen_read_only),
             refusal_response,
             &self.settings,
             recorder.clone(),
@@ -213,6 +213,8 @@ impl Application {
             DriverContext::new(admin_router(self.admin.clone()), refusal_response, &self.settings, recorder)
                 .for_admin(admin_principal);
         admin_ctx.access_log = access_log;
+        // One budget for request bodies in memory, whichever listener they arrive on.
+        admin_ctx.body_budget = ctx.body_budget.clone();
         let admin_ctx = Arc::new(admin_ctx);
         let grace = self.settings.timeouts.shutdown_grace;
         let workers = driver::spawn_workers(self.data_listeners, ctx, &self.settings.limits, shutdown.clone(), grace)

@@ -1,9 +1,11 @@
 //! Pure HTTP/1.1 request-head parsing, framing decisions and response-head serialisation. No IO.
 //!
-//! The data listener takes requests without bodies only (GET/HEAD), so framing is simple and strict: any
-//! `Transfer-Encoding` or a non-zero `Content-Length` ends the connection after an error response (RFC 9112
-//! §6.3 says a server that cannot determine the framing MUST close). The admin listener (`accept_bodies`) takes a
-//! `Content-Length` body or a `chunked` one (decoded by `body.rs`), and refuses everything ambiguous the same way.
+//! Which requests may carry a body is the listener's [`Bodies`] policy. Where none is taken (GET, HEAD, OPTIONS
+//! and DELETE on the data listener), framing is simple and strict: any `Transfer-Encoding` or a non-zero
+//! `Content-Length` ends the connection after an error response (RFC 9112 §6.3 says a server that cannot determine
+//! the framing MUST close). Where one is taken (PUT and POST on the data listener, every method on the admin
+//! listener), a `Content-Length` body or a `chunked` one (decoded by `body.rs`) is, and everything ambiguous is
+//! refused the same way.
 //! After any parse error the connection is closed: we never try to find the next request in a byte stream we
 //! failed to understand.
 
@@ -20,8 +22,29 @@ pub struct HeadLimits {
     pub max_head_bytes: usize,
     pub max_headers: usize,
     pub max_uri_bytes: usize,
-    /// Whether request bodies are taken (the admin listener) or refused (the data listener).
-    pub accept_bodies: bool,
+    /// Which requests may carry a body.
+    pub bodies: Bodies,
+}
+
+/// Which requests a listener takes a body with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bodies {
+    /// None: every body is refused.
+    Never,
+    /// PUT and POST only (uploads, S3 writes and their XML bodies): the data listener, whose reads stay body-free.
+    OnWrites,
+    /// Every method: the admin listener.
+    Any,
+}
+
+impl Bodies {
+    fn takes(self, method: &Method) -> bool {
+        match self {
+            Bodies::Never => false,
+            Bodies::OnWrites => *method == Method::PUT || *method == Method::POST,
+            Bodies::Any => true,
+        }
+    }
 }
 
 /// A parsed request head.
@@ -33,7 +56,7 @@ pub struct RequestHead {
     pub headers: HeaderMap,
     /// Whether the connection may carry another request after this one (RFC 9112 §9.3).
     pub keep_alive: bool,
-    /// How its body is framed; always `BodyFraming::None` unless `HeadLimits::accept_bodies`.
+    /// How its body is framed; always `BodyFraming::None` for a method `HeadLimits::bodies` takes none with.
     pub body: BodyFraming,
     /// Bytes of the buffer this head used; whatever follows belongs to the next (pipelined) request.
     pub len: usize,
@@ -142,7 +165,7 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
             .map_err(|_| HeadError::new(StatusCode::BAD_REQUEST, "malformed header value"))?;
         headers.append(name, value);
     }
-    let body = check_framing(&headers, version, limits.accept_bodies)?;
+    let body = check_framing(&headers, version, limits.bodies.takes(&method))?;
     let keep_alive = wants_keep_alive(&headers, version);
     Ok(Parsed::Complete(RequestHead { method, uri, version, headers, keep_alive, body, len: len + skipped }))
 }
@@ -252,12 +275,15 @@ fn parse_target(target: &str, shared: bytes::Bytes, method: &Method) -> Result<U
 }
 
 /// RFC 9112 §6.3: TE with CL, differing or invalid CL, and TE on HTTP/1.0 are framing errors. Without
-/// `accept_bodies` (the data listener) every TE and every non-zero CL is refused; with it, a CL body or the
+/// `accept_bodies` (a method the listener takes no body with) every TE and every non-zero CL is refused; with it, a CL body or the
 /// `chunked` coding alone is taken, and any other transfer coding gets 501 (§6.1). The connection closes after
 /// every refusal.
 fn check_framing(headers: &HeaderMap, version: Version, accept_bodies: bool) -> Result<BodyFraming, HeadError> {
     if !accept_bodies && headers.contains_key(header::TRANSFER_ENCODING) {
-        return Err(HeadError::new(StatusCode::BAD_REQUEST, "request bodies are not accepted on this listener"));
+        return Err(HeadError::new(
+            StatusCode::BAD_REQUEST,
+            "request bodies are not accepted for this method on this listener",
+        ));
     }
     let mut lengths = headers.get_all(header::CONTENT_LENGTH).iter();
     let length = match lengths.next() {
@@ -274,7 +300,7 @@ fn check_framing(headers: &HeaderMap, version: Version, accept_bodies: bool) -> 
             if !zero && !accept_bodies {
                 return Err(HeadError::new(
                     StatusCode::PAYLOAD_TOO_LARGE,
-                    "request bodies are not accepted on this listener",
+                    "request bodies are not accepted for this method on this listener",
                 ));
             }
             // Digits only, so the parse fails on overflow alone.
@@ -371,8 +397,9 @@ mod tests {
     use super::*;
 
     const LIMITS: HeadLimits =
-        HeadLimits { max_head_bytes: 1024, max_headers: 8, max_uri_bytes: 256, accept_bodies: false };
-    const ADMIN: HeadLimits = HeadLimits { accept_bodies: true, ..LIMITS };
+        HeadLimits { max_head_bytes: 1024, max_headers: 8, max_uri_bytes: 256, bodies: Bodies::Never };
+    const ADMIN: HeadLimits = HeadLimits { bodies: Bodies::Any, ..LIMITS };
+    const DATA: HeadLimits = HeadLimits { bodies: Bodies::OnWrites, ..LIMITS };
 
     fn parse(raw: &[u8]) -> Result<Parsed, HeadError> {
         parse_request_head(raw, &LIMITS)
@@ -520,9 +547,28 @@ mod tests {
         for (raw, want) in cases {
             assert_eq!(framing(raw), *want, "{:?}", String::from_utf8_lossy(raw));
         }
-        // The data listener keeps refusing what the admin listener takes.
+        // A listener that takes no body refuses what the admin listener takes.
         assert_eq!(status_of(b"PUT /b/k HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello").as_u16(), 413);
         assert_eq!(status_of(b"PUT /b/k HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n").as_u16(), 400);
+        // The data listener takes bodies with PUT and POST only: its reads stay body-free.
+        let data = |raw: &[u8]| match parse_request_head(raw, &DATA) {
+            Ok(Parsed::Complete(head)) => Ok(head.body),
+            Ok(Parsed::Partial) => panic!("partial"),
+            Err(e) => Err(e.status.as_u16()),
+        };
+        assert_eq!(data(b"PUT /b/k HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"), Ok(BodyFraming::Length(5)));
+        assert_eq!(
+            data(b"POST /b?delete HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            Ok(BodyFraming::Chunked)
+        );
+        for method in ["GET", "HEAD", "OPTIONS", "DELETE"] {
+            let with_length = format!("{method} /b/k HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello");
+            assert_eq!(data(with_length.as_bytes()), Err(413), "{method}");
+            let chunked = format!("{method} /b/k HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
+            assert_eq!(data(chunked.as_bytes()), Err(400), "{method}");
+            let empty = format!("{method} /b/k HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+            assert_eq!(data(empty.as_bytes()), Ok(BodyFraming::None), "{method}");
+        }
     }
 
     #[test]

@@ -125,7 +125,7 @@ pub struct DriverContext<S> {
     /// One line per response when the access log is on; never blocks.
     pub access_log: Option<crate::access_log::AccessLog>,
     pub listener: Listener,
-    /// Request-body bytes in memory, across the listener's connections (only the admin listener reads bodies).
+    /// Request-body bytes in memory, across both listeners' connections (one budget, shared).
     pub body_budget: budget::BodyBudget,
 }
 
@@ -138,7 +138,7 @@ impl<S: RequestService> DriverContext<S> {
                 max_head_bytes: settings.limits.max_head_bytes,
                 max_headers: settings.limits.max_headers,
                 max_uri_bytes: settings.limits.max_uri_bytes,
-                accept_bodies: false,
+                bodies: head::Bodies::OnWrites,
             },
             timeouts: settings.timeouts.clone(),
             send: SendOptions {
@@ -158,7 +158,7 @@ impl<S: RequestService> DriverContext<S> {
     /// The same for the admin listener: request bodies are taken and streamed to the service.
     pub fn for_admin(mut self, principal_of: fn(&http::HeaderMap) -> Option<crate::access_log::Principal>) -> Self {
         self.listener = Listener::Admin { principal_of };
-        self.head_limits.accept_bodies = true;
+        self.head_limits.bodies = head::Bodies::Any;
         self
     }
 }

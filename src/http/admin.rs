@@ -57,11 +57,7 @@ async fn s3_first(
     match api {
         Api::Native => next.run(request).await,
         Api::S3(_) if fixed_route => next.run(request).await,
-        Api::S3(Ok(call)) if super::s3::answered_from_catalog(call.operation) => {
-            super::s3::serve(app.data.clone(), call, request).await
-        }
-        Api::S3(Ok(call)) => super::s3_write::serve(app, call, request).await,
-        Api::S3(Err(refusal)) => super::s3::refuse(&request, refusal.into()),
+        Api::S3(call) => super::dispatch_s3(app, call, request).await,
     }
 }
 

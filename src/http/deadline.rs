@@ -46,16 +46,26 @@ pub struct Deadline<S> {
     limit: Duration,
 }
 
-/// Where a request that times out is answered in S3's words: the path of an S3 request (as classified),
-/// `None` for a native one (JSON).
+/// What the deadline needs to know of a request: where a timeout is answered in S3's words (the path of an S3
+/// request, as classified; `None` for a native one, answered in JSON), and whether the deadline applies at all.
 pub trait S3Resource {
     fn s3_resource(&self) -> Option<http::Uri>;
+
+    /// A write has no handler deadline: its body takes as long as the client sends it, bounded by
+    /// `timeouts.body_idle` and `limits.min_upload_rate` instead.
+    fn bounded(&self) -> bool {
+        true
+    }
 }
 
 impl S3Resource for super::Classified {
     fn s3_resource(&self) -> Option<http::Uri> {
         // A refcounted clone: no copy of the path on the S3 path either.
         matches!(self.api, crate::s3::operation::Api::S3(_)).then(|| self.request.uri().clone())
+    }
+
+    fn bounded(&self) -> bool {
+        !self.api.is_write(self.request.method())
     }
 }
 
@@ -80,12 +90,8 @@ where
 
     fn call(&mut self, request: Request) -> Self::Future {
         let s3_resource = request.s3_resource();
-        DeadlineFuture {
-            inner: self.inner.call(request),
-            expires: Instant::now() + self.limit,
-            timer: None,
-            s3_resource,
-        }
+        let expires = request.bounded().then(|| Instant::now() + self.limit);
+        DeadlineFuture { inner: self.inner.call(request), expires, timer: None, s3_resource }
     }
 }
 
@@ -93,7 +99,8 @@ pin_project_lite::pin_project! {
     pub struct DeadlineFuture<F> {
         #[pin]
         inner: F,
-        expires: Instant,
+        // None: no deadline (a write).
+        expires: Option<Instant>,
         // Boxed and created only once the handler has returned Pending: the common case never allocates it.
         timer: Option<Pin<Box<Sleep>>>,
         // An S3 request's URI: its timeout is S3 XML with x-amz-request-id.
@@ -112,7 +119,9 @@ where
         if let Poll::Ready(result) = this.inner.poll(cx) {
             return Poll::Ready(result);
         }
-        let expires = *this.expires;
+        let Some(expires) = *this.expires else {
+            return Poll::Pending;
+        };
         let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(expires)));
         match timer.as_mut().poll(cx) {
             Poll::Ready(()) => Poll::Ready(Ok(match this.s3_resource.take() {

@@ -31,7 +31,7 @@ use crate::auth::Authorizer;
 use crate::catalog::Catalog;
 use crate::config::Settings;
 use crate::driver::Refusal;
-use crate::s3::operation::{Api, RequestHead};
+use crate::s3::operation::{self, Api, RequestHead, S3Call};
 use crate::store::{DatabaseHealth, Store};
 use error::ApiError;
 
@@ -101,22 +101,24 @@ impl std::ops::Deref for AdminState {
 }
 
 /// The data listener's application: the request classified once (`s3::operation::classify`), under the handler
-/// deadline, then the one routing decision ([`route`]): a native request goes through CORS to the object handler
-/// (an ordinary axum handler with extractors), an S3 one to the S3 dispatcher.
+/// deadline (which reads the same answer: S3 XML or JSON, and no deadline for a write, whose body has its own
+/// timeouts), then the one routing decision ([`route`]): native reads go through CORS to the object handler (an
+/// ordinary axum handler with extractors), native writes to the upload handlers, S3 requests to the S3 dispatcher.
+/// With `read_only` (`listen_read_only`), every write is refused with 405 before its body is read.
 ///
-/// There is no `Router` in front: with a single handler it has nothing to route, and its per-request work (a
-/// path match, boxing and cloning the route, extension inserts) allocates on every download. The driver accepts
-/// any such `Service`, so a `Router` or further layers can go back on without touching it. No TraceLayer either:
-/// its per-request span is paid by every small download (docs/measurements.md); the driver logs every response
-/// itself (`blobgate::driver` at debug), which costs nothing when that level is off.
-/// Server errors are logged once, by [`error::log_server_error`], which only reads the status of a success.
-pub fn data_service(state: DataState, handler_timeout: Duration) -> impl crate::driver::RequestService {
-    let domain = state.s3_domain.clone().map(Arc::<str>::from);
+/// There is no `Router` in front: with one decision it has nothing to route, and its per-request work (a path
+/// match, boxing and cloning the route, extension inserts) allocates on every download. The driver accepts any
+/// such `Service`, so a `Router` or further layers can go back on without touching it. No TraceLayer either: its
+/// per-request span is paid by every small download (docs/measurements.md); the driver logs every response itself
+/// (`blobgate::driver` at debug), which costs nothing when that level is off. Server errors are logged once, by
+/// [`error::log_server_error`], which only reads the status of a success.
+pub fn data_service(app: AdminState, handler_timeout: Duration, read_only: bool) -> impl crate::driver::RequestService {
+    let domain = app.data.s3_domain.clone().map(Arc::<str>::from);
     tower::ServiceBuilder::new()
         .map_response(error::log_server_error)
         .map_request(move |request| Classified::new(request, domain.as_deref()))
         .layer(deadline::DeadlineLayer::new(handler_timeout))
-        .service_fn(move |classified| route(state.clone(), classified))
+        .service_fn(move |classified| route(app.clone(), read_only, classified))
 }
 
 /// A request and what [`classify`](crate::s3::operation::classify) made of it, decided once.
@@ -139,11 +141,54 @@ impl Classified {
 }
 
 /// The data listener's one routing decision.
-async fn route(app: DataState, Classified { api, request }: Classified) -> Result<Response, Infallible> {
+async fn route(
+    app: AdminState,
+    read_only: bool,
+    Classified { api, request }: Classified,
+) -> Result<Response, Infallible> {
+    if read_only && api.is_write(request.method()) {
+        return Ok(match api {
+            Api::S3(_) => s3::refuse(&request, ApiError::MethodNotAllowed.into()),
+            Api::Native => ApiError::MethodNotAllowed.into_response(),
+        });
+    }
     Ok(match api {
-        Api::Native => cors::serve(State(app), request).await,
-        Api::S3(call) => s3::dispatch_on_data(app, call, request).await,
+        Api::Native => match *request.method() {
+            http::Method::PUT => {
+                let (parts, body) = request.into_parts();
+                upload::put_object(State(app), parts.uri, parts.headers, body).await
+            }
+            http::Method::DELETE => {
+                let (parts, _no_body) = request.into_parts();
+                upload::delete_object(State(app), parts.uri, parts.headers).await.into_response()
+            }
+            _ if read_only => cors::serve(State(app.data.clone()), request).await,
+            _ => allowing_writes(cors::serve(State(app.data.clone()), request).await),
+        },
+        Api::S3(call) => dispatch_s3(app, call, request).await,
     })
+}
+
+/// A 405 from the object handler (which answers GET and HEAD) on a listener that also takes PUT and DELETE.
+fn allowing_writes(mut response: Response) -> Response {
+    if response.status() == http::StatusCode::METHOD_NOT_ALLOWED {
+        response.headers_mut().insert(http::header::ALLOW, http::HeaderValue::from_static("GET, HEAD, PUT, DELETE"));
+    }
+    response
+}
+
+/// An S3 request, on either listener: its reads are answered from the catalog (`s3`), its writes and multipart
+/// listings by `s3_write`, its refusal in S3's words.
+pub async fn dispatch_s3(
+    app: AdminState,
+    call: Result<S3Call, operation::Refusal>,
+    request: axum::extract::Request,
+) -> Response {
+    match call {
+        Ok(call) if s3::answered_from_catalog(call.operation) => s3::serve(app.data.clone(), call, request).await,
+        Ok(call) => s3_write::serve(app, call, request).await,
+        Err(refusal) => s3::refuse(&request, refusal.into()),
+    }
 }
 
 /// What either listener answers when the driver refuses a request itself: the same JSON errors as the handlers'.

@@ -11,7 +11,7 @@
 //! The pipeline is the native one: look the bucket up, authorise (`Authorizer::s3`: SigV4, then the grant rules)
 //! before any object lookup, then serve. Every S3 response carries `x-amz-request-id`; errors are S3 XML
 //! (`<Error><Code/><Message/><Resource/><RequestId/></Error>`) with S3's status codes, from one mapping
-//! ([`S3Error::render`]). The writes, and the multipart listings, are `s3_write`'s (admin listener).
+//! ([`S3Error::render`]). The writes, and the multipart listings, are `s3_write`'s; `http::dispatch_s3` chooses.
 
 use std::borrow::Cow;
 
@@ -40,15 +40,6 @@ static XML: HeaderValue = HeaderValue::from_static("application/xml");
 #[must_use]
 pub fn answered_from_catalog(operation: Operation) -> bool {
     !operation.is_write() && !matches!(operation, Operation::ListMultipartUploads | Operation::ListParts)
-}
-
-/// An S3 request on the data listener: the reads are served; writes are the admin listener's.
-pub async fn dispatch_on_data(app: DataState, call: Result<S3Call, Refusal>, request: Request) -> Response {
-    match call {
-        Ok(call) if answered_from_catalog(call.operation) => serve(app, call, request).await,
-        Ok(_) => refuse(&request, ApiError::MethodNotAllowed.into()),
-        Err(refusal) => refuse(&request, refusal.into()),
-    }
 }
 
 /// An S3 error answer to `request`, with its request id.

@@ -1,5 +1,5 @@
-//! S3 writes and the multipart listings, on the admin listener only (the data listener stays body-free and answers
-//! them `MethodNotAllowed`), dispatched on the operation `s3::operation::classify` decided:
+//! S3 writes and the multipart listings, on either listener (the data listener unless `listen_read_only`),
+//! dispatched on the operation `s3::operation::classify` decided:
 //! PutObject, DeleteObject, DeleteObjects (`POST /{bucket}?delete`), multipart uploads (`POST ?uploads`,
 //! `PUT ?partNumber=&uploadId=`, `POST ?uploadId=`, `DELETE ?uploadId=`, `GET /{bucket}?uploads`,
 //! `GET ?uploadId=`) over the store's multipart layer, PutObjectTagging and DeleteObjectTagging (`PUT`/`DELETE

@@ -9,7 +9,12 @@ use crate::names::parse_object_path;
 /// What the server's chain (head parser, one percent-decode, query parsing, HMAC verification) makes of a
 /// request target: `Ok` with the signed fields it verified, or the error it answers.
 fn verified(target: &[u8], secret: &[u8]) -> Result<(String, String, PresignParams), &'static str> {
-    let limits = HeadLimits { max_head_bytes: 8192, max_headers: 16, max_uri_bytes: 4096, accept_bodies: false };
+    let limits = HeadLimits {
+        max_head_bytes: 8192,
+        max_headers: 16,
+        max_uri_bytes: 4096,
+        bodies: crate::driver::head::Bodies::Never,
+    };
     let mut raw = b"GET ".to_vec();
     raw.extend_from_slice(target);
     raw.extend_from_slice(b" HTTP/1.1\r\nHost: h\r\n\r\n");

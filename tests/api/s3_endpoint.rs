@@ -101,7 +101,7 @@ fn routine_probes_are_answered_on_both_listeners_and_never_501() {
 }
 
 #[test]
-fn unknown_subresources_get_not_implemented_and_writes_on_the_data_listener_get_method_not_allowed() {
+fn unknown_subresources_get_not_implemented_and_the_data_listener_takes_writes() {
     let env = TestEnv::new();
     env.bucket("site", false);
     env.put_bytes("site", "a.txt", b"hello", &[]);
@@ -116,15 +116,120 @@ fn unknown_subresources_get_not_implemented_and_writes_on_the_data_listener_get_
         assert_eq!((r.status, s3_code(&r)), (501, "NotImplemented".into()), "{path}");
         assert!(r.header("x-amz-request-id").is_some());
     }
-    // A write on the data listener, without a body: refused in S3's words, not 413.
-    for (method, path) in [("DELETE", "/site/a.txt"), ("POST", "/site/a.txt?uploads"), ("PUT", "/site")] {
+    for (method, path) in [("PATCH", "/site/a.txt"), ("POST", "/site/a.txt"), ("PUT", "/")] {
         let r = signed(method, path);
         assert_eq!((r.status, s3_code(&r)), (405, "MethodNotAllowed".into()), "{method} {path}");
     }
-    assert_eq!(
-        server.get("/site/a.txt", &as_refs(&signed_headers(&key, "/site/a.txt", &Signing::default()))).body,
-        b"hello"
-    );
+    // Writes on the data listener: CreateBucket of an owned bucket, CreateMultipartUpload, DeleteObject.
+    let r = signed("PUT", "/site");
+    assert_eq!((r.status, s3_code(&r)), (409, "BucketAlreadyOwnedByYou".into()));
+    let r = signed("POST", "/site/b.txt?uploads");
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert!(String::from_utf8_lossy(&r.body).contains("<UploadId>"));
+    let read = signed_headers(&key, "/site/a.txt", &Signing::default());
+    assert_eq!(server.get("/site/a.txt", &as_refs(&read)).body, b"hello");
+    assert_eq!(signed("DELETE", "/site/a.txt").status, 204);
+    let r = server.get("/site/a.txt", &as_refs(&read));
+    assert_eq!((r.status, s3_code(&r)), (404, "NoSuchKey".into()));
+}
+
+/// A write's credentials are checked from its head: a 50 MB PUT without them (or with a read-only key, or a bad
+/// signature) is answered before any of its body is sent, and the connection closed.
+#[test]
+fn a_write_without_write_credentials_is_refused_before_its_body() {
+    let env = TestEnv::new();
+    env.bucket("site", false);
+    let read_key = s3_key(&env, "site", &["--scope", "read"]);
+    let read_token = env.token("site", "read", &[]);
+    let server = env.serve();
+    let length = (50u64 << 20).to_string();
+    let bearer = format!("Bearer {read_token}");
+    let s3_read = signed_headers(&read_key, "/site/big.bin", &Signing { method: "PUT", ..Default::default() });
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, u16);
+    let cases: Vec<Case> = vec![
+        ("no credentials", vec![], 401),
+        ("read token", vec![("Authorization", bearer.as_str())], 403),
+        ("read S3 key", as_refs(&s3_read), 403),
+        ("bad bearer", vec![("Authorization", "Bearer nope")], 401),
+    ];
+    for (what, mut headers, status) in cases {
+        headers.push(("Content-Length", &length));
+        let mut conn = Conn::open(server.data);
+        // The head alone: the answer must come without a byte of the body.
+        conn.send(&raw_request("PUT", "/site/big.bin", &headers, false));
+        let r = conn.read_response(false).expect("an answer before the body");
+        assert_eq!(r.status, status, "{what}: {}", String::from_utf8_lossy(&r.body));
+        assert_eq!(r.header("connection"), Some("close"), "{what}: the unread body ends the connection");
+    }
+    assert!(env.blob_files().is_empty() && env.tmp_files().is_empty(), "nothing was staged");
+}
+
+/// rclone and s3cmd with the data listener as their only endpoint: copies, syncs, checks, server-side copies
+/// and deletes, every byte read back by SHA-256.
+#[test]
+fn rclone_and_s3cmd_with_only_the_data_endpoint() {
+    let env = TestEnv::new();
+    env.bucket("bkt", false);
+    let key = s3_key(&env, "bkt", &["--scope", "write"]);
+    let server = env.serve();
+    let endpoint = server.data.to_string();
+    let home = env.dir.path().join("rclone-home");
+    rclone_config(&home, &key, &endpoint, "");
+    let local = home.join("src");
+    let files = [
+        ("one.bin", test_bytes(100_000, 7)),
+        ("d/two words.txt", test_bytes(17, 8)),
+        ("big.bin", test_bytes(12 << 20, 9)),
+    ];
+    for (name, bytes) in &files {
+        std::fs::create_dir_all(local.join(name).parent().unwrap()).unwrap();
+        std::fs::write(local.join(name), bytes).unwrap();
+    }
+    let src = local.to_str().unwrap();
+    rclone(&home, &["copy", src, "bg:bkt/rc"]);
+    rclone(&home, &["check", src, "bg:bkt/rc"]);
+    std::fs::write(local.join("one.bin"), b"changed").unwrap();
+    rclone(&home, &["sync", src, "bg:bkt/rc"]);
+    rclone(&home, &["copyto", "bg:bkt/rc/big.bin", "bg:bkt/copied/big.bin"]);
+    let back = home.join("back");
+    rclone(&home, &["copy", "bg:bkt/rc", back.to_str().unwrap()]);
+    assert_eq!(std::fs::read(back.join("one.bin")).unwrap(), b"changed");
+    for (name, bytes) in &files[1..] {
+        assert_eq!(sha256_hex(&std::fs::read(back.join(name)).unwrap()), sha256_hex(bytes), "{name}");
+    }
+    let purged = rclone_output(&home, &["purge", "bg:bkt/rc"]);
+    let stderr = String::from_utf8_lossy(&purged.stderr);
+    assert!(purged.status.success() && !stderr.contains("ERROR"), "rclone purge: {stderr}");
+
+    let s3cmd_home = env.dir.path().join("s3cmd-home");
+    s3cmd_config(&s3cmd_home, &key, &endpoint);
+    let put = test_bytes(250_000, 10);
+    let put_path = write_file(env.dir.path(), "s3cmd.bin", &put);
+    let ok = |args: &[&str]| {
+        let out = s3cmd(&s3cmd_home, args);
+        assert!(out.status.success(), "s3cmd {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    ok(&["put", put_path.to_str().unwrap(), "s3://bkt/s3cmd/put.bin"]);
+    let got = env.dir.path().join("s3cmd-got.bin");
+    ok(&["get", "s3://bkt/s3cmd/put.bin", got.to_str().unwrap()]);
+    assert_eq!(sha256_hex(&std::fs::read(&got).unwrap()), sha256_hex(&put));
+    ok(&["sync", &format!("{src}/"), "s3://bkt/s3cmd/tree/"]);
+    ok(&["del", "s3://bkt/s3cmd/put.bin"]);
+
+    let read = |path: &str| {
+        let headers = signed_headers(&key, path, &Signing::default());
+        server.get(path, &as_refs(&headers))
+    };
+    assert_eq!(sha256_hex(&read("/bkt/copied/big.bin").body), sha256_hex(&files[2].1));
+    assert_eq!(sha256_hex(&read("/bkt/s3cmd/tree/big.bin").body), sha256_hex(&files[2].1));
+    assert_eq!(read("/bkt/s3cmd/put.bin").status, 404);
+    let listed = env.ok(&["ls", "bkt"]);
+    assert!(!listed.lines().any(|l| l.starts_with("rc/")), "purged: {listed}");
+
+    let metrics = server.metrics();
+    let server_errors: Vec<&str> =
+        metrics.lines().filter(|l| l.starts_with("blobgate_responses_total") && l.contains("status=\"5")).collect();
+    assert!(server_errors.iter().all(|l| l.ends_with(" 0")), "5xx responses: {server_errors:?}");
 }
 
 #[test]

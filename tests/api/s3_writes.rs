@@ -421,22 +421,43 @@ fn bad_s3_writes_get_the_right_code_and_store_nothing() {
 }
 
 #[test]
-fn the_data_listener_refuses_s3_writes_in_xml() {
+fn a_read_only_data_listener_refuses_writes_with_405_never_413() {
     let env = TestEnv::new();
     env.bucket("bkt", false);
+    env.put_bytes("bkt", "keep.bin", b"kept", &[]);
     let write = s3_key(&env, "bkt", &["--scope", "write"]);
-    let server = env.serve();
-    for method in ["PUT", "POST", "DELETE"] {
+    let token = env.token("bkt", "write", &[]);
+    let server = env.serve_with(&[("BLOBGATE_LISTEN_READ_ONLY", "true")], &[]);
+    let body = vec![7u8; 5 << 20];
+    for (method, path) in
+        [("PUT", "/bkt/k.bin"), ("POST", "/bkt/k.bin?uploads"), ("DELETE", "/bkt/keep.bin"), ("POST", "/bkt?delete")]
+    {
         let headers = crate::helpers::s3::signed_headers(
             &write,
-            "/bkt/k.bin",
+            path,
             &crate::helpers::s3::Signing { method, ..Default::default() },
         );
-        let r = server.request(method, "/bkt/k.bin", &crate::helpers::s3::as_refs(&headers));
-        assert_eq!(r.status, 405, "{method}");
-        assert_eq!(crate::helpers::s3::s3_code(&r), "MethodNotAllowed", "{method}");
+        let mut headers = crate::helpers::s3::as_refs(&headers);
+        let length = body.len().to_string();
+        if method == "PUT" {
+            headers.push(("Content-Length", &length));
+        }
+        let r = server.request(method, path, &headers);
+        assert_eq!(r.status, 405, "{method} {path}: {}", String::from_utf8_lossy(&r.body));
+        assert_eq!(crate::helpers::s3::s3_code(&r), "MethodNotAllowed", "{method} {path}");
     }
-    assert!(listed(&env, "bkt").is_empty());
+    // Native writes: JSON 405, before the 5 MiB body is read.
+    let auth = format!("Bearer {token}");
+    let length = body.len().to_string();
+    let r = server.request("PUT", "/bkt/n.bin", &[("Authorization", &auth), ("Content-Length", &length)]);
+    assert_json_error(&r, 405, "method_not_allowed");
+    let r = server.request("DELETE", "/bkt/keep.bin", &[("Authorization", &auth)]);
+    assert_json_error(&r, 405, "method_not_allowed");
+    // Reads are served; the admin listener still takes the writes.
+    assert_eq!(server.get("/bkt/keep.bin", &[("Authorization", &auth)]).body, b"kept");
+    assert_eq!(server.put("/bkt/n.bin", &token, b"native", &[]).status, 201);
+    let keys: Vec<String> = listed(&env, "bkt").into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["keep.bin", "n.bin"]);
 }
 
 /// The ETag S3 requests see, object by object: what PutObject answered (an MD5), a multipart upload's
@@ -696,8 +717,18 @@ out["listed"] = {o["Key"]: o["Size"] for o in s3.list_objects_v2(Bucket=b, Prefi
 print(json.dumps(out))
 "#;
 
+/// One endpoint for reads and writes: the admin listener, and the data listener (the public one).
 #[test]
 fn boto3_with_only_the_admin_endpoint_puts_uploads_gets_and_downloads() {
+    boto3_with_one_endpoint(|server| server.admin);
+}
+
+#[test]
+fn boto3_with_only_the_data_endpoint_puts_uploads_gets_and_downloads() {
+    boto3_with_one_endpoint(|server| server.data);
+}
+
+fn boto3_with_one_endpoint(endpoint: fn(&Server) -> std::net::SocketAddr) {
     let env = TestEnv::new();
     env.bucket("bkt", false);
     let key = s3_key(&env, "bkt", &["--scope", "write"]);
@@ -707,7 +738,7 @@ fn boto3_with_only_the_admin_endpoint_puts_uploads_gets_and_downloads() {
     let forty = test_bytes(40 << 20, 13);
     let download = env.dir.path().join("forty-down.bin");
     let spec = serde_json::json!({
-        "endpoint": format!("http://{}", server.admin), "id": key.id, "secret": key.secret,
+        "endpoint": format!("http://{}", endpoint(&server)), "id": key.id, "secret": key.secret,
         "small": write_file(env.dir.path(), "small.bin", &small),
         "twenty": write_file(env.dir.path(), "twenty.bin", &twenty),
         "forty": write_file(env.dir.path(), "forty.bin", &forty), "download_to": download,
@@ -729,11 +760,20 @@ fn boto3_with_only_the_admin_endpoint_puts_uploads_gets_and_downloads() {
 
 #[test]
 fn aws_cli_with_only_the_admin_endpoint_copies_and_syncs_both_ways() {
+    aws_cli_with_one_endpoint(|server| server.admin);
+}
+
+#[test]
+fn aws_cli_with_only_the_data_endpoint_copies_and_syncs_both_ways() {
+    aws_cli_with_one_endpoint(|server| server.data);
+}
+
+fn aws_cli_with_one_endpoint(endpoint: fn(&Server) -> std::net::SocketAddr) {
     let env = TestEnv::new();
     env.bucket("bkt", false);
     let key = s3_key(&env, "bkt", &["--scope", "write"]);
     let server = env.serve();
-    let admin = format!("http://{}", server.admin);
+    let admin = format!("http://{}", endpoint(&server));
     let home = env.dir.path().join("aws-home");
     aws_home(&home, &key);
 

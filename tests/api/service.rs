@@ -42,5 +42,7 @@ fn an_in_process_app_refuses_what_the_binary_refuses() {
     assert_json_error(&app.get("/priv/nothing", &[]), 401, "unauthorized");
     assert_json_error(&app.get("/Bad_Bucket/x", &[]), 400, "invalid_name");
     let r = request_at(app.data, "DELETE", "/priv/secret", &[]);
+    assert_json_error(&r, 401, "unauthorized");
+    let r = request_at(app.data, "PATCH", "/priv/secret", &[]);
     assert_json_error(&r, 405, "method_not_allowed");
 }

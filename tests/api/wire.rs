@@ -486,16 +486,34 @@ fn other_methods_get_405_with_allow() {
     let env = TestEnv::new();
     let [a, _, _] = setup(&env);
     let server = env.serve();
-    for method in ["POST", "DELETE", "PUT", "OPTIONS", "PATCH", "FROB"] {
+    let read_only = env.serve_with(&[("BLOBGATE_LISTEN_READ_ONLY", "true")], &[]);
+    // Without credentials a PUT or DELETE is a write refused for want of them (401); other methods are 405, and
+    // a read-only listener answers 405 to writes too.
+    let cases = [
+        (&server, "POST", 405, Some("GET, HEAD, PUT, DELETE")),
+        (&server, "OPTIONS", 405, Some("GET, HEAD, PUT, DELETE")),
+        (&server, "PATCH", 405, Some("GET, HEAD, PUT, DELETE")),
+        (&server, "FROB", 405, Some("GET, HEAD, PUT, DELETE")),
+        (&server, "PUT", 401, None),
+        (&server, "DELETE", 401, None),
+        (&read_only, "POST", 405, Some("GET, HEAD")),
+        (&read_only, "PUT", 405, Some("GET, HEAD")),
+        (&read_only, "DELETE", 405, Some("GET, HEAD")),
+        (&read_only, "FROB", 405, Some("GET, HEAD")),
+    ];
+    for (server, method, status, allow) in cases {
         let mut conn = Conn::open(server.data);
         let mut bytes = raw_request(method, "/pub/a", &[], false);
-        // The connection survives a 405 (no body was sent, so framing is intact).
+        // The connection survives the refusal (no body was sent, so framing is intact).
         bytes.extend(raw_request("GET", "/pub/a", &[], true));
         conn.send(&bytes);
         let r = conn.read_response(false).expect("a response");
-        assert_json_error(&r, 405, "method_not_allowed");
-        assert_eq!(r.header("allow"), Some("GET, HEAD"), "{method}");
-        let next = conn.read_response(false).expect("the GET after the 405");
+        assert_eq!(r.status, status, "{method}: {}", String::from_utf8_lossy(&r.body));
+        if let Some(allow) = allow {
+            assert_json_error(&r, 405, "method_not_allowed");
+            assert_eq!(r.header("allow"), Some(allow), "{method}");
+        }
+        let next = conn.read_response(false).expect("the GET after the refusal");
         assert!(next.body == a, "{method}");
     }
     // Even on a path that is not an object path, and with an explicit empty body.
