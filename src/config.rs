@@ -28,6 +28,10 @@ pub struct Settings {
     pub listen_read_only: bool,
     /// Management: `/healthz`, `/readyz`, `/metrics`, `/stats`, and everything the data listener serves.
     pub admin_listen: SocketAddr,
+    /// The public base of links to objects (`https://dl.example.com`): what `blobgate presign` prints (unless
+    /// `--base-url`) and S3's `Location`. Unset: `http://<listen>` for presign, a path for `Location`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub public_url: Option<String>,
     /// A `tracing` filter, e.g. `info` or `blobgate=debug`; `RUST_LOG` wins when set. sqlx's own lines show at
     /// `warn` and above unless the filter names `sqlx`.
     pub log: String,
@@ -373,6 +377,7 @@ impl Default for Settings {
             database: DatabaseSettings::default(),
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             listen_read_only: false,
+            public_url: None,
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
             log: "info".into(),
             log_format: LogFormat::Text,
@@ -474,6 +479,7 @@ const SETTING_KEYS: &[&str] = &[
     "database",
     "listen",
     "listen_read_only",
+    "public_url",
     "admin_listen",
     "log",
     "log_format",
@@ -577,6 +583,7 @@ impl Settings {
         check_log_filter("log", &self.log)?;
         self.access_log_mode()?;
         self.s3_domain()?;
+        self.public_url()?;
         self.database_url()?;
         // The background sync runs every second: a shorter window would flap.
         if self.database.max_staleness < Duration::from_secs(2) {
@@ -599,6 +606,22 @@ impl Settings {
             }
             Err(_) => bail!("access_log_mode {text:?} is not an octal file mode such as 0640"),
         }
+    }
+
+    /// `public_url` without a trailing `/`: `http://` or `https://`, a host, an optional path, no query or fragment.
+    /// An empty value means unset.
+    pub fn public_url(&self) -> anyhow::Result<Option<String>> {
+        let Some(text) = self.public_url.as_deref().map(str::trim).filter(|u| !u.is_empty()) else {
+            return Ok(None);
+        };
+        let url = url::Url::parse(text).map_err(|e| anyhow::anyhow!("public_url {text:?} is not a URL: {e}"))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none_or(str::is_empty) {
+            bail!("public_url {text:?} must be http:// or https:// with a host, such as https://dl.example.com");
+        }
+        if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
+            bail!("public_url {text:?} must have no query, fragment or credentials");
+        }
+        Ok(Some(text.trim_end_matches('/').to_owned()))
     }
 
     /// `s3.domain`, lower-cased and without a trailing dot: a DNS name of at least two labels, each of letters,
@@ -726,7 +749,7 @@ mod tests {
         let defaults = serde_json::to_value(Settings::default()).unwrap();
         let mut keys: Vec<&str> = defaults.as_object().unwrap().keys().map(String::as_str).collect();
         // Unset by default, so absent from the serialized defaults.
-        keys.push("access_log");
+        keys.extend(["access_log", "public_url"]);
         keys.sort_unstable();
         let mut known = SETTING_KEYS.to_vec();
         known.sort_unstable();

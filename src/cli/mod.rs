@@ -111,7 +111,7 @@ pub enum Command {
         /// auth.presign_max_lifetime.
         #[arg(long, value_name = "DURATION", default_value = "3600", value_parser = duration_secs)]
         expires_in: u64,
-        /// Scheme, host and port of the data listener [default: http://<listen>]
+        /// Scheme, host and port of the data listener [default: public_url, else http://<listen>]
         #[arg(long, value_name = "URL")]
         base_url: Option<String>,
         /// Make the response carry this Content-Disposition (e.g. `attachment`); covered by the signature.
@@ -537,7 +537,11 @@ async fn run_on_store(command: Command, settings: Settings) -> anyhow::Result<()
         Command::Token(command) => auth::token(&store, command).await,
         Command::S3Key(command) => auth::s3_key(&store, command).await,
         Command::Presign { bucket, key, expires_in, base_url, response_content_disposition } => {
-            let base_url = base_url.unwrap_or_else(|| format!("http://{}", settings.listen));
+            let base_url = match (base_url, settings.public_url()?) {
+                (Some(given), _) => given,
+                (None, Some(public)) => public,
+                (None, None) => format!("http://{}", settings.listen),
+            };
             let request = auth::PresignRequest { bucket, key, expires_in, base_url, response_content_disposition };
             auth::presign(&store, &settings, request).await
         }

@@ -700,7 +700,12 @@ async fn complete(
         condition: &condition,
     };
     let report = app.store.complete_upload(bucket, key, completion).await.map_err(multipart_error)?;
-    let location = format!("/{}/{}", bucket.as_str(), key.as_str());
+    // S3's Location is the object's URL: under `public_url` when it is set, else its path.
+    let path = format!("/{}/{}", bucket.as_str(), crate::s3::url_encode(key.as_str()));
+    let location = match app.settings.public_url() {
+        Ok(Some(base)) => format!("{base}{path}"),
+        _ => path,
+    };
     Ok(xml_response(xml::complete_multipart_upload(&location, bucket.as_str(), key.as_str(), &report.s3_etag)))
 }
 

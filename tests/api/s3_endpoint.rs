@@ -282,3 +282,43 @@ fn virtual_hosted_requests_address_the_bucket_in_the_host() {
     let line = one_line_error(&out, &["s3.domain"]);
     assert!(line.contains("not a DNS name"), "{line}");
 }
+
+/// boto3 completes a two-part upload and prints the `Location` S3 answered.
+const COMPLETE_LOCATION: &str = r#"
+s3 = client(spec["endpoint"], spec["key"])
+up = s3.create_multipart_upload(Bucket="site", Key="dir/a b.bin")
+part = b"x" * (5 << 20)
+etags = [s3.upload_part(Bucket="site", Key="dir/a b.bin", UploadId=up["UploadId"], PartNumber=n, Body=part)["ETag"]
+         for n in (1, 2)]
+done = s3.complete_multipart_upload(Bucket="site", Key="dir/a b.bin", UploadId=up["UploadId"],
+    MultipartUpload={"Parts": [{"PartNumber": n, "ETag": e} for n, e in zip((1, 2), etags)]})
+print(json.dumps({"location": done["Location"]}))
+"#;
+
+#[test]
+fn public_url_is_the_base_of_presigned_links_and_of_s3_locations() {
+    let env = TestEnv::new();
+    env.bucket("site", false);
+    let key = s3_key(&env, "site", &["--scope", "write"]);
+    let public = [("BLOBGATE_PUBLIC_URL", "https://dl.example.test/")];
+    let presigned = |args: &[&str]| {
+        let out = env.cli_env(args, &public);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let url = presigned(&["presign", "site", "dir/a b.txt"]);
+    assert!(url.starts_with("https://dl.example.test/site/dir/a%20b.txt?"), "{url}");
+    let url = presigned(&["presign", "site", "a.txt", "--base-url", "http://other.test:81"]);
+    assert!(url.starts_with("http://other.test:81/site/a.txt?"), "--base-url still wins: {url}");
+    for bad in ["dl.example.test", "ftp://dl.example.test", "https://dl.example.test/?x=1"] {
+        let out = env.cli_env(&["presign", "site", "a.txt"], &[("BLOBGATE_PUBLIC_URL", bad)]);
+        let line = one_line_error(&out, &["presign with", bad]);
+        assert!(line.contains("public_url"), "{line}");
+    }
+
+    let server = env.serve_with(&public, &[]);
+    let home = tempfile::tempdir().unwrap();
+    let spec = serde_json::json!({"endpoint": format!("http://{}", server.data), "key": key_json(&key)});
+    let out = run_boto3(home.path(), COMPLETE_LOCATION, &spec);
+    assert_eq!(out["location"], "https://dl.example.test/site/dir/a%20b.bin");
+}
