@@ -214,6 +214,18 @@ impl Server {
         String::from_utf8(self.admin("GET", "/metrics", &[], b"").body).unwrap()
     }
 
+    /// The data listener's 5xx responses so far (`blobgate_responses_total{class="5xx"}`, every kind), and the
+    /// number of series summed (so a test can tell a zero from a missing series).
+    pub fn server_errors(&self) -> (f64, usize) {
+        let metrics = self.metrics();
+        let series: Vec<f64> = metrics
+            .lines()
+            .filter(|l| l.starts_with("blobgate_responses_total{") && l.contains("class=\"5xx\""))
+            .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+            .collect();
+        (series.iter().sum(), series.len())
+    }
+
     /// The value of an unlabelled metric (0 when absent).
     pub fn metric(&self, name: &str) -> f64 {
         self.metrics()
