@@ -433,7 +433,8 @@ const BUCKET_GETS: [(&str, Operation); 9] = [
 
 fn operation(method: &Method, resource: &Resource, q: &QueryNames, headers: &HeaderMap) -> Result<Operation, Refusal> {
     use Operation::*;
-    let copy = headers.contains_key(COPY_SOURCE);
+    // Looked up for a PUT of an object only: a hashed header lookup that reads need not pay.
+    let copy = || headers.contains_key(COPY_SOURCE);
     let op = match (resource, method.as_str()) {
         (Resource::Service, "GET") => ListBuckets,
         (Resource::Service, _) => return Err(Refusal::MethodNotAllowed),
@@ -456,13 +457,13 @@ fn operation(method: &Method, resource: &Resource, q: &QueryNames, headers: &Hea
         (Resource::Object(..), "HEAD") => HeadObject,
         (Resource::Object(..), "PUT") if q.has("tagging") => PutObjectTagging,
         (Resource::Object(..), "PUT") if q.has("uploadId") || q.has("partNumber") => {
-            if copy {
+            if copy() {
                 UploadPartCopy
             } else {
                 UploadPart
             }
         }
-        (Resource::Object(..), "PUT") if copy => CopyObject,
+        (Resource::Object(..), "PUT") if copy() => CopyObject,
         (Resource::Object(..), "PUT") => PutObject,
         (Resource::Object(..), "DELETE") if q.has("tagging") => DeleteObjectTagging,
         (Resource::Object(..), "DELETE") if q.has("uploadId") => AbortMultipartUpload,
