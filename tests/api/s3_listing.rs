@@ -12,7 +12,7 @@ use blobgate::s3::listing::{Entry, Fetch, ListQuery, Listed, Page, Source, Start
 use blobgate::s3::request::{ListParams, ListVersion, continuation_token, decode_continuation_token};
 use blobgate::store::{Metadata, MetadataError, ObjectRecord, Store};
 
-use crate::helpers::postgres_database;
+use crate::helpers::both_backends;
 
 /// The store's keyset listing as the planner's source, counting the rows it returns.
 struct StoreSource {
@@ -68,18 +68,15 @@ fn names(page: &Page<Row>) -> Vec<String> {
     page.entries.iter().map(|e| e.name().to_owned()).collect()
 }
 
-#[tokio::test]
-async fn continuation_tokens_walk_the_store_in_s3_order() {
-    let dir = tempfile::tempdir().unwrap();
-    walk_in_s3_order(dir.path(), DatabaseUrl::in_data_dir(dir.path())).await;
-}
-
-/// The same on PostgreSQL, whose keys are `COLLATE "C"`: the same byte order, so the same pages.
-#[tokio::test]
-async fn continuation_tokens_walk_the_store_in_s3_order_on_postgres() {
-    let dir = tempfile::tempdir().unwrap();
-    walk_in_s3_order(dir.path(), DatabaseUrl::parse(&postgres_database()).unwrap()).await;
-}
+// On PostgreSQL keys are `COLLATE "C"`: the same byte order as SQLite's, so the same pages.
+both_backends!(continuation_tokens_walk_the_store_in_s3_order, |env| {
+    let url = match &env.database_url {
+        Some(url) => DatabaseUrl::parse(url).unwrap(),
+        None => DatabaseUrl::in_data_dir(env.dir.path()),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(walk_in_s3_order(env.dir.path(), url));
+});
 
 async fn walk_in_s3_order(data_dir: &std::path::Path, url: DatabaseUrl) {
     let store = Store::open(data_dir, &url, Duration::from_secs(5)).await.unwrap();
