@@ -947,12 +947,14 @@ mod tests {
 
     #[tokio::test]
     async fn postgres_another_replica_change_reaches_the_cache_in_the_background_and_a_pruned_log_flushes() {
-        let dir = tempfile::tempdir().unwrap();
+        let (dir, other_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let url = crate::store::metadata::test_database_url(TestBackend::Postgres, dir.path()).await;
         let timeout = std::time::Duration::from_secs(5);
+        // Another replica has a data dir of its own: sharing this one would share its generation counter, which
+        // tells this catalog of the change at its next read without the feed.
         let (here, elsewhere) = (
             Store::open(dir.path(), &url, timeout).await.unwrap(),
-            Store::open(dir.path(), &url, timeout).await.unwrap(),
+            Store::open(other_dir.path(), &url, timeout).await.unwrap(),
         );
         let name = BucketName::parse("bkt").unwrap();
         let bucket = here.meta.create_bucket(&name, false, 0).await.unwrap();
