@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use axum::Json;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 
@@ -146,11 +145,29 @@ pub fn log_server_error(mut response: Response) -> Response {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        let body = Json(serde_json::json!({ "error": code, "message": self.to_string() }));
-        let mut response = (status, body).into_response();
+        let body = serde_json::json!({ "error": code, "message": self.to_string() }).to_string();
+        self.respond(status, axum::body::Body::from(body), HeaderValue::from_static("application/json"), true)
+    }
+}
+
+impl ApiError {
+    /// The one response builder of an error, whatever its body (our JSON, or S3's XML from `http::s3`): `body` with
+    /// `status`, the headers this error adds (a 416's `Content-Range`, a 405's `Allow`, `Retry-After`,
+    /// `Connection: close` after a broken body, and the bearer challenge of a 401 when `bearer_challenge`),
+    /// `Cache-Control: no-store`, and the log's record of a 5xx.
+    pub fn respond(
+        self,
+        status: StatusCode,
+        body: axum::body::Body,
+        content_type: HeaderValue,
+        bearer_challenge: bool,
+    ) -> Response {
+        let mut response = Response::new(body);
+        *response.status_mut() = status;
         let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, content_type);
         match &self {
-            ApiError::Unauthorized(_) => {
+            ApiError::Unauthorized(_) if bearer_challenge => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"blobgate\""));
             }
             ApiError::RangeNotSatisfiable { size } => {
@@ -169,7 +186,7 @@ impl IntoResponse for ApiError {
             _ => {}
         }
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        if self.is_logged(status) {
+        if self.is_logged(self.status_and_code().0) {
             response.extensions_mut().insert(LoggedError(Arc::new(self)));
         }
         response

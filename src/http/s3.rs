@@ -17,7 +17,7 @@ use std::borrow::Cow;
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
 
@@ -121,45 +121,39 @@ impl S3Error {
         S3Error::S3 { status, code, message: message.into() }
     }
 
-    /// The XML error response. An [`ApiError`] keeps what its own response carries (`Content-Range` of a 416,
-    /// `Allow`, `Retry-After`, and the log's record of a 5xx), with S3's status, code and body instead.
+    /// The XML error response, rendered directly. An [`ApiError`] keeps what its JSON response carries besides the
+    /// body (`Content-Range` of a 416, `Allow`, `Retry-After`, the log's record of a 5xx: `ApiError::respond`), with
+    /// S3's status, code and body, and no bearer challenge.
     pub fn render(self, ctx: &S3Context<'_>) -> Response {
-        let (status, code, message, base) = match self {
-            S3Error::S3 { status, code, message } => (status, code, message, None),
+        let (status, code, message) = match self {
+            S3Error::S3 { status, code, message } => (status, code, message),
             S3Error::Auth(e) => {
                 if let Some(reason) = e.reason() {
                     crate::metrics::auth_failure(reason);
                 }
                 match e {
-                    AuthError::SigV4 { error, .. } => (error.status(), error.code(), error.to_string().into(), None),
+                    AuthError::SigV4 { error, .. } => (error.status(), error.code(), error.to_string().into()),
                     AuthError::InvalidAccessKeyId { .. } => {
-                        (StatusCode::FORBIDDEN, "InvalidAccessKeyId", e.to_string().into(), None)
+                        (StatusCode::FORBIDDEN, "InvalidAccessKeyId", e.to_string().into())
                     }
                     AuthError::Unauthorized { .. } | AuthError::Forbidden => {
-                        (StatusCode::FORBIDDEN, "AccessDenied", "Access Denied".into(), None)
+                        (StatusCode::FORBIDDEN, "AccessDenied", "Access Denied".into())
                     }
                     AuthError::NoSuchBucket => {
-                        (StatusCode::NOT_FOUND, "NoSuchBucket", "The specified bucket does not exist".into(), None)
+                        (StatusCode::NOT_FOUND, "NoSuchBucket", "The specified bucket does not exist".into())
                     }
-                    AuthError::BadRequest(why) => (StatusCode::BAD_REQUEST, "InvalidRequest", why.into(), None),
+                    AuthError::BadRequest(why) => (StatusCode::BAD_REQUEST, "InvalidRequest", why.into()),
                     AuthError::Lookup(e) => return S3Error::Api(e.into()).render(ctx),
                 }
             }
             S3Error::Api(e) => {
                 let (status, code, message) = api_error_parts(&e);
-                (status, code, message, Some(e.into_response()))
+                let body = error_xml(code, &message, ctx.resource, ctx.request_id.to_str().unwrap_or(""));
+                return e.respond(status, Body::from(body), XML.clone(), false);
             }
         };
         let body = error_xml(code, &message, ctx.resource, ctx.request_id.to_str().unwrap_or(""));
-        let mut response = match base {
-            Some(base) => {
-                let (mut parts, _json) = base.into_parts();
-                parts.headers.remove(header::WWW_AUTHENTICATE);
-                parts.headers.remove(header::CONTENT_LENGTH);
-                Response::from_parts(parts, Body::from(body))
-            }
-            None => Response::new(Body::from(body)),
-        };
+        let mut response = Response::new(Body::from(body));
         *response.status_mut() = status;
         response.headers_mut().insert(header::CONTENT_TYPE, XML.clone());
         response
