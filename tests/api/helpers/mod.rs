@@ -420,6 +420,17 @@ impl Conn {
 }
 
 /// Deterministic pseudo-random bytes (xorshift), so failures reproduce.
+/// A body size no connection can hold in flight: twice the client's and the server's socket buffers at their
+/// largest (`tcp_rmem` and `tcp_wmem` maxima; 32 + 4 MiB on these machines). A client that resets after reading a
+/// little of such a body always aborts its response: with less, a loaded server could have buffered all of it.
+pub fn larger_than_socket_buffers() -> usize {
+    let max_of = |sysctl: &str| -> usize {
+        let text = std::fs::read_to_string(format!("/proc/sys/net/ipv4/{sysctl}")).expect("read the sysctl");
+        text.split_whitespace().last().and_then(|n| n.parse().ok()).expect("three numbers")
+    };
+    2 * (max_of("tcp_rmem") + max_of("tcp_wmem"))
+}
+
 pub fn test_bytes(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
     (0..len)
