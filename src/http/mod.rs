@@ -17,11 +17,10 @@ mod signed_url_tests;
 pub mod upload;
 pub mod website;
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
-
-use std::convert::Infallible;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -118,7 +117,13 @@ pub fn data_service(app: AdminState, handler_timeout: Duration, read_only: bool)
         .map_response(error::log_server_error)
         .map_request(move |request| Classified::new(request, domain.as_deref()))
         .layer(deadline::DeadlineLayer::new(handler_timeout))
-        .service_fn(move |classified| route(app.clone(), read_only, classified))
+        .service_fn(move |classified: Classified| {
+            // A native read needs the data parts only: one reference count per download, as before writes came.
+            let native_read = classified.api == Api::Native
+                && !matches!(*classified.request.method(), http::Method::PUT | http::Method::DELETE);
+            let handed = if native_read { Handed::Read(app.data.clone()) } else { Handed::Other(app.clone()) };
+            route(handed, read_only, classified)
+        })
 }
 
 /// A request and what [`classify`](crate::s3::operation::classify) made of it, decided once.
@@ -141,11 +146,26 @@ impl Classified {
 }
 
 /// The data listener's one routing decision.
+/// What [`route`] is handed of the application state, chosen when the request is classified.
+enum Handed {
+    /// A native GET, HEAD (or another method the object handler refuses): the data parts.
+    Read(DataState),
+    /// A write or an S3 request: the whole state.
+    Other(AdminState),
+}
+
 async fn route(
-    app: AdminState,
+    handed: Handed,
     read_only: bool,
     Classified { api, request }: Classified,
 ) -> Result<Response, Infallible> {
+    let app = match handed {
+        Handed::Read(data) => {
+            let response = cors::serve(State(data), request).await;
+            return Ok(if read_only { response } else { allowing_writes(response) });
+        }
+        Handed::Other(app) => app,
+    };
     if read_only && api.is_write(request.method()) {
         return Ok(match api {
             Api::S3(_) => s3::refuse(&request, ApiError::MethodNotAllowed.into()),
@@ -162,8 +182,8 @@ async fn route(
                 let (parts, _no_body) = request.into_parts();
                 upload::delete_object(State(app), parts.uri, parts.headers).await.into_response()
             }
-            _ if read_only => cors::serve(State(app.data.clone()), request).await,
-            _ => allowing_writes(cors::serve(State(app.data.clone()), request).await),
+            // Handed::Read took every other native request.
+            _ => cors::serve(State(app.data.clone()), request).await,
         },
         Api::S3(call) => dispatch_s3(app, call, request).await,
     })
