@@ -172,11 +172,12 @@ async fn run(objects: usize, backend: Backend, postgres: Option<&PostgresServer>
         .create_token(&TokenRecord {
             id: new.id.clone(),
             secret_hash: new.secret_hash.to_vec(),
-            grant: blobgate::store::Grant {
-                bucket_id: bucket.id,
-                bucket_name: "bench".into(),
-                prefix: String::new(),
-                scope: blobgate::store::Scope::Read,
+            rights: blobgate::store::Rights {
+                grants: vec![blobgate::store::Grant {
+                    bucket: Some(blobgate::store::GrantedBucket { id: bucket.id, name: "bench".into() }),
+                    prefix: String::new(),
+                    scope: blobgate::store::Scope::Read,
+                }],
                 created_at: 0,
                 expires_at: None,
                 revoked_at: None,

@@ -26,7 +26,7 @@ use std::time::Duration;
 use http::header::{self, HeaderMap};
 
 use crate::names::{BucketName, ObjectKey};
-use crate::store::{Bucket, Grant, MetadataError, S3KeyRecord, SigningKey, TokenRecord, unix_now};
+use crate::store::{Bucket, Grant, MetadataError, Rights, S3KeyRecord, SigningKey, TokenRecord, unix_now};
 use presign::{PresignParams, QueryError};
 use sigv4::{AuthKind, RequestParts, SigV4Error, SigningKeyCache};
 use token::Scope;
@@ -204,9 +204,37 @@ impl From<Denial> for AuthError {
     }
 }
 
-/// The token rules, over what a stored credential (a token or an S3 access key) grants. `Grant` is the store's
-/// (its columns); the rules are `auth`'s, so they live here.
+impl Access {
+    /// The least scope that grants it.
+    fn scope(self) -> Scope {
+        match self {
+            Access::Read => Scope::Read,
+            Access::Write => Scope::Write,
+        }
+    }
+}
+
+/// The token rules for one grant. `Grant` is the store's (its columns); the rules are `auth`'s, so they live here.
 impl Grant {
+    /// Whether the grant names the bucket `bucket_id` (`None`: no such bucket, which only a grant of every bucket
+    /// names: its holder may learn that a bucket does not exist).
+    pub fn names_bucket(&self, bucket_id: Option<i64>) -> bool {
+        match &self.bucket {
+            None => true,
+            Some(b) => bucket_id == Some(b.id),
+        }
+    }
+
+    /// Whether the grant gives `access` to `key` (or, for a listing, to every key under the prefix `key`) in the
+    /// bucket `bucket_id`.
+    pub fn covers(&self, bucket_id: Option<i64>, key: &str, access: Access) -> bool {
+        self.scope >= access.scope() && self.names_bucket(bucket_id) && key.starts_with(&self.prefix)
+    }
+}
+
+/// The token rules over what a stored credential (a token or an S3 access key) grants: a request is allowed by
+/// one grant that covers its bucket and key with the scope it needs.
+impl Rights {
     /// Whether the credential may be used at all at `now`: not revoked, not expired.
     pub fn check_liveness(&self, now: i64) -> Result<(), Denial> {
         if self.revoked_at.is_some() {
@@ -221,14 +249,44 @@ impl Grant {
     /// Whether the credential grants `access` to `key` in the bucket `bucket_id` (`None`: no such bucket).
     pub fn check(&self, bucket_id: Option<i64>, key: &str, access: Access, now: i64) -> Result<(), Denial> {
         self.check_liveness(now)?;
-        if bucket_id != Some(self.bucket_id) || !key.starts_with(&self.prefix) {
-            return Err(Denial::Forbidden);
+        if self.grants.iter().any(|g| g.covers(bucket_id, key, access)) { Ok(()) } else { Err(Denial::Forbidden) }
+    }
+
+    /// Whether the credential grants `access` to some key of the bucket `bucket_id`: the bucket-level requests
+    /// (HeadBucket, listings, which then narrow to [`Rights::may_list`]).
+    pub fn check_bucket(&self, bucket_id: Option<i64>, access: Access, now: i64) -> Result<(), Denial> {
+        self.check_liveness(now)?;
+        let any = self.grants.iter().any(|g| g.scope >= access.scope() && g.names_bucket(bucket_id));
+        if any { Ok(()) } else { Err(Denial::Forbidden) }
+    }
+
+    /// Whether one grant lets the credential read every key under `prefix` of the bucket `bucket_id` (a listing
+    /// shows keys, so it must stay inside what the credential may read).
+    pub fn may_list(&self, bucket_id: i64, prefix: &str) -> bool {
+        self.grants.iter().any(|g| g.covers(Some(bucket_id), prefix, Access::Read))
+    }
+
+    /// What a listing asked for under `prefix` may show: `prefix` itself when a grant covers it, else the prefix
+    /// of the first grant that reads a part of it (a shorter prefix narrowed to what the credential may read);
+    /// `None` when no grant reads anything under it.
+    pub fn readable_prefix<'a>(&'a self, bucket_id: i64, prefix: &'a str) -> Option<&'a str> {
+        if self.may_list(bucket_id, prefix) {
+            return Some(prefix);
         }
-        let needed = match access {
-            Access::Read => Scope::Read,
-            Access::Write => Scope::Write,
-        };
-        if self.scope >= needed { Ok(()) } else { Err(Denial::Forbidden) }
+        self.grants
+            .iter()
+            .find(|g| g.covers(Some(bucket_id), &g.prefix, Access::Read) && g.prefix.starts_with(prefix))
+            .map(|g| g.prefix.as_str())
+    }
+
+    /// Whether a grant gives `admin` on every bucket: bucket creation and deletion, the full ListBuckets.
+    pub fn admin_of_every_bucket(&self) -> bool {
+        self.grants.iter().any(|g| g.bucket.is_none() && g.scope == Scope::Admin)
+    }
+
+    /// Whether some grant has `admin` scope (on one bucket or all): the admin listener's management endpoints.
+    pub fn has_admin(&self) -> bool {
+        self.grants.iter().any(|g| g.scope == Scope::Admin)
     }
 }
 
@@ -277,13 +335,16 @@ pub struct Authorizer<L> {
 pub enum S3Target<'a> {
     /// ListBuckets: any live key.
     Service,
-    /// HeadBucket, GetBucketLocation, the listings (which narrow to the key's prefix themselves).
+    /// HeadBucket, GetBucketLocation, the listings (which narrow to the key's prefixes themselves): a grant on
+    /// the bucket with the scope asked for.
     Bucket(Option<&'a Arc<Bucket>>),
+    /// CreateBucket, DeleteBucket: `admin` on every bucket (`--grant '*:admin'`).
+    EveryBucket,
     /// GetObject, HeadObject.
     Object(Option<&'a Arc<Bucket>>, &'a ObjectKey),
 }
 
-/// The decision that allowed an S3 request: its verified access key (whose `grant` bounds what else it may do),
+/// The decision that allowed an S3 request: its verified access key (whose `rights` bound what else it may do),
 /// and how it was signed.
 #[derive(Debug, Clone)]
 pub struct AllowedS3Request {
@@ -296,13 +357,16 @@ pub struct AllowedS3Request {
 
 /// The key's rights to `target` with `access` at `now`, as an S3 refusal.
 fn check_s3_target(key: &S3KeyRecord, target: S3Target<'_>, access: Access, now: i64) -> Result<(), AuthError> {
-    let grant = &key.grant;
+    let rights = &key.rights;
     let checked = match target {
-        S3Target::Service => grant.check_liveness(now),
-        S3Target::Bucket(bucket) => grant.check(bucket.map(|b| b.id), &grant.prefix, access, now),
+        S3Target::Service => rights.check_liveness(now),
+        S3Target::Bucket(bucket) => rights.check_bucket(bucket.map(|b| b.id), access, now),
+        S3Target::EveryBucket => rights
+            .check_liveness(now)
+            .and_then(|()| if rights.admin_of_every_bucket() { Ok(()) } else { Err(Denial::Forbidden) }),
         // A public bucket is readable by any live key, as by anyone.
-        S3Target::Object(Some(bucket), _) if bucket.public && access == Access::Read => grant.check_liveness(now),
-        S3Target::Object(bucket, object) => grant.check(bucket.map(|b| b.id), object.as_str(), access, now),
+        S3Target::Object(Some(bucket), _) if bucket.public && access == Access::Read => rights.check_liveness(now),
+        S3Target::Object(bucket, object) => rights.check(bucket.map(|b| b.id), object.as_str(), access, now),
     };
     match checked {
         Ok(()) => Ok(()),
@@ -418,7 +482,8 @@ impl<L: CredentialLookup> Authorizer<L> {
             Credentials::Anonymous => Err(AuthError::unauthorized(FailureReason::Missing, "credentials required")),
             Credentials::Bearer(token) => {
                 self.authorize_token(&token, bucket.as_ref().map(|b| b.id), key, Access::Read).await?;
-                let bucket = bucket.expect("a token only passes for an existing bucket").clone();
+                // Only a grant of every bucket passes for a missing one.
+                let bucket = bucket.ok_or(AuthError::NoSuchBucket)?.clone();
                 Ok(AllowedRead { bucket, content_disposition: None })
             }
             Credentials::Presigned(params) => {
@@ -451,7 +516,7 @@ impl<L: CredentialLookup> Authorizer<L> {
             return Err(AuthError::unauthorized(FailureReason::Missing, "a bearer token with admin scope is required"));
         };
         let record = self.live_token(&presented).await?;
-        if record.grant.scope != Scope::Admin {
+        if !record.rights.has_admin() {
             return Err(AuthError::Forbidden);
         }
         Ok(record)
@@ -465,13 +530,13 @@ impl<L: CredentialLookup> Authorizer<L> {
         access: Access,
     ) -> Result<(), AuthError> {
         let record = self.known_token(presented).await?;
-        Ok(record.grant.check(bucket_id, key, access, (self.clock)())?)
+        Ok(record.rights.check(bucket_id, key, access, (self.clock)())?)
     }
 
     /// The token presented as `Authorization: Bearer`, if it exists and is neither revoked nor expired.
     async fn live_token(&self, presented: &str) -> Result<Arc<TokenRecord>, AuthError> {
         let record = self.known_token(presented).await?;
-        record.grant.check_liveness((self.clock)())?;
+        record.rights.check_liveness((self.clock)())?;
         Ok(record)
     }
 
@@ -523,11 +588,79 @@ mod tests {
         TokenRecord {
             id: "0123456789ab".into(),
             secret_hash: vec![0; 32],
-            grant: Grant {
-                prefix: prefix.into(),
+            rights: Rights {
                 expires_at: Some(100),
-                ..Grant::whole_bucket(1, "bkt", Scope::parse(scope).expect("a known scope"))
+                ..Rights::prefixed(1, "bkt", Scope::parse(scope).expect("a known scope"), prefix.into())
             },
+        }
+    }
+
+    fn grant(bucket: Option<i64>, prefix: &str, scope: Scope) -> Grant {
+        let bucket = bucket.map(|id| crate::store::GrantedBucket { id, name: format!("b{id}") });
+        Grant { bucket, prefix: prefix.into(), scope }
+    }
+
+    fn rights(grants: Vec<Grant>) -> Rights {
+        Rights { grants, created_at: 0, expires_at: None, revoked_at: None }
+    }
+
+    #[test]
+    fn several_grants_each_allow_what_they_cover() {
+        use Access::*;
+        let r = rights(vec![
+            grant(Some(1), "pub/", Scope::Read),
+            grant(Some(2), "", Scope::Write),
+            grant(Some(1), "up/", Scope::Write),
+        ]);
+        let forbidden = Err(Denial::Forbidden);
+        assert_eq!(r.check(Some(1), "pub/a", Read, 0), Ok(()));
+        assert_eq!(r.check(Some(1), "pub/a", Write, 0), forbidden, "read only under pub/");
+        assert_eq!(r.check(Some(1), "up/a", Write, 0), Ok(()));
+        assert_eq!(r.check(Some(1), "up/a", Read, 0), Ok(()), "write includes read");
+        assert_eq!(r.check(Some(1), "other", Read, 0), forbidden);
+        assert_eq!(r.check(Some(2), "anything", Write, 0), Ok(()));
+        assert_eq!(r.check(Some(3), "a", Read, 0), forbidden);
+        assert_eq!(r.check(None, "a", Read, 0), forbidden, "a missing bucket is no bucket a grant names");
+        // Bucket-level requests: some grant on the bucket with the scope.
+        assert_eq!(r.check_bucket(Some(1), Write, 0), Ok(()));
+        assert_eq!(r.check_bucket(Some(3), Read, 0), forbidden);
+        // Listings stay inside a grant, or narrow to one.
+        assert!(r.may_list(1, "pub/x") && r.may_list(1, "up/") && !r.may_list(1, "") && !r.may_list(3, ""));
+        assert_eq!(r.readable_prefix(1, "pub/"), Some("pub/"));
+        assert_eq!(r.readable_prefix(1, ""), Some("pub/"), "the first grant under the prefix asked for");
+        assert_eq!(r.readable_prefix(1, "zzz"), None);
+        assert!(!r.admin_of_every_bucket() && !r.has_admin());
+
+        let admin = rights(vec![grant(None, "", Scope::Admin)]);
+        assert!(admin.admin_of_every_bucket() && admin.has_admin());
+        assert_eq!(admin.check(Some(7), "k", Write, 0), Ok(()));
+        assert_eq!(admin.check(None, "k", Read, 0), Ok(()), "may learn that a bucket does not exist");
+        let every_read = rights(vec![grant(None, "", Scope::Read), grant(Some(4), "", Scope::Admin)]);
+        assert!(!every_read.admin_of_every_bucket() && every_read.has_admin());
+        assert_eq!(every_read.check(Some(9), "k", Write, 0), forbidden);
+        assert_eq!(every_read.check(Some(4), "k", Write, 0), Ok(()));
+        assert_eq!(rights(vec![]).check(Some(1), "k", Read, 0), forbidden, "no grant, no access");
+    }
+
+    proptest::proptest! {
+        /// A credential's rights are the union of its grants': a request passes exactly when one grant alone
+        /// would pass it, whatever their number and order.
+        #[test]
+        fn rights_are_the_union_of_their_grants(
+            grants in proptest::collection::vec(
+                (proptest::option::of(1i64..4), "(a/|b/|a/b/)?", 0usize..3), 0..5),
+            bucket in proptest::option::of(1i64..4),
+            key in "(a/|b/)(b/|c)?",
+            write: bool,
+        ) {
+            let scopes = [Scope::Read, Scope::Write, Scope::Admin];
+            let grants: Vec<Grant> = grants.into_iter().map(|(b, p, s)| grant(b, &p, scopes[s])).collect();
+            let access = if write { Access::Write } else { Access::Read };
+            let alone = grants.iter().any(|g| rights(vec![g.clone()]).check(bucket, &key, access, 0).is_ok());
+            let mut reversed = grants.clone();
+            reversed.reverse();
+            proptest::prop_assert_eq!(rights(grants).check(bucket, &key, access, 0).is_ok(), alone);
+            proptest::prop_assert_eq!(rights(reversed).check(bucket, &key, access, 0).is_ok(), alone);
         }
     }
 
@@ -548,23 +681,22 @@ mod tests {
             ("read", "", None, "a", Read, 50, forbidden),
             ("read", "pub/", Some(1), "pub/x", Read, 50, ok),
             ("read", "pub/", Some(1), "pubx", Read, 50, forbidden),
-            ("read", "pub/", Some(1), "other/pub/x", Read, 50, forbidden),
-            // The bucket's root (`/{bucket}/` without an index document) is read with the whole bucket only.
+            ("read", "pub/", Some(1), "other/pub/x", Read, 50, forbidden), // The bucket's root (`/{bucket}/` without an index document) is read with the whole bucket only.
             ("read", "", Some(1), "", Read, 50, ok),
             ("read", "pub/", Some(1), "", Read, 50, forbidden),
             ("read", "", Some(1), "a", Read, 100, Err(Denial::Expired)),
             ("read", "", Some(2), "a", Read, 100, Err(Denial::Expired)),
         ];
         for (scope, prefix, bucket, key, access, now, want) in cases {
-            let got = token(scope, prefix).grant.check(*bucket, key, *access, *now);
+            let got = token(scope, prefix).rights.check(*bucket, key, *access, *now);
             assert_eq!(&got, want, "{scope} {prefix:?} {bucket:?} {key} {access:?} {now}");
         }
         let mut revoked = token("admin", "");
-        revoked.grant.revoked_at = Some(1);
-        assert_eq!(revoked.grant.check(Some(1), "a", Access::Read, 0), Err(Denial::Revoked));
+        revoked.rights.revoked_at = Some(1);
+        assert_eq!(revoked.rights.check(Some(1), "a", Access::Read, 0), Err(Denial::Revoked));
         let mut forever = token("read", "");
-        forever.grant.expires_at = None;
-        assert_eq!(forever.grant.check(Some(1), "a", Access::Read, i64::MAX), Ok(()));
+        forever.rights.expires_at = None;
+        assert_eq!(forever.rights.check(Some(1), "a", Access::Read, i64::MAX), Ok(()));
     }
 
     #[test]
@@ -648,10 +780,10 @@ mod tests {
             let record = TokenRecord {
                 id: new.id.clone(),
                 secret_hash: new.secret_hash.to_vec(),
-                grant: Grant {
+                rights: Rights {
                     expires_at,
                     revoked_at,
-                    ..Grant::whole_bucket(1, "priv", Scope::parse(scope).expect("a known scope"))
+                    ..Rights::whole_bucket(1, "priv", Scope::parse(scope).expect("a known scope"))
                 },
             };
             lookup.tokens.insert(new.id, Arc::new(record));
@@ -775,15 +907,14 @@ mod tests {
         let signed = Credentials::Presigned(sign("priv", "a", NOW + 60, "k1", None));
         assert_eq!(write(b, signed).await, Err("missing".into()), "a signed URL never writes");
 
-        let admin = async |credentials| outcome(w.auth.admin(credentials).await).map(|t| t.grant.scope);
+        let admin = async |credentials| outcome(w.auth.admin(credentials).await).map(|t| t.rights.grants[0].scope);
         assert_eq!(admin(bearer("admin")).await, Ok(Scope::Admin));
         assert_eq!(admin(bearer("write")).await, Err("forbidden".into()));
         assert_eq!(admin(bearer("expired")).await, Err("expired".into()));
         assert_eq!(admin(Credentials::Anonymous).await, Err("missing".into()));
     }
 
-    /// The example requests of AWS's SigV4 documentation for S3 ("Examples: Signature calculations",
-    /// "Authenticating requests: using query parameters"), signed by AWS: our code does not sign its own tests.
+    /// The example requests of AWS's SigV4 documentation for S3 ("Examples: Signature calculations", /// "Authenticating requests: using query parameters"), signed by AWS: our code does not sign its own tests.
     const AWS_ID: &str = "AKIAIOSFODNN7EXAMPLE";
     const AWS_SECRET: &str = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
     /// 2013-05-24T00:00:00Z, the examples' time.
@@ -819,7 +950,7 @@ mod tests {
         S3KeyRecord {
             id: AWS_ID.into(),
             secret: secret.into(),
-            grant: Grant { prefix: prefix.into(), ..Grant::whole_bucket(bucket_id, "priv", scope) },
+            rights: Rights::prefixed(bucket_id, "priv", scope, prefix.into()),
         }
     }
 
@@ -887,14 +1018,14 @@ mod tests {
         assert_eq!(s3(&wrong, &header_signed, target, Access::Read).await, Err("SignatureDoesNotMatch".into()));
         assert_eq!(s3(&wrong, &presigned, target, Access::Read).await, Err("SignatureDoesNotMatch".into()));
         let mut revoked = s3_key_record(1, "", Scope::Read, AWS_SECRET);
-        revoked.grant.revoked_at = Some(1);
+        revoked.rights.revoked_at = Some(1);
         let revoked = s3_authorizer(Some(revoked), || AWS_NOW, 7 * DAY as u64);
         assert_eq!(
             s3(&revoked, &header_signed, S3Target::Service, Access::Read).await,
             Err("InvalidAccessKeyId:revoked".into())
         );
         let mut expired = s3_key_record(1, "", Scope::Read, AWS_SECRET);
-        expired.grant.expires_at = Some(AWS_NOW);
+        expired.rights.expires_at = Some(AWS_NOW);
         let expired = s3_authorizer(Some(expired), || AWS_NOW, 7 * DAY as u64);
         assert_eq!(s3(&expired, &header_signed, target, Access::Read).await, Err("AccessDenied".into()));
         // Time: skew beyond 15 minutes, a presign past its expiry or beyond our maximum lifetime.

@@ -312,6 +312,12 @@ impl Catalog {
         Ok(found)
     }
 
+    /// Every bucket, by name (a ListBuckets of a grant of every bucket), straight from the database: like
+    /// listings, not cached.
+    pub async fn list_buckets(&self) -> Result<Vec<Bucket>, MetadataError> {
+        self.meta.list_buckets().await
+    }
+
     /// One keyset page of a bucket's objects (S3 listings), straight from the database: listings are not cached,
     /// and each page is one index range read however deep it is.
     pub async fn list_objects_page(
@@ -632,7 +638,7 @@ mod tests {
     use crate::config::DatabaseUrl;
     use crate::names::{BucketName, ObjectAttrs, ObjectKey};
     use crate::store::metadata::{TestBackend, on_both_backends};
-    use crate::store::{Grant, Scope, Store};
+    use crate::store::{Rights, Scope, Store};
 
     async fn open_store(dir: &std::path::Path) -> Store {
         Store::open(dir, &DatabaseUrl::in_data_dir(dir), std::time::Duration::from_secs(5)).await.unwrap()
@@ -710,7 +716,7 @@ mod tests {
         assert_ne!(entry.s3_etag, entry.etag);
         // A multipart ETag for the same content (a Complete of the same bytes): the cached entry is evicted.
         let mut tx = store.meta.lock_blob_refs().await.unwrap();
-        tx.set_s3_etag(bucket.id, "k", &entry.record.sha256, "\"abc-2\"").await.unwrap();
+        tx.set_s3_etag(bucket.id, "k", &entry.record.sha256, "\"abc-2\"", None).await.unwrap();
         tx.commit().await.unwrap();
         assert_eq!(catalog.object(bucket.id, "k").await.unwrap().unwrap().s3_etag, "\"abc-2\"");
         put(&store, "k", b"one").await;
@@ -744,14 +750,14 @@ mod tests {
         let token = TokenRecord {
             id: "0123456789ab".into(),
             secret_hash: vec![0; 32],
-            grant: Grant::whole_bucket(bucket.id, "bkt", Scope::Read),
+            rights: Rights::whole_bucket(bucket.id, "bkt", Scope::Read),
         };
         store.meta.create_token(&token).await.unwrap();
-        assert!(catalog.token(&token.id).await.unwrap().unwrap().grant.revoked_at.is_none());
+        assert!(catalog.token(&token.id).await.unwrap().unwrap().rights.revoked_at.is_none());
         // A second Store on the same data dir stands for the CLI in another process.
         let other = open_store(dir.path()).await;
         assert!(other.meta.revoke_token(&token.id, 5).await.unwrap());
-        assert_eq!(catalog.token(&token.id).await.unwrap().unwrap().grant.revoked_at, Some(5));
+        assert_eq!(catalog.token(&token.id).await.unwrap().unwrap().rights.revoked_at, Some(5));
     }
 
     #[tokio::test]
@@ -762,14 +768,14 @@ mod tests {
         let key = S3KeyRecord {
             id: "AKBGAAAAAAAAAAAAAAAA".into(),
             secret: "s".repeat(40),
-            grant: Grant::whole_bucket(bucket.id, "bkt", Scope::Read),
+            rights: Rights::whole_bucket(bucket.id, "bkt", Scope::Read),
         };
         store.meta.create_s3_key(&key).await.unwrap();
         let cached = catalog.s3_key(&key.id).await.unwrap().expect("the insert evicted the negative entry");
         assert_eq!(cached.secret, key.secret, "the secret opened");
         let other = open_store(dir.path()).await;
         assert!(other.meta.revoke_s3_key(&key.id, 7).await.unwrap());
-        assert_eq!(catalog.s3_key(&key.id).await.unwrap().unwrap().grant.revoked_at, Some(7));
+        assert_eq!(catalog.s3_key(&key.id).await.unwrap().unwrap().rights.revoked_at, Some(7));
     }
 
     #[tokio::test]
@@ -779,7 +785,7 @@ mod tests {
         let key = S3KeyRecord {
             id: "AKBGKNOWNKNOWNKNOWN2".into(),
             secret: "s".repeat(40),
-            grant: Grant::whole_bucket(bucket.id, "bkt", Scope::Read),
+            rights: Rights::whole_bucket(bucket.id, "bkt", Scope::Read),
         };
         store.meta.create_s3_key(&key).await.unwrap();
         assert!(catalog.s3_key(&key.id).await.unwrap().is_some());
@@ -972,14 +978,14 @@ mod tests {
         let token = TokenRecord {
             id: "0123456789ab".into(),
             secret_hash: vec![0; 32],
-            grant: Grant::whole_bucket(bucket.id, "bkt", Scope::Read),
+            rights: Rights::whole_bucket(bucket.id, "bkt", Scope::Read),
         };
         here.meta.create_token(&token).await.unwrap();
-        assert!(catalog.token(&token.id).await.unwrap().unwrap().grant.revoked_at.is_none());
+        assert!(catalog.token(&token.id).await.unwrap().unwrap().rights.revoked_at.is_none());
         let counter = feed.current();
         assert!(elsewhere.meta.revoke_token(&token.id, 5).await.unwrap());
         let revoked = std::time::Instant::now();
-        while catalog.token(&token.id).await.unwrap().unwrap().grant.revoked_at.is_none() {
+        while catalog.token(&token.id).await.unwrap().unwrap().rights.revoked_at.is_none() {
             // A hang bound only: with no tick, the feed is the only way in.
             assert!(
                 revoked.elapsed() < std::time::Duration::from_secs(30),
@@ -1000,7 +1006,7 @@ mod tests {
         catalog.sync().await.unwrap();
         let reread = catalog.bucket("bkt").await.unwrap().unwrap();
         assert_eq!(reread.default_cache_control.as_deref(), Some("max-age=9"), "the flush forgot the stale entry");
-        assert!(catalog.token(&token.id).await.unwrap().unwrap().grant.revoked_at.is_some());
+        assert!(catalog.token(&token.id).await.unwrap().unwrap().rights.revoked_at.is_some());
     }
 
     on_both_backends!(open_blobs_are_reused_and_failures_are_not_cached);

@@ -243,6 +243,7 @@ mod tests {
             created_at: 0,
             updated_at: 1_700_000_000,
             s3_etag: None,
+            part_sizes: None,
         }
     }
 

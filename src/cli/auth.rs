@@ -7,59 +7,116 @@ use crate::auth::presign::{self, PresignParams, SignedFields};
 use crate::auth::token::{self, Scope};
 use crate::config::Settings;
 use crate::names::{BucketName, ObjectKey, parse_attrs, parse_object_path};
-use crate::store::{Grant, S3KeyRecord, SigningKey, Store, TokenRecord, unix_now};
+use crate::store::{Grant, GrantedBucket, Rights, S3KeyRecord, SigningKey, Store, TokenRecord, unix_now};
 
-/// The store's grant for `token create` and `s3-key create`: the bucket found, the prefix and scope checked, the
-/// expiry computed.
-async fn grant(store: &Store, args: GrantArgs) -> anyhow::Result<Grant> {
-    let GrantArgs { bucket, prefix, scope, expires_in } = args;
-    let bucket = BucketName::parse(&bucket)?;
-    let scope = Scope::parse(&scope).with_context(|| format!("invalid scope {scope:?}: use read, write or admin"))?;
+/// One `--grant BUCKET[/PREFIX]:SCOPE`, parsed: the last `:` separates the scope, the first `/` the prefix;
+/// `*` names every bucket. Pure; the bucket is looked up by [`rights`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantSpec {
+    /// `None`: every bucket (`*`).
+    pub bucket: Option<BucketName>,
+    pub prefix: String,
+    pub scope: Scope,
+}
+
+pub fn parse_grant(spec: &str) -> anyhow::Result<GrantSpec> {
+    let usage = || format!("invalid --grant {spec:?}: expected BUCKET[/PREFIX]:SCOPE (or '*:admin')");
+    let (target, scope) = spec.rsplit_once(':').with_context(usage)?;
+    let scope = Scope::parse(scope).with_context(|| format!("{}: the scope is read, write or admin", usage()))?;
+    let (bucket, prefix) = target.split_once('/').unwrap_or((target, ""));
+    let bucket = match bucket {
+        "*" => None,
+        name => Some(BucketName::parse(name).with_context(usage)?),
+    };
+    check_prefix(prefix)?;
+    Ok(GrantSpec { bucket, prefix: prefix.to_owned(), scope })
+}
+
+/// A prefix is a key prefix: hold it to the key rules (a trailing `/` is fine).
+fn check_prefix(prefix: &str) -> anyhow::Result<()> {
     if !prefix.is_empty() {
-        // A prefix is a key prefix: hold it to the key rules (a trailing `/` is fine).
-        ObjectKey::parse(&prefix).context("invalid prefix")?;
+        ObjectKey::parse(prefix).with_context(|| format!("invalid prefix {prefix:?}"))?;
     }
-    let bucket = crate::store::require_bucket(store.meta.bucket(&bucket).await?, &bucket)?;
+    Ok(())
+}
+
+/// The store's rights for `token create` and `s3-key create`: the one-grant form (`--bucket`, `--prefix`,
+/// `--scope`) first, then each `--grant`, every bucket found; the expiry computed.
+async fn rights(store: &Store, args: GrantArgs) -> anyhow::Result<Rights> {
+    let GrantArgs { bucket, prefix, scope, grants, expires_in } = args;
+    let mut specs = Vec::with_capacity(grants.len() + 1);
+    match bucket {
+        Some(bucket) => {
+            let scope = scope.as_deref().unwrap_or("read");
+            let scope =
+                Scope::parse(scope).with_context(|| format!("invalid scope {scope:?}: use read, write or admin"))?;
+            let prefix = prefix.unwrap_or_default();
+            check_prefix(&prefix)?;
+            specs.push(GrantSpec { bucket: Some(BucketName::parse(&bucket)?), prefix, scope });
+        }
+        None if prefix.is_some() || scope.is_some() => bail!("--prefix and --scope go with --bucket"),
+        None if grants.is_empty() => bail!("give --bucket NAME or --grant BUCKET[/PREFIX]:SCOPE"),
+        None => {}
+    }
+    for spec in &grants {
+        specs.push(parse_grant(spec)?);
+    }
+    let mut granted = Vec::with_capacity(specs.len());
+    for GrantSpec { bucket, prefix, scope } in specs {
+        let bucket = match bucket {
+            Some(name) => {
+                let found = crate::store::require_bucket(store.meta.bucket(&name).await?, &name)?;
+                Some(GrantedBucket { id: found.id, name: found.name })
+            }
+            None => None,
+        };
+        granted.push(Grant { bucket, prefix, scope });
+    }
     let now = unix_now();
     let expires_at = match expires_in {
         Some(0) => bail!("--expires-in must be at least 1 second"),
         Some(secs) => Some(now.saturating_add(i64::try_from(secs).context("--expires-in is too large")?)),
         None => None,
     };
-    Ok(Grant {
-        bucket_id: bucket.id,
-        bucket_name: bucket.name,
-        prefix,
-        scope,
-        created_at: now,
-        expires_at,
-        revoked_at: None,
-    })
+    Ok(Rights { grants: granted, created_at: now, expires_at, revoked_at: None })
 }
 
-/// A credential as the list commands print it: its id and what it grants, `state` being `live`, `revoked` or
-/// `expired`.
-fn list_line(id: &str, grant: &Grant, now: i64) -> serde_json::Value {
-    let state = if grant.revoked_at.is_some() {
+/// How a grant is written on the command line and in listings: `BUCKET[/PREFIX]:SCOPE`, `*` for every bucket.
+fn grant_spec(grant: &Grant) -> String {
+    let bucket = grant.bucket.as_ref().map_or("*", |b| b.name.as_str());
+    let slash = if grant.prefix.is_empty() { "" } else { "/" };
+    format!("{bucket}{slash}{}:{}", grant.prefix, grant.scope.as_str())
+}
+
+/// A credential as the list commands print it: its id and what it grants (`grants`, as `--grant` takes them;
+/// `bucket`, `prefix` and `scope`, its first grant's, as before credentials had several), `state` being `live`,
+/// `revoked` or `expired`.
+fn list_line(id: &str, rights: &Rights, now: i64) -> serde_json::Value {
+    let state = if rights.revoked_at.is_some() {
         "revoked"
-    } else if grant.expires_at.is_some_and(|at| now >= at) {
+    } else if rights.expires_at.is_some_and(|at| now >= at) {
         "expired"
     } else {
         "live"
     };
+    let first = rights.grants.first();
     serde_json::json!({
-        "id": id, "bucket": grant.bucket_name, "prefix": grant.prefix, "scope": grant.scope.as_str(),
-        "created_at": rfc3339(grant.created_at), "expires_at": grant.expires_at.map(rfc3339),
-        "revoked_at": grant.revoked_at.map(rfc3339), "state": state,
+        "id": id,
+        "bucket": first.map(|g| g.bucket.as_ref().map_or("*", |b| b.name.as_str())),
+        "prefix": first.map(|g| g.prefix.as_str()),
+        "scope": first.map(|g| g.scope.as_str()),
+        "grants": rights.grants.iter().map(grant_spec).collect::<Vec<_>>(),
+        "created_at": rfc3339(rights.created_at), "expires_at": rights.expires_at.map(rfc3339),
+        "revoked_at": rights.revoked_at.map(rfc3339), "state": state,
     })
 }
 
 pub async fn s3_key(store: &Store, command: S3KeyCommand) -> anyhow::Result<()> {
     match command {
         S3KeyCommand::Create { grant: args } => {
-            let grant = grant(store, args).await?;
+            let rights = rights(store, args).await?;
             let new = crate::auth::access_key::generate();
-            store.meta.create_s3_key(&S3KeyRecord { id: new.id.clone(), secret: new.secret.clone(), grant }).await?;
+            store.meta.create_s3_key(&S3KeyRecord { id: new.id.clone(), secret: new.secret.clone(), rights }).await?;
             println!("{} {}", new.id, new.secret);
         }
         S3KeyCommand::Revoke { access_key_id } => {
@@ -72,7 +129,7 @@ pub async fn s3_key(store: &Store, command: S3KeyCommand) -> anyhow::Result<()> 
         S3KeyCommand::List => {
             let now = unix_now();
             for k in store.meta.list_s3_keys().await? {
-                println!("{}", list_line(&k.id, &k.grant, now));
+                println!("{}", list_line(&k.id, &k.rights, now));
             }
         }
     }
@@ -82,11 +139,11 @@ pub async fn s3_key(store: &Store, command: S3KeyCommand) -> anyhow::Result<()> 
 pub async fn token(store: &Store, command: TokenCommand) -> anyhow::Result<()> {
     match command {
         TokenCommand::Create { grant: args } => {
-            let grant = grant(store, args).await?;
+            let rights = rights(store, args).await?;
             let new = token::generate();
             store
                 .meta
-                .create_token(&TokenRecord { id: new.id.clone(), secret_hash: new.secret_hash.to_vec(), grant })
+                .create_token(&TokenRecord { id: new.id.clone(), secret_hash: new.secret_hash.to_vec(), rights })
                 .await?;
             println!("{}", new.token);
         }
@@ -100,7 +157,7 @@ pub async fn token(store: &Store, command: TokenCommand) -> anyhow::Result<()> {
         TokenCommand::List => {
             let now = unix_now();
             for t in store.meta.list_tokens().await? {
-                println!("{}", list_line(&t.id, &t.grant, now));
+                println!("{}", list_line(&t.id, &t.rights, now));
             }
         }
     }
@@ -208,4 +265,48 @@ async fn new_signing_key(store: &Store) -> anyhow::Result<SigningKey> {
     };
     store.meta.create_signing_key(&key).await?;
     Ok(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grants_parse_as_bucket_prefix_and_scope() {
+        let spec = |bucket: Option<&str>, prefix: &str, scope| GrantSpec {
+            bucket: bucket.map(|b| BucketName::parse(b).unwrap()),
+            prefix: prefix.into(),
+            scope,
+        };
+        assert_eq!(parse_grant("releases:read").unwrap(), spec(Some("releases"), "", Scope::Read));
+        assert_eq!(parse_grant("cicd/builds/:write").unwrap(), spec(Some("cicd"), "builds/", Scope::Write));
+        assert_eq!(parse_grant("*:admin").unwrap(), spec(None, "", Scope::Admin));
+        assert_eq!(parse_grant("*/logs/:read").unwrap(), spec(None, "logs/", Scope::Read));
+        // The last `:` separates the scope, so a prefix may hold one.
+        assert_eq!(parse_grant("bkt/x:y:read").unwrap(), spec(Some("bkt"), "x:y", Scope::Read));
+        for bad in ["releases", "releases:", "releases:owner", ":read", "Bad_Name:read", "b/../x:read", ""] {
+            let err = parse_grant(bad).unwrap_err();
+            assert!(
+                format!("{err:#}").contains("BUCKET[/PREFIX]:SCOPE") || format!("{err:#}").contains("prefix"),
+                "{bad}: {err:#}"
+            );
+        }
+    }
+
+    #[test]
+    fn grants_print_as_they_are_given() {
+        let g = |bucket: Option<&str>, prefix: &str, scope| Grant {
+            bucket: bucket.map(|name| GrantedBucket { id: 1, name: name.into() }),
+            prefix: prefix.into(),
+            scope,
+        };
+        assert_eq!(grant_spec(&g(Some("cicd"), "builds/", Scope::Write)), "cicd/builds/:write");
+        assert_eq!(grant_spec(&g(Some("cicd"), "", Scope::Read)), "cicd:read");
+        assert_eq!(grant_spec(&g(None, "", Scope::Admin)), "*:admin");
+        for printed in ["cicd/builds/:write", "cicd:read", "*:admin"] {
+            let parsed = parse_grant(printed).unwrap();
+            let back = g(parsed.bucket.as_ref().map(|b| b.as_str()), &parsed.prefix, parsed.scope);
+            assert_eq!(grant_spec(&back), printed, "round trip");
+        }
+    }
 }

@@ -267,18 +267,22 @@ impl clap::ValueEnum for StatsOrder {
     }
 }
 
-/// What `token create` and `s3-key create` grant: `cli::auth` checks it and turns it into the store's `Grant`.
+/// What `token create` and `s3-key create` grant: `cli::auth` checks it and turns it into the store's `Rights`.
 #[derive(Debug, clap::Args)]
 pub struct GrantArgs {
-    /// The bucket it gives access to.
+    /// The bucket it gives access to (the one-grant form; `--grant` adds more).
     #[arg(long)]
-    pub bucket: String,
-    /// Only keys starting with this prefix.
-    #[arg(long, default_value = "")]
-    pub prefix: String,
-    /// read (GET/HEAD, listings), write (read + uploads and deletes) or admin.
-    #[arg(long, default_value = "read")]
-    pub scope: String,
+    pub bucket: Option<String>,
+    /// With --bucket: only keys starting with this prefix.
+    #[arg(long)]
+    pub prefix: Option<String>,
+    /// With --bucket: read (GET/HEAD, listings), write (read + uploads and deletes) or admin [default: read].
+    #[arg(long)]
+    pub scope: Option<String>,
+    /// A grant, BUCKET[/PREFIX]:SCOPE (the last `:` separates the scope); repeatable. `*` is every bucket:
+    /// `--grant '*:admin'` also creates and deletes buckets (S3 CreateBucket, DeleteBucket).
+    #[arg(long = "grant", value_name = "BUCKET[/PREFIX]:SCOPE")]
+    pub grants: Vec<String>,
     /// Lifetime: seconds or a duration as the config takes it (`3600`, `1h`, `7days`); without it, it does not
     /// expire.
     #[arg(long, value_name = "DURATION", value_parser = duration_secs)]

@@ -98,6 +98,7 @@ struct StatsQuery {
     top: Option<u32>,
     by: Option<String>,
     prefix: Option<String>,
+    bucket: Option<String>,
 }
 
 /// Per-object download stats for the admin token's bucket (and prefix), as `blobgate stats --json` prints them.
@@ -112,13 +113,31 @@ async fn stats(
         None => StatsOrder::default(),
         Some(by) => StatsOrder::parse(by).ok_or_else(|| ApiError::BadRequest("by must be bytes or requests".into()))?,
     };
-    // A prefix can only narrow the token's own prefix.
-    let prefix = match query.prefix {
-        Some(p) if p.starts_with(&token.grant.prefix) => p,
-        Some(_) => return Err(ApiError::Forbidden),
-        None => token.grant.prefix.clone(),
+    // One of the token's admin grants: the one naming `?bucket=`, or its only one. A prefix only narrows it.
+    let mut admin = token.rights.grants.iter().filter(|g| g.scope == crate::store::Scope::Admin);
+    let grant = match query.bucket.as_deref() {
+        Some(name) => admin.find(|g| g.bucket.as_ref().is_none_or(|b| b.name == name)).ok_or(ApiError::Forbidden)?,
+        None => match (admin.next(), admin.next()) {
+            (Some(only), None) => only,
+            _ => {
+                return Err(ApiError::BadRequest(
+                    "this token is admin of several buckets: name one with ?bucket=".into(),
+                ));
+            }
+        },
     };
-    let rows = app.store.meta.object_stats(Some(token.grant.bucket_id), &prefix, order, query.top).await?;
+    let prefix = match query.prefix {
+        Some(p) if p.starts_with(&grant.prefix) => p,
+        Some(_) => return Err(ApiError::Forbidden),
+        None => grant.prefix.clone(),
+    };
+    let bucket_id = match (&grant.bucket, query.bucket.as_deref()) {
+        (Some(b), _) => Some(b.id),
+        // A grant of every bucket: the bucket asked for, or all of them.
+        (None, Some(name)) => Some(app.data.catalog.bucket(name).await?.ok_or(ApiError::NoSuchBucket)?.id),
+        (None, None) => None,
+    };
+    let rows = app.store.meta.object_stats(bucket_id, &prefix, order, query.top).await?;
     Ok(axum::Json(rows.iter().map(stats_json).collect::<Vec<_>>()))
 }
 

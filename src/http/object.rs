@@ -88,6 +88,7 @@ async fn serve_planned(
                 content_disposition: allowed.content_disposition.as_deref(),
                 overrides: None,
                 s3: false,
+                part: false,
                 principal,
                 render: &IntoResponse::into_response,
             };
@@ -188,6 +189,9 @@ pub(super) struct ObjectRequest<'a> {
     /// show) in the response and in preconditions, and the stored bytes only (S3 negotiates no content coding,
     /// so the ETag, the listed size and the bytes sent always describe one representation).
     pub s3: bool,
+    /// An S3 `partNumber` request, whose part is asked for as a `Range`: a HEAD answers as the part's GET would
+    /// (S3's `206` with the part's length), where RFC 9110 has HEAD ignore Range.
+    pub part: bool,
     pub principal: Option<Principal>,
     /// How a refusal after authorisation (404, 412, 416) is written: JSON natively, XML for S3.
     pub render: &'a (dyn Fn(ApiError) -> Response + Sync),
@@ -210,7 +214,7 @@ pub(super) async fn serve_object(app: &DataState, request: ObjectRequest<'_>) ->
 
 /// Steps 3 (the representation) to 7, for an object that was found.
 async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &ObjectEntry) -> Result<Response, ApiError> {
-    let ObjectRequest { method, headers, bucket, key: _, content_disposition, overrides, s3, principal, render } =
+    let ObjectRequest { method, headers, bucket, key: _, content_disposition, overrides, s3, part, principal, render } =
         request;
     let method = method.clone();
     let grant_bucket = bucket;
@@ -298,8 +302,10 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
     let sha256 = variant.map_or(entry.record.sha256.as_str(), |v| v.sha256.as_str());
     let blob = open_blob(app, entry, sha256).await?;
     let size = blob.size;
-    // RFC 9110 §14.2: Range is defined for GET only; HEAD answers what a plain GET would.
-    let range_header = match (honor_range && method == Method::GET, headers.get_all(header::RANGE).iter().count()) {
+    // RFC 9110 §14.2: Range is defined for GET only; HEAD answers what a plain GET would (an S3 part's HEAD: what
+    // the part's GET would).
+    let ranged = method == Method::GET || part;
+    let range_header = match (honor_range && ranged, headers.get_all(header::RANGE).iter().count()) {
         (true, 1) => headers.get(header::RANGE).map(HeaderValue::as_bytes),
         // Several Range fields cannot be combined meaningfully: ignore them all.
         _ => None,

@@ -260,21 +260,76 @@ async fn route(
                 let bucket = bucket.ok_or(AuthError::NoSuchBucket)?;
                 let overrides = if allowed.presigned { query.response_overrides()? } else { Default::default() };
                 let render = |e: ApiError| S3Error::Api(e).render(ctx);
+                // `partNumber=N`: that part's bytes, served as the range they are.
+                let part = match query.get("partNumber") {
+                    Some(number) => Some(part_range(app, &bucket, &key, number, request.headers).await?),
+                    None => None,
+                };
                 let object_request = ObjectRequest {
                     method,
-                    headers: request.headers,
+                    headers: part.as_ref().map_or(request.headers, |(headers, _)| headers),
                     bucket: &bucket,
                     key: &key,
                     content_disposition: overrides.1.as_deref(),
                     overrides: Some(&overrides.0),
                     s3: true,
+                    part: part.is_some(),
                     principal: app.log_principal.then(|| Principal::S3(allowed.key.id.as_str().into())),
                     render: &render,
                 };
-                Ok(object::serve_object(app, object_request).await?)
+                let mut response = object::serve_object(app, object_request).await?;
+                if let Some((_, count)) = part.filter(|_| response.status().is_success()) {
+                    response.headers_mut().insert(PARTS_COUNT.clone(), HeaderValue::from(count));
+                }
+                Ok(response)
             }
         },
     }
+}
+
+/// How many parts the object has, on an answer to a `partNumber` GetObject or HeadObject.
+static PARTS_COUNT: http::HeaderName = http::HeaderName::from_static("x-amz-mp-parts-count");
+
+/// The request headers that make the object pipeline send part `number` of the object (a `Range` of its bytes),
+/// and the object's number of parts. A part past the last one is `416 InvalidPartNumber`; a request with both a
+/// `Range` and a `partNumber` is refused, as S3 refuses it.
+async fn part_range(
+    app: &DataState,
+    bucket: &crate::store::Bucket,
+    key: &ObjectKey,
+    number: &str,
+    headers: &http::HeaderMap,
+) -> Result<(http::HeaderMap, u32), S3Error> {
+    let number = number.parse::<u32>().ok().filter(|n| (1..=10_000).contains(n)).ok_or_else(|| {
+        S3Error::new(
+            StatusCode::BAD_REQUEST,
+            "InvalidArgument",
+            "Part number must be an integer between 1 and 10000, inclusive",
+        )
+    })?;
+    if headers.contains_key(header::RANGE) {
+        return Err(S3Error::new(
+            StatusCode::BAD_REQUEST,
+            "InvalidRequest",
+            "Cannot specify both Range header and partNumber query parameter",
+        ));
+    }
+    let entry = app.catalog.object(bucket.id, key.as_str()).await?.ok_or(ApiError::NotFound)?;
+    let (region, count) = entry.record.part(number);
+    let Some((offset, length)) = region else {
+        return Err(S3Error::new(
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            "InvalidPartNumber",
+            "The requested partnumber is not satisfiable",
+        ));
+    };
+    let mut headers = headers.clone();
+    // An empty object's one part is the whole (empty) object: no range to ask for.
+    if length > 0 {
+        let range = format!("bytes={offset}-{}", offset + length - 1);
+        headers.insert(header::RANGE, HeaderValue::try_from(range).expect("digits are a valid header value"));
+    }
+    Ok((headers, count))
 }
 
 /// The bucket reads: HeadBucket, GetBucketLocation, the listings and the probes, each authorised for reading the
@@ -413,9 +468,22 @@ impl Query {
 
 async fn list_buckets(app: &DataState, request: &RequestParts<'_>) -> Result<Response, S3Error> {
     let allowed = app.auth.s3(request, S3Target::Service, Access::Read).await?;
-    // A key sees its own bucket (keys are per bucket, as tokens are).
-    let bucket = app.catalog.bucket(&allowed.key.grant.bucket_name).await?;
-    let body = super::s3_list::list_buckets_xml(bucket.as_deref());
+    // A key sees the buckets its grants name; a grant of every bucket sees them all.
+    let rights = &allowed.key.rights;
+    let buckets: Vec<std::sync::Arc<crate::store::Bucket>> = if rights.grants.iter().any(|g| g.bucket.is_none()) {
+        app.catalog.list_buckets().await?.into_iter().map(std::sync::Arc::new).collect()
+    } else {
+        let mut names: Vec<&str> =
+            rights.grants.iter().filter_map(|g| Some(g.bucket.as_ref()?.name.as_str())).collect();
+        names.sort_unstable();
+        names.dedup();
+        let mut found = Vec::with_capacity(names.len());
+        for name in names {
+            found.extend(app.catalog.bucket(name).await?);
+        }
+        found
+    };
+    let body = super::s3_list::list_buckets_xml(&buckets);
     Ok(with_principal(app, xml_response(body), &allowed))
 }
 

@@ -21,9 +21,9 @@ fn owner() -> Owner {
     Owner { id: "blobgate".into(), display_name: "blobgate".into() }
 }
 
-pub fn list_buckets_xml(bucket: Option<&Bucket>) -> String {
+pub fn list_buckets_xml(buckets: &[impl std::ops::Deref<Target = Bucket>]) -> String {
     let buckets: Vec<ListedBucket> =
-        bucket.map(|b| ListedBucket { name: b.name.clone(), created_at: b.created_at }).into_iter().collect();
+        buckets.iter().map(|b| ListedBucket { name: b.name.clone(), created_at: b.created_at }).collect();
     xml::list_buckets(&owner(), &buckets)
 }
 
@@ -69,7 +69,7 @@ pub async fn list_objects(
         Some(_) => return Err(S3Error::new(StatusCode::BAD_REQUEST, "InvalidArgument", "Invalid List Type specified")),
     };
     let params = ListParams::from_query(version, raw_query.unwrap_or("")).map_err(request_error)?;
-    if !params.prefix.starts_with(&allowed.key.grant.prefix) {
+    if !allowed.key.rights.may_list(bucket.id, &params.prefix) {
         return Err(crate::auth::AuthError::Forbidden.into());
     }
     let mut source = StoreSource { catalog: &app.catalog, bucket_id: bucket.id };

@@ -28,10 +28,10 @@ use serde::Serialize;
 
 pub use blobs::{BlobStore, BlobWriter, StagedBlob};
 pub use metadata::{
-    Bucket, BucketChanges, CacheChange, Catchup, ChangeFeed, ChangeKind, DatabaseHealth, Flushed, Grant, Metadata,
-    MetadataError, MigrationEntry, MigrationState, MigrationStatus, ObjectRecord, ObjectStats, PartRecord, S3KeyRecord,
-    Scope, SigningKey, StatsFlush, StatsOrder, TokenRecord, UploadRecord, UploadSummary, Upsert, VariantRecord,
-    WriteTx,
+    Bucket, BucketChanges, CacheChange, Catchup, ChangeFeed, ChangeKind, DatabaseHealth, Flushed, Grant, GrantedBucket,
+    Metadata, MetadataError, MigrationEntry, MigrationState, MigrationStatus, ObjectRecord, ObjectStats, PartRecord,
+    Rights, S3KeyRecord, Scope, SigningKey, StatsFlush, StatsOrder, TokenRecord, UploadRecord, UploadSummary, Upsert,
+    VariantRecord, WriteTx,
 };
 pub use multipart::{CompleteReport, Completion, MultipartError, UploadLimits};
 
@@ -284,7 +284,7 @@ impl Store {
         // The S3 ETag of a single upload is its MD5 (as S3's); CompleteMultipartUpload, whose assembled blob has
         // none, records the parts' ETag instead. Either way S3 reads see the ETag the upload answered.
         if let Some(md5) = &staged.md5 {
-            tx.set_s3_etag(bucket_row.id, key.as_str(), &staged.sha256, &format!("\"{md5}\"")).await?;
+            tx.set_s3_etag(bucket_row.id, key.as_str(), &staged.sha256, &format!("\"{md5}\""), None).await?;
         }
         let mut dropped = tx.replace_variants(bucket_row.id, key.as_str(), &records).await?;
         if let Upsert::Replaced { previous_sha256 } = &upsert {

@@ -542,7 +542,8 @@ impl Store {
         let part_files = tx.delete_upload(upload_id).await?.unwrap_or_default();
         let (put, retired) = self.write_object(&mut tx, &bucket_row, key, staged, upload.attrs, Vec::new()).await?;
         let last_steps = async {
-            tx.set_s3_etag(bucket_row.id, key.as_str(), &put.sha256, s3_etag).await?;
+            let part_sizes: Vec<u64> = chosen.iter().map(|p| p.size).collect();
+            tx.set_s3_etag(bucket_row.id, key.as_str(), &put.sha256, s3_etag, Some(&part_sizes)).await?;
             before_commit(&mut tx)
         };
         if let Err(e) = last_steps.await {

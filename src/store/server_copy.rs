@@ -103,7 +103,7 @@ impl Store {
         // The variants are the same content in other codings, so they hold for the copy whatever its attributes.
         let mut dropped = tx.replace_variants(to.id, target.key.as_str(), &variants).await?;
         let s3_etag = record.s3_etag_or_native();
-        tx.set_s3_etag(to.id, target.key.as_str(), &record.sha256, &s3_etag).await?;
+        tx.set_s3_etag(to.id, target.key.as_str(), &record.sha256, &s3_etag, record.part_sizes.as_deref()).await?;
         let last_modified = match upsert {
             Upsert::Unchanged => {
                 let kept = tx.object_by_key(to.id, target.key.as_str()).await?;

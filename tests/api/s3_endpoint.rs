@@ -320,3 +320,68 @@ fn public_url_is_the_base_of_presigned_links_and_of_s3_locations() {
     let out = run_boto3(home.path(), COMPLETE_LOCATION, &spec);
     assert_eq!(out["location"], "https://dl.example.test/site/dir/a%20b.bin");
 }
+
+/// boto3: GetObject and HeadObject by part number, of a multipart object and of a single-part one.
+const PARTS: &str = r#"
+s3 = client(spec["endpoint"], spec["key"])
+mib = 1024 * 1024
+config = TransferConfig(multipart_threshold=5 * mib, multipart_chunksize=5 * mib, max_concurrency=1)
+s3.upload_file(spec["file"], "bkt", "multi.bin", Config=config)
+s3.put_object(Bucket="bkt", Key="single.bin", Body=b"single part")
+out = {}
+for n in (1, 2, 3):
+    r = s3.get_object(Bucket="bkt", Key="multi.bin", PartNumber=n)
+    out[f"get {n}"] = [r["ResponseMetadata"]["HTTPStatusCode"], r["ContentRange"], r["PartsCount"],
+                       hashlib.sha256(r["Body"].read()).hexdigest()]
+h = s3.head_object(Bucket="bkt", Key="multi.bin", PartNumber=2)
+out["head 2"] = [h["ResponseMetadata"]["HTTPStatusCode"], h["ContentLength"], h["PartsCount"]]
+out["get 4"] = code(lambda: s3.get_object(Bucket="bkt", Key="multi.bin", PartNumber=4))
+out["get 0"] = code(lambda: s3.get_object(Bucket="bkt", Key="multi.bin", PartNumber=0))
+out["both"] = code(lambda: s3.get_object(Bucket="bkt", Key="multi.bin", PartNumber=1, Range="bytes=0-9"))
+out["missing"] = code(lambda: s3.get_object(Bucket="bkt", Key="nothing.bin", PartNumber=1))
+r = s3.get_object(Bucket="bkt", Key="single.bin", PartNumber=1)
+out["single 1"] = [r["ResponseMetadata"]["HTTPStatusCode"], r.get("PartsCount"), r["Body"].read().decode()]
+out["single 2"] = code(lambda: s3.get_object(Bucket="bkt", Key="single.bin", PartNumber=2))
+s3.copy_object(Bucket="bkt", Key="copied.bin", CopySource={"Bucket": "bkt", "Key": "multi.bin"})
+r = s3.get_object(Bucket="bkt", Key="copied.bin", PartNumber=3)
+out["copied 3"] = [r["ContentRange"], r["PartsCount"]]
+print(json.dumps(out))
+"#;
+
+/// `partNumber` GET and HEAD: part N of an object stored by multipart upload (206, `Content-Range`,
+/// `x-amz-mp-parts-count`), the whole object as part 1 of a single-part one, and S3's refusals.
+#[test]
+fn a_part_number_reads_that_part_of_a_multipart_object() {
+    let env = TestEnv::new();
+    env.bucket("bkt", false);
+    let key = s3_key(&env, "bkt", &["--scope", "write"]);
+    let size = (12 << 20) + 12_345;
+    let bytes = test_bytes(size, 11);
+    let file = write_file(env.dir.path(), "multi.bin", &bytes);
+    let server = env.serve();
+    let spec = serde_json::json!({
+        "endpoint": format!("http://{}", server.data), "key": key_json(&key), "file": file.to_str().unwrap(),
+    });
+    let home = tempfile::tempdir().unwrap();
+    let out = run_boto3(home.path(), PARTS, &spec);
+    let mib = 1 << 20;
+    for (n, range) in [(1, 0..5 * mib), (2, 5 * mib..10 * mib), (3, 10 * mib..size)] {
+        let want = serde_json::json!([
+            206,
+            format!("bytes {}-{}/{size}", range.start, range.end - 1),
+            3,
+            sha256_hex(&bytes[range.clone()])
+        ]);
+        assert_eq!(out[format!("get {n}")], want, "{out}");
+    }
+    assert_eq!(out["head 2"], serde_json::json!([206, 5 * mib, 3]), "{out}");
+    assert_eq!(out["get 4"], serde_json::json!([416, "InvalidPartNumber"]), "{out}");
+    assert_eq!(out["get 0"], serde_json::json!([400, "InvalidArgument"]), "{out}");
+    assert_eq!(out["both"], serde_json::json!([400, "InvalidRequest"]), "{out}");
+    assert_eq!(out["missing"], serde_json::json!([404, "NoSuchKey"]), "{out}");
+    assert_eq!(out["single 1"], serde_json::json!([206, 1, "single part"]), "{out}");
+    assert_eq!(out["single 2"], serde_json::json!([416, "InvalidPartNumber"]), "{out}");
+    assert_eq!(out["copied 3"], serde_json::json!([format!("bytes {}-{}/{size}", 10 * mib, size - 1), 3]), "{out}");
+    let (errors, series) = server.server_errors();
+    assert!(series > 0 && errors == 0.0, "5xx responses: {errors}");
+}

@@ -524,7 +524,8 @@ fn fixture() -> String {
              user_metadata, tags, created_at, updated_at)
          VALUES (7, '{key}', '{a}', 9007199254740993, 'text/plain', 'no-cache', 'attachment', '{{\"color\":\"blue\"}}',
              '{{\"team\":\"x\"}}', 1700000002, 1700000003);
-         INSERT INTO object_s3_etags (bucket_id, key, sha256, etag) VALUES (7, '{key}', '{a}', '\"0123-2\"');
+         INSERT INTO object_s3_etags (bucket_id, key, sha256, etag, part_sizes)
+             VALUES (7, '{key}', '{a}', '\"0123-2\"', '5242880,4');
          INSERT INTO object_variants (bucket_id, key, encoding, sha256, size) VALUES (7, '{key}', 'br', '{b}', 3);
          INSERT INTO tokens (id, secret_hash, bucket_id, prefix, scope, created_at, expires_at, revoked_at)
          VALUES ('tok-schema', {}, 7, 'dir/', 'read', 1700000004, 1700000005, 1700000006);

@@ -182,6 +182,50 @@ fn index_and_error_documents_leave_by_sendfile_only() {
     assert_by_sendfile_only("site", &trace, 2 * size as u64);
 }
 
+/// boto3: a multipart upload of `spec["file"]` in 8 MiB parts.
+const MULTIPART_UPLOAD: &str = r#"
+s3 = client(spec["endpoint"], spec["key"])
+mib = 1024 * 1024
+config = TransferConfig(multipart_threshold=8 * mib, multipart_chunksize=8 * mib, max_concurrency=2)
+s3.upload_file(spec["file"], spec["bucket"], spec["object"], Config=config)
+print(json.dumps(s3.head_object(Bucket=spec["bucket"], Key=spec["object"])["ETag"]))
+"#;
+
+/// GetObject with `partNumber` (the AWS transfer managers' multipart download): a part of an object stored by a
+/// multipart upload is a region of its blob, sent by sendfile like any range.
+#[test]
+fn a_part_of_a_multipart_object_leaves_by_sendfile_only() {
+    use crate::helpers::s3::{Signing, as_refs, key_json, run_boto3, s3_key, signed_headers};
+    require_tool("strace", "apt package strace");
+    let env = TestEnv::new();
+    env.bucket("big", false);
+    let size = 40 << 20;
+    let bytes = test_bytes(size, 69);
+    let file = write_file(env.dir.path(), "upload.bin", &bytes);
+    let key = s3_key(&env, "big", &["--scope", "write"]);
+    {
+        let server = env.serve();
+        let spec = serde_json::json!({
+            "endpoint": format!("http://{}", server.data), "key": key_json(&key), "bucket": "big",
+            "object": "parts.bin", "file": file.to_str().unwrap(),
+        });
+        let etag = run_boto3(env.dir.path(), MULTIPART_UPLOAD, &spec);
+        assert!(etag.as_str().unwrap().ends_with("-5\""), "five parts: {etag}");
+    }
+    let path = "/big/parts.bin?partNumber=3";
+    let headers = signed_headers(&key, path, &Signing { method: "GET", ..Default::default() });
+    let (response, trace) = traced_download(&env, path, &as_refs(&headers), "s3-part");
+    assert_eq!(response.status, 206);
+    let part = 16 << 20..24 << 20;
+    assert_eq!(
+        response.header("content-range"),
+        Some(format!("bytes {}-{}/{size}", part.start, part.end - 1).as_str())
+    );
+    assert_eq!(response.header("x-amz-mp-parts-count"), Some("5"));
+    assert!(response.body == bytes[part.clone()], "part 3's bytes");
+    assert_by_sendfile_only("s3-part", &trace, (part.end - part.start) as u64);
+}
+
 /// The SigV4 download cases of an object of `size` bytes (64 MiB): the whole object, one range, and three ranges
 /// with a 30 MB middle part (so a few KiB of heads and boundaries stay far below 0.001 per body byte), each with
 /// the object bytes it sends.

@@ -4,7 +4,7 @@ use super::*;
 
 pub(super) async fn delete_objects(
     app: &AdminState,
-    bucket: &BucketName,
+    (bucket, bucket_id): (&BucketName, i64),
     allowed: &AllowedS3Request,
     headers: &HeaderMap,
     body: Body,
@@ -30,8 +30,15 @@ pub(super) async fn delete_objects(
         let condition = etag.as_deref().map(parse_if_match).transpose();
         let outcome = match (ObjectKey::parse(&raw), condition) {
             (Err(e), _) => failed("InvalidArgument", e.to_string()),
-            // The key's prefix bounds each key, as it bounds a single DeleteObject.
-            (Ok(key), _) if !key.as_str().starts_with(&allowed.key.grant.prefix) => {
+            // The key's grants bound each key, as they bound a single DeleteObject.
+            (Ok(key), _)
+                if !allowed
+                    .key
+                    .rights
+                    .grants
+                    .iter()
+                    .any(|g| g.covers(Some(bucket_id), key.as_str(), Access::Write)) =>
+            {
                 failed("AccessDenied", "Access Denied".into())
             }
             (Ok(_), Err(e)) => failed(e.code(), e.to_string()),

@@ -15,6 +15,7 @@
 //! its staged file is removed. The small XML bodies of Complete and DeleteObjects are read into memory, bounded.
 
 mod body;
+mod bucket;
 mod copy;
 mod delete;
 mod headers;
@@ -22,6 +23,7 @@ mod multipart;
 mod tagging;
 
 use body::{S3Body, declared_digests, digest_error, put_object, upload_part};
+use bucket::{create_bucket, delete_bucket};
 use copy::{copy_object, upload_part_copy};
 use delete::delete_objects;
 use headers::{object_attrs, request_tags};
@@ -101,25 +103,19 @@ async fn route(app: &AdminState, call: S3Call, parts: &http::request::Parts, bod
     let operation = call.operation;
     match call.resource {
         Resource::Service => Err(ApiError::MethodNotAllowed.into()),
+        Resource::Bucket(name) if operation == Op::CreateBucket => create_bucket(app, &request, &name).await,
+        Resource::Bucket(name) if operation == Op::DeleteBucket => delete_bucket(app, &request, &name).await,
         Resource::Bucket(name) => {
             let bucket = app.data.catalog.bucket(name.as_str()).await?;
             let allowed = app.data.auth.s3(&request, S3Target::Bucket(bucket.as_ref()), Access::Write).await?;
-            bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?;
+            let bucket_id = bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?.id;
             refuse_unsupported(operation, &parts.headers)?;
             let response = match operation {
-                Op::DeleteObjects => delete_objects(app, &name, &allowed, &parts.headers, body).await?,
-                Op::ListMultipartUploads => list_uploads(app, &name, &allowed, request.query.unwrap_or("")).await?,
-                // The bucket exists and this key may write to it: S3's answer to its owner, which clients that
-                // create the bucket before a copy take as success.
-                Op::CreateBucket => {
-                    return Err(S3Error::new(
-                        StatusCode::CONFLICT,
-                        "BucketAlreadyOwnedByYou",
-                        "Your previous request to create the named bucket succeeded and you already own it.",
-                    ));
+                Op::DeleteObjects => delete_objects(app, (&name, bucket_id), &allowed, &parts.headers, body).await?,
+                Op::ListMultipartUploads => {
+                    list_uploads(app, (&name, bucket_id), &allowed, request.query.unwrap_or("")).await?
                 }
-                // Deleting a bucket takes an administrator's grant, which no S3 key holds yet.
-                _ => return Err(crate::auth::AuthError::Forbidden.into()),
+                _ => return Err(not_implemented(format_args!("{operation:?} on a bucket"))),
             };
             Ok(with_principal(&app.data, response, &allowed))
         }

@@ -74,21 +74,16 @@ pub(super) async fn list_parts(
 
 /// ListMultipartUploads: `prefix`, `delimiter` (common prefixes), `key-marker` / `upload-id-marker`,
 /// `max-uploads`, `encoding-type=url`, planned by `s3::listing::Planner` over the store's keyset reads.
-/// Within the key's prefix: a request for a shorter prefix lists only the uploads under the key's (rolled up
+/// Within the key's grants: a request for a shorter prefix lists only the uploads under a grant's (rolled up
 /// as the shorter prefix and the delimiter say), another prefix is refused.
 pub(super) async fn list_uploads(
     app: &AdminState,
-    bucket: &BucketName,
+    (bucket, bucket_id): (&BucketName, i64),
     allowed: &AllowedS3Request,
     query: &str,
 ) -> Result<Response, S3Error> {
     let params = ListUploadsParams::from_query(query).map_err(request_error)?;
-    let key_prefix = allowed.key.grant.prefix.as_str();
-    let readable = if params.prefix.starts_with(key_prefix) {
-        params.prefix.clone()
-    } else if key_prefix.starts_with(&params.prefix) {
-        key_prefix.to_owned()
-    } else {
+    let Some(readable) = allowed.key.rights.readable_prefix(bucket_id, &params.prefix).map(str::to_owned) else {
         return Err(crate::auth::AuthError::Forbidden.into());
     };
     let mut source = UploadsSource { store: &app.store, bucket, readable };

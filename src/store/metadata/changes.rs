@@ -228,7 +228,7 @@ mod tests {
     /// Every kind of change, as the log names it: (kind, bucket_id, name).
     async fn log_of_every_change(backend: TestBackend) -> Vec<(String, Option<i64>, String)> {
         use crate::names::{ObjectAttrs, ObjectKey};
-        use crate::store::metadata::{Grant, S3KeyRecord, Scope, SigningKey, TokenRecord, VariantRecord};
+        use crate::store::metadata::{Rights, S3KeyRecord, Scope, SigningKey, TokenRecord, VariantRecord};
         let (_dir, meta) = database(backend).await;
         let meta = meta.with_secrets_key(crate::store::sealing::SecretsKey::from_bytes([3; 32]));
         let start = meta.feed().last_change().await.unwrap();
@@ -242,15 +242,15 @@ mod tests {
         let mut tx = meta.begin_write().await.unwrap();
         tx.upsert_object(bucket.id, &key, &"a".repeat(64), 2, &ObjectAttrs::default(), 0).await.unwrap();
         tx.replace_variants(bucket.id, "k", std::slice::from_ref(&variant)).await.unwrap();
-        tx.set_s3_etag(bucket.id, "k", &"a".repeat(64), "\"a-2\"").await.unwrap();
+        tx.set_s3_etag(bucket.id, "k", &"a".repeat(64), "\"a-2\"", None).await.unwrap();
         // New content: the ETag row goes (logged too).
         tx.upsert_object(bucket.id, &key, &"c".repeat(64), 2, &ObjectAttrs::default(), 1).await.unwrap();
-        tx.set_s3_etag(bucket.id, "k", &"c".repeat(64), "\"c-2\"").await.unwrap();
+        tx.set_s3_etag(bucket.id, "k", &"c".repeat(64), "\"c-2\"", None).await.unwrap();
         tx.commit().await.unwrap();
         let token = TokenRecord {
             id: "tok".into(),
             secret_hash: vec![0; 32],
-            grant: Grant::whole_bucket(bucket.id, "bkt", Scope::Read),
+            rights: Rights::whole_bucket(bucket.id, "bkt", Scope::Read),
         };
         meta.create_token(&token).await.unwrap();
         meta.revoke_token("tok", 1).await.unwrap();
@@ -261,7 +261,7 @@ mod tests {
         let s3_key = S3KeyRecord {
             id: "AKID".into(),
             secret: "s".repeat(40),
-            grant: Grant::whole_bucket(bucket.id, "bkt", Scope::Read),
+            rights: Rights::whole_bucket(bucket.id, "bkt", Scope::Read),
         };
         meta.create_s3_key(&s3_key).await.unwrap();
         meta.revoke_s3_key("AKID", 1).await.unwrap();
@@ -291,17 +291,23 @@ mod tests {
             row("object", Some(1), "k"), // the S3 ETag set,
             row("object", Some(1), "k"), // dropped with its content,
             row("object", Some(1), "k"), // set again
-            row("token", None, "tok"),
-            row("token", None, "tok"),
+            row("token", None, "tok"),   // inserted,
+            row("token", None, "tok"),   // its grant,
+            row("token", None, "tok"),   // the one-grant columns older releases read,
+            row("token", None, "tok"),   // revoked
             row("signing_key", None, "key"),
             row("signing_key", None, "key"),
             row("revoked_signature", None, "sig"),
             row("s3_key", None, "AKID"),
             row("s3_key", None, "AKID"),
+            row("s3_key", None, "AKID"),
+            row("s3_key", None, "AKID"),
             row("object", Some(1), "k"),
             row("object", Some(1), "k"),
             row("object", Some(1), "k"), // the ETag row, gone with its object
-            row("token", None, "tok"),
+            row("token", None, "tok"),   // its grant, gone with the bucket,
+            row("token", None, "tok"),   // and the token, which granted nothing else
+            row("s3_key", None, "AKID"),
             row("s3_key", None, "AKID"),
             row("bucket", Some(1), "bkt"),
         ];

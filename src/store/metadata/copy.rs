@@ -60,7 +60,11 @@ const TABLES: &[Table] = {
             ],
             "bucket_id, key",
         ),
-        ("object_s3_etags", &[("bucket_id", Int), ("key", Text), ("sha256", Text), ("etag", Text)], "bucket_id, key"),
+        (
+            "object_s3_etags",
+            &[("bucket_id", Int), ("key", Text), ("sha256", Text), ("etag", Text), ("part_sizes", Text)],
+            "bucket_id, key",
+        ),
         (
             "object_variants",
             &[("bucket_id", Int), ("key", Text), ("encoding", Text), ("sha256", Text), ("size", Int)],
@@ -93,6 +97,16 @@ const TABLES: &[Table] = {
                 ("revoked_at", Int),
             ],
             "id",
+        ),
+        (
+            "token_grants",
+            &[("token_id", Text), ("position", Int), ("bucket_id", Int), ("prefix", Text), ("scope", Text)],
+            "token_id, position",
+        ),
+        (
+            "s3_key_grants",
+            &[("key_id", Text), ("position", Int), ("bucket_id", Int), ("prefix", Text), ("scope", Text)],
+            "key_id, position",
         ),
         ("signing_keys", &[("id", Text), ("secret", Bytes), ("created_at", Int), ("retired_at", Int)], "rowid"),
         ("revoked_signatures", &[("signature", Text), ("expires_at", Int), ("revoked_at", Int)], "signature"),
@@ -160,6 +174,9 @@ const TABLES: &[Table] = {
     ]
 };
 
+/// The grants' tables, copied after their credentials.
+const GRANT_TABLES: [&str; 2] = ["token_grants", "s3_key_grants"];
+
 /// Why a copy did not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum CopyError {
@@ -200,6 +217,12 @@ impl Metadata {
                     let placeholders: Vec<String> = (1..=columns.len()).map(|i| format!("${i}")).collect();
                     let insert =
                         format!("INSERT INTO {table} ({}) VALUES ({})", names.join(", "), placeholders.join(", "));
+                    if GRANT_TABLES.contains(table) {
+                        // The target's triggers gave each copied credential its one-grant columns as a grant (as
+                        // for a row an older release inserts): the source's grants replace them.
+                        let clear = format!("DELETE FROM {table}");
+                        with_tx!(&mut tx.tx, conn => sqlx::query(&clear).execute(&mut **conn).await?.rows_affected());
+                    }
                     let mut rows = sqlx::query(&select).fetch(&mut *source);
                     let mut count = 0u64;
                     while let Some(row) = rows.try_next().await? {
@@ -254,7 +277,7 @@ mod tests {
     use super::*;
     use crate::config::DatabaseUrl;
     use crate::names::{BucketName, IndexDocument, ObjectAttrs, ObjectKey};
-    use crate::store::metadata::{BucketChanges, Grant, S3KeyRecord, Scope, TestBackend, test_database_url};
+    use crate::store::metadata::{BucketChanges, Grant, Rights, S3KeyRecord, Scope, TestBackend, test_database_url};
     use crate::store::{Completion, StagedBlob, Store, UploadLimits};
 
     fn part(store: &Store, content: &[u8]) -> StagedBlob {
@@ -283,8 +306,12 @@ mod tests {
         let key = S3KeyRecord {
             id: "AKBGCOPYCOPYCOPYCOPY".into(),
             secret: "c".repeat(40),
-            grant: Grant { created_at: 1, ..Grant::whole_bucket(bucket.id, "bkt", Scope::Write) },
+            rights: Rights { created_at: 1, ..Rights::whole_bucket(bucket.id, "bkt", Scope::Write) },
         };
+        // Several grants, the first of every bucket: the target holds them as they were, not as its triggers make
+        // them of the one-grant columns.
+        let mut key = key;
+        key.rights.grants.insert(0, Grant { bucket: None, prefix: String::new(), scope: Scope::Admin });
         source.meta.create_s3_key(&key).await.unwrap();
         let (done, pending) = (ObjectKey::parse("done.bin").unwrap(), ObjectKey::parse("pending.bin").unwrap());
         let upload = source.create_upload(&b, &done, ObjectAttrs::default(), None).await.unwrap();
@@ -298,9 +325,14 @@ mod tests {
         let target_url = test_database_url(TestBackend::Postgres, dir.path()).await;
         let target = Store::open(dir.path(), &target_url, Duration::from_secs(5)).await.unwrap();
         let copied = source.meta.copy_to(&target.meta).await.unwrap();
-        for (table, rows) in
-            [("s3_keys", 1), ("object_s3_etags", 1), ("multipart_uploads", 1), ("multipart_parts", 1), ("objects", 1)]
-        {
+        for (table, rows) in [
+            ("s3_keys", 1),
+            ("s3_key_grants", 2),
+            ("object_s3_etags", 1),
+            ("multipart_uploads", 1),
+            ("multipart_parts", 1),
+            ("objects", 1),
+        ] {
             assert_eq!(copied.iter().find(|(t, _)| *t == table).map(|(_, n)| *n), Some(rows), "{table}: {copied:?}");
         }
         assert_eq!(copied.len(), TABLES.len(), "every table is counted");

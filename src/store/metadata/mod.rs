@@ -90,7 +90,7 @@ use std::sync::Arc;
 
 use sqlx::{PgPool, Postgres, Sqlite, SqlitePool, Transaction};
 
-pub use auth::{Grant, Scope, SigningKey, TokenRecord};
+pub use auth::{Grant, GrantedBucket, Rights, Scope, SigningKey, TokenRecord};
 pub use changes::{CacheChange, Catchup, ChangeFeed, ChangeKind};
 pub use copy::CopyError;
 pub use health::DatabaseHealth;

@@ -429,16 +429,20 @@ impl WriteTx {
         key: &str,
         sha256: &str,
         etag: &str,
+        part_sizes: Option<&[u64]>,
     ) -> Result<(), MetadataError> {
+        let part_sizes = part_sizes.map(|sizes| sizes.iter().map(u64::to_string).collect::<Vec<_>>().join(","));
         with_tx!(&mut self.tx, tx => sqlx::query(
-            "INSERT INTO object_s3_etags (bucket_id, key, sha256, etag) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (bucket_id, key) DO UPDATE SET sha256 = excluded.sha256, etag = excluded.etag
+            "INSERT INTO object_s3_etags (bucket_id, key, sha256, etag, part_sizes) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (bucket_id, key) DO UPDATE SET sha256 = excluded.sha256, etag = excluded.etag,
+                 part_sizes = excluded.part_sizes
              WHERE object_s3_etags.sha256 <> excluded.sha256 OR object_s3_etags.etag <> excluded.etag",
         )
         .bind(bucket_id)
         .bind(key)
         .bind(sha256)
         .bind(etag)
+        .bind(part_sizes)
         .execute(&mut **tx)
         .await?.rows_affected());
         Ok(())
@@ -628,7 +632,7 @@ mod tests {
         let (sha_a, sha_b) = ("a".repeat(64), "b".repeat(64));
         let mut tx = meta.begin_write().await.unwrap();
         tx.upsert_object(bucket.id, &key, &sha_a, 1, &ObjectAttrs::default(), 0).await.unwrap();
-        tx.set_s3_etag(bucket.id, "k", &sha_a, "\"x-2\"").await.unwrap();
+        tx.set_s3_etag(bucket.id, "k", &sha_a, "\"x-2\"", None).await.unwrap();
         tx.commit().await.unwrap();
         assert_eq!(meta.s3_etag(bucket.id, "k").await.unwrap().as_deref(), Some("\"x-2\""));
 
@@ -645,7 +649,7 @@ mod tests {
 
         // Deleting the object takes its ETag row with it.
         let mut tx = meta.begin_write().await.unwrap();
-        tx.set_s3_etag(bucket.id, "k", &sha_b, "\"y-3\"").await.unwrap();
+        tx.set_s3_etag(bucket.id, "k", &sha_b, "\"y-3\"", None).await.unwrap();
         tx.delete_object(bucket.id, &key).await.unwrap();
         tx.commit().await.unwrap();
         let rows: i64 = with_pool!(&meta.backend, pool =>

@@ -43,9 +43,23 @@ pub struct ObjectRecord {
     /// The ETag S3 requests see (`object_s3_etags`, quoted): the MD5 of a single upload, or a multipart upload's
     /// `"<md5 of md5s>-N"`; `None` for an object stored before MD5s were recorded (S3 then sees the native ETag).
     pub s3_etag: Option<String>,
+    /// The sizes of the parts of a multipart upload that stored this content, in order; `None` for a single
+    /// upload or when not recorded (one part: the whole object).
+    pub part_sizes: Option<Vec<u64>>,
 }
 
 impl ObjectRecord {
+    /// Part `number` (from 1) as (offset, length) and the number of parts, or `None` past the last part. An
+    /// object without recorded parts is one part.
+    pub fn part(&self, number: u32) -> (Option<(u64, u64)>, u32) {
+        let whole = [self.size];
+        let sizes = self.part_sizes.as_deref().unwrap_or(&whole);
+        let count = u32::try_from(sizes.len()).unwrap_or(u32::MAX);
+        let index = number.checked_sub(1).map(|i| i as usize);
+        let region = index.filter(|&i| i < sizes.len()).map(|i| (sizes[..i].iter().sum(), sizes[i]));
+        (region, count)
+    }
+
     /// The ETag S3 requests see: the stored S3 ETag, else (an object stored before those were recorded) the
     /// native one.
     /// Whether `etag` (quoted) is one of this object's validators: its content ETag (the native API's, the quoted
@@ -75,7 +89,7 @@ const BUCKET_COLUMNS: &str =
     "id, name, public, created_at, default_cache_control, cors, index_document, error_document";
 /// Every column of an object row (`ObjectRow`), read from [`OBJECTS_WITH_S3_ETAG`].
 const OBJECT_COLUMNS: &str = "o.bucket_id, o.key, o.sha256, o.size, o.content_type, o.cache_control, \
-     o.content_disposition, o.user_metadata, o.tags, o.created_at, o.updated_at, e.etag AS s3_etag";
+     o.content_disposition, o.user_metadata, o.tags, o.created_at, o.updated_at, e.etag AS s3_etag, e.part_sizes";
 /// Objects (`o`) with their S3 ETag (`e`), if one is stored for their current content.
 const OBJECTS_WITH_S3_ETAG: &str = "objects o LEFT JOIN object_s3_etags e \
      ON e.bucket_id = o.bucket_id AND e.key = o.key AND e.sha256 = o.sha256";
@@ -123,6 +137,7 @@ struct ObjectRow {
     created_at: i64,
     updated_at: i64,
     s3_etag: Option<String>,
+    part_sizes: Option<String>,
 }
 
 impl From<ObjectRow> for ObjectRecord {
@@ -142,6 +157,8 @@ impl From<ObjectRow> for ObjectRecord {
             created_at: r.created_at,
             updated_at: r.updated_at,
             s3_etag: r.s3_etag,
+            // A column that does not parse (written by hand) is as good as none: the object is one part.
+            part_sizes: r.part_sizes.as_deref().and_then(|sizes| sizes.split(',').map(|n| n.parse().ok()).collect()),
         }
     }
 }
@@ -409,13 +426,28 @@ impl WriteTx {
         Ok((objects, hashes))
     }
 
-    /// Deletes an empty bucket with its tokens and S3 keys (explicitly, so the change log names each one, in the
-    /// same order on both backends) and, by cascade, its download stats and multipart uploads. Returns how many
-    /// tokens went with it.
+    /// Deletes an empty bucket with the tokens and S3 keys that grant only it (explicitly, so the change log names
+    /// each one, in the same order on both backends) and, by cascade, its download stats, multipart uploads and
+    /// the grants other credentials held on it. Returns how many tokens went with it.
     pub async fn delete_empty_bucket(&mut self, bucket_id: i64) -> Result<u64, MetadataError> {
         with_tx!(&mut self.tx, tx => {
-            let tokens = sqlx::query("DELETE FROM tokens WHERE bucket_id = $1").bind(bucket_id).execute(&mut **tx).await?;
-            sqlx::query("DELETE FROM s3_keys WHERE bucket_id = $1").bind(bucket_id).execute(&mut **tx).await?;
+            // Credentials whose every grant is on this bucket go with it; the others lose its grants (cascade).
+            let tokens = sqlx::query(
+                "DELETE FROM tokens WHERE id IN (SELECT token_id FROM token_grants WHERE bucket_id = $1)
+                 AND NOT EXISTS (SELECT 1 FROM token_grants o
+                                 WHERE o.token_id = tokens.id AND (o.bucket_id IS NULL OR o.bucket_id <> $1))",
+            )
+            .bind(bucket_id)
+            .execute(&mut **tx)
+            .await?;
+            sqlx::query(
+                "DELETE FROM s3_keys WHERE id IN (SELECT key_id FROM s3_key_grants WHERE bucket_id = $1)
+                 AND NOT EXISTS (SELECT 1 FROM s3_key_grants o
+                                 WHERE o.key_id = s3_keys.id AND (o.bucket_id IS NULL OR o.bucket_id <> $1))",
+            )
+            .bind(bucket_id)
+            .execute(&mut **tx)
+            .await?;
             sqlx::query("DELETE FROM buckets WHERE id = $1").bind(bucket_id).execute(&mut **tx).await?;
             Ok(tokens.rows_affected())
         })
@@ -559,6 +591,29 @@ mod tests {
     use sqlx::Row;
 
     use super::*;
+
+    #[test]
+    fn a_part_is_a_region_of_the_object_and_an_object_without_parts_is_one() {
+        let record = |size, part_sizes| ObjectRecord {
+            bucket_id: 1,
+            key: "k".into(),
+            sha256: "a".repeat(64),
+            size,
+            attrs: ObjectAttrs::default(),
+            created_at: 0,
+            updated_at: 0,
+            s3_etag: None,
+            part_sizes,
+        };
+        let multi = record(12, Some(vec![5, 5, 2]));
+        assert_eq!(multi.part(1), (Some((0, 5)), 3));
+        assert_eq!(multi.part(3), (Some((10, 2)), 3));
+        assert_eq!(multi.part(4), (None, 3));
+        assert_eq!(multi.part(0), (None, 3));
+        let single = record(9, None);
+        assert_eq!(single.part(1), (Some((0, 9)), 1));
+        assert_eq!(single.part(2), (None, 1));
+    }
     use crate::store::metadata::pool::tests::{TestBackend, database};
 
     #[tokio::test]
@@ -647,6 +702,7 @@ mod tests {
             created_at: 9,
             updated_at: 9,
             s3_etag: None,
+            part_sizes: None,
         };
         assert_eq!(meta.object_by_key(bucket.id, key.as_str()).await.unwrap(), Some(want.clone()));
         assert_eq!(
@@ -657,7 +713,7 @@ mod tests {
 
         // The S3 ETag of the current content is read with the row, by every read of it.
         let mut tx = meta.begin_write().await.unwrap();
-        tx.set_s3_etag(bucket.id, key.as_str(), &"a".repeat(64), "\"x-2\"").await.unwrap();
+        tx.set_s3_etag(bucket.id, key.as_str(), &"a".repeat(64), "\"x-2\"", None).await.unwrap();
         tx.commit().await.unwrap();
         let want = ObjectRecord { s3_etag: Some("\"x-2\"".into()), ..want };
         assert_eq!(meta.object_by_key(bucket.id, key.as_str()).await.unwrap(), Some(want.clone()));

@@ -114,6 +114,17 @@ pub fn s3_key(env: &TestEnv, bucket: &str, extra: &[&str]) -> AccessKey {
     AccessKey { id: id.into(), secret: secret.into() }
 }
 
+/// An access key with these `--grant BUCKET[/PREFIX]:SCOPE`s.
+pub fn s3_key_granting(env: &TestEnv, grants: &[&str]) -> AccessKey {
+    let mut args = vec!["s3-key", "create"];
+    for grant in grants {
+        args.extend(["--grant", grant]);
+    }
+    let line = env.ok(&args);
+    let (id, secret) = line.trim().split_once(' ').expect("ACCESS_KEY_ID SECRET_ACCESS_KEY");
+    AccessKey { id: id.into(), secret: secret.into() }
+}
+
 /// Signs with botocore (`S3SigV4Auth` for headers, `S3SigV4QueryAuth` for presigned URLs), optionally at another
 /// time (`skew_secs` from now) or with another region.
 const SIGNER: &str = r#"
