@@ -248,6 +248,14 @@ pub enum CorsCommand {
         /// Content-Encoding. Repeat for several.
         #[arg(long = "expose-header", value_name = "HEADER")]
         expose_headers: Vec<String>,
+        /// A method pages may send (GET, HEAD, PUT, POST, DELETE; e.g. PUT to a presigned URL). Repeat for several;
+        /// without it, GET and HEAD.
+        #[arg(long = "method", value_name = "METHOD")]
+        methods: Vec<String>,
+        /// A request header pages may send beyond Range, the If-* headers and Authorization (e.g. content-type), or
+        /// `*` for any. Repeat for several.
+        #[arg(long = "allow-header", value_name = "HEADER")]
+        allow_headers: Vec<String>,
     },
     /// Remove the bucket's CORS rule: responses carry no CORS headers.
     Clear {
@@ -485,8 +493,18 @@ async fn run_on_store(command: Command, settings: Settings) -> anyhow::Result<()
             );
             objects::set_bucket(&store, &name, public, private, cache_control, website).await
         }
-        Command::Bucket(BucketCommand::Cors(CorsCommand::Set { name, origins, max_age, expose_headers })) => {
-            let rule = crate::header_values::cors::CorsRule { origins, max_age, expose_headers };
+        Command::Bucket(BucketCommand::Cors(CorsCommand::Set {
+            name,
+            origins,
+            max_age,
+            expose_headers,
+            methods,
+            allow_headers,
+        })) => {
+            let methods = methods.iter().map(|m| m.to_ascii_uppercase()).collect();
+            let allow_headers = allow_headers.iter().map(|h| h.to_ascii_lowercase()).collect();
+            let rule =
+                crate::header_values::cors::CorsRule { origins, max_age, expose_headers, methods, allow_headers };
             objects::set_bucket_cors(&store, &name, Some(rule)).await
         }
         Command::Bucket(BucketCommand::Cors(CorsCommand::Clear { name })) => {

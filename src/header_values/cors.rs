@@ -24,7 +24,17 @@ pub struct CorsRule {
     /// Response headers exposed to scripts beyond [`DEFAULT_EXPOSED`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub expose_headers: Vec<String>,
+    /// The methods a preflight allows (`--method`, uppercase); empty: [`ALLOWED_METHODS`] (GET and HEAD).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub methods: Vec<String>,
+    /// Request headers a preflight allows beyond [`ALLOWED_REQUEST_HEADERS`] (`--allow-header`, lowercase); `*`
+    /// allows any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_headers: Vec<String>,
 }
+
+/// The methods a rule may allow: reads, and the writes a page may send to a presigned URL or with a token.
+pub const RULE_METHODS: [&str; 5] = ["GET", "HEAD", "PUT", "POST", "DELETE"];
 
 /// Exposed to scripts on every CORS response: what a ranged or revalidating reader needs.
 pub const DEFAULT_EXPOSED: [&str; 5] = ["Content-Range", "Content-Length", "ETag", "Accept-Ranges", "Content-Encoding"];
@@ -38,7 +48,6 @@ pub const MAX_MAX_AGE: u32 = 86_400;
 
 /// The methods a rule allows (its preflight's `Access-Control-Allow-Methods`, GetBucketCors' `AllowedMethod`).
 pub const ALLOWED_METHODS: [&str; 2] = ["GET", "HEAD"];
-const ALLOW_METHODS: HeaderValue = HeaderValue::from_static("GET, HEAD");
 const ANY_ORIGIN: HeaderValue = HeaderValue::from_static("*");
 const VARY_PREFLIGHT: HeaderValue =
     HeaderValue::from_static("Origin, Access-Control-Request-Method, Access-Control-Request-Headers");
@@ -53,6 +62,10 @@ pub enum CorsRuleError {
     BadHeaderName(String),
     #[error("--max-age {0} is above {MAX_MAX_AGE} seconds")]
     MaxAgeTooLarge(u32),
+    #[error("invalid --method {0:?}: a rule allows GET, HEAD, PUT, POST or DELETE")]
+    BadMethod(String),
+    #[error("invalid header name {0:?} for --allow-header (lowercase, or '*')")]
+    BadAllowHeader(String),
 }
 
 impl CorsRule {
@@ -66,6 +79,16 @@ impl CorsRule {
         }
         if let Some(bad) = self.expose_headers.iter().find(|h| HeaderName::from_bytes(h.as_bytes()).is_err()) {
             return Err(CorsRuleError::BadHeaderName(bad.clone()));
+        }
+        if let Some(bad) = self.methods.iter().find(|m| !RULE_METHODS.contains(&m.as_str())) {
+            return Err(CorsRuleError::BadMethod(bad.clone()));
+        }
+        // Stored lowercase, as the requested list is compared lowercased.
+        let header_ok = |h: &String| {
+            h == "*" || (HeaderName::from_bytes(h.as_bytes()).is_ok() && !h.bytes().any(|b| b.is_ascii_uppercase()))
+        };
+        if let Some(bad) = self.allow_headers.iter().find(|h| !header_ok(h)) {
+            return Err(CorsRuleError::BadAllowHeader(bad.clone()));
         }
         match self.max_age {
             Some(secs) if secs > MAX_MAX_AGE => Err(CorsRuleError::MaxAgeTooLarge(secs)),
@@ -103,6 +126,8 @@ pub struct CorsPolicy {
     any_origin: bool,
     expose: HeaderValue,
     max_age: Option<HeaderValue>,
+    /// `Access-Control-Allow-Methods`: the rule's methods (GET, HEAD by default).
+    allow_methods: HeaderValue,
 }
 
 impl CorsPolicy {
@@ -116,12 +141,36 @@ impl CorsPolicy {
         }
         let expose = HeaderValue::from_str(&exposed.join(", "))
             .map_err(|_| CorsRuleError::BadHeaderName(rule.expose_headers.join(", ")))?;
+        let allow_methods = HeaderValue::from_str(&Self::methods_of(&rule).join(", "))
+            .map_err(|_| CorsRuleError::BadMethod(rule.methods.join(", ")))?;
         Ok(CorsPolicy {
             any_origin: rule.origins.iter().any(|o| o == "*"),
             max_age: rule.max_age.map(HeaderValue::from),
             expose,
+            allow_methods,
             rule,
         })
+    }
+
+    /// The methods the rule allows: its own, or GET and HEAD.
+    fn methods_of(rule: &CorsRule) -> Vec<&str> {
+        if rule.methods.is_empty() {
+            ALLOWED_METHODS.to_vec()
+        } else {
+            rule.methods.iter().map(String::as_str).collect()
+        }
+    }
+
+    /// The methods the rule allows (GetBucketCors' `AllowedMethod`).
+    pub fn methods(&self) -> Vec<&str> {
+        Self::methods_of(&self.rule)
+    }
+
+    /// The request headers the rule allows (GetBucketCors' `AllowedHeader`): the built-in ones, then its own.
+    pub fn allowed_headers(&self) -> Vec<&str> {
+        let mut headers = ALLOWED_REQUEST_HEADERS.to_vec();
+        headers.extend(self.rule.allow_headers.iter().map(String::as_str));
+        headers
     }
 
     /// A rule as stored in the bucket row; `None` if it does not parse or validate (written by hand with sqlite3).
@@ -148,7 +197,8 @@ impl CorsPolicy {
     }
 
     /// Evaluates a preflight (`OPTIONS` with `Origin` and `Access-Control-Request-Method`) and adds its headers.
-    /// Returns whether it was allowed; when not, only `Vary` is added.
+    /// Returns whether it was allowed: the origin, the method and every requested header; when not, only `Vary`
+    /// is added.
     pub fn add_preflight_headers(
         &self,
         origin: &HeaderValue,
@@ -157,15 +207,23 @@ impl CorsPolicy {
         headers: &mut HeaderMap,
     ) -> bool {
         headers.insert(header::VARY, VARY_PREFLIGHT);
-        let method_ok = request_method.is_some_and(|m| m.as_bytes() == b"GET" || m.as_bytes() == b"HEAD");
+        let method_ok =
+            request_method.is_some_and(|m| self.methods().iter().any(|allowed| allowed.as_bytes() == m.as_bytes()));
         if !method_ok || !self.allows(origin) {
             return false;
         }
+        let allowed_headers = match request_headers {
+            None => None,
+            Some(requested) => match self.request_headers(requested) {
+                Some(allowed) => allowed,
+                None => return false,
+            },
+        };
         // Preflights carry no credentials, and blobgate supports none (module doc), so `*` is a valid answer.
         let allow = if self.any_origin { ANY_ORIGIN } else { origin.clone() };
         headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, allow);
-        headers.insert(header::ACCESS_CONTROL_ALLOW_METHODS, ALLOW_METHODS);
-        if let Some(allowed) = request_headers.and_then(allowed_request_headers) {
+        headers.insert(header::ACCESS_CONTROL_ALLOW_METHODS, self.allow_methods.clone());
+        if let Some(allowed) = allowed_headers {
             headers.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, allowed);
         }
         if let Some(max_age) = &self.max_age {
@@ -175,19 +233,26 @@ impl CorsPolicy {
     }
 }
 
-/// The requested headers (a comma-separated list) that are in [`ALLOWED_REQUEST_HEADERS`], lowercased, in the
-/// order asked. A header left out makes the browser refuse the actual request, as it should.
-fn allowed_request_headers(requested: &HeaderValue) -> Option<HeaderValue> {
-    let requested = requested.to_str().ok()?;
-    let allowed: Vec<String> = requested
-        .split(',')
-        .map(|h| h.trim().to_ascii_lowercase())
-        .filter(|h| ALLOWED_REQUEST_HEADERS.contains(&h.as_str()))
-        .collect();
-    if allowed.is_empty() {
-        return None;
+impl CorsPolicy {
+    /// The requested headers (a comma-separated list), lowercased in the order asked, when the rule allows every
+    /// one of them (the built-in [`ALLOWED_REQUEST_HEADERS`], the rule's own, or any with `*`): `Some(None)` for an
+    /// empty list; `None` when one is not allowed, which refuses the preflight.
+    fn request_headers(&self, requested: &HeaderValue) -> Option<Option<HeaderValue>> {
+        let requested = requested.to_str().ok()?;
+        let any = self.rule.allow_headers.iter().any(|h| h == "*");
+        let mut allowed = Vec::new();
+        for name in requested.split(',').map(|h| h.trim().to_ascii_lowercase()).filter(|h| !h.is_empty()) {
+            let known = ALLOWED_REQUEST_HEADERS.contains(&name.as_str()) || self.rule.allow_headers.contains(&name);
+            if !(known || any) {
+                return None;
+            }
+            allowed.push(name);
+        }
+        if allowed.is_empty() {
+            return Some(None);
+        }
+        HeaderValue::from_str(&allowed.join(", ")).ok().map(Some)
     }
-    HeaderValue::from_str(&allowed.join(", ")).ok()
 }
 
 #[cfg(test)]
@@ -200,6 +265,8 @@ mod tests {
             origins: origins.iter().map(|o| (*o).to_owned()).collect(),
             max_age: Some(600),
             expose_headers: vec!["X-Custom".into()],
+            methods: vec![],
+            allow_headers: vec![],
         };
         CorsPolicy::new(rule).unwrap()
     }
@@ -223,12 +290,29 @@ mod tests {
 
     #[test]
     fn rules_are_validated() {
-        let empty = CorsRule { origins: vec![], max_age: None, expose_headers: vec![] };
-        assert_eq!(empty.validate(), Err(CorsRuleError::NoOrigin));
-        let bad_header = CorsRule { origins: vec!["*".into()], max_age: None, expose_headers: vec!["a b".into()] };
+        let any = CorsRule {
+            origins: vec!["*".into()],
+            max_age: None,
+            expose_headers: vec![],
+            methods: vec![],
+            allow_headers: vec![],
+        };
+        assert_eq!(CorsRule { origins: vec![], ..any.clone() }.validate(), Err(CorsRuleError::NoOrigin));
+        let bad_header = CorsRule { expose_headers: vec!["a b".into()], ..any.clone() };
         assert_eq!(bad_header.validate(), Err(CorsRuleError::BadHeaderName("a b".into())));
-        let long = CorsRule { origins: vec!["*".into()], max_age: Some(MAX_MAX_AGE + 1), expose_headers: vec![] };
+        let long = CorsRule { max_age: Some(MAX_MAX_AGE + 1), ..any.clone() };
         assert_eq!(long.validate(), Err(CorsRuleError::MaxAgeTooLarge(MAX_MAX_AGE + 1)));
+        for bad in ["get", "PATCH", "OPTIONS", ""] {
+            let rule = CorsRule { methods: vec![bad.into()], ..any.clone() };
+            assert_eq!(rule.validate(), Err(CorsRuleError::BadMethod(bad.into())));
+        }
+        for bad in ["Content-Type", "a b", ""] {
+            let rule = CorsRule { allow_headers: vec![bad.into()], ..any.clone() };
+            assert_eq!(rule.validate(), Err(CorsRuleError::BadAllowHeader(bad.into())));
+        }
+        let writes =
+            CorsRule { methods: vec!["PUT".into()], allow_headers: vec!["content-type".into(), "*".into()], ..any };
+        assert_eq!(writes.validate(), Ok(()));
     }
 
     #[test]
@@ -291,11 +375,10 @@ mod tests {
     fn a_preflight_allows_get_and_head_and_the_known_headers() {
         let p = policy(&["https://a.example"]);
         let mut h = HeaderMap::new();
-        let asked = hv("Range, if-none-match, X-Unknown, authorization");
+        let asked = hv("Range, if-none-match, authorization");
         assert!(p.add_preflight_headers(&hv("https://a.example"), Some(&hv("GET")), Some(&asked), &mut h));
         assert_eq!(h[header::ACCESS_CONTROL_ALLOW_ORIGIN], "https://a.example");
         assert_eq!(h[header::ACCESS_CONTROL_ALLOW_METHODS], "GET, HEAD");
-        assert_eq!(ALLOW_METHODS, ALLOWED_METHODS.join(", ").as_str());
         assert_eq!(h[header::ACCESS_CONTROL_ALLOW_HEADERS], "range, if-none-match, authorization");
         assert_eq!(h[header::ACCESS_CONTROL_MAX_AGE], "600");
         assert_eq!(h[header::VARY], "Origin, Access-Control-Request-Method, Access-Control-Request-Headers");
@@ -312,6 +395,37 @@ mod tests {
         }
         let mut h = HeaderMap::new();
         assert!(!p.add_preflight_headers(&hv("https://a.example"), None, None, &mut h));
+        // A header the rule does not allow refuses the whole preflight.
+        let mut h = HeaderMap::new();
+        let asked = hv("range, x-unknown");
+        assert!(!p.add_preflight_headers(&hv("https://a.example"), Some(&hv("GET")), Some(&asked), &mut h));
+        assert_eq!(h.len(), 1, "only Vary: {h:?}");
+    }
+
+    #[test]
+    fn a_rule_with_write_methods_and_its_own_headers_allows_a_presigned_put() {
+        let rule = CorsRule {
+            methods: vec!["GET".into(), "PUT".into()],
+            allow_headers: vec!["content-type".into(), "x-amz-meta-owner".into()],
+            ..policy(&["https://a.example"]).rule
+        };
+        let p = CorsPolicy::new(rule).unwrap();
+        let mut h = HeaderMap::new();
+        let asked = hv("Content-Type, x-amz-meta-owner");
+        assert!(p.add_preflight_headers(&hv("https://a.example"), Some(&hv("PUT")), Some(&asked), &mut h));
+        assert_eq!(h[header::ACCESS_CONTROL_ALLOW_METHODS], "GET, PUT");
+        assert_eq!(h[header::ACCESS_CONTROL_ALLOW_HEADERS], "content-type, x-amz-meta-owner");
+        let mut h = HeaderMap::new();
+        assert!(!p.add_preflight_headers(&hv("https://a.example"), Some(&hv("HEAD")), None, &mut h), "not listed");
+        let mut h = HeaderMap::new();
+        assert!(!p.add_preflight_headers(&hv("https://a.example"), Some(&hv("DELETE")), None, &mut h));
+        // `*` allows any request header.
+        let any = CorsPolicy::new(CorsRule { allow_headers: vec!["*".into()], ..p.rule.clone() }).unwrap();
+        let mut h = HeaderMap::new();
+        assert!(any.add_preflight_headers(&hv("https://a.example"), Some(&hv("PUT")), Some(&hv("X-Whatever")), &mut h));
+        assert_eq!(h[header::ACCESS_CONTROL_ALLOW_HEADERS], "x-whatever");
+        assert_eq!(any.methods(), ["GET", "PUT"]);
+        assert_eq!(p.allowed_headers().last(), Some(&"x-amz-meta-owner"));
     }
 
     proptest! {
@@ -335,12 +449,14 @@ mod tests {
         }
 
         #[test]
-        fn allowed_headers_are_a_subset_of_the_request(asked in proptest::collection::vec(
+        fn a_preflight_is_allowed_exactly_when_every_requested_header_is(asked in proptest::collection::vec(
             proptest::sample::select(vec!["Range", "If-Match", "X-A", "authorization", "If-Range", "Cookie"]), 0..6)) {
             let p = policy(&["*"]);
             let mut h = HeaderMap::new();
             let list = asked.join(", ");
-            p.add_preflight_headers(&hv("https://a.example"), Some(&hv("GET")), Some(&hv(&list)), &mut h);
+            let allowed_all = asked.iter().all(|a| ALLOWED_REQUEST_HEADERS.contains(&a.to_ascii_lowercase().as_str()));
+            let answered = p.add_preflight_headers(&hv("https://a.example"), Some(&hv("GET")), Some(&hv(&list)), &mut h);
+            prop_assert_eq!(answered, allowed_all);
             let allowed = h.get(header::ACCESS_CONTROL_ALLOW_HEADERS).map(|v| v.to_str().unwrap().to_owned());
             for name in allowed.iter().flat_map(|a| a.split(", ")) {
                 prop_assert!(ALLOWED_REQUEST_HEADERS.contains(&name));

@@ -36,20 +36,9 @@ pub async fn serve(State(app): State<DataState>, request: Request) -> Response {
     let policy = bucket_policy(&app, request.uri().path()).await;
     let headers = request.headers();
     if request.method() == Method::OPTIONS && headers.contains_key(header::ACCESS_CONTROL_REQUEST_METHOD) {
-        let mut response = Response::new(Body::empty());
-        *response.status_mut() = StatusCode::NO_CONTENT;
-        response.headers_mut().insert(header::ALLOW, ALLOW);
-        if let Some(policy) = policy {
-            policy.add_preflight_headers(
-                &origin,
-                headers.get(header::ACCESS_CONTROL_REQUEST_METHOD),
-                headers.get(header::ACCESS_CONTROL_REQUEST_HEADERS),
-                response.headers_mut(),
-            );
-        }
-        return response;
+        return preflight(policy.as_deref(), &origin, headers);
     }
-    let credentialed = headers.contains_key(header::AUTHORIZATION) || headers.contains_key(header::COOKIE);
+    let credentialed = is_credentialed(headers);
     match object::authorise_and_serve(&app, request).await {
         // Refused before authorisation: no CORS headers and no `Vary: Origin`, which only a bucket with a rule
         // would get, so an existing private bucket answers exactly as an absent one.
@@ -62,6 +51,49 @@ pub async fn serve(State(app): State<DataState>, request: Request) -> Response {
             response
         }
     }
+}
+
+/// The answer to a preflight, native or S3 ("OPTIONS object"): 204, with the `Access-Control-*` headers when the
+/// bucket's rule allows the origin, the method and every requested header, and without them otherwise (no rule,
+/// no bucket), which a browser refuses.
+pub fn preflight(policy: Option<&CorsPolicy>, origin: &HeaderValue, headers: &http::HeaderMap) -> Response {
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = StatusCode::NO_CONTENT;
+    response.headers_mut().insert(header::ALLOW, ALLOW);
+    if let Some(policy) = policy {
+        policy.add_preflight_headers(
+            origin,
+            headers.get(header::ACCESS_CONTROL_REQUEST_METHOD),
+            headers.get(header::ACCESS_CONTROL_REQUEST_HEADERS),
+            response.headers_mut(),
+        );
+    }
+    response
+}
+
+/// The rule's headers on an S3 answer to a request with `Origin` for `bucket`, as on a native one: only on answers
+/// given after authorisation (success, 304, and the refusals only a reader of the bucket gets: 404, 409, 412,
+/// 416), so that a bucket with a rule answers an unauthorised caller exactly as an absent one.
+pub async fn add_to_s3_answer(
+    app: &DataState,
+    bucket: &crate::names::BucketName,
+    origin: &HeaderValue,
+    credentialed: bool,
+    response: &mut Response,
+) {
+    let status = response.status().as_u16();
+    if !(status < 400 || matches!(status, 404 | 409 | 412 | 416)) {
+        return;
+    }
+    let Some(policy) = app.catalog.bucket(bucket.as_str()).await.ok().flatten().and_then(|b| b.cors.clone()) else {
+        return;
+    };
+    policy.add_actual_headers(origin, credentialed, response.headers_mut());
+}
+
+/// Whether a request carries credentials a browser would call so: then `*` is never the answer.
+pub fn is_credentialed(headers: &http::HeaderMap) -> bool {
+    headers.contains_key(header::AUTHORIZATION) || headers.contains_key(header::COOKIE)
 }
 
 /// `Vary: Origin` on a bucket's 200, 206 and 304 whether or not the request had an `Origin`, when the bucket has a

@@ -204,11 +204,23 @@ pub async fn dispatch_s3(
     call: Result<S3Call, operation::Refusal>,
     request: axum::extract::Request,
 ) -> Response {
-    match call {
+    // A browser's S3 request (a presigned URL, or an SDK in a page): its bucket's CORS rule, as on native answers.
+    let cors = match (&call, request.headers().get(http::header::ORIGIN)) {
+        (Ok(call), Some(origin)) if call.operation != operation::Operation::CorsPreflight => {
+            let credentialed = cors::is_credentialed(request.headers());
+            call.resource.bucket().cloned().map(|bucket| (bucket, origin.clone(), credentialed))
+        }
+        _ => None,
+    };
+    let mut response = match call {
         Ok(call) if s3::answered_from_catalog(call.operation) => s3::serve(app.data.clone(), call, request).await,
-        Ok(call) => s3_write::serve(app, call, request).await,
+        Ok(call) => s3_write::serve(app.clone(), call, request).await,
         Err(refusal) => s3::refuse(&request, refusal.into()),
+    };
+    if let Some((bucket, origin, credentialed)) = cors {
+        cors::add_to_s3_answer(&app.data, &bucket, &origin, credentialed, &mut response).await;
     }
+    response
 }
 
 /// What either listener answers when the driver refuses a request itself: the same JSON errors as the handlers'.

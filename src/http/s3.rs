@@ -246,6 +246,14 @@ async fn route(
     request: &RequestParts<'_>,
     ctx: &S3Context<'_>,
 ) -> Result<Response, S3Error> {
+    if call.operation == Operation::CorsPreflight {
+        // From the bucket's rule alone, before and without any lookup of the object or of credentials (a
+        // preflight carries none).
+        let origin = request.headers.get(header::ORIGIN).cloned().unwrap_or(HeaderValue::from_static(""));
+        let name = call.resource.bucket().map(|b| b.as_str().to_owned()).unwrap_or_default();
+        let policy = app.catalog.bucket(&name).await.ok().flatten().and_then(|b| b.cors.clone());
+        return Ok(super::cors::preflight(policy.as_deref(), &origin, request.headers));
+    }
     let query = Query::parse(request.query);
     match call.resource {
         Resource::Service => Box::pin(list_buckets(app, request)).await,

@@ -39,8 +39,8 @@ pub fn cors_configuration_xml(policy: &CorsPolicy) -> String {
     expose_headers.extend(rule.expose_headers.iter().map(String::as_str));
     xml::cors_configuration(&xml::CorsRuleView {
         origins: &rule.origins,
-        methods: &cors::ALLOWED_METHODS,
-        allowed_headers: &cors::ALLOWED_REQUEST_HEADERS,
+        methods: &policy.methods(),
+        allowed_headers: &policy.allowed_headers(),
         expose_headers,
         max_age: rule.max_age,
     })

@@ -96,11 +96,14 @@ pub enum Operation {
     UploadPartCopy,
     CompleteMultipartUpload,
     AbortMultipartUpload,
+    /// S3's "OPTIONS object": a browser's CORS preflight (`OPTIONS` with `Origin` and
+    /// `Access-Control-Request-Method`) for a bucket or an object, answered from the bucket's rule alone.
+    CorsPreflight,
 }
 
 impl Operation {
     /// Every operation, for tables and tests.
-    pub const ALL: [Operation; 31] = [
+    pub const ALL: [Operation; 32] = [
         Operation::ListBuckets,
         Operation::CreateBucket,
         Operation::DeleteBucket,
@@ -132,6 +135,7 @@ impl Operation {
         Operation::UploadPartCopy,
         Operation::CompleteMultipartUpload,
         Operation::AbortMultipartUpload,
+        Operation::CorsPreflight,
     ];
 
     /// Whether it changes something: refused by a read-only listener, and authorised for writing.
@@ -200,6 +204,8 @@ impl Operation {
             UploadPart | UploadPartCopy => &["uploadId", "partNumber"],
             CompleteMultipartUpload | AbortMultipartUpload => &["uploadId"],
             CreateBucket | DeleteBucket | HeadBucket | PutObject | CopyObject | DeleteObject => &[],
+            // The preflight of any request carries that request's query: it reads none of it.
+            CorsPreflight => &[],
         }
     }
 }
@@ -407,7 +413,7 @@ impl QueryNames {
     }
 
     fn refuse_unknown(&self, operation: Operation) -> Result<(), Refusal> {
-        if self.sigv2_presign {
+        if self.sigv2_presign || operation == Operation::CorsPreflight {
             return Ok(());
         }
         let known = operation.params();
@@ -435,7 +441,10 @@ fn operation(method: &Method, resource: &Resource, q: &QueryNames, headers: &Hea
     use Operation::*;
     // Looked up for a PUT of an object only: a hashed header lookup that reads need not pay.
     let copy = || headers.contains_key(COPY_SOURCE);
+    let preflight =
+        || headers.contains_key(header::ORIGIN) && headers.contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
     let op = match (resource, method.as_str()) {
+        (Resource::Bucket(_) | Resource::Object(..), "OPTIONS") if preflight() => CorsPreflight,
         (Resource::Service, "GET") => ListBuckets,
         (Resource::Service, _) => return Err(Refusal::MethodNotAllowed),
 
@@ -507,6 +516,10 @@ mod tests {
         }
     }
 
+    /// A presigned PUT's URL, and the headers of a browser's preflight for it.
+    const PRESIGNED_PUT: &str = "/bkt/k?X-Amz-Credential=c&X-Amz-Signature=00&partNumber=1&uploadId=u";
+    const PREFLIGHT: &[(&str, &str)] = &[("origin", "https://app.example"), ("access-control-request-method", "PUT")];
+
     #[test]
     fn every_operation_is_classified_from_its_request() {
         use Operation::*;
@@ -549,6 +562,8 @@ mod tests {
             (head_of("PUT", "/bkt/k?partNumber=1&uploadId=u", &copy, None), UploadPartCopy),
             (signed("POST", "/bkt/k?uploadId=u"), CompleteMultipartUpload),
             (signed("DELETE", "/bkt/k?uploadId=u"), AbortMultipartUpload),
+            (head_of("OPTIONS", PRESIGNED_PUT, PREFLIGHT, None), CorsPreflight),
+            (head_of("OPTIONS", "/bkt?uploads&X-Amz-Signature=00", PREFLIGHT, None), CorsPreflight),
         ];
         let mut seen = std::collections::HashSet::new();
         for (api, want) in &cases {
@@ -580,6 +595,10 @@ mod tests {
             (signed("POST", "/bkt"), Api::S3(Err(Refusal::MethodNotAllowed))),
             (signed("PUT", "/"), Api::S3(Err(Refusal::MethodNotAllowed))),
             (signed("PATCH", "/bkt/k"), Api::S3(Err(Refusal::MethodNotAllowed))),
+            // OPTIONS is a preflight only with its two headers.
+            (signed("OPTIONS", "/bkt/k"), Api::S3(Err(Refusal::MethodNotAllowed))),
+            (head_of("OPTIONS", PRESIGNED_PUT, &PREFLIGHT[..1], None), Api::S3(Err(Refusal::MethodNotAllowed))),
+            (head_of("OPTIONS", "/?X-Amz-Signature=00", PREFLIGHT, None), Api::S3(Err(Refusal::MethodNotAllowed))),
             (signed("GET", "/Not_A_Bucket"), Api::S3(Err(Refusal::InvalidBucketName))),
             (signed("GET", "/Not_A_Bucket/k"), Api::S3(Err(Refusal::InvalidBucketName))),
         ];

@@ -149,3 +149,61 @@ fn a_video_on_another_origin_plays_from_range_requests() {
     });
     assert!(counted, "every media request was a 206 range: {last}");
 }
+
+/// A page uploads to a presigned S3 URL and reads the object back through another, as the bucket's CORS rule
+/// allows (`--method PUT --allow-header content-type`); a bucket whose rule allows reads only refuses the upload's
+/// preflight, and nothing is stored there.
+#[test]
+fn a_page_puts_to_a_presigned_url_when_the_rule_allows_it() {
+    use crate::helpers::s3::{Signing, presigned_url, s3_key};
+    let env = TestEnv::new();
+    env.bucket("uploads", false);
+    env.bucket("reads-only", false);
+    let key = s3_key(&env, "uploads", &["--scope", "write"]);
+    let other = s3_key(&env, "reads-only", &["--scope", "write"]);
+    let server = env.serve();
+    let base = format!("http://{}", server.data);
+    let sign = |key, path: &str, method| {
+        presigned_url(key, &format!("{base}{path}"), &Signing { method, expires: Some(600), ..Default::default() })
+    };
+    let urls = serde_json::json!({
+        "put": sign(&key, "/uploads/from-page.txt", "PUT"),
+        "get": sign(&key, "/uploads/from-page.txt", "GET"),
+        "refused": sign(&other, "/reads-only/from-page.txt", "PUT"),
+    });
+    let script = r#"
+      const out = document.getElementById('out');
+      const urls = JSON.parse(document.getElementById('urls').textContent);
+      (async () => {
+        const seen = {};
+        try {
+          const put = await fetch(urls.put, { method: 'PUT', headers: { 'Content-Type': 'text/plain' },
+                                               body: 'written by a page' });
+          seen.put = put.status;
+          const got = await fetch(urls.get);
+          Object.assign(seen, { get: got.status, body: await got.text(), etag: got.headers.get('etag') });
+        } catch (e) { seen.error = String(e); }
+        try {
+          await fetch(urls.refused, { method: 'PUT', headers: { 'Content-Type': 'text/plain' }, body: 'no' });
+          seen.refused = 'sent';
+        } catch (e) { seen.refused = 'blocked'; }
+        out.textContent = JSON.stringify(seen);
+      })();
+    "#;
+    let page = serve_page(format!(
+        "<!doctype html><html><body><pre id=\"out\">pending</pre>\
+         <script type=\"application/json\" id=\"urls\">{urls}</script><script>{script}</script></body></html>"
+    ));
+    let origin = format!("http://{page}");
+    let rule = ["--origin", &origin, "--method", "GET", "--method", "PUT", "--allow-header", "content-type"];
+    env.ok(&[&["bucket", "cors", "set", "uploads"][..], &rule[..]].concat());
+    env.ok(&["bucket", "cors", "set", "reads-only", "--origin", &origin]);
+
+    let seen = page_output(&chromium_dom(&format!("{origin}/")));
+    assert_eq!(seen["put"], 200, "{seen}");
+    assert_eq!(seen["get"], 200, "{seen}");
+    assert_eq!(seen["body"], "written by a page", "{seen}");
+    assert!(seen["etag"].as_str().is_some_and(|e| e.starts_with('"')), "the ETag is exposed: {seen}");
+    assert_eq!(seen["refused"], "blocked", "the rule allows no PUT: {seen}");
+    assert!(!env.ok(&["ls", "reads-only"]).contains("from-page.txt"), "nothing stored where the rule refused");
+}

@@ -28,7 +28,7 @@ fn a_preflight_answers_from_the_bucket_rule_only() {
     assert!(set.contains(r#""origins":["https://app.example"]"#), "{set}");
     let server = env.serve();
 
-    let asked = "range, if-none-match, authorization, x-other";
+    let asked = "range, if-none-match, authorization";
     let r = preflight(&server, "/assets/a.js", APP, "GET", asked);
     assert_eq!(r.status, 204);
     assert_eq!(r.header("access-control-allow-origin"), Some(APP));
@@ -42,11 +42,15 @@ fn a_preflight_answers_from_the_bucket_rule_only() {
     let missing = preflight(&server, "/assets/missing.js", APP, "GET", asked);
     assert_eq!((missing.status, cors_headers(&missing)), (r.status, cors_headers(&r)));
 
-    // Not allowed: another origin, another method, an unknown bucket: 204 without CORS headers.
-    for (path, origin, method) in
-        [("/assets/a.js", "https://evil.example", "GET"), ("/assets/a.js", APP, "PUT"), ("/nobucket/a.js", APP, "GET")]
-    {
-        let r = preflight(&server, path, origin, method, "range");
+    // Not allowed: another origin, another method, a header the rule does not allow, an unknown bucket: 204
+    // without CORS headers.
+    for (path, origin, method, headers) in [
+        ("/assets/a.js", "https://evil.example", "GET", "range"),
+        ("/assets/a.js", APP, "PUT", "range"),
+        ("/assets/a.js", APP, "GET", "range, x-other"),
+        ("/nobucket/a.js", APP, "GET", "range"),
+    ] {
+        let r = preflight(&server, path, origin, method, headers);
         assert_eq!(r.status, 204, "{path} {origin} {method}");
         assert!(cors_headers(&r).is_empty(), "{path} {origin} {method}: {:?}", r.headers);
     }
@@ -162,4 +166,66 @@ fn bad_cors_rules_are_refused_with_one_line() {
     let out = env.cli(&["bucket", "cors", "set", "nobucket", "--origin", "*"]);
     assert!(!out.status.success());
     assert!(env.ok(&["bucket", "list"]).contains(r#""cors":null"#), "nothing was stored");
+}
+
+/// CORS on S3 requests: a presigned URL's preflight ("OPTIONS object") is answered from the bucket's rule, with
+/// its methods and headers; what the rule does not allow gets no CORS headers; answers after authorisation carry
+/// the rule's headers, refusals before it none.
+#[test]
+fn s3_requests_follow_the_buckets_rule_with_its_methods_and_headers() {
+    use crate::helpers::s3::{Signing, presigned_path, s3_key, signed_headers};
+    let env = TestEnv::new();
+    env.bucket("site", false);
+    env.put_bytes("site", "a.txt", b"hello", &[]);
+    let key = s3_key(&env, "site", &["--scope", "write"]);
+    let app = "https://app.example";
+    // Methods and headers are taken in any case (stored as browsers compare them).
+    let rule = ["--method", "get", "--method", "PUT", "--allow-header", "Content-Type", "--max-age", "60"];
+    env.ok(&[&["bucket", "cors", "set", "site", "--origin", app][..], &rule[..]].concat());
+    let server = env.serve();
+    let put = presigned_path(&key, "/site/b.txt", &Signing { method: "PUT", expires: Some(600), ..Default::default() });
+    let preflight = |path: &str, method: &str, headers: Option<&str>| {
+        let mut h = vec![("Origin", app), ("Access-Control-Request-Method", method)];
+        h.extend(headers.map(|v| ("Access-Control-Request-Headers", v)));
+        server.request("OPTIONS", path, &h)
+    };
+    let r = preflight(&put, "PUT", Some("content-type"));
+    assert_eq!(r.status, 204);
+    assert_eq!(r.header("access-control-allow-origin"), Some(app));
+    assert_eq!(r.header("access-control-allow-methods"), Some("GET, PUT"));
+    assert_eq!(r.header("access-control-allow-headers"), Some("content-type"));
+    assert_eq!(r.header("access-control-max-age"), Some("60"));
+    for (method, headers) in [("DELETE", None), ("PUT", Some("content-type, x-not-allowed")), ("POST", None)] {
+        let r = preflight(&put, method, headers);
+        assert_eq!(r.status, 204, "{method} {headers:?}");
+        assert_eq!(r.header("access-control-allow-origin"), None, "{method} {headers:?}: not allowed");
+    }
+    // The upload itself, with Origin: stored, and the answer carries the rule's headers.
+    let mut conn = Conn::open(server.data);
+    conn.send(&raw_request("PUT", &put, &[("Origin", app), ("Content-Length", "5")], false));
+    conn.send(b"howdy");
+    let r = conn.read_response(false).expect("an answer");
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.header("access-control-allow-origin"), Some(app));
+    assert!(r.header("vary").is_some_and(|v| v.contains("Origin")));
+    // A signed GetObject from a page (SigV4 header: credentialed, so the origin is echoed).
+    let get = signed_headers(&key, "/site/b.txt", &Signing::default());
+    let mut headers = crate::helpers::s3::as_refs(&get);
+    headers.push(("Origin", app));
+    let r = server.get("/site/b.txt", &headers);
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"howdy"[..]));
+    assert_eq!(r.header("access-control-allow-origin"), Some(app));
+    assert!(r.header("access-control-expose-headers").is_some_and(|v| v.contains("ETag")));
+    // A refusal before authorisation (a tampered signature): no CORS headers, as for a bucket without a rule.
+    let tampered = put.replace("X-Amz-Signature=", "X-Amz-Signature=0");
+    let r = server.request("PUT", &tampered, &[("Origin", app), ("Content-Length", "0")]);
+    assert_eq!(r.status, 403);
+    assert_eq!(r.header("access-control-allow-origin"), None);
+    assert!(!r.header("vary").is_some_and(|v| v.contains("Origin")));
+    // Bad rules are refused in one line.
+    for (args, says) in [(vec!["--method", "PATCH"], "--method"), (vec!["--allow-header", "a b"], "--allow-header")] {
+        let mut full = vec!["bucket", "cors", "set", "site", "--origin", app];
+        full.extend(args);
+        assert!(env.fails(&full).contains(says));
+    }
 }

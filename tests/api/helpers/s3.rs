@@ -196,6 +196,11 @@ pub fn presigned_path(key: &AccessKey, path: &str, signing: &Signing<'_>) -> Str
     url.strip_prefix("http://test").expect("same host").to_owned()
 }
 
+/// A presigned URL for `url` (any host: what a browser will send).
+pub fn presigned_url(key: &AccessKey, url: &str, signing: &Signing<'_>) -> String {
+    botocore(key, url, signing)["url"].as_str().expect("presigned url").to_owned()
+}
+
 pub fn as_refs(headers: &[(String, String)]) -> Vec<(&str, &str)> {
     headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
 }
