@@ -313,3 +313,204 @@ fn two_replicas_writing_one_key_at_once_end_consistent_without_orphan_blobs() {
         assert_eq!(blobs, vec![r.env.blob_path(&winner_sha)], "round {round}: orphan blobs left behind");
     }
 }
+
+/// The HA compose file's HAProxy configuration (`deploy/haproxy.cfg`), run here with its backends pointed at this
+/// test's replicas: the compose network's names and fixed ports become 127.0.0.1 and the replicas' ports, and
+/// nothing else changes.
+fn haproxy_in_front_of(replicas: &[Server]) -> (std::process::Child, std::net::SocketAddr) {
+    let haproxy = system_binary("haproxy", "haproxy");
+    let free_port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let (front, stats) = (free_port(), free_port());
+    let source = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/haproxy.cfg")).unwrap();
+    let mut config = String::new();
+    let mut skipping_resolvers = false;
+    for line in source.lines() {
+        let trimmed = line.trim_start();
+        if line.starts_with("resolvers ") {
+            skipping_resolvers = true;
+            continue;
+        }
+        if skipping_resolvers {
+            if trimmed.is_empty() {
+                skipping_resolvers = false;
+            }
+            continue;
+        }
+        let line = match trimmed {
+            "bind :8080" => format!("    bind {front}"),
+            "bind :8404" => format!("    bind {stats}"),
+            _ if trimmed.starts_with("default-server ") => "    default-server inter 1s fall 2 rise 2".to_owned(),
+            _ if trimmed.starts_with("server blobgate-") || trimmed.starts_with("server cached-") => {
+                let backup = trimmed.starts_with("server cached-");
+                let n: usize = trimmed.split(['-', ' ']).nth(2).unwrap().parse().unwrap();
+                let Some(replica) = replicas.get(n - 1) else { continue };
+                if backup {
+                    format!("    server cached-{n} {} backup no-check", replica.data)
+                } else {
+                    format!("    server blobgate-{n} {} check port {}", replica.data, replica.admin.port())
+                }
+            }
+            _ => line.to_owned(),
+        };
+        config.push_str(&line);
+        config.push('\n');
+    }
+    assert!(config.contains("option httpchk GET /readyz"), "the compose file's health check is kept:\n{config}");
+    let dir = tempfile::tempdir().unwrap().keep();
+    let path = dir.join("haproxy.cfg");
+    std::fs::write(&path, &config).unwrap();
+    let child = std::process::Command::new(haproxy)
+        .args(["-db", "-f"])
+        .arg(&path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start haproxy");
+    (child, front)
+}
+
+/// Kills HAProxy when the test ends, however it ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// boto3 through the balanced endpoint: multipart uploads and a threaded multipart download.
+const BOTO3_THROUGH_HAPROXY: &str = r#"
+s3 = client(spec["endpoint"], spec["key"])
+config = TransferConfig(multipart_threshold=5 << 20, multipart_chunksize=5 << 20, max_concurrency=4)
+s3.upload_file(spec["file"], "shared", "boto3/big.bin", Config=config)
+s3.download_file("shared", "boto3/big.bin", spec["download_to"], Config=config)
+print(json.dumps(s3.head_object(Bucket="shared", Key="boto3/big.bin")["ContentLength"]))
+"#;
+
+/// One public endpoint for a replicated deployment: two replicas on one PostgreSQL database behind the compose
+/// file's HAProxy configuration, and every S3 client (aws-cli, boto3, rclone, s3cmd) using only that endpoint for
+/// uploads, downloads, syncs, copies, moves and deletes, every byte checked by SHA-256; both replicas serve, and
+/// neither answers a 5xx.
+#[test]
+fn every_s3_client_through_haproxy_in_front_of_two_replicas() {
+    use crate::helpers::s3::{
+        AccessKey, aws, aws_home, boto3_output, rclone, rclone_config, rclone_output, s3cmd, s3cmd_config,
+    };
+    let replicas = Replicas::start(2, |r| {
+        r.ok(&["bucket", "create", "shared"]);
+    });
+    let line = replicas.ok(&["s3-key", "create", "--grant", "*:admin"]);
+    let (id, secret) = line.trim().split_once(' ').unwrap();
+    let key = AccessKey { id: id.into(), secret: secret.into() };
+    let (haproxy, front) = haproxy_in_front_of(&replicas.servers);
+    let _haproxy = Killed(haproxy);
+    let endpoint = format!("http://{front}");
+    // HAProxy marks a replica up after two good /readyz checks a second apart.
+    let up = wait_for(HANG, || {
+        std::net::TcpStream::connect(front).is_ok_and(|mut s| {
+            let _ = s.write_all(b"GET /shared/none HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+            let mut head = [0u8; 12];
+            std::io::Read::read(&mut s, &mut head).is_ok_and(|n| n == 12 && &head[9..12] != b"503")
+        })
+    });
+    assert!(up, "HAProxy never sent a request to a replica");
+    let dir = replicas.env.dir.path();
+
+    // aws-cli: multipart up and down, sync both ways and with --delete, mv, rm --recursive.
+    let home = dir.join("aws-home");
+    aws_home(&home, &key);
+    let big = test_bytes(20 << 20, 41);
+    let big_path = write_file(dir, "big.bin", &big);
+    aws(&home, &endpoint, &["s3", "cp", big_path.to_str().unwrap(), "s3://shared/aws/big.bin"]);
+    let down = dir.join("big-down.bin");
+    aws(&home, &endpoint, &["s3", "cp", "s3://shared/aws/big.bin", down.to_str().unwrap()]);
+    assert_eq!(sha256_hex(&std::fs::read(&down).unwrap()), sha256_hex(&big));
+    let tree = dir.join("tree");
+    let files = [("a.txt", test_bytes(10, 42)), ("d/b c.bin", test_bytes(300_000, 43)), ("d/é.bin", test_bytes(9, 44))];
+    let written = std::time::SystemTime::now() - Duration::from_secs(2);
+    for (name, bytes) in &files {
+        std::fs::create_dir_all(tree.join(name).parent().unwrap()).unwrap();
+        std::fs::write(tree.join(name), bytes).unwrap();
+        std::fs::File::options().write(true).open(tree.join(name)).unwrap().set_modified(written).unwrap();
+    }
+    let tree_arg = tree.to_str().unwrap();
+    aws(&home, &endpoint, &["s3", "sync", tree_arg, "s3://shared/tree/"]);
+    let back = dir.join("back");
+    aws(&home, &endpoint, &["s3", "sync", "s3://shared/tree/", back.to_str().unwrap()]);
+    for (name, bytes) in &files {
+        assert_eq!(sha256_hex(&std::fs::read(back.join(name)).unwrap()), sha256_hex(bytes), "{name}");
+    }
+    std::fs::remove_file(tree.join("a.txt")).unwrap();
+    let deleted = aws(&home, &endpoint, &["s3", "sync", "--delete", tree_arg, "s3://shared/tree/"]);
+    assert!(deleted.contains("delete: s3://shared/tree/a.txt"), "{deleted}");
+    aws(&home, &endpoint, &["s3", "mv", "s3://shared/aws/big.bin", "s3://shared/moved/big.bin"]);
+    aws(&home, &endpoint, &["s3", "rm", "--recursive", "s3://shared/tree/"]);
+    let keys: Vec<String> = replicas.objects("shared").iter().map(|o| o["key"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(keys, ["moved/big.bin"], "after mv and rm --recursive");
+
+    // boto3: upload_file and download_file, multipart, four threads.
+    let download = dir.join("boto3-down.bin");
+    let spec = serde_json::json!({
+        "endpoint": endpoint, "key": {"id": key.id, "secret": key.secret},
+        "file": big_path, "download_to": download,
+    });
+    let size = boto3_output(&dir.join("boto3-home"), BOTO3_THROUGH_HAPROXY, &spec);
+    assert_eq!(size.trim(), big.len().to_string());
+    assert_eq!(sha256_hex(&std::fs::read(&download).unwrap()), sha256_hex(&big));
+
+    // rclone: copy, check, sync, copyto, purge, with no ERROR and no --s3-no-check-bucket.
+    let rclone_home = dir.join("rclone-home");
+    rclone_config(&rclone_home, &key, &front.to_string(), "");
+    let src = dir.join("rclone-src");
+    for (name, bytes) in &files {
+        std::fs::create_dir_all(src.join(name).parent().unwrap()).unwrap();
+        std::fs::write(src.join(name), bytes).unwrap();
+    }
+    let src_arg = src.to_str().unwrap();
+    rclone(&rclone_home, &["copy", src_arg, "bg:shared/rc"]);
+    rclone(&rclone_home, &["check", src_arg, "bg:shared/rc"]);
+    std::fs::write(src.join("a.txt"), b"changed").unwrap();
+    rclone(&rclone_home, &["sync", src_arg, "bg:shared/rc"]);
+    rclone(&rclone_home, &["copyto", "bg:shared/moved/big.bin", "bg:shared/rc-copy/big.bin"]);
+    let got = dir.join("rclone-got.bin");
+    rclone(&rclone_home, &["copyto", "bg:shared/rc-copy/big.bin", got.to_str().unwrap()]);
+    assert_eq!(sha256_hex(&std::fs::read(&got).unwrap()), sha256_hex(&big));
+    let purged = rclone_output(&rclone_home, &["purge", "bg:shared/rc"]);
+    let stderr = String::from_utf8_lossy(&purged.stderr);
+    assert!(purged.status.success() && !stderr.contains("ERROR"), "rclone purge: {stderr}");
+
+    // s3cmd: mb, put, get, sync, del.
+    let s3cmd_home = dir.join("s3cmd-home");
+    s3cmd_config(&s3cmd_home, &key, &front.to_string());
+    let s3cmd_ok = |args: &[&str]| {
+        let out = s3cmd(&s3cmd_home, args);
+        assert!(out.status.success(), "s3cmd {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    s3cmd_ok(&["mb", "s3://made-through-haproxy"]);
+    let put = test_bytes(250_000, 45);
+    let put_path = write_file(dir, "s3cmd.bin", &put);
+    s3cmd_ok(&["put", put_path.to_str().unwrap(), "s3://made-through-haproxy/put.bin"]);
+    let got = dir.join("s3cmd-got.bin");
+    s3cmd_ok(&["get", "s3://made-through-haproxy/put.bin", got.to_str().unwrap()]);
+    assert_eq!(sha256_hex(&std::fs::read(&got).unwrap()), sha256_hex(&put));
+    s3cmd_ok(&["sync", &format!("{src_arg}/"), "s3://made-through-haproxy/tree/"]);
+    s3cmd_ok(&["del", "s3://made-through-haproxy/put.bin"]);
+    let keys: Vec<String> =
+        replicas.objects("made-through-haproxy").iter().map(|o| o["key"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(keys.len(), files.len(), "the synced tree, the deleted put gone: {keys:?}");
+
+    // Both replicas served, and neither answered a server error.
+    for (n, server) in replicas.servers.iter().enumerate() {
+        let metrics = server.metrics();
+        let served: f64 = metrics
+            .lines()
+            .filter(|l| l.starts_with("blobgate_responses_total{"))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum();
+        eprintln!("replica {n}: {served} responses counted");
+        assert!(served > 0.0, "replica {n} served nothing through HAProxy");
+        let (errors, series) = server.server_errors();
+        assert!(series > 0 && errors == 0.0, "replica {n}: {errors} 5xx responses");
+    }
+}

@@ -801,4 +801,18 @@ fn aws_cli_with_one_endpoint(endpoint: fn(&Server) -> std::net::SocketAddr) {
     }
     let second = aws(&home, &admin, &["s3", "sync", "s3://bkt/tree/", back.to_str().unwrap()]);
     assert!(!second.contains("download:"), "the second sync copies nothing: {second}");
+
+    // sync --delete, mv, rm --recursive.
+    std::fs::remove_file(local.join("a.txt")).unwrap();
+    let deleted = aws(&home, &admin, &["s3", "sync", "--delete", local.to_str().unwrap(), "s3://bkt/tree/"]);
+    assert!(deleted.contains("delete: s3://bkt/tree/a.txt"), "{deleted}");
+    aws(&home, &admin, &["s3", "mv", "s3://bkt/up/big.bin", "s3://bkt/moved/big.bin"]);
+    aws(&home, &admin, &["s3", "rm", "--recursive", "s3://bkt/tree/"]);
+    let keys: Vec<String> = listed(&env, "bkt").into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["moved/big.bin"]);
+    let moved = env.dir.path().join("moved.bin");
+    aws(&home, &admin, &["s3", "cp", "s3://bkt/moved/big.bin", moved.to_str().unwrap()]);
+    assert_eq!(sha256_hex(&std::fs::read(&moved).unwrap()), sha256_hex(&big));
+    let (errors, series) = server.server_errors();
+    assert!(series > 0 && errors == 0.0, "5xx responses: {errors}");
 }
