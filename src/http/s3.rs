@@ -116,6 +116,44 @@ impl From<crate::store::MetadataError> for S3Error {
     }
 }
 
+/// A malformed request parameter or XML body: 400 with the code the parser names.
+impl From<crate::s3::request::RequestError> for S3Error {
+    fn from(e: crate::s3::request::RequestError) -> Self {
+        S3Error::new(StatusCode::BAD_REQUEST, e.code(), e.to_string())
+    }
+}
+
+/// A SigV4 refusal of a body (a chunk signature, a payload hash, a trailing checksum), after the head verified.
+impl From<crate::auth::sigv4::SigV4Error> for S3Error {
+    fn from(e: crate::auth::sigv4::SigV4Error) -> Self {
+        S3Error::new(e.status(), e.code(), e.to_string())
+    }
+}
+
+/// `Content-MD5` and friends: S3's `InvalidDigest` and `BadDigest`, from the one mapping (`api_error_parts`).
+impl From<crate::header_values::upload_digest::DigestError> for S3Error {
+    fn from(e: crate::header_values::upload_digest::DigestError) -> Self {
+        S3Error::Api(ApiError::Digest(e))
+    }
+}
+
+/// The multipart layer's refusals, by S3's code; its internal errors are 500s.
+impl From<crate::store::multipart::MultipartError> for S3Error {
+    fn from(e: crate::store::multipart::MultipartError) -> Self {
+        use crate::store::multipart::MultipartError;
+        let status = match e {
+            MultipartError::NoSuchUpload | MultipartError::NoSuchBucket(_) | MultipartError::NoSuchKey => {
+                StatusCode::NOT_FOUND
+            }
+            MultipartError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+            MultipartError::QuotaExceeded { .. } => StatusCode::FORBIDDEN,
+            MultipartError::Other(e) => return ApiError::Internal(e).into(),
+            _ => StatusCode::BAD_REQUEST,
+        };
+        S3Error::new(status, e.s3_code(), e.to_string())
+    }
+}
+
 impl S3Error {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<Cow<'static, str>>) -> Self {
         S3Error::S3 { status, code, message: message.into() }

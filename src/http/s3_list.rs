@@ -12,7 +12,7 @@ use crate::catalog::Catalog;
 use crate::header_values::cors::{self, CorsPolicy};
 use crate::header_values::etag_from_sha256;
 use crate::s3::listing::{self, Fetch, Source, Start};
-use crate::s3::request::{ListParams, ListVersion, RequestError};
+use crate::s3::request::{ListParams, ListVersion};
 use crate::s3::xml::{self, ListedBucket, ListedObject, Owner};
 use crate::store::{Bucket, MetadataError};
 
@@ -50,10 +50,6 @@ pub fn location_xml(region: &str) -> String {
     xml::location_constraint(region)
 }
 
-fn request_error(e: RequestError) -> S3Error {
-    S3Error::new(StatusCode::BAD_REQUEST, e.code(), e.to_string())
-}
-
 /// ListObjects V1 (`GET /{bucket}`) or V2 (`?list-type=2`). A key with a prefix lists under that prefix only: a
 /// request for a shorter (or another) prefix is refused, as a token's prefix refuses keys outside it.
 pub async fn list_objects(
@@ -68,7 +64,7 @@ pub async fn list_objects(
         Some("2") => ListVersion::V2,
         Some(_) => return Err(S3Error::new(StatusCode::BAD_REQUEST, "InvalidArgument", "Invalid List Type specified")),
     };
-    let params = ListParams::from_query(version, raw_query.unwrap_or("")).map_err(request_error)?;
+    let params = ListParams::from_query(version, raw_query.unwrap_or(""))?;
     if !allowed.key.rights.may_list(bucket.id, &params.prefix) {
         return Err(crate::auth::AuthError::Forbidden.into());
     }

@@ -13,10 +13,10 @@ pub(super) struct S3Body {
 
 impl S3Body {
     pub(super) fn for_request(allowed: &AllowedS3Request, headers: &HeaderMap) -> Result<Self, S3Error> {
-        let decoder = ChunkedDecoder::for_request(&allowed.verified, headers).map_err(sigv4_error)?;
+        let decoder = ChunkedDecoder::for_request(&allowed.verified, headers)?;
         let header_checksum = match decoder {
             Some(_) => None,
-            None => header_checksum(headers).map_err(sigv4_error)?.map(|c| {
+            None => header_checksum(headers)?.map(|c| {
                 let summer = Checksummer::new(c.algorithm);
                 (c, summer)
             }),
@@ -52,7 +52,7 @@ impl BodyFilter for S3Body {
         };
         let mut offset = 0;
         while offset < chunk.len() {
-            let step = decoder.feed(&chunk[offset..]).map_err(sigv4_error)?;
+            let step = decoder.feed(&chunk[offset..])?;
             if !step.data.is_empty() {
                 // A sub-slice of the chunk: the same bytes, not a copy.
                 let start = step.data.as_ptr() as usize - chunk.as_ptr() as usize;
@@ -65,11 +65,11 @@ impl BodyFilter for S3Body {
 
     fn end(&mut self) -> Result<(), S3Error> {
         if let Some(decoder) = &mut self.decoder {
-            decoder.finish().map_err(sigv4_error)?;
+            decoder.finish()?;
         }
         if let Some((presented, summer)) = self.header_checksum.take() {
             if summer.finish() != presented {
-                return Err(sigv4_error(SigV4Error::BadDigest(presented.algorithm.name())));
+                return Err(S3Error::from(SigV4Error::BadDigest(presented.algorithm.name())));
             }
         }
         Ok(())
@@ -82,19 +82,14 @@ fn check_staged(allowed: &AllowedS3Request, headers: &HeaderMap, staged: &Staged
     if let PayloadHash::Sha256(signed) = allowed.verified.payload {
         let mut received = [0u8; 32];
         hex::decode_to_slice(&staged.sha256, &mut received).map_err(|e| ApiError::Internal(e.into()))?;
-        check_payload_sha256(&signed, &received).map_err(sigv4_error)?;
+        check_payload_sha256(&signed, &received)?;
     }
-    declared_digests(headers)?.check(staged.md5.as_deref(), &staged.sha256).map_err(digest_error)
+    declared_digests(headers)?.check(staged.md5.as_deref(), &staged.sha256).map_err(S3Error::from)
 }
 
 /// `Content-MD5` (and an RFC 9530 `sha-256`, which S3 clients do not send), parsed before the body is read.
 pub(super) fn declared_digests(headers: &HeaderMap) -> Result<DeclaredDigests, S3Error> {
-    DeclaredDigests::from_headers(headers).map_err(digest_error)
-}
-
-/// S3's words for a digest (`InvalidDigest`, `BadDigest`), from the one mapping (`s3::api_error_parts`).
-pub(super) fn digest_error(e: DigestError) -> S3Error {
-    ApiError::Digest(e).into()
+    DeclaredDigests::from_headers(headers).map_err(S3Error::from)
 }
 
 /// Stages an object or part body of at most `limit` bytes through `filter`: admission

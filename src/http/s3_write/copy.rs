@@ -13,7 +13,7 @@ async fn copy_source(
 ) -> Result<(BucketName, ObjectKey), S3Error> {
     let value = headers.get(COPY_SOURCE).map(|v| v.to_str()).transpose();
     let value = value.map_err(|_| bad_request(format!("{COPY_SOURCE} is not ASCII")))?.unwrap_or_default();
-    let (bucket, key) = parse_copy_source(value).map_err(request_error)?;
+    let (bucket, key) = parse_copy_source(value)?;
     let found = app.data.catalog.bucket(bucket.as_str()).await?;
     app.data.auth.s3_also(allowed, S3Target::Object(found.as_ref(), &key), Access::Read)?;
     // A copy carries no body: one that does is refused, and a signed payload hash is checked as for any body.
@@ -49,8 +49,8 @@ pub(super) async fn copy_object(
 ) -> Result<Response, S3Error> {
     let (bucket, key) = copy_source(app, allowed, headers, body).await?;
     let directive = |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or("?"));
-    let replace_metadata = parse_metadata_directive(directive(METADATA_DIRECTIVE)).map_err(request_error)?;
-    let replace_tags = parse_tagging_directive(directive(TAGGING_DIRECTIVE)).map_err(request_error)?;
+    let replace_metadata = parse_metadata_directive(directive(METADATA_DIRECTIVE))?;
+    let replace_tags = parse_tagging_directive(directive(TAGGING_DIRECTIVE))?;
     let attrs = CopiedAttrs {
         metadata: if replace_metadata { Directive::Replace(object_attrs(headers)?) } else { Directive::FromSource },
         tags: if replace_tags { Directive::Replace(request_tags(headers)?) } else { Directive::FromSource },
@@ -93,7 +93,7 @@ pub(super) async fn upload_part_copy(
     let range = match headers.get(COPY_SOURCE_RANGE) {
         Some(value) => {
             let value = value.to_str().map_err(|_| bad_request(format!("{COPY_SOURCE_RANGE} is not ASCII")))?;
-            parse_copy_source_range(value, source.size).map_err(request_error)?
+            parse_copy_source_range(value, source.size)?
         }
         None => (0, source.size),
     };

@@ -21,7 +21,7 @@ pub(super) async fn delete_objects(
         ));
     }
     let body = small_body(app, allowed, headers, body, MAX_DELETE_BODY).await?;
-    let request = parse_delete(&body).map_err(request_error)?;
+    let request = parse_delete(&body)?;
     let mut outcomes = Vec::with_capacity(request.objects.len());
     for DeleteTarget { key: raw, etag } in request.objects {
         let failed =

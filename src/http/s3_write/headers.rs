@@ -23,7 +23,7 @@ pub(super) fn request_tags(headers: &HeaderMap) -> Result<Tags, S3Error> {
         None => Ok(Tags::new()),
         Some(value) => {
             let text = value.to_str().map_err(|_| bad_request(format!("{TAGGING} is not URL-encoded ASCII")))?;
-            parse_tagging_header(text).map_err(request_error)
+            parse_tagging_header(text).map_err(S3Error::from)
         }
     }
 }

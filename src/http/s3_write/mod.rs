@@ -22,7 +22,7 @@ mod headers;
 mod multipart;
 mod tagging;
 
-use body::{S3Body, declared_digests, digest_error, put_object, upload_part};
+use body::{S3Body, declared_digests, put_object, upload_part};
 use bucket::{create_bucket, delete_bucket};
 use copy::{copy_object, upload_part_copy};
 use delete::delete_objects;
@@ -46,7 +46,7 @@ use crate::auth::sigv4::checksum::{Checksum, Checksummer};
 use crate::auth::sigv4::chunked::{ChunkedDecoder, header_checksum};
 use crate::auth::sigv4::{PayloadHash, RequestParts, SigV4Error, check_payload_sha256};
 use crate::auth::{Access, AllowedS3Request, S3Target};
-use crate::header_values::upload_digest::{DeclaredDigests, DigestError};
+use crate::header_values::upload_digest::DeclaredDigests;
 use crate::names::{BucketName, MAX_USER_METADATA_BYTES, ObjectKey, Tags, parse_attrs};
 use crate::s3::listing::{self, Entry, Fetch, ListQuery, Start, UploadMarker};
 use crate::s3::operation::{COPY_SOURCE, Operation, Resource, S3Call};
@@ -150,15 +150,14 @@ async fn route(app: &AdminState, call: S3Call, parts: &http::request::Parts, bod
                     StatusCode::NO_CONTENT.into_response()
                 }
                 Op::AbortMultipartUpload => {
-                    app.store.abort_upload(&name, &key, upload_id()).await.map_err(multipart_error)?;
+                    app.store.abort_upload(&name, &key, upload_id()).await?;
                     StatusCode::NO_CONTENT.into_response()
                 }
                 Op::CreateMultipartUpload => {
                     let attrs = object_attrs(&parts.headers)?;
                     // The key that starts an upload is the one its parts count for (limits' per-key cap).
                     let created_by = Some(allowed.key.id.as_str());
-                    let upload =
-                        app.store.create_upload(&name, &key, attrs, created_by).await.map_err(multipart_error)?;
+                    let upload = app.store.create_upload(&name, &key, attrs, created_by).await?;
                     xml_response(xml::initiate_multipart_upload(name.as_str(), key.as_str(), &upload.id))
                 }
                 Op::CompleteMultipartUpload => {
@@ -246,39 +245,18 @@ fn bad_request(message: String) -> S3Error {
     S3Error::new(StatusCode::BAD_REQUEST, "InvalidArgument", message)
 }
 
-fn request_error(e: RequestError) -> S3Error {
-    S3Error::new(StatusCode::BAD_REQUEST, e.code(), e.to_string())
-}
-
-fn sigv4_error(e: SigV4Error) -> S3Error {
-    S3Error::new(e.status(), e.code(), e.to_string())
-}
-
-fn multipart_error(e: MultipartError) -> S3Error {
-    let status = match e {
-        MultipartError::NoSuchUpload | MultipartError::NoSuchBucket(_) | MultipartError::NoSuchKey => {
-            StatusCode::NOT_FOUND
-        }
-        MultipartError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
-        MultipartError::QuotaExceeded { .. } => StatusCode::FORBIDDEN,
-        MultipartError::Other(e) => return ApiError::Internal(e).into(),
-        _ => StatusCode::BAD_REQUEST,
-    };
-    S3Error::new(status, e.s3_code(), e.to_string())
-}
-
-/// `multipart_error` for a part (UploadPart, UploadPartCopy): a refusal by a limit is counted, by limit.
+/// A multipart refusal of a part (UploadPart, UploadPartCopy): a refusal by a limit is counted, by limit.
 fn part_error(e: MultipartError) -> S3Error {
     if let Some(limit) = e.refusing_limit() {
         crate::metrics::multipart_part_refused(limit);
     }
-    multipart_error(e)
+    S3Error::from(e)
 }
 
 /// A part number S3 accepts (1 to 10,000), checked before a part's body or source is read.
 fn check_part_number(part_number: u32) -> Result<(), S3Error> {
     if !(1..=crate::store::multipart::MAX_PART_NUMBER).contains(&part_number) {
-        return Err(multipart_error(MultipartError::InvalidPartNumber(part_number)));
+        return Err(S3Error::from(MultipartError::InvalidPartNumber(part_number)));
     }
     Ok(())
 }
@@ -299,7 +277,7 @@ async fn small_body(
     body: Body,
     limit: usize,
 ) -> Result<Vec<u8>, S3Error> {
-    let too_large = || request_error(RequestError::TooLarge { limit });
+    let too_large = || S3Error::from(RequestError::TooLarge { limit });
     let mut filter = S3Body::for_request(allowed, headers)?;
     let mut body = PacedBody::new(app, body);
     let (mut received, mut decoded, mut pieces) = (0usize, Vec::new(), Vec::new());
@@ -319,13 +297,13 @@ async fn small_body(
     filter.end()?;
     if let PayloadHash::Sha256(signed) = allowed.verified.payload {
         let received: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(&decoded).into();
-        check_payload_sha256(&signed, &received).map_err(sigv4_error)?;
+        check_payload_sha256(&signed, &received)?;
     }
     let declared = declared_digests(headers)?;
     if !declared.is_empty() {
         let md5 = hex::encode(<md5::Md5 as md5::Digest>::digest(&decoded));
         let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&decoded));
-        declared.check(Some(&md5), &sha256).map_err(digest_error)?;
+        declared.check(Some(&md5), &sha256)?;
     }
     Ok(decoded)
 }

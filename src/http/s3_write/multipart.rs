@@ -15,7 +15,7 @@ pub(super) async fn complete(
 ) -> Result<Response, S3Error> {
     let condition = write_condition(headers)?;
     let body = small_body(app, allowed, headers, body, MAX_COMPLETE_BODY).await?;
-    let parts = parse_complete_multipart_upload(&body).map_err(request_error)?;
+    let parts = parse_complete_multipart_upload(&body)?;
     let parts: Vec<(u32, String)> = parts.into_iter().map(|p| (p.part_number, p.etag)).collect();
     // Assembly writes a whole object: it takes an upload slot like any body (`limits.max_concurrent_uploads`).
     let _place = crate::http::upload::upload_place(app).await?;
@@ -25,7 +25,7 @@ pub(super) async fn complete(
         max_object_bytes: app.settings.limits.max_object_bytes,
         condition: &condition,
     };
-    let report = app.store.complete_upload(bucket, key, completion).await.map_err(multipart_error)?;
+    let report = app.store.complete_upload(bucket, key, completion).await?;
     // S3's Location is the object's URL: under `public_url` when it is set, else its path.
     let path = format!("/{}/{}", bucket.as_str(), crate::s3::url_encode(key.as_str()));
     let location = match app.settings.public_url() {
@@ -46,12 +46,9 @@ pub(super) async fn list_parts(
     upload_id: &str,
     query: &str,
 ) -> Result<Response, S3Error> {
-    let params = ListPartsParams::from_query(query).map_err(request_error)?;
-    let (parts, is_truncated) = app
-        .store
-        .list_parts(bucket, key, upload_id, params.part_number_marker, params.max_parts)
-        .await
-        .map_err(multipart_error)?;
+    let params = ListPartsParams::from_query(query)?;
+    let (parts, is_truncated) =
+        app.store.list_parts(bucket, key, upload_id, params.part_number_marker, params.max_parts).await?;
     let page = PartsPage {
         bucket: bucket.as_str().to_owned(),
         key: key.as_str().to_owned(),
@@ -82,7 +79,7 @@ pub(super) async fn list_uploads(
     allowed: &AllowedS3Request,
     query: &str,
 ) -> Result<Response, S3Error> {
-    let params = ListUploadsParams::from_query(query).map_err(request_error)?;
+    let params = ListUploadsParams::from_query(query)?;
     let Some(readable) = allowed.key.rights.readable_prefix(bucket_id, &params.prefix).map(str::to_owned) else {
         return Err(crate::auth::AuthError::Forbidden.into());
     };
@@ -93,7 +90,7 @@ pub(super) async fn list_uploads(
         after: UploadMarker::of_request(params.key_marker.as_deref(), params.upload_id_marker.as_deref()),
         max_keys: params.max_uploads,
     };
-    let planned = listing::list_page(&mut source, query).await.map_err(multipart_error)?;
+    let planned = listing::list_page(&mut source, query).await?;
     let (next_key_marker, next_upload_id_marker) =
         (planned.next_marker().map(str::to_owned), planned.next_upload_id_marker());
     let (mut uploads, mut common_prefixes) = (Vec::new(), Vec::new());

@@ -19,7 +19,7 @@ pub(super) async fn object_tagging(
     let (tags, status) = match *method {
         Method::PUT => {
             let body = small_body(app, allowed, headers, body, MAX_TAGGING_BODY).await?;
-            (parse_tagging(&body).map_err(request_error)?, StatusCode::OK)
+            (parse_tagging(&body)?, StatusCode::OK)
         }
         Method::DELETE => (Tags::new(), StatusCode::NO_CONTENT),
         _ => return Err(ApiError::MethodNotAllowed.into()),
