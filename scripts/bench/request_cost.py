@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""What one native 4 KiB GET costs the server in user space, counted rather than timed (issue "Small objects"):
+instructions, first-level instruction-cache misses (64-byte lines of code fetched again), data-cache misses and
+heap allocations per request, for a bearer-token GET of a private object and an anonymous GET of a public one,
+with the functions that cost the most.
+
+As `s3_cost.py` does: the server serves N and then 3N keep-alive GETs of one 4 KiB object under valgrind, and the
+difference of the two runs divided by 2N is one request, start-up excluded; counts do not depend on the machine's
+load, so two binaries compare one run each. Instructions and cache misses come from cachegrind; allocations (blocks
+and bytes) from DHAT's totals. The kernel's share (the three syscalls) is not counted: valgrind sees user space
+only. SHA-256 runs in software under valgrind (no SHA extensions), so `sha2::` is shown apart.
+
+    python3 scripts/bench/request_cost.py --bin target/release/blobgate [--requests 2000] [--top 20]
+
+Needs valgrind (apt `valgrind`).
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import s3_bench  # noqa: E402
+from s3_cost import EVENTS, by_function, get  # noqa: E402
+
+KINDS = ("bearer", "public")
+
+
+def serve_under(tool_args, binary, kind, requests, small):
+    """One server run under valgrind with `tool_args`: `requests` GETs of `small`, by bearer token or anonymous
+    on a public bucket."""
+    wrap = Path(tempfile.mkdtemp()) / "blobgate"
+    # Only `serve` runs under valgrind; the set-up commands run natively.
+    wrap.write_text("#!/bin/sh\ncase \" $* \" in *\" serve \"*) exec valgrind " + " ".join(tool_args)
+                    + f" {binary} \"$@\";; esac\nexec {binary} \"$@\"\n")
+    wrap.chmod(0o755)
+    server = s3_bench.S3Gate(f"cost-{kind}", str(wrap), files=[small])
+    if kind == "public":
+        server.cli("bucket", "set", "bench", "--public")
+    server.start()
+    try:
+        headers = {"Authorization": f"Bearer {server.token}"} if kind == "bearer" else {}
+        get(server.url(small.name), headers, requests, small.stat().st_size)
+    finally:
+        s3_bench.stop_all([server])
+        shutil.rmtree(wrap.parent, ignore_errors=True)
+
+
+def cachegrind(binary, kind, requests, work, small):
+    """{function: [EVENTS per request]}."""
+    runs = []
+    for n in (requests, 3 * requests):
+        out = work / f"{kind}-{n}.cachegrind"
+        serve_under(["--tool=cachegrind", "--cache-sim=yes", f"--cachegrind-out-file={out}"], binary, kind, n, small)
+        runs.append(by_function(str(out)))
+    few, many = runs
+    return {f: [(many[f][i] - few.get(f, [0] * len(EVENTS))[i]) / (2 * requests) for i in range(len(EVENTS))]
+            for f in many}
+
+
+def allocations(binary, kind, requests, work, small):
+    """(blocks, bytes) allocated per request, from DHAT's totals."""
+    runs = []
+    for n in (requests, 3 * requests):
+        log = work / f"{kind}-{n}.dhat.log"
+        serve_under(["--tool=dhat", f"--dhat-out-file={work / 'dhat.json'}", f"--log-file={log}"],
+                    binary, kind, n, small)
+        text = log.read_text()
+        m = re.search(r"Total:\s+([\d,]+) bytes in ([\d,]+) blocks", text)
+        if not m:
+            raise RuntimeError(f"no DHAT totals in {log}:\n{text[-2000:]}")
+        runs.append((int(m.group(2).replace(",", "")), int(m.group(1).replace(",", ""))))
+    (b1, y1), (b3, y3) = runs
+    return (b3 - b1) / (2 * requests), (y3 - y1) / (2 * requests)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--top", type=int, default=20)
+    args = ap.parse_args()
+    for tool in ("valgrind", "cg_annotate"):
+        if not shutil.which(tool):
+            sys.exit(f"request_cost: {tool} is missing (apt install valgrind)")
+    s3_bench.WORK.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="request-cost-"))
+    small = work / "small.bin"
+    small.write_bytes(os.urandom(4096))
+    binary = str(Path(args.bin).resolve())
+    cost = {kind: cachegrind(binary, kind, args.requests, work, small) for kind in KINDS}
+    allocs = {kind: allocations(binary, kind, args.requests, work, small) for kind in KINDS}
+    shutil.rmtree(work, ignore_errors=True)
+
+    def total(kind, event, sha=True):
+        return sum(v[EVENTS.index(event)] for f, v in cost[kind].items() if sha or "sha2::" not in f)
+
+    print(f"per request ({args.requests} and {3 * args.requests} keep-alive GETs of 4 KiB), "
+          f"{' / '.join(KINDS)}:")
+    rows = [("instructions", lambda k: total(k, "Ir")),
+            ("instructions without SHA-256", lambda k: total(k, "Ir", sha=False)),
+            ("I1 misses (code lines)", lambda k: total(k, "I1mr")),
+            ("D1 misses (read + write)", lambda k: total(k, "D1mr") + total(k, "D1mw")),
+            ("allocations (blocks)", lambda k: allocs[k][0]),
+            ("allocated bytes", lambda k: allocs[k][1])]
+    for label, value in rows:
+        print(f"  {label:30} " + " / ".join(f"{value(k):9.1f}" for k in KINDS))
+    zero = [0.0] * len(EVENTS)
+    for kind in KINDS:
+        for event in ("Ir", "I1mr"):
+            i = EVENTS.index(event)
+            top = sorted(cost[kind], key=lambda f: -cost[kind].get(f, zero)[i])[:args.top]
+            print(f"\n{kind}: the functions with the most {event} per request:")
+            for f in top:
+                print(f"  {cost[kind][f][i]:9.1f}  {f[:110]}")
+
+
+if __name__ == "__main__":
+    main()
