@@ -33,14 +33,21 @@ pub fn generate() -> NewToken {
     NewToken { id, token, secret_hash }
 }
 
-/// The id part of a well-formed token, or `None` for anything else.
+/// A token's length: `bg_`, the id, `_`, the secret.
+const TOKEN_LEN: usize = PREFIX.len() + ID_HEX_LEN + 1 + SECRET_LEN;
+
+/// The id part of a well-formed token, or `None` for anything else. Every part has a fixed length, so the check
+/// reads each byte once, in place (it runs on every bearer request).
 pub fn token_id(token: &str) -> Option<&str> {
-    let rest = token.strip_prefix(PREFIX)?;
-    let (id, secret) = rest.split_once('_')?;
-    let id_ok = id.len() == ID_HEX_LEN && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    let secret_ok =
-        secret.len() == SECRET_LEN && secret.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    (id_ok && secret_ok).then_some(id)
+    let bytes = token.as_bytes();
+    if bytes.len() != TOKEN_LEN || !bytes.starts_with(PREFIX.as_bytes()) || bytes[PREFIX.len() + ID_HEX_LEN] != b'_' {
+        return None;
+    }
+    let id = &bytes[PREFIX.len()..PREFIX.len() + ID_HEX_LEN];
+    let secret = &bytes[PREFIX.len() + ID_HEX_LEN + 1..];
+    let id_ok = id.iter().all(|&b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let secret_ok = secret.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    (id_ok && secret_ok).then(|| &token[PREFIX.len()..PREFIX.len() + ID_HEX_LEN])
 }
 
 /// Accepts either a whole token or a bare id (for `token revoke`).
@@ -56,9 +63,70 @@ pub fn hash(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-/// Constant-time: how much of the hash matches must not show in the timing.
+/// Constant-time: how much of the hash matches must not show in the timing. A keep-alive client presents the same
+/// token with every request, so the digest of a token that matched lately on this thread is taken from
+/// [`RECENT`] rather than hashed again (most of a bearer check's work): found by the token's id, then the whole
+/// presented token compared in constant time with the one remembered, so the digest is always that of exactly
+/// the bytes presented. Only matching tokens are remembered: a wrong guess is always hashed.
 pub fn matches(presented: &str, stored_hash: &[u8]) -> bool {
-    hash(presented).ct_eq(stored_hash).into()
+    let Some(id) = token_id(presented) else {
+        return hash(presented).ct_eq(stored_hash).into();
+    };
+    let remembered = RECENT.with_borrow(|recent| recent.digest_of(id, presented));
+    let digest = remembered.unwrap_or_else(|| hash(presented));
+    let matched: bool = digest.ct_eq(stored_hash).into();
+    if matched && remembered.is_none() {
+        RECENT.with_borrow_mut(|recent| recent.remember(id, presented, digest));
+    }
+    matched
+}
+
+/// How many tokens each thread remembers the digest of.
+const RECENT_TOKENS: usize = 16;
+
+thread_local! {
+    /// The digests of the tokens that matched lately on this thread (each data worker is one thread).
+    static RECENT: std::cell::RefCell<RecentDigests> = const { std::cell::RefCell::new(RecentDigests::new()) };
+}
+
+/// A few tokens with their digests, by id, replaced oldest first.
+struct RecentDigests {
+    entries: [Option<Remembered>; RECENT_TOKENS],
+    next: usize,
+}
+
+struct Remembered {
+    id: [u8; ID_HEX_LEN],
+    token: String,
+    digest: [u8; 32],
+}
+
+impl RecentDigests {
+    const fn new() -> Self {
+        Self { entries: [const { None }; RECENT_TOKENS], next: 0 }
+    }
+
+    fn slot_of(&self, id: &[u8]) -> Option<usize> {
+        self.entries.iter().position(|e| e.as_ref().is_some_and(|r| r.id == id))
+    }
+
+    /// The remembered digest of `presented`, whose id is `id`: the entry for its id (not secret), then the whole
+    /// token compared in constant time.
+    fn digest_of(&self, id: &str, presented: &str) -> Option<[u8; 32]> {
+        let remembered = self.entries[self.slot_of(id.as_bytes())?].as_ref()?;
+        let same: bool = remembered.token.as_bytes().ct_eq(presented.as_bytes()).into();
+        same.then_some(remembered.digest)
+    }
+
+    fn remember(&mut self, id: &str, presented: &str, digest: [u8; 32]) {
+        let Ok(id) = <[u8; ID_HEX_LEN]>::try_from(id.as_bytes()) else { return };
+        let slot = self.slot_of(&id).unwrap_or_else(|| {
+            let oldest = self.next;
+            self.next = (self.next + 1) % RECENT_TOKENS;
+            oldest
+        });
+        self.entries[slot] = Some(Remembered { id, token: presented.to_owned(), digest });
+    }
 }
 
 #[cfg(test)]
@@ -75,6 +143,28 @@ mod tests {
         other.push(if t.token.ends_with('A') { 'B' } else { 'A' });
         assert!(!matches(&other, &t.secret_hash));
         assert_ne!(generate().token, t.token);
+    }
+
+    #[test]
+    fn a_remembered_digest_serves_only_the_same_token() {
+        let t = generate();
+        assert!(matches(&t.token, &t.secret_hash), "hashed, then remembered");
+        assert!(matches(&t.token, &t.secret_hash), "from the remembered digest");
+        // Same id, another secret: never the remembered digest.
+        let mut other = t.token.clone();
+        other.pop();
+        other.push(if t.token.ends_with('A') { 'B' } else { 'A' });
+        assert!(!matches(&other, &t.secret_hash));
+        assert!(!matches(&t.token, &[0u8; 32]), "a stored hash that changed is compared as ever");
+        // More tokens than a thread remembers: each still matches, the oldest hashed again.
+        let many: Vec<NewToken> = (0..RECENT_TOKENS + 3).map(|_| generate()).collect();
+        for _ in 0..2 {
+            for n in &many {
+                assert!(matches(&n.token, &n.secret_hash));
+            }
+        }
+        assert!(matches(&t.token, &t.secret_hash));
+        assert!(!matches("bg_not-a-token", &t.secret_hash));
     }
 
     #[test]
