@@ -7,7 +7,7 @@ with the functions that cost the most.
 As `s3_cost.py` does: the server serves N and then 3N keep-alive GETs of one 4 KiB object under valgrind, and the
 difference of the two runs divided by 2N is one request, start-up excluded; counts do not depend on the machine's
 load, so two binaries compare one run each. Instructions and cache misses come from cachegrind; allocations (blocks
-and bytes) from DHAT's totals. The kernel's share (the three syscalls) is not counted: valgrind sees user space
+and bytes) from DHAT, with the sites that allocate (the first blobgate frame of each stack). The kernel's share (the three syscalls) is not counted: valgrind sees user space
 only. SHA-256 runs in software under valgrind (no SHA extensions), so `sha2::` is shown apart.
 
     python3 scripts/bench/request_cost.py --bin target/release/blobgate [--requests 2000] [--top 20]
@@ -15,6 +15,8 @@ only. SHA-256 runs in software under valgrind (no SHA extensions), so `sha2::` i
 Needs valgrind (apt `valgrind`).
 """
 import argparse
+import collections
+import json
 import os
 import re
 import shutil
@@ -63,19 +65,38 @@ def cachegrind(binary, kind, requests, work, small):
 
 
 def allocations(binary, kind, requests, work, small):
-    """(blocks, bytes) allocated per request, from DHAT's totals."""
-    runs = []
+    """(blocks, bytes) allocated per request, from DHAT's totals, and {allocation site: blocks per request}."""
+    runs, sites = [], []
     for n in (requests, 3 * requests):
         log = work / f"{kind}-{n}.dhat.log"
-        serve_under(["--tool=dhat", f"--dhat-out-file={work / 'dhat.json'}", f"--log-file={log}"],
-                    binary, kind, n, small)
+        out = work / f"{kind}-{n}.dhat.json"
+        serve_under(["--tool=dhat", f"--dhat-out-file={out}", f"--log-file={log}"], binary, kind, n, small)
         text = log.read_text()
         m = re.search(r"Total:\s+([\d,]+) bytes in ([\d,]+) blocks", text)
         if not m:
             raise RuntimeError(f"no DHAT totals in {log}:\n{text[-2000:]}")
         runs.append((int(m.group(2).replace(",", "")), int(m.group(1).replace(",", ""))))
+        sites.append(allocation_sites(out))
     (b1, y1), (b3, y3) = runs
-    return (b3 - b1) / (2 * requests), (y3 - y1) / (2 * requests)
+    few, many = sites
+    per_site = {site: tuple((v - w) / (2 * requests) for v, w in zip(counts, few.get(site, (0, 0))))
+                for site, counts in many.items()}
+    return (b3 - b1) / (2 * requests), (y3 - y1) / (2 * requests), per_site
+
+
+def allocation_sites(dhat_json):
+    """{the first blobgate frame (or the first frame) of an allocation's stack: (total blocks, total bytes)} from
+    DHAT's output (`tbk`, `tb` per program point)."""
+    data = json.loads(Path(dhat_json).read_text())
+    frames = data["ftbl"]
+    sites = collections.defaultdict(lambda: (0, 0))
+    for pp in data["pps"]:
+        names = [frames[i] for i in pp["fs"]]
+        ours = [f for f in names if "blobgate::" in f]
+        site = re.sub(r"^0x[0-9A-F]+: ", "", ours[0] if ours else (names[0] if names else "?"))[:140]
+        blocks, size = sites[site]
+        sites[site] = (blocks + pp["tbk"], size + pp["tb"])
+    return sites
 
 
 def main():
@@ -109,6 +130,11 @@ def main():
             ("allocated bytes", lambda k: allocs[k][1])]
     for label, value in rows:
         print(f"  {label:30} " + " / ".join(f"{value(k):9.1f}" for k in KINDS))
+    for kind in KINDS:
+        print(f"\n{kind}: allocation sites per request, blocks and bytes (the first blobgate frame of each stack):")
+        for site, (blocks, size) in sorted(allocs[kind][2].items(), key=lambda kv: -kv[1][0])[:args.top]:
+            if blocks >= 0.05:
+                print(f"  {blocks:6.2f} {size:8.1f}  {site}")
     zero = [0.0] * len(EVENTS)
     for kind in KINDS:
         for event in ("Ir", "I1mr"):
