@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import s3_bench  # noqa: E402
-from s3_cost import EVENTS, by_function, get  # noqa: E402
+from s3_cost import EVENTS, get, per_request  # noqa: E402
 
 KINDS = ("bearer", "public")
 
@@ -53,15 +53,10 @@ def serve_under(tool_args, binary, kind, requests, small):
 
 
 def cachegrind(binary, kind, requests, work, small):
-    """{function: [EVENTS per request]}."""
-    runs = []
-    for n in (requests, 3 * requests):
-        out = work / f"{kind}-{n}.cachegrind"
+    """{function: [EVENTS per request]}, as s3_cost.py counts it."""
+    def serve(binary, kind, n, out, small):
         serve_under(["--tool=cachegrind", "--cache-sim=yes", f"--cachegrind-out-file={out}"], binary, kind, n, small)
-        runs.append(by_function(str(out)))
-    few, many = runs
-    return {f: [(many[f][i] - few.get(f, [0] * len(EVENTS))[i]) / (2 * requests) for i in range(len(EVENTS))]
-            for f in many}
+    return per_request(binary, kind, requests, work, small, serve=serve)
 
 
 def allocations(binary, kind, requests, work, small):

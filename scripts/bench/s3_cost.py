@@ -97,11 +97,13 @@ def by_function(out):
     return counts
 
 
-def per_request(binary, kind, requests, work, small):
+def per_request(binary, kind, requests, work, small, serve=serve_under_cachegrind):
+    """{function: [EVENTS per request]}: the difference of the N and 3N runs over 2N. `serve(binary, kind, n, out,
+    small)` runs the server under cachegrind for one run (request_cost.py passes its own)."""
     runs = []
     for n in (requests, 3 * requests):
         out = work / f"{kind}-{n}.cachegrind"
-        serve_under_cachegrind(binary, kind, n, out, small)
+        serve(binary, kind, n, out, small)
         runs.append(by_function(out))
     few, many = runs
     return {f: [(many[f][i] - few.get(f, [0] * len(EVENTS))[i]) / (2 * requests) for i in range(len(EVENTS))]

@@ -681,7 +681,8 @@ mod tests {
             ("read", "", None, "a", Read, 50, forbidden),
             ("read", "pub/", Some(1), "pub/x", Read, 50, ok),
             ("read", "pub/", Some(1), "pubx", Read, 50, forbidden),
-            ("read", "pub/", Some(1), "other/pub/x", Read, 50, forbidden), // The bucket's root (`/{bucket}/` without an index document) is read with the whole bucket only.
+            ("read", "pub/", Some(1), "other/pub/x", Read, 50, forbidden),
+            // The bucket's root (`/{bucket}/` without an index document) is read with the whole bucket only.
             ("read", "", Some(1), "", Read, 50, ok),
             ("read", "pub/", Some(1), "", Read, 50, forbidden),
             ("read", "", Some(1), "a", Read, 100, Err(Denial::Expired)),
@@ -914,7 +915,8 @@ mod tests {
         assert_eq!(admin(Credentials::Anonymous).await, Err("missing".into()));
     }
 
-    /// The example requests of AWS's SigV4 documentation for S3 ("Examples: Signature calculations", /// "Authenticating requests: using query parameters"), signed by AWS: our code does not sign its own tests.
+    /// The example requests of AWS's SigV4 documentation for S3 ("Examples: Signature calculations",
+    /// "Authenticating requests: using query parameters"), signed by AWS: our code does not sign its own tests.
     const AWS_ID: &str = "AKIAIOSFODNN7EXAMPLE";
     const AWS_SECRET: &str = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
     /// 2013-05-24T00:00:00Z, the examples' time.

@@ -85,9 +85,7 @@ pub async fn add_to_s3_answer(
     if !(status < 400 || matches!(status, 404 | 409 | 412 | 416)) {
         return;
     }
-    let Some(policy) = app.catalog.bucket(bucket.as_str()).await.ok().flatten().and_then(|b| b.cors.clone()) else {
-        return;
-    };
+    let Some(policy) = policy_of(app, bucket).await else { return };
     policy.add_actual_headers(origin, credentialed, response.headers_mut());
 }
 
@@ -109,5 +107,10 @@ pub fn vary_on_origin(bucket: &crate::store::Bucket, headers: &mut http::HeaderM
 /// unknown bucket (which then look alike).
 async fn bucket_policy(app: &DataState, path: &str) -> Option<std::sync::Arc<CorsPolicy>> {
     let (bucket, _key) = parse_data_path(path).ok()?;
+    policy_of(app, &bucket).await
+}
+
+/// The rule of `bucket`; none for an unknown bucket (or a failed lookup, which then looks alike).
+pub async fn policy_of(app: &DataState, bucket: &crate::names::BucketName) -> Option<std::sync::Arc<CorsPolicy>> {
     app.catalog.bucket(bucket.as_str()).await.ok().flatten()?.cors.clone()
 }

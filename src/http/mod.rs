@@ -208,17 +208,17 @@ pub async fn dispatch_s3(
     let cors = match (&call, request.headers().get(http::header::ORIGIN)) {
         (Ok(call), Some(origin)) if call.operation != operation::Operation::CorsPreflight => {
             let credentialed = cors::is_credentialed(request.headers());
-            call.resource.bucket().cloned().map(|bucket| (bucket, origin.clone(), credentialed))
+            call.resource.bucket().cloned().map(|bucket| (app.data.clone(), bucket, origin.clone(), credentialed))
         }
         _ => None,
     };
     let mut response = match call {
         Ok(call) if s3::answered_from_catalog(call.operation) => s3::serve(app.data.clone(), call, request).await,
-        Ok(call) => s3_write::serve(app.clone(), call, request).await,
+        Ok(call) => s3_write::serve(app, call, request).await,
         Err(refusal) => s3::refuse(&request, refusal.into()),
     };
-    if let Some((bucket, origin, credentialed)) = cors {
-        cors::add_to_s3_answer(&app.data, &bucket, &origin, credentialed, &mut response).await;
+    if let Some((data, bucket, origin, credentialed)) = cors {
+        cors::add_to_s3_answer(&data, &bucket, &origin, credentialed, &mut response).await;
     }
     response
 }

@@ -287,9 +287,12 @@ async fn route(
     if call.operation == Operation::CorsPreflight {
         // From the bucket's rule alone, before and without any lookup of the object or of credentials (a
         // preflight carries none).
+        // `classify` names a preflight only for a bucket or an object, and only with `Origin`.
         let origin = request.headers.get(header::ORIGIN).cloned().unwrap_or(HeaderValue::from_static(""));
-        let name = call.resource.bucket().map(|b| b.as_str().to_owned()).unwrap_or_default();
-        let policy = app.catalog.bucket(&name).await.ok().flatten().and_then(|b| b.cors.clone());
+        let policy = match call.resource.bucket() {
+            Some(bucket) => super::cors::policy_of(app, bucket).await,
+            None => None,
+        };
         return Ok(super::cors::preflight(policy.as_deref(), &origin, request.headers));
     }
     let query = Query::parse(request.query);
@@ -346,7 +349,8 @@ async fn part_range(
     number: &str,
     headers: &http::HeaderMap,
 ) -> Result<(http::HeaderMap, u32), S3Error> {
-    let number = number.parse::<u32>().ok().filter(|n| (1..=10_000).contains(n)).ok_or_else(|| {
+    let valid = 1..=crate::store::multipart::MAX_PART_NUMBER;
+    let number = number.parse::<u32>().ok().filter(|n| valid.contains(n)).ok_or_else(|| {
         S3Error::new(
             StatusCode::BAD_REQUEST,
             "InvalidArgument",

@@ -430,27 +430,23 @@ impl WriteTx {
     /// each one, in the same order on both backends) and, by cascade, its download stats, multipart uploads and
     /// the grants other credentials held on it. Returns how many tokens went with it.
     pub async fn delete_empty_bucket(&mut self, bucket_id: i64) -> Result<u64, MetadataError> {
-        with_tx!(&mut self.tx, tx => {
-            // Credentials whose every grant is on this bucket go with it; the others lose its grants (cascade).
-            let tokens = sqlx::query(
-                "DELETE FROM tokens WHERE id IN (SELECT token_id FROM token_grants WHERE bucket_id = $1)
-                 AND NOT EXISTS (SELECT 1 FROM token_grants o
-                                 WHERE o.token_id = tokens.id AND (o.bucket_id IS NULL OR o.bucket_id <> $1))",
-            )
-            .bind(bucket_id)
-            .execute(&mut **tx)
-            .await?;
-            sqlx::query(
-                "DELETE FROM s3_keys WHERE id IN (SELECT key_id FROM s3_key_grants WHERE bucket_id = $1)
-                 AND NOT EXISTS (SELECT 1 FROM s3_key_grants o
-                                 WHERE o.key_id = s3_keys.id AND (o.bucket_id IS NULL OR o.bucket_id <> $1))",
-            )
-            .bind(bucket_id)
-            .execute(&mut **tx)
-            .await?;
-            sqlx::query("DELETE FROM buckets WHERE id = $1").bind(bucket_id).execute(&mut **tx).await?;
-            Ok(tokens.rows_affected())
-        })
+        // Credentials whose every grant is on this bucket go with it; the others lose its grants (cascade).
+        let mut deleted = [0; 2];
+        for (count, t) in deleted.iter_mut().zip([&super::auth::TOKENS, &super::s3_keys::S3_KEYS]) {
+            let sql = format!(
+                "DELETE FROM {table} WHERE id IN (SELECT {owner} FROM {grants} WHERE bucket_id = $1)
+                 AND NOT EXISTS (SELECT 1 FROM {grants} o
+                                 WHERE o.{owner} = {table}.id AND (o.bucket_id IS NULL OR o.bucket_id <> $1))",
+                table = t.table,
+                grants = t.grants,
+                owner = t.owner,
+            );
+            *count = with_tx!(&mut self.tx, tx =>
+                sqlx::query(&sql).bind(bucket_id).execute(&mut **tx).await?.rows_affected());
+        }
+        with_tx!(&mut self.tx, tx =>
+            sqlx::query("DELETE FROM buckets WHERE id = $1").bind(bucket_id).execute(&mut **tx).await?.rows_affected());
+        Ok(deleted[0])
     }
 
     /// Inserts or replaces the object row. A row that already holds the same hash and attributes is left as it

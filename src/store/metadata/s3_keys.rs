@@ -27,7 +27,7 @@ impl std::fmt::Debug for S3KeyRecord {
     }
 }
 
-const S3_KEYS: CredentialTable = CredentialTable {
+pub(super) const S3_KEYS: CredentialTable = CredentialTable {
     table: "s3_keys",
     secret_column: "secret",
     grants: "s3_key_grants",
