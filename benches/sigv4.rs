@@ -95,8 +95,9 @@ fn main() {
     ]);
     let bearer = || {
         let Credentials::Bearer(presented) = credentials(&bearer_headers, None).unwrap() else { unreachable!() };
-        assert!(token::matches(&presented, &minted.secret_hash));
-        token::token_id(&presented).map(str::len)
+        let id = token::token_id(&presented);
+        assert!(token::matches(&presented, id, &minted.secret_hash));
+        id.map(str::len)
     };
 
     // Warm the signing-key cache and the code, then interleave the two, batch by batch.

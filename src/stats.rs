@@ -4,7 +4,6 @@
 //!
 //! **What counts** is in the module doc of `metrics::downloads` and in docs/operations.md ("Download statistics").
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -102,12 +101,13 @@ impl Counters {
 /// Object identity inside a batch.
 pub type ObjectId = (i64, Arc<str>);
 
-/// Records aggregated since the last flush.
+/// Records aggregated since the last flush. Every record is looked up in both maps, so they hash with foldhash
+/// rather than SipHash (a seeded hash: keys are object names that a client may choose, but only names it may read).
 #[derive(Debug, Default)]
 pub struct Batch {
-    pub per_object: HashMap<ObjectId, (Counters, Option<i64>)>,
+    pub per_object: foldhash::HashMap<ObjectId, (Counters, Option<i64>)>,
     /// Keyed by days since the epoch (UTC); formatted only when written.
-    pub per_day: HashMap<(ObjectId, i64), Counters>,
+    pub per_day: foldhash::HashMap<(ObjectId, i64), Counters>,
     pub records: usize,
     oldest: Option<Instant>,
 }
@@ -129,6 +129,11 @@ impl Batch {
     /// record for an object (and day) already in the batch always fits, since it adds no entry. Returns whether
     /// it was added. This bounds the memory of a batch that waits while the database cannot be written.
     pub fn add_within(&mut self, r: &DownloadRecord, max_entries: usize) -> bool {
+        // Far from the bound (always, while the database answers) there is nothing to look up first.
+        if self.entries() + 2 <= max_entries {
+            self.add(r);
+            return true;
+        }
         let id: ObjectId = (r.object.bucket_id, r.object.key.clone());
         let new_object = !self.per_object.contains_key(&id);
         let new_day = !self.per_day.contains_key(&(id, r.finished_at.div_euclid(86_400)));

@@ -5,7 +5,8 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
+
+use super::{byte_set, ct_eq};
 
 const PREFIX: &str = "bg_";
 const ID_HEX_LEN: usize = 12;
@@ -33,6 +34,9 @@ pub fn generate() -> NewToken {
     NewToken { id, token, secret_hash }
 }
 
+/// The bytes of a secret: unpadded base64url.
+const URL_SAFE_BASE64: [bool; 256] = byte_set(b"-_");
+
 /// A token's length: `bg_`, the id, `_`, the secret.
 const TOKEN_LEN: usize = PREFIX.len() + ID_HEX_LEN + 1 + SECRET_LEN;
 
@@ -46,7 +50,7 @@ pub fn token_id(token: &str) -> Option<&str> {
     let id = &bytes[PREFIX.len()..PREFIX.len() + ID_HEX_LEN];
     let secret = &bytes[PREFIX.len() + ID_HEX_LEN + 1..];
     let id_ok = id.iter().all(|&b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    let secret_ok = secret.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    let secret_ok = secret.iter().all(|&b| URL_SAFE_BASE64[usize::from(b)]);
     (id_ok && secret_ok).then(|| &token[PREFIX.len()..PREFIX.len() + ID_HEX_LEN])
 }
 
@@ -68,13 +72,14 @@ pub fn hash(token: &str) -> [u8; 32] {
 /// [`RECENT`] rather than hashed again (most of a bearer check's work): found by the token's id, then the whole
 /// presented token compared in constant time with the one remembered, so the digest is always that of exactly
 /// the bytes presented. Only matching tokens are remembered: a wrong guess is always hashed.
-pub fn matches(presented: &str, stored_hash: &[u8]) -> bool {
-    let Some(id) = token_id(presented) else {
-        return hash(presented).ct_eq(stored_hash).into();
+/// `id` is the presented token's [`token_id`], which the caller has already read to find the stored row.
+pub fn matches(presented: &str, id: Option<&str>, stored_hash: &[u8]) -> bool {
+    let Some(id) = id else {
+        return ct_eq(&hash(presented), stored_hash);
     };
     let remembered = RECENT.with_borrow(|recent| recent.digest_of(id, presented));
     let digest = remembered.unwrap_or_else(|| hash(presented));
-    let matched: bool = digest.ct_eq(stored_hash).into();
+    let matched = ct_eq(&digest, stored_hash);
     if matched && remembered.is_none() {
         RECENT.with_borrow_mut(|recent| recent.remember(id, presented, digest));
     }
@@ -114,8 +119,7 @@ impl RecentDigests {
     /// token compared in constant time.
     fn digest_of(&self, id: &str, presented: &str) -> Option<[u8; 32]> {
         let remembered = self.entries[self.slot_of(id.as_bytes())?].as_ref()?;
-        let same: bool = remembered.token.as_bytes().ct_eq(presented.as_bytes()).into();
-        same.then_some(remembered.digest)
+        ct_eq(remembered.token.as_bytes(), presented.as_bytes()).then_some(remembered.digest)
     }
 
     fn remember(&mut self, id: &str, presented: &str, digest: [u8; 32]) {
@@ -137,34 +141,34 @@ mod tests {
     fn generated_tokens_parse_and_match_their_hash_only() {
         let t = generate();
         assert_eq!(token_id(&t.token), Some(t.id.as_str()));
-        assert!(matches(&t.token, &t.secret_hash));
+        assert!(matches(&t.token, token_id(&t.token), &t.secret_hash));
         let mut other = t.token.clone();
         other.pop();
         other.push(if t.token.ends_with('A') { 'B' } else { 'A' });
-        assert!(!matches(&other, &t.secret_hash));
+        assert!(!matches(&other, token_id(&other), &t.secret_hash));
         assert_ne!(generate().token, t.token);
     }
 
     #[test]
     fn a_remembered_digest_serves_only_the_same_token() {
         let t = generate();
-        assert!(matches(&t.token, &t.secret_hash), "hashed, then remembered");
-        assert!(matches(&t.token, &t.secret_hash), "from the remembered digest");
+        assert!(matches(&t.token, token_id(&t.token), &t.secret_hash), "hashed, then remembered");
+        assert!(matches(&t.token, token_id(&t.token), &t.secret_hash), "from the remembered digest");
         // Same id, another secret: never the remembered digest.
         let mut other = t.token.clone();
         other.pop();
         other.push(if t.token.ends_with('A') { 'B' } else { 'A' });
-        assert!(!matches(&other, &t.secret_hash));
-        assert!(!matches(&t.token, &[0u8; 32]), "a stored hash that changed is compared as ever");
+        assert!(!matches(&other, token_id(&other), &t.secret_hash));
+        assert!(!matches(&t.token, token_id(&t.token), &[0u8; 32]), "a stored hash that changed is compared as ever");
         // More tokens than a thread remembers: each still matches, the oldest hashed again.
         let many: Vec<NewToken> = (0..RECENT_TOKENS + 3).map(|_| generate()).collect();
         for _ in 0..2 {
             for n in &many {
-                assert!(matches(&n.token, &n.secret_hash));
+                assert!(matches(&n.token, token_id(&n.token), &n.secret_hash));
             }
         }
-        assert!(matches(&t.token, &t.secret_hash));
-        assert!(!matches("bg_not-a-token", &t.secret_hash));
+        assert!(matches(&t.token, token_id(&t.token), &t.secret_hash));
+        assert!(!matches("bg_not-a-token", None, &t.secret_hash));
     }
 
     #[test]

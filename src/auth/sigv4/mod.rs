@@ -23,12 +23,12 @@ pub mod chunked;
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use super::ct_eq;
 use hmac::{Hmac, Mac};
 use http::{HeaderMap, StatusCode};
 use quick_cache::Equivalent;
 use quick_cache::sync::Cache;
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
 use canonical::{AmzDate, Sink};
 
@@ -449,19 +449,6 @@ fn write_string_to_sign(out: &mut impl Sink, timestamp: &str, scope: &[&str], ca
 /// Compares the SHA-256 of a received body with a signed [`PayloadHash::Sha256`].
 pub fn check_payload_sha256(signed: &[u8; 32], received: &[u8; 32]) -> Result<(), SigV4Error> {
     if ct_eq(signed, received) { Ok(()) } else { Err(SigV4Error::ContentSha256Mismatch) }
-}
-
-/// Whether `a` and `b` are equal, in time that depends on their lengths only. Eight bytes at a time: `subtle`
-/// keeps each comparison branch-free with a barrier, and one barrier per word rather than per byte is a quarter
-/// of the cost on a signature.
-pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let (a_words, b_words) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tails = a_words.remainder().ct_eq(b_words.remainder());
-    let word = |w: &[u8]| u64::from_ne_bytes(w.try_into().expect("chunks of eight"));
-    bool::from(a_words.zip(b_words).fold(tails, |equal, (x, y)| equal & word(x).ct_eq(&word(y))))
 }
 
 /// Runs `make` out of line, on a path the compiler treats as unlikely. Refusals build their messages here, so
