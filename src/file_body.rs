@@ -7,6 +7,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+/// A body's pieces, in order.
+pub type Segments = smallvec::SmallVec<[Segment; 1]>;
+
 /// One piece of a file response body, sent in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Segment {
@@ -53,12 +56,77 @@ pub struct FileBody {
     pub file: Arc<File>,
     /// Size of the file when it was opened (fstat), which every region lies within.
     pub file_size: u64,
-    pub segments: Vec<Segment>,
+    /// One region for a whole object or a range, kept inline: most responses allocate no list.
+    pub segments: Segments,
     pub kind: DownloadKind,
     pub object: ObjectRef,
     /// The content coding of the file's bytes: `identity`, or the precompressed variant (`br`, `gzip`) it is. The
     /// driver allows a matching Content-Encoding and no other; stats and the access log can say what was sent.
     pub encoding: &'static str,
+    /// Header fields the response shares with every other response of its object (the catalog's prepared ones),
+    /// by reference instead of copied into each response: the driver writes them before the response's own
+    /// fields, except a name the response sets itself, which replaces them.
+    pub shared_fields: Option<SharedFields>,
+}
+
+/// Header fields that many file responses share (a catalog entry's prepared ones), with their wire form, made
+/// once. Checked when made: none of them frames or describes the body, and none is the driver's (Connection,
+/// Date), so the driver's checks of a response's own fields still cover its body.
+#[derive(Debug, Clone)]
+pub struct SharedFields(Arc<Shared>);
+
+#[derive(Debug)]
+struct Shared {
+    fields: http::HeaderMap,
+    /// `name: value\r\n` for each field, in the map's order: what the driver writes.
+    wire: Box<[u8]>,
+}
+
+/// Fields only a response itself may carry: what its own fields say about its body, and the driver's.
+const NOT_SHARED: [http::HeaderName; 7] = [
+    http::header::CONTENT_LENGTH,
+    http::header::CONTENT_ENCODING,
+    http::header::CONTENT_RANGE,
+    http::header::CONTENT_TYPE,
+    http::header::TRANSFER_ENCODING,
+    http::header::CONNECTION,
+    http::header::DATE,
+];
+
+impl SharedFields {
+    /// `fields`, or the first name among them that only a response's own fields may carry.
+    pub fn new(fields: http::HeaderMap) -> Result<Self, http::HeaderName> {
+        if let Some(name) = NOT_SHARED.into_iter().find(|name| fields.contains_key(name)) {
+            return Err(name);
+        }
+        let mut wire = Vec::new();
+        for (name, value) in &fields {
+            wire.extend_from_slice(name.as_str().as_bytes());
+            wire.extend_from_slice(b": ");
+            wire.extend_from_slice(value.as_bytes());
+            wire.extend_from_slice(b"\r\n");
+        }
+        Ok(Self(Arc::new(Shared { fields, wire: wire.into_boxed_slice() })))
+    }
+
+    /// The fields as the head carries them.
+    pub fn wire(&self) -> &[u8] {
+        &self.0.wire
+    }
+
+    /// Whether a response's `own` fields name one of these (which they then replace). The names no shared field
+    /// has are not looked up: a file response's own fields are mostly those.
+    pub fn overlap(&self, own: &http::HeaderMap) -> bool {
+        own.keys().any(|name| !NOT_SHARED.contains(name) && self.0.fields.contains_key(name))
+    }
+}
+
+impl std::ops::Deref for SharedFields {
+    type Target = http::HeaderMap;
+
+    fn deref(&self) -> &http::HeaderMap {
+        &self.0.fields
+    }
 }
 
 impl FileBody {
@@ -84,5 +152,23 @@ impl FileBody {
             Segment::Region { offset, len } => offset.checked_add(*len).is_some_and(|end| end <= self.file_size),
             Segment::Literal(_) => true,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_fields_never_describe_a_body_and_are_written_once() {
+        let mut fields = http::HeaderMap::new();
+        fields.insert(http::header::ETAG, http::HeaderValue::from_static("\"a\""));
+        let shared = SharedFields::new(fields.clone()).unwrap();
+        assert_eq!(shared.wire(), b"etag: \"a\"\r\n");
+        for name in NOT_SHARED {
+            let mut with = fields.clone();
+            with.insert(name.clone(), http::HeaderValue::from_static("1"));
+            assert_eq!(SharedFields::new(with).unwrap_err(), name);
+        }
     }
 }

@@ -6,8 +6,13 @@ with the functions that cost the most.
 
 As `s3_cost.py` does: the server serves N and then 3N keep-alive GETs of one 4 KiB object under valgrind, and the
 difference of the two runs divided by 2N is one request, start-up excluded; counts do not depend on the machine's
-load, so two binaries compare one run each. Instructions and cache misses come from cachegrind; allocations (blocks
-and bytes) from DHAT, with the sites that allocate (the first blobgate frame of each stack). The kernel's share (the three syscalls) is not counted: valgrind sees user space
+load, so two binaries compare one run each. Instructions and cache misses come from callgrind (with its cache
+simulation), counted on the request path only: inside the data connection's task (reading and parsing the head,
+the handler, the response head, sendfile, metrics and the download record) and the stats batcher's aggregation
+of each record. Counted over the whole process (cachegrind), the batcher's once-a-second SQLite write and the
+metrics clock's calibration at start moved the per-request figure by up to a third between runs of one binary.
+Allocations (blocks and bytes) come from DHAT over the whole process, with the sites that allocate (the first
+blobgate frame of each stack). The kernel's share (the three syscalls) is not counted: valgrind sees user space
 only. SHA-256 runs in software under valgrind (no SHA extensions), so `sha2::` is shown apart.
 
     python3 scripts/bench/request_cost.py --bin target/release/blobgate [--requests 2000] [--top 20]
@@ -27,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import s3_bench  # noqa: E402
-from s3_cost import EVENTS, get, per_request  # noqa: E402
+from s3_cost import EVENTS, by_function, get, per_request  # noqa: E402
 
 KINDS = ("bearer", "public")
 
@@ -52,11 +57,17 @@ def serve_under(tool_args, binary, kind, requests, small):
         shutil.rmtree(wrap.parent, ignore_errors=True)
 
 
-def cachegrind(binary, kind, requests, work, small):
-    """{function: [EVENTS per request]}, as s3_cost.py counts it."""
+# Where a request's work runs: the data connection's task, and the batcher's aggregation of its record.
+REQUEST_PATH = ("blobgate::driver::conn::Connection*::run::*", "blobgate::stats::Batch::add_within")
+
+
+def callgrind(binary, kind, requests, work, small):
+    """{function: [EVENTS per request]} on the request path, as s3_cost.py counts it."""
     def serve(binary, kind, n, out, small):
-        serve_under(["--tool=cachegrind", "--cache-sim=yes", f"--cachegrind-out-file={out}"], binary, kind, n, small)
-    return per_request(binary, kind, requests, work, small, serve=serve)
+        serve_under(["--tool=callgrind", "--cache-sim=yes", "--dump-instr=no", f"--callgrind-out-file={out}",
+                     *(f"--toggle-collect={f}" for f in REQUEST_PATH)], binary, kind, n, small)
+    return per_request(binary, kind, requests, work, small, serve=serve,
+                       count=lambda out: by_function(out, annotate=("callgrind_annotate", "--auto=no")))
 
 
 def allocations(binary, kind, requests, work, small):
@@ -100,7 +111,7 @@ def main():
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--top", type=int, default=20)
     args = ap.parse_args()
-    for tool in ("valgrind", "cg_annotate"):
+    for tool in ("valgrind", "callgrind_annotate"):
         if not shutil.which(tool):
             sys.exit(f"request_cost: {tool} is missing (apt install valgrind)")
     s3_bench.WORK.mkdir(parents=True, exist_ok=True)
@@ -108,7 +119,7 @@ def main():
     small = work / "small.bin"
     small.write_bytes(os.urandom(4096))
     binary = str(Path(args.bin).resolve())
-    cost = {kind: cachegrind(binary, kind, args.requests, work, small) for kind in KINDS}
+    cost = {kind: callgrind(binary, kind, args.requests, work, small) for kind in KINDS}
     allocs = {kind: allocations(binary, kind, args.requests, work, small) for kind in KINDS}
     shutil.rmtree(work, ignore_errors=True)
 

@@ -74,10 +74,13 @@ def get(url, headers, requests, size):
                 buf += chunk
 
 
-def by_function(out):
-    """{function: [counts of EVENTS]} from a cachegrind file, summed over the source files inlined into it."""
-    text = subprocess.run(["cg_annotate", "--auto=no", "--threshold=0", out], capture_output=True, text=True,
-                          check=True).stdout
+def by_function(out, annotate=("cg_annotate", "--auto=no")):
+    """{function: [counts of EVENTS]} from a cachegrind file (or, with `annotate` callgrind_annotate's, a callgrind
+    file), summed over the source files inlined into it. The columns are read in the order the file names them."""
+    text = subprocess.run([*annotate, "--threshold=100" if "callgrind" in annotate[0] else "--threshold=0", out],
+                          capture_output=True, text=True, check=True).stdout
+    shown = re.search(r"^Events shown:\s+(.*)$", text, re.M).group(1).split()
+    order = [shown.index(e) for e in EVENTS]
     counts = collections.defaultdict(lambda: [0] * len(EVENTS))
     for line in text.splitlines():
         values, name = [], None
@@ -92,19 +95,20 @@ def by_function(out):
             continue
         name = re.sub(r" \[[^\]]*\]$", "", name)
         name = re.sub(r"^(\S+?\.(?:rs|c|S|h)|\?\?\?):", "", name)
-        for i, v in enumerate(values):
-            counts[name][i] += v
+        for i, j in enumerate(order):
+            counts[name][i] += values[j]
     return counts
 
 
-def per_request(binary, kind, requests, work, small, serve=serve_under_cachegrind):
+def per_request(binary, kind, requests, work, small, serve=serve_under_cachegrind, count=by_function):
     """{function: [EVENTS per request]}: the difference of the N and 3N runs over 2N. `serve(binary, kind, n, out,
-    small)` runs the server under cachegrind for one run (request_cost.py passes its own)."""
+    small)` runs the server under valgrind for one run and `count(out)` reads its file (request_cost.py passes its
+    own, for callgrind)."""
     runs = []
     for n in (requests, 3 * requests):
         out = work / f"{kind}-{n}.cachegrind"
         serve(binary, kind, n, out, small)
-        runs.append(by_function(out))
+        runs.append(count(out))
     few, many = runs
     return {f: [(many[f][i] - few.get(f, [0] * len(EVENTS))[i]) / (2 * requests) for i in range(len(EVENTS))]
             for f in many}

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-use crate::file_body::ObjectRef;
+use crate::file_body::{ObjectRef, SharedFields};
 use crate::header_values::content_coding::{ContentCoding, Variants};
 use crate::header_values::disposition::{DispositionKind, content_disposition, repr_digest_sha256};
 use crate::header_values::{etag_from_sha256, format_http_date};
@@ -33,11 +33,12 @@ pub struct ObjectEntry {
     /// The effective type: stored, else guessed from the key, else application/octet-stream.
     pub content_type: String,
     pub content_type_value: HeaderValue,
-    /// ETag, Last-Modified, Accept-Ranges, nosniff, Cache-Control, Content-Disposition, Repr-Digest.
-    pub headers: HeaderMap,
-    /// The Cache-Control that replaces the stored one while the object's bucket is private
-    /// ([`private_cache_control`]); computed here so requests do not parse it.
-    pub private_cache_control: HeaderValue,
+    /// ETag, Last-Modified, Accept-Ranges, nosniff, Cache-Control, Content-Disposition, Repr-Digest. Shared by
+    /// the responses that add nothing to them (`FileBody::shared_fields`).
+    pub headers: SharedFields,
+    /// The same with the Cache-Control of a private bucket's responses ([`private_cache_control`]), prepared
+    /// here so requests neither parse nor copy it.
+    pub private_headers: SharedFields,
     /// The precompressed variants, each with its own strong ETag and Repr-Digest (over its encoded bytes).
     pub variants: Vec<VariantEntry>,
     pub available: Variants,
@@ -92,6 +93,8 @@ impl ObjectEntry {
             h.insert(REPR_DIGEST.clone(), digest);
         }
         let private_cache_control = private_cache_control(cache_control);
+        let mut private_headers = h.clone();
+        private_headers.insert(header::CACHE_CONTROL, private_cache_control);
         // Names and values were checked on the way in; one that is not a valid field any more is skipped.
         let mut s3_headers: Vec<(HeaderName, HeaderValue)> = record
             .attrs
@@ -115,8 +118,8 @@ impl ObjectEntry {
             last_modified,
             content_type,
             content_type_value,
-            headers: h,
-            private_cache_control,
+            headers: SharedFields::new(h).expect("an object's prepared fields say nothing of a body"),
+            private_headers: SharedFields::new(private_headers).expect("as the public ones"),
             variants: Vec::new(),
             available: Variants::default(),
             s3_headers,
@@ -318,11 +321,11 @@ mod tests {
             None,
         );
         assert_eq!(e.headers[header::CACHE_CONTROL], "public, max-age=31536000, immutable");
-        assert_eq!(e.private_cache_control, "private, max-age=31536000, immutable");
+        assert_eq!(e.private_headers[header::CACHE_CONTROL], "private, max-age=31536000, immutable");
         // A bucket default goes through the same filter, or a private object with no value of its own would leak.
         let e = ObjectEntry::new(record(ObjectAttrs::default()), Some("public, s-maxage=600, max-age=60"));
         assert_eq!(e.headers[header::CACHE_CONTROL], "public, s-maxage=600, max-age=60");
-        assert_eq!(e.private_cache_control, "private, max-age=60");
+        assert_eq!(e.private_headers[header::CACHE_CONTROL], "private, max-age=60");
     }
 
     mod properties {

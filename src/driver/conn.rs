@@ -388,7 +388,14 @@ impl<S: RequestService> Connection<S> {
         let status = response.status();
         let mut head = std::mem::take(&mut self.out);
         head.clear();
-        write_response_head(&mut head, status, response.headers(), &super::http_date(), persistence);
+        write_response_head(
+            &mut head,
+            status,
+            response.headers(),
+            body.shared_fields.as_ref(),
+            &super::http_date(),
+            persistence,
+        );
         let keep = self.send_file_head_and_body(&head, status, body, is_head, persistence).await;
         self.out = head;
         keep
@@ -488,7 +495,7 @@ impl<S: RequestService> Connection<S> {
         }
         let mut out = std::mem::take(&mut self.out);
         out.clear();
-        write_response_head(&mut out, status, &parts.headers, &super::http_date(), persistence);
+        write_response_head(&mut out, status, &parts.headers, None, &super::http_date(), persistence);
         let with_body = !is_head && !bodiless;
         let separate = with_body && bytes.len() > MAX_BUFFERED_BODY;
         if with_body && !separate {
@@ -703,10 +710,11 @@ mod tests {
         FileBody {
             file: Arc::new(file),
             file_size: 10,
-            segments: vec![Segment::Region { offset: 0, len: 10 }],
+            segments: smallvec::smallvec![Segment::Region { offset: 0, len: 10 }],
             kind: DownloadKind::Full,
             object: ObjectRef { bucket_id: 1, key: Arc::from("k") },
             encoding,
+            shared_fields: None,
         }
     }
 

@@ -15,6 +15,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri, Version};
 
 use super::body::BodyFraming;
+use crate::file_body::SharedFields;
 use crate::header_values::{X_AMZ_CONTENT_SHA256, X_AMZ_DATE};
 
 #[derive(Debug, Clone, Copy)]
@@ -157,16 +158,25 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
     let uri = parse_target(target, view(target.as_bytes()), &method)?;
 
     let mut headers = HeaderMap::with_capacity(req.headers.len());
+    // Most requests have no framing or Connection field: noted here, they are not looked up again below.
+    let (mut framed, mut connection, mut hosts) = (false, false, 0);
     for h in req.headers.iter() {
         let name =
             header_name(h.name.as_bytes()).ok_or(HeadError::new(StatusCode::BAD_REQUEST, "malformed header name"))?;
+        framed |= name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING;
+        connection |= name == header::CONNECTION;
+        hosts += usize::from(name == header::HOST);
         // httparse already refused CR, LF, NUL and other controls in values.
         let value = HeaderValue::from_maybe_shared(view(h.value))
             .map_err(|_| HeadError::new(StatusCode::BAD_REQUEST, "malformed header value"))?;
         headers.append(name, value);
     }
-    let body = check_framing(&headers, version, limits.bodies.takes(&method))?;
-    let keep_alive = wants_keep_alive(&headers, version);
+    let body = if framed { check_framing(&headers, version, limits.bodies.takes(&method))? } else { BodyFraming::None };
+    // RFC 9112 §3.2: a client MUST send Host in HTTP/1.1; a server MUST answer 400 when it is missing or repeated.
+    if (version == Version::HTTP_11 && hosts != 1) || hosts > 1 {
+        return Err(HeadError::new(StatusCode::BAD_REQUEST, "exactly one Host header is required"));
+    }
+    let keep_alive = if connection { wants_keep_alive(&headers, version) } else { version != Version::HTTP_10 };
     Ok(Parsed::Complete(RequestHead { method, uri, version, headers, keep_alive, body, len: len + skipped }))
 }
 
@@ -254,7 +264,7 @@ fn parse_target(target: &str, shared: bytes::Bytes, method: &Method) -> Result<U
     let bad = || HeadError::new(StatusCode::BAD_REQUEST, "malformed request target");
     // RFC 9112 §3.2 has no fragment in a request target. `Uri` would drop it silently, so `/b/k#/../x` would be
     // served as `/b/k` while a proxy in front may have read it differently.
-    if target.contains('#') {
+    if memchr::memchr(b'#', target.as_bytes()).is_some() {
         return Err(HeadError::new(StatusCode::BAD_REQUEST, "a request target must not contain a fragment (#)"));
     }
     if target == "*" {
@@ -328,11 +338,6 @@ fn check_framing(headers: &HeaderMap, version: Version, accept_bodies: bool) -> 
             BodyFraming::Chunked
         }
     };
-    // RFC 9112 §3.2: a client MUST send Host in HTTP/1.1; a server MUST answer 400 when it is missing or repeated.
-    let hosts = headers.get_all(header::HOST).iter().count();
-    if (version == Version::HTTP_11 && hosts != 1) || hosts > 1 {
-        return Err(HeadError::new(StatusCode::BAD_REQUEST, "exactly one Host header is required"));
-    }
     Ok(framing)
 }
 
@@ -358,11 +363,14 @@ pub enum Persistence {
     Close,
 }
 
-/// Serialises a response head into `out`. `date` is the preformatted IMF-fixdate for the Date header.
+/// Serialises a response head into `out`: `shared` fields first (a file response's, see
+/// `FileBody::shared_fields`) except the names `headers` has, then `headers`. `date` is the preformatted
+/// IMF-fixdate for the Date header.
 pub fn write_response_head(
     out: &mut Vec<u8>,
     status: StatusCode,
     headers: &HeaderMap,
+    shared: Option<&SharedFields>,
     date: &[u8],
     persistence: Persistence,
 ) {
@@ -371,16 +379,14 @@ pub fn write_response_head(
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
     out.extend_from_slice(b"\r\n");
-    for (name, value) in headers {
-        // The driver owns connection management.
-        if name == header::CONNECTION || name == header::DATE {
-            continue;
+    match shared {
+        Some(shared) if shared.overlap(headers) => {
+            write_fields(out, shared.iter().filter(|(name, _)| !headers.contains_key(*name)));
         }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        Some(shared) => out.extend_from_slice(shared.wire()),
+        None => {}
     }
+    write_fields(out, headers);
     out.extend_from_slice(b"date: ");
     out.extend_from_slice(date);
     out.extend_from_slice(b"\r\n");
@@ -390,6 +396,19 @@ pub fn write_response_head(
         Persistence::Close => out.extend_from_slice(b"connection: close\r\n"),
     }
     out.extend_from_slice(b"\r\n");
+}
+
+fn write_fields<'a>(out: &mut Vec<u8>, fields: impl IntoIterator<Item = (&'a HeaderName, &'a HeaderValue)>) {
+    for (name, value) in fields {
+        // The driver owns connection management.
+        if name == header::CONNECTION || name == header::DATE {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
 }
 
 #[cfg(test)]
@@ -627,12 +646,40 @@ mod tests {
             &mut out,
             StatusCode::PARTIAL_CONTENT,
             &h,
+            None,
             b"Mon, 30 Nov 2026 07:00:00 GMT",
             Persistence::Close,
         );
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "HTTP/1.1 206 Partial Content\r\ncontent-length: 5\r\ndate: Mon, 30 Nov 2026 07:00:00 GMT\r\nconnection: close\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn shared_fields_go_first_and_the_responses_own_replace_them() {
+        let mut shared = HeaderMap::new();
+        shared.insert(header::ETAG, HeaderValue::from_static("\"a\""));
+        shared.append(header::CACHE_CONTROL, HeaderValue::from_static("max-age=1"));
+        shared.append(header::CACHE_CONTROL, HeaderValue::from_static("immutable"));
+        let shared = SharedFields::new(shared).unwrap();
+        let mut own = HeaderMap::new();
+        own.insert(header::CONTENT_LENGTH, HeaderValue::from_static("5"));
+        own.insert(header::CACHE_CONTROL, HeaderValue::from_static("private"));
+        let mut out = Vec::new();
+        write_response_head(&mut out, StatusCode::OK, &own, Some(&shared), b"D", Persistence::KeepAlive);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 200 OK\r\netag: \"a\"\r\ncontent-length: 5\r\ncache-control: private\r\ndate: D\r\n\r\n"
+        );
+        // Without an overlap, the shared fields go as they were written once.
+        own.remove(header::CACHE_CONTROL);
+        let mut out = Vec::new();
+        write_response_head(&mut out, StatusCode::OK, &own, Some(&shared), b"D", Persistence::KeepAlive);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 200 OK\r\netag: \"a\"\r\ncache-control: max-age=1\r\ncache-control: immutable\r\n\
+             content-length: 5\r\ndate: D\r\n\r\n"
         );
     }
 

@@ -4,14 +4,14 @@
 use bytes::Bytes;
 
 use super::range::ByteRange;
-use crate::file_body::Segment;
+use crate::file_body::{Segment, Segments};
 
 /// Lays out the body for `ranges` of a `size`-byte representation of type `content_type`.
 ///
 /// Format (RFC 2046 §5.1.1, as Go's net/http writes it): the first delimiter has no leading CRLF, every later one
 /// does, and the close-delimiter ends with CRLF.
-pub fn layout(ranges: &[ByteRange], size: u64, content_type: &str, boundary: &str) -> Vec<Segment> {
-    let mut segments = Vec::with_capacity(ranges.len() * 2 + 1);
+pub fn layout(ranges: &[ByteRange], size: u64, content_type: &str, boundary: &str) -> Segments {
+    let mut segments = Segments::with_capacity(ranges.len() * 2 + 1);
     for (i, range) in ranges.iter().enumerate() {
         let lead = if i == 0 { "" } else { "\r\n" };
         let part_head = format!(

@@ -15,6 +15,7 @@
 //! 7. Answer an empty body plus a `FileBody` extension; the driver sends its regions with sendfile (an error
 //!    document too: one whole region, with 404).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -156,10 +157,11 @@ async fn error_document_response(app: &DataState, bucket: &Bucket, entry: &Objec
     let body = FileBody {
         file: blob.file.clone(),
         file_size: blob.size,
-        segments: vec![Segment::Region { offset: 0, len: blob.size }],
+        segments: smallvec::smallvec![Segment::Region { offset: 0, len: blob.size }],
         kind: DownloadKind::ErrorDocument,
         object: entry.object_ref.clone(),
         encoding: "identity",
+        shared_fields: None,
     };
     let mut response = Response::new(Body::empty());
     *response.status_mut() = StatusCode::NOT_FOUND;
@@ -219,26 +221,33 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
     let method = method.clone();
     let grant_bucket = bucket;
 
-    let mut representation = entry.headers.clone();
-    super::cors::vary_on_origin(grant_bucket, &mut representation);
+    // The catalog's prepared fields for this bucket's responses, shared with every other response until this
+    // request changes one (then copied once): a plain download copies no header.
+    let prepared = if grant_bucket.public { &entry.headers } else { &entry.private_headers };
+    let mut representation = Cow::Borrowed(&**prepared);
+    if grant_bucket.cors.is_some() {
+        super::cors::vary_on_origin(grant_bucket, representation.to_mut());
+    }
     // The selected representation: the object itself, or a precompressed variant with its own ETag and digest.
     let negotiates = !s3 && entry.available.any();
     let variant = if negotiates { entry.variant(accept_encoding::negotiate(headers, entry.available)) } else { None };
     if negotiates {
-        crate::header_values::add_vary(&mut representation, "Accept-Encoding");
+        crate::header_values::add_vary(representation.to_mut(), "Accept-Encoding");
     }
     if s3 {
-        representation.insert(header::ETAG, entry.s3_etag_value.clone());
+        let fields = representation.to_mut();
+        fields.insert(header::ETAG, entry.s3_etag_value.clone());
         for (name, value) in &entry.s3_headers {
-            representation.insert(name.clone(), value.clone());
+            fields.insert(name.clone(), value.clone());
         }
     }
     if let Some(v) = variant {
-        representation.insert(header::ETAG, v.etag_value.clone());
-        representation.insert(header::CONTENT_ENCODING, v.content_encoding.clone());
+        let fields = representation.to_mut();
+        fields.insert(header::ETAG, v.etag_value.clone());
+        fields.insert(header::CONTENT_ENCODING, v.content_encoding.clone());
         match &v.repr_digest {
-            Some(digest) => representation.insert(&REPR_DIGEST, digest.clone()),
-            None => representation.remove(&REPR_DIGEST),
+            Some(digest) => fields.insert(&REPR_DIGEST, digest.clone()),
+            None => fields.remove(&REPR_DIGEST),
         };
     }
     // Errors from here on answer for the selected representation too: a cache must key them by Accept-Encoding.
@@ -251,15 +260,10 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         }
         with_principal(response, principal.clone())
     };
-    // A private bucket's responses are for their requester only: no shared cache may keep them for the next one
-    // (with or without credentials). Presigned responses too; only a public bucket's keep the stored value.
-    if !grant_bucket.public {
-        representation.insert(header::CACHE_CONTROL, entry.private_cache_control.clone());
-    }
     // A signed URL may choose the download name; the signature covered it, so it is the signer's choice. It is a
     // non-empty RFC 6266 value (`presign::parse_query`), so it replaces the stored header and never removes it.
     if let Some(v) = content_disposition.and_then(|v| disposition_value(v, &entry.record.key)) {
-        representation.insert(header::CONTENT_DISPOSITION, v);
+        representation.to_mut().insert(header::CONTENT_DISPOSITION, v);
     }
     // S3's presigned `response-*` overrides: also the signer's choice, applied as S3 does (non-empty values only).
     // A private bucket's Cache-Control keeps `private` whoever signed: a shared cache would otherwise serve the
@@ -269,9 +273,9 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         if name == header::CONTENT_TYPE {
             content_type_override = Some(value.clone());
         } else if name == header::CACHE_CONTROL && !grant_bucket.public {
-            representation.insert(header::CACHE_CONTROL, private_cache_control(value.to_str().ok()));
+            representation.to_mut().insert(header::CACHE_CONTROL, private_cache_control(value.to_str().ok()));
         } else {
-            representation.insert(name.clone(), value.clone());
+            representation.to_mut().insert(name.clone(), value.clone());
         }
     }
     // RFC 9110 §13.1.2: If-None-Match compares with the selected representation's ETag, so another variant's tag
@@ -287,9 +291,10 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         Precondition::NotModified => {
             // RFC 9110 §15.4.5: a 304 carries no content, so no content headers. The object reference goes along
             // as an extension so the driver can count the 304 for this object.
-            representation.remove(header::CONTENT_DISPOSITION);
-            representation.remove(&REPR_DIGEST);
-            let mut response = (StatusCode::NOT_MODIFIED, representation).into_response();
+            let mut fields = representation.into_owned();
+            fields.remove(header::CONTENT_DISPOSITION);
+            fields.remove(&REPR_DIGEST);
+            let mut response = (StatusCode::NOT_MODIFIED, fields).into_response();
             response.extensions_mut().insert(entry.object_ref.clone());
             if let Some(principal) = principal {
                 response.extensions_mut().insert(principal);
@@ -319,12 +324,18 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         decision = RangeDecision::Full;
     }
     let (status, kind, segments) = match decision {
-        RangeDecision::Full => (StatusCode::OK, DownloadKind::Full, vec![Segment::Region { offset: 0, len: size }]),
+        RangeDecision::Full => {
+            (StatusCode::OK, DownloadKind::Full, smallvec::smallvec![Segment::Region { offset: 0, len: size }])
+        }
         RangeDecision::Unsatisfiable => return Ok(vary(ApiError::RangeNotSatisfiable { size })),
         RangeDecision::Partial(ranges) if ranges.len() == 1 => {
             let r = ranges[0];
             content_range = Some(header_value(&format!("bytes {}-{}/{size}", r.start, r.last()))?);
-            (StatusCode::PARTIAL_CONTENT, DownloadKind::Range, vec![Segment::Region { offset: r.start, len: r.len() }])
+            (
+                StatusCode::PARTIAL_CONTENT,
+                DownloadKind::Range,
+                smallvec::smallvec![Segment::Region { offset: r.start, len: r.len() }],
+            )
         }
         RangeDecision::Partial(ranges) => {
             let boundary = multipart::new_boundary();
@@ -340,14 +351,23 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         kind,
         object: entry.object_ref.clone(),
         encoding: variant.map_or("identity", |v| v.coding.token()),
+        shared_fields: matches!(representation, Cow::Borrowed(_)).then(|| prepared.clone()),
     };
 
     let mut response = Response::new(Body::empty());
     *response.status_mut() = status;
     let h = response.headers_mut();
-    *h = representation;
+    // With shared fields, the response's own are these few (and the driver's request id).
+    *h = match representation {
+        Cow::Owned(fields) => fields,
+        Cow::Borrowed(_) => HeaderMap::with_capacity(4),
+    };
     h.insert(header::CONTENT_TYPE, content_type);
-    h.insert(header::CONTENT_LENGTH, HeaderValue::from(body.total_len()));
+    let length = body.total_len();
+    h.insert(
+        header::CONTENT_LENGTH,
+        if length == size { blob.length_value.clone() } else { HeaderValue::from(length) },
+    );
     if let Some(v) = content_range {
         h.insert(header::CONTENT_RANGE, v);
     }
