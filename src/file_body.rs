@@ -49,8 +49,9 @@ pub struct ObjectRef {
     pub key: Arc<str>,
 }
 
-/// A file response body. The handler computed Content-Length from `fstat` of this same `file`, so a file that
-/// shrinks later shows up as a short sendfile, never as a wrong length.
+/// A file response body. Its regions lie within `fstat` of this same `file`, so a file that shrinks later shows
+/// up as a short sendfile, never as a wrong length. The driver writes Content-Length from the body
+/// ([`FileBody::total_len`]) when the response's own fields have none.
 #[derive(Debug, Clone)]
 pub struct FileBody {
     pub file: Arc<File>,
@@ -70,8 +71,8 @@ pub struct FileBody {
 }
 
 /// Header fields that many file responses share (a catalog entry's prepared ones), with their wire form, made
-/// once. Checked when made: none of them frames or describes the body, and none is the driver's (Connection,
-/// Date), so the driver's checks of a response's own fields still cover its body.
+/// once. Checked when made: none of them frames the body or is the driver's (Connection, Date), so the driver's
+/// checks of a response's own fields still cover its framing.
 #[derive(Debug, Clone)]
 pub struct SharedFields(Arc<Shared>);
 
@@ -82,12 +83,11 @@ struct Shared {
     wire: Box<[u8]>,
 }
 
-/// Fields only a response itself may carry: what its own fields say about its body, and the driver's.
-const NOT_SHARED: [http::HeaderName; 7] = [
+/// Fields only a response itself may carry: how its own fields frame its body, and the driver's.
+const NOT_SHARED: [http::HeaderName; 6] = [
     http::header::CONTENT_LENGTH,
     http::header::CONTENT_ENCODING,
     http::header::CONTENT_RANGE,
-    http::header::CONTENT_TYPE,
     http::header::TRANSFER_ENCODING,
     http::header::CONNECTION,
     http::header::DATE,

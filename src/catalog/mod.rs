@@ -124,8 +124,6 @@ impl Freshness {
 pub struct OpenBlob {
     pub file: Arc<File>,
     pub size: u64,
-    /// `size` as a Content-Length, made once per open rather than per whole-object response.
-    pub length_value: http::HeaderValue,
 }
 
 /// Borrowed form of an object cache key, so lookups do not allocate. Hashes exactly like `(i64, String)`.
@@ -383,7 +381,7 @@ impl Catalog {
         let opened = tokio::task::spawn_blocking(move || -> io::Result<OpenBlob> {
             let file = blobs.open_blob(&sha)?;
             let size = file.metadata()?.len();
-            Ok(OpenBlob { file: Arc::new(file), size, length_value: http::HeaderValue::from(size) })
+            Ok(OpenBlob { file: Arc::new(file), size })
         })
         .await
         .map_err(io::Error::other)??;

@@ -33,7 +33,7 @@ pub struct ObjectEntry {
     /// The effective type: stored, else guessed from the key, else application/octet-stream.
     pub content_type: String,
     pub content_type_value: HeaderValue,
-    /// ETag, Last-Modified, Accept-Ranges, nosniff, Cache-Control, Content-Disposition, Repr-Digest. Shared by
+    /// Content-Type, ETag, Last-Modified, Accept-Ranges, nosniff, Cache-Control, Content-Disposition, Repr-Digest. Shared by
     /// the responses that add nothing to them (`FileBody::shared_fields`).
     pub headers: SharedFields,
     /// The same with the Cache-Control of a private bucket's responses ([`private_cache_control`]), prepared
@@ -75,6 +75,7 @@ impl ObjectEntry {
             .and_then(|tag| Some((tag.to_owned(), HeaderValue::from_str(tag).ok()?)))
             .unwrap_or_else(|| (etag.clone(), etag_value.clone()));
         let mut h = HeaderMap::with_capacity(8);
+        h.insert(header::CONTENT_TYPE, content_type_value.clone());
         h.insert(header::ETAG, etag_value);
         h.insert(
             header::LAST_MODIFIED,

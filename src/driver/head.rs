@@ -364,13 +364,14 @@ pub enum Persistence {
 }
 
 /// Serialises a response head into `out`: `shared` fields first (a file response's, see
-/// `FileBody::shared_fields`) except the names `headers` has, then `headers`. `date` is the preformatted
-/// IMF-fixdate for the Date header.
+/// `FileBody::shared_fields`) except the names `headers` has, then `headers`, then `body_length` as
+/// Content-Length if `headers` has none. `date` is the preformatted IMF-fixdate for the Date header.
 pub fn write_response_head(
     out: &mut Vec<u8>,
     status: StatusCode,
     headers: &HeaderMap,
     shared: Option<&SharedFields>,
+    body_length: Option<u64>,
     date: &[u8],
     persistence: Persistence,
 ) {
@@ -387,6 +388,11 @@ pub fn write_response_head(
         None => {}
     }
     write_fields(out, headers);
+    if let Some(length) = body_length.filter(|_| !headers.contains_key(header::CONTENT_LENGTH)) {
+        out.extend_from_slice(b"content-length: ");
+        out.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
     out.extend_from_slice(b"date: ");
     out.extend_from_slice(date);
     out.extend_from_slice(b"\r\n");
@@ -647,6 +653,7 @@ mod tests {
             StatusCode::PARTIAL_CONTENT,
             &h,
             None,
+            None,
             b"Mon, 30 Nov 2026 07:00:00 GMT",
             Persistence::Close,
         );
@@ -667,19 +674,27 @@ mod tests {
         own.insert(header::CONTENT_LENGTH, HeaderValue::from_static("5"));
         own.insert(header::CACHE_CONTROL, HeaderValue::from_static("private"));
         let mut out = Vec::new();
-        write_response_head(&mut out, StatusCode::OK, &own, Some(&shared), b"D", Persistence::KeepAlive);
+        write_response_head(&mut out, StatusCode::OK, &own, Some(&shared), Some(9), b"D", Persistence::KeepAlive);
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "HTTP/1.1 200 OK\r\netag: \"a\"\r\ncontent-length: 5\r\ncache-control: private\r\ndate: D\r\n\r\n"
+            "HTTP/1.1 200 OK\r\netag: \"a\"\r\ncontent-length: 5\r\ncache-control: private\r\ndate: D\r\n\r\n",
+            "the response's own Content-Length stands"
         );
-        // Without an overlap, the shared fields go as they were written once.
-        own.remove(header::CACHE_CONTROL);
+        // Without an overlap, the shared fields go as they were written once, and the body's length with them.
         let mut out = Vec::new();
-        write_response_head(&mut out, StatusCode::OK, &own, Some(&shared), b"D", Persistence::KeepAlive);
+        write_response_head(
+            &mut out,
+            StatusCode::OK,
+            &HeaderMap::new(),
+            Some(&shared),
+            Some(9),
+            b"D",
+            Persistence::Close,
+        );
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "HTTP/1.1 200 OK\r\netag: \"a\"\r\ncache-control: max-age=1\r\ncache-control: immutable\r\n\
-             content-length: 5\r\ndate: D\r\n\r\n"
+             content-length: 9\r\ndate: D\r\nconnection: close\r\n\r\n"
         );
     }
 

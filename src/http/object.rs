@@ -292,6 +292,7 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
             // RFC 9110 §15.4.5: a 304 carries no content, so no content headers. The object reference goes along
             // as an extension so the driver can count the 304 for this object.
             let mut fields = representation.into_owned();
+            fields.remove(header::CONTENT_TYPE);
             fields.remove(header::CONTENT_DISPOSITION);
             fields.remove(&REPR_DIGEST);
             let mut response = (StatusCode::NOT_MODIFIED, fields).into_response();
@@ -315,7 +316,8 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         // Several Range fields cannot be combined meaningfully: ignore them all.
         _ => None,
     };
-    let mut content_type = content_type_override.unwrap_or_else(|| entry.content_type_value.clone());
+    // The prepared fields carry the object's Content-Type; a signed override or a multipart body replaces it.
+    let mut content_type = content_type_override;
     let mut content_range = None;
     let mut decision = range::evaluate(range_header, size, &app.range_policy);
     // Several ranges of a variant would be a multipart body whose top-level Content-Encoding claims the multipart
@@ -340,7 +342,7 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         RangeDecision::Partial(ranges) => {
             let boundary = multipart::new_boundary();
             let segments = multipart::layout(&ranges, size, &entry.content_type, &boundary);
-            content_type = header_value(&format!("multipart/byteranges; boundary={boundary}"))?;
+            content_type = Some(header_value(&format!("multipart/byteranges; boundary={boundary}"))?);
             (StatusCode::PARTIAL_CONTENT, DownloadKind::Multipart, segments)
         }
     };
@@ -357,17 +359,13 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
     let mut response = Response::new(Body::empty());
     *response.status_mut() = status;
     let h = response.headers_mut();
-    // With shared fields, the response's own are these few (and the driver's request id).
-    *h = match representation {
-        Cow::Owned(fields) => fields,
-        Cow::Borrowed(_) => HeaderMap::with_capacity(4),
-    };
-    h.insert(header::CONTENT_TYPE, content_type);
-    let length = body.total_len();
-    h.insert(
-        header::CONTENT_LENGTH,
-        if length == size { blob.length_value.clone() } else { HeaderValue::from(length) },
-    );
+    // With shared fields a whole object's response has no fields of its own: the driver writes Content-Length.
+    if let Cow::Owned(fields) = representation {
+        *h = fields;
+    }
+    if let Some(v) = content_type {
+        h.insert(header::CONTENT_TYPE, v);
+    }
     if let Some(v) = content_range {
         h.insert(header::CONTENT_RANGE, v);
     }
