@@ -7,6 +7,25 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+/// What a file response carries as its in-memory body: nothing, of unknown length. An empty body would say its
+/// length is exactly 0, and axum's router (the admin listener's) then adds `Content-Length: 0` to a response that
+/// has none of its own; the driver writes the [`FileBody`]'s length instead. A unit struct, so boxing it into a
+/// body allocates nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct SentByTheDriver;
+
+impl http_body::Body for SentByTheDriver {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(None)
+    }
+}
+
 /// A body's pieces, in order.
 pub type Segments = smallvec::SmallVec<[Segment; 1]>;
 
@@ -158,6 +177,12 @@ impl FileBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_in_memory_body_of_a_file_response_has_no_exact_length() {
+        // Else axum's router adds `Content-Length: 0` to a file response that leaves its length to the driver.
+        assert_eq!(http_body::Body::size_hint(&SentByTheDriver).exact(), None);
+    }
 
     #[test]
     fn shared_fields_never_describe_a_body_and_are_written_once() {

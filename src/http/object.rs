@@ -35,7 +35,7 @@ use super::website::{self, Plan};
 use crate::access_log::Principal;
 use crate::auth::{AuthError, Credentials};
 use crate::catalog::representation::{ObjectEntry, REPR_DIGEST, disposition_value, private_cache_control};
-use crate::file_body::{DownloadKind, FileBody, Segment};
+use crate::file_body::{DownloadKind, FileBody, Segment, SentByTheDriver};
 use crate::names::{BucketName, Website, parse_data_path};
 use crate::store::Bucket;
 
@@ -163,7 +163,7 @@ async fn error_document_response(app: &DataState, bucket: &Bucket, entry: &Objec
         encoding: "identity",
         shared_fields: None,
     };
-    let mut response = Response::new(Body::empty());
+    let mut response = Response::new(Body::new(SentByTheDriver));
     *response.status_mut() = StatusCode::NOT_FOUND;
     let h = response.headers_mut();
     h.insert(header::CONTENT_TYPE, entry.content_type_value.clone());
@@ -356,7 +356,7 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         shared_fields: matches!(representation, Cow::Borrowed(_)).then(|| prepared.clone()),
     };
 
-    let mut response = Response::new(Body::empty());
+    let mut response = Response::new(Body::new(SentByTheDriver));
     *response.status_mut() = status;
     let h = response.headers_mut();
     // With shared fields a whole object's response has no fields of its own: the driver writes Content-Length.
