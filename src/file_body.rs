@@ -119,12 +119,7 @@ impl SharedFields {
             return Err(name);
         }
         let mut wire = Vec::new();
-        for (name, value) in &fields {
-            wire.extend_from_slice(name.as_str().as_bytes());
-            wire.extend_from_slice(b": ");
-            wire.extend_from_slice(value.as_bytes());
-            wire.extend_from_slice(b"\r\n");
-        }
+        write_fields(&mut wire, &fields);
         Ok(Self(Arc::new(Shared { fields, wire: wire.into_boxed_slice() })))
     }
 
@@ -137,6 +132,23 @@ impl SharedFields {
     /// has are not looked up: a file response's own fields are mostly those.
     pub fn overlap(&self, own: &http::HeaderMap) -> bool {
         own.keys().any(|name| !NOT_SHARED.contains(name) && self.0.fields.contains_key(name))
+    }
+}
+
+/// Writes `fields` as a response head carries them (`name: value\r\n` each), except Connection and Date, which
+/// the driver owns. The one field writer: the driver's heads and [`SharedFields`]' wire form.
+pub fn write_fields<'a>(
+    out: &mut Vec<u8>,
+    fields: impl IntoIterator<Item = (&'a http::HeaderName, &'a http::HeaderValue)>,
+) {
+    for (name, value) in fields {
+        if name == http::header::CONNECTION || name == http::header::DATE {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
     }
 }
 

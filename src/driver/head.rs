@@ -15,7 +15,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri, Version};
 
 use super::body::BodyFraming;
-use crate::file_body::SharedFields;
+use crate::file_body::{SharedFields, write_fields};
 use crate::header_values::{X_AMZ_CONTENT_SHA256, X_AMZ_DATE};
 
 #[derive(Debug, Clone, Copy)]
@@ -402,19 +402,6 @@ pub fn write_response_head(
         Persistence::Close => out.extend_from_slice(b"connection: close\r\n"),
     }
     out.extend_from_slice(b"\r\n");
-}
-
-fn write_fields<'a>(out: &mut Vec<u8>, fields: impl IntoIterator<Item = (&'a HeaderName, &'a HeaderValue)>) {
-    for (name, value) in fields {
-        // The driver owns connection management.
-        if name == header::CONNECTION || name == header::DATE {
-            continue;
-        }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
 }
 
 #[cfg(test)]
