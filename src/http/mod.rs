@@ -145,7 +145,6 @@ impl Classified {
     }
 }
 
-/// The data listener's one routing decision.
 /// What [`route`] is handed of the application state, chosen when the request is classified.
 enum Handed {
     /// A native GET, HEAD (or another method the object handler refuses): the data parts.
@@ -154,6 +153,10 @@ enum Handed {
     Other(AdminState),
 }
 
+/// The data listener's one routing decision.
+///
+/// The writes' futures are boxed: a future is as large as its largest state, and the driver moves the service's
+/// future into its connection's once per request, so unboxed they made every download copy theirs (8 KB).
 async fn route(
     handed: Handed,
     read_only: bool,
@@ -176,11 +179,11 @@ async fn route(
         Api::Native => match *request.method() {
             http::Method::PUT => {
                 let (parts, body) = request.into_parts();
-                upload::put_object(State(app), parts.uri, parts.headers, body).await
+                Box::pin(upload::put_object(State(app), parts.uri, parts.headers, body)).await
             }
             http::Method::DELETE => {
                 let (parts, _no_body) = request.into_parts();
-                upload::delete_object(State(app), parts.uri, parts.headers).await.into_response()
+                Box::pin(upload::delete_object(State(app), parts.uri, parts.headers)).await.into_response()
             }
             // Handed::Read took every other native request.
             _ => cors::serve(State(app.data.clone()), request).await,
@@ -198,7 +201,7 @@ fn allowing_writes(mut response: Response) -> Response {
 }
 
 /// An S3 request, on either listener: its reads are answered from the catalog (`s3`), its writes and multipart
-/// listings by `s3_write`, its refusal in S3's words.
+/// listings by `s3_write` (boxed, as the writes in [`route`]), its refusal in S3's words.
 pub async fn dispatch_s3(
     app: AdminState,
     call: Result<S3Call, operation::Refusal>,
@@ -214,7 +217,7 @@ pub async fn dispatch_s3(
     };
     let mut response = match call {
         Ok(call) if s3::answered_from_catalog(call.operation) => s3::serve(app.data.clone(), call, request).await,
-        Ok(call) => s3_write::serve(app, call, request).await,
+        Ok(call) => Box::pin(s3_write::serve(app, call, request)).await,
         Err(refusal) => s3::refuse(&request, refusal.into()),
     };
     if let Some((data, bucket, origin, credentialed)) = cors {
