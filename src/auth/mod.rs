@@ -38,11 +38,11 @@ pub enum Access {
     Write,
 }
 
-/// Credentials found on a request, before they are checked.
+/// Credentials found on a request, before they are checked. A bearer token is borrowed from its header field.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Credentials {
+pub enum Credentials<'a> {
     Anonymous,
-    Bearer(String),
+    Bearer(&'a str),
     Presigned(PresignParams),
 }
 
@@ -141,7 +141,7 @@ impl AuthError {
 
 /// Finds the credentials of a request: at most one kind. The admin listener passes no query, since it takes no
 /// signed URLs.
-pub fn credentials(headers: &HeaderMap, query: Option<&str>) -> Result<Credentials, AuthError> {
+pub fn credentials<'a>(headers: &'a HeaderMap, query: Option<&str>) -> Result<Credentials<'a>, AuthError> {
     match (bearer(headers)?, presigned(query)?) {
         (Some(_), Some(_)) => Err(AuthError::BadRequest("send a bearer token or a signed URL, not both")),
         (Some(token), None) => Ok(Credentials::Bearer(token)),
@@ -152,7 +152,7 @@ pub fn credentials(headers: &HeaderMap, query: Option<&str>) -> Result<Credentia
 
 /// The `Authorization: Bearer` token, if any. RFC 9110 §11.6.2 allows one Authorization field; several are
 /// refused (400).
-pub fn bearer(headers: &HeaderMap) -> Result<Option<String>, AuthError> {
+pub fn bearer(headers: &HeaderMap) -> Result<Option<&str>, AuthError> {
     let mut fields = headers.get_all(header::AUTHORIZATION).iter();
     match (fields.next(), fields.next()) {
         (None, _) => Ok(None),
@@ -173,7 +173,7 @@ pub fn presigned(query: Option<&str>) -> Result<Option<PresignParams>, AuthError
 }
 
 /// RFC 9110 §11.1: the scheme is case-insensitive; RFC 6750 §2.1: `Bearer 1*SP b64token`.
-fn parse_bearer(value: &[u8]) -> Option<String> {
+fn parse_bearer(value: &[u8]) -> Option<&str> {
     const B64TOKEN: [bool; 256] = byte_set(b"-._~+/");
     let (scheme, rest) = value.split_at_checked(b"bearer ".len())?;
     if !scheme.eq_ignore_ascii_case(b"bearer ") {
@@ -182,7 +182,7 @@ fn parse_bearer(value: &[u8]) -> Option<String> {
     let token = &rest[rest.iter().position(|&b| b != b' ')?..];
     let body = &token[..=token.iter().rposition(|&b| b != b'=')?];
     // Only ASCII passes the check, so the token is UTF-8.
-    body.iter().all(|&b| B64TOKEN[usize::from(b)]).then(|| std::str::from_utf8(token).ok().map(str::to_owned))?
+    body.iter().all(|&b| B64TOKEN[usize::from(b)]).then(|| std::str::from_utf8(token).ok())?
 }
 
 /// The ASCII letters and digits and `extra`, as a table indexed by byte: a credential's bytes are checked on
@@ -491,7 +491,7 @@ impl<L: CredentialLookup> Authorizer<L> {
         name: &BucketName,
         bucket: Option<&Arc<Bucket>>,
         key: &str,
-        credentials: Credentials,
+        credentials: Credentials<'_>,
     ) -> Result<AllowedRead, AuthError> {
         if let Some(b) = bucket.filter(|b| b.public) {
             // Public buckets need no credentials, but credentials that are presented must be valid (as in S3): a
@@ -499,7 +499,7 @@ impl<L: CredentialLookup> Authorizer<L> {
             let content_disposition = match credentials {
                 Credentials::Anonymous => None,
                 Credentials::Bearer(token) => {
-                    self.live_token(&token).await?;
+                    self.live_token(token).await?;
                     None
                 }
                 Credentials::Presigned(params) => {
@@ -512,7 +512,7 @@ impl<L: CredentialLookup> Authorizer<L> {
         match credentials {
             Credentials::Anonymous => Err(AuthError::unauthorized(FailureReason::Missing, "credentials required")),
             Credentials::Bearer(token) => {
-                self.authorize_token(&token, bucket.as_ref().map(|b| b.id), key, Access::Read).await?;
+                self.authorize_token(token, bucket.as_ref().map(|b| b.id), key, Access::Read).await?;
                 // Only a grant of every bucket passes for a missing one.
                 let bucket = bucket.ok_or(AuthError::NoSuchBucket)?.clone();
                 Ok(AllowedRead { bucket, content_disposition: None })
@@ -530,11 +530,11 @@ impl<L: CredentialLookup> Authorizer<L> {
         &self,
         bucket: Option<&Bucket>,
         key: &ObjectKey,
-        credentials: Credentials,
+        credentials: Credentials<'_>,
     ) -> Result<(), AuthError> {
         match credentials {
             Credentials::Bearer(token) => {
-                self.authorize_token(&token, bucket.map(|b| b.id), key.as_str(), Access::Write).await
+                self.authorize_token(token, bucket.map(|b| b.id), key.as_str(), Access::Write).await
             }
             _ => Err(AuthError::unauthorized(FailureReason::Missing, "a bearer token with write scope is required")),
         }
@@ -542,11 +542,11 @@ impl<L: CredentialLookup> Authorizer<L> {
 
     /// An `admin`-scope bearer token, for management endpoints; callers limit what they show to its bucket and
     /// prefix.
-    pub async fn admin(&self, credentials: Credentials) -> Result<Arc<TokenRecord>, AuthError> {
+    pub async fn admin(&self, credentials: Credentials<'_>) -> Result<Arc<TokenRecord>, AuthError> {
         let Credentials::Bearer(presented) = credentials else {
             return Err(AuthError::unauthorized(FailureReason::Missing, "a bearer token with admin scope is required"));
         };
-        let record = self.live_token(&presented).await?;
+        let record = self.live_token(presented).await?;
         if !record.rights.has_admin() {
             return Err(AuthError::Forbidden);
         }
@@ -734,8 +734,8 @@ mod tests {
 
     #[test]
     fn bearer_parsing() {
-        assert_eq!(parse_bearer(b"Bearer abc"), Some("abc".into()));
-        assert_eq!(parse_bearer(b"bEaReR  abc=="), Some("abc==".into()));
+        assert_eq!(parse_bearer(b"Bearer abc"), Some("abc"));
+        assert_eq!(parse_bearer(b"bEaReR  abc=="), Some("abc=="));
         for bad in [&b"Basic abc"[..], b"Bearer", b"Bearer ", b"Bearer a b", b"Bearerabc", b"Bearer \xff", b"Bearer ="]
         {
             assert_eq!(parse_bearer(bad), None, "{:?}", String::from_utf8_lossy(bad));
@@ -747,7 +747,7 @@ mod tests {
         let mut h = HeaderMap::new();
         assert_eq!(credentials(&h, None).unwrap(), Credentials::Anonymous);
         h.append(header::AUTHORIZATION, "Bearer x".parse().unwrap());
-        assert_eq!(credentials(&h, None).unwrap(), Credentials::Bearer("x".into()));
+        assert_eq!(credentials(&h, None).unwrap(), Credentials::Bearer("x"));
         let signed = Some("bg-expires=1&bg-key=k&bg-sig=s");
         assert!(matches!(credentials(&h, signed), Err(AuthError::BadRequest(_))));
         h.append(header::AUTHORIZATION, "Bearer y".parse().unwrap());
@@ -871,7 +871,7 @@ mod tests {
     #[tokio::test]
     async fn read_decisions_over_an_in_memory_lookup() {
         let w = world();
-        let bearer = |name: &str| Credentials::Bearer(w.tokens[name].clone());
+        let bearer = |name: &str| Credentials::Bearer(&w.tokens[name]);
         let (private, public) = (Some(&w.private), Some(&w.public));
         let read = async |bucket: &str, b: Option<&Arc<Bucket>>, credentials: Credentials| {
             outcome(w.auth.read(&name(bucket), b, "a", credentials).await)
@@ -894,9 +894,10 @@ mod tests {
         let mut wrong_secret = w.tokens["read"].clone();
         let last = wrong_secret.pop().unwrap();
         wrong_secret.push(if last == 'A' { 'B' } else { 'A' });
-        let wrong = Credentials::Bearer(wrong_secret);
+        let wrong = Credentials::Bearer(&wrong_secret);
         assert_eq!(bucket_of(read("priv", private, wrong).await), Err("unknown_token".into()));
-        let unknown = Credentials::Bearer(token::generate().token);
+        let unknown_token = token::generate().token;
+        let unknown = Credentials::Bearer(&unknown_token);
         assert_eq!(bucket_of(read("priv", private, unknown).await), Err("unknown_token".into()));
 
         // Signed URLs.
@@ -928,7 +929,7 @@ mod tests {
     #[tokio::test]
     async fn write_and_admin_decisions_over_an_in_memory_lookup() {
         let w = world();
-        let bearer = |name: &str| Credentials::Bearer(w.tokens[name].clone());
+        let bearer = |name: &str| Credentials::Bearer(&w.tokens[name]);
         let b = Some(&*w.private);
         let write = async |b: Option<&Bucket>, credentials| outcome(w.auth.write(b, &key("a"), credentials).await);
         assert_eq!(write(b, bearer("write")).await, Ok(()));
