@@ -85,6 +85,15 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Box<[u8]>> = std::cell::RefCell::new(vec![0u8; SCRATCH_BYTES].into_boxed_slice());
 }
 
+/// What a connection waits on between requests, made once per connection rather than once per request: the
+/// timer keeps its place in tokio's timer wheel and a later deadline only moves it (an atomic store, where a new
+/// timer per request entered the wheel and left it again under its lock), and the shutdown signal keeps its one
+/// place in the token's list of waiters.
+struct Waits<'a, 't> {
+    timer: Pin<&'a mut tokio::time::Sleep>,
+    shutdown: Pin<&'a mut tokio_util::sync::WaitForCancellationFuture<'t>>,
+}
+
 pub(crate) struct Connection<S> {
     stream: TcpStream,
     peer: SocketAddr,
@@ -128,7 +137,9 @@ impl<S: RequestService> Connection<S> {
     /// reset the connection under an unread request) and answers 503 with `Connection: close`.
     pub(crate) async fn refuse_over_address_limit(mut self, shutdown: &CancellationToken) {
         self.reclaimable = false;
-        let error = match self.next_head(true, shutdown).await {
+        let (timer, cancelled) = (tokio::time::sleep_until(Instant::now()), shutdown.cancelled());
+        tokio::pin!(timer, cancelled);
+        let error = match self.next_head(true, Waits { timer, shutdown: cancelled }).await {
             NextHead::Head(_) => Refusal::TooManyConnectionsFromAddress,
             NextHead::Closed => return,
             NextHead::Refuse(status, message) => Refusal::BadHead { status, message },
@@ -139,8 +150,11 @@ impl<S: RequestService> Connection<S> {
 
     pub(crate) async fn run(mut self, shutdown: CancellationToken) {
         let mut first = true;
+        let (timer, cancelled) = (tokio::time::sleep_until(Instant::now()), shutdown.cancelled());
+        tokio::pin!(timer, cancelled);
         loop {
-            let head = match self.next_head(first, &shutdown).await {
+            let waits = Waits { timer: timer.as_mut(), shutdown: cancelled.as_mut() };
+            let head = match self.next_head(first, waits).await {
                 NextHead::Head(head) => head,
                 NextHead::Closed => return,
                 NextHead::Refuse(status, message) => {
@@ -160,7 +174,7 @@ impl<S: RequestService> Connection<S> {
         }
     }
 
-    async fn next_head(&mut self, first: bool, shutdown: &CancellationToken) -> NextHead {
+    async fn next_head(&mut self, first: bool, mut waits: Waits<'_, '_>) -> NextHead {
         let (header_read, keep_alive_idle) = (self.ctx.timeouts.header_read, self.ctx.timeouts.keep_alive_idle);
         // The header clock starts at accept for the first request and at its first byte for later ones.
         let started = Instant::now();
@@ -184,19 +198,22 @@ impl<S: RequestService> Connection<S> {
                     Err(e) => return NextHead::Refuse(e.status, e.message),
                 }
             }
-            let deadline = head_deadline.unwrap_or(idle_deadline);
+            // Usually later than the last one: the timer's place in the wheel stays, only its deadline moves.
+            waits.timer.as_mut().reset(head_deadline.unwrap_or(idle_deadline));
+            // Biased: a head that has arrived wins over a deadline that passed meanwhile, as with `timeout_at`.
             let read = tokio::select! {
                 biased;
-                _ = shutdown.cancelled(), if self.buf.is_empty() => return NextHead::Closed,
-                read = tokio::time::timeout_at(deadline, std::future::poll_fn(|cx| self.poll_read_or_reclaim(cx, &mut idle, started))) => read,
+                () = waits.shutdown.as_mut(), if self.buf.is_empty() => return NextHead::Closed,
+                read = std::future::poll_fn(|cx| self.poll_read_or_reclaim(cx, &mut idle, started)) => Some(read),
+                () = waits.timer.as_mut() => None,
             };
             match read {
-                Ok(Read::Head(head)) => return NextHead::Head(head),
-                Ok(Read::More) => {}
-                Ok(Read::Closed) => return NextHead::Closed,
-                Ok(Read::Refuse(status, message)) => return NextHead::Refuse(status, message),
-                Err(_elapsed) if self.buf.is_empty() => return NextHead::Closed,
-                Err(_elapsed) => {
+                Some(Read::Head(head)) => return NextHead::Head(head),
+                Some(Read::More) => {}
+                Some(Read::Closed) => return NextHead::Closed,
+                Some(Read::Refuse(status, message)) => return NextHead::Refuse(status, message),
+                None if self.buf.is_empty() => return NextHead::Closed,
+                None => {
                     return NextHead::Refuse(StatusCode::REQUEST_TIMEOUT, "request head not received in time");
                 }
             }
