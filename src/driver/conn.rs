@@ -86,9 +86,10 @@ thread_local! {
 }
 
 /// What a connection waits on between requests, made once per connection rather than once per request: the
-/// timer keeps its place in tokio's timer wheel and a later deadline only moves it (an atomic store, where a new
-/// timer per request entered the wheel and left it again under its lock), and the shutdown signal keeps its one
-/// place in the token's list of waiters.
+/// timer keeps its place in tokio's timer wheel and a later deadline only moves it (one compare-and-swap, where a
+/// new timer per request entered the wheel and left it again under its lock), and the shutdown signal keeps its one
+/// place in the token's list of waiters. The timer is reset before each wait; while a response is sent, a deadline
+/// that passes only wakes the connection once for nothing.
 struct Waits<'a, 't> {
     timer: Pin<&'a mut tokio::time::Sleep>,
     shutdown: Pin<&'a mut tokio_util::sync::WaitForCancellationFuture<'t>>,
