@@ -213,10 +213,10 @@ fn a_missing_blob_is_a_500_with_a_json_error() {
     assert_eq!(server.admin("GET", "/healthz", &[], b"").status, 200);
     // Each 500 is logged once, with its cause; the client's message above carries no cause. The server writes
     // the line before its response, but the test reads the server's stderr on a thread of its own, which may lag.
-    let errors = |log: &str| log.lines().filter(|l| l.contains("ERROR")).count();
-    wait_for(Duration::from_secs(30), || errors(&server.log()) >= 2);
+    let is_error = |line: &&str| line.contains("ERROR");
+    wait_for(Duration::from_secs(30), || server.log().lines().filter(is_error).count() >= 2);
     let log = server.log();
-    let failed: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
+    let failed: Vec<&str> = log.lines().filter(is_error).collect();
     assert_eq!(failed.len(), 2, "one error line per 500:\n{log}");
     for line in failed {
         assert!(line.contains("request failed") && line.contains("status=500"), "{line}");
