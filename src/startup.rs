@@ -301,7 +301,7 @@ fn raise_open_file_limit() -> u64 {
 }
 
 /// The access log's principal on the admin listener: the presented bearer token's id.
-fn admin_principal(headers: &http::HeaderMap) -> Option<access_log::Principal> {
+fn admin_principal(headers: &dyn crate::header_values::fields::Fields) -> Option<access_log::Principal> {
     let token = crate::auth::bearer(headers).ok().flatten()?;
     crate::auth::token::token_id(token).map(|id| access_log::Principal::Token(id.into()))
 }

@@ -58,7 +58,9 @@ def serve_under(tool_args, binary, kind, requests, small):
 
 
 # Where a request's work runs: the data connection's task, and the batcher's aggregation of its record.
-REQUEST_PATH = ("blobgate::driver::conn::Connection*::run::*", "blobgate::stats::Batch::add_within")
+# The connection's task is the only one the driver tracks (`TaskTracker`); its loop (`Connection::run`) may be
+# inlined into the tracker's poll, so the poll is what is named.
+REQUEST_PATH = ("*TrackedFuture*::poll", "blobgate::stats::Batch::add_within")
 
 
 def callgrind(binary, kind, requests, work, small):

@@ -23,8 +23,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::header::{self, HeaderMap};
+use http::header;
 
+use crate::header_values::fields::Fields;
 use crate::names::{BucketName, ObjectKey};
 use crate::store::{Bucket, Grant, MetadataError, Rights, S3KeyRecord, SigningKey, TokenRecord, unix_now};
 use presign::{PresignParams, QueryError};
@@ -141,7 +142,7 @@ impl AuthError {
 
 /// Finds the credentials of a request: at most one kind. The admin listener passes no query, since it takes no
 /// signed URLs.
-pub fn credentials<'a>(headers: &'a HeaderMap, query: Option<&str>) -> Result<Credentials<'a>, AuthError> {
+pub fn credentials<'a>(headers: &'a dyn Fields, query: Option<&str>) -> Result<Credentials<'a>, AuthError> {
     match (bearer(headers)?, presigned(query)?) {
         (Some(_), Some(_)) => Err(AuthError::BadRequest("send a bearer token or a signed URL, not both")),
         (Some(token), None) => Ok(Credentials::Bearer(token)),
@@ -152,12 +153,12 @@ pub fn credentials<'a>(headers: &'a HeaderMap, query: Option<&str>) -> Result<Cr
 
 /// The `Authorization: Bearer` token, if any. RFC 9110 §11.6.2 allows one Authorization field; several are
 /// refused (400).
-pub fn bearer(headers: &HeaderMap) -> Result<Option<&str>, AuthError> {
-    let mut fields = headers.get_all(header::AUTHORIZATION).iter();
+pub fn bearer(headers: &dyn Fields) -> Result<Option<&str>, AuthError> {
+    let mut fields = headers.values(&header::AUTHORIZATION);
     match (fields.next(), fields.next()) {
         (None, _) => Ok(None),
         (Some(_), Some(_)) => Err(AuthError::BadRequest("repeated Authorization header")),
-        (Some(value), None) => parse_bearer(value.as_bytes()).map(Some).ok_or(AuthError::unauthorized(
+        (Some(value), None) => parse_bearer(value).map(Some).ok_or(AuthError::unauthorized(
             FailureReason::Malformed,
             "malformed Authorization header; expected 'Bearer <token>'",
         )),
@@ -615,6 +616,7 @@ mod tests {
     use std::collections::{HashMap, HashSet};
 
     use super::*;
+    use http::HeaderMap;
 
     fn token(scope: &str, prefix: &str) -> TokenRecord {
         TokenRecord {

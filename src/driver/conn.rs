@@ -42,6 +42,7 @@ use super::sendfile::{SendOutcome, send_bytes, send_file_response};
 use super::{DriverContext, Listener, Refusal, RequestService};
 use crate::access_log::{Entry, Principal, REQUEST_ID_HEADER, RequestId};
 use crate::file_body::{DownloadKind, FileBody, ObjectRef};
+use crate::header_values::fields::Fields;
 use crate::stats::{DownloadRecord, Outcome, RecordKind};
 
 /// Largest buffered (non-file) response body we accept from a data handler: errors and small JSON only. The
@@ -303,31 +304,20 @@ impl<S: RequestService> Connection<S> {
         // Only with the access log on: reference-counted clones of what the head holds, no formatting.
         let mut access = self.ctx.access_log.is_some().then(|| (self.access_entry(&head), Instant::now()));
         let claimed = match (&access, self.ctx.listener) {
-            (Some(_), Listener::Admin { principal_of }) => principal_of(&head.headers),
+            (Some(_), Listener::Admin { principal_of }) => principal_of(&head.fields),
             _ => None,
         };
-        let (body, mut pump) = match head.body {
-            BodyFraming::None => (Body::empty(), None),
-            framing => {
-                let expect_continue = head.version == Version::HTTP_11
-                    && head
-                        .headers
-                        .get(header::EXPECT)
-                        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-                let (pump, body) = BodyPump::new(framing, expect_continue, self.ctx.body_budget.clone());
-                (body, Some(pump))
-            }
+        // A request without a body that the application reads from its head (the data listener's native reads).
+        // The context is the connection's, which `call_service` borrows mutably: a reference count per request, as
+        // the service's clone for `oneshot` was.
+        let ctx = Arc::clone(&self.ctx);
+        let from_head = match head.body {
+            BodyFraming::None => ctx.service.answer_head(head),
+            _ => Err(head),
         };
-        let mut request = Request::new(body);
-        *request.method_mut() = head.method;
-        *request.uri_mut() = head.uri;
-        *request.version_mut() = head.version;
-        *request.headers_mut() = head.headers;
-        let call = self.ctx.service.clone().oneshot(request);
-        let Ok(mut response) = match pump.as_mut() {
-            None => call.await,
-            // Boxed: the data listener's connection futures (and so its per-connection memory) stay as they were.
-            Some(pump) => Box::pin(self.call_with_body(call, pump)).await,
+        let (mut response, mut pump) = match from_head {
+            Ok(answer) => (answer.await, None),
+            Err(head) => self.call_service(head).await,
         };
         match pump.take() {
             // What followed the body (a pipelined request) is read from the connection's buffer again.
@@ -363,6 +353,31 @@ impl<S: RequestService> Connection<S> {
         keep
     }
 
+    /// Calls the service with `head` as an `http::Request`, feeding it the body (if any) while it answers.
+    async fn call_service(&mut self, head: RequestHead) -> (Response, Option<BodyPump>) {
+        let (body, mut pump) = match head.body {
+            BodyFraming::None => (Body::empty(), None),
+            framing => {
+                let expect_continue = head.version == Version::HTTP_11
+                    && head.fields.get(&header::EXPECT).is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
+                let (pump, body) = BodyPump::new(framing, expect_continue, self.ctx.body_budget.clone());
+                (body, Some(pump))
+            }
+        };
+        let mut request = Request::new(body);
+        *request.method_mut() = head.method;
+        *request.uri_mut() = head.uri;
+        *request.version_mut() = head.version;
+        *request.headers_mut() = head.fields.to_header_map();
+        let call = self.ctx.service.clone().oneshot(request);
+        let Ok(response) = match pump.as_mut() {
+            None => call.await,
+            // Boxed: the data listener's connection futures (and so its per-connection memory) stay as they were.
+            Some(pump) => Box::pin(self.call_with_body(call, pump)).await,
+        };
+        (response, pump)
+    }
+
     /// Awaits the service's response while feeding it the request body from the socket.
     async fn call_with_body<F: std::future::Future>(&mut self, call: F, pump: &mut BodyPump) -> F::Output {
         tokio::pin!(call);
@@ -387,8 +402,8 @@ impl<S: RequestService> Connection<S> {
             bytes: 0,
             duration: Duration::ZERO,
             principal: None,
-            range: head.headers.get(header::RANGE).cloned(),
-            user_agent: head.headers.get(header::USER_AGENT).cloned(),
+            range: head.fields.header_value(&header::RANGE),
+            user_agent: head.fields.header_value(&header::USER_AGENT),
             request_id: RequestId::next(),
             connection_requests: self.served,
             encoding: None,

@@ -11,12 +11,12 @@
 
 use std::mem::MaybeUninit;
 
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap};
 use http::{Method, StatusCode, Uri, Version};
 
 use super::body::BodyFraming;
 use crate::file_body::{SharedFields, write_fields};
-use crate::header_values::{X_AMZ_CONTENT_SHA256, X_AMZ_DATE};
+use crate::header_values::fields::{Fields, HeadFields};
 
 #[derive(Debug, Clone, Copy)]
 pub struct HeadLimits {
@@ -54,7 +54,8 @@ pub struct RequestHead {
     pub method: Method,
     pub uri: Uri,
     pub version: Version,
-    pub headers: HeaderMap,
+    /// The header fields, as parsed (an `http::HeaderMap` is built from them only for the handlers that take one).
+    pub fields: HeadFields,
     /// Whether the connection may carry another request after this one (RFC 9112 §9.3).
     pub keep_alive: bool,
     /// How its body is framed; always `BodyFraming::None` for a method `HeadLimits::bodies` takes none with.
@@ -144,63 +145,37 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
     };
     let method = Method::from_bytes(req.method.unwrap_or_default().as_bytes())
         .map_err(|_| HeadError::new(StatusCode::BAD_REQUEST, "malformed method"))?;
-    // One copy of the head; the target and every header value are views into it rather than a copy each.
+    // One copy of the head; the target and every field are views into it rather than a copy each. httparse
+    // hands out subslices of `buf`, so each one's offset in `buf` is its offset in the copy.
     let owned = bytes::Bytes::copy_from_slice(&buf[..len]);
-    // httparse hands out subslices of `buf`, so each one's offset in `buf` is its offset in `owned`. Anything
-    // else (it would be an httparse bug) is copied rather than trusted.
-    let view = |part: &[u8]| {
-        let start = (part.as_ptr() as usize).checked_sub(buf.as_ptr() as usize);
-        match start.filter(|start| start + part.len() <= owned.len()) {
-            Some(start) => owned.slice(start..start + part.len()),
-            None => bytes::Bytes::copy_from_slice(part),
-        }
+    // Anything else would be an httparse bug: refused rather than trusted.
+    let not_ours = || HeadError::new(StatusCode::BAD_REQUEST, "malformed request head");
+    let in_owned = |part: &[u8]| -> Result<&[u8], HeadError> {
+        let start = (part.as_ptr() as usize).checked_sub(buf.as_ptr() as usize).ok_or_else(not_ours)?;
+        owned.get(start..start + part.len()).ok_or_else(not_ours)
     };
-    let uri = parse_target(target, view(target.as_bytes()), &method)?;
+    let uri = parse_target(target, owned.slice_ref(in_owned(target.as_bytes())?), &method)?;
 
-    let mut headers = HeaderMap::with_capacity(req.headers.len());
+    let mut fields = HeadFields::new(owned.clone(), req.headers.len());
     // Most requests have no framing or Connection field: noted here, they are not looked up again below.
     let (mut framed, mut connection, mut hosts) = (false, false, 0);
     for h in req.headers.iter() {
-        let name =
-            header_name(h.name.as_bytes()).ok_or(HeadError::new(StatusCode::BAD_REQUEST, "malformed header name"))?;
-        framed |= name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING;
-        connection |= name == header::CONNECTION;
-        hosts += usize::from(name == header::HOST);
-        // httparse already refused CR, LF, NUL and other controls in values.
-        let value = HeaderValue::from_maybe_shared(view(h.value))
-            .map_err(|_| HeadError::new(StatusCode::BAD_REQUEST, "malformed header value"))?;
-        headers.append(name, value);
+        let name = h.name.as_bytes();
+        framed |= name.eq_ignore_ascii_case(b"content-length") || name.eq_ignore_ascii_case(b"transfer-encoding");
+        connection |= name.eq_ignore_ascii_case(b"connection");
+        hosts += usize::from(name.eq_ignore_ascii_case(b"host"));
+        // httparse refused names that are not tokens and values with CR, LF, NUL or other controls: what
+        // `HeaderName` and `HeaderValue` refuse.
+        fields.push(in_owned(name)?, in_owned(h.value)?).ok_or_else(not_ours)?;
     }
-    let body = if framed { check_framing(&headers, version, limits.bodies.takes(&method))? } else { BodyFraming::None };
+    let body = if framed { check_framing(&fields, version, limits.bodies.takes(&method))? } else { BodyFraming::None };
     // RFC 9112 §3.2: a client MUST send Host in HTTP/1.1; a server MUST answer 400 when it is missing or repeated.
     if (version == Version::HTTP_11 && hosts != 1) || hosts > 1 {
         return Err(HeadError::new(StatusCode::BAD_REQUEST, "exactly one Host header is required"));
     }
-    let keep_alive = if connection { wants_keep_alive(&headers, version) } else { version != Version::HTTP_10 };
-    Ok(Parsed::Complete(RequestHead { method, uri, version, headers, keep_alive, body, len: len + skipped }))
+    let keep_alive = if connection { wants_keep_alive(&fields, version) } else { version != Version::HTTP_10 };
+    Ok(Parsed::Complete(RequestHead { method, uri, version, fields, keep_alive, body, len: len + skipped }))
 }
-
-/// A request header name. `http` knows the standard names without allocating; the names S3 clients send on
-/// every request are not among them, so they are matched here (by length, then bytes) against static copies
-/// rather than lowercased into an allocation each.
-fn header_name(raw: &[u8]) -> Option<HeaderName> {
-    let known = match raw.len() {
-        10 => &X_AMZ_DATE,
-        15 => &AMZ_SDK_REQUEST,
-        20 => &X_AMZ_CONTENT_SHA256,
-        21 => &AMZ_SDK_INVOCATION_ID,
-        _ => return HeaderName::from_bytes(raw).ok(),
-    };
-    if known.as_str().as_bytes().eq_ignore_ascii_case(raw) {
-        Some(known.clone())
-    } else {
-        HeaderName::from_bytes(raw).ok()
-    }
-}
-
-// What botocore and aws-cli send on every request beyond `http`'s standard names.
-static AMZ_SDK_REQUEST: HeaderName = HeaderName::from_static("amz-sdk-request");
-static AMZ_SDK_INVOCATION_ID: HeaderName = HeaderName::from_static("amz-sdk-invocation-id");
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4) as far as its request line: a client with prior knowledge.
 const HTTP2_PREFACE_LINE: &[u8] = b"PRI * HTTP/2.0";
@@ -288,21 +263,21 @@ fn parse_target(target: &str, shared: bytes::Bytes, method: &Method) -> Result<U
 /// `accept_bodies` (a method the listener takes no body with) every TE and every non-zero CL is refused; with it, a CL body or the
 /// `chunked` coding alone is taken, and any other transfer coding gets 501 (§6.1). The connection closes after
 /// every refusal.
-fn check_framing(headers: &HeaderMap, version: Version, accept_bodies: bool) -> Result<BodyFraming, HeadError> {
-    if !accept_bodies && headers.contains_key(header::TRANSFER_ENCODING) {
+fn check_framing(headers: &HeadFields, version: Version, accept_bodies: bool) -> Result<BodyFraming, HeadError> {
+    if !accept_bodies && headers.contains(&header::TRANSFER_ENCODING) {
         return Err(HeadError::new(
             StatusCode::BAD_REQUEST,
             "request bodies are not accepted for this method on this listener",
         ));
     }
-    let mut lengths = headers.get_all(header::CONTENT_LENGTH).iter();
+    let mut lengths = headers.values(&header::CONTENT_LENGTH);
     let length = match lengths.next() {
         None => None,
         Some(_) if lengths.next().is_some() => {
             return Err(HeadError::new(StatusCode::BAD_REQUEST, "repeated Content-Length"));
         }
         Some(value) => {
-            let digits = value.as_bytes();
+            let digits = value;
             if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
                 return Err(HeadError::new(StatusCode::BAD_REQUEST, "invalid Content-Length"));
             }
@@ -318,7 +293,7 @@ fn check_framing(headers: &HeaderMap, version: Version, accept_bodies: bool) -> 
             Some(n.ok_or_else(|| HeadError::new(StatusCode::BAD_REQUEST, "invalid Content-Length"))?)
         }
     };
-    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
+    let mut codings = headers.values(&header::TRANSFER_ENCODING);
     let framing = match (codings.next(), length) {
         (None, None | Some(0)) => BodyFraming::None,
         (None, Some(n)) => BodyFraming::Length(n),
@@ -329,7 +304,7 @@ fn check_framing(headers: &HeaderMap, version: Version, accept_bodies: bool) -> 
             return Err(HeadError::new(StatusCode::BAD_REQUEST, "Transfer-Encoding together with Content-Length"));
         }
         (Some(coding), None) => {
-            if codings.next().is_some() || !coding.as_bytes().trim_ascii().eq_ignore_ascii_case(b"chunked") {
+            if codings.next().is_some() || !coding.trim_ascii().eq_ignore_ascii_case(b"chunked") {
                 return Err(HeadError::new(
                     StatusCode::NOT_IMPLEMENTED,
                     "only the chunked transfer coding is supported",
@@ -341,12 +316,11 @@ fn check_framing(headers: &HeaderMap, version: Version, accept_bodies: bool) -> 
     Ok(framing)
 }
 
-fn wants_keep_alive(headers: &HeaderMap, version: Version) -> bool {
+fn wants_keep_alive(headers: &HeadFields, version: Version) -> bool {
     let has_token = |token: &str| {
         headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .any(|v| v.to_str().map(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token))).unwrap_or(false))
+            .values(&header::CONNECTION)
+            .any(|v| std::str::from_utf8(v).is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token))))
     };
     match version {
         Version::HTTP_10 => has_token("keep-alive"),
@@ -407,6 +381,7 @@ pub fn write_response_head(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
 
     const LIMITS: HeadLimits =
         HeadLimits { max_head_bytes: 1024, max_headers: 8, max_uri_bytes: 256, bodies: Bodies::Never };
@@ -447,11 +422,9 @@ mod tests {
             };
             match head(max_headers) {
                 Ok(Parsed::Complete(h)) => {
-                    assert_eq!(h.headers.len(), max_headers);
-                    assert_eq!(
-                        h.headers.get(format!("x-f{}", max_headers - 1)).unwrap(),
-                        &*(max_headers - 1).to_string()
-                    );
+                    let map = h.fields.to_header_map();
+                    assert_eq!(map.len(), max_headers);
+                    assert_eq!(map.get(format!("x-f{}", max_headers - 1)).unwrap(), &*(max_headers - 1).to_string());
                 }
                 other => panic!("{max_headers} fields under a limit of {max_headers}: {:?}", other.err()),
             }
@@ -604,23 +577,6 @@ mod tests {
         assert_eq!(status_of(many.as_bytes()), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
         let big = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n", "v".repeat(1100));
         assert_eq!(status_of(big.as_bytes()), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
-    }
-
-    #[test]
-    fn s3_client_header_names_are_the_static_ones_in_any_case_and_others_parse_as_before() {
-        for raw in ["x-amz-date", "X-Amz-Date", "X-AMZ-CONTENT-SHA256", "amz-sdk-request", "Amz-Sdk-Invocation-Id"] {
-            let name = super::header_name(raw.as_bytes()).expect("a valid name");
-            assert_eq!(name.as_str(), raw.to_ascii_lowercase());
-            assert_eq!(name, HeaderName::from_bytes(raw.as_bytes()).unwrap());
-        }
-        // The same lengths as names in the table, and names http knows itself.
-        for raw in ["x-amz-dafe", "x-amz-content-sha255", "Content-Length", "Host"] {
-            assert_eq!(super::header_name(raw.as_bytes()), HeaderName::from_bytes(raw.as_bytes()).ok(), "{raw}");
-        }
-        assert_eq!(super::header_name(b"x-amz date"), None);
-        assert_eq!(super::header_name(b"bad name here!!"), None);
-        let head = complete(b"GET / HTTP/1.1\r\nHost: h\r\nX-Amz-Date: 20130524T000000Z\r\n\r\n");
-        assert_eq!(head.headers.get("x-amz-date").unwrap(), "20130524T000000Z");
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod sendfile;
 
 use std::cell::Cell;
 use std::convert::Infallible;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -35,10 +36,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Settings;
+use crate::header_values::fields::Fields;
 use crate::metrics::DriverMetrics;
 use crate::metrics::downloads::DownloadRecorder;
 use admission::Admission;
 use head::HeadLimits;
+pub use head::RequestHead;
 use sendfile::{SendObserver, SendOptions};
 
 /// Concurrent pool sends (cold or bulk chunks) across all workers: enough to keep a disk busy, few enough that
@@ -55,15 +58,19 @@ pub trait RequestService:
     + Sync
     + 'static
 {
+    /// The answer to a request without a body that the application reads from its parsed head, without an
+    /// `http::Request` (no `HeaderMap` built, no layers walked): the data listener's native reads. A head handed
+    /// back goes through the service.
+    // The head is moved, not boxed: a box would be an allocation per request.
+    #[allow(clippy::result_large_err)]
+    fn answer_head(&self, head: RequestHead) -> Result<impl Future<Output = Response> + Send + '_, RequestHead>;
 }
 
-impl<S> RequestService for S where
-    S: tower::Service<http::Request<Body>, Response = Response, Error = Infallible, Future: Send>
-        + Clone
-        + Send
-        + Sync
-        + 'static
-{
+/// The admin listener's: every request through the router.
+impl RequestService for axum::Router {
+    fn answer_head(&self, head: RequestHead) -> Result<impl Future<Output = Response> + Send + '_, RequestHead> {
+        Err::<std::future::Ready<Response>, _>(head)
+    }
 }
 
 /// A response the driver gives by itself, without calling the application.
@@ -98,7 +105,7 @@ pub enum Listener {
     Data,
     /// Request bodies streamed to the service; connections live on the main runtime. `principal_of` names the
     /// access log's principal from a request's credentials when the handler names none (and did not refuse them).
-    Admin { principal_of: fn(&http::HeaderMap) -> Option<crate::access_log::Principal> },
+    Admin { principal_of: fn(&dyn Fields) -> Option<crate::access_log::Principal> },
 }
 
 impl Listener {
@@ -156,7 +163,7 @@ impl<S: RequestService> DriverContext<S> {
     }
 
     /// The same for the admin listener: request bodies are taken and streamed to the service.
-    pub fn for_admin(mut self, principal_of: fn(&http::HeaderMap) -> Option<crate::access_log::Principal>) -> Self {
+    pub fn for_admin(mut self, principal_of: fn(&dyn Fields) -> Option<crate::access_log::Principal>) -> Self {
         self.listener = Listener::Admin { principal_of };
         self.head_limits.bodies = head::Bodies::Any;
         self

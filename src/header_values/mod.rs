@@ -7,6 +7,7 @@ pub mod calendar;
 pub mod content_coding;
 pub mod cors;
 pub mod disposition;
+pub mod fields;
 pub mod upload_digest;
 pub mod uri;
 

@@ -21,7 +21,9 @@
 //!   the answer by `Vary: Accept-Encoding` anyway, and a 406 would turn a client's odd header into a failed asset
 //!   load in the browser. So the result is always something we can send.
 
-use http::{HeaderMap, header};
+use http::header;
+
+use crate::header_values::fields::Fields;
 
 use super::range::trim_ows;
 pub use crate::header_values::content_coding::{ContentCoding, Variants};
@@ -42,10 +44,10 @@ struct Preferences {
 }
 
 impl Preferences {
-    fn parse(headers: &HeaderMap) -> Preferences {
+    fn parse(headers: &dyn Fields) -> Preferences {
         let mut prefs = Preferences::default();
-        for line in headers.get_all(header::ACCEPT_ENCODING) {
-            for element in line.as_bytes().split(|&b| b == b',') {
+        for line in headers.values(&header::ACCEPT_ENCODING) {
+            for element in line.split(|&b| b == b',') {
                 let Some((coding, q)) = parse_element(element) else { continue };
                 let slot = if coding.eq_ignore_ascii_case(b"*") {
                     &mut prefs.any
@@ -77,7 +79,7 @@ impl Preferences {
 
 /// Picks the coding to send from the request's `Accept-Encoding` and the object's variants. Always a coding the
 /// object has (identity when nothing else is acceptable; see the module doc for why not 406).
-pub fn negotiate(headers: &HeaderMap, variants: Variants) -> ContentCoding {
+pub fn negotiate(headers: &dyn Fields, variants: Variants) -> ContentCoding {
     if !variants.any() {
         return ContentCoding::Identity;
     }
@@ -148,8 +150,8 @@ mod tests {
     const GZIP_ONLY: Variants = Variants { br: false, gzip: true };
     const BR_ONLY: Variants = Variants { br: true, gzip: false };
 
-    fn with(lines: &[&str]) -> HeaderMap {
-        let mut headers = HeaderMap::new();
+    fn with(lines: &[&str]) -> http::HeaderMap {
+        let mut headers = http::HeaderMap::new();
         for line in lines {
             headers.append(header::ACCEPT_ENCODING, HeaderValue::from_str(line).unwrap());
         }

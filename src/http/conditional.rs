@@ -35,6 +35,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, Method, header};
 
+use crate::header_values::fields::Fields;
+
 use super::range::trim_ows;
 #[cfg(test)]
 use crate::header_values::{MAX_HTTP_DATE_SECS, etag_from_sha256, format_http_date};
@@ -77,7 +79,7 @@ impl Precondition {
 
 /// `now` is the server's current time (for the "Last-Modified is strong" test of §8.8.2.2 used by If-Range).
 #[must_use]
-pub fn evaluate(method: &Method, headers: &HeaderMap, v: &Validators<'_>, now: SystemTime) -> Precondition {
+pub fn evaluate(method: &Method, headers: &dyn Fields, v: &Validators<'_>, now: SystemTime) -> Precondition {
     // Most requests carry no precondition at all: answer them without parsing anything.
     const FIELDS: [header::HeaderName; 5] = [
         header::IF_MATCH,
@@ -87,7 +89,7 @@ pub fn evaluate(method: &Method, headers: &HeaderMap, v: &Validators<'_>, now: S
         header::IF_RANGE,
     ];
     // One pass over the names a request has (a handful) rather than a hashed lookup for each of the five.
-    if !headers.keys().any(|name| FIELDS.contains(name)) {
+    if !headers.has_any(&FIELDS) {
         return Precondition::Proceed { honor_range: true };
     }
     let current = parse_entity_tag(v.etag.as_bytes());
@@ -95,7 +97,7 @@ pub fn evaluate(method: &Method, headers: &HeaderMap, v: &Validators<'_>, now: S
     let get_or_head = *method == Method::GET || *method == Method::HEAD;
 
     // §13.2.2 step 1; step 2 only when If-Match is absent.
-    if headers.contains_key(header::IF_MATCH) {
+    if headers.contains(&header::IF_MATCH) {
         if !if_match_passes(headers, current) {
             return Precondition::Failed;
         }
@@ -107,7 +109,7 @@ pub fn evaluate(method: &Method, headers: &HeaderMap, v: &Validators<'_>, now: S
     }
 
     // §13.2.2 step 3; step 4 only when If-None-Match is absent (§13.1.3).
-    if headers.contains_key(header::IF_NONE_MATCH) {
+    if headers.contains(&header::IF_NONE_MATCH) {
         if if_none_match_matches(headers, current) {
             // §13.1.2: 304 is only for GET/HEAD; other methods get 412.
             return if get_or_head { Precondition::NotModified } else { Precondition::Failed };
@@ -123,9 +125,8 @@ pub fn evaluate(method: &Method, headers: &HeaderMap, v: &Validators<'_>, now: S
     }
 
     // §13.2.2 step 5: ranges only exist for GET (and HEAD mirrors it).
-    let honor_range = !get_or_head
-        || !headers.contains_key(header::IF_RANGE)
-        || if_range_matches(headers, current, last_modified, now);
+    let honor_range =
+        !get_or_head || !headers.contains(&header::IF_RANGE) || if_range_matches(headers, current, last_modified, now);
     Precondition::Proceed { honor_range }
 }
 
@@ -237,12 +238,12 @@ impl<'a> Iterator for ListIter<'a> {
 }
 
 /// All elements of all field lines of `name`, in order.
-fn list_elements<'h>(headers: &'h HeaderMap, name: &header::HeaderName) -> impl Iterator<Item = Element<'h>> {
-    headers.get_all(name).iter().flat_map(|v| ListIter { rest: v.as_bytes() })
+fn list_elements<'h>(headers: &'h dyn Fields, name: &header::HeaderName) -> impl Iterator<Item = Element<'h>> {
+    headers.values(name).flat_map(|v| ListIter { rest: v })
 }
 
 /// §13.1.1: true for `*` alone (the representation exists) or a strong match in the list.
-fn if_match_passes(headers: &HeaderMap, current: Option<EntityTag<'_>>) -> bool {
+fn if_match_passes(headers: &dyn Fields, current: Option<EntityTag<'_>>) -> bool {
     let (mut count, mut star, mut matched) = (0usize, false, false);
     for element in list_elements(headers, &header::IF_MATCH) {
         count += 1;
@@ -257,7 +258,7 @@ fn if_match_passes(headers: &HeaderMap, current: Option<EntityTag<'_>>) -> bool 
 }
 
 /// §13.1.2: true for `*` alone or a weak match; malformed elements just don't match.
-fn if_none_match_matches(headers: &HeaderMap, current: Option<EntityTag<'_>>) -> bool {
+fn if_none_match_matches(headers: &dyn Fields, current: Option<EntityTag<'_>>) -> bool {
     let (mut count, mut star, mut matched) = (0usize, false, false);
     for element in list_elements(headers, &header::IF_NONE_MATCH) {
         count += 1;
@@ -272,17 +273,17 @@ fn if_none_match_matches(headers: &HeaderMap, current: Option<EntityTag<'_>>) ->
 
 /// §13.1.5: strong etag match, or an exact date match with a strong Last-Modified (§8.8.2.2).
 fn if_range_matches(
-    headers: &HeaderMap,
+    headers: &dyn Fields,
     current: Option<EntityTag<'_>>,
     last_modified: SystemTime,
     now: SystemTime,
 ) -> bool {
-    let mut values = headers.get_all(header::IF_RANGE).iter();
+    let mut values = headers.values(&header::IF_RANGE);
     // If-Range holds one validator, not a list.
     let (Some(value), None) = (values.next(), values.next()) else {
         return false;
     };
-    let raw = trim_ows(value.as_bytes());
+    let raw = trim_ows(value);
     if raw.starts_with(b"\"") || raw.starts_with(b"W/") {
         return match (parse_entity_tag(raw), current) {
             (Some(tag), Some(current)) => strong_eq(tag, current),
@@ -294,10 +295,10 @@ fn if_range_matches(
 }
 
 /// A date header counts only with exactly one field line holding a valid date (§13.1.3, §13.1.4).
-fn single_date(headers: &HeaderMap, name: &header::HeaderName) -> Option<SystemTime> {
-    let mut values = headers.get_all(name).iter();
+fn single_date(headers: &dyn Fields, name: &header::HeaderName) -> Option<SystemTime> {
+    let mut values = headers.values(name);
     match (values.next(), values.next()) {
-        (Some(value), None) => parse_http_date(value.as_bytes()),
+        (Some(value), None) => parse_http_date(value),
         _ => None,
     }
 }

@@ -17,29 +17,29 @@
 //!   answered from the bucket's rule, and an allowed origin learns that a bucket by that name has a rule for it.
 
 use axum::body::Body;
-use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use http::header::{self, HeaderValue};
 use http::{Method, StatusCode};
 
 use super::DataState;
 use super::object;
+use crate::driver::RequestHead;
 use crate::header_values::cors::CorsPolicy;
+use crate::header_values::fields::Fields;
 use crate::names::parse_data_path;
 
 const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
 
-pub async fn serve(State(app): State<DataState>, request: Request) -> Response {
-    let Some(origin) = request.headers().get(header::ORIGIN).cloned() else {
-        return object::get_object(State(app), request).await.into_response();
+pub async fn serve(app: &DataState, head: &RequestHead) -> Response {
+    let Some(origin) = head.fields.header_value(&header::ORIGIN) else {
+        return object::get_object(app, head).await.into_response();
     };
-    let policy = bucket_policy(&app, request.uri().path()).await;
-    let headers = request.headers();
-    if request.method() == Method::OPTIONS && headers.contains_key(header::ACCESS_CONTROL_REQUEST_METHOD) {
-        return preflight(policy.as_deref(), &origin, headers);
+    let policy = bucket_policy(app, head.uri.path()).await;
+    if head.method == Method::OPTIONS && head.fields.contains(&header::ACCESS_CONTROL_REQUEST_METHOD) {
+        return preflight(policy.as_deref(), &origin, &head.fields);
     }
-    let credentialed = is_credentialed(headers);
-    match object::authorise_and_serve(&app, request).await {
+    let credentialed = is_credentialed(&head.fields);
+    match object::authorise_and_serve(app, head).await {
         // Refused before authorisation: no CORS headers and no `Vary: Origin`, which only a bucket with a rule
         // would get, so an existing private bucket answers exactly as an absent one.
         Err(refusal) => refusal.into_response(),
@@ -56,15 +56,15 @@ pub async fn serve(State(app): State<DataState>, request: Request) -> Response {
 /// The answer to a preflight, native or S3 ("OPTIONS object"): 204, with the `Access-Control-*` headers when the
 /// bucket's rule allows the origin, the method and every requested header, and without them otherwise (no rule,
 /// no bucket), which a browser refuses.
-pub fn preflight(policy: Option<&CorsPolicy>, origin: &HeaderValue, headers: &http::HeaderMap) -> Response {
+pub fn preflight(policy: Option<&CorsPolicy>, origin: &HeaderValue, headers: &dyn Fields) -> Response {
     let mut response = Response::new(Body::empty());
     *response.status_mut() = StatusCode::NO_CONTENT;
     response.headers_mut().insert(header::ALLOW, ALLOW);
     if let Some(policy) = policy {
         policy.add_preflight_headers(
             origin,
-            headers.get(header::ACCESS_CONTROL_REQUEST_METHOD),
-            headers.get(header::ACCESS_CONTROL_REQUEST_HEADERS),
+            headers.header_value(&header::ACCESS_CONTROL_REQUEST_METHOD).as_ref(),
+            headers.header_value(&header::ACCESS_CONTROL_REQUEST_HEADERS).as_ref(),
             response.headers_mut(),
         );
     }
@@ -90,8 +90,8 @@ pub async fn add_to_s3_answer(
 }
 
 /// Whether a request carries credentials a browser would call so: then `*` is never the answer.
-pub fn is_credentialed(headers: &http::HeaderMap) -> bool {
-    headers.contains_key(header::AUTHORIZATION) || headers.contains_key(header::COOKIE)
+pub fn is_credentialed(headers: &dyn Fields) -> bool {
+    headers.contains(&header::AUTHORIZATION) || headers.contains(&header::COOKIE)
 }
 
 /// `Vary: Origin` on a bucket's 200, 206 and 304 whether or not the request had an `Origin`, when the bucket has a

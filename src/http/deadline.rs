@@ -95,6 +95,12 @@ where
     }
 }
 
+/// `inner` under the deadline `limit` from now, answered in JSON when it passes: what [`Deadline`] does, for a
+/// request that is not an `http::Request` (the data listener's native reads, `super::DataService`).
+pub fn bound<F>(inner: F, limit: Duration) -> DeadlineFuture<F> {
+    DeadlineFuture { inner, expires: Some(Instant::now() + limit), timer: None, s3_resource: None }
+}
+
 pin_project_lite::pin_project! {
     pub struct DeadlineFuture<F> {
         #[pin]

@@ -18,6 +18,7 @@ pub mod upload;
 pub mod website;
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -29,7 +30,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use crate::auth::Authorizer;
 use crate::catalog::Catalog;
 use crate::config::Settings;
-use crate::driver::Refusal;
+use crate::driver::{Refusal, RequestHead as DriverHead};
 use crate::s3::operation::{self, Api, RequestHead, S3Call};
 use crate::store::{DatabaseHealth, Store};
 use error::ApiError;
@@ -99,31 +100,98 @@ impl std::ops::Deref for AdminState {
     }
 }
 
-/// The data listener's application: the request classified once (`s3::operation::classify`), under the handler
-/// deadline (which reads the same answer: S3 XML or JSON, and no deadline for a write, whose body has its own
-/// timeouts), then the one routing decision ([`route`]): native reads go through CORS to the object handler (an
-/// ordinary axum handler with extractors), native writes to the upload handlers, S3 requests to the S3 dispatcher.
-/// With `read_only` (`listen_read_only`), every write is refused with 405 before its body is read.
+/// The data listener's application. Native reads (every request without a body that `s3::operation::classify`
+/// calls native, except PUT and DELETE) are answered from the head as the driver parsed it
+/// ([`DataService::answer_head`]): CORS, then the object handler, under the handler deadline, with no
+/// `http::Request`, `HeaderMap` or layer per download. Everything else is an `http::Request` through the service:
+/// classified once, under the handler deadline (which reads the same answer: S3 XML or JSON, and no deadline for a
+/// write, whose body has its own timeouts), then the one routing decision ([`route`]): native writes to the
+/// upload handlers, S3 requests to the S3 dispatcher. With `read_only` (`listen_read_only`), every write is refused
+/// with 405 before its body is read.
 ///
 /// There is no `Router` in front: with one decision it has nothing to route, and its per-request work (a path
-/// match, boxing and cloning the route, extension inserts) allocates on every download. The driver accepts any
-/// such `Service`, so a `Router` or further layers can go back on without touching it. No TraceLayer either: its
+/// match, boxing and cloning the route, extension inserts) allocates on every download. No TraceLayer either: its
 /// per-request span is paid by every small download (docs/measurements.md); the driver logs every response itself
 /// (`blobgate::driver` at debug), which costs nothing when that level is off. Server errors are logged once, by
 /// [`error::log_server_error`], which only reads the status of a success.
-pub fn data_service(app: AdminState, handler_timeout: Duration, read_only: bool) -> impl crate::driver::RequestService {
+pub fn data_service(app: AdminState, handler_timeout: Duration, read_only: bool) -> DataService<impl Routed> {
     let domain = app.data.s3_domain.clone().map(Arc::<str>::from);
-    tower::ServiceBuilder::new()
+    let classify_domain = domain.clone();
+    let routed = tower::ServiceBuilder::new()
         .map_response(error::log_server_error)
-        .map_request(move |request| Classified::new(request, domain.as_deref()))
+        .map_request(move |request| Classified::new(request, classify_domain.as_deref()))
         .layer(deadline::DeadlineLayer::new(handler_timeout))
-        .service_fn(move |classified: Classified| {
-            // A native read needs the data parts only: one reference count per download, as before writes came.
-            let native_read = classified.api == Api::Native
-                && !matches!(*classified.request.method(), http::Method::PUT | http::Method::DELETE);
-            let handed = if native_read { Handed::Read(app.data.clone()) } else { Handed::Other(app.clone()) };
-            route(handed, read_only, classified)
+        .service_fn({
+            let app = app.clone();
+            move |classified: Classified| route(app.clone(), read_only, classified)
+        });
+    DataService { routed, data: app.data.clone(), s3_domain: domain, handler_timeout, read_only }
+}
+
+/// The service behind [`DataService`] for what is not answered from the head.
+pub trait Routed:
+    tower::Service<axum::extract::Request, Response = Response, Error = Infallible, Future: Send>
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S> Routed for S where
+    S: tower::Service<axum::extract::Request, Response = Response, Error = Infallible, Future: Send>
+        + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// See [`data_service`].
+#[derive(Clone)]
+pub struct DataService<S> {
+    routed: S,
+    data: DataState,
+    s3_domain: Option<Arc<str>>,
+    handler_timeout: Duration,
+    read_only: bool,
+}
+
+impl<S: Routed> tower::Service<axum::extract::Request> for DataService<S> {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> {
+        self.routed.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: axum::extract::Request) -> S::Future {
+        self.routed.call(request)
+    }
+}
+
+impl<S: Routed> crate::driver::RequestService for DataService<S> {
+    fn answer_head(&self, head: DriverHead) -> Result<impl Future<Output = Response> + Send + '_, DriverHead> {
+        if matches!(head.method, http::Method::PUT | http::Method::DELETE) {
+            return Err(head);
+        }
+        let api = crate::s3::operation::classify(RequestHead {
+            method: &head.method,
+            path: head.uri.path(),
+            query: head.uri.query(),
+            headers: &head.fields,
+            s3_domain: self.s3_domain.as_deref(),
+        });
+        if api != Api::Native {
+            return Err(head);
+        }
+        Ok(async move {
+            let read = async { Ok::<_, Infallible>(cors::serve(&self.data, &head).await) };
+            let Ok(response) = deadline::bound(read, self.handler_timeout).await;
+            error::log_server_error(if self.read_only { response } else { allowing_writes(response) })
         })
+    }
 }
 
 /// A request and what [`classify`](crate::s3::operation::classify) made of it, decided once.
@@ -145,30 +213,15 @@ impl Classified {
     }
 }
 
-/// What [`route`] is handed of the application state, chosen when the request is classified.
-enum Handed {
-    /// A native GET, HEAD (or another method the object handler refuses): the data parts.
-    Read(DataState),
-    /// A write or an S3 request: the whole state.
-    Other(AdminState),
-}
-
-/// The data listener's one routing decision.
+/// The data listener's one routing decision for what is not answered from the head.
 ///
 /// The writes' futures are boxed: a future is as large as its largest state, and the driver moves the service's
-/// future into its connection's once per request, so unboxed they made every download copy theirs (8 KB).
+/// future into its connection's once per request.
 async fn route(
-    handed: Handed,
+    app: AdminState,
     read_only: bool,
     Classified { api, request }: Classified,
 ) -> Result<Response, Infallible> {
-    let app = match handed {
-        Handed::Read(data) => {
-            let response = cors::serve(State(data), request).await;
-            return Ok(if read_only { response } else { allowing_writes(response) });
-        }
-        Handed::Other(app) => app,
-    };
     if read_only && api.is_write(request.method()) {
         return Ok(match api {
             Api::S3(_) => s3::refuse(&request, ApiError::MethodNotAllowed.into()),
@@ -185,8 +238,11 @@ async fn route(
                 let (parts, _no_body) = request.into_parts();
                 Box::pin(upload::delete_object(State(app), parts.uri, parts.headers)).await.into_response()
             }
-            // Handed::Read took every other native request.
-            _ => cors::serve(State(app.data.clone()), request).await,
+            // A native request with a body that is not an upload (`answer_head` took those without one).
+            _ => {
+                let refused = ApiError::MethodNotAllowed.into_response();
+                if read_only { refused } else { allowing_writes(refused) }
+            }
         },
         Api::S3(call) => dispatch_s3(app, call, request).await,
     })

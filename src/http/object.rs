@@ -20,10 +20,9 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use http::header::{self, HeaderValue};
-use http::{HeaderMap, Method, StatusCode};
+use http::{Method, StatusCode};
 
 use super::DataState;
 use super::accept_encoding;
@@ -35,37 +34,38 @@ use super::website::{self, Plan};
 use crate::access_log::Principal;
 use crate::auth::{AuthError, Credentials};
 use crate::catalog::representation::{ObjectEntry, REPR_DIGEST, disposition_value, private_cache_control};
+use crate::driver::RequestHead;
 use crate::file_body::{DownloadKind, FileBody, Segment, SentByTheDriver};
+use crate::header_values::fields::Fields;
 use crate::names::{BucketName, Website, parse_data_path};
 use crate::store::Bucket;
 
-// The whole request by value rather than `Method`, `Uri` and `HeaderMap` extractors, which clone each part.
-pub async fn get_object(State(app): State<DataState>, request: Request) -> Result<Response, ApiError> {
-    authorise_and_serve(&app, request).await.and_then(|answer| answer)
+pub async fn get_object(app: &DataState, head: &RequestHead) -> Result<Response, ApiError> {
+    authorise_and_serve(app, head).await.and_then(|answer| answer)
 }
 
 /// The GET/HEAD pipeline with its refusals before authorisation (the outer `Err`: bad path, bad or missing
 /// credentials, no access, a stale replica) kept apart from whatever follows authorisation (the inner result),
 /// so that `cors` can leave the former bare: they must look alike whether the bucket exists or not.
-pub async fn authorise_and_serve(app: &DataState, request: Request) -> Result<Result<Response, ApiError>, ApiError> {
-    let (http::request::Parts { method, uri, headers, .. }, _no_body) = request.into_parts();
+pub async fn authorise_and_serve(app: &DataState, head: &RequestHead) -> Result<Result<Response, ApiError>, ApiError> {
+    let RequestHead { method, uri, fields, .. } = head;
     if method != Method::GET && method != Method::HEAD {
         return Err(ApiError::MethodNotAllowed);
     }
     let (bucket_name, requested) = parse_data_path(uri.path())?;
     let bucket = app.catalog.bucket(bucket_name.as_str()).await?;
     let plan = website::plan(requested, uri.path(), bucket.as_deref().map_or(&Website::NONE, |b| &b.website));
-    let credentials = crate::auth::credentials(&headers, uri.query())?;
+    let credentials = crate::auth::credentials(fields, uri.query())?;
     let principal = app.log_principal.then(|| principal_of(&credentials));
     let allowed = app.auth.read(&bucket_name, bucket.as_ref(), plan.authorised_key(), credentials).await?;
-    let asked = Asked { method: &method, headers: &headers, query: uri.query(), name: &bucket_name };
+    let asked = Asked { method, headers: fields, query: uri.query(), name: &bucket_name };
     Ok(serve_planned(app, &asked, &plan, allowed, principal).await)
 }
 
 /// A native request as the steps after authorisation need it.
 struct Asked<'a> {
     method: &'a Method,
-    headers: &'a HeaderMap,
+    headers: &'a dyn Fields,
     query: Option<&'a str>,
     name: &'a BucketName,
 }
@@ -180,7 +180,7 @@ async fn error_document_response(app: &DataState, bucket: &Bucket, entry: &Objec
 /// An authorised GET/HEAD of one object: what the native and the S3 routes share from step 3 on.
 pub(super) struct ObjectRequest<'a> {
     pub method: &'a Method,
-    pub headers: &'a http::HeaderMap,
+    pub headers: &'a dyn Fields,
     pub bucket: &'a std::sync::Arc<crate::store::Bucket>,
     pub key: &'a crate::names::ObjectKey,
     /// A `response-content-disposition` that a valid signature covered.
@@ -311,8 +311,8 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
     // RFC 9110 §14.2: Range is defined for GET only; HEAD answers what a plain GET would (an S3 part's HEAD: what
     // the part's GET would).
     let ranged = method == Method::GET || part;
-    let range_header = match (honor_range && ranged, headers.get_all(header::RANGE).iter().count()) {
-        (true, 1) => headers.get(header::RANGE).map(HeaderValue::as_bytes),
+    let range_header = match (honor_range && ranged, headers.values(&header::RANGE).count()) {
+        (true, 1) => headers.get(&header::RANGE),
         // Several Range fields cannot be combined meaningfully: ignore them all.
         _ => None,
     };

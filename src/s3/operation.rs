@@ -8,7 +8,9 @@
 //! is the native API: an unsigned `/{bucket}/` with `?utm_source=…` is a static site's home, not a listing.
 
 use http::Method;
-use http::header::{self, HeaderMap, HeaderValue};
+use http::header;
+
+use crate::header_values::fields::Fields;
 
 use crate::names::{BucketName, ObjectKey, RequestedKey, parse_data_path};
 
@@ -279,13 +281,13 @@ pub enum Refusal {
 }
 
 /// What [`classify`] reads of a request.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct RequestHead<'r> {
     pub method: &'r Method,
     /// The request target's path, still percent-encoded.
     pub path: &'r str,
     pub query: Option<&'r str>,
-    pub headers: &'r HeaderMap,
+    pub headers: &'r dyn Fields,
     /// `s3.domain`, when virtual-hosted-style addressing is on.
     pub s3_domain: Option<&'r str>,
 }
@@ -316,9 +318,9 @@ pub fn classify(head: RequestHead<'_>) -> Api {
 /// Whether a request carries AWS credentials: SigV4 (`AWS4-…`) or SigV2 (`AWS ak:sig`, refused in S3's words)
 /// in the Authorization header, or a presign's parameters in the query.
 #[must_use]
-pub fn carries_aws_credentials(headers: &HeaderMap, query: Option<&str>) -> bool {
-    let aws = |v: &HeaderValue| v.as_bytes().starts_with(b"AWS4-") || v.as_bytes().starts_with(b"AWS ");
-    if headers.get(header::AUTHORIZATION).is_some_and(aws) {
+pub fn carries_aws_credentials(headers: &dyn Fields, query: Option<&str>) -> bool {
+    let aws = |v: &[u8]| v.starts_with(b"AWS4-") || v.starts_with(b"AWS ");
+    if headers.get(&header::AUTHORIZATION).is_some_and(aws) {
         return true;
     }
     query.is_some_and(|query| AWS_QUERY_CREDENTIALS.iter().any(|p| query.contains(p)))
@@ -352,8 +354,8 @@ fn is_s3_only_path(path: &str) -> bool {
 }
 
 /// The bucket a `Host` under `domain` names (`releases.s3.example.com`, any port, any case), if it is one.
-fn virtual_host_bucket<'h>(headers: &'h HeaderMap, domain: &str) -> Option<&'h str> {
-    let host = headers.get(header::HOST)?.to_str().ok()?;
+fn virtual_host_bucket<'h>(headers: &'h dyn Fields, domain: &str) -> Option<&'h str> {
+    let host = std::str::from_utf8(headers.get(&header::HOST)?).ok()?;
     // A port, but not an IPv6 literal's colons (which cannot end in the domain anyway).
     let host = host.rsplit_once(':').filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit())).map_or(host, |h| h.0);
     let host = host.strip_suffix('.').unwrap_or(host);
@@ -437,12 +439,12 @@ const BUCKET_GETS: [(&str, Operation); 9] = [
     ("tagging", Operation::GetBucketTagging),
 ];
 
-fn operation(method: &Method, resource: &Resource, q: &QueryNames, headers: &HeaderMap) -> Result<Operation, Refusal> {
+fn operation(method: &Method, resource: &Resource, q: &QueryNames, headers: &dyn Fields) -> Result<Operation, Refusal> {
     use Operation::*;
     // Looked up for a PUT of an object only: a hashed header lookup that reads need not pay.
-    let copy = || headers.contains_key(COPY_SOURCE);
-    let preflight =
-        || headers.contains_key(header::ORIGIN) && headers.contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+    static COPY_SOURCE_NAME: header::HeaderName = header::HeaderName::from_static(COPY_SOURCE);
+    let copy = || headers.contains(&COPY_SOURCE_NAME);
+    let preflight = || headers.contains(&header::ORIGIN) && headers.contains(&header::ACCESS_CONTROL_REQUEST_METHOD);
     let op = match (resource, method.as_str()) {
         (Resource::Bucket(_) | Resource::Object(..), "OPTIONS") if preflight() => CorsPreflight,
         (Resource::Service, "GET") => ListBuckets,
@@ -493,7 +495,7 @@ mod tests {
         "AWS4-HMAC-SHA256 Credential=AKBG/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=00";
 
     fn head_of(method: &str, target: &str, headers: &[(&str, &str)], domain: Option<&str>) -> Api {
-        let mut map = HeaderMap::new();
+        let mut map = http::HeaderMap::new();
         for (name, value) in headers {
             map.append(header::HeaderName::from_bytes(name.as_bytes()).unwrap(), value.parse().unwrap());
         }
