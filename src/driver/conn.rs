@@ -39,8 +39,8 @@ use super::budget::{BodyBudget, budgeted};
 use super::head::{Parsed, Persistence, RequestHead, parse_request_head, write_response_head};
 use super::idle::IdleEntry;
 use super::sendfile::{SendOutcome, send_bytes, send_file_response};
-use super::{DriverContext, Listener, Refusal, RequestService};
-use crate::access_log::{Entry, Principal, REQUEST_ID_HEADER, RequestId};
+use super::{Answer, DriverContext, FileAnswer, Listener, Refusal, RequestService};
+use crate::access_log::{Entry, REQUEST_ID_HEADER, RequestId};
 use crate::file_body::{DownloadKind, FileBody, ObjectRef};
 use crate::header_values::fields::Fields;
 use crate::stats::{DownloadRecord, Outcome, RecordKind};
@@ -56,10 +56,8 @@ pub const BODY_READ_BYTES: usize = 64 * 1024;
 /// Sent when the service first polls the body of a request that asked for it (RFC 9110 §10.1.1).
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
-// Returned once per request and consumed at once: boxing the head would only add an allocation.
-#[allow(clippy::large_enum_variant)]
 enum NextHead {
-    Head(RequestHead),
+    Head(Box<RequestHead>),
     /// Clean end: EOF between requests, idle timeout, or shutdown while idle.
     Closed,
     /// A malformed or over-limit head (or a timeout mid-head): answer this, then close.
@@ -67,10 +65,8 @@ enum NextHead {
 }
 
 /// Outcome of one read into the scratch buffer.
-// As with NextHead: returned once per request and consumed at once.
-#[allow(clippy::large_enum_variant)]
 enum Read {
-    Head(RequestHead),
+    Head(Box<RequestHead>),
     /// Bytes read, but no complete head yet: wait for more.
     More,
     Closed,
@@ -292,7 +288,7 @@ impl<S: RequestService> Connection<S> {
     }
 
     /// Serves one request; returns whether the connection may carry another.
-    async fn respond(&mut self, head: RequestHead, shutdown: &CancellationToken) -> bool {
+    async fn respond(&mut self, head: Box<RequestHead>, shutdown: &CancellationToken) -> bool {
         let is_head = head.method == Method::HEAD;
         let mut persistence = match (head.keep_alive && !shutdown.is_cancelled(), head.version) {
             (false, _) => Persistence::Close,
@@ -315,9 +311,12 @@ impl<S: RequestService> Connection<S> {
             BodyFraming::None => ctx.service.answer_head(head),
             _ => Err(head),
         };
-        let (mut response, mut pump) = match from_head {
+        let (mut answer, mut pump) = match from_head {
             Ok(answer) => (answer.await, None),
-            Err(head) => self.call_service(head).await,
+            Err(head) => {
+                let (response, pump) = self.call_service(head).await;
+                (Answer::Response(response), pump)
+            }
         };
         match pump.take() {
             // What followed the body (a pipelined request) is read from the connection's buffer again.
@@ -327,22 +326,22 @@ impl<S: RequestService> Connection<S> {
             None => {}
         }
         if let Some((method, uri)) = logged {
-            tracing::debug!(peer = %self.peer, %method, path = uri.path(), status = response.status().as_u16(), "response");
+            tracing::debug!(peer = %self.peer, %method, path = uri.path(), status = answer.status().as_u16(), "response");
         }
         if let Some((entry, _)) = &mut access {
-            let refused = matches!(response.status(), StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN);
+            let refused = matches!(answer.status(), StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN);
             // A handler that authorised the request names its principal; else the admin credentials claimed.
-            entry.principal = response.extensions_mut().remove::<Principal>().or(claimed.filter(|_| !refused));
-            response.headers_mut().insert(REQUEST_ID_HEADER, entry.request_id.header_value());
+            entry.principal = answer.take_principal().or(claimed.filter(|_| !refused));
+            answer.headers_mut().insert(REQUEST_ID_HEADER, entry.request_id.header_value());
         }
-        let keep = match response.extensions_mut().remove::<FileBody>() {
-            Some(body) => {
+        let keep = match answer.into_file() {
+            Ok(file) => {
                 if let Some((entry, _)) = &mut access {
-                    entry.encoding = Some(body.encoding);
+                    entry.encoding = Some(file.body.encoding);
                 }
-                self.send_file(response, body, is_head, persistence).await
+                self.send_file(file, is_head, persistence).await
             }
-            None => self.send_buffered(response, is_head, persistence).await,
+            Err(response) => self.send_buffered(response, is_head, persistence).await,
         };
         if let (Some((mut entry, started)), Some(log)) = (access, &self.ctx.access_log) {
             (entry.status, entry.bytes) = (self.last_sent.0.as_u16(), self.last_sent.1);
@@ -354,7 +353,8 @@ impl<S: RequestService> Connection<S> {
     }
 
     /// Calls the service with `head` as an `http::Request`, feeding it the body (if any) while it answers.
-    async fn call_service(&mut self, head: RequestHead) -> (Response, Option<BodyPump>) {
+    async fn call_service(&mut self, head: Box<RequestHead>) -> (Response, Option<BodyPump>) {
+        let head = *head;
         let (body, mut pump) = match head.body {
             BodyFraming::None => (Body::empty(), None),
             framing => {
@@ -410,21 +410,21 @@ impl<S: RequestService> Connection<S> {
         }
     }
 
-    async fn send_file(&mut self, response: Response, body: FileBody, is_head: bool, persistence: Persistence) -> bool {
-        if let Err(why) = check_file_response(&response, &body) {
+    async fn send_file(&mut self, file: FileAnswer, is_head: bool, persistence: Persistence) -> bool {
+        let FileAnswer { status, headers, body, .. } = file;
+        if let Err(why) = check_file_response(status, &headers, &body) {
             // A handler bug: refuse rather than fall back to copying or send a body that contradicts its head.
             tracing::error!(peer = %self.peer, why, "inconsistent file response");
             let response = (self.ctx.render_refusal)(Refusal::InconsistentFileResponse(why));
             let _ = self.send_buffered(response, is_head, Persistence::Close).await;
             return false;
         }
-        let status = response.status();
         let mut head = std::mem::take(&mut self.out);
         head.clear();
         write_response_head(
             &mut head,
             status,
-            response.headers(),
+            &headers,
             body.shared_fields.as_ref(),
             Some(body.total_len()),
             &super::http_date(),
@@ -691,14 +691,13 @@ impl futures_util::Stream for PumpedBody {
 
 /// RFC 9112 framing checks before a single file byte goes out: the head must describe exactly the bytes the
 /// regions will produce, with no transfer or content coding in between.
-fn check_file_response(response: &Response, body: &FileBody) -> Result<(), &'static str> {
-    match (body.kind, response.status()) {
+fn check_file_response(status: StatusCode, headers: &http::HeaderMap, body: &FileBody) -> Result<(), &'static str> {
+    match (body.kind, status) {
         (DownloadKind::ErrorDocument, StatusCode::NOT_FOUND) => {}
         (DownloadKind::ErrorDocument, _) => return Err("an error document goes with 404 only"),
         (_, StatusCode::OK | StatusCode::PARTIAL_CONTENT) => {}
         _ => return Err("file bodies go with 200 or 206 only"),
     }
-    let headers = response.headers();
     if headers.contains_key(header::TRANSFER_ENCODING) {
         return Err("a file response must not carry Transfer-Encoding");
     }
@@ -768,7 +767,8 @@ mod tests {
             (&[][..], "identity", true),
             (&[("content-encoding", "br")][..], "br", true),
         ] {
-            let got = check_file_response(&response(headers), &body(encoding));
+            let response = response(headers);
+            let got = check_file_response(response.status(), response.headers(), &body(encoding));
             assert_eq!(got.is_ok(), ok, "{headers:?} for a {encoding} file: {got:?}");
         }
     }
@@ -784,9 +784,8 @@ mod tests {
             (StatusCode::OK, error_document.clone(), false),
             (StatusCode::PARTIAL_CONTENT, error_document, false),
         ] {
-            let mut r = response(&[("content-length", "10")]);
-            *r.status_mut() = status;
-            assert_eq!(check_file_response(&r, &file).is_ok(), ok, "{status} with {:?}", file.kind);
+            let r = response(&[("content-length", "10")]);
+            assert_eq!(check_file_response(status, r.headers(), &file).is_ok(), ok, "{status} with {:?}", file.kind);
         }
     }
 }

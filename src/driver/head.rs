@@ -77,10 +77,10 @@ impl HeadError {
     }
 }
 
-// Returned once per request and consumed at once: boxing the head would only add an allocation.
-#[allow(clippy::large_enum_variant)]
 pub enum Parsed {
-    Complete(RequestHead),
+    /// Boxed: the head (with its fields inline) is hundreds of bytes, and it moves through the driver's layers
+    /// and into the application's future, where one pointer is copied instead each time.
+    Complete(Box<RequestHead>),
     /// More bytes are needed.
     Partial,
 }
@@ -174,7 +174,7 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
         return Err(HeadError::new(StatusCode::BAD_REQUEST, "exactly one Host header is required"));
     }
     let keep_alive = if connection { wants_keep_alive(&fields, version) } else { version != Version::HTTP_10 };
-    Ok(Parsed::Complete(RequestHead { method, uri, version, fields, keep_alive, body, len: len + skipped }))
+    Ok(Parsed::Complete(Box::new(RequestHead { method, uri, version, fields, keep_alive, body, len: len + skipped })))
 }
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4) as far as its request line: a client with prior knowledge.
@@ -392,7 +392,7 @@ mod tests {
         parse_request_head(raw, &LIMITS)
     }
 
-    fn complete(raw: &[u8]) -> RequestHead {
+    fn complete(raw: &[u8]) -> Box<RequestHead> {
         match parse(raw) {
             Ok(Parsed::Complete(h)) => h,
             Ok(Parsed::Partial) => panic!("partial: {:?}", String::from_utf8_lossy(raw)),

@@ -35,7 +35,9 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::access_log::Principal;
 use crate::config::Settings;
+use crate::file_body::FileBody;
 use crate::header_values::fields::Fields;
 use crate::metrics::DriverMetrics;
 use crate::metrics::downloads::DownloadRecorder;
@@ -61,15 +63,110 @@ pub trait RequestService:
     /// The answer to a request without a body that the application reads from its parsed head, without an
     /// `http::Request` (no `HeaderMap` built, no layers walked): the data listener's native reads. A head handed
     /// back goes through the service.
-    // The head is moved, not boxed: a box would be an allocation per request.
+    fn answer_head(&self, head: Box<RequestHead>)
+    -> Result<impl Future<Output = Answer> + Send + '_, Box<RequestHead>>;
+}
+
+/// What the application answers a request read from its head with: a file response as it is (no
+/// `http::Response`, no extensions map), or any other response.
+pub enum Answer {
+    File(FileAnswer),
+    Response(Response),
+}
+
+/// A response whose body is a file's regions, sent by sendfile.
+pub struct FileAnswer {
+    pub status: http::StatusCode,
+    /// The response's own fields (besides `body.shared_fields`).
+    pub headers: http::HeaderMap,
+    pub body: FileBody,
+    /// Who asked, for the access log (only when it is on).
+    pub principal: Option<Principal>,
+}
+
+impl Answer {
+    pub fn status(&self) -> http::StatusCode {
+        match self {
+            Answer::File(file) => file.status,
+            Answer::Response(response) => response.status(),
+        }
+    }
+
+    pub fn headers_mut(&mut self) -> &mut http::HeaderMap {
+        match self {
+            Answer::File(file) => &mut file.headers,
+            Answer::Response(response) => response.headers_mut(),
+        }
+    }
+
+    /// The principal the handler named (a response carries it as an extension).
+    pub fn take_principal(&mut self) -> Option<Principal> {
+        match self {
+            Answer::File(file) => file.principal.take(),
+            Answer::Response(response) => response.extensions_mut().remove::<Principal>(),
+        }
+    }
+
+    pub fn set_principal(&mut self, principal: Option<Principal>) {
+        match self {
+            Answer::File(file) => file.principal = principal,
+            Answer::Response(response) => {
+                if let Some(principal) = principal {
+                    response.extensions_mut().insert(principal);
+                }
+            }
+        }
+    }
+
+    /// The file response, if this is one (a `Response` carries its `FileBody` as an extension); else the
+    /// response.
+    // Once per request, consumed at once: boxing would only add an allocation.
     #[allow(clippy::result_large_err)]
-    fn answer_head(&self, head: RequestHead) -> Result<impl Future<Output = Response> + Send + '_, RequestHead>;
+    fn into_file(self) -> Result<FileAnswer, Response> {
+        match self {
+            Answer::File(file) => Ok(file),
+            Answer::Response(mut response) => match response.extensions_mut().remove::<FileBody>() {
+                Some(body) => {
+                    let (parts, _sent_by_the_driver) = response.into_parts();
+                    let principal = None;
+                    Ok(FileAnswer { status: parts.status, headers: parts.headers, body, principal })
+                }
+                None => Err(response),
+            },
+        }
+    }
+
+    /// As an `http::Response`: a file response's body as an extension (what a `tower` service answers).
+    pub fn into_response(self) -> Response {
+        match self {
+            Answer::Response(response) => response,
+            Answer::File(FileAnswer { status, headers, body, principal }) => {
+                let mut response = Response::new(Body::new(crate::file_body::SentByTheDriver));
+                *response.status_mut() = status;
+                *response.headers_mut() = headers;
+                response.extensions_mut().insert(body);
+                if let Some(principal) = principal {
+                    response.extensions_mut().insert(principal);
+                }
+                response
+            }
+        }
+    }
+}
+
+impl From<Response> for Answer {
+    fn from(response: Response) -> Self {
+        Answer::Response(response)
+    }
 }
 
 /// The admin listener's: every request through the router.
 impl RequestService for axum::Router {
-    fn answer_head(&self, head: RequestHead) -> Result<impl Future<Output = Response> + Send + '_, RequestHead> {
-        Err::<std::future::Ready<Response>, _>(head)
+    fn answer_head(
+        &self,
+        head: Box<RequestHead>,
+    ) -> Result<impl Future<Output = Answer> + Send + '_, Box<RequestHead>> {
+        Err::<std::future::Ready<Answer>, _>(head)
     }
 }
 

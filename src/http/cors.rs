@@ -23,32 +23,32 @@ use http::{Method, StatusCode};
 
 use super::DataState;
 use super::object;
-use crate::driver::RequestHead;
+use crate::driver::{Answer, RequestHead};
 use crate::header_values::cors::CorsPolicy;
 use crate::header_values::fields::Fields;
 use crate::names::parse_data_path;
 
 const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
 
-pub async fn serve(app: &DataState, head: &RequestHead) -> Response {
+pub async fn serve(app: &DataState, head: &RequestHead) -> Answer {
     let Some(origin) = head.fields.header_value(&header::ORIGIN) else {
-        return object::get_object(app, head).await.into_response();
+        return object::get_object(app, head).await.unwrap_or_else(|e| e.into_response().into());
     };
     let policy = bucket_policy(app, head.uri.path()).await;
     if head.method == Method::OPTIONS && head.fields.contains(&header::ACCESS_CONTROL_REQUEST_METHOD) {
-        return preflight(policy.as_deref(), &origin, &head.fields);
+        return preflight(policy.as_deref(), &origin, &head.fields).into();
     }
     let credentialed = is_credentialed(&head.fields);
     match object::authorise_and_serve(app, head).await {
         // Refused before authorisation: no CORS headers and no `Vary: Origin`, which only a bucket with a rule
         // would get, so an existing private bucket answers exactly as an absent one.
-        Err(refusal) => refusal.into_response(),
+        Err(refusal) => refusal.into_response().into(),
         Ok(answer) => {
-            let mut response = answer.into_response();
+            let mut answer = answer.unwrap_or_else(|e| e.into_response().into());
             if let Some(policy) = policy {
-                policy.add_actual_headers(&origin, credentialed, response.headers_mut());
+                policy.add_actual_headers(&origin, credentialed, answer.headers_mut());
             }
-            response
+            answer
         }
     }
 }

@@ -114,11 +114,12 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<F, E> Future for DeadlineFuture<F>
+impl<F, T, E> Future for DeadlineFuture<F>
 where
-    F: Future<Output = Result<Response, E>>,
+    F: Future<Output = Result<T, E>>,
+    T: From<Response>,
 {
-    type Output = Result<Response, E>;
+    type Output = Result<T, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
@@ -130,7 +131,7 @@ where
         };
         let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(expires)));
         match timer.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Ok(match this.s3_resource.take() {
+            Poll::Ready(()) => Poll::Ready(Ok(T::from(match this.s3_resource.take() {
                 None => ApiError::HandlerTimeout.into_response(),
                 Some(uri) => {
                     let ctx = super::s3::S3Context::new(uri.path());
@@ -138,7 +139,7 @@ where
                     response.headers_mut().insert(super::s3::AMZ_REQUEST_ID.clone(), ctx.request_id.clone());
                     response
                 }
-            })),
+            }))),
             Poll::Pending => Poll::Pending,
         }
     }

@@ -30,7 +30,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use crate::auth::Authorizer;
 use crate::catalog::Catalog;
 use crate::config::Settings;
-use crate::driver::{Refusal, RequestHead as DriverHead};
+use crate::driver::{Answer, Refusal, RequestHead as DriverHead};
 use crate::s3::operation::{self, Api, RequestHead, S3Call};
 use crate::store::{DatabaseHealth, Store};
 use error::ApiError;
@@ -172,7 +172,7 @@ impl<S: Routed> tower::Service<axum::extract::Request> for DataService<S> {
 }
 
 impl<S: Routed> crate::driver::RequestService for DataService<S> {
-    fn answer_head(&self, head: DriverHead) -> Result<impl Future<Output = Response> + Send + '_, DriverHead> {
+    fn answer_head(&self, head: Box<DriverHead>) -> Result<impl Future<Output = Answer> + Send + '_, Box<DriverHead>> {
         if matches!(head.method, http::Method::PUT | http::Method::DELETE) {
             return Err(head);
         }
@@ -188,8 +188,16 @@ impl<S: Routed> crate::driver::RequestService for DataService<S> {
         }
         Ok(async move {
             let read = async { Ok::<_, Infallible>(cors::serve(&self.data, &head).await) };
-            let Ok(response) = deadline::bound(read, self.handler_timeout).await;
-            error::log_server_error(if self.read_only { response } else { allowing_writes(response) })
+            let Ok(answer) = deadline::bound(read, self.handler_timeout).await;
+            match answer {
+                Answer::Response(response) => Answer::Response(error::log_server_error(if self.read_only {
+                    response
+                } else {
+                    allowing_writes(response)
+                })),
+                // 200, 206, or an error document's 404.
+                file @ Answer::File(_) => file,
+            }
         })
     }
 }

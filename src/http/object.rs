@@ -34,20 +34,20 @@ use super::website::{self, Plan};
 use crate::access_log::Principal;
 use crate::auth::{AuthError, Credentials};
 use crate::catalog::representation::{ObjectEntry, REPR_DIGEST, disposition_value, private_cache_control};
-use crate::driver::RequestHead;
-use crate::file_body::{DownloadKind, FileBody, Segment, SentByTheDriver};
+use crate::driver::{Answer, FileAnswer, RequestHead};
+use crate::file_body::{DownloadKind, FileBody, Segment};
 use crate::header_values::fields::Fields;
 use crate::names::{BucketName, Website, parse_data_path};
 use crate::store::Bucket;
 
-pub async fn get_object(app: &DataState, head: &RequestHead) -> Result<Response, ApiError> {
+pub async fn get_object(app: &DataState, head: &RequestHead) -> Result<Answer, ApiError> {
     authorise_and_serve(app, head).await.and_then(|answer| answer)
 }
 
 /// The GET/HEAD pipeline with its refusals before authorisation (the outer `Err`: bad path, bad or missing
 /// credentials, no access, a stale replica) kept apart from whatever follows authorisation (the inner result),
 /// so that `cors` can leave the former bare: they must look alike whether the bucket exists or not.
-pub async fn authorise_and_serve(app: &DataState, head: &RequestHead) -> Result<Result<Response, ApiError>, ApiError> {
+pub async fn authorise_and_serve(app: &DataState, head: &RequestHead) -> Result<Result<Answer, ApiError>, ApiError> {
     let RequestHead { method, uri, fields, .. } = head;
     if method != Method::GET && method != Method::HEAD {
         return Err(ApiError::MethodNotAllowed);
@@ -77,7 +77,7 @@ async fn serve_planned(
     plan: &Plan<'_>,
     allowed: crate::auth::AllowedRead,
     principal: Option<Principal>,
-) -> Result<Response, ApiError> {
+) -> Result<Answer, ApiError> {
     let bucket = &allowed.bucket;
     if let Some(key) = &plan.object {
         if let Some(entry) = app.catalog.object(bucket.id, key.as_str()).await? {
@@ -102,7 +102,7 @@ async fn serve_planned(
         if may_read(app, asked, bucket, redirect.index.as_str()).await?
             && app.catalog.object(bucket.id, redirect.index.as_str()).await?.is_some()
         {
-            return Ok(with_principal(redirect_response(bucket, &redirect.location)?, principal));
+            return Ok(with_principal(redirect_response(bucket, &redirect.location)?.into(), principal));
         }
     }
     if let Some(document) = plan.error_document {
@@ -112,7 +112,7 @@ async fn serve_planned(
             }
         }
     }
-    Ok(with_principal(ApiError::NotFound.into_response(), principal))
+    Ok(with_principal(ApiError::NotFound.into_response().into(), principal))
 }
 
 /// Whether the request's credentials may read `key` too, decided as for a GET of it. Only a failed lookup is an
@@ -152,7 +152,7 @@ fn redirect_response(bucket: &Bucket, location: &str) -> Result<Response, ApiErr
 /// Accept-Encoding) and its type, sent by sendfile like any object's. No ETag, Last-Modified or ranges: it does not
 /// represent the key asked for, so it is never a 304 or a 206, and its own Cache-Control (often a year) is not the
 /// answer's.
-async fn error_document_response(app: &DataState, bucket: &Bucket, entry: &ObjectEntry) -> Result<Response, ApiError> {
+async fn error_document_response(app: &DataState, bucket: &Bucket, entry: &ObjectEntry) -> Result<Answer, ApiError> {
     let blob = open_blob(app, entry, &entry.record.sha256).await?;
     let body = FileBody {
         file: blob.file.clone(),
@@ -163,18 +163,15 @@ async fn error_document_response(app: &DataState, bucket: &Bucket, entry: &Objec
         encoding: "identity",
         shared_fields: None,
     };
-    let mut response = Response::new(Body::new(SentByTheDriver));
-    *response.status_mut() = StatusCode::NOT_FOUND;
-    let h = response.headers_mut();
+    let mut h = http::HeaderMap::new();
     h.insert(header::CONTENT_TYPE, entry.content_type_value.clone());
     if let Some(nosniff) = entry.headers.get(header::X_CONTENT_TYPE_OPTIONS) {
         h.insert(header::X_CONTENT_TYPE_OPTIONS, nosniff.clone());
     }
     h.insert(header::CACHE_CONTROL, miss_cache_control(bucket));
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(body.total_len()));
-    super::cors::vary_on_origin(bucket, h);
-    response.extensions_mut().insert(body);
-    Ok(response)
+    super::cors::vary_on_origin(bucket, &mut h);
+    Ok(Answer::File(FileAnswer { status: StatusCode::NOT_FOUND, headers: h, body, principal: None }))
 }
 
 /// An authorised GET/HEAD of one object: what the native and the S3 routes share from step 3 on.
@@ -207,15 +204,20 @@ pub struct ResponseOverrides {
 
 /// Steps 3 to 7 of the pipeline, for a request that is authorised.
 pub(super) async fn serve_object(app: &DataState, request: ObjectRequest<'_>) -> Result<Response, ApiError> {
+    Ok(serve_found(app, request).await?.into_response())
+}
+
+/// Steps 3 to 7, or the renderer's 404.
+async fn serve_found(app: &DataState, request: ObjectRequest<'_>) -> Result<Answer, ApiError> {
     // From here on the requester is known, so refusals are logged with who asked.
     match app.catalog.object(request.bucket.id, request.key.as_str()).await? {
         Some(entry) => serve_entry(app, request, &entry).await,
-        None => Ok(with_principal((request.render)(ApiError::NotFound), request.principal)),
+        None => Ok(with_principal((request.render)(ApiError::NotFound).into(), request.principal)),
     }
 }
 
 /// Steps 3 (the representation) to 7, for an object that was found.
-async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &ObjectEntry) -> Result<Response, ApiError> {
+async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &ObjectEntry) -> Result<Answer, ApiError> {
     let ObjectRequest { method, headers, bucket, key: _, content_disposition, overrides, s3, part, principal, render } =
         request;
     let method = method.clone();
@@ -251,14 +253,14 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         };
     }
     // Errors from here on answer for the selected representation too: a cache must key them by Accept-Encoding.
-    let vary = |e: ApiError| -> Response {
+    let vary = |e: ApiError| -> Answer {
         let mut response = render(e);
         // In the order the object's own answers list them, so a cache sees one `Vary` value per object.
         super::cors::vary_on_origin(grant_bucket, response.headers_mut());
         if negotiates {
             crate::header_values::add_vary(response.headers_mut(), "Accept-Encoding");
         }
-        with_principal(response, principal.clone())
+        with_principal(response.into(), principal.clone())
     };
     // A signed URL may choose the download name; the signature covered it, so it is the signer's choice. It is a
     // non-empty RFC 6266 value (`presign::parse_query`), so it replaces the stored header and never removes it.
@@ -297,10 +299,7 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
             fields.remove(&REPR_DIGEST);
             let mut response = (StatusCode::NOT_MODIFIED, fields).into_response();
             response.extensions_mut().insert(entry.object_ref.clone());
-            if let Some(principal) = principal {
-                response.extensions_mut().insert(principal);
-            }
-            return Ok(response);
+            return Ok(with_principal(response.into(), principal));
         }
         Precondition::Proceed { honor_range } => honor_range,
     };
@@ -356,24 +355,18 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         shared_fields: matches!(representation, Cow::Borrowed(_)).then(|| prepared.clone()),
     };
 
-    let mut response = Response::new(Body::new(SentByTheDriver));
-    *response.status_mut() = status;
-    let h = response.headers_mut();
     // With shared fields a whole object's response has no fields of its own: the driver writes Content-Length.
-    if let Cow::Owned(fields) = representation {
-        *h = fields;
-    }
+    let mut headers = match representation {
+        Cow::Owned(fields) => fields,
+        Cow::Borrowed(_) => http::HeaderMap::new(),
+    };
     if let Some(v) = content_type {
-        h.insert(header::CONTENT_TYPE, v);
+        headers.insert(header::CONTENT_TYPE, v);
     }
     if let Some(v) = content_range {
-        h.insert(header::CONTENT_RANGE, v);
+        headers.insert(header::CONTENT_RANGE, v);
     }
-    response.extensions_mut().insert(body);
-    if let Some(principal) = principal {
-        response.extensions_mut().insert(principal);
-    }
-    Ok(response)
+    Ok(Answer::File(FileAnswer { status, headers, body, principal }))
 }
 
 /// The open blob `sha256` of `entry` (the object or one of its variants); a missing one is a server error.
@@ -391,12 +384,10 @@ async fn open_blob(
     })
 }
 
-/// Attaches the access log's principal (when the log is on) to a response.
-fn with_principal(mut response: Response, principal: Option<Principal>) -> Response {
-    if let Some(principal) = principal {
-        response.extensions_mut().insert(principal);
-    }
-    response
+/// Attaches the access log's principal (when the log is on) to an answer.
+fn with_principal(mut answer: Answer, principal: Option<Principal>) -> Answer {
+    answer.set_principal(principal);
+    answer
 }
 
 /// The access log's principal for `credentials` once they have been accepted.
