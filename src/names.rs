@@ -92,10 +92,11 @@ impl BucketName {
         if !alnum(bytes[0]) || !alnum(bytes[bytes.len() - 1]) {
             return fail("must start and end with a letter or digit");
         }
-        if name.contains("..") {
+        // Byte-wise: `str::contains` sets up a substring search, and only digits and dots can make an address.
+        if bytes.windows(2).any(|pair| pair == b"..") {
             return fail("must not contain '..'");
         }
-        if name.parse::<std::net::Ipv4Addr>().is_ok() {
+        if bytes.iter().all(|&b| b.is_ascii_digit() || b == b'.') && name.parse::<std::net::Ipv4Addr>().is_ok() {
             return fail("must not be formatted as an IP address");
         }
         Ok(Self(name.to_owned()))
@@ -126,13 +127,16 @@ impl ObjectKey {
         if key.len() > MAX_KEY_BYTES {
             return Err(NameError::Key("key is longer than 1024 bytes"));
         }
-        if key.contains('\0') {
+        // Byte-wise where the key is ASCII (the usual case): a char-by-char walk decodes UTF-8 it need not.
+        let bytes = key.as_bytes();
+        if bytes.contains(&0) {
             return Err(NameError::Key("key contains NUL"));
         }
-        if key.chars().any(char::is_control) {
+        let ascii_control = |b: &u8| b.is_ascii_control();
+        if bytes.iter().any(ascii_control) || (!key.is_ascii() && key.chars().any(char::is_control)) {
             return Err(NameError::Key("key contains a control character"));
         }
-        if key.split('/').any(|segment| segment == "." || segment == "..") {
+        if bytes.split(|&b| b == b'/').any(|segment| segment == b"." || segment == b"..") {
             return Err(NameError::Key("key contains a '.' or '..' segment"));
         }
         Ok(Self(key.to_owned()))
@@ -408,6 +412,27 @@ mod tests {
     }
 
     proptest! {
+        /// The byte-wise checks judge a key as its characters do: no control character (C0, DEL or C1), no
+        /// `.`/`..` segment.
+        #[test]
+        fn keys_are_judged_as_by_their_characters(key in "[a./\\x00-\\x7f\u{80}-\u{a0}é]{0,12}") {
+            let by_chars = !key.is_empty()
+                && !key.chars().any(char::is_control)
+                && !key.split('/').any(|segment| segment == "." || segment == "..");
+            prop_assert_eq!(ObjectKey::parse(&key).is_ok(), by_chars, "{:?}", key);
+        }
+
+        /// A bucket name is refused for `..` and for an IPv4 address's shape exactly as before the byte-wise checks.
+        #[test]
+        fn bucket_names_are_judged_as_by_their_strings(name in "[a-z0-9.-]{3,15}") {
+            let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+            let expected = alnum(name.as_bytes()[0])
+                && alnum(name.as_bytes()[name.len() - 1])
+                && !name.contains("..")
+                && name.parse::<std::net::Ipv4Addr>().is_err();
+            prop_assert_eq!(BucketName::parse(&name).is_ok(), expected, "{:?}", name);
+        }
+
         /// An accepted key never holds NUL or a `.`/`..` segment, whatever the raw path.
         #[test]
         fn accepted_keys_are_safe(raw in "[a-z%./0-9A-F\\x00]{0,40}") {

@@ -296,7 +296,7 @@ impl<S: RequestService> Connection<S> {
             (true, _) => Persistence::KeepAlive,
         };
         // Kept for the log line below only when debug logging is on.
-        let logged = tracing::enabled!(tracing::Level::DEBUG).then(|| (head.method.clone(), head.uri.clone()));
+        let logged = tracing::enabled!(tracing::Level::DEBUG).then(|| (head.method.clone(), head.uri()));
         // Only with the access log on: reference-counted clones of what the head holds, no formatting.
         let mut access = self.ctx.access_log.is_some().then(|| (self.access_entry(&head), Instant::now()));
         let claimed = match (&access, self.ctx.listener) {
@@ -365,8 +365,8 @@ impl<S: RequestService> Connection<S> {
             }
         };
         let mut request = Request::new(body);
+        *request.uri_mut() = head.uri();
         *request.method_mut() = head.method;
-        *request.uri_mut() = head.uri;
         *request.version_mut() = head.version;
         *request.headers_mut() = head.fields.to_header_map();
         let call = self.ctx.service.clone().oneshot(request);
@@ -397,7 +397,7 @@ impl<S: RequestService> Connection<S> {
             listener: self.ctx.listener.name(),
             remote: self.peer,
             method: head.method.clone(),
-            uri: head.uri.clone(),
+            uri: head.uri(),
             status: 0,
             bytes: 0,
             duration: Duration::ZERO,

@@ -52,7 +52,7 @@ impl Bodies {
 #[derive(Debug)]
 pub struct RequestHead {
     pub method: Method,
-    pub uri: Uri,
+    target: Target,
     pub version: Version,
     /// The header fields, as parsed (an `http::HeaderMap` is built from them only for the handlers that take one).
     pub fields: HeadFields,
@@ -147,16 +147,22 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
         .map_err(|_| HeadError::new(StatusCode::BAD_REQUEST, "malformed method"))?;
     // One copy of the head; the target and every field are views into it rather than a copy each. httparse
     // hands out subslices of `buf`, so each one's offset in `buf` is its offset in the copy.
-    let owned = bytes::Bytes::copy_from_slice(&buf[..len]);
+    let mut fields = HeadFields::new(bytes::Bytes::copy_from_slice(&buf[..len]), req.headers.len());
     // Anything else would be an httparse bug: refused rather than trusted.
     let not_ours = || HeadError::new(StatusCode::BAD_REQUEST, "malformed request head");
-    let in_owned = |part: &[u8]| -> Result<&[u8], HeadError> {
-        let start = (part.as_ptr() as usize).checked_sub(buf.as_ptr() as usize).ok_or_else(not_ours)?;
-        owned.get(start..start + part.len()).ok_or_else(not_ours)
+    let offset = |part: &[u8]| (part.as_ptr() as usize).checked_sub(buf.as_ptr() as usize).ok_or_else(not_ours);
+    let target_start = offset(target.as_bytes())?;
+    let target = match origin_form(target) {
+        Some(query) => {
+            let start = u32::try_from(target_start).map_err(|_| not_ours())?;
+            Target::Origin { start, len: target.len() as u32, query }
+        }
+        None => {
+            // Sharing the head's bytes makes them reference-counted: only here, off the usual path.
+            let shared = fields.bytes().slice(target_start..target_start + target.len());
+            Target::Uri(parse_target(target, shared, &method)?)
+        }
     };
-    let uri = parse_target(target, owned.slice_ref(in_owned(target.as_bytes())?), &method)?;
-
-    let mut fields = HeadFields::new(owned.clone(), req.headers.len());
     // Most requests have no framing or Connection field: noted here, they are not looked up again below.
     let (mut framed, mut connection, mut hosts) = (false, false, 0);
     for h in req.headers.iter() {
@@ -166,7 +172,7 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
         hosts += usize::from(name.eq_ignore_ascii_case(b"host"));
         // httparse refused names that are not tokens and values with CR, LF, NUL or other controls: what
         // `HeaderName` and `HeaderValue` refuse.
-        fields.push(in_owned(name)?, in_owned(h.value)?).ok_or_else(not_ours)?;
+        fields.push_at(offset(name)?, name, offset(h.value)?, h.value.len()).ok_or_else(not_ours)?;
     }
     let body = if framed { check_framing(&fields, version, limits.bodies.takes(&method))? } else { BodyFraming::None };
     // RFC 9112 §3.2: a client MUST send Host in HTTP/1.1; a server MUST answer 400 when it is missing or repeated.
@@ -174,7 +180,106 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
         return Err(HeadError::new(StatusCode::BAD_REQUEST, "exactly one Host header is required"));
     }
     let keep_alive = if connection { wants_keep_alive(&fields, version) } else { version != Version::HTTP_10 };
-    Ok(Parsed::Complete(Box::new(RequestHead { method, uri, version, fields, keep_alive, body, len: len + skipped })))
+    Ok(Parsed::Complete(Box::new(RequestHead {
+        method,
+        target,
+        version,
+        fields,
+        keep_alive,
+        body,
+        len: len + skipped,
+    })))
+}
+
+/// A request target as the application reads it.
+#[derive(Debug)]
+enum Target {
+    /// Origin-form (`/path?query`) whose every byte `Uri` accepts where it stands: its place in the head (and its
+    /// `?`'s, from the target's start). The `Uri` is built only for a handler that takes an `http::Request`.
+    Origin { start: u32, len: u32, query: Option<u32> },
+    /// Anything else `Uri` accepts (absolute-form, kept as its path and query, or `*`).
+    Uri(Uri),
+}
+
+impl RequestHead {
+    /// The target's path, still percent-encoded.
+    pub fn path(&self) -> &str {
+        match &self.target {
+            Target::Origin { query, .. } => {
+                let target = self.origin_target();
+                query.map_or(target, |q| &target[..q as usize])
+            }
+            Target::Uri(uri) => uri.path(),
+        }
+    }
+
+    /// The target's query, if it has one (`?` and nothing after it is an empty query, as `Uri` has it).
+    pub fn query(&self) -> Option<&str> {
+        match &self.target {
+            Target::Origin { query, .. } => query.map(|q| &self.origin_target()[q as usize + 1..]),
+            Target::Uri(uri) => uri.query(),
+        }
+    }
+
+    /// The target as a `Uri`.
+    pub fn uri(&self) -> Uri {
+        match &self.target {
+            Target::Origin { start, len, .. } => {
+                let (start, end) = (*start as usize, (*start + *len) as usize);
+                Uri::from_maybe_shared(self.fields.bytes().slice(start..end))
+                    .expect("every byte of an origin-form target is one Uri accepts where it stands")
+            }
+            Target::Uri(uri) => uri.clone(),
+        }
+    }
+
+    fn origin_target(&self) -> &str {
+        let Target::Origin { start, len, .. } = self.target else { return "" };
+        // httparse handed the target out as a `str`, and these are its bytes.
+        std::str::from_utf8(&self.fields.bytes()[start as usize..][..len as usize]).unwrap_or("")
+    }
+}
+
+/// For an origin-form target that `Uri` takes byte for byte: `Some` with the offset of its `?` (if any); `None`
+/// for anything else, which `parse_target` then reads (and refuses, if it must).
+fn origin_form(target: &str) -> Option<Option<u32>> {
+    let bytes = target.as_bytes();
+    if bytes.first() != Some(&b'/') || bytes.len() >= usize::from(u16::MAX) - 1 {
+        return None;
+    }
+    let classes = target_byte_classes();
+    let query = memchr::memchr(b'?', bytes);
+    let (path, rest) = bytes.split_at(query.unwrap_or(bytes.len()));
+    let rest = rest.get(1..).unwrap_or_default();
+    (path.iter().all(|&b| classes.path[usize::from(b)]) && rest.iter().all(|&b| classes.query[usize::from(b)]))
+        .then_some(query.map(|q| q as u32))
+}
+
+/// Which bytes `Uri` accepts in a target's path and in its query, asked of `http` itself once per byte (its check
+/// is by byte class, so what it accepts alone it accepts in any sequence), so the two can never disagree. High
+/// bytes are accepted as `Uri` accepts them in valid UTF-8, which every target httparse hands out is. `#` is
+/// not among them: a fragment is refused (`parse_target`).
+struct TargetBytes {
+    path: [bool; 256],
+    query: [bool; 256],
+}
+
+fn target_byte_classes() -> &'static TargetBytes {
+    static CLASSES: std::sync::LazyLock<TargetBytes> = std::sync::LazyLock::new(|| {
+        let accepts = |target: &[u8]| http::uri::PathAndQuery::try_from(target).is_ok();
+        let mut classes = TargetBytes { path: [false; 256], query: [false; 256] };
+        for b in 0..=255u8 {
+            let (in_path, in_query) = if b.is_ascii() {
+                (accepts(&[b'/', b]), accepts(&[b'/', b'?', b]))
+            } else {
+                (accepts("/é".as_bytes()), accepts("/?é".as_bytes()))
+            };
+            classes.path[usize::from(b)] = in_path && b != b'#' && b != b'?';
+            classes.query[usize::from(b)] = in_query && b != b'#';
+        }
+        classes
+    });
+    &CLASSES
 }
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4) as far as its request line: a client with prior knowledge.
@@ -438,7 +543,7 @@ mod tests {
         let raw = b"GET /b/k HTTP/1.1\r\nHost: x\r\n\r\nGET /b/j HTTP/1.1\r\n";
         let head = complete(raw);
         assert_eq!(head.method, Method::GET);
-        assert_eq!(head.uri.path(), "/b/k");
+        assert_eq!(head.path(), "/b/k");
         assert_eq!(&raw[head.len..], b"GET /b/j HTTP/1.1\r\n");
         assert!(head.keep_alive);
         assert!(matches!(parse(&raw[head.len..]), Ok(Parsed::Partial)));
@@ -455,9 +560,9 @@ mod tests {
     #[test]
     fn absolute_form_keeps_only_path_and_query() {
         let head = complete(b"GET http://example.com/b/k?x=1 HTTP/1.1\r\nHost: example.com\r\n\r\n");
-        assert_eq!(head.uri.path(), "/b/k");
-        assert_eq!(head.uri.query(), Some("x=1"));
-        assert!(head.uri.authority().is_none());
+        assert_eq!(head.path(), "/b/k");
+        assert_eq!(head.query(), Some("x=1"));
+        assert!(head.uri().authority().is_none());
     }
 
     #[test]
@@ -641,6 +746,31 @@ mod tests {
         );
     }
 
+    #[test]
+    fn each_byte_is_taken_in_place_only_where_uri_takes_it() {
+        for b in 0..=127u8 {
+            let in_path = [b'/', b];
+            let in_query = [b'/', b'?', b];
+            for target in [&in_path[..], &in_query[..]] {
+                let Ok(target) = std::str::from_utf8(target) else { continue };
+                if origin_form(target).is_some() {
+                    let uri = Uri::try_from(target).unwrap_or_else(|e| panic!("{target:?}: {e}"));
+                    assert!(!uri.to_string().contains('#'), "{target:?}");
+                }
+            }
+        }
+        assert_eq!(origin_form("/b/k"), Some(None));
+        assert_eq!(origin_form("/b/k?"), Some(Some(4)));
+        assert_eq!(origin_form("/b/k?x=1&y=%2F"), Some(Some(4)));
+        assert_eq!(origin_form("/b/k#f"), None);
+        assert_eq!(origin_form("http://h/b/k"), None);
+        assert_eq!(origin_form("*"), None);
+        let head = complete(b"GET /b/k? HTTP/1.1\r\nHost: h\r\n\r\n");
+        assert_eq!((head.path(), head.query()), ("/b/k", Some("")));
+        let head = complete(b"GET /b/k?a?b HTTP/1.1\r\nHost: h\r\n\r\n");
+        assert_eq!((head.path(), head.query()), ("/b/k", Some("a?b")));
+    }
+
     mod properties {
         use super::*;
         use proptest::prelude::*;
@@ -658,6 +788,24 @@ mod tests {
         }
 
         proptest! {
+            /// A target read in place answers path, query and `Uri` exactly as a parsed `Uri` does, and one that
+            /// is not read in place is refused or parsed as before.
+            #[test]
+            fn targets_read_in_place_agree_with_uri(target in "/[ -~é\u{80}]{0,24}") {
+                let raw = format!("GET {target} HTTP/1.1\r\nHost: h\r\n\r\n");
+                let by_uri = Uri::from_maybe_shared(bytes::Bytes::from(target.clone().into_bytes()));
+                if let Ok(Parsed::Complete(head)) = parse_request_head(raw.as_bytes(), &LIMITS) {
+                    let uri = by_uri.expect("a target the driver took is one Uri takes");
+                    prop_assert_eq!(head.path(), uri.path());
+                    prop_assert_eq!(head.query(), uri.query());
+                    prop_assert_eq!(head.uri(), uri);
+                    if origin_form(&target).is_some() {
+                        let in_place = matches!(head.target, Target::Origin { .. });
+                        prop_assert!(in_place, "{:?} read in place", target);
+                    }
+                }
+            }
+
             /// The parser never panics, whatever the bytes.
             #[test]
             fn never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {

@@ -178,23 +178,32 @@ impl HeadFields {
         Self { head, fields: SmallVec::with_capacity(count), first: [0; READ.len()] }
     }
 
-    /// Adds the field whose name and value are the subslices `name` and `value` of this head's bytes; `None` when
-    /// they are not, or past 65,535 fields.
-    pub fn push(&mut self, name: &[u8], value: &[u8]) -> Option<()> {
-        let base = self.head.as_ptr() as usize;
-        let offset = |part: &[u8]| -> Option<(u32, u32)> {
-            let start = (part.as_ptr() as usize).checked_sub(base)?;
-            (start + part.len() <= self.head.len()).then_some((u32::try_from(start).ok()?, part.len() as u32))
+    /// Adds the field whose name `name` is at `name_start` in the head and whose value is `value_len` bytes at
+    /// `value_start`; `None` when that is not inside the head, or past 65,535 fields.
+    pub fn push_at(&mut self, name_start: usize, name: &[u8], value_start: usize, value_len: usize) -> Option<()> {
+        let inside = |start: usize, len: usize| start.checked_add(len).is_some_and(|end| end <= self.head.len());
+        if !inside(name_start, name.len()) || !inside(value_start, value_len) {
+            return None;
+        }
+        let field = Field {
+            name_start: u32::try_from(name_start).ok()?,
+            name_len: u32::try_from(name.len()).ok()?,
+            value_start: u32::try_from(value_start).ok()?,
+            value_len: u32::try_from(value_len).ok()?,
         };
-        let ((name_start, name_len), (value_start, value_len)) = (offset(name)?, offset(value)?);
         let position = u16::try_from(self.fields.len() + 1).ok()?;
         if let Some(i) = read_index(name)
             && self.first[i] == 0
         {
             self.first[i] = position;
         }
-        self.fields.push(Field { name_start, name_len, value_start, value_len });
+        self.fields.push(field);
         Some(())
+    }
+
+    /// The head's bytes.
+    pub fn bytes(&self) -> &Bytes {
+        &self.head
     }
 
     /// The fields as (name, value) byte pairs, in order.
@@ -292,14 +301,16 @@ mod tests {
     use http::header;
 
     fn head_fields(raw: &'static [u8], fields: &[(&str, &str)]) -> HeadFields {
-        let head = Bytes::from_static(raw);
-        let mut parsed = HeadFields::new(head.clone(), fields.len());
+        let mut parsed = HeadFields::new(Bytes::from_static(raw), fields.len());
+        let mut from = 0;
         for (name, value) in fields {
-            let at = |part: &str| {
-                let start = raw.windows(part.len()).position(|w| w == part.as_bytes()).unwrap();
-                &head[start..start + part.len()]
+            let mut at = |part: &str| {
+                let start = from + raw[from..].windows(part.len()).position(|w| w == part.as_bytes()).unwrap();
+                from = start + part.len();
+                start
             };
-            parsed.push(at(name), at(value)).unwrap();
+            let (name_start, value_start) = (at(name), at(value));
+            parsed.push_at(name_start, name.as_bytes(), value_start, value.len()).unwrap();
         }
         parsed
     }
@@ -345,10 +356,13 @@ mod tests {
     }
 
     #[test]
-    fn a_slice_from_elsewhere_is_not_taken() {
+    fn a_field_outside_the_head_is_not_taken() {
         let mut head = HeadFields::new(Bytes::copy_from_slice(b"Host: h"), 1);
-        assert!(head.push(b"Host", b"h").is_none());
+        assert!(head.push_at(0, b"Host", 6, 2).is_none());
+        assert!(head.push_at(usize::MAX, b"Host", 6, 1).is_none());
         assert!(head.is_empty());
+        assert!(head.push_at(0, b"Host", 6, 1).is_some());
+        assert_eq!(head.get(&http::header::HOST), Some(&b"h"[..]));
     }
 
     #[test]

@@ -34,7 +34,7 @@ pub async fn serve(app: &DataState, head: &RequestHead) -> Answer {
     let Some(origin) = head.fields.header_value(&header::ORIGIN) else {
         return object::get_object(app, head).await.unwrap_or_else(|e| e.into_response().into());
     };
-    let policy = bucket_policy(app, head.uri.path()).await;
+    let policy = bucket_policy(app, head.path()).await;
     if head.method == Method::OPTIONS && head.fields.contains(&header::ACCESS_CONTROL_REQUEST_METHOD) {
         return preflight(policy.as_deref(), &origin, &head.fields).into();
     }

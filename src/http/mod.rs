@@ -178,8 +178,8 @@ impl<S: Routed> crate::driver::RequestService for DataService<S> {
         }
         let api = crate::s3::operation::classify(RequestHead {
             method: &head.method,
-            path: head.uri.path(),
-            query: head.uri.query(),
+            path: head.path(),
+            query: head.query(),
             headers: &head.fields,
             s3_domain: self.s3_domain.as_deref(),
         });

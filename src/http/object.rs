@@ -48,17 +48,18 @@ pub async fn get_object(app: &DataState, head: &RequestHead) -> Result<Answer, A
 /// credentials, no access, a stale replica) kept apart from whatever follows authorisation (the inner result),
 /// so that `cors` can leave the former bare: they must look alike whether the bucket exists or not.
 pub async fn authorise_and_serve(app: &DataState, head: &RequestHead) -> Result<Result<Answer, ApiError>, ApiError> {
-    let RequestHead { method, uri, fields, .. } = head;
+    let RequestHead { method, fields, .. } = head;
+    let (path, query) = (head.path(), head.query());
     if method != Method::GET && method != Method::HEAD {
         return Err(ApiError::MethodNotAllowed);
     }
-    let (bucket_name, requested) = parse_data_path(uri.path())?;
+    let (bucket_name, requested) = parse_data_path(path)?;
     let bucket = app.catalog.bucket(bucket_name.as_str()).await?;
-    let plan = website::plan(requested, uri.path(), bucket.as_deref().map_or(&Website::NONE, |b| &b.website));
-    let credentials = crate::auth::credentials(fields, uri.query())?;
+    let plan = website::plan(requested, path, bucket.as_deref().map_or(&Website::NONE, |b| &b.website));
+    let credentials = crate::auth::credentials(fields, query)?;
     let principal = app.log_principal.then(|| principal_of(&credentials));
     let allowed = app.auth.read(&bucket_name, bucket.as_ref(), plan.authorised_key(), credentials).await?;
-    let asked = Asked { method, headers: fields, query: uri.query(), name: &bucket_name };
+    let asked = Asked { method, headers: fields, query, name: &bucket_name };
     Ok(serve_planned(app, &asked, &plan, allowed, principal).await)
 }
 

@@ -19,8 +19,8 @@ fn verified(target: &[u8], secret: &[u8]) -> Result<(String, String, PresignPara
     raw.extend_from_slice(target);
     raw.extend_from_slice(b" HTTP/1.1\r\nHost: h\r\n\r\n");
     let Ok(Parsed::Complete(head)) = parse_request_head(&raw, &limits) else { return Err("bad head") };
-    let (bucket, key) = parse_object_path(head.uri.path()).map_err(|_| "bad path")?;
-    match credentials(&head.fields, head.uri.query()) {
+    let (bucket, key) = parse_object_path(head.path()).map_err(|_| "bad path")?;
+    match credentials(&head.fields, head.query()) {
         Ok(Credentials::Presigned(p)) if p.verify(secret, bucket.as_str(), key.as_str()) => {
             Ok((bucket.to_string(), key.to_string(), p))
         }
