@@ -1,5 +1,6 @@
 //! The contract between handlers and the data driver: a response whose body is regions of one open file,
-//! optionally interleaved with literal bytes (multipart boundaries). It travels as a response *extension* beside
+//! optionally interleaved with literal bytes (multipart boundaries). A native read hands it to the driver as it is
+//! (`driver::FileAnswer`); through axum (S3 reads, the admin listener) it travels as a response *extension* beside
 //! an empty body, because axum boxes bodies but leaves extensions intact through every middleware.
 
 use std::fs::File;

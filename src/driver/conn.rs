@@ -367,6 +367,7 @@ impl<S: RequestService> Connection<S> {
         let mut request = Request::new(body);
         *request.uri_mut() = head.uri();
         *request.method_mut() = head.method;
+        *request.extensions_mut() = head.extensions;
         *request.version_mut() = head.version;
         *request.headers_mut() = head.fields.to_header_map();
         let call = self.ctx.service.clone().oneshot(request);

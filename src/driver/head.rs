@@ -62,6 +62,10 @@ pub struct RequestHead {
     pub body: BodyFraming,
     /// Bytes of the buffer this head used; whatever follows belongs to the next (pipelined) request.
     pub len: usize,
+    /// What the application learnt of the request when it looked at the head and handed it back
+    /// (`RequestService::answer_head`): the `http::Request` built from the head carries it, so nothing is decided
+    /// twice. Empty (no allocation) otherwise.
+    pub extensions: http::Extensions,
 }
 
 /// Why a request head was refused. The connection is always closed afterwards.
@@ -188,6 +192,7 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
         keep_alive,
         body,
         len: len + skipped,
+        extensions: http::Extensions::new(),
     })))
 }
 
@@ -202,23 +207,25 @@ enum Target {
 }
 
 impl RequestHead {
-    /// The target's path, still percent-encoded.
-    pub fn path(&self) -> &str {
+    /// The target's path (still percent-encoded) and its query, if it has one (`?` and nothing after it is an
+    /// empty query, as `Uri` has it).
+    pub fn path_and_query(&self) -> (&str, Option<&str>) {
         match &self.target {
-            Target::Origin { query, .. } => {
-                let target = self.origin_target();
-                query.map_or(target, |q| &target[..q as usize])
+            Target::Origin { query: None, .. } => (self.origin_target(), None),
+            Target::Origin { query: Some(q), .. } => {
+                let (path, query) = self.origin_target().split_at(*q as usize);
+                (path, Some(&query[1..]))
             }
-            Target::Uri(uri) => uri.path(),
+            Target::Uri(uri) => (uri.path(), uri.query()),
         }
     }
 
-    /// The target's query, if it has one (`?` and nothing after it is an empty query, as `Uri` has it).
+    pub fn path(&self) -> &str {
+        self.path_and_query().0
+    }
+
     pub fn query(&self) -> Option<&str> {
-        match &self.target {
-            Target::Origin { query, .. } => query.map(|q| &self.origin_target()[q as usize + 1..]),
-            Target::Uri(uri) => uri.query(),
-        }
+        self.path_and_query().1
     }
 
     /// The target as a `Uri`.

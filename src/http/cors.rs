@@ -22,24 +22,26 @@ use http::header::{self, HeaderValue};
 use http::{Method, StatusCode};
 
 use super::DataState;
+use super::NativeRead;
 use super::object;
-use crate::driver::{Answer, RequestHead};
+use crate::driver::Answer;
 use crate::header_values::cors::CorsPolicy;
 use crate::header_values::fields::Fields;
 use crate::names::parse_data_path;
 
 const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
 
-pub async fn serve(app: &DataState, head: &RequestHead) -> Answer {
+pub async fn serve(app: &DataState, read: NativeRead<'_>) -> Answer {
+    let head = read.head;
     let Some(origin) = head.fields.header_value(&header::ORIGIN) else {
-        return object::get_object(app, head).await.unwrap_or_else(|e| e.into_response().into());
+        return object::get_object(app, read).await.unwrap_or_else(|e| e.into_response().into());
     };
-    let policy = bucket_policy(app, head.path()).await;
+    let policy = bucket_policy(app, read.path).await;
     if head.method == Method::OPTIONS && head.fields.contains(&header::ACCESS_CONTROL_REQUEST_METHOD) {
         return preflight(policy.as_deref(), &origin, &head.fields).into();
     }
     let credentialed = is_credentialed(&head.fields);
-    match object::authorise_and_serve(app, head).await {
+    match object::authorise_and_serve(app, read).await {
         // Refused before authorisation: no CORS headers and no `Vary: Origin`, which only a bucket with a rule
         // would get, so an existing private bucket answers exactly as an absent one.
         Err(refusal) => refusal.into_response().into(),

@@ -172,22 +172,30 @@ impl<S: Routed> tower::Service<axum::extract::Request> for DataService<S> {
 }
 
 impl<S: Routed> crate::driver::RequestService for DataService<S> {
-    fn answer_head(&self, head: Box<DriverHead>) -> Result<impl Future<Output = Answer> + Send + '_, Box<DriverHead>> {
+    fn answer_head(
+        &self,
+        mut head: Box<DriverHead>,
+    ) -> Result<impl Future<Output = Answer> + Send + '_, Box<DriverHead>> {
         if matches!(head.method, http::Method::PUT | http::Method::DELETE) {
             return Err(head);
         }
+        let (path, query) = head.path_and_query();
         let api = crate::s3::operation::classify(RequestHead {
             method: &head.method,
-            path: head.path(),
-            query: head.query(),
+            path,
+            query,
             headers: &head.fields,
             s3_domain: self.s3_domain.as_deref(),
         });
         if api != Api::Native {
+            // The service reads this classification rather than making it again (`Classified::new`).
+            head.extensions.insert(Decided(api));
             return Err(head);
         }
         Ok(async move {
-            let read = async { Ok::<_, Infallible>(cors::serve(&self.data, &head).await) };
+            let (path, query) = head.path_and_query();
+            let read =
+                async { Ok::<_, Infallible>(cors::serve(&self.data, NativeRead { head: &head, path, query }).await) };
             let Ok(answer) = deadline::bound(read, self.handler_timeout).await;
             match answer {
                 Answer::Response(response) => Answer::Response(error::log_server_error(if self.read_only {
@@ -202,14 +210,29 @@ impl<S: Routed> crate::driver::RequestService for DataService<S> {
     }
 }
 
+/// A native read as its handlers take it: the parsed head, and its target's path and query.
+#[derive(Clone, Copy)]
+pub struct NativeRead<'a> {
+    pub head: &'a DriverHead,
+    pub path: &'a str,
+    pub query: Option<&'a str>,
+}
+
 /// A request and what [`classify`](crate::s3::operation::classify) made of it, decided once.
 pub struct Classified {
     pub api: Api,
     pub request: axum::extract::Request,
 }
 
+/// A classification made before the request became an `http::Request` (`DataService::answer_head`).
+#[derive(Clone)]
+struct Decided(Api);
+
 impl Classified {
-    pub fn new(request: axum::extract::Request, s3_domain: Option<&str>) -> Self {
+    pub fn new(mut request: axum::extract::Request, s3_domain: Option<&str>) -> Self {
+        if let Some(Decided(api)) = request.extensions_mut().remove::<Decided>() {
+            return Self { api, request };
+        }
         let api = crate::s3::operation::classify(RequestHead {
             method: request.method(),
             path: request.uri().path(),

@@ -12,8 +12,9 @@
 //! 4. Evaluate preconditions (RFC 9110 §13.2.2): 412 or 304, with no file IO.
 //! 5. Get the open blob and its `fstat` size (`catalog`): Content-Length comes from the fd that will be sent.
 //! 6. Evaluate Range (RFC 9110 §14) for GET: 200, 206 (single or multipart) or 416.
-//! 7. Answer an empty body plus a `FileBody` extension; the driver sends its regions with sendfile (an error
-//!    document too: one whole region, with 404).
+//! 7. Answer a `driver::FileAnswer` (status, fields, `FileBody`; the S3 path makes it a `Response` with the
+//!    `FileBody` as an extension); the driver sends its regions with sendfile (an error document too: one whole
+//!    region, with 404).
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -24,13 +25,13 @@ use axum::response::{IntoResponse, Response};
 use http::header::{self, HeaderValue};
 use http::{Method, StatusCode};
 
-use super::DataState;
 use super::accept_encoding;
 use super::conditional::{self, Precondition, Validators};
 use super::error::ApiError;
 use super::multipart;
 use super::range::{self, RangeDecision};
 use super::website::{self, Plan};
+use super::{DataState, NativeRead};
 use crate::access_log::Principal;
 use crate::auth::{AuthError, Credentials};
 use crate::catalog::representation::{ObjectEntry, REPR_DIGEST, disposition_value, private_cache_control};
@@ -40,16 +41,15 @@ use crate::header_values::fields::Fields;
 use crate::names::{BucketName, Website, parse_data_path};
 use crate::store::Bucket;
 
-pub async fn get_object(app: &DataState, head: &RequestHead) -> Result<Answer, ApiError> {
-    authorise_and_serve(app, head).await.and_then(|answer| answer)
+pub async fn get_object(app: &DataState, read: NativeRead<'_>) -> Result<Answer, ApiError> {
+    authorise_and_serve(app, read).await.and_then(|answer| answer)
 }
 
 /// The GET/HEAD pipeline with its refusals before authorisation (the outer `Err`: bad path, bad or missing
 /// credentials, no access, a stale replica) kept apart from whatever follows authorisation (the inner result),
 /// so that `cors` can leave the former bare: they must look alike whether the bucket exists or not.
-pub async fn authorise_and_serve(app: &DataState, head: &RequestHead) -> Result<Result<Answer, ApiError>, ApiError> {
-    let RequestHead { method, fields, .. } = head;
-    let (path, query) = (head.path(), head.query());
+pub async fn authorise_and_serve(app: &DataState, read: NativeRead<'_>) -> Result<Result<Answer, ApiError>, ApiError> {
+    let NativeRead { head: RequestHead { method, fields, .. }, path, query } = read;
     if method != Method::GET && method != Method::HEAD {
         return Err(ApiError::MethodNotAllowed);
     }
