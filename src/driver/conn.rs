@@ -353,8 +353,7 @@ impl<S: RequestService> Connection<S> {
     }
 
     /// Calls the service with `head` as an `http::Request`, feeding it the body (if any) while it answers.
-    async fn call_service(&mut self, head: Box<RequestHead>) -> (Response, Option<BodyPump>) {
-        let head = *head;
+    async fn call_service(&mut self, mut head: Box<RequestHead>) -> (Response, Option<BodyPump>) {
         let (body, mut pump) = match head.body {
             BodyFraming::None => (Body::empty(), None),
             framing => {
@@ -366,10 +365,10 @@ impl<S: RequestService> Connection<S> {
         };
         let mut request = Request::new(body);
         *request.uri_mut() = head.uri();
-        *request.method_mut() = head.method;
-        *request.extensions_mut() = head.extensions;
+        *request.method_mut() = std::mem::replace(&mut head.method, Method::GET);
         *request.version_mut() = head.version;
         *request.headers_mut() = head.fields.to_header_map();
+        drop(head);
         let call = self.ctx.service.clone().oneshot(request);
         let Ok(response) = match pump.as_mut() {
             None => call.await,

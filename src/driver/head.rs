@@ -62,10 +62,6 @@ pub struct RequestHead {
     pub body: BodyFraming,
     /// Bytes of the buffer this head used; whatever follows belongs to the next (pipelined) request.
     pub len: usize,
-    /// What the application learnt of the request when it looked at the head and handed it back
-    /// (`RequestService::answer_head`): the `http::Request` built from the head carries it, so nothing is decided
-    /// twice. Empty (no allocation) otherwise.
-    pub extensions: http::Extensions,
 }
 
 /// Why a request head was refused. The connection is always closed afterwards.
@@ -192,7 +188,6 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
         keep_alive,
         body,
         len: len + skipped,
-        extensions: http::Extensions::new(),
     })))
 }
 

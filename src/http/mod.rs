@@ -172,24 +172,20 @@ impl<S: Routed> tower::Service<axum::extract::Request> for DataService<S> {
 }
 
 impl<S: Routed> crate::driver::RequestService for DataService<S> {
-    fn answer_head(
-        &self,
-        mut head: Box<DriverHead>,
-    ) -> Result<impl Future<Output = Answer> + Send + '_, Box<DriverHead>> {
+    fn answer_head(&self, head: Box<DriverHead>) -> Result<impl Future<Output = Answer> + Send + '_, Box<DriverHead>> {
         if matches!(head.method, http::Method::PUT | http::Method::DELETE) {
             return Err(head);
         }
         let (path, query) = head.path_and_query();
-        let api = crate::s3::operation::classify(RequestHead {
+        let native = crate::s3::operation::is_native(RequestHead {
             method: &head.method,
             path,
             query,
             headers: &head.fields,
             s3_domain: self.s3_domain.as_deref(),
         });
-        if api != Api::Native {
-            // The service reads this classification rather than making it again (`Classified::new`).
-            head.extensions.insert(Decided(api));
+        if !native {
+            // Classified into its operation once, by the service (`Classified::new`).
             return Err(head);
         }
         Ok(async move {
@@ -224,15 +220,8 @@ pub struct Classified {
     pub request: axum::extract::Request,
 }
 
-/// A classification made before the request became an `http::Request` (`DataService::answer_head`).
-#[derive(Clone)]
-struct Decided(Api);
-
 impl Classified {
-    pub fn new(mut request: axum::extract::Request, s3_domain: Option<&str>) -> Self {
-        if let Some(Decided(api)) = request.extensions_mut().remove::<Decided>() {
-            return Self { api, request };
-        }
+    pub fn new(request: axum::extract::Request, s3_domain: Option<&str>) -> Self {
         let api = crate::s3::operation::classify(RequestHead {
             method: request.method(),
             path: request.uri().path(),

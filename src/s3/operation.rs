@@ -295,14 +295,11 @@ pub struct RequestHead<'r> {
 /// Decides a request's API and, for S3, its operation.
 #[must_use]
 pub fn classify(head: RequestHead<'_>) -> Api {
-    let virtual_bucket = head.s3_domain.and_then(|domain| virtual_host_bucket(head.headers, domain));
-    let query = head.query.filter(|q| !q.is_empty());
-    let s3 = virtual_bucket.is_some()
-        || carries_aws_credentials(head.headers, query)
-        || query.is_some_and(|q| is_s3_query(head.path, q));
+    let (s3, virtual_bucket) = s3_signals(&head);
     if !s3 {
         return Api::Native;
     }
+    let query = head.query.filter(|q| !q.is_empty());
     let resource = match virtual_bucket {
         Some(bucket) => virtual_hosted_resource(bucket, head.path),
         None => path_style_resource(head.path),
@@ -313,6 +310,24 @@ pub fn classify(head: RequestHead<'_>) -> Api {
         params.refuse_unknown(operation)?;
         Ok(S3Call { operation, resource, virtual_hosted: virtual_bucket.is_some() })
     }))
+}
+
+/// Whether [`classify`] would call the request native, without classifying an S3 one: what decides whether the
+/// data listener answers it from its parsed head.
+#[must_use]
+pub fn is_native(head: RequestHead<'_>) -> bool {
+    !s3_signals(&head).0
+}
+
+/// Whether a request is for the S3 API (a bucket under `s3.domain` in Host, AWS credentials, or an S3 query), and
+/// the virtual-hosted bucket if there is one.
+fn s3_signals<'r>(head: &RequestHead<'r>) -> (bool, Option<&'r str>) {
+    let virtual_bucket = head.s3_domain.and_then(|domain| virtual_host_bucket(head.headers, domain));
+    let query = head.query.filter(|q| !q.is_empty());
+    let s3 = virtual_bucket.is_some()
+        || carries_aws_credentials(head.headers, query)
+        || query.is_some_and(|q| is_s3_query(head.path, q));
+    (s3, virtual_bucket)
 }
 
 /// Whether a request carries AWS credentials: SigV4 (`AWS4-…`) or SigV2 (`AWS ak:sig`, refused in S3's words)
@@ -504,7 +519,10 @@ mod tests {
             None => (target, None),
         };
         let method = Method::from_bytes(method.as_bytes()).unwrap();
-        classify(RequestHead { method: &method, path, query, headers: &map, s3_domain: domain })
+        let head = RequestHead { method: &method, path, query, headers: &map, s3_domain: domain };
+        let api = classify(head);
+        assert_eq!(is_native(head), api == Api::Native, "is_native agrees with classify on {target}");
+        api
     }
 
     fn signed(method: &str, target: &str) -> Api {
