@@ -17,7 +17,7 @@ pub trait Fields: Sync {
     /// Every value of the field `name`, in the order the request sent them.
     fn values(&self, name: &HeaderName) -> Values<'_>;
 
-    /// Whether the request has a field named in `names`: one pass over the fields, not one lookup per name.
+    /// Whether the request has a field named in `names`.
     fn has_any(&self, names: &[HeaderName]) -> bool;
 
     /// The first value of `name`.
@@ -122,10 +122,10 @@ const READ: [&str; 13] = [
     "expect",
 ];
 
-/// The index in [`READ`] of the field name `raw` (any case): its length first, then its bytes.
-fn read_index(raw: &[u8]) -> Option<usize> {
-    let is = |i: usize| raw.eq_ignore_ascii_case(READ[i].as_bytes()).then_some(i);
-    match raw.len() {
+/// The index in [`READ`] of a field name for which `same` holds: by its length first, then its bytes.
+fn read_index_by(name: &[u8], same: impl Fn(&[u8], &[u8]) -> bool) -> Option<usize> {
+    let is = |i: usize| same(name, READ[i].as_bytes()).then_some(i);
+    match name.len() {
         4 => is(1),
         5 => is(2),
         6 => is(3).or_else(|| is(10)).or_else(|| is(12)),
@@ -139,24 +139,14 @@ fn read_index(raw: &[u8]) -> Option<usize> {
     }
 }
 
-/// The index in [`READ`] of `name` (lowercase already, so compared as it is: a match on the string).
+/// The index in [`READ`] of the request's field name `raw`, in any case.
+fn read_index(raw: &[u8]) -> Option<usize> {
+    read_index_by(raw, <[u8]>::eq_ignore_ascii_case)
+}
+
+/// The index in [`READ`] of `name` (lowercase already, so compared exactly).
 fn read_index_of(name: &HeaderName) -> Option<usize> {
-    Some(match name.as_str() {
-        "authorization" => 0,
-        "host" => 1,
-        "range" => 2,
-        "origin" => 3,
-        "accept-encoding" => 4,
-        "if-match" => 5,
-        "if-none-match" => 6,
-        "if-modified-since" => 7,
-        "if-unmodified-since" => 8,
-        "if-range" => 9,
-        "cookie" => 10,
-        "access-control-request-method" => 11,
-        "expect" => 12,
-        _ => return None,
-    })
+    read_index_by(name.as_str().as_bytes(), |a, b| a == b)
 }
 
 /// A request head's fields as parsed: the head's bytes (one copy of them, shared) and each field's place in it.
@@ -173,7 +163,7 @@ pub struct HeadFields {
 }
 
 impl HeadFields {
-    /// Fields of `head`, added with [`push`](Self::push).
+    /// Fields of `head`, added with [`push_at`](Self::push_at).
     pub fn new(head: Bytes, count: usize) -> Self {
         Self { head, fields: SmallVec::with_capacity(count), first: [0; READ.len()] }
     }
@@ -204,15 +194,6 @@ impl HeadFields {
     /// The head's bytes.
     pub fn bytes(&self) -> &Bytes {
         &self.head
-    }
-
-    /// The fields as (name, value) byte pairs, in order.
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.fields.iter().map(|field| (field.name(&self.head), field.value(&self.head)))
-    }
-
-    pub fn len(&self) -> usize {
-        self.fields.len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -194,11 +194,9 @@ impl<S: Routed> crate::driver::RequestService for DataService<S> {
                 async { Ok::<_, Infallible>(cors::serve(&self.data, NativeRead { head: &head, path, query }).await) };
             let Ok(answer) = deadline::bound(read, self.handler_timeout).await;
             match answer {
-                Answer::Response(response) => Answer::Response(error::log_server_error(if self.read_only {
-                    response
-                } else {
-                    allowing_writes(response)
-                })),
+                Answer::Response(response) => {
+                    Answer::Response(error::log_server_error(allowing_writes(response, self.read_only)))
+                }
                 // 200, 206, or an error document's 404.
                 file @ Answer::File(_) => file,
             }
@@ -259,18 +257,16 @@ async fn route(
                 Box::pin(upload::delete_object(State(app), parts.uri, parts.headers)).await.into_response()
             }
             // A native request with a body that is not an upload (`answer_head` took those without one).
-            _ => {
-                let refused = ApiError::MethodNotAllowed.into_response();
-                if read_only { refused } else { allowing_writes(refused) }
-            }
+            _ => allowing_writes(ApiError::MethodNotAllowed.into_response(), read_only),
         },
         Api::S3(call) => dispatch_s3(app, call, request).await,
     })
 }
 
-/// A 405 from the object handler (which answers GET and HEAD) on a listener that also takes PUT and DELETE.
-fn allowing_writes(mut response: Response) -> Response {
-    if response.status() == http::StatusCode::METHOD_NOT_ALLOWED {
+/// A 405 from the object handler (which answers GET and HEAD) on a listener that also takes PUT and DELETE (not
+/// `read_only`) names them too.
+fn allowing_writes(mut response: Response, read_only: bool) -> Response {
+    if !read_only && response.status() == http::StatusCode::METHOD_NOT_ALLOWED {
         response.headers_mut().insert(http::header::ALLOW, http::HeaderValue::from_static("GET, HEAD, PUT, DELETE"));
     }
     response
