@@ -23,9 +23,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::header;
-
-use crate::header_values::fields::Fields;
+use crate::header_values::fields::{self, Fields};
 use crate::names::{BucketName, ObjectKey};
 use crate::store::{Bucket, Grant, MetadataError, Rights, S3KeyRecord, SigningKey, TokenRecord, unix_now};
 use presign::{PresignParams, QueryError};
@@ -154,7 +152,7 @@ pub fn credentials<'a>(headers: &'a dyn Fields, query: Option<&str>) -> Result<C
 /// The `Authorization: Bearer` token, if any. RFC 9110 §11.6.2 allows one Authorization field; several are
 /// refused (400).
 pub fn bearer(headers: &dyn Fields) -> Result<Option<&str>, AuthError> {
-    let mut fields = headers.values(&header::AUTHORIZATION);
+    let mut fields = headers.values(&fields::AUTHORIZATION);
     match (fields.next(), fields.next()) {
         (None, _) => Ok(None),
         (Some(_), Some(_)) => Err(AuthError::BadRequest("repeated Authorization header")),
@@ -617,6 +615,7 @@ mod tests {
 
     use super::*;
     use http::HeaderMap;
+    use http::header;
 
     fn token(scope: &str, prefix: &str) -> TokenRecord {
         TokenRecord {

@@ -42,7 +42,7 @@ use super::sendfile::{SendOutcome, send_bytes, send_file_response};
 use super::{Answer, DriverContext, FileAnswer, Listener, Refusal, RequestService};
 use crate::access_log::{Entry, REQUEST_ID_HEADER, RequestId};
 use crate::file_body::{DownloadKind, FileBody, ObjectRef};
-use crate::header_values::fields::Fields;
+use crate::header_values::fields::{self, FieldName, Fields};
 use crate::stats::{DownloadRecord, Outcome, RecordKind};
 
 /// Largest buffered (non-file) response body we accept from a data handler: errors and small JSON only. The
@@ -55,6 +55,9 @@ pub const BODY_READ_BYTES: usize = 64 * 1024;
 
 /// Sent when the service first polls the body of a request that asked for it (RFC 9110 §10.1.1).
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// Noted in the access log only.
+static USER_AGENT: FieldName = FieldName::other(header::USER_AGENT);
 
 enum NextHead {
     Head(Box<RequestHead>),
@@ -358,7 +361,7 @@ impl<S: RequestService> Connection<S> {
             BodyFraming::None => (Body::empty(), None),
             framing => {
                 let expect_continue = head.version == Version::HTTP_11
-                    && head.fields.get(&header::EXPECT).is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
+                    && head.fields.get(&fields::EXPECT).is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"));
                 let (pump, body) = BodyPump::new(framing, expect_continue, self.ctx.body_budget.clone());
                 (body, Some(pump))
             }
@@ -402,8 +405,8 @@ impl<S: RequestService> Connection<S> {
             bytes: 0,
             duration: Duration::ZERO,
             principal: None,
-            range: head.fields.header_value(&header::RANGE),
-            user_agent: head.fields.header_value(&header::USER_AGENT),
+            range: head.fields.header_value(&fields::RANGE),
+            user_agent: head.fields.header_value(&USER_AGENT),
             request_id: RequestId::next(),
             connection_requests: self.served,
             encoding: None,

@@ -16,7 +16,7 @@ use http::{Method, StatusCode, Uri, Version};
 
 use super::body::BodyFraming;
 use crate::file_body::{SharedFields, write_fields};
-use crate::header_values::fields::{Fields, HeadFields};
+use crate::header_values::fields::{self, Fields, HeadFields};
 
 #[derive(Debug, Clone, Copy)]
 pub struct HeadLimits {
@@ -371,13 +371,13 @@ fn parse_target(target: &str, shared: bytes::Bytes, method: &Method) -> Result<U
 /// `chunked` coding alone is taken, and any other transfer coding gets 501 (§6.1). The connection closes after
 /// every refusal.
 fn check_framing(headers: &HeadFields, version: Version, accept_bodies: bool) -> Result<BodyFraming, HeadError> {
-    if !accept_bodies && headers.contains(&header::TRANSFER_ENCODING) {
+    if !accept_bodies && headers.contains(&fields::TRANSFER_ENCODING) {
         return Err(HeadError::new(
             StatusCode::BAD_REQUEST,
             "request bodies are not accepted for this method on this listener",
         ));
     }
-    let mut lengths = headers.values(&header::CONTENT_LENGTH);
+    let mut lengths = headers.values(&fields::CONTENT_LENGTH);
     let length = match lengths.next() {
         None => None,
         Some(_) if lengths.next().is_some() => {
@@ -400,7 +400,7 @@ fn check_framing(headers: &HeadFields, version: Version, accept_bodies: bool) ->
             Some(n.ok_or_else(|| HeadError::new(StatusCode::BAD_REQUEST, "invalid Content-Length"))?)
         }
     };
-    let mut codings = headers.values(&header::TRANSFER_ENCODING);
+    let mut codings = headers.values(&fields::TRANSFER_ENCODING);
     let framing = match (codings.next(), length) {
         (None, None | Some(0)) => BodyFraming::None,
         (None, Some(n)) => BodyFraming::Length(n),
@@ -426,7 +426,7 @@ fn check_framing(headers: &HeadFields, version: Version, accept_bodies: bool) ->
 fn wants_keep_alive(headers: &HeadFields, version: Version) -> bool {
     let has_token = |token: &str| {
         headers
-            .values(&header::CONNECTION)
+            .values(&fields::CONNECTION)
             .any(|v| std::str::from_utf8(v).is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token))))
     };
     match version {

@@ -7,7 +7,7 @@
 //! Field names compare case-insensitively (RFC 9110 §5.1); `HeaderName`s are lowercase.
 
 use bytes::Bytes;
-use http::header::{HeaderMap, HeaderName, HeaderValue, ValueIter};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue, ValueIter};
 use smallvec::SmallVec;
 
 use super::{X_AMZ_CONTENT_SHA256, X_AMZ_DATE};
@@ -15,40 +15,84 @@ use super::{X_AMZ_CONTENT_SHA256, X_AMZ_DATE};
 /// What a reader of a request's header fields asks of them.
 pub trait Fields: Sync {
     /// Every value of the field `name`, in the order the request sent them.
-    fn values(&self, name: &HeaderName) -> Values<'_>;
+    fn values<'a>(&'a self, name: &'a FieldName) -> Values<'a>;
 
     /// Whether the request has a field named in `names`.
-    fn has_any(&self, names: &[HeaderName]) -> bool;
+    fn has_any(&self, names: &[&FieldName]) -> bool;
 
     /// The first value of `name`.
-    fn get(&self, name: &HeaderName) -> Option<&[u8]> {
+    fn get<'a>(&'a self, name: &'a FieldName) -> Option<&'a [u8]> {
         self.values(name).next()
     }
 
-    fn contains(&self, name: &HeaderName) -> bool {
+    fn contains(&self, name: &FieldName) -> bool {
         self.get(name).is_some()
     }
 
     /// The first value of `name` as a `HeaderValue` (for a response that echoes it, such as CORS's `Origin`).
-    fn header_value(&self, name: &HeaderName) -> Option<HeaderValue>;
+    fn header_value(&self, name: &FieldName) -> Option<HeaderValue>;
 }
+
+/// A field name as readers ask for it: the `HeaderName`, and for the names the data listener reads on every
+/// request ([`READ`]) their place in that list, so that a parsed head answers with one table read rather than by
+/// comparing names. The read names are the statics below; any other is [`FieldName::other`].
+#[derive(Debug, Clone)]
+pub struct FieldName {
+    name: HeaderName,
+    /// The index in [`READ`], or [`NOT_READ`].
+    read: u8,
+}
+
+const NOT_READ: u8 = u8::MAX;
+
+impl FieldName {
+    /// One of [`READ`], at `index` (the test `every_read_name_is_at_its_index` holds the two together).
+    const fn read(name: HeaderName, index: usize) -> Self {
+        assert!(index < READ.len());
+        Self { name, read: index as u8 }
+    }
+
+    /// A name outside [`READ`]: a parsed head looks for it by comparing names.
+    pub const fn other(name: HeaderName) -> Self {
+        Self { name, read: NOT_READ }
+    }
+
+    pub fn name(&self) -> &HeaderName {
+        &self.name
+    }
+
+    fn read_index(&self) -> Option<usize> {
+        (self.read != NOT_READ).then_some(usize::from(self.read))
+    }
+}
+
+pub static AUTHORIZATION: FieldName = FieldName::read(header::AUTHORIZATION, 0);
+pub static HOST: FieldName = FieldName::read(header::HOST, 1);
+pub static RANGE: FieldName = FieldName::read(header::RANGE, 2);
+pub static ORIGIN: FieldName = FieldName::read(header::ORIGIN, 3);
+pub static ACCEPT_ENCODING: FieldName = FieldName::read(header::ACCEPT_ENCODING, 4);
+pub static IF_MATCH: FieldName = FieldName::read(header::IF_MATCH, 5);
+pub static IF_NONE_MATCH: FieldName = FieldName::read(header::IF_NONE_MATCH, 6);
+pub static IF_MODIFIED_SINCE: FieldName = FieldName::read(header::IF_MODIFIED_SINCE, 7);
+pub static IF_UNMODIFIED_SINCE: FieldName = FieldName::read(header::IF_UNMODIFIED_SINCE, 8);
+pub static IF_RANGE: FieldName = FieldName::read(header::IF_RANGE, 9);
+pub static COOKIE: FieldName = FieldName::read(header::COOKIE, 10);
+pub static ACCESS_CONTROL_REQUEST_METHOD: FieldName = FieldName::read(header::ACCESS_CONTROL_REQUEST_METHOD, 11);
+pub static EXPECT: FieldName = FieldName::read(header::EXPECT, 12);
+pub static CONTENT_LENGTH: FieldName = FieldName::read(header::CONTENT_LENGTH, 13);
+pub static TRANSFER_ENCODING: FieldName = FieldName::read(header::TRANSFER_ENCODING, 14);
+pub static CONNECTION: FieldName = FieldName::read(header::CONNECTION, 15);
 
 /// The values of one field name, from either kind of [`Fields`].
 pub enum Values<'a> {
-    /// A field the request does not have.
-    None,
     Map(ValueIter<'a, HeaderValue>),
-    /// One of [`READ`], from its first field on.
-    Read {
+    /// A name the head has at most once (noted as it was parsed): its value, until taken.
+    One(Option<&'a [u8]>),
+    /// Every field from `fields` on whose name is `name` (lowercase), compared.
+    Scan {
         fields: std::slice::Iter<'a, Field>,
         head: &'a [u8],
-        name: &'static str,
-    },
-    /// Another name: every field is compared.
-    Other {
-        fields: std::slice::Iter<'a, Field>,
-        head: &'a [u8],
-        name: HeaderName,
+        name: &'a str,
     },
 }
 
@@ -56,27 +100,27 @@ impl<'a> Iterator for Values<'a> {
     type Item = &'a [u8];
 
     fn next(&mut self) -> Option<&'a [u8]> {
-        let (fields, head, name) = match self {
-            Values::None => return None,
-            Values::Map(values) => return values.next().map(HeaderValue::as_bytes),
-            Values::Read { fields, head, name } => (fields, *head, *name),
-            Values::Other { fields, head, name } => (fields, *head, name.as_str()),
-        };
-        fields.find(|field| field.is_named(head, name)).map(|field| field.value(head))
+        match self {
+            Values::Map(values) => values.next().map(HeaderValue::as_bytes),
+            Values::One(value) => value.take(),
+            Values::Scan { fields, head, name } => {
+                fields.find(|field| field.is_named(head, name)).map(|field| field.value(head))
+            }
+        }
     }
 }
 
 impl Fields for HeaderMap {
-    fn values(&self, name: &HeaderName) -> Values<'_> {
-        Values::Map(self.get_all(name).iter())
+    fn values<'a>(&'a self, name: &'a FieldName) -> Values<'a> {
+        Values::Map(self.get_all(&name.name).iter())
     }
 
-    fn has_any(&self, names: &[HeaderName]) -> bool {
-        self.keys().any(|name| names.contains(name))
+    fn has_any(&self, names: &[&FieldName]) -> bool {
+        self.keys().any(|key| names.iter().any(|name| name.name == *key))
     }
 
-    fn header_value(&self, name: &HeaderName) -> Option<HeaderValue> {
-        self.get(name).cloned()
+    fn header_value(&self, name: &FieldName) -> Option<HeaderValue> {
+        self.get(&name.name).cloned()
     }
 }
 
@@ -104,9 +148,10 @@ impl Field {
 }
 
 /// The names the data listener's readers look up on every request, lowercase: [`HeadFields`] notes where each
-/// one's first field is as it parses, so that reading one (or learning that it is absent, the usual case for
-/// Range, Origin and the preconditions) takes no pass over the fields.
-const READ: [&str; 13] = [
+/// one's first field is, and whether it has another, as it parses, so that reading one (or learning that it is
+/// absent, the usual case for Range, Origin and the preconditions) takes no pass over the fields. Each has its
+/// [`FieldName`] static above.
+const READ: [&str; 16] = [
     "authorization",
     "host",
     "range",
@@ -120,33 +165,28 @@ const READ: [&str; 13] = [
     "cookie",
     "access-control-request-method",
     "expect",
+    "content-length",
+    "transfer-encoding",
+    "connection",
 ];
 
-/// The index in [`READ`] of a field name for which `same` holds: by its length first, then its bytes.
-fn read_index_by(name: &[u8], same: impl Fn(&[u8], &[u8]) -> bool) -> Option<usize> {
-    let is = |i: usize| same(name, READ[i].as_bytes()).then_some(i);
-    match name.len() {
+/// The index in [`READ`] of the request's field name `raw`, in any case: by its length first, then its bytes.
+fn read_index(raw: &[u8]) -> Option<usize> {
+    let is = |i: usize| raw.eq_ignore_ascii_case(READ[i].as_bytes()).then_some(i);
+    match raw.len() {
         4 => is(1),
         5 => is(2),
         6 => is(3).or_else(|| is(10)).or_else(|| is(12)),
         8 => is(5).or_else(|| is(9)),
+        10 => is(15),
         13 => is(0).or_else(|| is(6)),
+        14 => is(13),
         15 => is(4),
-        17 => is(7),
+        17 => is(7).or_else(|| is(14)),
         19 => is(8),
         29 => is(11),
         _ => None,
     }
-}
-
-/// The index in [`READ`] of the request's field name `raw`, in any case.
-fn read_index(raw: &[u8]) -> Option<usize> {
-    read_index_by(raw, <[u8]>::eq_ignore_ascii_case)
-}
-
-/// The index in [`READ`] of `name` (lowercase already, so compared exactly).
-fn read_index_of(name: &HeaderName) -> Option<usize> {
-    read_index_by(name.as_str().as_bytes(), |a, b| a == b)
 }
 
 /// A request head's fields as parsed: the head's bytes (one copy of them, shared) and each field's place in it.
@@ -160,12 +200,14 @@ pub struct HeadFields {
     fields: SmallVec<[Field; 16]>,
     /// For each of [`READ`], 1 + the index of its first field; 0 when the head has none.
     first: [u16; READ.len()],
+    /// Bit `i` set when the head has more than one field named [`READ`]`[i]`.
+    repeated: u16,
 }
 
 impl HeadFields {
     /// Fields of `head`, added with [`push_at`](Self::push_at).
     pub fn new(head: Bytes, count: usize) -> Self {
-        Self { head, fields: SmallVec::with_capacity(count), first: [0; READ.len()] }
+        Self { head, fields: SmallVec::with_capacity(count), first: [0; READ.len()], repeated: 0 }
     }
 
     /// Adds the field whose name `name` is at `name_start` in the head and whose value is `value_len` bytes at
@@ -182,10 +224,12 @@ impl HeadFields {
             value_len: u32::try_from(value_len).ok()?,
         };
         let position = u16::try_from(self.fields.len() + 1).ok()?;
-        if let Some(i) = read_index(name)
-            && self.first[i] == 0
-        {
-            self.first[i] = position;
+        if let Some(i) = read_index(name) {
+            if self.first[i] == 0 {
+                self.first[i] = position;
+            } else {
+                self.repeated |= 1 << i;
+            }
         }
         self.fields.push(field);
         Some(())
@@ -217,39 +261,43 @@ impl HeadFields {
     }
 
     /// The first field named `name`: at once for one of [`READ`], else by a pass over the fields.
-    fn first(&self, name: &HeaderName) -> Option<&Field> {
-        match read_index_of(name) {
+    fn first(&self, name: &FieldName) -> Option<&Field> {
+        match name.read_index() {
             Some(i) => self.fields.get(usize::from(self.first[i]).checked_sub(1)?),
-            None => self.fields.iter().find(|field| field.is_named(&self.head, name.as_str())),
+            None => self.fields.iter().find(|field| field.is_named(&self.head, name.name.as_str())),
         }
     }
 }
 
 impl Fields for HeadFields {
-    fn values(&self, name: &HeaderName) -> Values<'_> {
-        match read_index_of(name) {
-            Some(i) => match usize::from(self.first[i]).checked_sub(1) {
-                Some(first) => Values::Read { fields: self.fields[first..].iter(), head: &self.head, name: READ[i] },
-                None => Values::None,
-            },
-            None => Values::Other { fields: self.fields.iter(), head: &self.head, name: name.clone() },
+    fn values<'a>(&'a self, name: &'a FieldName) -> Values<'a> {
+        let Some(i) = name.read_index() else {
+            return Values::Scan { fields: self.fields.iter(), head: &self.head, name: name.name.as_str() };
+        };
+        let Some(first) = usize::from(self.first[i]).checked_sub(1) else {
+            return Values::One(None);
+        };
+        if self.repeated & (1 << i) == 0 {
+            Values::One(self.fields.get(first).map(|field| field.value(&self.head)))
+        } else {
+            Values::Scan { fields: self.fields[first..].iter(), head: &self.head, name: READ[i] }
         }
     }
 
-    fn has_any(&self, names: &[HeaderName]) -> bool {
+    fn has_any(&self, names: &[&FieldName]) -> bool {
         names.iter().any(|name| self.first(name).is_some())
     }
 
-    fn get(&self, name: &HeaderName) -> Option<&[u8]> {
+    fn get<'a>(&'a self, name: &'a FieldName) -> Option<&'a [u8]> {
         self.first(name).map(|field| field.value(&self.head))
     }
 
-    fn contains(&self, name: &HeaderName) -> bool {
+    fn contains(&self, name: &FieldName) -> bool {
         self.first(name).is_some()
     }
 
     // Shares the head's bytes.
-    fn header_value(&self, name: &HeaderName) -> Option<HeaderValue> {
+    fn header_value(&self, name: &FieldName) -> Option<HeaderValue> {
         self.value_bytes(self.first(name)?).ok()
     }
 }
@@ -304,19 +352,25 @@ mod tests {
             &[("Host", "h"), ("Accept-Encoding", "gzip"), ("X-Amz-Date", "d"), ("accept-encoding", "br")],
         );
         let map = head.to_header_map();
+        let amz_date = FieldName::other(X_AMZ_DATE.clone());
+        let user_agent = FieldName::other(header::USER_AGENT);
         for fields in [&head as &dyn Fields, &map] {
-            assert_eq!(fields.values(&header::ACCEPT_ENCODING).collect::<Vec<_>>(), [&b"gzip"[..], b"br"]);
-            assert_eq!(fields.get(&header::HOST), Some(&b"h"[..]));
-            assert_eq!(fields.get(&X_AMZ_DATE), Some(&b"d"[..]));
-            assert_eq!(fields.values(&X_AMZ_DATE).collect::<Vec<_>>(), [&b"d"[..]]);
-            assert_eq!(fields.values(&header::RANGE).count(), 0);
-            assert_eq!(fields.header_value(&header::HOST).unwrap(), "h");
-            assert!(fields.contains(&header::HOST));
-            assert!(!fields.contains(&header::RANGE));
-            assert!(fields.has_any(&[header::RANGE, header::HOST]));
-            assert!(!fields.has_any(&[header::RANGE, header::IF_MATCH]));
+            assert_eq!(fields.values(&ACCEPT_ENCODING).collect::<Vec<_>>(), [&b"gzip"[..], b"br"]);
+            assert_eq!(fields.get(&HOST), Some(&b"h"[..]));
+            assert_eq!(fields.values(&HOST).collect::<Vec<_>>(), [&b"h"[..]]);
+            assert_eq!(fields.get(&amz_date), Some(&b"d"[..]));
+            assert_eq!(fields.values(&amz_date).collect::<Vec<_>>(), [&b"d"[..]]);
+            assert_eq!(fields.values(&RANGE).count(), 0);
+            assert_eq!(fields.values(&user_agent).count(), 0);
+            assert_eq!(fields.header_value(&HOST).unwrap(), "h");
+            assert!(fields.contains(&HOST));
+            assert!(!fields.contains(&RANGE));
+            assert!(fields.has_any(&[&RANGE, &HOST]));
+            assert!(!fields.has_any(&[&RANGE, &IF_MATCH]));
+            assert!(fields.has_any(&[&amz_date]));
+            assert!(!fields.has_any(&[&user_agent]));
         }
-        assert_eq!(head.header_value(&header::ACCEPT_ENCODING).unwrap(), "gzip");
+        assert_eq!(head.header_value(&ACCEPT_ENCODING).unwrap(), "gzip");
         assert_eq!(map.len(), 4);
     }
 
@@ -326,14 +380,47 @@ mod tests {
             assert_eq!(HeaderName::from_static(name).as_str(), *name, "a lowercase header name");
             assert_eq!(read_index(name.as_bytes()), Some(i), "{name}");
             assert_eq!(read_index(name.to_ascii_uppercase().as_bytes()), Some(i), "{name}");
-            assert_eq!(read_index_of(&HeaderName::from_static(name)), Some(i), "{name}");
         }
-        for other in ["user-agent", "hosts", "if-matcH!", "content-length", ""] {
+        for other in ["user-agent", "hosts", "if-matcH!", "content-type", "connections", ""] {
             assert_eq!(read_index(other.as_bytes()), None, "{other}");
-            if let Ok(other) = HeaderName::from_bytes(other.as_bytes()) {
-                assert_eq!(read_index_of(&other), None);
-            }
         }
+    }
+
+    #[test]
+    fn every_read_name_is_at_its_index() {
+        let statics = [
+            &AUTHORIZATION,
+            &HOST,
+            &RANGE,
+            &ORIGIN,
+            &ACCEPT_ENCODING,
+            &IF_MATCH,
+            &IF_NONE_MATCH,
+            &IF_MODIFIED_SINCE,
+            &IF_UNMODIFIED_SINCE,
+            &IF_RANGE,
+            &COOKIE,
+            &ACCESS_CONTROL_REQUEST_METHOD,
+            &EXPECT,
+            &CONTENT_LENGTH,
+            &TRANSFER_ENCODING,
+            &CONNECTION,
+        ];
+        assert_eq!(statics.len(), READ.len());
+        for (i, name) in statics.iter().enumerate() {
+            assert_eq!(name.read_index(), Some(i));
+            assert_eq!(name.name().as_str(), READ[i]);
+        }
+        assert_eq!(FieldName::other(header::USER_AGENT).read_index(), None);
+    }
+
+    #[test]
+    fn a_repeated_read_name_gives_every_value() {
+        let raw = b"GET / HTTP/1.1\r\nRange: a\r\nHost: h\r\nrange: b\r\n\r\n";
+        let head = head_fields(raw, &[("Range", "a"), ("Host", "h"), ("range", "b")]);
+        assert_eq!(head.values(&RANGE).collect::<Vec<_>>(), [&b"a"[..], b"b"]);
+        assert_eq!(head.values(&HOST).collect::<Vec<_>>(), [&b"h"[..]]);
+        assert_eq!(head.get(&RANGE), Some(&b"a"[..]));
     }
 
     #[test]
@@ -343,7 +430,7 @@ mod tests {
         assert!(head.push_at(usize::MAX, b"Host", 6, 1).is_none());
         assert!(head.is_empty());
         assert!(head.push_at(0, b"Host", 6, 1).is_some());
-        assert_eq!(head.get(&http::header::HOST), Some(&b"h"[..]));
+        assert_eq!(head.get(&HOST), Some(&b"h"[..]));
     }
 
     #[test]

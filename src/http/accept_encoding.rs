@@ -21,9 +21,7 @@
 //!   the answer by `Vary: Accept-Encoding` anyway, and a 406 would turn a client's odd header into a failed asset
 //!   load in the browser. So the result is always something we can send.
 
-use http::header;
-
-use crate::header_values::fields::Fields;
+use crate::header_values::fields::{self, Fields};
 
 use super::range::trim_ows;
 pub use crate::header_values::content_coding::{ContentCoding, Variants};
@@ -46,7 +44,7 @@ struct Preferences {
 impl Preferences {
     fn parse(headers: &dyn Fields) -> Preferences {
         let mut prefs = Preferences::default();
-        for line in headers.values(&header::ACCEPT_ENCODING) {
+        for line in headers.values(&fields::ACCEPT_ENCODING) {
             for element in line.split(|&b| b == b',') {
                 let Some((coding, q)) = parse_element(element) else { continue };
                 let slot = if coding.eq_ignore_ascii_case(b"*") {
@@ -145,6 +143,7 @@ mod tests {
     use super::ContentCoding::{Br, Gzip, Identity};
     use super::*;
     use http::HeaderValue;
+    use http::header;
 
     const BOTH: Variants = Variants { br: true, gzip: true };
     const GZIP_ONLY: Variants = Variants { br: false, gzip: true };

@@ -35,7 +35,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, Method, header};
 
-use crate::header_values::fields::Fields;
+use crate::header_values::fields::{self, FieldName, Fields};
 
 use super::range::trim_ows;
 #[cfg(test)]
@@ -82,12 +82,12 @@ impl Precondition {
 pub fn evaluate(method: &Method, headers: &dyn Fields, v: &Validators<'_>, now: SystemTime) -> Precondition {
     // Most requests carry no precondition at all: answer them without parsing anything. A static: a `const` array
     // of names would be built and dropped on every call.
-    static FIELDS: [header::HeaderName; 5] = [
-        header::IF_MATCH,
-        header::IF_NONE_MATCH,
-        header::IF_MODIFIED_SINCE,
-        header::IF_UNMODIFIED_SINCE,
-        header::IF_RANGE,
+    static FIELDS: [&FieldName; 5] = [
+        &fields::IF_MATCH,
+        &fields::IF_NONE_MATCH,
+        &fields::IF_MODIFIED_SINCE,
+        &fields::IF_UNMODIFIED_SINCE,
+        &fields::IF_RANGE,
     ];
     // One pass over the names a request has (a handful) rather than a hashed lookup for each of the five.
     if !headers.has_any(&FIELDS) {
@@ -98,11 +98,11 @@ pub fn evaluate(method: &Method, headers: &dyn Fields, v: &Validators<'_>, now: 
     let get_or_head = *method == Method::GET || *method == Method::HEAD;
 
     // §13.2.2 step 1; step 2 only when If-Match is absent.
-    if headers.contains(&header::IF_MATCH) {
+    if headers.contains(&fields::IF_MATCH) {
         if !if_match_passes(headers, current) {
             return Precondition::Failed;
         }
-    } else if let Some(date) = single_date(headers, &header::IF_UNMODIFIED_SINCE) {
+    } else if let Some(date) = single_date(headers, &fields::IF_UNMODIFIED_SINCE) {
         // §13.1.4: false when the representation changed after the date.
         if last_modified > date {
             return Precondition::Failed;
@@ -110,14 +110,14 @@ pub fn evaluate(method: &Method, headers: &dyn Fields, v: &Validators<'_>, now: 
     }
 
     // §13.2.2 step 3; step 4 only when If-None-Match is absent (§13.1.3).
-    if headers.contains(&header::IF_NONE_MATCH) {
+    if headers.contains(&fields::IF_NONE_MATCH) {
         if if_none_match_matches(headers, current) {
             // §13.1.2: 304 is only for GET/HEAD; other methods get 412.
             return if get_or_head { Precondition::NotModified } else { Precondition::Failed };
         }
     } else if get_or_head {
         // §13.1.3: only GET/HEAD; future dates ignored (see module docs).
-        if let Some(date) = single_date(headers, &header::IF_MODIFIED_SINCE)
+        if let Some(date) = single_date(headers, &fields::IF_MODIFIED_SINCE)
             && date <= now
             && last_modified <= date
         {
@@ -127,7 +127,7 @@ pub fn evaluate(method: &Method, headers: &dyn Fields, v: &Validators<'_>, now: 
 
     // §13.2.2 step 5: ranges only exist for GET (and HEAD mirrors it).
     let honor_range =
-        !get_or_head || !headers.contains(&header::IF_RANGE) || if_range_matches(headers, current, last_modified, now);
+        !get_or_head || !headers.contains(&fields::IF_RANGE) || if_range_matches(headers, current, last_modified, now);
     Precondition::Proceed { honor_range }
 }
 
@@ -239,14 +239,14 @@ impl<'a> Iterator for ListIter<'a> {
 }
 
 /// All elements of all field lines of `name`, in order.
-fn list_elements<'h>(headers: &'h dyn Fields, name: &header::HeaderName) -> impl Iterator<Item = Element<'h>> {
+fn list_elements<'h>(headers: &'h dyn Fields, name: &'h FieldName) -> impl Iterator<Item = Element<'h>> {
     headers.values(name).flat_map(|v| ListIter { rest: v })
 }
 
 /// §13.1.1: true for `*` alone (the representation exists) or a strong match in the list.
 fn if_match_passes(headers: &dyn Fields, current: Option<EntityTag<'_>>) -> bool {
     let (mut count, mut star, mut matched) = (0usize, false, false);
-    for element in list_elements(headers, &header::IF_MATCH) {
+    for element in list_elements(headers, &fields::IF_MATCH) {
         count += 1;
         match element {
             Element::Star => star = true,
@@ -261,7 +261,7 @@ fn if_match_passes(headers: &dyn Fields, current: Option<EntityTag<'_>>) -> bool
 /// §13.1.2: true for `*` alone or a weak match; malformed elements just don't match.
 fn if_none_match_matches(headers: &dyn Fields, current: Option<EntityTag<'_>>) -> bool {
     let (mut count, mut star, mut matched) = (0usize, false, false);
-    for element in list_elements(headers, &header::IF_NONE_MATCH) {
+    for element in list_elements(headers, &fields::IF_NONE_MATCH) {
         count += 1;
         match element {
             Element::Star => star = true,
@@ -279,7 +279,7 @@ fn if_range_matches(
     last_modified: SystemTime,
     now: SystemTime,
 ) -> bool {
-    let mut values = headers.values(&header::IF_RANGE);
+    let mut values = headers.values(&fields::IF_RANGE);
     // If-Range holds one validator, not a list.
     let (Some(value), None) = (values.next(), values.next()) else {
         return false;
@@ -296,7 +296,7 @@ fn if_range_matches(
 }
 
 /// A date header counts only with exactly one field line holding a valid date (§13.1.3, §13.1.4).
-fn single_date(headers: &dyn Fields, name: &header::HeaderName) -> Option<SystemTime> {
+fn single_date(headers: &dyn Fields, name: &FieldName) -> Option<SystemTime> {
     let mut values = headers.values(name);
     match (values.next(), values.next()) {
         (Some(value), None) => parse_http_date(value),

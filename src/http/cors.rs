@@ -26,18 +26,20 @@ use super::NativeRead;
 use super::object;
 use crate::driver::Answer;
 use crate::header_values::cors::CorsPolicy;
-use crate::header_values::fields::Fields;
+use crate::header_values::fields::{self, FieldName, Fields};
+
+static ACCESS_CONTROL_REQUEST_HEADERS: FieldName = FieldName::other(header::ACCESS_CONTROL_REQUEST_HEADERS);
 use crate::names::parse_data_path;
 
 const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
 
 pub async fn serve(app: &DataState, read: NativeRead<'_>) -> Answer {
     let head = read.head;
-    let Some(origin) = head.fields.header_value(&header::ORIGIN) else {
+    let Some(origin) = head.fields.header_value(&fields::ORIGIN) else {
         return object::get_object(app, read).await.unwrap_or_else(|e| e.into_response().into());
     };
     let policy = bucket_policy(app, read.path).await;
-    if head.method == Method::OPTIONS && head.fields.contains(&header::ACCESS_CONTROL_REQUEST_METHOD) {
+    if head.method == Method::OPTIONS && head.fields.contains(&fields::ACCESS_CONTROL_REQUEST_METHOD) {
         return preflight(policy.as_deref(), &origin, &head.fields).into();
     }
     let credentialed = is_credentialed(&head.fields);
@@ -65,8 +67,8 @@ pub fn preflight(policy: Option<&CorsPolicy>, origin: &HeaderValue, headers: &dy
     if let Some(policy) = policy {
         policy.add_preflight_headers(
             origin,
-            headers.header_value(&header::ACCESS_CONTROL_REQUEST_METHOD).as_ref(),
-            headers.header_value(&header::ACCESS_CONTROL_REQUEST_HEADERS).as_ref(),
+            headers.header_value(&fields::ACCESS_CONTROL_REQUEST_METHOD).as_ref(),
+            headers.header_value(&ACCESS_CONTROL_REQUEST_HEADERS).as_ref(),
             response.headers_mut(),
         );
     }
@@ -93,7 +95,7 @@ pub async fn add_to_s3_answer(
 
 /// Whether a request carries credentials a browser would call so: then `*` is never the answer.
 pub fn is_credentialed(headers: &dyn Fields) -> bool {
-    headers.contains(&header::AUTHORIZATION) || headers.contains(&header::COOKIE)
+    headers.contains(&fields::AUTHORIZATION) || headers.contains(&fields::COOKIE)
 }
 
 /// `Vary: Origin` on a bucket's 200, 206 and 304 whether or not the request had an `Origin`, when the bucket has a

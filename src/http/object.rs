@@ -37,7 +37,7 @@ use crate::auth::{AuthError, Credentials};
 use crate::catalog::representation::{ObjectEntry, REPR_DIGEST, disposition_value, private_cache_control};
 use crate::driver::{Answer, FileAnswer, RequestHead};
 use crate::file_body::{DownloadKind, FileBody, Segment};
-use crate::header_values::fields::Fields;
+use crate::header_values::fields::{self, Fields};
 use crate::names::{BucketName, Website, parse_data_path};
 use crate::store::Bucket;
 
@@ -311,8 +311,8 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
     // RFC 9110 §14.2: Range is defined for GET only; HEAD answers what a plain GET would (an S3 part's HEAD: what
     // the part's GET would).
     let ranged = method == Method::GET || part;
-    let range_header = match (honor_range && ranged, headers.values(&header::RANGE).count()) {
-        (true, 1) => headers.get(&header::RANGE),
+    let range_header = match (honor_range && ranged, headers.values(&fields::RANGE).count()) {
+        (true, 1) => headers.get(&fields::RANGE),
         // Several Range fields cannot be combined meaningfully: ignore them all.
         _ => None,
     };

@@ -10,7 +10,7 @@
 use http::Method;
 use http::header;
 
-use crate::header_values::fields::Fields;
+use crate::header_values::fields::{self, FieldName, Fields};
 
 use crate::names::{BucketName, ObjectKey, RequestedKey, parse_data_path};
 
@@ -335,7 +335,7 @@ fn s3_signals<'r>(head: &RequestHead<'r>) -> (bool, Option<&'r str>) {
 #[must_use]
 pub fn carries_aws_credentials(headers: &dyn Fields, query: Option<&str>) -> bool {
     let aws = |v: &[u8]| v.starts_with(b"AWS4-") || v.starts_with(b"AWS ");
-    if headers.get(&header::AUTHORIZATION).is_some_and(aws) {
+    if headers.get(&fields::AUTHORIZATION).is_some_and(aws) {
         return true;
     }
     query.is_some_and(|query| AWS_QUERY_CREDENTIALS.iter().any(|p| query.contains(p)))
@@ -370,7 +370,7 @@ fn is_s3_only_path(path: &str) -> bool {
 
 /// The bucket a `Host` under `domain` names (`releases.s3.example.com`, any port, any case), if it is one.
 fn virtual_host_bucket<'h>(headers: &'h dyn Fields, domain: &str) -> Option<&'h str> {
-    let host = std::str::from_utf8(headers.get(&header::HOST)?).ok()?;
+    let host = std::str::from_utf8(headers.get(&fields::HOST)?).ok()?;
     // A port, but not an IPv6 literal's colons (which cannot end in the domain anyway).
     let host = host.rsplit_once(':').filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit())).map_or(host, |h| h.0);
     let host = host.strip_suffix('.').unwrap_or(host);
@@ -457,9 +457,9 @@ const BUCKET_GETS: [(&str, Operation); 9] = [
 fn operation(method: &Method, resource: &Resource, q: &QueryNames, headers: &dyn Fields) -> Result<Operation, Refusal> {
     use Operation::*;
     // Looked up for a PUT of an object only: a hashed header lookup that reads need not pay.
-    static COPY_SOURCE_NAME: header::HeaderName = header::HeaderName::from_static(COPY_SOURCE);
+    static COPY_SOURCE_NAME: FieldName = FieldName::other(header::HeaderName::from_static(COPY_SOURCE));
     let copy = || headers.contains(&COPY_SOURCE_NAME);
-    let preflight = || headers.contains(&header::ORIGIN) && headers.contains(&header::ACCESS_CONTROL_REQUEST_METHOD);
+    let preflight = || headers.contains(&fields::ORIGIN) && headers.contains(&fields::ACCESS_CONTROL_REQUEST_METHOD);
     let op = match (resource, method.as_str()) {
         (Resource::Bucket(_) | Resource::Object(..), "OPTIONS") if preflight() => CorsPreflight,
         (Resource::Service, "GET") => ListBuckets,
