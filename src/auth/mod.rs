@@ -173,7 +173,6 @@ pub fn presigned(query: Option<&str>) -> Result<Option<PresignParams>, AuthError
 
 /// RFC 9110 §11.1: the scheme is case-insensitive; RFC 6750 §2.1: `Bearer 1*SP b64token`.
 fn parse_bearer(value: &[u8]) -> Option<&str> {
-    const B64TOKEN: [bool; 256] = byte_set(b"-._~+/");
     let (scheme, rest) = value.split_at_checked(b"bearer ".len())?;
     if !scheme.eq_ignore_ascii_case(b"bearer ") {
         return None;
@@ -181,24 +180,19 @@ fn parse_bearer(value: &[u8]) -> Option<&str> {
     let token = &rest[rest.iter().position(|&b| b != b' ')?..];
     let body = &token[..=token.iter().rposition(|&b| b != b'=')?];
     // Only ASCII passes the check, so the token is UTF-8.
-    body.iter().all(|&b| B64TOKEN[usize::from(b)]).then(|| std::str::from_utf8(token).ok())?
+    all_alphanumeric_or(body, b"-._~+/").then(|| std::str::from_utf8(token).ok())?
 }
 
-/// The ASCII letters and digits and `extra`, as a table indexed by byte: a credential's bytes are checked on
-/// every request, with one load each where a chain of comparisons took several.
-pub(crate) const fn byte_set(extra: &[u8]) -> [bool; 256] {
-    let mut set = [false; 256];
-    let mut b = 0;
-    while b < 256 {
-        set[b] = (b as u8).is_ascii_alphanumeric();
-        b += 1;
-    }
-    let mut i = 0;
-    while i < extra.len() {
-        set[extra[i] as usize] = true;
-        i += 1;
-    }
-    set
+/// Whether every byte of `bytes` is an ASCII letter or digit or one of `extra`. A credential's bytes are checked
+/// on every request: compared by ranges and folded without an early exit, the check is compiled to take many
+/// bytes at a time (where a lookup table, or a loop that stops at the first bad byte, takes one).
+#[inline(always)]
+pub(crate) fn all_alphanumeric_or(bytes: &[u8], extra: &[u8]) -> bool {
+    bytes.iter().fold(true, |all, &b| {
+        let letter = (b | 0x20).wrapping_sub(b'a') < 26;
+        let digit = b.wrapping_sub(b'0') < 10;
+        all & (letter | digit | extra.iter().fold(false, |any, &e| any | (b == e)))
+    })
 }
 
 /// Whether `a` and `b` are equal, in time that depends on their lengths only. Eight bytes at a time: `subtle`
@@ -731,6 +725,26 @@ mod tests {
         let mut forever = token("read", "");
         forever.rights.expires_at = None;
         assert_eq!(forever.rights.check(Some(1), "a", Access::Read, i64::MAX), Ok(()));
+    }
+
+    proptest::proptest! {
+        /// The range-wise check accepts exactly the bytes the plain definition does.
+        #[test]
+        fn the_set_check_is_letters_digits_and_the_extras(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..80),
+            extra in proptest::collection::vec(proptest::num::u8::ANY, 0..4),
+        ) {
+            let plain = bytes.iter().all(|b| b.is_ascii_alphanumeric() || extra.contains(b));
+            proptest::prop_assert_eq!(all_alphanumeric_or(&bytes, &extra), plain);
+        }
+    }
+
+    #[test]
+    fn every_byte_is_checked_by_the_set_check() {
+        for b in 0..=u8::MAX {
+            let one = [b'a', b, b'Z'];
+            assert_eq!(all_alphanumeric_or(&one, b"-._~+/"), b.is_ascii_alphanumeric() || b"-._~+/".contains(&b));
+        }
     }
 
     #[test]

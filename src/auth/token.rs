@@ -6,7 +6,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest, Sha256};
 
-use super::{byte_set, ct_eq};
+use super::{all_alphanumeric_or, ct_eq};
 
 const PREFIX: &str = "bg_";
 const ID_HEX_LEN: usize = 12;
@@ -34,9 +34,6 @@ pub fn generate() -> NewToken {
     NewToken { id, token, secret_hash }
 }
 
-/// The bytes of a secret: unpadded base64url.
-const URL_SAFE_BASE64: [bool; 256] = byte_set(b"-_");
-
 /// A token's length: `bg_`, the id, `_`, the secret.
 const TOKEN_LEN: usize = PREFIX.len() + ID_HEX_LEN + 1 + SECRET_LEN;
 
@@ -49,9 +46,11 @@ pub fn token_id(token: &str) -> Option<&str> {
     }
     let id = &bytes[PREFIX.len()..PREFIX.len() + ID_HEX_LEN];
     let secret = &bytes[PREFIX.len() + ID_HEX_LEN + 1..];
-    let id_ok = id.iter().all(|&b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    let secret_ok = secret.iter().all(|&b| URL_SAFE_BASE64[usize::from(b)]);
-    (id_ok && secret_ok).then(|| &token[PREFIX.len()..PREFIX.len() + ID_HEX_LEN])
+    // Folded without an early exit, as `all_alphanumeric_or` is and for the same reason.
+    let id_ok = id.iter().fold(true, |all, &b| all & ((b.wrapping_sub(b'0') < 10) | (b.wrapping_sub(b'a') < 6)));
+    // The secret is unpadded base64url.
+    let secret_ok = all_alphanumeric_or(secret, b"-_");
+    (id_ok & secret_ok).then(|| &token[PREFIX.len()..PREFIX.len() + ID_HEX_LEN])
 }
 
 /// Accepts either a whole token or a bare id (for `token revoke`).

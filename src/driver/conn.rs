@@ -311,12 +311,15 @@ impl<S: RequestService> Connection<S> {
         // the service's clone for `oneshot` was.
         let ctx = Arc::clone(&self.ctx);
         let from_head = match head.body {
-            BodyFraming::None => ctx.service.answer_head(head),
-            _ => Err(head),
+            BodyFraming::None => match ctx.service.answer_head(&head) {
+                Some(answer) => Some(answer.await),
+                None => None,
+            },
+            _ => None,
         };
         let (mut answer, mut pump) = match from_head {
-            Ok(answer) => (answer.await, None),
-            Err(head) => {
+            Some(answer) => (answer, None),
+            None => {
                 let (response, pump) = self.call_service(head).await;
                 (Answer::Response(response), pump)
             }

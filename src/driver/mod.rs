@@ -62,9 +62,8 @@ pub trait RequestService:
 {
     /// The answer to a request without a body that the application reads from its parsed head, without an
     /// `http::Request` (no `HeaderMap` built, no layers walked): the data listener's native reads. A head handed
-    /// back goes through the service.
-    fn answer_head(&self, head: Box<RequestHead>)
-    -> Result<impl Future<Output = Answer> + Send + '_, Box<RequestHead>>;
+    /// the service answers (`None`) goes through the service.
+    fn answer_head<'a>(&'a self, head: &'a RequestHead) -> Option<impl Future<Output = Answer> + Send + 'a>;
 }
 
 /// What the application answers a request read from its head with: a file response as it is (no
@@ -162,11 +161,8 @@ impl From<Response> for Answer {
 
 /// The admin listener's: every request through the router.
 impl RequestService for axum::Router {
-    fn answer_head(
-        &self,
-        head: Box<RequestHead>,
-    ) -> Result<impl Future<Output = Answer> + Send + '_, Box<RequestHead>> {
-        Err::<std::future::Ready<Answer>, _>(head)
+    fn answer_head<'a>(&'a self, _: &'a RequestHead) -> Option<impl Future<Output = Answer> + Send + 'a> {
+        None::<std::future::Ready<Answer>>
     }
 }
 

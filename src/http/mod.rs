@@ -172,9 +172,9 @@ impl<S: Routed> tower::Service<axum::extract::Request> for DataService<S> {
 }
 
 impl<S: Routed> crate::driver::RequestService for DataService<S> {
-    fn answer_head(&self, head: Box<DriverHead>) -> Result<impl Future<Output = Answer> + Send + '_, Box<DriverHead>> {
+    fn answer_head<'a>(&'a self, head: &'a DriverHead) -> Option<impl Future<Output = Answer> + Send + 'a> {
         if matches!(head.method, http::Method::PUT | http::Method::DELETE) {
-            return Err(head);
+            return None;
         }
         let (path, query) = head.path_and_query();
         let native = crate::s3::operation::is_native(RequestHead {
@@ -184,14 +184,9 @@ impl<S: Routed> crate::driver::RequestService for DataService<S> {
             headers: &head.fields,
             s3_domain: self.s3_domain.as_deref(),
         });
-        if !native {
-            // Classified into its operation once, by the service (`Classified::new`).
-            return Err(head);
-        }
-        Ok(async move {
-            let (path, query) = head.path_and_query();
-            let read =
-                async { Ok::<_, Infallible>(cors::serve(&self.data, NativeRead { head: &head, path, query }).await) };
+        // Not native: classified into its operation once, by the service (`Classified::new`).
+        native.then_some(async move {
+            let read = async { Ok::<_, Infallible>(cors::serve(&self.data, NativeRead { head, path, query }).await) };
             let Ok(answer) = deadline::bound(read, self.handler_timeout).await;
             match answer {
                 Answer::Response(response) => {
