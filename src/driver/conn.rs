@@ -349,7 +349,9 @@ impl<S: RequestService> Connection<S> {
             }
             Err(response) => self.send_buffered(response, is_head, persistence).await,
         };
-        if let (Some((mut entry, started)), Some(log)) = (access, &self.ctx.access_log) {
+        if let Some((mut entry, started)) = access
+            && let Some(log) = &self.ctx.access_log
+        {
             (entry.status, entry.bytes) = (self.last_sent.0.as_u16(), self.last_sent.1);
             entry.duration = started.elapsed();
             log.log(entry);

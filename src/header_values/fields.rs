@@ -207,7 +207,10 @@ pub struct HeadFields {
 impl HeadFields {
     /// Fields of `head`, added with [`push_at`](Self::push_at).
     pub fn new(head: Bytes, count: usize) -> Self {
-        Self { head, fields: SmallVec::with_capacity(count), first: [0; READ.len()], repeated: 0 }
+        let mut fields = SmallVec::new();
+        // Nothing to do for a head with up to the inline count (written so, the inline array is built in place).
+        fields.reserve(count);
+        Self { head, fields, first: [0; READ.len()], repeated: 0 }
     }
 
     /// Adds the field whose name `name` is at `name_start` in the head and whose value is `value_len` bytes at

@@ -36,7 +36,10 @@ const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
 pub async fn serve(app: &DataState, read: NativeRead<'_>) -> Answer {
     let head = read.head;
     let Some(origin) = head.fields.header_value(&fields::ORIGIN) else {
-        return object::get_object(app, read).await.unwrap_or_else(|e| e.into_response().into());
+        return object::authorise_and_serve(app, read)
+            .await
+            .and_then(|answer| answer)
+            .unwrap_or_else(|e| e.into_response().into());
     };
     let policy = bucket_policy(app, read.path).await;
     if head.method == Method::OPTIONS && head.fields.contains(&fields::ACCESS_CONTROL_REQUEST_METHOD) {

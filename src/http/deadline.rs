@@ -5,9 +5,10 @@
 //! that timer was also the wheel's earliest and unparked the driver: an eventfd `write(2)` per request. With the
 //! anchor, what is left is the wheel work, still measurable on small downloads (docs/measurements.md). A cached
 //! GET completes on its first poll, so the handler is polled first and the timer is armed only when it really has
-//! to wait (a cold lookup, a busy database). The deadline still counts from the call, not from the first `Pending`, and the timeout answer is
-//! the JSON `ApiError` (503 `handler_timeout`) rather than an empty 503, or for an S3 request S3's XML (503
-//! `SlowDown`, which SDKs retry) with `x-amz-request-id`.
+//! to wait (a cold lookup, a busy database). Through the layer the deadline still counts from the call, not from the
+//! first `Pending` (a request's future may wait before it is polled); [`bound`] counts from the first `Pending`. The
+//! timeout answer is the JSON `ApiError` (503 `handler_timeout`) rather than an empty 503, or for an S3 request
+//! S3's XML (503 `SlowDown`, which SDKs retry) with `x-amz-request-id`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -90,23 +91,34 @@ where
 
     fn call(&mut self, request: Request) -> Self::Future {
         let s3_resource = request.s3_resource();
-        let expires = request.bounded().then(|| Instant::now() + self.limit);
-        DeadlineFuture { inner: self.inner.call(request), expires, timer: None, s3_resource }
+        let expiry = if request.bounded() { Expiry::At(Instant::now() + self.limit) } else { Expiry::Never };
+        DeadlineFuture { inner: self.inner.call(request), expiry, timer: None, s3_resource }
     }
 }
 
-/// `inner` under the deadline `limit` from now, answered in JSON when it passes: what [`Deadline`] does, for a
-/// request that is not an `http::Request` (the data listener's native reads, `super::DataService`).
+/// `inner` under the deadline `limit`, answered in JSON when it passes: what [`Deadline`] does, for a request that
+/// is not an `http::Request` (the data listener's native reads, `super::DataService`). The driver polls it as soon
+/// as it is made, so the deadline counts from the first poll that has to wait: a read answered from the caches
+/// never waits, and reads no clock for its deadline.
 pub fn bound<F>(inner: F, limit: Duration) -> DeadlineFuture<F> {
-    DeadlineFuture { inner, expires: Some(Instant::now() + limit), timer: None, s3_resource: None }
+    DeadlineFuture { inner, expiry: Expiry::AfterFirstWait(limit), timer: None, s3_resource: None }
+}
+
+/// When a [`DeadlineFuture`]'s handler runs out of time.
+#[derive(Debug, Clone, Copy)]
+enum Expiry {
+    /// No deadline (a write).
+    Never,
+    At(Instant),
+    /// `limit` after the first poll that returns `Pending`.
+    AfterFirstWait(Duration),
 }
 
 pin_project_lite::pin_project! {
     pub struct DeadlineFuture<F> {
         #[pin]
         inner: F,
-        // None: no deadline (a write).
-        expires: Option<Instant>,
+        expiry: Expiry,
         // Boxed and created only once the handler has returned Pending: the common case never allocates it.
         timer: Option<Pin<Box<Sleep>>>,
         // An S3 request's URI: its timeout is S3 XML with x-amz-request-id.
@@ -126,8 +138,14 @@ where
         if let Poll::Ready(result) = this.inner.poll(cx) {
             return Poll::Ready(result);
         }
-        let Some(expires) = *this.expires else {
-            return Poll::Pending;
+        let expires = match *this.expiry {
+            Expiry::Never => return Poll::Pending,
+            Expiry::At(at) => at,
+            Expiry::AfterFirstWait(limit) => {
+                let at = Instant::now() + limit;
+                *this.expiry = Expiry::At(at);
+                at
+            }
         };
         let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(expires)));
         match timer.as_mut().poll(cx) {
@@ -206,6 +224,20 @@ mod tests {
         let body = axum::body::to_bytes(response.into_body(), 4096).await.unwrap();
         let body = std::str::from_utf8(&body).unwrap();
         assert!(body.contains("<Code>SlowDown</Code>") && body.contains("<Resource>/bkt/k</Resource>"), "{body}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bound_read_over_the_limit_gets_503_at_the_limit_after_it_first_waits() {
+        let started = Instant::now();
+        let slow = async {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok::<_, Infallible>(StatusCode::NO_CONTENT.into_response())
+        };
+        let Ok(response) = bound(slow, Duration::from_secs(5)).await;
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+        let Ok(quick) = bound(async { Ok::<_, Infallible>(StatusCode::OK.into_response()) }, Duration::ZERO).await;
+        assert_eq!(quick.status(), StatusCode::OK, "a read that never waits is never late");
     }
 
     #[tokio::test(start_paused = true)]

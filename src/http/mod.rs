@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use futures_util::FutureExt as _;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::auth::Authorizer;
@@ -184,17 +185,18 @@ impl<S: Routed> crate::driver::RequestService for DataService<S> {
             headers: &head.fields,
             s3_domain: self.s3_domain.as_deref(),
         });
-        // Not native: classified into its operation once, by the service (`Classified::new`).
-        native.then_some(async move {
-            let read = async { Ok::<_, Infallible>(cors::serve(&self.data, NativeRead { head, path, query }).await) };
-            let Ok(answer) = deadline::bound(read, self.handler_timeout).await;
-            match answer {
+        // Not native: classified into its operation once, by the service (`Classified::new`). Combinators rather
+        // than an `async` block around the handler: each async layer moves the whole handler's state once more.
+        let read_only = self.read_only;
+        native.then(|| {
+            let read = cors::serve(&self.data, NativeRead { head, path, query }).map(Ok::<_, Infallible>);
+            deadline::bound(read, self.handler_timeout).map(move |Ok(answer)| match answer {
                 Answer::Response(response) => {
-                    Answer::Response(error::log_server_error(allowing_writes(response, self.read_only)))
+                    Answer::Response(error::log_server_error(allowing_writes(response, read_only)))
                 }
                 // 200, 206, or an error document's 404.
                 file @ Answer::File(_) => file,
-            }
+            })
         })
     }
 }

@@ -41,10 +41,6 @@ use crate::header_values::fields::{self, Fields};
 use crate::names::{BucketName, Website, parse_data_path};
 use crate::store::Bucket;
 
-pub async fn get_object(app: &DataState, read: NativeRead<'_>) -> Result<Answer, ApiError> {
-    authorise_and_serve(app, read).await.and_then(|answer| answer)
-}
-
 /// The GET/HEAD pipeline with its refusals before authorisation (the outer `Err`: bad path, bad or missing
 /// credentials, no access, a stale replica) kept apart from whatever follows authorisation (the inner result),
 /// so that `cors` can leave the former bare: they must look alike whether the bucket exists or not.
