@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use compact_str::CompactString;
+
 /// Longest key we accept, in bytes (the contract: 1 to 1024 bytes of UTF-8).
 pub const MAX_KEY_BYTES: usize = 1024;
 
@@ -76,7 +78,7 @@ pub fn parse_attrs(
 /// An S3-style bucket name: 3 to 63 characters of `a-z`, `0-9`, `.` and `-`, starting and ending with a letter or
 /// digit, without `..`, and not shaped like an IPv4 address.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct BucketName(String);
+pub struct BucketName(CompactString);
 
 impl BucketName {
     pub fn parse(name: &str) -> Result<Self, NameError> {
@@ -99,7 +101,7 @@ impl BucketName {
         if bytes.iter().all(|&b| b.is_ascii_digit() || b == b'.') && name.parse::<std::net::Ipv4Addr>().is_ok() {
             return fail("must not be formatted as an IP address");
         }
-        Ok(Self(name.to_owned()))
+        Ok(Self(CompactString::from(name)))
     }
 
     pub fn as_str(&self) -> &str {
@@ -117,7 +119,7 @@ impl fmt::Display for BucketName {
 /// would end up in logs and headers) and no `.` or `..` segments (they mean something else to every path-aware
 /// client and proxy). Keys are never turned into file paths; blobs are addressed by content hash.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ObjectKey(String);
+pub struct ObjectKey(CompactString);
 
 impl ObjectKey {
     pub fn parse(key: &str) -> Result<Self, NameError> {
@@ -139,7 +141,7 @@ impl ObjectKey {
         if bytes.split(|&b| b == b'/').any(|segment| segment == b"." || segment == b"..") {
             return Err(NameError::Key("key contains a '.' or '..' segment"));
         }
-        Ok(Self(key.to_owned()))
+        Ok(Self(CompactString::from(key)))
     }
 
     /// Decodes a key taken from a request path: percent-decoded exactly once, then parsed. A `%2F` becomes `/`
@@ -234,7 +236,7 @@ impl IndexDocument {
         if document.split('/').any(str::is_empty) {
             return fail("must not have an empty segment (no '//', no trailing '/')");
         }
-        Ok(Self(key.0))
+        Ok(Self(key.0.into()))
     }
 
     pub fn as_str(&self) -> &str {
@@ -243,14 +245,15 @@ impl IndexDocument {
 
     /// The bucket root's index document: the suffix itself, as a key.
     pub fn at_root(&self) -> ObjectKey {
-        ObjectKey(self.0.clone())
+        ObjectKey(CompactString::from(self.0.as_str()))
     }
 
     /// The index document of `directory` (a key ending in `/`), or `None` when the sum is longer than a key
     /// may be. Both parts are valid and the suffix adds no empty, `.` or `..` segment, so the sum is a valid key.
     pub fn in_directory(&self, directory: &str) -> Option<ObjectKey> {
         debug_assert!(directory.ends_with('/'), "{directory:?} is not a directory");
-        (directory.len() + self.0.len() <= MAX_KEY_BYTES).then(|| ObjectKey(format!("{directory}{}", self.0)))
+        (directory.len() + self.0.len() <= MAX_KEY_BYTES)
+            .then(|| ObjectKey(compact_str::format_compact!("{directory}{}", self.0)))
     }
 }
 
@@ -396,7 +399,7 @@ mod tests {
         }
         let index = IndexDocument::parse("index.html").unwrap();
         assert_eq!(index.at_root().as_str(), "index.html");
-        assert_eq!(index.in_directory("a/").map(|k| k.0), Some("a/index.html".to_owned()));
+        assert_eq!(index.in_directory("a/").map(|k| k.0), Some("a/index.html".into()));
         assert_eq!(index.in_directory(&format!("{}/", "d".repeat(1014))), None, "1025 bytes");
         assert!(index.in_directory(&format!("{}/", "d".repeat(1013))).is_some(), "1024 bytes");
     }
