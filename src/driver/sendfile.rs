@@ -146,12 +146,14 @@ async fn send_segments(
 pub async fn send_bytes(stream: &TcpStream, mut buf: &[u8], more: bool, timeout: Duration) -> Result<(), SendOutcome> {
     let flags = if more { MsgFlags::from_bits_retain(libc::MSG_MORE) } else { MsgFlags::empty() };
     while !buf.is_empty() {
-        wait_writable(stream, timeout).await?;
+        // Tried before waiting: a socket tokio knows to be writable takes the bytes at once (no readiness future
+        // made and polled), and for one it does not, `try_io` makes no syscall and says WouldBlock.
         match stream.try_io(Interest::WRITABLE, || {
             send(raw(stream).as_raw_fd(), buf, flags | MsgFlags::MSG_NOSIGNAL).map_err(io::Error::from)
         }) {
             Ok(n) => buf = &buf[n..],
-            Err(e) if retryable(&e) => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(stream, timeout).await?,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(SendOutcome::Aborted(e)),
         }
     }
@@ -177,10 +179,11 @@ async fn send_region(
                 observer.cold_chunk();
                 true
             });
-        wait_writable(stream, options.progress_timeout).await?;
         // sendfile advances `position` by what it sent; the file's own offset is never used, so one open file
-        // can serve many concurrent ranges.
+        // can serve many concurrent ranges. A pool job goes only to a writable socket; on the event loop the call
+        // is tried first, as in `send_bytes`.
         let result = if offload {
+            wait_writable(stream, options.progress_timeout).await?;
             send_from_pool(stream, file, &mut position, want, options).await
         } else {
             stream.try_io(Interest::WRITABLE, || {
@@ -200,16 +203,13 @@ async fn send_region(
                     tokio::task::yield_now().await;
                 }
             }
-            Err(e) if retryable(&e) => continue,
+            // WouldBlock cleared tokio's readiness inside `try_io` (or the pool's probe found the socket full).
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(stream, options.progress_timeout).await?,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(SendOutcome::Aborted(e)),
         }
     }
     Ok(())
-}
-
-/// WouldBlock clears tokio's readiness inside `try_io`; EINTR just means "again".
-fn retryable(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted)
 }
 
 /// Waits until the socket takes more bytes. It gives up (`Stalled`) only when the peer has acknowledged no bytes
