@@ -201,11 +201,14 @@ impl<S: RequestService> Connection<S> {
             }
             // Usually later than the last one: the timer's place in the wheel stays, only its deadline moves.
             waits.timer.as_mut().reset(head_deadline.unwrap_or(idle_deadline));
-            // Biased: a head that has arrived wins over a deadline that passed meanwhile, as with `timeout_at`.
+            // Biased: a head that has arrived wins over a deadline that passed meanwhile, as with `timeout_at`, and
+            // over a shutdown that began meanwhile (the response then closes the connection). The read goes first
+            // so that the poll that finds the head polls nothing else: the shutdown's future takes its list's lock
+            // on every poll.
             let read = tokio::select! {
                 biased;
-                () = waits.shutdown.as_mut(), if self.buf.is_empty() => return NextHead::Closed,
                 read = std::future::poll_fn(|cx| self.poll_read_or_reclaim(cx, &mut idle, started)) => Some(read),
+                () = waits.shutdown.as_mut(), if self.buf.is_empty() => return NextHead::Closed,
                 () = waits.timer.as_mut() => None,
             };
             match read {
