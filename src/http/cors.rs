@@ -27,11 +27,10 @@ use super::object;
 use crate::driver::Answer;
 use crate::header_values::cors::CorsPolicy;
 use crate::header_values::fields::{self, FieldName, Fields};
-
-static ACCESS_CONTROL_REQUEST_HEADERS: FieldName = FieldName::other(header::ACCESS_CONTROL_REQUEST_HEADERS);
 use crate::names::parse_data_path;
 
 const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
+static ACCESS_CONTROL_REQUEST_HEADERS: FieldName = FieldName::other(header::ACCESS_CONTROL_REQUEST_HEADERS);
 
 pub async fn serve(app: &DataState, read: NativeRead<'_>) -> Answer {
     let head = read.head;

@@ -307,8 +307,9 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
     // RFC 9110 §14.2: Range is defined for GET only; HEAD answers what a plain GET would (an S3 part's HEAD: what
     // the part's GET would).
     let ranged = method == Method::GET || part;
-    let range_header = match (honor_range && ranged, headers.values(&fields::RANGE).count()) {
-        (true, 1) => headers.get(&fields::RANGE),
+    let mut ranges = headers.values(&fields::RANGE);
+    let range_header = match (honor_range && ranged, ranges.next(), ranges.next()) {
+        (true, Some(range), None) => Some(range),
         // Several Range fields cannot be combined meaningfully: ignore them all.
         _ => None,
     };
