@@ -141,6 +141,8 @@ pub struct Entry {
     pub connection_requests: u32,
     /// The content coding of a file body sent (`identity`, `br`, `gzip`); `None` for in-memory replies.
     pub encoding: Option<&'static str>,
+    /// Who encrypted the connection (`ktls` or `userspace`); `None` on plain HTTP.
+    pub tls: Option<&'static str>,
 }
 
 /// A field serialised from its `Display` form, straight into the output (serde_json's `collect_str` escapes as
@@ -184,6 +186,8 @@ struct Line<'a> {
     connection_requests: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     encoding: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<&'a str>,
 }
 
 impl Entry {
@@ -204,6 +208,7 @@ impl Entry {
             request_id: Shown(self.request_id),
             connection_requests: self.connection_requests,
             encoding: self.encoding,
+            tls: self.tls,
         }
     }
 
@@ -431,6 +436,7 @@ mod tests {
             request_id: RequestId { thread: 1, n: 7 },
             connection_requests: 2,
             encoding: Some("br"),
+            tls: Some("userspace"),
         };
         let line = entry.to_json();
         assert!(!line.contains("SECRET"), "{line}");
@@ -446,6 +452,7 @@ mod tests {
         assert_eq!(v["user_agent"], serde_json::Value::Null);
         assert_eq!(v["connection_requests"], 2);
         assert_eq!(v["encoding"], "br");
+        assert_eq!(v["tls"], "userspace");
         assert!(v["request_id"].as_str().unwrap().ends_with("-1-7"));
     }
 

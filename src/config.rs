@@ -51,8 +51,48 @@ pub struct Settings {
     /// The S3-compatible API.
     pub s3: S3Settings,
     pub runtime: RuntimeSettings,
+    /// HTTPS on both listeners (`--tls-cert`/`--tls-key`); unset, both speak plain HTTP.
+    pub tls: TlsSettings,
     /// Fault injection for the test suite; every value is off by default.
     pub faults: Faults,
+}
+
+/// `tls`: with `cert` and `key` both set, both listeners speak HTTPS only.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsSettings {
+    /// PEM: the certificate chain, the server's own first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert: Option<PathBuf>,
+    /// PEM: the private key (ECDSA, Ed25519 or RSA) of the chain's first certificate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<PathBuf>,
+    pub ktls: KtlsMode,
+}
+
+impl TlsSettings {
+    /// The certificate and key files when HTTPS is on; an error naming the key when only one is set.
+    pub fn pair(&self) -> anyhow::Result<Option<(&Path, &Path)>> {
+        match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => Ok(Some((cert, key))),
+            (None, None) => Ok(None),
+            (Some(_), None) => bail!("tls.cert is set but tls.key is not: HTTPS needs both (--tls-key)"),
+            (None, Some(_)) => bail!("tls.key is set but tls.cert is not: HTTPS needs both (--tls-cert)"),
+        }
+    }
+}
+
+/// `tls.ktls`: whether the session keys go to the kernel after the handshake, so bodies leave by sendfile.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KtlsMode {
+    /// Kernel TLS where the kernel offers it, user-space TLS otherwise (one warning says why).
+    #[default]
+    Auto,
+    /// Refuse to start without kernel TLS.
+    Required,
+    /// User-space TLS always.
+    Off,
 }
 
 /// A file mode as octal digits: a string (`"0640"`), or a number whose digits are read as octal, since the
@@ -378,6 +418,7 @@ impl Default for Settings {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             listen_read_only: false,
             public_url: None,
+            tls: TlsSettings::default(),
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
             log: "info".into(),
             log_format: LogFormat::Text,
@@ -471,6 +512,17 @@ pub struct FlagOverrides {
     pub database: Option<DatabaseFlags>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access_log: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsFlags>,
+}
+
+/// `--tls-cert` and `--tls-key`: flags set only what they name, so `tls.ktls` from the lower layers stays.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TlsFlags {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<PathBuf>,
 }
 
 /// Top-level keys; other `BLOBGATE_*` variables (such as `BLOBGATE_CONFIG`) are not settings.
@@ -490,6 +542,7 @@ const SETTING_KEYS: &[&str] = &[
     "auth",
     "s3",
     "runtime",
+    "tls",
     "faults",
 ];
 
@@ -582,6 +635,7 @@ impl Settings {
         }
         check_log_filter("log", &self.log)?;
         self.access_log_mode()?;
+        self.tls.pair()?;
         self.s3_domain()?;
         self.public_url()?;
         self.database_url()?;

@@ -16,6 +16,7 @@ use crate::access_log::{self, AccessLog};
 use crate::auth::Authorizer;
 use crate::catalog::{Catalog, StalenessBounds};
 use crate::config::Settings;
+use crate::driver::tls::{HandshakeFailure, TlsServer};
 use crate::driver::{self, DriverContext};
 use crate::http::{
     AdminParts, AdminState, DataParts, DataState, admin::admin_router, data_service, range::RangePolicy,
@@ -38,6 +39,8 @@ pub struct Application {
     admin_listener: TcpListener,
     /// The access log and its writer thread, when `access_log` is set.
     access_log: Option<(AccessLog, access_log::Writer)>,
+    /// HTTPS on both listeners, when `tls.cert` and `tls.key` are set.
+    tls: Option<Arc<TlsServer>>,
 }
 
 impl Application {
@@ -63,6 +66,8 @@ impl Application {
         let admin_listener = driver::listen_exclusive(settings.admin_listen, 1024)
             .and_then(|socket| TcpListener::from_std(socket.into()))
             .with_context(|| format!("cannot listen on {} (admin_listen)", settings.admin_listen))?;
+        // Before the store: a bad certificate or key fails the start with nothing created.
+        let tls = TlsServer::from_settings(&settings.tls)?;
         let database = settings.database_url()?;
         let store = Store::open(&settings.data_dir, &database, settings.timeouts.database()).await?;
         if let Some(note) = store.meta.migrations().newer_note() {
@@ -134,7 +139,7 @@ impl Application {
             uploads: tokio::sync::Semaphore::new(settings.limits.max_concurrent_uploads),
             data: data.clone(),
         });
-        Ok(Self { settings, data, admin, data_listeners, admin_listener, access_log })
+        Ok(Self { settings, data, admin, data_listeners, admin_listener, access_log, tls })
     }
 
     pub fn data_addr(&self) -> SocketAddr {
@@ -168,7 +173,11 @@ impl Application {
                 }
             }
         });
-        crate::metrics::register_all(crate::auth::FailureReason::ALL.map(crate::auth::FailureReason::label));
+        crate::metrics::register_all(
+            crate::auth::FailureReason::ALL.map(crate::auth::FailureReason::label),
+            HandshakeFailure::ALL.map(HandshakeFailure::label),
+        );
+        let reloading = self.tls.clone().map(|tls| tokio::spawn(tls.reload_on_request()));
         // The gauge says what /readyz says from the first request on, not 0 until the first probe returns.
         metrics::gauge!(crate::metrics::DATABASE_UP).set(if self.admin.database.is_reachable() { 1.0 } else { 0.0 });
         let probe = tokio::spawn(probe_database(
@@ -206,6 +215,7 @@ impl Application {
         );
         let (access_log, access_log_writer) = self.access_log.unzip();
         ctx.access_log = access_log.clone();
+        ctx.tls = self.tls.clone();
         let ctx = Arc::new(ctx);
         // The admin listener is the same driver on this runtime, with bodies; its GetObject downloads are recorded
         // and counted as the data listener's are.
@@ -213,6 +223,7 @@ impl Application {
             DriverContext::new(admin_router(self.admin.clone()), refusal_response, &self.settings, recorder)
                 .for_admin(admin_principal);
         admin_ctx.access_log = access_log;
+        admin_ctx.tls = self.tls.clone();
         // One budget for request bodies in memory, whichever listener they arrive on.
         admin_ctx.body_budget = ctx.body_budget.clone();
         let admin_ctx = Arc::new(admin_ctx);
@@ -227,7 +238,8 @@ impl Application {
         };
         self.admin.ready.store(true, Ordering::Release);
         // The bound addresses, not the configured ones: with port 0 this is how callers learn the ports.
-        tracing::info!(data = %data_addr, admin = %admin_addr, "blobgate is serving");
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        tracing::info!(data = %data_addr, admin = %admin_addr, scheme, "blobgate is serving");
 
         signal.await;
         tracing::info!("shutting down: no new connections; waiting for in-flight responses");
@@ -247,6 +259,9 @@ impl Application {
             let _ = tokio::task::spawn_blocking(move || writer.finish()).await;
         }
         upkeep.abort();
+        if let Some(reloading) = reloading {
+            reloading.abort();
+        }
         probe.abort();
         expiring.abort();
         housekeeping.abort();
@@ -326,8 +341,10 @@ pub fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
     })
 }
 
-/// SIGHUP: the access log's writer reopens its file (after logrotate moved it); the server keeps serving.
+/// SIGHUP: the access log's writer reopens its file (after logrotate moved it), and on HTTPS the certificate and
+/// key are read again; the server keeps serving.
 fn on_hangup() {
     access_log::request_reopen();
-    tracing::info!("SIGHUP received: reopening the access log (if any); still serving");
+    driver::tls::request_reload();
+    tracing::info!("SIGHUP received: reopening the access log and reloading the TLS pair (if any); still serving");
 }

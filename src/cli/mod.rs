@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use anyhow::bail;
 use clap::{Parser, Subcommand};
 
-use crate::config::{DatabaseFlags, FlagOverrides, Settings};
+use crate::config::{DatabaseFlags, FlagOverrides, Settings, TlsFlags};
 use crate::names::{BucketName, IndexDocument, ObjectKey, Website, parse_attrs};
 use crate::store::{BucketDeletion, StatsOrder, Store, unix_now};
 
@@ -49,6 +49,12 @@ pub enum Command {
         /// Admin listener address [env: BLOBGATE_ADMIN_LISTEN] [default: 127.0.0.1:8081]
         #[arg(long, value_name = "ADDR")]
         admin_listen: Option<SocketAddr>,
+        /// HTTPS on both listeners: the certificate chain, PEM [env: BLOBGATE_TLS__CERT]
+        #[arg(long, value_name = "FILE")]
+        tls_cert: Option<PathBuf>,
+        /// HTTPS: the private key of the chain's first certificate, PEM [env: BLOBGATE_TLS__KEY]
+        #[arg(long, value_name = "FILE")]
+        tls_key: Option<PathBuf>,
     },
     /// Manage buckets.
     #[command(subcommand)]
@@ -381,9 +387,12 @@ impl Cli {
             access_log: self.access_log.clone(),
             ..Default::default()
         };
-        if let Command::Serve { listen, admin_listen } = &self.command {
+        if let Command::Serve { listen, admin_listen, tls_cert, tls_key } = &self.command {
             flags.listen = *listen;
             flags.admin_listen = *admin_listen;
+            if tls_cert.is_some() || tls_key.is_some() {
+                flags.tls = Some(TlsFlags { cert: tls_cert.clone(), key: tls_key.clone() });
+            }
         }
         Settings::load(self.config.as_deref(), &flags)
     }

@@ -38,7 +38,8 @@ use super::body::{BodyDecoder, BodyFraming, Decoded};
 use super::budget::{BodyBudget, budgeted};
 use super::head::{Parsed, Persistence, RequestHead, parse_request_head, write_response_head};
 use super::idle::IdleEntry;
-use super::sendfile::{SendOutcome, send_bytes, send_file_response};
+use super::sendfile::{SendOutcome, SendReport, send_bytes, send_file_response};
+use super::tls::{HandshakeFailure, UserTls};
 use super::{Answer, DriverContext, FileAnswer, Listener, Refusal, RequestService};
 use crate::access_log::{Entry, REQUEST_ID_HEADER, RequestId};
 use crate::file_body::{DownloadKind, FileBody, ObjectRef};
@@ -55,6 +56,9 @@ pub const BODY_READ_BYTES: usize = 64 * 1024;
 
 /// Sent when the service first polls the body of a request that asked for it (RFC 9110 §10.1.1).
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// The answer to a plain-HTTP request on an HTTPS listener.
+const PLAIN_HTTP_ON_HTTPS: &str = "400 Bad Request: this port speaks HTTPS only; use an https:// URL.\n";
 
 /// Noted in the access log only.
 static USER_AGENT: FieldName = FieldName::other(header::USER_AGENT);
@@ -95,8 +99,84 @@ struct Waits<'a, 't> {
     shutdown: Pin<&'a mut tokio_util::sync::WaitForCancellationFuture<'t>>,
 }
 
-pub(crate) struct Connection<S> {
+/// The connection's socket and, on HTTPS encrypted in user space, its TLS session: every byte in and out goes
+/// through here.
+struct Link {
     stream: TcpStream,
+    tls: Option<Box<UserTls>>,
+}
+
+impl Link {
+    /// Reads into `dst` (decrypted on HTTPS); `Ok(0)` at the end.
+    ///
+    /// On plain HTTP this goes through `AsyncRead::poll_read` rather than `readable()` + `try_read`: a read that
+    /// leaves the buffer part-empty has drained the socket, and tokio then clears the readiness itself. With
+    /// `try_read`, the next request would start with a `recvfrom` that can only fail with EAGAIN.
+    fn poll_read(&mut self, cx: &mut Context<'_>, dst: &mut [u8]) -> Poll<io::Result<usize>> {
+        use tokio::io::AsyncRead;
+        match &mut self.tls {
+            None => {
+                let mut read_buf = tokio::io::ReadBuf::new(dst);
+                std::task::ready!(Pin::new(&mut self.stream).poll_read(cx, &mut read_buf))?;
+                Poll::Ready(Ok(read_buf.filled().len()))
+            }
+            Some(tls) => tls.poll_read(cx, &self.stream, dst),
+        }
+    }
+
+    /// Waits until a read would find bytes (or the end).
+    async fn readable(&mut self) -> io::Result<()> {
+        match &mut self.tls {
+            None => self.stream.readable().await,
+            Some(tls) => std::future::poll_fn(|cx| tls.poll_readable(cx, &self.stream)).await,
+        }
+    }
+
+    /// Appends what can be read now to `buf` (up to its spare capacity): `WouldBlock` when nothing can.
+    fn try_read_buf(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
+        match &mut self.tls {
+            None => self.stream.try_read_buf(buf),
+            Some(tls) => {
+                let filled = buf.len();
+                buf.resize(buf.capacity(), 0);
+                let read = tls.read_plain(&mut buf[filled..]);
+                buf.truncate(filled + *read.as_ref().unwrap_or(&0));
+                read
+            }
+        }
+    }
+
+    /// Writes `bytes` (heads, boundaries, small bodies); `more`: the next send follows at once.
+    async fn send(&mut self, bytes: &[u8], more: bool, timeout: Duration) -> Result<(), SendOutcome> {
+        match &mut self.tls {
+            None => send_bytes(&self.stream, bytes, more, timeout).await,
+            // Boxed, so that plain connections' futures stay the size they were.
+            Some(tls) => Box::pin(tls.send(&self.stream, bytes, more, timeout)).await,
+        }
+    }
+
+    /// A file response: by sendfile, or read and encrypted in user space on HTTPS.
+    async fn send_file(&mut self, head: &[u8], body: &FileBody, ctx: &DriverContextSend<'_>) -> SendReport {
+        match &mut self.tls {
+            None => send_file_response(&self.stream, head, body, ctx.options, ctx.metrics).await,
+            Some(tls) => Box::pin(tls.send_file_response(&self.stream, head, body, ctx.options, ctx.metrics)).await,
+        }
+    }
+
+    /// The access log's `tls`.
+    fn tls_mode(&self) -> Option<&'static str> {
+        self.tls.as_ref().map(|_| "userspace")
+    }
+}
+
+/// What a file send needs of the context.
+struct DriverContextSend<'a> {
+    options: &'a super::sendfile::SendOptions,
+    metrics: &'a crate::metrics::DriverMetrics,
+}
+
+pub(crate) struct Connection<S> {
+    link: Link,
     peer: SocketAddr,
     /// Bytes read but not yet parsed; may hold the start of the next pipelined request.
     buf: BytesMut,
@@ -121,7 +201,7 @@ impl<S: RequestService> Connection<S> {
         admission: Arc<Admission>,
     ) -> Self {
         Self {
-            stream,
+            link: Link { stream, tls: None },
             peer,
             buf: BytesMut::new(),
             out: Vec::new(),
@@ -138,6 +218,9 @@ impl<S: RequestService> Connection<S> {
     /// reset the connection under an unread request) and answers 503 with `Connection: close`.
     pub(crate) async fn refuse_over_address_limit(mut self, shutdown: &CancellationToken) {
         self.reclaimable = false;
+        if !self.start_tls(shutdown).await {
+            return;
+        }
         let (timer, cancelled) = (tokio::time::sleep_until(Instant::now()), shutdown.cancelled());
         tokio::pin!(timer, cancelled);
         let error = match self.next_head(true, Waits { timer, shutdown: cancelled }).await {
@@ -150,6 +233,60 @@ impl<S: RequestService> Connection<S> {
     }
 
     pub(crate) async fn run(mut self, shutdown: CancellationToken) {
+        if !self.start_tls(&shutdown).await {
+            return;
+        }
+        self.serve(&shutdown).await;
+        if let Some(tls) = &mut self.link.tls {
+            tls.close(&self.link.stream);
+        }
+    }
+
+    /// On HTTPS, the handshake, within `timeouts.header_read` of accept; whether the connection goes on. A client
+    /// that spoke plain HTTP to the port gets its plain-text 400 here.
+    async fn start_tls(&mut self, shutdown: &CancellationToken) -> bool {
+        let Some(server) = self.ctx.tls.clone() else { return true };
+        let handshake = server.accept(&self.link.stream, self.ctx.send.progress_timeout);
+        let result = tokio::select! {
+            result = tokio::time::timeout(self.ctx.timeouts.header_read, handshake) => {
+                result.unwrap_or(Err(HandshakeFailure::Timeout))
+            }
+            () = shutdown.cancelled() => return false,
+        };
+        match result {
+            Ok(tls) => {
+                crate::metrics::tls_connection("userspace");
+                self.link.tls = Some(tls);
+                true
+            }
+            Err(failure) => {
+                crate::metrics::tls_handshake_failure(failure.label());
+                tracing::debug!(peer = %self.peer, reason = failure.label(), "TLS handshake did not finish");
+                if failure == HandshakeFailure::PlainHttp {
+                    self.refuse_plain_http(shutdown).await;
+                }
+                false
+            }
+        }
+    }
+
+    /// Reads the head of a plain-HTTP request sent to the HTTPS port (so that the close does not reset it unread)
+    /// and answers it, unencrypted, with a plain-text 400 and a close.
+    async fn refuse_plain_http(&mut self, shutdown: &CancellationToken) {
+        self.reclaimable = false;
+        let (timer, cancelled) = (tokio::time::sleep_until(Instant::now()), shutdown.cancelled());
+        tokio::pin!(timer, cancelled);
+        if let NextHead::Closed = self.next_head(true, Waits { timer, shutdown: cancelled }).await {
+            return;
+        }
+        let mut response = Response::new(Body::from(PLAIN_HTTP_ON_HTTPS));
+        *response.status_mut() = StatusCode::BAD_REQUEST;
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+        let _ = self.send_buffered(response, false, Persistence::Close).await;
+    }
+
+    /// The request loop, once the connection is ready for heads.
+    async fn serve(&mut self, shutdown: &CancellationToken) {
         let mut first = true;
         let (timer, cancelled) = (tokio::time::sleep_until(Instant::now()), shutdown.cancelled());
         tokio::pin!(timer, cancelled);
@@ -169,7 +306,7 @@ impl<S: RequestService> Connection<S> {
                 }
             };
             first = false;
-            if !self.respond(head, &shutdown).await {
+            if !self.respond(head, shutdown).await {
                 return;
             }
         }
@@ -254,18 +391,12 @@ impl<S: RequestService> Connection<S> {
     /// Reads what the socket has into this worker's scratch buffer and, when nothing was buffered before, parses
     /// the head right there. Only an incomplete head or pipelined bytes after a complete one are copied into the
     /// connection's own buffer, so most connections never hold one.
-    ///
-    /// This goes through `AsyncRead::poll_read` rather than `readable()` + `try_read`: a read that leaves the
-    /// buffer part-empty has drained the socket, and tokio then clears the readiness itself. With `try_read`,
-    /// the next request would start with a `recvfrom` that can only fail with EAGAIN.
     fn poll_read_into_scratch(&mut self, cx: &mut Context<'_>) -> Poll<Read> {
-        use tokio::io::AsyncRead;
         SCRATCH.with_borrow_mut(|scratch| {
-            let mut read_buf = tokio::io::ReadBuf::new(&mut scratch[..]);
-            let n = match std::pin::Pin::new(&mut self.stream).poll_read(cx, &mut read_buf) {
+            let n = match self.link.poll_read(cx, &mut scratch[..]) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(_)) => return Poll::Ready(Read::Closed),
-                Poll::Ready(Ok(())) => read_buf.filled().len(),
+                Poll::Ready(Ok(n)) => n,
             };
             Poll::Ready(self.take_read(&scratch[..n]))
         })
@@ -396,7 +527,7 @@ impl<S: RequestService> Connection<S> {
             tokio::select! {
                 biased;
                 response = &mut call => return response,
-                () = pump.run(&mut self.stream, &mut self.buf, self.ctx.send.progress_timeout), if !pump.stopped => {}
+                () = pump.run(&mut self.link, &mut self.buf, self.ctx.send.progress_timeout), if !pump.stopped => {}
             }
         }
     }
@@ -418,6 +549,7 @@ impl<S: RequestService> Connection<S> {
             request_id: RequestId::next(),
             connection_requests: self.served,
             encoding: None,
+            tls: self.link.tls_mode(),
         }
     }
 
@@ -456,7 +588,7 @@ impl<S: RequestService> Connection<S> {
     ) -> bool {
         if is_head {
             self.last_sent = (status, 0);
-            let sent = send_bytes(&self.stream, head, false, self.ctx.send.progress_timeout).await;
+            let sent = self.link.send(head, false, self.ctx.send.progress_timeout).await;
             // An error document answers for a missing key: a response, never the document's download or HEAD.
             if body.kind == DownloadKind::ErrorDocument {
                 self.ctx.metrics.error_document_sent(status, 0);
@@ -467,7 +599,8 @@ impl<S: RequestService> Connection<S> {
         }
         let started = Instant::now();
         let _active = self.ctx.metrics.download_started();
-        let report = send_file_response(&self.stream, head, &body, &self.ctx.send, &self.ctx.metrics).await;
+        let send = DriverContextSend { options: &self.ctx.send, metrics: &self.ctx.metrics };
+        let report = self.link.send_file(head, &body, &send).await;
         self.last_sent = (status, report.object_bytes);
         let kind = match body.kind {
             DownloadKind::Full => Some(RecordKind::Full),
@@ -555,9 +688,9 @@ impl<S: RequestService> Connection<S> {
             _ => {}
         }
         let timeout = self.ctx.send.progress_timeout;
-        let mut sent = send_bytes(&self.stream, &out, separate, timeout).await;
+        let mut sent = self.link.send(&out, separate, timeout).await;
         if separate && sent.is_ok() {
-            sent = send_bytes(&self.stream, &bytes, false, timeout).await;
+            sent = self.link.send(&bytes, false, timeout).await;
         }
         let body_bytes = if is_head || bodiless || sent.is_err() { 0 } else { bytes.len() as u64 };
         self.last_sent = (status, body_bytes);
@@ -611,12 +744,12 @@ impl BodyPump {
     /// Waits for the service to ask for the body, then moves it from `buf` and the socket into the channel until
     /// it ends; a read error, EOF or broken framing reaches the service as a body error. `buf`'s bytes (what came
     /// with the head) take their share of the budget too.
-    async fn run(&mut self, stream: &mut TcpStream, buf: &mut BytesMut, send_timeout: Duration) {
+    async fn run(&mut self, link: &mut Link, buf: &mut BytesMut, send_timeout: Duration) {
         self.demand.notified().await;
         // Only if nothing of the body came yet: a client that did not wait needs no invitation.
         if std::mem::take(&mut self.expect_continue)
             && buf.is_empty()
-            && send_bytes(stream, CONTINUE, false, send_timeout).await.is_err()
+            && link.send(CONTINUE, false, send_timeout).await.is_err()
         {
             self.chunks = None;
             self.stopped = true;
@@ -638,7 +771,7 @@ impl BodyPump {
                     self.chunks = None;
                     break;
                 }
-                Ok(Decoded::NeedMore) => match read_budgeted(stream, &self.budget, &mut self.pending).await {
+                Ok(Decoded::NeedMore) => match read_budgeted(link, &self.budget, &mut self.pending).await {
                     Ok(0) => io::Error::new(io::ErrorKind::UnexpectedEof, "the client closed the connection mid-body"),
                     Ok(_) => continue,
                     Err(e) => e,
@@ -656,17 +789,17 @@ impl BodyPump {
 /// Reads once from the socket into a fresh buffer of [`BODY_READ_BYTES`] that holds its share of `budget`, after
 /// what is left of `pending` (part of a framing line, copied). The share is taken once the socket is readable,
 /// so a client that sends nothing holds none; a short read gives back what it did not fill.
-async fn read_budgeted(stream: &TcpStream, budget: &BodyBudget, pending: &mut Bytes) -> io::Result<usize> {
+async fn read_budgeted(link: &mut Link, budget: &BodyBudget, pending: &mut Bytes) -> io::Result<usize> {
     // Copied out first: the old buffer's share must not be held while this read waits for budget.
     let carry = pending.to_vec();
     *pending = Bytes::new();
     let capacity = BODY_READ_BYTES.max(2 * carry.len());
     loop {
-        stream.readable().await?;
+        link.readable().await?;
         let mut share = budget.acquire(capacity).await;
         let mut fresh = Vec::with_capacity(capacity);
         fresh.extend_from_slice(&carry);
-        match stream.try_read_buf(&mut fresh) {
+        match link.try_read_buf(&mut fresh) {
             Ok(0) => return Ok(0),
             Ok(n) => {
                 if fresh.len() < capacity / 2 {

@@ -10,6 +10,7 @@
 //! - `body.rs`: pure request-body framing (Content-Length, chunked) for the admin listener.
 //! - `budget.rs`: the admin listener's budget of request-body bytes in memory (`limits.upload_buffer_bytes`).
 //! - `sendfile.rs`: the only code that touches raw fds: `send(MSG_MORE)` for heads, `sendfile` for bodies.
+//! - `tls.rs`: HTTPS: the certificate pair, the handshake, and user-space TLS (the one path that copies bodies).
 
 mod admission;
 pub mod body;
@@ -18,6 +19,7 @@ mod conn;
 pub mod head;
 mod idle;
 pub mod sendfile;
+pub mod tls;
 
 use std::cell::Cell;
 use std::convert::Infallible;
@@ -227,6 +229,8 @@ pub struct DriverContext<S> {
     pub listener: Listener,
     /// Request-body bytes in memory, across both listeners' connections (one budget, shared).
     pub body_budget: budget::BodyBudget,
+    /// HTTPS: every connection starts with a handshake. `None`: plain HTTP.
+    pub tls: Option<Arc<tls::TlsServer>>,
 }
 
 impl<S: RequestService> DriverContext<S> {
@@ -252,6 +256,7 @@ impl<S: RequestService> DriverContext<S> {
             access_log: None,
             listener: Listener::Data,
             body_budget: budget::BodyBudget::new(settings.limits.upload_buffer_bytes),
+            tls: None,
         }
     }
 

@@ -105,6 +105,12 @@ pub async fn send_file_response(
     report
 }
 
+/// Whether a chunk of `len` bytes at `offset` is large enough to probe and is not in the page cache, so that reading
+/// it would block on the disk (what sends it to the blocking pool).
+pub(super) fn chunk_is_cold(file: &File, offset: u64, len: u64) -> bool {
+    len >= PROBE_MIN && residency(file, offset, len) == Residency::Cold
+}
+
 /// Bodies at least this large are sent under TCP_CORK.
 const CORK_MIN: u64 = 256 * 1024;
 
@@ -175,7 +181,7 @@ async fn send_region(
         let want = (end - position as u64).min(options.chunk as u64) as usize;
         let chunk = want as u64;
         let offload = (chunk >= OFFLOAD_MIN && super::worker_is_shared())
-            || (chunk >= PROBE_MIN && residency(file, position as u64, chunk) == Residency::Cold && {
+            || (chunk_is_cold(file, position as u64, chunk) && {
                 observer.cold_chunk();
                 true
             });
@@ -216,7 +222,7 @@ async fn send_region(
 /// for a whole `timeout`, not when the socket merely stayed unwritable that long: Linux reports writability only
 /// once about a third of the send buffer has drained, which a steady slow reader can take longer than `timeout`
 /// to free while it is still reading.
-async fn wait_writable(stream: &TcpStream, timeout: Duration) -> Result<(), SendOutcome> {
+pub(super) async fn wait_writable(stream: &TcpStream, timeout: Duration) -> Result<(), SendOutcome> {
     let mut writable = std::pin::pin!(stream.writable());
     // Writable at once in the common case: no clock and no syscall.
     if let Poll::Ready(result) = std::future::poll_fn(|cx| Poll::Ready(writable.as_mut().poll(cx))).await {

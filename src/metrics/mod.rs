@@ -45,6 +45,11 @@ pub const STATS_BUFFER_DROPPED: &str = "blobgate_stats_buffer_dropped_total";
 pub const STATS_PENDING: &str = "blobgate_stats_pending_objects";
 pub const UPLOADS: &str = "blobgate_uploads_total";
 pub const UPLOAD_BYTES: &str = "blobgate_upload_bytes_total";
+pub const TLS_CONNECTIONS: &str = "blobgate_tls_connections_total";
+pub const TLS_HANDSHAKE_FAILURES: &str = "blobgate_tls_handshake_failures_total";
+
+/// `mode` of `blobgate_tls_connections_total`: who encrypts the connection's records after the handshake.
+pub const TLS_MODES: [&str; 2] = ["ktls", "userspace"];
 
 /// The `api` label of `blobgate_uploads_total`: which front end took the body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,12 +150,17 @@ fn describe() {
         "Requests that carried object bytes (native PUT, S3 PutObject and UploadPart), by API and result."
     );
     describe_counter!(UPLOAD_BYTES, Unit::Bytes, "Object bytes stored by uploads (body bytes, after decoding).");
+    describe_counter!(TLS_CONNECTIONS, "HTTPS connections past their handshake, by who encrypts their records.");
+    describe_counter!(TLS_HANDSHAKE_FAILURES, "TLS handshakes that did not finish, by reason.");
 }
 
 /// Registers every series (counters at 0, gauges at their resting value) so that `/metrics` lists each one from
 /// start-up: a dashboard or an alert on `rate(x[5m])` must not see "no data" until the first event.
 /// `auth_failure_reasons` are the `reason` labels of `blobgate_auth_failures_total` (`auth::FailureReason`).
-pub fn register_all(auth_failure_reasons: impl IntoIterator<Item = &'static str>) {
+pub fn register_all(
+    auth_failure_reasons: impl IntoIterator<Item = &'static str>,
+    tls_failure_reasons: impl IntoIterator<Item = &'static str>,
+) {
     for name in [
         SENT_BYTES,
         SENDFILE_CALLS,
@@ -180,6 +190,12 @@ pub fn register_all(auth_failure_reasons: impl IntoIterator<Item = &'static str>
     }
     for reason in auth_failure_reasons {
         counter!(AUTH_FAILURES, "reason" => reason).increment(0);
+    }
+    for reason in tls_failure_reasons {
+        counter!(TLS_HANDSHAKE_FAILURES, "reason" => reason).increment(0);
+    }
+    for mode in TLS_MODES {
+        counter!(TLS_CONNECTIONS, "mode" => mode).increment(0);
     }
     for limit in PART_LIMITS {
         counter!(MULTIPART_PARTS_REFUSED, "limit" => limit).increment(0);
@@ -319,6 +335,15 @@ impl Drop for GaugeGuard<'_> {
 
 pub fn blob_open_error() {
     counter!(BLOB_OPEN_ERRORS).increment(1);
+}
+
+/// An HTTPS connection finished its handshake; `mode` is one of [`TLS_MODES`].
+pub fn tls_connection(mode: &'static str) {
+    counter!(TLS_CONNECTIONS, "mode" => mode).increment(1);
+}
+
+pub fn tls_handshake_failure(reason: &'static str) {
+    counter!(TLS_HANDSHAKE_FAILURES, "reason" => reason).increment(1);
 }
 
 pub fn idle_connection_reclaimed() {
