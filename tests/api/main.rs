@@ -21,6 +21,7 @@ mod deploy;
 mod downloads;
 mod faults;
 mod harden3;
+mod https;
 mod lifecycle;
 mod limits;
 mod migrations;

@@ -1,0 +1,529 @@
+//! HTTPS in the process (`--tls-cert`/`--tls-key`): real clients byte-exact over TLS 1.2 and 1.3 with each key
+//! type, plain HTTP and stalled handshakes on the HTTPS port, refusals at start naming their key, the SIGHUP reload
+//! by certificate fingerprint, and the metrics and access log that say how a connection was encrypted. This
+//! kernel has no TLS, so these connections are encrypted in user space; the kTLS path is tested in the kernel VM.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::helpers::s3::{boto3_command, key_json, run_ok, s3_key};
+use crate::helpers::*;
+
+/// A CA and server certificates it signed for `localhost` and 127.0.0.1, one per key type, made with openssl.
+struct Pki {
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    fn new() -> Self {
+        require_tool("openssl", "apt package openssl");
+        let pki = Pki { dir: tempfile::tempdir().expect("temp dir") };
+        pki.openssl(
+            "req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -keyout ca.key -out ca.crt \
+             -subj /CN=blobgate-https-test-ca -addext basicConstraints=critical,CA:TRUE \
+             -addext keyUsage=critical,keyCertSign,cRLSign",
+        );
+        write_file(
+            pki.dir.path(),
+            "server.ext",
+            b"subjectAltName = DNS:localhost,IP:127.0.0.1\nbasicConstraints = critical,CA:FALSE\n\
+              extendedKeyUsage = serverAuth\n",
+        );
+        for (name, newkey) in [
+            ("ecdsa", "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1"),
+            ("rsa", "-newkey rsa:2048"),
+            ("ed25519", "-newkey ed25519"),
+            ("second", "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1"),
+        ] {
+            pki.openssl(&format!("req {newkey} -nodes -keyout {name}.key -out {name}.csr -subj /CN=localhost"));
+            pki.openssl(&format!(
+                "x509 -req -in {name}.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile server.ext \
+                 -out {name}.crt"
+            ));
+        }
+        pki
+    }
+
+    fn openssl(&self, args: &str) {
+        let out = Command::new("openssl")
+            .args(args.split_whitespace())
+            .current_dir(self.dir.path())
+            .output()
+            .expect("openssl");
+        assert!(out.status.success(), "openssl {args}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn ca(&self) -> String {
+        self.file("ca.crt").to_str().unwrap().to_owned()
+    }
+
+    /// The SHA-256 of a certificate's DER, as `openssl x509 -fingerprint` prints it (colons, upper case).
+    fn fingerprint(&self, name: &str) -> String {
+        let out = Command::new("openssl")
+            .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
+            .arg(self.file(&format!("{name}.crt")))
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().rsplit('=').next().unwrap().to_owned()
+    }
+}
+
+/// `blobgate serve` on HTTPS with the pair `name`, plus `env`.
+fn serve_https(env: &TestEnv, pki: &Pki, name: &str, extra: &[(&str, &str)]) -> Server {
+    let (cert, key) = (pki.file(&format!("{name}.crt")), pki.file(&format!("{name}.key")));
+    let mut vars = vec![("BLOBGATE_TLS__CERT", cert.to_str().unwrap()), ("BLOBGATE_TLS__KEY", key.to_str().unwrap())];
+    vars.extend_from_slice(extra);
+    env.serve_with(&vars, &[])
+}
+
+/// `curl -sS --cacert CA ARGS` (the output is the body, or what `-w` asks for); it must succeed.
+fn curl(pki: &Pki, args: &[&str]) -> Vec<u8> {
+    require_tool("curl", "apt package curl");
+    let out = Command::new("curl").args(["-sS", "--cacert", &pki.ca()]).args(args).output().expect("run curl");
+    assert!(out.status.success(), "curl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
+fn url(addr: std::net::SocketAddr, path: &str) -> String {
+    format!("https://localhost:{}{path}", addr.port())
+}
+
+/// The admin listener's `/metrics`, over HTTPS.
+fn https_metrics(pki: &Pki, server: &Server) -> String {
+    String::from_utf8(curl(pki, &[&url(server.admin, "/metrics")])).unwrap()
+}
+
+fn metric_value(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("no {series} in /metrics"))
+}
+
+/// What the python clients check (http.client on one keep-alive connection per TLS version, and boto3 with the CA
+/// bundle); prints one JSON line of what it did.
+const PYTHON_CLIENTS: &str = r#"
+import hashlib, http.client, json, ssl, sys
+spec = json.loads(sys.argv[1])
+done = {}
+for version in ["TLSv1_2", "TLSv1_3"]:
+    ctx = ssl.create_default_context(cafile=spec["ca"])
+    ctx.minimum_version = ctx.maximum_version = getattr(ssl.TLSVersion, version)
+    conn = http.client.HTTPSConnection("localhost", spec["port"], context=ctx)
+    requests = 0
+    for _ in range(3):
+        conn.request("GET", spec["path"], headers={"Authorization": "Bearer " + spec["token"]})
+        r = conn.getresponse()
+        body = r.read()
+        assert r.status == 200, r.status
+        assert hashlib.sha256(body).hexdigest() == spec["sha256"], "full body differs"
+        conn.request("GET", spec["path"], headers={"Authorization": "Bearer " + spec["token"], "Range": "bytes=1000-1999"})
+        r = conn.getresponse()
+        part = r.read()
+        assert r.status == 206 and len(part) == 1000, (r.status, len(part))
+        assert hashlib.sha256(part).hexdigest() == spec["range_sha256"], "range differs"
+        requests += 2
+    assert conn.sock.version().replace(".", "_") == version, conn.sock.version()
+    assert conn.sock.selected_alpn_protocol() in (None, "http/1.1")
+    conn.close()
+    done[version] = requests
+print(json.dumps(done))
+"#;
+
+#[test]
+fn real_clients_read_and_write_byte_exact_over_https() {
+    let pki = Pki::new();
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    env.bucket("priv", false);
+    let big = test_bytes(3 * 1024 * 1024 + 17, 41);
+    let small = test_bytes(4096, 42);
+    env.put_bytes("pub", "big.bin", &big, &[]);
+    env.put_bytes("pub", "small.bin", &small, &[]);
+    env.put_bytes("priv", "big.bin", &big, &[]);
+    let token = env.token("priv", "write", &[]);
+    let log = env.dir.path().join("access.log");
+    let server = serve_https(&env, &pki, "ecdsa", &[("BLOBGATE_ACCESS_LOG", log.to_str().unwrap())]);
+    let big_url = url(server.data, "/pub/big.bin");
+
+    // curl: full bodies over both TLS versions, a range, a three-part multi-range, a HEAD.
+    for version in [["--tlsv1.2", "--tls-max", "1.2"], ["--tlsv1.3", "--tls-max", "1.3"]] {
+        let body = curl(&pki, &[version[0], version[1], version[2], &big_url]);
+        assert_eq!(sha256_hex(&body), sha256_hex(&big), "curl {version:?}");
+    }
+    assert_eq!(curl(&pki, &[&url(server.data, "/pub/small.bin")]), small);
+    assert_eq!(curl(&pki, &["-r", "100-199", &big_url]), big[100..200]);
+    let multi = curl(&pki, &["-i", "-r", "0-9,1000-1099,3145000-3145727", &big_url]);
+    let text = String::from_utf8_lossy(&multi);
+    assert!(text.starts_with("HTTP/1.1 206"), "{}", &text[..80]);
+    for (start, end) in [(0usize, 9usize), (1000, 1099), (3145000, 3145727)] {
+        let range = format!("ange: bytes {start}-{end}/{}", big.len());
+        let at = find(&multi, range.as_bytes()).unwrap_or_else(|| panic!("no part {range}"));
+        let body_at = at + find(&multi[at..], b"\r\n\r\n").unwrap() + 4;
+        assert_eq!(&multi[body_at..body_at + end - start + 1], &big[start..=end], "part {range}");
+    }
+    let head = String::from_utf8(curl(&pki, &["-I", &big_url])).unwrap();
+    assert!(head.contains(&format!("content-length: {}", big.len())), "{head}");
+
+    // A private object with a bearer token, and a native upload on the data listener, read back.
+    let auth = format!("Authorization: Bearer {token}");
+    assert_eq!(sha256_hex(&curl(&pki, &["-H", &auth, &url(server.data, "/priv/big.bin")])), sha256_hex(&big));
+    let upload = env.dir.path().join("upload.bin");
+    let uploaded = test_bytes(2 * 1024 * 1024 + 3, 43);
+    std::fs::write(&upload, &uploaded).unwrap();
+    let put = curl(
+        &pki,
+        &[
+            "-w",
+            "%{http_code}",
+            "-o",
+            "/dev/null",
+            "-H",
+            &auth,
+            "-T",
+            upload.to_str().unwrap(),
+            &url(server.data, "/priv/up.bin"),
+        ],
+    );
+    assert!(matches!(&put[..], b"200" | b"201"), "PUT answered {}", String::from_utf8_lossy(&put));
+    assert_eq!(sha256_hex(&curl(&pki, &["-H", &auth, &url(server.data, "/priv/up.bin")])), sha256_hex(&uploaded));
+
+    // wget and aria2c (four connections at once, each a range).
+    require_tool("wget", "apt package wget");
+    let wget_to = env.dir.path().join("wget.bin");
+    let out = Command::new("wget")
+        .args(["-q", "--ca-certificate", &pki.ca(), "-O", wget_to.to_str().unwrap(), &big_url])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "wget: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(sha256_hex(&std::fs::read(&wget_to).unwrap()), sha256_hex(&big));
+    require_tool("aria2c", "apt package aria2");
+    let aria_dir = env.dir.path().join("aria");
+    let out = Command::new("aria2c")
+        .args([
+            "-q",
+            "-x4",
+            "-s4",
+            "-k1M",
+            "--ca-certificate",
+            &pki.ca(),
+            "-d",
+            aria_dir.to_str().unwrap(),
+            "-o",
+            "a.bin",
+            &big_url,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "aria2c: {}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(sha256_hex(&std::fs::read(aria_dir.join("a.bin")).unwrap()), sha256_hex(&big));
+
+    // python's ssl: keep-alive connections, TLS 1.2 and 1.3, full bodies and ranges in turn.
+    let spec = serde_json::json!({
+        "ca": pki.ca(), "port": server.data.port(), "path": "/priv/big.bin", "token": token,
+        "sha256": sha256_hex(&big), "range_sha256": sha256_hex(&big[1000..2000]),
+    });
+    let python = crate::helpers::s3::python();
+    let done = run_ok(Command::new(python).args(["-c", PYTHON_CLIENTS, &spec.to_string()]));
+    assert_eq!(done.trim(), r#"{"TLSv1_2": 6, "TLSv1_3": 6}"#);
+
+    // openssl s_client: a raw request, answered through the TLS session.
+    let mut s_client = Command::new("openssl")
+        .args(["s_client", "-quiet", "-CAfile", &pki.ca(), "-connect", &format!("localhost:{}", server.data.port())])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    s_client
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"GET /pub/small.bin HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    s_client.stdout.take().unwrap().read_to_end(&mut answer).unwrap();
+    let _ = s_client.wait();
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&answer[..answer.len().min(200)]));
+    assert!(answer.ends_with(&small), "s_client's body differs");
+
+    // boto3 with a CA bundle: PutObject and GetObject on the data listener, multipart for the large one.
+    let key = s3_key(&env, "priv", &["--scope", "write"]);
+    let home = env.dir.path().join("boto-home");
+    let script = r#"
+s3 = client(spec["endpoint"], spec["key"])
+cfg = TransferConfig(multipart_threshold=5 * 1024 * 1024, multipart_chunksize=5 * 1024 * 1024)
+data = bytes((i * 7 + 3) % 251 for i in range(11 * 1024 * 1024))
+import io
+s3.upload_fileobj(io.BytesIO(data), "priv", "boto.bin", Config=cfg)
+back = s3.get_object(Bucket="priv", Key="boto.bin")["Body"].read()
+ranged = s3.get_object(Bucket="priv", Key="big.bin", Range="bytes=5-104")["Body"].read()
+print(json.dumps({"same": hashlib.sha256(back).hexdigest() == hashlib.sha256(data).hexdigest(), "len": len(back),
+    "range": hashlib.sha256(ranged).hexdigest()}))
+"#;
+    let spec =
+        serde_json::json!({"endpoint": format!("https://localhost:{}", server.data.port()), "key": key_json(&key)});
+    let out = run_ok(boto3_command(&home, script, &spec).env("AWS_CA_BUNDLE", pki.ca()));
+    let result: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(result["same"], true, "{result}");
+    assert_eq!(result["len"], 11 * 1024 * 1024);
+    assert_eq!(result["range"], sha256_hex(&big[5..105]));
+
+    // Every one of those connections was encrypted in user space here (this kernel has no TLS), and said so.
+    let metrics = https_metrics(&pki, &server);
+    assert!(metric_value(&metrics, r#"blobgate_tls_connections_total{mode="userspace"}"#) >= 12.0, "{metrics}");
+    assert_eq!(metric_value(&metrics, r#"blobgate_tls_connections_total{mode="ktls"}"#), 0.0);
+    assert!(server.log().contains("encrypted in user space"), "{}", server.log());
+    assert!(wait_for(Duration::from_secs(5), || std::fs::read_to_string(&log).is_ok_and(|l| l.lines().count() > 10)));
+    let lines = std::fs::read_to_string(&log).unwrap();
+    for line in lines.lines() {
+        let entry: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(entry["tls"], "userspace", "{line}");
+    }
+}
+
+#[test]
+fn rsa_and_ed25519_keys_serve_as_ecdsa_does() {
+    let pki = Pki::new();
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let bytes = test_bytes(200_000, 7);
+    env.put_bytes("pub", "o.bin", &bytes, &[]);
+    for name in ["rsa", "ed25519"] {
+        let mut server = serve_https(&env, &pki, name, &[]);
+        for max in ["1.2", "1.3"] {
+            let body = curl(&pki, &["--tls-max", max, &url(server.data, "/pub/o.bin")]);
+            assert_eq!(sha256_hex(&body), sha256_hex(&bytes), "{name} over TLS {max}");
+        }
+        let served = openssl_fingerprint(&pki, server.data.port());
+        assert_eq!(served, pki.fingerprint(name), "{name}");
+        server.stop();
+    }
+}
+
+/// The SHA-256 fingerprint of the certificate a server at `port` presents (openssl s_client, then x509).
+fn openssl_fingerprint(pki: &Pki, port: u16) -> String {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "openssl s_client -connect localhost:{port} -CAfile {} </dev/null 2>/dev/null \
+             | openssl x509 -noout -fingerprint -sha256",
+            pki.ca()
+        ))
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().rsplit('=').next().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn plain_http_and_stalled_handshakes_on_the_https_port_are_closed() {
+    let pki = Pki::new();
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    env.put_bytes("pub", "o.bin", b"hello", &[]);
+    let server = serve_https(&env, &pki, "ecdsa", &[("BLOBGATE_TIMEOUTS__HEADER_READ", "1s")]);
+
+    // Plain HTTP: a 400 in plain text, unencrypted, then the close.
+    for addr in [server.data, server.admin] {
+        let mut plain = TcpStream::connect(addr).unwrap();
+        plain.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        plain.write_all(b"GET /pub/o.bin HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        plain.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+        assert!(answer.to_ascii_lowercase().contains("content-type: text/plain"), "{answer}");
+        assert!(answer.contains("HTTPS"), "{answer}");
+    }
+
+    // A client that connects and sends nothing, and one that stops halfway through its ClientHello: both closed
+    // once timeouts.header_read has passed, with nothing sent.
+    let silent = TcpStream::connect(server.data).unwrap();
+    let mut half = TcpStream::connect(server.data).unwrap();
+    half.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00]).unwrap();
+    for mut stream in [silent, half] {
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let started = Instant::now();
+        let mut buf = [0u8; 64];
+        let read = stream.read(&mut buf);
+        assert!(matches!(read, Ok(0)) || read.is_err(), "the server sent {read:?}");
+        assert!(started.elapsed() < Duration::from_secs(9), "the stalled handshake was not closed");
+    }
+    // A client that closes at once, and one whose first bytes are not TLS nor HTTP.
+    drop(TcpStream::connect(server.data).unwrap());
+    let mut garbage = TcpStream::connect(server.data).unwrap();
+    garbage.write_all(&[0x16, 0x03, 0x03, 0x00, 0x05, 0xff, 0xff, 0xff, 0xff, 0xff]).unwrap();
+    garbage.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut sink = Vec::new();
+    let _ = garbage.read_to_end(&mut sink);
+
+    // The service goes on, and the failures are counted by reason.
+    assert_eq!(curl(&pki, &[&url(server.data, "/pub/o.bin")]), b"hello");
+    let counted = |metrics: &str, reason: &str| {
+        metric_value(metrics, &format!(r#"blobgate_tls_handshake_failures_total{{reason="{reason}"}}"#))
+    };
+    assert!(
+        wait_for(Duration::from_secs(5), || {
+            let metrics = https_metrics(&pki, &server);
+            counted(&metrics, "plain_http") == 2.0
+                && counted(&metrics, "timeout") == 2.0
+                && counted(&metrics, "malformed") == 1.0
+                && counted(&metrics, "closed") >= 1.0
+        }),
+        "{}",
+        https_metrics(&pki, &server)
+    );
+}
+
+#[test]
+fn sighup_reloads_the_pair_and_keeps_it_when_the_new_one_is_bad() {
+    let pki = Pki::new();
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    env.put_bytes("pub", "o.bin", b"reloaded", &[]);
+    let live = env.dir.path().join("live");
+    std::fs::create_dir_all(&live).unwrap();
+    let install = |name: &str| {
+        std::fs::copy(pki.file(&format!("{name}.crt")), live.join("cert.pem")).unwrap();
+        std::fs::copy(pki.file(&format!("{name}.key")), live.join("key.pem")).unwrap();
+    };
+    install("ecdsa");
+    let (cert, key) = (live.join("cert.pem"), live.join("key.pem"));
+    let server = env.serve_with(
+        &[("BLOBGATE_TLS__CERT", cert.to_str().unwrap()), ("BLOBGATE_TLS__KEY", key.to_str().unwrap())],
+        &[],
+    );
+    let port = server.data.port();
+    assert_eq!(openssl_fingerprint(&pki, port), pki.fingerprint("ecdsa"));
+
+    // A new pair: new connections present it after SIGHUP.
+    install("second");
+    assert_eq!(openssl_fingerprint(&pki, port), pki.fingerprint("ecdsa"), "nothing changes before the signal");
+    server.signal("HUP");
+    assert!(
+        wait_for(Duration::from_secs(10), || openssl_fingerprint(&pki, port) == pki.fingerprint("second")),
+        "the new certificate is not served; log:\n{}",
+        server.log()
+    );
+
+    // A bad pair (a key that is not the certificate's): logged, and the pair in use stays.
+    std::fs::copy(pki.file("rsa.key"), &key).unwrap();
+    server.signal("HUP");
+    assert!(
+        wait_for(Duration::from_secs(10), || server.log().contains("cannot reload the TLS certificate")),
+        "{}",
+        server.log()
+    );
+    assert!(server.log().contains("tls.key"), "{}", server.log());
+    assert_eq!(openssl_fingerprint(&pki, port), pki.fingerprint("second"));
+    assert_eq!(curl(&pki, &[&url(server.data, "/pub/o.bin")]), b"reloaded");
+}
+
+#[test]
+fn bad_tls_settings_are_refused_at_start_naming_the_key() {
+    let pki = Pki::new();
+    let env = TestEnv::new();
+    let (cert, key) = (pki.file("ecdsa.crt"), pki.file("ecdsa.key"));
+    let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let missing = env.dir.path().join("missing.pem");
+    let not_pem = write_file(env.dir.path(), "not.pem", b"hello\n");
+    let other_key = pki.file("rsa.key");
+    // The serve flags, the environment, and the key the refusal names.
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
+        (vec!["--tls-cert", cert], vec![], "tls.key"),
+        (vec!["--tls-key", key], vec![], "tls.cert"),
+        (vec!["--tls-cert", missing.to_str().unwrap(), "--tls-key", key], vec![], "tls.cert"),
+        (vec!["--tls-cert", cert, "--tls-key", not_pem.to_str().unwrap()], vec![], "tls.key"),
+        (vec!["--tls-cert", not_pem.to_str().unwrap(), "--tls-key", key], vec![], "tls.cert"),
+        (vec!["--tls-cert", cert, "--tls-key", other_key.to_str().unwrap()], vec![], "tls.key"),
+        (vec!["--tls-cert", cert, "--tls-key", key], vec![("BLOBGATE_TLS__KTLS", "required")], "tls.ktls"),
+        (vec!["--tls-cert", cert, "--tls-key", key], vec![("BLOBGATE_TLS__KTLS", "sometimes")], "tls.ktls"),
+    ];
+    for (args, vars, names) in cases {
+        let mut all = vec!["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"];
+        all.extend_from_slice(&args);
+        let out = env.cli_env(&all, &vars);
+        assert!(!out.status.success(), "{args:?} {vars:?} started");
+        let line = one_line_error(&out, &[names]);
+        assert!(line.contains(names), "{args:?} {vars:?}: {line}");
+    }
+    assert!(!env.data_dir().exists(), "a refused start created the data dir");
+}
+
+#[test]
+fn a_slow_reader_gets_every_byte_and_a_stalled_one_is_closed_over_https() {
+    let pki = Pki::new();
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    // More than the server's send buffer and the stalled client's receive buffer hold (tcp_wmem's default
+    // maximum is 4 MiB), small enough for a slow reader to finish in seconds.
+    let big = test_bytes(12 * 1024 * 1024, 9);
+    env.put_bytes("pub", "big.bin", &big, &[]);
+    let server = serve_https(&env, &pki, "ecdsa", &[("BLOBGATE_TIMEOUTS__SEND_PROGRESS", "2s")]);
+    let python = crate::helpers::s3::python();
+    // Reads about 256 KiB, then pauses 50 ms, and so on: slower than the server sends (its socket fills and it
+    // waits again and again), but always making progress.
+    let slow = r#"
+import hashlib, json, socket, ssl, sys, time
+spec = json.loads(sys.argv[1])
+ctx = ssl.create_default_context(cafile=spec["ca"])
+raw = socket.socket()
+raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+raw.connect(("localhost", spec["port"]))
+s = ctx.wrap_socket(raw, server_hostname="localhost")
+s.sendall(b"GET /pub/big.bin HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+chunks, since_pause = [], 0
+while True:
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    chunks.append(chunk)
+    since_pause += len(chunk)
+    if since_pause >= 256 * 1024:
+        time.sleep(spec["pause"])
+        since_pause = 0
+data = b"".join(chunks)
+body = data[data.index(b"\r\n\r\n") + 4:]
+print(json.dumps({"len": len(body), "sha256": hashlib.sha256(body).hexdigest()}))
+"#;
+    let spec = serde_json::json!({"ca": pki.ca(), "port": server.data.port(), "pause": 0.05});
+    let out = run_ok(Command::new(python).args(["-c", slow, &spec.to_string()]));
+    let result: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(result["len"], big.len());
+    assert_eq!(result["sha256"], sha256_hex(&big));
+
+    // A client that reads nothing after its request is closed after send_progress.
+    let stalled = r#"
+import json, socket, ssl, sys, time
+spec = json.loads(sys.argv[1])
+ctx = ssl.create_default_context(cafile=spec["ca"])
+raw = socket.socket()
+raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+raw.connect(("localhost", spec["port"]))
+s = ctx.wrap_socket(raw, server_hostname="localhost")
+s.sendall(b"GET /pub/big.bin HTTP/1.1\r\nHost: localhost\r\n\r\n")
+time.sleep(6)
+got = 0
+try:
+    while True:
+        chunk = s.recv(1 << 20)
+        if not chunk:
+            break
+        got += len(chunk)
+except (ConnectionError, ssl.SSLError):
+    pass
+print(json.dumps({"got": got}))
+"#;
+    let out = run_ok(Command::new(python).args(["-c", stalled, &spec.to_string()]));
+    let result: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(result["got"].as_u64().unwrap() < big.len() as u64, "the stalled reader got every byte: {result}");
+    let metrics = https_metrics(&pki, &server);
+    assert!(metric_value(&metrics, "blobgate_stalled_responses_total") >= 1.0, "{metrics}");
+}
