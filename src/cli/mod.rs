@@ -35,6 +35,12 @@ pub struct Cli {
     /// Access log for `serve`: one JSON line per response, `-` for stdout [env: BLOBGATE_ACCESS_LOG]
     #[arg(long, global = true, value_name = "PATH")]
     pub access_log: Option<PathBuf>,
+    /// HTTPS on both listeners for `serve`: the certificate chain, PEM [env: BLOBGATE_TLS__CERT]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// HTTPS for `serve`: the private key of the chain's first certificate, PEM [env: BLOBGATE_TLS__KEY]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -49,12 +55,6 @@ pub enum Command {
         /// Admin listener address [env: BLOBGATE_ADMIN_LISTEN] [default: 127.0.0.1:8081]
         #[arg(long, value_name = "ADDR")]
         admin_listen: Option<SocketAddr>,
-        /// HTTPS on both listeners: the certificate chain, PEM [env: BLOBGATE_TLS__CERT]
-        #[arg(long, value_name = "FILE")]
-        tls_cert: Option<PathBuf>,
-        /// HTTPS: the private key of the chain's first certificate, PEM [env: BLOBGATE_TLS__KEY]
-        #[arg(long, value_name = "FILE")]
-        tls_key: Option<PathBuf>,
     },
     /// Manage buckets.
     #[command(subcommand)]
@@ -387,11 +387,11 @@ impl Cli {
             access_log: self.access_log.clone(),
             ..Default::default()
         };
-        if let Command::Serve { listen, admin_listen, tls_cert, tls_key } = &self.command {
+        if let Command::Serve { listen, admin_listen } = &self.command {
             flags.listen = *listen;
             flags.admin_listen = *admin_listen;
-            if tls_cert.is_some() || tls_key.is_some() {
-                flags.tls = Some(TlsFlags { cert: tls_cert.clone(), key: tls_key.clone() });
+            if self.tls_cert.is_some() || self.tls_key.is_some() {
+                flags.tls = Some(TlsFlags { cert: self.tls_cert.clone(), key: self.tls_key.clone() });
             }
         }
         Settings::load(self.config.as_deref(), &flags)

@@ -39,7 +39,7 @@ use super::budget::{BodyBudget, budgeted};
 use super::head::{Parsed, Persistence, RequestHead, parse_request_head, write_response_head};
 use super::idle::IdleEntry;
 use super::sendfile::{SendOutcome, SendReport, send_bytes, send_file_response};
-use super::tls::{HandshakeFailure, UserTls};
+use super::tls::{HandshakeFailure, Session};
 use super::{Answer, DriverContext, FileAnswer, Listener, Refusal, RequestService};
 use crate::access_log::{Entry, REQUEST_ID_HEADER, RequestId};
 use crate::file_body::{DownloadKind, FileBody, ObjectRef};
@@ -99,11 +99,11 @@ struct Waits<'a, 't> {
     shutdown: Pin<&'a mut tokio_util::sync::WaitForCancellationFuture<'t>>,
 }
 
-/// The connection's socket and, on HTTPS encrypted in user space, its TLS session: every byte in and out goes
-/// through here.
+/// The connection's socket and, on HTTPS, its TLS session: every byte in and out goes through here. A kernel
+/// session sends as plain HTTP does (the kernel encrypts); only its reads differ.
 struct Link {
     stream: TcpStream,
-    tls: Option<Box<UserTls>>,
+    tls: Option<Session>,
 }
 
 impl Link {
@@ -120,7 +120,8 @@ impl Link {
                 std::task::ready!(Pin::new(&mut self.stream).poll_read(cx, &mut read_buf))?;
                 Poll::Ready(Ok(read_buf.filled().len()))
             }
-            Some(tls) => tls.poll_read(cx, &self.stream, dst),
+            Some(Session::User(tls)) => tls.poll_read(cx, &self.stream, dst),
+            Some(Session::Kernel(tls)) => tls.poll_read(cx, &self.stream, dst),
         }
     }
 
@@ -128,44 +129,60 @@ impl Link {
     async fn readable(&mut self) -> io::Result<()> {
         match &mut self.tls {
             None => self.stream.readable().await,
-            Some(tls) => std::future::poll_fn(|cx| tls.poll_readable(cx, &self.stream)).await,
+            Some(Session::User(tls)) => std::future::poll_fn(|cx| tls.poll_readable(cx, &self.stream)).await,
+            Some(Session::Kernel(tls)) => std::future::poll_fn(|cx| tls.poll_readable(cx, &self.stream)).await,
         }
     }
 
     /// Appends what can be read now to `buf` (up to its spare capacity): `WouldBlock` when nothing can.
     fn try_read_buf(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
+        let filled = buf.len();
+        let read = |buf: &mut Vec<u8>, read: &mut dyn FnMut(&mut [u8]) -> io::Result<usize>| {
+            buf.resize(buf.capacity(), 0);
+            let result = read(&mut buf[filled..]);
+            buf.truncate(filled + *result.as_ref().unwrap_or(&0));
+            result
+        };
         match &mut self.tls {
             None => self.stream.try_read_buf(buf),
-            Some(tls) => {
-                let filled = buf.len();
-                buf.resize(buf.capacity(), 0);
-                let read = tls.read_plain(&mut buf[filled..]);
-                buf.truncate(filled + *read.as_ref().unwrap_or(&0));
-                read
-            }
+            Some(Session::User(tls)) => read(buf, &mut |dst| tls.read_plain(dst)),
+            Some(Session::Kernel(tls)) => read(buf, &mut |dst| tls.try_read(&self.stream, dst)),
         }
     }
 
     /// Writes `bytes` (heads, boundaries, small bodies); `more`: the next send follows at once.
     async fn send(&mut self, bytes: &[u8], more: bool, timeout: Duration) -> Result<(), SendOutcome> {
         match &mut self.tls {
-            None => send_bytes(&self.stream, bytes, more, timeout).await,
+            None | Some(Session::Kernel(_)) => send_bytes(&self.stream, bytes, more, timeout).await,
             // Boxed, so that plain connections' futures stay the size they were.
-            Some(tls) => Box::pin(tls.send(&self.stream, bytes, more, timeout)).await,
+            Some(Session::User(tls)) => Box::pin(tls.send(&self.stream, bytes, more, timeout)).await,
         }
     }
 
     /// A file response: by sendfile, or read and encrypted in user space on HTTPS.
     async fn send_file(&mut self, head: &[u8], body: &FileBody, ctx: &DriverContextSend<'_>) -> SendReport {
         match &mut self.tls {
-            None => send_file_response(&self.stream, head, body, ctx.options, ctx.metrics).await,
-            Some(tls) => Box::pin(tls.send_file_response(&self.stream, head, body, ctx.options, ctx.metrics)).await,
+            None | Some(Session::Kernel(_)) => {
+                send_file_response(&self.stream, head, body, ctx.options, ctx.metrics).await
+            }
+            Some(Session::User(tls)) => {
+                Box::pin(tls.send_file_response(&self.stream, head, body, ctx.options, ctx.metrics)).await
+            }
         }
     }
 
     /// The access log's `tls`.
     fn tls_mode(&self) -> Option<&'static str> {
-        self.tls.as_ref().map(|_| "userspace")
+        self.tls.as_ref().map(Session::mode)
+    }
+
+    /// Sends close_notify on HTTPS, if the socket takes it now.
+    fn close(&mut self) {
+        match &mut self.tls {
+            None => {}
+            Some(Session::User(tls)) => tls.close(&self.stream),
+            Some(Session::Kernel(tls)) => tls.close(&self.stream),
+        }
     }
 }
 
@@ -237,9 +254,7 @@ impl<S: RequestService> Connection<S> {
             return;
         }
         self.serve(&shutdown).await;
-        if let Some(tls) = &mut self.link.tls {
-            tls.close(&self.link.stream);
-        }
+        self.link.close();
     }
 
     /// On HTTPS, the handshake, within `timeouts.header_read` of accept; whether the connection goes on. A client
@@ -254,9 +269,9 @@ impl<S: RequestService> Connection<S> {
             () = shutdown.cancelled() => return false,
         };
         match result {
-            Ok(tls) => {
-                crate::metrics::tls_connection("userspace");
-                self.link.tls = Some(tls);
+            Ok(session) => {
+                crate::metrics::tls_connection(session.mode());
+                self.link.tls = Some(session);
                 true
             }
             Err(failure) => {

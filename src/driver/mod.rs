@@ -11,6 +11,7 @@
 //! - `budget.rs`: the admin listener's budget of request-body bytes in memory (`limits.upload_buffer_bytes`).
 //! - `sendfile.rs`: the only code that touches raw fds: `send(MSG_MORE)` for heads, `sendfile` for bodies.
 //! - `tls.rs`: HTTPS: the certificate pair, the handshake, and user-space TLS (the one path that copies bodies).
+//! - `ktls.rs`: kernel TLS: the handshake whose session goes to the kernel, control records, key updates.
 
 mod admission;
 pub mod body;
@@ -18,6 +19,7 @@ mod budget;
 mod conn;
 pub mod head;
 mod idle;
+mod ktls;
 pub mod sendfile;
 pub mod tls;
 

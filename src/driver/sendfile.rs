@@ -429,6 +429,151 @@ pub fn lower_this_thread_priority() {
     unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
 }
 
+/// The record keys of one direction of a TLS session, as the kernel takes them (`TLS_TX`, `TLS_RX`).
+pub use nix::sys::socket::sockopt::TlsCryptoInfo;
+
+/// Hands a TLS session to the kernel: the `tls` upper-layer protocol, then the keys for each direction. From here
+/// on `send` and `sendfile` write plaintext that the kernel encrypts, and reads return decrypted bytes.
+pub fn install_kernel_tls(stream: &TcpStream, tx: &TlsCryptoInfo, rx: &TlsCryptoInfo) -> io::Result<()> {
+    use nix::sys::socket::{setsockopt, sockopt};
+    setsockopt(&raw(stream), sockopt::TcpUlp::default(), b"tls")?;
+    setsockopt(&raw(stream), sockopt::TcpTlsTx, tx)?;
+    setsockopt(&raw(stream), sockopt::TcpTlsRx, rx)?;
+    Ok(())
+}
+
+/// New receive keys after a TLS 1.3 KeyUpdate (kernels from 6.13 take them; older ones refuse).
+pub fn rekey_kernel_tls_rx(stream: &TcpStream, rx: &TlsCryptoInfo) -> io::Result<()> {
+    use nix::sys::socket::{setsockopt, sockopt};
+    Ok(setsockopt(&raw(stream), sockopt::TcpTlsRx, rx)?)
+}
+
+/// What one read from a kernel-TLS socket returned.
+#[derive(Debug, PartialEq, Eq)]
+pub enum KernelTlsRead {
+    /// Decrypted application data (`0`: the peer closed the TCP connection).
+    Data(usize),
+    /// A record of another type (alert, handshake), decrypted: its type and length. Always alone in a read.
+    Control { record_type: u8, len: usize },
+}
+
+/// The TLS content type of application data.
+const APPLICATION_DATA: u8 = 23;
+
+/// One `recvmsg` from a kernel-TLS socket into `buf`, with room for the record-type message the kernel adds for
+/// records that are not application data (a plain `read` fails with EIO on those).
+pub fn recv_kernel_tls(stream: &TcpStream, buf: &mut [u8]) -> io::Result<KernelTlsRead> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg};
+    let mut cmsg = nix::cmsg_space!(u8);
+    let mut iov = [io::IoSliceMut::new(buf)];
+    let msg = recvmsg::<SockaddrStorage>(raw(stream).as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::empty())?;
+    let len = msg.bytes;
+    let mut record_type = APPLICATION_DATA;
+    for message in msg.cmsgs()? {
+        if let ControlMessageOwned::TlsGetRecordType(kind) = message {
+            record_type = tls_record_type_byte(kind);
+        }
+    }
+    Ok(if record_type == APPLICATION_DATA {
+        KernelTlsRead::Data(len)
+    } else {
+        KernelTlsRead::Control { record_type, len }
+    })
+}
+
+fn tls_record_type_byte(kind: nix::sys::socket::TlsGetRecordType) -> u8 {
+    use nix::sys::socket::TlsGetRecordType as T;
+    match kind {
+        T::ChangeCipherSpec => 20,
+        T::Alert => 21,
+        T::Handshake => 22,
+        T::ApplicationData => APPLICATION_DATA,
+        T::Unknown(byte) => byte,
+        // The enum is non-exhaustive: a type nix learns later is not application data.
+        _ => 0,
+    }
+}
+
+/// Sends one record of `record_type` (an alert: close_notify) through the kernel's TLS session, if the socket
+/// takes it now; the connection is closing either way.
+pub fn send_kernel_tls_record(stream: &TcpStream, record_type: u8, payload: &[u8]) -> io::Result<()> {
+    // SAFETY: CMSG_SPACE only computes a size from its argument.
+    let space = unsafe { libc::CMSG_SPACE(1) } as usize;
+    let mut control = vec![0u8; space];
+    let mut iov = libc::iovec { iov_base: payload.as_ptr() as *mut libc::c_void, iov_len: payload.len() };
+    // SAFETY: msghdr is plain integers and pointers, for which all-zero is valid (null name, no flags).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = space as _;
+    // SAFETY: `msg` points at `control`, which is CMSG_SPACE(1) bytes long and outlives these calls, so
+    // CMSG_FIRSTHDR returns a header inside it with room for one data byte after it, which CMSG_DATA addresses.
+    unsafe {
+        let header = libc::CMSG_FIRSTHDR(&msg);
+        (*header).cmsg_level = libc::SOL_TLS;
+        (*header).cmsg_type = libc::TLS_SET_RECORD_TYPE;
+        (*header).cmsg_len = libc::CMSG_LEN(1) as _;
+        *libc::CMSG_DATA(header) = record_type;
+    }
+    // SAFETY: `msg`, its iovec (pointing at `payload`, only read) and its control buffer are live for the call, and
+    // the fd is open while `stream` is borrowed.
+    let rc = unsafe { libc::sendmsg(raw(stream).as_raw_fd(), &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// Which of `ciphers` (kTLS cipher types) the kernel can take a TLS 1.3 session for, tried on a loopback
+/// connection of our own; `Err` says why the kernel takes none (no `tls` module, say).
+pub fn kernel_tls_ciphers(ciphers: &[u16]) -> Result<Vec<u16>, String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot probe kernel TLS: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| format!("cannot probe kernel TLS: {e}"))?;
+    let mut supported = Vec::new();
+    for &cipher in ciphers {
+        let client = std::net::TcpStream::connect(addr).map_err(|e| format!("cannot probe kernel TLS: {e}"))?;
+        let _server = listener.accept().map_err(|e| format!("cannot probe kernel TLS: {e}"))?;
+        use nix::sys::socket::{setsockopt, sockopt};
+        if let Err(e) = setsockopt(&client, sockopt::TcpUlp::default(), b"tls") {
+            return Err(format!(
+                "the kernel has no TLS support (setsockopt TCP_ULP \"tls\": {e}; load the `tls` module)"
+            ));
+        }
+        if setsockopt(&client, sockopt::TcpTlsTx, &probe_crypto_info(cipher)).is_ok() {
+            supported.push(cipher);
+        }
+    }
+    Ok(supported)
+}
+
+/// A TLS 1.3 crypto info of `cipher` with zero keys: only for asking the kernel whether it has the cipher.
+fn probe_crypto_info(cipher: u16) -> TlsCryptoInfo {
+    let info = libc::tls_crypto_info { version: libc::TLS_1_3_VERSION, cipher_type: cipher };
+    match cipher {
+        libc::TLS_CIPHER_AES_GCM_256 => TlsCryptoInfo::Aes256Gcm(libc::tls12_crypto_info_aes_gcm_256 {
+            info,
+            iv: [0; 8],
+            key: [0; 32],
+            salt: [0; 4],
+            rec_seq: [0; 8],
+        }),
+        libc::TLS_CIPHER_CHACHA20_POLY1305 => {
+            TlsCryptoInfo::Chacha20Poly1305(libc::tls12_crypto_info_chacha20_poly1305 {
+                info,
+                iv: [0; 12],
+                key: [0; 32],
+                salt: [0; 0],
+                rec_seq: [0; 8],
+            })
+        }
+        _ => TlsCryptoInfo::Aes128Gcm(libc::tls12_crypto_info_aes_gcm_128 {
+            info: libc::tls_crypto_info { cipher_type: libc::TLS_CIPHER_AES_GCM_128, ..info },
+            iv: [0; 8],
+            key: [0; 16],
+            salt: [0; 4],
+            rec_seq: [0; 8],
+        }),
+    }
+}
+
 fn raw(stream: &TcpStream) -> std::os::fd::BorrowedFd<'_> {
     use std::os::fd::AsFd;
     stream.as_fd()

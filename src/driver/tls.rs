@@ -22,6 +22,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpStream;
 
+use super::ktls::{self, KernelTls};
 use super::sendfile::{self, SendObserver, SendOptions, SendOutcome, SendReport};
 use crate::config::{KtlsMode, TlsSettings};
 use crate::file_body::{FileBody, Segment};
@@ -69,10 +70,12 @@ pub enum HandshakeFailure {
     Malformed,
     /// The socket failed.
     Io,
+    /// The kernel did not take the session's keys (the connection is closed: its keys were already given away).
+    KernelRefused,
 }
 
 impl HandshakeFailure {
-    pub const ALL: [HandshakeFailure; 7] = [
+    pub const ALL: [HandshakeFailure; 8] = [
         HandshakeFailure::PlainHttp,
         HandshakeFailure::Timeout,
         HandshakeFailure::Closed,
@@ -80,6 +83,7 @@ impl HandshakeFailure {
         HandshakeFailure::Incompatible,
         HandshakeFailure::Malformed,
         HandshakeFailure::Io,
+        HandshakeFailure::KernelRefused,
     ];
 
     pub fn label(self) -> &'static str {
@@ -91,10 +95,11 @@ impl HandshakeFailure {
             HandshakeFailure::Incompatible => "incompatible",
             HandshakeFailure::Malformed => "malformed",
             HandshakeFailure::Io => "io",
+            HandshakeFailure::KernelRefused => "ktls_refused",
         }
     }
 
-    fn of(error: &rustls::Error) -> Self {
+    pub(super) fn of(error: &rustls::Error) -> Self {
         use rustls::Error as E;
         match error {
             E::AlertReceived(_) => HandshakeFailure::ClientAlert,
@@ -110,7 +115,9 @@ pub struct TlsServer {
     key: PathBuf,
     mode: KtlsMode,
     /// Replaced whole by a reload; each handshake takes the one current at its start.
-    config: RwLock<Arc<ServerConfig>>,
+    configs: RwLock<Arc<Configs>>,
+    /// The kTLS cipher types the kernel has (probed at start); empty: every connection is user-space TLS.
+    kernel_ciphers: Vec<u16>,
     /// Why connections are encrypted in user space under `auto`, said once, at the first such connection.
     fallback_reason: Option<String>,
     fallback_warned: AtomicBool,
@@ -120,28 +127,39 @@ impl TlsServer {
     /// The server for `settings`, or `None` when HTTPS is off; every problem is an error naming its key.
     pub fn from_settings(settings: &TlsSettings) -> anyhow::Result<Option<Arc<Self>>> {
         let Some((cert, key)) = settings.pair()? else { return Ok(None) };
-        let config = load_pair(cert, key)?;
-        let fallback_reason = match (settings.ktls, kernel_tls_missing()) {
-            (KtlsMode::Off, _) => None,
-            (KtlsMode::Required, Some(why)) => return Err(TlsConfigError::KernelTlsMissing(why).into()),
-            (_, missing) => Some(missing.unwrap_or_else(|| {
-                "kernel TLS is not yet wired to the send path in this build; encrypting in user space".into()
-            })),
+        let probed = match settings.ktls {
+            KtlsMode::Off => Ok(Vec::new()),
+            _ => sendfile::kernel_tls_ciphers(&ktls::KERNEL_CIPHERS).and_then(|ciphers| match ciphers.is_empty() {
+                true => Err("the kernel's TLS has none of AES-GCM-128, AES-GCM-256 and ChaCha20-Poly1305".into()),
+                false => Ok(ciphers),
+            }),
         };
+        let (kernel_ciphers, fallback_reason) = match (settings.ktls, probed) {
+            (_, Ok(ciphers)) => (ciphers, None),
+            (KtlsMode::Required, Err(why)) => return Err(TlsConfigError::KernelTlsMissing(why).into()),
+            (_, Err(why)) => (Vec::new(), Some(why)),
+        };
+        let configs = load_pair(cert, key, &kernel_ciphers)?;
         Ok(Some(Arc::new(Self {
             cert: cert.to_path_buf(),
             key: key.to_path_buf(),
             mode: settings.ktls,
-            config: RwLock::new(config),
+            configs: RwLock::new(configs),
+            kernel_ciphers,
             fallback_reason,
             fallback_warned: AtomicBool::new(false),
         })))
     }
 
+    /// Whether connections can be handed to the kernel (the probe at start found its TLS).
+    pub fn kernel_tls(&self) -> bool {
+        !self.kernel_ciphers.is_empty()
+    }
+
     /// Reads the pair again (SIGHUP): new connections use it; on any error the pair in use stays.
     pub fn reload(&self) -> Result<(), TlsConfigError> {
-        let config = load_pair(&self.cert, &self.key)?;
-        *self.config.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = config;
+        let configs = load_pair(&self.cert, &self.key, &self.kernel_ciphers)?;
+        *self.configs.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = configs;
         Ok(())
     }
 
@@ -158,13 +176,15 @@ impl TlsServer {
         }
     }
 
-    fn current(&self) -> Arc<ServerConfig> {
-        self.config.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    fn current(&self) -> Arc<Configs> {
+        self.configs.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 
     /// Runs the server side of a handshake on `stream` (the caller bounds it with `timeouts.header_read`).
     /// `PlainHttp` when the first byte cannot start a TLS record: nothing was read from the socket then.
-    pub async fn accept(&self, stream: &TcpStream, send_timeout: Duration) -> Result<Box<UserTls>, HandshakeFailure> {
+    /// A client whose ClientHello offers a cipher suite the kernel has gets a kernel session; any other, user-space
+    /// TLS (the first such connection logs why, once).
+    pub async fn accept(&self, stream: &TcpStream, send_timeout: Duration) -> Result<Session, HandshakeFailure> {
         let mut first = [0u8; 1];
         match stream.peek(&mut first).await {
             Ok(0) => return Err(HandshakeFailure::Closed),
@@ -172,7 +192,31 @@ impl TlsServer {
             Ok(_) => {}
             Err(_) => return Err(HandshakeFailure::Io),
         }
-        let mut conn = ServerConnection::new(self.current()).map_err(|_| HandshakeFailure::Malformed)?;
+        let configs = self.current();
+        if let Some(kernel) = &configs.kernel {
+            match peek_hello(stream).await? {
+                ktls::Hello::Suites(offered) if offered.iter().any(|suite| configs.kernel_suites.contains(suite)) => {
+                    return ktls::handshake(stream, kernel.clone(), send_timeout).await.map(Session::Kernel);
+                }
+                _ => self.warn_once("a client offered no cipher suite the kernel has"),
+            }
+        }
+        self.accept_in_user_space(stream, configs.userspace.clone(), send_timeout).await.map(Session::User)
+    }
+
+    fn warn_once(&self, why: &str) {
+        if !self.fallback_warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(reason = %why, tls_ktls = ?self.mode, "HTTPS connections are encrypted in user space: bodies are copied (pread and encrypt) instead of sent by sendfile");
+        }
+    }
+
+    async fn accept_in_user_space(
+        &self,
+        stream: &TcpStream,
+        config: Arc<ServerConfig>,
+        send_timeout: Duration,
+    ) -> Result<Box<UserTls>, HandshakeFailure> {
+        let mut conn = ServerConnection::new(config).map_err(|_| HandshakeFailure::Malformed)?;
         loop {
             flush(&mut conn, stream, send_timeout).await.map_err(|_| HandshakeFailure::Io)?;
             if !conn.is_handshaking() {
@@ -195,10 +239,8 @@ impl TlsServer {
         }
         // Bodies are written a chunk at a time and flushed before the next: the chunk bounds rustls's buffer.
         conn.set_buffer_limit(None);
-        if let Some(why) = &self.fallback_reason
-            && !self.fallback_warned.swap(true, Ordering::Relaxed)
-        {
-            tracing::warn!(reason = %why, tls_ktls = ?self.mode, "HTTPS connections are encrypted in user space: bodies are copied (pread and encrypt) instead of sent by sendfile");
+        if let Some(why) = &self.fallback_reason {
+            self.warn_once(why);
         }
         Ok(Box::new(UserTls { conn, body: Vec::new(), eof: false }))
     }
@@ -215,8 +257,56 @@ pub fn request_reload() {
 /// A TLS record of type handshake starts with this byte; an HTTP request never does.
 const HANDSHAKE_RECORD: u8 = 0x16;
 
-/// Reads and checks the certificate chain and key.
-fn load_pair(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsConfigError> {
+/// A connection's TLS session after its handshake.
+pub enum Session {
+    /// rustls encrypts in user space.
+    User(Box<UserTls>),
+    /// The kernel encrypts: bodies go by sendfile.
+    Kernel(Box<KernelTls>),
+}
+
+impl Session {
+    /// `blobgate_tls_connections_total{mode}` and the access log's `tls`.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            Session::User(_) => "userspace",
+            Session::Kernel(_) => "ktls",
+        }
+    }
+}
+
+/// The configurations a handshake starts from, made together from one certificate pair.
+struct Configs {
+    userspace: Arc<ServerConfig>,
+    /// Only the cipher suites the kernel has, with secret extraction on; `None` without kernel TLS.
+    kernel: Option<Arc<ServerConfig>>,
+    /// The suites of `kernel`, as ClientHello lists them.
+    kernel_suites: Vec<u16>,
+}
+
+/// Peeks at the ClientHello (leaving it in the socket for the handshake) until its cipher suites have arrived.
+async fn peek_hello(stream: &TcpStream) -> Result<ktls::Hello, HandshakeFailure> {
+    let mut buf = vec![0u8; 5 + (1 << 14)];
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let n = stream.peek(&mut buf).await.map_err(|_| HandshakeFailure::Io)?;
+        if n == 0 {
+            return Err(HandshakeFailure::Closed);
+        }
+        match ktls::offered_suites(&buf[..n]) {
+            // A peek finds the same bytes until more arrive, and readiness does not say when: wait a little.
+            ktls::Hello::NeedMore => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            hello => return Ok(hello),
+        }
+    }
+}
+
+/// Reads and checks the certificate chain and key, and makes the configurations (`kernel_ciphers`: what the
+/// kernel's TLS has).
+fn load_pair(cert: &Path, key: &Path, kernel_ciphers: &[u16]) -> Result<Arc<Configs>, TlsConfigError> {
     let read = |name: &'static str, path: &Path| {
         std::fs::read(path).map_err(|source| TlsConfigError::Read { key: name, path: path.to_path_buf(), source })
     };
@@ -229,31 +319,37 @@ fn load_pair(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsConfigErro
     }
     let private =
         PrivateKeyDer::from_pem_slice(&key_pem).map_err(|_| TlsConfigError::NoKey { path: key.to_path_buf() })?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let unusable = |e: rustls::Error| TlsConfigError::Unusable { path: key.to_path_buf(), reason: e.to_string() };
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(unusable)?
-        .with_no_client_auth()
-        .with_single_cert(chain, private)
-        .map_err(|e| match e {
-            rustls::Error::InconsistentKeys(_) => {
-                TlsConfigError::Mismatch { key: key.to_path_buf(), cert: cert.to_path_buf() }
-            }
-            other => unusable(other),
-        })?;
-    config.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
-    Ok(Arc::new(config))
-}
-
-/// Why the kernel cannot take TLS sessions here, or `None` when it lists the `tls` upper-layer protocol.
-fn kernel_tls_missing() -> Option<String> {
-    const ULPS: &str = "/proc/sys/net/ipv4/tcp_available_ulp";
-    match std::fs::read_to_string(ULPS) {
-        Ok(list) if list.split_whitespace().any(|ulp| ulp == "tls") => None,
-        Ok(_) => Some(format!("the kernel has no TLS support ({ULPS} lists no `tls`; load the `tls` module)")),
-        Err(e) => Some(format!("cannot read {ULPS}: {e}")),
-    }
+    let config = |provider: rustls::crypto::CryptoProvider| {
+        let unusable = |e: rustls::Error| TlsConfigError::Unusable { path: key.to_path_buf(), reason: e.to_string() };
+        let mut config = ServerConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .map_err(unusable)?
+            .with_no_client_auth()
+            .with_single_cert(chain.clone(), private.clone_key())
+            .map_err(|e| match e {
+                rustls::Error::InconsistentKeys(_) => {
+                    TlsConfigError::Mismatch { key: key.to_path_buf(), cert: cert.to_path_buf() }
+                }
+                other => unusable(other),
+            })?;
+        config.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
+        Ok::<_, TlsConfigError>(config)
+    };
+    let userspace = Arc::new(config(rustls::crypto::ring::default_provider())?);
+    let mut provider = rustls::crypto::ring::default_provider();
+    provider
+        .cipher_suites
+        .retain(|suite| ktls::kernel_cipher(suite.suite()).is_some_and(|c| kernel_ciphers.contains(&c)));
+    let kernel_suites: Vec<u16> = provider.cipher_suites.iter().map(|suite| u16::from(suite.suite())).collect();
+    let kernel = match kernel_suites.is_empty() {
+        true => None,
+        false => {
+            let mut kernel = config(provider)?;
+            kernel.enable_secret_extraction = true;
+            Some(Arc::new(kernel))
+        }
+    };
+    Ok(Arc::new(Configs { userspace, kernel, kernel_suites }))
 }
 
 /// A connection's TLS session when rustls encrypts and decrypts its records in user space.

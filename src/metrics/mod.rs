@@ -47,6 +47,7 @@ pub const UPLOADS: &str = "blobgate_uploads_total";
 pub const UPLOAD_BYTES: &str = "blobgate_upload_bytes_total";
 pub const TLS_CONNECTIONS: &str = "blobgate_tls_connections_total";
 pub const TLS_HANDSHAKE_FAILURES: &str = "blobgate_tls_handshake_failures_total";
+pub const TLS_KEY_UPDATE_CLOSES: &str = "blobgate_tls_key_update_closes_total";
 
 /// `mode` of `blobgate_tls_connections_total`: who encrypts the connection's records after the handshake.
 pub const TLS_MODES: [&str; 2] = ["ktls", "userspace"];
@@ -152,6 +153,10 @@ fn describe() {
     describe_counter!(UPLOAD_BYTES, Unit::Bytes, "Object bytes stored by uploads (body bytes, after decoding).");
     describe_counter!(TLS_CONNECTIONS, "HTTPS connections past their handshake, by who encrypts their records.");
     describe_counter!(TLS_HANDSHAKE_FAILURES, "TLS handshakes that did not finish, by reason.");
+    describe_counter!(
+        TLS_KEY_UPDATE_CLOSES,
+        "Kernel-TLS connections closed at a TLS 1.3 KeyUpdate the kernel could not follow."
+    );
 }
 
 /// Registers every series (counters at 0, gauges at their resting value) so that `/metrics` lists each one from
@@ -180,6 +185,7 @@ pub fn register_all(
         ACCESS_LOG_DROPPED,
         STATS_BUFFER_DROPPED,
         UPLOAD_BYTES,
+        TLS_KEY_UPDATE_CLOSES,
     ] {
         counter!(name).increment(0);
     }
@@ -340,6 +346,10 @@ pub fn blob_open_error() {
 /// An HTTPS connection finished its handshake; `mode` is one of [`TLS_MODES`].
 pub fn tls_connection(mode: &'static str) {
     counter!(TLS_CONNECTIONS, "mode" => mode).increment(1);
+}
+
+pub fn tls_key_update_closed() {
+    counter!(TLS_KEY_UPDATE_CLOSES).increment(1);
 }
 
 pub fn tls_handshake_failure(reason: &'static str) {

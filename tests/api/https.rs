@@ -5,7 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -526,4 +526,140 @@ print(json.dumps({"got": got}))
     assert!(result["got"].as_u64().unwrap() < big.len() as u64, "the stalled reader got every byte: {result}");
     let metrics = https_metrics(&pki, &server);
     assert!(metric_value(&metrics, "blobgate_stalled_responses_total") >= 1.0, "{metrics}");
+}
+
+/// `../shared/kernel-vm/run`: a VM whose kernel has TLS (this machine's has none).
+fn kernel_vm() -> PathBuf {
+    let run = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/kernel-vm/run");
+    assert!(run.is_file(), "the kTLS tests need {} (the shared kernel VM)", run.display());
+    run
+}
+
+/// Bytes moved by an strace file: by sendfile, and by read/write-like calls on the first accepted socket (the
+/// download's, until the next accept: the metrics fetch after it is a body generated in memory) or from files
+/// (`pread`): what a user-space copy of a body would show up as.
+fn socket_copies(trace: &str) -> (u64, u64) {
+    const COPIES: &[&str] =
+        &["read", "readv", "recvfrom", "recvmsg", "write", "writev", "sendto", "sendmsg", "pwrite64"];
+    let mut sockets = std::collections::HashSet::new();
+    let (mut sendfile, mut copied, mut accepted) = (0u64, 0u64, false);
+    for line in trace.lines().filter(|l| !l.contains("<unfinished")) {
+        let call = line.trim_start_matches(|c: char| c.is_ascii_digit()).trim_start();
+        // The second half of a call another thread interrupted: `<... sendfile resumed>...) = N`.
+        let (name, args) = match call.strip_prefix("<... ") {
+            Some(resumed) => (resumed.split_whitespace().next().unwrap_or(""), ""),
+            None => call.split_once('(').unwrap_or((call, "")),
+        };
+        let result: i64 =
+            line.rsplit_once(") = ").and_then(|(_, r)| r.split_whitespace().next()?.parse().ok()).unwrap_or(0);
+        let fd: i64 = args.split(',').next().and_then(|fd| fd.trim().parse().ok()).unwrap_or(-1);
+        match name {
+            "accept4" if result >= 0 => {
+                if accepted {
+                    sockets.clear();
+                } else {
+                    sockets.insert(result);
+                }
+                accepted = true;
+            }
+            "sendfile" => sendfile += result.max(0) as u64,
+            "pread64" | "preadv" => copied += result.max(0) as u64,
+            _ if COPIES.contains(&name) && sockets.contains(&fd) => copied += result.max(0) as u64,
+            _ => {}
+        }
+    }
+    (sendfile, copied)
+}
+
+/// The body a case asked for, from the object.
+fn expected_body(case: &str, object: &[u8]) -> Vec<(usize, usize)> {
+    match &case[..case.len().min(5)] {
+        "range" => vec![(1000, 16778215)],
+        "multi" => vec![(0, 8388607), (10000000, 18388607), (20000000, 28388607)],
+        _ => vec![(0, object.len() - 1)],
+    }
+}
+
+#[test]
+fn kernel_tls_sends_bodies_by_sendfile_in_a_kernel_with_tls() {
+    let vm = kernel_vm();
+    require_tool("strace", "apt package strace");
+    let pki = Pki::new();
+    let object = test_bytes(32 * 1024 * 1024, 77);
+    let run = |cases: &[&str], withhold: Option<&str>| -> tempfile::TempDir {
+        let out = tempfile::tempdir().unwrap();
+        std::fs::copy(pki.file("ecdsa.crt"), out.path().join("cert.pem")).unwrap();
+        std::fs::copy(pki.file("ecdsa.key"), out.path().join("key.pem")).unwrap();
+        std::fs::write(out.path().join("obj.bin"), &object).unwrap();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/https/ktls_in_vm.sh");
+        let mut cmd = Command::new(&vm);
+        cmd.arg("--rw").arg(out.path()).args(["--", "bash"]).arg(&script).arg(BIN).arg(out.path()).args(cases);
+        if let Some(modules) = withhold {
+            cmd.env("BLOBGATE_VM_WITHHOLD", modules);
+        }
+        let result = cmd.output().expect("run the kernel VM");
+        assert!(result.status.success(), "the VM run failed: {}", String::from_utf8_lossy(&result.stderr));
+        let statuses = std::fs::read_to_string(out.path().join("curl-status")).unwrap_or_default();
+        for case in cases {
+            assert!(statuses.contains(&format!("{case} 0")), "curl failed in the VM: {statuses}");
+        }
+        out
+    };
+    let body_of = |out: &Path, case: &str| -> Vec<u8> {
+        let body = std::fs::read(out.join(format!("body-{case}"))).unwrap();
+        let parts = expected_body(case, &object);
+        if parts.len() == 1 {
+            return body;
+        }
+        // A multipart body: each part's bytes after its Content-Range line's blank line.
+        let mut joined = Vec::new();
+        for (start, end) in parts {
+            let range = format!("ange: bytes {start}-{end}/{}", object.len());
+            let at = find(&body, range.as_bytes()).unwrap_or_else(|| panic!("{case}: no part {range}"));
+            let from = at + find(&body[at..], b"\r\n\r\n").unwrap() + 4;
+            joined.extend_from_slice(&body[from..from + end - start + 1]);
+        }
+        joined
+    };
+
+    // Kernel TLS for every case: both versions, a full body, a range and three-part multi-ranges.
+    let cases = ["full13", "full12", "range13", "range12", "multi13", "multi12"];
+    let out = run(&cases, None);
+    let ulp = std::fs::read_to_string(out.path().join("ulp")).unwrap();
+    assert!(ulp.split_whitespace().any(|u| u == "tls"), "the VM's kernel has no TLS: {ulp}");
+    for case in cases {
+        let expected: Vec<u8> =
+            expected_body(case, &object).iter().flat_map(|&(s, e)| object[s..=e].iter().copied()).collect();
+        assert_eq!(sha256_hex(&body_of(out.path(), case)), sha256_hex(&expected), "{case}: the body differs");
+        let trace = std::fs::read_to_string(out.path().join(format!("strace-{case}.txt"))).unwrap();
+        let (sendfile, copied) = socket_copies(&trace);
+        assert!(sendfile >= expected.len() as u64, "{case}: sendfile moved {sendfile} of {} bytes", expected.len());
+        let per_byte = copied as f64 / expected.len() as f64;
+        assert!(per_byte <= 0.001, "{case}: {copied} bytes copied in user space ({per_byte:.5} per body byte)");
+        let metrics = std::fs::read_to_string(out.path().join(format!("metrics-{case}"))).unwrap();
+        assert_eq!(metric_value(&metrics, r#"blobgate_tls_connections_total{mode="ktls"}"#), 2.0, "{case}");
+        assert_eq!(metric_value(&metrics, r#"blobgate_tls_connections_total{mode="userspace"}"#), 0.0, "{case}");
+    }
+    // The kernel counted the sessions: one per download and one per metrics fetch in each direction (and, for
+    // sending, the start-up probe's, one per cipher and start).
+    let stat = std::fs::read_to_string(out.path().join("tls_stat")).unwrap();
+    let count = |name: &str| -> u64 {
+        stat.lines().find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok())).unwrap_or(0)
+    };
+    assert!(count("TlsTxSw") >= 2 * cases.len() as u64, "{stat}");
+    assert!(count("TlsRxSw") >= 2 * cases.len() as u64, "{stat}");
+    assert_eq!(count("TlsCurrTxSw"), 0, "every session ended: {stat}");
+
+    // A kernel without ChaCha20: a client that offers only ChaCha20 is served in user space, byte-exact, and
+    // `tls.ktls = off` serves everyone in user space.
+    let out = run(&["chacha", "full13-off"], Some("chacha_generic poly1305_generic chacha20poly1305"));
+    for case in ["chacha", "full13-off"] {
+        assert_eq!(sha256_hex(&body_of(out.path(), case)), sha256_hex(&object), "{case}");
+        let metrics = std::fs::read_to_string(out.path().join(format!("metrics-{case}"))).unwrap();
+        assert!(metric_value(&metrics, r#"blobgate_tls_connections_total{mode="userspace"}"#) >= 1.0, "{case}");
+    }
+    let chacha = std::fs::read_to_string(out.path().join("metrics-chacha")).unwrap();
+    assert_eq!(metric_value(&chacha, r#"blobgate_tls_connections_total{mode="ktls"}"#), 1.0, "the metrics fetch");
+    let off = std::fs::read_to_string(out.path().join("metrics-full13-off")).unwrap();
+    assert_eq!(metric_value(&off, r#"blobgate_tls_connections_total{mode="ktls"}"#), 0.0);
 }
