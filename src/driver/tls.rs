@@ -151,11 +151,6 @@ impl TlsServer {
         })))
     }
 
-    /// Whether connections can be handed to the kernel (the probe at start found its TLS).
-    pub fn kernel_tls(&self) -> bool {
-        !self.kernel_ciphers.is_empty()
-    }
-
     /// Reads the pair again (SIGHUP): new connections use it; on any error the pair in use stays.
     pub fn reload(&self) -> Result<(), TlsConfigError> {
         let configs = load_pair(&self.cert, &self.key, &self.kernel_ciphers)?;
