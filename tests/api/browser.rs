@@ -31,11 +31,17 @@ pub fn serve_page(html: String) -> SocketAddr {
 
 /// Loads `url` in headless Chromium and returns the DOM after the page's script had time to finish.
 pub fn chromium_dom(url: &str) -> String {
+    chromium_dom_with(url, &[])
+}
+
+/// [`chromium_dom`] with more of Chromium's flags (`--ignore-certificate-errors-spki-list=…` for a test CA).
+pub fn chromium_dom_with(url: &str, flags: &[&str]) -> String {
     let profile = tempfile::tempdir().unwrap();
     let out = Command::new("chromium")
         .args(["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--mute-audio"])
         .args(["--autoplay-policy=no-user-gesture-required", "--virtual-time-budget=15000", "--dump-dom"])
         .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(flags)
         .arg(url)
         .output()
         .unwrap_or_else(|e| panic!("chromium is not installed: scripts/test installs it (apt package chromium): {e}"));

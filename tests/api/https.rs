@@ -289,6 +289,124 @@ print(json.dumps({"same": hashlib.sha256(back).hexdigest() == hashlib.sha256(dat
     }
 }
 
+/// What the page blobgate serves to Chromium does on its own origin: a full object, a range and a two-part
+/// multi-range, each hashed with WebCrypto (HTTPS makes the page a secure context), then a native PUT with a
+/// bearer token and the upload read back; writes what it saw as JSON into `<pre id="out">`.
+const BROWSER_PAGE_SCRIPT: &str = r#"
+  const out = document.getElementById('out');
+  const spec = JSON.parse(document.getElementById('spec').textContent);
+  const hex = async (buf) => Array.from(new Uint8Array(await crypto.subtle.digest('SHA-256', buf)))
+    .map((b) => b.toString(16).padStart(2, '0')).join('');
+  (async () => {
+    const seen = { secure: window.isSecureContext, protocol: location.protocol };
+    try {
+      const full = await fetch('/site/big.bin');
+      seen.full = [full.status, await hex(await full.arrayBuffer())];
+      const range = await fetch('/site/big.bin', { headers: { Range: 'bytes=100-199' } });
+      seen.range = [range.status, range.headers.get('content-range'), await hex(await range.arrayBuffer())];
+      const multi = await fetch('/site/big.bin', { headers: { Range: 'bytes=0-9,1000-1099' } });
+      seen.multi = [multi.status, multi.headers.get('content-type'), Array.from(new Uint8Array(await multi.arrayBuffer()))];
+      const data = new Uint8Array(spec.upload_len);
+      for (let i = 0; i < data.length; i++) data[i] = (i * 7 + 3) % 251;
+      const auth = { Authorization: 'Bearer ' + spec.token };
+      const put = await fetch('/drop/from-browser.bin', { method: 'PUT', headers: auth, body: data });
+      seen.put = put.status;
+      const back = await fetch('/drop/from-browser.bin', { headers: auth });
+      seen.back = [back.status, await hex(await back.arrayBuffer())];
+      seen.protocols = [performance.getEntriesByType('navigation')[0].nextHopProtocol,
+                        ...performance.getEntriesByType('resource').map((e) => e.nextHopProtocol)];
+    } catch (e) { seen.error = String(e); }
+    out.textContent = JSON.stringify(seen);
+  })();
+"#;
+
+/// Chromium over HTTPS, trusting the test certificate by its public key: a page blobgate serves reads a full
+/// object, a range and a multi-range and uploads with a native PUT, all byte-exact by SHA-256; and uploads and
+/// deletes on the admin listener over HTTPS.
+#[test]
+fn chromium_and_admin_uploads_are_byte_exact_over_https() {
+    use crate::browser::{chromium_dom_with, page_output};
+    let pki = Pki::new();
+    let env = TestEnv::new();
+    env.bucket("site", true);
+    env.bucket("drop", false);
+    let big = test_bytes(2 * 1024 * 1024 + 11, 51);
+    env.put_bytes("site", "big.bin", &big, &[]);
+    let token = env.token("drop", "write", &[]);
+    let upload_len = 3 * 1024 * 1024 + 5;
+    let spec = serde_json::json!({ "token": token, "upload_len": upload_len });
+    let page = format!(
+        "<!doctype html><html><body><pre id=\"out\">pending</pre>\
+         <script type=\"application/json\" id=\"spec\">{spec}</script><script>{BROWSER_PAGE_SCRIPT}</script></body></html>"
+    );
+    env.put_bytes("site", "page.html", page.as_bytes(), &["--content-type", "text/html; charset=utf-8"]);
+    let server = serve_https(&env, &pki, "ecdsa", &[]);
+
+    // Chromium keeps its own trust store; the certificate's SPKI hash makes it valid there, not merely ignored.
+    let spki = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "openssl x509 -pubkey -noout -in {} | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary \
+             | openssl base64 -A",
+            pki.file("ecdsa.crt").display()
+        ))
+        .output()
+        .unwrap();
+    let spki = String::from_utf8(spki.stdout).unwrap();
+    assert_eq!(spki.trim().len(), 44, "an SPKI SHA-256 in base64: {spki:?}");
+    let flag = format!("--ignore-certificate-errors-spki-list={}", spki.trim());
+    let seen = page_output(&chromium_dom_with(&url(server.data, "/site/page.html"), &[&flag]));
+
+    assert_eq!(seen["secure"], true, "{seen}");
+    assert_eq!(seen["protocol"], "https:", "{seen}");
+    assert_eq!(seen["full"], serde_json::json!([200, sha256_hex(&big)]), "{seen}");
+    let content_range = format!("bytes 100-199/{}", big.len());
+    assert_eq!(seen["range"], serde_json::json!([206, content_range, sha256_hex(&big[100..200])]), "{seen}");
+    assert_eq!(seen["multi"][0], 206, "{seen}");
+    let content_type = seen["multi"][1].as_str().unwrap_or_default();
+    assert!(content_type.starts_with("multipart/byteranges; boundary="), "{seen}");
+    let multi: Vec<u8> = seen["multi"][2].as_array().unwrap().iter().map(|b| b.as_u64().unwrap() as u8).collect();
+    for (start, end) in [(0usize, 9usize), (1000, 1099)] {
+        let range = format!("ange: bytes {start}-{end}/{}", big.len());
+        let at = find(&multi, range.as_bytes()).unwrap_or_else(|| panic!("no part {range}"));
+        let body_at = at + find(&multi[at..], b"\r\n\r\n").unwrap() + 4;
+        assert_eq!(&multi[body_at..body_at + end - start + 1], &big[start..=end], "part {range}");
+    }
+    let uploaded: Vec<u8> = (0..upload_len).map(|i| ((i * 7 + 3) % 251) as u8).collect();
+    assert!(matches!(seen["put"].as_u64(), Some(200 | 201)), "{seen}");
+    assert_eq!(seen["back"], serde_json::json!([200, sha256_hex(&uploaded)]), "{seen}");
+    let protocols = seen["protocols"].as_array().unwrap();
+    assert!(protocols.len() >= 6, "the page and its five fetches: {seen}");
+    assert!(protocols.iter().all(|p| p == "http/1.1"), "ALPN http/1.1 on every request: {seen}");
+    let auth = format!("Authorization: Bearer {token}");
+    let stored = curl(&pki, &["-H", &auth, &url(server.data, "/drop/from-browser.bin")]);
+    assert_eq!(sha256_hex(&stored), sha256_hex(&uploaded), "what the browser uploaded, read back by curl");
+
+    // The admin listener over HTTPS: a native upload (201 with the object's JSON), read back, then deleted.
+    let file = env.dir.path().join("admin.bin");
+    let admin_bytes = test_bytes(5 * 1024 * 1024 + 7, 52);
+    std::fs::write(&file, &admin_bytes).unwrap();
+    let put = curl(
+        &pki,
+        &["-w", "\n%{http_code}", "-H", &auth, "-T", file.to_str().unwrap(), &url(server.admin, "/drop/admin.bin")],
+    );
+    let put = String::from_utf8(put).unwrap();
+    let (json, status) = put.rsplit_once('\n').unwrap();
+    assert_eq!(status, "201", "{put}");
+    let object: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|_| panic!("PUT's JSON: {put}"));
+    assert_eq!(object["size"], admin_bytes.len(), "{object}");
+    let back = curl(&pki, &["-H", &auth, &url(server.data, "/drop/admin.bin")]);
+    assert_eq!(sha256_hex(&back), sha256_hex(&admin_bytes));
+    let deleted =
+        curl(&pki, &["-X", "DELETE", "-w", "%{http_code}", "-H", &auth, &url(server.admin, "/drop/admin.bin")]);
+    assert_eq!(deleted, b"204");
+    let gone =
+        curl(&pki, &["-o", "/dev/null", "-w", "%{http_code}", "-H", &auth, &url(server.data, "/drop/admin.bin")]);
+    assert_eq!(gone, b"404");
+    let metrics = https_metrics(&pki, &server);
+    assert!(metric_value(&metrics, r#"blobgate_tls_connections_total{mode="userspace"}"#) >= 6.0, "{metrics}");
+}
+
 #[test]
 fn rsa_and_ed25519_keys_serve_as_ecdsa_does() {
     let pki = Pki::new();
