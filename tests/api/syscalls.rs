@@ -31,21 +31,31 @@ fn syscall_name(rest: &str) -> &str {
     }
 }
 
-/// Sums an `strace -f -o` file the way `shared/bench/compare.py` does.
+/// Sums an `strace -f -yy -o` file as `shared/bench/compare.py` does, but counting as copies only the calls on
+/// sockets and on blob files: `-yy` names each descriptor (`5<TCP:[127.0.0.1:8080->…]>`, `7</…/blobs/ab/…>`), so
+/// SQLite's page reads and writes, eventfds and config files, which carry no object byte, are left out.
 fn parse_trace(path: &Path) -> Trace {
     let text = std::fs::read_to_string(path).expect("strace output");
     let mut t = Trace::default();
+    // The descriptor of each thread's call in progress: an interrupted call's result comes on a later line.
+    let mut pending = std::collections::HashMap::new();
     for line in text.lines() {
-        if line.contains("<unfinished") {
+        let Some((tid, rest)) = line.split_once(char::is_whitespace) else { continue };
+        let name = syscall_name(rest);
+        let fd = match rest.trim_start().strip_prefix("<... ") {
+            Some(_) => pending.remove(tid).unwrap_or_default(),
+            None => rest.split_once('(').map_or("", |(_, args)| args.split(", ").next().unwrap_or("")).to_owned(),
+        };
+        if line.ends_with("<unfinished ...>") {
+            pending.insert(tid.to_owned(), fd);
             continue;
         }
-        let name = syscall_name(line.trim_start_matches(|c: char| c.is_ascii_digit()));
-        let result = line.rsplit_once(") = ").and_then(|(_, r)| r.split_whitespace().next()?.parse::<i64>().ok());
-        let moved = result.filter(|n| *n > 0).unwrap_or(0) as u64;
+        let moved = strace_result(line).parse::<i64>().unwrap_or(0).max(0) as u64;
+        let carries_objects = ["<TCP", "<UNIX", "/blobs/"].iter().any(|kind| fd.contains(kind));
         if name == "sendfile" || name == "sendfile64" {
             t.sendfile_calls += 1;
             t.sendfile_bytes += moved;
-        } else if COPY_CALLS.contains(&name) {
+        } else if COPY_CALLS.contains(&name) && carries_objects {
             t.copy_calls += 1;
             t.copied_bytes += moved;
         }
@@ -62,7 +72,7 @@ fn traced_download(env: &TestEnv, path: &str, headers: &[(&str, &str)], name: &s
 fn traced(env: &TestEnv, name: &str, request: impl FnOnce(&Server) -> Response) -> (Response, Trace) {
     let trace_file = env.dir.path().join(format!("{name}.strace"));
     let trace_arg = trace_file.to_str().unwrap().to_owned();
-    let mut server = env.serve_with(&[], &["strace", "-f", "-qq", "-s", "0", "-o", &trace_arg]);
+    let mut server = env.serve_with(&[], &["strace", "-f", "-yy", "-qq", "-s", "0", "-o", &trace_arg]);
     let response = request(&server);
     assert_eq!(server.stop(), Some(0), "server log:\n{}", server.log());
     (response, parse_trace(&trace_file))
@@ -411,21 +421,25 @@ fn the_timed_trace_parser_reads_padded_ids_and_resumed_calls() {
 }
 
 #[test]
-fn the_trace_parser_counts_like_compare_py() {
+fn the_trace_parser_counts_socket_and_blob_copies_through_interrupted_calls() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_file(
         dir.path(),
         "t.strace",
-        b"12 sendfile(5, 6, [0] => [100], 100) = 100\n\
-          12 write(2, \"\"..., 20) = 20\n\
-          13 sendfile(5, 6, [100], 50 <unfinished ...>\n\
+        b"12 sendfile(5<TCP:[1:8080->2:3]>, 6</d/blobs/ab/cd>, [0] => [100], 100) = 100\n\
+          12 write(2</dev/pts/0>, \"\"..., 20) = 20\n\
+          13 sendfile(5<TCP:[1:8080->2:3]>, 6</d/blobs/ab/cd>, [100], 50 <unfinished ...>\n\
           13 <... sendfile resumed> => [150]) = 50\n\
-          12 recvfrom(5, \"\"..., 4096, 0, NULL, NULL) = -1 EAGAIN (Resource temporarily unavailable)\n\
-          12 read(7, \"\"..., 10) = 10\n",
+          12 recvfrom(5<TCP:[1:8080->2:3]>, \"\"..., 4096, 0, NULL, NULL) = -1 EAGAIN (Resource temporarily unavailable)\n\
+          12 read(7<TCP:[1:8080->2:4]>, \"\"..., 10) = 10\n\
+          15 pread64(9</d/meta.sqlite3>, \"\"..., 4096, 0) = 4096\n\
+          16 pread64(6</d/blobs/ab/cd>, \"\"..., 7, 0) = 7\n\
+          14 writev(8<TCPv6:[5]>, [{iov_len=1000}], 1 <unfinished ...>\n\
+          14 <... writev resumed>)              = 1000\n",
     );
     let t = parse_trace(&path);
     assert_eq!((t.sendfile_calls, t.sendfile_bytes), (2, 150));
-    assert_eq!((t.copy_calls, t.copied_bytes), (3, 30));
+    assert_eq!((t.copy_calls, t.copied_bytes), (4, 1017));
 }
 
 /// A precompressed `br` variant is a blob like any other: its body, and a range of it, leave by sendfile.

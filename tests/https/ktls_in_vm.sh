@@ -12,8 +12,8 @@ cat /proc/sys/net/ipv4/tcp_available_ulp > "$out/ulp"
 for case in "$@"; do
   extra=()
   case $case in *-off) extra=(env BLOBGATE_TLS__KTLS=off) ;; esac
-  "${extra[@]}" strace -f -o "$out/strace-$case.txt" \
-    -e trace=accept4,read,readv,pread64,preadv,recvfrom,recvmsg,write,writev,pwrite64,sendto,sendmsg,sendfile \
+  "${extra[@]}" strace -f -yy -o "$out/strace-$case.txt" \
+    -e trace=bind,accept4,read,readv,pread64,preadv,recvfrom,recvmsg,write,writev,pwrite64,sendto,sendmsg,sendfile \
     "$bin" --data-dir $data serve --listen 127.0.0.1:8443 --admin-listen 127.0.0.1:8444 \
     --tls-cert "$out/cert.pem" --tls-key "$out/key.pem" > "$out/serve-$case.log" 2>&1 &
   for _ in $(seq 300); do grep -q "is serving" "$out/serve-$case.log" && break; sleep 0.1; done
@@ -22,10 +22,10 @@ for case in "$@"; do
   case $case in
     full13*) "${curl[@]}" --tlsv1.3 "$url" ;;
     full12*) "${curl[@]}" --tls-max 1.2 "$url" ;;
-    range13*) "${curl[@]}" --tlsv1.3 -r 1000-16778215 "$url" ;;
-    range12*) "${curl[@]}" --tls-max 1.2 -r 1000-16778215 "$url" ;;
-    multi13*) "${curl[@]}" --tlsv1.3 -r 0-8388607,10000000-18388607,20000000-28388607 "$url" ;;
-    multi12*) "${curl[@]}" --tls-max 1.2 -r 0-8388607,10000000-18388607,20000000-28388607 "$url" ;;
+    range13*) "${curl[@]}" --tlsv1.3 -r 1000-8389607 "$url" ;;
+    range12*) "${curl[@]}" --tls-max 1.2 -r 1000-8389607 "$url" ;;
+    multi13*) "${curl[@]}" --tlsv1.3 -r 0-4194303,5000000-9194303,10000000-14194303 "$url" ;;
+    multi12*) "${curl[@]}" --tls-max 1.2 -r 0-4194303,5000000-9194303,10000000-14194303 "$url" ;;
     chacha*) "${curl[@]}" --tlsv1.3 --tls13-ciphers TLS_CHACHA20_POLY1305_SHA256 "$url" ;;
   esac
   echo "$case $?" >> "$out/curl-status"
