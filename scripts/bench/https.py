@@ -43,12 +43,12 @@ def negotiated(server):
     return f"{m.group(1)} {m.group(2)}" if m else "unknown"
 
 
-def table(name, runs, unit, reps):
+def table(name, runs, fmt, reps):
     ratios = [b / max(n, 1e-9) for b, n in zip(runs["blobgate"], runs["nginx"])]
     row = {"blobgate": statistics.median(runs["blobgate"]), "nginx": statistics.median(runs["nginx"]),
            "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
            "runs": runs}
-    print(f"| {name} | {row['blobgate']:.3f} {unit} | {row['nginx']:.3f} {unit} | "
+    print(f"| {name} | {fmt.format(row['blobgate'])} | {fmt.format(row['nginx'])} | "
           f"{row['ratio_median']:.2f} ({row['ratio_min']:.2f}-{row['ratio_max']:.2f} over {reps}) |")
     return row
 
@@ -86,8 +86,8 @@ def main():
                   flush=True)
     print("\n| over HTTPS | blobgate (median) | nginx (median) | ratio blobgate/nginx: median (min-max) |"
           "\n|---|---|---|---|")
-    result = {"cpu_s_per_gib": table("server CPU per GiB", cpu, "s", a.reps),
-              "req_per_s": table("4 KiB req/s", rps, "", a.reps)}
+    result = {"cpu_s_per_gib": table("server CPU per GiB", cpu, "{:.3f} s", a.reps),
+              "req_per_s": table("4 KiB req/s", rps, "{:,.0f}", a.reps)}
     if a.json:
         Path(a.json).write_text(json.dumps(result, indent=1))
 
