@@ -9,74 +9,21 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::helpers::pki::{EC, TestPki};
 use crate::helpers::s3::{boto3_command, key_json, run_ok, s3_key};
 use crate::helpers::*;
 
-/// A CA and server certificates it signed for `localhost` and 127.0.0.1, one per key type, made with openssl.
-struct Pki {
-    dir: tempfile::TempDir,
-}
-
-impl Pki {
-    fn new() -> Self {
-        require_tool("openssl", "apt package openssl");
-        let pki = Pki { dir: tempfile::tempdir().expect("temp dir") };
-        pki.openssl(
-            "req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -keyout ca.key -out ca.crt \
-             -subj /CN=blobgate-https-test-ca -addext basicConstraints=critical,CA:TRUE \
-             -addext keyUsage=critical,keyCertSign,cRLSign",
-        );
-        write_file(
-            pki.dir.path(),
-            "server.ext",
-            b"subjectAltName = DNS:localhost,IP:127.0.0.1\nbasicConstraints = critical,CA:FALSE\n\
-              extendedKeyUsage = serverAuth\n",
-        );
-        for (name, newkey) in [
-            ("ecdsa", "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1"),
-            ("rsa", "-newkey rsa:2048"),
-            ("ed25519", "-newkey ed25519"),
-            ("second", "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1"),
-        ] {
-            pki.openssl(&format!("req {newkey} -nodes -keyout {name}.key -out {name}.csr -subj /CN=localhost"));
-            pki.openssl(&format!(
-                "x509 -req -in {name}.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile server.ext \
-                 -out {name}.crt"
-            ));
-        }
-        pki
+/// A CA and server certificates it signed for `localhost` and 127.0.0.1, one per key type.
+fn https_pki() -> TestPki {
+    let pki = TestPki::with_ca("ca");
+    for (name, newkey) in [("ecdsa", EC), ("rsa", "-newkey rsa:2048"), ("ed25519", "-newkey ed25519"), ("second", EC)] {
+        pki.server(name, newkey, "DNS:localhost,IP:127.0.0.1", "ca");
     }
-
-    fn openssl(&self, args: &str) {
-        let out = Command::new("openssl")
-            .args(args.split_whitespace())
-            .current_dir(self.dir.path())
-            .output()
-            .expect("openssl");
-        assert!(out.status.success(), "openssl {args}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn ca(&self) -> String {
-        self.file("ca.crt").to_str().unwrap().to_owned()
-    }
-
-    /// The SHA-256 of a certificate's DER, as `openssl x509 -fingerprint` prints it (colons, upper case).
-    fn fingerprint(&self, name: &str) -> String {
-        let out = Command::new("openssl")
-            .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
-            .arg(self.file(&format!("{name}.crt")))
-            .output()
-            .unwrap();
-        String::from_utf8(out.stdout).unwrap().trim().rsplit('=').next().unwrap().to_owned()
-    }
+    pki
 }
 
 /// `blobgate serve` on HTTPS with the pair `name`, plus `env`.
-fn serve_https(env: &TestEnv, pki: &Pki, name: &str, extra: &[(&str, &str)]) -> Server {
+fn serve_https(env: &TestEnv, pki: &TestPki, name: &str, extra: &[(&str, &str)]) -> Server {
     let (cert, key) = (pki.file(&format!("{name}.crt")), pki.file(&format!("{name}.key")));
     let mut vars = vec![("BLOBGATE_TLS__CERT", cert.to_str().unwrap()), ("BLOBGATE_TLS__KEY", key.to_str().unwrap())];
     vars.extend_from_slice(extra);
@@ -84,9 +31,10 @@ fn serve_https(env: &TestEnv, pki: &Pki, name: &str, extra: &[(&str, &str)]) -> 
 }
 
 /// `curl -sS --cacert CA ARGS` (the output is the body, or what `-w` asks for); it must succeed.
-fn curl(pki: &Pki, args: &[&str]) -> Vec<u8> {
+fn curl(pki: &TestPki, args: &[&str]) -> Vec<u8> {
     require_tool("curl", "apt package curl");
-    let out = Command::new("curl").args(["-sS", "--cacert", &pki.ca()]).args(args).output().expect("run curl");
+    let out =
+        Command::new("curl").args(["-sS", "--cacert", &pki.path("ca.crt")]).args(args).output().expect("run curl");
     assert!(out.status.success(), "curl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     out.stdout
 }
@@ -96,7 +44,7 @@ fn url(addr: std::net::SocketAddr, path: &str) -> String {
 }
 
 /// The admin listener's `/metrics`, over HTTPS.
-fn https_metrics(pki: &Pki, server: &Server) -> String {
+fn https_metrics(pki: &TestPki, server: &Server) -> String {
     String::from_utf8(curl(pki, &[&url(server.admin, "/metrics")])).unwrap()
 }
 
@@ -139,7 +87,7 @@ print(json.dumps(done))
 
 #[test]
 fn real_clients_read_and_write_byte_exact_over_https() {
-    let pki = Pki::new();
+    let pki = https_pki();
     let env = TestEnv::new();
     env.bucket("pub", true);
     env.bucket("priv", false);
@@ -199,7 +147,7 @@ fn real_clients_read_and_write_byte_exact_over_https() {
     require_tool("wget", "apt package wget");
     let wget_to = env.dir.path().join("wget.bin");
     let out = Command::new("wget")
-        .args(["-q", "--ca-certificate", &pki.ca(), "-O", wget_to.to_str().unwrap(), &big_url])
+        .args(["-q", "--ca-certificate", &pki.path("ca.crt"), "-O", wget_to.to_str().unwrap(), &big_url])
         .output()
         .unwrap();
     assert!(out.status.success(), "wget: {}", String::from_utf8_lossy(&out.stderr));
@@ -213,7 +161,7 @@ fn real_clients_read_and_write_byte_exact_over_https() {
             "-s4",
             "-k1M",
             "--ca-certificate",
-            &pki.ca(),
+            &pki.path("ca.crt"),
             "-d",
             aria_dir.to_str().unwrap(),
             "-o",
@@ -227,7 +175,7 @@ fn real_clients_read_and_write_byte_exact_over_https() {
 
     // python's ssl: keep-alive connections, TLS 1.2 and 1.3, full bodies and ranges in turn.
     let spec = serde_json::json!({
-        "ca": pki.ca(), "port": server.data.port(), "path": "/priv/big.bin", "token": token,
+        "ca": pki.path("ca.crt"), "port": server.data.port(), "path": "/priv/big.bin", "token": token,
         "sha256": sha256_hex(&big), "range_sha256": sha256_hex(&big[1000..2000]),
     });
     let python = crate::helpers::s3::python();
@@ -236,7 +184,14 @@ fn real_clients_read_and_write_byte_exact_over_https() {
 
     // openssl s_client: a raw request, answered through the TLS session.
     let mut s_client = Command::new("openssl")
-        .args(["s_client", "-quiet", "-CAfile", &pki.ca(), "-connect", &format!("localhost:{}", server.data.port())])
+        .args([
+            "s_client",
+            "-quiet",
+            "-CAfile",
+            &pki.path("ca.crt"),
+            "-connect",
+            &format!("localhost:{}", server.data.port()),
+        ])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -270,7 +225,7 @@ print(json.dumps({"same": hashlib.sha256(back).hexdigest() == hashlib.sha256(dat
 "#;
     let spec =
         serde_json::json!({"endpoint": format!("https://localhost:{}", server.data.port()), "key": key_json(&key)});
-    let out = run_ok(boto3_command(&home, script, &spec).env("AWS_CA_BUNDLE", pki.ca()));
+    let out = run_ok(boto3_command(&home, script, &spec).env("AWS_CA_BUNDLE", pki.path("ca.crt")));
     let result: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(result["same"], true, "{result}");
     assert_eq!(result["len"], 11 * 1024 * 1024);
@@ -326,7 +281,7 @@ const BROWSER_PAGE_SCRIPT: &str = r#"
 #[test]
 fn chromium_and_admin_uploads_are_byte_exact_over_https() {
     use crate::browser::{chromium_dom_with, page_output};
-    let pki = Pki::new();
+    let pki = https_pki();
     let env = TestEnv::new();
     env.bucket("site", true);
     env.bucket("drop", false);
@@ -409,7 +364,7 @@ fn chromium_and_admin_uploads_are_byte_exact_over_https() {
 
 #[test]
 fn rsa_and_ed25519_keys_serve_as_ecdsa_does() {
-    let pki = Pki::new();
+    let pki = https_pki();
     let env = TestEnv::new();
     env.bucket("pub", true);
     let bytes = test_bytes(200_000, 7);
@@ -427,13 +382,13 @@ fn rsa_and_ed25519_keys_serve_as_ecdsa_does() {
 }
 
 /// The SHA-256 fingerprint of the certificate a server at `port` presents (openssl s_client, then x509).
-fn openssl_fingerprint(pki: &Pki, port: u16) -> String {
+fn openssl_fingerprint(pki: &TestPki, port: u16) -> String {
     let out = Command::new("sh")
         .arg("-c")
         .arg(format!(
             "openssl s_client -connect localhost:{port} -CAfile {} </dev/null 2>/dev/null \
              | openssl x509 -noout -fingerprint -sha256",
-            pki.ca()
+            pki.path("ca.crt")
         ))
         .output()
         .unwrap();
@@ -442,7 +397,7 @@ fn openssl_fingerprint(pki: &Pki, port: u16) -> String {
 
 #[test]
 fn plain_http_and_stalled_handshakes_on_the_https_port_are_closed() {
-    let pki = Pki::new();
+    let pki = https_pki();
     let env = TestEnv::new();
     env.bucket("pub", true);
     env.put_bytes("pub", "o.bin", b"hello", &[]);
@@ -501,7 +456,7 @@ fn plain_http_and_stalled_handshakes_on_the_https_port_are_closed() {
 
 #[test]
 fn sighup_reloads_the_pair_and_keeps_it_when_the_new_one_is_bad() {
-    let pki = Pki::new();
+    let pki = https_pki();
     let env = TestEnv::new();
     env.bucket("pub", true);
     env.put_bytes("pub", "o.bin", b"reloaded", &[]);
@@ -545,7 +500,7 @@ fn sighup_reloads_the_pair_and_keeps_it_when_the_new_one_is_bad() {
 
 #[test]
 fn bad_tls_settings_are_refused_at_start_naming_the_key() {
-    let pki = Pki::new();
+    let pki = https_pki();
     let env = TestEnv::new();
     let (cert, key) = (pki.file("ecdsa.crt"), pki.file("ecdsa.key"));
     let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
@@ -577,7 +532,7 @@ fn bad_tls_settings_are_refused_at_start_naming_the_key() {
 
 #[test]
 fn a_slow_reader_gets_every_byte_and_a_stalled_one_is_closed_over_https() {
-    let pki = Pki::new();
+    let pki = https_pki();
     let env = TestEnv::new();
     env.bucket("pub", true);
     // More than the server's send buffer and the stalled client's receive buffer hold (tcp_wmem's default
@@ -611,7 +566,7 @@ data = b"".join(chunks)
 body = data[data.index(b"\r\n\r\n") + 4:]
 print(json.dumps({"len": len(body), "sha256": hashlib.sha256(body).hexdigest()}))
 "#;
-    let spec = serde_json::json!({"ca": pki.ca(), "port": server.data.port(), "pause": 0.05});
+    let spec = serde_json::json!({"ca": pki.path("ca.crt"), "port": server.data.port(), "pause": 0.05});
     let out = run_ok(Command::new(python).args(["-c", slow, &spec.to_string()]));
     let result: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(result["len"], big.len());
@@ -744,7 +699,7 @@ fn expected_body(case: &str, object: &[u8]) -> Vec<(usize, usize)> {
 fn kernel_tls_sends_bodies_by_sendfile_in_a_kernel_with_tls() {
     let vm = kernel_vm();
     require_tool("strace", "apt package strace");
-    let pki = Pki::new();
+    let pki = https_pki();
     let object = test_bytes(16 * 1024 * 1024, 77);
     // One boot for every case (a boot under emulation costs about as much as the cases): the kernel is given
     // AES-GCM but not ChaCha20, so the same run shows kernel TLS for the clients it can serve and the user-space

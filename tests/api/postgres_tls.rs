@@ -3,10 +3,10 @@
 //! line naming `database.url`; `serve` warns of a database on another host reached without TLS required.
 
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
+use crate::helpers::pki::{EC, TestPki};
 use crate::helpers::*;
 
 /// The warning `serve` logs for a database link that may be plaintext.
@@ -14,53 +14,16 @@ const PLAINTEXT_WARNING: &str = "database.url does not require TLS to a database
 
 /// A CA, a server certificate it signed for `localhost` only (so `127.0.0.1` is a host name it does not match),
 /// and an unrelated CA.
-struct Pki {
-    dir: tempfile::TempDir,
+fn pki() -> TestPki {
+    let pki = TestPki::with_ca("ca");
+    pki.ca("other-ca");
+    pki.server("server", EC, "DNS:localhost", "ca");
+    pki
 }
 
-impl Pki {
-    fn new() -> Self {
-        require_tool("openssl", "apt package openssl");
-        let pki = Pki { dir: tempfile::tempdir().expect("temp dir") };
-        let ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-        for ca in ["ca", "other-ca"] {
-            pki.openssl(&format!(
-                "req -x509 {ec} -days 2 -keyout {ca}.key -out {ca}.crt -subj /CN=blobgate-test-{ca} \
-                 -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign"
-            ));
-        }
-        pki.openssl(&format!("req {ec} -keyout server.key -out server.csr -subj /CN=localhost"));
-        write_file(
-            pki.dir.path(),
-            "server.ext",
-            b"subjectAltName = DNS:localhost\nbasicConstraints = critical,CA:FALSE\n\
-              keyUsage = critical,digitalSignature\nextendedKeyUsage = serverAuth\n",
-        );
-        pki.openssl(
-            "x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile server.ext \
-             -out server.crt",
-        );
-        pki
-    }
-
-    /// `openssl ARGS` in the PKI's directory (`args` split at whitespace).
-    fn openssl(&self, args: &str) {
-        let out = Command::new("openssl")
-            .args(args.split_whitespace())
-            .current_dir(self.dir.path())
-            .output()
-            .expect("run openssl");
-        assert!(out.status.success(), "openssl {args}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    /// A cluster that serves this server certificate and refuses TCP logins without TLS.
-    fn cluster(&self) -> OwnCluster {
-        OwnCluster::start_tls(&self.file("server.crt"), &self.file("server.key"))
-    }
+/// A cluster that serves the PKI's server certificate and refuses TCP logins without TLS.
+fn cluster(pki: &TestPki) -> OwnCluster {
+    OwnCluster::start_tls(&pki.file("server.crt"), &pki.file("server.key"))
 }
 
 /// `cluster`'s URL on `host`, with this query.
@@ -75,8 +38,8 @@ fn verified(mode: &str, root: &Path) -> String {
 
 #[test]
 fn verify_full_serves_a_bucket_end_to_end_over_tls() {
-    let pki = Pki::new();
-    let cluster = pki.cluster();
+    let pki = pki();
+    let cluster = cluster(&pki);
     let env = TestEnv {
         database_url: Some(url_on(&cluster, "localhost", &verified("verify-full", &pki.file("ca.crt")))),
         ..TestEnv::new()
@@ -110,8 +73,8 @@ fn refused_with(env: &TestEnv, url: &str, reason: &str) {
 
 #[test]
 fn each_sslmode_against_a_tls_only_server_connects_or_says_why_not() {
-    let pki = Pki::new();
-    let cluster = pki.cluster();
+    let pki = pki();
+    let cluster = cluster(&pki);
     let env = TestEnv::new();
     let (ca, other) = (pki.file("ca.crt"), pki.file("other-ca.crt"));
     // require encrypts and checks nothing; verify-ca checks the CA (and, with sqlx 0.8, the name too).

@@ -1,6 +1,7 @@
 //! Test harness: spawn the real binary, drive it with its CLI, and talk raw HTTP/1.1 to it. `s3` holds what the
-//! S3 modules share (clients, keys, signatures).
+//! S3 modules share (clients, keys, signatures), `pki` the certificates of the TLS tests.
 
+pub mod pki;
 pub mod s3;
 
 use std::collections::HashMap;
