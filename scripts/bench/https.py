@@ -12,10 +12,18 @@ servers negotiate TLS 1.3 with curl and wrk (the protocol and cipher each negoti
 without TLS, blobgate's path is the user-space one (rustls, bodies `pread` into one buffer per connection), and
 nginx's is OpenSSL's: both copy and encrypt in user space.
 
+`--ktls-vm` measures the kernel-TLS path instead, in ../shared/kernel-vm/run (a VM whose kernel has TLS; this
+machine's has none): the release build serves a 64 MiB object over HTTPS to curl under `strace -f -yy`, full, one
+range and a 3-part multi-range over TLS 1.3 and 1.2, and the table gives the bytes sendfile carried and those
+copied by read/write-like calls on the download's socket (plus any read of the blob), per body byte, as
+tests/https/ktls_in_vm.sh records them. nginx's anchor there is 0.00004 (README of kernel-vm). Functional
+figures, not timing: the VM emulates its CPU.
+
 Usage (from the project root, after `cargo build --release`):
     python3 scripts/bench/https.py [--reps 5] [--big-mib 256] [--rounds 4] [--secs 8] [--json out.json]
+    python3 scripts/bench/https.py --ktls-vm
 """
-import argparse, json, re, statistics, subprocess
+import argparse, json, os, re, statistics, subprocess, tempfile
 from pathlib import Path
 
 import common
@@ -53,6 +61,72 @@ def table(name, runs, fmt, reps):
     return row
 
 
+COPY_CALLS = {"read", "readv", "recvfrom", "recvmsg", "write", "writev", "sendto", "sendmsg", "pwrite64"}
+
+
+def download_copies(trace):
+    """(bytes by sendfile, bytes copied) on the data listener's connections (port 8443) of an `strace -f -yy` file,
+    plus any read of a blob file: what tests/api/https.rs's `socket_copies` counts."""
+    def named(fd):
+        m = re.search(r"<(.*)>", fd)
+        return m.group(1) if m else ""
+    pending, listeners, downloads = {}, set(), set()
+    sent = copied = 0
+    for line in trace.splitlines():
+        tid, _, call = line.partition(" ")
+        call = call.lstrip()
+        if call.startswith("<... "):
+            if tid not in pending:
+                continue
+            name, args = pending.pop(tid)
+        else:
+            name, _, args = call.partition("(")
+            if line.endswith("<unfinished ...>"):
+                pending[tid] = (name, args)
+                continue
+        m = re.search(r"\)\s+=\s+(\S+)", line)
+        result = m.group(1) if m else ""
+        moved = max(int(result), 0) if re.fullmatch(r"-?\d+", result) else 0
+        fd = named(args.split(", ")[0])
+        if name == "bind" and "htons(8443)" in args:
+            listeners.add(fd)
+        elif name == "accept4" and fd in listeners and not result.startswith("-"):
+            downloads.add(named(result))
+        elif name == "sendfile" and fd in downloads:
+            sent += moved
+        elif name in ("pread64", "preadv") and "/blobs/" in fd:
+            copied += moved
+        elif name in COPY_CALLS and fd in downloads:
+            copied += moved
+    return sent, copied
+
+
+KTLS_CASES = ["full13", "full12", "range13", "range12", "multi13", "multi12"]  # as ktls_in_vm.sh names them
+
+
+def ktls_vm(project):
+    """The kernel-TLS copies per body byte, in the kernel VM (see the module's doc)."""
+    project = Path(project).resolve()
+    vm = project.parent / "shared" / "kernel-vm" / "run"
+    binary = project / "target" / "release" / "blobgate"
+    out = Path(tempfile.mkdtemp(prefix="ktls-vm-"))
+    os.chmod(out, 0o755)
+    (out / "obj.bin").write_bytes(os.urandom(64 << 20))
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", out / "key.pem", "-out", out / "cert.pem", "-subj", "/CN=localhost", "-days", "2",
+                    "-addext", "subjectAltName=DNS:localhost"], check=True, capture_output=True)
+    subprocess.run([vm, "--rw", out, "--", "bash", project / "tests/https/ktls_in_vm.sh", binary, out, *KTLS_CASES],
+                   check=True, capture_output=True, cwd=project)
+    print("| case | response body | by sendfile | copied | per body byte sent |\n|---|---|---|---|---|")
+    rows = {}
+    for case in KTLS_CASES:
+        body = (out / f"body-{case}").stat().st_size
+        sent, copied = download_copies((out / f"strace-{case}.txt").read_text(errors="replace"))
+        rows[case] = {"body": body, "sendfile": sent, "copied": copied, "per_body_byte": copied / max(sent, 1)}
+        print(f"| {case} | {body:,} | {sent:,} | {copied:,} | {copied / max(sent, 1):.5f} |")
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=5, help="interleaved repetitions")
@@ -61,7 +135,13 @@ def main():
     ap.add_argument("--secs", type=int, default=8, help="wrk seconds per 4 KiB measurement")
     ap.add_argument("--project", default=".")
     ap.add_argument("--json")
+    ap.add_argument("--ktls-vm", action="store_true", help="the kernel-TLS copies per body byte, in the kernel VM")
     a = ap.parse_args()
+    if a.ktls_vm:
+        rows = ktls_vm(a.project)
+        if a.json:
+            Path(a.json).write_text(json.dumps(rows, indent=1))
+        return
     compare.need("nginx", "nginx-light"); compare.need("wrk", "wrk"); compare.need("curl", "curl")
     compare.WORK = compare.WORK / "https"
     compare.WORK.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,14 @@ for case in "$@"; do
     multi13*) "${curl[@]}" --tlsv1.3 -r 0-4194303,5000000-9194303,10000000-14194303 "$url" ;;
     multi12*) "${curl[@]}" --tls-max 1.2 -r 0-4194303,5000000-9194303,10000000-14194303 "$url" ;;
     chacha*) "${curl[@]}" --tlsv1.3 --tls13-ciphers TLS_CHACHA20_POLY1305_SHA256 "$url" ;;
+    # A request, the client's KeyUpdate (s_client's `k` command, no update asked of us), another request; the
+    # test judges the outcome. s_client takes a line starting with `R` for a command: hence `range`.
+    keyupdate*)
+      request='GET /pub/obj.bin HTTP/1.1\r\nHost: localhost\r\nrange: bytes=%s\r\n\r\n'
+      { sleep 4; printf "$request" 0-99; sleep 3; printf 'k\n'; sleep 3; printf "$request" 100-199; sleep 4; } |
+        openssl s_client -tls1_3 -CAfile "$out/cert.pem" -connect localhost:8443 -servername localhost \
+        > "$out/body-$case" 2> "$out/sclient-$case"
+      true ;;
   esac
   echo "$case $?" >> "$out/curl-status"
   curl -s --cacert "$out/cert.pem" https://localhost:8444/metrics > "$out/metrics-$case"
