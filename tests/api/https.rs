@@ -362,6 +362,55 @@ fn chromium_and_admin_uploads_are_byte_exact_over_https() {
     assert!(metric_value(&metrics, r#"blobgate_tls_connections_total{mode="userspace"}"#) >= 6.0, "{metrics}");
 }
 
+/// Python's ssl: keep-alive HTTPS connections that each made one request and went idle; the second is used again;
+/// then two newcomers. Prints how each of the first four ended: `close` (close_notify or EOF), `open`, or what else.
+const IDLE_AT_THE_CAP: &str = r#"
+import http.client, json, socket, ssl, sys
+spec = json.loads(sys.argv[1])
+ctx = ssl.create_default_context(cafile=spec["ca"])
+def connect():
+    conn = http.client.HTTPSConnection("localhost", spec["port"], context=ctx)
+    conn.request("GET", "/pub/a")
+    r = conn.getresponse()
+    assert r.status == 200 and r.read() == b"cap", r.status
+    return conn
+idle = [connect() for _ in range(4)]
+idle[1].request("GET", "/pub/a")
+assert idle[1].getresponse().read() == b"cap"
+newcomers = [connect() for _ in range(2)]
+ends = []
+for conn in idle:
+    conn.sock.settimeout(0.3)
+    try:
+        ends.append("close" if conn.sock.recv(64) == b"" else "bytes")
+    except (socket.timeout, TimeoutError):
+        ends.append("open")
+    except ssl.SSLEOFError:
+        ends.append("close")
+    except OSError as e:
+        ends.append(type(e).__name__)
+print(json.dumps(ends))
+"#;
+
+/// At `limits.max_connections`, HTTPS connections are closed as plain ones are: the longest idle first, cleanly.
+#[test]
+fn at_the_cap_the_longest_idle_https_connection_is_closed_first() {
+    let pki = https_pki();
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    env.put_bytes("pub", "a", b"cap", &[]);
+    let server = serve_https(
+        &env,
+        &pki,
+        "ecdsa",
+        &[("BLOBGATE_LIMITS__MAX_CONNECTIONS", "4"), ("BLOBGATE_RUNTIME__DATA_WORKERS", "1")],
+    );
+    let spec = serde_json::json!({ "ca": pki.path("ca.crt"), "port": server.data.port() });
+    let python = crate::helpers::s3::python();
+    let ends = run_ok(Command::new(python).args(["-c", IDLE_AT_THE_CAP, &spec.to_string()]));
+    assert_eq!(ends.trim(), r#"["close", "open", "close", "open"]"#);
+}
+
 #[test]
 fn rsa_and_ed25519_keys_serve_as_ecdsa_does() {
     let pki = https_pki();
