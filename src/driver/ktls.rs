@@ -131,15 +131,26 @@ pub fn crypto_info(version: ProtocolVersion, seq: u64, secrets: ConnectionTraffi
     })
 }
 
-/// Runs a handshake with `config` (whose suites the kernel has) and hands the session to the kernel.
+/// Reads the connection's first TLS record (the ClientHello, whose suites then choose kernel or user-space TLS):
+/// the record's bytes, for whichever handshake follows, and what it offers.
+pub async fn read_hello(stream: &TcpStream) -> Result<(Vec<u8>, Hello), HandshakeFailure> {
+    let mut record = Vec::new();
+    read_record(stream, &mut record).await?;
+    let hello = offered_suites(&record);
+    Ok((record, hello))
+}
+
+/// Runs a handshake with `config` (whose suites the kernel has), starting from `first`, the records already read
+/// (the ClientHello), and hands the session to the kernel.
 pub async fn handshake(
     stream: &TcpStream,
     config: Arc<ServerConfig>,
     send_timeout: Duration,
+    first: Vec<u8>,
 ) -> Result<Box<KernelTls>, HandshakeFailure> {
     let mut conn = UnbufferedServerConnection::new(config).map_err(|_| HandshakeFailure::Malformed)?;
     // Whole records only, read one at a time (see the module doc).
-    let mut incoming: Vec<u8> = Vec::new();
+    let mut incoming: Vec<u8> = first;
     let mut outgoing: Vec<u8> = vec![0; 4096];
     let mut pending = 0;
     loop {

@@ -188,15 +188,18 @@ impl TlsServer {
             Err(_) => return Err(HandshakeFailure::Io),
         }
         let configs = self.current();
+        let mut first = Vec::new();
         if let Some(kernel) = &configs.kernel {
-            match peek_hello(stream).await? {
+            let (record, hello) = ktls::read_hello(stream).await?;
+            match hello {
                 ktls::Hello::Suites(offered) if offered.iter().any(|suite| configs.kernel_suites.contains(suite)) => {
-                    return ktls::handshake(stream, kernel.clone(), send_timeout).await.map(Session::Kernel);
+                    return ktls::handshake(stream, kernel.clone(), send_timeout, record).await.map(Session::Kernel);
                 }
                 _ => self.warn_once("a client offered no cipher suite the kernel has"),
             }
+            first = record;
         }
-        self.accept_in_user_space(stream, configs.userspace.clone(), send_timeout).await.map(Session::User)
+        self.accept_in_user_space(stream, configs.userspace.clone(), send_timeout, first).await.map(Session::User)
     }
 
     fn warn_once(&self, why: &str) {
@@ -205,22 +208,30 @@ impl TlsServer {
         }
     }
 
+    /// `first`: the records already read from the socket (the ClientHello, when the kernel's suites were asked).
     async fn accept_in_user_space(
         &self,
         stream: &TcpStream,
         config: Arc<ServerConfig>,
         send_timeout: Duration,
+        first: Vec<u8>,
     ) -> Result<Box<UserTls>, HandshakeFailure> {
         let mut conn = ServerConnection::new(config).map_err(|_| HandshakeFailure::Malformed)?;
+        let mut first = &first[..];
         loop {
             flush(&mut conn, stream, send_timeout).await.map_err(|_| HandshakeFailure::Io)?;
             if !conn.is_handshaking() {
                 break;
             }
-            if stream.readable().await.is_err() {
-                return Err(HandshakeFailure::Io);
-            }
-            match conn.read_tls(&mut SocketIo(stream)) {
+            let read = if first.is_empty() {
+                if stream.readable().await.is_err() {
+                    return Err(HandshakeFailure::Io);
+                }
+                conn.read_tls(&mut SocketIo(stream))
+            } else {
+                conn.read_tls(&mut first)
+            };
+            match read {
                 Ok(0) => return Err(HandshakeFailure::Closed),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
@@ -277,26 +288,6 @@ struct Configs {
     kernel: Option<Arc<ServerConfig>>,
     /// The suites of `kernel`, as ClientHello lists them.
     kernel_suites: Vec<u16>,
-}
-
-/// Peeks at the ClientHello (leaving it in the socket for the handshake) until its cipher suites have arrived.
-async fn peek_hello(stream: &TcpStream) -> Result<ktls::Hello, HandshakeFailure> {
-    let mut buf = vec![0u8; 5 + (1 << 14)];
-    let mut pause = Duration::from_millis(1);
-    loop {
-        let n = stream.peek(&mut buf).await.map_err(|_| HandshakeFailure::Io)?;
-        if n == 0 {
-            return Err(HandshakeFailure::Closed);
-        }
-        match ktls::offered_suites(&buf[..n]) {
-            // A peek finds the same bytes until more arrive, and readiness does not say when: wait a little.
-            ktls::Hello::NeedMore => {
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(50));
-            }
-            hello => return Ok(hello),
-        }
-    }
 }
 
 /// Reads and checks the certificate chain and key, and makes the configurations (`kernel_ciphers`: what the
