@@ -120,8 +120,7 @@ impl Link {
                 std::task::ready!(Pin::new(&mut self.stream).poll_read(cx, &mut read_buf))?;
                 Poll::Ready(Ok(read_buf.filled().len()))
             }
-            Some(Session::User(tls)) => tls.poll_read(cx, &self.stream, dst),
-            Some(Session::Kernel(tls)) => tls.poll_read(cx, &self.stream, dst),
+            Some(tls) => tls.poll_read(cx, &self.stream, dst),
         }
     }
 
@@ -129,45 +128,38 @@ impl Link {
     async fn readable(&mut self) -> io::Result<()> {
         match &mut self.tls {
             None => self.stream.readable().await,
-            Some(Session::User(tls)) => std::future::poll_fn(|cx| tls.poll_readable(cx, &self.stream)).await,
-            Some(Session::Kernel(tls)) => std::future::poll_fn(|cx| tls.poll_readable(cx, &self.stream)).await,
+            Some(tls) => std::future::poll_fn(|cx| tls.poll_readable(cx, &self.stream)).await,
         }
     }
 
     /// Appends what can be read now to `buf` (up to its spare capacity): `WouldBlock` when nothing can.
     fn try_read_buf(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
-        let filled = buf.len();
-        let read = |buf: &mut Vec<u8>, read: &mut dyn FnMut(&mut [u8]) -> io::Result<usize>| {
-            buf.resize(buf.capacity(), 0);
-            let result = read(&mut buf[filled..]);
-            buf.truncate(filled + *result.as_ref().unwrap_or(&0));
-            result
-        };
         match &mut self.tls {
             None => self.stream.try_read_buf(buf),
-            Some(Session::User(tls)) => read(buf, &mut |dst| tls.read_plain(dst)),
-            Some(Session::Kernel(tls)) => read(buf, &mut |dst| tls.try_read(&self.stream, dst)),
+            Some(tls) => {
+                let filled = buf.len();
+                buf.resize(buf.capacity(), 0);
+                let read = tls.try_read(&self.stream, &mut buf[filled..]);
+                buf.truncate(filled + *read.as_ref().unwrap_or(&0));
+                read
+            }
         }
     }
 
     /// Writes `bytes` (heads, boundaries, small bodies); `more`: the next send follows at once.
     async fn send(&mut self, bytes: &[u8], more: bool, timeout: Duration) -> Result<(), SendOutcome> {
-        match &mut self.tls {
-            None | Some(Session::Kernel(_)) => send_bytes(&self.stream, bytes, more, timeout).await,
+        match self.tls.as_mut().and_then(Session::user) {
+            None => send_bytes(&self.stream, bytes, more, timeout).await,
             // Boxed, so that plain connections' futures stay the size they were.
-            Some(Session::User(tls)) => Box::pin(tls.send(&self.stream, bytes, more, timeout)).await,
+            Some(tls) => Box::pin(tls.send(&self.stream, bytes, more, timeout)).await,
         }
     }
 
     /// A file response: by sendfile, or read and encrypted in user space on HTTPS.
     async fn send_file(&mut self, head: &[u8], body: &FileBody, ctx: &DriverContextSend<'_>) -> SendReport {
-        match &mut self.tls {
-            None | Some(Session::Kernel(_)) => {
-                send_file_response(&self.stream, head, body, ctx.options, ctx.metrics).await
-            }
-            Some(Session::User(tls)) => {
-                Box::pin(tls.send_file_response(&self.stream, head, body, ctx.options, ctx.metrics)).await
-            }
+        match self.tls.as_mut().and_then(Session::user) {
+            None => send_file_response(&self.stream, head, body, ctx.options, ctx.metrics).await,
+            Some(tls) => Box::pin(tls.send_file_response(&self.stream, head, body, ctx.options, ctx.metrics)).await,
         }
     }
 
@@ -178,10 +170,8 @@ impl Link {
 
     /// Sends close_notify on HTTPS, if the socket takes it now.
     fn close(&mut self) {
-        match &mut self.tls {
-            None => {}
-            Some(Session::User(tls)) => tls.close(&self.stream),
-            Some(Session::Kernel(tls)) => tls.close(&self.stream),
+        if let Some(tls) = &mut self.tls {
+            tls.close(&self.stream);
         }
     }
 }

@@ -131,6 +131,38 @@ pub fn crypto_info(version: ProtocolVersion, seq: u64, secrets: ConnectionTraffi
     })
 }
 
+/// TLS 1.3 keys of kTLS cipher type `cipher`, all zero: only for asking the kernel whether it has the cipher.
+pub fn zero_key_info(cipher: u16) -> Option<TlsCryptoInfo> {
+    let info = libc::tls_crypto_info { version: libc::TLS_1_3_VERSION, cipher_type: cipher };
+    let rec_seq = [0; 8];
+    Some(match cipher {
+        libc::TLS_CIPHER_AES_GCM_128 => TlsCryptoInfo::Aes128Gcm(libc::tls12_crypto_info_aes_gcm_128 {
+            info,
+            iv: [0; 8],
+            key: [0; 16],
+            salt: [0; 4],
+            rec_seq,
+        }),
+        libc::TLS_CIPHER_AES_GCM_256 => TlsCryptoInfo::Aes256Gcm(libc::tls12_crypto_info_aes_gcm_256 {
+            info,
+            iv: [0; 8],
+            key: [0; 32],
+            salt: [0; 4],
+            rec_seq,
+        }),
+        libc::TLS_CIPHER_CHACHA20_POLY1305 => {
+            TlsCryptoInfo::Chacha20Poly1305(libc::tls12_crypto_info_chacha20_poly1305 {
+                info,
+                iv: [0; 12],
+                key: [0; 32],
+                salt: [],
+                rec_seq,
+            })
+        }
+        _ => return None,
+    })
+}
+
 /// Reads the connection's first TLS record (the ClientHello, whose suites then choose kernel or user-space TLS):
 /// the record's bytes, for whichever handshake follows, and what it offers.
 pub async fn read_hello(stream: &TcpStream) -> Result<(Vec<u8>, Hello), HandshakeFailure> {
@@ -342,6 +374,20 @@ impl KernelTls {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kernel_cipher_has_zero_keys_to_probe_with_and_nothing_else_does() {
+        for cipher in KERNEL_CIPHERS {
+            let probe = zero_key_info(cipher).expect("a probe");
+            let kind = match probe {
+                TlsCryptoInfo::Aes128Gcm(info) => info.info.cipher_type,
+                TlsCryptoInfo::Aes256Gcm(info) => info.info.cipher_type,
+                TlsCryptoInfo::Chacha20Poly1305(info) => info.info.cipher_type,
+            };
+            assert_eq!(kind, cipher);
+        }
+        assert!(zero_key_info(0).is_none());
+    }
 
     /// A ClientHello's first bytes: record and handshake headers, version, random, a session id, the suites.
     fn client_hello(session_id: &[u8], suites: &[u16], extra: &[u8]) -> Vec<u8> {

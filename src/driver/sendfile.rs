@@ -522,56 +522,26 @@ pub fn send_kernel_tls_record(stream: &TcpStream, record_type: u8, payload: &[u8
     if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
-/// Which of `ciphers` (kTLS cipher types) the kernel can take a TLS 1.3 session for, tried on a loopback
-/// connection of our own; `Err` says why the kernel takes none (no `tls` module, say).
-pub fn kernel_tls_ciphers(ciphers: &[u16]) -> Result<Vec<u16>, String> {
+/// Which of the probed kTLS cipher types the kernel can take a session for, each tried with its `probe` keys on a
+/// loopback connection of our own; `Err` says why the kernel takes none (no `tls` module, say).
+pub fn kernel_tls_ciphers(probes: impl IntoIterator<Item = (u16, TlsCryptoInfo)>) -> Result<Vec<u16>, String> {
+    use nix::sys::socket::{setsockopt, sockopt};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot probe kernel TLS: {e}"))?;
     let addr = listener.local_addr().map_err(|e| format!("cannot probe kernel TLS: {e}"))?;
     let mut supported = Vec::new();
-    for &cipher in ciphers {
+    for (cipher, probe) in probes {
         let client = std::net::TcpStream::connect(addr).map_err(|e| format!("cannot probe kernel TLS: {e}"))?;
         let _server = listener.accept().map_err(|e| format!("cannot probe kernel TLS: {e}"))?;
-        use nix::sys::socket::{setsockopt, sockopt};
         if let Err(e) = setsockopt(&client, sockopt::TcpUlp::default(), b"tls") {
             return Err(format!(
                 "the kernel has no TLS support (setsockopt TCP_ULP \"tls\": {e}; load the `tls` module)"
             ));
         }
-        if setsockopt(&client, sockopt::TcpTlsTx, &probe_crypto_info(cipher)).is_ok() {
+        if setsockopt(&client, sockopt::TcpTlsTx, &probe).is_ok() {
             supported.push(cipher);
         }
     }
     Ok(supported)
-}
-
-/// A TLS 1.3 crypto info of `cipher` with zero keys: only for asking the kernel whether it has the cipher.
-fn probe_crypto_info(cipher: u16) -> TlsCryptoInfo {
-    let info = libc::tls_crypto_info { version: libc::TLS_1_3_VERSION, cipher_type: cipher };
-    match cipher {
-        libc::TLS_CIPHER_AES_GCM_256 => TlsCryptoInfo::Aes256Gcm(libc::tls12_crypto_info_aes_gcm_256 {
-            info,
-            iv: [0; 8],
-            key: [0; 32],
-            salt: [0; 4],
-            rec_seq: [0; 8],
-        }),
-        libc::TLS_CIPHER_CHACHA20_POLY1305 => {
-            TlsCryptoInfo::Chacha20Poly1305(libc::tls12_crypto_info_chacha20_poly1305 {
-                info,
-                iv: [0; 12],
-                key: [0; 32],
-                salt: [0; 0],
-                rec_seq: [0; 8],
-            })
-        }
-        _ => TlsCryptoInfo::Aes128Gcm(libc::tls12_crypto_info_aes_gcm_128 {
-            info: libc::tls_crypto_info { cipher_type: libc::TLS_CIPHER_AES_GCM_128, ..info },
-            iv: [0; 8],
-            key: [0; 16],
-            salt: [0; 4],
-            rec_seq: [0; 8],
-        }),
-    }
 }
 
 fn raw(stream: &TcpStream) -> std::os::fd::BorrowedFd<'_> {

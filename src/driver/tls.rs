@@ -129,7 +129,10 @@ impl TlsServer {
         let Some((cert, key)) = settings.pair()? else { return Ok(None) };
         let probed = match settings.ktls {
             KtlsMode::Off => Ok(Vec::new()),
-            _ => sendfile::kernel_tls_ciphers(&ktls::KERNEL_CIPHERS).and_then(|ciphers| match ciphers.is_empty() {
+            _ => sendfile::kernel_tls_ciphers(
+                ktls::KERNEL_CIPHERS.into_iter().filter_map(|cipher| Some((cipher, ktls::zero_key_info(cipher)?))),
+            )
+            .and_then(|ciphers| match ciphers.is_empty() {
                 true => Err("the kernel's TLS has none of AES-GCM-128, AES-GCM-256 and ChaCha20-Poly1305".into()),
                 false => Ok(ciphers),
             }),
@@ -188,18 +191,21 @@ impl TlsServer {
             Err(_) => return Err(HandshakeFailure::Io),
         }
         let configs = self.current();
-        let mut first = Vec::new();
-        if let Some(kernel) = &configs.kernel {
-            let (record, hello) = ktls::read_hello(stream).await?;
-            match hello {
-                ktls::Hello::Suites(offered) if offered.iter().any(|suite| configs.kernel_suites.contains(suite)) => {
+        let hello_record = match &configs.kernel {
+            None => Vec::new(),
+            Some(kernel) => {
+                let (record, hello) = ktls::read_hello(stream).await?;
+                if let ktls::Hello::Suites(offered) = &hello
+                    && offered.iter().any(|suite| configs.kernel_suites.contains(suite))
+                {
                     return ktls::handshake(stream, kernel.clone(), send_timeout, record).await.map(Session::Kernel);
                 }
-                _ => self.warn_once("a client offered no cipher suite the kernel has"),
+                self.warn_once("a client offered no cipher suite the kernel has");
+                record
             }
-            first = record;
-        }
-        self.accept_in_user_space(stream, configs.userspace.clone(), send_timeout, first).await.map(Session::User)
+        };
+        let config = configs.userspace.clone();
+        self.accept_in_user_space(stream, config, send_timeout, hello_record).await.map(Session::User)
     }
 
     fn warn_once(&self, why: &str) {
@@ -277,6 +283,46 @@ impl Session {
         match self {
             Session::User(_) => "userspace",
             Session::Kernel(_) => "ktls",
+        }
+    }
+
+    /// The user-space session, which writes through rustls; `None` for a kernel one, which sends as plain HTTP.
+    pub fn user(&mut self) -> Option<&mut UserTls> {
+        match self {
+            Session::User(tls) => Some(tls),
+            Session::Kernel(_) => None,
+        }
+    }
+
+    /// Reads decrypted request bytes into `dst`; `Ok(0)` at the end.
+    pub fn poll_read(&mut self, cx: &mut Context<'_>, stream: &TcpStream, dst: &mut [u8]) -> Poll<io::Result<usize>> {
+        match self {
+            Session::User(tls) => tls.poll_read(cx, stream, dst),
+            Session::Kernel(tls) => tls.poll_read(cx, stream, dst),
+        }
+    }
+
+    /// Ready once a read would find bytes (or the end).
+    pub fn poll_readable(&mut self, cx: &mut Context<'_>, stream: &TcpStream) -> Poll<io::Result<()>> {
+        match self {
+            Session::User(tls) => tls.poll_readable(cx, stream),
+            Session::Kernel(tls) => tls.poll_readable(cx, stream),
+        }
+    }
+
+    /// A read now: `WouldBlock` when nothing can be read.
+    pub fn try_read(&mut self, stream: &TcpStream, dst: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Session::User(tls) => tls.read_plain(dst),
+            Session::Kernel(tls) => tls.try_read(stream, dst),
+        }
+    }
+
+    /// Sends close_notify, if the socket takes it now.
+    pub fn close(&mut self, stream: &TcpStream) {
+        match self {
+            Session::User(tls) => tls.close(stream),
+            Session::Kernel(tls) => tls.close(stream),
         }
     }
 }
