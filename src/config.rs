@@ -55,6 +55,172 @@ pub struct Settings {
     pub tls: TlsSettings,
     /// Fault injection for the test suite; every value is off by default.
     pub faults: Faults,
+    /// Where blobs live: the data dir (unset `url`), or an S3-compatible object store.
+    pub blob_store: BlobStoreSettings,
+    /// With an object store, the data dir's cache of its blobs.
+    pub cache: CacheSettings,
+}
+
+/// `blob_store`: unset `url` keeps blobs in the data dir; `s3://BUCKET[/PREFIX]` puts them in an object store.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BlobStoreSettings {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The store's base URL (`http://127.0.0.1:9000`); unset, AWS S3's regional endpoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    pub region: String,
+    /// Path-style requests (`ENDPOINT/BUCKET/KEY`), as MinIO, Ceph RGW and most self-hosted stores want.
+    pub path_style: bool,
+    /// Credentials; unset, the standard `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` environment variables.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_key_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_access_key: Option<String>,
+    /// PEM certificates trusted for an HTTPS endpoint, beside the system's (a private CA).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_bundle: Option<PathBuf>,
+}
+
+impl Default for BlobStoreSettings {
+    fn default() -> Self {
+        Self {
+            url: None,
+            endpoint: None,
+            region: "us-east-1".into(),
+            path_style: true,
+            access_key_id: None,
+            secret_access_key: None,
+            ca_bundle: None,
+        }
+    }
+}
+
+/// Never prints the secret.
+impl std::fmt::Debug for BlobStoreSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlobStoreSettings")
+            .field("url", &self.url)
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("path_style", &self.path_style)
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &self.secret_access_key.as_ref().map(|_| "(set)"))
+            .field("ca_bundle", &self.ca_bundle)
+            .finish()
+    }
+}
+
+/// `cache`: the local cache of an object store's blobs, which bodies leave by sendfile.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheSettings {
+    /// The cache's size on disk; least recently used blobs are evicted beyond it.
+    pub max_bytes: u64,
+    /// A cold read fetches the slices of this size (aligned from offset 0) that cover it.
+    pub slice_bytes: u64,
+}
+
+impl Default for CacheSettings {
+    fn default() -> Self {
+        Self { max_bytes: 10 << 30, slice_bytes: 8 << 20 }
+    }
+}
+
+/// An object store as `blob_store` names it, checked: what the store needs to reach it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ObjectStoreLocation {
+    pub bucket: String,
+    /// Without leading or trailing `/`; empty for the bucket's root.
+    pub prefix: String,
+    pub endpoint: Option<String>,
+    pub region: String,
+    pub path_style: bool,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+    pub ca_bundle: Option<PathBuf>,
+}
+
+/// Never prints the secret.
+impl std::fmt::Debug for ObjectStoreLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+impl std::fmt::Display for ObjectStoreLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "s3://{}", self.bucket)?;
+        if !self.prefix.is_empty() {
+            write!(f, "/{}", self.prefix)?;
+        }
+        if let Some(endpoint) = &self.endpoint {
+            write!(f, " at {endpoint}")?;
+        }
+        Ok(())
+    }
+}
+
+impl ObjectStoreLocation {
+    /// `s3://BUCKET[/PREFIX]` with the other `blob_store` keys; credentials fall back to the standard AWS
+    /// environment variables (this module is the one that reads the environment).
+    pub fn parse(url: &str, settings: &BlobStoreSettings) -> anyhow::Result<Self> {
+        let url = url.trim();
+        let Some(rest) = url.strip_prefix("s3://") else {
+            bail!("blob_store.url {url:?} must be s3://BUCKET or s3://BUCKET/PREFIX");
+        };
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        let bucket_ok = (3..=63).contains(&bucket.len())
+            && bucket.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+            && bucket.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && bucket.ends_with(|c: char| c.is_ascii_alphanumeric());
+        if !bucket_ok {
+            bail!("blob_store.url {url:?}: {bucket:?} is not an S3 bucket name (3-63 of a-z, 0-9, '-', '.')");
+        }
+        let prefix = prefix.trim_matches('/');
+        if prefix.split('/').any(|p| p.is_empty() || p == "." || p == "..") && !prefix.is_empty() {
+            bail!("blob_store.url {url:?}: the prefix must be path segments without empty, '.' or '..' parts");
+        }
+        let endpoint = match settings.endpoint.as_deref().map(str::trim).filter(|e| !e.is_empty()) {
+            None => None,
+            Some(e) => {
+                let parsed = url::Url::parse(e).map_err(|err| anyhow::anyhow!("blob_store.endpoint {e:?}: {err}"))?;
+                if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+                    bail!("blob_store.endpoint {e:?} must be http:// or https:// with a host");
+                }
+                Some(e.trim_end_matches('/').to_owned())
+            }
+        };
+        if settings.region.trim().is_empty() {
+            bail!("blob_store.region must not be empty");
+        }
+        let from_env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let access_key_id =
+            settings.access_key_id.clone().filter(|v| !v.is_empty()).or_else(|| from_env("AWS_ACCESS_KEY_ID"));
+        let secret_access_key =
+            settings.secret_access_key.clone().filter(|v| !v.is_empty()).or_else(|| from_env("AWS_SECRET_ACCESS_KEY"));
+        if access_key_id.is_some() != secret_access_key.is_some() {
+            bail!(
+                "blob_store: set both access_key_id and secret_access_key (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), or neither"
+            );
+        }
+        if let Some(ca) = &settings.ca_bundle
+            && !ca.is_file()
+        {
+            bail!("blob_store.ca_bundle {} is not a file", ca.display());
+        }
+        Ok(Self {
+            bucket: bucket.to_owned(),
+            prefix: prefix.to_owned(),
+            endpoint,
+            region: settings.region.trim().to_owned(),
+            path_style: settings.path_style,
+            access_key_id,
+            secret_access_key,
+            ca_bundle: settings.ca_bundle.clone(),
+        })
+    }
 }
 
 /// `tls`: with `cert` and `key` both set, both listeners speak HTTPS only.
@@ -430,6 +596,8 @@ impl Default for Settings {
             s3: S3Settings::default(),
             runtime: RuntimeSettings::default(),
             faults: Faults::default(),
+            blob_store: BlobStoreSettings::default(),
+            cache: CacheSettings::default(),
         }
     }
 }
@@ -544,6 +712,8 @@ const SETTING_KEYS: &[&str] = &[
     "runtime",
     "tls",
     "faults",
+    "blob_store",
+    "cache",
 ];
 
 impl Settings {
@@ -639,6 +809,17 @@ impl Settings {
         self.s3_domain()?;
         self.public_url()?;
         self.database_url()?;
+        self.object_store()?;
+        if self.cache.slice_bytes < 64 * 1024 || self.cache.slice_bytes > 1 << 30 {
+            bail!("cache.slice_bytes must be between 65536 and 1073741824, got {}", self.cache.slice_bytes);
+        }
+        if self.cache.max_bytes < self.cache.slice_bytes {
+            bail!(
+                "cache.max_bytes ({}) must be at least cache.slice_bytes ({})",
+                self.cache.max_bytes,
+                self.cache.slice_bytes
+            );
+        }
         // The background sync runs every second: a shorter window would flap.
         if self.database.max_staleness < Duration::from_secs(2) {
             bail!(
@@ -647,6 +828,14 @@ impl Settings {
             );
         }
         Ok(())
+    }
+
+    /// The object store blobs live in, or `None` for the data dir (`blob_store.url` unset or empty).
+    pub fn object_store(&self) -> anyhow::Result<Option<ObjectStoreLocation>> {
+        match self.blob_store.url.as_deref().map(str::trim).filter(|u| !u.is_empty()) {
+            None => Ok(None),
+            Some(url) => ObjectStoreLocation::parse(url, &self.blob_store).map(Some),
+        }
     }
 
     /// `access_log_mode` as permission bits: octal, at most `0777`, and readable and writable by the owner (the

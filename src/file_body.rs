@@ -88,6 +88,18 @@ pub struct FileBody {
     /// by reference instead of copied into each response: the driver writes them before the response's own
     /// fields, except a name the response sets itself, which replaces them.
     pub shared_fields: Option<SharedFields>,
+    /// Set when the file is filled while it is sent (a blob cached from an object store): the driver sends only
+    /// bytes the gate says are there, and waits on it for the rest. `None` for a blob that is whole on disk.
+    pub fill: Option<Arc<dyn FillGate>>,
+}
+
+/// A file that fills while it is sent: a cache of an object store's blob, whose slices arrive from the store.
+pub trait FillGate: Send + Sync + std::fmt::Debug {
+    /// How many bytes from `offset`, at most `len`, the file holds now. `len` is what the response still has to
+    /// send of this region: the gate fetches a little of it ahead, and nothing beyond it.
+    fn ready(&self, offset: u64, len: u64) -> u64;
+    /// Resolves once the byte at `offset` is in the file, or with the error that keeps it from coming.
+    fn wait(&self, offset: u64) -> std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>>;
 }
 
 /// Header fields that many file responses share (a catalog entry's prepared ones), with their wire form, made

@@ -69,7 +69,10 @@ impl Application {
         // Before the store: a bad certificate or key fails the start with nothing created.
         let tls = TlsServer::from_settings(&settings.tls)?;
         let database = settings.database_url()?;
-        let store = Store::open(&settings.data_dir, &database, settings.timeouts.database()).await?;
+        let store = Store::open(&settings.data_dir, &database, settings.timeouts.database())
+            .await?
+            .with_blob_store(&settings, true)
+            .await?;
         if let Some(note) = store.meta.migrations().newer_note() {
             // A rollback, or an old replica restarting mid-rollout: tolerated by the upgrade rule.
             tracing::warn!(
@@ -107,6 +110,18 @@ impl Application {
                 "start-up sweep removed leftovers"
             );
         }
+        if store.cache.is_some() {
+            let (store, grace) = (store.clone(), settings.timeouts.sweep_grace);
+            tokio::spawn(async move {
+                match store.sweep_object_store(grace).await {
+                    Ok(0) => {}
+                    Ok(deleted) => tracing::info!(deleted, "object-store sweep deleted unreferenced blobs"),
+                    Err(e) => {
+                        tracing::warn!(error = %format!("{e:#}"), "could not sweep the object store; the next start will")
+                    }
+                }
+            });
+        }
         let dropped = metrics::counter!(crate::metrics::ACCESS_LOG_DROPPED);
         let access_log_mode = settings.access_log_mode()?;
         let access_log =
@@ -119,7 +134,8 @@ impl Application {
         };
         let catalog = Catalog::new(store.meta.clone(), store.blobs.clone(), (open_files / 4).min(4096) as usize)
             .await?
-            .with_staleness_bounds(staleness);
+            .with_staleness_bounds(staleness)
+            .with_blob_cache(store.cache.clone());
         let settings = Arc::new(settings);
         let catalog = Arc::new(catalog);
         let data = DataState::new(DataParts {

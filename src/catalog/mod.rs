@@ -43,9 +43,10 @@ use quick_cache::Equivalent;
 use quick_cache::sync::Cache;
 
 use crate::auth::CredentialLookup;
+use crate::store::blob_cache::CachedBlob;
 use crate::store::{
-    BlobStore, Bucket, CacheChange, Catchup, ChangeFeed, ChangeKind, Metadata, MetadataError, S3KeyRecord, SigningKey,
-    TokenRecord,
+    BlobCache, BlobStore, Bucket, CacheChange, CacheError, Catchup, ChangeFeed, ChangeKind, Metadata, MetadataError,
+    S3KeyRecord, SigningKey, TokenRecord,
 };
 use representation::ObjectEntry;
 
@@ -162,6 +163,8 @@ pub struct Catalog {
     s3_keys: Cache<String, Option<Arc<S3KeyRecord>>>,
     s3_key_misses: Cache<String, ()>,
     open_blobs: Cache<String, Arc<OpenBlob>>,
+    /// With an object store: its cache, which keeps its own open files (`open_blobs` stays empty).
+    blob_cache: Option<BlobCache>,
     /// See "Bounded staleness": the windows, the clock's origin, when the last successful sync started
     /// (milliseconds since `origin`), and the watchdog's verdict (a [`Freshness`]).
     bounds: StalenessBounds,
@@ -197,7 +200,31 @@ impl Catalog {
             s3_keys: Cache::new(S3_KEYS),
             s3_key_misses: Cache::new(S3_KEY_MISSES),
             open_blobs: Cache::new(max_open_blobs.max(16)),
+            blob_cache: None,
         })
+    }
+
+    /// Blobs read through an object store's cache instead of from the data dir.
+    pub fn with_blob_cache(self, blob_cache: Option<BlobCache>) -> Self {
+        Self { blob_cache, ..self }
+    }
+
+    pub fn blob_cache(&self) -> Option<&BlobCache> {
+        self.blob_cache.as_ref()
+    }
+
+    /// From an object store's cache: the blob `sha256` of `size` bytes (its row's), open for a response that sends
+    /// `regions` (offset, length), the first of them fetched (`BlobCache::open_for`).
+    pub async fn open_cached(
+        &self,
+        sha256: &str,
+        size: u64,
+        regions: &[(u64, u64)],
+    ) -> Result<Option<CachedBlob>, CacheError> {
+        match &self.blob_cache {
+            Some(cache) => cache.open_for(sha256, size, regions).await.map(Some),
+            None => Ok(None),
+        }
     }
 
     /// The same catalog with other staleness windows (`database.max_staleness`, `database.public_max_staleness`).

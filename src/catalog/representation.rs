@@ -52,6 +52,8 @@ pub struct ObjectEntry {
 pub struct VariantEntry {
     pub coding: ContentCoding,
     pub sha256: String,
+    /// The variant blob's size by its row.
+    pub size: u64,
     /// The variant blob's own strong ETag: its sha256, so no two representations share one.
     pub etag: String,
     pub etag_value: HeaderValue,
@@ -144,6 +146,7 @@ impl ObjectEntry {
             let content_encoding = HeaderValue::from_static(coding.token());
             self.variants.push(VariantEntry {
                 coding,
+                size: u64::try_from(v.size).unwrap_or_default(),
                 sha256: v.sha256,
                 etag,
                 etag_value,

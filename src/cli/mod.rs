@@ -2,6 +2,7 @@
 //! non-zero exit status (see `main.rs`).
 
 mod auth;
+mod blobs;
 mod db;
 mod objects;
 mod stats;
@@ -151,6 +152,9 @@ pub enum Command {
     /// S3 multipart uploads that were neither completed nor aborted (they hold their parts on disk).
     #[command(subcommand)]
     Uploads(UploadsCommand),
+    /// Where blobs live: move the data dir's blobs to an S3-compatible object store.
+    #[command(subcommand)]
+    Blobs(BlobsCommand),
     /// Store every regular file under DIR, keyed by its path relative to DIR (idempotent).
     Import {
         /// The bucket to store into (it must exist).
@@ -234,6 +238,18 @@ pub enum UploadsCommand {
         key: String,
         /// The upload's id, as `uploads list` shows it.
         upload_id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BlobsCommand {
+    /// Copy every blob an object references from the data dir to an object store (resumable and idempotent:
+    /// blobs already there with their size are skipped), then print one JSON line. Endpoint, region and
+    /// credentials come from the `blob_store` settings; serve with `blob_store.url` set to the same URL afterwards.
+    Migrate {
+        /// The object store: s3://BUCKET or s3://BUCKET/PREFIX.
+        #[arg(long)]
+        to: String,
     },
 }
 
@@ -419,6 +435,7 @@ fn access(command: &Command) -> Access {
         | Command::S3Key(S3KeyCommand::List)
         | Command::Signing(SigningCommand::List)
         | Command::Uploads(UploadsCommand::List { .. })
+        | Command::Blobs(BlobsCommand::Migrate { .. })
         | Command::Db(DbCommand::Status { .. } | DbCommand::Copy { .. }) => Access::Read,
         _ => Access::Write,
     }
@@ -469,6 +486,7 @@ async fn run_on_store(command: Command, settings: Settings) -> anyhow::Result<()
         Access::Read => Store::open_read_only(dir, &database, busy).await?,
         Access::Write | Access::Create => Store::open(dir, &database, busy).await?,
     };
+    let store = store.with_blob_store(&settings, false).await?;
     // `db copy` refuses such a database instead (it would drop what the newer release stored).
     if !matches!(command, Command::Db(DbCommand::Copy { .. })) {
         db::warn_of_newer(store.meta.migrations());
@@ -583,6 +601,7 @@ async fn run_on_store(command: Command, settings: Settings) -> anyhow::Result<()
             uploads::abort(&store, &bucket, &key, &upload_id).await
         }
         Command::Db(DbCommand::Copy { to }) => db::copy(&store, &to, &settings).await,
+        Command::Blobs(BlobsCommand::Migrate { to }) => blobs::migrate(&store, &to, &settings).await,
         Command::Db(DbCommand::Status { .. } | DbCommand::Migrate { .. }) => unreachable!("run above"),
     };
     store.meta.close().await;

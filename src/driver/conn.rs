@@ -896,6 +896,7 @@ mod tests {
             object: ObjectRef { bucket_id: 1, key: Arc::from("k") },
             encoding,
             shared_fields: None,
+            fill: None,
         }
     }
 

@@ -138,7 +138,7 @@ async fn send_segments(
         let result = match segment {
             Segment::Literal(bytes) => send_bytes(stream, bytes, i < last, options.progress_timeout).await,
             Segment::Region { offset, len } => {
-                send_region(stream, &body.file, *offset, *len, options, report, observer).await
+                send_region(stream, body, *offset, *len, options, report, observer).await
             }
         };
         if let Err(outcome) = result {
@@ -168,17 +168,28 @@ pub async fn send_bytes(stream: &TcpStream, mut buf: &[u8], more: bool, timeout:
 
 async fn send_region(
     stream: &TcpStream,
-    file: &Arc<File>,
+    body: &FileBody,
     offset: u64,
     len: u64,
     options: &SendOptions,
     report: &mut SendReport,
     observer: &impl SendObserver,
 ) -> Result<(), SendOutcome> {
+    let file = &body.file;
     let mut position = offset as libc::off_t;
     let end = offset + len;
     while (position as u64) < end {
-        let want = (end - position as u64).min(options.chunk as u64) as usize;
+        let mut want = (end - position as u64).min(options.chunk as u64) as usize;
+        if let Some(fill) = &body.fill {
+            // A cache file filling from the object store: only what has arrived goes out.
+            match fill.ready(position as u64, end - position as u64) {
+                0 => {
+                    fill.wait(position as u64).await.map_err(SendOutcome::Aborted)?;
+                    continue;
+                }
+                ready => want = want.min(ready as usize),
+            }
+        }
         let chunk = want as u64;
         let offload = (chunk >= OFFLOAD_MIN && super::worker_is_shared())
             || (chunk_is_cold(file, position as u64, chunk) && {

@@ -491,7 +491,17 @@ impl UserTls {
                 Segment::Region { offset, len } => {
                     let (mut position, end) = (*offset, offset + len);
                     while position < end {
-                        let want = (end - position).min(BODY_CHUNK as u64) as usize;
+                        let mut want = (end - position).min(BODY_CHUNK as u64) as usize;
+                        if let Some(fill) = &body.fill {
+                            // A cache file filling from the object store: only what has arrived goes out.
+                            match fill.ready(position, end - position) {
+                                0 => {
+                                    fill.wait(position).await.map_err(SendOutcome::Aborted)?;
+                                    continue;
+                                }
+                                ready => want = want.min(ready as usize),
+                            }
+                        }
                         let got = self.read_chunk(&body.file, position, want, options, observer).await?;
                         if got < want {
                             return Err(SendOutcome::Truncated { missing: end - position - got as u64 });

@@ -90,6 +90,11 @@ async fn readyz(State(app): State<AdminState>) -> Result<&'static str, ApiError>
     if !app.database.is_reachable() || app.data.catalog.freshness() != crate::catalog::Freshness::Fresh {
         return Err(ApiError::DatabaseUnavailable);
     }
+    if let Some(cache) = app.data.catalog.blob_cache()
+        && let Err(e) = cache.remote().ping().await
+    {
+        return Err(ApiError::BlobStoreUnavailable(format!("{}: {e}", cache.remote().location())));
+    }
     Ok("ok\n")
 }
 
@@ -142,5 +147,8 @@ async fn stats(
 }
 
 async fn metrics(State(app): State<AdminState>) -> impl IntoResponse {
+    if let Some(cache) = app.data.catalog.blob_cache() {
+        crate::metrics::blob_cache_snapshot(cache);
+    }
     (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], app.prometheus.render())
 }

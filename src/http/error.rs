@@ -54,6 +54,10 @@ pub enum ApiError {
     /// `Retry-After`, so clients and load balancers come back later.
     #[error("the metadata database is unreachable; retry later")]
     DatabaseUnavailable,
+    /// The object store blobs live in cannot be reached: a blob not in the local cache cannot be read, and no upload
+    /// can be stored. 503 with `Retry-After`; cached objects are still served.
+    #[error("the object store is unreachable; retry later")]
+    BlobStoreUnavailable(String),
     /// The object exists but its blob is missing or unreadable. The source names the object and the IO error; the
     /// client sees the short message only.
     #[error("object data unavailable")]
@@ -95,6 +99,7 @@ impl ApiError {
             ApiError::NotReady => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
             ApiError::HandlerTimeout => (StatusCode::SERVICE_UNAVAILABLE, "handler_timeout"),
             ApiError::DatabaseUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable"),
+            ApiError::BlobStoreUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "blob_store_unavailable"),
             ApiError::BlobUnavailable(_) => (StatusCode::INTERNAL_SERVER_ERROR, "object_data_unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
             ApiError::TooManyConnectionsFromAddress => (StatusCode::SERVICE_UNAVAILABLE, "too_many_connections"),
@@ -113,7 +118,10 @@ impl ApiError {
     fn is_logged(&self, status: StatusCode) -> bool {
         let shed = matches!(
             self,
-            ApiError::TooManyConnectionsFromAddress | ApiError::TooManyUploads | ApiError::DatabaseUnavailable
+            ApiError::TooManyConnectionsFromAddress
+                | ApiError::TooManyUploads
+                | ApiError::DatabaseUnavailable
+                | ApiError::BlobStoreUnavailable(_)
         );
         status.is_server_error() && !shed && !matches!(self, ApiError::BadRequestHead { .. })
     }
@@ -177,7 +185,10 @@ impl ApiError {
             ApiError::MethodNotAllowed => {
                 headers.insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
             }
-            ApiError::TooManyUploads | ApiError::DatabaseUnavailable | ApiError::HandlerTimeout => {
+            ApiError::TooManyUploads
+            | ApiError::DatabaseUnavailable
+            | ApiError::HandlerTimeout
+            | ApiError::BlobStoreUnavailable(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             ApiError::BodyTimeout | ApiError::BodyTooSlow(_) => {
@@ -217,7 +228,24 @@ impl From<StoreError> for ApiError {
             StoreError::NoSuchBucket(_) => ApiError::NoSuchBucket,
             StoreError::PreconditionFailed => ApiError::PreconditionFailed,
             StoreError::NoSuchKey => ApiError::NotFound,
+            StoreError::BlobStoreUnavailable(e) => e.into(),
             StoreError::Other(e) => e.into(),
+        }
+    }
+}
+
+impl From<crate::store::remote::RemoteError> for ApiError {
+    fn from(e: crate::store::remote::RemoteError) -> Self {
+        use crate::store::remote::RemoteError;
+        match e {
+            RemoteError::Unavailable(why) => {
+                tracing::warn!(error = %why, "the object store did not answer");
+                ApiError::BlobStoreUnavailable(why)
+            }
+            RemoteError::NotFound(sha) => {
+                ApiError::BlobUnavailable(anyhow::anyhow!("blob {sha} is missing from the object store"))
+            }
+            RemoteError::Local(e) => ApiError::Internal(e.into()),
         }
     }
 }

@@ -150,15 +150,23 @@ fn redirect_response(bucket: &Bucket, location: &str) -> Result<Response, ApiErr
 /// represent the key asked for, so it is never a 304 or a 206, and its own Cache-Control (often a year) is not the
 /// answer's.
 async fn error_document_response(app: &DataState, bucket: &Bucket, entry: &ObjectEntry) -> Result<Answer, ApiError> {
-    let blob = open_blob(app, entry, &entry.record.sha256).await?;
+    let size = entry.record.size;
+    let (file, size, fill) = match app.catalog.blob_cache() {
+        None => {
+            let blob = open_blob(app, entry, &entry.record.sha256).await?;
+            (blob.file.clone(), blob.size, None)
+        }
+        Some(_) => open_cached(app, entry, &entry.record.sha256, size, &[(0, size)]).await?,
+    };
     let body = FileBody {
-        file: blob.file.clone(),
-        file_size: blob.size,
-        segments: smallvec::smallvec![Segment::Region { offset: 0, len: blob.size }],
+        file,
+        file_size: size,
+        segments: smallvec::smallvec![Segment::Region { offset: 0, len: size }],
         kind: DownloadKind::ErrorDocument,
         object: entry.object_ref.clone(),
         encoding: "identity",
         shared_fields: None,
+        fill,
     };
     let mut h = http::HeaderMap::new();
     h.insert(header::CONTENT_TYPE, entry.content_type_value.clone());
@@ -302,8 +310,13 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
     };
 
     let sha256 = variant.map_or(entry.record.sha256.as_str(), |v| v.sha256.as_str());
-    let blob = open_blob(app, entry, sha256).await?;
-    let size = blob.size;
+    // From the data dir the blob is opened first (its fstat size bounds every region); from an object store's cache,
+    // the row's size decides the regions, and only the slices they need are fetched.
+    let local = match app.catalog.blob_cache() {
+        None => Some(open_blob(app, entry, sha256).await?),
+        Some(_) => None,
+    };
+    let size = local.as_ref().map_or_else(|| variant.map_or(entry.record.size, |v| v.size), |blob| blob.size);
     // RFC 9110 §14.2: Range is defined for GET only; HEAD answers what a plain GET would (an S3 part's HEAD: what
     // the part's GET would).
     let ranged = method == Method::GET || part;
@@ -343,14 +356,34 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
             (StatusCode::PARTIAL_CONTENT, DownloadKind::Multipart, segments)
         }
     };
+    let (file, fill) = match local {
+        Some(blob) => (blob.file.clone(), None),
+        None => {
+            // A HEAD sends no body, so fetches nothing.
+            let regions: Vec<(u64, u64)> = if method == Method::HEAD {
+                Vec::new()
+            } else {
+                segments
+                    .iter()
+                    .filter_map(|s| match s {
+                        Segment::Region { offset, len } => Some((*offset, *len)),
+                        Segment::Literal(_) => None,
+                    })
+                    .collect()
+            };
+            let (file, _, fill) = open_cached(app, entry, sha256, size, &regions).await?;
+            (file, fill)
+        }
+    };
     let body = FileBody {
-        file: blob.file.clone(),
+        file,
         file_size: size,
         segments,
         kind,
         object: entry.object_ref.clone(),
         encoding: variant.map_or("identity", |v| v.coding.token()),
         shared_fields: matches!(representation, Cow::Borrowed(_)).then(|| prepared.clone()),
+        fill,
     };
 
     // With shared fields a whole object's response has no fields of its own: the driver writes Content-Length.
@@ -380,6 +413,31 @@ async fn open_blob(
             format!("blob missing or unreadable: bucket_id={} key={} sha256={sha256}", record.bucket_id, record.key);
         ApiError::BlobUnavailable(anyhow::Error::new(e).context(object))
     })
+}
+
+/// The blob `sha256` of `entry` from the object store's cache, open for sending `regions`: its file, size, and the
+/// gate the driver sends through while slices arrive (`None` when every region was cached already).
+async fn open_cached(
+    app: &DataState,
+    entry: &ObjectEntry,
+    sha256: &str,
+    size: u64,
+    regions: &[(u64, u64)],
+) -> Result<(Arc<std::fs::File>, u64, Option<Arc<dyn crate::file_body::FillGate>>), ApiError> {
+    match app.catalog.open_cached(sha256, size, regions).await {
+        Ok(Some(blob)) => {
+            let fill = (!blob.hit).then(|| blob.gate.clone() as Arc<dyn crate::file_body::FillGate>);
+            Ok((blob.file, blob.size, fill))
+        }
+        Ok(None) => Err(ApiError::Internal(anyhow::anyhow!("no blob cache"))),
+        Err(crate::store::CacheError::Remote(e)) => Err(e.into()),
+        Err(crate::store::CacheError::Local(e)) => {
+            crate::metrics::blob_open_error();
+            let record = &entry.record;
+            let object = format!("blob cache: bucket_id={} key={} sha256={sha256}", record.bucket_id, record.key);
+            Err(ApiError::BlobUnavailable(anyhow::Error::new(e).context(object)))
+        }
+    }
 }
 
 /// Attaches the access log's principal (when the log is on) to an answer.

@@ -148,6 +148,7 @@ impl From<crate::store::multipart::MultipartError> for S3Error {
             MultipartError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
             MultipartError::QuotaExceeded { .. } => StatusCode::FORBIDDEN,
             MultipartError::Other(e) => return ApiError::Internal(e).into(),
+            MultipartError::BlobStoreUnavailable(e) => return ApiError::from(e).into(),
             _ => StatusCode::BAD_REQUEST,
         };
         S3Error::new(status, e.s3_code(), e.to_string())
@@ -244,6 +245,11 @@ pub(super) fn api_error_parts(e: &ApiError) -> (StatusCode, &'static str, Cow<'s
             StatusCode::SERVICE_UNAVAILABLE,
             "ServiceUnavailable",
             "The metadata database is unreachable; retry shortly.".into(),
+        ),
+        ApiError::BlobStoreUnavailable(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            "The object store is unreachable; retry shortly.".into(),
         ),
         ApiError::NotReady
         | ApiError::HandlerTimeout

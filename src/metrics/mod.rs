@@ -48,6 +48,10 @@ pub const UPLOAD_BYTES: &str = "blobgate_upload_bytes_total";
 pub const TLS_CONNECTIONS: &str = "blobgate_tls_connections_total";
 pub const TLS_HANDSHAKE_FAILURES: &str = "blobgate_tls_handshake_failures_total";
 pub const TLS_KEY_UPDATE_CLOSES: &str = "blobgate_tls_key_update_closes_total";
+pub const BLOB_CACHE_BYTES: &str = "blobgate_blob_cache_bytes";
+pub const BLOB_CACHE_HITS: &str = "blobgate_blob_cache_hits_total";
+pub const BLOB_CACHE_MISSES: &str = "blobgate_blob_cache_misses_total";
+pub const BLOB_STORE_FETCHED: &str = "blobgate_blob_store_bytes_fetched_total";
 
 /// `mode` of `blobgate_tls_connections_total`: who encrypts the connection's records after the handshake.
 pub const TLS_MODES: [&str; 2] = ["ktls", "userspace"];
@@ -150,6 +154,14 @@ fn describe() {
         UPLOADS,
         "Requests that carried object bytes (native PUT, S3 PutObject and UploadPart), by API and result."
     );
+    describe_gauge!(
+        BLOB_CACHE_BYTES,
+        Unit::Bytes,
+        "Bytes of object-store blobs in the local cache (and being fetched)."
+    );
+    describe_counter!(BLOB_CACHE_HITS, "Reads whose bytes were all in the blob cache (with an object store).");
+    describe_counter!(BLOB_CACHE_MISSES, "Reads that needed slices fetched from the object store.");
+    describe_counter!(BLOB_STORE_FETCHED, Unit::Bytes, "Bytes fetched from the object store into the blob cache.");
     describe_counter!(UPLOAD_BYTES, Unit::Bytes, "Object bytes stored by uploads (body bytes, after decoding).");
     describe_counter!(TLS_CONNECTIONS, "HTTPS connections past their handshake, by who encrypts their records.");
     describe_counter!(TLS_HANDSHAKE_FAILURES, "TLS handshakes that did not finish, by reason.");
@@ -186,6 +198,9 @@ pub fn register_all(
         STATS_BUFFER_DROPPED,
         UPLOAD_BYTES,
         TLS_KEY_UPDATE_CLOSES,
+        BLOB_CACHE_HITS,
+        BLOB_CACHE_MISSES,
+        BLOB_STORE_FETCHED,
     ] {
         counter!(name).increment(0);
     }
@@ -211,10 +226,28 @@ pub fn register_all(
             counter!(UPLOADS, "api" => api.label(), "result" => result).increment(0);
         }
     }
-    for name in [OPEN_CONNECTIONS, ACTIVE_DOWNLOADS, UPLOADS_IN_PROGRESS, UPLOADS_WAITING, STATS_PENDING, STATS_LAG] {
+    for name in [
+        OPEN_CONNECTIONS,
+        ACTIVE_DOWNLOADS,
+        UPLOADS_IN_PROGRESS,
+        UPLOADS_WAITING,
+        STATS_PENDING,
+        STATS_LAG,
+        BLOB_CACHE_BYTES,
+    ] {
         gauge!(name).increment(0.0);
     }
     gauge!(CACHE_SYNC_AGE).set(0.0);
+}
+
+/// Copies the blob cache's counters into their series (at each scrape: the cache counts in plain atomics).
+pub fn blob_cache_snapshot(cache: &crate::store::BlobCache) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let c = cache.counters();
+    gauge!(BLOB_CACHE_BYTES).set(c.bytes.load(Relaxed) as f64);
+    counter!(BLOB_CACHE_HITS).absolute(c.hits.load(Relaxed));
+    counter!(BLOB_CACHE_MISSES).absolute(c.misses.load(Relaxed));
+    counter!(BLOB_STORE_FETCHED).absolute(c.fetched_bytes.load(Relaxed));
 }
 
 /// One request that carried object bytes ended with `status`; `stored_bytes` is what it stored (0 unless stored).

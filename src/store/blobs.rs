@@ -44,6 +44,13 @@ pub struct StagedBlob {
     pub md5: Option<String>,
 }
 
+impl StagedBlob {
+    /// The staged file (an upload to the object store reads it from here).
+    pub fn path(&self) -> &Path {
+        &self.temp_path
+    }
+}
+
 impl Drop for StagedBlob {
     fn drop(&mut self) {
         // After `install` the temp path is gone and this is a harmless ENOENT.
@@ -405,13 +412,27 @@ impl BlobStore {
     /// Stages `len` bytes of the blob `sha256` from `offset` (UploadPartCopy), with their MD5 (the part's ETag).
     /// Like `assemble`, the bytes are copied by the kernel and read once to hash them. `Ok(None)` when the blob is
     /// gone: its object was deleted after the caller read its row.
-    pub fn stage_range(&self, sha256: &str, offset: u64, len: u64) -> anyhow::Result<Option<StagedBlob>> {
+    /// `cached`: the blob's file in the object store's cache, holding the range, instead of the data dir's.
+    pub fn stage_range(
+        &self,
+        sha256: &str,
+        cached: Option<&File>,
+        offset: u64,
+        len: u64,
+    ) -> anyhow::Result<Option<StagedBlob>> {
         use std::os::unix::fs::FileExt;
         anyhow::ensure!(is_blob_hash(sha256), "invalid blob hash {sha256:?}");
-        let input = match self.open_blob(sha256) {
-            Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e).with_context(|| format!("cannot open blob {sha256}")),
+        let opened;
+        let input = match cached {
+            Some(file) => file,
+            None => match self.open_blob(sha256) {
+                Ok(file) => {
+                    opened = file;
+                    &opened
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(e).with_context(|| format!("cannot open blob {sha256}")),
+            },
         };
         let end = offset.checked_add(len).context("range end beyond u64")?;
         let actual = input.metadata().with_context(|| format!("cannot stat blob {sha256}"))?.len();
@@ -435,7 +456,7 @@ impl BlobStore {
             }
         }
         let mut out_offset = 0;
-        copy_in_kernel(&input, offset, &mut output, &mut out_offset, len, &mut KernelCopy::CopyFileRange)?;
+        copy_in_kernel(input, offset, &mut output, &mut out_offset, len, &mut KernelCopy::CopyFileRange)?;
         output.sync_all().context("cannot sync the staged copy")?;
         staged.sha256 = hex::encode(sha.finalize());
         staged.md5 = Some(hex::encode(md5.finalize()));

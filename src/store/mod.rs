@@ -11,10 +11,12 @@
 //! (`store::staging`, `timeouts.sweep_grace`; ARCHITECTURE.md, "Shared blob directory"). S3 multipart uploads
 //! (`multipart`) follow the same ordering, and Complete commits its object through the same steps as a put.
 
+pub mod blob_cache;
 pub mod blobs;
 pub mod metadata;
 pub mod multipart;
 pub mod precompress;
+pub mod remote;
 pub mod sealing;
 pub mod secrets_key;
 pub mod server_copy;
@@ -26,6 +28,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde::Serialize;
 
+pub use blob_cache::{BlobCache, CacheError};
 pub use blobs::{BlobStore, BlobWriter, StagedBlob};
 pub use metadata::{
     Bucket, BucketChanges, CacheChange, Catchup, ChangeFeed, ChangeKind, DatabaseHealth, Flushed, Grant, GrantedBucket,
@@ -49,6 +52,9 @@ pub enum StoreError {
     /// `WriteCondition::IfMatch` on a key with no object.
     #[error("no such object")]
     NoSuchKey,
+    /// The object store that blobs live in did not take or confirm a blob: nothing was committed.
+    #[error(transparent)]
+    BlobStoreUnavailable(#[from] remote::RemoteError),
     #[error(transparent)]
     Other(#[from] anyhow::Error),
 }
@@ -151,7 +157,13 @@ pub fn loose_data_dir_mode(data_dir: &Path) -> std::io::Result<Option<u32>> {
 #[derive(Clone)]
 pub struct Store {
     pub meta: Metadata,
+    /// The data dir's blob files, staging and parts (with an object store: staging and parts only).
     pub blobs: BlobStore,
+    /// With an object store: the cache of its blobs in the data dir, which holds the store's client.
+    pub cache: Option<BlobCache>,
+    /// Blobs whose last reference a write dropped, to delete from the object store once a check under the
+    /// blob-reference lock confirms it (`reap_unreferenced`).
+    doomed: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Store {
@@ -172,7 +184,66 @@ impl Store {
         if sealed > 0 {
             tracing::info!(sealed, "sealed signing-key secrets that were stored in the clear");
         }
-        Ok(Self { meta, blobs })
+        Ok(Self::with_parts(meta, blobs))
+    }
+
+    fn with_parts(meta: Metadata, blobs: BlobStore) -> Self {
+        Self { meta, blobs, cache: None, doomed: Default::default() }
+    }
+
+    /// Keeps blobs in the object store `settings` names (`blob_store.url`), cached in the data dir; unchanged
+    /// when none is named. Makes no request to the store. Only a server (`serving`) owns the cache directory: a
+    /// CLI command beside it uploads and reads through the store without touching the server's cache files.
+    pub async fn with_blob_store(mut self, settings: &crate::config::Settings, serving: bool) -> anyhow::Result<Self> {
+        if let Some(location) = settings.object_store()? {
+            let remote = remote::RemoteBlobs::new(&location)?;
+            let (max_bytes, slice_bytes) = (settings.cache.max_bytes, settings.cache.slice_bytes);
+            let cache = BlobCache::open(&settings.data_dir, max_bytes, slice_bytes, remote, serving)
+                .await
+                .context("cannot open the blob cache")?;
+            self.cache = Some(cache);
+        }
+        Ok(self)
+    }
+
+    /// Stores staged blobs in the object store, if blobs live in one (before the write lock: an upload may be
+    /// long, and a blob in the store without a row is what the sweep removes).
+    pub async fn upload_blobs(&self, staged: &[&StagedBlob]) -> Result<(), StoreError> {
+        let Some(cache) = &self.cache else { return Ok(()) };
+        for blob in staged {
+            cache.remote().upload(blob.path().to_owned(), &blob.sha256, blob.size).await?;
+        }
+        Ok(())
+    }
+
+    /// Under the write lock: each blob is in the object store with its size (a sweep may have removed one that
+    /// was unreferenced between the upload and the lock: it goes again), then becomes a whole cache entry.
+    async fn confirm_blobs(&self, staged: &[&StagedBlob]) -> Result<(), StoreError> {
+        let Some(cache) = &self.cache else { return Ok(()) };
+        for blob in staged {
+            if cache.remote().size_of(&blob.sha256).await? != Some(blob.size) {
+                cache.remote().upload(blob.path().to_owned(), &blob.sha256, blob.size).await?;
+            }
+            cache.adopt(&blob.sha256, blob.size, blob.path().to_owned()).await;
+        }
+        Ok(())
+    }
+
+    /// Deletes from the object store the blobs writes left unreferenced, each after checking under the
+    /// blob-reference lock that no row names it (a put of the same content may have come since). Runs in the
+    /// background; what fails stays for the sweep.
+    fn reap_unreferenced(&self) {
+        let Some(cache) = self.cache.clone() else { return };
+        let doomed = std::mem::take(&mut *self.doomed.lock().unwrap_or_else(|p| p.into_inner()));
+        if doomed.is_empty() {
+            return;
+        }
+        let meta = self.meta.clone();
+        tokio::spawn(async move {
+            if let Err(e) = delete_unreferenced(&meta, &cache, &doomed).await {
+                tracing::warn!(error = %format!("{e:#}"), "could not delete unreferenced blobs from the object store; the sweep will");
+            }
+        });
     }
 
     /// Opens an existing data dir for reading only: creates no directory or file, writes nothing (see
@@ -201,7 +272,7 @@ impl Store {
         if let Some(key) = secrets_key::load_existing(data_dir, &meta).await? {
             meta = meta.with_secrets_key(key);
         }
-        Ok(Self { meta, blobs: BlobStore::at(data_dir) })
+        Ok(Self::with_parts(meta, BlobStore::at(data_dir)))
     }
 
     /// Makes a staged blob visible as `bucket/key`. Only after the blob is fsynced and renamed and the row is
@@ -241,11 +312,17 @@ impl Store {
         variants: Vec<StagedVariant>,
         condition: &WriteCondition,
     ) -> Result<PutReport, StoreError> {
+        if self.cache.is_some() {
+            let mut all = vec![&staged];
+            all.extend(variants.iter().map(|v| &v.blob));
+            self.upload_blobs(&all).await?;
+        }
         let mut tx = self.meta.lock_blob_refs().await?;
         let bucket_row = require_bucket(tx.bucket(bucket).await?, bucket)?;
         check_write_condition(&mut tx, &bucket_row, key, condition).await?;
         let (report, retired) = self.write_object(&mut tx, &bucket_row, key, staged, attrs, variants).await?;
         finish_commit(tx, retired).await?;
+        self.reap_unreferenced();
         Ok(report)
     }
 
@@ -263,15 +340,37 @@ impl Store {
         variants: Vec<StagedVariant>,
     ) -> Result<(PutReport, Vec<blobs::RetiredBlob>), StoreError> {
         let now = unix_now();
-        // Under the write lock: no concurrent delete can retire these hashes between the rename and the commit.
-        let blobs = self.blobs.clone();
-        let (staged, variants, installed) = tokio::task::spawn_blocking(move || {
-            let r = blobs.install(&staged).and_then(|()| variants.iter().try_for_each(|v| blobs.install(&v.blob)));
-            (staged, variants, r)
-        })
-        .await
-        .context("blob install task failed")?;
-        installed?;
+        if self.cache.is_some() {
+            let mut all = vec![&staged];
+            all.extend(variants.iter().map(|v| &v.blob));
+            self.confirm_blobs(&all).await?;
+        } else {
+            // Under the write lock: no concurrent delete can retire these hashes between the rename and the commit.
+            let blobs = self.blobs.clone();
+            let (s, v, installed) = tokio::task::spawn_blocking(move || {
+                let r = blobs.install(&staged).and_then(|()| variants.iter().try_for_each(|v| blobs.install(&v.blob)));
+                (staged, variants, r)
+            })
+            .await
+            .context("blob install task failed")?;
+            installed?;
+            return self.write_rows(tx, bucket_row, key, s, attrs, v, now).await;
+        }
+        self.write_rows(tx, bucket_row, key, staged, attrs, variants, now).await
+    }
+
+    /// `write_object`'s rows, once its blobs are in place.
+    #[allow(clippy::too_many_arguments)]
+    async fn write_rows(
+        &self,
+        tx: &mut WriteTx,
+        bucket_row: &Bucket,
+        key: &ObjectKey,
+        staged: StagedBlob,
+        attrs: ObjectAttrs,
+        variants: Vec<StagedVariant>,
+        now: i64,
+    ) -> Result<(PutReport, Vec<blobs::RetiredBlob>), StoreError> {
         let upsert = tx.upsert_object(bucket_row.id, key, &staged.sha256, staged.size, &attrs, now).await?;
         let records: Vec<VariantRecord> = variants
             .iter()
@@ -326,6 +425,7 @@ impl Store {
         };
         let retired = self.retire_all_unreferenced(&mut tx, hashes).await?;
         finish_commit(tx, retired).await?;
+        self.reap_unreferenced();
         Ok(true)
     }
 
@@ -367,6 +467,7 @@ impl Store {
             objects += deleted;
             let retired = self.retire_all_unreferenced(&mut tx, hashes).await?;
             finish_commit(tx, retired).await?;
+            self.reap_unreferenced();
         }
     }
 
@@ -421,6 +522,27 @@ impl Store {
         Ok(SweepReport { temp_files, unreferenced_blobs, restored_blobs, part_files })
     }
 
+    /// Deletes the object store's blobs that no row references and that were written more than `grace` ago (a
+    /// younger one may be a replica's upload whose row is on its way; a put confirms its blob under the lock and
+    /// uploads it again if a sweep took it meanwhile).
+    /// Returns how many it deleted. A server runs it in the background after start-up (a listing of a large store
+    /// takes a while, and a store that is down must not keep the server from serving what it has cached).
+    pub async fn sweep_object_store(&self, grace: Duration) -> anyhow::Result<usize> {
+        let Some(cache) = &self.cache else { return Ok(0) };
+        let now = std::time::SystemTime::now();
+        let mut candidates = Vec::new();
+        for (sha, written) in cache.remote().list().await? {
+            let idle = now.duration_since(written).ok();
+            if staging::may_sweep_unreferenced_blob(idle, grace) && !self.meta.blob_is_referenced(&sha).await? {
+                candidates.push(sha);
+            }
+        }
+        if candidates.is_empty() {
+            return Ok(0);
+        }
+        delete_unreferenced(&self.meta, cache, &candidates).await
+    }
+
     /// Retires each of `hashes` (deduplicated) that nothing references any more. On an error the ones already
     /// retired go back before it is returned: the rows come back with the rollback, so must their blobs.
     async fn retire_all_unreferenced(
@@ -451,8 +573,29 @@ impl Store {
         if tx.blob_is_referenced(sha256).await? {
             return Ok(None);
         }
+        if self.cache.is_some() {
+            // Deleted from the object store after the commit, by `reap_unreferenced`, which checks again.
+            self.doomed.lock().unwrap_or_else(|p| p.into_inner()).push(sha256.to_owned());
+            return Ok(None);
+        }
         self.blobs.retire(sha256)
     }
+}
+
+/// Deletes each of `hashes` from the object store (and the cache) that no row references, under the
+/// blob-reference lock, so that no put can confirm the blob in the store and commit between the check and the delete.
+async fn delete_unreferenced(meta: &Metadata, cache: &BlobCache, hashes: &[String]) -> anyhow::Result<usize> {
+    let mut tx = meta.lock_blob_refs().await?;
+    let mut deleted = 0;
+    for sha in hashes {
+        if !tx.blob_is_referenced(sha).await? {
+            cache.remote().delete(sha).await?;
+            cache.forget(sha);
+            deleted += 1;
+        }
+    }
+    tx.commit().await?;
+    Ok(deleted)
 }
 
 /// Commits, then deletes the retired blobs; if the commit fails they go back so no row loses its bytes.

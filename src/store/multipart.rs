@@ -78,6 +78,9 @@ pub enum MultipartError {
     PreconditionFailed,
     #[error("The specified key does not exist.")]
     NoSuchKey,
+    /// The object store did not take the assembled blob (or a part copy's source could not be read from it).
+    #[error(transparent)]
+    BlobStoreUnavailable(super::remote::RemoteError),
     #[error(transparent)]
     Other(#[from] anyhow::Error),
 }
@@ -98,6 +101,7 @@ impl MultipartError {
             MultipartError::QuotaExceeded { .. } => "QuotaExceeded",
             MultipartError::PreconditionFailed => "PreconditionFailed",
             MultipartError::NoSuchKey => "NoSuchKey",
+            MultipartError::BlobStoreUnavailable(_) => "ServiceUnavailable",
             MultipartError::Other(_) => "InternalError",
         }
     }
@@ -168,6 +172,7 @@ impl From<StoreError> for MultipartError {
             StoreError::NoSuchBucket(b) => MultipartError::NoSuchBucket(b),
             StoreError::PreconditionFailed => MultipartError::PreconditionFailed,
             StoreError::NoSuchKey => MultipartError::NoSuchKey,
+            StoreError::BlobStoreUnavailable(e) => MultipartError::BlobStoreUnavailable(e),
             StoreError::Other(e) => MultipartError::Other(e),
         }
     }
@@ -522,6 +527,9 @@ impl Store {
             .await
             .context("assemble task failed")?
             .context("cannot assemble the parts");
+        if let Ok(staged) = &assembled {
+            self.upload_blobs(&[staged]).await?;
+        }
 
         let mut tx = self.meta.lock_blob_refs().await?;
         let bucket_row = require_bucket(tx.bucket(bucket).await?, bucket)?;
@@ -551,6 +559,7 @@ impl Store {
             return Err(e.into());
         }
         finish_commit(tx, retired).await?;
+        self.reap_unreferenced();
         self.remove_part_files(part_files).await;
         Ok(put)
     }

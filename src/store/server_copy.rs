@@ -117,6 +117,7 @@ impl Store {
         };
         let retired = self.retire_all_unreferenced(&mut tx, dropped).await?;
         finish_commit(tx, retired).await?;
+        self.reap_unreferenced();
         Ok(CopyOutcome::Copied(CopyReport { s3_etag, last_modified }))
     }
 
@@ -142,11 +143,27 @@ impl Store {
         self.check_part_room(target.bucket, target.key, upload_id, part_number, Some(len), limits).await?;
         let blobs = self.blobs.clone();
         let sha256 = source.sha256.clone();
-        let staged: Option<StagedBlob> = tokio::task::spawn_blocking(move || blobs.stage_range(&sha256, offset, len))
-            .await
-            .context("part copy task failed")??;
+        // From an object store, the range is read into the cache first and copied from the cache file.
+        let cached = match &self.cache {
+            Some(cache) => Some(cache.fill_range(&sha256, source.size, offset, len).await.map_err(cache_error)?),
+            None => None,
+        };
+        let staged: Option<StagedBlob> =
+            tokio::task::spawn_blocking(move || blobs.stage_range(&sha256, cached.as_deref(), offset, len))
+                .await
+                .context("part copy task failed")??;
         let Some(staged) = staged else { return Ok(None) };
         Ok(Some(self.put_part(target.bucket, target.key, upload_id, part_number, staged, limits).await?))
+    }
+}
+
+/// A cache that could not read a part copy's source from the object store.
+fn cache_error(e: super::CacheError) -> MultipartError {
+    match e {
+        super::CacheError::Remote(e) => MultipartError::BlobStoreUnavailable(e),
+        super::CacheError::Local(e) => {
+            MultipartError::Other(anyhow::Error::new(e).context("cannot cache the copy's source"))
+        }
     }
 }
 

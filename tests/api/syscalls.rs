@@ -14,11 +14,11 @@ const COPY_CALLS: &[&str] = &[
 ];
 
 #[derive(Debug, Default)]
-struct Trace {
-    sendfile_calls: u64,
-    sendfile_bytes: u64,
-    copy_calls: u64,
-    copied_bytes: u64,
+pub struct Trace {
+    pub sendfile_calls: u64,
+    pub sendfile_bytes: u64,
+    pub copy_calls: u64,
+    pub copied_bytes: u64,
 }
 
 /// The syscall an strace line records, from the text after its thread id (and clock): `name(...` or, for the
@@ -35,6 +35,11 @@ fn syscall_name(rest: &str) -> &str {
 /// sockets and on blob files: `-yy` names each descriptor (`5<TCP:[127.0.0.1:8080->…]>`, `7</…/blobs/ab/…>`), so
 /// SQLite's page reads and writes, eventfds and config files, which carry no object byte, are left out.
 fn parse_trace(path: &Path) -> Trace {
+    parse_trace_with(path, |fd| ["<TCP", "<UNIX", "/blobs/"].iter().any(|kind| fd.contains(kind)))
+}
+
+/// `parse_trace`, counting as copies the calls on descriptors `carries_objects` picks by their `-yy` name.
+pub fn parse_trace_with(path: &Path, carries_objects: impl Fn(&str) -> bool) -> Trace {
     let text = std::fs::read_to_string(path).expect("strace output");
     let mut t = Trace::default();
     // The descriptor of each thread's call in progress: an interrupted call's result comes on a later line.
@@ -51,11 +56,10 @@ fn parse_trace(path: &Path) -> Trace {
             continue;
         }
         let moved = strace_result(line).parse::<i64>().unwrap_or(0).max(0) as u64;
-        let carries_objects = ["<TCP", "<UNIX", "/blobs/"].iter().any(|kind| fd.contains(kind));
         if name == "sendfile" || name == "sendfile64" {
             t.sendfile_calls += 1;
             t.sendfile_bytes += moved;
-        } else if COPY_CALLS.contains(&name) && carries_objects {
+        } else if COPY_CALLS.contains(&name) && carries_objects(&fd) {
             t.copy_calls += 1;
             t.copied_bytes += moved;
         }
@@ -278,7 +282,7 @@ fn assert_sigv4_download(
 
 /// sendfile carried every object byte, and read/write-like calls moved at most 0.1% of them (request and response
 /// heads, multipart boundaries, start-up).
-fn assert_by_sendfile_only(name: &str, trace: &Trace, object_bytes: u64) {
+pub fn assert_by_sendfile_only(name: &str, trace: &Trace, object_bytes: u64) {
     eprintln!("{name}: {trace:?}");
     assert_eq!(trace.sendfile_bytes, object_bytes, "{name}: sendfile moved {trace:?}");
     let ratio = trace.copied_bytes as f64 / object_bytes as f64;

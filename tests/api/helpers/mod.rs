@@ -3,6 +3,7 @@
 
 pub mod pki;
 pub mod s3;
+pub mod upstream;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -1,0 +1,704 @@
+//! The data dir's cache of an object store's blobs: `cache/ab/cd/<sha256>.<id>`, one sparse file per blob, filled
+//! slice by slice (`cache.slice_bytes`, aligned from offset 0) and sent from by sendfile like any blob file.
+//!
+//! **What is cached.** A blob's entry knows which of its slices the file holds. A read asks for the slices that
+//! cover its regions and no others, so a cold 1 MiB range of a large blob fetches one or two slices. Each slice is
+//! fetched by one task on the object store's runtime, whoever else wants it meanwhile (single-flight across the
+//! data workers); waiters are woken by a watch channel, and the event loop never waits on the store.
+//!
+//! **Sending while filling.** A response's body carries a [`FillGate`]: the driver sends only what has arrived,
+//! and waits for the rest, which the gate fetches a few slices ahead of the reader.
+//!
+//! **Eviction.** Beyond `cache.max_bytes`, least recently used entries go whole. An entry a response is sending
+//! from (its file shared beyond the cache) or that is being filled is never evicted, so the cache exceeds its bound
+//! by at most the slices in flight. Files get a new random id per entry, so an evicted entry's file, unlinked later
+//! on the blocking pool, is never a newer entry's.
+//!
+//! **Restarts.** A blob whose every slice arrived is fsynced and renamed `<sha256>.<id>.c`; at start-up those are
+//! adopted (oldest first, within the bound) and anything else in `cache/` is removed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use tokio::sync::watch;
+
+use super::remote::{RemoteBlobs, RemoteError};
+use crate::file_body::FillGate;
+
+/// Slices fetched ahead of a reader that is sending from a filling file.
+const READAHEAD_SLICES: u64 = 2;
+/// Suffix of a cache file that holds its whole blob.
+const COMPLETE_SUFFIX: &str = ".c";
+
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// The blob is not cached (enough) and the store cannot give it now: `503` with `Retry-After`.
+    #[error(transparent)]
+    Remote(#[from] RemoteError),
+    #[error("cache: {0}")]
+    Local(#[from] io::Error),
+}
+
+/// The outcome of one slice fetch, shared by everyone who waited for it.
+type FillResult = Option<Result<(), Arc<str>>>;
+
+/// What `/metrics` shows of the cache.
+#[derive(Debug, Default)]
+pub struct CacheCounters {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub fetched_bytes: AtomicU64,
+    pub bytes: AtomicU64,
+}
+
+#[derive(Debug, Clone)]
+pub struct BlobCache(Arc<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    dir: PathBuf,
+    max_bytes: u64,
+    slice_bytes: u64,
+    /// Entries whose file stays open; older ones are closed (and reopened by path when read again).
+    max_open_files: usize,
+    /// The server's cache (`cache/`), kept across restarts; else a CLI command's, removed when it ends.
+    owner: bool,
+    remote: RemoteBlobs,
+    runtime: tokio::runtime::Handle,
+    state: Mutex<State>,
+    counters: CacheCounters,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    entries: HashMap<String, Entry>,
+    /// Recency: the tick of each entry's last use → its hash.
+    lru: BTreeMap<u64, String>,
+    tick: u64,
+    /// Bytes of slices present, plus those being fetched.
+    bytes: u64,
+    open_files: usize,
+}
+
+#[derive(Debug)]
+struct Entry {
+    size: u64,
+    /// This entry's file: `<sha>.<id>` while it fills, `<sha>.<id>.c` once whole.
+    path: PathBuf,
+    id: u64,
+    file: Option<Arc<File>>,
+    present: Vec<u64>,
+    missing_slices: u64,
+    filling: HashMap<u64, watch::Receiver<FillResult>>,
+    /// Bytes of the slices present.
+    bytes: u64,
+    tick: u64,
+}
+
+impl Entry {
+    fn has(&self, slice: u64) -> bool {
+        self.present[(slice / 64) as usize] & (1 << (slice % 64)) != 0
+    }
+
+    fn set(&mut self, slice: u64) {
+        self.present[(slice / 64) as usize] |= 1 << (slice % 64);
+    }
+
+    /// A response or a fill holds the file: evicting the entry would take bytes from under it.
+    fn in_use(&self) -> bool {
+        !self.filling.is_empty() || self.file.as_ref().is_some_and(|f| Arc::strong_count(f) > 1)
+    }
+}
+
+/// A cached blob's file, opened for a response, with what it needs to send while slices arrive.
+#[derive(Debug)]
+pub struct CachedBlob {
+    pub file: Arc<File>,
+    pub size: u64,
+    /// What the driver asks before each send; only needed when `hit` is false.
+    pub gate: Arc<CacheGate>,
+    /// Whether the regions asked for were all cached when the request came.
+    pub hit: bool,
+}
+
+impl BlobCache {
+    /// The cache in `<data_dir>/cache`. A server's (`owner`) adopts the whole blobs a previous run left and removes
+    /// the rest; anyone else's (a CLI command beside a server) starts empty, in a directory of its own, and keeps
+    /// nothing: it must not touch the server's files.
+    pub async fn open(
+        data_dir: &Path,
+        max_bytes: u64,
+        slice_bytes: u64,
+        remote: RemoteBlobs,
+        owner: bool,
+    ) -> anyhow::Result<Self> {
+        let dir = if owner {
+            data_dir.join("cache")
+        } else {
+            data_dir.join("tmp").join(format!("cache-{}-{:016x}", std::process::id(), random_id()))
+        };
+        let scan_dir = dir.clone();
+        let adopted = if owner {
+            tokio::task::spawn_blocking(move || adopt_complete_files(&scan_dir)).await??
+        } else {
+            Vec::new()
+        };
+        let inner = Inner {
+            dir,
+            max_bytes,
+            slice_bytes,
+            max_open_files: 4096,
+            owner,
+            remote,
+            runtime: tokio::runtime::Handle::current(),
+            state: Mutex::new(State::default()),
+            counters: CacheCounters::default(),
+        };
+        let cache = Self(Arc::new(inner));
+        if !owner {
+            return Ok(cache);
+        }
+        let evicted = {
+            let mut state = cache.0.lock();
+            for (sha, path, size) in adopted {
+                let id = id_of(&path);
+                let slices = size.div_ceil(slice_bytes);
+                let mut entry = Entry {
+                    size,
+                    path,
+                    id,
+                    file: None,
+                    present: vec![0; slices.div_ceil(64) as usize],
+                    missing_slices: 0,
+                    filling: HashMap::new(),
+                    bytes: size,
+                    tick: 0,
+                };
+                (0..slices).for_each(|s| entry.set(s));
+                state.bytes += size;
+                state.insert(sha, entry);
+            }
+            cache.0.evict(&mut state)
+        };
+        cache.0.unlink_later(evicted);
+        cache.0.publish_bytes();
+        Ok(cache)
+    }
+
+    pub fn remote(&self) -> &RemoteBlobs {
+        &self.0.remote
+    }
+
+    pub fn counters(&self) -> &CacheCounters {
+        &self.0.counters
+    }
+
+    pub fn slice_bytes(&self) -> u64 {
+        self.0.slice_bytes
+    }
+
+    /// Opens the cached blob `sha256` of `size` bytes for a response that will send `regions` (offset, length),
+    /// after fetching the slice of the first region's first byte (so a store that is down is a `503`, not a
+    /// truncated `200`); the rest arrives while the body is sent, through the returned gate.
+    pub async fn open_for(&self, sha256: &str, size: u64, regions: &[(u64, u64)]) -> Result<CachedBlob, CacheError> {
+        let (file, id) = self.0.entry_file(sha256, size).await?;
+        let gate = Arc::new(CacheGate { cache: self.0.clone(), sha256: sha256.to_owned(), id, file: file.clone() });
+        let hit = {
+            let state = self.0.lock();
+            let entry = state.entries.get(sha256).filter(|e| e.id == id);
+            entry.is_some_and(|e| {
+                regions.iter().filter(|(_, len)| *len > 0).all(|&(offset, len)| {
+                    let (first, last) = (offset / self.0.slice_bytes, (offset + len - 1) / self.0.slice_bytes);
+                    (first..=last).all(|s| e.has(s))
+                })
+            })
+        };
+        let counter = if hit { &self.0.counters.hits } else { &self.0.counters.misses };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if let Some(&(offset, _)) = regions.iter().find(|(_, len)| *len > 0) {
+            gate.wait_slice(offset / self.0.slice_bytes).await.map_err(|e| RemoteError::Unavailable(e.to_string()))?;
+        }
+        Ok(CachedBlob { file, size, gate, hit })
+    }
+
+    /// Reads `len` bytes from `offset` into the cache and returns the file holding them (a server-side copy's
+    /// source).
+    pub async fn fill_range(&self, sha256: &str, size: u64, offset: u64, len: u64) -> Result<Arc<File>, CacheError> {
+        let blob = self.open_for(sha256, size, &[(offset, len)]).await?;
+        if len > 0 {
+            let (first, last) = (offset / self.0.slice_bytes, (offset + len - 1) / self.0.slice_bytes);
+            for slice in first..=last {
+                blob.gate.wait_slice(slice).await.map_err(|e| RemoteError::Unavailable(e.to_string()))?;
+            }
+        }
+        Ok(blob.file)
+    }
+
+    /// Makes a blob just uploaded from `source` (a staged file in the data dir) a whole cache entry, so the first
+    /// read of a fresh upload fetches nothing. The file is hard-linked, so the caller's staged copy is untouched.
+    pub async fn adopt(&self, sha256: &str, size: u64, source: PathBuf) {
+        if !self.0.owner || self.0.lock().entries.contains_key(sha256) || size > self.0.max_bytes / 2 {
+            return;
+        }
+        let id = random_id();
+        let target = self.0.path_for(sha256, id, true);
+        let linked = tokio::task::spawn_blocking({
+            let target = target.clone();
+            move || -> io::Result<()> {
+                fs::create_dir_all(target.parent().expect("cache paths have a parent"))?;
+                fs::hard_link(&source, &target)
+            }
+        })
+        .await;
+        if !matches!(linked, Ok(Ok(()))) {
+            return;
+        }
+        let evicted = {
+            let mut state = self.0.lock();
+            if state.entries.contains_key(sha256) {
+                drop(state);
+                self.0.unlink_later(vec![target]);
+                return;
+            }
+            let slices = size.div_ceil(self.0.slice_bytes);
+            let mut entry = Entry {
+                size,
+                path: target,
+                id,
+                file: None,
+                present: vec![0; slices.div_ceil(64) as usize],
+                missing_slices: 0,
+                filling: HashMap::new(),
+                bytes: size,
+                tick: 0,
+            };
+            (0..slices).for_each(|s| entry.set(s));
+            state.bytes += size;
+            state.insert(sha256.to_owned(), entry);
+            self.0.evict(&mut state)
+        };
+        self.0.unlink_later(evicted);
+        self.0.publish_bytes();
+    }
+
+    /// Drops a blob from the cache (its last reference is gone); a response sending from it keeps its file.
+    pub fn forget(&self, sha256: &str) {
+        let path = {
+            let mut state = self.0.lock();
+            match state.entries.get(sha256) {
+                Some(e) if !e.in_use() => state.remove(sha256).map(|e| e.path),
+                _ => None,
+            }
+        };
+        self.0.unlink_later(path.into_iter().collect());
+        self.0.publish_bytes();
+    }
+
+    /// Whether the whole blob is in the cache (tests, and what `/metrics` cannot say per blob).
+    pub fn holds_whole(&self, sha256: &str) -> bool {
+        self.0.lock().entries.get(sha256).is_some_and(|e| e.missing_slices == 0)
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if !self.owner {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn path_for(&self, sha256: &str, id: u64, complete: bool) -> PathBuf {
+        let suffix = if complete { COMPLETE_SUFFIX } else { "" };
+        self.dir.join(&sha256[0..2]).join(&sha256[2..4]).join(format!("{sha256}.{id:016x}{suffix}"))
+    }
+
+    fn publish_bytes(&self) {
+        let bytes = self.lock().bytes;
+        self.counters.bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The open file of `sha256`'s entry, making the entry (a sparse file of `size` bytes) or reopening its file
+    /// off the event loop when needed.
+    async fn entry_file(&self, sha256: &str, size: u64) -> Result<(Arc<File>, u64), CacheError> {
+        for _ in 0..4 {
+            let found = {
+                let mut state = self.lock();
+                let tick = state.next_tick();
+                match state.entries.get_mut(sha256) {
+                    Some(entry) if entry.size == size => {
+                        let (old, id) = (entry.tick, entry.id);
+                        entry.tick = tick;
+                        let file = entry.file.clone();
+                        let path = entry.path.clone();
+                        state.lru.remove(&old);
+                        state.lru.insert(tick, sha256.to_owned());
+                        Some((file, path, id))
+                    }
+                    Some(_) => {
+                        return Err(CacheError::Local(io::Error::other(format!(
+                            "blob {sha256} is cached with another size than its row's {size}"
+                        ))));
+                    }
+                    None => None,
+                }
+            };
+            match found {
+                Some((Some(file), _, id)) => return Ok((file, id)),
+                Some((None, path, id)) => {
+                    let opened =
+                        tokio::task::spawn_blocking(move || OpenOptions::new().read(true).write(true).open(path))
+                            .await
+                            .map_err(io::Error::other)?;
+                    let Ok(opened) = opened else { continue }; // renamed once whole meanwhile: look again
+                    let mut state = self.lock();
+                    let Some(entry) = state.entries.get_mut(sha256).filter(|e| e.id == id) else { continue };
+                    let file = match &entry.file {
+                        Some(file) => file.clone(),
+                        None => {
+                            let file = Arc::new(opened);
+                            entry.file = Some(file.clone());
+                            state.open_files += 1;
+                            self.close_old_files(&mut state);
+                            file
+                        }
+                    };
+                    return Ok((file, id));
+                }
+                None => {
+                    let id = random_id();
+                    let path = self.path_for(sha256, id, size == 0);
+                    let created = tokio::task::spawn_blocking({
+                        let path = path.clone();
+                        move || -> io::Result<File> {
+                            fs::create_dir_all(path.parent().expect("cache paths have a parent"))?;
+                            let file = OpenOptions::new()
+                                .read(true)
+                                .write(true)
+                                .create_new(true)
+                                .mode(super::PRIVATE_FILE_MODE)
+                                .open(&path)?;
+                            file.set_len(size)?;
+                            Ok(file)
+                        }
+                    })
+                    .await
+                    .map_err(io::Error::other)??;
+                    let file = Arc::new(created);
+                    let mut state = self.lock();
+                    if state.entries.contains_key(sha256) {
+                        // Another request made it meanwhile: use that one.
+                        drop(state);
+                        self.unlink_later(vec![path]);
+                        continue;
+                    }
+                    let slices = size.div_ceil(self.slice_bytes);
+                    state.open_files += 1;
+                    state.insert(
+                        sha256.to_owned(),
+                        Entry {
+                            size,
+                            path,
+                            id,
+                            file: Some(file.clone()),
+                            present: vec![0; slices.div_ceil(64) as usize],
+                            missing_slices: slices,
+                            filling: HashMap::new(),
+                            bytes: 0,
+                            tick: 0,
+                        },
+                    );
+                    self.close_old_files(&mut state);
+                    return Ok((file, id));
+                }
+            }
+        }
+        Err(CacheError::Local(io::Error::other(format!("blob {sha256}: its cache entry kept changing"))))
+    }
+
+    /// Closes the files of the least recently used entries beyond `max_open_files` that nothing is using.
+    fn close_old_files(&self, state: &mut State) {
+        if state.open_files <= self.max_open_files {
+            return;
+        }
+        let mut excess = state.open_files - self.max_open_files;
+        let State { entries, lru, open_files, .. } = state;
+        for sha in lru.values() {
+            if excess == 0 {
+                break;
+            }
+            if let Some(entry) = entries.get_mut(sha)
+                && entry.file.is_some()
+                && !entry.in_use()
+            {
+                entry.file = None;
+                *open_files -= 1;
+                excess -= 1;
+            }
+        }
+    }
+
+    /// Removes least recently used entries nothing is using until the cache is within its bound; returns their
+    /// files, to unlink off the event loop.
+    fn evict(&self, state: &mut State) -> Vec<PathBuf> {
+        let mut victims: Vec<String> = Vec::new();
+        if state.bytes <= self.max_bytes {
+            return Vec::new();
+        }
+        let mut over = state.bytes - self.max_bytes;
+        for sha in state.lru.values() {
+            if over == 0 {
+                break;
+            }
+            if let Some(entry) = state.entries.get(sha)
+                && !entry.in_use()
+            {
+                over = over.saturating_sub(entry.bytes);
+                victims.push(sha.clone());
+            }
+        }
+        victims.into_iter().filter_map(|sha| state.remove(&sha)).map(|e| e.path).collect()
+    }
+
+    fn unlink_later(&self, paths: Vec<PathBuf>) {
+        if paths.is_empty() {
+            return;
+        }
+        self.runtime.spawn_blocking(move || {
+            for path in paths {
+                // The entry may have become whole (renamed) after its path was read.
+                let whole = path.with_extension(format!(
+                    "{}{COMPLETE_SUFFIX}",
+                    path.extension().and_then(|e| e.to_str()).unwrap_or_default()
+                ));
+                for p in [&path, &whole] {
+                    match fs::remove_file(p) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                        Err(e) => {
+                            tracing::warn!(path = %p.display(), error = %e, "could not remove an evicted cache file")
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    /// The receiver of `slice`'s fill for the entry `(sha256, id)`: the one in flight, or a new one started here.
+    /// `Ok(None)` when the slice is already there.
+    fn fill_receiver(
+        self: &Arc<Self>,
+        sha256: &str,
+        id: u64,
+        file: &Arc<File>,
+        slice: u64,
+    ) -> Result<Option<watch::Receiver<FillResult>>, io::Error> {
+        let (rx, evicted) = {
+            let mut state = self.lock();
+            let Some(entry) = state.entries.get_mut(sha256).filter(|e| e.id == id) else {
+                return Err(io::Error::other(format!("blob {sha256}: its cache entry was dropped")));
+            };
+            if entry.has(slice) {
+                return Ok(None);
+            }
+            if let Some(rx) = entry.filling.get(&slice) {
+                return Ok(Some(rx.clone()));
+            }
+            let file = file.clone();
+            let start = slice * self.slice_bytes;
+            let end = (start + self.slice_bytes).min(entry.size);
+            let (tx, rx) = watch::channel(None);
+            entry.filling.insert(slice, rx.clone());
+            state.bytes += end - start;
+            let evicted = self.evict(&mut state);
+            let cache = self.clone();
+            let sha = sha256.to_owned();
+            self.runtime.spawn(async move {
+                let fetched = cache.remote.fetch_into(&sha, start..end, file).await;
+                cache.slice_arrived(&sha, id, slice, end - start, &fetched);
+                let _ = tx.send(Some(fetched.map(|_| ()).map_err(|e| Arc::from(e.to_string()))));
+            });
+            (rx, evicted)
+        };
+        self.unlink_later(evicted);
+        Ok(Some(rx))
+    }
+
+    /// Books a fill's outcome: the slice is present, or its reserved bytes are released. A blob whose last slice
+    /// arrived is synced and renamed whole.
+    fn slice_arrived(
+        self: &Arc<Self>,
+        sha256: &str,
+        id: u64,
+        slice: u64,
+        len: u64,
+        fetched: &Result<u64, RemoteError>,
+    ) {
+        if fetched.is_ok() {
+            self.counters.fetched_bytes.fetch_add(len, Ordering::Relaxed);
+        }
+        let whole = {
+            let mut state = self.lock();
+            let Some(entry) = state.entries.get_mut(sha256).filter(|e| e.id == id) else {
+                state.bytes -= len;
+                return;
+            };
+            entry.filling.remove(&slice);
+            if fetched.is_ok() {
+                entry.set(slice);
+                entry.bytes += len;
+                entry.missing_slices -= 1;
+                (entry.missing_slices == 0).then(|| (entry.path.clone(), entry.file.clone()))
+            } else {
+                state.bytes -= len;
+                None
+            }
+        };
+        self.publish_bytes();
+        if let Some((path, Some(file))) = whole {
+            let cache = self.clone();
+            let sha = sha256.to_owned();
+            self.runtime.spawn_blocking(move || {
+                let target = path.with_extension(format!(
+                    "{}{COMPLETE_SUFFIX}",
+                    path.extension().and_then(|e| e.to_str()).unwrap_or_default()
+                ));
+                if file.sync_all().is_ok() && fs::rename(&path, &target).is_ok() {
+                    let mut state = cache.lock();
+                    if let Some(entry) = state.entries.get_mut(&sha).filter(|e| e.id == id) {
+                        entry.path = target;
+                    }
+                }
+            });
+        }
+    }
+}
+
+impl State {
+    fn next_tick(&mut self) -> u64 {
+        self.tick += 1;
+        self.tick
+    }
+
+    fn insert(&mut self, sha256: String, mut entry: Entry) {
+        entry.tick = self.next_tick();
+        self.lru.insert(entry.tick, sha256.clone());
+        self.entries.insert(sha256, entry);
+    }
+
+    fn remove(&mut self, sha256: &str) -> Option<Entry> {
+        let entry = self.entries.remove(sha256)?;
+        self.lru.remove(&entry.tick);
+        self.bytes -= entry.bytes;
+        if entry.file.is_some() {
+            self.open_files -= 1;
+        }
+        Some(entry)
+    }
+}
+
+/// A response's view of its cache entry: what has arrived, and waiting for (and fetching) the rest. It holds the
+/// entry's file, so the entry is not evicted while the response lives.
+#[derive(Debug)]
+pub struct CacheGate {
+    cache: Arc<Inner>,
+    sha256: String,
+    id: u64,
+    file: Arc<File>,
+}
+
+impl CacheGate {
+    async fn wait_slice(&self, slice: u64) -> io::Result<()> {
+        let Some(mut rx) = self.cache.fill_receiver(&self.sha256, self.id, &self.file, slice)? else {
+            return Ok(());
+        };
+        let outcome = rx.wait_for(Option::is_some).await.map_err(io::Error::other)?.clone();
+        match outcome {
+            Some(Err(e)) => Err(io::Error::other(e.to_string())),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl FillGate for CacheGate {
+    fn ready(&self, offset: u64, len: u64) -> u64 {
+        let slice_bytes = self.cache.slice_bytes;
+        let (ready, ahead) = {
+            let state = self.cache.lock();
+            let Some(entry) = state.entries.get(&self.sha256).filter(|e| e.id == self.id) else { return 0 };
+            let mut ready = 0;
+            let mut slice = offset / slice_bytes;
+            while ready < len && slice * slice_bytes < entry.size && entry.has(slice) {
+                ready = ((slice + 1) * slice_bytes).min(entry.size) - offset;
+                slice += 1;
+            }
+            // Within the region: a range never fetches beyond the slices that cover it.
+            let last = (offset + len).min(entry.size).saturating_sub(1) / slice_bytes;
+            let ahead: Vec<u64> = (slice..=(slice + READAHEAD_SLICES).min(last))
+                .filter(|s| !entry.has(*s) && !entry.filling.contains_key(s))
+                .collect();
+            (ready.min(len), ahead)
+        };
+        for s in ahead {
+            let _ = self.cache.fill_receiver(&self.sha256, self.id, &self.file, s);
+        }
+        ready
+    }
+
+    fn wait(&self, offset: u64) -> std::pin::Pin<Box<dyn Future<Output = io::Result<()>> + Send>> {
+        let gate =
+            CacheGate { cache: self.cache.clone(), sha256: self.sha256.clone(), id: self.id, file: self.file.clone() };
+        let slice = offset / self.cache.slice_bytes;
+        Box::pin(async move { gate.wait_slice(slice).await })
+    }
+}
+
+fn random_id() -> u64 {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).expect("the OS random source is available");
+    u64::from_le_bytes(bytes)
+}
+
+/// The id in a cache file's name `<sha>.<id>[.c]`.
+fn id_of(path: &Path) -> u64 {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    name.split('.').nth(1).and_then(|id| u64::from_str_radix(id, 16).ok()).unwrap_or_else(random_id)
+}
+
+/// Start-up: the whole blobs a previous run left (hash, path, size), oldest first; everything else in `dir`
+/// (files that were filling, a duplicate of a blob) is removed.
+fn adopt_complete_files(dir: &Path) -> anyhow::Result<Vec<(String, PathBuf, u64)>> {
+    let mut found: Vec<(SystemTime, String, PathBuf, u64)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    if !dir.exists() {
+        return Ok(Vec::new());
+    }
+    for entry in walkdir::WalkDir::new(dir).min_depth(3).max_depth(3) {
+        let entry = entry?;
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let sha = name.split('.').next().unwrap_or_default().to_owned();
+        let whole = name.ends_with(COMPLETE_SUFFIX) && super::blobs::is_blob_hash(&sha);
+        if whole && seen.insert(sha.clone()) {
+            let meta = entry.metadata()?;
+            found.push((meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), sha, entry.into_path(), meta.len()));
+        } else {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+    found.sort();
+    Ok(found.into_iter().map(|(_, sha, path, size)| (sha, path, size)).collect())
+}

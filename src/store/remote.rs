@@ -1,0 +1,289 @@
+//! Blobs in an S3-compatible object store: one store object per blob, its bytes verbatim, under
+//! `PREFIX/ab/cd/<sha256>` (the data dir's layout, so the store stays browsable and `blobs migrate` is a copy).
+//!
+//! Every call runs on the runtime the client was made on (`RemoteBlobs::new` captures it): the HTTP client's
+//! connections live there, and a data worker's single-threaded runtime only awaits the result, so a slow store
+//! never holds a worker's event loop. Errors other than "not found" are [`RemoteError::Unavailable`], which the
+//! HTTP layer answers with `503` and `Retry-After`.
+
+use std::fs::File;
+use std::io;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path as StorePath;
+use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig, WriteMultipart};
+
+use crate::config::ObjectStoreLocation;
+
+/// Blobs up to this size go in one PUT; larger ones as a multipart upload of parts this size.
+pub const MULTIPART_PART_BYTES: u64 = 16 << 20;
+/// Parts of one multipart upload in flight at once.
+const UPLOAD_CONCURRENCY: usize = 4;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    #[error("blob {0} is not in the object store")]
+    NotFound(String),
+    /// The store did not answer, or answered with an error: a cold read or an upload cannot go on now.
+    #[error("the object store is unavailable: {0}")]
+    Unavailable(String),
+    /// A local file the call reads or writes failed.
+    #[error("{0}")]
+    Local(#[from] io::Error),
+}
+
+impl RemoteError {
+    fn from_store(sha256: &str, e: object_store::Error) -> Self {
+        match e {
+            object_store::Error::NotFound { .. } => RemoteError::NotFound(sha256.to_owned()),
+            other => RemoteError::Unavailable(other.to_string()),
+        }
+    }
+}
+
+/// The object store's client, with the prefix blobs live under.
+#[derive(Debug, Clone)]
+pub struct RemoteBlobs {
+    store: Arc<AmazonS3>,
+    prefix: Arc<str>,
+    runtime: tokio::runtime::Handle,
+    location: Arc<str>,
+}
+
+impl RemoteBlobs {
+    /// A client for `location`, its calls run on the current runtime. Makes no request.
+    pub fn new(location: &ObjectStoreLocation) -> anyhow::Result<Self> {
+        use anyhow::Context;
+        // reqwest's rustls has no provider of its own here: ring, as the rest of the process.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut options = ClientOptions::new()
+            .with_connect_timeout(Duration::from_secs(3))
+            .with_timeout(Duration::from_secs(120))
+            .with_pool_idle_timeout(Duration::from_secs(30));
+        if let Some(endpoint) = &location.endpoint {
+            options = options.with_allow_http(endpoint.starts_with("http://"));
+        }
+        if let Some(path) = &location.ca_bundle {
+            let pem =
+                std::fs::read(path).with_context(|| format!("cannot read blob_store.ca_bundle {}", path.display()))?;
+            let certificates = object_store::Certificate::from_pem_bundle(&pem)
+                .with_context(|| format!("blob_store.ca_bundle {} is not PEM certificates", path.display()))?;
+            for certificate in certificates {
+                options = options.with_root_certificate(certificate);
+            }
+        }
+        // Few, quick retries: a request waits on them, and an outage should become a 503 soon.
+        let retry = RetryConfig { max_retries: 2, retry_timeout: Duration::from_secs(10), ..RetryConfig::default() };
+        let mut builder = AmazonS3Builder::new()
+            .with_bucket_name(&location.bucket)
+            .with_region(&location.region)
+            .with_virtual_hosted_style_request(!location.path_style)
+            .with_client_options(options)
+            .with_retry(retry);
+        if let Some(endpoint) = &location.endpoint {
+            builder = builder.with_endpoint(endpoint);
+        }
+        match (&location.access_key_id, &location.secret_access_key) {
+            (Some(id), Some(secret)) => builder = builder.with_access_key_id(id).with_secret_access_key(secret),
+            _ => builder = builder.with_skip_signature(true),
+        }
+        let store = builder.build().with_context(|| format!("cannot configure the object store {location}"))?;
+        Ok(Self {
+            store: Arc::new(store),
+            prefix: Arc::from(location.prefix.as_str()),
+            runtime: tokio::runtime::Handle::current(),
+            location: Arc::from(location.to_string()),
+        })
+    }
+
+    /// How the store is named in messages and `/readyz`: `s3://bucket/prefix at endpoint`.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// The store object of a blob.
+    pub fn key_of(&self, sha256: &str) -> StorePath {
+        debug_assert!(super::blobs::is_blob_hash(sha256));
+        let relative = format!("{}/{}/{sha256}", &sha256[0..2], &sha256[2..4]);
+        if self.prefix.is_empty() {
+            StorePath::from(relative)
+        } else {
+            StorePath::from(format!("{}/{relative}", self.prefix))
+        }
+    }
+
+    /// Runs `call` on the client's runtime and waits for it from wherever we are.
+    async fn run<T: Send + 'static>(
+        &self,
+        call: impl Future<Output = Result<T, RemoteError>> + Send + 'static,
+    ) -> Result<T, RemoteError> {
+        self.runtime
+            .spawn(call)
+            .await
+            .map_err(|e| RemoteError::Unavailable(format!("object store task failed: {e}")))?
+    }
+
+    /// The stored size of a blob, `None` when the store has no such object.
+    pub async fn size_of(&self, sha256: &str) -> Result<Option<u64>, RemoteError> {
+        let (store, key, sha) = (self.store.clone(), self.key_of(sha256), sha256.to_owned());
+        self.run(async move {
+            match store.head(&key).await {
+                Ok(meta) => Ok(Some(meta.size)),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(RemoteError::from_store(&sha, e)),
+            }
+        })
+        .await
+    }
+
+    /// Stores the local file `path` (the blob `sha256`, `size` bytes) unless the store already holds it with that
+    /// size (content-addressed: same name, same bytes), then checks the stored size. One PUT up to
+    /// [`MULTIPART_PART_BYTES`], a multipart upload above. Returns whether it uploaded.
+    pub async fn upload(&self, path: PathBuf, sha256: &str, size: u64) -> Result<bool, RemoteError> {
+        if self.size_of(sha256).await? == Some(size) {
+            return Ok(false);
+        }
+        let (store, key, sha) = (self.store.clone(), self.key_of(sha256), sha256.to_owned());
+        self.run(async move {
+            let file =
+                Arc::new(tokio::task::spawn_blocking(move || File::open(path)).await.map_err(io::Error::other)??);
+            if size <= MULTIPART_PART_BYTES {
+                let bytes = read_at(file, 0, size).await?;
+                store.put(&key, PutPayload::from(bytes)).await.map_err(|e| RemoteError::from_store(&sha, e))?;
+            } else {
+                let upload = store.put_multipart(&key).await.map_err(|e| RemoteError::from_store(&sha, e))?;
+                let mut writer = WriteMultipart::new_with_chunk_size(upload, MULTIPART_PART_BYTES as usize);
+                let mut offset = 0;
+                while offset < size {
+                    let len = (size - offset).min(MULTIPART_PART_BYTES);
+                    writer.wait_for_capacity(UPLOAD_CONCURRENCY).await.map_err(|e| RemoteError::from_store(&sha, e))?;
+                    writer.put(read_at(file.clone(), offset, len).await?);
+                    offset += len;
+                }
+                writer.finish().await.map_err(|e| RemoteError::from_store(&sha, e))?;
+            }
+            let stored = store.head(&key).await.map_err(|e| RemoteError::from_store(&sha, e))?.size;
+            if stored != size {
+                return Err(RemoteError::Unavailable(format!("blob {sha} stored with {stored} bytes, not {size}")));
+            }
+            Ok(true)
+        })
+        .await
+    }
+
+    /// Fetches `range` of a blob into `file` at the same offsets, chunk by chunk as it arrives (written on the
+    /// blocking pool). Returns the bytes written, which is the range's length or an error.
+    pub async fn fetch_into(&self, sha256: &str, range: Range<u64>, file: Arc<File>) -> Result<u64, RemoteError> {
+        let (store, key, sha) = (self.store.clone(), self.key_of(sha256), sha256.to_owned());
+        self.run(async move {
+            let options = object_store::GetOptions { range: Some(range.clone().into()), ..Default::default() };
+            let result = store.get_opts(&key, options).await.map_err(|e| RemoteError::from_store(&sha, e))?;
+            let mut stream = result.into_stream();
+            let mut at = range.start;
+            let mut pending: Vec<Bytes> = Vec::new();
+            let mut pending_len = 0u64;
+            loop {
+                let next = stream.next().await;
+                let done = next.is_none();
+                if let Some(chunk) = next {
+                    let chunk = chunk.map_err(|e| RemoteError::from_store(&sha, e))?;
+                    pending_len += chunk.len() as u64;
+                    pending.push(chunk);
+                }
+                // Written in batches of about 1 MiB: one blocking-pool hop per batch, not per network read.
+                if pending_len >= 1 << 20 || (done && pending_len > 0) {
+                    let (f, batch, start) = (file.clone(), std::mem::take(&mut pending), at);
+                    if start + pending_len > range.end {
+                        return Err(RemoteError::Unavailable(format!("blob {sha}: the store sent more than asked")));
+                    }
+                    tokio::task::spawn_blocking(move || write_batch(&f, start, &batch))
+                        .await
+                        .map_err(io::Error::other)??;
+                    at += pending_len;
+                    pending_len = 0;
+                }
+                if done {
+                    break;
+                }
+            }
+            if at != range.end {
+                return Err(RemoteError::Unavailable(format!(
+                    "blob {sha}: the store sent {} of {} bytes asked",
+                    at - range.start,
+                    range.end - range.start
+                )));
+            }
+            Ok(at - range.start)
+        })
+        .await
+    }
+
+    /// Deletes a blob's store object; one already gone is no error.
+    pub async fn delete(&self, sha256: &str) -> Result<(), RemoteError> {
+        let (store, key, sha) = (self.store.clone(), self.key_of(sha256), sha256.to_owned());
+        self.run(async move {
+            match store.delete(&key).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(RemoteError::from_store(&sha, e)),
+            }
+        })
+        .await
+    }
+
+    /// Every blob in the store with when it was last written; other objects under the prefix are ignored.
+    pub async fn list(&self) -> Result<Vec<(String, SystemTime)>, RemoteError> {
+        let store = self.store.clone();
+        let prefix = (!self.prefix.is_empty()).then(|| StorePath::from(&*self.prefix));
+        self.run(async move {
+            let mut listing = store.list(prefix.as_ref());
+            let mut blobs = Vec::new();
+            while let Some(meta) = listing.next().await {
+                let meta = meta.map_err(|e| RemoteError::Unavailable(e.to_string()))?;
+                if let Some(name) = meta.location.filename().filter(|n| super::blobs::is_blob_hash(n)) {
+                    blobs.push((name.to_owned(), SystemTime::from(meta.last_modified)));
+                }
+            }
+            Ok(blobs)
+        })
+        .await
+    }
+
+    /// Whether the store answers: a listing of at most one key (the readiness probe).
+    pub async fn ping(&self) -> Result<(), RemoteError> {
+        let store = self.store.clone();
+        let prefix = (!self.prefix.is_empty()).then(|| StorePath::from(&*self.prefix));
+        self.run(async move {
+            store.list_with_delimiter(prefix.as_ref()).await.map_err(|e| RemoteError::Unavailable(e.to_string()))?;
+            Ok(())
+        })
+        .await
+    }
+}
+
+/// `len` bytes of `file` from `offset`, read on the blocking pool (an upload's body: it has to pass through memory
+/// to go over HTTP).
+async fn read_at(file: Arc<File>, offset: u64, len: u64) -> Result<Bytes, RemoteError> {
+    let bytes = tokio::task::spawn_blocking(move || -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; usize::try_from(len).map_err(io::Error::other)?];
+        file.read_exact_at(&mut buf, offset)?;
+        Ok(buf)
+    })
+    .await
+    .map_err(io::Error::other)??;
+    Ok(Bytes::from(bytes))
+}
+
+fn write_batch(file: &File, mut at: u64, batch: &[Bytes]) -> io::Result<()> {
+    for chunk in batch {
+        file.write_all_at(chunk, at)?;
+        at += chunk.len() as u64;
+    }
+    Ok(())
+}

@@ -1,0 +1,328 @@
+//! Blobs in an S3-compatible object store, with the data dir as a sendfile cache (contract: "Blobs on
+//! S3-compatible object storage"). Each test runs a real S3 server (moto's, and the Rust s3s-fs) behind a
+//! counting proxy, so what reaches the store is asserted request by request and byte by byte.
+
+use std::sync::Barrier;
+use std::time::Duration;
+
+use crate::helpers::s3::{key_json, run_boto3, s3_key};
+use crate::helpers::upstream::{CountingProxy, S3Upstream};
+use crate::helpers::*;
+use crate::syscalls::{assert_by_sendfile_only, parse_trace_with};
+
+const MIB: u64 = 1 << 20;
+/// Small slices, so that a few MiB span several.
+const SLICE: u64 = MIB;
+
+/// An S3 server with a `blobs` bucket, reached through a counting proxy.
+struct Store {
+    upstream: S3Upstream,
+    proxy: CountingProxy,
+}
+
+impl Store {
+    fn start(upstream: S3Upstream) -> Self {
+        upstream.create_bucket("blobs");
+        let proxy = CountingProxy::start(upstream.addr());
+        Store { upstream, proxy }
+    }
+
+    /// The settings that put a server's or a command's blobs in this store, under `bg/`, with `extra` beside.
+    fn env(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = [
+            ("BLOBGATE_BLOB_STORE__URL", "s3://blobs/bg".to_owned()),
+            ("BLOBGATE_BLOB_STORE__ENDPOINT", self.proxy.endpoint()),
+            ("AWS_ACCESS_KEY_ID", self.upstream.access_key().to_owned()),
+            ("AWS_SECRET_ACCESS_KEY", self.upstream.secret_key().to_owned()),
+            ("BLOBGATE_CACHE__SLICE_BYTES", SLICE.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        env.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        env
+    }
+
+    /// The store's blob objects (key, size).
+    fn blobs(&self) -> Vec<(String, u64)> {
+        self.upstream.list_keys("blobs")
+    }
+}
+
+fn refs(env: &[(String, String)]) -> Vec<(&str, &str)> {
+    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+/// `blobgate put` with the store's settings; returns the put JSON.
+fn put(env: &TestEnv, store_env: &[(String, String)], bucket: &str, key: &str, bytes: &[u8]) -> serde_json::Value {
+    let path = env.dir.path().join(format!("upload-{}", rand_u64()));
+    std::fs::write(&path, bytes).unwrap();
+    let out = env.cli_env(&["put", bucket, key, path.to_str().unwrap()], &refs(store_env));
+    assert!(out.status.success(), "put failed: {}", String::from_utf8_lossy(&out.stderr));
+    std::fs::remove_file(&path).unwrap();
+    serde_json::from_slice(&out.stdout).expect("put prints JSON")
+}
+
+fn get_ok(server: &Server, path: &str, headers: &[(&str, &str)]) -> Response {
+    let response = server.get(path, headers);
+    assert!(
+        matches!(response.status, 200 | 206),
+        "GET {path}: {} {}",
+        response.status,
+        String::from_utf8_lossy(&response.body)
+    );
+    response
+}
+
+#[test]
+fn every_upload_path_stores_in_the_object_store_and_reads_back_from_another_replica() {
+    let store = Store::start(S3Upstream::moto());
+    let store_env = store.env(&[]);
+    let a = TestEnv::on_postgres();
+    let b = TestEnv { database_url: a.database_url.clone(), ..TestEnv::new() };
+    let ok = |args: &[&str]| {
+        let out = a.cli_env(args, &refs(&store_env));
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    ok(&["bucket", "create", "uploads"]);
+    let token = ok(&["token", "create", "--bucket", "uploads", "--scope", "write"]).trim().to_owned();
+    let key = s3_key(&a, "uploads", &["--scope", "write"]);
+    // Replicas share the database and the store, and each holds the same secrets key; nothing else.
+    std::fs::create_dir_all(b.data_dir()).unwrap();
+    std::fs::copy(a.data_dir().join("signing-secrets.key"), b.data_dir().join("signing-secrets.key")).unwrap();
+    let (server_a, server_b) = (a.serve_with(&refs(&store_env), &[]), b.serve_with(&refs(&store_env), &[]));
+
+    let cli_bytes = test_bytes(3 * MIB as usize + 17, 1);
+    put(&a, &store_env, "uploads", "cli.bin", &cli_bytes);
+    let native_bytes = test_bytes(2 * MIB as usize + 5, 2);
+    let response = server_a.put("/uploads/native.bin", &token, &native_bytes, &[]);
+    assert_eq!(response.status, 201, "{}", String::from_utf8_lossy(&response.body));
+    let (single, multi) = (test_bytes(MIB as usize + 3, 3), test_bytes(11 * MIB as usize + 1, 4));
+    let dir = a.dir.path().join("boto3");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("single"), &single).unwrap();
+    std::fs::write(dir.join("multi"), &multi).unwrap();
+    let spec = serde_json::json!({
+        "endpoint": format!("http://{}", server_a.data), "key": key_json(&key), "dir": dir.to_str().unwrap(),
+    });
+    let out = run_boto3(
+        &a.dir.path().join("home"),
+        r#"
+s3 = client(spec["endpoint"], spec["key"])
+s3.put_object(Bucket="uploads", Key="s3-single.bin", Body=open(spec["dir"] + "/single", "rb").read())
+config = TransferConfig(multipart_threshold=5 * 2**20, multipart_chunksize=5 * 2**20)
+s3.upload_file(spec["dir"] + "/multi", "uploads", "s3-multi.bin", Config=config)
+head = s3.head_object(Bucket="uploads", Key="s3-multi.bin")
+print(json.dumps({"etag": head["ETag"]}))
+"#,
+        &spec,
+    );
+    assert!(out["etag"].as_str().unwrap().ends_with("-3\""), "a 3-part upload: {out}");
+
+    let objects =
+        [("cli.bin", &cli_bytes), ("native.bin", &native_bytes), ("s3-single.bin", &single), ("s3-multi.bin", &multi)];
+    let mut stored: Vec<u64> = store.blobs().into_iter().map(|(_, size)| size).collect();
+    stored.sort_unstable();
+    let mut expected: Vec<u64> = objects.iter().map(|(_, bytes)| bytes.len() as u64).collect();
+    expected.sort_unstable();
+    assert_eq!(stored, expected, "one store object per blob, its bytes verbatim");
+    assert!(store.blobs().iter().all(|(key, _)| key.starts_with("bg/")), "{:?}", store.blobs());
+
+    // Replica B has never seen these blobs: each read fetches from the store, byte-exact.
+    store.proxy.reset();
+    for (name, bytes) in objects {
+        let response = get_ok(&server_b, &format!("/uploads/{name}"), &[("authorization", &format!("Bearer {token}"))]);
+        assert_eq!(sha256_hex(&response.body), sha256_hex(bytes), "{name} from replica B");
+    }
+    let total: u64 = objects.iter().map(|(_, b)| b.len() as u64).sum();
+    assert_eq!(store.proxy.bytes_fetched(), total, "B fetched each blob once, whole");
+    // Warm: nothing more reaches the store.
+    store.proxy.reset();
+    for (name, bytes) in objects {
+        let response = get_ok(&server_b, &format!("/uploads/{name}"), &[("authorization", &format!("Bearer {token}"))]);
+        assert_eq!(sha256_hex(&response.body), sha256_hex(bytes));
+    }
+    assert_eq!(store.proxy.gets(), 0, "warm reads fetch nothing: {:?}", store.proxy.requests());
+    assert_eq!(server_b.metric("blobgate_blob_cache_hits_total"), 4.0);
+    assert_eq!(server_b.metric("blobgate_blob_cache_misses_total"), 4.0);
+    assert_eq!(server_b.metric("blobgate_blob_store_bytes_fetched_total"), total as f64);
+
+    // A delete on A drops the store object with the blob's last reference.
+    let response =
+        server_a.admin("DELETE", "/uploads/native.bin", &[("authorization", &format!("Bearer {token}"))], b"");
+    assert_eq!(response.status, 204);
+    assert!(
+        wait_for(Duration::from_secs(10), || store.blobs().len() == 3),
+        "the deleted object's blob left the store: {:?}",
+        store.blobs()
+    );
+}
+
+/// A cold range fetches the slices that cover it and no more; concurrent cold reads of one object fetch it once;
+/// warm reads fetch nothing. Against both S3 servers.
+fn cold_reads_fetch_only_what_they_need(upstream: S3Upstream) {
+    let name = upstream.name();
+    let store = Store::start(upstream);
+    let store_env = store.env(&[]);
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let big = test_bytes(48 * MIB as usize + 123, 5);
+    let shared = test_bytes(16 * MIB as usize + 7, 6);
+    put(&env, &store_env, "pub", "big.bin", &big);
+    put(&env, &store_env, "pub", "shared.bin", &shared);
+    let server = env.serve_with(&refs(&store_env), &[]);
+    store.proxy.reset();
+
+    // 1 MiB from an unaligned offset: at most its two slices.
+    let (start, len) = (5 * MIB + 12_345, MIB);
+    let range = format!("bytes={start}-{}", start + len - 1);
+    let response = get_ok(&server, "/pub/big.bin", &[("range", &range)]);
+    assert_eq!(response.body, &big[start as usize..(start + len) as usize], "{name}: the range's bytes");
+    let fetched = store.proxy.bytes_fetched();
+    assert!(fetched <= len + 2 * SLICE, "{name}: a cold 1 MiB range fetched {fetched} bytes");
+    assert_eq!(fetched, 2 * SLICE, "{name}: the two slices the range spans: {:?}", store.proxy.requests());
+
+    // A multi-range: each part's slices, once.
+    store.proxy.reset();
+    let response = get_ok(&server, "/pub/big.bin", &[("range", "bytes=100-199,30000000-30000099")]);
+    let parts = parse_multipart(&response);
+    assert_eq!(parts.len(), 2);
+    assert_eq!(parts[0].body, &big[100..200]);
+    assert_eq!(parts[1].body, &big[30_000_000..30_000_100]);
+    assert_eq!(store.proxy.bytes_fetched(), 2 * SLICE, "{name}: slices 0 and 28, one for each part");
+
+    // 16 clients at once, cold: the object is fetched once in all.
+    store.proxy.reset();
+    let barrier = Barrier::new(16);
+    std::thread::scope(|scope| {
+        for _ in 0..16 {
+            scope.spawn(|| {
+                barrier.wait();
+                let response = get_ok(&server, "/pub/shared.bin", &[]);
+                assert_eq!(sha256_hex(&response.body), sha256_hex(&shared));
+            });
+        }
+    });
+    let fetched = store.proxy.bytes_fetched();
+    assert!(
+        fetched <= shared.len() as u64 + 2 * SLICE,
+        "{name}: 16 concurrent cold reads of {} bytes fetched {fetched}",
+        shared.len()
+    );
+    eprintln!("{name}: 16 concurrent cold reads of {} B fetched {fetched} B", shared.len());
+
+    // Warm: nothing reaches the store.
+    store.proxy.reset();
+    let response = get_ok(&server, "/pub/shared.bin", &[("range", "bytes=1000-2000000")]);
+    assert_eq!(response.body, &shared[1000..=2_000_000]);
+    let response = get_ok(&server, "/pub/big.bin", &[("range", &range)]);
+    assert_eq!(response.body, &big[start as usize..(start + len) as usize]);
+    assert_eq!(store.proxy.gets(), 0, "{name}: warm reads fetch nothing: {:?}", store.proxy.requests());
+}
+
+#[test]
+fn cold_reads_from_moto_fetch_only_what_they_need() {
+    cold_reads_fetch_only_what_they_need(S3Upstream::moto());
+}
+
+#[test]
+fn cold_reads_from_s3s_fs_fetch_only_what_they_need() {
+    cold_reads_fetch_only_what_they_need(S3Upstream::s3s_fs());
+}
+
+#[test]
+fn while_the_store_is_down_cached_objects_are_served_and_the_rest_get_503() {
+    let store = Store::start(S3Upstream::moto());
+    let store_env = store.env(&[]);
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let token = env.token("pub", "write", &[]);
+    let (warm, cold) = (test_bytes(3 * MIB as usize, 7), test_bytes(2 * MIB as usize, 8));
+    put(&env, &store_env, "pub", "warm.bin", &warm);
+    put(&env, &store_env, "pub", "cold.bin", &cold);
+    let server = env.serve_with(&refs(&store_env), &[]);
+    assert_eq!(get_ok(&server, "/pub/warm.bin", &[]).body, warm);
+    assert_eq!(server.admin("GET", "/readyz", &[], b"").status, 200);
+
+    store.proxy.set_down(true);
+    assert_eq!(get_ok(&server, "/pub/warm.bin", &[]).body, warm, "a cached object is served");
+    let response = server.get("/pub/cold.bin", &[]);
+    assert_eq!(response.status, 503, "{}", String::from_utf8_lossy(&response.body));
+    assert!(response.header("retry-after").is_some());
+    assert_json_error(&response, 503, "blob_store_unavailable");
+    let response = server.put("/pub/new.bin", &token, b"new bytes", &[]);
+    assert_eq!(response.status, 503, "an upload cannot be stored: {}", String::from_utf8_lossy(&response.body));
+    assert!(response.header("retry-after").is_some());
+    let ready = server.admin("GET", "/readyz", &[], b"");
+    assert_eq!(ready.status, 503);
+    assert!(String::from_utf8_lossy(&ready.body).contains("blob_store"), "readyz names the store: {:?}", ready.body);
+    assert_eq!(server.get("/pub/new.bin", &[]).status, 404, "nothing of the refused upload is visible");
+
+    // Back without a restart.
+    store.proxy.set_down(false);
+    assert_eq!(get_ok(&server, "/pub/cold.bin", &[]).body, cold);
+    assert_eq!(server.put("/pub/new.bin", &token, b"new bytes", &[]).status, 201);
+    assert_eq!(get_ok(&server, "/pub/new.bin", &[]).body, b"new bytes");
+    assert!(wait_for(Duration::from_secs(10), || server.admin("GET", "/readyz", &[], b"").status == 200));
+}
+
+#[test]
+fn eviction_keeps_the_cache_within_its_bound() {
+    let store = Store::start(S3Upstream::moto());
+    let max = 6 * MIB;
+    let store_env = store.env(&[("BLOBGATE_CACHE__MAX_BYTES", &max.to_string())]);
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let objects: Vec<Vec<u8>> = (0..6).map(|i| test_bytes(2 * MIB as usize + i, 10 + i as u64)).collect();
+    for (i, bytes) in objects.iter().enumerate() {
+        put(&env, &store_env, "pub", &format!("o{i}"), bytes);
+    }
+    let server = env.serve_with(&refs(&store_env), &[]);
+    let cache_dir = env.data_dir().join("cache");
+    let on_disk = || files_under(&cache_dir).iter().map(|f| std::fs::metadata(f).map_or(0, |m| m.len())).sum::<u64>();
+    for round in 0..2 {
+        for (i, bytes) in objects.iter().enumerate() {
+            let response = get_ok(&server, &format!("/pub/o{i}"), &[]);
+            assert_eq!(sha256_hex(&response.body), sha256_hex(bytes), "round {round}, o{i}");
+            let cached = server.metric("blobgate_blob_cache_bytes");
+            assert!(cached <= max as f64, "round {round}, o{i}: the cache holds {cached} bytes, bound {max}");
+        }
+    }
+    assert!(
+        wait_for(Duration::from_secs(10), || on_disk() <= max),
+        "evicted files leave the disk: {} bytes under cache/",
+        on_disk()
+    );
+    // Six 2 MiB objects read in turn through a 6 MiB cache: every read of the second round fetched again.
+    assert_eq!(server.metric("blobgate_blob_cache_misses_total"), 12.0);
+}
+
+#[test]
+fn bodies_leave_the_cache_by_sendfile_cold_and_warm() {
+    let store = Store::start(S3Upstream::moto());
+    let store_env = store.env(&[]);
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let bytes = test_bytes(24 * MIB as usize + 5, 20);
+    put(&env, &store_env, "pub", "o.bin", &bytes);
+    let trace_file = env.dir.path().join("cache.strace");
+    let trace_arg = trace_file.to_str().unwrap().to_owned();
+    let mut server = env.serve_with(&refs(&store_env), &["strace", "-f", "-yy", "-qq", "-s", "0", "-o", &trace_arg]);
+    let client_port = format!("127.0.0.1:{}->", server.data.port());
+    let mut sent = 0u64;
+    for round in ["cold", "warm"] {
+        let response = get_ok(&server, "/pub/o.bin", &[]);
+        assert_eq!(sha256_hex(&response.body), sha256_hex(&bytes), "{round} full");
+        let response = get_ok(&server, "/pub/o.bin", &[("range", "bytes=9000000-17999999")]);
+        assert_eq!(response.body, &bytes[9_000_000..18_000_000], "{round} range");
+        let response = get_ok(&server, "/pub/o.bin", &[("range", "bytes=0-99,20000000-24000000")]);
+        assert_eq!(parse_multipart(&response)[1].body, &bytes[20_000_000..=24_000_000], "{round} multi-range");
+        sent += bytes.len() as u64 + 9_000_000 + 100 + 4_000_001;
+    }
+    assert_eq!(server.stop(), Some(0), "server log:\n{}", server.log());
+    // Copies to clients: calls on the data listener's connections. The store's socket and the cache files' writes
+    // are the fill, which has to pass through memory once, and is no client's body.
+    let trace = parse_trace_with(&trace_file, |fd| fd.contains(&client_port));
+    assert_by_sendfile_only("bodies from the object store's cache", &trace, sent);
+}
