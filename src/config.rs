@@ -106,7 +106,7 @@ impl std::fmt::Debug for BlobStoreSettings {
             .field("region", &self.region)
             .field("path_style", &self.path_style)
             .field("access_key_id", &self.access_key_id)
-            .field("secret_access_key", &self.secret_access_key.as_ref().map(|_| "(set)"))
+            .field("key_given", &self.secret_access_key.is_some())
             .field("ca_bundle", &self.ca_bundle)
             .finish()
     }
@@ -986,6 +986,56 @@ pub fn ensure_data_dir(dir: &Path) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use figment::Jail;
+
+    #[test]
+    fn an_object_store_url_names_a_bucket_and_an_optional_prefix() {
+        let settings = BlobStoreSettings {
+            endpoint: Some("http://127.0.0.1:9000/".into()),
+            access_key_id: Some("id".into()),
+            secret_access_key: Some("secret".into()),
+            ..BlobStoreSettings::default()
+        };
+        let at = ObjectStoreLocation::parse("s3://blobs", &settings).unwrap();
+        assert_eq!((at.bucket.as_str(), at.prefix.as_str()), ("blobs", ""));
+        assert_eq!(at.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
+        let at = ObjectStoreLocation::parse(" s3://blobs/prod/eu/ ", &settings).unwrap();
+        assert_eq!((at.bucket.as_str(), at.prefix.as_str()), ("blobs", "prod/eu"));
+        assert_eq!(at.to_string(), "s3://blobs/prod/eu at http://127.0.0.1:9000");
+        assert!(!format!("{at:?}").contains("secret"), "Debug never shows the secret");
+        for (bad, says) in [
+            ("http://blobs", "must be s3://"),
+            ("s3://", "not an S3 bucket name"),
+            ("s3://Blobs", "not an S3 bucket name"),
+            ("s3://ab", "not an S3 bucket name"),
+            ("s3://blobs/a//b", "the prefix"),
+            ("s3://blobs/a/../b", "the prefix"),
+        ] {
+            let err = ObjectStoreLocation::parse(bad, &settings).unwrap_err().to_string();
+            assert!(err.contains(says) && err.contains("blob_store.url"), "{bad}: {err}");
+        }
+        let half = BlobStoreSettings { access_key_id: Some("id".into()), ..settings.clone() };
+        let half = BlobStoreSettings { secret_access_key: None, ..half };
+        let err = ObjectStoreLocation::parse("s3://blobs", &half).unwrap_err().to_string();
+        assert!(err.contains("both access_key_id and secret_access_key"), "{err}");
+        let ftp = BlobStoreSettings { endpoint: Some("ftp://x".into()), ..settings };
+        assert!(
+            ObjectStoreLocation::parse("s3://blobs", &ftp).unwrap_err().to_string().contains("blob_store.endpoint")
+        );
+    }
+
+    #[test]
+    fn cache_bounds_are_checked() {
+        let mut settings = Settings::default();
+        settings.cache.slice_bytes = 1000;
+        assert!(settings.validate().unwrap_err().to_string().contains("cache.slice_bytes"));
+        settings.cache = CacheSettings { max_bytes: 1 << 20, slice_bytes: 8 << 20 };
+        assert!(settings.validate().unwrap_err().to_string().contains("cache.max_bytes"));
+        settings.cache = CacheSettings::default();
+        settings.blob_store.url = Some("s3://no/".into());
+        assert!(settings.validate().unwrap_err().to_string().contains("blob_store.url"));
+        settings.blob_store.url = Some("  ".into());
+        assert_eq!(settings.object_store().unwrap(), None, "an empty URL means unset");
+    }
 
     #[test]
     fn every_top_level_setting_is_read_from_the_environment() {

@@ -702,3 +702,114 @@ fn adopt_complete_files(dir: &Path) -> anyhow::Result<Vec<(String, PathBuf, u64)
     found.sort();
     Ok(found.into_iter().map(|(_, sha, path, size)| (sha, path, size)).collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{BlobStoreSettings, ObjectStoreLocation};
+
+    /// A cache whose store is never asked: these tests only adopt whole blobs (no fetch).
+    async fn cache(dir: &Path, max_bytes: u64) -> BlobCache {
+        let settings = BlobStoreSettings { endpoint: Some("http://127.0.0.1:9".into()), ..Default::default() };
+        let location = ObjectStoreLocation::parse("s3://unused", &settings).unwrap();
+        let remote = RemoteBlobs::new(&location).unwrap();
+        BlobCache::open(dir, max_bytes, 1 << 20, remote, true).await.unwrap()
+    }
+
+    fn staged(dir: &Path, n: u8, len: usize) -> (String, PathBuf) {
+        let sha = format!("{n:02x}{}", "0".repeat(62));
+        let path = dir.join(format!("staged-{n}"));
+        fs::write(&path, vec![n; len]).unwrap();
+        (sha, path)
+    }
+
+    async fn until_gone(path: &Path) {
+        for _ in 0..200 {
+            if !path.exists() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("{} was not unlinked", path.display());
+    }
+
+    #[tokio::test]
+    async fn least_recently_used_blobs_go_beyond_the_bound_but_never_one_being_sent() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = cache(dir.path(), 3 << 20).await;
+        let mut blobs = Vec::new();
+        for n in 0..3 {
+            let (sha, path) = staged(dir.path(), n, 1 << 20);
+            cache.adopt(&sha, 1 << 20, path).await;
+            blobs.push(sha);
+        }
+        assert!(blobs.iter().all(|sha| cache.holds_whole(sha)));
+        // Blob 0 is read (so recently used) and its response still holds it.
+        let held = cache.open_for(&blobs[0], 1 << 20, &[(0, 1 << 20)]).await.unwrap();
+        assert!(held.hit);
+        let first_path = cache.0.lock().entries[&blobs[1]].path.clone();
+        let (sha, path) = staged(dir.path(), 3, 1 << 20);
+        cache.adopt(&sha, 1 << 20, path).await;
+        assert!(cache.holds_whole(&blobs[0]), "in use and recently used");
+        assert!(!cache.holds_whole(&blobs[1]), "the least recently used goes");
+        assert!(cache.holds_whole(&blobs[2]) && cache.holds_whole(&sha));
+        assert_eq!(cache.counters().bytes.load(Ordering::Relaxed), 3 << 20);
+        until_gone(&first_path).await;
+
+        // Over the bound with everything else in use: the held blob stays even when it is the oldest.
+        let others: Vec<_> = [&blobs[2], &sha]
+            .into_iter()
+            .map(|s| futures_util::FutureExt::now_or_never(cache.open_for(s, 1 << 20, &[])))
+            .collect();
+        drop(others);
+        let (big, path) = staged(dir.path(), 4, 2 << 20);
+        cache.adopt(&big, 2 << 20, path).await;
+        assert!(cache.holds_whole(&blobs[0]), "a response is sending from it");
+        let mut bytes = [0u8; 4];
+        use std::os::unix::fs::FileExt;
+        held.file.read_exact_at(&mut bytes, 1000).unwrap();
+        assert_eq!(bytes, [0; 4]);
+        drop(held);
+    }
+
+    #[tokio::test]
+    async fn whole_blobs_survive_a_restart_and_partial_files_do_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache_a = cache(dir.path(), 8 << 20).await;
+        let (sha, path) = staged(dir.path(), 7, 3000);
+        cache_a.adopt(&sha, 3000, path).await;
+        drop(cache_a);
+        let partial = dir.path().join("cache/ab/cd").join(format!("{}.{:016x}", "ab".repeat(32), 5));
+        fs::create_dir_all(partial.parent().unwrap()).unwrap();
+        fs::write(&partial, b"half").unwrap();
+
+        let cache_b = cache(dir.path(), 8 << 20).await;
+        assert!(cache_b.holds_whole(&sha));
+        assert!(!partial.exists(), "a file that was filling is removed");
+        let blob = cache_b.open_for(&sha, 3000, &[(0, 3000)]).await.unwrap();
+        assert!(blob.hit);
+        assert_eq!(
+            fs::read(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&*blob.file))).unwrap(),
+            vec![7; 3000]
+        );
+        let hits = cache_b.counters().hits.load(Ordering::Relaxed);
+        assert_eq!(hits, 1);
+    }
+
+    #[tokio::test]
+    async fn a_commands_cache_keeps_nothing_of_the_servers() {
+        let dir = tempfile::tempdir().unwrap();
+        let server = cache(dir.path(), 8 << 20).await;
+        let (sha, path) = staged(dir.path(), 9, 100);
+        server.adopt(&sha, 100, path.clone()).await;
+        let settings = BlobStoreSettings { endpoint: Some("http://127.0.0.1:9".into()), ..Default::default() };
+        let remote = RemoteBlobs::new(&ObjectStoreLocation::parse("s3://unused", &settings).unwrap()).unwrap();
+        let command = BlobCache::open(dir.path(), 8 << 20, 1 << 20, remote, false).await.unwrap();
+        command.adopt(&sha, 100, path).await;
+        assert!(!command.holds_whole(&sha), "a command adopts nothing");
+        drop(command);
+        drop(server);
+        let server = cache(dir.path(), 8 << 20).await;
+        assert!(server.holds_whole(&sha), "the server's file was left alone");
+    }
+}
