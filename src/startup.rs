@@ -111,14 +111,19 @@ impl Application {
             );
         }
         if store.cache.is_some() {
+            // In the background, now and then every grace period: a store's listing may be long, and a store that
+            // is down must not keep the server from serving what it has cached.
             let (store, grace) = (store.clone(), settings.timeouts.sweep_grace);
             tokio::spawn(async move {
-                match store.sweep_object_store(grace).await {
-                    Ok(0) => {}
-                    Ok(deleted) => tracing::info!(deleted, "object-store sweep deleted unreferenced blobs"),
-                    Err(e) => {
-                        tracing::warn!(error = %format!("{e:#}"), "could not sweep the object store; the next start will")
+                loop {
+                    match store.sweep_object_store(grace).await {
+                        Ok(0) => {}
+                        Ok(deleted) => tracing::info!(deleted, "object-store sweep deleted unreferenced blobs"),
+                        Err(e) => {
+                            tracing::warn!(error = %format!("{e:#}"), "could not sweep the object store; it will again")
+                        }
                     }
+                    tokio::time::sleep(grace.max(Duration::from_secs(60))).await;
                 }
             });
         }

@@ -102,6 +102,24 @@ struct Entry {
 }
 
 impl Entry {
+    /// An entry whose file holds the whole blob (adopted at start-up, or an upload's staged file).
+    fn whole(size: u64, path: PathBuf, id: u64, slice_bytes: u64) -> Self {
+        let slices = size.div_ceil(slice_bytes);
+        let mut entry = Entry {
+            size,
+            path,
+            id,
+            file: None,
+            present: vec![0; slices.div_ceil(64) as usize],
+            missing_slices: 0,
+            filling: HashMap::new(),
+            bytes: size,
+            tick: 0,
+        };
+        (0..slices).for_each(|s| entry.set(s));
+        entry
+    }
+
     fn has(&self, slice: u64) -> bool {
         self.present[(slice / 64) as usize] & (1 << (slice % 64)) != 0
     }
@@ -168,21 +186,8 @@ impl BlobCache {
             let mut state = cache.0.lock();
             for (sha, path, size) in adopted {
                 let id = id_of(&path);
-                let slices = size.div_ceil(slice_bytes);
-                let mut entry = Entry {
-                    size,
-                    path,
-                    id,
-                    file: None,
-                    present: vec![0; slices.div_ceil(64) as usize],
-                    missing_slices: 0,
-                    filling: HashMap::new(),
-                    bytes: size,
-                    tick: 0,
-                };
-                (0..slices).for_each(|s| entry.set(s));
                 state.bytes += size;
-                state.insert(sha, entry);
+                state.insert(sha, Entry::whole(size, path, id, slice_bytes));
             }
             cache.0.evict(&mut state)
         };
@@ -266,21 +271,8 @@ impl BlobCache {
                 self.0.unlink_later(vec![target]);
                 return;
             }
-            let slices = size.div_ceil(self.0.slice_bytes);
-            let mut entry = Entry {
-                size,
-                path: target,
-                id,
-                file: None,
-                present: vec![0; slices.div_ceil(64) as usize],
-                missing_slices: 0,
-                filling: HashMap::new(),
-                bytes: size,
-                tick: 0,
-            };
-            (0..slices).for_each(|s| entry.set(s));
             state.bytes += size;
-            state.insert(sha256.to_owned(), entry);
+            state.insert(sha256.to_owned(), Entry::whole(size, target, id, self.0.slice_bytes));
             self.0.evict(&mut state)
         };
         self.0.unlink_later(evicted);

@@ -47,6 +47,16 @@ impl Store {
     fn blobs(&self) -> Vec<(String, u64)> {
         self.upstream.list_keys("blobs")
     }
+
+    /// The GETs of blobs that reached the store (not the listings of the sweep or `/readyz`).
+    fn blob_gets(&self) -> Vec<crate::helpers::upstream::ProxiedRequest> {
+        self.proxy.requests().into_iter().filter(|r| r.method == "GET" && r.target.starts_with("/blobs/bg/")).collect()
+    }
+
+    /// Blob bytes fetched from the store.
+    fn fetched(&self) -> u64 {
+        self.blob_gets().iter().map(|r| r.response_body_bytes).sum()
+    }
 }
 
 fn refs(env: &[(String, String)]) -> Vec<(&str, &str)> {
@@ -136,14 +146,14 @@ print(json.dumps({"etag": head["ETag"]}))
         assert_eq!(sha256_hex(&response.body), sha256_hex(bytes), "{name} from replica B");
     }
     let total: u64 = objects.iter().map(|(_, b)| b.len() as u64).sum();
-    assert_eq!(store.proxy.bytes_fetched(), total, "B fetched each blob once, whole");
+    assert_eq!(store.fetched(), total, "B fetched each blob once, whole");
     // Warm: nothing more reaches the store.
     store.proxy.reset();
     for (name, bytes) in objects {
         let response = get_ok(&server_b, &format!("/uploads/{name}"), &[("authorization", &format!("Bearer {token}"))]);
         assert_eq!(sha256_hex(&response.body), sha256_hex(bytes));
     }
-    assert_eq!(store.proxy.gets(), 0, "warm reads fetch nothing: {:?}", store.proxy.requests());
+    assert_eq!(store.blob_gets().len(), 0, "warm reads fetch nothing: {:?}", store.proxy.requests());
     assert_eq!(server_b.metric("blobgate_blob_cache_hits_total"), 4.0);
     assert_eq!(server_b.metric("blobgate_blob_cache_misses_total"), 4.0);
     assert_eq!(server_b.metric("blobgate_blob_store_bytes_fetched_total"), total as f64);
@@ -179,7 +189,7 @@ fn cold_reads_fetch_only_what_they_need(upstream: S3Upstream) {
     let range = format!("bytes={start}-{}", start + len - 1);
     let response = get_ok(&server, "/pub/big.bin", &[("range", &range)]);
     assert_eq!(response.body, &big[start as usize..(start + len) as usize], "{name}: the range's bytes");
-    let fetched = store.proxy.bytes_fetched();
+    let fetched = store.fetched();
     assert!(fetched <= len + 2 * SLICE, "{name}: a cold 1 MiB range fetched {fetched} bytes");
     assert_eq!(fetched, 2 * SLICE, "{name}: the two slices the range spans: {:?}", store.proxy.requests());
 
@@ -190,7 +200,7 @@ fn cold_reads_fetch_only_what_they_need(upstream: S3Upstream) {
     assert_eq!(parts.len(), 2);
     assert_eq!(parts[0].body, &big[100..200]);
     assert_eq!(parts[1].body, &big[30_000_000..30_000_100]);
-    assert_eq!(store.proxy.bytes_fetched(), 2 * SLICE, "{name}: slices 0 and 28, one for each part");
+    assert_eq!(store.fetched(), 2 * SLICE, "{name}: slices 0 and 28, one for each part");
 
     // 16 clients at once, cold: the object is fetched once in all.
     store.proxy.reset();
@@ -204,7 +214,7 @@ fn cold_reads_fetch_only_what_they_need(upstream: S3Upstream) {
             });
         }
     });
-    let fetched = store.proxy.bytes_fetched();
+    let fetched = store.fetched();
     assert!(
         fetched <= shared.len() as u64 + 2 * SLICE,
         "{name}: 16 concurrent cold reads of {} bytes fetched {fetched}",
@@ -218,7 +228,7 @@ fn cold_reads_fetch_only_what_they_need(upstream: S3Upstream) {
     assert_eq!(response.body, &shared[1000..=2_000_000]);
     let response = get_ok(&server, "/pub/big.bin", &[("range", &range)]);
     assert_eq!(response.body, &big[start as usize..(start + len) as usize]);
-    assert_eq!(store.proxy.gets(), 0, "{name}: warm reads fetch nothing: {:?}", store.proxy.requests());
+    assert_eq!(store.blob_gets().len(), 0, "{name}: warm reads fetch nothing: {:?}", store.proxy.requests());
 }
 
 #[test]
@@ -400,10 +410,45 @@ fn blobs_migrate_copies_a_data_dirs_blobs_to_the_store_and_a_server_then_reads_t
     for (i, bytes) in objects.iter().enumerate() {
         assert_eq!(sha256_hex(&get_ok(&server, &format!("/pub/o{i}"), &[]).body), sha256_hex(bytes));
     }
-    assert_eq!(store.proxy.bytes_fetched(), objects.iter().map(|b| b.len() as u64).sum::<u64>());
+    assert_eq!(store.fetched(), objects.iter().map(|b| b.len() as u64).sum::<u64>());
 
     let out = env.cli_env(&["blobs", "migrate", "--to", "http://not-s3"], &refs(&settings));
     assert!(!out.status.success());
     let line = one_line_error(&out, &["blob_store.url", "s3://"]);
     eprintln!("{line}");
+}
+
+#[test]
+fn over_https_bodies_fill_from_the_store_while_they_are_sent() {
+    use crate::helpers::pki::{EC, TestPki};
+    let pki = TestPki::with_ca("ca");
+    pki.server("tls", EC, "DNS:localhost,IP:127.0.0.1", "ca");
+    let store = Store::start(S3Upstream::moto());
+    let (cert, key) = (pki.path("tls.crt"), pki.path("tls.key"));
+    let store_env = store.env(&[("BLOBGATE_TLS__CERT", &cert), ("BLOBGATE_TLS__KEY", &key)]);
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let bytes = test_bytes(9 * MIB as usize + 3, 50);
+    put(&env, &store.env(&[]), "pub", "o.bin", &bytes);
+    let server = env.serve_with(&refs(&store_env), &[]);
+    require_tool("curl", "apt package curl");
+    let curl = |args: &[&str]| -> Vec<u8> {
+        let url = format!("https://localhost:{}/pub/o.bin", server.data.port());
+        let out = std::process::Command::new("curl")
+            .args(["-sS", "--fail", "--cacert", &pki.path("ca.crt")])
+            .args(args)
+            .arg(&url)
+            .output()
+            .expect("run curl");
+        assert!(out.status.success(), "curl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    };
+    // Cold: the range's three slices (2 to 4), then the rest of the object while the body is sent.
+    assert_eq!(curl(&["-r", "3000000-4999999"]), &bytes[3_000_000..5_000_000]);
+    assert_eq!(store.fetched(), 3 * SLICE);
+    assert_eq!(sha256_hex(&curl(&[])), sha256_hex(&bytes));
+    assert_eq!(store.fetched(), bytes.len() as u64, "each slice fetched once");
+    store.proxy.reset();
+    assert_eq!(sha256_hex(&curl(&[])), sha256_hex(&bytes));
+    assert_eq!(store.blob_gets().len(), 0);
 }
