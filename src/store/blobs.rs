@@ -343,6 +343,19 @@ impl BlobStore {
             .with_context(|| format!("cannot sync {}", self.parts_dir.display()))
     }
 
+    /// A temp file to fetch a part into from the object store (swept like any staging file if we die), then
+    /// `install_fetched_part`.
+    pub fn stage_part_fetch(&self) -> io::Result<(File, PathBuf)> {
+        self.create_stage_file()
+    }
+
+    /// Moves a fully fetched part (`stage_part_fetch`'s file, synced) to `parts/<name>`.
+    pub fn install_fetched_part(&self, temp: &Path, name: &str) -> anyhow::Result<()> {
+        create_private_dir(&self.parts_dir)?;
+        fs::rename(temp, self.part_path(name))
+            .with_context(|| format!("cannot move the fetched part {name} into place"))
+    }
+
     /// Removes a part file that no row names any more; a failure is left to the next sweep.
     pub fn remove_part(&self, name: &str) {
         match fs::remove_file(self.part_path(name)) {

@@ -530,6 +530,26 @@ impl Store {
     pub async fn sweep_object_store(&self, grace: Duration) -> anyhow::Result<usize> {
         let Some(cache) = &self.cache else { return Ok(0) };
         let now = std::time::SystemTime::now();
+        let mut deleted = 0;
+        // Parts of multipart uploads that no part row names (a crash between the part's upload and its row).
+        let old_parts: Vec<String> = cache
+            .remote()
+            .list_parts()
+            .await?
+            .into_iter()
+            .filter(|(_, written)| staging::may_sweep_unreferenced_blob(now.duration_since(*written).ok(), grace))
+            .map(|(name, _)| name)
+            .collect();
+        if !old_parts.is_empty() {
+            let mut tx = self.meta.lock_blob_refs().await?;
+            for name in &old_parts {
+                if !tx.part_file_is_referenced(name).await? {
+                    cache.remote().delete_part(name).await?;
+                    deleted += 1;
+                }
+            }
+            tx.commit_without_announcing().await?;
+        }
         let mut candidates = Vec::new();
         for (sha, written) in cache.remote().list().await? {
             let idle = now.duration_since(written).ok();
@@ -537,10 +557,10 @@ impl Store {
                 candidates.push(sha);
             }
         }
-        if candidates.is_empty() {
-            return Ok(0);
+        if !candidates.is_empty() {
+            deleted += delete_unreferenced(&self.meta, cache, &candidates).await?;
         }
-        delete_unreferenced(&self.meta, cache, &candidates).await
+        Ok(deleted)
     }
 
     /// Retires each of `hashes` (deduplicated) that nothing references any more. On an error the ones already

@@ -18,6 +18,7 @@
 //! a part that replaces one of the same number counts at its new size only. `check_part_room` makes the same
 //! checks from a declared length before a body is read, so a client is refused before it sends the bytes.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -178,6 +179,15 @@ impl From<StoreError> for MultipartError {
     }
 }
 
+/// Removes a temp file when dropped (forgotten once the file has been moved into place).
+struct TempFile(std::path::PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// What a Complete asks for.
 #[derive(Debug, Clone, Copy)]
 pub struct Completion<'a> {
@@ -307,6 +317,31 @@ impl Store {
         if !(1..=MAX_PART_NUMBER).contains(&part_number) {
             return Err(MultipartError::InvalidPartNumber(part_number));
         }
+        let name = BlobStore::new_part_name();
+        // With an object store, the part goes there first (before the lock, as a blob does), so that any replica
+        // can complete the upload; the local file is this replica's cache of it.
+        if let Some(cache) = &self.cache {
+            let path = staged.path().to_owned();
+            cache.remote().upload_part(path, &name, staged.size).await.map_err(MultipartError::BlobStoreUnavailable)?;
+        }
+        let stored = self.put_part_as(bucket, key, upload_id, part_number, staged, limits, name.clone()).await;
+        if stored.is_err() && self.cache.is_some() {
+            self.remove_part_files(vec![name]).await;
+        }
+        stored
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn put_part_as(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        upload_id: &str,
+        part_number: u32,
+        staged: super::StagedBlob,
+        limits: &UploadLimits,
+        name: String,
+    ) -> Result<PartRecord, MultipartError> {
         let md5 = staged.md5.clone().context("a part must be staged by a BlobWriter, which computes its MD5")?;
         let mut tx = self.meta.lock_blob_refs().await?;
         let bucket_row = require_bucket(tx.bucket(bucket).await?, bucket)?;
@@ -320,7 +355,7 @@ impl Store {
         let part = PartRecord {
             part_number,
             size: staged.size,
-            staged_name: BlobStore::new_part_name(),
+            staged_name: name,
             md5,
             sha256: staged.sha256.clone(),
             created_at: unix_now(),
@@ -523,6 +558,8 @@ impl Store {
         let upload_id = upload.id.as_str();
         let blobs = self.blobs.clone();
         let files: Vec<(String, u64)> = chosen.iter().map(|p| (p.staged_name.clone(), p.size)).collect();
+        // Parts another replica took are fetched from the object store first.
+        self.fetch_missing_parts(&files).await?;
         let assembled = tokio::task::spawn_blocking(move || blobs.assemble(&files))
             .await
             .context("assemble task failed")?
@@ -564,10 +601,52 @@ impl Store {
         Ok(put)
     }
 
-    /// Removes part files no row names any more (best effort: what fails is left to the sweep).
+    /// With an object store: fetches into `parts/` each of `files` (name, size) this replica does not hold.
+    async fn fetch_missing_parts(&self, files: &[(String, u64)]) -> Result<(), MultipartError> {
+        let Some(cache) = &self.cache else { return Ok(()) };
+        for (name, size) in files {
+            let blobs = self.blobs.clone();
+            let part = blobs.part_path(name);
+            let present = tokio::task::spawn_blocking(move || part.is_file()).await.context("part check failed")?;
+            if present {
+                continue;
+            }
+            let blobs = self.blobs.clone();
+            let (file, temp) = tokio::task::spawn_blocking(move || blobs.stage_part_fetch())
+                .await
+                .context("part fetch failed")?
+                .context("cannot create a temp file for a fetched part")?;
+            // The temp file goes if anything below fails.
+            let cleanup = TempFile(temp.clone());
+            let file = Arc::new(file);
+            cache.remote().fetch_part(name, *size, file.clone()).await.map_err(MultipartError::BlobStoreUnavailable)?;
+            let (blobs, name) = (self.blobs.clone(), name.clone());
+            tokio::task::spawn_blocking(move || {
+                file.sync_all().context("cannot sync a fetched part")?;
+                blobs.install_fetched_part(&temp, &name)
+            })
+            .await
+            .context("part install failed")??;
+            std::mem::forget(cleanup);
+        }
+        Ok(())
+    }
+
+    /// Removes part files no row names any more (best effort: what fails is left to the sweep), and with an
+    /// object store their store objects too.
     pub(super) async fn remove_part_files(&self, names: Vec<String>) {
         if names.is_empty() {
             return;
+        }
+        if let Some(cache) = self.cache.clone() {
+            let names = names.clone();
+            tokio::spawn(async move {
+                for name in names {
+                    if let Err(e) = cache.remote().delete_part(&name).await {
+                        tracing::warn!(part = name, error = %e, "could not delete a part from the object store; the sweep will");
+                    }
+                }
+            });
         }
         let blobs = self.blobs.clone();
         let removed = tokio::task::spawn_blocking(move || names.iter().for_each(|n| blobs.remove_part(n))).await;

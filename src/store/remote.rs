@@ -150,7 +150,63 @@ impl RemoteBlobs {
         if self.size_of(sha256).await? == Some(size) {
             return Ok(false);
         }
-        let (store, key, sha) = (self.store.clone(), self.key_of(sha256), sha256.to_owned());
+        self.upload_to(path, self.key_of(sha256), sha256, size).await?;
+        Ok(true)
+    }
+
+    /// The store object of an S3 multipart upload's part (`PREFIX/parts/<name>`): parts live in the store too, so
+    /// an upload's parts and its Complete may reach different replicas.
+    pub fn part_key(&self, name: &str) -> StorePath {
+        debug_assert!(super::blobs::is_part_name(name));
+        if self.prefix.is_empty() {
+            StorePath::from(format!("parts/{name}"))
+        } else {
+            StorePath::from(format!("{}/parts/{name}", self.prefix))
+        }
+    }
+
+    /// Stores the part file `path` (`size` bytes) as the part `name`.
+    pub async fn upload_part(&self, path: PathBuf, name: &str, size: u64) -> Result<(), RemoteError> {
+        self.upload_to(path, self.part_key(name), name, size).await
+    }
+
+    /// Fetches the part `name` (`size` bytes) into `file`.
+    pub async fn fetch_part(&self, name: &str, size: u64, file: Arc<File>) -> Result<u64, RemoteError> {
+        if size == 0 {
+            return Ok(0);
+        }
+        self.fetch_key_into(self.part_key(name), name, 0..size, file).await
+    }
+
+    /// Deletes the part `name`'s store object; one already gone is no error.
+    pub async fn delete_part(&self, name: &str) -> Result<(), RemoteError> {
+        self.delete_key(self.part_key(name), name).await
+    }
+
+    /// Every part in the store with when it was written.
+    pub async fn list_parts(&self) -> Result<Vec<(String, SystemTime)>, RemoteError> {
+        let store = self.store.clone();
+        let prefix = if self.prefix.is_empty() {
+            StorePath::from("parts")
+        } else {
+            StorePath::from(format!("{}/parts", self.prefix))
+        };
+        self.run(async move {
+            let mut listing = store.list(Some(&prefix));
+            let mut parts = Vec::new();
+            while let Some(meta) = listing.next().await {
+                let meta = meta.map_err(|e| RemoteError::Unavailable(e.to_string()))?;
+                if let Some(name) = meta.location.filename().filter(|n| super::blobs::is_part_name(n)) {
+                    parts.push((name.to_owned(), SystemTime::from(meta.last_modified)));
+                }
+            }
+            Ok(parts)
+        })
+        .await
+    }
+
+    async fn upload_to(&self, path: PathBuf, key: StorePath, what: &str, size: u64) -> Result<(), RemoteError> {
+        let (store, sha) = (self.store.clone(), what.to_owned());
         self.run(async move {
             let file =
                 Arc::new(tokio::task::spawn_blocking(move || File::open(path)).await.map_err(io::Error::other)??);
@@ -171,9 +227,9 @@ impl RemoteBlobs {
             }
             let stored = store.head(&key).await.map_err(|e| RemoteError::from_store(&sha, e))?.size;
             if stored != size {
-                return Err(RemoteError::Unavailable(format!("blob {sha} stored with {stored} bytes, not {size}")));
+                return Err(RemoteError::Unavailable(format!("{sha} stored with {stored} bytes, not {size}")));
             }
-            Ok(true)
+            Ok(())
         })
         .await
     }
@@ -181,7 +237,17 @@ impl RemoteBlobs {
     /// Fetches `range` of a blob into `file` at the same offsets, chunk by chunk as it arrives (written on the
     /// blocking pool). Returns the bytes written, which is the range's length or an error.
     pub async fn fetch_into(&self, sha256: &str, range: Range<u64>, file: Arc<File>) -> Result<u64, RemoteError> {
-        let (store, key, sha) = (self.store.clone(), self.key_of(sha256), sha256.to_owned());
+        self.fetch_key_into(self.key_of(sha256), sha256, range, file).await
+    }
+
+    async fn fetch_key_into(
+        &self,
+        key: StorePath,
+        what: &str,
+        range: Range<u64>,
+        file: Arc<File>,
+    ) -> Result<u64, RemoteError> {
+        let (store, sha) = (self.store.clone(), what.to_owned());
         self.run(async move {
             let options = object_store::GetOptions { range: Some(range.clone().into()), ..Default::default() };
             let result = store.get_opts(&key, options).await.map_err(|e| RemoteError::from_store(&sha, e))?;
@@ -227,7 +293,11 @@ impl RemoteBlobs {
 
     /// Deletes a blob's store object; one already gone is no error.
     pub async fn delete(&self, sha256: &str) -> Result<(), RemoteError> {
-        let (store, key, sha) = (self.store.clone(), self.key_of(sha256), sha256.to_owned());
+        self.delete_key(self.key_of(sha256), sha256).await
+    }
+
+    async fn delete_key(&self, key: StorePath, what: &str) -> Result<(), RemoteError> {
+        let (store, sha) = (self.store.clone(), what.to_owned());
         self.run(async move {
             match store.delete(&key).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),

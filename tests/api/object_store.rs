@@ -452,3 +452,58 @@ fn over_https_bodies_fill_from_the_store_while_they_are_sent() {
     assert_eq!(sha256_hex(&curl(&[])), sha256_hex(&bytes));
     assert_eq!(store.blob_gets().len(), 0);
 }
+
+#[test]
+fn a_multipart_uploads_parts_may_reach_different_replicas() {
+    let store = Store::start(S3Upstream::moto());
+    let store_env = store.env(&[]);
+    let a = TestEnv::on_postgres();
+    let b = TestEnv { database_url: a.database_url.clone(), ..TestEnv::new() };
+    let out = a.cli_env(&["bucket", "create", "multi"], &refs(&store_env));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let key = s3_key(&a, "multi", &["--scope", "write"]);
+    std::fs::create_dir_all(b.data_dir()).unwrap();
+    std::fs::copy(a.data_dir().join("signing-secrets.key"), b.data_dir().join("signing-secrets.key")).unwrap();
+    let (server_a, server_b) = (a.serve_with(&refs(&store_env), &[]), b.serve_with(&refs(&store_env), &[]));
+    let (one, two) = (test_bytes(5 * MIB as usize, 60), test_bytes(MIB as usize + 9, 61));
+    let dir = a.dir.path().join("parts");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("one"), &one).unwrap();
+    std::fs::write(dir.join("two"), &two).unwrap();
+    let spec = serde_json::json!({
+        "a": format!("http://{}", server_a.data), "b": format!("http://{}", server_b.data),
+        "key": key_json(&key), "dir": dir.to_str().unwrap(),
+    });
+    // A load balancer without affinity: Create and part 1 on A, part 2 and Complete on B; an aborted upload's
+    // part on A, its Abort on B.
+    let out = run_boto3(
+        &a.dir.path().join("home"),
+        r#"
+a, b = client(spec["a"], spec["key"]), client(spec["b"], spec["key"])
+up = a.create_multipart_upload(Bucket="multi", Key="joined.bin")["UploadId"]
+e1 = a.upload_part(Bucket="multi", Key="joined.bin", UploadId=up, PartNumber=1, Body=open(spec["dir"] + "/one", "rb").read())["ETag"]
+e2 = b.upload_part(Bucket="multi", Key="joined.bin", UploadId=up, PartNumber=2, Body=open(spec["dir"] + "/two", "rb").read())["ETag"]
+b.complete_multipart_upload(Bucket="multi", Key="joined.bin", UploadId=up,
+    MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": e1}, {"PartNumber": 2, "ETag": e2}]})
+gone = a.create_multipart_upload(Bucket="multi", Key="aborted.bin")["UploadId"]
+a.upload_part(Bucket="multi", Key="aborted.bin", UploadId=gone, PartNumber=1, Body=b"x" * 100)
+b.abort_multipart_upload(Bucket="multi", Key="aborted.bin", UploadId=gone)
+print(json.dumps({"ok": True}))
+"#,
+        &spec,
+    );
+    assert_eq!(out["ok"], true);
+    let joined: Vec<u8> = [one.as_slice(), two.as_slice()].concat();
+    let out = a.cli_env(&["token", "create", "--bucket", "multi", "--scope", "read"], &refs(&store_env));
+    let bearer = format!("Bearer {}", String::from_utf8(out.stdout).unwrap().trim());
+    for server in [&server_a, &server_b] {
+        let response = get_ok(server, "/multi/joined.bin", &[("authorization", &bearer)]);
+        assert_eq!(sha256_hex(&response.body), sha256_hex(&joined), "the joined object from {}", server.data);
+    }
+    assert!(
+        wait_for(Duration::from_secs(10), || store.blobs().iter().all(|(k, _)| !k.starts_with("bg/parts/"))),
+        "completed and aborted uploads leave no part in the store: {:?}",
+        store.blobs()
+    );
+    assert_eq!(store.blobs().len(), 1, "one blob, the joined object's: {:?}", store.blobs());
+}
