@@ -810,8 +810,12 @@ impl Settings {
         self.public_url()?;
         self.database_url()?;
         self.object_store()?;
-        if self.cache.slice_bytes < 64 * 1024 || self.cache.slice_bytes > 1 << 30 {
-            bail!("cache.slice_bytes must be between 65536 and 1073741824, got {}", self.cache.slice_bytes);
+        if self.cache.slice_bytes < 64 * 1024 || self.cache.slice_bytes > 1 << 30 || self.cache.slice_bytes % 65536 != 0
+        {
+            bail!(
+                "cache.slice_bytes must be a multiple of 65536 between 65536 and 1073741824, got {}",
+                self.cache.slice_bytes
+            );
         }
         if self.cache.max_bytes < self.cache.slice_bytes {
             bail!(
