@@ -22,12 +22,13 @@ use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, Retry
 
 use crate::config::ObjectStoreLocation;
 
-/// Blobs up to this size go in one PUT; larger ones as a multipart upload of parts this size.
-pub const MULTIPART_PART_BYTES: u64 = 16 << 20;
+/// Blobs up to this size go in one PUT; larger ones as a multipart upload of parts this size (S3's minimum part
+/// is 5 MiB). What one upload holds in memory is this times `UPLOAD_CONCURRENCY`, read from the staged file.
+pub const MULTIPART_PART_BYTES: u64 = 8 << 20;
 /// Bytes of a fetched range written to its file at once.
 const FILL_BATCH: usize = 1 << 20;
 /// Parts of one multipart upload in flight at once.
-const UPLOAD_CONCURRENCY: usize = 4;
+const UPLOAD_CONCURRENCY: usize = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
