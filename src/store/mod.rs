@@ -340,37 +340,23 @@ impl Store {
         variants: Vec<StagedVariant>,
     ) -> Result<(PutReport, Vec<blobs::RetiredBlob>), StoreError> {
         let now = unix_now();
-        if self.cache.is_some() {
+        let (staged, variants) = if self.cache.is_some() {
             let mut all = vec![&staged];
             all.extend(variants.iter().map(|v| &v.blob));
             self.confirm_blobs(&all).await?;
+            (staged, variants)
         } else {
             // Under the write lock: no concurrent delete can retire these hashes between the rename and the commit.
             let blobs = self.blobs.clone();
-            let (s, v, installed) = tokio::task::spawn_blocking(move || {
+            let (staged, variants, installed) = tokio::task::spawn_blocking(move || {
                 let r = blobs.install(&staged).and_then(|()| variants.iter().try_for_each(|v| blobs.install(&v.blob)));
                 (staged, variants, r)
             })
             .await
             .context("blob install task failed")?;
             installed?;
-            return self.write_rows(tx, bucket_row, key, s, attrs, v, now).await;
-        }
-        self.write_rows(tx, bucket_row, key, staged, attrs, variants, now).await
-    }
-
-    /// `write_object`'s rows, once its blobs are in place.
-    #[allow(clippy::too_many_arguments)]
-    async fn write_rows(
-        &self,
-        tx: &mut WriteTx,
-        bucket_row: &Bucket,
-        key: &ObjectKey,
-        staged: StagedBlob,
-        attrs: ObjectAttrs,
-        variants: Vec<StagedVariant>,
-        now: i64,
-    ) -> Result<(PutReport, Vec<blobs::RetiredBlob>), StoreError> {
+            (staged, variants)
+        };
         let upsert = tx.upsert_object(bucket_row.id, key, &staged.sha256, staged.size, &attrs, now).await?;
         let records: Vec<VariantRecord> = variants
             .iter()

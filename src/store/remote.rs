@@ -188,24 +188,12 @@ impl RemoteBlobs {
 
     /// Every part in the store with when it was written.
     pub async fn list_parts(&self) -> Result<Vec<(String, SystemTime)>, RemoteError> {
-        let store = self.store.clone();
         let prefix = if self.prefix.is_empty() {
             StorePath::from("parts")
         } else {
             StorePath::from(format!("{}/parts", self.prefix))
         };
-        self.run(async move {
-            let mut listing = store.list(Some(&prefix));
-            let mut parts = Vec::new();
-            while let Some(meta) = listing.next().await {
-                let meta = meta.map_err(|e| RemoteError::Unavailable(e.to_string()))?;
-                if let Some(name) = meta.location.filename().filter(|n| super::blobs::is_part_name(n)) {
-                    parts.push((name.to_owned(), SystemTime::from(meta.last_modified)));
-                }
-            }
-            Ok(parts)
-        })
-        .await
+        self.list_named(Some(prefix), super::blobs::is_part_name).await
     }
 
     async fn upload_to(&self, path: PathBuf, key: StorePath, what: &str, size: u64) -> Result<(), RemoteError> {
@@ -313,18 +301,27 @@ impl RemoteBlobs {
 
     /// Every blob in the store with when it was last written; other objects under the prefix are ignored.
     pub async fn list(&self) -> Result<Vec<(String, SystemTime)>, RemoteError> {
-        let store = self.store.clone();
         let prefix = (!self.prefix.is_empty()).then(|| StorePath::from(&*self.prefix));
+        self.list_named(prefix, super::blobs::is_blob_hash).await
+    }
+
+    /// The objects under `prefix` whose last path segment `named` accepts, with when each was written.
+    async fn list_named(
+        &self,
+        prefix: Option<StorePath>,
+        named: fn(&str) -> bool,
+    ) -> Result<Vec<(String, SystemTime)>, RemoteError> {
+        let store = self.store.clone();
         self.run(async move {
             let mut listing = store.list(prefix.as_ref());
-            let mut blobs = Vec::new();
+            let mut found = Vec::new();
             while let Some(meta) = listing.next().await {
                 let meta = meta.map_err(|e| RemoteError::Unavailable(e.to_string()))?;
-                if let Some(name) = meta.location.filename().filter(|n| super::blobs::is_blob_hash(n)) {
-                    blobs.push((name.to_owned(), SystemTime::from(meta.last_modified)));
+                if let Some(name) = meta.location.filename().filter(|n| named(n)) {
+                    found.push((name.to_owned(), SystemTime::from(meta.last_modified)));
                 }
             }
-            Ok(blobs)
+            Ok(found)
         })
         .await
     }
