@@ -317,26 +317,26 @@ impl Rights {
 /// What the authoriser looks up: tokens by id, signing keys by id, revoked signatures, S3 access keys by id.
 /// The catalog implements it from its coherent caches.
 pub trait CredentialLookup: Send + Sync {
-    fn token(&self, id: &str) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send;
-    fn signing_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send;
-    fn signature_revoked(&self, signature: &str) -> impl Future<Output = Result<bool, MetadataError>> + Send;
-    fn s3_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send;
+    fn token<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send + 'a;
+    fn signing_key<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send + 'a;
+    fn signature_revoked<'a>(&'a self, signature: &'a str) -> impl Future<Output = Result<bool, MetadataError>> + Send + 'a;
+    fn s3_key<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send + 'a;
 }
 
 impl<T: CredentialLookup> CredentialLookup for Arc<T> {
-    fn token(&self, id: &str) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send {
+    fn token<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send + 'a {
         (**self).token(id)
     }
 
-    fn signing_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send {
+    fn signing_key<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send + 'a {
         (**self).signing_key(id)
     }
 
-    fn signature_revoked(&self, signature: &str) -> impl Future<Output = Result<bool, MetadataError>> + Send {
+    fn signature_revoked<'a>(&'a self, signature: &'a str) -> impl Future<Output = Result<bool, MetadataError>> + Send + 'a {
         (**self).signature_revoked(signature)
     }
 
-    fn s3_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send {
+    fn s3_key<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send + 'a {
         (**self).s3_key(id)
     }
 }
@@ -496,7 +496,8 @@ impl<L: CredentialLookup> Authorizer<L> {
                     None
                 }
                 Credentials::Presigned(params) => {
-                    self.verify_presigned(&params, name, key).await?;
+                    // Boxed here and below: unboxed, a signed URL's checks would size every read's future.
+                    Box::pin(self.verify_presigned(&params, name, key)).await?;
                     params.response_disposition
                 }
             };
@@ -511,7 +512,7 @@ impl<L: CredentialLookup> Authorizer<L> {
                 Ok(AllowedRead { bucket, content_disposition: None })
             }
             Credentials::Presigned(params) => {
-                self.verify_presigned(&params, name, key).await?;
+                Box::pin(self.verify_presigned(&params, name, key)).await?;
                 let bucket = bucket.ok_or(AuthError::NoSuchBucket)?.clone();
                 Ok(AllowedRead { bucket, content_disposition: params.response_disposition })
             }
@@ -786,19 +787,19 @@ mod tests {
     }
 
     impl CredentialLookup for MemoryLookup {
-        fn token(&self, id: &str) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send {
+        fn token<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send + 'a {
             std::future::ready(Ok(self.tokens.get(id).cloned()))
         }
 
-        fn signing_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send {
+        fn signing_key<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send + 'a {
             std::future::ready(Ok(self.keys.get(id).cloned()))
         }
 
-        fn signature_revoked(&self, signature: &str) -> impl Future<Output = Result<bool, MetadataError>> + Send {
+        fn signature_revoked<'a>(&'a self, signature: &'a str) -> impl Future<Output = Result<bool, MetadataError>> + Send + 'a {
             std::future::ready(Ok(self.revoked.contains(signature)))
         }
 
-        fn s3_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send {
+        fn s3_key<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send + 'a {
             std::future::ready(Ok(self.s3_keys.get(id).cloned()))
         }
     }

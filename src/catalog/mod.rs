@@ -32,13 +32,15 @@
 pub mod representation;
 
 use std::fs::File;
-use std::future::Future;
+use std::future::{Future, Ready};
 use std::hash::{Hash, Hasher};
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use futures_util::future::Either;
 use quick_cache::Equivalent;
 use quick_cache::sync::Cache;
 
@@ -49,6 +51,19 @@ use crate::store::{
     S3KeyRecord, SigningKey, TokenRecord,
 };
 use representation::ObjectEntry;
+
+/// What a cached lookup returns: the answer at once on a hit, or the boxed trip to the database (or the feed's
+/// catch-up) that a miss takes. A request's future holds each lookup it awaits, and the driver moves that future
+/// once per request: a hit then costs the answer's few words, not the miss path's state.
+pub type Lookup<'a, T> = Either<Ready<T>, Pin<Box<dyn Future<Output = T> + Send + 'a>>>;
+
+fn answered<'a, T>(value: T) -> Lookup<'a, T> {
+    Either::Left(std::future::ready(value))
+}
+
+fn looked_up<'a, T>(trip: impl Future<Output = T> + Send + 'a) -> Lookup<'a, T> {
+    Either::Right(Box::pin(trip))
+}
 
 /// Capacities: generous for metadata (a few hundred bytes each), bounded for fds by the process limit.
 const BUCKETS: usize = 10_000;
@@ -234,18 +249,21 @@ impl Catalog {
 
     /// A bucket by name. While the caches are stale, only a cached public bucket is answered (see "Bounded
     /// staleness"); anything else, present or absent, is [`MetadataError::Stale`].
-    pub async fn bucket(&self, name: &str) -> Result<Option<Arc<Bucket>>, MetadataError> {
+    pub fn bucket<'a>(&'a self, name: &'a str) -> Lookup<'a, Result<Option<Arc<Bucket>>, MetadataError>> {
         match self.freshness() {
             Freshness::Fresh => {}
             Freshness::PublicOnly => {
-                return match self.buckets.get(name) {
+                return answered(match self.buckets.get(name) {
                     Some(Some(bucket)) if bucket.public => Ok(Some(bucket)),
                     _ => Err(self.stale()),
-                };
+                });
             }
-            Freshness::Expired => return Err(self.stale()),
+            Freshness::Expired => return answered(Err(self.stale())),
         }
-        self.read_through(
+        if let Some(hit) = self.cached(&self.buckets, name) {
+            return answered(Ok(hit));
+        }
+        looked_up(self.read_through(
             &self.buckets,
             name,
             || name.to_owned(),
@@ -255,74 +273,104 @@ impl Catalog {
                     Err(_) => Ok(None),
                 }
             },
-        )
-        .await
+        ))
     }
 
     /// An object with its prepared headers. Past the public window nothing is answered: a deletion may have been
     /// missed (before it, only a public bucket's objects get here, since `bucket` refuses the others).
-    pub async fn object(&self, bucket_id: i64, key: &str) -> Result<Option<Arc<ObjectEntry>>, MetadataError> {
+    pub fn object<'a>(
+        &'a self,
+        bucket_id: i64,
+        key: &'a str,
+    ) -> Lookup<'a, Result<Option<Arc<ObjectEntry>>, MetadataError>> {
         if self.freshness() == Freshness::Expired {
-            return Err(self.stale());
+            return answered(Err(self.stale()));
         }
-        let lookup = ObjectLookup(bucket_id, key);
-        self.read_through(
-            &self.objects,
-            &lookup,
-            || (bucket_id, key.to_owned()),
-            || async {
-                // The bucket's default is read with the object, not taken from a cached bucket that a concurrent
-                // change may already have replaced.
-                let found = self.meta.object_with_bucket_default(bucket_id, key).await?;
-                Ok(found.map(|(record, default, variants)| {
-                    Arc::new(ObjectEntry::new(record, default.as_deref()).with_variants(variants))
-                }))
-            },
-        )
-        .await
-    }
-
-    pub async fn token(&self, id: &str) -> Result<Option<Arc<TokenRecord>>, MetadataError> {
-        self.require_fresh()?;
-        self.read_through(&self.tokens, id, || id.to_owned(), || async { Ok(self.meta.token(id).await?.map(Arc::new)) })
+        if let Some(hit) = self.cached(&self.objects, &ObjectLookup(bucket_id, key)) {
+            return answered(Ok(hit));
+        }
+        looked_up(async move {
+            let lookup = ObjectLookup(bucket_id, key);
+            self.read_through(
+                &self.objects,
+                &lookup,
+                || (bucket_id, key.to_owned()),
+                || async {
+                    // The bucket's default is read with the object, not taken from a cached bucket that a
+                    // concurrent change may already have replaced.
+                    let found = self.meta.object_with_bucket_default(bucket_id, key).await?;
+                    Ok(found.map(|(record, default, variants)| {
+                        Arc::new(ObjectEntry::new(record, default.as_deref()).with_variants(variants))
+                    }))
+                },
+            )
             .await
+        })
     }
 
-    pub async fn signing_key(&self, id: &str) -> Result<Option<Arc<SigningKey>>, MetadataError> {
-        self.require_fresh()?;
-        self.read_through(
-            &self.signing_keys,
-            id,
-            || id.to_owned(),
-            || async { Ok(self.meta.signing_key(id).await?.map(Arc::new)) },
-        )
-        .await
+    pub fn token<'a>(&'a self, id: &'a str) -> Lookup<'a, Result<Option<Arc<TokenRecord>>, MetadataError>> {
+        if let Err(stale) = self.require_fresh() {
+            return answered(Err(stale));
+        }
+        if let Some(hit) = self.cached(&self.tokens, id) {
+            return answered(Ok(hit));
+        }
+        looked_up(self.read_through(&self.tokens, id, || id.to_owned(), || async {
+            Ok(self.meta.token(id).await?.map(Arc::new))
+        }))
     }
 
-    pub async fn signature_revoked(&self, signature: &str) -> Result<bool, MetadataError> {
-        self.require_fresh()?;
-        self.read_through(&self.revoked, signature, || signature.to_owned(), || self.meta.signature_revoked(signature))
-            .await
+    pub fn signing_key<'a>(&'a self, id: &'a str) -> Lookup<'a, Result<Option<Arc<SigningKey>>, MetadataError>> {
+        if let Err(stale) = self.require_fresh() {
+            return answered(Err(stale));
+        }
+        if let Some(hit) = self.cached(&self.signing_keys, id) {
+            return answered(Ok(hit));
+        }
+        looked_up(self.read_through(&self.signing_keys, id, || id.to_owned(), || async {
+            Ok(self.meta.signing_key(id).await?.map(Arc::new))
+        }))
+    }
+
+    pub fn signature_revoked<'a>(&'a self, signature: &'a str) -> Lookup<'a, Result<bool, MetadataError>> {
+        if let Err(stale) = self.require_fresh() {
+            return answered(Err(stale));
+        }
+        if let Some(hit) = self.cached(&self.revoked, signature) {
+            return answered(Ok(hit));
+        }
+        looked_up(self.read_through(&self.revoked, signature, || signature.to_owned(), || {
+            self.meta.signature_revoked(signature)
+        }))
     }
 
     /// An S3 access key by id, its secret opened. An id not of our keys' shape is absent without a lookup; other
     /// unknown ids are cached as absent in their own bounded cache (`S3_KEY_MISSES`), so misses never evict known
     /// keys. Otherwise the protocol of `read_through`.
-    pub async fn s3_key(&self, id: &str) -> Result<Option<Arc<S3KeyRecord>>, MetadataError> {
+    pub fn s3_key<'a>(&'a self, id: &'a str) -> Lookup<'a, Result<Option<Arc<S3KeyRecord>>, MetadataError>> {
         // An id we could never have issued needs no lookup, nor a place in either cache.
         if !crate::auth::access_key::is_access_key_id(id) {
-            return Ok(None);
+            return answered(Ok(None));
         }
-        self.require_fresh()?;
-        self.fresh().await;
-        if let Some(hit) = self.s3_keys.get(id) {
-            return Ok(hit);
+        if let Err(stale) = self.require_fresh() {
+            return answered(Err(stale));
         }
-        if self.s3_key_misses.get(id).is_some() {
-            return Ok(None);
+        if let Some(hit) = self.cached(&self.s3_keys, id) {
+            return answered(Ok(hit));
         }
-        // Boxed and out of line: the hit above is what a request runs, and its code stays small.
-        Box::pin(self.s3_key_from_store(id)).await
+        if self.cached(&self.s3_key_misses, id).is_some() {
+            return answered(Ok(None));
+        }
+        looked_up(async move {
+            self.fresh().await;
+            if let Some(hit) = self.s3_keys.get(id) {
+                return Ok(hit);
+            }
+            if self.s3_key_misses.get(id).is_some() {
+                return Ok(None);
+            }
+            self.s3_key_from_store(id).await
+        })
     }
 
     async fn s3_key_from_store(&self, id: &str) -> Result<Option<Arc<S3KeyRecord>>, MetadataError> {
@@ -368,9 +416,19 @@ impl Catalog {
         self.meta.list_objects_page_from(bucket_id, prefix, from, limit).await
     }
 
+    /// A hit that needs no catch-up with the change feed first: what a request runs, with no await.
+    fn cached<K, Q, V>(&self, cache: &Cache<K, V>, lookup: &Q) -> Option<V>
+    where
+        K: Eq + Hash + Clone,
+        Q: Hash + Equivalent<K> + ?Sized,
+        V: Clone,
+    {
+        if self.feed.current() == self.synced.load(Ordering::Acquire) { cache.get(lookup) } else { None }
+    }
+
     /// The one cache protocol, shared by every cached table: catch up with the change feed if its counter
     /// moved, serve a hit, else read the database and insert, removing the insert again if a change landed
-    /// meanwhile (see "Races" in the module doc).
+    /// meanwhile (see "Races" in the module doc). Callers try [`Catalog::cached`] first and box this.
     async fn read_through<K, Q, V, F, Fut>(
         &self,
         cache: &Cache<K, V>,
@@ -390,7 +448,7 @@ impl Catalog {
             return Ok(hit);
         }
         let stamp = self.stamp();
-        let found = Box::pin(fetch()).await?;
+        let found = fetch().await?;
         cache.insert(owned_key(), found.clone());
         if self.stamp() != stamp {
             cache.remove(lookup);
@@ -399,10 +457,14 @@ impl Catalog {
     }
 
     /// The open blob for `sha256`, opening it (off the event loop) on a miss. Failures are never cached.
-    pub async fn open_blob(&self, sha256: &str) -> io::Result<Arc<OpenBlob>> {
-        if let Some(hit) = self.open_blobs.get(sha256) {
-            return Ok(hit);
+    pub fn open_blob<'a>(&'a self, sha256: &'a str) -> Lookup<'a, io::Result<Arc<OpenBlob>>> {
+        match self.open_blobs.get(sha256) {
+            Some(hit) => answered(Ok(hit)),
+            None => looked_up(self.open_blob_from_disk(sha256)),
         }
+    }
+
+    async fn open_blob_from_disk(&self, sha256: &str) -> io::Result<Arc<OpenBlob>> {
         let blobs = self.blobs.clone();
         let sha = sha256.to_owned();
         let opened = tokio::task::spawn_blocking(move || -> io::Result<OpenBlob> {
@@ -642,19 +704,19 @@ impl Catalog {
 
 /// The authoriser's lookups, from the coherent caches.
 impl CredentialLookup for Catalog {
-    fn token(&self, id: &str) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send {
+    fn token<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send + 'a {
         Catalog::token(self, id)
     }
 
-    fn signing_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send {
+    fn signing_key<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send + 'a {
         Catalog::signing_key(self, id)
     }
 
-    fn signature_revoked(&self, signature: &str) -> impl Future<Output = Result<bool, MetadataError>> + Send {
+    fn signature_revoked<'a>(&'a self, signature: &'a str) -> impl Future<Output = Result<bool, MetadataError>> + Send + 'a {
         Catalog::signature_revoked(self, signature)
     }
 
-    fn s3_key(&self, id: &str) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send {
+    fn s3_key<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send + 'a {
         Catalog::s3_key(self, id)
     }
 }
