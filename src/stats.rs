@@ -5,7 +5,7 @@
 //! **What counts** is in the module doc of `metrics::downloads` and in docs/operations.md ("Download statistics").
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use crate::file_body::ObjectRef;
 
@@ -174,9 +174,11 @@ pub fn day_name(day: i64) -> String {
     utc_day(day.saturating_mul(86_400))
 }
 
-/// Unix seconds now: the one wall clock for stored times (0 before 1970).
+/// Unix seconds now: the one wall clock for stored times and the Date field (0 before 1970). The kernel's coarse
+/// clock, its time at the last tick: whole seconds need no more, and every request reads it (the fine clock reads the
+/// time counter too).
 pub fn unix_now() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME_COARSE).map_or(0, |t| t.tv_sec().max(0))
 }
 
 #[cfg(test)]

@@ -484,7 +484,7 @@ impl<S: RequestService> Connection<S> {
                 if let Some((entry, _)) = &mut access {
                     entry.encoding = Some(file.body.encoding);
                 }
-                self.send_file(file, is_head, persistence).await
+                self.send_file(&file, is_head, persistence).await
             }
             Err(response) => self.send_buffered(response, is_head, persistence).await,
         };
@@ -558,9 +558,12 @@ impl<S: RequestService> Connection<S> {
         }
     }
 
-    async fn send_file(&mut self, file: FileAnswer, is_head: bool, persistence: Persistence) -> bool {
+    /// Sends a file answer; by reference, as the rest of its way: it stays where `respond` holds it (a move
+    /// copies its few hundred bytes).
+    async fn send_file(&mut self, file: &FileAnswer, is_head: bool, persistence: Persistence) -> bool {
         let FileAnswer { status, headers, body, .. } = file;
-        if let Err(why) = check_file_response(status, &headers, &body) {
+        let status = *status;
+        if let Err(why) = check_file_response(status, headers, body) {
             // A handler bug: refuse rather than fall back to copying or send a body that contradicts its head.
             tracing::error!(peer = %self.peer, why, "inconsistent file response");
             let response = (self.ctx.render_refusal)(Refusal::InconsistentFileResponse(why));
@@ -572,7 +575,7 @@ impl<S: RequestService> Connection<S> {
         write_response_head(
             &mut head,
             status,
-            &headers,
+            headers,
             body.shared_fields.as_ref(),
             Some(body.total_len()),
             &super::http_date(),
@@ -587,7 +590,7 @@ impl<S: RequestService> Connection<S> {
         &mut self,
         head: &[u8],
         status: StatusCode,
-        body: FileBody,
+        body: &FileBody,
         is_head: bool,
         persistence: Persistence,
     ) -> bool {
@@ -598,14 +601,14 @@ impl<S: RequestService> Connection<S> {
             if body.kind == DownloadKind::ErrorDocument {
                 self.ctx.metrics.error_document_sent(status, 0);
             } else {
-                self.observe(DownloadRecord::now(body.object, status.as_u16(), RecordKind::Head), 0);
+                self.observe(DownloadRecord::now(body.object.clone(), status.as_u16(), RecordKind::Head), 0);
             }
             return sent.is_ok() && persistence != Persistence::Close;
         }
         let started = Instant::now();
         let _active = self.ctx.metrics.download_started();
         let send = DriverContextSend { options: &self.ctx.send, metrics: &self.ctx.metrics };
-        let report = self.link.send_file(head, &body, &send).await;
+        let report = self.link.send_file(head, body, &send).await;
         self.last_sent = (status, report.object_bytes);
         let kind = match body.kind {
             DownloadKind::Full => Some(RecordKind::Full),
@@ -627,7 +630,7 @@ impl<S: RequestService> Connection<S> {
         } else {
             self.ctx.metrics.error_document_sent(status, report.sendfile_calls);
         }
-        self.after_file_send(&report.outcome, &body, persistence)
+        self.after_file_send(&report.outcome, body, persistence)
     }
 
     /// Whether the connection goes on after a file body was sent with `outcome`; logs what cut it short.

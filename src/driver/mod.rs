@@ -549,15 +549,14 @@ pub fn http_date() -> HttpDate {
     thread_local! {
         static CACHE: Cell<(u64, HttpDate)> = const { Cell::new((u64::MAX, [b' '; 29])) };
     }
-    let now = SystemTime::now();
-    let second = now.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let second = crate::stats::unix_now().unsigned_abs();
     CACHE.with(|cache| {
         let (cached_second, value) = cache.get();
         if cached_second == second {
             return value;
         }
         let mut value = [b' '; 29];
-        let text = crate::header_values::format_http_date(now);
+        let text = crate::header_values::format_http_date(SystemTime::UNIX_EPOCH + Duration::from_secs(second));
         let n = text.len().min(29);
         value[..n].copy_from_slice(&text.as_bytes()[..n]);
         cache.set((second, value));

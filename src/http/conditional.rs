@@ -77,11 +77,10 @@ impl Precondition {
     }
 }
 
-/// `now` is the server's current time (for the "Last-Modified is strong" test of §8.8.2.2 used by If-Range).
-#[must_use]
-pub fn evaluate(method: &Method, headers: &dyn Fields, v: &Validators<'_>, now: SystemTime) -> Precondition {
-    // Most requests carry no precondition at all: answer them without parsing anything. A static: a `const` array
-    // of names would be built and dropped on every call.
+/// Whether a request has any precondition field. Most have none: they are answered without parsing anything, or
+/// reading the clock.
+pub fn has_any(headers: &dyn Fields) -> bool {
+    // A static: a `const` array of names would be built and dropped on every call.
     static FIELDS: [&FieldName; 5] = [
         &fields::IF_MATCH,
         &fields::IF_NONE_MATCH,
@@ -90,7 +89,13 @@ pub fn evaluate(method: &Method, headers: &dyn Fields, v: &Validators<'_>, now: 
         &fields::IF_RANGE,
     ];
     // A parsed head answers each of the five from its table of read names; a `HeaderMap` in one pass over its names.
-    if !headers.has_any(&FIELDS) {
+    headers.has_any(&FIELDS)
+}
+
+/// `now` is the server's current time (for the "Last-Modified is strong" test of §8.8.2.2 used by If-Range).
+#[must_use]
+pub fn evaluate(method: &Method, headers: &dyn Fields, v: &Validators<'_>, now: SystemTime) -> Precondition {
+    if !has_any(headers) {
         return Precondition::Proceed { honor_range: true };
     }
     let current = parse_entity_tag(v.etag.as_bytes());

@@ -293,7 +293,11 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         None => entry.etag.as_str(),
     };
     let validators = Validators { etag, last_modified: entry.last_modified };
-    let honor_range = match conditional::evaluate(&method, headers, &validators, SystemTime::now()) {
+    let precondition = match conditional::has_any(headers) {
+        true => conditional::evaluate(&method, headers, &validators, SystemTime::now()),
+        false => Precondition::Proceed { honor_range: true },
+    };
+    let honor_range = match precondition {
         Precondition::Failed => return Ok(vary(ApiError::PreconditionFailed)),
         Precondition::NotModified => {
             // RFC 9110 §15.4.5: a 304 carries no content, so no content headers. The object reference goes along
@@ -371,7 +375,8 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
                     })
                     .collect()
             };
-            let (file, _, fill) = open_cached(app, entry, sha256, size, &regions).await?;
+            // Boxed: a local blob's request holds no room for the object store's path in its future.
+            let (file, _, fill) = Box::pin(open_cached(app, entry, sha256, size, &regions)).await?;
             (file, fill)
         }
     };
