@@ -37,12 +37,25 @@ pub fn generate() -> NewToken {
 /// A token's length: `bg_`, the id, `_`, the secret.
 const TOKEN_LEN: usize = PREFIX.len() + ID_HEX_LEN + 1 + SECRET_LEN;
 
-/// The id part of a well-formed token, or `None` for anything else. Every part has a fixed length, so the check
-/// reads each byte once, in place (it runs on every bearer request).
+/// The id part of a well-formed token, or `None` for anything else.
 pub fn token_id(token: &str) -> Option<&str> {
+    well_formed(token.as_bytes()).then(|| &token[PREFIX.len()..PREFIX.len() + ID_HEX_LEN])
+}
+
+/// The id a token of our length and layout names, its characters unchecked: what [`matches`] needs to find the
+/// stored row. Checking them would add nothing there: a token matches only by the digest of all its bytes.
+pub fn claimed_id(token: &str) -> Option<&str> {
     let bytes = token.as_bytes();
+    let laid_out =
+        bytes.len() == TOKEN_LEN && bytes.starts_with(PREFIX.as_bytes()) && bytes[PREFIX.len() + ID_HEX_LEN] == b'_';
+    laid_out.then(|| token.get(PREFIX.len()..PREFIX.len() + ID_HEX_LEN)).flatten()
+}
+
+/// Whether `bytes` are laid out as a token of ours: every part has a fixed length, so the check reads each byte once,
+/// in place (it runs on every bearer request). Such a token is also an RFC 6750 `b64token`.
+pub fn well_formed(bytes: &[u8]) -> bool {
     if bytes.len() != TOKEN_LEN || !bytes.starts_with(PREFIX.as_bytes()) || bytes[PREFIX.len() + ID_HEX_LEN] != b'_' {
-        return None;
+        return false;
     }
     let id = &bytes[PREFIX.len()..PREFIX.len() + ID_HEX_LEN];
     let secret = &bytes[PREFIX.len() + ID_HEX_LEN + 1..];
@@ -50,7 +63,7 @@ pub fn token_id(token: &str) -> Option<&str> {
     let id_ok = id.iter().fold(true, |all, &b| all & ((b.wrapping_sub(b'0') < 10) | (b.wrapping_sub(b'a') < 6)));
     // The secret is unpadded base64url.
     let secret_ok = all_alphanumeric_or(secret, b"-_");
-    (id_ok & secret_ok).then(|| &token[PREFIX.len()..PREFIX.len() + ID_HEX_LEN])
+    id_ok & secret_ok
 }
 
 /// Accepts either a whole token or a bare id (for `token revoke`).
@@ -71,7 +84,7 @@ pub fn hash(token: &str) -> [u8; 32] {
 /// [`RECENT`] rather than hashed again (most of a bearer check's work): found by the token's id, then the whole
 /// presented token compared in constant time with the one remembered, so the digest is always that of exactly
 /// the bytes presented. Only matching tokens are remembered: a wrong guess is always hashed.
-/// `id` is the presented token's [`token_id`], which the caller has already read to find the stored row.
+/// `id` is the presented token's [`claimed_id`], which the caller has already read to find the stored row.
 pub fn matches(presented: &str, id: Option<&str>, stored_hash: &[u8]) -> bool {
     let Some(id) = id else {
         return ct_eq(&hash(presented), stored_hash);
@@ -168,6 +181,20 @@ mod tests {
         }
         assert!(matches(&t.token, token_id(&t.token), &t.secret_hash));
         assert!(!matches("bg_not-a-token", None, &t.secret_hash));
+    }
+
+    #[test]
+    fn a_claimed_id_finds_the_row_and_only_the_whole_token_matches() {
+        let t = generate();
+        assert_eq!(claimed_id(&t.token), token_id(&t.token));
+        assert!(matches(&t.token, claimed_id(&t.token), &t.secret_hash));
+        // The layout of a token with a character no token has: an id to look up, never a match.
+        let mut odd = t.token.clone();
+        odd.replace_range(odd.len() - 1.., "/");
+        assert_eq!(token_id(&odd), None);
+        assert_eq!(claimed_id(&odd), Some(t.id.as_str()));
+        assert!(!matches(&odd, claimed_id(&odd), &t.secret_hash));
+        assert_eq!(claimed_id("bg_short"), None);
     }
 
     #[test]

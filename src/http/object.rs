@@ -55,44 +55,51 @@ pub async fn authorise_and_serve(app: &DataState, read: NativeRead<'_>) -> Resul
     let credentials = crate::auth::credentials(fields, query)?;
     let principal = app.log_principal.then(|| principal_of(&credentials));
     let allowed = app.auth.read(&bucket_name, bucket.as_ref(), plan.authorised_key(), credentials).await?;
-    let asked = Asked { method, headers: fields, query, name: &bucket_name };
-    Ok(serve_planned(app, &asked, &plan, allowed, principal).await)
+    let bucket = &allowed.bucket;
+    // The object the plan reads, served from here: each async layer a request passes through moves the state of
+    // those below it once more, so the fallbacks, the rare path, are a boxed layer of their own.
+    let found = match &plan.object {
+        Some(key) => match app.catalog.object(bucket.id, key.as_str()).await {
+            Ok(found) => found.map(|entry| (key, entry)),
+            Err(e) => return Ok(Err(e.into())),
+        },
+        None => None,
+    };
+    if let Some((key, entry)) = found {
+        let request = ObjectRequest {
+            method,
+            headers: fields,
+            bucket,
+            key,
+            content_disposition: allowed.content_disposition.as_deref(),
+            overrides: None,
+            s3: false,
+            part: false,
+            principal,
+            render: &IntoResponse::into_response,
+        };
+        return Ok(serve_entry(app, request, &entry).await);
+    }
+    let asked = Asked { headers: fields, query, name: &bucket_name };
+    Ok(Box::pin(serve_fallbacks(app, &asked, &plan, bucket, principal)).await)
 }
 
 /// A native request as the steps after authorisation need it.
 struct Asked<'a> {
-    method: &'a Method,
     headers: &'a dyn Fields,
     query: Option<&'a str>,
     name: &'a BucketName,
 }
 
-/// Steps 3 on of a native GET/HEAD, authorised for the key `plan` reads: that object, else the plan's fallbacks.
-async fn serve_planned(
+/// A native GET/HEAD whose planned key is missing (or that plans none), authorised for that key: the plan's
+/// fallbacks, else 404.
+async fn serve_fallbacks(
     app: &DataState,
     asked: &Asked<'_>,
     plan: &Plan<'_>,
-    allowed: crate::auth::AllowedRead,
+    bucket: &Arc<Bucket>,
     principal: Option<Principal>,
 ) -> Result<Answer, ApiError> {
-    let bucket = &allowed.bucket;
-    if let Some(key) = &plan.object {
-        if let Some(entry) = app.catalog.object(bucket.id, key.as_str()).await? {
-            let request = ObjectRequest {
-                method: asked.method,
-                headers: asked.headers,
-                bucket,
-                key,
-                content_disposition: allowed.content_disposition.as_deref(),
-                overrides: None,
-                s3: false,
-                part: false,
-                principal,
-                render: &IntoResponse::into_response,
-            };
-            return serve_entry(app, request, &entry).await;
-        }
-    }
     // A miss, told only to a caller who may read what the path reads. Each fallback names another key, which is
     // read only by a caller who may read that key too (a token's prefix, a signed URL's one key).
     if let Some(redirect) = plan.redirect() {
