@@ -321,26 +321,50 @@ impl Rights {
 /// What the authoriser looks up: tokens by id, signing keys by id, revoked signatures, S3 access keys by id.
 /// The catalog implements it from its coherent caches.
 pub trait CredentialLookup: Send + Sync {
-    fn token<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send + 'a;
-    fn signing_key<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send + 'a;
-    fn signature_revoked<'a>(&'a self, signature: &'a str) -> impl Future<Output = Result<bool, MetadataError>> + Send + 'a;
-    fn s3_key<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send + 'a;
+    fn token<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send + 'a;
+    fn signing_key<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send + 'a;
+    fn signature_revoked<'a>(
+        &'a self,
+        signature: &'a str,
+    ) -> impl Future<Output = Result<bool, MetadataError>> + Send + 'a;
+    fn s3_key<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send + 'a;
 }
 
 impl<T: CredentialLookup> CredentialLookup for Arc<T> {
-    fn token<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send + 'a {
+    fn token<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send + 'a {
         (**self).token(id)
     }
 
-    fn signing_key<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send + 'a {
+    fn signing_key<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send + 'a {
         (**self).signing_key(id)
     }
 
-    fn signature_revoked<'a>(&'a self, signature: &'a str) -> impl Future<Output = Result<bool, MetadataError>> + Send + 'a {
+    fn signature_revoked<'a>(
+        &'a self,
+        signature: &'a str,
+    ) -> impl Future<Output = Result<bool, MetadataError>> + Send + 'a {
         (**self).signature_revoked(signature)
     }
 
-    fn s3_key<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send + 'a {
+    fn s3_key<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send + 'a {
         (**self).s3_key(id)
     }
 }
@@ -801,19 +825,31 @@ mod tests {
     }
 
     impl CredentialLookup for MemoryLookup {
-        fn token<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send + 'a {
+        fn token<'a>(
+            &'a self,
+            id: &'a str,
+        ) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send + 'a {
             std::future::ready(Ok(self.tokens.get(id).cloned()))
         }
 
-        fn signing_key<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send + 'a {
+        fn signing_key<'a>(
+            &'a self,
+            id: &'a str,
+        ) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send + 'a {
             std::future::ready(Ok(self.keys.get(id).cloned()))
         }
 
-        fn signature_revoked<'a>(&'a self, signature: &'a str) -> impl Future<Output = Result<bool, MetadataError>> + Send + 'a {
+        fn signature_revoked<'a>(
+            &'a self,
+            signature: &'a str,
+        ) -> impl Future<Output = Result<bool, MetadataError>> + Send + 'a {
             std::future::ready(Ok(self.revoked.contains(signature)))
         }
 
-        fn s3_key<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send + 'a {
+        fn s3_key<'a>(
+            &'a self,
+            id: &'a str,
+        ) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send + 'a {
             std::future::ready(Ok(self.s3_keys.get(id).cloned()))
         }
     }

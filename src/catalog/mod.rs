@@ -315,9 +315,12 @@ impl Catalog {
         if let Some(hit) = self.cached(&self.tokens, id) {
             return answered(Ok(hit));
         }
-        looked_up(self.read_through(&self.tokens, id, || id.to_owned(), || async {
-            Ok(self.meta.token(id).await?.map(Arc::new))
-        }))
+        looked_up(self.read_through(
+            &self.tokens,
+            id,
+            || id.to_owned(),
+            || async { Ok(self.meta.token(id).await?.map(Arc::new)) },
+        ))
     }
 
     pub fn signing_key<'a>(&'a self, id: &'a str) -> Lookup<'a, Result<Option<Arc<SigningKey>>, MetadataError>> {
@@ -327,9 +330,12 @@ impl Catalog {
         if let Some(hit) = self.cached(&self.signing_keys, id) {
             return answered(Ok(hit));
         }
-        looked_up(self.read_through(&self.signing_keys, id, || id.to_owned(), || async {
-            Ok(self.meta.signing_key(id).await?.map(Arc::new))
-        }))
+        looked_up(self.read_through(
+            &self.signing_keys,
+            id,
+            || id.to_owned(),
+            || async { Ok(self.meta.signing_key(id).await?.map(Arc::new)) },
+        ))
     }
 
     pub fn signature_revoked<'a>(&'a self, signature: &'a str) -> Lookup<'a, Result<bool, MetadataError>> {
@@ -339,9 +345,12 @@ impl Catalog {
         if let Some(hit) = self.cached(&self.revoked, signature) {
             return answered(Ok(hit));
         }
-        looked_up(self.read_through(&self.revoked, signature, || signature.to_owned(), || {
-            self.meta.signature_revoked(signature)
-        }))
+        looked_up(self.read_through(
+            &self.revoked,
+            signature,
+            || signature.to_owned(),
+            || self.meta.signature_revoked(signature),
+        ))
     }
 
     /// An S3 access key by id, its secret opened. An id not of our keys' shape is absent without a lookup; other
@@ -704,19 +713,31 @@ impl Catalog {
 
 /// The authoriser's lookups, from the coherent caches.
 impl CredentialLookup for Catalog {
-    fn token<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send + 'a {
+    fn token<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> impl Future<Output = Result<Option<Arc<TokenRecord>>, MetadataError>> + Send + 'a {
         Catalog::token(self, id)
     }
 
-    fn signing_key<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send + 'a {
+    fn signing_key<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> impl Future<Output = Result<Option<Arc<SigningKey>>, MetadataError>> + Send + 'a {
         Catalog::signing_key(self, id)
     }
 
-    fn signature_revoked<'a>(&'a self, signature: &'a str) -> impl Future<Output = Result<bool, MetadataError>> + Send + 'a {
+    fn signature_revoked<'a>(
+        &'a self,
+        signature: &'a str,
+    ) -> impl Future<Output = Result<bool, MetadataError>> + Send + 'a {
         Catalog::signature_revoked(self, signature)
     }
 
-    fn s3_key<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send + 'a {
+    fn s3_key<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> impl Future<Output = Result<Option<Arc<S3KeyRecord>>, MetadataError>> + Send + 'a {
         Catalog::s3_key(self, id)
     }
 }
