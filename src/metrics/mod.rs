@@ -159,7 +159,7 @@ fn describe() {
         Unit::Bytes,
         "Bytes of object-store blobs in the local cache (and being fetched)."
     );
-    describe_counter!(BLOB_CACHE_HITS, "Reads whose bytes were all in the blob cache (with an object store).");
+    describe_counter!(BLOB_CACHE_HITS, "Reads that sent bytes all in the blob cache (with an object store).");
     describe_counter!(BLOB_CACHE_MISSES, "Reads that needed slices fetched from the object store.");
     describe_counter!(BLOB_STORE_FETCHED, Unit::Bytes, "Bytes fetched from the object store into the blob cache.");
     describe_counter!(UPLOAD_BYTES, Unit::Bytes, "Object bytes stored by uploads (body bytes, after decoding).");

@@ -224,9 +224,10 @@ impl BlobCache {
                 })
             })
         };
-        let counter = if hit { &self.0.counters.hits } else { &self.0.counters.misses };
-        counter.fetch_add(1, Ordering::Relaxed);
+        // Only a read that sends bytes counts: a HEAD (or an empty object) is neither a hit nor a miss.
         if let Some(&(offset, _)) = regions.iter().find(|(_, len)| *len > 0) {
+            let counter = if hit { &self.0.counters.hits } else { &self.0.counters.misses };
+            counter.fetch_add(1, Ordering::Relaxed);
             gate.wait_slice(offset / self.0.slice_bytes).await.map_err(|e| RemoteError::Unavailable(e.to_string()))?;
         }
         Ok(CachedBlob { file, size, gate, hit })
@@ -736,9 +737,14 @@ mod tests {
             blobs.push(sha);
         }
         assert!(blobs.iter().all(|sha| cache.holds_whole(sha)));
+        // A HEAD sends nothing: neither a hit nor a miss.
+        drop(cache.open_for(&blobs[0], 1 << 20, &[]).await.unwrap());
+        let counts = |c: &CacheCounters| (c.hits.load(Ordering::Relaxed), c.misses.load(Ordering::Relaxed));
+        assert_eq!(counts(cache.counters()), (0, 0));
         // Blob 0 is read (so recently used) and its response still holds it.
         let held = cache.open_for(&blobs[0], 1 << 20, &[(0, 1 << 20)]).await.unwrap();
         assert!(held.hit);
+        assert_eq!(counts(cache.counters()), (1, 0));
         let first_path = cache.0.lock().entries[&blobs[1]].path.clone();
         let (sha, path) = staged(dir.path(), 3, 1 << 20);
         cache.adopt(&sha, 1 << 20, path).await;
