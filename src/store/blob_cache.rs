@@ -159,7 +159,8 @@ impl BlobCache {
         let dir = if owner {
             data_dir.join("cache")
         } else {
-            data_dir.join("tmp").join(format!("cache-{}-{:016x}", std::process::id(), random_id()))
+            // Named as a staging file is: if the command is killed, the server's sweep removes it.
+            data_dir.join("tmp").join(super::blobs::new_stage_name())
         };
         let scan_dir = dir.clone();
         let adopted = if owner {

@@ -281,7 +281,12 @@ impl BlobStore {
             } else {
                 false
             };
-            if stale && fs::remove_file(entry.path()).is_ok() {
+            // A directory is a CLI command's blob cache (`BlobCache::open`), named as a staging file is.
+            let gone = match entry.file_type() {
+                Ok(kind) if kind.is_dir() => stale && fs::remove_dir_all(entry.path()).is_ok(),
+                _ => stale && fs::remove_file(entry.path()).is_ok(),
+            };
+            if gone {
                 removed += 1;
             }
         }
@@ -540,6 +545,11 @@ pub fn is_blob_hash(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
+/// A name in `tmp/` that the sweep judges by this process (a staging name), for a file or a directory.
+pub fn new_stage_name() -> String {
+    staging::stage_name(this_process(), &random_suffix())
+}
+
 fn random_suffix() -> String {
     let mut bytes = [0u8; 8];
     getrandom::fill(&mut bytes).expect("the OS random source is available");
@@ -711,6 +721,12 @@ mod tests {
         for path in [&dead, &reused, &fresh_elsewhere, &old_elsewhere, &old_format] {
             fs::write(path, b"x").unwrap();
         }
+        // A CLI command's blob cache: a directory, named the same way.
+        let (dead_cache, live_cache) = (named(&StageOwner { pid: 0, ..me.clone() }), tmp.join(new_stage_name()));
+        for dir in [&dead_cache, &live_cache] {
+            fs::create_dir_all(dir.join("ab/cd")).unwrap();
+            fs::write(dir.join("ab/cd/blob"), b"x").unwrap();
+        }
         set_idle(&old_elsewhere, grace);
         fs::write(tmp.join(format!("retired-{}-x", "a".repeat(64))), b"old").unwrap();
         let mut live = store.writer().unwrap();
@@ -718,8 +734,9 @@ mod tests {
         set_idle(&live.staged.temp_path, 2 * grace);
 
         let (removed, retired) = store.sweep_temp_files(grace).unwrap();
-        assert_eq!(removed, 3, "the dead, the reused and the old one of another host");
-        assert!(!dead.exists() && !reused.exists() && !old_elsewhere.exists());
+        assert_eq!(removed, 4, "the dead, the reused, the old one of another host and the dead command's cache");
+        assert!(!dead.exists() && !reused.exists() && !old_elsewhere.exists() && !dead_cache.exists());
+        assert!(live_cache.join("ab/cd/blob").exists(), "a running command's cache stays");
         assert!(fresh_elsewhere.exists(), "another host's fresh upload stays");
         assert!(old_format.exists(), "a name without a host is judged by age only");
         assert!(live.staged.temp_path.exists(), "a live process's upload stays, however idle");
