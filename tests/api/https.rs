@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::helpers::pki::{EC, TestPki};
 use crate::helpers::s3::{boto3_command, key_json, run_ok, s3_key};
+use crate::helpers::strace;
 use crate::helpers::*;
 
 /// A CA and server certificates it signed for `localhost` and 127.0.0.1, one per key type.
@@ -665,45 +666,20 @@ fn kernel_vm() -> PathBuf {
 fn socket_copies(trace: &str) -> (u64, u64) {
     const COPIES: &[&str] =
         &["read", "readv", "recvfrom", "recvmsg", "write", "writev", "sendto", "sendmsg", "pwrite64"];
-    // `27<TCP:[11289]>` → `TCP:[11289]`: what the descriptor is, whichever number it has at the time.
-    fn named(fd: &str) -> &str {
-        fd.split_once('<').and_then(|(_, rest)| rest.rsplit_once('>')).map_or("", |(name, _)| name)
-    }
-    let mut pending = std::collections::HashMap::new();
     let (mut listeners, mut downloads) = (std::collections::HashSet::new(), std::collections::HashSet::new());
     let (mut sendfile, mut copied) = (0u64, 0u64);
-    for line in trace.lines() {
-        let Some((tid, call)) = line.split_once(char::is_whitespace) else { continue };
-        let call = call.trim_start();
-        // A call another thread interrupted: its name and arguments are on the `<unfinished ...>` half, its result
-        // on the `<... name resumed>` half, both under its thread id.
-        let (name, args) = match call.strip_prefix("<... ") {
-            Some(_) => match pending.remove(tid) {
-                Some(started) => started,
-                None => continue,
-            },
-            None => {
-                let (name, args) = call.split_once('(').unwrap_or((call, ""));
-                if line.ends_with("<unfinished ...>") {
-                    pending.insert(tid.to_owned(), (name.to_owned(), args.to_owned()));
-                    continue;
-                }
-                (name.to_owned(), args.to_owned())
-            }
-        };
-        let result = strace_result(line);
-        let moved = result.parse::<i64>().unwrap_or(0).max(0) as u64;
-        let fd = named(args.split(", ").next().unwrap_or(""));
-        match name.as_str() {
-            "bind" if args.contains("htons(8443)") => {
+    for call in strace::calls(trace) {
+        let fd = strace::described(call.first_arg());
+        match call.name.as_str() {
+            "bind" if call.args.contains("htons(8443)") => {
                 listeners.insert(fd.to_owned());
             }
-            "accept4" if listeners.contains(fd) && !result.starts_with('-') => {
-                downloads.insert(named(result).to_owned());
+            "accept4" if listeners.contains(fd) && !call.result.starts_with('-') => {
+                downloads.insert(strace::described(&call.result).to_owned());
             }
-            "sendfile" if downloads.contains(fd) => sendfile += moved,
-            "pread64" | "preadv" if fd.contains("/blobs/") => copied += moved,
-            _ if downloads.contains(fd) && COPIES.contains(&name.as_str()) => copied += moved,
+            "sendfile" if downloads.contains(fd) => sendfile += call.moved(),
+            "pread64" | "preadv" if fd.contains("/blobs/") => copied += call.moved(),
+            name if downloads.contains(fd) && COPIES.contains(&name) => copied += call.moved(),
             _ => {}
         }
     }

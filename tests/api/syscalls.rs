@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use crate::helpers::strace;
 use crate::helpers::*;
 
 const COPY_CALLS: &[&str] = &[
@@ -42,26 +43,13 @@ fn parse_trace(path: &Path) -> Trace {
 pub fn parse_trace_with(path: &Path, carries_objects: impl Fn(&str) -> bool) -> Trace {
     let text = std::fs::read_to_string(path).expect("strace output");
     let mut t = Trace::default();
-    // The descriptor of each thread's call in progress: an interrupted call's result comes on a later line.
-    let mut pending = std::collections::HashMap::new();
-    for line in text.lines() {
-        let Some((tid, rest)) = line.split_once(char::is_whitespace) else { continue };
-        let name = syscall_name(rest);
-        let fd = match rest.trim_start().strip_prefix("<... ") {
-            Some(_) => pending.remove(tid).unwrap_or_default(),
-            None => rest.split_once('(').map_or("", |(_, args)| args.split(", ").next().unwrap_or("")).to_owned(),
-        };
-        if line.ends_with("<unfinished ...>") {
-            pending.insert(tid.to_owned(), fd);
-            continue;
-        }
-        let moved = strace_result(line).parse::<i64>().unwrap_or(0).max(0) as u64;
-        if name == "sendfile" || name == "sendfile64" {
+    for call in strace::calls(&text) {
+        if call.name == "sendfile" || call.name == "sendfile64" {
             t.sendfile_calls += 1;
-            t.sendfile_bytes += moved;
-        } else if COPY_CALLS.contains(&name) && carries_objects(&fd) {
+            t.sendfile_bytes += call.moved();
+        } else if COPY_CALLS.contains(&call.name.as_str()) && carries_objects(call.first_arg()) {
             t.copy_calls += 1;
-            t.copied_bytes += moved;
+            t.copied_bytes += call.moved();
         }
     }
     t

@@ -3,6 +3,7 @@
 
 pub mod pki;
 pub mod s3;
+pub mod strace;
 pub mod upstream;
 
 use std::collections::HashMap;
@@ -721,19 +722,6 @@ pub fn parse_content_range(value: &str) -> (u64, u64, u64) {
     let (range, size) = spec.split_once('/').expect("a /");
     let (a, b) = range.split_once('-').expect("a -");
     (a.parse().unwrap(), b.parse().unwrap(), size.parse().unwrap())
-}
-
-/// The result of the call an strace line records (`100`, `-1`, `27<TCP:[11289]>`), or `""` for an `<unfinished
-/// ...>` half. strace pads short lines (a resumed call's tail) so that `=` lines up: `<... write resumed>)    = 8`.
-pub fn strace_result(line: &str) -> &str {
-    let mut rest = line;
-    while let Some((before, after)) = rest.rsplit_once("= ") {
-        if before.trim_end().ends_with(')') {
-            return after.split_whitespace().next().unwrap_or("");
-        }
-        rest = before;
-    }
-    ""
 }
 
 pub fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
