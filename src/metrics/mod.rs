@@ -52,6 +52,7 @@ pub const BLOB_CACHE_BYTES: &str = "blobgate_blob_cache_bytes";
 pub const BLOB_CACHE_HITS: &str = "blobgate_blob_cache_hits_total";
 pub const BLOB_CACHE_MISSES: &str = "blobgate_blob_cache_misses_total";
 pub const BLOB_STORE_FETCHED: &str = "blobgate_blob_store_bytes_fetched_total";
+pub const BLOB_STORE_CORRUPT: &str = "blobgate_blob_store_corrupt_total";
 
 /// `mode` of `blobgate_tls_connections_total`: who encrypts the connection's records after the handshake.
 pub const TLS_MODES: [&str; 2] = ["ktls", "userspace"];
@@ -162,6 +163,7 @@ fn describe() {
     describe_counter!(BLOB_CACHE_HITS, "Reads that sent bytes all in the blob cache (with an object store).");
     describe_counter!(BLOB_CACHE_MISSES, "Reads that needed slices fetched from the object store.");
     describe_counter!(BLOB_STORE_FETCHED, Unit::Bytes, "Bytes fetched from the object store into the blob cache.");
+    describe_counter!(BLOB_STORE_CORRUPT, "Blobs whose object-store copy did not hash to their SHA-256 (not served).");
     describe_counter!(UPLOAD_BYTES, Unit::Bytes, "Object bytes stored by uploads (body bytes, after decoding).");
     describe_counter!(TLS_CONNECTIONS, "HTTPS connections past their handshake, by who encrypts their records.");
     describe_counter!(TLS_HANDSHAKE_FAILURES, "TLS handshakes that did not finish, by reason.");
@@ -201,6 +203,7 @@ pub fn register_all(
         BLOB_CACHE_HITS,
         BLOB_CACHE_MISSES,
         BLOB_STORE_FETCHED,
+        BLOB_STORE_CORRUPT,
     ] {
         counter!(name).increment(0);
     }
@@ -248,6 +251,7 @@ pub fn blob_cache_snapshot(cache: &crate::store::BlobCache) {
     counter!(BLOB_CACHE_HITS).absolute(c.hits.load(Relaxed));
     counter!(BLOB_CACHE_MISSES).absolute(c.misses.load(Relaxed));
     counter!(BLOB_STORE_FETCHED).absolute(c.fetched_bytes.load(Relaxed));
+    counter!(BLOB_STORE_CORRUPT).absolute(c.corrupt.load(Relaxed));
 }
 
 /// One request that carried object bytes ended with `status`; `stored_bytes` is what it stored (0 unless stored).

@@ -14,8 +14,13 @@
 //! by at most the slices in flight. Files get a new random id per entry, so an evicted entry's file, unlinked later
 //! on the blocking pool, is never a newer entry's.
 //!
-//! **Restarts.** A blob whose every slice arrived is fsynced and renamed `<sha256>.<id>.c`; at start-up those are
-//! adopted (oldest first, within the bound) and anything else in `cache/` is removed.
+//! **Integrity.** Before a blob's last slice is booked, the whole file is hashed (off the event loop): a store copy
+//! that does not hash to its name is dropped and its last slice never served, so no response sends all of it (a
+//! response waiting for that slice ends early; a blob of one slice is refused before its head).
+//!
+//! **Restarts.** A blob whose every slice arrived (and hashed to its name) is fsynced and renamed
+//! `<sha256>.<id>.c`; at start-up those are adopted (oldest first, within the bound) and anything else in `cache/`
+//! is removed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
@@ -55,6 +60,16 @@ pub struct CacheCounters {
     pub misses: AtomicU64,
     pub fetched_bytes: AtomicU64,
     pub bytes: AtomicU64,
+    /// Blobs whose store copy, once whole in the cache, did not hash to their name.
+    pub corrupt: AtomicU64,
+}
+
+/// What a fetched slice made of its entry.
+enum Arrival {
+    /// The slice is present (or its fetch failed, or its entry is gone): nothing more to do.
+    Booked,
+    /// The blob's last missing slice: the whole blob is checked before anyone reads it.
+    Last,
 }
 
 #[derive(Debug, Clone)]
@@ -519,9 +534,19 @@ impl Inner {
             let cache = self.clone();
             let sha = sha256.to_owned();
             self.runtime.spawn(async move {
-                let fetched = cache.remote.fetch_into(&sha, start..end, file).await;
-                cache.slice_arrived(&sha, id, slice, end - start, &fetched);
-                let _ = tx.send(Some(fetched.map(|_| ()).map_err(|e| Arc::from(e.to_string()))));
+                let fetched = cache.remote.fetch_into(&sha, start..end, file.clone()).await;
+                let len = end - start;
+                let outcome = match cache.slice_arrived(&sha, id, slice, len, &fetched) {
+                    Arrival::Booked => fetched.map(|_| ()).map_err(|e| e.to_string()),
+                    Arrival::Last => match hashes_to(file, sha.clone()).await {
+                        Ok(()) => {
+                            cache.last_slice_verified(&sha, id, slice, len);
+                            Ok(())
+                        }
+                        Err(why) => Err(cache.discard_corrupt(&sha, id, len, &why)),
+                    },
+                };
+                let _ = tx.send(Some(outcome.map_err(Arc::from)));
             });
             (rx, evicted)
         };
@@ -529,8 +554,8 @@ impl Inner {
         Ok(Some(rx))
     }
 
-    /// Books a fill's outcome: the slice is present, or its reserved bytes are released. A blob whose last slice
-    /// arrived is synced and renamed whole.
+    /// Books a fill's outcome: the slice is present, or its reserved bytes are released. The blob's last missing
+    /// slice is not booked yet: it is `Arrival::Last`, and its waiters keep waiting while the whole blob is hashed.
     fn slice_arrived(
         self: &Arc<Self>,
         sha256: &str,
@@ -538,10 +563,35 @@ impl Inner {
         slice: u64,
         len: u64,
         fetched: &Result<u64, RemoteError>,
-    ) {
+    ) -> Arrival {
         if fetched.is_ok() {
             self.counters.fetched_bytes.fetch_add(len, Ordering::Relaxed);
         }
+        {
+            let mut state = self.lock();
+            let Some(entry) = state.entries.get_mut(sha256).filter(|e| e.id == id) else {
+                state.bytes -= len;
+                return Arrival::Booked;
+            };
+            if fetched.is_ok() && entry.missing_slices == 1 {
+                // The others are all present, so no other fill can arrive meanwhile.
+                return Arrival::Last;
+            }
+            entry.filling.remove(&slice);
+            if fetched.is_ok() {
+                entry.set(slice);
+                entry.bytes += len;
+                entry.missing_slices -= 1;
+            } else {
+                state.bytes -= len;
+            }
+        }
+        self.publish_bytes();
+        Arrival::Booked
+    }
+
+    /// Books the last slice of a blob that hashed to its name; the file is then synced and renamed whole.
+    fn last_slice_verified(self: &Arc<Self>, sha256: &str, id: u64, slice: u64, len: u64) {
         let whole = {
             let mut state = self.lock();
             let Some(entry) = state.entries.get_mut(sha256).filter(|e| e.id == id) else {
@@ -549,18 +599,13 @@ impl Inner {
                 return;
             };
             entry.filling.remove(&slice);
-            if fetched.is_ok() {
-                entry.set(slice);
-                entry.bytes += len;
-                entry.missing_slices -= 1;
-                (entry.missing_slices == 0).then(|| (entry.path.clone(), entry.file.clone()))
-            } else {
-                state.bytes -= len;
-                None
-            }
+            entry.set(slice);
+            entry.bytes += len;
+            entry.missing_slices -= 1;
+            (entry.path.clone(), entry.file.clone())
         };
         self.publish_bytes();
-        if let Some((path, Some(file))) = whole {
+        if let (path, Some(file)) = whole {
             let cache = self.clone();
             let sha = sha256.to_owned();
             self.runtime.spawn_blocking(move || {
@@ -577,6 +622,49 @@ impl Inner {
             });
         }
     }
+
+    /// Drops the entry of a blob whose store copy does not hash to its name: its last slice is never served, and
+    /// the next read fetches it again. Returns what the waiters are told.
+    fn discard_corrupt(self: &Arc<Self>, sha256: &str, id: u64, len: u64, why: &str) -> String {
+        tracing::error!(sha256, why, "the object store's copy of a blob does not match its SHA-256; not served");
+        self.counters.corrupt.fetch_add(1, Ordering::Relaxed);
+        let path = {
+            let mut state = self.lock();
+            state.bytes -= len;
+            let ours = state.entries.get(sha256).is_some_and(|e| e.id == id);
+            ours.then(|| state.remove(sha256)).flatten().map(|e| e.path)
+        };
+        self.publish_bytes();
+        self.unlink_later(path.into_iter().collect());
+        format!("blob {sha256}: the object store's copy does not match its SHA-256")
+    }
+}
+
+/// Whether the whole of `file` hashes to `sha256` (read off the event loop, from the page cache the fill left).
+async fn hashes_to(file: Arc<File>, sha256: String) -> Result<(), String> {
+    let hashed = tokio::task::spawn_blocking(move || -> io::Result<String> {
+        use sha2::{Digest, Sha256};
+        use std::os::unix::fs::FileExt;
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut offset = 0;
+        loop {
+            match file.read_at(&mut buf, offset) {
+                Ok(0) => break,
+                Ok(n) => {
+                    hasher.update(&buf[..n]);
+                    offset += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(hex::encode(hasher.finalize()))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("cannot read the cached copy: {e}"))?;
+    if hashed == sha256 { Ok(()) } else { Err(format!("it hashes to {hashed}")) }
 }
 
 impl State {

@@ -507,3 +507,63 @@ print(json.dumps({"ok": True}))
     );
     assert_eq!(store.blobs().len(), 1, "one blob, the joined object's: {:?}", store.blobs());
 }
+
+#[test]
+fn a_store_copy_that_does_not_hash_to_its_name_is_never_sent_whole() {
+    let store = Store::start(S3Upstream::s3s_fs());
+    let store_env = store.env(&[]);
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    // One slice, and several (SLICE is 1 MiB).
+    let (small, big) = (test_bytes(MIB as usize / 2, 90), test_bytes(3 * MIB as usize + 5, 91));
+    for (key, bytes) in [("small.bin", &small), ("big.bin", &big)] {
+        let sha = put(&env, &store_env, "pub", key, bytes)["sha256"].as_str().unwrap().to_owned();
+        // Overwritten in place in the store: the same length, one byte of the last slice flipped.
+        let mut rotten = bytes.clone();
+        let at = rotten.len() - 2;
+        rotten[at] ^= 0x5a;
+        store.upstream.put_object("blobs", &format!("bg/{}/{}/{sha}", &sha[..2], &sha[2..4]), &rotten);
+    }
+    let server = env.serve_with(&refs(&store_env), &[]);
+
+    // A blob of one slice is hashed before its head: refused, not sent.
+    let response = server.get("/pub/small.bin", &[]);
+    assert_eq!(response.status, 503, "{}", String::from_utf8_lossy(&response.body));
+
+    // Several slices: the first ones leave while the rest arrives; the last is never sent, so the response ends
+    // short of its Content-Length and the client can tell.
+    let mut conn = Conn::open(server.data);
+    conn.send(&raw_request("GET", "/pub/big.bin", &[], false));
+    let (status, headers) = conn.read_head().expect("a head");
+    assert_eq!(status, 200);
+    assert_eq!(headers.get("content-length"), Some(&big.len().to_string()));
+    let (body, _) = conn.read_to_end();
+    assert!(body.len() < big.len(), "all {} bytes of a rotten copy were sent", big.len());
+    assert!(body.len() <= 3 * MIB as usize, "bytes of the last slice were sent: {}", body.len());
+    assert!(body == big[..body.len()], "what was sent is the object's prefix");
+
+    assert!(wait_for(Duration::from_secs(10), || server.metric("blobgate_blob_store_corrupt_total") == 2.0));
+    // Dropped from the cache: the next read fetches and checks again, and is refused again.
+    assert_eq!(server.get("/pub/small.bin", &[]).status, 503);
+    assert!(wait_for(Duration::from_secs(10), || server.metric("blobgate_blob_store_corrupt_total") == 3.0));
+    let cache = env.data_dir().join("cache");
+    assert!(
+        wait_for(Duration::from_secs(10), || files_under(&cache).is_empty()),
+        "nothing of a rotten copy stays in the cache: {:?}",
+        files_under(&cache)
+    );
+
+    // A sound copy put back in the store is served whole.
+    for (key, bytes) in [("small.bin", &small), ("big.bin", &big)] {
+        let sha = sha256_hex(bytes);
+        store.upstream.put_object("blobs", &format!("bg/{}/{}/{sha}", &sha[..2], &sha[2..4]), bytes);
+        assert_eq!(&get_ok(&server, &format!("/pub/{key}"), &[]).body, bytes);
+    }
+    assert_eq!(server.metric("blobgate_blob_store_corrupt_total"), 3.0);
+}
+
+/// Every file under `dir` (none if it does not exist).
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries.flatten().flat_map(|e| if e.path().is_dir() { files_under(&e.path()) } else { vec![e.path()] }).collect()
+}
