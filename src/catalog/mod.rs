@@ -309,48 +309,36 @@ impl Catalog {
     }
 
     pub fn token<'a>(&'a self, id: &'a str) -> Lookup<'a, Result<Option<Arc<TokenRecord>>, MetadataError>> {
-        if let Err(stale) = self.require_fresh() {
-            return answered(Err(stale));
-        }
-        if let Some(hit) = self.cached(&self.tokens, id) {
-            return answered(Ok(hit));
-        }
-        looked_up(self.read_through(
-            &self.tokens,
-            id,
-            || id.to_owned(),
-            || async { Ok(self.meta.token(id).await?.map(Arc::new)) },
-        ))
+        self.credential(&self.tokens, id, || async { Ok(self.meta.token(id).await?.map(Arc::new)) })
     }
 
     pub fn signing_key<'a>(&'a self, id: &'a str) -> Lookup<'a, Result<Option<Arc<SigningKey>>, MetadataError>> {
-        if let Err(stale) = self.require_fresh() {
-            return answered(Err(stale));
-        }
-        if let Some(hit) = self.cached(&self.signing_keys, id) {
-            return answered(Ok(hit));
-        }
-        looked_up(self.read_through(
-            &self.signing_keys,
-            id,
-            || id.to_owned(),
-            || async { Ok(self.meta.signing_key(id).await?.map(Arc::new)) },
-        ))
+        self.credential(&self.signing_keys, id, || async { Ok(self.meta.signing_key(id).await?.map(Arc::new)) })
     }
 
     pub fn signature_revoked<'a>(&'a self, signature: &'a str) -> Lookup<'a, Result<bool, MetadataError>> {
+        self.credential(&self.revoked, signature, || self.meta.signature_revoked(signature))
+    }
+
+    /// A credential-table lookup: refused while the caches are too stale for credentials, else a hit at once or
+    /// the boxed `read_through`.
+    fn credential<'a, V, Fut>(
+        &'a self,
+        cache: &'a Cache<String, V>,
+        key: &'a str,
+        fetch: impl FnOnce() -> Fut + Send + 'a,
+    ) -> Lookup<'a, Result<V, MetadataError>>
+    where
+        V: Clone + Send + Sync + 'a,
+        Fut: Future<Output = Result<V, MetadataError>> + Send + 'a,
+    {
         if let Err(stale) = self.require_fresh() {
             return answered(Err(stale));
         }
-        if let Some(hit) = self.cached(&self.revoked, signature) {
+        if let Some(hit) = self.cached(cache, key) {
             return answered(Ok(hit));
         }
-        looked_up(self.read_through(
-            &self.revoked,
-            signature,
-            || signature.to_owned(),
-            || self.meta.signature_revoked(signature),
-        ))
+        looked_up(self.read_through(cache, key, || key.to_owned(), fetch))
     }
 
     /// An S3 access key by id, its secret opened. An id not of our keys' shape is absent without a lookup; other

@@ -487,10 +487,7 @@ impl Inner {
         self.runtime.spawn_blocking(move || {
             for path in paths {
                 // The entry may have become whole (renamed) after its path was read.
-                let whole = path.with_extension(format!(
-                    "{}{COMPLETE_SUFFIX}",
-                    path.extension().and_then(|e| e.to_str()).unwrap_or_default()
-                ));
+                let whole = whole_path(&path);
                 for p in [&path, &whole] {
                     match fs::remove_file(p) {
                         Ok(()) => {}
@@ -609,10 +606,7 @@ impl Inner {
             let cache = self.clone();
             let sha = sha256.to_owned();
             self.runtime.spawn_blocking(move || {
-                let target = path.with_extension(format!(
-                    "{}{COMPLETE_SUFFIX}",
-                    path.extension().and_then(|e| e.to_str()).unwrap_or_default()
-                ));
+                let target = whole_path(&path);
                 if file.sync_all().is_ok() && fs::rename(&path, &target).is_ok() {
                     let mut state = cache.lock();
                     if let Some(entry) = state.entries.get_mut(&sha).filter(|e| e.id == id) {
@@ -744,6 +738,11 @@ impl FillGate for CacheGate {
         let slice = offset / self.cache.slice_bytes;
         Box::pin(async move { gate.wait_slice(slice).await })
     }
+}
+
+/// The name a filling cache file `<sha>.<id>` takes once whole: `<sha>.<id>.c`.
+fn whole_path(path: &Path) -> PathBuf {
+    path.with_extension(format!("{}{COMPLETE_SUFFIX}", path.extension().and_then(|e| e.to_str()).unwrap_or_default()))
 }
 
 fn random_id() -> u64 {
