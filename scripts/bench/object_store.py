@@ -333,8 +333,8 @@ def main():
     ap.add_argument("--secs", type=int, default=5, help="wrk seconds per 4 KiB measurement")
     ap.add_argument("--bin", help="blobgate binary (default: PROJECT/target/release/blobgate, built if missing)")
     ap.add_argument("--project", default=".", help="the source tree the binary reads config/default.toml from")
-    ap.add_argument("--s3s-fs", help="s3s-fs binary (default: PROJECT/target/tools/bin/s3s-fs, as scripts/test "
-                                     "installs it)")
+    ap.add_argument("--s3s-fs", help="s3s-fs binary (default: $BLOBGATE_TEST_S3S_FS, else where scripts/test "
+                                     "installs it: ~/.cache/blobgate-tools/s3s-fs-0.14.1/bin/s3s-fs)")
     ap.add_argument("--only", default="warm,cold")
     ap.add_argument("--reread-cache", action="store_true",
                     help="warm part: a third server, on the same store, whose cache file's pages are dropped and "
@@ -347,9 +347,10 @@ def main():
     for tool, hint in (("taskset", "util-linux"), ("curl", "apt install curl"), ("wrk", "apt install wrk"),
                        ("aws", "pip install awscli")):
         need(tool, hint)
-    s3s_fs = need(a.s3s_fs or str(project / "target/tools/bin/s3s-fs"),
-                  "scripts/test installs it: cargo install --locked --root target/tools --version 0.14.1 "
-                  "--features binary s3s-fs")
+    tools = Path(os.environ.get("BLOBGATE_TOOLS") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                 / "blobgate-tools")
+    s3s_fs = need(a.s3s_fs or os.environ.get("BLOBGATE_TEST_S3S_FS") or str(tools / "s3s-fs-0.14.1/bin/s3s-fs"),
+                  "scripts/test installs it (into ~/.cache/blobgate-tools)")
     if "cold" in only:
         try:
             import boto3  # noqa: F401  (the cold part's direct client; it runs in a child process)

@@ -98,6 +98,9 @@ impl TestEnv {
 
     /// Starts `blobgate serve` on port 0 with extra env vars and args, optionally wrapped (e.g. in strace).
     pub fn serve_with(&self, env: &[(&str, &str)], wrapper: &[&str]) -> Server {
+        if wrapper.first() == Some(&"strace") {
+            require_group("strace");
+        }
         let mut cmd = if let Some((first, rest)) = wrapper.split_first() {
             let mut c = Command::new(first);
             c.args(rest).arg(BIN);
@@ -427,6 +430,7 @@ impl Conn {
 /// largest (`tcp_rmem` and `tcp_wmem` maxima; 32 + 4 MiB on these machines). A client that resets after reading a
 /// little of such a body always aborts its response: with less, a loaded server could have buffered all of it.
 pub fn larger_than_socket_buffers() -> usize {
+    require_group("large-body");
     let max_of = |sysctl: &str| -> usize {
         let text = std::fs::read_to_string(format!("/proc/sys/net/ipv4/{sysctl}")).expect("read the sysctl");
         text.split_whitespace().last().and_then(|n| n.parse().ok()).expect("three numbers")
@@ -802,21 +806,29 @@ pub fn system_binary(name: &str, package: &str) -> PathBuf {
 
 /// A loopback address, free now, for what cannot bind port 0 and report it (nginx's config, two gateways racing
 /// for one address) or must name a port nobody listens on. The port lies below the kernel's ephemeral range, so
-/// no bind to port 0 and no outgoing connection, in this suite or beside it, can be given it meanwhile; each call
-/// in this process gets another one, and the process id spreads concurrent runs apart.
+/// no bind to port 0 and no outgoing connection can be given it meanwhile, and it is this process's alone until it
+/// exits: an exclusive `flock` on `$TMPDIR/blobgate-test-ports/PORT`, held open for the process's life, keeps every
+/// other test (this run's, run a process per test, or another run's on the machine) off it.
 pub fn reserved_local_addr() -> SocketAddr {
-    static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    use nix::fcntl::{Flock, FlockArg};
+    static HELD: Mutex<Vec<Flock<std::fs::File>>> = Mutex::new(Vec::new());
     let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").expect("the ephemeral range");
     let low: u16 = range.split_whitespace().next().and_then(|p| p.parse().ok()).expect("its low end");
-    // 8192 ports below the range (which starts at 32768 by default), never the privileged ones.
+    let locks = std::env::temp_dir().join("blobgate-test-ports");
+    std::fs::create_dir_all(&locks).expect("the port lock directory");
+    // 8192 ports below the range (which starts at 32768 by default), never the privileged ones; a random start
+    // spreads concurrent tests apart, so they seldom try the same locks.
     let span = 8192.min(low - 1024);
-    let offset = std::process::id() as u16 % span;
-    for _ in 0..span {
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let offset = (rand_u64() % u64::from(span)) as u16;
+    for n in 0..span {
         let port = low - 1 - (offset.wrapping_add(n) % span);
+        let file = std::fs::File::create(locks.join(port.to_string())).expect("a port lock file");
+        // Non-blocking: a port another process holds is skipped at once.
+        let Ok(lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) else { continue };
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         // Free now (a fixed-port daemon of the machine's own may hold it): skip it if not.
         if TcpListener::bind(addr).is_ok() {
+            HELD.lock().unwrap().push(lock);
             return addr;
         }
     }
@@ -969,4 +981,17 @@ fn rand_suffix() -> u32 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
     h.finish() as u32
+}
+
+/// Fails a test that nextest runs outside its test group `group` (.config/nextest.toml), naming the group: the
+/// helpers that start strace, the kernel VM or a body larger than the socket buffers call it, so a new test of
+/// that kind cannot run beside others of its kind unnoticed. Under `cargo test` (no nextest) there are no groups.
+pub fn require_group(group: &str) {
+    if let Ok(actual) = std::env::var("NEXTEST_TEST_GROUP") {
+        let test = std::env::var("NEXTEST_TEST_NAME").unwrap_or_default();
+        assert_eq!(
+            actual, group,
+            "{test} belongs to nextest's test group {group:?}: add it to that group's filter in .config/nextest.toml"
+        );
+    }
 }

@@ -20,9 +20,6 @@ use std::time::{Duration, Instant};
 use super::s3::{AccessKey, clean_command, python, run_boto3};
 use super::{listening_addrs, reserved_local_addr};
 
-/// Where `scripts/test` installs s3s-fs (`cargo install --root target/tools`).
-const S3S_FS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/target/tools/bin/s3s-fs");
-
 /// A real S3-compatible server on `127.0.0.1` (path-style requests, region us-east-1), killed on drop, also when
 /// the test fails.
 pub struct S3Upstream {
@@ -58,16 +55,18 @@ impl S3Upstream {
     /// s3s-fs (crates.io), which serves a fresh temporary directory as S3 and checks SigV4 signatures against
     /// the one access key it is started with.
     pub fn s3s_fs() -> Self {
-        assert!(
-            Path::new(S3S_FS).is_file(),
-            "this test needs s3s-fs at {S3S_FS} (crates.io; scripts/test installs it with \
-             `cargo install s3s-fs --version 0.14.1 --features binary --locked --root target/tools`)"
-        );
+        // scripts/test builds it once into its tools directory, outside the clone, and names it here.
+        let s3s_fs = std::env::var("BLOBGATE_TEST_S3S_FS").unwrap_or_else(|_| {
+            panic!(
+                "BLOBGATE_TEST_S3S_FS is not set: run the tests with scripts/test, which installs s3s-fs (crates.io)"
+            )
+        });
+        assert!(Path::new(&s3s_fs).is_file(), "BLOBGATE_TEST_S3S_FS names no file: {s3s_fs}");
         let dir = tempfile::tempdir().expect("temp dir");
         let root = dir.path().join("root");
         std::fs::create_dir_all(&root).unwrap();
         let key = AccessKey { id: "s3s-fs-test-key".into(), secret: "s3s-fs-test-secret".into() };
-        let mut cmd = clean_command(S3S_FS, &dir.path().join("home"));
+        let mut cmd = clean_command(&s3s_fs, &dir.path().join("home"));
         cmd.args(["--host", "127.0.0.1", "--port", "0", "--access-key", &key.id, "--secret-key", &key.secret])
             .arg(&root)
             .current_dir(dir.path());
