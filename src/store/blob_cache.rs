@@ -33,7 +33,7 @@ use std::time::SystemTime;
 
 use tokio::sync::watch;
 
-use super::remote::{RemoteBlobs, RemoteError};
+use super::remote::{RemoteBlobs, RemoteError, RemoteFetch};
 use crate::file_body::FillGate;
 
 /// Slices fetched ahead of a reader that is sending from a filling file.
@@ -84,7 +84,10 @@ struct Inner {
     max_open_files: usize,
     /// The server's cache (`cache/`), kept across restarts; else a CLI command's, removed when it ends.
     owner: bool,
+    /// The store's client, for what others do with it (`BlobCache::remote`).
     remote: RemoteBlobs,
+    /// Where fills fetch from: `remote`, or a unit test's fake.
+    fetch: Arc<dyn RemoteFetch>,
     runtime: tokio::runtime::Handle,
     state: Mutex<State>,
     counters: CacheCounters,
@@ -171,6 +174,19 @@ impl BlobCache {
         remote: RemoteBlobs,
         owner: bool,
     ) -> anyhow::Result<Self> {
+        let fetch = Arc::new(remote.clone());
+        Self::open_with(data_dir, max_bytes, slice_bytes, remote, fetch, owner).await
+    }
+
+    /// [`BlobCache::open`], its fills fetching from `fetch`.
+    async fn open_with(
+        data_dir: &Path,
+        max_bytes: u64,
+        slice_bytes: u64,
+        remote: RemoteBlobs,
+        fetch: Arc<dyn RemoteFetch>,
+        owner: bool,
+    ) -> anyhow::Result<Self> {
         let dir = if owner {
             data_dir.join("cache")
         } else {
@@ -190,6 +206,7 @@ impl BlobCache {
             max_open_files: 4096,
             owner,
             remote,
+            fetch,
             runtime: tokio::runtime::Handle::current(),
             state: Mutex::new(State::default()),
             counters: CacheCounters::default(),
@@ -531,8 +548,14 @@ impl Inner {
             let cache = self.clone();
             let sha = sha256.to_owned();
             self.runtime.spawn(async move {
-                let fetched = cache.remote.fetch_into(&sha, start..end, file.clone()).await;
                 let len = end - start;
+                let fetched = match cache.fetch.fetch_into(&sha, start..end, file.clone()).await {
+                    // Bytes not written would be booked as the blob's: never.
+                    Ok(n) if n != len => Err(RemoteError::Unavailable(format!(
+                        "blob {sha}: the store wrote {n} of the {len} bytes of slice {slice}"
+                    ))),
+                    fetched => fetched,
+                };
                 let outcome = match cache.slice_arrived(&sha, id, slice, len, &fetched) {
                     Arrival::Booked => fetched.map(|_| ()).map_err(|e| e.to_string()),
                     Arrival::Last => match hashes_to(file, sha.clone()).await {
