@@ -6,7 +6,8 @@
 //! never holds a worker's event loop. Errors other than "not found" are [`RemoteError::Unavailable`], which the
 //! HTTP layer answers with `503` and `Retry-After`.
 //!
-//! The blob cache reaches the store through [`RemoteFetch`], the one call it makes.
+//! The blob cache reaches the store through [`RemoteFetch`], the one call it makes; its unit tests put an
+//! in-memory store with injectable faults there instead (`fake`).
 
 use std::fs::File;
 use std::io;
@@ -66,6 +67,9 @@ pub trait RemoteFetch: Send + Sync + std::fmt::Debug + 'static {
         file: Arc<File>,
     ) -> BoxFuture<'a, Result<u64, RemoteError>>;
 }
+
+#[cfg(test)]
+pub(crate) mod fake;
 
 /// The object store's client, with the prefix blobs live under.
 #[derive(Debug, Clone)]
