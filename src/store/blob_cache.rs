@@ -11,8 +11,10 @@
 //!
 //! **Eviction.** Beyond `cache.max_bytes`, least recently used entries go whole. An entry a response is sending
 //! from (its file shared beyond the cache) or that is being filled is never evicted, so the cache exceeds its bound
-//! by at most the slices in flight. Files get a new random id per entry, so an evicted entry's file, unlinked later
-//! on the blocking pool, is never a newer entry's.
+//! by the entries its responses hold (which keep filling) and the slices in flight. Eviction runs when a fill or an
+//! upload adds bytes: the first one after those responses end brings the cache back within its bound. Files get a
+//! new random id per entry, so an evicted entry's file, unlinked later on the blocking pool, is never a newer
+//! entry's.
 //!
 //! **Integrity.** Before a blob's last slice is booked, the whole file is hashed (off the event loop): a store copy
 //! that does not hash to its name is dropped and its last slice never served, so no response sends all of it (a
