@@ -11,8 +11,10 @@
 //!
 //! **Eviction.** Beyond `cache.max_bytes`, least recently used entries go whole. An entry a response is sending
 //! from (its file shared beyond the cache) or that is being filled is never evicted, so the cache exceeds its bound
-//! by at most the slices in flight. Files get a new random id per entry, so an evicted entry's file, unlinked later
-//! on the blocking pool, is never a newer entry's.
+//! by the entries its responses hold (which keep filling) and the slices in flight. Eviction runs when a fill or an
+//! upload adds bytes: the first one after those responses end brings the cache back within its bound. Files get a
+//! new random id per entry, so an evicted entry's file, unlinked later on the blocking pool, is never a newer
+//! entry's.
 //!
 //! **Integrity.** Before a blob's last slice is booked, the whole file is hashed (off the event loop): a store copy
 //! that does not hash to its name is dropped and its last slice never served, so no response sends all of it (a
@@ -33,7 +35,7 @@ use std::time::SystemTime;
 
 use tokio::sync::watch;
 
-use super::remote::{RemoteBlobs, RemoteError};
+use super::remote::{RemoteBlobs, RemoteError, RemoteFetch};
 use crate::file_body::FillGate;
 
 /// Slices fetched ahead of a reader that is sending from a filling file.
@@ -84,7 +86,10 @@ struct Inner {
     max_open_files: usize,
     /// The server's cache (`cache/`), kept across restarts; else a CLI command's, removed when it ends.
     owner: bool,
+    /// The store's client, for what others do with it (`BlobCache::remote`).
     remote: RemoteBlobs,
+    /// Where fills fetch from: `remote`, or a unit test's fake.
+    fetch: Arc<dyn RemoteFetch>,
     runtime: tokio::runtime::Handle,
     state: Mutex<State>,
     counters: CacheCounters,
@@ -171,6 +176,19 @@ impl BlobCache {
         remote: RemoteBlobs,
         owner: bool,
     ) -> anyhow::Result<Self> {
+        let fetch = Arc::new(remote.clone());
+        Self::open_with(data_dir, max_bytes, slice_bytes, remote, fetch, owner).await
+    }
+
+    /// [`BlobCache::open`], its fills fetching from `fetch`.
+    async fn open_with(
+        data_dir: &Path,
+        max_bytes: u64,
+        slice_bytes: u64,
+        remote: RemoteBlobs,
+        fetch: Arc<dyn RemoteFetch>,
+        owner: bool,
+    ) -> anyhow::Result<Self> {
         let dir = if owner {
             data_dir.join("cache")
         } else {
@@ -190,6 +208,7 @@ impl BlobCache {
             max_open_files: 4096,
             owner,
             remote,
+            fetch,
             runtime: tokio::runtime::Handle::current(),
             state: Mutex::new(State::default()),
             counters: CacheCounters::default(),
@@ -531,8 +550,14 @@ impl Inner {
             let cache = self.clone();
             let sha = sha256.to_owned();
             self.runtime.spawn(async move {
-                let fetched = cache.remote.fetch_into(&sha, start..end, file.clone()).await;
                 let len = end - start;
+                let fetched = match cache.fetch.fetch_into(&sha, start..end, file.clone()).await {
+                    // Bytes not written would be booked as the blob's: never.
+                    Ok(n) if n != len => Err(RemoteError::Unavailable(format!(
+                        "blob {sha}: the store wrote {n} of the {len} bytes of slice {slice}"
+                    ))),
+                    fetched => fetched,
+                };
                 let outcome = match cache.slice_arrived(&sha, id, slice, len, &fetched) {
                     Arrival::Booked => fetched.map(|_| ()).map_err(|e| e.to_string()),
                     Arrival::Last => match hashes_to(file, sha.clone()).await {
@@ -788,13 +813,22 @@ fn adopt_complete_files(dir: &Path) -> anyhow::Result<Vec<(String, PathBuf, u64)
 mod tests {
     use super::*;
     use crate::config::{BlobStoreSettings, ObjectStoreLocation};
+    use crate::store::remote::fake::{FakeRemote, Gate, Step, never_asked};
+    use std::ops::Range;
+    use std::os::unix::fs::FileExt;
+    use std::time::Duration;
+
+    /// Small slices, so that a blob of a few KiB spans several.
+    const SLICE: u64 = 1024;
 
     /// A cache whose store is never asked: these tests only adopt whole blobs (no fetch).
     async fn cache(dir: &Path, max_bytes: u64) -> BlobCache {
-        let settings = BlobStoreSettings { endpoint: Some("http://127.0.0.1:9".into()), ..Default::default() };
-        let location = ObjectStoreLocation::parse("s3://unused", &settings).unwrap();
-        let remote = RemoteBlobs::new(&location).unwrap();
-        BlobCache::open(dir, max_bytes, 1 << 20, remote, true).await.unwrap()
+        BlobCache::open_with(dir, max_bytes, 1 << 20, never_asked(), FakeRemote::new(), true).await.unwrap()
+    }
+
+    /// A server's cache in `dir`, of `SLICE`-byte slices, whose fills fetch from `fake`.
+    async fn faked(dir: &Path, max_bytes: u64, fake: &Arc<FakeRemote>) -> BlobCache {
+        BlobCache::open_with(dir, max_bytes, SLICE, never_asked(), fake.clone(), true).await.unwrap()
     }
 
     fn staged(dir: &Path, n: u8, len: usize) -> (String, PathBuf) {
@@ -804,14 +838,120 @@ mod tests {
         (sha, path)
     }
 
-    async fn until_gone(path: &Path) {
-        for _ in 0..200 {
-            if !path.exists() {
-                return;
+    /// `len` bytes that differ from slice to slice and from seed to seed.
+    fn blob_bytes(len: u64, seed: u8) -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(31) ^ ((i / SLICE) as u8).wrapping_mul(7) ^ seed).collect()
+    }
+
+    /// Slice `n` of a blob of `size` bytes.
+    fn slice(n: u64, size: u64) -> Range<u64> {
+        n * SLICE..((n + 1) * SLICE).min(size)
+    }
+
+    fn span(bytes: &[u8], offset: u64, len: u64) -> &[u8] {
+        &bytes[offset as usize..(offset + len) as usize]
+    }
+
+    /// What a response sends of `blob`, `len` bytes from `offset`, sent as the driver sends it: only what the gate
+    /// says has arrived, waiting for the rest. The bytes sent, and the error that ended it early.
+    async fn send(blob: &CachedBlob, offset: u64, len: u64) -> (Vec<u8>, Option<io::Error>) {
+        let mut sent = Vec::new();
+        let (mut at, end) = (offset, offset + len);
+        while at < end {
+            // As `http::object`: a response that was a hit has no gate to ask.
+            let ready = if blob.hit { end - at } else { blob.gate.ready(at, end - at) };
+            if ready == 0 {
+                if let Err(e) = blob.gate.wait(at).await {
+                    return (sent, Some(e));
+                }
+                continue;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            let mut buf = vec![0; ready as usize];
+            blob.file.read_exact_at(&mut buf, at).unwrap();
+            sent.extend_from_slice(&buf);
+            at += ready;
         }
-        panic!("{} was not unlinked", path.display());
+        (sent, None)
+    }
+
+    /// A GET of `len` bytes from `offset`: the blob opened for it, then sent.
+    async fn get(cache: &BlobCache, sha: &str, size: u64, offset: u64, len: u64) -> Result<Vec<u8>, String> {
+        let blob = cache.open_for(sha, size, &[(offset, len)]).await.map_err(|e| format!("before the head: {e}"))?;
+        match send(&blob, offset, len).await {
+            (sent, None) => Ok(sent),
+            (sent, Some(e)) => Err(format!("after {} bytes: {e}", sent.len())),
+        }
+    }
+
+    /// Waits until `cond` holds. On the paused clock time passes only while nothing can run (a blocking-pool job
+    /// in flight holds it), so this waits for events, and fails at once when none is coming.
+    async fn until(what: &str, cond: impl Fn() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while !cond() {
+            assert!(tokio::time::Instant::now() < deadline, "never happened: {what}");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    async fn until_gone(path: &Path) {
+        until(&format!("{} is unlinked", path.display()), || !path.exists()).await;
+    }
+
+    /// Waits until `sha`'s entry is whole on disk (renamed `.c`) and its file is held by `responses` and nothing
+    /// else (the fsync and rename that follow the last slice are done).
+    async fn until_settled(cache: &BlobCache, sha: &str, responses: usize) {
+        until(&format!("{sha} is whole and settled"), || {
+            let state = cache.0.lock();
+            state.entries.get(sha).is_some_and(|e| {
+                e.missing_slices == 0
+                    && e.filling.is_empty()
+                    && e.path.to_string_lossy().ends_with(COMPLETE_SUFFIX)
+                    // The entry's, and a response's blob and gate each.
+                    && e.file.as_ref().is_none_or(|f| Arc::strong_count(f) == 1 + 2 * responses)
+            })
+        })
+        .await;
+    }
+
+    fn counts(cache: &BlobCache) -> (u64, u64) {
+        let c = cache.counters();
+        (c.hits.load(Ordering::Relaxed), c.misses.load(Ordering::Relaxed))
+    }
+
+    fn cached_bytes(cache: &BlobCache) -> u64 {
+        let bytes = cache.0.lock().bytes;
+        assert_eq!(cache.counters().bytes.load(Ordering::Relaxed), bytes, "what /metrics shows is the count");
+        bytes
+    }
+
+    fn path_of(cache: &BlobCache, sha: &str) -> PathBuf {
+        cache.0.lock().entries[sha].path.clone()
+    }
+
+    /// The log lines written on this thread (a current-thread runtime's tasks included) while the guard lives.
+    fn capture_logs() -> (tracing::subscriber::DefaultGuard, Arc<Mutex<Vec<u8>>>) {
+        // A global subscriber that keeps nothing: without one, a test thread with no subscriber that reaches a
+        // log line first has tracing cache "never" for it, in the whole process (`cargo test` runs tests as
+        // threads of one process).
+        static GLOBAL: std::sync::Once = std::sync::Once::new();
+        GLOBAL.call_once(|| {
+            let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
+        });
+        #[derive(Clone)]
+        struct Writer(Arc<Mutex<Vec<u8>>>);
+        impl io::Write for Writer {
+            fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let writer = Writer(logs.clone());
+        let subscriber = tracing_subscriber::fmt().with_ansi(false).with_writer(move || writer.clone()).finish();
+        (tracing::subscriber::set_default(subscriber), logs)
     }
 
     #[tokio::test]
@@ -896,5 +1036,531 @@ mod tests {
         drop(server);
         let server = cache(dir.path(), 8 << 20).await;
         assert!(server.holds_whole(&sha), "the server's file was left alone");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cold_read_fetches_the_slices_its_regions_cover_once_and_a_warm_one_nothing() {
+        let (dir, fake) = (tempfile::tempdir().unwrap(), FakeRemote::new());
+        let size = 10 * SLICE + 7;
+        let bytes = blob_bytes(size, 1);
+        let sha = fake.put(&bytes);
+        let cache = faked(dir.path(), 1 << 20, &fake).await;
+
+        // An unaligned range across slices 3 and 4: those two, the first before the head.
+        let (offset, len) = (3 * SLICE + 100, SLICE);
+        assert_eq!(get(&cache, &sha, size, offset, len).await.unwrap(), span(&bytes, offset, len));
+        assert_eq!(fake.fetches(), [(sha.clone(), slice(3, size)), (sha.clone(), slice(4, size))]);
+
+        // Two regions (a multi-range): the slice of each, none between them.
+        let regions = [(10, 20), (8 * SLICE + 1, 30)];
+        let blob = cache.open_for(&sha, size, &regions).await.unwrap();
+        for (offset, len) in regions {
+            assert_eq!(send(&blob, offset, len).await.0, span(&bytes, offset, len));
+        }
+        drop(blob);
+        assert_eq!(fake.fetches()[2..], [(sha.clone(), slice(0, size)), (sha.clone(), slice(8, size))]);
+
+        // The whole blob: each slice not yet cached, once.
+        assert_eq!(get(&cache, &sha, size, 0, size).await.unwrap(), bytes);
+        for n in 0..=10 {
+            assert_eq!(fake.fetches_of(&sha, slice(n, size)), 1, "slice {n}: {:?}", fake.fetches());
+        }
+        assert_eq!(fake.fetch_count(), 11);
+        assert_eq!(cache.counters().fetched_bytes.load(Ordering::Relaxed), size);
+        until_settled(&cache, &sha, 0).await;
+        assert!(cache.holds_whole(&sha));
+        assert_eq!(cached_bytes(&cache), size);
+
+        // Warm: a hit, and nothing fetched.
+        let blob = cache.open_for(&sha, size, &[(offset, len)]).await.unwrap();
+        assert!(blob.hit);
+        assert_eq!(send(&blob, offset, len).await.0, span(&bytes, offset, len));
+        assert_eq!(fake.fetch_count(), 11);
+        assert_eq!(counts(&cache), (1, 3));
+    }
+
+    /// Readers on four threads at once, as the data workers are.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_readers_of_a_cold_blob_share_one_fetch_per_slice() {
+        let (dir, fake) = (tempfile::tempdir().unwrap(), FakeRemote::new());
+        let size = 3 * SLICE + 5;
+        let bytes = Arc::new(blob_bytes(size, 2));
+        let sha = fake.put(&bytes);
+        let cache = faked(dir.path(), 1 << 20, &fake).await;
+        let gate = fake.hold(1);
+        let readers: Vec<_> = (0..32)
+            .map(|_| {
+                let (cache, sha) = (cache.clone(), sha.clone());
+                tokio::spawn(async move {
+                    let blob = cache.open_for(&sha, size, &[(0, size)]).await.unwrap();
+                    (blob.hit, send(&blob, 0, size).await)
+                })
+            })
+            .collect();
+        // Each reader counts its miss, then waits for the first slice (or starts its fetch) without a pause.
+        until("32 readers wait for the first slice", || counts(&cache).1 == 32).await;
+        fake.started(1).await;
+        assert_eq!(fake.fetches(), [(sha.clone(), slice(0, size))], "one fetch while 32 readers wait");
+        gate.open();
+        for reader in readers {
+            let (hit, (sent, error)) = reader.await.unwrap();
+            assert!(!hit && error.is_none(), "{error:?}");
+            assert!(sent == *bytes, "every reader gets the blob");
+        }
+        for n in 0..4 {
+            assert_eq!(fake.fetches_of(&sha, slice(n, size)), 1, "slice {n}: {:?}", fake.fetches());
+        }
+        assert_eq!(fake.fetch_count(), 4);
+        assert!(fake.most_in_flight() <= 1 + READAHEAD_SLICES as usize, "{}", fake.most_in_flight());
+        assert_eq!(counts(&cache), (0, 32));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn while_the_store_is_down_what_is_cached_is_served_and_the_rest_refused() {
+        let (dir, fake) = (tempfile::tempdir().unwrap(), FakeRemote::new());
+        let cache = faked(dir.path(), 1 << 20, &fake).await;
+        let size = 3 * SLICE;
+        let (warm, part, cold) = (blob_bytes(size, 14), blob_bytes(size, 15), blob_bytes(size, 16));
+        let (warm_sha, part_sha, cold_sha) = (fake.put(&warm), fake.put(&part), fake.put(&cold));
+        assert_eq!(get(&cache, &warm_sha, size, 0, size).await.unwrap(), warm);
+        assert_eq!(get(&cache, &part_sha, size, 0, 10).await.unwrap(), span(&part, 0, 10));
+        let fetched = fake.fetch_count();
+
+        fake.set_down(true);
+        assert_eq!(get(&cache, &warm_sha, size, 0, size).await.unwrap(), warm, "a cached blob is served");
+        assert_eq!(get(&cache, &part_sha, size, 5, 100).await.unwrap(), span(&part, 5, 100), "so is a cached range");
+        let error = get(&cache, &part_sha, size, 0, size).await.unwrap_err();
+        assert!(error.starts_with(&format!("after {SLICE} bytes")), "the rest of a blob is not: {error}");
+        let error = get(&cache, &cold_sha, size, 0, 1).await.unwrap_err();
+        assert!(error.starts_with("before the head"), "a cold read is refused before its head (a 503): {error}");
+        assert_eq!(cached_bytes(&cache), size + SLICE, "nothing reserved stays");
+
+        // Back: the next reads fetch what they need, once.
+        fake.set_down(false);
+        fake.fail(fake.fetch_count() as u64 + 1);
+        assert!(get(&cache, &cold_sha, size, 0, size).await.is_err(), "one more refusal");
+        assert_eq!(get(&cache, &cold_sha, size, 0, size).await.unwrap(), cold);
+        assert_eq!(get(&cache, &part_sha, size, 0, size).await.unwrap(), part);
+        let after: Vec<_> = fake.fetches()[fetched..].iter().filter(|(sha, _)| *sha == part_sha).cloned().collect();
+        assert_eq!(after.len(), 2 + 2, "slices 1 and 2 tried while down, then fetched: {after:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_fetch_reaches_every_waiter_and_the_next_read_fetches_again() {
+        let (dir, fake) = (tempfile::tempdir().unwrap(), FakeRemote::new());
+        let size = 3 * SLICE;
+        let bytes = blob_bytes(size, 3);
+        let sha = fake.put(&bytes);
+        let cache = faked(dir.path(), 1 << 20, &fake).await;
+
+        // The first slice, before the head: every request waiting for it is refused (a 503).
+        let gate = Gate::default();
+        fake.script(1, vec![Step::Hold(gate.clone()), Step::Fail]);
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                let (cache, sha) = (cache.clone(), sha.clone());
+                tokio::spawn(async move { cache.open_for(&sha, size, &[(0, size)]).await.map(|_| ()) })
+            })
+            .collect();
+        until("3 readers wait for the first slice", || counts(&cache).1 == 3).await;
+        gate.open();
+        for reader in readers {
+            let error = reader.await.unwrap().unwrap_err();
+            assert!(matches!(error, CacheError::Remote(RemoteError::Unavailable(_))), "{error:?}");
+            assert!(error.to_string().contains("fake: fetch of"), "the store's error: {error}");
+        }
+        assert_eq!(fake.fetch_count(), 1);
+        // Nothing poisoned: the slice's reservation is released, and the next read fetches it again.
+        assert_eq!(cached_bytes(&cache), 0);
+        assert!(cache.0.lock().entries[&sha].filling.is_empty());
+        assert_eq!(get(&cache, &sha, size, 0, SLICE).await.unwrap(), span(&bytes, 0, SLICE));
+        assert_eq!(fake.fetches_of(&sha, slice(0, size)), 2);
+
+        // A slice a response waits for while it is sent: both waiting responses end there, after what arrived.
+        let later = Gate::default();
+        fake.script_for(&sha, slice(2, size), vec![Step::Hold(later.clone()), Step::Fail]);
+        let (a, b) = (
+            cache.open_for(&sha, size, &[(0, size)]).await.unwrap(),
+            cache.open_for(&sha, size, &[(SLICE, size - SLICE)]).await.unwrap(),
+        );
+        let ((sent_a, error_a), (sent_b, error_b), ()) =
+            tokio::join!(send(&a, 0, size), send(&b, SLICE, size - SLICE), async {
+                fake.started(4).await;
+                later.open();
+            });
+        assert_eq!(sent_a, span(&bytes, 0, 2 * SLICE));
+        assert_eq!(sent_b, span(&bytes, SLICE, SLICE));
+        assert!(error_a.unwrap().to_string().contains("fake: fetch of"));
+        assert!(error_b.unwrap().to_string().contains("fake: fetch of"));
+        // The next read of it fetches it again.
+        assert_eq!(send(&a, 2 * SLICE, SLICE).await.0, span(&bytes, 2 * SLICE, SLICE));
+        assert_eq!(fake.fetches_of(&sha, slice(2, size)), 2);
+        assert_eq!(fake.fetches_of(&sha, slice(1, size)), 1);
+        drop((a, b));
+        until_settled(&cache, &sha, 0).await;
+        assert_eq!(cached_bytes(&cache), size);
+
+        // A blob the store does not have: refused before the head too.
+        let missing = "ab".repeat(32);
+        let error = cache.open_for(&missing, 10, &[(0, 10)]).await.unwrap_err();
+        assert!(error.to_string().contains("is not in the object store"), "{error}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fetch_that_writes_less_than_its_slice_is_a_failure_and_is_fetched_again() {
+        let (dir, fake) = (tempfile::tempdir().unwrap(), FakeRemote::new());
+        let size = 2 * SLICE;
+        let bytes = blob_bytes(size, 4);
+        let sha = fake.put(&bytes);
+        let cache = faked(dir.path(), 1 << 20, &fake).await;
+        for (what, steps) in [
+            ("cut mid-body", vec![Step::Write(100), Step::Fail]),
+            ("paused mid-body, then cut", vec![Step::Write(100), Step::Hold(Gate::default()), Step::Fail]),
+            ("a short body taken for the whole", vec![Step::Write(100), Step::Lie]),
+        ] {
+            if let Some(Step::Hold(gate)) = steps.get(1) {
+                gate.open();
+            }
+            fake.script_for(&sha, slice(0, size), steps);
+            let error = get(&cache, &sha, size, 0, size).await.unwrap_err();
+            assert!(error.starts_with("before the head"), "{what}: {error}");
+            assert_eq!(cached_bytes(&cache), 0, "{what}");
+        }
+        assert_eq!(get(&cache, &sha, size, 0, size).await.unwrap(), bytes);
+        assert_eq!(fake.fetches_of(&sha, slice(0, size)), 4);
+        assert_eq!(cache.counters().corrupt.load(Ordering::Relaxed), 0);
+
+        // A store copy shorter than the blob: its last slice never arrives whole.
+        let short = blob_bytes(2 * SLICE, 5);
+        let sha = fake.put(&short);
+        fake.put_as(&sha, &short[..(SLICE + 10) as usize]);
+        let error = get(&cache, &sha, 2 * SLICE, 0, 2 * SLICE).await.unwrap_err();
+        assert!(error.contains(&format!("after {SLICE} bytes")) && error.contains("sent 10 of 1024"), "{error}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_store_copy_that_does_not_hash_to_its_name_is_never_served_whole() {
+        let (_logging, logs) = capture_logs();
+        let (dir, fake) = (tempfile::tempdir().unwrap(), FakeRemote::new());
+        let cache = faked(dir.path(), 1 << 20, &fake).await;
+        let corrupt = || cache.counters().corrupt.load(Ordering::Relaxed);
+        // What ends a response waiting for the last slice; one that comes to it after the check has no entry.
+        let refused =
+            |error: &str| error.contains("does not match its SHA-256") || error.contains("its cache entry was dropped");
+        let rotten = |bytes: &[u8], at: u64| {
+            let mut rotten = bytes.to_vec();
+            rotten[at as usize] ^= 0x5a;
+            rotten
+        };
+
+        // One slice: hashed before the head, refused, dropped; the next read fetches and checks again.
+        let small = blob_bytes(SLICE / 2, 6);
+        let small_sha = fake.put(&small);
+        fake.put_as(&small_sha, &rotten(&small, 7));
+        for n in 1..=2 {
+            let error = cache.open_for(&small_sha, SLICE / 2, &[(0, SLICE / 2)]).await.unwrap_err();
+            assert!(matches!(error, CacheError::Remote(_)), "{error:?}");
+            assert!(error.to_string().contains("does not match its SHA-256"), "{error}");
+            assert_eq!(corrupt(), n);
+            assert!(!cache.0.lock().entries.contains_key(&small_sha), "dropped");
+            assert_eq!(fake.fetch_count(), n as usize);
+        }
+
+        // Several slices, the last rotten: the first ones are sent, the last never.
+        let size = 4 * SLICE + 100;
+        let big = blob_bytes(size, 7);
+        let sha = fake.put(&big);
+        fake.put_as(&sha, &rotten(&big, size - 2));
+        let blob = cache.open_for(&sha, size, &[(0, size)]).await.unwrap();
+        let path = path_of(&cache, &sha);
+        let (sent, error) = send(&blob, 0, size).await;
+        assert!(refused(&error.unwrap().to_string()));
+        assert!(sent.len() as u64 <= 4 * SLICE && sent == big[..sent.len()], "{} bytes sent", sent.len());
+        drop(blob);
+        assert_eq!(corrupt(), 3);
+        assert!(!cache.0.lock().entries.contains_key(&sha));
+        until_gone(&path).await;
+
+        // The first slice rotten: a response ends before its last byte too.
+        let size = 3 * SLICE;
+        let early = blob_bytes(size, 8);
+        let early_sha = fake.put(&early);
+        fake.put_as(&early_sha, &rotten(&early, 3));
+        let error = get(&cache, &early_sha, size, 0, size).await.unwrap_err();
+        assert!(refused(&error) && error.starts_with("after "), "{error}");
+        assert_eq!(corrupt(), 4);
+        until("nothing of a rotten copy stays", || cached_bytes(&cache) == 0).await;
+
+        // Sound copies back in the store are served whole, and nothing more is counted.
+        for bytes in [&small, &big, &early] {
+            let sha = fake.put(bytes);
+            let len = bytes.len() as u64;
+            assert!(get(&cache, &sha, len, 0, len).await.unwrap() == *bytes);
+        }
+        assert_eq!(corrupt(), 4);
+        let logs = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+        let lines: Vec<_> = logs.lines().filter(|l| l.contains("does not match its SHA-256")).collect();
+        assert_eq!(lines.len(), 4, "one error line per rotten copy fetched:\n{logs}");
+        assert!(lines.iter().all(|l| l.contains("ERROR")), "{logs}");
+        assert!(lines[0].contains(&small_sha) && lines[2].contains(&sha) && lines[3].contains(&early_sha), "{logs}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_copys_source_is_filled_in_whole_and_never_from_a_rotten_copy() {
+        let (dir, fake) = (tempfile::tempdir().unwrap(), FakeRemote::new());
+        let cache = faked(dir.path(), 1 << 20, &fake).await;
+        let size = 5 * SLICE;
+        let bytes = blob_bytes(size, 9);
+        let sha = fake.put(&bytes);
+        let file = cache.fill_range(&sha, size, SLICE + 5, 2 * SLICE).await.unwrap();
+        let mut copied = vec![0; 2 * SLICE as usize];
+        file.read_exact_at(&mut copied, SLICE + 5).unwrap();
+        assert_eq!(copied, span(&bytes, SLICE + 5, 2 * SLICE));
+        let fetched: Vec<_> = fake.fetches().into_iter().map(|(_, range)| range).collect();
+        assert_eq!(fetched, [slice(1, size), slice(2, size), slice(3, size)]);
+
+        let mut rotten = bytes.clone();
+        rotten[0] ^= 1;
+        let sha = fake.put(&blob_bytes(size, 10));
+        fake.put_as(&sha, &rotten);
+        let error = cache.fill_range(&sha, size, 0, size).await.unwrap_err();
+        assert!(error.to_string().contains("does not match its SHA-256"), "{error}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_gate_sends_what_has_arrived_and_fetches_a_few_slices_ahead_within_the_region() {
+        let (dir, fake) = (tempfile::tempdir().unwrap(), FakeRemote::new());
+        let size = 8 * SLICE;
+        let bytes = blob_bytes(size, 11);
+        let sha = fake.put(&bytes);
+        let cache = faked(dir.path(), 1 << 20, &fake).await;
+        let gates: Vec<Gate> = (1..=3)
+            .map(|n| {
+                let gate = Gate::default();
+                fake.script_for(&sha, slice(n, size), vec![Step::Hold(gate.clone())]);
+                gate
+            })
+            .collect();
+        let blob = cache.open_for(&sha, size, &[(0, size)]).await.unwrap();
+        assert!(!blob.hit);
+        // What arrived is the first slice; asking fetches the next `READAHEAD_SLICES` + 1 behind it.
+        assert_eq!(blob.gate.ready(0, size), SLICE);
+        fake.started(4).await;
+        let ranges = |fake: &FakeRemote| fake.fetches().into_iter().map(|(_, r)| r).collect::<Vec<_>>();
+        assert_eq!(ranges(&fake), (0..4).map(|n| slice(n, size)).collect::<Vec<_>>());
+        assert_eq!(blob.gate.ready(SLICE, size - SLICE), 0);
+        assert_eq!(fake.fetch_count(), 4, "slices in flight are not asked for again");
+
+        // Slice 2 arrives before slice 1: nothing more can be sent from slice 1, two slices from slice 2.
+        gates[1].open();
+        blob.gate.wait(2 * SLICE).await.unwrap();
+        assert_eq!(blob.gate.ready(SLICE, size - SLICE), 0);
+        assert_eq!(blob.gate.ready(2 * SLICE, SLICE), SLICE, "no further than asked");
+        gates[0].open();
+        gates[2].open();
+        assert_eq!(send(&blob, 0, size).await.0, bytes);
+        for n in 0..8 {
+            assert_eq!(fake.fetches_of(&sha, slice(n, size)), 1, "slice {n}: {:?}", fake.fetches());
+        }
+        drop(blob);
+
+        // A range fetches only the slices it covers, ahead or not.
+        let other = blob_bytes(size, 12);
+        let other_sha = fake.put(&other);
+        let before = fake.fetch_count();
+        let (offset, len) = (5 * SLICE + 10, 20);
+        let blob = cache.open_for(&other_sha, size, &[(offset, len)]).await.unwrap();
+        assert_eq!(blob.gate.ready(offset, len), len);
+        let (offset, len) = (2 * SLICE, 2 * SLICE);
+        assert_eq!(get(&cache, &other_sha, size, offset, len).await.unwrap(), span(&other, offset, len));
+        assert_eq!(ranges(&fake)[before..], [slice(5, size), slice(2, size), slice(3, size)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_or_an_empty_read_fetches_nothing() {
+        let (dir, fake) = (tempfile::tempdir().unwrap(), FakeRemote::new());
+        let cache = faked(dir.path(), 1 << 20, &fake).await;
+        let size = 2 * SLICE;
+        let sha = fake.put(&blob_bytes(size, 13));
+        let blob = cache.open_for(&sha, size, &[]).await.unwrap();
+        assert_eq!(blob.size, size);
+        drop(cache.open_for(&sha, size, &[(5, 0)]).await.unwrap());
+        let empty = fake.put(b"");
+        let blob = cache.open_for(&empty, 0, &[(0, 0)]).await.unwrap();
+        assert_eq!(blob.file.metadata().unwrap().len(), 0);
+        assert_eq!(fake.fetch_count(), 0);
+        assert_eq!(counts(&cache), (0, 0), "neither a hit nor a miss");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn eviction_keeps_the_bound_and_spares_entries_being_sent_or_filled() {
+        let (dir, fake) = (tempfile::tempdir().unwrap(), FakeRemote::new());
+        let max = 4 * SLICE;
+        let cache = faked(dir.path(), max, &fake).await;
+        let size = 2 * SLICE;
+        let blobs: Vec<(String, Vec<u8>)> = (0..8)
+            .map(|n| {
+                let bytes = blob_bytes(size, 20 + n);
+                (fake.put(&bytes), bytes)
+            })
+            .collect();
+        let [a, b, c, d, e, f, g, h] = [0, 1, 2, 3, 4, 5, 6, 7].map(|n| blobs[n].0.as_str());
+        let read = async |sha: &str| {
+            let blob = cache.open_for(sha, size, &[(0, size)]).await.unwrap();
+            let (sent, error) = send(&blob, 0, size).await;
+            assert!(error.is_none() && sent == blobs.iter().find(|(s, _)| s == sha).unwrap().1);
+            blob
+        };
+
+        drop(read(a).await);
+        until_settled(&cache, a, 0).await;
+        // b stays in use: a response is sending from it.
+        let held_b = read(b).await;
+        until_settled(&cache, b, 1).await;
+        assert_eq!(cached_bytes(&cache), max);
+        let a_path = path_of(&cache, a);
+
+        // c's first slice goes over the bound: the least recently used entry goes, whole.
+        drop(read(c).await);
+        assert!(!cache.0.lock().entries.contains_key(a));
+        assert_eq!(cached_bytes(&cache), max);
+        until_gone(&a_path).await;
+        until_settled(&cache, c, 0).await;
+        // d: b is now the least recently used, but in use: c goes instead.
+        drop(read(d).await);
+        assert!(cache.holds_whole(b) && cache.holds_whole(d) && !cache.0.lock().entries.contains_key(c));
+        assert_eq!(cached_bytes(&cache), max);
+        until_settled(&cache, d, 0).await;
+
+        // With every entry in use, the bound gives way: the cache holds what its responses send.
+        let held_d = cache.open_for(d, size, &[(0, size)]).await.unwrap();
+        let held_e = read(e).await;
+        assert_eq!(cached_bytes(&cache), 6 * SLICE);
+        until_settled(&cache, e, 1).await;
+        drop((held_b, held_d, held_e));
+        // The next fill brings it back within the bound.
+        drop(read(f).await);
+        assert!(cached_bytes(&cache) <= max, "{} bytes cached", cached_bytes(&cache));
+        until_settled(&cache, f, 0).await;
+
+        // An entry being filled is not evicted either, however old.
+        let gate = Gate::default();
+        fake.script_for(g, slice(0, size), vec![Step::Hold(gate.clone())]);
+        let filling = tokio::spawn({
+            let (cache, g) = (cache.clone(), g.to_owned());
+            async move { get(&cache, &g, size, 0, size).await }
+        });
+        until("g's first slice is being fetched", || fake.fetches_of(g, slice(0, size)) == 1).await;
+        drop(read(h).await);
+        drop(read(a).await);
+        assert!(cache.0.lock().entries.contains_key(g), "filling");
+        gate.open();
+        assert!(filling.await.unwrap().unwrap() == blobs[6].1);
+
+        // a came back as a new entry: its evicted file's unlink did not take the new one.
+        let new_a = path_of(&cache, a);
+        assert_ne!(new_a.with_extension(""), a_path.with_extension(""));
+        until_settled(&cache, a, 0).await;
+        assert!(path_of(&cache, a).exists());
+        assert!(cache.holds_whole(a));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn whole_blobs_filled_from_the_store_survive_a_restart_the_newest_within_the_bound() {
+        let (dir, fake) = (tempfile::tempdir().unwrap(), FakeRemote::new());
+        let cache = faked(dir.path(), 1 << 20, &fake).await;
+        let size = 2 * SLICE;
+        let blobs: Vec<(String, Vec<u8>)> = (0..3)
+            .map(|n| {
+                let bytes = blob_bytes(size, 30 + n);
+                (fake.put(&bytes), bytes)
+            })
+            .collect();
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut paths = Vec::new();
+        for (n, (sha, bytes)) in blobs.iter().enumerate() {
+            assert!(get(&cache, sha, size, 0, size).await.unwrap() == *bytes);
+            until_settled(&cache, sha, 0).await;
+            let path = path_of(&cache, sha);
+            // Filled in this order, but last used the other way round.
+            let used = t0 + Duration::from_secs(3600 * (3 - n as u64));
+            File::options().write(true).open(&path).unwrap().set_modified(used).unwrap();
+            paths.push(path);
+        }
+        // A blob of which one slice arrived.
+        let partial = blob_bytes(3 * SLICE, 33);
+        let partial_sha = fake.put(&partial);
+        get(&cache, &partial_sha, 3 * SLICE, 0, 10).await.unwrap();
+        let partial_path = path_of(&cache, &partial_sha);
+        drop(cache);
+
+        // A store that has nothing: what is read must come from the cache.
+        let empty = FakeRemote::new();
+        let cache = faked(dir.path(), 2 * size, &empty).await;
+        assert!(!cache.holds_whole(&blobs[2].0), "the oldest goes beyond the bound");
+        until_gone(&paths[2]).await;
+        until_gone(&partial_path).await;
+        for (sha, bytes) in &blobs[..2] {
+            assert!(cache.holds_whole(sha));
+            assert!(get(&cache, sha, size, 0, size).await.unwrap() == *bytes);
+        }
+        assert_eq!(empty.fetch_count(), 0);
+        assert_eq!(counts(&cache), (2, 0));
+        assert_eq!(cached_bytes(&cache), 2 * size);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn forget_drops_an_entry_but_not_from_under_a_response() {
+        let (dir, fake) = (tempfile::tempdir().unwrap(), FakeRemote::new());
+        let cache = faked(dir.path(), 1 << 20, &fake).await;
+        let size = 2 * SLICE + 1;
+        let bytes = blob_bytes(size, 40);
+        let sha = fake.put(&bytes);
+        let held = cache.open_for(&sha, size, &[(0, size)]).await.unwrap();
+        cache.forget(&sha);
+        assert_eq!(send(&held, 0, size).await.0, bytes, "a response sending from it goes on");
+        until_settled(&cache, &sha, 1).await;
+        let path = path_of(&cache, &sha);
+        drop(held);
+        cache.forget(&sha);
+        assert!(!cache.holds_whole(&sha));
+        assert_eq!(cached_bytes(&cache), 0);
+        until_gone(&path).await;
+        assert_eq!(get(&cache, &sha, size, 0, size).await.unwrap(), bytes);
+        assert_eq!(fake.fetches_of(&sha, slice(0, size)), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn files_beyond_the_open_file_limit_are_closed_and_reopened_when_read() {
+        let (dir, fake) = (tempfile::tempdir().unwrap(), FakeRemote::new());
+        let mut cache = faked(dir.path(), 1 << 20, &fake).await;
+        Arc::get_mut(&mut cache.0).unwrap().max_open_files = 1;
+        let size = SLICE + 1;
+        let (a, b) = (blob_bytes(size, 41), blob_bytes(size, 42));
+        let (a_sha, b_sha) = (fake.put(&a), fake.put(&b));
+        assert_eq!(get(&cache, &a_sha, size, 0, size).await.unwrap(), a);
+        until_settled(&cache, &a_sha, 0).await;
+        assert_eq!(get(&cache, &b_sha, size, 0, size).await.unwrap(), b);
+        assert!(cache.0.lock().entries[&a_sha].file.is_none(), "the least recently used file is closed");
+        assert_eq!(cache.0.lock().open_files, 1);
+        until_settled(&cache, &b_sha, 0).await;
+        // Reopened by its whole file's name, and a hit.
+        let blob = cache.open_for(&a_sha, size, &[(0, size)]).await.unwrap();
+        assert!(blob.hit);
+        assert_eq!(send(&blob, 0, size).await.0, a);
+        assert_eq!(fake.fetch_count(), 4);
+        assert!(cache.0.lock().entries[&b_sha].file.is_none());
+        assert_eq!(cache.0.lock().open_files, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_row_of_another_size_than_the_cached_blob_is_refused() {
+        let (dir, fake) = (tempfile::tempdir().unwrap(), FakeRemote::new());
+        let cache = faked(dir.path(), 1 << 20, &fake).await;
+        let bytes = blob_bytes(100, 43);
+        let sha = fake.put(&bytes);
+        assert_eq!(get(&cache, &sha, 100, 0, 100).await.unwrap(), bytes);
+        let error = cache.open_for(&sha, 101, &[(0, 101)]).await.unwrap_err();
+        assert!(matches!(error, CacheError::Local(_)) && error.to_string().contains("another size"), "{error}");
     }
 }

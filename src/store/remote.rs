@@ -5,6 +5,9 @@
 //! connections live there, and a data worker's single-threaded runtime only awaits the result, so a slow store
 //! never holds a worker's event loop. Errors other than "not found" are [`RemoteError::Unavailable`], which the
 //! HTTP layer answers with `503` and `Retry-After`.
+//!
+//! The blob cache reaches the store through [`RemoteFetch`], the one call it makes; its unit tests put an
+//! in-memory store with injectable faults there instead (`fake`).
 
 use std::fs::File;
 use std::io;
@@ -16,6 +19,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as StorePath;
 use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig, WriteMultipart};
@@ -50,6 +54,22 @@ impl RemoteError {
         }
     }
 }
+
+/// What the blob cache needs of a store: a range of a blob, written into the cache's file at the same offsets.
+/// Only fills call it (one boxed future per slice fetched), never a read of what is cached.
+pub trait RemoteFetch: Send + Sync + std::fmt::Debug + 'static {
+    /// Fetches `range` of the blob `sha256` into `file` at the same offsets. `Ok` carries the bytes written, which
+    /// must be the range's length: a store that sends less is an error, and the cache treats any other count as one.
+    fn fetch_into<'a>(
+        &'a self,
+        sha256: &'a str,
+        range: Range<u64>,
+        file: Arc<File>,
+    ) -> BoxFuture<'a, Result<u64, RemoteError>>;
+}
+
+#[cfg(test)]
+pub(crate) mod fake;
 
 /// The object store's client, with the prefix blobs live under.
 #[derive(Debug, Clone)]
@@ -225,12 +245,6 @@ impl RemoteBlobs {
         .await
     }
 
-    /// Fetches `range` of a blob into `file` at the same offsets, chunk by chunk as it arrives (written on the
-    /// blocking pool). Returns the bytes written, which is the range's length or an error.
-    pub async fn fetch_into(&self, sha256: &str, range: Range<u64>, file: Arc<File>) -> Result<u64, RemoteError> {
-        self.fetch_key_into(self.key_of(sha256), sha256, range, file).await
-    }
-
     async fn fetch_key_into(
         &self,
         key: StorePath,
@@ -335,6 +349,18 @@ impl RemoteBlobs {
             Ok(())
         })
         .await
+    }
+}
+
+impl RemoteFetch for RemoteBlobs {
+    /// Chunk by chunk as the range arrives, written on the blocking pool.
+    fn fetch_into<'a>(
+        &'a self,
+        sha256: &'a str,
+        range: Range<u64>,
+        file: Arc<File>,
+    ) -> BoxFuture<'a, Result<u64, RemoteError>> {
+        Box::pin(self.fetch_key_into(self.key_of(sha256), sha256, range, file))
     }
 }
 
