@@ -1,6 +1,7 @@
 //! Test harness: spawn the real binary, drive it with its CLI, and talk raw HTTP/1.1 to it. `s3` holds what the
 //! S3 modules share (clients, keys, signatures), `pki` the certificates of the TLS tests.
 
+pub mod fixtures;
 pub mod pki;
 pub mod s3;
 pub mod strace;
@@ -22,11 +23,13 @@ pub struct TestEnv {
     pub dir: tempfile::TempDir,
     /// `BLOBGATE_DATABASE_URL` for every command and server of this env (`on_postgres`); unset: SQLite.
     pub database_url: Option<String>,
+    /// What `bucket`, `put_bytes`, `token` and `s3::s3_key` need to set data up in this process (`fixtures`).
+    pub fixtures: fixtures::Fixtures,
 }
 
 impl TestEnv {
     pub fn new() -> Self {
-        Self { dir: tempfile::tempdir().expect("temp dir"), database_url: None }
+        Self { dir: tempfile::tempdir().expect("temp dir"), database_url: None, fixtures: Default::default() }
     }
 
     /// An env whose metadata is a fresh database on the test PostgreSQL cluster.
@@ -65,31 +68,6 @@ impl TestEnv {
         let out = self.cli(args);
         assert!(out.status.success(), "blobgate {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).expect("utf-8 stdout")
-    }
-
-    pub fn bucket(&self, name: &str, public: bool) {
-        let mut args = vec!["bucket", "create", name];
-        if public {
-            args.push("--public");
-        }
-        self.ok(&args);
-    }
-
-    /// Writes `bytes` to a file and `put`s it; returns the put JSON.
-    pub fn put_bytes(&self, bucket: &str, key: &str, bytes: &[u8], extra: &[&str]) -> serde_json::Value {
-        let path = self.dir.path().join(format!("upload-{}", rand_u64()));
-        std::fs::write(&path, bytes).unwrap();
-        let mut args = vec!["put", bucket, key, path.to_str().unwrap()];
-        args.extend_from_slice(extra);
-        let out = self.ok(&args);
-        std::fs::remove_file(&path).unwrap();
-        serde_json::from_str(out.trim()).expect("put prints JSON")
-    }
-
-    pub fn token(&self, bucket: &str, scope: &str, extra: &[&str]) -> String {
-        let mut args = vec!["token", "create", "--bucket", bucket, "--scope", scope];
-        args.extend_from_slice(extra);
-        self.ok(&args).trim().to_owned()
     }
 
     pub fn serve(&self) -> Server {

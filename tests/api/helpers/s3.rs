@@ -1,5 +1,5 @@
 //! S3 test helpers for every module that speaks S3: real clients (boto3, aws-cli, rclone, s3cmd) in a clean
-//! environment with their own `$HOME`, access keys made by the CLI, and SigV4 signatures computed by botocore,
+//! environment with their own `$HOME`, access keys as the CLI makes them, and SigV4 signatures computed by botocore,
 //! never by our code.
 
 use std::path::{Path, PathBuf};
@@ -106,21 +106,18 @@ pub struct AccessKey {
     pub secret: String,
 }
 
+/// `blobgate s3-key create --bucket BUCKET EXTRA...` (made in this process: `fixtures`).
 pub fn s3_key(env: &TestEnv, bucket: &str, extra: &[&str]) -> AccessKey {
-    let mut args = vec!["s3-key", "create", "--bucket", bucket];
-    args.extend_from_slice(extra);
-    let line = env.ok(&args);
-    let (id, secret) = line.trim().split_once(' ').expect("ACCESS_KEY_ID SECRET_ACCESS_KEY");
-    AccessKey { id: id.into(), secret: secret.into() }
+    access_key(&env.s3_key_line(&[&["--bucket", bucket][..], extra].concat()))
 }
 
 /// An access key with these `--grant BUCKET[/PREFIX]:SCOPE`s.
 pub fn s3_key_granting(env: &TestEnv, grants: &[&str]) -> AccessKey {
-    let mut args = vec!["s3-key", "create"];
-    for grant in grants {
-        args.extend(["--grant", grant]);
-    }
-    let line = env.ok(&args);
+    let args: Vec<&str> = grants.iter().flat_map(|grant| ["--grant", grant]).collect();
+    access_key(&env.s3_key_line(&args))
+}
+
+fn access_key(line: &str) -> AccessKey {
     let (id, secret) = line.trim().split_once(' ').expect("ACCESS_KEY_ID SECRET_ACCESS_KEY");
     AccessKey { id: id.into(), secret: secret.into() }
 }
