@@ -871,6 +871,17 @@ pub fn postgres_server_url() -> String {
     })
 }
 
+/// A service `scripts/test` starts once for the whole run (`scripts/test-services`): the value of its variable
+/// (`BLOBGATE_TEST_BOTO3`, `BLOBGATE_TEST_MOTO`, ...).
+pub fn test_service(variable: &str) -> String {
+    std::env::var(variable).unwrap_or_else(|_| {
+        panic!(
+            "{variable} is not set: run the tests with scripts/test, which starts the services the tests share \
+             (or `eval \"$(scripts/test-services start DIR)\"`, and `scripts/test-services stop DIR` after)"
+        )
+    })
+}
+
 /// A PostgreSQL cluster of a test's own (`scripts/pg-cluster`): one that can be stopped and started again on the
 /// same port while a replica runs on it, or that speaks TLS only. Removed on drop, even when the test fails.
 pub struct OwnCluster {
