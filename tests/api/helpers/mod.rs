@@ -1,5 +1,6 @@
-//! Test harness: spawn the real binary, drive it with its CLI, and talk raw HTTP/1.1 to it. `s3` holds what the
-//! S3 modules share (clients, keys, signatures), `pki` the certificates of the TLS tests.
+//! Test harness: spawn the real binary, set its data up (through the library, `fixtures`, or its CLI), and talk raw
+//! HTTP/1.1 to it. `s3` holds what the S3 modules share (clients, keys, signatures), `upstream` the S3 stores behind
+//! it, `pki` the certificates of the TLS tests.
 
 pub mod fixtures;
 pub mod pki;
