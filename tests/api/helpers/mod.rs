@@ -13,7 +13,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_blobgate");
@@ -100,7 +100,8 @@ impl TestEnv {
         let log = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = std::sync::mpsc::channel();
         let stderr = child.stderr.take().unwrap();
-        let sink = log.clone();
+        let (sink, drained) = (log.clone(), Arc::new((Mutex::new(false), Condvar::new())));
+        let eof = drained.clone();
         // Drains stderr for the whole run, so the server never blocks on a full pipe.
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -111,6 +112,8 @@ impl TestEnv {
                 log.push_str(&line);
                 log.push('\n');
             }
+            *eof.0.lock().unwrap() = true;
+            eof.1.notify_all();
         });
         let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| {
             let _ = child.kill();
@@ -127,7 +130,8 @@ impl TestEnv {
             let end = line[start..].find(|c: char| c.is_whitespace() || c == '"').map_or(line.len(), |n| start + n);
             line[start..end].parse().expect("socket address")
         };
-        Server { child: Some(child), wrapped: !wrapper.is_empty(), data: addr("data"), admin: addr("admin"), log }
+        let wrapped = !wrapper.is_empty();
+        Server { child: Some(child), wrapped, data: addr("data"), admin: addr("admin"), log, drained }
     }
 }
 
@@ -138,6 +142,8 @@ pub struct Server {
     pub data: SocketAddr,
     pub admin: SocketAddr,
     log: Arc<Mutex<String>>,
+    /// Set when stderr has reached its end: the whole log is in `log`.
+    drained: Arc<(Mutex<bool>, Condvar)>,
 }
 
 impl Server {
@@ -163,6 +169,9 @@ impl Server {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = child.try_wait().unwrap() {
+                // Its last lines too: `log` after a stop has all it wrote (unless something else holds its stderr).
+                let (done, eof) = &*self.drained;
+                let _ = eof.wait_timeout_while(done.lock().unwrap(), Duration::from_secs(30), |done| !*done);
                 return status.code();
             }
             if Instant::now() > deadline {
@@ -503,6 +512,9 @@ impl Server {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = child.try_wait().unwrap() {
+                // Its last lines too: `log` after a stop has all it wrote (unless something else holds its stderr).
+                let (done, eof) = &*self.drained;
+                let _ = eof.wait_timeout_while(done.lock().unwrap(), Duration::from_secs(30), |done| !*done);
                 return status.code();
             }
             if Instant::now() > deadline {
