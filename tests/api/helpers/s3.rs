@@ -113,9 +113,10 @@ impl Run for PythonScript {
         let (stdout, stderr) = (files.path().join("stdout"), files.path().join("stderr"));
         std::fs::write(&stdout, b"").unwrap();
         std::fs::write(&stderr, b"").unwrap();
+        let env: serde_json::Map<_, _> = self.env.iter().map(|(n, v)| (n.clone(), v.as_str().into())).collect();
         let request = serde_json::json!({
-            "argv": self.argv, "env": self.env.iter().map(|(n, v)| (n.clone(), v.clone().into())).collect::<serde_json::Map<_, _>>(),
-            "cwd": std::env::current_dir().expect("the current directory"), "stdout": stdout, "stderr": stderr,
+            "argv": self.argv, "env": env, "cwd": std::env::current_dir().expect("the current directory"),
+            "stdout": stdout, "stderr": stderr,
         });
         let mut conn = std::os::unix::net::UnixStream::connect(&socket)
             .unwrap_or_else(|e| panic!("the Python fork server at {socket} (scripts/test-services): {e}"));

@@ -2,10 +2,10 @@
 //!
 //! [`S3Upstream`] is moto (Python, in memory), the one `scripts/test-services` runs for the whole test run, where
 //! each test makes buckets of its own ([`S3Upstream::bucket`]); or s3s-fs (Rust, a directory served as S3) as a
-//! process of the test's own on a loopback port, killed on drop. [`CountingProxy`] sits between a client (blobgate) and such a store and
-//! frames every HTTP/1.1 request and response that crosses it, so that a test can say how many GETs reached the
-//! store, for which ranges, and how many body bytes came back; it can also make the store unreachable and
-//! reachable again without restarting it.
+//! process of the test's own on a loopback port, killed on drop. [`CountingProxy`] sits between a client (blobgate)
+//! and such a store and frames every HTTP/1.1 request and response that crosses it, so that a test can say how many
+//! GETs reached the store, for which ranges, and how many body bytes came back; it can also make the store
+//! unreachable and reachable again without restarting it.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, BufRead, BufReader, Read, Write};
