@@ -16,7 +16,7 @@ fn assert_nothing_stored(env: &TestEnv) {
 
 #[test]
 fn bucket_create_refuses_bad_names_with_one_line() {
-    let env = TestEnv::new();
+    let env = TestEnv::new().by_cli();
     for name in ["ab", "AB", "Abc", "a..b", "192.168.0.1", "-abc", "abc-", "a_b", "a b", &"a".repeat(64)] {
         // `--` so that clap takes "-abc" as the name, not as flags.
         let err = env.fails(&["bucket", "create", "--", name]);
@@ -37,7 +37,7 @@ fn bucket_create_refuses_bad_names_with_one_line() {
 
 #[test]
 fn duplicate_buckets_are_an_error() {
-    let env = TestEnv::new();
+    let env = TestEnv::new().by_cli();
     let out = env.ok(&["bucket", "create", "dup", "--public"]);
     assert_eq!(out.trim(), r#"{"bucket":"dup","public":true}"#);
     let err = env.fails(&["bucket", "create", "dup"]);
@@ -49,7 +49,7 @@ fn duplicate_buckets_are_an_error() {
 
 #[test]
 fn put_refuses_bad_input_and_stores_nothing() {
-    let env = TestEnv::new();
+    let env = TestEnv::new().by_cli();
     env.bucket("bkt", false);
     let file = write_file(env.dir.path(), "in.bin", b"content");
     let file = file.to_str().unwrap();
@@ -82,7 +82,7 @@ fn put_refuses_bad_input_and_stores_nothing() {
 
 #[test]
 fn put_prints_the_contract_json_and_is_idempotent() {
-    let env = TestEnv::new();
+    let env = TestEnv::new().by_cli();
     env.bucket("bkt", false);
     let bytes = test_bytes(12_345, 4);
     let sha = sha256_hex(&bytes);
@@ -132,7 +132,7 @@ fn tree(env: &TestEnv) -> (std::path::PathBuf, Vec<(&'static str, Vec<u8>)>) {
 
 #[test]
 fn import_stores_a_tree_and_reimport_changes_nothing() {
-    let env = TestEnv::new();
+    let env = TestEnv::new().by_cli();
     env.bucket("bkt", false);
     let (root, files) = tree(&env);
     let out = env.ok(&["import", "bkt", root.to_str().unwrap()]);
@@ -177,7 +177,7 @@ fn import_stores_a_tree_and_reimport_changes_nothing() {
 
 #[test]
 fn import_with_an_invalid_name_stores_nothing() {
-    let env = TestEnv::new();
+    let env = TestEnv::new().by_cli();
     env.bucket("bkt", false);
     let root = env.dir.path().join("tree");
     write_file(&root, "good.txt", b"good");
@@ -195,7 +195,7 @@ fn import_with_an_invalid_name_stores_nothing() {
 
 #[test]
 fn configuration_errors_name_their_file_or_key() {
-    let env = TestEnv::new();
+    let env = TestEnv::new().by_cli();
     let missing = env.dir.path().join("missing.toml");
     let err = env.fails(&["--config", missing.to_str().unwrap(), "bucket", "list"]);
     assert!(err.contains(missing.to_str().unwrap()), "{err}");
@@ -224,7 +224,7 @@ fn configuration_errors_name_their_file_or_key() {
 
 #[test]
 fn token_create_refuses_bad_input() {
-    let env = TestEnv::new();
+    let env = TestEnv::new().by_cli();
     env.bucket("bkt", false);
     let cases: &[(&[&str], &str)] = &[
         (&["token", "create", "--bucket", "nosuch"], "no such bucket"),
@@ -259,7 +259,7 @@ fn token_create_refuses_bad_input() {
 
 #[test]
 fn presign_refuses_bad_input() {
-    let env = TestEnv::new();
+    let env = TestEnv::new().by_cli();
     env.bucket("bkt", false);
     let week = (7 * 24 * 3600).to_string();
     let over = (7 * 24 * 3600 + 1).to_string();
@@ -283,7 +283,7 @@ fn presign_refuses_bad_input() {
 
 fn argument_errors_are_one_line_too() {
     // The contract: "Every command exits non-zero with a one-line error on stderr for bad input."
-    let env = TestEnv::new();
+    let env = TestEnv::new().by_cli();
     env.bucket("bkt", false);
     for args in [
         &["presign", "bkt", "k", "--expires-in", "abc"][..],
@@ -300,7 +300,7 @@ fn argument_errors_are_one_line_too() {
 
 fn auth_settings_can_be_set_from_the_environment() {
     // config/default.toml: "Precedence: command-line flags > BLOBGATE_* environment > this file > built-in defaults."
-    let env = TestEnv::new();
+    let env = TestEnv::new().by_cli();
     env.bucket("bkt", false);
     let lifetime = [("BLOBGATE_AUTH__PRESIGN_MAX_LIFETIME", "1h")];
     let out = env.cli_env(&["presign", "bkt", "k", "--expires-in", "7200"], &lifetime);
@@ -323,7 +323,7 @@ fn json_lines(out: &str) -> Vec<serde_json::Value> {
 
 #[test]
 fn help_describes_every_argument_and_no_empty_env() {
-    let env = TestEnv::new();
+    let env = TestEnv::new().by_cli();
     let top = env.ok(&["--help"]);
     assert!(top.contains("[env: BLOBGATE_CONFIG]"), "{top}");
     assert!(!top.contains("=]"), "an empty env value is printed: {top}");
@@ -354,7 +354,7 @@ fn help_describes_every_argument_and_no_empty_env() {
 
 #[test]
 fn a_missing_data_dir_is_an_error_naming_it_and_nothing_is_created() {
-    let env = TestEnv::new();
+    let env = TestEnv::new().by_cli();
     let data = env.data_dir();
     let file = write_file(env.dir.path(), "f.txt", b"f");
     let file = file.to_str().unwrap();
@@ -412,7 +412,7 @@ fn a_missing_data_dir_is_an_error_naming_it_and_nothing_is_created() {
 
 #[test]
 fn ls_lists_every_object_in_key_order_across_pages() {
-    let env = TestEnv::new();
+    let env = TestEnv::new().by_cli();
     env.bucket("bkt", false);
     env.bucket("other", false);
     let root = env.dir.path().join("tree");
@@ -479,7 +479,7 @@ fn ls_lists_every_object_in_key_order_across_pages() {
 
 #[test]
 fn bucket_set_and_rm_reach_a_running_server_at_its_next_request() {
-    let env = TestEnv::new();
+    let env = TestEnv::new().by_cli();
     env.bucket("bkt", false);
     env.put_bytes("bkt", "plain", b"plain", &[]);
     env.put_bytes("bkt", "own", b"own", &["--cache-control", "max-age=60"]);
@@ -551,7 +551,7 @@ fn bucket_set_and_rm_reach_a_running_server_at_its_next_request() {
 
 #[test]
 fn bucket_delete_is_refused_while_objects_remain_and_force_removes_everything() {
-    let env = TestEnv::new();
+    let env = TestEnv::new().by_cli();
     env.bucket("doomed", false);
     env.bucket("kept", false);
     let shared = test_bytes(1000, 1);
@@ -652,7 +652,7 @@ impl Drop for Immutable {
 
 #[test]
 fn read_only_commands_create_nothing_and_work_on_a_read_only_data_dir() {
-    let env = TestEnv::new();
+    let env = TestEnv::new().by_cli();
     env.bucket("bkt", true);
     env.put_bytes("bkt", "dir/a.txt", b"a", &[]);
     env.put_bytes("bkt", "b.bin", b"b", &[]);
@@ -677,7 +677,7 @@ fn read_only_commands_create_nothing_and_work_on_a_read_only_data_dir() {
     assert!(expected.iter().all(|out| !out.is_empty()), "{expected:?}");
 
     // A copy of the data dir, as a stopped server left it: no -wal or -shm file.
-    let copy = TestEnv::new();
+    let copy = TestEnv::new().by_cli();
     let status = Command::new("cp").arg("-a").arg(env.data_dir()).arg(copy.data_dir()).status().unwrap();
     assert!(status.success());
     let names: Vec<String> = std::fs::read_dir(copy.data_dir())
@@ -711,7 +711,7 @@ fn read_only_commands_create_nothing_and_work_on_a_read_only_data_dir() {
 /// alike.
 #[test]
 fn the_database_url_names_where_the_metadata_lives() {
-    let env = TestEnv::new();
+    let env = TestEnv::new().by_cli();
     let db = env.dir.path().join("elsewhere").join("meta.db");
     std::fs::create_dir(db.parent().unwrap()).unwrap();
     let url = format!("sqlite://{}", db.display());
@@ -764,7 +764,7 @@ fn gzip_of(bytes: &[u8]) -> Vec<u8> {
 
 #[test]
 fn put_and_import_precompress_text_and_take_sidecars_as_variants() {
-    let env = TestEnv::new();
+    let env = TestEnv::new().by_cli();
     env.bucket("bkt", false);
     let script = "export function greet(name) { return `hello, ${name}`; }\n".repeat(300).into_bytes();
     let put = env.put_bytes("bkt", "app.js", &script, &["--precompress"]);
@@ -821,7 +821,7 @@ fn put_and_import_precompress_text_and_take_sidecars_as_variants() {
 /// address in use or an unreachable database), so the corrected start does not find an empty one.
 #[test]
 fn a_failed_serve_leaves_no_data_dir_it_created() {
-    let env = TestEnv::new();
+    let env = TestEnv::new().by_cli();
     let wrong = env.dir.path().join("typo-data");
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken = taken.local_addr().unwrap().to_string();

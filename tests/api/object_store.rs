@@ -14,23 +14,24 @@ const MIB: u64 = 1 << 20;
 /// Small slices, so that a few MiB span several.
 const SLICE: u64 = MIB;
 
-/// An S3 server with a `blobs` bucket, reached through a counting proxy.
+/// An S3 server with a `blobs-…` bucket of this test's own, reached through a counting proxy.
 struct Store {
     upstream: S3Upstream,
     proxy: CountingProxy,
+    bucket: String,
 }
 
 impl Store {
     fn start(upstream: S3Upstream) -> Self {
-        upstream.create_bucket("blobs");
+        let bucket = upstream.bucket("blobs");
         let proxy = CountingProxy::start(upstream.addr());
-        Store { upstream, proxy }
+        Store { upstream, proxy, bucket }
     }
 
     /// The settings that put a server's or a command's blobs in this store, under `bg/`, with `extra` beside.
     fn env(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
         let mut env: Vec<(String, String)> = [
-            ("BLOBGATE_BLOB_STORE__URL", "s3://blobs/bg".to_owned()),
+            ("BLOBGATE_BLOB_STORE__URL", format!("s3://{}/bg", self.bucket)),
             ("BLOBGATE_BLOB_STORE__ENDPOINT", self.proxy.endpoint()),
             ("AWS_ACCESS_KEY_ID", self.upstream.access_key().to_owned()),
             ("AWS_SECRET_ACCESS_KEY", self.upstream.secret_key().to_owned()),
@@ -45,12 +46,13 @@ impl Store {
 
     /// The store's blob objects (key, size).
     fn blobs(&self) -> Vec<(String, u64)> {
-        self.upstream.list_keys("blobs")
+        self.upstream.list_keys(&self.bucket)
     }
 
     /// The GETs of blobs that reached the store (not the listings of the sweep or `/readyz`).
     fn blob_gets(&self) -> Vec<crate::helpers::upstream::ProxiedRequest> {
-        self.proxy.requests().into_iter().filter(|r| r.method == "GET" && r.target.starts_with("/blobs/bg/")).collect()
+        let blobs = format!("/{}/bg/", self.bucket);
+        self.proxy.requests().into_iter().filter(|r| r.method == "GET" && r.target.starts_with(&blobs)).collect()
     }
 
     /// Blob bytes fetched from the store.
@@ -392,7 +394,7 @@ fn blobs_migrate_copies_a_data_dirs_blobs_to_the_store_and_a_server_then_reads_t
     let settings: Vec<(String, String)> =
         store_env.iter().filter(|(k, _)| k != "BLOBGATE_BLOB_STORE__URL").cloned().collect();
     let migrate = |expect_uploaded: u64| {
-        let out = env.cli_env(&["blobs", "migrate", "--to", "s3://blobs/bg"], &refs(&settings));
+        let out = env.cli_env(&["blobs", "migrate", "--to", &format!("s3://{}/bg", store.bucket)], &refs(&settings));
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(report["uploaded"], expect_uploaded, "{report}");
@@ -522,7 +524,7 @@ fn a_store_copy_that_does_not_hash_to_its_name_is_never_sent_whole() {
         let mut rotten = bytes.clone();
         let at = rotten.len() - 2;
         rotten[at] ^= 0x5a;
-        store.upstream.put_object("blobs", &format!("bg/{}/{}/{sha}", &sha[..2], &sha[2..4]), &rotten);
+        store.upstream.put_object(&store.bucket, &format!("bg/{}/{}/{sha}", &sha[..2], &sha[2..4]), &rotten);
     }
     let server = env.serve_with(&refs(&store_env), &[]);
 
@@ -556,7 +558,7 @@ fn a_store_copy_that_does_not_hash_to_its_name_is_never_sent_whole() {
     // A sound copy put back in the store is served whole.
     for (key, bytes) in [("small.bin", &small), ("big.bin", &big)] {
         let sha = sha256_hex(bytes);
-        store.upstream.put_object("blobs", &format!("bg/{}/{}/{sha}", &sha[..2], &sha[2..4]), bytes);
+        store.upstream.put_object(&store.bucket, &format!("bg/{}/{}/{sha}", &sha[..2], &sha[2..4]), bytes);
         assert_eq!(&get_ok(&server, &format!("/pub/{key}"), &[]).body, bytes);
     }
     assert_eq!(server.metric("blobgate_blob_store_corrupt_total"), 3.0);

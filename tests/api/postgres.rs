@@ -23,7 +23,7 @@ fn token_id(token: &str) -> &str {
 
 #[test]
 fn the_cli_and_serve_work_on_postgres() {
-    let env = TestEnv::on_postgres();
+    let env = TestEnv::on_postgres().by_cli();
     env.bucket("pgb", false);
     let bytes = test_bytes(300_000, 14);
     let put = env.put_bytes("pgb", "dir/blob.bin", &bytes, &[]);

@@ -2,7 +2,7 @@
 //! stored or deleted, newer SDKs' `x-id` is accepted, and the edges of the write path (limits, digests, timeouts,
 //! key shapes) answer in S3's words. Requests come from aws-cli or are signed by botocore, never by our code.
 
-use crate::helpers::s3::{AccessKey, clean_command, python, run_ok, s3_key};
+use crate::helpers::s3::{AccessKey, PythonScript, run_ok, s3_key};
 use crate::helpers::sha256_hex;
 use crate::helpers::*;
 use crate::s3_writes::{listed, read_back};
@@ -73,7 +73,7 @@ pub fn raw(env: &TestEnv, keys: &[(&str, &AccessKey)], cases: &[Case<'_>]) -> se
         .collect();
     let spec = serde_json::json!({"keys": keys, "cases": cases});
     let home = env.dir.path().join("raw-home");
-    let out = run_ok(clean_command(python(), &home).args(["-c", RAW, &spec.to_string()]));
+    let out = run_ok(&mut PythonScript::boto3(&home, RAW, &[&spec.to_string()]));
     serde_json::from_str(out.trim()).expect("the script prints JSON")
 }
 
@@ -272,7 +272,7 @@ print(json.dumps(out))
 fn multipart(env: &TestEnv, server: &Server, key: &AccessKey, mode: &str) -> serde_json::Value {
     let spec = serde_json::json!({"host": server.admin.to_string(), "id": key.id, "secret": key.secret, "mode": mode});
     let home = env.dir.path().join("multipart-home");
-    let out = run_ok(clean_command(python(), &home).args(["-c", MULTIPART, &spec.to_string()]));
+    let out = run_ok(&mut PythonScript::boto3(&home, MULTIPART, &[&spec.to_string()]));
     serde_json::from_str(out.trim()).expect("the script prints JSON")
 }
 

@@ -9,8 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::helpers::s3::{
-    AccessKey, aws, aws_home, boto3_output, clean_command, python, rclone, rclone_config, run_ok, s3_key, s3cmd,
-    s3cmd_config,
+    AccessKey, PythonScript, aws, aws_home, boto3_output, rclone, rclone_config, run_ok, s3_key, s3cmd, s3cmd_config,
 };
 use crate::helpers::sha256_hex;
 use crate::helpers::*;
@@ -371,7 +370,7 @@ fn bad_s3_writes_get_the_right_code_and_store_nothing() {
         "prefixed": as_json(&prefixed),
     });
     let home = env.dir.path().join("raw-home");
-    let out = run_ok(clean_command(python(), &home).args(["-c", RAW_WRITES, &spec.to_string()]));
+    let out = run_ok(&mut PythonScript::boto3(&home, RAW_WRITES, &[&spec.to_string()]));
     let out: serde_json::Value = serde_json::from_str(out.trim()).expect("the script prints JSON");
     let case = |name: &str| (out[name][0].as_u64().unwrap(), out[name][1].as_str().unwrap().to_owned());
     let want = |name: &str, status: u64, code: &str| assert_eq!(case(name), (status, code.to_owned()), "{name}");

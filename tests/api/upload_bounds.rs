@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use crate::helpers::s3::{AccessKey, aws_home, clean_command, key_json, python, run_boto3, s3_key};
+use crate::helpers::s3::{AccessKey, PythonScript, Run, aws_home, key_json, run_boto3, s3_key};
 use crate::helpers::*;
 use crate::s3_writes::listed;
 
@@ -302,15 +302,12 @@ fn aws_cp_over_max_object_bytes_fails_at_an_upload_part() {
     aws_home(&home, &key);
     let file = env.dir.path().join("200mb.bin");
     std::fs::File::create(&file).unwrap().set_len(200_000_000).unwrap();
-    let aws = python().parent().unwrap().join("aws");
-    assert!(aws.exists(), "aws-cli is not installed next to {} (pip install awscli)", python().display());
-    let out = clean_command(python(), &home)
-        .arg(aws)
-        .args(["--endpoint-url", &format!("http://{}", server.admin), "s3", "cp"])
-        .arg(&file)
-        .arg("s3://bkt/200mb.bin")
-        .output()
-        .unwrap();
+    let endpoint = format!("http://{}", server.admin);
+    let out = PythonScript::aws(
+        &home,
+        &["--endpoint-url", &endpoint, "s3", "cp", file.to_str().unwrap(), "s3://bkt/200mb.bin"],
+    )
+    .run();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the copy must fail: {stderr}");
     assert!(stderr.contains("EntityTooLarge") && stderr.contains("UploadPart"), "{stderr}");

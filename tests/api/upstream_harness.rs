@@ -50,30 +50,30 @@ fn s3s_fs_through_counting_proxy() {
 fn round_trip_through_proxy(store: &S3Upstream) {
     let name = store.name();
     let proxy = CountingProxy::start(store.addr());
-    store.create_bucket("harness");
+    let bucket = store.bucket("harness");
     let object = test_bytes(3 * MIB as usize, 3);
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), &object).unwrap();
-    let spec = serde_json::json!({"bucket": "harness", "object": "dir/three.bin", "path": file.path()});
+    let spec = serde_json::json!({"bucket": bucket, "object": "dir/three.bin", "path": file.path()});
 
     store.boto3(&proxy.endpoint(), PUT_FROM_FILE, spec.clone());
     let puts = proxy.requests();
     assert_eq!(puts.len(), 1, "{name}: one PUT: {puts:#?}");
     assert_eq!(
         (puts[0].method.as_str(), puts[0].target.as_str(), puts[0].status),
-        ("PUT", "/harness/dir/three.bin", 200)
+        ("PUT", format!("/{bucket}/dir/three.bin").as_str(), 200)
     );
     assert!(puts[0].request_body_bytes >= 3 * MIB, "{name}: {puts:#?}");
     assert_eq!((proxy.gets(), proxy.bytes_fetched()), (0, 0), "{name}");
     // Straight to the store: the proxy sees none of it.
-    store.put_object("harness", "direct.txt", b"not proxied");
-    let listed = store.list_keys("harness");
+    store.put_object(&bucket, "direct.txt", b"not proxied");
+    let listed = store.list_keys(&bucket);
     assert_eq!(listed, [("dir/three.bin".to_owned(), 3 * MIB), ("direct.txt".to_owned(), 11)], "{name}");
     assert_eq!(proxy.requests().len(), 1, "{name}");
 
     proxy.reset();
     let range = "bytes=1048576-2097151";
-    let get = serde_json::json!({"bucket": "harness", "object": "dir/three.bin", "range": range});
+    let get = serde_json::json!({"bucket": bucket, "object": "dir/three.bin", "range": range});
     let got = store.boto3(&proxy.endpoint(), GET_RANGE, get.clone());
     assert_eq!(got["sha256"], sha256_hex(&object[MIB as usize..2 * MIB as usize]), "{name}: {got}");
     assert_eq!(got["content_range"], "bytes 1048576-2097151/3145728", "{name}");
@@ -81,7 +81,7 @@ fn round_trip_through_proxy(store: &S3Upstream) {
         proxy.requests(),
         [ProxiedRequest {
             method: "GET".into(),
-            target: "/harness/dir/three.bin".into(),
+            target: format!("/{bucket}/dir/three.bin"),
             range: Some(range.into()),
             status: 206,
             response_body_bytes: MIB,
@@ -113,10 +113,10 @@ fn round_trip_through_proxy(store: &S3Upstream) {
     assert_eq!((proxy.gets(), proxy.bytes_fetched()), (1, MIB), "{name}");
 
     // The store's own view, straight from it.
-    assert_eq!(store.get_object("harness", "dir/three.bin"), object, "{name}");
-    assert_eq!(store.get_object("harness", "direct.txt"), b"not proxied", "{name}");
-    store.delete_object("harness", "dir/three.bin");
-    assert_eq!(store.list_keys("harness"), [("direct.txt".to_owned(), 11)], "{name}");
+    assert_eq!(store.get_object(&bucket, "dir/three.bin"), object, "{name}");
+    assert_eq!(store.get_object(&bucket, "direct.txt"), b"not proxied", "{name}");
+    store.delete_object(&bucket, "dir/three.bin");
+    assert_eq!(store.list_keys(&bucket), [("direct.txt".to_owned(), 11)], "{name}");
 }
 
 /// One exchange of the scripted fake upstream: the request bytes the client sends (and the upstream must get,

@@ -1,6 +1,8 @@
-//! Test harness: spawn the real binary, drive it with its CLI, and talk raw HTTP/1.1 to it. `s3` holds what the
-//! S3 modules share (clients, keys, signatures), `pki` the certificates of the TLS tests.
+//! Test harness: spawn the real binary, set its data up (through the library, `fixtures`, or its CLI), and talk raw
+//! HTTP/1.1 to it. `s3` holds what the S3 modules share (clients, keys, signatures), `upstream` the S3 stores behind
+//! it, `pki` the certificates of the TLS tests.
 
+pub mod fixtures;
 pub mod pki;
 pub mod s3;
 pub mod strace;
@@ -11,7 +13,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_blobgate");
@@ -22,11 +24,13 @@ pub struct TestEnv {
     pub dir: tempfile::TempDir,
     /// `BLOBGATE_DATABASE_URL` for every command and server of this env (`on_postgres`); unset: SQLite.
     pub database_url: Option<String>,
+    /// What `bucket`, `put_bytes`, `token` and `s3::s3_key` need to set data up in this process (`fixtures`).
+    pub fixtures: fixtures::Fixtures,
 }
 
 impl TestEnv {
     pub fn new() -> Self {
-        Self { dir: tempfile::tempdir().expect("temp dir"), database_url: None }
+        Self { dir: tempfile::tempdir().expect("temp dir"), database_url: None, fixtures: Default::default() }
     }
 
     /// An env whose metadata is a fresh database on the test PostgreSQL cluster.
@@ -67,31 +71,6 @@ impl TestEnv {
         String::from_utf8(out.stdout).expect("utf-8 stdout")
     }
 
-    pub fn bucket(&self, name: &str, public: bool) {
-        let mut args = vec!["bucket", "create", name];
-        if public {
-            args.push("--public");
-        }
-        self.ok(&args);
-    }
-
-    /// Writes `bytes` to a file and `put`s it; returns the put JSON.
-    pub fn put_bytes(&self, bucket: &str, key: &str, bytes: &[u8], extra: &[&str]) -> serde_json::Value {
-        let path = self.dir.path().join(format!("upload-{}", rand_u64()));
-        std::fs::write(&path, bytes).unwrap();
-        let mut args = vec!["put", bucket, key, path.to_str().unwrap()];
-        args.extend_from_slice(extra);
-        let out = self.ok(&args);
-        std::fs::remove_file(&path).unwrap();
-        serde_json::from_str(out.trim()).expect("put prints JSON")
-    }
-
-    pub fn token(&self, bucket: &str, scope: &str, extra: &[&str]) -> String {
-        let mut args = vec!["token", "create", "--bucket", bucket, "--scope", scope];
-        args.extend_from_slice(extra);
-        self.ok(&args).trim().to_owned()
-    }
-
     pub fn serve(&self) -> Server {
         self.serve_with(&[], &[])
     }
@@ -124,7 +103,8 @@ impl TestEnv {
         let log = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = std::sync::mpsc::channel();
         let stderr = child.stderr.take().unwrap();
-        let sink = log.clone();
+        let (sink, drained) = (log.clone(), Arc::new((Mutex::new(false), Condvar::new())));
+        let eof = drained.clone();
         // Drains stderr for the whole run, so the server never blocks on a full pipe.
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -135,6 +115,8 @@ impl TestEnv {
                 log.push_str(&line);
                 log.push('\n');
             }
+            *eof.0.lock().unwrap() = true;
+            eof.1.notify_all();
         });
         let line = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| {
             let _ = child.kill();
@@ -151,7 +133,8 @@ impl TestEnv {
             let end = line[start..].find(|c: char| c.is_whitespace() || c == '"').map_or(line.len(), |n| start + n);
             line[start..end].parse().expect("socket address")
         };
-        Server { child: Some(child), wrapped: !wrapper.is_empty(), data: addr("data"), admin: addr("admin"), log }
+        let wrapped = !wrapper.is_empty();
+        Server { child: Some(child), wrapped, data: addr("data"), admin: addr("admin"), log, drained }
     }
 }
 
@@ -162,6 +145,8 @@ pub struct Server {
     pub data: SocketAddr,
     pub admin: SocketAddr,
     log: Arc<Mutex<String>>,
+    /// Set when stderr has reached its end: the whole log is in `log`.
+    drained: Arc<(Mutex<bool>, Condvar)>,
 }
 
 impl Server {
@@ -187,6 +172,9 @@ impl Server {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = child.try_wait().unwrap() {
+                // Its last lines too: `log` after a stop has all it wrote (unless something else holds its stderr).
+                let (done, eof) = &*self.drained;
+                let _ = eof.wait_timeout_while(done.lock().unwrap(), Duration::from_secs(30), |done| !*done);
                 return status.code();
             }
             if Instant::now() > deadline {
@@ -528,6 +516,9 @@ impl Server {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = child.try_wait().unwrap() {
+                // Its last lines too: `log` after a stop has all it wrote (unless something else holds its stderr).
+                let (done, eof) = &*self.drained;
+                let _ = eof.wait_timeout_while(done.lock().unwrap(), Duration::from_secs(30), |done| !*done);
                 return status.code();
             }
             if Instant::now() > deadline {
@@ -901,6 +892,17 @@ pub fn postgres_server_url() -> String {
         panic!(
             "BLOBGATE_TEST_POSTGRES_URL is not set: run the tests with scripts/test, which starts a throw-away \
              PostgreSQL cluster (or `scripts/pg-cluster start DIR` and export the URL it prints)"
+        )
+    })
+}
+
+/// A service `scripts/test` starts once for the whole run (`scripts/test-services`): the value of its variable
+/// (`BLOBGATE_TEST_BOTO3`, `BLOBGATE_TEST_MOTO`, ...).
+pub fn test_service(variable: &str) -> String {
+    std::env::var(variable).unwrap_or_else(|_| {
+        panic!(
+            "{variable} is not set: run the tests with scripts/test, which starts the services the tests share \
+             (or `eval \"$(scripts/test-services start DIR)\"`, and `scripts/test-services stop DIR` after)"
         )
     })
 }

@@ -1,5 +1,5 @@
 //! S3 test helpers for every module that speaks S3: real clients (boto3, aws-cli, rclone, s3cmd) in a clean
-//! environment with their own `$HOME`, access keys made by the CLI, and SigV4 signatures computed by botocore,
+//! environment with their own `$HOME`, access keys as the CLI makes them, and SigV4 signatures computed by botocore,
 //! never by our code.
 
 use std::path::{Path, PathBuf};
@@ -11,39 +11,44 @@ use super::{Response, TestEnv, require_tool};
 /// Keys that break a client that does not encode them right.
 pub const ODD_KEYS: &[&str] = &["dir/a b+c%d.txt", "dir/sub/é ü.bin", "top+plus.txt", "100%.txt", "x/y/z"];
 
-/// The python3 that has boto3 (resolved once with the developer's environment: a pyenv shim would need its
-/// `$HOME`), and the directory of its scripts (`aws`).
+/// The python3 that has boto3 and, next to it, aws-cli's `aws` (found by `scripts/test-services`).
 pub fn python() -> &'static PathBuf {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(|| {
-        require_tool("python3", "with pip packages boto3 and awscli");
-        let out = Command::new("python3")
-            .args(["-c", "import boto3, sys; print(sys.executable)"])
-            .output()
-            .expect("run python3");
-        assert!(
-            out.status.success(),
-            "python3 has no boto3 (pip install boto3): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-    })
+    PYTHON.get_or_init(|| PathBuf::from(super::test_service("BLOBGATE_TEST_PYTHON")))
 }
 
 /// A client command with a clean environment: `PATH`, a UTF-8 locale and its own `$HOME`, nothing else.
 pub fn clean_command(program: impl AsRef<std::ffi::OsStr>, home: &Path) -> Command {
     std::fs::create_dir_all(home).unwrap();
     let mut cmd = Command::new(program);
-    cmd.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("LANG", "C.UTF-8")
-        .env("LC_ALL", "C.UTF-8");
+    cmd.env_clear();
+    for (name, value) in clean_env(home) {
+        cmd.env(name, value);
+    }
     cmd
 }
 
-pub fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd.output().expect("run client");
+fn clean_env(home: &Path) -> Vec<(String, String)> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let home = home.to_str().expect("a UTF-8 home").to_owned();
+    [("PATH", path), ("HOME", home), ("LANG", "C.UTF-8".into()), ("LC_ALL", "C.UTF-8".into())]
+        .map(|(name, value)| (name.to_owned(), value))
+        .into()
+}
+
+/// What runs to its end and gives its output: a [`Command`], or a [`PythonScript`].
+pub trait Run: std::fmt::Debug {
+    fn run(&mut self) -> Output;
+}
+
+impl Run for Command {
+    fn run(&mut self) -> Output {
+        self.output().unwrap_or_else(|e| panic!("run {self:?}: {e}"))
+    }
+}
+
+pub fn run_ok(cmd: &mut impl Run) -> String {
+    let out = cmd.run();
     assert!(
         out.status.success(),
         "{cmd:?} failed: {}\n{}",
@@ -51,6 +56,82 @@ pub fn run_ok(cmd: &mut Command) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+/// A Python script run by a fork server of the test run (`tests/s3/python_server.py`, which imported boto3 or
+/// aws-cli once), as `python3 ARGV...` with a clean environment would run it: its own `$HOME`, `PATH` and a UTF-8
+/// locale, plus what [`PythonScript::env`] adds, in this process's directory.
+pub struct PythonScript {
+    /// The server's variable: `BLOBGATE_TEST_BOTO3` or `BLOBGATE_TEST_AWSCLI`.
+    server: &'static str,
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+impl PythonScript {
+    /// `python3 -c CODE ARGS...` with boto3 imported beforehand.
+    pub fn boto3(home: &Path, code: &str, args: &[&str]) -> Self {
+        let argv = ["-c", code].iter().chain(args).map(|a| (*a).to_owned()).collect();
+        Self::new("BLOBGATE_TEST_BOTO3", home, argv)
+    }
+
+    /// `aws ARGS...` (aws-cli), imported beforehand.
+    pub fn aws(home: &Path, args: &[&str]) -> Self {
+        let aws = python().parent().unwrap().join("aws");
+        assert!(aws.exists(), "aws-cli is not installed next to {} (pip install awscli)", python().display());
+        let argv = std::iter::once(aws.to_str().unwrap()).chain(args.iter().copied()).map(str::to_owned).collect();
+        Self::new("BLOBGATE_TEST_AWSCLI", home, argv)
+    }
+
+    fn new(server: &'static str, home: &Path, argv: Vec<String>) -> Self {
+        std::fs::create_dir_all(home).unwrap();
+        Self { server, argv, env: clean_env(home) }
+    }
+
+    /// Adds (or replaces) an environment variable.
+    pub fn env(&mut self, name: &str, value: impl AsRef<std::ffi::OsStr>) -> &mut Self {
+        let value = value.as_ref().to_str().expect("a UTF-8 value").to_owned();
+        self.env.retain(|(n, _)| n != name);
+        self.env.push((name.to_owned(), value));
+        self
+    }
+}
+
+impl std::fmt::Debug for PythonScript {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "python3 {:?} (by the fork server, env {:?})", self.argv, self.env)
+    }
+}
+
+impl Run for PythonScript {
+    /// Sends the script to its server and waits for the exit status of the process that ran it.
+    fn run(&mut self) -> Output {
+        use std::io::{BufRead, Write};
+        use std::os::unix::process::ExitStatusExt;
+        let socket = super::test_service(self.server);
+        let files = tempfile::tempdir().expect("temp dir");
+        let (stdout, stderr) = (files.path().join("stdout"), files.path().join("stderr"));
+        std::fs::write(&stdout, b"").unwrap();
+        std::fs::write(&stderr, b"").unwrap();
+        let env: serde_json::Map<_, _> = self.env.iter().map(|(n, v)| (n.clone(), v.as_str().into())).collect();
+        let request = serde_json::json!({
+            "argv": self.argv, "env": env, "cwd": std::env::current_dir().expect("the current directory"),
+            "stdout": stdout, "stderr": stderr,
+        });
+        let mut conn = std::os::unix::net::UnixStream::connect(&socket)
+            .unwrap_or_else(|e| panic!("the Python fork server at {socket} (scripts/test-services): {e}"));
+        conn.write_all(format!("{request}\n").as_bytes()).expect("send the script");
+        let mut answer = String::new();
+        std::io::BufReader::new(conn).read_line(&mut answer).expect("the script's exit status");
+        let answer: serde_json::Value = serde_json::from_str(&answer)
+            .unwrap_or_else(|_| panic!("the fork server at {socket} gave no exit status for {self:?}: {answer:?}"));
+        let status = answer["wait_status"].as_i64().expect("a wait status") as i32;
+        Output {
+            status: std::process::ExitStatus::from_raw(status),
+            stdout: std::fs::read(&stdout).unwrap(),
+            stderr: std::fs::read(&stderr).unwrap(),
+        }
+    }
 }
 
 /// What every boto3 script of `run_boto3` starts with: `spec` (the JSON argument), `client(endpoint, key)` (a path
@@ -82,11 +163,9 @@ pub fn run_boto3(home: &Path, script: &str, spec: &serde_json::Value) -> serde_j
     serde_json::from_str(out.trim()).expect("the script prints JSON")
 }
 
-/// The same as a command, for a script run beside something else (a thread) or whose output is not JSON.
-pub fn boto3_command(home: &Path, script: &str, spec: &serde_json::Value) -> Command {
-    let mut cmd = clean_command(python(), home);
-    cmd.args(["-c", &format!("{BOTO3_PRELUDE}{script}"), &spec.to_string()]);
-    cmd
+/// The same to run later or beside something else (a thread), or whose output is not JSON: [`run_ok`] runs it.
+pub fn boto3_command(home: &Path, script: &str, spec: &serde_json::Value) -> PythonScript {
+    PythonScript::boto3(home, &format!("{BOTO3_PRELUDE}{script}"), &[&spec.to_string()])
 }
 
 /// A boto3 script's stdout (it must succeed).
@@ -106,21 +185,18 @@ pub struct AccessKey {
     pub secret: String,
 }
 
+/// `blobgate s3-key create --bucket BUCKET EXTRA...` (made in this process: `fixtures`).
 pub fn s3_key(env: &TestEnv, bucket: &str, extra: &[&str]) -> AccessKey {
-    let mut args = vec!["s3-key", "create", "--bucket", bucket];
-    args.extend_from_slice(extra);
-    let line = env.ok(&args);
-    let (id, secret) = line.trim().split_once(' ').expect("ACCESS_KEY_ID SECRET_ACCESS_KEY");
-    AccessKey { id: id.into(), secret: secret.into() }
+    access_key(&env.s3_key_line(&[&["--bucket", bucket][..], extra].concat()))
 }
 
 /// An access key with these `--grant BUCKET[/PREFIX]:SCOPE`s.
 pub fn s3_key_granting(env: &TestEnv, grants: &[&str]) -> AccessKey {
-    let mut args = vec!["s3-key", "create"];
-    for grant in grants {
-        args.extend(["--grant", grant]);
-    }
-    let line = env.ok(&args);
+    let args: Vec<&str> = grants.iter().flat_map(|grant| ["--grant", grant]).collect();
+    access_key(&env.s3_key_line(&args))
+}
+
+fn access_key(line: &str) -> AccessKey {
     let (id, secret) = line.trim().split_once(' ').expect("ACCESS_KEY_ID SECRET_ACCESS_KEY");
     AccessKey { id: id.into(), secret: secret.into() }
 }
@@ -167,7 +243,7 @@ fn botocore(key: &AccessKey, url: &str, signing: &Signing<'_>) -> serde_json::Va
         "url": url, "headers": headers, "expires": signing.expires, "skew_secs": signing.skew_secs,
         "region": signing.region.unwrap_or("us-east-1"),
     });
-    let out = run_ok(clean_command(python(), home.path()).args(["-c", SIGNER, &spec.to_string()]));
+    let out = run_ok(&mut PythonScript::boto3(home.path(), SIGNER, &[&spec.to_string()]));
     serde_json::from_str(out.trim()).expect("signer prints JSON")
 }
 
@@ -233,9 +309,7 @@ pub fn aws_home(home: &Path, key: &AccessKey) {
 }
 
 pub fn aws(home: &Path, endpoint: &str, args: &[&str]) -> String {
-    let aws = python().parent().unwrap().join("aws");
-    assert!(aws.exists(), "aws-cli is not installed next to {} (pip install awscli)", python().display());
-    run_ok(clean_command(python(), home).arg(aws).args(["--endpoint-url", endpoint]).args(args))
+    run_ok(&mut PythonScript::aws(home, &[&["--endpoint-url", endpoint][..], args].concat()))
 }
 
 pub fn rclone(home: &Path, args: &[&str]) -> String {

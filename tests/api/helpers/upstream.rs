@@ -1,10 +1,11 @@
 //! Real S3-compatible stores for tests of blobgate in front of one, and a proxy that counts what reaches them.
 //!
-//! [`S3Upstream`] runs moto (Python, in memory) or s3s-fs (Rust, a directory served as S3) as a process of its own
-//! on a loopback port, killed on drop. [`CountingProxy`] sits between a client (blobgate) and such a store and
-//! frames every HTTP/1.1 request and response that crosses it, so that a test can say how many GETs reached the
-//! store, for which ranges, and how many body bytes came back; it can also make the store unreachable and
-//! reachable again without restarting it.
+//! [`S3Upstream`] is moto (Python, in memory), the one `scripts/test-services` runs for the whole test run, where
+//! each test makes buckets of its own ([`S3Upstream::bucket`]); or s3s-fs (Rust, a directory served as S3) as a
+//! process of the test's own on a loopback port, killed on drop. [`CountingProxy`] sits between a client (blobgate)
+//! and such a store and frames every HTTP/1.1 request and response that crosses it, so that a test can say how many
+//! GETs reached the store, for which ranges, and how many body bytes came back; it can also make the store
+//! unreachable and reachable again without restarting it.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -17,39 +18,32 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::s3::{AccessKey, clean_command, python, run_boto3};
-use super::{listening_addrs, reserved_local_addr};
+use super::s3::{AccessKey, Run, clean_command, run_boto3};
+use super::{listening_addrs, rand_u64, reserved_local_addr, test_service};
 
-/// A real S3-compatible server on `127.0.0.1` (path-style requests, region us-east-1), killed on drop, also when
-/// the test fails.
+/// A real S3-compatible server on `127.0.0.1` (path-style requests, region us-east-1). One of the test's own is
+/// killed on drop, also when the test fails; on the shared moto, the buckets the test made are deleted.
 pub struct S3Upstream {
-    child: Child,
+    /// `None`: the run's shared moto.
+    child: Option<Child>,
     addr: SocketAddr,
     name: &'static str,
     key: AccessKey,
     /// Its log, the `$HOME` of its own processes and of the boto3 clients, and (s3s-fs) the directory it serves.
     dir: tempfile::TempDir,
+    /// The buckets made by [`S3Upstream::bucket`].
+    buckets: Mutex<Vec<String>>,
 }
 
 impl S3Upstream {
-    /// moto's standalone server (`python3 -m moto.server`, pip package `moto[server]`): objects in memory, and any
-    /// access key accepted (the ones returned are what its clients sign with).
+    /// moto's standalone server (`python3 -m moto.server`, pip package `moto[server]`), the one of the test run
+    /// (`BLOBGATE_TEST_MOTO`): objects in memory, and any access key accepted (the ones returned are what its
+    /// clients sign with). Tests share it, each in buckets of its own: faults go through a [`CountingProxy`].
     pub fn moto() -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let check = clean_command(python(), &dir.path().join("home"))
-            .args(["-c", "import moto.server, flask"])
-            .output()
-            .expect("run python3");
-        assert!(
-            check.status.success(),
-            "this test needs moto's server (pip package moto[server]; scripts/test installs it): {}",
-            String::from_utf8_lossy(&check.stderr)
-        );
-        let mut cmd = clean_command(python(), &dir.path().join("home"));
-        // Port 0: the port it got is read from its listening socket, so two tests never race for one.
-        cmd.args(["-m", "moto.server", "-H", "127.0.0.1", "-p", "0"]).current_dir(dir.path());
+        let addr = test_service("BLOBGATE_TEST_MOTO").parse().expect("BLOBGATE_TEST_MOTO is 127.0.0.1:PORT");
         let key = AccessKey { id: "moto-test-key".into(), secret: "moto-test-secret".into() };
-        Self::spawn("moto", cmd, dir, key)
+        let dir = tempfile::tempdir().expect("temp dir");
+        S3Upstream { child: None, addr, name: "moto", key, dir, buckets: Mutex::default() }
     }
 
     /// s3s-fs (crates.io), which serves a fresh temporary directory as S3 and checks SigV4 signatures against
@@ -83,13 +77,21 @@ impl S3Upstream {
             .spawn()
             .unwrap_or_else(|e| panic!("start {name}: {e}"));
         // From here on a failure kills it (drop).
-        let mut upstream = S3Upstream { child, addr: SocketAddr::from(([127, 0, 0, 1], 0)), name, key, dir };
+        let mut upstream = S3Upstream {
+            child: Some(child),
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            name,
+            key,
+            dir,
+            buckets: Mutex::default(),
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Some(status) = upstream.child.try_wait().expect("wait") {
+            let child = upstream.child.as_mut().expect("its own process");
+            if let Some(status) = child.try_wait().expect("wait") {
                 panic!("{name} exited at start ({status}):\n{}", upstream.log());
             }
-            if let Some(addr) = listening_addrs(upstream.child.id()).into_iter().next()
+            if let Some(addr) = listening_addrs(child.id()).into_iter().next()
                 && answers_http(addr)
             {
                 upstream.addr = addr;
@@ -138,9 +140,13 @@ impl S3Upstream {
         run_boto3(&self.dir.path().join("boto3-home"), &script, &spec)
     }
 
-    pub fn create_bucket(&self, bucket: &str) {
+    /// A new bucket of this test's own, `PREFIX-<unique>`: its name.
+    pub fn bucket(&self, prefix: &str) -> String {
+        let bucket = format!("{prefix}-{}-{:x}", std::process::id(), rand_u64() & 0xffff_ffff);
         let script = "s3.create_bucket(Bucket=spec['bucket'])\nprint('null')";
         self.boto3(&self.endpoint(), script, serde_json::json!({ "bucket": bucket }));
+        lock(&self.buckets).push(bucket.clone());
+        bucket
     }
 
     /// Stores an object straight into the store (not through any proxy).
@@ -183,10 +189,41 @@ impl S3Upstream {
     }
 }
 
+/// Empties and deletes buckets (objects, unfinished multipart uploads), as far as it can.
+const DELETE_BUCKETS: &str = r#"
+s3 = client(spec["endpoint"], spec["key"])
+for bucket in spec["buckets"]:
+    try:
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+            for o in page.get("Contents", []):
+                s3.delete_object(Bucket=bucket, Key=o["Key"])
+        for u in s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []):
+            s3.abort_multipart_upload(Bucket=bucket, Key=u["Key"], UploadId=u["UploadId"])
+        s3.delete_bucket(Bucket=bucket)
+    except Exception as e:
+        print(f"cannot delete bucket {bucket}: {e}", file=sys.stderr)
+"#;
+
 impl Drop for S3Upstream {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return;
+        }
+        // The shared moto keeps running: what this test stored goes (not while a failure unwinds, when a panic here
+        // would abort; moto's memory then holds it until the run ends).
+        let buckets = std::mem::take(&mut *lock(&self.buckets));
+        if buckets.is_empty() || std::thread::panicking() {
+            return;
+        }
+        let key = serde_json::json!({ "id": self.access_key(), "secret": self.secret_key() });
+        let spec = serde_json::json!({ "endpoint": self.endpoint(), "key": key, "buckets": buckets });
+        let home = self.dir.path().join("boto3-home");
+        let out = super::s3::boto3_command(&home, DELETE_BUCKETS, &spec).run();
+        if !out.status.success() || !out.stderr.is_empty() {
+            eprintln!("moto: deleting {buckets:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
     }
 }
 
