@@ -6,7 +6,7 @@
 //! reused), rustls encrypts each piece into its own buffer, and the records leave with one `writev` per piece.
 //! A piece that is not in the page cache is read on the blocking pool, as a cold sendfile chunk is, so a disk
 //! wait never stalls the event loop. Everything here goes through tokio's safe socket calls (`try_read`,
-//! `try_write_vectored`); readiness follows the same rule as `sendfile.rs` (cleared only by a call that saw EAGAIN).
+//! `try_write_vectored`); readiness follows the same rule as `send.rs` (cleared only by a call that saw EAGAIN).
 
 use std::fs::File;
 use std::io::{self, Read as _, Write as _};
@@ -23,7 +23,8 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpStream;
 
 use super::ktls::{self, KernelTls};
-use super::sendfile::{self, SendObserver, SendOptions, SendOutcome, SendReport};
+use super::send::{self, SendObserver, SendOptions, SendOutcome, SendReport};
+use super::sys;
 use crate::config::{KtlsMode, TlsSettings};
 use crate::file_body::{FileBody, Segment};
 
@@ -129,7 +130,7 @@ impl TlsServer {
         let Some((cert, key)) = settings.pair()? else { return Ok(None) };
         let probed = match settings.ktls {
             KtlsMode::Off => Ok(Vec::new()),
-            _ => sendfile::kernel_tls_ciphers(
+            _ => sys::kernel_tls_ciphers(
                 ktls::KERNEL_CIPHERS.into_iter().filter_map(|cipher| Some((cipher, ktls::zero_key_info(cipher)?))),
             )
             .and_then(|ciphers| match ciphers.is_empty() {
@@ -534,7 +535,7 @@ impl UserTls {
         if self.body.len() < want {
             self.body.resize(BODY_CHUNK.max(want), 0);
         }
-        if !sendfile::chunk_is_cold(file, position, want as u64) {
+        if !send::chunk_is_cold(file, position, want as u64) {
             return read_full_at(file, &mut self.body[..want], position).map_err(SendOutcome::Aborted);
         }
         observer.cold_chunk();
@@ -578,7 +579,7 @@ async fn flush(conn: &mut ServerConnection, stream: &TcpStream, timeout: Duratio
     while conn.wants_write() {
         match conn.write_tls(&mut SocketIo(stream)) {
             Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => sendfile::wait_writable(stream, timeout).await?,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => send::wait_writable(stream, timeout).await?,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(SendOutcome::Aborted(e)),
         }
