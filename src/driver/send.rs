@@ -7,8 +7,13 @@
 //! syscall, made on this thread inside that `try_io`, said EAGAIN. Clearing it on any other evidence (a pool
 //! thread's EAGAIN, say) can erase a writable edge that arrived in between, and no other edge may come.
 //!
-//! **Architecture invariant:** object bytes are only ever handed to the kernel by `sendfile` here. There is no
-//! code path that reads a blob into memory.
+//! **Architecture invariant:** the object bytes of a *response* leave only by `sendfile` here, from the page cache
+//! to the socket without entering our memory, except under user-space TLS (`tls.rs`), which must encrypt them
+//! itself: the one declared exception. Other code does hold blob bytes, none of it to send a response: the blob
+//! cache hashes a filled file before its last slice is served (`store/blob_cache.rs`: verification); slices
+//! fetched from the object store pass through memory into the cache file, and an upload to the store reads the
+//! blob it puts (`store/remote.rs`); writes hash what they store (`store/blobs.rs`: multipart assembly,
+//! UploadPartCopy), and precompression reads a text blob to compress it (`store/precompress.rs`).
 //!
 //! **Cold page cache.** sendfile on a non-blocking socket still blocks the calling thread while it reads the disk,
 //! which would stall every connection on that worker. So before a large chunk we ask the kernel whether it is in
