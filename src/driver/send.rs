@@ -33,7 +33,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 use super::sys::{self, Residency};
-use crate::file_body::{FileBody, Segment};
+use crate::file_body::{FileBody, FillGate, Segment};
 
 /// How one response's send ended.
 #[derive(Debug)]
@@ -161,6 +161,54 @@ pub async fn send_bytes(stream: &TcpStream, mut buf: &[u8], more: bool, timeout:
     Ok(())
 }
 
+/// Where a send is in one region of its file, and how much of the rest can go now: everything for a file whole on
+/// disk; for one still filling from an object store (the body's [`FillGate`]), only bytes that have arrived, the
+/// cursor waiting on the gate for the next. The plain and the user-space TLS sends both walk regions with it.
+pub(super) struct RegionCursor<'a> {
+    fill: Option<&'a dyn FillGate>,
+    position: u64,
+    end: u64,
+}
+
+impl<'a> RegionCursor<'a> {
+    /// At the start of `len` bytes of `body`'s file from `offset`.
+    pub(super) fn new(body: &'a FileBody, offset: u64, len: u64) -> Self {
+        Self { fill: body.fill.as_deref(), position: offset, end: offset + len }
+    }
+
+    /// The file offset of the next byte to send.
+    pub(super) fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// Bytes of the region not yet sent.
+    pub(super) fn remaining(&self) -> u64 {
+        self.end - self.position
+    }
+
+    /// The length of the next chunk, from [`position`](Self::position): at most `max` bytes, every one of them in
+    /// the file now (waiting on the fill gate until the first is); `None` once the region is sent.
+    pub(super) async fn next_chunk(&mut self, max: usize) -> Result<Option<usize>, SendOutcome> {
+        let remaining = self.remaining();
+        if remaining == 0 {
+            return Ok(None);
+        }
+        let want = remaining.min(max as u64) as usize;
+        let Some(fill) = self.fill else { return Ok(Some(want)) };
+        loop {
+            match fill.ready(self.position, remaining) {
+                0 => fill.wait(self.position).await.map_err(SendOutcome::Aborted)?,
+                ready => return Ok(Some(want.min(ready as usize))),
+            }
+        }
+    }
+
+    /// `n` more bytes went out.
+    pub(super) fn advance(&mut self, n: usize) {
+        self.position += n as u64;
+    }
+}
+
 async fn send_region(
     stream: &TcpStream,
     body: &FileBody,
@@ -171,21 +219,9 @@ async fn send_region(
     observer: &impl SendObserver,
 ) -> Result<(), SendOutcome> {
     let file = &body.file;
-    let mut position = offset;
-    let end = offset + len;
-    while position < end {
-        let mut want = (end - position).min(options.chunk as u64) as usize;
-        if let Some(fill) = &body.fill {
-            // A cache file filling from the object store: only what has arrived goes out.
-            match fill.ready(position, end - position) {
-                0 => {
-                    fill.wait(position).await.map_err(SendOutcome::Aborted)?;
-                    continue;
-                }
-                ready => want = want.min(ready as usize),
-            }
-        }
-        let chunk = want as u64;
+    let mut region = RegionCursor::new(body, offset, len);
+    while let Some(want) = region.next_chunk(options.chunk).await? {
+        let (position, chunk) = (region.position(), want as u64);
         let offload = (chunk >= OFFLOAD_MIN && super::worker_is_shared())
             || (chunk_is_cold(file, position, chunk) && {
                 observer.cold_chunk();
@@ -202,14 +238,14 @@ async fn send_region(
         };
         match result {
             Ok(0) => {
-                return Err(SendOutcome::Truncated { missing: end - position });
+                return Err(SendOutcome::Truncated { missing: region.remaining() });
             }
             Ok(n) => {
-                position += n as u64;
+                region.advance(n);
                 report.object_bytes += n as u64;
                 report.sendfile_calls += 1;
                 observer.sent(n as u64);
-                if n == want && position < end {
+                if n == want && region.remaining() > 0 {
                     // A full chunk went out and more follows: let other connections run before the next one.
                     tokio::task::yield_now().await;
                 }
@@ -293,4 +329,88 @@ async fn send_from_pool(
 fn hold_until_writable(socket: &sys::PoolSocket, hold: Duration) {
     socket.wait_writable(hold);
     std::thread::sleep(Duration::from_millis(100));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::file_body::{DownloadKind, ObjectRef};
+    use tokio::sync::watch;
+
+    /// A file whose first `n` bytes have arrived, `n` being what the test last sent.
+    #[derive(Debug)]
+    struct Arrivals(watch::Receiver<u64>);
+
+    impl FillGate for Arrivals {
+        fn ready(&self, offset: u64, len: u64) -> u64 {
+            self.0.borrow().saturating_sub(offset).min(len)
+        }
+
+        fn wait(&self, offset: u64) -> std::pin::Pin<Box<dyn Future<Output = io::Result<()>> + Send>> {
+            let mut arrivals = self.0.clone();
+            Box::pin(async move {
+                arrivals.wait_for(|&n| n > offset).await.map(|_| ()).map_err(|_| io::Error::other("the fill failed"))
+            })
+        }
+    }
+
+    fn body(fill: Option<Arc<dyn FillGate>>) -> FileBody {
+        FileBody {
+            file: Arc::new(tempfile::tempfile().unwrap()),
+            file_size: 2000,
+            segments: smallvec::smallvec![Segment::Region { offset: 100, len: 1000 }],
+            kind: DownloadKind::Range,
+            object: ObjectRef { bucket_id: 1, key: "k".into() },
+            encoding: "identity",
+            shared_fields: None,
+            fill,
+        }
+    }
+
+    /// Whether `future` is still waiting after one poll.
+    async fn waits<F: Future>(future: std::pin::Pin<&mut F>) -> bool {
+        let mut future = future;
+        std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx).is_pending())).await
+    }
+
+    #[tokio::test]
+    async fn a_whole_file_goes_in_chunks_of_at_most_the_maximum() {
+        let body = body(None);
+        let mut region = RegionCursor::new(&body, 100, 1000);
+        let mut chunks = Vec::new();
+        while let Some(n) = region.next_chunk(400).await.unwrap() {
+            chunks.push((region.position(), n));
+            region.advance(n);
+        }
+        assert_eq!(chunks, [(100, 400), (500, 400), (900, 200)]);
+        assert_eq!(region.remaining(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_filling_file_goes_as_it_arrives_and_the_cursor_waits_for_the_rest() {
+        let (arrive, arrivals) = watch::channel(600);
+        let body = body(Some(Arc::new(Arrivals(arrivals))));
+        let mut region = RegionCursor::new(&body, 100, 1000);
+        assert_eq!(region.next_chunk(256).await.unwrap(), Some(256));
+        region.advance(256);
+        assert_eq!(region.next_chunk(4096).await.unwrap(), Some(244), "only what has arrived");
+        region.advance(244);
+        {
+            let mut next = std::pin::pin!(region.next_chunk(4096));
+            assert!(waits(next.as_mut()).await, "nothing more has arrived");
+            arrive.send(2000).unwrap();
+            assert_eq!(next.await.unwrap(), Some(500), "the rest of the region, not the file");
+        }
+        region.advance(500);
+        assert_eq!(region.next_chunk(4096).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_fill_that_fails_aborts_the_send() {
+        let (arrive, arrivals) = watch::channel(100);
+        let body = body(Some(Arc::new(Arrivals(arrivals))));
+        let mut region = RegionCursor::new(&body, 100, 1000);
+        drop(arrive);
+        assert!(matches!(region.next_chunk(4096).await, Err(SendOutcome::Aborted(_))));
+    }
 }

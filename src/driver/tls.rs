@@ -23,7 +23,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpStream;
 
 use super::ktls::{self, KernelTls};
-use super::send::{self, SendObserver, SendOptions, SendOutcome, SendReport};
+use super::send::{self, RegionCursor, SendObserver, SendOptions, SendOutcome, SendReport};
 use super::sys;
 use crate::config::{KtlsMode, TlsSettings};
 use crate::file_body::{FileBody, Segment};
@@ -490,29 +490,18 @@ impl UserTls {
             match segment {
                 Segment::Literal(bytes) => self.conn.writer().write_all(bytes).map_err(SendOutcome::Aborted)?,
                 Segment::Region { offset, len } => {
-                    let (mut position, end) = (*offset, offset + len);
-                    while position < end {
-                        let mut want = (end - position).min(BODY_CHUNK as u64) as usize;
-                        if let Some(fill) = &body.fill {
-                            // A cache file filling from the object store: only what has arrived goes out.
-                            match fill.ready(position, end - position) {
-                                0 => {
-                                    fill.wait(position).await.map_err(SendOutcome::Aborted)?;
-                                    continue;
-                                }
-                                ready => want = want.min(ready as usize),
-                            }
-                        }
-                        let got = self.read_chunk(&body.file, position, want, options, observer).await?;
+                    let mut region = RegionCursor::new(body, *offset, *len);
+                    while let Some(want) = region.next_chunk(BODY_CHUNK).await? {
+                        let got = self.read_chunk(&body.file, region.position(), want, options, observer).await?;
                         if got < want {
-                            return Err(SendOutcome::Truncated { missing: end - position - got as u64 });
+                            return Err(SendOutcome::Truncated { missing: region.remaining() - got as u64 });
                         }
                         self.conn.writer().write_all(&self.body[..got]).map_err(SendOutcome::Aborted)?;
                         flush(&mut self.conn, stream, timeout).await?;
-                        position += got as u64;
+                        region.advance(got);
                         report.object_bytes += got as u64;
                         observer.sent(got as u64);
-                        if position < end {
+                        if region.remaining() > 0 {
                             tokio::task::yield_now().await;
                         }
                     }
