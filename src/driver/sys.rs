@@ -267,21 +267,35 @@ fn tls_record_type_byte(kind: nix::sys::socket::TlsGetRecordType) -> u8 {
     }
 }
 
+/// `CMSG_SPACE(1)`: room for one control message with one byte of data (a TLS record's type).
+const RECORD_TYPE_SPACE: usize = {
+    // SAFETY: CMSG_SPACE only computes a size from its argument.
+    unsafe { libc::CMSG_SPACE(1) as usize }
+};
+
+/// The control buffer of a record-type message: its bytes, aligned as the `cmsghdr` written at their start must be
+/// (a `Vec<u8>` is only byte-aligned by its type; it was aligned enough only because malloc aligns more).
+#[repr(C)]
+union RecordTypeControl {
+    bytes: [u8; RECORD_TYPE_SPACE],
+    _header: libc::cmsghdr,
+}
+
 /// Sends one record of `record_type` (an alert: close_notify) through the kernel's TLS session, if the socket
 /// takes it now; the connection is closing either way.
 pub fn send_kernel_tls_record(stream: &TcpStream, record_type: u8, payload: &[u8]) -> io::Result<()> {
-    // SAFETY: CMSG_SPACE only computes a size from its argument.
-    let space = unsafe { libc::CMSG_SPACE(1) } as usize;
-    let mut control = vec![0u8; space];
+    let mut control = RecordTypeControl { bytes: [0; RECORD_TYPE_SPACE] };
     let mut iov = libc::iovec { iov_base: payload.as_ptr() as *mut libc::c_void, iov_len: payload.len() };
     // SAFETY: msghdr is plain integers and pointers, for which all-zero is valid (null name, no flags).
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
-    msg.msg_controllen = space as _;
-    // SAFETY: `msg` points at `control`, which is CMSG_SPACE(1) bytes long and outlives these calls, so
-    // CMSG_FIRSTHDR returns a header inside it with room for one data byte after it, which CMSG_DATA addresses.
+    msg.msg_control = (&raw mut control).cast();
+    msg.msg_controllen = RECORD_TYPE_SPACE as _;
+    // SAFETY: `msg` points at `control`, which outlives these calls, is CMSG_SPACE(1) bytes long and, being a
+    // `#[repr(C)]` union with a `cmsghdr`, aligned as one. So CMSG_FIRSTHDR returns its start (the buffer holds at
+    // least one header), a properly aligned `cmsghdr` we may write through, and CMSG_DATA the byte after the header,
+    // which CMSG_SPACE(1) includes.
     unsafe {
         let header = libc::CMSG_FIRSTHDR(&msg);
         (*header).cmsg_level = libc::SOL_TLS;
