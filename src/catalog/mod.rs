@@ -144,16 +144,24 @@ pub struct OpenBlob {
 }
 
 /// The blob a response sends, from wherever this server keeps blobs ([`Catalog::response_blob`]), sized before
-/// the response's regions are chosen. Its [`size`](Self::size) bounds those regions: in the data dir, the `fstat`
-/// size of the fd that will be sent (a file that shrinks later shows as a short sendfile, never a wrong length);
-/// in an object store's cache, the object row's size (the cache file is sparse until it fills, and every byte that
-/// arrives is checked against the blob's name).
+/// the response's regions are chosen.
 #[derive(Debug)]
-pub enum ResponseBlob<'a> {
+pub struct ResponseBlob<'a> {
+    /// What the response's regions must lie within. In the data dir, the `fstat` size of the fd that will be sent
+    /// (a file that shrinks later shows as a short sendfile, never a wrong length); in an object store's cache, the
+    /// object row's size (the cache file is sparse until it fills, and what arrives is checked against the blob's
+    /// name). A field, not a method: reading it borrows nothing, so a handler's future keeps no room for this value
+    /// once `open_for` has taken it.
+    pub size: u64,
+    from: BlobSource<'a>,
+}
+
+#[derive(Debug)]
+enum BlobSource<'a> {
     /// The data dir's blob, already open (from the open-blob cache).
     Local(Arc<OpenBlob>),
     /// An object store's blob: opened, and its first region fetched, by [`ResponseBlob::open_for`].
-    Cached { cache: &'a BlobCache, sha256: &'a str, size: u64 },
+    Cached { cache: &'a BlobCache, sha256: &'a str },
 }
 
 /// A blob open for one response: the file its regions are sent from, the size that bounds them, and the gate the
@@ -176,23 +184,18 @@ pub enum BlobError {
 }
 
 impl<'a> ResponseBlob<'a> {
-    /// What the response's regions must lie within (see the type's doc for which size that is).
-    pub fn size(&self) -> u64 {
-        match self {
-            ResponseBlob::Local(blob) => blob.size,
-            ResponseBlob::Cached { size, .. } => *size,
-        }
+    fn local(blob: Arc<OpenBlob>) -> Self {
+        Self { size: blob.size, from: BlobSource::Local(blob) }
     }
 
     /// The blob open for a response that sends `segments` (none for a HEAD, which fetches nothing): at once from
     /// the data dir; from an object store's cache, once the first region's first slice is there
     /// (`BlobCache::open_for`), boxed so that a data-dir response's future holds no room for that path.
     pub fn open_for(self, segments: &[Segment]) -> Lookup<'a, Result<BlobFile, BlobError>> {
-        match self {
-            ResponseBlob::Local(blob) => {
-                answered(Ok(BlobFile { file: blob.file.clone(), size: blob.size, fill: None }))
-            }
-            ResponseBlob::Cached { cache, sha256, size } => {
+        let size = self.size;
+        match self.from {
+            BlobSource::Local(blob) => answered(Ok(BlobFile { file: blob.file.clone(), size, fill: None })),
+            BlobSource::Cached { cache, sha256 } => {
                 let regions: Vec<(u64, u64)> = segments
                     .iter()
                     .filter_map(|s| match s {
@@ -306,11 +309,11 @@ impl Catalog {
         row_size: u64,
     ) -> Lookup<'a, Result<ResponseBlob<'a>, BlobError>> {
         match &self.blob_cache {
-            Some(cache) => answered(Ok(ResponseBlob::Cached { cache, sha256, size: row_size })),
+            Some(cache) => answered(Ok(ResponseBlob { size: row_size, from: BlobSource::Cached { cache, sha256 } })),
             None => match self.open_blobs.get(sha256) {
-                Some(hit) => answered(Ok(ResponseBlob::Local(hit))),
+                Some(hit) => answered(Ok(ResponseBlob::local(hit))),
                 None => looked_up(async move {
-                    self.open_blob_from_disk(sha256).await.map(ResponseBlob::Local).map_err(BlobError::DataDir)
+                    self.open_blob_from_disk(sha256).await.map(ResponseBlob::local).map_err(BlobError::DataDir)
                 }),
             },
         }

@@ -162,7 +162,7 @@ fn redirect_response(bucket: &Bucket, location: &str) -> Result<Response, ApiErr
 async fn error_document_response(app: &DataState, bucket: &Bucket, entry: &ObjectEntry) -> Result<Answer, ApiError> {
     let sha256 = entry.record.sha256.as_str();
     let blob = app.catalog.response_blob(sha256, entry.record.size).await.map_err(|e| blob_error(entry, sha256, e))?;
-    let segments: Segments = smallvec::smallvec![Segment::Region { offset: 0, len: blob.size() }];
+    let segments: Segments = smallvec::smallvec![Segment::Region { offset: 0, len: blob.size }];
     let BlobFile { file, size, fill } = blob.open_for(&segments).await.map_err(|e| blob_error(entry, sha256, e))?;
     let body = FileBody {
         file,
@@ -324,7 +324,7 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
     // (which then fetches only the slices the regions need).
     let row_size = variant.map_or(entry.record.size, |v| v.size);
     let blob = app.catalog.response_blob(sha256, row_size).await.map_err(|e| blob_error(entry, sha256, e))?;
-    let size = blob.size();
+    let size = blob.size;
     // RFC 9110 §14.2: Range is defined for GET only; HEAD answers what a plain GET would (an S3 part's HEAD: what
     // the part's GET would).
     let ranged = method == Method::GET || part;
@@ -366,7 +366,11 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
     };
     // A HEAD sends no body, so fetches nothing.
     let sent = if method == Method::HEAD { &[][..] } else { &segments[..] };
-    let BlobFile { file, size, fill } = blob.open_for(sent).await.map_err(|e| blob_error(entry, sha256, e))?;
+    // The blob's name again, not `sha256`: a local used after the await would take room in the future.
+    let BlobFile { file, size, fill } = blob
+        .open_for(sent)
+        .await
+        .map_err(|e| blob_error(entry, variant.map_or(&entry.record.sha256, |v| &v.sha256), e))?;
     let body = FileBody {
         file,
         file_size: size,
