@@ -33,7 +33,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 use super::sys::{self, Residency};
-use crate::file_body::{FileBody, FillGate, Segment};
+use crate::file_body::{FileBody, Segment};
 
 /// How one response's send ended.
 #[derive(Debug)]
@@ -162,10 +162,11 @@ pub async fn send_bytes(stream: &TcpStream, mut buf: &[u8], more: bool, timeout:
 }
 
 /// Where a send is in one region of its file, and how much of the rest can go now: everything for a file whole on
-/// disk; for one still filling from an object store (the body's [`FillGate`]), only bytes that have arrived, the
+/// disk; for one still filling from an object store (the body's `FillGate`), only bytes that have arrived, the
 /// cursor waiting on the gate for the next. The plain and the user-space TLS sends both walk regions with it.
 pub(super) struct RegionCursor<'a> {
-    fill: Option<&'a dyn FillGate>,
+    /// The body, not its gate: one word where the gate's pointer takes two, in every future that holds a cursor.
+    body: &'a FileBody,
     position: u64,
     end: u64,
 }
@@ -173,7 +174,7 @@ pub(super) struct RegionCursor<'a> {
 impl<'a> RegionCursor<'a> {
     /// At the start of `len` bytes of `body`'s file from `offset`.
     pub(super) fn new(body: &'a FileBody, offset: u64, len: u64) -> Self {
-        Self { fill: body.fill.as_deref(), position: offset, end: offset + len }
+        Self { body, position: offset, end: offset + len }
     }
 
     /// The file offset of the next byte to send.
@@ -194,7 +195,7 @@ impl<'a> RegionCursor<'a> {
             return Ok(None);
         }
         let want = remaining.min(max as u64) as usize;
-        let Some(fill) = self.fill else { return Ok(Some(want)) };
+        let Some(fill) = self.body.fill.as_deref() else { return Ok(Some(want)) };
         loop {
             match fill.ready(self.position, remaining) {
                 0 => fill.wait(self.position).await.map_err(SendOutcome::Aborted)?,
@@ -220,7 +221,9 @@ async fn send_region(
 ) -> Result<(), SendOutcome> {
     let file = &body.file;
     let mut region = RegionCursor::new(body, offset, len);
-    while let Some(want) = region.next_chunk(options.chunk).await? {
+    loop {
+        // Not `while let`: its scrutinee's temporary would take room in this future for the whole loop body.
+        let Some(want) = region.next_chunk(options.chunk).await? else { return Ok(()) };
         let (position, chunk) = (region.position(), want as u64);
         let offload = (chunk >= OFFLOAD_MIN && super::worker_is_shared())
             || (chunk_is_cold(file, position, chunk) && {
@@ -234,7 +237,7 @@ async fn send_region(
             wait_writable(stream, options.progress_timeout).await?;
             send_from_pool(stream, file, position, want, options).await
         } else {
-            stream.try_io(Interest::WRITABLE, || sys::sendfile(stream, file, position, want))
+            stream.try_io(Interest::WRITABLE, move || sys::sendfile(stream, file, position, want))
         };
         match result {
             Ok(0) => {
@@ -256,7 +259,6 @@ async fn send_region(
             Err(e) => return Err(SendOutcome::Aborted(e)),
         }
     }
-    Ok(())
 }
 
 /// Waits until the socket takes more bytes. It gives up (`Stalled`) only when the peer has acknowledged no bytes
@@ -334,7 +336,7 @@ fn hold_until_writable(socket: &sys::PoolSocket, hold: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::file_body::{DownloadKind, ObjectRef};
+    use crate::file_body::{DownloadKind, FillGate, ObjectRef};
     use tokio::sync::watch;
 
     /// A file whose first `n` bytes have arrived, `n` being what the test last sent.

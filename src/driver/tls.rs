@@ -491,7 +491,10 @@ impl UserTls {
                 Segment::Literal(bytes) => self.conn.writer().write_all(bytes).map_err(SendOutcome::Aborted)?,
                 Segment::Region { offset, len } => {
                     let mut region = RegionCursor::new(body, *offset, *len);
-                    while let Some(want) = region.next_chunk(BODY_CHUNK).await? {
+                    loop {
+                        // Not `while let`: its scrutinee's temporary would take room in this future for the whole
+                        // loop body.
+                        let Some(want) = region.next_chunk(BODY_CHUNK).await? else { break };
                         let got = self.read_chunk(&body.file, region.position(), want, options, observer).await?;
                         if got < want {
                             return Err(SendOutcome::Truncated { missing: region.remaining() - got as u64 });
