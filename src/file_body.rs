@@ -69,13 +69,14 @@ pub struct ObjectRef {
     pub key: Arc<str>,
 }
 
-/// A file response body. Its regions lie within `fstat` of this same `file`, so a file that shrinks later shows
-/// up as a short sendfile, never as a wrong length. The driver writes Content-Length from the body
+/// A file response body. Its regions lie within `file_size`, so a file that shrinks later shows up as a short
+/// sendfile, never as a wrong length. The driver writes Content-Length from the body
 /// ([`FileBody::total_len`]) when the response's own fields have none.
 #[derive(Debug, Clone)]
 pub struct FileBody {
     pub file: Arc<File>,
-    /// Size of the file when it was opened (fstat), which every region lies within.
+    /// The size every region lies within: `fstat` of this same `file` when it was opened from the data dir, the object
+    /// row's for a file still filling from an object store (`catalog::ResponseBlob`).
     pub file_size: u64,
     /// One region for a whole object or a range, kept inline: most responses allocate no list.
     pub segments: Segments,

@@ -16,13 +16,13 @@
 //! - [`header_values`]: ETag, HTTP date, Content-Disposition, CORS rule and upload digest values (pure), shared by
 //!   store, auth, http, driver.
 //! - [`file_body`]: the response extension that hands file regions from handlers to the driver.
-//! - [`driver`]: the HTTP/1.1 loop both listeners run; `driver::sendfile` is the only raw-fd code.
+//! - [`driver`]: the HTTP/1.1 loop both listeners run; `driver::sys` is its only raw-fd code.
 //! - [`metrics`]: Prometheus series, all names in one place; the stats batcher.
 //! - [`s3`]: the S3 wire format (XML documents, list parameters, the listing planner) and `operation::classify`, pure.
 //! - [`stats`]: download records and the per-object counters they add up to (pure data).
 //! - [`access_log`]: one JSON line per response, written by its own thread, credentials redacted.
 
-// `unsafe` only where a module allows it (the raw-fd send path, the shared generation mapping), and each block
+// `unsafe` only where a module allows it (the driver's raw syscalls, the shared generation mapping), and each block
 // says why it is sound.
 #![deny(unsafe_code)]
 #![warn(clippy::undocumented_unsafe_blocks)]

@@ -27,7 +27,8 @@
 //!
 //! **Open blobs.** Blobs are immutable, so an open fd and its `fstat` size can be reused by every request for
 //! that content: no `open`/`fstat` and no blocking-pool hop on a hit. Entries are dropped when an object that
-//! used them changes, and the cache is bounded.
+//! used them changes, and the cache is bounded. A response takes its blob from [`Catalog::response_blob`], the one
+//! source for both places blobs live: these open files, or an object store's cache (which keeps its own).
 
 pub mod representation;
 
@@ -45,7 +46,7 @@ use quick_cache::Equivalent;
 use quick_cache::sync::Cache;
 
 use crate::auth::CredentialLookup;
-use crate::store::blob_cache::CachedBlob;
+use crate::file_body::{FillGate, Segment};
 use crate::store::{
     BlobCache, BlobStore, Bucket, CacheChange, CacheError, Catchup, ChangeFeed, ChangeKind, Metadata, MetadataError,
     S3KeyRecord, SigningKey, TokenRecord,
@@ -142,6 +143,76 @@ pub struct OpenBlob {
     pub size: u64,
 }
 
+/// The blob a response sends, from wherever this server keeps blobs ([`Catalog::response_blob`]), sized before
+/// the response's regions are chosen.
+#[derive(Debug)]
+pub struct ResponseBlob<'a> {
+    /// What the response's regions must lie within. In the data dir, the `fstat` size of the fd that will be sent
+    /// (a file that shrinks later shows as a short sendfile, never a wrong length); in an object store's cache, the
+    /// object row's size (the cache file is sparse until it fills, and what arrives is checked against the blob's
+    /// name). A field, not a method: reading it borrows nothing, so a handler's future keeps no room for this value
+    /// once `open_for` has taken it.
+    pub size: u64,
+    from: BlobSource<'a>,
+}
+
+#[derive(Debug)]
+enum BlobSource<'a> {
+    /// The data dir's blob, already open (from the open-blob cache).
+    Local(Arc<OpenBlob>),
+    /// An object store's blob: opened, and its first region fetched, by [`ResponseBlob::open_for`].
+    Cached { cache: &'a BlobCache, sha256: &'a str },
+}
+
+/// A blob open for one response: the file its regions are sent from, the size that bounds them, and the gate the
+/// driver sends through while the file fills (`None`: every region is in the file already).
+pub struct BlobFile {
+    pub file: Arc<File>,
+    pub size: u64,
+    pub fill: Option<Arc<dyn FillGate>>,
+}
+
+/// Why a response's blob cannot be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum BlobError {
+    /// The data dir's blob is missing or unreadable.
+    #[error(transparent)]
+    DataDir(io::Error),
+    /// From an object store's cache: its file failed, or the store cannot give the blob now.
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+}
+
+impl<'a> ResponseBlob<'a> {
+    fn local(blob: Arc<OpenBlob>) -> Self {
+        Self { size: blob.size, from: BlobSource::Local(blob) }
+    }
+
+    /// The blob open for a response that sends `segments` (none for a HEAD, which fetches nothing): at once from
+    /// the data dir; from an object store's cache, once the first region's first slice is there
+    /// (`BlobCache::open_for`), boxed so that a data-dir response's future holds no room for that path.
+    pub fn open_for(self, segments: &[Segment]) -> Lookup<'a, Result<BlobFile, BlobError>> {
+        let size = self.size;
+        match self.from {
+            BlobSource::Local(blob) => answered(Ok(BlobFile { file: blob.file.clone(), size, fill: None })),
+            BlobSource::Cached { cache, sha256 } => {
+                let regions: Vec<(u64, u64)> = segments
+                    .iter()
+                    .filter_map(|s| match s {
+                        Segment::Region { offset, len } => Some((*offset, *len)),
+                        Segment::Literal(_) => None,
+                    })
+                    .collect();
+                looked_up(async move {
+                    let blob = cache.open_for(sha256, size, &regions).await?;
+                    let fill = (!blob.hit).then_some(blob.gate as Arc<dyn FillGate>);
+                    Ok(BlobFile { file: blob.file, size: blob.size, fill })
+                })
+            }
+        }
+    }
+}
+
 /// Borrowed form of an object cache key, so lookups do not allocate. Hashes exactly like `(i64, String)`.
 struct ObjectLookup<'a>(i64, &'a str);
 
@@ -228,17 +299,23 @@ impl Catalog {
         self.blob_cache.as_ref()
     }
 
-    /// From an object store's cache: the blob `sha256` of `size` bytes (its row's), open for a response that sends
-    /// `regions` (offset, length), the first of them fetched (`BlobCache::open_for`).
-    pub async fn open_cached(
-        &self,
-        sha256: &str,
-        size: u64,
-        regions: &[(u64, u64)],
-    ) -> Result<Option<CachedBlob>, CacheError> {
+    /// The blob `sha256` for a response, sized, from wherever this server keeps blobs: the data dir's, open (a hit
+    /// in the open-blob cache, or opened off the event loop), or an object store's, named in its cache with
+    /// `row_size`, the size its object row gives, and opened by [`ResponseBlob::open_for`] once the response knows
+    /// its regions.
+    pub fn response_blob<'a>(
+        &'a self,
+        sha256: &'a str,
+        row_size: u64,
+    ) -> Lookup<'a, Result<ResponseBlob<'a>, BlobError>> {
         match &self.blob_cache {
-            Some(cache) => cache.open_for(sha256, size, regions).await.map(Some),
-            None => Ok(None),
+            Some(cache) => answered(Ok(ResponseBlob { size: row_size, from: BlobSource::Cached { cache, sha256 } })),
+            None => match self.open_blobs.get(sha256) {
+                Some(hit) => answered(Ok(ResponseBlob::local(hit))),
+                None => looked_up(async move {
+                    self.open_blob_from_disk(sha256).await.map(ResponseBlob::local).map_err(BlobError::DataDir)
+                }),
+            },
         }
     }
 

@@ -38,7 +38,7 @@ use super::body::{BodyDecoder, BodyFraming, Decoded};
 use super::budget::{BodyBudget, budgeted};
 use super::head::{Parsed, Persistence, RequestHead, parse_request_head, write_response_head};
 use super::idle::IdleEntry;
-use super::sendfile::{SendOutcome, SendReport, send_bytes, send_file_response};
+use super::send::{SendOutcome, SendReport, send_bytes, send_file_response};
 use super::tls::{HandshakeFailure, Session};
 use super::{Answer, DriverContext, FileAnswer, Listener, Refusal, RequestService};
 use crate::access_log::{Entry, REQUEST_ID_HEADER, RequestId};
@@ -178,7 +178,7 @@ impl Link {
 
 /// What a file send needs of the context.
 struct DriverContextSend<'a> {
-    options: &'a super::sendfile::SendOptions,
+    options: &'a super::send::SendOptions,
     metrics: &'a crate::metrics::DriverMetrics,
 }
 

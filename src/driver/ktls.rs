@@ -4,8 +4,8 @@
 //! rustls runs the handshake (its unbuffered API, which can hand the session over) and keeps what the kernel cannot
 //! do: new receive keys after a TLS 1.3 KeyUpdate. The handshake reads the socket one TLS record at a time, so
 //! nothing after the client's Finished (its first request, already encrypted under the session keys) is taken from
-//! the socket before the kernel holds the keys that decrypt it. The socket options and `recvmsg` are in
-//! `sendfile.rs`, the one module that touches raw fds; the pure parts (which cipher suites a ClientHello offers,
+//! the socket before the kernel holds the keys that decrypt it. The socket options, `recvmsg` and `sendmsg` are
+//! in `sys.rs`, the driver's one module that touches raw fds; the pure parts (which cipher suites a ClientHello offers,
 //! the keys as the kernel takes them) are here and unit-tested.
 
 use std::io;
@@ -20,7 +20,8 @@ use rustls::{ConnectionTrafficSecrets, ProtocolVersion, ServerConfig};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-use super::sendfile::{self, KernelTlsRead, TlsCryptoInfo};
+use super::send;
+use super::sys::{self, KernelTlsRead, TlsCryptoInfo};
 use super::tls::HandshakeFailure;
 
 /// kTLS cipher types (`TLS_CIPHER_*`) the kernel may have: AES-GCM-128, AES-GCM-256, ChaCha20-Poly1305.
@@ -200,7 +201,7 @@ pub async fn handshake(
                 }
             },
             ConnectionState::TransmitTlsData(transmit) => {
-                sendfile::send_bytes(stream, &outgoing[..pending], false, send_timeout)
+                send::send_bytes(stream, &outgoing[..pending], false, send_timeout)
                     .await
                     .map_err(|_| HandshakeFailure::Io)?;
                 pending = 0;
@@ -229,7 +230,7 @@ pub async fn handshake(
     let (Some(tx), Some(rx)) = (crypto_info(version, tx_seq, tx), crypto_info(version, rx_seq, rx)) else {
         return Err(HandshakeFailure::KernelRefused);
     };
-    sendfile::install_kernel_tls(stream, &tx, &rx).map_err(|e| {
+    sys::install_kernel_tls(stream, &tx, &rx).map_err(|e| {
         tracing::warn!(error = %e, "the kernel refused a TLS session's keys; closing the connection");
         HandshakeFailure::KernelRefused
     })?;
@@ -296,7 +297,7 @@ impl KernelTls {
                 return Poll::Ready(Ok(0));
             }
             ready!(stream.poll_read_ready(cx))?;
-            match stream.try_io(Interest::READABLE, || sendfile::recv_kernel_tls(stream, dst)) {
+            match stream.try_io(Interest::READABLE, || sys::recv_kernel_tls(stream, dst)) {
                 Ok(KernelTlsRead::Data(n)) => return Poll::Ready(Ok(n)),
                 Ok(KernelTlsRead::Control { record_type, len }) => {
                     if let Err(e) = self.control(stream, record_type, &dst[..len]) {
@@ -357,7 +358,7 @@ impl KernelTls {
         let (seq, secrets) = self.session.update_rx_secret().map_err(|e| refused(e.to_string()))?;
         let rx =
             crypto_info(self.version, seq, secrets).ok_or_else(|| refused("no kernel form for the keys".into()))?;
-        sendfile::rekey_kernel_tls_rx(stream, &rx)
+        sys::rekey_kernel_tls_rx(stream, &rx)
             .map_err(|e| refused(format!("the kernel cannot take new receive keys: {e}")))?;
         if update_requested {
             return Err(refused("the client asked for new transmit keys".into()));
@@ -367,7 +368,7 @@ impl KernelTls {
 
     /// Sends close_notify if the socket takes it now.
     pub fn close(&mut self, stream: &TcpStream) {
-        let _ = sendfile::send_kernel_tls_record(stream, ALERT, &[1, CLOSE_NOTIFY]);
+        let _ = sys::send_kernel_tls_record(stream, ALERT, &[1, CLOSE_NOTIFY]);
     }
 }
 

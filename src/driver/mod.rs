@@ -9,7 +9,8 @@
 //! - `head.rs`: pure request-head parsing and response-head writing.
 //! - `body.rs`: pure request-body framing (Content-Length, chunked) for the admin listener.
 //! - `budget.rs`: the admin listener's budget of request-body bytes in memory (`limits.upload_buffer_bytes`).
-//! - `sendfile.rs`: the only code that touches raw fds: `send(MSG_MORE)` for heads, `sendfile` for bodies.
+//! - `send.rs`: the send loop of plain HTTP and kernel TLS: heads by `send(MSG_MORE)`, bodies by `sendfile`.
+//! - `sys.rs`: the driver's raw syscalls, its only code that touches raw fds.
 //! - `tls.rs`: HTTPS: the certificate pair, the handshake, and user-space TLS (the one path that copies bodies).
 //! - `ktls.rs`: kernel TLS: the handshake whose session goes to the kernel, control records, key updates.
 
@@ -20,7 +21,8 @@ mod conn;
 pub mod head;
 mod idle;
 mod ktls;
-pub mod sendfile;
+pub mod send;
+mod sys;
 pub mod tls;
 
 use std::cell::Cell;
@@ -48,7 +50,7 @@ use crate::metrics::downloads::DownloadRecorder;
 use admission::Admission;
 use head::HeadLimits;
 pub use head::RequestHead;
-use sendfile::{SendObserver, SendOptions};
+use send::{SendObserver, SendOptions};
 
 /// Concurrent pool sends (cold or bulk chunks) across all workers: enough to keep a disk busy, few enough that
 /// cold downloads cannot take every blocking thread.
@@ -348,7 +350,7 @@ pub fn spawn_workers<S: RequestService>(
                 if std::thread::current().name().is_some_and(|n| n.starts_with("data-")) {
                     return;
                 }
-                sendfile::lower_this_thread_priority();
+                sys::lower_this_thread_priority();
             })
             .build()?;
         let (ctx, admission, shutdown) = (ctx.clone(), admission.clone(), shutdown.clone());

@@ -6,7 +6,7 @@
 //! reused), rustls encrypts each piece into its own buffer, and the records leave with one `writev` per piece.
 //! A piece that is not in the page cache is read on the blocking pool, as a cold sendfile chunk is, so a disk
 //! wait never stalls the event loop. Everything here goes through tokio's safe socket calls (`try_read`,
-//! `try_write_vectored`); readiness follows the same rule as `sendfile.rs` (cleared only by a call that saw EAGAIN).
+//! `try_write_vectored`); readiness follows the same rule as `send.rs` (cleared only by a call that saw EAGAIN).
 
 use std::fs::File;
 use std::io::{self, Read as _, Write as _};
@@ -23,7 +23,8 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpStream;
 
 use super::ktls::{self, KernelTls};
-use super::sendfile::{self, SendObserver, SendOptions, SendOutcome, SendReport};
+use super::send::{self, RegionCursor, SendObserver, SendOptions, SendOutcome, SendReport};
+use super::sys;
 use crate::config::{KtlsMode, TlsSettings};
 use crate::file_body::{FileBody, Segment};
 
@@ -129,7 +130,7 @@ impl TlsServer {
         let Some((cert, key)) = settings.pair()? else { return Ok(None) };
         let probed = match settings.ktls {
             KtlsMode::Off => Ok(Vec::new()),
-            _ => sendfile::kernel_tls_ciphers(
+            _ => sys::kernel_tls_ciphers(
                 ktls::KERNEL_CIPHERS.into_iter().filter_map(|cipher| Some((cipher, ktls::zero_key_info(cipher)?))),
             )
             .and_then(|ciphers| match ciphers.is_empty() {
@@ -489,29 +490,21 @@ impl UserTls {
             match segment {
                 Segment::Literal(bytes) => self.conn.writer().write_all(bytes).map_err(SendOutcome::Aborted)?,
                 Segment::Region { offset, len } => {
-                    let (mut position, end) = (*offset, offset + len);
-                    while position < end {
-                        let mut want = (end - position).min(BODY_CHUNK as u64) as usize;
-                        if let Some(fill) = &body.fill {
-                            // A cache file filling from the object store: only what has arrived goes out.
-                            match fill.ready(position, end - position) {
-                                0 => {
-                                    fill.wait(position).await.map_err(SendOutcome::Aborted)?;
-                                    continue;
-                                }
-                                ready => want = want.min(ready as usize),
-                            }
-                        }
-                        let got = self.read_chunk(&body.file, position, want, options, observer).await?;
+                    let mut region = RegionCursor::new(body, *offset, *len);
+                    loop {
+                        // Not `while let`: its scrutinee's temporary would take room in this future for the whole
+                        // loop body.
+                        let Some(want) = region.next_chunk(BODY_CHUNK).await? else { break };
+                        let got = self.read_chunk(&body.file, region.position(), want, options, observer).await?;
                         if got < want {
-                            return Err(SendOutcome::Truncated { missing: end - position - got as u64 });
+                            return Err(SendOutcome::Truncated { missing: region.remaining() - got as u64 });
                         }
                         self.conn.writer().write_all(&self.body[..got]).map_err(SendOutcome::Aborted)?;
                         flush(&mut self.conn, stream, timeout).await?;
-                        position += got as u64;
+                        region.advance(got);
                         report.object_bytes += got as u64;
                         observer.sent(got as u64);
-                        if position < end {
+                        if region.remaining() > 0 {
                             tokio::task::yield_now().await;
                         }
                     }
@@ -534,7 +527,7 @@ impl UserTls {
         if self.body.len() < want {
             self.body.resize(BODY_CHUNK.max(want), 0);
         }
-        if !sendfile::chunk_is_cold(file, position, want as u64) {
+        if !send::chunk_is_cold(file, position, want as u64) {
             return read_full_at(file, &mut self.body[..want], position).map_err(SendOutcome::Aborted);
         }
         observer.cold_chunk();
@@ -578,7 +571,7 @@ async fn flush(conn: &mut ServerConnection, stream: &TcpStream, timeout: Duratio
     while conn.wants_write() {
         match conn.write_tls(&mut SocketIo(stream)) {
             Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => sendfile::wait_writable(stream, timeout).await?,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => send::wait_writable(stream, timeout).await?,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(SendOutcome::Aborted(e)),
         }

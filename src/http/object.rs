@@ -10,8 +10,10 @@
 //!    fallbacks, each for a caller who may read the key it names (a 302 from `dir` to `./dir/` when that
 //!    directory's index document exists, else the bucket's error document with 404), else 404.
 //! 4. Evaluate preconditions (RFC 9110 §13.2.2): 412 or 304, with no file IO.
-//! 5. Get the open blob and its `fstat` size (`catalog`): Content-Length comes from the fd that will be sent.
-//! 6. Evaluate Range (RFC 9110 §14) for GET: 200, 206 (single or multipart) or 416.
+//! 5. Get the blob and the size that bounds its regions (`catalog::ResponseBlob`): from the data dir, open, with the
+//!    `fstat` size of the fd that will be sent; from an object store's cache, the object row's size.
+//! 6. Evaluate Range (RFC 9110 §14) for GET: 200, 206 (single or multipart) or 416. Open the blob for the regions
+//!    (from an object store's cache: the first region's first slice fetched, the rest as the driver sends).
 //! 7. Answer a `driver::FileAnswer` (status, fields, `FileBody`; the S3 path makes it a `Response` with the
 //!    `FileBody` as an extension); the driver sends its regions with sendfile (an error document too: one whole
 //!    region, with 404).
@@ -35,11 +37,12 @@ use super::{DataState, NativeRead};
 use crate::access_log::Principal;
 use crate::auth::{AuthError, Credentials};
 use crate::catalog::representation::{ObjectEntry, REPR_DIGEST, disposition_value, private_cache_control};
+use crate::catalog::{BlobError, BlobFile};
 use crate::driver::{Answer, FileAnswer, RequestHead};
-use crate::file_body::{DownloadKind, FileBody, Segment};
+use crate::file_body::{DownloadKind, FileBody, Segment, Segments};
 use crate::header_values::fields::{self, Fields};
 use crate::names::{BucketName, Website, parse_data_path};
-use crate::store::Bucket;
+use crate::store::{Bucket, CacheError};
 
 /// The GET/HEAD pipeline with its refusals before authorisation (the outer `Err`: bad path, bad or missing
 /// credentials, no access, a stale replica) kept apart from whatever follows authorisation (the inner result),
@@ -157,18 +160,14 @@ fn redirect_response(bucket: &Bucket, location: &str) -> Result<Response, ApiErr
 /// represent the key asked for, so it is never a 304 or a 206, and its own Cache-Control (often a year) is not the
 /// answer's.
 async fn error_document_response(app: &DataState, bucket: &Bucket, entry: &ObjectEntry) -> Result<Answer, ApiError> {
-    let size = entry.record.size;
-    let (file, size, fill) = match app.catalog.blob_cache() {
-        None => {
-            let blob = open_blob(app, entry, &entry.record.sha256).await?;
-            (blob.file.clone(), blob.size, None)
-        }
-        Some(_) => open_cached(app, entry, &entry.record.sha256, size, &[(0, size)]).await?,
-    };
+    let sha256 = entry.record.sha256.as_str();
+    let blob = app.catalog.response_blob(sha256, entry.record.size).await.map_err(|e| blob_error(entry, sha256, e))?;
+    let segments: Segments = smallvec::smallvec![Segment::Region { offset: 0, len: blob.size }];
+    let BlobFile { file, size, fill } = blob.open_for(&segments).await.map_err(|e| blob_error(entry, sha256, e))?;
     let body = FileBody {
         file,
         file_size: size,
-        segments: smallvec::smallvec![Segment::Region { offset: 0, len: size }],
+        segments,
         kind: DownloadKind::ErrorDocument,
         object: entry.object_ref.clone(),
         encoding: "identity",
@@ -321,13 +320,11 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
     };
 
     let sha256 = variant.map_or(entry.record.sha256.as_str(), |v| v.sha256.as_str());
-    // From the data dir the blob is opened first (its fstat size bounds every region); from an object store's cache,
-    // the row's size decides the regions, and only the slices they need are fetched.
-    let local = match app.catalog.blob_cache() {
-        None => Some(open_blob(app, entry, sha256).await?),
-        Some(_) => None,
-    };
-    let size = local.as_ref().map_or_else(|| variant.map_or(entry.record.size, |v| v.size), |blob| blob.size);
+    // The blob's size bounds every region: its fstat size from the data dir, its row's from an object store's cache
+    // (which then fetches only the slices the regions need).
+    let row_size = variant.map_or(entry.record.size, |v| v.size);
+    let blob = app.catalog.response_blob(sha256, row_size).await.map_err(|e| blob_error(entry, sha256, e))?;
+    let size = blob.size;
     // RFC 9110 §14.2: Range is defined for GET only; HEAD answers what a plain GET would (an S3 part's HEAD: what
     // the part's GET would).
     let ranged = method == Method::GET || part;
@@ -367,26 +364,13 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
             (StatusCode::PARTIAL_CONTENT, DownloadKind::Multipart, segments)
         }
     };
-    let (file, fill) = match local {
-        Some(blob) => (blob.file.clone(), None),
-        None => {
-            // A HEAD sends no body, so fetches nothing.
-            let regions: Vec<(u64, u64)> = if method == Method::HEAD {
-                Vec::new()
-            } else {
-                segments
-                    .iter()
-                    .filter_map(|s| match s {
-                        Segment::Region { offset, len } => Some((*offset, *len)),
-                        Segment::Literal(_) => None,
-                    })
-                    .collect()
-            };
-            // Boxed: a local blob's request holds no room for the object store's path in its future.
-            let (file, _, fill) = Box::pin(open_cached(app, entry, sha256, size, &regions)).await?;
-            (file, fill)
-        }
-    };
+    // A HEAD sends no body, so fetches nothing.
+    let sent = if method == Method::HEAD { &[][..] } else { &segments[..] };
+    // The blob's name again, not `sha256`: a local used after the await would take room in the future.
+    let BlobFile { file, size, fill } = blob
+        .open_for(sent)
+        .await
+        .map_err(|e| blob_error(entry, variant.map_or(&entry.record.sha256, |v| &v.sha256), e))?;
     let body = FileBody {
         file,
         file_size: size,
@@ -412,44 +396,17 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
     Ok(Answer::File(FileAnswer { status, headers, body, principal }))
 }
 
-/// The open blob `sha256` of `entry` (the object or one of its variants); a missing one is a server error.
-async fn open_blob(
-    app: &DataState,
-    entry: &ObjectEntry,
-    sha256: &str,
-) -> Result<Arc<crate::catalog::OpenBlob>, ApiError> {
-    app.catalog.open_blob(sha256).await.map_err(|e| {
-        crate::metrics::blob_open_error();
-        let record = &entry.record;
-        let object =
-            format!("blob missing or unreadable: bucket_id={} key={} sha256={sha256}", record.bucket_id, record.key);
-        ApiError::BlobUnavailable(anyhow::Error::new(e).context(object))
-    })
-}
-
-/// The blob `sha256` of `entry` from the object store's cache, open for sending `regions`: its file, size, and the
-/// gate the driver sends through while slices arrive (`None` when every region was cached already).
-async fn open_cached(
-    app: &DataState,
-    entry: &ObjectEntry,
-    sha256: &str,
-    size: u64,
-    regions: &[(u64, u64)],
-) -> Result<(Arc<std::fs::File>, u64, Option<Arc<dyn crate::file_body::FillGate>>), ApiError> {
-    match app.catalog.open_cached(sha256, size, regions).await {
-        Ok(Some(blob)) => {
-            let fill = (!blob.hit).then(|| blob.gate.clone() as Arc<dyn crate::file_body::FillGate>);
-            Ok((blob.file, blob.size, fill))
-        }
-        Ok(None) => Err(ApiError::Internal(anyhow::anyhow!("no blob cache"))),
-        Err(crate::store::CacheError::Remote(e)) => Err(e.into()),
-        Err(crate::store::CacheError::Local(e)) => {
-            crate::metrics::blob_open_error();
-            let record = &entry.record;
-            let object = format!("blob cache: bucket_id={} key={} sha256={sha256}", record.bucket_id, record.key);
-            Err(ApiError::BlobUnavailable(anyhow::Error::new(e).context(object)))
-        }
+/// Why the blob `sha256` of `entry` (the object or one of its variants) cannot be sent: a missing or unreadable file
+/// is a server error (counted); the object store's own errors answer as they map (503 while it cannot give it).
+fn blob_error(entry: &ObjectEntry, sha256: &str, e: BlobError) -> ApiError {
+    if let BlobError::Cache(CacheError::Remote(e)) = e {
+        return e.into();
     }
+    crate::metrics::blob_open_error();
+    let record = &entry.record;
+    let object =
+        format!("blob missing or unreadable: bucket_id={} key={} sha256={sha256}", record.bucket_id, record.key);
+    ApiError::BlobUnavailable(anyhow::Error::new(e).context(object))
 }
 
 /// Attaches the access log's principal (when the log is on) to an answer.

@@ -124,7 +124,6 @@ pub(super) const TOKENS: CredentialTable = CredentialTable {
 };
 
 /// A credential's row, its secret as stored.
-#[derive(sqlx::FromRow)]
 pub(super) struct CredentialRow {
     pub(super) id: String,
     pub(super) secret: Vec<u8>,
@@ -132,9 +131,9 @@ pub(super) struct CredentialRow {
     expires_at: Option<i64>,
     revoked_at: Option<i64>,
 }
+from_row!(CredentialRow { id, secret, created_at, expires_at, revoked_at });
 
 /// A grant row as stored, with its bucket's name: the scope still text.
-#[derive(sqlx::FromRow)]
 struct GrantRow {
     owner: String,
     bucket_id: Option<i64>,
@@ -142,6 +141,7 @@ struct GrantRow {
     prefix: String,
     scope: String,
 }
+from_row!(GrantRow { owner, bucket_id, bucket_name, prefix, scope });
 
 impl GrantRow {
     /// The grant, its scope parsed; `what` names the credential in the error (`token 0123…`).
@@ -269,19 +269,19 @@ impl Metadata {
 }
 
 /// A signing key as stored: its secret sealed (or, from before sealing, in the clear).
-#[derive(sqlx::FromRow)]
 struct SigningKeyRow {
     id: String,
     secret: Vec<u8>,
     created_at: i64,
     retired_at: Option<i64>,
 }
+from_row!(SigningKeyRow { id, secret, created_at, retired_at });
 
-#[derive(sqlx::FromRow)]
 struct StoredSecret {
     id: String,
     secret: Vec<u8>,
 }
+from_row!(StoredSecret { id, secret });
 
 fn token_record((row, rights): (CredentialRow, Rights)) -> TokenRecord {
     TokenRecord { id: row.id, secret_hash: row.secret, rights }

@@ -80,13 +80,13 @@ pub struct CacheChange {
     pub name: String,
 }
 
-#[derive(sqlx::FromRow)]
 pub(super) struct ChangeRow {
     pub(super) seq: i64,
     kind: String,
     bucket_id: Option<i64>,
     name: String,
 }
+from_row!(ChangeRow { seq, kind, bucket_id, name });
 
 impl From<ChangeRow> for CacheChange {
     fn from(r: ChangeRow) -> Self {

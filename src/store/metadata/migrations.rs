@@ -7,18 +7,84 @@
 //! latest, one of its own with another checksum, one of its own skipped under a later one, one that failed
 //! part-way) means another line of releases or a broken migration, and is refused in one line ([`SchemaError`]).
 
+use std::borrow::Cow;
 use std::fmt;
+use std::sync::LazyLock;
 
-use sqlx::migrate::{Migrate, Migrator};
+use sqlx::migrate::{Migrate, Migration, MigrationType, Migrator};
 use sqlx::{ConnectOptions, Connection};
 
 use super::{Backend, Metadata, MetadataError};
 use crate::config::DatabaseUrl;
 
 /// The embedded migrations: applied by `open`, compared by `open_read_only`.
-pub(super) static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+pub(super) static MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| embedded(&SQLITE_FILES));
 /// PostgreSQL's own migrations (its schema is written in its own dialect), tracked in that database.
-pub(super) static PG_MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
+pub(super) static PG_MIGRATOR: LazyLock<Migrator> = LazyLock::new(|| embedded(&POSTGRES_FILES));
+
+/// `[(file name, text)]` of the named files of a directory of migrations, embedded in the binary.
+macro_rules! migration_files {
+    ($dir:literal: $($file:literal),* $(,)?) => {
+        [$(($file, include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/", $dir, "/", $file)))),*]
+    };
+}
+
+/// Every file of `migrations/`, listed by hand where `sqlx::migrate!` would read the directory: that macro needs
+/// sqlx's `macros` feature (see `from_row!`). `every_migration_file_is_embedded_as_sqlx_reads_it` checks the lists
+/// against the directories.
+const SQLITE_FILES: [(&str, &str); 19] = migration_files!("migrations":
+    "0001_buckets_objects.sql",
+    "0002_auth.sql",
+    "0003_download_stats.sql",
+    "0004_cache_changes.sql",
+    "0005_stats_without_sort_indexes.sql",
+    "0006_bucket_defaults.sql",
+    "0007_sealed_signing_secrets.sql",
+    "0008_bucket_cors.sql",
+    "0009_variants.sql",
+    "0010_s3_keys.sql",
+    "0011_multipart.sql",
+    "0012_stats_flush_marks.sql",
+    "0013_multipart_complete_claim.sql",
+    "0014_user_metadata.sql",
+    "0015_object_tags.sql",
+    "0016_upload_creators.sql",
+    "0017_bucket_website.sql",
+    "0018_grants.sql",
+    "0019_part_sizes.sql",
+);
+
+/// Every file of `migrations/postgres/`, as [`SQLITE_FILES`].
+const POSTGRES_FILES: [(&str, &str); 11] = migration_files!("migrations/postgres":
+    "0001_schema.sql",
+    "0010_s3_keys.sql",
+    "0011_multipart.sql",
+    "0012_stats_flush_marks.sql",
+    "0013_multipart_complete_claim.sql",
+    "0014_user_metadata.sql",
+    "0015_object_tags.sql",
+    "0016_upload_creators.sql",
+    "0017_bucket_website.sql",
+    "0018_grants.sql",
+    "0019_part_sizes.sql",
+);
+
+/// A migrator of `files` made as `sqlx::migrate!` makes one (`sqlx::migrate::resolve_blocking`): version and
+/// description from the file name (`0009_variants.sql`: 9, "variants"), the SHA-384 of the text as the checksum
+/// `_sqlx_migrations` records, and no transaction for a file that starts `-- no-transaction`.
+fn embedded(files: &[(&'static str, &'static str)]) -> Migrator {
+    let migrations = files
+        .iter()
+        .map(|&(file, sql)| {
+            let (version, name) = file.split_once('_').expect("a migration file is named VERSION_DESCRIPTION.sql");
+            let version = version.parse().expect("a migration file's name starts with its version");
+            let kind = MigrationType::from_filename(name);
+            let description = name.trim_end_matches(kind.suffix()).replace('_', " ");
+            Migration::new(version, description.into(), kind, sql.into(), sql.starts_with("-- no-transaction"))
+        })
+        .collect();
+    Migrator { migrations: Cow::Owned(migrations), ..Migrator::DEFAULT }
+}
 
 /// What a read-only command says of a database without a schema: the commands that create one.
 pub const CREATES_IT: &str = "`blobgate db migrate`, `blobgate serve` or `blobgate bucket create` creates it";
@@ -97,7 +163,7 @@ pub(super) struct Known<'a> {
 }
 
 /// A row of `_sqlx_migrations`.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub(super) struct AppliedRow {
     pub version: i64,
     pub description: String,
@@ -105,6 +171,7 @@ pub(super) struct AppliedRow {
     pub checksum: Vec<u8>,
     pub applied_at: Option<i64>,
 }
+from_row!(AppliedRow { version, description, success, checksum, applied_at });
 
 /// Migrations named in a message: "migration 15 (object tags)", or "migrations 2 (a), 3 (b)".
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -554,6 +621,20 @@ mod tests {
         for err in [refusal(&gap), refusal(&changed), refusal(&skipped), refusal(&failed)] {
             let line = err.unwrap().to_string();
             assert!(!line.contains('\n') && line.ends_with("(`blobgate db status` lists the migrations)"), "{line}");
+        }
+    }
+
+    #[test]
+    fn every_migration_file_is_embedded_as_sqlx_reads_it() {
+        // `resolve_blocking` is what `sqlx::migrate!` runs at build time: the same migrations, checksums included,
+        // so a database migrated by a build with that macro compares equal.
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        for (dir, migrator) in [("migrations", &MIGRATOR), ("migrations/postgres", &PG_MIGRATOR)] {
+            let read = sqlx::migrate::resolve_blocking(&root.join(dir)).unwrap();
+            let shown = |m: &Migration| (m.version, m.description.to_string(), m.migration_type, m.no_tx);
+            let files: Vec<_> = read.iter().map(|(m, _)| (shown(m), &m.sql, &m.checksum)).collect();
+            let embedded: Vec<_> = migrator.iter().map(|m| (shown(m), &m.sql, &m.checksum)).collect();
+            assert_eq!(embedded, files, "{dir}: list every file in migration_files!, in order");
         }
     }
 

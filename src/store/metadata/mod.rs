@@ -47,6 +47,28 @@ macro_rules! with_tx {
     };
 }
 
+/// `from_row!(Row { a, b } flatten { inner: InnerRow })` implements `sqlx::FromRow` for `Row` on both backends'
+/// rows: each listed field read from the column of its name, each `flatten` field (optional) read by its own
+/// `FromRow` from the same row. What `#[derive(sqlx::FromRow)]` writes, by hand: that derive needs sqlx's `macros`
+/// feature, which builds a second copy of sqlx and its TLS and runtime stack for the compiler (ARCHITECTURE.md).
+macro_rules! from_row {
+    ($name:ident { $($field:ident),* $(,)? } $(flatten { $($inner:ident: $ty:ty),* $(,)? })?) => {
+        from_row!(@for ::sqlx::sqlite::SqliteRow; $name { $($field),* } $($($inner: $ty),*)?);
+        from_row!(@for ::sqlx::postgres::PgRow; $name { $($field),* } $($($inner: $ty),*)?);
+    };
+    (@for $row:ty; $name:ident { $($field:ident),* } $($inner:ident: $ty:ty),*) => {
+        impl<'r> ::sqlx::FromRow<'r, $row> for $name {
+            fn from_row(row: &'r $row) -> Result<Self, ::sqlx::Error> {
+                use ::sqlx::Row as _;
+                Ok(Self {
+                    $($field: row.try_get(stringify!($field))?,)*
+                    $($inner: <$ty as ::sqlx::FromRow<'r, $row>>::from_row(row)?,)*
+                })
+            }
+        }
+    };
+}
+
 /// `on_both_backends!(name)` runs the test function `async fn name(backend: TestBackend)` once per backend, as
 /// the tests `name::sqlite` and `name::postgres` (PostgreSQL: a fresh database on the test cluster). Also for the
 /// tests of `store` and `catalog`: `use crate::store::metadata::{TestBackend, on_both_backends}`.

@@ -60,7 +60,6 @@ const UPLOAD_COLUMNS: &str = "id, bucket_id, key, content_type, cache_control, c
                               tags, created_at, created_by";
 const PART_COLUMNS: &str = "part_number, size, staged_name, md5, sha256, created_at";
 
-#[derive(sqlx::FromRow)]
 struct UploadRow {
     id: String,
     bucket_id: i64,
@@ -73,6 +72,18 @@ struct UploadRow {
     created_at: i64,
     created_by: Option<String>,
 }
+from_row!(UploadRow {
+    id,
+    bucket_id,
+    key,
+    content_type,
+    cache_control,
+    content_disposition,
+    user_metadata,
+    tags,
+    created_at,
+    created_by
+});
 
 impl From<UploadRow> for UploadRecord {
     fn from(r: UploadRow) -> Self {
@@ -93,15 +104,13 @@ impl From<UploadRow> for UploadRecord {
     }
 }
 
-#[derive(sqlx::FromRow)]
 struct SummaryRow {
-    #[sqlx(flatten)]
     upload: UploadRow,
     parts: i64,
     bytes: i64,
 }
+from_row!(SummaryRow { parts, bytes } flatten { upload: UploadRow });
 
-#[derive(sqlx::FromRow)]
 struct PartRow {
     part_number: i64,
     size: i64,
@@ -110,6 +119,7 @@ struct PartRow {
     sha256: String,
     created_at: i64,
 }
+from_row!(PartRow { part_number, size, staged_name, md5, sha256, created_at });
 
 impl From<PartRow> for PartRecord {
     fn from(r: PartRow) -> Self {

@@ -94,7 +94,6 @@ const OBJECT_COLUMNS: &str = "o.bucket_id, o.key, o.sha256, o.size, o.content_ty
 const OBJECTS_WITH_S3_ETAG: &str = "objects o LEFT JOIN object_s3_etags e \
      ON e.bucket_id = o.bucket_id AND e.key = o.key AND e.sha256 = o.sha256";
 
-#[derive(sqlx::FromRow)]
 struct BucketRow {
     id: i64,
     name: String,
@@ -105,6 +104,7 @@ struct BucketRow {
     index_document: Option<String>,
     error_document: Option<String>,
 }
+from_row!(BucketRow { id, name, public, created_at, default_cache_control, cors, index_document, error_document });
 
 impl From<BucketRow> for Bucket {
     fn from(r: BucketRow) -> Self {
@@ -123,7 +123,6 @@ impl From<BucketRow> for Bucket {
     }
 }
 
-#[derive(sqlx::FromRow)]
 struct ObjectRow {
     bucket_id: i64,
     key: String,
@@ -139,6 +138,21 @@ struct ObjectRow {
     s3_etag: Option<String>,
     part_sizes: Option<String>,
 }
+from_row!(ObjectRow {
+    bucket_id,
+    key,
+    sha256,
+    size,
+    content_type,
+    cache_control,
+    content_disposition,
+    user_metadata,
+    tags,
+    created_at,
+    updated_at,
+    s3_etag,
+    part_sizes
+});
 
 impl From<ObjectRow> for ObjectRecord {
     fn from(r: ObjectRow) -> Self {
@@ -164,15 +178,14 @@ impl From<ObjectRow> for ObjectRecord {
 }
 
 /// An object row with its bucket's default Cache-Control.
-#[derive(sqlx::FromRow)]
 struct ObjectWithDefaultRow {
-    #[sqlx(flatten)]
     object: ObjectRow,
     default_cache_control: Option<String>,
 }
+from_row!(ObjectWithDefaultRow { default_cache_control } flatten { object: ObjectRow });
 
 /// What `upsert_object` compares to decide whether anything changes.
-#[derive(sqlx::FromRow, PartialEq, Eq)]
+#[derive(PartialEq, Eq)]
 struct StoredContent {
     sha256: String,
     size: i64,
@@ -182,6 +195,7 @@ struct StoredContent {
     user_metadata: Option<String>,
     tags: Option<String>,
 }
+from_row!(StoredContent { sha256, size, content_type, cache_control, content_disposition, user_metadata, tags });
 
 /// The `user_metadata` and `tags` columns: a JSON object of names to values, NULL for none (a `BTreeMap` writes
 /// its names in order, so equal maps are equal text).

@@ -52,7 +52,6 @@ impl std::fmt::Display for StatsOrder {
 const COUNTER_COLUMNS: &str =
     "requests, completed, aborted, truncated, bytes_sent, range_requests, not_modified, head_requests";
 
-#[derive(sqlx::FromRow)]
 struct ObjectStatsRow {
     bucket: String,
     key: String,
@@ -66,6 +65,19 @@ struct ObjectStatsRow {
     head_requests: i64,
     last_download_at: Option<i64>,
 }
+from_row!(ObjectStatsRow {
+    bucket,
+    key,
+    requests,
+    completed,
+    aborted,
+    truncated,
+    bytes_sent,
+    range_requests,
+    not_modified,
+    head_requests,
+    last_download_at
+});
 
 impl From<ObjectStatsRow> for ObjectStats {
     fn from(r: ObjectStatsRow) -> Self {

@@ -5,13 +5,14 @@
 use super::{Metadata, MetadataError, WriteTx};
 
 /// One stored variant: the object's content in `encoding`, as the blob `sha256` of `size` bytes.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VariantRecord {
     /// The `Content-Encoding` token: `br` or `gzip` (the table's CHECK allows no other).
     pub encoding: String,
     pub sha256: String,
     pub size: i64,
 }
+from_row!(VariantRecord { encoding, sha256, size });
 
 pub(super) const SELECT_VARIANTS: &str =
     "SELECT encoding, sha256, size FROM object_variants WHERE bucket_id = $1 AND key = $2 ORDER BY encoding";
