@@ -8,6 +8,9 @@ mod objects;
 mod stats;
 mod uploads;
 
+/// Token creation and signing as of a given time: the commands pass their clock, tests a fixture's.
+pub use auth::{PresignRequest, create_token, presigned_url};
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 

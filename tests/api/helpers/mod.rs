@@ -970,3 +970,68 @@ fn rand_suffix() -> u32 {
     h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
     h.finish() as u32
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Time set in fixtures, and events read from the kernel: what lets a test wait for an event instead of a clock.
+// ---------------------------------------------------------------------------------------------------------------
+
+impl TestEnv {
+    /// Runs `op` on this env's store, opened as a CLI command opens it (and closed after), on a runtime of its
+    /// own: for fixtures the CLI cannot make, such as one dated in the past.
+    pub fn with_store<T>(&self, op: impl AsyncFnOnce(&blobgate::store::Store) -> anyhow::Result<T>) -> T {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        let settings = self.library_settings();
+        let database = settings.database_url().expect("the env's database URL");
+        runtime.block_on(async {
+            let store = blobgate::store::Store::open(&settings.data_dir, &database, settings.timeouts.database())
+                .await
+                .expect("open the env's store");
+            let result = op(&store).await;
+            store.meta.close().await;
+            result.expect("a fixture through the library")
+        })
+    }
+
+    /// The settings a CLI command of this env runs with (no config file).
+    fn library_settings(&self) -> blobgate::config::Settings {
+        let mut settings = blobgate::config::Settings { data_dir: self.data_dir(), ..Default::default() };
+        settings.database.url = self.database_url.clone();
+        settings
+    }
+
+    /// `blobgate token create --bucket BUCKET --scope SCOPE --expires-in EXPIRES_IN` as if run `ago` before now:
+    /// with `expires_in` under `ago`, a token that has already expired.
+    pub fn token_made_ago(&self, bucket: &str, scope: &str, ago: Duration, expires_in: Duration) -> String {
+        let grant = blobgate::cli::GrantArgs {
+            bucket: Some(bucket.to_owned()),
+            prefix: None,
+            scope: Some(scope.to_owned()),
+            grants: Vec::new(),
+            expires_in: Some(expires_in.as_secs()),
+        };
+        let now = blobgate::store::unix_now() - ago.as_secs() as i64;
+        self.with_store(async |store| blobgate::cli::create_token(store, grant, now).await)
+    }
+
+    /// `blobgate presign BUCKET KEY --expires-in EXPIRES_IN --base-url BASE_URL` as if run `ago` before now: with
+    /// `expires_in` under `ago`, a signed URL that has already expired.
+    pub fn presigned_ago(
+        &self,
+        bucket: &str,
+        key: &str,
+        base_url: &str,
+        ago: Duration,
+        expires_in: Duration,
+    ) -> String {
+        let request = blobgate::cli::PresignRequest {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            expires_in: expires_in.as_secs(),
+            base_url: base_url.to_owned(),
+            response_content_disposition: None,
+        };
+        let now = blobgate::store::unix_now() - ago.as_secs() as i64;
+        let settings = self.library_settings();
+        self.with_store(async |store| blobgate::cli::presigned_url(store, &settings, request, now).await)
+    }
+}
