@@ -1034,4 +1034,35 @@ impl TestEnv {
         let settings = self.library_settings();
         self.with_store(async |store| blobgate::cli::presigned_url(store, &settings, request, now).await)
     }
+
+    /// Stores `bytes` as `bucket/key` with `attrs`, last modified at `modified` (unix seconds), as a put made then
+    /// would have: a Last-Modified in the past without waiting for the clock to pass it. Returns the SHA-256.
+    pub fn put_modified_at(
+        &self,
+        bucket: &str,
+        key: &str,
+        bytes: &[u8],
+        attrs: blobgate::names::ObjectAttrs,
+        modified: i64,
+    ) -> String {
+        use blobgate::names::{BucketName, ObjectKey};
+        self.with_store(async |store| {
+            let (bucket, key) = (BucketName::parse(bucket)?, ObjectKey::parse(key)?);
+            let mut writer = store.blobs.writer()?;
+            writer.write(bytes)?;
+            let staged = writer.finish()?;
+            let mut tx = store.meta.lock_blob_refs().await?;
+            let found = tx.bucket(&bucket).await?.ok_or_else(|| anyhow::anyhow!("no bucket {bucket}"))?;
+            store.blobs.install(&staged)?;
+            tx.upsert_object(found.id, &key, &staged.sha256, staged.size, &attrs, modified).await?;
+            tx.commit().await?;
+            Ok(staged.sha256.clone())
+        })
+    }
+
+    /// The newest entry of the change log the caches follow (every committed change to an object, bucket or
+    /// credential adds one): what a test compares to show that a command changed nothing.
+    pub fn last_change(&self) -> i64 {
+        self.with_store(async |store| Ok(store.meta.feed().last_change().await?))
+    }
 }
