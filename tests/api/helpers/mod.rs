@@ -1066,3 +1066,78 @@ impl TestEnv {
         self.with_store(async |store| Ok(store.meta.feed().last_change().await?))
     }
 }
+
+/// One IPv4 TCP socket as `/proc/net/tcp` shows it.
+#[derive(Debug, Clone, Copy)]
+pub struct TcpSocket {
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    /// The kernel's TCP state: 0x01 ESTABLISHED, 0x08 CLOSE_WAIT, 0x0A LISTEN, ...
+    pub state: u8,
+    /// Sent and not yet acknowledged (for a listening socket: 0).
+    pub tx_queue: u64,
+    /// Received and not yet read by the process (for a listening socket: connections not yet accepted).
+    pub rx_queue: u64,
+}
+
+pub const TCP_ESTABLISHED: u8 = 0x01;
+pub const TCP_LISTEN: u8 = 0x0A;
+
+/// Every IPv4 TCP socket of this network namespace.
+pub fn tcp_sockets() -> Vec<TcpSocket> {
+    let addr = |field: &str| -> SocketAddr {
+        let (ip, port) = field.split_once(':').unwrap();
+        let ip = std::net::Ipv4Addr::from(u32::from_str_radix(ip, 16).unwrap().to_be());
+        SocketAddr::from((ip, u16::from_str_radix(port, 16).unwrap()))
+    };
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (tx, rx) = fields.get(4)?.split_once(':')?;
+            Some(TcpSocket {
+                local: addr(fields[1]),
+                remote: addr(fields[2]),
+                state: u8::from_str_radix(fields[3], 16).ok()?,
+                tx_queue: u64::from_str_radix(tx, 16).ok()?,
+                rx_queue: u64::from_str_radix(rx, 16).ok()?,
+            })
+        })
+        .collect()
+}
+
+/// The socket with these two ends, if it exists.
+pub fn tcp_socket(local: SocketAddr, remote: SocketAddr) -> Option<TcpSocket> {
+    tcp_sockets().into_iter().find(|s| s.local == local && s.remote == remote)
+}
+
+impl Conn {
+    /// Waits (30 s bound a hang) until the server has read everything sent on this connection: nothing of it is
+    /// unacknowledged at this end, and nothing unread at the server's.
+    pub fn wait_until_read_by_server(&self) {
+        let (local, remote) = (self.stream.local_addr().unwrap(), self.stream.peer_addr().unwrap());
+        let read = wait_for(Duration::from_secs(30), || {
+            tcp_socket(local, remote).is_some_and(|mine| mine.tx_queue == 0)
+                && tcp_socket(remote, local).is_none_or(|theirs| theirs.rx_queue == 0)
+        });
+        assert!(read, "the server did not read what was sent: {:?}", tcp_socket(remote, local));
+    }
+
+    /// Waits (30 s bound a hang) until the server has ended its side of the connection (its FIN or its reset has
+    /// arrived), without reading anything.
+    pub fn wait_until_ended_by_server(&self) {
+        let (local, remote) = (self.stream.local_addr().unwrap(), self.stream.peer_addr().unwrap());
+        let ended = wait_for(Duration::from_secs(30), || {
+            tcp_socket(local, remote).is_none_or(|mine| mine.state != TCP_ESTABLISHED)
+        });
+        assert!(ended, "the server never ended the connection");
+    }
+}
+
+/// Connections to `addr` the kernel has completed and the server has not accepted yet (summed over every
+/// listening socket on it, as with SO_REUSEPORT).
+pub fn accept_backlog(addr: SocketAddr) -> u64 {
+    tcp_sockets().iter().filter(|s| s.state == TCP_LISTEN && s.local == addr).map(|s| s.rx_queue).sum()
+}
