@@ -21,8 +21,8 @@ pub struct TestApp {
     pub data: SocketAddr,
     pub admin: SocketAddr,
     /// A second handle on the data dir, as the CLI would hold: what it writes reaches the gateway's caches
-    /// through the change feed.
-    store: Store,
+    /// through the change feed. (`None` once dropped, before the application stops.)
+    store: Option<Store>,
     runtime: tokio::runtime::Runtime,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     served: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
@@ -50,25 +50,30 @@ pub fn spawn_app() -> TestApp {
     let store = runtime
         .block_on(Store::open(&settings.data_dir, &settings.database_url().expect("database url"), busy))
         .expect("open the store");
-    let app = TestApp { data, admin, store, runtime, stop: Some(stop), served: Some(served), _dir: dir };
+    let app = TestApp { data, admin, store: Some(store), runtime, stop: Some(stop), served: Some(served), _dir: dir };
     let ready = crate::helpers::wait_for(Duration::from_secs(30), || app.admin("GET", "/healthz").status == 200);
     assert!(ready, "the in-process application did not become ready");
     app
 }
 
 impl TestApp {
+    fn store(&self) -> &Store {
+        self.store.as_ref().expect("the store handle is open until the app is dropped")
+    }
+
     pub fn bucket(&self, name: &str, public: bool) {
         let name = BucketName::parse(name).expect("bucket name");
-        self.runtime.block_on(self.store.meta.create_bucket(&name, public, unix_now())).expect("create bucket");
+        self.runtime.block_on(self.store().meta.create_bucket(&name, public, unix_now())).expect("create bucket");
     }
 
     /// Stores `bytes` as `bucket/key`; returns the blob's SHA-256.
     pub fn put(&self, bucket: &str, key: &str, bytes: &[u8]) -> String {
         let (bucket, key) = (BucketName::parse(bucket).expect("bucket name"), ObjectKey::parse(key).expect("key"));
-        let mut writer = self.store.blobs.writer().expect("stage a blob");
+        let mut writer = self.store().blobs.writer().expect("stage a blob");
         writer.write(bytes).expect("write the staged blob");
         let staged = writer.finish().expect("finish the staged blob");
-        let report = self.runtime.block_on(self.store.put(&bucket, &key, staged, ObjectAttrs::default())).expect("put");
+        let report =
+            self.runtime.block_on(self.store().put(&bucket, &key, staged, ObjectAttrs::default())).expect("put");
         report.sha256
     }
 
@@ -83,6 +88,10 @@ impl TestApp {
 
 impl Drop for TestApp {
     fn drop(&mut self) {
+        // This handle goes first, without `close`: that waits for SQLite's WAL to go, which cannot while the
+        // application holds the database (a second, every time). Its connections close in the background, and the
+        // application's own close, the last, removes the WAL.
+        drop(self.store.take());
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
