@@ -977,7 +977,8 @@ fn rand_suffix() -> u32 {
 
 impl TestEnv {
     /// Runs `op` on this env's store, opened as a CLI command opens it (and closed after), on a runtime of its
-    /// own: for fixtures the CLI cannot make, such as one dated in the past.
+    /// own: for fixtures the CLI cannot make, such as one dated in the past. On SQLite, the close waits up to a
+    /// second for the WAL to go while a server holds the database (as the CLI's does).
     pub fn with_store<T>(&self, op: impl AsyncFnOnce(&blobgate::store::Store) -> anyhow::Result<T>) -> T {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
         let settings = self.library_settings();
@@ -1063,7 +1064,19 @@ impl TestEnv {
     /// The newest entry of the change log the caches follow (every committed change to an object, bucket or
     /// credential adds one): what a test compares to show that a command changed nothing.
     pub fn last_change(&self) -> i64 {
-        self.with_store(async |store| Ok(store.meta.feed().last_change().await?))
+        // Read-only, as `blobgate ls` opens it: closing a writable handle waits up to a second for SQLite's WAL to
+        // go, which it cannot while a server holds the database.
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        let settings = self.library_settings();
+        let database = settings.database_url().expect("the env's database URL");
+        runtime.block_on(async {
+            let meta = blobgate::store::Metadata::open_read_only(&database, settings.timeouts.database())
+                .await
+                .expect("open the env's database read-only");
+            let last = meta.feed().last_change().await.expect("the change log's head");
+            meta.close().await;
+            last
+        })
     }
 }
 
