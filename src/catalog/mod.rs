@@ -39,7 +39,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::future::Either;
 use quick_cache::Equivalent;
@@ -252,9 +252,10 @@ pub struct Catalog {
     /// With an object store: its cache, which keeps its own open files (`open_blobs` stays empty).
     blob_cache: Option<BlobCache>,
     /// See "Bounded staleness": the windows, the clock's origin, when the last successful sync started
-    /// (milliseconds since `origin`), and the watchdog's verdict (a [`Freshness`]).
+    /// (milliseconds since `origin`), and the watchdog's verdict (a [`Freshness`]). Tokio's clock, the one the
+    /// watchdog's interval runs on, so a test with time paused moves both (read off the request path only).
     bounds: StalenessBounds,
-    origin: Instant,
+    origin: tokio::time::Instant,
     synced_at_ms: AtomicU64,
     freshness: AtomicU8,
 }
@@ -267,7 +268,7 @@ impl Catalog {
         let applied = feed.last_change().await?;
         Ok(Self {
             bounds: StalenessBounds::default(),
-            origin: Instant::now(),
+            origin: tokio::time::Instant::now(),
             // Reading the feed's end above was a sync of empty caches.
             synced_at_ms: AtomicU64::new(0),
             freshness: AtomicU8::new(Freshness::Fresh as u8),
@@ -1019,15 +1020,24 @@ mod tests {
     on_both_backends!(a_look_from_the_feed_syncs_in_the_background);
     async fn a_look_from_the_feed_syncs_in_the_background(backend: TestBackend) {
         let (_dir, store, catalog) = setup_on(backend).await;
+        let mut catalog = catalog;
+        // A second on the staleness clock, so that every sync from here on notes a start later than any before.
+        catalog.origin -= Duration::from_secs(1);
         let catalog = Arc::new(catalog);
         assert!(catalog.bucket("new-bucket").await.unwrap().is_none());
+        let synced_before = catalog.synced_at_ms.load(Ordering::Acquire);
         let follower = tokio::spawn({
             let catalog = catalog.clone();
             // No tick after the first: only the look can make the sync this test waits for.
             async move { catalog.keep_synced_every(Duration::from_secs(3600)).await }
         });
-        // The round the follower starts with is the immediate tick; wait until it is done.
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        // The round the follower starts with is the immediate tick; wait until its sync is done (it notes when it
+        // started). The deadline bounds a hang only.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while catalog.synced_at_ms.load(Ordering::Acquire) == synced_before {
+            assert!(std::time::Instant::now() < deadline, "the follower's first sync never finished");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         store.meta.create_bucket(&BucketName::parse("new-bucket").unwrap(), true, 0).await.unwrap();
         // As for another replica's commit: this process's counter did not move.
         catalog.synced.store(store.meta.feed().current(), Ordering::Release);
@@ -1078,6 +1088,34 @@ mod tests {
         for v in 0..=3 {
             assert_eq!(Freshness::from_u8(v) as u8, v.min(2));
         }
+    }
+
+    /// The watchdog's bound, on tokio's paused clock: a verdict never comes before its window has passed, and
+    /// always by one check after it (what a cut-off replica's log shows as the age when it turned).
+    #[tokio::test]
+    async fn the_watchdog_turns_within_one_check_after_each_window() {
+        let (_dir, _store, catalog) = setup().await;
+        let (credentials, public) = (Duration::from_secs(3), Duration::from_secs(8));
+        let catalog = Arc::new(catalog.with_staleness_bounds(StalenessBounds { credentials, public }));
+        // Only the watchdog runs from here on (no sync, no IO), so paused time moves only when this test sleeps.
+        tokio::time::pause();
+        let synced = tokio::time::Instant::now();
+        catalog.synced_at_ms.store(catalog.elapsed_ms(), Ordering::Release);
+        let watchdog = tokio::spawn({
+            let catalog = catalog.clone();
+            async move { catalog.watch_staleness().await }
+        });
+        let just = Duration::from_millis(1);
+        for (at, want) in [
+            (credentials, Freshness::Fresh),
+            (credentials + STALENESS_CHECK + just, Freshness::PublicOnly),
+            (public, Freshness::PublicOnly),
+            (public + STALENESS_CHECK + just, Freshness::Expired),
+        ] {
+            tokio::time::sleep_until(synced + at).await;
+            assert_eq!(catalog.freshness(), want, "{at:?} after the last sync");
+        }
+        watchdog.abort();
     }
 
     on_both_backends!(stale_caches_refuse_credentials_and_private_buckets_then_everything_until_a_sync);

@@ -41,8 +41,8 @@ fn check_prefix(prefix: &str) -> anyhow::Result<()> {
 }
 
 /// The store's rights for `token create` and `s3-key create`: the one-grant form (`--bucket`, `--prefix`,
-/// `--scope`) first, then each `--grant`, every bucket found; the expiry computed.
-async fn rights(store: &Store, args: GrantArgs) -> anyhow::Result<Rights> {
+/// `--scope`) first, then each `--grant`, every bucket found; created at `now`, the expiry counted from it.
+async fn rights(store: &Store, args: GrantArgs, now: i64) -> anyhow::Result<Rights> {
     let GrantArgs { bucket, prefix, scope, grants, expires_in } = args;
     let mut specs = Vec::with_capacity(grants.len() + 1);
     match bucket {
@@ -72,7 +72,6 @@ async fn rights(store: &Store, args: GrantArgs) -> anyhow::Result<Rights> {
         };
         granted.push(Grant { bucket, prefix, scope });
     }
-    let now = unix_now();
     let expires_at = match expires_in {
         Some(0) => bail!("--expires-in must be at least 1 second"),
         Some(secs) => Some(now.saturating_add(i64::try_from(secs).context("--expires-in is too large")?)),
@@ -114,10 +113,8 @@ fn list_line(id: &str, rights: &Rights, now: i64) -> serde_json::Value {
 pub async fn s3_key(store: &Store, command: S3KeyCommand) -> anyhow::Result<()> {
     match command {
         S3KeyCommand::Create { grant: args } => {
-            let rights = rights(store, args).await?;
-            let new = crate::auth::access_key::generate();
-            store.meta.create_s3_key(&S3KeyRecord { id: new.id.clone(), secret: new.secret.clone(), rights }).await?;
-            println!("{} {}", new.id, new.secret);
+            let (id, secret) = create_s3_key(store, args, unix_now()).await?;
+            println!("{id} {secret}");
         }
         S3KeyCommand::Revoke { access_key_id } => {
             let id = access_key_id.trim();
@@ -136,17 +133,26 @@ pub async fn s3_key(store: &Store, command: S3KeyCommand) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// `s3-key create` as of `now`: the new key's id and secret.
+pub async fn create_s3_key(store: &Store, args: GrantArgs, now: i64) -> anyhow::Result<(String, String)> {
+    let rights = rights(store, args, now).await?;
+    let new = crate::auth::access_key::generate();
+    store.meta.create_s3_key(&S3KeyRecord { id: new.id.clone(), secret: new.secret.clone(), rights }).await?;
+    Ok((new.id, new.secret))
+}
+
+/// `token create` as of `now` (the CLI's clock; a test's fixture may name another, e.g. an hour ago for a token
+/// that has already expired): the new token.
+pub async fn create_token(store: &Store, args: GrantArgs, now: i64) -> anyhow::Result<String> {
+    let rights = rights(store, args, now).await?;
+    let new = token::generate();
+    store.meta.create_token(&TokenRecord { id: new.id.clone(), secret_hash: new.secret_hash.to_vec(), rights }).await?;
+    Ok(new.token)
+}
+
 pub async fn token(store: &Store, command: TokenCommand) -> anyhow::Result<()> {
     match command {
-        TokenCommand::Create { grant: args } => {
-            let rights = rights(store, args).await?;
-            let new = token::generate();
-            store
-                .meta
-                .create_token(&TokenRecord { id: new.id.clone(), secret_hash: new.secret_hash.to_vec(), rights })
-                .await?;
-            println!("{}", new.token);
-        }
+        TokenCommand::Create { grant: args } => println!("{}", create_token(store, args, unix_now()).await?),
         TokenCommand::Revoke { token: given } => {
             let id = token::id_of(given.trim()).context("not a token or token id")?;
             if !store.meta.revoke_token(id, unix_now()).await? {
@@ -173,6 +179,18 @@ pub struct PresignRequest {
 }
 
 pub async fn presign(store: &Store, settings: &Settings, request: PresignRequest) -> anyhow::Result<()> {
+    println!("{}", presigned_url(store, settings, request, unix_now()).await?);
+    Ok(())
+}
+
+/// The signed URL `presign` prints, signed as of `now` (its expiry counted from it): the CLI passes its clock, a
+/// test's fixture may pass an earlier time for a URL that has already expired.
+pub async fn presigned_url(
+    store: &Store,
+    settings: &Settings,
+    request: PresignRequest,
+    now: i64,
+) -> anyhow::Result<String> {
     let bucket = BucketName::parse(&request.bucket)?;
     let key = ObjectKey::parse(&request.key)?;
     let max = settings.auth.presign_max_lifetime.as_secs();
@@ -194,13 +212,12 @@ pub async fn presign(store: &Store, settings: &Settings, request: PresignRequest
         method: "GET",
         bucket: bucket.as_str(),
         key: key.as_str(),
-        expires: unix_now().saturating_add(request.expires_in as i64),
+        expires: now.saturating_add(request.expires_in as i64),
         key_id: &signing_key.id,
         response_disposition: request.response_content_disposition.as_deref(),
     };
     let signature = presign::sign(&signing_key.secret, &fields);
-    println!("{}", presign::build_url(&request.base_url, &fields, &signature));
-    Ok(())
+    Ok(presign::build_url(&request.base_url, &fields, &signature))
 }
 
 pub async fn signing(store: &Store, command: SigningCommand) -> anyhow::Result<()> {

@@ -8,6 +8,12 @@ mod objects;
 mod stats;
 mod uploads;
 
+/// What the commands that set data up do, callable without printing: token and key creation and signing as of a
+/// given time (the commands pass their clock, tests a fixture's), bucket creation and `put`. Test fixtures call
+/// these with arguments parsed by [`Cli`], so they mean what the command line means.
+pub use auth::{PresignRequest, create_s3_key, create_token, presigned_url};
+pub use objects::{create_bucket, put};
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -15,8 +21,8 @@ use anyhow::bail;
 use clap::{Parser, Subcommand};
 
 use crate::config::{DatabaseFlags, FlagOverrides, Settings, TlsFlags};
-use crate::names::{BucketName, IndexDocument, ObjectKey, Website, parse_attrs};
-use crate::store::{BucketDeletion, StatsOrder, Store, unix_now};
+use crate::names::{BucketName, IndexDocument, ObjectKey, Website};
+use crate::store::{BucketDeletion, StatsOrder, Store};
 
 #[derive(Debug, Parser)]
 #[command(name = "blobgate", version, about = "Object-storage download gateway that serves blobs with sendfile(2)")]
@@ -61,26 +67,7 @@ pub enum Command {
     #[command(subcommand)]
     Bucket(BucketCommand),
     /// Store a copy of FILE as BUCKET/KEY; prints one JSON line.
-    Put {
-        /// The bucket to store into (it must exist).
-        bucket: String,
-        /// The object's key: 1 to 1024 bytes of UTF-8, `/` allowed.
-        key: String,
-        /// The file to copy.
-        file: PathBuf,
-        /// Content-Type to serve [default: guessed from the key's extension]
-        #[arg(long, value_name = "TYPE")]
-        content_type: Option<String>,
-        /// Cache-Control to serve [default: the bucket's default, if it has one]
-        #[arg(long, value_name = "VALUE")]
-        cache_control: Option<String>,
-        /// Content-Disposition to serve; a bare `attachment` or `inline` gets the key's last segment as file name.
-        #[arg(long, value_name = "VALUE")]
-        content_disposition: Option<String>,
-        /// Also store br and gzip variants of a text-like type, each when it is smaller.
-        #[arg(long)]
-        precompress: bool,
-    },
+    Put(PutArgs),
     /// List a bucket's objects in key order, one line each: key, size, ETag, content type, updated (tab-separated).
     Ls {
         /// The bucket to list.
@@ -297,6 +284,29 @@ impl clap::ValueEnum for StatsOrder {
     }
 }
 
+/// What `put` stores: `cli::put` checks it and stages the file.
+#[derive(Debug, clap::Args)]
+pub struct PutArgs {
+    /// The bucket to store into (it must exist).
+    pub bucket: String,
+    /// The object's key: 1 to 1024 bytes of UTF-8, `/` allowed.
+    pub key: String,
+    /// The file to copy.
+    pub file: PathBuf,
+    /// Content-Type to serve [default: guessed from the key's extension]
+    #[arg(long, value_name = "TYPE")]
+    pub content_type: Option<String>,
+    /// Cache-Control to serve [default: the bucket's default, if it has one]
+    #[arg(long, value_name = "VALUE")]
+    pub cache_control: Option<String>,
+    /// Content-Disposition to serve; a bare `attachment` or `inline` gets the key's last segment as file name.
+    #[arg(long, value_name = "VALUE")]
+    pub content_disposition: Option<String>,
+    /// Also store br and gzip variants of a text-like type, each when it is smaller.
+    #[arg(long)]
+    pub precompress: bool,
+}
+
 /// What `token create` and `s3-key create` grant: `cli::auth` checks it and turns it into the store's `Rights`.
 #[derive(Debug, clap::Args)]
 pub struct GrantArgs {
@@ -494,8 +504,7 @@ async fn run_on_store(command: Command, settings: Settings) -> anyhow::Result<()
     let result = match command {
         Command::Serve { .. } => unreachable!("serve is run by main"),
         Command::Bucket(BucketCommand::Create { name, public }) => {
-            let name = BucketName::parse(&name)?;
-            let bucket = store.meta.create_bucket(&name, public, unix_now()).await?;
+            let bucket = objects::create_bucket(&store, &name, public).await?;
             println!("{}", serde_json::json!({ "bucket": bucket.name, "public": bucket.public }));
             Ok(())
         }
@@ -563,21 +572,8 @@ async fn run_on_store(command: Command, settings: Settings) -> anyhow::Result<()
             eprintln!("deleted {bucket}/{key}");
             Ok(())
         }
-        Command::Put { bucket, key, file, content_type, cache_control, content_disposition, precompress } => {
-            let bucket = BucketName::parse(&bucket)?;
-            let key = ObjectKey::parse(&key)?;
-            let attrs = parse_attrs(content_type, cache_control, content_disposition)?;
-            objects::require_regular_file(&file)?;
-            objects::require_bucket(&store, &bucket).await?;
-            objects::warn_if_shared_caching_in_private_bucket(&store, &bucket, attrs.cache_control.as_deref()).await?;
-            let blobs = store.blobs.clone();
-            let source = file.clone();
-            let staged = tokio::task::spawn_blocking(move || blobs.stage_file(&source, |_| {})).await??;
-            let content_type = crate::store::effective_content_type(attrs.content_type.as_deref(), key.as_str());
-            let variants =
-                objects::stage_variants(&store, &file, &staged, &content_type, precompress, Vec::new()).await?;
-            let report = store.put_with_variants(&bucket, &key, staged, attrs, variants).await?;
-            println!("{}", serde_json::to_string(&report)?);
+        Command::Put(args) => {
+            println!("{}", serde_json::to_string(&objects::put(&store, args).await?)?);
             Ok(())
         }
         Command::Import { bucket, dir, prefix, precompress } => {

@@ -9,8 +9,31 @@ use super::rfc3339;
 use crate::header_values::content_coding::ContentCoding;
 use crate::names::{BucketName, IndexDocument, ObjectKey, parse_attrs};
 use crate::store::{
-    BucketChanges, ObjectRecord, PutStatus, StagedBlob, StagedVariant, Store, effective_content_type, precompress,
+    Bucket, BucketChanges, ObjectRecord, PutReport, PutStatus, StagedBlob, StagedVariant, Store,
+    effective_content_type, precompress, unix_now,
 };
+
+/// `bucket create NAME [--public]`: the new bucket.
+pub async fn create_bucket(store: &Store, name: &str, public: bool) -> anyhow::Result<Bucket> {
+    Ok(store.meta.create_bucket(&BucketName::parse(name)?, public, unix_now()).await?)
+}
+
+/// `put`: stages the file (with its variants under `--precompress`) and stores it as the object; what it did.
+pub async fn put(store: &Store, args: super::PutArgs) -> anyhow::Result<PutReport> {
+    let super::PutArgs { bucket, key, file, content_type, cache_control, content_disposition, precompress } = args;
+    let bucket = BucketName::parse(&bucket)?;
+    let key = ObjectKey::parse(&key)?;
+    let attrs = parse_attrs(content_type, cache_control, content_disposition)?;
+    require_regular_file(&file)?;
+    require_bucket(store, &bucket).await?;
+    warn_if_shared_caching_in_private_bucket(store, &bucket, attrs.cache_control.as_deref()).await?;
+    let blobs = store.blobs.clone();
+    let source = file.clone();
+    let staged = tokio::task::spawn_blocking(move || blobs.stage_file(&source, |_| {})).await??;
+    let content_type = effective_content_type(attrs.content_type.as_deref(), key.as_str());
+    let variants = stage_variants(store, &file, &staged, &content_type, precompress, Vec::new()).await?;
+    Ok(store.put_with_variants(&bucket, &key, staged, attrs, variants).await?)
+}
 
 /// A bucket as `bucket list` and `bucket set` print it.
 pub(super) fn bucket_json(b: &crate::store::Bucket) -> serde_json::Value {

@@ -299,8 +299,29 @@ mod tests {
         rows
     }
 
+    /// The value of the unlabelled counter `name` in `metrics` (0 when absent).
+    fn counter_in(metrics: &metrics_exporter_prometheus::PrometheusHandle, name: &str) -> f64 {
+        let text = metrics.render();
+        let value = text.lines().find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')));
+        value.map_or(0.0, |v| v.trim().parse().unwrap())
+    }
+
+    /// Polls `done` (every 10 ms; the 30 s deadline bounds a hang only).
+    async fn until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !done() {
+            assert!(Instant::now() < deadline, "{what}: not within 30 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     #[tokio::test]
     async fn records_wait_while_writes_fail_within_the_bound_and_are_written_once_when_the_database_returns() {
+        // The batcher's counters, in a recorder of this test's own: a current-thread runtime polls the batcher on
+        // this thread, where the recorder is the default.
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let metrics = recorder.handle();
+        let _local = metrics::set_default_local_recorder(&recorder);
         let dir = tempfile::tempdir().unwrap();
         let url = DatabaseUrl::in_data_dir(dir.path());
         let timeouts = DatabaseTimeouts { busy: Duration::from_millis(50), acquire: Duration::from_millis(500) };
@@ -316,24 +337,23 @@ mod tests {
         let batcher = tokio::spawn(run_batcher(meta.clone(), rx, 4, stop.clone()));
         recorder.record(download(bucket.id, "a", 10));
         recorder.record(download(bucket.id, "b", 20));
-        tokio::time::sleep(Duration::from_millis(1300)).await;
+        // Their write failed (counted): the first two are in doubt now.
+        until("a failed write", || counter_in(&metrics, crate::metrics::STATS_FLUSH_ERRORS) >= 1.0).await;
         assert!(totals(&meta).await.is_empty(), "nothing can be written yet");
-        // The first two are in doubt now; a new pending batch takes two objects again, not a third.
+        // A new pending batch takes two objects again, not a third: `d` is dropped (counted) when drained.
         recorder.record(download(bucket.id, "a", 10));
         recorder.record(download(bucket.id, "c", 30));
         recorder.record(download(bucket.id, "d", 40));
-        tokio::time::sleep(Duration::from_millis(1300)).await;
+        until("the third object dropped", || counter_in(&metrics, crate::metrics::STATS_BUFFER_DROPPED) == 1.0).await;
         assert!(totals(&meta).await.is_empty());
 
         lock.commit().await.unwrap();
         let want = vec![("a".to_owned(), 2, 20), ("b".to_owned(), 1, 20), ("c".to_owned(), 1, 30)];
-        let mut got = Vec::new();
-        for _ in 0..50 {
-            got = totals(&meta).await;
-            if got == want {
-                break;
-            }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut got = totals(&meta).await;
+        while got != want && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(100)).await;
+            got = totals(&meta).await;
         }
         assert_eq!(got, want, "the outage's records, written once, without the dropped one");
         recorder.record(download(bucket.id, "d", 40));

@@ -1,5 +1,6 @@
 //! The access log (`BLOBGATE_ACCESS_LOG`): one JSON line per response on both listeners, without credentials,
-//! with the request id the response carries, reopened on SIGHUP.
+//! with the request id the response carries, reopened on SIGHUP; and no credential of any kind in it or in the
+//! process log, at any level.
 
 use std::path::Path;
 use std::process::Command;
@@ -7,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::helpers::s3::{Signing, presigned_path, s3_code, s3_key, signed_headers};
 use crate::helpers::{Conn, TestEnv, path_of_url, raw_request, test_bytes, wait_for};
 
 /// The log's lines once there are at least `n` (the writer flushes within a fraction of a second).
@@ -180,4 +182,86 @@ fn an_access_log_that_cannot_be_opened_is_refused_at_start() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("blobgate: cannot open the access log") && stderr.contains("access_log"), "{stderr}");
+}
+
+/// Every credential a request can carry, sent to both listeners with the server logging at `trace`, refused or
+/// not: none of them reaches the server log or the access log.
+#[test]
+fn no_credential_reaches_any_log_at_any_level() {
+    let env = TestEnv::new();
+    env.bucket("bkt", false);
+    env.put_bytes("bkt", "a.txt", b"hello", &[]);
+    let token = env.token("bkt", "write", &[]);
+    let key = s3_key(&env, "bkt", &["--scope", "write"]);
+    let signed_link = env.ok(&["presign", "bkt", "a.txt", "--expires-in", "600"]).trim().to_owned();
+    let access_log = env.dir.path().join("access.log");
+    let server = env.serve_with(&[("RUST_LOG", "trace"), ("BLOBGATE_ACCESS_LOG", access_log.to_str().unwrap())], &[]);
+
+    // `bg_<id>_<secret>`; the secret may hold `_` itself.
+    let token_secret = token.splitn(3, '_').nth(2).expect("bg_<id>_<secret>").to_owned();
+    let mut secrets: Vec<String> = vec![token_secret, key.secret.clone()];
+    let signing = Signing { method: "GET", ..Default::default() };
+    // Native: a bearer token and a signed URL, on both listeners.
+    let bearer = format!("Bearer {token}");
+    assert_eq!(server.get("/bkt/a.txt", &[("Authorization", bearer.as_str())]).status, 200);
+    let link = path_of_url(&signed_link);
+    assert_eq!(server.get(link, &[]).status, 200);
+    secrets.push(query_value(link, "bg-sig"));
+    let put = server.admin("PUT", "/bkt/b.txt", &[("Authorization", bearer.as_str())], b"native");
+    assert_eq!(put.status, 201);
+    // SigV4 in a header, and presigned: a GET on the data listener, a PUT on the admin listener (valid for days).
+    let headers = signed_headers(&key, "/bkt/a.txt", &signing);
+    let refs: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(server.get("/bkt/a.txt", &refs).status, 200);
+    let authorization = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("authorization")).unwrap();
+    secrets.push(authorization.1.rsplit("Signature=").next().unwrap().to_owned());
+    let get = presigned_path(&key, "/bkt/a.txt", &Signing { expires: Some(600), ..Default::default() });
+    assert_eq!(server.get(&get, &[]).status, 200);
+    let put =
+        presigned_path(&key, "/bkt/c.txt", &Signing { method: "PUT", expires: Some(86_400), ..Default::default() });
+    let mut conn = Conn::open(server.admin);
+    conn.send(
+        format!("PUT {put} HTTP/1.1\r\nHost: test\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi").as_bytes(),
+    );
+    assert_eq!(conn.read_response(false).expect("a response").status, 200, "the presigned PUT");
+    for url in [&get, &put] {
+        secrets.push(query_value(url, "X-Amz-Signature"));
+        secrets.push(query_value(url, "X-Amz-Credential"));
+    }
+    // SigV2 presigns (refused) carrying what may be a misdirected client's real AWS credentials.
+    let sigv2 = "AWSAccessKeyId=AKIAIOSFODNN7EXAMPLE&Expires=1900000000&Signature=c2lndjJzZWNyZXQ%3D";
+    for listener in [server.data, server.admin] {
+        let mut conn = Conn::open(listener);
+        conn.send(format!("GET /bkt/a.txt?{sigv2} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes());
+        let r = conn.read_response(false).expect("a response");
+        assert_eq!((r.status, s3_code(&r).as_str()), (400, "InvalidRequest"), "SigV2 gets S3's answer");
+    }
+    secrets.extend(["AKIAIOSFODNN7EXAMPLE".to_owned(), "c2lndjJzZWNyZXQ".to_owned()]);
+
+    let mut server = server;
+    server.stop();
+    let logged = server.log();
+    assert!(logged.contains("TRACE") || logged.contains("DEBUG"), "not logging at trace:\n{logged}");
+    assert!(logged.contains("/bkt/c.txt"), "the admin listener's span names the path:\n{logged}");
+    let access = std::fs::read_to_string(&access_log).expect("the access log");
+    assert!(access.lines().count() >= 8, "{access}");
+    for secret in &secrets {
+        assert!(secret.len() >= 15, "too short to tell apart from chance: {secret:?}");
+        let decoded = percent_decoded(secret);
+        for (name, text) in [("server log", &logged), ("access log", &access)] {
+            assert!(!text.contains(secret.as_str()) && !text.contains(&decoded), "{secret:?} in the {name}:\n{text}");
+        }
+    }
+}
+
+/// The value of `name` in `url`'s query, as sent (still percent-encoded).
+fn query_value(url: &str, name: &str) -> String {
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    let pair =
+        query.split('&').find(|p| p.starts_with(&format!("{name}="))).unwrap_or_else(|| panic!("{name} in {url}"));
+    pair[name.len() + 1..].to_owned()
+}
+
+fn percent_decoded(s: &str) -> String {
+    percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()
 }

@@ -75,8 +75,12 @@ fn sent_bytes_grow_by_exactly_the_object_bytes_of_downloads() {
     let target = before + expected as f64;
     let reached = wait_for(Duration::from_secs(30), || sent() >= target);
     assert!(reached, "sent bytes {} < {target}", sent());
-    // The scenario: give a double count time to show, then check none came.
-    std::thread::sleep(Duration::from_millis(100));
+    // Every connection that served them has ended (and counted whatever it sent before it did), so nothing is
+    // left that could add to the count.
+    let ended = wait_for(Duration::from_secs(30), || {
+        server.metric("blobgate_open_connections") == 0.0 && server.metric("blobgate_active_downloads") == 0.0
+    });
+    assert!(ended, "data connections still open: {}", server.metric("blobgate_open_connections"));
     assert_eq!(sent(), target, "sent bytes must grow by exactly the object bytes");
     // Labels are bounded: no series names an object or a bucket.
     let text = server.metrics();

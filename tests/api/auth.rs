@@ -156,13 +156,13 @@ fn malformed_and_repeated_authorization() {
 fn expired_tokens_and_signed_urls_are_401() {
     let w = world();
     let env = &w.env;
-    let token = env.token("alpha", "read", &["--expires-in", "1"]);
+    // Both made an hour ago with a lifetime of a minute, by the code `token create` and `presign` run: expired.
+    let (hour, minute) = (Duration::from_secs(3600), Duration::from_secs(60));
+    let token = env.token_made_ago("alpha", "read", hour, minute);
     let lasting = env.token("alpha", "read", &["--expires-in", "3600"]);
     let server = env.serve();
     let base = format!("http://{}", server.data);
-    let url = env.ok(&["presign", "alpha", "pub/x", "--expires-in", "1", "--base-url", &base]);
-    // The scenario: both credentials' one second runs out.
-    std::thread::sleep(Duration::from_secs(2));
+    let url = env.presigned_ago("alpha", "pub/x", &base, hour, minute);
     let r = server.get_auth("/alpha/pub/x", &token, &[]);
     assert_401(&r, "expired token");
     assert_eq!(r.json()["message"], "token expired");
@@ -508,10 +508,11 @@ fn revoke_url_verifies_first_and_a_revoked_link_stays_revoked() {
     revoked(&server, "revoked");
     // The sequence: the edited copy, then a later revocation that prunes expired rows, then a restart.
     assert!(!revoke(&forged[0]).status.success());
-    let short = presign(env, &server, "alpha", "pub/x", &["--expires-in", "1"]);
+    // `short` was signed an hour ago for a minute: its revocation's row is expired at once, so the next
+    // revocation may prune it.
+    let short = env.presigned_ago("alpha", "pub/x", &base, Duration::from_secs(3600), Duration::from_secs(60));
+    let short = path_of_url(&short).to_owned();
     assert!(revoke(&short).status.success());
-    // The scenario: `short` expires, so the next revocation may prune its row.
-    std::thread::sleep(Duration::from_secs(2));
     let later = presign(env, &server, "alpha", "priv/y", &["--expires-in", "60"]);
     assert!(revoke(&later).status.success(), "this revocation prunes the expired row of `short`");
     revoked(&server, "after a later revocation");

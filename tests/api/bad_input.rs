@@ -1,22 +1,24 @@
-//! Bad names and paths on the data listener: every one is a 4xx with a JSON error, never a 500, and no answer
-//! tells an unauthorised caller whether a bucket or object exists.
+//! Bad names and paths on the data listener of the in-process application (`spawn_app`; the binary where its log
+//! is read): every one is a 4xx with a JSON error, never a 500, and no answer tells an unauthorised caller whether
+//! a bucket or object exists.
 
 use crate::helpers::*;
+use crate::in_process::{TestApp, spawn_app};
 
 /// A private bucket `priv` with `obj`, a public bucket `open` with `obj`, and a read token for `priv`.
-fn setup(env: &TestEnv) -> String {
-    env.bucket("priv", false);
-    env.bucket("open", true);
-    env.put_bytes("priv", "obj", b"private", &[]);
-    env.put_bytes("open", "obj", b"public", &[]);
-    env.token("priv", "read", &[])
+fn setup(app: &TestApp) -> String {
+    app.bucket("priv", false);
+    app.bucket("open", true);
+    app.put("priv", "obj", b"private");
+    app.put("open", "obj", b"public");
+    app.token("priv", "read")
 }
 
 #[test]
 fn invalid_bucket_names_are_400() {
-    let env = TestEnv::new();
-    let token = setup(&env);
-    let server = env.serve();
+    let app = spawn_app();
+    let token = setup(&app);
+    let server = &app;
     for path in [
         "/PRIV/obj",
         "/Priv/obj",
@@ -43,9 +45,9 @@ fn invalid_bucket_names_are_400() {
 
 #[test]
 fn invalid_keys_are_400() {
-    let env = TestEnv::new();
-    let token = setup(&env);
-    let server = env.serve();
+    let app = spawn_app();
+    let token = setup(&app);
+    let server = &app;
     let too_long = format!("/open/{}", "%61".repeat(1025));
     assert!(too_long.len() < 8192, "still under the URI limit");
     for path in [
@@ -93,13 +95,13 @@ fn invalid_keys_are_400() {
 
 #[test]
 fn paths_are_percent_decoded_exactly_once() {
-    let env = TestEnv::new();
-    env.bucket("open", true);
-    env.put_bytes("open", "dir/a b.txt", b"spaced", &[]);
-    env.put_bytes("open", "%2F", b"literal percent", &[]);
-    env.put_bytes("open", "é/ü", b"unicode", &[]);
-    env.put_bytes("open", "q?x#y", b"query chars", &[]);
-    let server = env.serve();
+    let app = spawn_app();
+    app.bucket("open", true);
+    app.put("open", "dir/a b.txt", b"spaced");
+    app.put("open", "%2F", b"literal percent");
+    app.put("open", "é/ü", b"unicode");
+    app.put("open", "q?x#y", b"query chars");
+    let server = &app;
     for (path, body) in [
         ("/open/dir/a%20b.txt", &b"spaced"[..]),
         ("/open/dir%2Fa%20b.txt", b"spaced"),
@@ -120,9 +122,9 @@ fn paths_are_percent_decoded_exactly_once() {
 
 #[test]
 fn unknown_buckets_and_objects_do_not_leak_existence() {
-    let env = TestEnv::new();
-    let token = setup(&env);
-    let server = env.serve();
+    let app = spawn_app();
+    let token = setup(&app);
+    let server = &app;
 
     // Anonymous: a private bucket's present and absent keys and an absent bucket all look the same.
     let present = server.get("/priv/obj", &[]);
@@ -140,7 +142,7 @@ fn unknown_buckets_and_objects_do_not_leak_existence() {
     // A valid token for `priv` used on a bucket that does not exist: 403, same as another existing bucket.
     let other = server.get_auth("/open/obj", &token, &[]);
     assert_eq!(other.status, 200, "public buckets are readable with any valid token");
-    env.bucket("other", false);
+    app.bucket("other", false);
     let existing_other = server.get_auth("/other/obj", &token, &[]);
     let missing_other = server.get_auth("/nosuchbucket/obj", &token, &[]);
     assert_json_error(&existing_other, 403, "forbidden");
@@ -161,8 +163,13 @@ fn unknown_buckets_and_objects_do_not_leak_existence() {
 
 #[test]
 fn odd_inputs_never_cause_a_server_error() {
+    // The binary: what it logged is part of the answer.
     let env = TestEnv::new();
-    let token = setup(&env);
+    env.bucket("priv", false);
+    env.bucket("open", true);
+    env.put_bytes("priv", "obj", b"private", &[]);
+    env.put_bytes("open", "obj", b"public", &[]);
+    let token = env.token("priv", "read", &[]);
     let server = env.serve();
     let auth = format!("Bearer {token}");
     let paths = [

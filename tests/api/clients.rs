@@ -87,9 +87,10 @@ fn redbot_finds_nothing_bad_or_worth_a_warning() {
     require_tool("redbot", "pip package redbot");
     let env = TestEnv::new();
     env.bucket("web", true);
-    env.put_bytes("web", "static/app.js", &test_bytes(100_000, 7), &["--cache-control", "max-age=3600"]);
-    // Last-Modified a little in the past, as for any real object (REDbot checks it against Date).
-    std::thread::sleep(std::time::Duration::from_millis(1100));
+    // Last-Modified in the past, as for any real object (REDbot checks it against Date): stored an hour ago.
+    let attrs = blobgate::names::parse_attrs(None, Some("max-age=3600".into()), None).unwrap();
+    let an_hour_ago = blobgate::store::unix_now() - 3600;
+    env.put_modified_at("web", "static/app.js", &test_bytes(100_000, 7), attrs, an_hour_ago);
     let server = env.serve();
     let url = format!("http://{}/web/static/app.js", server.data);
     let out = Command::new("redbot").args(["-o", "har", &url]).output().expect("run redbot");

@@ -92,7 +92,8 @@ fn actual_responses_carry_cors_headers_on_every_status() {
         assert!(r.header("vary").is_some_and(|v| v.contains("Origin")), "{path}: {:?}", r.headers);
     }
     // Refused before authorisation: no CORS headers and no Vary, exactly as for a bucket that does not exist
-    // (which has no rule), so a script cannot tell them apart (harden3.rs has the whole matrix).
+    // (which has no rule), so a script cannot tell them apart (the whole matrix is in
+    // `refusals_before_authorisation_carry_no_cors_headers_whether_the_bucket_exists_or_not`).
     for path in ["/priv/s.bin", "/priv/missing", "/nobucket/x"] {
         let r = server.get(path, &[origin]);
         assert_eq!(r.status, 401, "{path}");
@@ -227,5 +228,51 @@ fn s3_requests_follow_the_buckets_rule_with_its_methods_and_headers() {
         let mut full = vec!["bucket", "cors", "set", "site", "--origin", app];
         full.extend(args);
         assert!(env.fails(&full).contains(says));
+    }
+}
+
+/// Every refusal before authorisation looks the same for an existing private bucket with a CORS rule and for a
+/// bucket that does not exist: no `Access-Control-*`, no `Vary: Origin`, the same status and body.
+#[test]
+fn refusals_before_authorisation_carry_no_cors_headers_whether_the_bucket_exists_or_not() {
+    let env = TestEnv::new();
+    env.bucket("secret", false);
+    env.bucket("other", false);
+    env.put_bytes("secret", "plan.txt", b"launch at dawn", &[]);
+    env.ok(&["bucket", "cors", "set", "secret", "--origin", APP]);
+    let wrong_bucket = env.token("other", "read", &[]);
+    let revoked = env.token("secret", "read", &[]);
+    env.ok(&["token", "revoke", &revoked]);
+    let reader = env.token("secret", "read", &[]);
+    let server = env.serve();
+    let origin = ("Origin", APP);
+    let (wrong_bucket, revoked, reader) =
+        (format!("Bearer {wrong_bucket}"), format!("Bearer {revoked}"), format!("Bearer {reader}"));
+    type Refusal<'a> = (&'a str, Vec<(&'a str, &'a str)>, u16);
+    let refusals: [Refusal; 5] = [
+        ("no credentials", vec![origin], 401),
+        ("a malformed token", vec![origin, ("Authorization", "Bearer ")], 401),
+        ("a revoked token", vec![origin, ("Authorization", revoked.as_str())], 401),
+        ("another bucket's token", vec![origin, ("Authorization", wrong_bucket.as_str())], 403),
+        ("a bad signed URL", vec![origin], 401),
+    ];
+    for (what, headers, status) in &refusals {
+        let query = if *what == "a bad signed URL" { "?bg-expires=99999999999&bg-key=k&bg-sig=00" } else { "" };
+        let present = server.get(&format!("/secret/plan.txt{query}"), headers);
+        let absent = server.get(&format!("/nosuchbucket/plan.txt{query}"), headers);
+        assert_eq!(present.status, *status, "{what}: {:?}", present.headers);
+        assert_eq!(
+            (present.status, present.headers_without_date(), &present.body),
+            (absent.status, absent.headers_without_date(), &absent.body),
+            "{what}: an existing bucket answers unlike an absent one"
+        );
+        assert!(!present.headers.keys().any(|k| k.starts_with("access-control-")), "{what}: {:?}", present.headers);
+        assert!(present.header("vary").is_none(), "{what}: {:?}", present.headers);
+    }
+    // Authorised: the rule applies, to a 200 and to a 404 alike.
+    for (path, status) in [("/secret/plan.txt", 200), ("/secret/missing.txt", 404)] {
+        let r = server.get(path, &[origin, ("Authorization", reader.as_str())]);
+        assert_eq!((r.status, r.header("access-control-allow-origin")), (status, Some(APP)), "{path}");
+        assert!(r.header("vary").is_some_and(|v| v.contains("Origin")), "{path}: {:?}", r.headers);
     }
 }

@@ -1,14 +1,15 @@
-//! Downloads on the data listener: full bodies, representation headers, HEAD, ranges (single, multipart, and the
-//! `range::wire_cases()` table replayed over the wire), conditional requests (the `conditional::wire_cases()`
-//! table replayed over the wire), 304/412 responses and Content-Disposition.
+//! Downloads on the data listener of the in-process application (`spawn_app`): full bodies, representation
+//! headers, HEAD, ranges (single, multipart, and the `range::wire_cases()` table replayed over the wire),
+//! conditional requests (the `conditional::wire_cases()` table replayed over the wire), 304/412 responses and
+//! Content-Disposition.
 
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::cases::conditional::{self, render_wire_value};
 use crate::cases::range::{self, Expect};
 use crate::helpers::*;
-use crate::in_process::spawn_app;
+use crate::in_process::{TestApp, spawn_app};
 
 fn unix_secs(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).unwrap().as_secs()
@@ -19,22 +20,22 @@ fn http_date(value: Option<&str>) -> SystemTime {
 }
 
 /// A public bucket `pub` with the given objects (`key`, bytes, extra put args); returns the put JSON per key.
-fn public_objects(env: &TestEnv, objects: &[(&str, &[u8], &[&str])]) -> HashMap<String, serde_json::Value> {
-    env.bucket("pub", true);
-    objects.iter().map(|(key, bytes, extra)| (key.to_string(), env.put_bytes("pub", key, bytes, extra))).collect()
+fn public_objects(app: &TestApp, objects: &[(&str, &[u8], &[&str])]) -> HashMap<String, serde_json::Value> {
+    app.bucket("pub", true);
+    objects.iter().map(|(key, bytes, extra)| (key.to_string(), app.put_with("pub", key, bytes, extra))).collect()
 }
 
 #[test]
 fn full_get_is_byte_exact_with_the_representation_headers() {
-    let env = TestEnv::new();
+    let app = spawn_app();
     let sizes = [0usize, 1, (1 << 20) + 7, 5 << 20];
     let contents: Vec<Vec<u8>> = sizes.iter().map(|&n| test_bytes(n, n as u64 + 1)).collect();
-    env.bucket("pub", true);
+    app.bucket("pub", true);
     let before = unix_secs(SystemTime::now());
     let puts: Vec<serde_json::Value> =
-        sizes.iter().zip(&contents).map(|(n, c)| env.put_bytes("pub", &format!("size-{n}"), c, &[])).collect();
+        sizes.iter().zip(&contents).map(|(n, c)| app.put_with("pub", &format!("size-{n}"), c, &[])).collect();
     let after = unix_secs(SystemTime::now());
-    let server = env.serve();
+    let server = &app;
 
     for ((n, bytes), put) in sizes.iter().zip(&contents).zip(&puts) {
         let r = server.get(&format!("/pub/size-{n}"), &[]);
@@ -65,10 +66,10 @@ fn full_get_is_byte_exact_with_the_representation_headers() {
 
 #[test]
 fn content_type_is_the_stored_one_else_guessed_else_octet_stream() {
-    let env = TestEnv::new();
+    let app = spawn_app();
     let body = b"<p>hi</p>";
     let puts = public_objects(
-        &env,
+        &app,
         &[
             ("site/page.html", body, &[]),
             ("data.json", b"{}", &[]),
@@ -77,7 +78,7 @@ fn content_type_is_the_stored_one_else_guessed_else_octet_stream() {
             ("typed.html", body, &["--content-type", "text/plain; charset=utf-8"]),
         ],
     );
-    let server = env.serve();
+    let server = &app;
     for (key, want) in [
         ("site/page.html", "text/html"),
         ("data.json", "application/json"),
@@ -96,12 +97,12 @@ fn content_type_is_the_stored_one_else_guessed_else_octet_stream() {
 
 #[test]
 fn cache_control_is_served_only_when_stored() {
-    let env = TestEnv::new();
+    let app = spawn_app();
     public_objects(
-        &env,
+        &app,
         &[("cached", b"abc", &["--cache-control", "public, max-age=3600, immutable"]), ("plain", b"abc", &[])],
     );
-    let server = env.serve();
+    let server = &app;
     let cached = server.get("/pub/cached", &[]);
     assert_eq!(cached.status, 200);
     assert_eq!(cached.header("cache-control"), Some("public, max-age=3600, immutable"));
@@ -115,16 +116,16 @@ fn cache_control_is_served_only_when_stored() {
 
 #[test]
 fn head_returns_exactly_the_get_head_and_no_body() {
-    let env = TestEnv::new();
+    let app = spawn_app();
     let bytes = test_bytes(70_000, 3);
     public_objects(
-        &env,
+        &app,
         &[
             ("h.json", &bytes, &["--cache-control", "max-age=5", "--content-disposition", "attachment"]),
             ("empty", b"", &[]),
         ],
     );
-    let server = env.serve();
+    let server = &app;
     for path in ["/pub/h.json", "/pub/empty"] {
         let get = server.get(path, &[]);
         assert_eq!(get.status, 200);
@@ -152,10 +153,10 @@ fn head_returns_exactly_the_get_head_and_no_body() {
 
 #[test]
 fn single_ranges_are_byte_exact() {
-    let env = TestEnv::new();
+    let app = spawn_app();
     let bytes = test_bytes(10_000, 10);
-    let puts = public_objects(&env, &[("r.bin", &bytes, &[])]);
-    let server = env.serve();
+    let puts = public_objects(&app, &[("r.bin", &bytes, &[])]);
+    let server = &app;
     let etag = puts["r.bin"]["etag"].as_str().unwrap().to_owned();
     let cases: [(&str, usize, usize); 5] = [
         ("bytes=100-199", 100, 199),
@@ -193,10 +194,10 @@ fn single_ranges_are_byte_exact() {
 
 #[test]
 fn multi_range_is_a_well_formed_multipart_byteranges_body() {
-    let env = TestEnv::new();
+    let app = spawn_app();
     let bytes = test_bytes(20_000, 11);
-    public_objects(&env, &[("m.json", &bytes, &[])]);
-    let server = env.serve();
+    public_objects(&app, &[("m.json", &bytes, &[])]);
+    let server = &app;
     let r = server.get("/pub/m.json", &[("Range", "bytes=0-9,5000-5099,-10")]);
     assert_eq!(r.status, 206);
     assert!(r.header("content-type").unwrap().starts_with("multipart/byteranges; boundary="), "{r:?}");
@@ -310,18 +311,19 @@ fn range_wire_cases_replay_over_the_wire() {
 
 #[test]
 fn conditional_wire_cases_replay_over_the_wire() {
-    let env = TestEnv::new();
+    let app = spawn_app();
     let bytes = test_bytes(100, 7);
-    let puts = public_objects(&env, &[("c.bin", &bytes, &["--cache-control", "max-age=60"])]);
-    let server = env.serve();
-    let etag = puts["c.bin"]["etag"].as_str().unwrap().to_owned();
+    app.bucket("pub", true);
+    // Last-Modified must be strong (§8.8.2.2) and {LM+1} in the past: the object was stored an hour ago.
+    let attrs = blobgate::names::parse_attrs(None, Some("max-age=60".into()), None).unwrap();
+    let an_hour_ago = unix_secs(SystemTime::now()) as i64 - 3600;
+    let sha256 = app.put_modified_at("pub", "c.bin", &bytes, attrs, an_hour_ago);
+    let server = &app;
+    let etag = format!("\"{sha256}\"");
     let probe = server.get("/pub/c.bin", &[]);
     assert_eq!(probe.header("etag"), Some(etag.as_str()));
     let lm = http_date(probe.header("last-modified"));
-    // Last-Modified must be strong (§8.8.2.2) and {LM+1} in the past: wait until LM is 2 s old.
-    while SystemTime::now() < lm + Duration::from_secs(2) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert_eq!(unix_secs(lm) as i64, an_hour_ago, "{:?}", probe.header("last-modified"));
 
     let mut failures = Vec::new();
     let (mut replayed, mut fresh, mut not_allowed) = (0, 0, 0);
@@ -400,13 +402,13 @@ fn conditional_wire_cases_replay_over_the_wire() {
 
 #[test]
 fn not_modified_carries_validators_and_cache_control_but_no_body() {
-    let env = TestEnv::new();
+    let app = spawn_app();
     let bytes = test_bytes(5000, 12);
     let puts = public_objects(
-        &env,
+        &app,
         &[("nm.txt", &bytes, &["--cache-control", "max-age=60", "--content-disposition", "attachment"])],
     );
-    let server = env.serve();
+    let server = &app;
     let etag = puts["nm.txt"]["etag"].as_str().unwrap().to_owned();
     let full = server.get("/pub/nm.txt", &[]);
     let lm = full.header("last-modified").unwrap().to_owned();
@@ -440,9 +442,9 @@ fn not_modified_carries_validators_and_cache_control_but_no_body() {
 
 #[test]
 fn if_match_mismatch_is_412_with_a_json_error() {
-    let env = TestEnv::new();
-    let puts = public_objects(&env, &[("p.bin", b"payload", &[])]);
-    let server = env.serve();
+    let app = spawn_app();
+    let puts = public_objects(&app, &[("p.bin", b"payload", &[])]);
+    let server = &app;
     let etag = puts["p.bin"]["etag"].as_str().unwrap().to_owned();
     let r = server.get("/pub/p.bin", &[("If-Match", "\"0000\"")]);
     assert_json_error(&r, 412, "precondition_failed");
@@ -456,9 +458,9 @@ fn if_match_mismatch_is_412_with_a_json_error() {
 
 #[test]
 fn content_disposition_names_the_download_or_is_served_as_stored() {
-    let env = TestEnv::new();
+    let app = spawn_app();
     public_objects(
-        &env,
+        &app,
         &[
             ("dir/report.pdf", b"pdf", &["--content-disposition", "attachment"]),
             ("docs/résumé.pdf", b"cv", &["--content-disposition", "attachment"]),
@@ -467,7 +469,7 @@ fn content_disposition_names_the_download_or_is_served_as_stored() {
             ("none.bin", b"bin", &[]),
         ],
     );
-    let server = env.serve();
+    let server = &app;
     for (path, want) in [
         ("/pub/dir/report.pdf", Some("attachment; filename=\"report.pdf\"")),
         (

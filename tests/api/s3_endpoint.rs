@@ -1,9 +1,12 @@
 //! One public S3 endpoint: the probes clients send routinely (answered, never 501), CreateBucket on a bucket the
-//! caller may write, virtual-hosted-style addressing under `s3.domain`, and the operation layer's refusals, on
-//! both listeners. Driven by boto3 and by requests botocore signed.
+//! caller may write, virtual-hosted-style addressing under `s3.domain`, buckets named like the admin routes, and
+//! the operation layer's refusals (SigV2, foreign key ids), on both listeners. Driven by boto3 and by requests
+//! botocore signed.
 
 use crate::helpers::s3::*;
 use crate::helpers::*;
+use crate::s3_refusals::{Case, answer as raw_answer, raw};
+use crate::s3_writes::listed;
 
 /// boto3 sends every probe to `spec["endpoint"]` and prints what each answered.
 const PROBES: &str = r#"
@@ -384,4 +387,112 @@ fn a_part_number_reads_that_part_of_a_multipart_object() {
     assert_eq!(out["copied 3"], serde_json::json!([format!("bytes {}-{}/{size}", 10 * mib, size - 1), 3]), "{out}");
     let (errors, series) = server.server_errors();
     assert!(series > 0 && errors == 0.0, "5xx responses: {errors}");
+}
+
+#[test]
+fn sigv2_and_foreign_key_ids_get_s3_xml_and_buckets_named_like_admin_routes_are_s3_buckets() {
+    let env = TestEnv::new();
+    let names = ["healthz", "readyz", "metrics", "stats"];
+    for name in names {
+        env.bucket(name, false);
+        env.put_bytes(name, "inside.txt", name.as_bytes(), &[]);
+    }
+    env.put_bytes("stats", "gone.txt", b"to delete", &[]);
+    let keys: Vec<AccessKey> = names.iter().map(|n| s3_key(&env, n, &["--scope", "write"])).collect();
+    let foreign =
+        AccessKey { id: "AKIAIOSFODNN7EXAMPLE".into(), secret: "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY".into() };
+    let server = env.serve();
+    let (admin, data) = (server.admin.to_string(), server.data.to_string());
+    let sigv2 = [("Authorization", "AWS AKBGAAAAAAAAAAAAAAAA:c2lnbmF0dXJl"), ("Date", "Tue, 01 Dec 2026 10:00:00 GMT")];
+    let delete_gone = b"<Delete><Object><Key>gone.txt</Key></Object></Delete>".as_slice();
+    // base64(md5(delete_gone)), computed by python3's hashlib.
+    let delete_md5 = [("Content-MD5", "xMIDFYwcW8LK/z9C/up5fg=="), ("_key", "stats")];
+    let mut cases = vec![
+        Case {
+            name: "sigv2_data",
+            host: data.clone(),
+            method: "GET",
+            path: "/healthz/inside.txt",
+            headers: &sigv2,
+            body: b"",
+        },
+        Case {
+            name: "sigv2_admin",
+            host: admin.clone(),
+            method: "PUT",
+            path: "/healthz/new.txt",
+            headers: &sigv2,
+            body: b"x",
+        },
+        Case {
+            name: "foreign_id",
+            host: data.clone(),
+            method: "GET",
+            path: "/healthz/inside.txt",
+            headers: &[("_key", "foreign")],
+            body: b"",
+        },
+        Case {
+            name: "delete_in_stats",
+            host: admin.clone(),
+            method: "POST",
+            path: "/stats?delete",
+            headers: &delete_md5,
+            body: delete_gone,
+        },
+    ];
+    /// A case's name, path, and the signing key's name.
+    type Named<'a> = (String, String, [(&'a str, &'a str); 1]);
+    let per_bucket: Vec<Named<'_>> =
+        names.iter().map(|n| (format!("list_{n}"), format!("/{n}?list-type=2"), [("_key", *n)])).collect();
+    let heads: Vec<(String, String)> = names.iter().map(|n| (format!("head_{n}"), format!("/{n}"))).collect();
+    for ((list_name, list_path, key), (head_name, head_path)) in per_bucket.iter().zip(&heads) {
+        cases.push(Case {
+            name: list_name,
+            host: admin.clone(),
+            method: "GET",
+            path: list_path,
+            headers: key,
+            body: b"",
+        });
+        cases.push(Case {
+            name: head_name,
+            host: admin.clone(),
+            method: "HEAD",
+            path: head_path,
+            headers: key,
+            body: b"",
+        });
+    }
+    let mut signers: Vec<(&str, &AccessKey)> = names.iter().copied().zip(keys.iter()).collect();
+    signers.push(("write", &keys[0]));
+    signers.push(("foreign", &foreign));
+    let out = raw(&env, &signers, &cases);
+
+    assert_eq!(raw_answer(&out, "sigv2_data"), (400, "InvalidRequest".into()), "{}", out["sigv2_data"]);
+    assert_eq!(out["sigv2_data"][2]["content-type"], "application/xml");
+    assert_eq!(raw_answer(&out, "sigv2_admin"), (400, "InvalidRequest".into()), "{}", out["sigv2_admin"]);
+    assert_eq!(raw_answer(&out, "foreign_id"), (403, "InvalidAccessKeyId".into()));
+    assert_eq!(raw_answer(&out, "delete_in_stats").0, 200, "{}", out["delete_in_stats"]);
+    for name in names {
+        let (list, head) = (&out[format!("list_{name}")], &out[format!("head_{name}")]);
+        // S3's answers, not the fixed route's: a listing in XML, a HeadBucket with its region.
+        assert_eq!(
+            (list[0].as_u64(), list[2]["content-type"].as_str()),
+            (Some(200), Some("application/xml")),
+            "{list}"
+        );
+        assert_eq!(
+            (head[0].as_u64(), head[2]["x-amz-bucket-region"].as_str()),
+            (Some(200), Some("us-east-1")),
+            "{head}"
+        );
+    }
+    let listed_keys = |bucket: &str| listed(&env, bucket).into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+    assert_eq!(listed_keys("stats"), ["inside.txt"], "DeleteObjects reached the stats bucket");
+    assert_eq!(listed_keys("healthz"), ["inside.txt"], "the SigV2 PUT stored nothing");
+    // The fixed routes still answer their own callers.
+    assert_eq!(server.admin("GET", "/healthz", &[], b"").status, 200);
+    let metrics = server.admin("GET", "/metrics", &[], b"");
+    assert!(String::from_utf8_lossy(&metrics.body).contains("blobgate_"), "metrics still served");
 }

@@ -105,8 +105,9 @@ fn at_once<A: Send, B: Send>(a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B
 }
 
 /// Trickles a 2 MiB upload into one server over several seconds and starts `peer` (a second server on the same
-/// data dir, its start-up sweep included) while the upload's temp file has been idle for 1.5 s: the upload must
-/// survive and complete byte-exact, and the peer must serve it.
+/// data dir, its start-up sweep included) while the upload's temp file looks idle for ten minutes (its mtime set
+/// back: longer than a 1 s grace period, shorter than the default hour): the upload must survive and complete
+/// byte-exact, and the peer must serve it.
 fn a_slow_upload_survives_a_peer_starting(
     db: Db,
     uploader_env: &[(&str, &str)],
@@ -130,10 +131,14 @@ fn a_slow_upload_survives_a_peer_starting(
         conn.send(chunk);
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert!(wait_for(Duration::from_secs(30), || env.tmp_files().len() == 1), "no staged upload appeared");
+    // Every byte sent so far is on disk, so no write of this batch can touch the temp file after its mtime is set.
+    let written = wait_for(Duration::from_secs(30), || {
+        env.tmp_files().iter().any(|p| std::fs::metadata(p).is_ok_and(|m| m.len() == 4 * (128 << 10)))
+    });
+    assert!(written, "the first 512 KiB never reached a staged upload: {:?}", env.tmp_files());
     let staged = env.tmp_files().remove(0);
-    // The scenario: the temp file sits idle for 1.5 s before the peer's sweep looks at it.
-    std::thread::sleep(Duration::from_millis(1500));
+    // The temp file has been idle for ten minutes when the peer's sweep looks at it.
+    set_idle(&staged, Duration::from_secs(600));
 
     let peer = peer(&env);
     assert!(staged.exists(), "the peer's start-up sweep removed a live upload; log:\n{}", peer.log());

@@ -1,10 +1,12 @@
 //! A real shared cache in front: nginx with `proxy_cache`. A private bucket's responses must never be stored
-//! there (RFC 9111 §3.5), or a request without credentials, or with revoked ones, gets the bytes from the cache.
+//! there (RFC 9111 §3.5), or a request without credentials, or with revoked ones, gets the bytes from the cache;
+//! nor can a presigned `response-cache-control` make them storable.
 
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::helpers::s3::{Signing, presigned_path, s3_key};
 use crate::helpers::*;
 
 /// nginx as a caching reverse proxy for `upstream`, in the foreground, with everything under a temp dir.
@@ -136,4 +138,32 @@ fn put_warns_in_one_line_when_a_private_object_asks_for_shared_caching() {
         let warned = !out.stderr.is_empty();
         assert_eq!(warned, bucket == "releases" && cache_control.starts_with("s-maxage"), "{bucket} {cache_control}");
     }
+}
+
+/// The presigned override keeps `private` on a private bucket (and drops what would let a shared cache store the
+/// answer), as stored values are; a public bucket's presigned override applies as given.
+#[test]
+fn a_presigned_cache_control_cannot_make_a_private_answer_shareable() {
+    let env = TestEnv::new();
+    env.bucket("vault", false);
+    env.bucket("open", true);
+    env.put_bytes("vault", "report.pdf", b"%PDF-1.7 quarterly", &[]);
+    env.put_bytes("open", "app.css", b"body{}", &[]);
+    let vault_key = s3_key(&env, "vault", &[]);
+    let open_key = s3_key(&env, "open", &[]);
+    let server = env.serve();
+    let presigned = |key, path: &str| presigned_path(key, path, &Signing { expires: Some(600), ..Default::default() });
+    for (asked, answered) in [
+        ("public%2C%20s-maxage%3D86400", "private"),
+        ("max-age%3D60%2C%20public", "private, max-age=60"),
+        ("no-store", "private, no-store"),
+        ("private%2C%20max-age%3D5", "private, max-age=5"),
+    ] {
+        let url = presigned(&vault_key, &format!("/vault/report.pdf?response-cache-control={asked}"));
+        let r = server.get(&url, &[]);
+        assert_eq!((r.status, r.header("cache-control")), (200, Some(answered)), "{asked}");
+    }
+    let url = presigned(&open_key, "/open/app.css?response-cache-control=public%2C%20s-maxage%3D86400");
+    let r = server.get(&url, &[]);
+    assert_eq!((r.status, r.header("cache-control")), (200, Some("public, s-maxage=86400")), "a public bucket's");
 }

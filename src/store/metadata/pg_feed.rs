@@ -277,6 +277,33 @@ mod tests {
         .unwrap()
     }
 
+    /// Waits until `n` more reads of the log's head have started, as the database saw them (the newest
+    /// `query_start` of the head query, across sessions, moved `n` times; the 30 s deadline bounds a hang only).
+    /// The poll reads one at a time, so once read `k + 1` has started, read `k`'s verdict is in.
+    async fn head_reads(meta: &Metadata, n: usize) {
+        let newest = || async {
+            let started: Option<f64> = sqlx::query_scalar(
+                "SELECT extract(epoch FROM max(query_start))::float8 FROM pg_stat_activity \
+                 WHERE datname = current_database() AND query LIKE $1",
+            )
+            .bind("SELECT greatest(coalesce(max(seq), 0)%")
+            .fetch_one(pool(meta))
+            .await
+            .unwrap();
+            started
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let (mut last, mut seen) = (newest().await, 0);
+        while seen < n {
+            assert!(Instant::now() < deadline, "{seen} of {n} head reads within 30 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let now = newest().await;
+            if now != last {
+                (last, seen) = (now, seen + 1);
+            }
+        }
+    }
+
     /// Waits until exactly one LISTEN session other than `not` exists; returns it.
     async fn listening(meta: &Metadata, not: &[i32]) -> Vec<i32> {
         // Bounds a hang only: a reconnect under load may take a while.
@@ -298,10 +325,10 @@ mod tests {
         let mut looks = feed.subscribe();
         let listener = spawn_listen(&replica);
         // Its first look says it is listening.
-        next_look(&mut looks, Duration::from_secs(5)).await;
+        next_look(&mut looks, Duration::from_secs(30)).await;
         let counter = feed.current();
         writer.create_bucket(&BucketName::parse("elsewhere").unwrap(), false, 0).await.unwrap();
-        next_look(&mut looks, Duration::from_secs(2)).await;
+        next_look(&mut looks, Duration::from_secs(30)).await;
         assert_eq!(feed.current(), counter, "another process's commit does not move this process's counter");
         replica.create_bucket(&BucketName::parse("here").unwrap(), false, 0).await.unwrap();
         assert_ne!(feed.current(), counter, "this process's own commit does");
@@ -313,16 +340,17 @@ mod tests {
         let (_dir, replica, writer) = replica_and_writer().await;
         let mut looks = replica.feed().subscribe();
         let poller = spawn_poll(&replica);
-        // The first poll looks (it has seen no head yet); later ones only when the head moves.
-        next_look(&mut looks, Duration::from_secs(5)).await;
-        tokio::time::sleep(3 * POLL).await;
+        // The first poll looks (it has seen no head yet); later ones only when the head moves: three more reads
+        // start, so at least two of them have read the unmoved head and given their verdict.
+        next_look(&mut looks, Duration::from_secs(30)).await;
+        head_reads(&writer, 3).await;
         assert!(!looks.has_changed().unwrap(), "an unmoved head is no reason to look");
         // Logged behind the triggers' back: no NOTIFY, as if the notification were lost.
         sqlx::query("INSERT INTO cache_changes (kind, name) VALUES ('token', 'abc')")
             .execute(pool(&writer))
             .await
             .unwrap();
-        next_look(&mut looks, Duration::from_secs(2)).await;
+        next_look(&mut looks, Duration::from_secs(30)).await;
         poller.abort();
     }
 
@@ -331,14 +359,14 @@ mod tests {
         let (_dir, replica, writer) = replica_and_writer().await;
         let mut looks = replica.feed().subscribe();
         let listener = spawn_listen(&replica);
-        next_look(&mut looks, Duration::from_secs(5)).await;
+        next_look(&mut looks, Duration::from_secs(30)).await;
         let before = listening(&writer, &[]).await;
         sqlx::query("SELECT pg_terminate_backend($1)").bind(before[0]).execute(pool(&writer)).await.unwrap();
         // Nothing was committed: this look is the catch-up of a listener that is listening again.
-        next_look(&mut looks, Duration::from_secs(5)).await;
+        next_look(&mut looks, Duration::from_secs(30)).await;
         let after = listening(&writer, &before).await;
         writer.create_bucket(&BucketName::parse("after").unwrap(), false, 0).await.unwrap();
-        next_look(&mut looks, Duration::from_secs(2)).await;
+        next_look(&mut looks, Duration::from_secs(30)).await;
         assert_eq!(listener_pids(&writer).await, after, "the same session got the notification");
         listener.abort();
     }
@@ -355,7 +383,8 @@ mod tests {
         for name in ["one", "two"] {
             writer.create_bucket(&BucketName::parse(name).unwrap(), false, 0).await.unwrap();
         }
-        tokio::time::sleep(4 * POLL).await;
+        // Four reads of the head start after those commits: at least three compared it with what was heard.
+        head_reads(&writer, 4).await;
         assert_eq!(listener_pids(&writer).await, before, "a listener that hears the changes stays");
         // A change it cannot hear of (logged without NOTIFY) stands for a connection that died silently.
         sqlx::query("INSERT INTO cache_changes (kind, name) VALUES ('token', 'abc')")

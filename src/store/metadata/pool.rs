@@ -506,10 +506,28 @@ pub(super) mod tests {
         );
     }
 
-    /// Waits a little and says whether `task` is still waiting (for a lock, here).
-    async fn still_waiting<T>(task: &tokio::task::JoinHandle<T>) -> bool {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        !task.is_finished()
+    /// Whether `task` is blocked on a lock: waits until a session of `meta`'s database is seen waiting on one
+    /// (`pg_stat_activity`; the 30 s deadline bounds a hang only), then says whether the task is still unfinished.
+    /// A task that finishes first was not waiting.
+    async fn still_waiting<T>(meta: &Metadata, task: &tokio::task::JoinHandle<T>) -> bool {
+        let Backend::Postgres(pool) = &meta.backend else { unreachable!("a PostgreSQL test") };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .fetch_one(pool)
+            .await
+            .unwrap();
+            if waiting > 0 {
+                return !task.is_finished();
+            }
+            if task.is_finished() {
+                return false;
+            }
+            assert!(std::time::Instant::now() < deadline, "no session waits on a lock, and the task has not finished");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     #[tokio::test]
@@ -525,7 +543,7 @@ pub(super) mod tests {
             let meta = meta.clone();
             async move { meta.create_bucket(&BucketName::parse("second").unwrap(), false, 0).await.unwrap() }
         });
-        assert!(still_waiting(&second).await, "the second writer did not wait for the change-log lock");
+        assert!(still_waiting(&meta, &second).await, "the second writer did not wait for the change-log lock");
         first.commit().await.unwrap();
         second.await.unwrap();
         let crate::store::Catchup::Changes(changes) = meta.feed().changes_since(start).await.unwrap() else {
@@ -544,7 +562,7 @@ pub(super) mod tests {
             let meta = meta.clone();
             async move { meta.lock_blob_refs().await.unwrap().commit().await.unwrap() }
         });
-        assert!(still_waiting(&waiter).await, "a second lock_blob_refs did not wait");
+        assert!(still_waiting(&meta, &waiter).await, "a second lock_blob_refs did not wait");
         drop(held);
         waiter.await.unwrap();
         // A plain write transaction does not take it.

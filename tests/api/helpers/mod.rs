@@ -997,3 +997,176 @@ pub fn require_group(group: &str) {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Time set in fixtures, and events read from the kernel: what lets a test wait for an event instead of a clock.
+// ---------------------------------------------------------------------------------------------------------------
+
+impl TestEnv {
+    /// Runs `op` on this env's store as the fixtures do (`fixtures.rs`: opened as a CLI command opens it, and on
+    /// SQLite closed after): for fixtures the CLI cannot make, such as one dated in the past.
+    pub fn with_store<T>(&self, op: impl AsyncFnOnce(&blobgate::store::Store) -> anyhow::Result<T>) -> T {
+        self.on_store("a fixture through the library", op)
+    }
+
+    /// The settings a CLI command of this env runs with (no config file).
+    fn library_settings(&self) -> blobgate::config::Settings {
+        let mut settings = blobgate::config::Settings { data_dir: self.data_dir(), ..Default::default() };
+        settings.database.url = self.database_url.clone();
+        settings
+    }
+
+    /// `blobgate token create --bucket BUCKET --scope SCOPE --expires-in EXPIRES_IN` as if run `ago` before now:
+    /// with `expires_in` under `ago`, a token that has already expired.
+    pub fn token_made_ago(&self, bucket: &str, scope: &str, ago: Duration, expires_in: Duration) -> String {
+        let grant = blobgate::cli::GrantArgs {
+            bucket: Some(bucket.to_owned()),
+            prefix: None,
+            scope: Some(scope.to_owned()),
+            grants: Vec::new(),
+            expires_in: Some(expires_in.as_secs()),
+        };
+        let now = blobgate::store::unix_now() - ago.as_secs() as i64;
+        self.with_store(async |store| blobgate::cli::create_token(store, grant, now).await)
+    }
+
+    /// `blobgate presign BUCKET KEY --expires-in EXPIRES_IN --base-url BASE_URL` as if run `ago` before now: with
+    /// `expires_in` under `ago`, a signed URL that has already expired.
+    pub fn presigned_ago(
+        &self,
+        bucket: &str,
+        key: &str,
+        base_url: &str,
+        ago: Duration,
+        expires_in: Duration,
+    ) -> String {
+        let request = blobgate::cli::PresignRequest {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            expires_in: expires_in.as_secs(),
+            base_url: base_url.to_owned(),
+            response_content_disposition: None,
+        };
+        let now = blobgate::store::unix_now() - ago.as_secs() as i64;
+        let settings = self.library_settings();
+        self.with_store(async |store| blobgate::cli::presigned_url(store, &settings, request, now).await)
+    }
+
+    /// Stores `bytes` as `bucket/key` with `attrs`, last modified at `modified` (unix seconds), as a put made then
+    /// would have: a Last-Modified in the past without waiting for the clock to pass it. Returns the SHA-256.
+    pub fn put_modified_at(
+        &self,
+        bucket: &str,
+        key: &str,
+        bytes: &[u8],
+        attrs: blobgate::names::ObjectAttrs,
+        modified: i64,
+    ) -> String {
+        use blobgate::names::{BucketName, ObjectKey};
+        self.with_store(async |store| {
+            let (bucket, key) = (BucketName::parse(bucket)?, ObjectKey::parse(key)?);
+            let mut writer = store.blobs.writer()?;
+            writer.write(bytes)?;
+            let staged = writer.finish()?;
+            let mut tx = store.meta.lock_blob_refs().await?;
+            let found = tx.bucket(&bucket).await?.ok_or_else(|| anyhow::anyhow!("no bucket {bucket}"))?;
+            store.blobs.install(&staged)?;
+            tx.upsert_object(found.id, &key, &staged.sha256, staged.size, &attrs, modified).await?;
+            tx.commit().await?;
+            Ok(staged.sha256.clone())
+        })
+    }
+
+    /// The newest entry of the change log the caches follow (every committed change to an object, bucket or
+    /// credential adds one): what a test compares to show that a command changed nothing.
+    pub fn last_change(&self) -> i64 {
+        // Read-only, as `blobgate ls` opens it: closing a writable handle waits up to a second for SQLite's WAL to
+        // go, which it cannot while a server holds the database.
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        let settings = self.library_settings();
+        let database = settings.database_url().expect("the env's database URL");
+        runtime.block_on(async {
+            let meta = blobgate::store::Metadata::open_read_only(&database, settings.timeouts.database())
+                .await
+                .expect("open the env's database read-only");
+            let last = meta.feed().last_change().await.expect("the change log's head");
+            meta.close().await;
+            last
+        })
+    }
+}
+
+/// One IPv4 TCP socket as `/proc/net/tcp` shows it.
+#[derive(Debug, Clone, Copy)]
+pub struct TcpSocket {
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    /// The kernel's TCP state: 0x01 ESTABLISHED, 0x08 CLOSE_WAIT, 0x0A LISTEN, ...
+    pub state: u8,
+    /// Sent and not yet acknowledged (for a listening socket: 0).
+    pub tx_queue: u64,
+    /// Received and not yet read by the process (for a listening socket: connections not yet accepted).
+    pub rx_queue: u64,
+}
+
+pub const TCP_ESTABLISHED: u8 = 0x01;
+pub const TCP_LISTEN: u8 = 0x0A;
+
+/// Every IPv4 TCP socket of this network namespace.
+pub fn tcp_sockets() -> Vec<TcpSocket> {
+    let addr = |field: &str| -> SocketAddr {
+        let (ip, port) = field.split_once(':').unwrap();
+        let ip = std::net::Ipv4Addr::from(u32::from_str_radix(ip, 16).unwrap().to_be());
+        SocketAddr::from((ip, u16::from_str_radix(port, 16).unwrap()))
+    };
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (tx, rx) = fields.get(4)?.split_once(':')?;
+            Some(TcpSocket {
+                local: addr(fields[1]),
+                remote: addr(fields[2]),
+                state: u8::from_str_radix(fields[3], 16).ok()?,
+                tx_queue: u64::from_str_radix(tx, 16).ok()?,
+                rx_queue: u64::from_str_radix(rx, 16).ok()?,
+            })
+        })
+        .collect()
+}
+
+/// The socket with these two ends, if it exists.
+pub fn tcp_socket(local: SocketAddr, remote: SocketAddr) -> Option<TcpSocket> {
+    tcp_sockets().into_iter().find(|s| s.local == local && s.remote == remote)
+}
+
+impl Conn {
+    /// Waits (30 s bound a hang) until the server has read everything sent on this connection: nothing of it is
+    /// unacknowledged at this end, and nothing unread at the server's.
+    pub fn wait_until_read_by_server(&self) {
+        let (local, remote) = (self.stream.local_addr().unwrap(), self.stream.peer_addr().unwrap());
+        let read = wait_for(Duration::from_secs(30), || {
+            tcp_socket(local, remote).is_some_and(|mine| mine.tx_queue == 0)
+                && tcp_socket(remote, local).is_none_or(|theirs| theirs.rx_queue == 0)
+        });
+        assert!(read, "the server did not read what was sent: {:?}", tcp_socket(remote, local));
+    }
+
+    /// Waits (30 s bound a hang) until the server has ended its side of the connection (its FIN or its reset has
+    /// arrived), without reading anything.
+    pub fn wait_until_ended_by_server(&self) {
+        let (local, remote) = (self.stream.local_addr().unwrap(), self.stream.peer_addr().unwrap());
+        let ended = wait_for(Duration::from_secs(30), || {
+            tcp_socket(local, remote).is_none_or(|mine| mine.state != TCP_ESTABLISHED)
+        });
+        assert!(ended, "the server never ended the connection");
+    }
+}
+
+/// Connections to `addr` the kernel has completed and the server has not accepted yet (summed over every
+/// listening socket on it, as with SO_REUSEPORT).
+pub fn accept_backlog(addr: SocketAddr) -> u64 {
+    tcp_sockets().iter().filter(|s| s.state == TCP_LISTEN && s.local == addr).map(|s| s.rx_queue).sum()
+}
