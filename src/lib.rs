@@ -7,7 +7,7 @@
 //! the files its invariants name).
 //! - [`cli`]: the command line (serve, bucket, put, import, ls, rm, token, s3-key, presign, signing, stats,
 //!   uploads, db).
-//! - [`config`]: layered settings; the only module that reads the environment.
+//! - [`config`]: layered settings; the only module that reads the environment (clap reads `BLOBGATE_CONFIG`).
 //! - [`startup`]: builds the application from settings and runs both listeners until shutdown.
 //! - [`names`]: bucket names and object keys, parsed once and shared by every entry point.
 //! - [`store`]: the metadata on SQLite or PostgreSQL (the only SQL) and the content-addressed blob files, in the

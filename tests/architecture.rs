@@ -4,8 +4,9 @@
 //! exists, `sqlx` stays in `src/store/metadata/`, raw fds stay in the files allowed `unsafe`, and every
 //! `blobgate_` series they name is registered in `src/metrics`. And the lists in ARCHITECTURE.md's invariants,
 //! against the code outside tests: the files that read blob bytes into memory are the ones listed, so are the files
-//! that allow `unsafe`, and the files listed as pure do no IO. Each check is also shown failing, on the real tree
-//! with one defect injected in memory. Needs no server: it reads files only.
+//! that allow `unsafe` and the files that read the environment, and the files listed as pure do no IO. Each check
+//! is also shown failing, on the real tree with one defect injected in memory. Needs no server: it reads files
+//! only.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -1111,6 +1112,47 @@ fn io_in_pure_files(markdown: &str, sources: &[Source]) -> Vec<String> {
     problems
 }
 
+/// Which files read the environment: ARCHITECTURE.md's invariant on it, and the label of its list.
+const ENV_READS: (&str, &str) = ("Only `config.rs` reads the environment", "Reads the environment");
+
+/// How code reads the environment: std's calls, and clap's `env = "…"` on an argument.
+const ENV_CALLS: [&str; 5] = ["env::var", "env::var_os", "env::vars", "env::vars_os", "env ="];
+
+/// Every difference between the files that read the environment (outside tests) and the files the invariant lists.
+fn unlisted_env_reads(markdown: &str, sources: &[Source]) -> Vec<String> {
+    let (lead, label) = ENV_READS;
+    let (line, listed, mut problems) = match listed_files(markdown, lead, label, sources) {
+        Ok(found) => found,
+        Err(problem) => return vec![problem],
+    };
+    let mut readers = BTreeSet::new();
+    for (source, code) in production_code(sources) {
+        let mut found: Vec<(usize, &str)> =
+            ENV_CALLS.iter().flat_map(|call| occurrences(&code, call).map(move |at| (at, *call))).collect();
+        found.sort();
+        for (at, call) in found {
+            readers.insert(source.shown.clone());
+            if !listed.contains(&source.shown) {
+                let n = line_at(&code, at);
+                problems.push(format!(
+                    "{}:{n}: `{call}` reads the environment, but ARCHITECTURE.md:{line} does not list {} under \
+                     `*{label}:*`: add a setting to `config.rs` instead, or list the file with why: {}",
+                    source.shown,
+                    source.shown,
+                    source.line(n)
+                ));
+            }
+        }
+    }
+    for file in listed.iter().filter(|f| !readers.contains(*f)) {
+        problems.push(format!(
+            "ARCHITECTURE.md:{line}: {file} is listed under `*{label}:*`, but nothing in it reads the environment: \
+             drop it from the list"
+        ));
+    }
+    problems
+}
+
 fn assert_none(what: &str, problems: &[String]) {
     assert!(problems.is_empty(), "{} {what}:\n{}", problems.len(), problems.join("\n"));
 }
@@ -1323,6 +1365,14 @@ fn the_files_allowed_unsafe_are_the_ones_the_invariants_name() {
 }
 
 #[test]
+fn the_files_that_read_the_environment_are_the_ones_the_invariants_name() {
+    assert_none(
+        "differences from the invariant's list of environment readers",
+        &unlisted_env_reads(&architecture_md(), &sources(&src_dir())),
+    );
+}
+
+#[test]
 fn the_files_the_invariants_call_pure_do_no_io() {
     assert_none("IO in pure files", &io_in_pure_files(&architecture_md(), &sources(&src_dir())));
 }
@@ -1457,5 +1507,43 @@ fn io_in_a_pure_file_is_reported() {
             .any(|p| p.ends_with("`s4/` under `*Pure:*` names no file under src/")),
         "{:#?}",
         io_in_pure_files(&edited, &sources)
+    );
+}
+
+#[test]
+fn an_environment_read_the_invariant_does_not_name_is_reported() {
+    let mut sources = sources(&Path::new(ROOT).join("src"));
+    let markdown = architecture_md();
+    let before = unlisted_env_reads(&markdown, &sources);
+    let line = inject(
+        &mut sources,
+        "src/driver/send.rs",
+        "fn chunk() -> Option<String> { std::env::var(\"BLOBGATE_CHUNK\").ok() }\n\
+         #[cfg(test)]\nfn in_a_test() -> bool { std::env::var_os(\"CI\").is_some() }\n",
+    );
+    // And a file listed that reads nothing of it.
+    let edited = markdown.replacen("`cli/mod.rs`", "`cli/db.rs`", 1);
+    let (lead, label) = ENV_READS;
+    let (listed_at, ..) = listed_files(&edited, lead, label, &sources).unwrap();
+    let mut found = added(&before, unlisted_env_reads(&edited, &sources));
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            format!(
+                "ARCHITECTURE.md:{listed_at}: src/cli/db.rs is listed under `*{label}:*`, but nothing in it reads the \
+                 environment: drop it from the list"
+            ),
+            format!(
+                "src/cli/mod.rs:31: `env =` reads the environment, but ARCHITECTURE.md:{listed_at} does not list \
+                 src/cli/mod.rs under `*{label}:*`: add a setting to `config.rs` instead, or list the file with why: \
+                 #[arg(long, global = true, value_name = \"FILE\", env = \"BLOBGATE_CONFIG\", hide_env = true)]"
+            ),
+            format!(
+                "src/driver/send.rs:{line}: `env::var` reads the environment, but ARCHITECTURE.md:{listed_at} does not \
+                 list src/driver/send.rs under `*{label}:*`: add a setting to `config.rs` instead, or list the file \
+                 with why: fn chunk() -> Option<String> {{ std::env::var(\"BLOBGATE_CHUNK\").ok() }}"
+            ),
+        ]
     );
 }
