@@ -1,6 +1,7 @@
 //! Layered settings: built-in defaults < config file < `BLOBGATE_*` environment < command-line flags.
 //!
-//! This is the only module that reads the environment. Nested keys use `__` in the environment, e.g.
+//! This is the only module that reads the environment (but for `--config`'s `BLOBGATE_CONFIG`, which clap reads in
+//! `cli`). Nested keys use `__` in the environment, e.g.
 //! `BLOBGATE_LIMITS__MAX_HEAD_BYTES=32768` sets `limits.max_head_bytes`. Every error names the key it is about.
 
 use std::net::SocketAddr;

@@ -2,6 +2,11 @@
 //! optionally interleaved with literal bytes (multipart boundaries). A native read hands it to the driver as it is
 //! (`driver::FileAnswer`); through axum (S3 reads, the admin listener) it travels as a response *extension* beside
 //! an empty body, because axum boxes bodies but leaves extensions intact through every middleware.
+//!
+//! Beside the regions, a [`FileBody`] carries the header fields its response shares with every other of its
+//! object ([`SharedFields`], the catalog entry's, written once), and, for a file still filling from an object
+//! store, the [`FillGate`] the driver sends through. [`SentByTheDriver`] is the in-memory body such a response
+//! has through axum: none, of unknown length.
 
 use std::fs::File;
 use std::sync::Arc;

@@ -3,19 +3,22 @@
 //! An object-storage download gateway whose data listener sends object bytes with `sendfile(2)` only.
 //!
 //! ## Layout
-//! Dependencies point one way, as the layer table in ARCHITECTURE.md says (`tests/architecture.rs` checks it).
+//! Dependencies point one way, as the layer table in ARCHITECTURE.md says (`tests/architecture.rs` checks it, and
+//! the files its invariants name).
 //! - [`cli`]: the command line (serve, bucket, put, import, ls, rm, token, s3-key, presign, signing, stats,
 //!   uploads, db).
-//! - [`config`]: layered settings; the only module that reads the environment.
+//! - [`config`]: layered settings; the only module that reads the environment (clap reads `BLOBGATE_CONFIG`).
 //! - [`startup`]: builds the application from settings and runs both listeners until shutdown.
 //! - [`names`]: bucket names and object keys, parsed once and shared by every entry point.
-//! - [`store`]: the metadata on SQLite or PostgreSQL (the only SQL) and the content-addressed blob files.
+//! - [`store`]: the metadata on SQLite or PostgreSQL (the only SQL) and the content-addressed blob files, in the
+//!   data dir or an S3-compatible object store (with the data dir as its cache).
 //! - [`http`]: axum routes and handlers for both listeners, and the one error type.
 //! - [`auth`]: who may read or write what: the `Authorizer` and its `AuthError`s, over a lookup the catalog provides.
-//! - [`catalog`]: caches of metadata and open blobs for the data path, coherent with the database.
+//! - [`catalog`]: caches of metadata and open blobs for the data path, coherent with the database; the one blob
+//!   source of a response.
 //! - [`header_values`]: ETag, HTTP date, Content-Disposition, CORS rule and upload digest values (pure), shared by
 //!   store, auth, http, driver.
-//! - [`file_body`]: the response extension that hands file regions from handlers to the driver.
+//! - [`file_body`]: the contract that hands a file's regions (and a filling file's gate) from handlers to the driver.
 //! - [`driver`]: the HTTP/1.1 loop both listeners run; `driver::sys` is its only raw-fd code.
 //! - [`metrics`]: Prometheus series, all names in one place; the stats batcher.
 //! - [`s3`]: the S3 wire format (XML documents, list parameters, the listing planner) and `operation::classify`, pure.

@@ -1,4 +1,5 @@
-//! Thin entry point: parse the command line, load settings, start logging, dispatch.
+//! Thin entry point: an owner-only umask (`077`), then parse the command line, load settings, start logging,
+//! dispatch (`serve` to `startup`, every other command to `cli::run_command`).
 
 #![deny(unsafe_code)]
 

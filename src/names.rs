@@ -1,5 +1,8 @@
 //! Bucket names and object keys: parsed once at the edge ("parse, don't validate"), shared by the CLI, the data
 //! listener and the admin listener so that every entry point applies the same rules.
+//!
+//! [`BucketName`], [`ObjectKey`] (and what a data path names, [`RequestedKey`]: a key or a bucket's root), the
+//! attributes an object is stored with ([`ObjectAttrs`]), and a bucket's static-site settings ([`Website`]). Pure.
 
 use std::collections::BTreeMap;
 use std::fmt;

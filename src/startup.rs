@@ -1,4 +1,6 @@
-//! Builds the application from settings (store, sweep, both listeners) and runs it until a shutdown signal.
+//! Builds the application from settings (store, start-up sweep, both listeners bound) and runs it until a shutdown
+//! signal: the data workers, the admin listener, the stats batcher, the catalog's sync, the database probe, cache
+//! housekeeping and upload expiry; then drains within `timeouts.shutdown_grace`.
 //! Tests call `Application::build` with port 0 and read the bound addresses back.
 
 use std::future::Future;

@@ -2,8 +2,11 @@
 //! leaves its top-level module) in every file under `src/`, tests included, must be an edge the table allows, and
 //! every edge the table allows must be used. With it, what the docs say about the tree: every path they name
 //! exists, `sqlx` stays in `src/store/metadata/`, raw fds stay in the files allowed `unsafe`, and every
-//! `blobgate_` series they name is registered in `src/metrics`. Each check is also shown failing, on the real
-//! tree with one defect injected in memory. Needs no server: it reads files only.
+//! `blobgate_` series they name is registered in `src/metrics`. And the lists in ARCHITECTURE.md's invariants,
+//! against the code outside tests: the files that read blob bytes into memory are the ones listed, so are the files
+//! that allow `unsafe` and the files that read the environment, and the files listed as pure do no IO. Each check
+//! is also shown failing, on the real tree with one defect injected in memory. Needs no server: it reads files
+//! only.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -745,6 +748,411 @@ fn series_documents(root: &Path) -> Vec<Doc> {
     docs
 }
 
+/// Byte offsets where `pattern` occurs in `code` and does not run on into an identifier: an identifier character
+/// at either end of it may not have one beside it (so `fs::read` is not `fs::read_dir`, and `.read(&mut` may
+/// follow a name).
+fn occurrences<'a>(code: &'a str, pattern: &'a str) -> impl Iterator<Item = usize> + 'a {
+    let b = code.as_bytes();
+    let (first, last) = (pattern.as_bytes()[0], pattern.as_bytes()[pattern.len() - 1]);
+    code.match_indices(pattern).map(|(at, _)| at).filter(move |&at| {
+        (!is_ident(first) || at == 0 || !is_ident(b[at - 1]))
+            && (!is_ident(last) || b.get(at + pattern.len()).is_none_or(|&c| !is_ident(c)))
+    })
+}
+
+/// The end of the `{…}` block whose `{` is at `open`, in code whose comments and strings are blanked.
+fn block_end(b: &[u8], open: usize) -> usize {
+    let mut depth = 0usize;
+    for (i, &c) in b.iter().enumerate().skip(open) {
+        match c {
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    b.len()
+}
+
+/// `code` (comments and strings already blanked) with every `#[cfg(test)]` item blanked too, keeping line breaks;
+/// and the modules such an item declares out of line (`#[cfg(test)] mod fake;`), whose files are test code whole.
+fn without_tests(code: &str) -> (String, Vec<String>) {
+    const CFG_TEST: &str = "#[cfg(test)]";
+    let b = code.as_bytes();
+    let mut out = b.to_vec();
+    let mut declared = Vec::new();
+    let mut from = 0;
+    while let Some(found) = code[from..].find(CFG_TEST) {
+        let start = from + found;
+        let mut i = start + CFG_TEST.len();
+        // The item's other attributes (`#[path = "…"]`), then the item: up to its `;`, or to the end of its first
+        // block, whichever comes first outside brackets.
+        loop {
+            i += b[i..].iter().take_while(|c| c.is_ascii_whitespace()).count();
+            if !b[i..].starts_with(b"#[") {
+                break;
+            }
+            i += 1 + b[i + 1..].iter().position(|&c| c == b']').map_or(b.len() - i - 1, |p| p + 1);
+        }
+        let item = i;
+        let mut depth = 0i32;
+        let end = loop {
+            match b.get(i) {
+                None => break b.len(),
+                Some(b'(' | b'[') => depth += 1,
+                Some(b')' | b']') => depth -= 1,
+                Some(b';') if depth == 0 => break i + 1,
+                Some(b'{') if depth == 0 => break block_end(b, i),
+                Some(_) => {}
+            }
+            i += 1;
+        };
+        let words: Vec<&str> = code[item..end]
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        if code[item..end].trim_end().ends_with(';')
+            && let Some(at) = words.iter().position(|w| *w == "mod")
+            && let Some(name) = words.get(at + 1)
+        {
+            declared.push((*name).to_owned());
+        }
+        for c in &mut out[start..end] {
+            if *c != b'\n' {
+                *c = b' ';
+            }
+        }
+        from = end;
+    }
+    (String::from_utf8(out).expect("only ASCII bytes were replaced"), declared)
+}
+
+/// Every file under `src/` that is built outside tests, with its code (comments, strings and `#[cfg(test)]` items
+/// blanked). A file that a `#[cfg(test)] mod name;` declares is test code whole, and left out.
+fn production_code(sources: &[Source]) -> Vec<(&Source, String)> {
+    let mut code: Vec<(&Source, String)> = Vec::new();
+    let mut test_files = BTreeSet::new();
+    for source in sources {
+        let (kept, declared) = without_tests(&code_only(&source.text));
+        // Where `mod name;` in this file looks for `name`: beside it for `mod.rs`, `lib.rs` and `main.rs`, else in
+        // the folder named after it.
+        let shown = Path::new(&source.shown);
+        let file_name = shown.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let dir = match file_name {
+            "mod.rs" | "lib.rs" | "main.rs" => shown.parent().unwrap_or(Path::new("")).to_path_buf(),
+            _ => shown.with_extension(""),
+        };
+        for name in declared {
+            test_files.insert(dir.join(format!("{name}.rs")).display().to_string());
+            test_files.insert(dir.join(&name).join("mod.rs").display().to_string());
+        }
+        code.push((source, kept));
+    }
+    code.retain(|(source, _)| !test_files.contains(&source.shown));
+    code
+}
+
+/// One bullet of `## Architecture invariants` in ARCHITECTURE.md: its first line, and its text (lines joined).
+fn invariant(markdown: &str, lead: &str) -> Result<(usize, String), String> {
+    let lines: Vec<&str> = markdown.lines().collect();
+    let start = lines.iter().position(|l| *l == "## Architecture invariants").ok_or_else(|| {
+        "ARCHITECTURE.md has no `## Architecture invariants` section: the checks read their lists there".to_owned()
+    })?;
+    let section = lines.iter().enumerate().skip(start + 1).take_while(|(_, l)| !l.starts_with("## "));
+    let mut bullet: Option<(usize, String)> = None;
+    for (index, line) in section {
+        match (&mut bullet, line.strip_prefix("- **")) {
+            (Some(_), Some(_)) => break,
+            (None, Some(rest)) if rest.starts_with(lead) => bullet = Some((index + 1, line.to_string())),
+            (Some((_, text)), None) if line.starts_with("  ") => {
+                text.push('\n');
+                text.push_str(line);
+            }
+            (Some(_), None) => break,
+            (None, _) => {}
+        }
+    }
+    bullet
+        .ok_or_else(|| format!("ARCHITECTURE.md: no invariant starts `- **{lead}`: the checks read their lists there"))
+}
+
+/// Where `pattern` is in `text`, a space in it matching any run of white space (a line break and indent
+/// included): the start and the end.
+fn find_spaced(text: &str, pattern: &str) -> Option<(usize, usize)> {
+    let words: Vec<&str> = pattern.split(' ').collect();
+    text.match_indices(words[0]).find_map(|(start, _)| {
+        let mut end = start + words[0].len();
+        for word in &words[1..] {
+            let gap = text[end..].chars().take_while(|c| c.is_whitespace()).map(char::len_utf8).sum::<usize>();
+            if gap == 0 || !text[end + gap..].starts_with(word) {
+                return None;
+            }
+            end += gap + word.len();
+        }
+        Some((start, end))
+    })
+}
+
+/// The files an invariant lists: in its bullet (see [`invariant`]), the code spans of the clause after the label
+/// `*{label}:*`, up to the end of its sentence, resolved under `src/` among `sources` (`names.rs`, `store/blobs.rs`;
+/// a folder, `s3/`, stands for every file in it). With the label's line, and what names no file.
+fn listed_files(
+    markdown: &str,
+    lead: &str,
+    label: &str,
+    sources: &[Source],
+) -> Result<(usize, BTreeSet<String>, Vec<String>), String> {
+    let (first_line, text) = invariant(markdown, lead)?;
+    let marker = format!("*{label}:*");
+    let (at, end) = find_spaced(&text, &marker).ok_or_else(|| {
+        format!("ARCHITECTURE.md:{first_line}: the invariant `{lead}…` has no `{marker}` list: the checks read it")
+    })?;
+    let line = first_line + text[..at].matches('\n').count();
+    let clause = &text[end..];
+    let (mut spans, mut in_code, mut depth, mut span_start) = (Vec::new(), false, 0usize, 0);
+    for (i, c) in clause.char_indices() {
+        match c {
+            '`' if in_code => {
+                spans.push(&clause[span_start..i]);
+                in_code = false;
+            }
+            '`' => {
+                in_code = true;
+                span_start = i + 1;
+            }
+            _ if in_code => {}
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            '.' if depth == 0 && clause[i + 1..].chars().next().is_none_or(char::is_whitespace) => break,
+            _ => {}
+        }
+    }
+    let (mut files, mut unknown) = (BTreeSet::new(), Vec::new());
+    for span in spans.into_iter().filter(|s| s.ends_with(".rs") || s.ends_with('/')) {
+        let path = format!("src/{span}");
+        let matching: Vec<&Source> = if span.ends_with('/') {
+            sources.iter().filter(|s| s.shown.starts_with(&path)).collect()
+        } else {
+            sources.iter().filter(|s| s.shown == path).collect()
+        };
+        if matching.is_empty() {
+            unknown.push(format!("ARCHITECTURE.md:{line}: `{span}` under `{marker}` names no file under src/"));
+        }
+        files.extend(matching.into_iter().map(|s| s.shown.clone()));
+    }
+    Ok((line, files, unknown))
+}
+
+/// Which files read blob bytes into memory: ARCHITECTURE.md's invariant on the object bytes of a response, and
+/// the label of its list.
+const BLOB_READS: (&str, &str) = ("The object bytes of a response", "Files that read blob bytes");
+
+/// How code reads a file's bytes into memory: positioned, streaming and whole-file reads, copies through a buffer,
+/// and mappings. A file that does any of these outside its tests reads blob bytes, unless [`NOT_BLOB_READS`] says
+/// what else it reads there.
+const READ_CALLS: [&str; 13] = [
+    "read_at",
+    "read_exact_at",
+    "read_exact",
+    "read_to_end",
+    "read_to_string",
+    "read_vectored",
+    ".read_buf(",
+    "fs::read",
+    "Read::read",
+    ".read(&mut",
+    "io::copy",
+    "memmap2",
+    "mmap",
+];
+
+/// Reads (file, call) that take no blob's bytes, with what they read. Each must still be in its file, so the list
+/// cannot go stale.
+const NOT_BLOB_READS: [(&str, &str, &str); 8] = [
+    ("src/driver/ktls.rs", "read_exact", "TLS records from the socket during the handshake"),
+    (
+        "src/driver/sys.rs",
+        "memmap2",
+        "a mapping of a blob's range that is never read: `mincore` asks which pages are resident",
+    ),
+    ("src/driver/tls.rs", "fs::read", "the certificate pair's PEM files"),
+    (
+        "src/store/blobs.rs",
+        "read_to_string",
+        "this host's ids and a process's start time under /proc, for staging names",
+    ),
+    ("src/store/metadata/generation.rs", "memmap2", "the change feed's counter file"),
+    ("src/store/metadata/pool.rs", "fs::read", "PostgreSQL's `sslrootcert`"),
+    ("src/store/remote.rs", "fs::read", "`blob_store.ca_bundle`"),
+    ("src/store/secrets_key.rs", "read_to_string", "the secrets key file"),
+];
+
+/// Every difference between the files that read file bytes into memory (outside tests, [`NOT_BLOB_READS`] aside)
+/// and the files the invariant lists as reading blob bytes.
+fn unlisted_blob_reads(markdown: &str, sources: &[Source]) -> Vec<String> {
+    let (lead, label) = BLOB_READS;
+    let (line, listed, mut problems) = match listed_files(markdown, lead, label, sources) {
+        Ok(found) => found,
+        Err(problem) => return vec![problem],
+    };
+    let mut readers = BTreeSet::new();
+    let mut excused = BTreeSet::new();
+    for (source, code) in production_code(sources) {
+        for call in READ_CALLS {
+            for at in occurrences(&code, call) {
+                if NOT_BLOB_READS.iter().any(|(file, c, _)| *file == source.shown && *c == call) {
+                    excused.insert((source.shown.clone(), call));
+                    continue;
+                }
+                readers.insert(source.shown.clone());
+                if !listed.contains(&source.shown) {
+                    let n = line_at(&code, at);
+                    problems.push(format!(
+                        "{}:{n}: `{call}` reads a file into memory, but ARCHITECTURE.md:{line} does not list {} under \
+                         `*{label}:*`: list it there with what it reads, or, if these are no blob's bytes, add it to \
+                         NOT_BLOB_READS: {}",
+                        source.shown,
+                        source.shown,
+                        source.line(n)
+                    ));
+                }
+            }
+        }
+    }
+    for file in listed.iter().filter(|f| !readers.contains(*f)) {
+        problems.push(format!(
+            "ARCHITECTURE.md:{line}: {file} is listed under `*{label}:*`, but nothing in it reads a file into memory: \
+             drop it from the list"
+        ));
+    }
+    for (file, call, what) in NOT_BLOB_READS {
+        if !excused.contains(&(file.to_owned(), call)) {
+            problems.push(format!(
+                "tests/architecture.rs: NOT_BLOB_READS says {file} reads {what} with `{call}`, which it no longer \
+                 does: drop the entry"
+            ));
+        }
+    }
+    problems
+}
+
+/// Which files may hold `unsafe`: ARCHITECTURE.md's invariant on `unsafe`, and the label of its list.
+const UNSAFE_FILES: (&str, &str) = ("`unsafe` and raw fds are fenced in", "Allowed `unsafe`");
+
+/// Every difference between the files that allow `unsafe_code` for themselves and the files the invariant lists.
+fn unlisted_unsafe_files(markdown: &str, sources: &[Source]) -> Vec<String> {
+    let (lead, label) = UNSAFE_FILES;
+    let (line, listed, mut problems) = match listed_files(markdown, lead, label, sources) {
+        Ok(found) => found,
+        Err(problem) => return vec![problem],
+    };
+    let allowed = unsafe_files(sources);
+    for file in allowed.difference(&listed) {
+        problems.push(format!(
+            "{file}: allows `unsafe_code`, but ARCHITECTURE.md:{line} does not list it under `*{label}:*`: list it \
+             there with why, or take the unsafe out"
+        ));
+    }
+    for file in listed.difference(&allowed) {
+        problems.push(format!(
+            "ARCHITECTURE.md:{line}: {file} is listed under `*{label}:*`, but it has no `#![allow(unsafe_code)]`: drop \
+             it from the list"
+        ));
+    }
+    problems
+}
+
+/// Which modules are pure: ARCHITECTURE.md's invariant on pure logic, and the label of its list.
+const PURE_FILES: (&str, &str) = ("Pure logic does no IO", "Pure");
+
+/// What IO looks like in code: files, sockets, processes, the blocking pool, the database and the object store.
+const IO_WORDS: [&str; 15] = [
+    "std::fs",
+    "tokio::fs",
+    "tokio::net",
+    "std::process",
+    "File",
+    "OpenOptions",
+    "TcpStream",
+    "TcpListener",
+    "UdpSocket",
+    "UnixStream",
+    "spawn_blocking",
+    "sqlx",
+    "object_store",
+    "reqwest",
+    "libc",
+];
+
+/// Every IO word in the code (outside tests) of the files the invariant lists as pure.
+fn io_in_pure_files(markdown: &str, sources: &[Source]) -> Vec<String> {
+    let (lead, label) = PURE_FILES;
+    let (line, listed, mut problems) = match listed_files(markdown, lead, label, sources) {
+        Ok(found) => found,
+        Err(problem) => return vec![problem],
+    };
+    for (source, code) in production_code(sources).into_iter().filter(|(s, _)| listed.contains(&s.shown)) {
+        let mut found: Vec<(usize, &str)> =
+            IO_WORDS.iter().flat_map(|word| occurrences(&code, word).map(move |at| (at, *word))).collect();
+        found.sort();
+        for (at, word) in found {
+            let n = line_at(&code, at);
+            problems.push(format!(
+                "{}:{n}: `{word}` in a file ARCHITECTURE.md:{line} lists as pure: move the IO to a caller, or drop the \
+                 file from `*{label}:*`: {}",
+                source.shown,
+                source.line(n)
+            ));
+        }
+    }
+    problems
+}
+
+/// Which files read the environment: ARCHITECTURE.md's invariant on it, and the label of its list.
+const ENV_READS: (&str, &str) = ("Only `config.rs` reads the environment", "Reads the environment");
+
+/// How code reads the environment: std's calls, and clap's `env = "…"` on an argument.
+const ENV_CALLS: [&str; 5] = ["env::var", "env::var_os", "env::vars", "env::vars_os", "env ="];
+
+/// Every difference between the files that read the environment (outside tests) and the files the invariant lists.
+fn unlisted_env_reads(markdown: &str, sources: &[Source]) -> Vec<String> {
+    let (lead, label) = ENV_READS;
+    let (line, listed, mut problems) = match listed_files(markdown, lead, label, sources) {
+        Ok(found) => found,
+        Err(problem) => return vec![problem],
+    };
+    let mut readers = BTreeSet::new();
+    for (source, code) in production_code(sources) {
+        let mut found: Vec<(usize, &str)> =
+            ENV_CALLS.iter().flat_map(|call| occurrences(&code, call).map(move |at| (at, *call))).collect();
+        found.sort();
+        for (at, call) in found {
+            readers.insert(source.shown.clone());
+            if !listed.contains(&source.shown) {
+                let n = line_at(&code, at);
+                problems.push(format!(
+                    "{}:{n}: `{call}` reads the environment, but ARCHITECTURE.md:{line} does not list {} under \
+                     `*{label}:*`: add a setting to `config.rs` instead, or list the file with why: {}",
+                    source.shown,
+                    source.shown,
+                    source.line(n)
+                ));
+            }
+        }
+    }
+    for file in listed.iter().filter(|f| !readers.contains(*f)) {
+        problems.push(format!(
+            "ARCHITECTURE.md:{line}: {file} is listed under `*{label}:*`, but nothing in it reads the environment: \
+             drop it from the list"
+        ));
+    }
+    problems
+}
+
 fn assert_none(what: &str, problems: &[String]) {
     assert!(problems.is_empty(), "{} {what}:\n{}", problems.len(), problems.join("\n"));
 }
@@ -935,6 +1343,206 @@ fn an_unregistered_series_in_the_docs_is_reported() {
             format!(
                 "README.md:{line}: `blobgate_sent_bytes_total_bucket` is not a series src/metrics registers: fix \
                  the name, or define and describe the series"
+            ),
+        ]
+    );
+}
+
+#[test]
+fn the_files_that_read_blob_bytes_are_the_ones_the_invariants_name() {
+    assert_none(
+        "differences from the invariant's list of blob readers",
+        &unlisted_blob_reads(&architecture_md(), &sources(&src_dir())),
+    );
+}
+
+#[test]
+fn the_files_allowed_unsafe_are_the_ones_the_invariants_name() {
+    assert_none(
+        "differences from the invariant's list of unsafe files",
+        &unlisted_unsafe_files(&architecture_md(), &sources(&src_dir())),
+    );
+}
+
+#[test]
+fn the_files_that_read_the_environment_are_the_ones_the_invariants_name() {
+    assert_none(
+        "differences from the invariant's list of environment readers",
+        &unlisted_env_reads(&architecture_md(), &sources(&src_dir())),
+    );
+}
+
+#[test]
+fn the_files_the_invariants_call_pure_do_no_io() {
+    assert_none("IO in pure files", &io_in_pure_files(&architecture_md(), &sources(&src_dir())));
+}
+
+/// The test-code filter: `#[cfg(test)]` items blanked whatever their shape, and the files they declare named.
+#[test]
+fn test_code_is_told_from_the_code_it_tests() {
+    let code = "fn kept() {}\n\
+                #[cfg(test)]\n#[path = \"../x.rs\"]\nmod cases;\n\
+                #[cfg(test)]\npub(crate) mod fake;\n\
+                #[cfg(test)]\nuse a::{b, c};\n\
+                #[cfg(test)]\nmod tests {\n    fn f() { if x { y() } }\n}\n\
+                fn also_kept() { let _ = [0u8; 2]; }\n";
+    let (kept, declared) = without_tests(&code_only(code));
+    let kept: Vec<&str> = kept.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    assert_eq!(kept, ["fn kept() {}", ";", "fn also_kept() { let _ = [0u8; 2]; }"]);
+    assert_eq!(declared, ["cases", "fake"]);
+    let sources = sources(&Path::new(ROOT).join("src"));
+    let built: BTreeSet<&str> = production_code(&sources).iter().map(|(s, _)| s.shown.as_str()).collect();
+    for test_only in ["src/store/remote/fake.rs", "src/auth/sigv4/tests.rs", "src/http/signed_url_tests.rs"] {
+        assert!(!built.contains(test_only), "{test_only} is test code");
+    }
+    assert!(built.contains("src/store/remote.rs") && built.contains("src/lib.rs"));
+}
+
+#[test]
+fn a_blob_read_the_invariant_does_not_name_is_reported() {
+    let mut sources = sources(&Path::new(ROOT).join("src"));
+    let markdown = architecture_md();
+    let before = unlisted_blob_reads(&markdown, &sources);
+    let line = inject(
+        &mut sources,
+        "src/catalog/mod.rs",
+        "fn peek(blob: &File) -> u8 {\n    let mut byte = [0u8; 1];\n    \
+         std::os::unix::fs::FileExt::read_exact_at(blob, &mut byte, 0).unwrap();\n    byte[0]\n}\n\
+         #[cfg(test)]\nmod more_tests {\n    fn whole(path: &Path) -> Vec<u8> { std::fs::read(path).unwrap() }\n}\n",
+    );
+    let (lead, label) = BLOB_READS;
+    let (listed_at, ..) = listed_files(&markdown, lead, label, &sources).unwrap();
+    assert_eq!(
+        added(&before, unlisted_blob_reads(&markdown, &sources)),
+        [format!(
+            "src/catalog/mod.rs:{}: `read_exact_at` reads a file into memory, but ARCHITECTURE.md:{listed_at} does \
+             not list src/catalog/mod.rs under `*{label}:*`: list it there with what it reads, or, if these are no \
+             blob's bytes, add it to NOT_BLOB_READS: std::os::unix::fs::FileExt::read_exact_at(blob, &mut byte, \
+             0).unwrap();",
+            line + 2
+        )]
+    );
+}
+
+#[test]
+fn a_blob_reader_missing_from_the_list_or_listed_wrongly_is_reported() {
+    let sources = sources(&Path::new(ROOT).join("src"));
+    let markdown = architecture_md();
+    let before = unlisted_blob_reads(&markdown, &sources);
+    let (lead, label) = BLOB_READS;
+    let (line, listed, _) = listed_files(&markdown, lead, label, &sources).unwrap();
+    assert!(listed.contains("src/store/precompress.rs"), "the list names store/precompress.rs: {listed:?}");
+    // One reader dropped from the list, and a file that reads nothing put in its place.
+    let edited = markdown.replacen("`store/precompress.rs`", "`http/range.rs`", 1);
+    let found = added(&before, unlisted_blob_reads(&edited, &sources));
+    let (unlisted, rest): (Vec<&String>, Vec<&String>) =
+        found.iter().partition(|p| p.starts_with("src/store/precompress.rs:"));
+    assert!(!unlisted.is_empty(), "{found:#?}");
+    for problem in unlisted {
+        assert!(problem.contains("does not list src/store/precompress.rs under"), "{problem}");
+    }
+    assert_eq!(
+        rest,
+        [&format!(
+            "ARCHITECTURE.md:{line}: src/http/range.rs is listed under `*{label}:*`, but nothing in it reads a file \
+             into memory: drop it from the list"
+        )]
+    );
+}
+
+#[test]
+fn an_unsafe_file_missing_from_the_list_or_listed_wrongly_is_reported() {
+    let mut sources = sources(&Path::new(ROOT).join("src"));
+    let markdown = architecture_md();
+    let before = unlisted_unsafe_files(&markdown, &sources);
+    inject(&mut sources, "src/store/blobs.rs", "#![allow(unsafe_code)]\n");
+    let edited = markdown.replacen("`store/metadata/generation.rs`", "`store/staging.rs`", 1);
+    let (lead, label) = UNSAFE_FILES;
+    let (line, ..) = listed_files(&edited, lead, label, &sources).unwrap();
+    assert_eq!(
+        added(&before, unlisted_unsafe_files(&edited, &sources)),
+        [
+            format!(
+                "src/store/blobs.rs: allows `unsafe_code`, but ARCHITECTURE.md:{line} does not list it under \
+                 `*{label}:*`: list it there with why, or take the unsafe out"
+            ),
+            format!(
+                "src/store/metadata/generation.rs: allows `unsafe_code`, but ARCHITECTURE.md:{line} does not list it \
+                 under `*{label}:*`: list it there with why, or take the unsafe out"
+            ),
+            format!(
+                "ARCHITECTURE.md:{line}: src/store/staging.rs is listed under `*{label}:*`, but it has no \
+                 `#![allow(unsafe_code)]`: drop it from the list"
+            ),
+        ]
+    );
+}
+
+#[test]
+fn io_in_a_pure_file_is_reported() {
+    let mut sources = sources(&Path::new(ROOT).join("src"));
+    let markdown = architecture_md();
+    let before = io_in_pure_files(&markdown, &sources);
+    let line = inject(
+        &mut sources,
+        "src/s3/listing.rs",
+        "// std::fs in a comment is fine\nfn load(path: &str) -> String { std::fs::read_to_string(path).unwrap() }\n",
+    );
+    let (lead, label) = PURE_FILES;
+    let (listed_at, ..) = listed_files(&markdown, lead, label, &sources).unwrap();
+    assert_eq!(
+        added(&before, io_in_pure_files(&markdown, &sources)),
+        [format!(
+            "src/s3/listing.rs:{}: `std::fs` in a file ARCHITECTURE.md:{listed_at} lists as pure: move the IO to a \
+             caller, or drop the file from `*{label}:*`: fn load(path: &str) -> String {{ \
+             std::fs::read_to_string(path).unwrap() }}",
+            line + 1
+        )]
+    );
+    // A path in the list that names no file is reported too.
+    let edited = markdown.replacen("`s3/`", "`s4/`", 1);
+    assert!(
+        io_in_pure_files(&edited, &sources)
+            .iter()
+            .any(|p| p.ends_with("`s4/` under `*Pure:*` names no file under src/")),
+        "{:#?}",
+        io_in_pure_files(&edited, &sources)
+    );
+}
+
+#[test]
+fn an_environment_read_the_invariant_does_not_name_is_reported() {
+    let mut sources = sources(&Path::new(ROOT).join("src"));
+    let markdown = architecture_md();
+    let before = unlisted_env_reads(&markdown, &sources);
+    let line = inject(
+        &mut sources,
+        "src/driver/send.rs",
+        "fn chunk() -> Option<String> { std::env::var(\"BLOBGATE_CHUNK\").ok() }\n\
+         #[cfg(test)]\nfn in_a_test() -> bool { std::env::var_os(\"CI\").is_some() }\n",
+    );
+    // And a file listed that reads nothing of it.
+    let edited = markdown.replacen("`cli/mod.rs`", "`cli/db.rs`", 1);
+    let (lead, label) = ENV_READS;
+    let (listed_at, ..) = listed_files(&edited, lead, label, &sources).unwrap();
+    let mut found = added(&before, unlisted_env_reads(&edited, &sources));
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            format!(
+                "ARCHITECTURE.md:{listed_at}: src/cli/db.rs is listed under `*{label}:*`, but nothing in it reads the \
+                 environment: drop it from the list"
+            ),
+            format!(
+                "src/cli/mod.rs:31: `env =` reads the environment, but ARCHITECTURE.md:{listed_at} does not list \
+                 src/cli/mod.rs under `*{label}:*`: add a setting to `config.rs` instead, or list the file with why: \
+                 #[arg(long, global = true, value_name = \"FILE\", env = \"BLOBGATE_CONFIG\", hide_env = true)]"
+            ),
+            format!(
+                "src/driver/send.rs:{line}: `env::var` reads the environment, but ARCHITECTURE.md:{listed_at} does not \
+                 list src/driver/send.rs under `*{label}:*`: add a setting to `config.rs` instead, or list the file \
+                 with why: fn chunk() -> Option<String> {{ std::env::var(\"BLOBGATE_CHUNK\").ok() }}"
             ),
         ]
     );

@@ -29,6 +29,9 @@
 //! that content: no `open`/`fstat` and no blocking-pool hop on a hit. Entries are dropped when an object that
 //! used them changes, and the cache is bounded. A response takes its blob from [`Catalog::response_blob`], the one
 //! source for both places blobs live: these open files, or an object store's cache (which keeps its own).
+//!
+//! The catalog is the server's `auth::CredentialLookup`. Every lookup is a [`Lookup`]: a hit is answered at once,
+//! a miss is a boxed trip, so a request's future holds no miss path's state.
 
 pub mod representation;
 

@@ -1,4 +1,5 @@
-//! The CLI's auth commands: tokens, signed URLs and signing keys.
+//! The CLI's auth commands: tokens and S3 keys (`--grant BUCKET[/PREFIX]:SCOPE`, parsed by the pure
+//! `parse_grant`), signed URLs and signing keys.
 
 use anyhow::{Context, bail};
 

@@ -1,4 +1,5 @@
-//! `blobgate db`: the schema's migrations (`status`, `migrate`) and `copy`.
+//! `blobgate db`: the schema's migrations (`status`, `migrate`) and `copy`; and the one warning line every
+//! command gives on a database a newer release migrated.
 
 use anyhow::bail;
 

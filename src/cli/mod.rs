@@ -1,5 +1,6 @@
 //! The command line. Every command prints its result on stdout and, on bad input, one line on stderr with a
-//! non-zero exit status (see `main.rs`).
+//! non-zero exit status (see `main.rs`). Here: the clap types, the dispatch, and what each command needs of the
+//! data dir (read-only, writing, or may create it).
 
 mod auth;
 mod blobs;

@@ -1,4 +1,4 @@
-//! Pure request-body framing for the admin listener (RFC 9112 §6 and §7.1): a `Content-Length` body or the
+//! Pure request-body framing (RFC 9112 §6 and §7.1), on both listeners: a `Content-Length` body or the
 //! `chunked` transfer coding, decoded incrementally from the front of the connection's read buffer. No IO.
 //!
 //! Data comes out as views of the buffer (`split_to`), never copied; whatever follows the body stays in the

@@ -1,4 +1,4 @@
-//! The admin listener's budget of request-body bytes in memory, shared by every body at once
+//! The budget of request-body bytes in memory, shared by every body at once on both listeners
 //! (`limits.upload_buffer_bytes`). A body read takes its share before it reads, and the share travels with the
 //! bytes ([`budgeted`]): it is given back when the last view of them is dropped, after the handler wrote them.
 //! Beyond the budget, reads wait, so TCP back-pressure slows the clients and the server's memory stays flat

@@ -1,19 +1,20 @@
-//! One data connection: read a head, call the application service, write the response, repeat (keep-alive and
-//! pipelining, strictly in order). Timeouts: `header_read` from accept or from the first byte of a request until its head is
-//! complete, `keep_alive_idle` between requests, and `send_progress` while a response is being written.
+//! One connection, on either listener: read a head, call the application service, write the response, repeat
+//! (keep-alive and pipelining, strictly in order). Timeouts: `header_read` from accept or from the first byte of a
+//! request until its head is complete, `keep_alive_idle` between requests, and `send_progress` while a response
+//! is being written.
 //!
-//! While a connection waits for a head with zero bytes of it read, it is in its worker's idle list
+//! While a data connection waits for a head with zero bytes of it read, it is in its worker's idle list
 //! (`idle.rs`): at the connection cap the worker may close it then, and only then, to admit a new client.
 //!
-//! On the admin listener a request may have a body (`body.rs` follows its framing). The service gets it as a
-//! stream the connection feeds while it awaits the response ([`BodyPump`]): nothing is read before the service
-//! first polls the body (then `100 Continue` goes out if the client asked for it), at most
-//! [`BODY_READ_BYTES`] per read, and one chunk waits in the channel at most, so a slow handler slows the client
-//! down instead of filling memory. Every read first takes its share of the listener's body budget
-//! (`budget.rs`), once the socket is readable (a client that sends nothing holds none), and the decoded chunks
-//! carry that share until the handler drops them: however many bodies arrive at once, the bytes they hold in
-//! memory stay within `limits.upload_buffer_bytes`. A response given before the body was read to its end closes the connection:
-//! the rest is never parsed as a next request.
+//! A request may have a body where its listener takes one (PUT and POST on the data listener, any method on the
+//! admin listener; `body.rs` follows its framing). The service gets it as a stream the connection feeds while it
+//! awaits the response ([`BodyPump`]): nothing is read before the service first polls the body (then
+//! `100 Continue` goes out if the client asked for it), at most [`BODY_READ_BYTES`] per read, and one chunk waits
+//! in the channel at most, so a slow handler slows the client down instead of filling memory. Every read first
+//! takes its share of the body budget (`budget.rs`), once the socket is readable (a client that sends nothing
+//! holds none), and the decoded chunks carry that share until the handler drops them: however many bodies arrive
+//! at once, the bytes they hold in memory stay within `limits.upload_buffer_bytes`. A response given before the
+//! body was read to its end closes the connection: the rest is never parsed as a next request.
 
 use std::io;
 use std::net::SocketAddr;

@@ -1,5 +1,8 @@
 //! Pure HTTP/1.1 request-head parsing, framing decisions and response-head serialisation. No IO.
 //!
+//! A parsed head keeps one copy of its bytes: fields are offsets into it (`HeadFields`), and an origin-form target
+//! whose every byte `Uri` accepts is read in place, a `Uri` built only for a handler that takes an `http::Request`.
+//!
 //! Which requests may carry a body is the listener's [`Bodies`] policy. Where none is taken (GET, HEAD, OPTIONS
 //! and DELETE on the data listener), framing is simple and strict: any `Transfer-Encoding` or a non-zero
 //! `Content-Length` ends the connection after an error response (RFC 9112 §6.3 says a server that cannot determine

@@ -1,14 +1,17 @@
 //! Our own HTTP/1.1 server, because hyper cannot hand a file to `sendfile(2)`. It serves both listeners: the data
-//! listener (one worker thread and runtime per CPU, no request bodies) and the admin listener (on the main
-//! runtime, request bodies streamed to the service), so an S3 GetObject leaves by sendfile on either.
+//! listener (one worker thread and runtime per CPU, each with its own `SO_REUSEPORT` socket, the first bound
+//! exclusively; request bodies on PUT and POST only) and the admin listener (on the main runtime, bodies on any
+//! method), so an S3 GetObject leaves by sendfile on either ([`Listener`]). Request bodies are streamed to the
+//! service. What the driver calls is a [`RequestService`], which may answer a bodiless request from its parsed
+//! head ([`Answer`], [`FileAnswer`]: no `http::Request` built).
 //!
 //! - `mod.rs`: the accept loops (connection cap, accept back-off, shutdown) and the shared context.
 //! - `admission.rs`: the connection caps (total and per address) and the keep-alive timeout under pressure.
 //! - `idle.rs`: each worker's idle connections, oldest first, closed at the cap to admit new clients.
 //! - `conn.rs`: the per-connection loop; calls the application (any axum-compatible tower `Service`).
 //! - `head.rs`: pure request-head parsing and response-head writing.
-//! - `body.rs`: pure request-body framing (Content-Length, chunked) for the admin listener.
-//! - `budget.rs`: the admin listener's budget of request-body bytes in memory (`limits.upload_buffer_bytes`).
+//! - `body.rs`: pure request-body framing (Content-Length, chunked).
+//! - `budget.rs`: the one budget of request-body bytes in memory, both listeners' (`limits.upload_buffer_bytes`).
 //! - `send.rs`: the send loop of plain HTTP and kernel TLS: heads by `send(MSG_MORE)`, bodies by `sendfile`.
 //! - `sys.rs`: the driver's raw syscalls, its only code that touches raw fds.
 //! - `tls.rs`: HTTPS: the certificate pair, the handshake, and user-space TLS (the one path that copies bodies).
@@ -58,7 +61,7 @@ const POOL_SENDS: usize = 16;
 
 /// What the driver calls for each request, on either listener: a tower `Service` from
 /// `http::Request<axum::body::Body>` to an axum `Response`. An axum `Router` is one (the admin listener's); the
-/// data listener's is the object handler under its layers (`http::data_service`).
+/// data listener's is `http::data_service` (native reads from the head, the rest through one routing decision).
 pub trait RequestService:
     tower::Service<http::Request<Body>, Response = Response, Error = Infallible, Future: Send>
     + Clone
@@ -200,7 +203,7 @@ impl SendObserver for DriverMetrics {
 /// Which listener a context serves.
 #[derive(Debug, Clone, Copy)]
 pub enum Listener {
-    /// No request bodies; connections live on data workers (idle lists, per-worker counts).
+    /// Bodies on PUT and POST only; connections live on data workers (idle lists, per-worker counts).
     Data,
     /// Request bodies streamed to the service; connections live on the main runtime. `principal_of` names the
     /// access log's principal from a request's credentials when the handler names none (and did not refuse them).

@@ -1,4 +1,5 @@
-//! Conditional requests for immutable blobs: RFC 9110 §13 preconditions and If-Range.
+//! Conditional requests for immutable blobs: RFC 9110 §13 preconditions and If-Range; and a write's own
+//! preconditions (`If-None-Match: *`, `If-Match`) for both front ends, [`write_condition`].
 //!
 //! Call [`evaluate`] after authorisation and the existence check (so 404 wins over 412), and before
 //! building the response. The object always exists here, which is why `If-Match: *` is true and

@@ -1,6 +1,7 @@
 //! CORS on the data listener, around the object handler: preflight `OPTIONS` answers, and the CORS headers of
 //! actual responses (every status, errors included). The rule is the bucket's (`header_values::cors`), read from
-//! the catalog, so a `bucket cors set` is live at the next request.
+//! the catalog, so a `bucket cors set` is live at the next request. S3 answers get the same headers, on either
+//! listener ([`add_to_s3_answer`], called by `http::dispatch_s3`).
 //!
 //! - A request without `Origin` goes straight to the object handler: no lookup, no header, no allocation here.
 //! - A preflight (`OPTIONS` with `Origin` and `Access-Control-Request-Method`) is answered from the bucket's rule

@@ -1,5 +1,6 @@
 //! The one error type at the HTTP edge, and its one conversion into a response. Bodies are small JSON objects:
-//! `{"error": "<code>", "message": "<text>"}`. Client mistakes are 4xx; only our own failures are 5xx.
+//! `{"error": "<code>", "message": "<text>"}`. Client mistakes are 4xx; only our own failures are 5xx. A 5xx's
+//! cause is logged once, by [`log_server_error`] (outermost on both listeners), never by the conversion.
 
 use std::sync::Arc;
 

@@ -1,4 +1,9 @@
 //! The axum side of both listeners: routes, handlers and the one error type.
+//!
+//! [`DataState`] and [`AdminState`] are what each listener's handlers need. [`data_service`] is the data
+//! listener's application: native reads answered from the parsed head, everything else classified once and sent
+//! by one routing decision to the upload handlers or the S3 dispatcher ([`dispatch_s3`], shared with the admin
+//! router). [`refusal_response`] renders the driver's own refusals as the handlers' JSON errors.
 
 pub mod accept_encoding;
 pub mod admin;

@@ -12,6 +12,7 @@
 //! before any object lookup, then serve. Every S3 response carries `x-amz-request-id`; errors are S3 XML
 //! (`<Error><Code/><Message/><Resource/><RequestId/></Error>`) with S3's status codes, from one mapping
 //! ([`S3Error::render`]). The writes, and the multipart listings, are `s3_write`'s; `http::dispatch_s3` chooses.
+//! A `partNumber` GetObject or HeadObject reads the part's bytes as the range they are in the object.
 
 use std::borrow::Cow;
 

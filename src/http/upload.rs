@@ -1,4 +1,4 @@
-//! `PUT` and `DELETE /{bucket}/{key}` on the admin listener.
+//! `PUT` and `DELETE /{bucket}/{key}`, on either listener (the data listener's unless `listen_read_only`).
 //!
 //! An upload streams the request body into a staged blob, hashing as it goes. The object becomes visible only
 //! when the blob is fsynced and renamed and its row committed (`Store::put`). A client abort, a short body (the driver
@@ -11,11 +11,10 @@
 //! and its temp file is created with its first batch, so stalled uploads hold neither threads nor files, and
 //! cannot delay other uploads.
 //!
-//! Body chunks hold their share of the admin listener's body budget (`limits.upload_buffer_bytes`) until they
-//! are written. So an upload never waits for more body while it holds chunks and no write is in flight: it
-//! writes whatever it holds at once, and a batch fills only while the previous one is being written. Were it to
-//! wait for a fuller batch, uploads holding part-filled batches could take the whole budget and wait for each
-//! other forever.
+//! Body chunks hold their share of the body budget (`limits.upload_buffer_bytes`) until they are written. So an
+//! upload never waits for more body while it holds chunks and no write is in flight: it writes whatever it holds
+//! at once, and a batch fills only while the previous one is being written. Were it to wait for a fuller batch,
+//! uploads holding part-filled batches could take the whole budget and wait for each other forever.
 
 use std::time::Duration;
 

@@ -1,4 +1,7 @@
-//! Content-addressed, immutable blob files under `<data_dir>/blobs/ab/cd/<sha256>`.
+//! Content-addressed, immutable blob files under `<data_dir>/blobs/ab/cd/<sha256>`: staging (hashed as it is
+//! written, with the MD5 S3 needs), install, retire, the sweep's scan; multipart part files in `parts/` and their
+//! assembly into one blob, and ranges staged for UploadPartCopy. Assembly and range copies are done by the kernel
+//! (`copy_file_range`) and read once to hash what they store.
 //!
 //! A blob is written to `<data_dir>/tmp/`, fsynced, then renamed into place, so a reader never sees a partial file
 //! under a blob name. Blob names come only from content hashes: object keys never become file paths. Installing

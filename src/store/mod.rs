@@ -1,5 +1,7 @@
 //! Durable state: object metadata in the metadata database (`metadata`) and object bytes in content-addressed
-//! files (`blobs`).
+//! files: the data dir's (`blobs`), or an S3-compatible object store's (`remote`) with the data dir as its cache
+//! (`blob_cache`). [`Store`] puts, deletes, deletes buckets and sweeps; its conditional writes ([`Store::put_if`],
+//! [`Store::delete_if`]) are decided in the committing transaction, under the write lock.
 //!
 //! **Ordering invariant.** A write goes temp file → fsync → (write lock) rename → row → commit, and a delete goes
 //! (write lock) row removed → last reference? blob moved aside → commit → blob unlinked. The write lock is
@@ -9,7 +11,9 @@
 //! never committed, which the sweep puts back (its row still references it). The data dir may be shared by live
 //! peers (other replicas, on this host or others), so the sweep removes only what no live process is doing
 //! (`store::staging`, `timeouts.sweep_grace`; ARCHITECTURE.md, "Shared blob directory"). S3 multipart uploads
-//! (`multipart`) follow the same ordering, and Complete commits its object through the same steps as a put.
+//! (`multipart`) follow the same ordering, and Complete commits its object through the same steps as a put. With
+//! an object store, a write uploads its staged blob before it takes the lock and confirms the store's copy under
+//! it (ARCHITECTURE.md, "The blob-store seam").
 
 pub mod blob_cache;
 pub mod blobs;

@@ -1,6 +1,11 @@
 //! Blobs in an S3-compatible object store: one store object per blob, its bytes verbatim, under
 //! `PREFIX/ab/cd/<sha256>` (the data dir's layout, so the store stays browsable and `blobs migrate` is a copy).
 //!
+//! What the store is asked: upload a blob or a part (one PUT, or a multipart upload above
+//! [`MULTIPART_PART_BYTES`]) and confirm its size, fetch a range into a file, delete, list (for the sweep), ping
+//! (for `/readyz`). An upload reads the blob it sends, and a fetch writes what arrives into the cache file: both
+//! pass blob bytes through memory, and neither is a response.
+//!
 //! Every call runs on the runtime the client was made on (`RemoteBlobs::new` captures it): the HTTP client's
 //! connections live there, and a data worker's single-threaded runtime only awaits the result, so a slow store
 //! never holds a worker's event loop. Errors other than "not found" are [`RemoteError::Unavailable`], which the

@@ -1,4 +1,6 @@
-//! Tokens, signing keys (sealed at rest) and revoked signatures.
+//! Tokens, signing keys (sealed on insert, opened on read) and revoked signatures; and what tokens and S3 keys
+//! both store, [`Rights`]: a lifetime and [`Grant`]s (each a bucket or every bucket, a prefix and a [`Scope`]),
+//! rows of `token_grants` / `s3_key_grants` in order, with the one-grant columns older releases read kept too.
 
 use super::{Metadata, MetadataError, TxBackend};
 use crate::store::sealing::{self, NONCE_LEN, is_sealed};

@@ -1,4 +1,6 @@
-//! Buckets and objects: reads on the pool, writes in a [`WriteTx`].
+//! Buckets and objects: reads on the pool, writes in a [`WriteTx`]. Listings are keyset pages (a bucket's objects
+//! under a prefix from a start key), upserts leave an identical row alone, and S3 user metadata and tags are
+//! stored with the object.
 
 use super::variants::{SELECT_VARIANTS, VariantRecord};
 use super::{Backend, Metadata, MetadataError, WriteTx};

@@ -1,4 +1,6 @@
-//! Opening the database: connection options, migrations, read-only opens, and closing.
+//! Opening the database: connection options, migrations, read-only opens, and closing. PostgreSQL's first
+//! connect is bounded, and its refusals are said in one line in the URL's terms (a TLS refusal as what is wrong:
+//! the host name, the CA, no TLS offered, a server that wants TLS).
 
 use std::net::IpAddr;
 use std::os::unix::fs::OpenOptionsExt;
