@@ -65,6 +65,15 @@ fn answered<'a, T>(value: T) -> Lookup<'a, T> {
     Either::Left(std::future::ready(value))
 }
 
+/// A lookup's answer now if it has one, else its trip to await: a caller that matches on this holds no awaited
+/// future for a hit.
+pub fn at_once<T>(lookup: Lookup<'_, T>) -> Result<T, Pin<Box<dyn Future<Output = T> + Send + '_>>> {
+    match lookup {
+        Either::Left(answer) => Ok(answer.into_inner()),
+        Either::Right(trip) => Err(trip),
+    }
+}
+
 fn looked_up<'a, T>(trip: impl Future<Output = T> + Send + 'a) -> Lookup<'a, T> {
     Either::Right(Box::pin(trip))
 }

@@ -204,6 +204,12 @@ impl<'a> RegionCursor<'a> {
         }
     }
 
+    /// The next chunk's length when it can go without a wait (a file whole on disk, bytes left): what
+    /// [`next_chunk`](Self::next_chunk) would give, without polling a future for it. `None`: ask `next_chunk`.
+    pub(super) fn chunk_now(&self, max: usize) -> Option<usize> {
+        (self.body.fill.is_none() && self.position < self.end).then(|| self.remaining().min(max as u64) as usize)
+    }
+
     /// `n` more bytes went out.
     pub(super) fn advance(&mut self, n: usize) {
         self.position += n as u64;
@@ -222,8 +228,15 @@ async fn send_region(
     let file = &body.file;
     let mut region = RegionCursor::new(body, offset, len);
     loop {
-        // Not `while let`: its scrutinee's temporary would take room in this future for the whole loop body.
-        let Some(want) = region.next_chunk(options.chunk).await? else { return Ok(()) };
+        // The first arm is every chunk of a data-dir blob: no future polled. Not `while let`: its scrutinee's
+        // temporary would take room in this future for the whole loop body.
+        let want = match region.chunk_now(options.chunk) {
+            Some(want) => want,
+            None => match region.next_chunk(options.chunk).await? {
+                Some(want) => want,
+                None => return Ok(()),
+            },
+        };
         let (position, chunk) = (region.position(), want as u64);
         let offload = (chunk >= OFFLOAD_MIN && super::worker_is_shared())
             || (chunk_is_cold(file, position, chunk) && {
@@ -381,11 +394,13 @@ mod tests {
         let mut region = RegionCursor::new(&body, 100, 1000);
         let mut chunks = Vec::new();
         while let Some(n) = region.next_chunk(400).await.unwrap() {
+            assert_eq!(region.chunk_now(400), Some(n), "no wait, so the same chunk at once");
             chunks.push((region.position(), n));
             region.advance(n);
         }
         assert_eq!(chunks, [(100, 400), (500, 400), (900, 200)]);
         assert_eq!(region.remaining(), 0);
+        assert_eq!(region.chunk_now(400), None);
     }
 
     #[tokio::test]
@@ -393,6 +408,7 @@ mod tests {
         let (arrive, arrivals) = watch::channel(600);
         let body = body(Some(Arc::new(Arrivals(arrivals))));
         let mut region = RegionCursor::new(&body, 100, 1000);
+        assert_eq!(region.chunk_now(256), None, "a filling file's chunks are the gate's to give");
         assert_eq!(region.next_chunk(256).await.unwrap(), Some(256));
         region.advance(256);
         assert_eq!(region.next_chunk(4096).await.unwrap(), Some(244), "only what has arrived");

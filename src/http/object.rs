@@ -37,7 +37,7 @@ use super::{DataState, NativeRead};
 use crate::access_log::Principal;
 use crate::auth::{AuthError, Credentials};
 use crate::catalog::representation::{ObjectEntry, REPR_DIGEST, disposition_value, private_cache_control};
-use crate::catalog::{BlobError, BlobFile};
+use crate::catalog::{self, BlobError, BlobFile};
 use crate::driver::{Answer, FileAnswer, RequestHead};
 use crate::file_body::{DownloadKind, FileBody, Segment, Segments};
 use crate::header_values::fields::{self, Fields};
@@ -366,11 +366,14 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
     };
     // A HEAD sends no body, so fetches nothing.
     let sent = if method == Method::HEAD { &[][..] } else { &segments[..] };
-    // The blob's name again, not `sha256`: a local used after the await would take room in the future.
-    let BlobFile { file, size, fill } = blob
-        .open_for(sent)
-        .await
-        .map_err(|e| blob_error(entry, variant.map_or(&entry.record.sha256, |v| &v.sha256), e))?;
+    // A data-dir blob is open already: no future polled for it. The blob's name again, not `sha256`: a local used
+    // after the await would take room in the future.
+    let opened = match catalog::at_once(blob.open_for(sent)) {
+        Ok(opened) => opened,
+        Err(fetch) => fetch.await,
+    };
+    let BlobFile { file, size, fill } =
+        opened.map_err(|e| blob_error(entry, variant.map_or(&entry.record.sha256, |v| &v.sha256), e))?;
     let body = FileBody {
         file,
         file_size: size,
