@@ -829,31 +829,18 @@ pub fn reserved_local_addr() -> SocketAddr {
 /// The TCP addresses process `pid` listens on (its sockets in LISTEN state, from /proc): how a helper process
 /// told to bind port 0 says which port it got.
 pub fn listening_addrs(pid: u32) -> Vec<SocketAddr> {
-    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+    let inodes: Vec<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|fds| {
             fds.map_while(Result::ok)
                 .filter_map(|fd| std::fs::read_link(fd.path()).ok())
                 .filter_map(|target| {
                     let target = target.to_string_lossy().into_owned();
-                    target.strip_prefix("socket:[").and_then(|t| t.strip_suffix(']')).map(str::to_owned)
+                    target.strip_prefix("socket:[").and_then(|t| t.strip_suffix(']')).and_then(|t| t.parse().ok())
                 })
                 .collect()
         })
         .unwrap_or_default();
-    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            // local_address is HEX_IP:HEX_PORT (the IP in host byte order), st 0A is LISTEN, then the inode.
-            (fields.len() > 9 && fields[3] == "0A" && inodes.iter().any(|i| i == fields[9])).then(|| {
-                let (ip, port) = fields[1].split_once(':').unwrap();
-                let ip = std::net::Ipv4Addr::from(u32::from_str_radix(ip, 16).unwrap().to_be());
-                SocketAddr::from((ip, u16::from_str_radix(port, 16).unwrap()))
-            })
-        })
-        .collect()
+    tcp_sockets().into_iter().filter(|s| s.state == TCP_LISTEN && inodes.contains(&s.inode)).map(|s| s.local).collect()
 }
 
 pub fn require_tool(tool: &str, from: &str) {
@@ -1107,6 +1094,8 @@ pub struct TcpSocket {
     pub tx_queue: u64,
     /// Received and not yet read by the process (for a listening socket: connections not yet accepted).
     pub rx_queue: u64,
+    /// The socket's inode: what `/proc/PID/fd/N` links to (`socket:[INODE]`).
+    pub inode: u64,
 }
 
 pub const TCP_ESTABLISHED: u8 = 0x01;
@@ -1124,6 +1113,8 @@ pub fn tcp_sockets() -> Vec<TcpSocket> {
         .lines()
         .skip(1)
         .filter_map(|line| {
+            // local_address and rem_address are HEX_IP:HEX_PORT (the IP in host byte order), then the state, the
+            // queues, and the inode (the tenth field).
             let fields: Vec<&str> = line.split_whitespace().collect();
             let (tx, rx) = fields.get(4)?.split_once(':')?;
             Some(TcpSocket {
@@ -1132,6 +1123,7 @@ pub fn tcp_sockets() -> Vec<TcpSocket> {
                 state: u8::from_str_radix(fields[3], 16).ok()?,
                 tx_queue: u64::from_str_radix(tx, 16).ok()?,
                 rx_queue: u64::from_str_radix(rx, 16).ok()?,
+                inode: fields.get(9)?.parse().ok()?,
             })
         })
         .collect()
