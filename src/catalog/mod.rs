@@ -217,7 +217,7 @@ impl<'a> ResponseBlob<'a> {
                     .collect();
                 looked_up(async move {
                     let blob = cache.open_for(sha256, size, &regions).await?;
-                    let fill = (!blob.hit).then_some(blob.gate as Arc<dyn FillGate>);
+                    let fill = blob.gate.map(|gate| gate as Arc<dyn FillGate>);
                     Ok(BlobFile { file: blob.file, size: blob.size, fill })
                 })
             }

@@ -13,7 +13,10 @@ use crate::store::remote::RemoteBlobs;
 
 pub(super) async fn migrate(store: &Store, to: &str, settings: &Settings) -> anyhow::Result<()> {
     let location = ObjectStoreLocation::parse(to, &settings.blob_store)?;
-    let remote = RemoteBlobs::new(&location)?;
+    let mut remote = RemoteBlobs::new(&location)?;
+    if let Some(secrets) = store.meta.secrets() {
+        remote = remote.with_manifest_key(crate::store::manifest::ManifestKey::derive(secrets));
+    }
     remote.ping().await.with_context(|| format!("cannot reach the object store {location}"))?;
     let blobs = store.blobs.clone();
     let hashes = tokio::task::spawn_blocking(move || blobs.list_hashes()).await??;

@@ -17,6 +17,7 @@
 
 pub mod blob_cache;
 pub mod blobs;
+pub mod manifest;
 pub mod metadata;
 pub mod multipart;
 pub mod precompress;
@@ -200,7 +201,10 @@ impl Store {
     /// CLI command beside it uploads and reads through the store without touching the server's cache files.
     pub async fn with_blob_store(mut self, settings: &crate::config::Settings, serving: bool) -> anyhow::Result<Self> {
         if let Some(location) = settings.object_store()? {
-            let remote = remote::RemoteBlobs::new(&location)?;
+            let mut remote = remote::RemoteBlobs::new(&location)?;
+            if let Some(secrets) = self.meta.secrets() {
+                remote = remote.with_manifest_key(manifest::ManifestKey::derive(secrets));
+            }
             let (max_bytes, slice_bytes) = (settings.cache.max_bytes, settings.cache.slice_bytes);
             let cache = BlobCache::open(&settings.data_dir, max_bytes, slice_bytes, remote, serving)
                 .await

@@ -3,7 +3,8 @@
 //!
 //! What the store is asked: upload a blob or a part (one PUT, or a multipart upload above
 //! [`MULTIPART_PART_BYTES`]) and confirm its size, fetch a range into a file, delete, list (for the sweep), ping
-//! (for `/readyz`). An upload reads the blob it sends, and a fetch writes what arrives into the cache file: both
+//! (for `/readyz`). Beside each blob goes its sealed slice manifest (`<blob key>.slices`, `store::manifest`),
+//! hashed from the bytes as they are uploaded, which the cache checks each fetched slice against. An upload reads the blob it sends, and a fetch writes what arrives into the cache file: both
 //! pass blob bytes through memory, and neither is a response.
 //!
 //! Every call runs on the runtime the client was made on (`RemoteBlobs::new` captures it): the HTTP client's
@@ -29,6 +30,7 @@ use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as StorePath;
 use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig, WriteMultipart};
 
+use super::manifest::{CHUNK_BYTES, ChunkDigest, ChunkHasher, ManifestKey, SliceManifest};
 use crate::config::ObjectStoreLocation;
 
 /// Blobs up to this size go in one PUT; larger ones as a multipart upload of parts this size (S3's minimum part
@@ -60,17 +62,35 @@ impl RemoteError {
     }
 }
 
-/// What the blob cache needs of a store: a range of a blob, written into the cache's file at the same offsets.
-/// Only fills call it (one boxed future per slice fetched), never a read of what is cached.
+/// What a fetch wrote, and the digests of the chunks it wrote, hashed as they arrived.
+#[derive(Debug, Default)]
+pub struct Fetched {
+    /// Bytes written: the range's length, else the cache treats it as a failure.
+    pub written: u64,
+    /// With a chunk size asked for: the SHA-256 of each chunk of the range, from its start.
+    pub digests: Vec<ChunkDigest>,
+}
+
+/// What the blob cache needs of a store: a range of a blob, written into the cache's file at the same offsets, the
+/// blob's sealed slice manifest, and the version of its store copy. Only fills call it (one boxed future per slice
+/// fetched), never a read of what is cached.
 pub trait RemoteFetch: Send + Sync + std::fmt::Debug + 'static {
-    /// Fetches `range` of the blob `sha256` into `file` at the same offsets. `Ok` carries the bytes written, which
-    /// must be the range's length: a store that sends less is an error, and the cache treats any other count as one.
+    /// Fetches `range` of the blob `sha256` into `file` at the same offsets, hashing each `chunk_bytes` of it from
+    /// the range's start. A store that sends less than the range is an error.
     fn fetch_into<'a>(
         &'a self,
         sha256: &'a str,
         range: Range<u64>,
         file: Arc<File>,
-    ) -> BoxFuture<'a, Result<u64, RemoteError>>;
+        chunk_bytes: Option<u64>,
+    ) -> BoxFuture<'a, Result<Fetched, RemoteError>>;
+
+    /// The sealed slice manifest of the blob `sha256`; `None` when the store has none (a blob stored before
+    /// manifests).
+    fn manifest<'a>(&'a self, sha256: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, RemoteError>>;
+
+    /// What tells one store copy of the blob from another (its ETag and modification time); `None` if absent.
+    fn version<'a>(&'a self, sha256: &'a str) -> BoxFuture<'a, Result<Option<String>, RemoteError>>;
 }
 
 #[cfg(test)]
@@ -83,6 +103,8 @@ pub struct RemoteBlobs {
     prefix: Arc<str>,
     runtime: tokio::runtime::Handle,
     location: Arc<str>,
+    /// Seals the slice manifests uploads write, and opens those fills read; `None` without a secrets key.
+    manifest_key: Option<Arc<ManifestKey>>,
 }
 
 impl RemoteBlobs {
@@ -128,7 +150,18 @@ impl RemoteBlobs {
             prefix: Arc::from(location.prefix.as_str()),
             runtime: tokio::runtime::Handle::current(),
             location: Arc::from(location.to_string()),
+            manifest_key: None,
         })
+    }
+
+    /// Uploads write sealed slice manifests with `key`, and the cache checks slices against them.
+    pub fn with_manifest_key(mut self, key: ManifestKey) -> Self {
+        self.manifest_key = Some(Arc::new(key));
+        self
+    }
+
+    pub fn manifest_key(&self) -> Option<&ManifestKey> {
+        self.manifest_key.as_deref()
     }
 
     /// How the store is named in messages and `/readyz`: `s3://bucket/prefix at endpoint`.
@@ -145,6 +178,11 @@ impl RemoteBlobs {
         } else {
             StorePath::from(format!("{}/{relative}", self.prefix))
         }
+    }
+
+    /// The store object of a blob's sealed slice manifest.
+    fn manifest_path(&self, sha256: &str) -> StorePath {
+        StorePath::from(format!("{}.slices", self.key_of(sha256)))
     }
 
     /// Runs `call` on the client's runtime and waits for it from wherever we are.
@@ -173,13 +211,82 @@ impl RemoteBlobs {
 
     /// Stores the local file `path` (the blob `sha256`, `size` bytes) unless the store already holds it with that
     /// size (content-addressed: same name, same bytes), then checks the stored size. One PUT up to
-    /// [`MULTIPART_PART_BYTES`], a multipart upload above. Returns whether it uploaded.
+    /// [`MULTIPART_PART_BYTES`], a multipart upload above. Its slice manifest goes with it (also when the blob
+    /// was there without one). Returns whether it uploaded the blob.
     pub async fn upload(&self, path: PathBuf, sha256: &str, size: u64) -> Result<bool, RemoteError> {
         if self.size_of(sha256).await? == Some(size) {
+            if self.manifest_key.is_some() && !self.has_manifest(sha256).await? {
+                let digests = hash_file(path, CHUNK_BYTES).await?;
+                self.put_manifest(sha256, size, digests).await?;
+            }
             return Ok(false);
         }
-        self.upload_to(path, self.key_of(sha256), sha256, size).await?;
+        let digests = self.upload_to(path, self.key_of(sha256), sha256, size).await?;
+        self.put_manifest(sha256, size, digests).await?;
         Ok(true)
+    }
+
+    /// Stores the slice manifest of the blob `sha256` (`digests` of its [`CHUNK_BYTES`] chunks), sealed; nothing
+    /// without a key.
+    async fn put_manifest(&self, sha256: &str, size: u64, digests: Vec<ChunkDigest>) -> Result<(), RemoteError> {
+        let Some(key) = &self.manifest_key else { return Ok(()) };
+        let manifest = SliceManifest::new(size, CHUNK_BYTES, digests)
+            .map_err(|e| RemoteError::Local(io::Error::other(format!("blob {sha256}: {e}"))))?;
+        let sealed = Bytes::from(manifest.seal(key, sha256));
+        let (store, path, sha) = (self.store.clone(), self.manifest_path(sha256), sha256.to_owned());
+        self.run(async move {
+            store.put(&path, PutPayload::from(sealed)).await.map_err(|e| RemoteError::from_store(&sha, e))?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn has_manifest(&self, sha256: &str) -> Result<bool, RemoteError> {
+        let (store, path, sha) = (self.store.clone(), self.manifest_path(sha256), sha256.to_owned());
+        self.run(async move {
+            match store.head(&path).await {
+                Ok(_) => Ok(true),
+                Err(object_store::Error::NotFound { .. }) => Ok(false),
+                Err(e) => Err(RemoteError::from_store(&sha, e)),
+            }
+        })
+        .await
+    }
+
+    /// The sealed slice manifest of a blob, `None` when the store has none.
+    pub async fn fetch_manifest(&self, sha256: &str) -> Result<Option<Vec<u8>>, RemoteError> {
+        let (store, path, sha) = (self.store.clone(), self.manifest_path(sha256), sha256.to_owned());
+        self.run(async move {
+            let result = match store.get(&path).await {
+                Ok(result) => result,
+                Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                Err(e) => return Err(RemoteError::from_store(&sha, e)),
+            };
+            // A manifest is 32 bytes per MiB of blob: bounded well before this.
+            if result.meta.size > 64 << 20 {
+                return Err(RemoteError::Unavailable(format!(
+                    "blob {sha}: its manifest is {} bytes",
+                    result.meta.size
+                )));
+            }
+            Ok(Some(result.bytes().await.map_err(|e| RemoteError::from_store(&sha, e))?.to_vec()))
+        })
+        .await
+    }
+
+    /// The version of a blob's store copy (ETag, size and modification time), `None` when the store has none.
+    pub async fn version_of(&self, sha256: &str) -> Result<Option<String>, RemoteError> {
+        let (store, key, sha) = (self.store.clone(), self.key_of(sha256), sha256.to_owned());
+        self.run(async move {
+            match store.head(&key).await {
+                Ok(meta) => {
+                    Ok(Some(format!("{}/{}/{}", meta.e_tag.unwrap_or_default(), meta.size, meta.last_modified)))
+                }
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(RemoteError::from_store(&sha, e)),
+            }
+        })
+        .await
     }
 
     /// The store object of an S3 multipart upload's part (`PREFIX/parts/<name>`): parts live in the store too, so
@@ -195,7 +302,7 @@ impl RemoteBlobs {
 
     /// Stores the part file `path` (`size` bytes) as the part `name`.
     pub async fn upload_part(&self, path: PathBuf, name: &str, size: u64) -> Result<(), RemoteError> {
-        self.upload_to(path, self.part_key(name), name, size).await
+        self.upload_to(path, self.part_key(name), name, size).await.map(drop)
     }
 
     /// Fetches the part `name` (`size` bytes) into `file`.
@@ -203,7 +310,7 @@ impl RemoteBlobs {
         if size == 0 {
             return Ok(0);
         }
-        self.fetch_key_into(self.part_key(name), name, 0..size, file).await
+        self.fetch_key_into(self.part_key(name), name, 0..size, file, None).await.map(|f| f.written)
     }
 
     /// Deletes the part `name`'s store object; one already gone is no error.
@@ -221,13 +328,22 @@ impl RemoteBlobs {
         self.list_named(Some(prefix), super::blobs::is_part_name).await
     }
 
-    async fn upload_to(&self, path: PathBuf, key: StorePath, what: &str, size: u64) -> Result<(), RemoteError> {
+    /// Uploads `path` as `key`; returns the digests of its [`CHUNK_BYTES`] chunks, hashed as they were read.
+    async fn upload_to(
+        &self,
+        path: PathBuf,
+        key: StorePath,
+        what: &str,
+        size: u64,
+    ) -> Result<Vec<ChunkDigest>, RemoteError> {
         let (store, sha) = (self.store.clone(), what.to_owned());
         self.run(async move {
             let file =
                 Arc::new(tokio::task::spawn_blocking(move || File::open(path)).await.map_err(io::Error::other)??);
+            let mut hasher = ChunkHasher::new(CHUNK_BYTES);
             if size <= MULTIPART_PART_BYTES {
-                let bytes = read_at(file, 0, size).await?;
+                let bytes;
+                (bytes, hasher) = read_at(file, 0, size, hasher).await?;
                 store.put(&key, PutPayload::from(bytes)).await.map_err(|e| RemoteError::from_store(&sha, e))?;
             } else {
                 let upload = store.put_multipart(&key).await.map_err(|e| RemoteError::from_store(&sha, e))?;
@@ -236,7 +352,9 @@ impl RemoteBlobs {
                 while offset < size {
                     let len = (size - offset).min(MULTIPART_PART_BYTES);
                     writer.wait_for_capacity(UPLOAD_CONCURRENCY).await.map_err(|e| RemoteError::from_store(&sha, e))?;
-                    writer.put(read_at(file.clone(), offset, len).await?);
+                    let bytes;
+                    (bytes, hasher) = read_at(file.clone(), offset, len, hasher).await?;
+                    writer.put(bytes);
                     offset += len;
                 }
                 writer.finish().await.map_err(|e| RemoteError::from_store(&sha, e))?;
@@ -245,7 +363,7 @@ impl RemoteBlobs {
             if stored != size {
                 return Err(RemoteError::Unavailable(format!("{sha} stored with {stored} bytes, not {size}")));
             }
-            Ok(())
+            Ok(hasher.finish())
         })
         .await
     }
@@ -256,7 +374,8 @@ impl RemoteBlobs {
         what: &str,
         range: Range<u64>,
         file: Arc<File>,
-    ) -> Result<u64, RemoteError> {
+        chunk_bytes: Option<u64>,
+    ) -> Result<Fetched, RemoteError> {
         let (store, sha) = (self.store.clone(), what.to_owned());
         self.run(async move {
             let options = object_store::GetOptions { range: Some(range.clone().into()), ..Default::default() };
@@ -268,6 +387,8 @@ impl RemoteBlobs {
             // delivers them (often under 64 KiB, at any offset), the cached file was held in ten times as many
             // folios and cost ~1.2x the CPU to send (docs/measurements.md, "Object store").
             let mut pending = bytes::BytesMut::with_capacity(FILL_BATCH);
+            // Hashed beside the write, on the blocking pool, from the same buffer.
+            let mut hasher = chunk_bytes.map(ChunkHasher::new);
             loop {
                 let next = stream.next().await;
                 let done = next.is_none();
@@ -280,10 +401,15 @@ impl RemoteBlobs {
                 }
                 while pending.len() >= FILL_BATCH || (done && !pending.is_empty()) {
                     let batch = pending.split_to(pending.len().min(FILL_BATCH)).freeze();
-                    let (f, start, len) = (file.clone(), at, batch.len() as u64);
-                    tokio::task::spawn_blocking(move || f.write_all_at(&batch, start))
-                        .await
-                        .map_err(io::Error::other)??;
+                    let (f, start, len, mut h) = (file.clone(), at, batch.len() as u64, hasher.take());
+                    hasher = tokio::task::spawn_blocking(move || {
+                        if let Some(h) = &mut h {
+                            h.update(&batch);
+                        }
+                        f.write_all_at(&batch, start).map(|()| h)
+                    })
+                    .await
+                    .map_err(io::Error::other)??;
                     at += len;
                 }
                 if done {
@@ -297,14 +423,15 @@ impl RemoteBlobs {
                     range.end - range.start
                 )));
             }
-            Ok(at - range.start)
+            Ok(Fetched { written: at - range.start, digests: hasher.map(ChunkHasher::finish).unwrap_or_default() })
         })
         .await
     }
 
-    /// Deletes a blob's store object; one already gone is no error.
+    /// Deletes a blob's store object and its slice manifest; one already gone is no error.
     pub async fn delete(&self, sha256: &str) -> Result<(), RemoteError> {
-        self.delete_key(self.key_of(sha256), sha256).await
+        self.delete_key(self.key_of(sha256), sha256).await?;
+        self.delete_key(self.manifest_path(sha256), sha256).await
     }
 
     async fn delete_key(&self, key: StorePath, what: &str) -> Result<(), RemoteError> {
@@ -364,20 +491,56 @@ impl RemoteFetch for RemoteBlobs {
         sha256: &'a str,
         range: Range<u64>,
         file: Arc<File>,
-    ) -> BoxFuture<'a, Result<u64, RemoteError>> {
-        Box::pin(self.fetch_key_into(self.key_of(sha256), sha256, range, file))
+        chunk_bytes: Option<u64>,
+    ) -> BoxFuture<'a, Result<Fetched, RemoteError>> {
+        Box::pin(self.fetch_key_into(self.key_of(sha256), sha256, range, file, chunk_bytes))
+    }
+
+    fn manifest<'a>(&'a self, sha256: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, RemoteError>> {
+        Box::pin(self.fetch_manifest(sha256))
+    }
+
+    fn version<'a>(&'a self, sha256: &'a str) -> BoxFuture<'a, Result<Option<String>, RemoteError>> {
+        Box::pin(self.version_of(sha256))
     }
 }
 
-/// `len` bytes of `file` from `offset`, read on the blocking pool (an upload's body: it has to pass through memory
-/// to go over HTTP).
-async fn read_at(file: Arc<File>, offset: u64, len: u64) -> Result<Bytes, RemoteError> {
-    let bytes = tokio::task::spawn_blocking(move || -> io::Result<Vec<u8>> {
+/// `len` bytes of `file` from `offset`, read and hashed on the blocking pool (an upload's body: it has to pass
+/// through memory to go over HTTP).
+async fn read_at(
+    file: Arc<File>,
+    offset: u64,
+    len: u64,
+    mut hasher: ChunkHasher,
+) -> Result<(Bytes, ChunkHasher), RemoteError> {
+    let (bytes, hasher) = tokio::task::spawn_blocking(move || -> io::Result<(Vec<u8>, ChunkHasher)> {
         let mut buf = vec![0u8; usize::try_from(len).map_err(io::Error::other)?];
         file.read_exact_at(&mut buf, offset)?;
-        Ok(buf)
+        hasher.update(&buf);
+        Ok((buf, hasher))
     })
     .await
     .map_err(io::Error::other)??;
-    Ok(Bytes::from(bytes))
+    Ok((Bytes::from(bytes), hasher))
+}
+
+/// The digests of a local file's chunks (a blob the store holds without a manifest), read on the blocking pool.
+async fn hash_file(path: PathBuf, chunk_bytes: u64) -> Result<Vec<ChunkDigest>, RemoteError> {
+    let digests = tokio::task::spawn_blocking(move || -> io::Result<Vec<ChunkDigest>> {
+        use std::io::Read;
+        let mut file = File::open(path)?;
+        let mut hasher = ChunkHasher::new(chunk_bytes);
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            match file.read(&mut buf) {
+                Ok(0) => return Ok(hasher.finish()),
+                Ok(n) => hasher.update(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    })
+    .await
+    .map_err(io::Error::other)??;
+    Ok(digests)
 }

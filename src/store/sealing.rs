@@ -51,6 +51,15 @@ impl SecretsKey {
         format!("{}\n", hex::encode(self.0))
     }
 
+    /// A key for another purpose, named by `label`: HMAC-SHA256 of the label under this key, so that the secrets
+    /// key itself only ever seals.
+    pub fn derive(&self, label: &[u8]) -> [u8; 32] {
+        use hmac::{Hmac, Mac};
+        let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        mac.update(label);
+        mac.finalize().into_bytes().into()
+    }
+
     fn cipher(&self) -> XChaCha20Poly1305 {
         XChaCha20Poly1305::new(&self.0.into())
     }

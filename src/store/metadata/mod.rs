@@ -225,6 +225,11 @@ impl Metadata {
         self
     }
 
+    /// The secrets key, if this open has one (what the object store's slice manifests are sealed with).
+    pub fn secrets(&self) -> Option<&SecretsKey> {
+        self.secrets_key.as_deref()
+    }
+
     fn secrets_key(&self) -> Result<&SecretsKey, MetadataError> {
         self.secrets_key.as_deref().ok_or(MetadataError::NoSecretsKey)
     }

@@ -2,6 +2,10 @@
 //! included), every fetch logged with its range, and faults scripted per fetch: refuse, write part of the range
 //! and fail or claim success, hold on a [`Gate`] the test opens (a slow, stalled or hung store).
 //!
+//! Each blob `put` gets a slice manifest sealed with the fake's own key ([`FakeRemote::manifest_key`]), of
+//! [`CHUNK`]-byte chunks; a forged copy keeps the manifest of the bytes it replaced, as a store whose objects were
+//! changed but not the manifests (which the attacker cannot seal).
+//!
 //! Fetches are numbered from 1 in the order they start. A fetch runs the script set for its number, else the next
 //! one set for its range, else the one set for every fetch, else none: it writes its whole range.
 
@@ -16,7 +20,12 @@ use futures_util::future::BoxFuture;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
-use super::{RemoteBlobs, RemoteError, RemoteFetch};
+use super::{Fetched, RemoteBlobs, RemoteError, RemoteFetch};
+use crate::store::manifest::{ChunkHasher, ManifestKey, SliceManifest};
+use crate::store::sealing::SecretsKey;
+
+/// The chunk the fake's manifests digest: a unit test's slice (1 KiB) holds four.
+pub const CHUNK: u64 = 256;
 
 /// One step of a fetch's script. Once the steps run out, the rest of the range is written and the fetch succeeds.
 #[derive(Debug, Clone)]
@@ -29,6 +38,8 @@ pub enum Step {
     Fail,
     /// Succeed now, reporting only the bytes written so far: a client that misses a short body.
     Lie,
+    /// Panic, as a bug in a fill would.
+    Panic,
 }
 
 /// Opened once by the test; every fetch holding on it then goes on.
@@ -71,6 +82,12 @@ struct State {
     every: Option<Vec<Step>>,
     /// Every fetch started, in order: (blob, range).
     log: Vec<(String, Range<u64>)>,
+    /// Sealed manifests by blob.
+    manifests: HashMap<String, Vec<u8>>,
+    /// Each blob's store copy's version, bumped by every put.
+    versions: HashMap<String, u64>,
+    manifest_fetches: usize,
+    version_asks: usize,
     in_flight: usize,
     most_in_flight: usize,
 }
@@ -84,16 +101,49 @@ impl FakeRemote {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Stores `bytes` under their SHA-256, which it returns.
+    /// The key the fake's manifests are sealed with: the cache's.
+    pub fn manifest_key() -> ManifestKey {
+        ManifestKey::derive(&SecretsKey::from_bytes([7; 32]))
+    }
+
+    /// Stores `bytes` under their SHA-256, which it returns, with their sealed slice manifest.
     pub fn put(&self, bytes: &[u8]) -> String {
+        let sha = self.put_without_manifest(bytes);
+        let mut hasher = ChunkHasher::new(CHUNK);
+        hasher.update(bytes);
+        let manifest = SliceManifest::new(bytes.len() as u64, CHUNK, hasher.finish()).unwrap();
+        self.lock().manifests.insert(sha.clone(), manifest.seal(&Self::manifest_key(), &sha));
+        sha
+    }
+
+    /// Stores `bytes` under their SHA-256 without a manifest (a blob stored before manifests).
+    pub fn put_without_manifest(&self, bytes: &[u8]) -> String {
         let sha = hex::encode(Sha256::digest(bytes));
+        self.lock().manifests.remove(&sha);
         self.put_as(&sha, bytes);
         sha
     }
 
-    /// Stores `bytes` under `sha256`, whatever they hash to: a forged or rotten copy.
+    /// Stores `bytes` under `sha256`, whatever they hash to, leaving its manifest as it is: a forged or rotten copy.
     pub fn put_as(&self, sha256: &str, bytes: &[u8]) {
-        self.lock().blobs.insert(sha256.to_owned(), Arc::from(bytes));
+        let mut state = self.lock();
+        state.blobs.insert(sha256.to_owned(), Arc::from(bytes));
+        *state.versions.entry(sha256.to_owned()).or_default() += 1;
+    }
+
+    /// Replaces the manifest of `sha256` with one of `bytes` sealed with another key: a forged manifest.
+    pub fn forge_manifest(&self, sha256: &str, bytes: &[u8]) {
+        let mut hasher = ChunkHasher::new(CHUNK);
+        hasher.update(bytes);
+        let manifest = SliceManifest::new(bytes.len() as u64, CHUNK, hasher.finish()).unwrap();
+        let forged = manifest.seal(&ManifestKey::derive(&SecretsKey::from_bytes([8; 32])), sha256);
+        self.lock().manifests.insert(sha256.to_owned(), forged);
+    }
+
+    /// How many manifests were fetched, and how many times a version was asked for.
+    pub fn manifest_and_version_asks(&self) -> (usize, usize) {
+        let state = self.lock();
+        (state.manifest_fetches, state.version_asks)
     }
 
     /// Runs `steps` as the `n`th fetch (from 1).
@@ -155,7 +205,13 @@ impl FakeRemote {
         self.lock().most_in_flight
     }
 
-    async fn run(&self, sha256: &str, range: Range<u64>, file: Arc<File>) -> Result<u64, RemoteError> {
+    async fn run(
+        &self,
+        sha256: &str,
+        range: Range<u64>,
+        file: Arc<File>,
+        hasher: &mut Option<ChunkHasher>,
+    ) -> Result<u64, RemoteError> {
         let (bytes, steps, n) = {
             let mut state = self.lock();
             state.log.push((sha256.to_owned(), range.clone()));
@@ -174,10 +230,14 @@ impl FakeRemote {
         let Some(bytes) = bytes else { return Err(RemoteError::NotFound(sha256.to_owned())) };
         let end = range.end.min(bytes.len() as u64);
         let mut at = range.start;
-        let write = |at: &mut u64, upto: u64| -> Result<(), RemoteError> {
+        let mut write = |at: &mut u64, upto: u64| -> Result<(), RemoteError> {
             let upto = upto.min(end);
             if upto > *at {
-                file.write_all_at(&bytes[*at as usize..upto as usize], *at)?;
+                let written = &bytes[*at as usize..upto as usize];
+                file.write_all_at(written, *at)?;
+                if let Some(hasher) = hasher.as_mut() {
+                    hasher.update(written);
+                }
                 *at = upto;
             }
             Ok(())
@@ -188,6 +248,7 @@ impl FakeRemote {
                     let upto = at + len;
                     write(&mut at, upto)?
                 }
+                Step::Panic => panic!("fake: fetch {n} panics"),
                 Step::Hold(gate) => {
                     if !gate.passed().await {
                         return Err(RemoteError::Unavailable(format!("fake: fetch {n} held, its gate never opened")));
@@ -217,7 +278,8 @@ impl RemoteFetch for FakeRemote {
         sha256: &'a str,
         range: Range<u64>,
         file: Arc<File>,
-    ) -> BoxFuture<'a, Result<u64, RemoteError>> {
+        chunk_bytes: Option<u64>,
+    ) -> BoxFuture<'a, Result<Fetched, RemoteError>> {
         Box::pin(async move {
             {
                 let mut state = self.lock();
@@ -226,7 +288,28 @@ impl RemoteFetch for FakeRemote {
             }
             // Counted out however the fetch ends, dropped (a cancelled fill) included.
             let _in_flight = InFlight(self);
-            self.run(sha256, range, file).await
+            let mut hasher = chunk_bytes.map(ChunkHasher::new);
+            let written = self.run(sha256, range, file, &mut hasher).await?;
+            Ok(Fetched { written, digests: hasher.map(ChunkHasher::finish).unwrap_or_default() })
+        })
+    }
+
+    fn manifest<'a>(&'a self, sha256: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, RemoteError>> {
+        Box::pin(async move {
+            let mut state = self.lock();
+            state.manifest_fetches += 1;
+            if state.every.as_ref().is_some_and(|steps| matches!(steps.first(), Some(Step::Fail))) {
+                return Err(RemoteError::Unavailable("fake: the store is down".into()));
+            }
+            Ok(state.manifests.get(sha256).cloned())
+        })
+    }
+
+    fn version<'a>(&'a self, sha256: &'a str) -> BoxFuture<'a, Result<Option<String>, RemoteError>> {
+        Box::pin(async move {
+            let mut state = self.lock();
+            state.version_asks += 1;
+            Ok(state.versions.get(sha256).map(|v| format!("v{v}")))
         })
     }
 }
@@ -284,5 +367,6 @@ pub fn never_asked() -> RemoteBlobs {
         prefix: Arc::from(""),
         runtime: tokio::runtime::Handle::current(),
         location: Arc::from("s3://unused (never asked)"),
+        manifest_key: None,
     }
 }
