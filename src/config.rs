@@ -121,11 +121,25 @@ pub struct CacheSettings {
     pub max_bytes: u64,
     /// A cold read fetches the slices of this size (aligned from offset 0) that cover it.
     pub slice_bytes: u64,
+    /// Cached blobs whose file stays open; others are reopened when read.
+    pub max_open_files: usize,
+    /// How often a read of a quarantined blob (its store copy failed its check) asks whether the copy changed.
+    #[serde(with = "humantime_serde")]
+    pub quarantine_recheck: Duration,
 }
+
+/// The chunk an object store blob's slice manifest digests (`store::manifest`): `cache.slice_bytes` is a whole
+/// number of them.
+pub const SLICE_CHECK_BYTES: u64 = 1 << 20;
 
 impl Default for CacheSettings {
     fn default() -> Self {
-        Self { max_bytes: 10 << 30, slice_bytes: 8 << 20 }
+        Self {
+            max_bytes: 10 << 30,
+            slice_bytes: 8 << 20,
+            max_open_files: 4096,
+            quarantine_recheck: Duration::from_secs(30),
+        }
     }
 }
 
@@ -811,12 +825,16 @@ impl Settings {
         self.public_url()?;
         self.database_url()?;
         self.object_store()?;
-        if self.cache.slice_bytes < 64 * 1024 || self.cache.slice_bytes > 1 << 30 || self.cache.slice_bytes % 65536 != 0
-        {
+        // A slice is checked in the chunks of its blob's manifest: a whole number of them.
+        let chunk = SLICE_CHECK_BYTES;
+        if self.cache.slice_bytes < chunk || self.cache.slice_bytes > 1 << 30 || self.cache.slice_bytes % chunk != 0 {
             bail!(
-                "cache.slice_bytes must be a multiple of 65536 between 65536 and 1073741824, got {}",
+                "cache.slice_bytes must be a multiple of 1 MiB (1048576) up to 1 GiB (1073741824), got {}",
                 self.cache.slice_bytes
             );
+        }
+        if self.cache.max_open_files == 0 {
+            bail!("cache.max_open_files must be at least 1");
         }
         if self.cache.max_bytes < self.cache.slice_bytes {
             bail!(
@@ -1033,7 +1051,7 @@ mod tests {
         let mut settings = Settings::default();
         settings.cache.slice_bytes = 1000;
         assert!(settings.validate().unwrap_err().to_string().contains("cache.slice_bytes"));
-        settings.cache = CacheSettings { max_bytes: 1 << 20, slice_bytes: 8 << 20 };
+        settings.cache = CacheSettings { max_bytes: 1 << 20, slice_bytes: 8 << 20, ..CacheSettings::default() };
         assert!(settings.validate().unwrap_err().to_string().contains("cache.max_bytes"));
         settings.cache = CacheSettings::default();
         settings.blob_store.url = Some("s3://no/".into());

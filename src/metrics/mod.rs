@@ -53,6 +53,9 @@ pub const BLOB_CACHE_HITS: &str = "blobgate_blob_cache_hits_total";
 pub const BLOB_CACHE_MISSES: &str = "blobgate_blob_cache_misses_total";
 pub const BLOB_STORE_FETCHED: &str = "blobgate_blob_store_bytes_fetched_total";
 pub const BLOB_STORE_CORRUPT: &str = "blobgate_blob_store_corrupt_total";
+pub const BLOB_CACHE_QUARANTINED: &str = "blobgate_blob_cache_quarantined";
+pub const BLOB_CACHE_ENTRIES: &str = "blobgate_blob_cache_entries";
+pub const BLOB_CACHE_OPEN_FILES: &str = "blobgate_blob_cache_open_files";
 
 /// `mode` of `blobgate_tls_connections_total`: who encrypts the connection's records after the handshake.
 pub const TLS_MODES: [&str; 2] = ["ktls", "userspace"];
@@ -163,7 +166,13 @@ fn describe() {
     describe_counter!(BLOB_CACHE_HITS, "Reads that sent bytes all in the blob cache (with an object store).");
     describe_counter!(BLOB_CACHE_MISSES, "Reads that needed slices fetched from the object store.");
     describe_counter!(BLOB_STORE_FETCHED, Unit::Bytes, "Bytes fetched from the object store into the blob cache.");
-    describe_counter!(BLOB_STORE_CORRUPT, "Blobs whose object-store copy did not hash to their SHA-256 (not served).");
+    describe_counter!(
+        BLOB_STORE_CORRUPT,
+        "Object-store copies of blobs that failed their check (a slice against its manifest, or the whole blob): each quarantined once, never served."
+    );
+    describe_gauge!(BLOB_CACHE_QUARANTINED, "Blobs refused (503) until their object-store copy changes.");
+    describe_gauge!(BLOB_CACHE_ENTRIES, "Blobs with an entry in the blob cache.");
+    describe_gauge!(BLOB_CACHE_OPEN_FILES, "Blob cache files held open (bounded by cache.max_open_files).");
     describe_counter!(UPLOAD_BYTES, Unit::Bytes, "Object bytes stored by uploads (body bytes, after decoding).");
     describe_counter!(TLS_CONNECTIONS, "HTTPS connections past their handshake, by who encrypts their records.");
     describe_counter!(TLS_HANDSHAKE_FAILURES, "TLS handshakes that did not finish, by reason.");
@@ -237,6 +246,9 @@ pub fn register_all(
         STATS_PENDING,
         STATS_LAG,
         BLOB_CACHE_BYTES,
+        BLOB_CACHE_QUARANTINED,
+        BLOB_CACHE_ENTRIES,
+        BLOB_CACHE_OPEN_FILES,
     ] {
         gauge!(name).increment(0.0);
     }
@@ -252,6 +264,10 @@ pub fn blob_cache_snapshot(cache: &crate::store::BlobCache) {
     counter!(BLOB_CACHE_MISSES).absolute(c.misses.load(Relaxed));
     counter!(BLOB_STORE_FETCHED).absolute(c.fetched_bytes.load(Relaxed));
     counter!(BLOB_STORE_CORRUPT).absolute(c.corrupt.load(Relaxed));
+    gauge!(BLOB_CACHE_QUARANTINED).set(c.quarantined.load(Relaxed) as f64);
+    let (entries, open_files) = cache.entry_counts();
+    gauge!(BLOB_CACHE_ENTRIES).set(entries as f64);
+    gauge!(BLOB_CACHE_OPEN_FILES).set(open_files as f64);
 }
 
 /// One request that carried object bytes ended with `status`; `stored_bytes` is what it stored (0 unless stored).

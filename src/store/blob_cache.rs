@@ -15,7 +15,7 @@
 //! per entry. A blob stored without a manifest (before manifests, and not yet through `blobs migrate`) is fetched
 //! whole and hashed to its name before any of it is booked. A store copy that fails either check is quarantined:
 //! its entry dropped, logged once, counted, every read refused (a `503`) without a fetch, until its store copy
-//! changes (a HEAD at most every [`QUARANTINE_RECHECK`]). A fill that fails or panics releases its slice, and the
+//! changes (a HEAD at most every `cache.quarantine_recheck`). A fill that fails or panics releases its slice, and the
 //! next read fetches it again.
 //!
 //! **Eviction.** Beyond `cache.max_bytes`, least recently used entries go whole. An entry a response is sending
@@ -48,8 +48,8 @@ use crate::file_body::FillGate;
 const READAHEAD_SLICES: u64 = 2;
 /// Suffix of a cache file that holds its whole blob.
 const COMPLETE_SUFFIX: &str = ".c";
-/// How often a quarantined blob's store copy is asked whether it changed (one HEAD, prompted by a read).
-pub const QUARANTINE_RECHECK: Duration = Duration::from_secs(30);
+/// How often a quarantined blob's store copy is asked whether it changed, by default (one HEAD, prompted by a read).
+pub const DEFAULT_QUARANTINE_RECHECK: Duration = Duration::from_secs(30);
 /// Entries whose file stays open by default; older ones are closed (and reopened by path when read again).
 pub const DEFAULT_MAX_OPEN_FILES: usize = 4096;
 
@@ -108,6 +108,8 @@ struct Inner {
     slice_bytes: u64,
     /// Entries whose file stays open; older ones are closed (and reopened by path when read again).
     max_open_files: std::sync::atomic::AtomicUsize,
+    /// How often a read of a quarantined blob asks the store whether its copy changed.
+    quarantine_recheck: Mutex<Duration>,
     /// The server's cache (`cache/`), kept across restarts; else a CLI command's, removed when it ends.
     owner: bool,
     /// The store's client, for what others do with it (`BlobCache::remote`).
@@ -265,6 +267,7 @@ impl BlobCache {
             max_bytes,
             slice_bytes,
             max_open_files: DEFAULT_MAX_OPEN_FILES.into(),
+            quarantine_recheck: Mutex::new(DEFAULT_QUARANTINE_RECHECK),
             owner,
             remote,
             fetch,
@@ -296,6 +299,12 @@ impl BlobCache {
     /// others hold theirs meanwhile.
     pub fn with_max_open_files(self, max_open_files: usize) -> Self {
         self.0.max_open_files.store(max_open_files.max(1), Ordering::Relaxed);
+        self
+    }
+
+    /// A read of a quarantined blob asks the store whether its copy changed at most this often.
+    pub fn with_quarantine_recheck(self, every: Duration) -> Self {
+        *self.0.quarantine_recheck.lock().unwrap_or_else(|p| p.into_inner()) = every;
         self
     }
 
@@ -456,7 +465,8 @@ impl Inner {
         let quarantine = state.quarantined.get_mut(sha256)?;
         let why = format!("blob {sha256} is quarantined: {}", quarantine.why);
         let now = tokio::time::Instant::now();
-        if !quarantine.checking && now.duration_since(quarantine.checked) >= QUARANTINE_RECHECK {
+        let every = *self.quarantine_recheck.lock().unwrap_or_else(|p| p.into_inner());
+        if !quarantine.checking && now.duration_since(quarantine.checked) >= every {
             quarantine.checking = true;
             quarantine.checked = now;
             self.check_quarantine(sha256);
@@ -839,7 +849,10 @@ impl Inner {
                 match fetched {
                     Ok(f) if f.written == size => {}
                     Ok(f) => {
-                        return Err(FillFailure::Failed(format!("blob {sha}: the store wrote {} of {size}", f.written)));
+                        return Err(FillFailure::Failed(format!(
+                            "blob {sha}: the store wrote {} of {size}",
+                            f.written
+                        )));
                     }
                     Err(e) => return Err(FillFailure::Failed(e.to_string())),
                 }
@@ -1609,7 +1622,7 @@ mod tests {
         assert_eq!(asks, 1, "the quarantined copy's version, once");
 
         // Past the recheck period a read asks the store (once) whether its copy changed: it did not.
-        tokio::time::sleep(QUARANTINE_RECHECK).await;
+        tokio::time::sleep(DEFAULT_QUARANTINE_RECHECK).await;
         assert!(cache.open_for(&sha, size, &[(0, 10)]).await.is_err());
         until("the version is asked again", || fake.manifest_and_version_asks().1 == 2).await;
         assert!(cache.open_for(&sha, size, &[(0, 10)]).await.is_err());
@@ -1618,7 +1631,7 @@ mod tests {
 
         // Repaired in the store: at the next recheck the quarantine lifts, and the blob is served whole, checked.
         fake.put(&bytes);
-        tokio::time::sleep(QUARANTINE_RECHECK).await;
+        tokio::time::sleep(DEFAULT_QUARANTINE_RECHECK).await;
         assert!(cache.open_for(&sha, size, &[(0, 10)]).await.is_err());
         until("the quarantine lifts", || !cache.is_quarantined(&sha)).await;
         assert_eq!(get(&cache, &sha, size, 0, size).await.unwrap(), bytes);

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use super::sealing::SecretsKey;
 
 /// The chunk each digest covers in manifests written by this version; a cache slice is a whole number of them.
-pub const CHUNK_BYTES: u64 = 1 << 20;
+pub const CHUNK_BYTES: u64 = crate::config::SLICE_CHECK_BYTES;
 const MAGIC: &[u8; 8] = b"bgslice1";
 const DIGEST_LEN: usize = 32;
 const HEADER_LEN: usize = MAGIC.len() + 16;

@@ -208,7 +208,9 @@ impl Store {
             let (max_bytes, slice_bytes) = (settings.cache.max_bytes, settings.cache.slice_bytes);
             let cache = BlobCache::open(&settings.data_dir, max_bytes, slice_bytes, remote, serving)
                 .await
-                .context("cannot open the blob cache")?;
+                .context("cannot open the blob cache")?
+                .with_max_open_files(settings.cache.max_open_files)
+                .with_quarantine_recheck(settings.cache.quarantine_recheck);
             self.cache = Some(cache);
         }
         Ok(self)

@@ -44,15 +44,29 @@ impl Store {
         env
     }
 
-    /// The store's blob objects (key, size).
+    /// The store's blob objects (key, size), without their slice manifests.
     fn blobs(&self) -> Vec<(String, u64)> {
-        self.upstream.list_keys(&self.bucket)
+        self.upstream.list_keys(&self.bucket).into_iter().filter(|(key, _)| !key.ends_with(".slices")).collect()
     }
 
-    /// The GETs of blobs that reached the store (not the listings of the sweep or `/readyz`).
+    /// The keys of the store's slice manifests.
+    fn manifests(&self) -> Vec<String> {
+        let keys = self.upstream.list_keys(&self.bucket).into_iter().map(|(key, _)| key);
+        keys.filter(|key| key.ends_with(".slices")).collect()
+    }
+
+    /// The GETs of blobs that reached the store (not the listings of the sweep or `/readyz`, nor manifests).
     fn blob_gets(&self) -> Vec<crate::helpers::upstream::ProxiedRequest> {
         let blobs = format!("/{}/bg/", self.bucket);
-        self.proxy.requests().into_iter().filter(|r| r.method == "GET" && r.target.starts_with(&blobs)).collect()
+        let requests = self.proxy.requests().into_iter();
+        requests
+            .filter(|r| r.method == "GET" && r.target.starts_with(&blobs) && !r.target.ends_with(".slices"))
+            .collect()
+    }
+
+    /// The key of the blob `sha` in the store.
+    fn blob_key(sha: &str) -> String {
+        format!("bg/{}/{}/{sha}", &sha[..2], &sha[2..4])
     }
 
     /// Blob bytes fetched from the store.
@@ -139,6 +153,11 @@ print(json.dumps({"etag": head["ETag"]}))
     let mut expected: Vec<u64> = objects.iter().map(|(_, bytes)| bytes.len() as u64).collect();
     expected.sort_unstable();
     assert_eq!(stored, expected, "one store object per blob, its bytes verbatim");
+    let mut manifests = store.manifests();
+    manifests.sort();
+    let mut with_manifests: Vec<String> = store.blobs().into_iter().map(|(key, _)| format!("{key}.slices")).collect();
+    with_manifests.sort();
+    assert_eq!(manifests, with_manifests, "each blob with its slice manifest");
     assert!(store.blobs().iter().all(|(key, _)| key.starts_with("bg/")), "{:?}", store.blobs());
 
     // Replica B has never seen these blobs: each read fetches from the store, byte-exact.
@@ -404,6 +423,12 @@ fn blobs_migrate_copies_a_data_dirs_blobs_to_the_store_and_a_server_then_reads_t
     let again = migrate(0);
     assert_eq!(again["already_present"], 3, "a second run uploads nothing: {again}");
     assert_eq!(store.blobs().len(), 3);
+    assert_eq!(store.manifests().len(), 3, "each with its slice manifest");
+    // A blob stored before manifests gets one from the next run.
+    let (first, _) = store.blobs()[0].clone();
+    store.upstream.delete_object(&store.bucket, &format!("{first}.slices"));
+    assert_eq!(migrate(0)["already_present"], 3);
+    assert_eq!(store.manifests().len(), 3, "its manifest written again");
 
     // Served from the store: a fresh data dir for the blobs would do; here the old blob files are removed.
     std::fs::remove_dir_all(env.data_dir().join("blobs")).unwrap();
@@ -511,57 +536,106 @@ print(json.dumps({"ok": True}))
 }
 
 #[test]
-fn a_store_copy_that_does_not_hash_to_its_name_is_never_sent_whole() {
+fn forged_store_copies_are_never_served_or_copied_whatever_the_request() {
     let store = Store::start(S3Upstream::s3s_fs());
-    let store_env = store.env(&[]);
+    let store_env = store.env(&[("BLOBGATE_CACHE__QUARANTINE_RECHECK", "1s")]);
     let env = TestEnv::new();
     env.bucket("pub", true);
-    // One slice, and several (SLICE is 1 MiB).
-    let (small, big) = (test_bytes(MIB as usize / 2, 90), test_bytes(3 * MIB as usize + 5, 91));
-    for (key, bytes) in [("small.bin", &small), ("big.bin", &big)] {
+    // One slice, several (SLICE is 1 MiB), and one read first by a suffix range.
+    let small = test_bytes(MIB as usize / 2, 90);
+    let big = test_bytes(3 * MIB as usize + 5, 91);
+    let tail = test_bytes(2 * MIB as usize + 7, 92);
+    let mut shas = Vec::new();
+    for (key, bytes) in [("small.bin", &small), ("big.bin", &big), ("tail.bin", &tail)] {
         let sha = put(&env, &store_env, "pub", key, bytes)["sha256"].as_str().unwrap().to_owned();
-        // Overwritten in place in the store: the same length, one byte of the last slice flipped.
+        // Overwritten in place in the store (its manifest untouched): the same length, one byte near the end.
         let mut rotten = bytes.clone();
         let at = rotten.len() - 2;
         rotten[at] ^= 0x5a;
-        store.upstream.put_object(&store.bucket, &format!("bg/{}/{}/{sha}", &sha[..2], &sha[2..4]), &rotten);
+        store.upstream.put_object(&store.bucket, &Store::blob_key(&sha), &rotten);
+        shas.push(sha);
     }
+    let key = s3_key(&env, "pub", &["--scope", "write"]);
     let server = env.serve_with(&refs(&store_env), &[]);
 
-    // A blob of one slice is hashed before its head: refused, not sent.
+    // A blob of one slice: checked before its head, refused.
     let response = server.get("/pub/small.bin", &[]);
     assert_eq!(response.status, 503, "{}", String::from_utf8_lossy(&response.body));
+    assert!(response.headers.contains_key("retry-after"));
 
-    // Several slices: the first ones leave while the rest arrives; the last is never sent, so the response ends
-    // short of its Content-Length and the client can tell.
+    // A suffix range alone, across a sound slice and the forged one: the sound bytes leave, then the response ends
+    // short of its Content-Length before the forged slice; and it is counted.
+    let mut conn = Conn::open(server.data);
+    conn.send(&raw_request("GET", "/pub/tail.bin", &[("range", "bytes=-1000")], false));
+    let (status, _) = conn.read_head().expect("a head");
+    assert_eq!(status, 206);
+    let (body, _) = conn.read_to_end();
+    let start = tail.len() - 1000;
+    assert!(body.len() <= 2 * MIB as usize - start, "bytes of the forged slice were sent: {}", body.len());
+    assert!(body == tail[start..start + body.len()], "what was sent is the range's prefix");
+    assert!(wait_for(Duration::from_secs(10), || server.metric("blobgate_blob_store_corrupt_total") == 2.0));
+
+    // HEAD then GET: the HEAD fetches nothing; the GET sends the sound slices, and ends short of its
+    // Content-Length where the forged one would start, so the client can tell.
+    assert_eq!(server.request("HEAD", "/pub/big.bin", &[]).status, 200);
     let mut conn = Conn::open(server.data);
     conn.send(&raw_request("GET", "/pub/big.bin", &[], false));
     let (status, headers) = conn.read_head().expect("a head");
     assert_eq!(status, 200);
     assert_eq!(headers.get("content-length"), Some(&big.len().to_string()));
     let (body, _) = conn.read_to_end();
-    assert!(body.len() < big.len(), "all {} bytes of a rotten copy were sent", big.len());
-    assert!(body.len() <= 3 * MIB as usize, "bytes of the last slice were sent: {}", body.len());
+    assert!(body.len() <= 3 * MIB as usize, "bytes of the forged slice were sent: {}", body.len());
     assert!(body == big[..body.len()], "what was sent is the object's prefix");
-
-    assert!(wait_for(Duration::from_secs(10), || server.metric("blobgate_blob_store_corrupt_total") == 2.0));
-    // Dropped from the cache: the next read fetches and checks again, and is refused again.
-    assert_eq!(server.get("/pub/small.bin", &[]).status, 503);
     assert!(wait_for(Duration::from_secs(10), || server.metric("blobgate_blob_store_corrupt_total") == 3.0));
+    assert_eq!(server.metric("blobgate_blob_cache_quarantined"), 3.0);
+
+    // Quarantined: a resume, a suffix, a range of sound slices, a multi-range are all refused before their head,
+    // and none reaches the store.
+    store.proxy.reset();
+    for range in ["bytes=131072-", "bytes=-1000", "bytes=0-9", "bytes=0-0,3145730-3145731"] {
+        let response = server.get("/pub/big.bin", &[("range", range)]);
+        assert_eq!(response.status, 503, "{range}: {}", String::from_utf8_lossy(&response.body));
+    }
+    // A server-side copy (UploadPartCopy, as aws-cli's large copies) of a forged source stores nothing.
+    let spec = serde_json::json!({ "endpoint": format!("http://{}", server.data), "key": key_json(&key) });
+    let out = run_boto3(
+        &env.dir.path().join("home"),
+        r#"
+s3 = client(spec["endpoint"], spec["key"])
+up = s3.create_multipart_upload(Bucket="pub", Key="copy.bin")["UploadId"]
+out = {}
+try:
+    s3.upload_part_copy(Bucket="pub", Key="copy.bin", UploadId=up, PartNumber=1,
+        CopySource={"Bucket": "pub", "Key": "big.bin"})
+    out["copied"] = True
+except Exception as e:
+    out["error"] = e.response["Error"]["Code"]
+print(json.dumps(out))
+"#,
+        &spec,
+    );
+    assert_eq!(out["error"], "ServiceUnavailable", "{out}");
+    assert_eq!(store.blob_gets().len(), 0, "nothing fetched in a loop: {:?}", store.proxy.requests());
+    assert_eq!(server.metric("blobgate_blob_store_corrupt_total"), 3.0, "logged and counted once each");
     let cache = env.data_dir().join("cache");
     assert!(
         wait_for(Duration::from_secs(10), || files_under(&cache).is_empty()),
-        "nothing of a rotten copy stays in the cache: {:?}",
+        "nothing of a forged copy stays in the cache: {:?}",
         files_under(&cache)
     );
 
-    // A sound copy put back in the store is served whole.
-    for (key, bytes) in [("small.bin", &small), ("big.bin", &big)] {
-        let sha = sha256_hex(bytes);
-        store.upstream.put_object(&store.bucket, &format!("bg/{}/{}/{sha}", &sha[..2], &sha[2..4]), bytes);
-        assert_eq!(&get_ok(&server, &format!("/pub/{key}"), &[]).body, bytes);
+    // Sound copies put back in the store: the quarantine lifts at the next recheck, and each is served whole.
+    for (sha, (key, bytes)) in shas.iter().zip([("small.bin", &small), ("big.bin", &big), ("tail.bin", &tail)]) {
+        store.upstream.put_object(&store.bucket, &Store::blob_key(sha), bytes);
+        let path = format!("/pub/{key}");
+        assert!(
+            wait_for(Duration::from_secs(15), || server.get(&path, &[]).status == 200),
+            "{key} is served again once its store copy changed"
+        );
+        assert_eq!(&get_ok(&server, &path, &[]).body, bytes);
     }
     assert_eq!(server.metric("blobgate_blob_store_corrupt_total"), 3.0);
+    assert_eq!(server.metric("blobgate_blob_cache_quarantined"), 0.0);
 }
 
 /// Every file under `dir` (none if it does not exist).
