@@ -643,3 +643,150 @@ fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     entries.flatten().flat_map(|e| if e.path().is_dir() { files_under(&e.path()) } else { vec![e.path()] }).collect()
 }
+
+/// Bytes allocated on disk under `dir` (what `du` counts: a sparse or punched file counts only its blocks).
+fn allocated_under(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    files_under(dir).iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.blocks() * 512).sum()
+}
+
+/// Samples `allocated_under(dir)` every few milliseconds until dropped; `max` is the largest seen.
+struct DiskSampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl DiskSampler {
+    fn start(dir: std::path::PathBuf) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut max = 0;
+            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                max = max.max(allocated_under(&dir));
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            max.max(allocated_under(&dir))
+        });
+        DiskSampler { stop, thread: Some(thread) }
+    }
+
+    fn max(mut self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+/// Reads `path` from `server` with curl and returns the SHA-256 of what came, without holding it in memory.
+fn curl_sha256(server: &Server, path: &str) -> String {
+    use sha2::Digest;
+    use std::io::Read;
+    let mut child = std::process::Command::new("curl")
+        .args(["-sS", "--fail", &format!("http://{}{path}", server.data)])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run curl");
+    let mut out = child.stdout.take().unwrap();
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match out.read(&mut buf).unwrap() {
+            0 => break,
+            n => hasher.update(&buf[..n]),
+        }
+    }
+    assert!(child.wait().unwrap().success(), "curl {path}");
+    hex::encode(hasher.finalize())
+}
+
+#[test]
+fn a_blob_larger_than_the_cache_streams_through_it_and_uploads_keep_its_bound() {
+    let store = Store::start(S3Upstream::s3s_fs());
+    let cache_max = 32 * MIB;
+    let store_env = store.env(&[("BLOBGATE_CACHE__MAX_BYTES", &cache_max.to_string())]);
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let big = test_bytes(256 * MIB as usize, 93);
+    put(&env, &store_env, "pub", "big.bin", &big);
+    let big_sha = sha256_hex(&big);
+    drop(big);
+    let server = env.serve_with(&refs(&store_env), &[]);
+    let cache = env.data_dir().join("cache");
+
+    // 256 MiB through 32 MiB: the slices behind the reader are released as it goes, so the cache never holds more
+    // than its bound and the few slices a reader has in flight.
+    let sampler = DiskSampler::start(cache.clone());
+    assert_eq!(curl_sha256(&server, "/pub/big.bin"), big_sha);
+    let most = sampler.max();
+    let slack = 4 * SLICE; // the slice being sent, those fetched ahead of it, one being released
+    assert!(most <= cache_max + slack, "the cache held {most} bytes while a 256 MiB blob streamed through it");
+    assert!(server.metric("blobgate_blob_cache_bytes") as u64 <= cache_max + slack);
+
+    // 80 MiB of uploads through a 48 MiB cache (native PUTs on the admin listener, each a 1 MiB blob): each enters
+    // the cache as a fill would, and the oldest make room.
+    drop(server);
+    let cache_max = 48 * MIB;
+    let store_env = store.env(&[("BLOBGATE_CACHE__MAX_BYTES", &cache_max.to_string())]);
+    let server = env.serve_with(&refs(&store_env), &[]);
+    let token = env.token("pub", "write", &[]);
+    let sampler = DiskSampler::start(cache.clone());
+    let mut uploaded = Vec::new();
+    for n in 0..80 {
+        let bytes = test_bytes(MIB as usize, 200 + n);
+        let response = server.put(&format!("/pub/up-{n}.bin"), &token, &bytes, &[]);
+        assert_eq!(response.status, 201, "{}", String::from_utf8_lossy(&response.body));
+        uploaded.push(bytes);
+    }
+    // Read back, every one: the older ones are fetched again and the bound still holds.
+    for (n, bytes) in uploaded.iter().enumerate() {
+        assert_eq!(&get_ok(&server, &format!("/pub/up-{n}.bin"), &[]).body, bytes);
+    }
+    let most = sampler.max();
+    assert!(most <= cache_max + SLICE, "the cache held {most} bytes through 80 MiB of uploads");
+    assert!(allocated_under(&cache) <= cache_max);
+}
+
+#[test]
+fn heads_of_two_thousand_cold_objects_make_no_cache_entry_and_hold_no_file() {
+    let store = Store::start(S3Upstream::s3s_fs());
+    let store_env = store.env(&[]);
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    // Distinct small blobs, imported by four commands at once (each one's uploads go one at a time). 2,000 keep
+    // the test short (a commit and five store requests each); a run of 5,000 is in docs/measurements.md.
+    const OBJECTS: usize = 2000;
+    let dirs: Vec<_> = (0..4).map(|d| env.dir.path().join(format!("import-{d}"))).collect();
+    for (n, dir) in (0..OBJECTS).map(|n| (n, &dirs[n % 4])) {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join(format!("o{n}")), format!("object {n}")).unwrap();
+    }
+    std::thread::scope(|scope| {
+        for dir in &dirs {
+            let (env, store_env) = (&env, &store_env);
+            scope.spawn(move || {
+                let out = env.cli_env(&["import", "pub", dir.to_str().unwrap()], &refs(store_env));
+                assert!(out.status.success(), "import: {}", String::from_utf8_lossy(&out.stderr));
+            });
+        }
+    });
+    let server = env.serve_with(&refs(&store_env), &[]);
+    let fds = || std::fs::read_dir(format!("/proc/{}/fd", server.pid())).unwrap().count();
+    let before = fds();
+    store.proxy.reset();
+    let mut conn = Conn::open(server.data);
+    for n in 0..OBJECTS {
+        conn.send(&raw_request("HEAD", &format!("/pub/o{n}"), &[], false));
+        let (status, headers) = conn.read_head().expect("a head");
+        assert_eq!(status, 200, "o{n}");
+        assert_eq!(headers.get("content-length"), Some(&format!("object {n}").len().to_string()));
+    }
+    assert_eq!(server.metric("blobgate_blob_cache_entries"), 0.0, "a HEAD makes no entry");
+    assert_eq!(server.metric("blobgate_blob_cache_open_files"), 0.0);
+    let after = fds();
+    // The store client's and the scrapes' connections may come and go: a handful, not one per HEAD.
+    assert!(after <= before + 8, "open files went from {before} to {after} over {OBJECTS} HEADs");
+    assert_eq!(store.blob_gets().len(), 0, "a HEAD fetches nothing");
+    // A GET still reads through the cache, one entry.
+    assert_eq!(get_ok(&server, "/pub/o7", &[]).body, b"object 7");
+    assert_eq!(server.metric("blobgate_blob_cache_entries"), 1.0);
+}
