@@ -1,4 +1,5 @@
-//! `blobgate blobs migrate --to s3://…`: the move from blobs in the data dir to an object store.
+//! `blobgate blobs migrate --to s3://…`: the move from blobs in the data dir to an object store, and the slice
+//! manifests (`store::manifest`) of blobs a store got before them.
 //!
 //! Every blob file an object references is uploaded unless the store already holds it with its size (its name is
 //! its content's hash, so that is the same blob): running it again after an interruption uploads only what is
@@ -9,7 +10,7 @@ use anyhow::Context;
 
 use crate::config::{ObjectStoreLocation, Settings};
 use crate::store::Store;
-use crate::store::remote::RemoteBlobs;
+use crate::store::remote::{ManifestRepair, RemoteBlobs};
 
 pub(super) async fn migrate(store: &Store, to: &str, settings: &Settings) -> anyhow::Result<()> {
     let location = ObjectStoreLocation::parse(to, &settings.blob_store)?;
@@ -35,6 +36,21 @@ pub(super) async fn migrate(store: &Store, to: &str, settings: &Settings) -> any
             present += 1;
         }
     }
+    // Blobs the store got before slice manifests (from servers, not from this data dir): each referenced one
+    // without a manifest is fetched, checked whole and given one.
+    let (mut manifests_written, mut corrupt) = (0u64, Vec::new());
+    let scratch = store.blobs.tmp_dir().to_owned();
+    for (sha, _) in remote.list().await.with_context(|| format!("cannot list the blobs in {location}"))? {
+        if !store.meta.blob_is_referenced(&sha).await? {
+            continue;
+        }
+        let repair = remote.write_missing_manifest(&sha, &scratch).await;
+        match repair.with_context(|| format!("cannot write the slice manifest of blob {sha} in {location}"))? {
+            ManifestRepair::Present => {}
+            ManifestRepair::Written => manifests_written += 1,
+            ManifestRepair::Corrupt => corrupt.push(sha),
+        }
+    }
     println!(
         "{}",
         serde_json::json!({
@@ -43,7 +59,15 @@ pub(super) async fn migrate(store: &Store, to: &str, settings: &Settings) -> any
             "uploaded_bytes": bytes,
             "already_present": present,
             "skipped_unreferenced": unreferenced,
+            "manifests_written": manifests_written,
+            "corrupt": corrupt,
         })
     );
+    if let Some(first) = corrupt.first() {
+        anyhow::bail!(
+            "{} blob(s) in {location} do not match their SHA-256 (first: {first}); upload them again from a sound copy",
+            corrupt.len()
+        );
+    }
     Ok(())
 }

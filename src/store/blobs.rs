@@ -169,6 +169,11 @@ impl BlobStore {
         }
     }
 
+    /// `tmp/`, where staged files live.
+    pub fn tmp_dir(&self) -> &Path {
+        &self.tmp_dir
+    }
+
     /// `blobs/ab/cd/abcd…`: two fan-out levels keep directories small at millions of blobs.
     pub fn path_of(&self, sha256: &str) -> PathBuf {
         debug_assert!(is_blob_hash(sha256));
@@ -313,6 +318,10 @@ impl BlobStore {
     /// Every blob hash present on disk (for the start-up sweep of unreferenced blobs).
     pub fn list_hashes(&self) -> anyhow::Result<Vec<String>> {
         let mut hashes = Vec::new();
+        // A data dir whose blobs live in an object store may have none.
+        if !self.blobs_dir.exists() {
+            return Ok(hashes);
+        }
         for entry in walkdir::WalkDir::new(&*self.blobs_dir).min_depth(3).max_depth(3) {
             let entry = entry.context("cannot list the blob directory")?;
             if entry.file_type().is_file()

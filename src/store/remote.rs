@@ -274,6 +274,41 @@ impl RemoteBlobs {
         .await
     }
 
+    /// Writes the slice manifest of a blob the store holds without one (stored before manifests): the blob is
+    /// fetched into a scratch file in `scratch_dir`, hashed whole and by chunk, and the manifest is stored only if
+    /// the whole hashes to its name.
+    pub async fn write_missing_manifest(
+        &self,
+        sha256: &str,
+        scratch_dir: &std::path::Path,
+    ) -> Result<ManifestRepair, RemoteError> {
+        if self.manifest_key.is_none() || self.has_manifest(sha256).await? {
+            return Ok(ManifestRepair::Present);
+        }
+        let Some(size) = self.size_of(sha256).await? else { return Err(RemoteError::NotFound(sha256.to_owned())) };
+        let scratch = scratch_dir.join(super::blobs::new_stage_name());
+        let file = {
+            let scratch = scratch.clone();
+            tokio::task::spawn_blocking(move || {
+                std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(scratch)
+            })
+            .await
+            .map_err(io::Error::other)??
+        };
+        let fetched = self.fetch_key_into(self.key_of(sha256), sha256, 0..size, Arc::new(file), None).await;
+        let hashed = match fetched {
+            Ok(_) => hash_whole_and_chunks(scratch.clone(), CHUNK_BYTES).await,
+            Err(e) => Err(e),
+        };
+        let _ = std::fs::remove_file(&scratch);
+        let (whole, digests) = hashed?;
+        if whole != sha256 {
+            return Ok(ManifestRepair::Corrupt);
+        }
+        self.put_manifest(sha256, size, digests).await?;
+        Ok(ManifestRepair::Written)
+    }
+
     /// The version of a blob's store copy (ETag, size and modification time), `None` when the store has none.
     pub async fn version_of(&self, sha256: &str) -> Result<Option<String>, RemoteError> {
         let (store, key, sha) = (self.store.clone(), self.key_of(sha256), sha256.to_owned());
@@ -503,6 +538,40 @@ impl RemoteFetch for RemoteBlobs {
     fn version<'a>(&'a self, sha256: &'a str) -> BoxFuture<'a, Result<Option<String>, RemoteError>> {
         Box::pin(self.version_of(sha256))
     }
+}
+
+/// What [`RemoteBlobs::write_missing_manifest`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ManifestRepair {
+    Present,
+    Written,
+    /// The store's copy does not hash to the blob's name: no manifest was written.
+    Corrupt,
+}
+
+/// The SHA-256 of a local file and the digests of its chunks, read once on the blocking pool.
+async fn hash_whole_and_chunks(path: PathBuf, chunk_bytes: u64) -> Result<(String, Vec<ChunkDigest>), RemoteError> {
+    let hashed = tokio::task::spawn_blocking(move || -> io::Result<(String, Vec<ChunkDigest>)> {
+        use sha2::Digest;
+        use std::io::Read;
+        let mut file = File::open(path)?;
+        let (mut whole, mut chunks) = (sha2::Sha256::new(), ChunkHasher::new(chunk_bytes));
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            match file.read(&mut buf) {
+                Ok(0) => return Ok((hex::encode(whole.finalize()), chunks.finish())),
+                Ok(n) => {
+                    whole.update(&buf[..n]);
+                    chunks.update(&buf[..n]);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    })
+    .await
+    .map_err(io::Error::other)??;
+    Ok(hashed)
 }
 
 /// `len` bytes of `file` from `offset`, read and hashed on the blocking pool (an upload's body: it has to pass

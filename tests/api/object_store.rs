@@ -432,12 +432,30 @@ fn blobs_migrate_copies_a_data_dirs_blobs_to_the_store_and_a_server_then_reads_t
 
     // Served from the store: a fresh data dir for the blobs would do; here the old blob files are removed.
     std::fs::remove_dir_all(env.data_dir().join("blobs")).unwrap();
+    // A blob the store got before manifests, with no copy here: the next run fetches it, checks it whole and
+    // writes its manifest.
+    let (second, _) = store.blobs()[1].clone();
+    store.upstream.delete_object(&store.bucket, &format!("{second}.slices"));
+    let report = migrate(0);
+    assert_eq!(report["manifests_written"], 1, "{report}");
+    assert_eq!(store.manifests().len(), 3);
     let server = env.serve_with(&refs(&store_env), &[]);
     store.proxy.reset();
     for (i, bytes) in objects.iter().enumerate() {
         assert_eq!(sha256_hex(&get_ok(&server, &format!("/pub/o{i}"), &[]).body), sha256_hex(bytes));
     }
     assert_eq!(store.fetched(), objects.iter().map(|b| b.len() as u64).sum::<u64>());
+
+    // One whose store copy is rotten gets no manifest: the run says so in one line and fails.
+    let (third, size) = store.blobs()[2].clone();
+    store.upstream.put_object(&store.bucket, &third, &vec![7u8; size as usize]);
+    store.upstream.delete_object(&store.bucket, &format!("{third}.slices"));
+    let out = env.cli_env(&["blobs", "migrate", "--to", &format!("s3://{}/bg", store.bucket)], &refs(&settings));
+    assert!(!out.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["corrupt"].as_array().map(Vec::len), Some(1), "{report}");
+    one_line_error(&out, &["do not match their SHA-256", third.rsplit('/').next().unwrap()]);
+    assert_eq!(store.manifests().len(), 2, "none written for it");
 
     let out = env.cli_env(&["blobs", "migrate", "--to", "http://not-s3"], &refs(&settings));
     assert!(!out.status.success());
