@@ -29,7 +29,7 @@ use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as StorePath;
 use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig, WriteMultipart};
 
-use crate::config::ObjectStoreLocation;
+use crate::config::{ObjectStoreLocation, StoreCredentials};
 
 /// Blobs up to this size go in one PUT; larger ones as a multipart upload of parts this size (S3's minimum part
 /// is 5 MiB). What one upload holds in memory is this times `UPLOAD_CONCURRENCY`, read from the staged file.
@@ -52,11 +52,46 @@ pub enum RemoteError {
 }
 
 impl RemoteError {
-    fn from_store(sha256: &str, e: object_store::Error) -> Self {
+    /// `e` of a call about `sha256`, made with the credentials of `source` (settings' names, for the message).
+    fn from_store(sha256: &str, source: &str, e: object_store::Error) -> Self {
         match e {
             object_store::Error::NotFound { .. } => RemoteError::NotFound(sha256.to_owned()),
-            other => RemoteError::Unavailable(other.to_string()),
+            other => RemoteError::unavailable(source, other),
         }
+    }
+
+    /// `e` as unavailability; a refusal of the credentials says which settings gave them, in one line, and neither
+    /// the response (S3 echoes the request it could not verify) nor a secret.
+    fn unavailable(source: &str, e: object_store::Error) -> Self {
+        match refusal(&e) {
+            Some(code) => RemoteError::Unavailable(format!(
+                "the object store refused the credentials of {source} ({code}): check them and the bucket's policy"
+            )),
+            None => RemoteError::Unavailable(e.to_string().replace('\n', " ")),
+        }
+    }
+}
+
+/// Whether the store refused the request's credentials, and how: S3's error code, or the status of a response
+/// without a body (a HEAD's).
+fn refusal(e: &object_store::Error) -> Option<&'static str> {
+    const CODES: [&str; 6] = [
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "InvalidToken",
+        "TokenRefreshRequired",
+        "AccessDenied",
+    ];
+    let text = e.to_string();
+    if let Some(code) = CODES.into_iter().find(|code| text.contains(code)) {
+        return Some(code);
+    }
+    match e {
+        object_store::Error::PermissionDenied { .. } => Some("403 Forbidden"),
+        object_store::Error::Unauthenticated { .. } => Some("401 Unauthorized"),
+        _ if text.contains("403 Forbidden") => Some("403 Forbidden"),
+        _ => None,
     }
 }
 
@@ -83,6 +118,8 @@ pub struct RemoteBlobs {
     prefix: Arc<str>,
     runtime: tokio::runtime::Handle,
     location: Arc<str>,
+    /// The settings the credentials came from, for messages.
+    credentials: &'static str,
 }
 
 impl RemoteBlobs {
@@ -118,16 +155,14 @@ impl RemoteBlobs {
         if let Some(endpoint) = &location.endpoint {
             builder = builder.with_endpoint(endpoint);
         }
-        match (&location.access_key_id, &location.secret_access_key) {
-            (Some(id), Some(secret)) => builder = builder.with_access_key_id(id).with_secret_access_key(secret),
-            _ => builder = builder.with_skip_signature(true),
-        }
+        builder = with_credentials(builder, &location.credentials);
         let store = builder.build().with_context(|| format!("cannot configure the object store {location}"))?;
         Ok(Self {
             store: Arc::new(store),
             prefix: Arc::from(location.prefix.as_str()),
             runtime: tokio::runtime::Handle::current(),
             location: Arc::from(location.to_string()),
+            credentials: location.credentials.source(),
         })
     }
 
@@ -161,11 +196,12 @@ impl RemoteBlobs {
     /// The stored size of a blob, `None` when the store has no such object.
     pub async fn size_of(&self, sha256: &str) -> Result<Option<u64>, RemoteError> {
         let (store, key, sha) = (self.store.clone(), self.key_of(sha256), sha256.to_owned());
+        let who = self.credentials;
         self.run(async move {
             match store.head(&key).await {
                 Ok(meta) => Ok(Some(meta.size)),
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
-                Err(e) => Err(RemoteError::from_store(&sha, e)),
+                Err(e) => Err(RemoteError::from_store(&sha, who, e)),
             }
         })
         .await
@@ -223,25 +259,29 @@ impl RemoteBlobs {
 
     async fn upload_to(&self, path: PathBuf, key: StorePath, what: &str, size: u64) -> Result<(), RemoteError> {
         let (store, sha) = (self.store.clone(), what.to_owned());
+        let who = self.credentials;
         self.run(async move {
             let file =
                 Arc::new(tokio::task::spawn_blocking(move || File::open(path)).await.map_err(io::Error::other)??);
             if size <= MULTIPART_PART_BYTES {
                 let bytes = read_at(file, 0, size).await?;
-                store.put(&key, PutPayload::from(bytes)).await.map_err(|e| RemoteError::from_store(&sha, e))?;
+                store.put(&key, PutPayload::from(bytes)).await.map_err(|e| RemoteError::from_store(&sha, who, e))?;
             } else {
-                let upload = store.put_multipart(&key).await.map_err(|e| RemoteError::from_store(&sha, e))?;
+                let upload = store.put_multipart(&key).await.map_err(|e| RemoteError::from_store(&sha, who, e))?;
                 let mut writer = WriteMultipart::new_with_chunk_size(upload, MULTIPART_PART_BYTES as usize);
                 let mut offset = 0;
                 while offset < size {
                     let len = (size - offset).min(MULTIPART_PART_BYTES);
-                    writer.wait_for_capacity(UPLOAD_CONCURRENCY).await.map_err(|e| RemoteError::from_store(&sha, e))?;
+                    writer
+                        .wait_for_capacity(UPLOAD_CONCURRENCY)
+                        .await
+                        .map_err(|e| RemoteError::from_store(&sha, who, e))?;
                     writer.put(read_at(file.clone(), offset, len).await?);
                     offset += len;
                 }
-                writer.finish().await.map_err(|e| RemoteError::from_store(&sha, e))?;
+                writer.finish().await.map_err(|e| RemoteError::from_store(&sha, who, e))?;
             }
-            let stored = store.head(&key).await.map_err(|e| RemoteError::from_store(&sha, e))?.size;
+            let stored = store.head(&key).await.map_err(|e| RemoteError::from_store(&sha, who, e))?.size;
             if stored != size {
                 return Err(RemoteError::Unavailable(format!("{sha} stored with {stored} bytes, not {size}")));
             }
@@ -258,9 +298,10 @@ impl RemoteBlobs {
         file: Arc<File>,
     ) -> Result<u64, RemoteError> {
         let (store, sha) = (self.store.clone(), what.to_owned());
+        let who = self.credentials;
         self.run(async move {
             let options = object_store::GetOptions { range: Some(range.clone().into()), ..Default::default() };
-            let result = store.get_opts(&key, options).await.map_err(|e| RemoteError::from_store(&sha, e))?;
+            let result = store.get_opts(&key, options).await.map_err(|e| RemoteError::from_store(&sha, who, e))?;
             let mut stream = result.into_stream();
             let mut at = range.start;
             // Written a whole batch at a time, each one write of FILL_BATCH bytes from the range's start: one
@@ -272,7 +313,7 @@ impl RemoteBlobs {
                 let next = stream.next().await;
                 let done = next.is_none();
                 if let Some(chunk) = next {
-                    let chunk = chunk.map_err(|e| RemoteError::from_store(&sha, e))?;
+                    let chunk = chunk.map_err(|e| RemoteError::from_store(&sha, who, e))?;
                     if at + (pending.len() + chunk.len()) as u64 > range.end {
                         return Err(RemoteError::Unavailable(format!("{sha}: the store sent more than asked")));
                     }
@@ -309,10 +350,11 @@ impl RemoteBlobs {
 
     async fn delete_key(&self, key: StorePath, what: &str) -> Result<(), RemoteError> {
         let (store, sha) = (self.store.clone(), what.to_owned());
+        let who = self.credentials;
         self.run(async move {
             match store.delete(&key).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-                Err(e) => Err(RemoteError::from_store(&sha, e)),
+                Err(e) => Err(RemoteError::from_store(&sha, who, e)),
             }
         })
         .await
@@ -331,11 +373,12 @@ impl RemoteBlobs {
         named: fn(&str) -> bool,
     ) -> Result<Vec<(String, SystemTime)>, RemoteError> {
         let store = self.store.clone();
+        let who = self.credentials;
         self.run(async move {
             let mut listing = store.list(prefix.as_ref());
             let mut found = Vec::new();
             while let Some(meta) = listing.next().await {
-                let meta = meta.map_err(|e| RemoteError::Unavailable(e.to_string()))?;
+                let meta = meta.map_err(|e| RemoteError::unavailable(who, e))?;
                 if let Some(name) = meta.location.filename().filter(|n| named(n)) {
                     found.push((name.to_owned(), SystemTime::from(meta.last_modified)));
                 }
@@ -348,9 +391,10 @@ impl RemoteBlobs {
     /// Whether the store answers: a listing of at most one key (the readiness probe).
     pub async fn ping(&self) -> Result<(), RemoteError> {
         let store = self.store.clone();
+        let who = self.credentials;
         let prefix = (!self.prefix.is_empty()).then(|| StorePath::from(&*self.prefix));
         self.run(async move {
-            store.list_with_delimiter(prefix.as_ref()).await.map_err(|e| RemoteError::Unavailable(e.to_string()))?;
+            store.list_with_delimiter(prefix.as_ref()).await.map_err(|e| RemoteError::unavailable(who, e))?;
             Ok(())
         })
         .await
@@ -366,6 +410,39 @@ impl RemoteFetch for RemoteBlobs {
         file: Arc<File>,
     ) -> BoxFuture<'a, Result<u64, RemoteError>> {
         Box::pin(self.fetch_key_into(self.key_of(sha256), sha256, range, file))
+    }
+}
+
+/// The builder with `credentials` handed to `object_store`'s own provider for them (static, web identity, container,
+/// instance metadata), or unsigned.
+fn with_credentials(builder: AmazonS3Builder, credentials: &StoreCredentials) -> AmazonS3Builder {
+    use object_store::aws::AmazonS3ConfigKey as Key;
+    match credentials {
+        StoreCredentials::Static { access_key_id, secret_access_key, session_token, .. } => {
+            let builder = builder.with_access_key_id(access_key_id).with_secret_access_key(secret_access_key);
+            match session_token {
+                Some(token) => builder.with_token(token),
+                None => builder,
+            }
+        }
+        StoreCredentials::WebIdentity { token_file, role_arn, session_name, sts_endpoint } => {
+            let mut builder =
+                builder.with_config(Key::WebIdentityTokenFile, token_file).with_config(Key::RoleArn, role_arn);
+            if let Some(name) = session_name {
+                builder = builder.with_config(Key::RoleSessionName, name);
+            }
+            if let Some(endpoint) = sts_endpoint {
+                builder = builder.with_config(Key::StsEndpoint, endpoint);
+            }
+            builder
+        }
+        StoreCredentials::ContainerRelative { uri } => builder.with_config(Key::ContainerCredentialsRelativeUri, uri),
+        StoreCredentials::ContainerFull { uri, token_file } => builder
+            .with_config(Key::ContainerCredentialsFullUri, uri)
+            .with_config(Key::ContainerAuthorizationTokenFile, token_file),
+        // With none of the above, `object_store` asks the instance metadata service (IMDSv2).
+        StoreCredentials::InstanceMetadata => builder,
+        StoreCredentials::Anonymous => builder.with_skip_signature(true),
     }
 }
 

@@ -284,5 +284,6 @@ pub fn never_asked() -> RemoteBlobs {
         prefix: Arc::from(""),
         runtime: tokio::runtime::Handle::current(),
         location: Arc::from("s3://unused (never asked)"),
+        credentials: "blob_store.anonymous (unsigned requests)",
     }
 }
