@@ -46,6 +46,9 @@ pub enum RemoteError {
     /// The store did not answer, or answered with an error: a cold read or an upload cannot go on now.
     #[error("the object store is unavailable: {0}")]
     Unavailable(String),
+    /// The store refused the credentials: says which settings gave them, never their values.
+    #[error("{0}")]
+    Refused(String),
     /// A local file the call reads or writes failed.
     #[error("{0}")]
     Local(#[from] io::Error),
@@ -64,7 +67,7 @@ impl RemoteError {
     /// the response (S3 echoes the request it could not verify) nor a secret.
     fn unavailable(source: &str, e: object_store::Error) -> Self {
         match refusal(&e) {
-            Some(code) => RemoteError::Unavailable(format!(
+            Some(code) => RemoteError::Refused(format!(
                 "the object store refused the credentials of {source} ({code}): check them and the bucket's policy"
             )),
             None => RemoteError::Unavailable(e.to_string().replace('\n', " ")),
@@ -457,4 +460,38 @@ async fn read_at(file: Arc<File>, offset: u64, len: u64) -> Result<Bytes, Remote
     .await
     .map_err(io::Error::other)??;
     Ok(Bytes::from(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generic(text: &str) -> object_store::Error {
+        object_store::Error::Generic { store: "S3", source: text.into() }
+    }
+
+    #[test]
+    fn a_refusal_of_the_credentials_names_their_settings_in_one_line_and_nothing_of_the_response() {
+        let source = "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY";
+        let body = "Server returned non-2xx status code: 403 Forbidden: <Error><Code>SignatureDoesNotMatch</Code>\n\
+                    <StringToSign>AWS4-HMAC-SHA256\n20261206T000000Z</StringToSign></Error>";
+        let RemoteError::Refused(line) = RemoteError::from_store("ab", source, generic(body)) else { panic!() };
+        assert_eq!(
+            line,
+            "the object store refused the credentials of AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY \
+             (SignatureDoesNotMatch): check them and the bucket's policy"
+        );
+        let head = object_store::Error::PermissionDenied { path: "k".into(), source: "403 Forbidden".into() };
+        assert!(
+            matches!(RemoteError::from_store("ab", source, head), RemoteError::Refused(l) if l.contains("(403 Forbidden)"))
+        );
+        for code in ["InvalidAccessKeyId", "ExpiredToken", "AccessDenied"] {
+            let e = RemoteError::from_store("ab", source, generic(&format!("<Code>{code}</Code>")));
+            assert!(matches!(&e, RemoteError::Refused(l) if l.contains(code)), "{e:?}");
+        }
+        let down = RemoteError::from_store("ab", source, generic("connection refused\nretried"));
+        assert!(matches!(&down, RemoteError::Unavailable(l) if !l.contains('\n')), "{down:?}");
+        let missing = object_store::Error::NotFound { path: "k".into(), source: "404".into() };
+        assert!(matches!(RemoteError::from_store("ab", source, missing), RemoteError::NotFound(s) if s == "ab"));
+    }
 }

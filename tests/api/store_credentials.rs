@@ -241,4 +241,19 @@ fn a_key_the_store_refuses_is_named_in_one_line_without_its_secret() {
         server.log()
     );
     assert!(!server.log().contains(secret), "{}", server.log());
+
+    // A refused fetch: an object stored with the right key, read by the server with the wrong one.
+    let right = store_env(
+        &proxy,
+        &bucket,
+        &[("AWS_ACCESS_KEY_ID", upstream.access_key()), ("AWS_SECRET_ACCESS_KEY", upstream.secret_key())],
+    );
+    let out = cli_put(&env, &right, "stored.bin", b"stored with the right key");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let named = |log: &str| log.matches("refused the credentials of blob_store.access_key_id").count();
+    let before = named(&server.log());
+    let response = server.get("/pub/stored.bin", &[]);
+    assert_eq!(response.status, 503, "{}", String::from_utf8_lossy(&response.body));
+    assert!(wait_for(Duration::from_secs(5), || named(&server.log()) > before), "{}", server.log());
+    assert!(!server.log().contains(secret), "{}", server.log());
 }
