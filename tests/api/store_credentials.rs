@@ -257,3 +257,95 @@ fn a_key_the_store_refuses_is_named_in_one_line_without_its_secret() {
     assert!(wait_for(Duration::from_secs(5), || named(&server.log()) > before), "{}", server.log());
     assert!(!server.log().contains(secret), "{}", server.log());
 }
+
+/// An STS endpoint over HTTPS (python3's http.server with `cert`/`key`) answering every
+/// AssumeRoleWithWebIdentity with `ASIAWEBIDENTITY` / `web-identity-session-token`; each request's query goes to
+/// `log` as a JSON line.
+const STS: &str = r#"
+import http.server, json, ssl, sys, urllib.parse
+cert, key, log = sys.argv[1:4]
+ANSWER = """<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">
+<AssumeRoleWithWebIdentityResult><Credentials><AccessKeyId>ASIAWEBIDENTITY</AccessKeyId>
+<SecretAccessKey>web-identity-secret</SecretAccessKey><SessionToken>web-identity-session-token</SessionToken>
+<Expiration>2099-01-01T00:00:00Z</Expiration></Credentials></AssumeRoleWithWebIdentityResult>
+</AssumeRoleWithWebIdentityResponse>""".encode()
+class Sts(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        query = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
+        with open(log, "a") as f:
+            f.write(json.dumps({k: v[0] for k, v in query.items()}) + "\n")
+        self.send_response(200)
+        self.send_header("Content-Type", "text/xml")
+        self.send_header("Content-Length", str(len(ANSWER)))
+        self.end_headers()
+        self.wfile.write(ANSWER)
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", 0), Sts)
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain(cert, key)
+server.socket = context.wrap_socket(server.socket, server_side=True)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+
+/// Kills a child process when the test ends, however it ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_web_identity_token_is_exchanged_at_sts_and_its_credentials_sign_store_requests() {
+    use crate::helpers::pki::{EC, TestPki};
+    require_tool("python3", "apt package python3");
+    let pki = TestPki::with_ca("ca");
+    pki.server("sts", EC, "DNS:localhost,IP:127.0.0.1", "ca");
+    let log = pki.file("sts.log");
+    let mut sts = std::process::Command::new("python3")
+        .args(["-c", STS, &pki.path("sts.crt"), &pki.path("sts.key"), log.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start python3");
+    let mut port = String::new();
+    BufReader::new(sts.stdout.take().unwrap()).read_line(&mut port).unwrap();
+    let _sts = KillOnDrop(sts);
+    let sts_endpoint = format!("https://127.0.0.1:{}", port.trim());
+
+    let upstream = S3Upstream::moto();
+    let (bucket, proxy) = (upstream.bucket("creds"), CountingProxy::start(upstream.addr()));
+    let env = TestEnv::new();
+    let token_file = write_file(env.dir.path(), "irsa-token", b"the-service-account-jwt");
+    env.bucket("pub", true);
+    let settings = store_env(
+        &proxy,
+        &bucket,
+        &[
+            ("AWS_WEB_IDENTITY_TOKEN_FILE", token_file.to_str().unwrap()),
+            ("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/blobgate"),
+            ("AWS_ROLE_SESSION_NAME", "blobgate-test"),
+            ("AWS_ENDPOINT_URL_STS", &sts_endpoint),
+            // The STS endpoint's certificate is the test CA's: trusted as the store's would be.
+            ("BLOBGATE_BLOB_STORE__CA_BUNDLE", &pki.path("ca.crt")),
+        ],
+    );
+    let bytes = test_bytes(60_000, 4);
+    let out = cli_put(&env, &settings, "o.bin", &bytes);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_all_signed(&proxy.requests(), "ASIAWEBIDENTITY", Some("web-identity-session-token"));
+    let asked: Vec<serde_json::Value> =
+        std::fs::read_to_string(&log).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0]["Action"], "AssumeRoleWithWebIdentity");
+    assert_eq!(asked[0]["RoleArn"], "arn:aws:iam::123456789012:role/blobgate");
+    assert_eq!(asked[0]["RoleSessionName"], "blobgate-test");
+    assert_eq!(asked[0]["WebIdentityToken"], "the-service-account-jwt");
+    let server = env.serve_with(&refs(&settings), &[]);
+    proxy.reset();
+    assert_eq!(server.get("/pub/o.bin", &[]).body, bytes);
+    assert_all_signed(&proxy.requests(), "ASIAWEBIDENTITY", Some("web-identity-session-token"));
+}
