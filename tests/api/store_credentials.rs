@@ -242,6 +242,11 @@ fn a_key_the_store_refuses_is_named_in_one_line_without_its_secret() {
     );
     assert!(!server.log().contains(secret), "{}", server.log());
 
+    // Readiness fails, and the load balancer takes the replica out.
+    let ready = server.admin("GET", "/readyz", &[], b"");
+    assert_json_error(&ready, 503, "blob_store_unavailable");
+    assert!(!String::from_utf8_lossy(&ready.body).contains(secret));
+
     // A refused fetch: an object stored with the right key, read by the server with the wrong one.
     let right = store_env(
         &proxy,
