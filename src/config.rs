@@ -74,11 +74,18 @@ pub struct BlobStoreSettings {
     pub region: String,
     /// Path-style requests (`ENDPOINT/BUCKET/KEY`), as MinIO, Ceph RGW and most self-hosted stores want.
     pub path_style: bool,
-    /// Credentials; unset, the standard `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` environment variables.
+    /// Static credentials; unset, the standard AWS chain from the environment ([`StoreCredentials`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access_key_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secret_access_key: Option<String>,
+    /// With temporary static credentials, their session token; unset, `AWS_SESSION_TOKEN`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_token: Option<String>,
+    /// The EC2 instance metadata service as the chain's last resort (it is asked only when this is set).
+    pub instance_metadata: bool,
+    /// Unsigned requests (a public bucket): no credentials are looked for, and none is an error without it.
+    pub anonymous: bool,
     /// PEM certificates trusted for an HTTPS endpoint, beside the system's (a private CA).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_bundle: Option<PathBuf>,
@@ -93,6 +100,9 @@ impl Default for BlobStoreSettings {
             path_style: true,
             access_key_id: None,
             secret_access_key: None,
+            session_token: None,
+            instance_metadata: false,
+            anonymous: false,
             ca_bundle: None,
         }
     }
@@ -108,6 +118,9 @@ impl std::fmt::Debug for BlobStoreSettings {
             .field("path_style", &self.path_style)
             .field("access_key_id", &self.access_key_id)
             .field("key_given", &self.secret_access_key.is_some())
+            .field("session_token_given", &self.session_token.is_some())
+            .field("instance_metadata", &self.instance_metadata)
+            .field("anonymous", &self.anonymous)
             .field("ca_bundle", &self.ca_bundle)
             .finish()
     }
@@ -152,9 +165,122 @@ pub struct ObjectStoreLocation {
     pub endpoint: Option<String>,
     pub region: String,
     pub path_style: bool,
-    pub access_key_id: Option<String>,
-    pub secret_access_key: Option<String>,
+    pub credentials: StoreCredentials,
     pub ca_bundle: Option<PathBuf>,
+}
+
+/// Where the store's credentials come from: the AWS chain, in its order, the first source present wins. Values
+/// are read here (the one module that reads the environment) and handed to `object_store`'s own providers.
+#[derive(Clone, PartialEq, Eq)]
+pub enum StoreCredentials {
+    /// `blob_store.access_key_id` / `secret_access_key` [/ `session_token`], or `AWS_ACCESS_KEY_ID` /
+    /// `AWS_SECRET_ACCESS_KEY` [/ `AWS_SESSION_TOKEN`].
+    Static { access_key_id: String, secret_access_key: String, session_token: Option<String>, from_env: bool },
+    /// `AWS_WEB_IDENTITY_TOKEN_FILE` + `AWS_ROLE_ARN` [+ `AWS_ROLE_SESSION_NAME`, `AWS_ENDPOINT_URL_STS`]: STS
+    /// AssumeRoleWithWebIdentity (EKS IRSA).
+    WebIdentity { token_file: String, role_arn: String, session_name: Option<String>, sts_endpoint: Option<String> },
+    /// `AWS_CONTAINER_CREDENTIALS_RELATIVE_URI` (ECS: `http://169.254.170.2` + it).
+    ContainerRelative { uri: String },
+    /// `AWS_CONTAINER_CREDENTIALS_FULL_URI` + `AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE` (EKS Pod Identity).
+    ContainerFull { uri: String, token_file: String },
+    /// The EC2 instance metadata service (IMDSv2), with `blob_store.instance_metadata = true`.
+    InstanceMetadata,
+    /// `blob_store.anonymous = true`: unsigned requests.
+    Anonymous,
+}
+
+impl StoreCredentials {
+    /// The settings these credentials came from, as messages name them (never a value).
+    pub fn source(&self) -> &'static str {
+        match self {
+            Self::Static { from_env: false, session_token: None, .. } => {
+                "blob_store.access_key_id / blob_store.secret_access_key"
+            }
+            Self::Static { from_env: false, .. } => {
+                "blob_store.access_key_id / blob_store.secret_access_key / blob_store.session_token"
+            }
+            Self::Static { from_env: true, session_token: None, .. } => "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY",
+            Self::Static { from_env: true, .. } => "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN",
+            Self::WebIdentity { .. } => "AWS_WEB_IDENTITY_TOKEN_FILE / AWS_ROLE_ARN",
+            Self::ContainerRelative { .. } => "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+            Self::ContainerFull { .. } => "AWS_CONTAINER_CREDENTIALS_FULL_URI / AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+            Self::InstanceMetadata => "blob_store.instance_metadata (the EC2 instance role)",
+            Self::Anonymous => "blob_store.anonymous (unsigned requests)",
+        }
+    }
+
+    /// The chain over `settings` and the environment variables `env` gives (empty ones count as unset).
+    fn resolve(settings: &BlobStoreSettings, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
+        let given = |v: &Option<String>| v.clone().filter(|v| !v.trim().is_empty());
+        let env = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+        let (id, secret, token) =
+            (given(&settings.access_key_id), given(&settings.secret_access_key), given(&settings.session_token));
+        if settings.anonymous {
+            if id.is_some() || secret.is_some() || token.is_some() || settings.instance_metadata {
+                bail!(
+                    "blob_store.anonymous = true goes with no blob_store credentials (access_key_id, secret_access_key, session_token, instance_metadata)"
+                );
+            }
+            return Ok(Self::Anonymous);
+        }
+        match (id, secret) {
+            (Some(access_key_id), Some(secret_access_key)) => {
+                return Ok(Self::Static { access_key_id, secret_access_key, session_token: token, from_env: false });
+            }
+            (None, None) if token.is_some() => {
+                bail!("blob_store.session_token goes with blob_store.access_key_id and secret_access_key")
+            }
+            (None, None) => {}
+            _ => bail!(
+                "blob_store: set both access_key_id and secret_access_key (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), or neither"
+            ),
+        }
+        match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
+            (Some(access_key_id), Some(secret_access_key)) => {
+                let session_token = env("AWS_SESSION_TOKEN");
+                return Ok(Self::Static { access_key_id, secret_access_key, session_token, from_env: true });
+            }
+            (None, None) => {}
+            _ => bail!(
+                "blob_store: set both access_key_id and secret_access_key (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), or neither"
+            ),
+        }
+        match (env("AWS_WEB_IDENTITY_TOKEN_FILE"), env("AWS_ROLE_ARN")) {
+            (Some(token_file), Some(role_arn)) => {
+                let (session_name, sts_endpoint) = (env("AWS_ROLE_SESSION_NAME"), env("AWS_ENDPOINT_URL_STS"));
+                return Ok(Self::WebIdentity { token_file, role_arn, session_name, sts_endpoint });
+            }
+            (None, None) => {}
+            _ => bail!("blob_store: set both AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN, or neither"),
+        }
+        if let Some(uri) = env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI") {
+            return Ok(Self::ContainerRelative { uri });
+        }
+        if let Some(uri) = env("AWS_CONTAINER_CREDENTIALS_FULL_URI") {
+            let Some(token_file) = env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE") else {
+                bail!(
+                    "blob_store: AWS_CONTAINER_CREDENTIALS_FULL_URI needs AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE (a plain AWS_CONTAINER_AUTHORIZATION_TOKEN is not supported)"
+                );
+            };
+            return Ok(Self::ContainerFull { uri, token_file });
+        }
+        if settings.instance_metadata {
+            return Ok(Self::InstanceMetadata);
+        }
+        bail!(
+            "blob_store: no credentials for the object store: set blob_store.access_key_id and secret_access_key \
+             (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN, \
+             AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or _FULL_URI, blob_store.instance_metadata = true, \
+             or blob_store.anonymous = true for unsigned requests"
+        )
+    }
+}
+
+/// Never prints a secret or a token.
+impl std::fmt::Debug for StoreCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.source())
+    }
 }
 
 /// Never prints the secret.
@@ -181,6 +307,15 @@ impl ObjectStoreLocation {
     /// `s3://BUCKET[/PREFIX]` with the other `blob_store` keys; credentials fall back to the standard AWS
     /// environment variables (this module is the one that reads the environment).
     pub fn parse(url: &str, settings: &BlobStoreSettings) -> anyhow::Result<Self> {
+        Self::parse_with_env(url, settings, &|name| std::env::var(name).ok())
+    }
+
+    /// [`Self::parse`] with the environment variables `env` gives.
+    fn parse_with_env(
+        url: &str,
+        settings: &BlobStoreSettings,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<Self> {
         let url = url.trim();
         let Some(rest) = url.strip_prefix("s3://") else {
             bail!("blob_store.url {url:?} must be s3://BUCKET or s3://BUCKET/PREFIX");
@@ -210,16 +345,7 @@ impl ObjectStoreLocation {
         if settings.region.trim().is_empty() {
             bail!("blob_store.region must not be empty");
         }
-        let from_env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-        let access_key_id =
-            settings.access_key_id.clone().filter(|v| !v.is_empty()).or_else(|| from_env("AWS_ACCESS_KEY_ID"));
-        let secret_access_key =
-            settings.secret_access_key.clone().filter(|v| !v.is_empty()).or_else(|| from_env("AWS_SECRET_ACCESS_KEY"));
-        if access_key_id.is_some() != secret_access_key.is_some() {
-            bail!(
-                "blob_store: set both access_key_id and secret_access_key (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), or neither"
-            );
-        }
+        let credentials = StoreCredentials::resolve(settings, env)?;
         if let Some(ca) = &settings.ca_bundle
             && !ca.is_file()
         {
@@ -231,8 +357,7 @@ impl ObjectStoreLocation {
             endpoint,
             region: settings.region.trim().to_owned(),
             path_style: settings.path_style,
-            access_key_id,
-            secret_access_key,
+            credentials,
             ca_bundle: settings.ca_bundle.clone(),
         })
     }
@@ -1038,12 +1163,95 @@ mod tests {
         }
         let half = BlobStoreSettings { access_key_id: Some("id".into()), ..settings.clone() };
         let half = BlobStoreSettings { secret_access_key: None, ..half };
-        let err = ObjectStoreLocation::parse("s3://blobs", &half).unwrap_err().to_string();
+        let err = ObjectStoreLocation::parse_with_env("s3://blobs", &half, &|_| None).unwrap_err().to_string();
         assert!(err.contains("both access_key_id and secret_access_key"), "{err}");
         let ftp = BlobStoreSettings { endpoint: Some("ftp://x".into()), ..settings };
         assert!(
             ObjectStoreLocation::parse("s3://blobs", &ftp).unwrap_err().to_string().contains("blob_store.endpoint")
         );
+    }
+
+    /// The credentials of `settings` with the environment `vars`.
+    fn credentials(settings: &BlobStoreSettings, vars: &[(&str, &str)]) -> anyhow::Result<StoreCredentials> {
+        let env = |name: &str| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| (*v).to_owned());
+        ObjectStoreLocation::parse_with_env("s3://blobs", settings, &env).map(|at| at.credentials)
+    }
+
+    #[test]
+    fn store_credentials_follow_the_aws_chain_and_none_is_refused() {
+        let none = BlobStoreSettings::default();
+        let err = credentials(&none, &[]).unwrap_err().to_string();
+        for names in ["no credentials", "blob_store.access_key_id", "AWS_ACCESS_KEY_ID", "blob_store.anonymous"] {
+            assert!(err.contains(names), "{err}");
+        }
+        assert!(!err.contains('\n'), "one line: {err}");
+        let anonymous = BlobStoreSettings { anonymous: true, ..BlobStoreSettings::default() };
+        let keys = [("AWS_ACCESS_KEY_ID", "AKENV"), ("AWS_SECRET_ACCESS_KEY", "env-secret")];
+        assert_eq!(credentials(&anonymous, &keys).unwrap(), StoreCredentials::Anonymous, "the environment is ignored");
+        let with_keys = BlobStoreSettings {
+            access_key_id: Some("AKCONF".into()),
+            secret_access_key: Some("conf-secret".into()),
+            ..anonymous.clone()
+        };
+        assert!(credentials(&with_keys, &[]).unwrap_err().to_string().contains("blob_store.anonymous"));
+        let conf = BlobStoreSettings { anonymous: false, session_token: Some("conf-token".into()), ..with_keys };
+        let session = [("AWS_SESSION_TOKEN", "env-token")];
+        let got = credentials(&conf, &[keys.as_slice(), &session].concat()).unwrap();
+        assert_eq!(
+            got,
+            StoreCredentials::Static {
+                access_key_id: "AKCONF".into(),
+                secret_access_key: "conf-secret".into(),
+                session_token: Some("conf-token".into()),
+                from_env: false
+            },
+            "the settings win over the environment"
+        );
+        let shown = format!("{got:?} {conf:?}");
+        assert!(!shown.contains("secret\"") && !shown.contains("conf-token"), "Debug hides secrets: {shown}");
+        assert!(!shown.contains("conf-secret"), "{shown}");
+        let got = credentials(&none, &[keys.as_slice(), &session].concat()).unwrap();
+        assert_eq!(got.source(), "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN");
+        assert!(
+            matches!(got, StoreCredentials::Static { session_token: Some(t), from_env: true, .. } if t == "env-token")
+        );
+        let token_alone = BlobStoreSettings { session_token: Some("t".into()), ..BlobStoreSettings::default() };
+        assert!(credentials(&token_alone, &[]).unwrap_err().to_string().contains("blob_store.session_token"));
+
+        let irsa = [("AWS_WEB_IDENTITY_TOKEN_FILE", "/var/run/token"), ("AWS_ROLE_ARN", "arn:aws:iam::1:role/bg")];
+        assert_eq!(
+            credentials(&none, &[irsa.as_slice(), &[("AWS_ENDPOINT_URL_STS", "https://sts.local")]].concat()).unwrap(),
+            StoreCredentials::WebIdentity {
+                token_file: "/var/run/token".into(),
+                role_arn: "arn:aws:iam::1:role/bg".into(),
+                session_name: None,
+                sts_endpoint: Some("https://sts.local".into())
+            }
+        );
+        assert!(credentials(&none, &irsa[..1]).unwrap_err().to_string().contains("AWS_ROLE_ARN"));
+        let ecs = [("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/credentials/x")];
+        assert_eq!(
+            credentials(&none, &ecs).unwrap(),
+            StoreCredentials::ContainerRelative { uri: "/v2/credentials/x".into() }
+        );
+        let full = [("AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://169.254.170.23/v1/credentials")];
+        assert!(credentials(&none, &full).unwrap_err().to_string().contains("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"));
+        let pod = [full.as_slice(), &[("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "/var/run/pod-token")]].concat();
+        assert_eq!(
+            credentials(&none, &pod).unwrap(),
+            StoreCredentials::ContainerFull {
+                uri: "http://169.254.170.23/v1/credentials".into(),
+                token_file: "/var/run/pod-token".into()
+            }
+        );
+        assert!(matches!(
+            credentials(&none, &[irsa.as_slice(), &pod].concat()).unwrap(),
+            StoreCredentials::WebIdentity { .. }
+        ));
+        let imds = BlobStoreSettings { instance_metadata: true, ..BlobStoreSettings::default() };
+        assert_eq!(credentials(&imds, &[]).unwrap(), StoreCredentials::InstanceMetadata);
+        assert!(matches!(credentials(&imds, &pod).unwrap(), StoreCredentials::ContainerFull { .. }), "IMDS comes last");
+        assert_eq!(credentials(&none, &[("AWS_ACCESS_KEY_ID", "")]).unwrap_err().to_string(), err, "empty is unset");
     }
 
     #[test]

@@ -239,6 +239,10 @@ impl From<crate::store::remote::RemoteError> for ApiError {
     fn from(e: crate::store::remote::RemoteError) -> Self {
         use crate::store::remote::RemoteError;
         match e {
+            RemoteError::Refused(why) => {
+                tracing::warn!(error = %why, "the object store refused its credentials");
+                ApiError::BlobStoreUnavailable(why)
+            }
             RemoteError::Unavailable(why) => {
                 tracing::warn!(error = %why, "the object store did not answer");
                 ApiError::BlobStoreUnavailable(why)

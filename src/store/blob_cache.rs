@@ -1368,7 +1368,8 @@ mod tests {
         let server = cache(dir.path(), 8 << 20).await;
         let (sha, path) = staged(dir.path(), 9, 100);
         server.adopt(&sha, 100, path.clone()).await;
-        let settings = BlobStoreSettings { endpoint: Some("http://127.0.0.1:9".into()), ..Default::default() };
+        let settings =
+            BlobStoreSettings { endpoint: Some("http://127.0.0.1:9".into()), anonymous: true, ..Default::default() };
         let remote = RemoteBlobs::new(&ObjectStoreLocation::parse("s3://unused", &settings).unwrap()).unwrap();
         let command = BlobCache::open(dir.path(), 8 << 20, 1 << 20, remote, false).await.unwrap();
         command.adopt(&sha, 100, path).await;

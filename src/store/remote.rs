@@ -31,7 +31,7 @@ use object_store::path::Path as StorePath;
 use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig, WriteMultipart};
 
 use super::manifest::{CHUNK_BYTES, ChunkDigest, ChunkHasher, ManifestKey, SliceManifest};
-use crate::config::ObjectStoreLocation;
+use crate::config::{ObjectStoreLocation, StoreCredentials};
 
 /// Blobs up to this size go in one PUT; larger ones as a multipart upload of parts this size (S3's minimum part
 /// is 5 MiB). What one upload holds in memory is this times `UPLOAD_CONCURRENCY`, read from the staged file.
@@ -48,17 +48,55 @@ pub enum RemoteError {
     /// The store did not answer, or answered with an error: a cold read or an upload cannot go on now.
     #[error("the object store is unavailable: {0}")]
     Unavailable(String),
+    /// The store refused the credentials: says which settings gave them, never their values.
+    #[error("{0}")]
+    Refused(String),
     /// A local file the call reads or writes failed.
     #[error("{0}")]
     Local(#[from] io::Error),
 }
 
 impl RemoteError {
-    fn from_store(sha256: &str, e: object_store::Error) -> Self {
+    /// `e` of a call about `sha256`, made with the credentials of `source` (settings' names, for the message).
+    fn from_store(sha256: &str, source: &str, e: object_store::Error) -> Self {
         match e {
             object_store::Error::NotFound { .. } => RemoteError::NotFound(sha256.to_owned()),
-            other => RemoteError::Unavailable(other.to_string()),
+            other => RemoteError::unavailable(source, other),
         }
+    }
+
+    /// `e` as unavailability; a refusal of the credentials says which settings gave them, in one line, and neither
+    /// the response (S3 echoes the request it could not verify) nor a secret.
+    fn unavailable(source: &str, e: object_store::Error) -> Self {
+        match refusal(&e) {
+            Some(code) => RemoteError::Refused(format!(
+                "the object store refused the credentials of {source} ({code}): check them and the bucket's policy"
+            )),
+            None => RemoteError::Unavailable(e.to_string().replace('\n', " ")),
+        }
+    }
+}
+
+/// Whether the store refused the request's credentials, and how: S3's error code, or the status of a response
+/// without a body (a HEAD's).
+fn refusal(e: &object_store::Error) -> Option<&'static str> {
+    const CODES: [&str; 6] = [
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "InvalidToken",
+        "TokenRefreshRequired",
+        "AccessDenied",
+    ];
+    let text = e.to_string();
+    if let Some(code) = CODES.into_iter().find(|code| text.contains(code)) {
+        return Some(code);
+    }
+    match e {
+        object_store::Error::PermissionDenied { .. } => Some("403 Forbidden"),
+        object_store::Error::Unauthenticated { .. } => Some("401 Unauthorized"),
+        _ if text.contains("403 Forbidden") => Some("403 Forbidden"),
+        _ => None,
     }
 }
 
@@ -105,6 +143,8 @@ pub struct RemoteBlobs {
     location: Arc<str>,
     /// Seals the slice manifests uploads write, and opens those fills read; `None` without a secrets key.
     manifest_key: Option<Arc<ManifestKey>>,
+    /// The settings the credentials came from, for messages.
+    credentials: &'static str,
 }
 
 impl RemoteBlobs {
@@ -140,10 +180,7 @@ impl RemoteBlobs {
         if let Some(endpoint) = &location.endpoint {
             builder = builder.with_endpoint(endpoint);
         }
-        match (&location.access_key_id, &location.secret_access_key) {
-            (Some(id), Some(secret)) => builder = builder.with_access_key_id(id).with_secret_access_key(secret),
-            _ => builder = builder.with_skip_signature(true),
-        }
+        builder = with_credentials(builder, &location.credentials);
         let store = builder.build().with_context(|| format!("cannot configure the object store {location}"))?;
         Ok(Self {
             store: Arc::new(store),
@@ -151,6 +188,7 @@ impl RemoteBlobs {
             runtime: tokio::runtime::Handle::current(),
             location: Arc::from(location.to_string()),
             manifest_key: None,
+            credentials: location.credentials.source(),
         })
     }
 
@@ -199,11 +237,12 @@ impl RemoteBlobs {
     /// The stored size of a blob, `None` when the store has no such object.
     pub async fn size_of(&self, sha256: &str) -> Result<Option<u64>, RemoteError> {
         let (store, key, sha) = (self.store.clone(), self.key_of(sha256), sha256.to_owned());
+        let who = self.credentials;
         self.run(async move {
             match store.head(&key).await {
                 Ok(meta) => Ok(Some(meta.size)),
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
-                Err(e) => Err(RemoteError::from_store(&sha, e)),
+                Err(e) => Err(RemoteError::from_store(&sha, who, e)),
             }
         })
         .await
@@ -234,8 +273,9 @@ impl RemoteBlobs {
             .map_err(|e| RemoteError::Local(io::Error::other(format!("blob {sha256}: {e}"))))?;
         let sealed = Bytes::from(manifest.seal(key, sha256));
         let (store, path, sha) = (self.store.clone(), self.manifest_path(sha256), sha256.to_owned());
+        let who = self.credentials;
         self.run(async move {
-            store.put(&path, PutPayload::from(sealed)).await.map_err(|e| RemoteError::from_store(&sha, e))?;
+            store.put(&path, PutPayload::from(sealed)).await.map_err(|e| RemoteError::from_store(&sha, who, e))?;
             Ok(())
         })
         .await
@@ -243,11 +283,12 @@ impl RemoteBlobs {
 
     async fn has_manifest(&self, sha256: &str) -> Result<bool, RemoteError> {
         let (store, path, sha) = (self.store.clone(), self.manifest_path(sha256), sha256.to_owned());
+        let who = self.credentials;
         self.run(async move {
             match store.head(&path).await {
                 Ok(_) => Ok(true),
                 Err(object_store::Error::NotFound { .. }) => Ok(false),
-                Err(e) => Err(RemoteError::from_store(&sha, e)),
+                Err(e) => Err(RemoteError::from_store(&sha, who, e)),
             }
         })
         .await
@@ -256,11 +297,12 @@ impl RemoteBlobs {
     /// The sealed slice manifest of a blob, `None` when the store has none.
     pub async fn fetch_manifest(&self, sha256: &str) -> Result<Option<Vec<u8>>, RemoteError> {
         let (store, path, sha) = (self.store.clone(), self.manifest_path(sha256), sha256.to_owned());
+        let who = self.credentials;
         self.run(async move {
             let result = match store.get(&path).await {
                 Ok(result) => result,
                 Err(object_store::Error::NotFound { .. }) => return Ok(None),
-                Err(e) => return Err(RemoteError::from_store(&sha, e)),
+                Err(e) => return Err(RemoteError::from_store(&sha, who, e)),
             };
             // A manifest is 32 bytes per MiB of blob: bounded well before this.
             if result.meta.size > 64 << 20 {
@@ -269,7 +311,7 @@ impl RemoteBlobs {
                     result.meta.size
                 )));
             }
-            Ok(Some(result.bytes().await.map_err(|e| RemoteError::from_store(&sha, e))?.to_vec()))
+            Ok(Some(result.bytes().await.map_err(|e| RemoteError::from_store(&sha, who, e))?.to_vec()))
         })
         .await
     }
@@ -312,13 +354,14 @@ impl RemoteBlobs {
     /// The version of a blob's store copy (ETag, size and modification time), `None` when the store has none.
     pub async fn version_of(&self, sha256: &str) -> Result<Option<String>, RemoteError> {
         let (store, key, sha) = (self.store.clone(), self.key_of(sha256), sha256.to_owned());
+        let who = self.credentials;
         self.run(async move {
             match store.head(&key).await {
                 Ok(meta) => {
                     Ok(Some(format!("{}/{}/{}", meta.e_tag.unwrap_or_default(), meta.size, meta.last_modified)))
                 }
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
-                Err(e) => Err(RemoteError::from_store(&sha, e)),
+                Err(e) => Err(RemoteError::from_store(&sha, who, e)),
             }
         })
         .await
@@ -372,6 +415,7 @@ impl RemoteBlobs {
         size: u64,
     ) -> Result<Vec<ChunkDigest>, RemoteError> {
         let (store, sha) = (self.store.clone(), what.to_owned());
+        let who = self.credentials;
         self.run(async move {
             let file =
                 Arc::new(tokio::task::spawn_blocking(move || File::open(path)).await.map_err(io::Error::other)??);
@@ -379,22 +423,25 @@ impl RemoteBlobs {
             if size <= MULTIPART_PART_BYTES {
                 let bytes;
                 (bytes, hasher) = read_at(file, 0, size, hasher).await?;
-                store.put(&key, PutPayload::from(bytes)).await.map_err(|e| RemoteError::from_store(&sha, e))?;
+                store.put(&key, PutPayload::from(bytes)).await.map_err(|e| RemoteError::from_store(&sha, who, e))?;
             } else {
-                let upload = store.put_multipart(&key).await.map_err(|e| RemoteError::from_store(&sha, e))?;
+                let upload = store.put_multipart(&key).await.map_err(|e| RemoteError::from_store(&sha, who, e))?;
                 let mut writer = WriteMultipart::new_with_chunk_size(upload, MULTIPART_PART_BYTES as usize);
                 let mut offset = 0;
                 while offset < size {
                     let len = (size - offset).min(MULTIPART_PART_BYTES);
-                    writer.wait_for_capacity(UPLOAD_CONCURRENCY).await.map_err(|e| RemoteError::from_store(&sha, e))?;
+                    writer
+                        .wait_for_capacity(UPLOAD_CONCURRENCY)
+                        .await
+                        .map_err(|e| RemoteError::from_store(&sha, who, e))?;
                     let bytes;
                     (bytes, hasher) = read_at(file.clone(), offset, len, hasher).await?;
                     writer.put(bytes);
                     offset += len;
                 }
-                writer.finish().await.map_err(|e| RemoteError::from_store(&sha, e))?;
+                writer.finish().await.map_err(|e| RemoteError::from_store(&sha, who, e))?;
             }
-            let stored = store.head(&key).await.map_err(|e| RemoteError::from_store(&sha, e))?.size;
+            let stored = store.head(&key).await.map_err(|e| RemoteError::from_store(&sha, who, e))?.size;
             if stored != size {
                 return Err(RemoteError::Unavailable(format!("{sha} stored with {stored} bytes, not {size}")));
             }
@@ -412,9 +459,10 @@ impl RemoteBlobs {
         chunk_bytes: Option<u64>,
     ) -> Result<Fetched, RemoteError> {
         let (store, sha) = (self.store.clone(), what.to_owned());
+        let who = self.credentials;
         self.run(async move {
             let options = object_store::GetOptions { range: Some(range.clone().into()), ..Default::default() };
-            let result = store.get_opts(&key, options).await.map_err(|e| RemoteError::from_store(&sha, e))?;
+            let result = store.get_opts(&key, options).await.map_err(|e| RemoteError::from_store(&sha, who, e))?;
             let mut stream = result.into_stream();
             let mut at = range.start;
             // Written a whole batch at a time, each one write of FILL_BATCH bytes from the range's start: one
@@ -428,7 +476,7 @@ impl RemoteBlobs {
                 let next = stream.next().await;
                 let done = next.is_none();
                 if let Some(chunk) = next {
-                    let chunk = chunk.map_err(|e| RemoteError::from_store(&sha, e))?;
+                    let chunk = chunk.map_err(|e| RemoteError::from_store(&sha, who, e))?;
                     if at + (pending.len() + chunk.len()) as u64 > range.end {
                         return Err(RemoteError::Unavailable(format!("{sha}: the store sent more than asked")));
                     }
@@ -471,10 +519,11 @@ impl RemoteBlobs {
 
     async fn delete_key(&self, key: StorePath, what: &str) -> Result<(), RemoteError> {
         let (store, sha) = (self.store.clone(), what.to_owned());
+        let who = self.credentials;
         self.run(async move {
             match store.delete(&key).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-                Err(e) => Err(RemoteError::from_store(&sha, e)),
+                Err(e) => Err(RemoteError::from_store(&sha, who, e)),
             }
         })
         .await
@@ -493,11 +542,12 @@ impl RemoteBlobs {
         named: fn(&str) -> bool,
     ) -> Result<Vec<(String, SystemTime)>, RemoteError> {
         let store = self.store.clone();
+        let who = self.credentials;
         self.run(async move {
             let mut listing = store.list(prefix.as_ref());
             let mut found = Vec::new();
             while let Some(meta) = listing.next().await {
-                let meta = meta.map_err(|e| RemoteError::Unavailable(e.to_string()))?;
+                let meta = meta.map_err(|e| RemoteError::unavailable(who, e))?;
                 if let Some(name) = meta.location.filename().filter(|n| named(n)) {
                     found.push((name.to_owned(), SystemTime::from(meta.last_modified)));
                 }
@@ -510,9 +560,10 @@ impl RemoteBlobs {
     /// Whether the store answers: a listing of at most one key (the readiness probe).
     pub async fn ping(&self) -> Result<(), RemoteError> {
         let store = self.store.clone();
+        let who = self.credentials;
         let prefix = (!self.prefix.is_empty()).then(|| StorePath::from(&*self.prefix));
         self.run(async move {
-            store.list_with_delimiter(prefix.as_ref()).await.map_err(|e| RemoteError::Unavailable(e.to_string()))?;
+            store.list_with_delimiter(prefix.as_ref()).await.map_err(|e| RemoteError::unavailable(who, e))?;
             Ok(())
         })
         .await
@@ -537,6 +588,39 @@ impl RemoteFetch for RemoteBlobs {
 
     fn version<'a>(&'a self, sha256: &'a str) -> BoxFuture<'a, Result<Option<String>, RemoteError>> {
         Box::pin(self.version_of(sha256))
+    }
+}
+
+/// The builder with `credentials` handed to `object_store`'s own provider for them (static, web identity, container,
+/// instance metadata), or unsigned.
+fn with_credentials(builder: AmazonS3Builder, credentials: &StoreCredentials) -> AmazonS3Builder {
+    use object_store::aws::AmazonS3ConfigKey as Key;
+    match credentials {
+        StoreCredentials::Static { access_key_id, secret_access_key, session_token, .. } => {
+            let builder = builder.with_access_key_id(access_key_id).with_secret_access_key(secret_access_key);
+            match session_token {
+                Some(token) => builder.with_token(token),
+                None => builder,
+            }
+        }
+        StoreCredentials::WebIdentity { token_file, role_arn, session_name, sts_endpoint } => {
+            let mut builder =
+                builder.with_config(Key::WebIdentityTokenFile, token_file).with_config(Key::RoleArn, role_arn);
+            if let Some(name) = session_name {
+                builder = builder.with_config(Key::RoleSessionName, name);
+            }
+            if let Some(endpoint) = sts_endpoint {
+                builder = builder.with_config(Key::StsEndpoint, endpoint);
+            }
+            builder
+        }
+        StoreCredentials::ContainerRelative { uri } => builder.with_config(Key::ContainerCredentialsRelativeUri, uri),
+        StoreCredentials::ContainerFull { uri, token_file } => builder
+            .with_config(Key::ContainerCredentialsFullUri, uri)
+            .with_config(Key::ContainerAuthorizationTokenFile, token_file),
+        // With none of the above, `object_store` asks the instance metadata service (IMDSv2).
+        StoreCredentials::InstanceMetadata => builder,
+        StoreCredentials::Anonymous => builder.with_skip_signature(true),
     }
 }
 
@@ -612,4 +696,38 @@ async fn hash_file(path: PathBuf, chunk_bytes: u64) -> Result<Vec<ChunkDigest>, 
     .await
     .map_err(io::Error::other)??;
     Ok(digests)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generic(text: &str) -> object_store::Error {
+        object_store::Error::Generic { store: "S3", source: text.into() }
+    }
+
+    #[test]
+    fn a_refusal_of_the_credentials_names_their_settings_in_one_line_and_nothing_of_the_response() {
+        let source = "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY";
+        let body = "Server returned non-2xx status code: 403 Forbidden: <Error><Code>SignatureDoesNotMatch</Code>\n\
+                    <StringToSign>AWS4-HMAC-SHA256\n20261206T000000Z</StringToSign></Error>";
+        let RemoteError::Refused(line) = RemoteError::from_store("ab", source, generic(body)) else { panic!() };
+        assert_eq!(
+            line,
+            "the object store refused the credentials of AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY \
+             (SignatureDoesNotMatch): check them and the bucket's policy"
+        );
+        let head = object_store::Error::PermissionDenied { path: "k".into(), source: "403 Forbidden".into() };
+        assert!(
+            matches!(RemoteError::from_store("ab", source, head), RemoteError::Refused(l) if l.contains("(403 Forbidden)"))
+        );
+        for code in ["InvalidAccessKeyId", "ExpiredToken", "AccessDenied"] {
+            let e = RemoteError::from_store("ab", source, generic(&format!("<Code>{code}</Code>")));
+            assert!(matches!(&e, RemoteError::Refused(l) if l.contains(code)), "{e:?}");
+        }
+        let down = RemoteError::from_store("ab", source, generic("connection refused\nretried"));
+        assert!(matches!(&down, RemoteError::Unavailable(l) if !l.contains('\n')), "{down:?}");
+        let missing = object_store::Error::NotFound { path: "k".into(), source: "404".into() };
+        assert!(matches!(RemoteError::from_store("ab", source, missing), RemoteError::NotFound(s) if s == "ab"));
+    }
 }

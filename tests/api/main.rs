@@ -50,6 +50,7 @@ mod shared_blobs;
 mod shared_cache;
 mod slow_readers;
 mod stats;
+mod store_credentials;
 mod syscalls;
 mod upload_bounds;
 mod upstream_harness;

@@ -77,6 +77,8 @@ fn round_trip_through_proxy(store: &S3Upstream) {
     let got = store.boto3(&proxy.endpoint(), GET_RANGE, get.clone());
     assert_eq!(got["sha256"], sha256_hex(&object[MIB as usize..2 * MIB as usize]), "{name}: {got}");
     assert_eq!(got["content_range"], "bytes 1048576-2097151/3145728", "{name}");
+    let signed = proxy.requests()[0].authorization.clone().unwrap_or_default();
+    assert!(signed.contains(&format!("Credential={}/", store.access_key())), "{name}: signed with its key: {signed}");
     assert_eq!(
         proxy.requests(),
         [ProxiedRequest {
@@ -86,6 +88,8 @@ fn round_trip_through_proxy(store: &S3Upstream) {
             status: 206,
             response_body_bytes: MIB,
             request_body_bytes: 0,
+            authorization: Some(signed.clone()),
+            security_token: None,
         }],
         "{name}"
     );

@@ -368,5 +368,6 @@ pub fn never_asked() -> RemoteBlobs {
         runtime: tokio::runtime::Handle::current(),
         location: Arc::from("s3://unused (never asked)"),
         manifest_key: None,
+        credentials: "blob_store.anonymous (unsigned requests)",
     }
 }

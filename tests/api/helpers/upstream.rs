@@ -251,6 +251,10 @@ pub struct ProxiedRequest {
     pub response_body_bytes: u64,
     /// Body bytes the client sent so far (the same).
     pub request_body_bytes: u64,
+    /// Its `Authorization` header (a SigV4 signature names its access key id; unsigned requests have none).
+    pub authorization: Option<String>,
+    /// Its `x-amz-security-token` header (temporary credentials' session token).
+    pub security_token: Option<String>,
 }
 
 /// An HTTP/1.1 proxy on a loopback port in front of `upstream`, counting each request that passes (see
@@ -487,6 +491,8 @@ fn forward_requests(
             status: 0,
             response_body_bytes: 0,
             request_body_bytes: 0,
+            authorization: header(request.headers, "authorization"),
+            security_token: header(request.headers, "x-amz-security-token"),
         }));
         let body_sent = Arc::new(AtomicBool::new(matches!(body, Body::None | Body::Length(0))));
         lock(&shared.log).push(record.clone());
