@@ -40,8 +40,8 @@ use std::time::{Duration, SystemTime};
 use futures_util::FutureExt;
 use tokio::sync::{OnceCell, watch};
 
-use super::manifest::{ManifestKey, SliceManifest};
-use super::remote::{RemoteBlobs, RemoteError, RemoteFetch};
+use super::manifest::{ChunkDigest, ManifestKey, SliceManifest};
+use super::remote::{ChunkCheck, RemoteBlobs, RemoteError, RemoteFetch};
 use crate::file_body::FillGate;
 
 /// Slices fetched ahead of a reader that is sending from a filling file.
@@ -62,8 +62,19 @@ pub enum CacheError {
     Local(#[from] io::Error),
 }
 
-/// The outcome of one slice fetch, shared by everyone who waited for it.
-type FillResult = Option<Result<(), Arc<str>>>;
+/// One slice fetch as its waiters see it: how much of the slice has arrived and been checked (from its start),
+/// then its outcome.
+#[derive(Debug, Clone, Default)]
+struct FillResult {
+    checked: u64,
+    outcome: Option<Result<(), Arc<str>>>,
+}
+
+impl FillResult {
+    fn done(&self) -> bool {
+        self.outcome.is_some()
+    }
+}
 
 /// What `/metrics` shows of the cache.
 #[derive(Debug, Default)]
@@ -87,6 +98,16 @@ enum Verification {
     /// No manifest (or one of chunks that do not divide a slice): the whole blob against its name, before any of
     /// it is booked.
     Whole,
+}
+
+/// The slice a fill task fetches, and where it tells its waiters how far it got.
+struct FillSlot {
+    sha: String,
+    id: u64,
+    size: u64,
+    slice: u64,
+    range: Range<u64>,
+    tx: Arc<watch::Sender<FillResult>>,
 }
 
 /// Why a fill failed.
@@ -157,6 +178,9 @@ struct Entry {
     present: Vec<u64>,
     missing_slices: u64,
     filling: HashMap<u64, watch::Receiver<FillResult>>,
+    /// Of slices being fetched, the bytes from their start that have arrived and been checked: sent from before the
+    /// whole slice is there.
+    checked: HashMap<u64, u64>,
     /// Bytes of the slices present.
     bytes: u64,
     tick: u64,
@@ -177,6 +201,7 @@ impl Entry {
             present: vec![0; slices.div_ceil(64) as usize],
             missing_slices: slices,
             filling: HashMap::new(),
+            checked: HashMap::new(),
             bytes: 0,
             tick: 0,
             verification: Arc::default(),
@@ -345,7 +370,7 @@ impl BlobCache {
         };
         let counter = if hit { &self.0.counters.hits } else { &self.0.counters.misses };
         counter.fetch_add(1, Ordering::Relaxed);
-        gate.wait_slice(offset / self.0.slice_bytes).await.map_err(|e| RemoteError::Unavailable(e.to_string()))?;
+        gate.wait_at(offset).await.map_err(|e| RemoteError::Unavailable(e.to_string()))?;
         // A blob too large to keep streams through: its reader needs the gate to release what it has sent.
         let streams = size > self.0.max_bytes / 2;
         Ok(CachedBlob { file, size, gate: (!hit || streams).then_some(gate) })
@@ -703,7 +728,8 @@ impl Inner {
             }
             let start = slice * self.slice_bytes;
             let range = start..(start + self.slice_bytes).min(entry.size);
-            let (tx, rx) = watch::channel(None);
+            let (tx, rx) = watch::channel(FillResult::default());
+            let tx = Arc::new(tx);
             entry.filling.insert(slice, rx.clone());
             let (size, verification) = (entry.size, entry.verification.clone());
             state.bytes += range.end - range.start;
@@ -711,7 +737,8 @@ impl Inner {
             let (cache, sha, file) = (self.clone(), sha256.to_owned(), file.clone());
             self.runtime.spawn(async move {
                 let len = range.end - range.start;
-                let fill = cache.clone().fill_slice(sha.clone(), id, size, slice, range, file, verification);
+                let slot = FillSlot { sha: sha.clone(), id, size, slice, range, tx: tx.clone() };
+                let fill = cache.clone().fill_slice(slot, file, verification);
                 // A fill that panics releases its slice as one that fails does: the next read tries again.
                 let outcome = match std::panic::AssertUnwindSafe(fill).catch_unwind().await {
                     Ok(outcome) => outcome,
@@ -729,7 +756,7 @@ impl Inner {
                         Err(format!("blob {sha}: the object store's copy is not what was uploaded ({why})"))
                     }
                 };
-                let _ = tx.send(Some(outcome.map_err(Arc::from)));
+                tx.send_modify(|fill| fill.outcome = Some(outcome.map_err(Arc::from)));
             });
             (rx, evicted)
         };
@@ -737,18 +764,15 @@ impl Inner {
         Ok(Some(rx))
     }
 
-    /// Fetches and checks one slice of the entry `(sha, id)` and books it; on failure the caller releases it.
-    #[allow(clippy::too_many_arguments)]
+    /// Fetches and checks one slice of the entry `(sha, id)` and books it; on failure the caller releases it. Each
+    /// chunk that arrives and matches the manifest may be sent at once (`Entry::checked`).
     async fn fill_slice(
         self: Arc<Self>,
-        sha: String,
-        id: u64,
-        size: u64,
-        slice: u64,
-        range: Range<u64>,
+        slot: FillSlot,
         file: Arc<File>,
         verification: Arc<OnceCell<Verification>>,
     ) -> Result<(), FillFailure> {
+        let FillSlot { sha, id, size, slice, range, tx } = slot;
         let len = range.end - range.start;
         let verification = verification.get_or_try_init(|| self.verification_of(&sha, size)).await?.clone();
         let manifest = match verification {
@@ -757,7 +781,7 @@ impl Inner {
                 // The whole blob is fetched by one fill; this slice's reservation is part of the whole's.
                 self.unreserve(len);
                 let outcome = match self.whole_receiver(&sha, id, size, &file) {
-                    Some(mut rx) => rx.wait_for(Option::is_some).await.map(|o| o.clone()).ok().flatten(),
+                    Some(mut rx) => rx.wait_for(FillResult::done).await.ok().and_then(|fill| fill.outcome.clone()),
                     None => Some(Err(Arc::from(format!("blob {sha}: its cache entry was dropped")))),
                 };
                 let mut state = self.lock();
@@ -776,11 +800,29 @@ impl Inner {
                 }));
             }
         };
-        let fetched = self
-            .fetch
-            .fetch_into(&sha, range.clone(), file.clone(), Some(manifest.chunk_bytes()))
-            .await
-            .map_err(|e| FillFailure::Failed(e.to_string()))?;
+        let mismatch: Arc<Mutex<Option<String>>> = Arc::default();
+        let on_chunk = {
+            let (cache, sha, manifest, mismatch) = (self.clone(), sha.clone(), manifest.clone(), mismatch.clone());
+            let start = range.start;
+            move |chunk_start: u64, digest: &ChunkDigest| -> bool {
+                if let Err(e) = manifest.check(chunk_start, std::slice::from_ref(digest)) {
+                    *mismatch.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                    return false;
+                }
+                let checked = (chunk_start + manifest.chunk_bytes()).min(start + len) - start;
+                if let Some(entry) = cache.lock().entries.get_mut(&sha).filter(|e| e.id == id) {
+                    entry.checked.insert(slice, checked);
+                }
+                tx.send_modify(|fill| fill.checked = checked);
+                true
+            }
+        };
+        let check = ChunkCheck { chunk_bytes: manifest.chunk_bytes(), on_chunk: Arc::new(on_chunk) };
+        let fetched = self.fetch.fetch_into(&sha, range.clone(), file.clone(), Some(check)).await;
+        if let Some(why) = mismatch.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Err(FillFailure::Corrupt(why));
+        }
+        let fetched = fetched.map_err(|e| FillFailure::Failed(e.to_string()))?;
         // Bytes not written would be booked as the blob's: never.
         if fetched.written != len {
             return Err(FillFailure::Failed(format!(
@@ -827,13 +869,13 @@ impl Inner {
         if let Some(rx) = &entry.whole_fill {
             return Some(rx.clone());
         }
-        let (tx, rx) = watch::channel(None);
+        let (tx, rx) = watch::channel(FillResult::default());
         if size > self.max_bytes / 2 {
             // Checked whole, it would have to be kept whole: more than the cache gives one blob.
             let why = format!(
                 "blob {sha} was stored without a slice manifest and is too large for the cache to check whole; run `blobgate blobs migrate`"
             );
-            let _ = tx.send(Some(Err(Arc::from(why))));
+            tx.send_modify(|fill| fill.outcome = Some(Err(Arc::from(why))));
             return Some(rx);
         }
         entry.whole_fill = Some(rx.clone());
@@ -897,7 +939,7 @@ impl Inner {
                     Err(format!("blob {sha}: the object store's copy does not match its SHA-256 ({why})"))
                 }
             };
-            let _ = tx.send(Some(outcome.map_err(Arc::from)));
+            tx.send_modify(|fill| fill.outcome = Some(outcome.map_err(Arc::from)));
         });
         Some(rx)
     }
@@ -919,8 +961,18 @@ impl Inner {
                 return;
             };
             entry.filling.remove(&slice);
+            let checked = entry.checked.remove(&slice).unwrap_or(0);
             if !arrived {
                 state.bytes -= len;
+                // Part of the slice was sent from; a new fetch would write over it under a response still
+                // sending: the entry goes, and its responses keep their file.
+                if checked > 0 {
+                    let path = state.remove(sha256).map(|e| e.path);
+                    drop(state);
+                    self.unlink_later(path.into_iter().collect());
+                    self.publish_bytes();
+                    return;
+                }
                 None
             } else {
                 entry.set(slice);
@@ -1054,13 +1106,25 @@ pub struct CacheGate {
 }
 
 impl CacheGate {
+    /// Waits until the whole of `slice` is there.
     async fn wait_slice(&self, slice: u64) -> io::Result<()> {
+        self.wait_until(slice, u64::MAX).await
+    }
+
+    /// Waits until the byte at `offset` is there and checked (its chunk, without the rest of its slice).
+    async fn wait_at(&self, offset: u64) -> io::Result<()> {
+        let slice_bytes = self.cache.slice_bytes;
+        self.wait_until(offset / slice_bytes, offset % slice_bytes + 1).await
+    }
+
+    /// Waits until `slice` is there, or its first `checked` bytes are.
+    async fn wait_until(&self, slice: u64, checked: u64) -> io::Result<()> {
         let Some(mut rx) = self.cache.fill_receiver(&self.sha256, self.id, &self.file, slice)? else {
             return Ok(());
         };
-        let outcome = rx.wait_for(Option::is_some).await.map_err(io::Error::other)?.clone();
-        match outcome {
-            Some(Err(e)) => Err(io::Error::other(e.to_string())),
+        let fill = rx.wait_for(|fill| fill.done() || fill.checked >= checked).await.map_err(io::Error::other)?.clone();
+        match fill.outcome {
+            Some(Err(e)) if fill.checked < checked => Err(io::Error::other(e.to_string())),
             _ => Ok(()),
         }
     }
@@ -1077,6 +1141,12 @@ impl FillGate for CacheGate {
             while ready < len && slice * slice_bytes < entry.size && entry.has(slice) {
                 ready = ((slice + 1) * slice_bytes).min(entry.size) - offset;
                 slice += 1;
+            }
+            // Then what has been checked of the slice being fetched.
+            if ready < len
+                && let Some(&checked) = entry.checked.get(&slice)
+            {
+                ready = (slice * slice_bytes + checked).saturating_sub(offset).max(ready);
             }
             // Within the region: a range never fetches beyond the slices that cover it.
             let last = (offset + len).min(entry.size).saturating_sub(1) / slice_bytes;
@@ -1097,8 +1167,7 @@ impl FillGate for CacheGate {
     fn wait(&self, offset: u64) -> std::pin::Pin<Box<dyn Future<Output = io::Result<()>> + Send>> {
         let gate =
             CacheGate { cache: self.cache.clone(), sha256: self.sha256.clone(), id: self.id, file: self.file.clone() };
-        let slice = offset / self.cache.slice_bytes;
-        Box::pin(async move { gate.wait_slice(slice).await })
+        Box::pin(async move { gate.wait_at(offset).await })
     }
 }
 
@@ -1694,6 +1763,41 @@ mod tests {
         let small = faked(&dir.path().join("small"), 2 * SLICE, &fake).await;
         let error = get(&small, &sha, size, 0, 10).await.unwrap_err();
         assert!(error.contains("blobs migrate"), "{error}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_chunk_of_a_slice_is_sent_once_it_has_arrived_and_matched() {
+        use crate::store::remote::fake::CHUNK;
+        let (dir, fake) = (tempfile::tempdir().unwrap(), FakeRemote::new());
+        let cache = faked(dir.path(), 1 << 20, &fake).await;
+        let size = 2 * SLICE;
+        let bytes = blob_bytes(size, 23);
+        let sha = fake.put(&bytes);
+        // Two chunks and a bit of the first slice arrive, then the store pauses.
+        let gate = Gate::default();
+        fake.script_for(&sha, slice(0, size), vec![Step::Write(2 * CHUNK + 10), Step::Hold(gate.clone())]);
+        let blob = cache.open_for(&sha, size, &[(0, size)]).await.unwrap();
+        let fill = blob.gate.as_ref().unwrap();
+        assert_eq!(fill.ready(0, size), 2 * CHUNK, "the checked chunks, not the bytes past them");
+        assert_eq!(fill.ready(CHUNK + 5, 10), 10);
+        assert_eq!(fill.ready(2 * CHUNK, 10), 0);
+        let mut sent = vec![0; 2 * CHUNK as usize];
+        blob.file.read_exact_at(&mut sent, 0).unwrap();
+        assert_eq!(sent, span(&bytes, 0, 2 * CHUNK));
+        gate.open();
+        assert_eq!(send(&blob, 0, size).await.0, bytes);
+
+        // A forged chunk mid-slice: what was checked before it may have been sent; the rest never is.
+        let other = blob_bytes(size, 24);
+        let other_sha = fake.put(&other);
+        let mut forged = other.clone();
+        forged[(3 * CHUNK + 1) as usize] ^= 1;
+        fake.put_as(&other_sha, &forged);
+        let blob = cache.open_for(&other_sha, size, &[(0, size)]).await.unwrap();
+        let (sent, error) = send(&blob, 0, size).await;
+        assert!(error.is_some() && sent.len() as u64 <= 3 * CHUNK, "{} bytes sent", sent.len());
+        assert_eq!(sent, span(&other, 0, sent.len() as u64));
+        assert!(cache.is_quarantined(&other_sha));
     }
 
     #[tokio::test(start_paused = true)]

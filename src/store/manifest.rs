@@ -133,12 +133,33 @@ pub struct ChunkHasher {
     current: Sha256,
     filled: u64,
     digests: Vec<ChunkDigest>,
+    /// Digests already handed out by `new_digests`.
+    reported: usize,
 }
 
 impl ChunkHasher {
     pub fn new(chunk_bytes: u64) -> Self {
         assert!(chunk_bytes > 0, "chunks have bytes");
-        Self { chunk_bytes, current: Sha256::new(), filled: 0, digests: Vec::new() }
+        Self { chunk_bytes, current: Sha256::new(), filled: 0, digests: Vec::new(), reported: 0 }
+    }
+
+    pub fn chunk_bytes(&self) -> u64 {
+        self.chunk_bytes
+    }
+
+    /// The chunks completed since the last call: (index from the first chunk hashed, digest).
+    pub fn new_digests(&mut self) -> Vec<(usize, ChunkDigest)> {
+        let fresh: Vec<_> = (self.reported..self.digests.len()).map(|i| (i, self.digests[i])).collect();
+        self.reported = self.digests.len();
+        fresh
+    }
+
+    /// Ends the last chunk, short or not, so that `new_digests` reports it too.
+    pub fn end(&mut self) {
+        if self.filled > 0 {
+            self.digests.push(std::mem::take(&mut self.current).finalize().into());
+            self.filled = 0;
+        }
     }
 
     pub fn update(&mut self, mut bytes: &[u8]) {
@@ -156,9 +177,7 @@ impl ChunkHasher {
 
     /// The digests of every chunk, the short last one included.
     pub fn finish(mut self) -> Vec<ChunkDigest> {
-        if self.filled > 0 {
-            self.digests.push(self.current.finalize().into());
-        }
+        self.end();
         self.digests
     }
 }

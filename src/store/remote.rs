@@ -100,6 +100,34 @@ fn refusal(e: &object_store::Error) -> Option<&'static str> {
     }
 }
 
+/// How a fetch hashes what it writes: each `chunk_bytes` from the range's start, and `on_chunk` told of each chunk
+/// once it is in the file (its offset and digest), which may stop the fetch by answering false (a chunk that does
+/// not match what was uploaded).
+#[derive(Clone)]
+pub struct ChunkCheck {
+    pub chunk_bytes: u64,
+    pub on_chunk: OnChunk,
+}
+
+/// Told of a chunk in the file (its offset, its digest); false stops the fetch.
+pub type OnChunk = Arc<dyn Fn(u64, &ChunkDigest) -> bool + Send + Sync>;
+
+impl std::fmt::Debug for ChunkCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkCheck").field("chunk_bytes", &self.chunk_bytes).finish_non_exhaustive()
+    }
+}
+
+impl ChunkCheck {
+    /// Tells `on_chunk` of the chunks `hasher` completed since it last did; false if one was refused.
+    pub fn report(&self, range_start: u64, hasher: &mut ChunkHasher) -> bool {
+        hasher
+            .new_digests()
+            .iter()
+            .all(|(i, digest)| (self.on_chunk)(range_start + *i as u64 * self.chunk_bytes, digest))
+    }
+}
+
 /// What a fetch wrote, and the digests of the chunks it wrote, hashed as they arrived.
 #[derive(Debug, Default)]
 pub struct Fetched {
@@ -113,14 +141,14 @@ pub struct Fetched {
 /// blob's sealed slice manifest, and the version of its store copy. Only fills call it (one boxed future per slice
 /// fetched), never a read of what is cached.
 pub trait RemoteFetch: Send + Sync + std::fmt::Debug + 'static {
-    /// Fetches `range` of the blob `sha256` into `file` at the same offsets, hashing each `chunk_bytes` of it from
-    /// the range's start. A store that sends less than the range is an error.
+    /// Fetches `range` of the blob `sha256` into `file` at the same offsets, hashing and reporting each chunk of it
+    /// as `check` asks. A store that sends less than the range is an error, and so is a chunk `check` refuses.
     fn fetch_into<'a>(
         &'a self,
         sha256: &'a str,
         range: Range<u64>,
         file: Arc<File>,
-        chunk_bytes: Option<u64>,
+        check: Option<ChunkCheck>,
     ) -> BoxFuture<'a, Result<Fetched, RemoteError>>;
 
     /// The sealed slice manifest of the blob `sha256`; `None` when the store has none (a blob stored before
@@ -456,7 +484,7 @@ impl RemoteBlobs {
         what: &str,
         range: Range<u64>,
         file: Arc<File>,
-        chunk_bytes: Option<u64>,
+        check: Option<ChunkCheck>,
     ) -> Result<Fetched, RemoteError> {
         let (store, sha) = (self.store.clone(), what.to_owned());
         let who = self.credentials;
@@ -471,7 +499,8 @@ impl RemoteBlobs {
             // folios and cost ~1.2x the CPU to send (docs/measurements.md, "Object store").
             let mut pending = bytes::BytesMut::with_capacity(FILL_BATCH);
             // Hashed beside the write, on the blocking pool, from the same buffer.
-            let mut hasher = chunk_bytes.map(ChunkHasher::new);
+            let mut hasher = check.as_ref().map(|c| ChunkHasher::new(c.chunk_bytes));
+            let refused = || RemoteError::Unavailable(format!("blob {sha}: a chunk does not match what was uploaded"));
             loop {
                 let next = stream.next().await;
                 let done = next.is_none();
@@ -485,14 +514,25 @@ impl RemoteBlobs {
                 while pending.len() >= FILL_BATCH || (done && !pending.is_empty()) {
                     let batch = pending.split_to(pending.len().min(FILL_BATCH)).freeze();
                     let (f, start, len, mut h) = (file.clone(), at, batch.len() as u64, hasher.take());
-                    hasher = tokio::task::spawn_blocking(move || {
+                    let (check, range_start) = (check.clone(), range.start);
+                    let (h, accepted) = tokio::task::spawn_blocking(move || -> io::Result<_> {
                         if let Some(h) = &mut h {
                             h.update(&batch);
                         }
-                        f.write_all_at(&batch, start).map(|()| h)
+                        f.write_all_at(&batch, start)?;
+                        // Each chunk is reported once it is in the file: from then on it may be sent.
+                        let accepted = match (&check, &mut h) {
+                            (Some(check), Some(h)) => check.report(range_start, h),
+                            _ => true,
+                        };
+                        Ok((h, accepted))
                     })
                     .await
                     .map_err(io::Error::other)??;
+                    hasher = h;
+                    if !accepted {
+                        return Err(refused());
+                    }
                     at += len;
                 }
                 if done {
@@ -506,7 +546,17 @@ impl RemoteBlobs {
                     range.end - range.start
                 )));
             }
-            Ok(Fetched { written: at - range.start, digests: hasher.map(ChunkHasher::finish).unwrap_or_default() })
+            let mut digests = Vec::new();
+            if let Some(mut hasher) = hasher {
+                hasher.end();
+                if let Some(check) = &check
+                    && !check.report(range.start, &mut hasher)
+                {
+                    return Err(refused());
+                }
+                digests = hasher.finish();
+            }
+            Ok(Fetched { written: at - range.start, digests })
         })
         .await
     }
@@ -577,9 +627,9 @@ impl RemoteFetch for RemoteBlobs {
         sha256: &'a str,
         range: Range<u64>,
         file: Arc<File>,
-        chunk_bytes: Option<u64>,
+        check: Option<ChunkCheck>,
     ) -> BoxFuture<'a, Result<Fetched, RemoteError>> {
-        Box::pin(self.fetch_key_into(self.key_of(sha256), sha256, range, file, chunk_bytes))
+        Box::pin(self.fetch_key_into(self.key_of(sha256), sha256, range, file, check))
     }
 
     fn manifest<'a>(&'a self, sha256: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, RemoteError>> {

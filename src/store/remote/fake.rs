@@ -20,7 +20,7 @@ use futures_util::future::BoxFuture;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
-use super::{Fetched, RemoteBlobs, RemoteError, RemoteFetch};
+use super::{ChunkCheck, Fetched, RemoteBlobs, RemoteError, RemoteFetch};
 use crate::store::manifest::{ChunkHasher, ManifestKey, SliceManifest};
 use crate::store::sealing::SecretsKey;
 
@@ -210,6 +210,7 @@ impl FakeRemote {
         sha256: &str,
         range: Range<u64>,
         file: Arc<File>,
+        check: Option<ChunkCheck>,
         hasher: &mut Option<ChunkHasher>,
     ) -> Result<u64, RemoteError> {
         let (bytes, steps, n) = {
@@ -237,6 +238,14 @@ impl FakeRemote {
                 file.write_all_at(written, *at)?;
                 if let Some(hasher) = hasher.as_mut() {
                     hasher.update(written);
+                    if upto == range.end {
+                        hasher.end();
+                    }
+                    if let Some(check) = &check
+                        && !check.report(range.start, hasher)
+                    {
+                        return Err(RemoteError::Unavailable(format!("fake: {sha256}: a chunk was refused")));
+                    }
                 }
                 *at = upto;
             }
@@ -278,7 +287,7 @@ impl RemoteFetch for FakeRemote {
         sha256: &'a str,
         range: Range<u64>,
         file: Arc<File>,
-        chunk_bytes: Option<u64>,
+        check: Option<ChunkCheck>,
     ) -> BoxFuture<'a, Result<Fetched, RemoteError>> {
         Box::pin(async move {
             {
@@ -288,8 +297,8 @@ impl RemoteFetch for FakeRemote {
             }
             // Counted out however the fetch ends, dropped (a cancelled fill) included.
             let _in_flight = InFlight(self);
-            let mut hasher = chunk_bytes.map(ChunkHasher::new);
-            let written = self.run(sha256, range, file, &mut hasher).await?;
+            let mut hasher = check.as_ref().map(|c| ChunkHasher::new(c.chunk_bytes));
+            let written = self.run(sha256, range, file, check, &mut hasher).await?;
             Ok(Fetched { written, digests: hasher.map(ChunkHasher::finish).unwrap_or_default() })
         })
     }
