@@ -82,6 +82,51 @@ pub struct BlobStoreSettings {
     /// PEM certificates trusted for an HTTPS endpoint, beside the system's (a private CA).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_bundle: Option<PathBuf>,
+    /// How long the store may keep a call waiting, so a hung store is a 503 soon rather than a hang.
+    pub timeouts: BlobStoreTimeouts,
+    /// When consecutive failures make calls fail fast for a while.
+    pub breaker: BreakerSettings,
+    /// Fetches (GETs) from the store in flight at once; a fetch waits at most `timeouts.first_byte` for a place,
+    /// then fails as unavailable (503). Each holds at most a 1 MiB write batch, so fills hold at most this many MiB.
+    pub max_fetches: usize,
+}
+
+/// `blob_store.timeouts`: only idleness is bounded, never a whole transfer (a large range may take long).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BlobStoreTimeouts {
+    /// Opening a TCP (and TLS) connection to the store.
+    #[serde(with = "humantime_serde")]
+    pub connect: Duration,
+    /// From sending a call until its response head (a listing page: its whole answer).
+    #[serde(with = "humantime_serde")]
+    pub first_byte: Duration,
+    /// Between two chunks of a fetched body; an upload's PUT of one part (at most 8 MiB) gets this beyond
+    /// `first_byte`.
+    #[serde(with = "humantime_serde")]
+    pub idle_read: Duration,
+}
+
+impl Default for BlobStoreTimeouts {
+    fn default() -> Self {
+        Self { connect: Duration::from_secs(3), first_byte: Duration::from_secs(5), idle_read: Duration::from_secs(5) }
+    }
+}
+
+/// `blob_store.breaker`: after `failures` store calls in a row fail (unavailable or timed out; "not found" is an
+/// answer), calls fail at once for `cool_down`; then one call probes the store, and its result closes or re-opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BreakerSettings {
+    pub failures: u32,
+    #[serde(with = "humantime_serde")]
+    pub cool_down: Duration,
+}
+
+impl Default for BreakerSettings {
+    fn default() -> Self {
+        Self { failures: 5, cool_down: Duration::from_secs(5) }
+    }
 }
 
 impl Default for BlobStoreSettings {
@@ -94,6 +139,9 @@ impl Default for BlobStoreSettings {
             access_key_id: None,
             secret_access_key: None,
             ca_bundle: None,
+            timeouts: BlobStoreTimeouts::default(),
+            breaker: BreakerSettings::default(),
+            max_fetches: 64,
         }
     }
 }
@@ -109,6 +157,9 @@ impl std::fmt::Debug for BlobStoreSettings {
             .field("access_key_id", &self.access_key_id)
             .field("key_given", &self.secret_access_key.is_some())
             .field("ca_bundle", &self.ca_bundle)
+            .field("timeouts", &self.timeouts)
+            .field("breaker", &self.breaker)
+            .field("max_fetches", &self.max_fetches)
             .finish()
     }
 }
@@ -141,6 +192,9 @@ pub struct ObjectStoreLocation {
     pub access_key_id: Option<String>,
     pub secret_access_key: Option<String>,
     pub ca_bundle: Option<PathBuf>,
+    pub timeouts: BlobStoreTimeouts,
+    pub breaker: BreakerSettings,
+    pub max_fetches: usize,
 }
 
 /// Never prints the secret.
@@ -211,6 +265,21 @@ impl ObjectStoreLocation {
         {
             bail!("blob_store.ca_bundle {} is not a file", ca.display());
         }
+        let t = &settings.timeouts;
+        for (key, value) in [
+            ("blob_store.timeouts.connect", t.connect),
+            ("blob_store.timeouts.first_byte", t.first_byte),
+            ("blob_store.timeouts.idle_read", t.idle_read),
+            ("blob_store.breaker.cool_down", settings.breaker.cool_down),
+        ] {
+            if value.is_zero() {
+                bail!("{key} must be greater than zero");
+            }
+        }
+        if settings.breaker.failures == 0 {
+            bail!("blob_store.breaker.failures must be at least 1");
+        }
+        check("blob_store.max_fetches", settings.max_fetches, 1, 100_000)?;
         Ok(Self {
             bucket: bucket.to_owned(),
             prefix: prefix.to_owned(),
@@ -220,6 +289,9 @@ impl ObjectStoreLocation {
             access_key_id,
             secret_access_key,
             ca_bundle: settings.ca_bundle.clone(),
+            timeouts: settings.timeouts,
+            breaker: settings.breaker,
+            max_fetches: settings.max_fetches,
         })
     }
 }

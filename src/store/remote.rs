@@ -11,6 +11,11 @@
 //! never holds a worker's event loop. Errors other than "not found" are [`RemoteError::Unavailable`], which the
 //! HTTP layer answers with `503` and `Retry-After`.
 //!
+//! A hung store is a slow dependency, not an outage: each wait on it is bounded (`blob_store.timeouts`: the
+//! connect, each call's response head, each idle gap in a body; never a whole transfer), every call passes the
+//! circuit breaker (`breaker`), which fails calls at once while the store keeps failing, and at most
+//! `blob_store.max_fetches` fetches are in flight.
+//!
 //! The blob cache reaches the store through [`RemoteFetch`], the one call it makes; its unit tests put an
 //! in-memory store with injectable faults there instead (`fake`).
 
@@ -19,8 +24,9 @@ use std::io;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -29,12 +35,16 @@ use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as StorePath;
 use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig, WriteMultipart};
 
-use crate::config::ObjectStoreLocation;
+use crate::config::{BlobStoreTimeouts, ObjectStoreLocation};
+
+pub mod breaker;
+use breaker::{Admission, Breaker, BreakerState, Verdict};
 
 /// Blobs up to this size go in one PUT; larger ones as a multipart upload of parts this size (S3's minimum part
 /// is 5 MiB). What one upload holds in memory is this times `UPLOAD_CONCURRENCY`, read from the staged file.
 pub const MULTIPART_PART_BYTES: u64 = 8 << 20;
-/// Bytes of a fetched range written to its file at once.
+/// Bytes of a fetched range written to its file at once: what one fetch holds in memory, so fills hold at most
+/// `blob_store.max_fetches` times this.
 const FILL_BATCH: usize = 1 << 20;
 /// Parts of one multipart upload in flight at once.
 const UPLOAD_CONCURRENCY: usize = 2;
@@ -76,6 +86,35 @@ pub trait RemoteFetch: Send + Sync + std::fmt::Debug + 'static {
 #[cfg(test)]
 pub(crate) mod fake;
 
+/// What a store call does, as `/metrics` labels its latency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreOperation {
+    Get,
+    Head,
+    Put,
+    Delete,
+    List,
+}
+
+impl StoreOperation {
+    pub const ALL: [StoreOperation; 5] =
+        [StoreOperation::Get, StoreOperation::Head, StoreOperation::Put, StoreOperation::Delete, StoreOperation::List];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            StoreOperation::Get => "get",
+            StoreOperation::Head => "head",
+            StoreOperation::Put => "put",
+            StoreOperation::Delete => "delete",
+            StoreOperation::List => "list",
+        }
+    }
+}
+
+/// Told each store call's operation and how long it took (a fetch: until its last byte); the server passes the
+/// metrics layer's recorder, which this layer cannot name.
+pub type CallObserver = fn(StoreOperation, Duration);
+
 /// The object store's client, with the prefix blobs live under.
 #[derive(Debug, Clone)]
 pub struct RemoteBlobs {
@@ -83,6 +122,22 @@ pub struct RemoteBlobs {
     prefix: Arc<str>,
     runtime: tokio::runtime::Handle,
     location: Arc<str>,
+    timeouts: BlobStoreTimeouts,
+    health: Arc<Health>,
+    /// Fetches in flight, at most `blob_store.max_fetches`.
+    fetches: Arc<tokio::sync::Semaphore>,
+    max_fetches: usize,
+}
+
+/// What the clones of one client share of the store's health.
+#[derive(Debug)]
+struct Health {
+    breaker: Mutex<Breaker>,
+    /// Calls the open breaker refused.
+    refused: AtomicU64,
+    /// The last readiness probe's verdict (`/readyz`).
+    reachable: AtomicBool,
+    observer: OnceLock<CallObserver>,
 }
 
 impl RemoteBlobs {
@@ -91,22 +146,7 @@ impl RemoteBlobs {
         use anyhow::Context;
         // reqwest's rustls has no provider of its own here: ring, as the rest of the process.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut options = ClientOptions::new()
-            .with_connect_timeout(Duration::from_secs(3))
-            .with_timeout(Duration::from_secs(120))
-            .with_pool_idle_timeout(Duration::from_secs(30));
-        if let Some(endpoint) = &location.endpoint {
-            options = options.with_allow_http(endpoint.starts_with("http://"));
-        }
-        if let Some(path) = &location.ca_bundle {
-            let pem =
-                std::fs::read(path).with_context(|| format!("cannot read blob_store.ca_bundle {}", path.display()))?;
-            let certificates = object_store::Certificate::from_pem_bundle(&pem)
-                .with_context(|| format!("blob_store.ca_bundle {} is not PEM certificates", path.display()))?;
-            for certificate in certificates {
-                options = options.with_root_certificate(certificate);
-            }
-        }
+        let options = client_options(location)?;
         // Few, quick retries: a request waits on them, and an outage should become a 503 soon.
         let retry = RetryConfig { max_retries: 2, retry_timeout: Duration::from_secs(10), ..RetryConfig::default() };
         let mut builder = AmazonS3Builder::new()
@@ -123,12 +163,69 @@ impl RemoteBlobs {
             _ => builder = builder.with_skip_signature(true),
         }
         let store = builder.build().with_context(|| format!("cannot configure the object store {location}"))?;
-        Ok(Self {
+        Ok(Self::with_client(
+            store,
+            &location.prefix,
+            location.to_string(),
+            location.timeouts,
+            location.breaker,
+            location.max_fetches,
+        ))
+    }
+
+    /// Around a configured client, with the limits of `blob_store`.
+    fn with_client(
+        store: AmazonS3,
+        prefix: &str,
+        location: String,
+        timeouts: BlobStoreTimeouts,
+        breaker: crate::config::BreakerSettings,
+        max_fetches: usize,
+    ) -> Self {
+        Self {
             store: Arc::new(store),
-            prefix: Arc::from(location.prefix.as_str()),
+            prefix: Arc::from(prefix),
             runtime: tokio::runtime::Handle::current(),
-            location: Arc::from(location.to_string()),
-        })
+            location: Arc::from(location),
+            timeouts,
+            health: Arc::new(Health {
+                breaker: Mutex::new(Breaker::new(breaker.failures, breaker.cool_down)),
+                refused: AtomicU64::new(0),
+                reachable: AtomicBool::new(true),
+                observer: OnceLock::new(),
+            }),
+            fetches: Arc::new(tokio::sync::Semaphore::new(max_fetches)),
+            max_fetches,
+        }
+    }
+
+    /// Has `observer` told of every call from now on (once; a second observer is ignored).
+    pub fn observe_calls(&self, observer: CallObserver) {
+        let _ = self.health.observer.set(observer);
+    }
+
+    /// The circuit breaker's state now.
+    pub fn breaker_state(&self) -> BreakerState {
+        lock(&self.health.breaker).state(Instant::now())
+    }
+
+    /// Calls the open breaker refused so far.
+    pub fn refused_calls(&self) -> u64 {
+        self.health.refused.load(Ordering::Relaxed)
+    }
+
+    /// The last readiness probe's verdict: whether the store answered ([`RemoteBlobs::probe`]).
+    pub fn is_reachable(&self) -> bool {
+        self.health.reachable.load(Ordering::Acquire)
+    }
+
+    /// Pings the store and publishes the verdict [`RemoteBlobs::is_reachable`] reads; returns the result and
+    /// whether the verdict changed (so the caller logs an outage where it starts and ends).
+    pub async fn probe(&self) -> (Result<(), RemoteError>, bool) {
+        let result = self.ping().await;
+        let up = result.is_ok();
+        let was = self.health.reachable.swap(up, Ordering::AcqRel);
+        (result, was != up)
     }
 
     /// How the store is named in messages and `/readyz`: `s3://bucket/prefix at endpoint`.
@@ -147,22 +244,49 @@ impl RemoteBlobs {
         }
     }
 
-    /// Runs `call` on the client's runtime and waits for it from wherever we are.
+    /// Runs `call` on the client's runtime and waits for it from wherever we are, if the circuit breaker lets it
+    /// through. Its verdict reaches the breaker from the spawned task, so a caller that goes away (a cancelled
+    /// request) still reports the call, a probe above all.
     async fn run<T: Send + 'static>(
         &self,
+        operation: StoreOperation,
         call: impl Future<Output = Result<T, RemoteError>> + Send + 'static,
     ) -> Result<T, RemoteError> {
+        let admission = lock(&self.health.breaker).admit(Instant::now());
+        if let Admission::Refused { retry_in } = admission {
+            self.health.refused.fetch_add(1, Ordering::Relaxed);
+            let threshold = lock(&self.health.breaker).threshold();
+            return Err(RemoteError::Unavailable(format!(
+                "the object store's circuit breaker is open after {threshold} failed calls in a row; calls fail at \
+                 once for another {:.1}s",
+                retry_in.as_secs_f64()
+            )));
+        }
+        let health = self.health.clone();
         self.runtime
-            .spawn(call)
+            .spawn(async move {
+                let started = Instant::now();
+                let result = call.await;
+                let verdict = match &result {
+                    Ok(_) | Err(RemoteError::NotFound(_)) => Verdict::Answered,
+                    Err(RemoteError::Unavailable(_)) => Verdict::Failed,
+                    Err(RemoteError::Local(_)) => Verdict::Unknown,
+                };
+                lock(&health.breaker).record(admission, verdict, Instant::now());
+                if let Some(observe) = health.observer.get() {
+                    observe(operation, started.elapsed());
+                }
+                result
+            })
             .await
             .map_err(|e| RemoteError::Unavailable(format!("object store task failed: {e}")))?
     }
 
     /// The stored size of a blob, `None` when the store has no such object.
     pub async fn size_of(&self, sha256: &str) -> Result<Option<u64>, RemoteError> {
-        let (store, key, sha) = (self.store.clone(), self.key_of(sha256), sha256.to_owned());
-        self.run(async move {
-            match store.head(&key).await {
+        let (store, key, sha, t) = (self.store.clone(), self.key_of(sha256), sha256.to_owned(), self.timeouts);
+        self.run(StoreOperation::Head, async move {
+            match within(t.first_byte, "HEAD", store.head(&key)).await? {
                 Ok(meta) => Ok(Some(meta.size)),
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
                 Err(e) => Err(RemoteError::from_store(&sha, e)),
@@ -222,26 +346,37 @@ impl RemoteBlobs {
     }
 
     async fn upload_to(&self, path: PathBuf, key: StorePath, what: &str, size: u64) -> Result<(), RemoteError> {
-        let (store, sha) = (self.store.clone(), what.to_owned());
-        self.run(async move {
+        let (store, sha, t) = (self.store.clone(), what.to_owned(), self.timeouts);
+        // One PUT (of a blob or a part, at most MULTIPART_PART_BYTES) may take idle_read beyond its first byte.
+        let part = t.first_byte + t.idle_read;
+        self.run(StoreOperation::Put, async move {
             let file =
                 Arc::new(tokio::task::spawn_blocking(move || File::open(path)).await.map_err(io::Error::other)??);
             if size <= MULTIPART_PART_BYTES {
                 let bytes = read_at(file, 0, size).await?;
-                store.put(&key, PutPayload::from(bytes)).await.map_err(|e| RemoteError::from_store(&sha, e))?;
+                within(part, "PUT", store.put(&key, PutPayload::from(bytes)))
+                    .await?
+                    .map_err(|e| RemoteError::from_store(&sha, e))?;
             } else {
-                let upload = store.put_multipart(&key).await.map_err(|e| RemoteError::from_store(&sha, e))?;
+                let upload = within(t.first_byte, "multipart upload", store.put_multipart(&key))
+                    .await?
+                    .map_err(|e| RemoteError::from_store(&sha, e))?;
                 let mut writer = WriteMultipart::new_with_chunk_size(upload, MULTIPART_PART_BYTES as usize);
                 let mut offset = 0;
                 while offset < size {
                     let len = (size - offset).min(MULTIPART_PART_BYTES);
-                    writer.wait_for_capacity(UPLOAD_CONCURRENCY).await.map_err(|e| RemoteError::from_store(&sha, e))?;
+                    within(part, "upload part", writer.wait_for_capacity(UPLOAD_CONCURRENCY))
+                        .await?
+                        .map_err(|e| RemoteError::from_store(&sha, e))?;
                     writer.put(read_at(file.clone(), offset, len).await?);
                     offset += len;
                 }
-                writer.finish().await.map_err(|e| RemoteError::from_store(&sha, e))?;
+                within(part, "upload part", writer.finish()).await?.map_err(|e| RemoteError::from_store(&sha, e))?;
             }
-            let stored = store.head(&key).await.map_err(|e| RemoteError::from_store(&sha, e))?.size;
+            let stored = within(t.first_byte, "HEAD", store.head(&key))
+                .await?
+                .map_err(|e| RemoteError::from_store(&sha, e))?
+                .size;
             if stored != size {
                 return Err(RemoteError::Unavailable(format!("{sha} stored with {stored} bytes, not {size}")));
             }
@@ -257,10 +392,14 @@ impl RemoteBlobs {
         range: Range<u64>,
         file: Arc<File>,
     ) -> Result<u64, RemoteError> {
-        let (store, sha) = (self.store.clone(), what.to_owned());
-        self.run(async move {
+        let (store, sha, t) = (self.store.clone(), what.to_owned(), self.timeouts);
+        let permit = self.fetch_permit().await?;
+        self.run(StoreOperation::Get, async move {
+            let _permit = permit;
             let options = object_store::GetOptions { range: Some(range.clone().into()), ..Default::default() };
-            let result = store.get_opts(&key, options).await.map_err(|e| RemoteError::from_store(&sha, e))?;
+            let result = within(t.first_byte, "GET", store.get_opts(&key, options))
+                .await?
+                .map_err(|e| RemoteError::from_store(&sha, e))?;
             let mut stream = result.into_stream();
             let mut at = range.start;
             // Written a whole batch at a time, each one write of FILL_BATCH bytes from the range's start: one
@@ -269,7 +408,7 @@ impl RemoteBlobs {
             // folios and cost ~1.2x the CPU to send (docs/measurements.md, "Object store").
             let mut pending = bytes::BytesMut::with_capacity(FILL_BATCH);
             loop {
-                let next = stream.next().await;
+                let next = within(t.idle_read, "GET body", stream.next()).await?;
                 let done = next.is_none();
                 if let Some(chunk) = next {
                     let chunk = chunk.map_err(|e| RemoteError::from_store(&sha, e))?;
@@ -308,9 +447,9 @@ impl RemoteBlobs {
     }
 
     async fn delete_key(&self, key: StorePath, what: &str) -> Result<(), RemoteError> {
-        let (store, sha) = (self.store.clone(), what.to_owned());
-        self.run(async move {
-            match store.delete(&key).await {
+        let (store, sha, t) = (self.store.clone(), what.to_owned(), self.timeouts);
+        self.run(StoreOperation::Delete, async move {
+            match within(t.first_byte, "DELETE", store.delete(&key)).await? {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
                 Err(e) => Err(RemoteError::from_store(&sha, e)),
             }
@@ -330,11 +469,12 @@ impl RemoteBlobs {
         prefix: Option<StorePath>,
         named: fn(&str) -> bool,
     ) -> Result<Vec<(String, SystemTime)>, RemoteError> {
-        let store = self.store.clone();
-        self.run(async move {
+        let (store, t) = (self.store.clone(), self.timeouts);
+        self.run(StoreOperation::List, async move {
             let mut listing = store.list(prefix.as_ref());
             let mut found = Vec::new();
-            while let Some(meta) = listing.next().await {
+            // Each page is a request of its own: the bound is per item, which a page's first item waits out.
+            while let Some(meta) = within(t.first_byte, "LIST", listing.next()).await? {
                 let meta = meta.map_err(|e| RemoteError::Unavailable(e.to_string()))?;
                 if let Some(name) = meta.location.filename().filter(|n| named(n)) {
                     found.push((name.to_owned(), SystemTime::from(meta.last_modified)));
@@ -347,14 +487,71 @@ impl RemoteBlobs {
 
     /// Whether the store answers: a listing of at most one key (the readiness probe).
     pub async fn ping(&self) -> Result<(), RemoteError> {
-        let store = self.store.clone();
+        let (store, t) = (self.store.clone(), self.timeouts);
         let prefix = (!self.prefix.is_empty()).then(|| StorePath::from(&*self.prefix));
-        self.run(async move {
-            store.list_with_delimiter(prefix.as_ref()).await.map_err(|e| RemoteError::Unavailable(e.to_string()))?;
+        self.run(StoreOperation::List, async move {
+            within(t.first_byte, "LIST", store.list_with_delimiter(prefix.as_ref()))
+                .await?
+                .map_err(|e| RemoteError::Unavailable(e.to_string()))?;
             Ok(())
         })
         .await
     }
+}
+
+impl RemoteBlobs {
+    /// A place among the `blob_store.max_fetches` fetches in flight, waited for at most `timeouts.first_byte`:
+    /// beyond, the store is as slow as one that does not answer.
+    async fn fetch_permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, RemoteError> {
+        match tokio::time::timeout(self.timeouts.first_byte, self.fetches.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(closed)) => Err(RemoteError::Unavailable(closed.to_string())),
+            Err(_) => Err(RemoteError::Unavailable(format!(
+                "{} fetches from the object store in flight (blob_store.max_fetches) for {:?}",
+                self.max_fetches, self.timeouts.first_byte
+            ))),
+        }
+    }
+}
+
+/// The connection settings of the store's HTTP client: `blob_store.timeouts.connect` and `idle_read` (reqwest's
+/// per-read timeout, beside the waits `within` bounds), no bound on a whole request (a large range may take long),
+/// the endpoint's scheme and `ca_bundle`.
+fn client_options(location: &ObjectStoreLocation) -> anyhow::Result<ClientOptions> {
+    use anyhow::Context;
+    let mut options = ClientOptions::new()
+        .with_connect_timeout(location.timeouts.connect)
+        .with_read_timeout(location.timeouts.idle_read)
+        .with_timeout_disabled()
+        .with_pool_idle_timeout(Duration::from_secs(30));
+    if let Some(endpoint) = &location.endpoint {
+        options = options.with_allow_http(endpoint.starts_with("http://"));
+    }
+    if let Some(path) = &location.ca_bundle {
+        let pem =
+            std::fs::read(path).with_context(|| format!("cannot read blob_store.ca_bundle {}", path.display()))?;
+        let certificates = object_store::Certificate::from_pem_bundle(&pem)
+            .with_context(|| format!("blob_store.ca_bundle {} is not PEM certificates", path.display()))?;
+        for certificate in certificates {
+            options = options.with_root_certificate(certificate);
+        }
+    }
+    Ok(options)
+}
+
+/// `call`'s output, or `Unavailable` once the store has kept it waiting `limit` (`what` names the wait).
+async fn within<T>(limit: Duration, what: &str, call: impl Future<Output = T>) -> Result<T, RemoteError> {
+    tokio::time::timeout(limit, call).await.map_err(|_| {
+        RemoteError::Unavailable(format!(
+            "the object store sent nothing for {} ({what})",
+            humantime::format_duration(limit)
+        ))
+    })
+}
+
+fn lock(breaker: &Mutex<Breaker>) -> std::sync::MutexGuard<'_, Breaker> {
+    // The state machine cannot panic half-way; a poisoned lock still holds a consistent state.
+    breaker.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl RemoteFetch for RemoteBlobs {
