@@ -53,6 +53,9 @@ pub const BLOB_CACHE_HITS: &str = "blobgate_blob_cache_hits_total";
 pub const BLOB_CACHE_MISSES: &str = "blobgate_blob_cache_misses_total";
 pub const BLOB_STORE_FETCHED: &str = "blobgate_blob_store_bytes_fetched_total";
 pub const BLOB_STORE_CORRUPT: &str = "blobgate_blob_store_corrupt_total";
+pub const BLOB_STORE_REQUEST_SECONDS: &str = "blobgate_blob_store_request_seconds";
+pub const BLOB_STORE_BREAKER_STATE: &str = "blobgate_blob_store_breaker_state";
+pub const BLOB_STORE_BREAKER_REFUSED: &str = "blobgate_blob_store_breaker_refused_total";
 
 /// `mode` of `blobgate_tls_connections_total`: who encrypts the connection's records after the handshake.
 pub const TLS_MODES: [&str; 2] = ["ktls", "userspace"];
@@ -164,6 +167,16 @@ fn describe() {
     describe_counter!(BLOB_CACHE_MISSES, "Reads that needed slices fetched from the object store.");
     describe_counter!(BLOB_STORE_FETCHED, Unit::Bytes, "Bytes fetched from the object store into the blob cache.");
     describe_counter!(BLOB_STORE_CORRUPT, "Blobs whose object-store copy did not hash to their SHA-256 (not served).");
+    describe_histogram!(
+        BLOB_STORE_REQUEST_SECONDS,
+        Unit::Seconds,
+        "Object-store calls, by operation (get, head, put, delete, list); a get until its last byte."
+    );
+    describe_gauge!(BLOB_STORE_BREAKER_STATE, "The object store's circuit breaker: 0 closed, 1 half-open, 2 open.");
+    describe_counter!(
+        BLOB_STORE_BREAKER_REFUSED,
+        "Object-store calls failed at once (503) by the open circuit breaker."
+    );
     describe_counter!(UPLOAD_BYTES, Unit::Bytes, "Object bytes stored by uploads (body bytes, after decoding).");
     describe_counter!(TLS_CONNECTIONS, "HTTPS connections past their handshake, by who encrypts their records.");
     describe_counter!(TLS_HANDSHAKE_FAILURES, "TLS handshakes that did not finish, by reason.");
@@ -204,6 +217,7 @@ pub fn register_all(
         BLOB_CACHE_MISSES,
         BLOB_STORE_FETCHED,
         BLOB_STORE_CORRUPT,
+        BLOB_STORE_BREAKER_REFUSED,
     ] {
         counter!(name).increment(0);
     }
@@ -237,6 +251,7 @@ pub fn register_all(
         STATS_PENDING,
         STATS_LAG,
         BLOB_CACHE_BYTES,
+        BLOB_STORE_BREAKER_STATE,
     ] {
         gauge!(name).increment(0.0);
     }
@@ -252,6 +267,14 @@ pub fn blob_cache_snapshot(cache: &crate::store::BlobCache) {
     counter!(BLOB_CACHE_MISSES).absolute(c.misses.load(Relaxed));
     counter!(BLOB_STORE_FETCHED).absolute(c.fetched_bytes.load(Relaxed));
     counter!(BLOB_STORE_CORRUPT).absolute(c.corrupt.load(Relaxed));
+    let remote = cache.remote();
+    gauge!(BLOB_STORE_BREAKER_STATE).set(f64::from(remote.breaker_state().gauge()));
+    counter!(BLOB_STORE_BREAKER_REFUSED).absolute(remote.refused_calls());
+}
+
+/// One object-store call of `operation` took `took` (the store's client reports each, see `RemoteBlobs::observe_calls`).
+pub fn blob_store_call(operation: crate::store::remote::StoreOperation, took: std::time::Duration) {
+    histogram!(BLOB_STORE_REQUEST_SECONDS, "operation" => operation.label()).record(took.as_secs_f64());
 }
 
 /// One request that carried object bytes ended with `status`; `stored_bytes` is what it stored (0 unless stored).
