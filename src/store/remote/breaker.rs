@@ -3,7 +3,8 @@
 //!
 //! Closed: calls go through, and `failures` of them in a row that fail (the store unavailable or timed out)
 //! open it. Open: calls are refused at once for `cool_down`. Then half-open: one call (the probe) goes through;
-//! its success closes the breaker, its failure opens it again. A probe that never reports (its task lost) is
+//! its success closes the breaker, its failure opens it again. An answer to any call closes it too (one sent
+//! before it opened may be answered late: the store is back). A probe that never reports (its task lost) is
 //! replaced by another after `cool_down`, so the breaker cannot stay half-open for good.
 
 use std::time::{Duration, Instant};
@@ -87,8 +88,9 @@ impl Breaker {
         Admission::Probe
     }
 
-    /// The verdict of a call admitted as `admission`, at `now`. An ordinary call that ends after the breaker
-    /// opened (it started before) changes nothing: only the probe decides then.
+    /// The verdict of a call admitted as `admission`, at `now`. Any answer closes the breaker, also one to a call
+    /// that started before it opened: the store answers now. Such a call's failure changes nothing (the breaker
+    /// is already open, its cool-down not prolonged).
     pub fn record(&mut self, admission: Admission, verdict: Verdict, now: Instant) {
         match (admission, self.state, verdict) {
             (Admission::Probe, State::HalfOpen { .. }, Verdict::Answered) => self.state = State::Closed { failures: 0 },
@@ -98,7 +100,7 @@ impl Breaker {
             (Admission::Probe, State::HalfOpen { .. }, Verdict::Unknown) => {
                 self.state = State::HalfOpen { probe_since: None }
             }
-            (Admission::Call, State::Closed { .. }, Verdict::Answered) => self.state = State::Closed { failures: 0 },
+            (Admission::Call, _, Verdict::Answered) => self.state = State::Closed { failures: 0 },
             (Admission::Call, State::Closed { failures }, Verdict::Failed) => {
                 let failures = failures + 1;
                 self.state = if failures >= self.threshold {
@@ -195,13 +197,17 @@ mod tests {
     }
 
     #[test]
-    fn a_call_that_started_before_the_breaker_opened_does_not_close_it() {
+    fn a_late_answer_closes_the_breaker_and_a_late_failure_does_not_prolong_it() {
         let t0 = Instant::now();
         let mut b = Breaker::new(1, COOL);
-        let early = b.admit(t0);
+        let (early, late) = (b.admit(t0), b.admit(t0));
         fail(&mut b, t0);
-        b.record(early, Verdict::Answered, t0);
-        assert_eq!(b.state(t0), BreakerState::Open);
+        b.record(late, Verdict::Failed, t0 + COOL / 2);
+        assert_eq!(b.admit(t0 + COOL), Admission::Probe, "the cool-down counts from the first opening");
+        b.record(Admission::Probe, Verdict::Failed, t0 + COOL);
+        b.record(early, Verdict::Answered, t0 + COOL);
+        assert_eq!(b.state(t0 + COOL), BreakerState::Closed, "the store answered");
+        assert_eq!(b.admit(t0 + COOL), Admission::Call);
     }
 
     #[derive(Debug, Clone)]
