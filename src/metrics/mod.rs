@@ -256,6 +256,10 @@ pub fn register_all(
         gauge!(name).increment(0.0);
     }
     gauge!(CACHE_SYNC_AGE).set(0.0);
+    // A registered histogram is listed (empty) from the first scrape.
+    for operation in crate::store::remote::StoreOperation::ALL {
+        let _ = histogram!(BLOB_STORE_REQUEST_SECONDS, "operation" => operation.label());
+    }
 }
 
 /// Copies the blob cache's counters into their series (at each scrape: the cache counts in plain atomics).
