@@ -266,17 +266,21 @@ fn while_the_store_is_down_cached_objects_are_served_and_the_rest_get_503() {
     let response = server.put("/pub/new.bin", &token, b"new bytes", &[]);
     assert_eq!(response.status, 503, "an upload cannot be stored: {}", String::from_utf8_lossy(&response.body));
     assert!(response.header("retry-after").is_some());
-    let ready = server.admin("GET", "/readyz", &[], b"");
-    assert_eq!(ready.status, 503);
+    // /readyz says what the last probe (every second) found.
+    let mut ready = server.admin("GET", "/readyz", &[], b"");
+    assert!(wait_for(Duration::from_secs(10), || {
+        ready = server.admin("GET", "/readyz", &[], b"");
+        ready.status == 503
+    }));
     assert!(String::from_utf8_lossy(&ready.body).contains("blob_store"), "readyz names the store: {:?}", ready.body);
     assert_eq!(server.get("/pub/new.bin", &[]).status, 404, "nothing of the refused upload is visible");
 
-    // Back without a restart.
+    // Back without a restart, once the probe finds the store again (which also closes the circuit breaker).
     store.proxy.set_down(false);
+    assert!(wait_for(Duration::from_secs(10), || server.admin("GET", "/readyz", &[], b"").status == 200));
     assert_eq!(get_ok(&server, "/pub/cold.bin", &[]).body, cold);
     assert_eq!(server.put("/pub/new.bin", &token, b"new bytes", &[]).status, 201);
     assert_eq!(get_ok(&server, "/pub/new.bin", &[]).body, b"new bytes");
-    assert!(wait_for(Duration::from_secs(10), || server.admin("GET", "/readyz", &[], b"").status == 200));
 }
 
 /// The store's timeouts in the hung-store tests: small, so the test is quick, and a bound of several times them
