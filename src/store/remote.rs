@@ -578,3 +578,40 @@ async fn read_at(file: Arc<File>, offset: u64, len: u64) -> Result<Bytes, Remote
     .map_err(io::Error::other)??;
     Ok(Bytes::from(bytes))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHA: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[tokio::test]
+    async fn failed_calls_open_the_breaker_and_then_fail_at_once_counted() {
+        let remote = fake::never_asked();
+        let threshold = crate::config::BreakerSettings::default().failures;
+        for _ in 0..threshold {
+            let error = remote.size_of(SHA).await.unwrap_err();
+            assert!(matches!(&error, RemoteError::Unavailable(why) if !why.contains("breaker")), "{error}");
+        }
+        assert_eq!(remote.breaker_state(), BreakerState::Open);
+        assert_eq!(remote.refused_calls(), 0);
+        let error = remote.delete(SHA).await.unwrap_err();
+        assert!(matches!(&error, RemoteError::Unavailable(why) if why.contains("circuit breaker is open")), "{error}");
+        let (probe, changed) = remote.probe().await;
+        assert!(probe.is_err() && changed && !remote.is_reachable(), "the probe's verdict is published");
+        assert_eq!(remote.refused_calls(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fetch_waits_for_a_place_at_most_the_first_byte_timeout() {
+        let remote = fake::never_asked();
+        let taken = remote.fetches.clone().acquire_many_owned(remote.max_fetches as u32).await.unwrap();
+        let file = Arc::new(tempfile::tempfile().unwrap());
+        let started = tokio::time::Instant::now();
+        let error = remote.fetch_into(SHA, 0..10, file).await.unwrap_err();
+        assert!(matches!(&error, RemoteError::Unavailable(why) if why.contains("max_fetches")), "{error}");
+        assert!(started.elapsed() >= remote.timeouts.first_byte, "it waited for a place first");
+        assert_eq!(remote.breaker_state(), BreakerState::Closed, "no store call was made");
+        drop(taken);
+    }
+}
