@@ -514,14 +514,13 @@ impl RemoteBlobs {
     }
 }
 
-/// The connection settings of the store's HTTP client: `blob_store.timeouts.connect` and `idle_read` (reqwest's
-/// per-read timeout, beside the waits `within` bounds), no bound on a whole request (a large range may take long),
-/// the endpoint's scheme and `ca_bundle`.
+/// The connection settings of the store's HTTP client: `blob_store.timeouts.connect`, no bound on a whole request
+/// (a large range may take long; `within` bounds each wait instead, and not reqwest's read timeout, which would
+/// also cut a PUT whose body takes longer than it to send), the endpoint's scheme and `ca_bundle`.
 fn client_options(location: &ObjectStoreLocation) -> anyhow::Result<ClientOptions> {
     use anyhow::Context;
     let mut options = ClientOptions::new()
         .with_connect_timeout(location.timeouts.connect)
-        .with_read_timeout(location.timeouts.idle_read)
         .with_timeout_disabled()
         .with_pool_idle_timeout(Duration::from_secs(30));
     if let Some(endpoint) = &location.endpoint {
