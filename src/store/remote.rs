@@ -601,6 +601,81 @@ mod tests {
         assert_eq!(remote.refused_calls(), 2);
     }
 
+    /// A client of a store that answers every request with the head of a 10-byte object and 4 bytes of its body,
+    /// then nothing more (a store hung mid-body).
+    fn stalling_mid_body() -> RemoteBlobs {
+        use object_store::aws::AmazonS3Builder;
+        use object_store::client::{HttpClient, HttpConnector, HttpError, HttpRequest, HttpResponse, HttpService};
+
+        #[derive(Debug)]
+        struct Stall;
+        impl HttpConnector for Stall {
+            fn connect(&self, _: &ClientOptions) -> object_store::Result<HttpClient> {
+                Ok(HttpClient::new(Stall))
+            }
+        }
+        impl HttpService for Stall {
+            fn call<'life0, 'async_trait>(
+                &'life0 self,
+                _: HttpRequest,
+            ) -> std::pin::Pin<Box<dyn Future<Output = Result<HttpResponse, HttpError>> + Send + 'async_trait>>
+            where
+                'life0: 'async_trait,
+                Self: 'async_trait,
+            {
+                let response = http::Response::builder()
+                    .status(206)
+                    .header("content-length", "10")
+                    .header("content-range", "bytes 0-9/10")
+                    .header("last-modified", "Thu, 01 Jan 1970 00:00:00 GMT")
+                    .header("etag", "\"stalled\"")
+                    .body(object_store::client::HttpResponseBody::new(FourBytesThenNothing(false)))
+                    .unwrap();
+                Box::pin(std::future::ready(Ok(response)))
+            }
+        }
+        struct FourBytesThenNothing(bool);
+        impl http_body::Body for FourBytesThenNothing {
+            type Data = Bytes;
+            type Error = HttpError;
+            fn poll_frame(
+                mut self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, HttpError>>> {
+                if std::mem::replace(&mut self.0, true) {
+                    std::task::Poll::Pending
+                } else {
+                    std::task::Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from_static(b"four")))))
+                }
+            }
+        }
+
+        let store = AmazonS3Builder::new()
+            .with_bucket_name("stalled")
+            .with_region("us-east-1")
+            .with_endpoint("http://127.0.0.1:9")
+            .with_allow_http(true)
+            .with_skip_signature(true)
+            .with_retry(RetryConfig { max_retries: 0, ..RetryConfig::default() })
+            .with_http_connector(Stall)
+            .build()
+            .unwrap();
+        let defaults = crate::config::BlobStoreSettings::default();
+        RemoteBlobs::with_client(store, "", "s3://stalled".into(), defaults.timeouts, defaults.breaker, 1)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_stops_mid_way_fails_after_the_idle_read_timeout_and_frees_its_place() {
+        let remote = stalling_mid_body();
+        let file = Arc::new(tempfile::tempfile().unwrap());
+        let started = tokio::time::Instant::now();
+        let error = remote.fetch_into(SHA, 0..10, file.clone()).await.unwrap_err();
+        assert!(matches!(&error, RemoteError::Unavailable(why) if why.contains("GET body")), "{error}");
+        assert!(started.elapsed() >= remote.timeouts.idle_read, "not before the timeout");
+        assert!(started.elapsed() < remote.timeouts.first_byte + remote.timeouts.idle_read * 2, "bounded by idleness");
+        assert_eq!(remote.fetches.available_permits(), 1, "the fetch's place is free again");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_fetch_waits_for_a_place_at_most_the_first_byte_timeout() {
         let remote = fake::never_asked();
