@@ -1101,6 +1101,35 @@ mod tests {
     }
 
     #[test]
+    fn the_object_stores_timeouts_breaker_and_fetch_cap_are_read_and_checked() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "c.toml",
+                "[blob_store]\nurl = \"s3://blobs\"\nmax_fetches = 8\n[blob_store.timeouts]\nfirst_byte = \"2s\"\n",
+            )?;
+            jail.set_env("BLOBGATE_BLOB_STORE__BREAKER__COOL_DOWN", "750ms");
+            let s = Settings::load(Some(Path::new("c.toml")), &FlagOverrides::default()).map_err(|e| e.to_string())?;
+            let at = s.object_store().map_err(|e| e.to_string())?.expect("a store");
+            let defaults = BlobStoreTimeouts::default();
+            assert_eq!(at.timeouts, BlobStoreTimeouts { first_byte: Duration::from_secs(2), ..defaults });
+            assert_eq!(at.breaker, BreakerSettings { cool_down: Duration::from_millis(750), ..Default::default() });
+            assert_eq!(at.max_fetches, 8);
+            Ok(())
+        });
+        let mut settings = BlobStoreSettings::default();
+        settings.timeouts.idle_read = Duration::ZERO;
+        let err = ObjectStoreLocation::parse("s3://blobs", &settings).unwrap_err().to_string();
+        assert!(err.contains("blob_store.timeouts.idle_read"), "{err}");
+        let settings = BlobStoreSettings { max_fetches: 0, ..Default::default() };
+        let err = ObjectStoreLocation::parse("s3://blobs", &settings).unwrap_err().to_string();
+        assert!(err.contains("blob_store.max_fetches"), "{err}");
+        let settings =
+            BlobStoreSettings { breaker: BreakerSettings { failures: 0, ..Default::default() }, ..Default::default() };
+        let err = ObjectStoreLocation::parse("s3://blobs", &settings).unwrap_err().to_string();
+        assert!(err.contains("blob_store.breaker.failures"), "{err}");
+    }
+
+    #[test]
     fn cache_bounds_are_checked() {
         let mut settings = Settings::default();
         settings.cache.slice_bytes = 1000;
