@@ -317,7 +317,17 @@ fn a_hung_store_is_a_slow_dependency_not_an_outage() {
     put(&env, &store_env, "pub", "cold.bin", &cold);
     let server = env.serve_with(&refs(&store_env), &[]);
     assert_eq!(get_ok(&server, "/pub/warm.bin", &[]).body, warm);
-    assert_eq!(server.admin("GET", "/readyz", &[], b"").status, 200);
+    // /readyz asks the store nothing: the listings in a burst of 20 are the probe's, one a second.
+    let listings = || {
+        let bucket = format!("/{}?", store.bucket);
+        store.proxy.requests().iter().filter(|r| r.method == "GET" && r.target.starts_with(&bucket)).count()
+    };
+    let (before, started) = (listings(), std::time::Instant::now());
+    for _ in 0..20 {
+        assert_eq!(server.admin("GET", "/readyz", &[], b"").status, 200);
+    }
+    let probes = started.elapsed().as_secs() as usize + 2;
+    assert!(listings() - before <= probes, "/readyz listed the store: {} listings", listings() - before);
     let bound = STORE_TIMEOUT * 5;
 
     store.upstream.pause();
