@@ -3,7 +3,7 @@
 //!
 //! What the store is asked: upload a blob or a part (one PUT, or a multipart upload above
 //! [`MULTIPART_PART_BYTES`]) and confirm its size, fetch a range into a file, delete, list (for the sweep), ping
-//! (for `/readyz`). An upload reads the blob it sends, and a fetch writes what arrives into the cache file: both
+//! (the readiness probe, whose verdict `/readyz` reads). An upload reads the blob it sends, and a fetch writes what arrives into the cache file: both
 //! pass blob bytes through memory, and neither is a response.
 //!
 //! Every call runs on the runtime the client was made on (`RemoteBlobs::new` captures it): the HTTP client's
