@@ -89,6 +89,51 @@ pub struct BlobStoreSettings {
     /// PEM certificates trusted for an HTTPS endpoint, beside the system's (a private CA).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_bundle: Option<PathBuf>,
+    /// How long the store may keep a call waiting, so a hung store is a 503 soon rather than a hang.
+    pub timeouts: BlobStoreTimeouts,
+    /// When consecutive failures make calls fail fast for a while.
+    pub breaker: BreakerSettings,
+    /// Fetches (GETs) from the store in flight at once; a fetch waits at most `timeouts.first_byte` for a place,
+    /// then fails as unavailable (503). Each holds at most a 1 MiB write batch, so fills hold at most this many MiB.
+    pub max_fetches: usize,
+}
+
+/// `blob_store.timeouts`: only idleness is bounded, never a whole transfer (a large range may take long).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BlobStoreTimeouts {
+    /// Opening a TCP (and TLS) connection to the store.
+    #[serde(with = "humantime_serde")]
+    pub connect: Duration,
+    /// From sending a call until its response head (a listing page: its whole answer).
+    #[serde(with = "humantime_serde")]
+    pub first_byte: Duration,
+    /// Between two chunks of a fetched body; an upload's PUT of one part (at most 8 MiB) gets this beyond
+    /// `first_byte`.
+    #[serde(with = "humantime_serde")]
+    pub idle_read: Duration,
+}
+
+impl Default for BlobStoreTimeouts {
+    fn default() -> Self {
+        Self { connect: Duration::from_secs(3), first_byte: Duration::from_secs(5), idle_read: Duration::from_secs(5) }
+    }
+}
+
+/// `blob_store.breaker`: after `failures` store calls in a row fail (unavailable or timed out; "not found" is an
+/// answer), calls fail at once for `cool_down`; then one call probes the store, and its result closes or re-opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BreakerSettings {
+    pub failures: u32,
+    #[serde(with = "humantime_serde")]
+    pub cool_down: Duration,
+}
+
+impl Default for BreakerSettings {
+    fn default() -> Self {
+        Self { failures: 5, cool_down: Duration::from_secs(5) }
+    }
 }
 
 impl Default for BlobStoreSettings {
@@ -104,6 +149,9 @@ impl Default for BlobStoreSettings {
             instance_metadata: false,
             anonymous: false,
             ca_bundle: None,
+            timeouts: BlobStoreTimeouts::default(),
+            breaker: BreakerSettings::default(),
+            max_fetches: 64,
         }
     }
 }
@@ -122,6 +170,9 @@ impl std::fmt::Debug for BlobStoreSettings {
             .field("instance_metadata", &self.instance_metadata)
             .field("anonymous", &self.anonymous)
             .field("ca_bundle", &self.ca_bundle)
+            .field("timeouts", &self.timeouts)
+            .field("breaker", &self.breaker)
+            .field("max_fetches", &self.max_fetches)
             .finish()
     }
 }
@@ -167,6 +218,9 @@ pub struct ObjectStoreLocation {
     pub path_style: bool,
     pub credentials: StoreCredentials,
     pub ca_bundle: Option<PathBuf>,
+    pub timeouts: BlobStoreTimeouts,
+    pub breaker: BreakerSettings,
+    pub max_fetches: usize,
 }
 
 /// Where the store's credentials come from: the AWS chain, in its order, the first source present wins. Values
@@ -351,6 +405,21 @@ impl ObjectStoreLocation {
         {
             bail!("blob_store.ca_bundle {} is not a file", ca.display());
         }
+        let t = &settings.timeouts;
+        for (key, value) in [
+            ("blob_store.timeouts.connect", t.connect),
+            ("blob_store.timeouts.first_byte", t.first_byte),
+            ("blob_store.timeouts.idle_read", t.idle_read),
+            ("blob_store.breaker.cool_down", settings.breaker.cool_down),
+        ] {
+            if value.is_zero() {
+                bail!("{key} must be greater than zero");
+            }
+        }
+        if settings.breaker.failures == 0 {
+            bail!("blob_store.breaker.failures must be at least 1");
+        }
+        check("blob_store.max_fetches", settings.max_fetches, 1, 100_000)?;
         Ok(Self {
             bucket: bucket.to_owned(),
             prefix: prefix.to_owned(),
@@ -359,6 +428,9 @@ impl ObjectStoreLocation {
             path_style: settings.path_style,
             credentials,
             ca_bundle: settings.ca_bundle.clone(),
+            timeouts: settings.timeouts,
+            breaker: settings.breaker,
+            max_fetches: settings.max_fetches,
         })
     }
 }
@@ -1252,6 +1324,35 @@ mod tests {
         assert_eq!(credentials(&imds, &[]).unwrap(), StoreCredentials::InstanceMetadata);
         assert!(matches!(credentials(&imds, &pod).unwrap(), StoreCredentials::ContainerFull { .. }), "IMDS comes last");
         assert_eq!(credentials(&none, &[("AWS_ACCESS_KEY_ID", "")]).unwrap_err().to_string(), err, "empty is unset");
+    }
+
+    #[test]
+    fn the_object_stores_timeouts_breaker_and_fetch_cap_are_read_and_checked() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "c.toml",
+                "[blob_store]\nurl = \"s3://blobs\"\nmax_fetches = 8\n[blob_store.timeouts]\nfirst_byte = \"2s\"\n",
+            )?;
+            jail.set_env("BLOBGATE_BLOB_STORE__BREAKER__COOL_DOWN", "750ms");
+            let s = Settings::load(Some(Path::new("c.toml")), &FlagOverrides::default()).map_err(|e| e.to_string())?;
+            let at = s.object_store().map_err(|e| e.to_string())?.expect("a store");
+            let defaults = BlobStoreTimeouts::default();
+            assert_eq!(at.timeouts, BlobStoreTimeouts { first_byte: Duration::from_secs(2), ..defaults });
+            assert_eq!(at.breaker, BreakerSettings { cool_down: Duration::from_millis(750), ..Default::default() });
+            assert_eq!(at.max_fetches, 8);
+            Ok(())
+        });
+        let mut settings = BlobStoreSettings::default();
+        settings.timeouts.idle_read = Duration::ZERO;
+        let err = ObjectStoreLocation::parse("s3://blobs", &settings).unwrap_err().to_string();
+        assert!(err.contains("blob_store.timeouts.idle_read"), "{err}");
+        let settings = BlobStoreSettings { max_fetches: 0, ..Default::default() };
+        let err = ObjectStoreLocation::parse("s3://blobs", &settings).unwrap_err().to_string();
+        assert!(err.contains("blob_store.max_fetches"), "{err}");
+        let settings =
+            BlobStoreSettings { breaker: BreakerSettings { failures: 0, ..Default::default() }, ..Default::default() };
+        let err = ObjectStoreLocation::parse("s3://blobs", &settings).unwrap_err().to_string();
+        assert!(err.contains("blob_store.breaker.failures"), "{err}");
     }
 
     #[test]

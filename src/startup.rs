@@ -208,6 +208,10 @@ impl Application {
             self.admin.database.clone(),
             self.data.catalog.clone(),
         ));
+        let store_probe = self.data.catalog.blob_cache().map(|cache| {
+            cache.remote().observe_calls(crate::metrics::blob_store_call);
+            tokio::spawn(probe_blob_store(cache.remote().clone()))
+        });
         let expiry = self.settings.timeouts.multipart_upload_expiry;
         let expiring =
             tokio::spawn(self.admin.store.clone().expire_uploads(expiry, crate::metrics::multipart_uploads_expired));
@@ -286,6 +290,9 @@ impl Application {
             reloading.abort();
         }
         probe.abort();
+        if let Some(store_probe) = store_probe {
+            store_probe.abort();
+        }
         expiring.abort();
         housekeeping.abort();
         syncing.abort();
@@ -317,6 +324,26 @@ async fn probe_database(meta: Metadata, health: Arc<DatabaseHealth>, catalog: Ar
                     tracing::warn!(error = %cause, "the database does not answer; not ready (/readyz 503) until it does")
                 }
             }
+        }
+    }
+}
+
+/// The object store's readiness probe: a one-key listing every [`PROBE_EVERY`], within the store's timeouts and
+/// through its circuit breaker (whose half-open probe it often is), publishing the verdict `/readyz` reads. An
+/// outage is logged when it starts and when it ends.
+async fn probe_blob_store(remote: crate::store::remote::RemoteBlobs) {
+    let mut tick = tokio::time::interval(PROBE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match remote.probe().await {
+            (Ok(()), true) => tracing::info!(store = remote.location(), "the object store answers again; ready"),
+            (Err(e), true) => tracing::warn!(
+                store = remote.location(),
+                error = %e,
+                "the object store does not answer; not ready (/readyz 503) until it does"
+            ),
+            (_, false) => {}
         }
     }
 }

@@ -188,8 +188,10 @@ impl<'a> RegionCursor<'a> {
     }
 
     /// The length of the next chunk, from [`position`](Self::position): at most `max` bytes, every one of them in
-    /// the file now (waiting on the fill gate until the first is); `None` once the region is sent.
-    pub(super) async fn next_chunk(&mut self, max: usize) -> Result<Option<usize>, SendOutcome> {
+    /// the file now (waiting on the fill gate until the first is); `None` once the region is sent. A wait for the
+    /// store counts as the send's progress: after `patience` (the send-progress timeout) with no byte arriving the
+    /// send is `Stalled`, as one whose peer reads nothing.
+    pub(super) async fn next_chunk(&mut self, max: usize, patience: Duration) -> Result<Option<usize>, SendOutcome> {
         let remaining = self.remaining();
         if remaining == 0 {
             return Ok(None);
@@ -198,7 +200,10 @@ impl<'a> RegionCursor<'a> {
         let Some(fill) = self.body.fill.as_deref() else { return Ok(Some(want)) };
         loop {
             match fill.ready(self.position, remaining) {
-                0 => fill.wait(self.position).await.map_err(SendOutcome::Aborted)?,
+                0 => match tokio::time::timeout(patience, fill.wait(self.position)).await {
+                    Ok(waited) => waited.map_err(SendOutcome::Aborted)?,
+                    Err(_) => return Err(SendOutcome::Stalled),
+                },
                 ready => return Ok(Some(want.min(ready as usize))),
             }
         }
@@ -232,7 +237,7 @@ async fn send_region(
         // temporary would take room in this future for the whole loop body.
         let want = match region.chunk_now(options.chunk) {
             Some(want) => want,
-            None => match region.next_chunk(options.chunk).await? {
+            None => match region.next_chunk(options.chunk, options.progress_timeout).await? {
                 Some(want) => want,
                 None => return Ok(()),
             },
@@ -352,6 +357,9 @@ mod tests {
     use crate::file_body::{DownloadKind, FillGate, ObjectRef};
     use tokio::sync::watch;
 
+    /// The send-progress timeout of these tests.
+    const PATIENCE: Duration = Duration::from_secs(30);
+
     /// A file whose first `n` bytes have arrived, `n` being what the test last sent.
     #[derive(Debug)]
     struct Arrivals(watch::Receiver<u64>);
@@ -393,7 +401,7 @@ mod tests {
         let body = body(None);
         let mut region = RegionCursor::new(&body, 100, 1000);
         let mut chunks = Vec::new();
-        while let Some(n) = region.next_chunk(400).await.unwrap() {
+        while let Some(n) = region.next_chunk(400, PATIENCE).await.unwrap() {
             assert_eq!(region.chunk_now(400), Some(n), "no wait, so the same chunk at once");
             chunks.push((region.position(), n));
             region.advance(n);
@@ -409,18 +417,28 @@ mod tests {
         let body = body(Some(Arc::new(Arrivals(arrivals))));
         let mut region = RegionCursor::new(&body, 100, 1000);
         assert_eq!(region.chunk_now(256), None, "a filling file's chunks are the gate's to give");
-        assert_eq!(region.next_chunk(256).await.unwrap(), Some(256));
+        assert_eq!(region.next_chunk(256, PATIENCE).await.unwrap(), Some(256));
         region.advance(256);
-        assert_eq!(region.next_chunk(4096).await.unwrap(), Some(244), "only what has arrived");
+        assert_eq!(region.next_chunk(4096, PATIENCE).await.unwrap(), Some(244), "only what has arrived");
         region.advance(244);
         {
-            let mut next = std::pin::pin!(region.next_chunk(4096));
+            let mut next = std::pin::pin!(region.next_chunk(4096, PATIENCE));
             assert!(waits(next.as_mut()).await, "nothing more has arrived");
             arrive.send(2000).unwrap();
             assert_eq!(next.await.unwrap(), Some(500), "the rest of the region, not the file");
         }
         region.advance(500);
-        assert_eq!(region.next_chunk(4096).await.unwrap(), None);
+        assert_eq!(region.next_chunk(4096, PATIENCE).await.unwrap(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slice_that_never_arrives_stalls_the_send_after_the_progress_timeout() {
+        let (_arrive, arrivals) = watch::channel(100);
+        let body = body(Some(Arc::new(Arrivals(arrivals))));
+        let mut region = RegionCursor::new(&body, 100, 1000);
+        let started = tokio::time::Instant::now();
+        assert!(matches!(region.next_chunk(4096, PATIENCE).await, Err(SendOutcome::Stalled)));
+        assert!(started.elapsed() >= PATIENCE, "not before the timeout");
     }
 
     #[tokio::test]
@@ -429,6 +447,6 @@ mod tests {
         let body = body(Some(Arc::new(Arrivals(arrivals))));
         let mut region = RegionCursor::new(&body, 100, 1000);
         drop(arrive);
-        assert!(matches!(region.next_chunk(4096).await, Err(SendOutcome::Aborted(_))));
+        assert!(matches!(region.next_chunk(4096, PATIENCE).await, Err(SendOutcome::Aborted(_))));
     }
 }

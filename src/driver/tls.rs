@@ -494,7 +494,7 @@ impl UserTls {
                     loop {
                         // Not `while let`: its scrutinee's temporary would take room in this future for the whole
                         // loop body.
-                        let Some(want) = region.next_chunk(BODY_CHUNK).await? else { break };
+                        let Some(want) = region.next_chunk(BODY_CHUNK, timeout).await? else { break };
                         let got = self.read_chunk(&body.file, region.position(), want, options, observer).await?;
                         if got < want {
                             return Err(SendOutcome::Truncated { missing: region.remaining() - got as u64 });

@@ -80,9 +80,9 @@ async fn healthz(State(app): State<AdminState>) -> Result<&'static str, ApiError
     if app.ready.load(Ordering::Acquire) { Ok("ok\n") } else { Err(ApiError::NotReady) }
 }
 
-/// Readiness, for a load balancer: serving (started, not draining), the database answered the last probe, and
-/// the caches are within `database.max_staleness` (a replica cut off from the database refuses credentials).
-/// It reads flags only, so it answers at once even while the database hangs.
+/// Readiness, for a load balancer: serving (started, not draining), the database and the object store (if any)
+/// answered their last probes, and the caches are within `database.max_staleness` (a replica cut off from the
+/// database refuses credentials). It reads flags only, so it answers at once even while either hangs.
 async fn readyz(State(app): State<AdminState>) -> Result<&'static str, ApiError> {
     if !app.ready.load(Ordering::Acquire) {
         return Err(ApiError::NotReady);
@@ -91,9 +91,10 @@ async fn readyz(State(app): State<AdminState>) -> Result<&'static str, ApiError>
         return Err(ApiError::DatabaseUnavailable);
     }
     if let Some(cache) = app.data.catalog.blob_cache()
-        && let Err(e) = cache.remote().ping().await
+        && !cache.remote().is_reachable()
     {
-        return Err(ApiError::BlobStoreUnavailable(format!("{}: {e}", cache.remote().location())));
+        let remote = cache.remote();
+        return Err(ApiError::BlobStoreUnavailable(format!("{} did not answer the last probe", remote.location())));
     }
     Ok("ok\n")
 }

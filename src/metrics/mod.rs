@@ -56,6 +56,9 @@ pub const BLOB_STORE_CORRUPT: &str = "blobgate_blob_store_corrupt_total";
 pub const BLOB_CACHE_QUARANTINED: &str = "blobgate_blob_cache_quarantined";
 pub const BLOB_CACHE_ENTRIES: &str = "blobgate_blob_cache_entries";
 pub const BLOB_CACHE_OPEN_FILES: &str = "blobgate_blob_cache_open_files";
+pub const BLOB_STORE_REQUEST_SECONDS: &str = "blobgate_blob_store_request_seconds";
+pub const BLOB_STORE_BREAKER_STATE: &str = "blobgate_blob_store_breaker_state";
+pub const BLOB_STORE_BREAKER_REFUSED: &str = "blobgate_blob_store_breaker_refused_total";
 
 /// `mode` of `blobgate_tls_connections_total`: who encrypts the connection's records after the handshake.
 pub const TLS_MODES: [&str; 2] = ["ktls", "userspace"];
@@ -173,6 +176,16 @@ fn describe() {
     describe_gauge!(BLOB_CACHE_QUARANTINED, "Blobs refused (503) until their object-store copy changes.");
     describe_gauge!(BLOB_CACHE_ENTRIES, "Blobs with an entry in the blob cache.");
     describe_gauge!(BLOB_CACHE_OPEN_FILES, "Blob cache files held open (bounded by cache.max_open_files).");
+    describe_histogram!(
+        BLOB_STORE_REQUEST_SECONDS,
+        Unit::Seconds,
+        "Object-store calls, by operation (get, head, put, delete, list); a get until its last byte."
+    );
+    describe_gauge!(BLOB_STORE_BREAKER_STATE, "The object store's circuit breaker: 0 closed, 1 half-open, 2 open.");
+    describe_counter!(
+        BLOB_STORE_BREAKER_REFUSED,
+        "Object-store calls failed at once (503) by the open circuit breaker."
+    );
     describe_counter!(UPLOAD_BYTES, Unit::Bytes, "Object bytes stored by uploads (body bytes, after decoding).");
     describe_counter!(TLS_CONNECTIONS, "HTTPS connections past their handshake, by who encrypts their records.");
     describe_counter!(TLS_HANDSHAKE_FAILURES, "TLS handshakes that did not finish, by reason.");
@@ -213,6 +226,7 @@ pub fn register_all(
         BLOB_CACHE_MISSES,
         BLOB_STORE_FETCHED,
         BLOB_STORE_CORRUPT,
+        BLOB_STORE_BREAKER_REFUSED,
     ] {
         counter!(name).increment(0);
     }
@@ -249,10 +263,15 @@ pub fn register_all(
         BLOB_CACHE_QUARANTINED,
         BLOB_CACHE_ENTRIES,
         BLOB_CACHE_OPEN_FILES,
+        BLOB_STORE_BREAKER_STATE,
     ] {
         gauge!(name).increment(0.0);
     }
     gauge!(CACHE_SYNC_AGE).set(0.0);
+    // A registered histogram is listed (empty) from the first scrape.
+    for operation in crate::store::remote::StoreOperation::ALL {
+        let _ = histogram!(BLOB_STORE_REQUEST_SECONDS, "operation" => operation.label());
+    }
 }
 
 /// Copies the blob cache's counters into their series (at each scrape: the cache counts in plain atomics).
@@ -268,6 +287,14 @@ pub fn blob_cache_snapshot(cache: &crate::store::BlobCache) {
     let (entries, open_files) = cache.entry_counts();
     gauge!(BLOB_CACHE_ENTRIES).set(entries as f64);
     gauge!(BLOB_CACHE_OPEN_FILES).set(open_files as f64);
+    let remote = cache.remote();
+    gauge!(BLOB_STORE_BREAKER_STATE).set(f64::from(remote.breaker_state().gauge()));
+    counter!(BLOB_STORE_BREAKER_REFUSED).absolute(remote.refused_calls());
+}
+
+/// One object-store call of `operation` took `took` (the store's client reports each, see `RemoteBlobs::observe_calls`).
+pub fn blob_store_call(operation: crate::store::remote::StoreOperation, took: std::time::Duration) {
+    histogram!(BLOB_STORE_REQUEST_SECONDS, "operation" => operation.label()).record(took.as_secs_f64());
 }
 
 /// One request that carried object bytes ended with `status`; `stored_bytes` is what it stored (0 unless stored).

@@ -3,14 +3,20 @@
 //!
 //! What the store is asked: upload a blob or a part (one PUT, or a multipart upload above
 //! [`MULTIPART_PART_BYTES`]) and confirm its size, fetch a range into a file, delete, list (for the sweep), ping
-//! (for `/readyz`). Beside each blob goes its sealed slice manifest (`<blob key>.slices`, `store::manifest`),
-//! hashed from the bytes as they are uploaded, which the cache checks each fetched slice against. An upload reads the blob it sends, and a fetch writes what arrives into the cache file: both
+//! (the readiness probe, whose verdict `/readyz` reads). Beside each blob goes its sealed slice manifest
+//! (`<blob key>.slices`, `store::manifest`), hashed from the bytes as they are uploaded, which the cache checks each
+//! fetched slice against. An upload reads the blob it sends, and a fetch writes what arrives into the cache file: both
 //! pass blob bytes through memory, and neither is a response.
 //!
 //! Every call runs on the runtime the client was made on (`RemoteBlobs::new` captures it): the HTTP client's
 //! connections live there, and a data worker's single-threaded runtime only awaits the result, so a slow store
 //! never holds a worker's event loop. Errors other than "not found" are [`RemoteError::Unavailable`], which the
 //! HTTP layer answers with `503` and `Retry-After`.
+//!
+//! A hung store is a slow dependency, not an outage: each wait on it is bounded (`blob_store.timeouts`: the
+//! connect, each call's response head, each idle gap in a body; never a whole transfer), every call passes the
+//! circuit breaker (`breaker`), which fails calls at once while the store keeps failing, and at most
+//! `blob_store.max_fetches` fetches are in flight.
 //!
 //! The blob cache reaches the store through [`RemoteFetch`], the one call it makes; its unit tests put an
 //! in-memory store with injectable faults there instead (`fake`).
@@ -20,8 +26,9 @@ use std::io;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -31,12 +38,16 @@ use object_store::path::Path as StorePath;
 use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig, WriteMultipart};
 
 use super::manifest::{CHUNK_BYTES, ChunkDigest, ChunkHasher, ManifestKey, SliceManifest};
-use crate::config::{ObjectStoreLocation, StoreCredentials};
+use crate::config::{BlobStoreTimeouts, ObjectStoreLocation, StoreCredentials};
+
+pub mod breaker;
+use breaker::{Admission, Breaker, BreakerState, Verdict};
 
 /// Blobs up to this size go in one PUT; larger ones as a multipart upload of parts this size (S3's minimum part
 /// is 5 MiB). What one upload holds in memory is this times `UPLOAD_CONCURRENCY`, read from the staged file.
 pub const MULTIPART_PART_BYTES: u64 = 8 << 20;
-/// Bytes of a fetched range written to its file at once.
+/// Bytes of a fetched range written to its file at once: what one fetch holds in memory, so fills hold at most
+/// `blob_store.max_fetches` times this.
 const FILL_BATCH: usize = 1 << 20;
 /// Parts of one multipart upload in flight at once.
 const UPLOAD_CONCURRENCY: usize = 2;
@@ -162,6 +173,35 @@ pub trait RemoteFetch: Send + Sync + std::fmt::Debug + 'static {
 #[cfg(test)]
 pub(crate) mod fake;
 
+/// What a store call does, as `/metrics` labels its latency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreOperation {
+    Get,
+    Head,
+    Put,
+    Delete,
+    List,
+}
+
+impl StoreOperation {
+    pub const ALL: [StoreOperation; 5] =
+        [StoreOperation::Get, StoreOperation::Head, StoreOperation::Put, StoreOperation::Delete, StoreOperation::List];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            StoreOperation::Get => "get",
+            StoreOperation::Head => "head",
+            StoreOperation::Put => "put",
+            StoreOperation::Delete => "delete",
+            StoreOperation::List => "list",
+        }
+    }
+}
+
+/// Told each store call's operation and how long it took (a fetch: until its last byte); the server passes the
+/// metrics layer's recorder, which this layer cannot name.
+pub type CallObserver = fn(StoreOperation, Duration);
+
 /// The object store's client, with the prefix blobs live under.
 #[derive(Debug, Clone)]
 pub struct RemoteBlobs {
@@ -173,6 +213,22 @@ pub struct RemoteBlobs {
     manifest_key: Option<Arc<ManifestKey>>,
     /// The settings the credentials came from, for messages.
     credentials: &'static str,
+    timeouts: BlobStoreTimeouts,
+    health: Arc<Health>,
+    /// Fetches in flight, at most `blob_store.max_fetches`.
+    fetches: Arc<tokio::sync::Semaphore>,
+    max_fetches: usize,
+}
+
+/// What the clones of one client share of the store's health.
+#[derive(Debug)]
+struct Health {
+    breaker: Mutex<Breaker>,
+    /// Calls the open breaker refused.
+    refused: AtomicU64,
+    /// The last readiness probe's verdict (`/readyz`).
+    reachable: AtomicBool,
+    observer: OnceLock<CallObserver>,
 }
 
 impl RemoteBlobs {
@@ -181,22 +237,7 @@ impl RemoteBlobs {
         use anyhow::Context;
         // reqwest's rustls has no provider of its own here: ring, as the rest of the process.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut options = ClientOptions::new()
-            .with_connect_timeout(Duration::from_secs(3))
-            .with_timeout(Duration::from_secs(120))
-            .with_pool_idle_timeout(Duration::from_secs(30));
-        if let Some(endpoint) = &location.endpoint {
-            options = options.with_allow_http(endpoint.starts_with("http://"));
-        }
-        if let Some(path) = &location.ca_bundle {
-            let pem =
-                std::fs::read(path).with_context(|| format!("cannot read blob_store.ca_bundle {}", path.display()))?;
-            let certificates = object_store::Certificate::from_pem_bundle(&pem)
-                .with_context(|| format!("blob_store.ca_bundle {} is not PEM certificates", path.display()))?;
-            for certificate in certificates {
-                options = options.with_root_certificate(certificate);
-            }
-        }
+        let options = client_options(location)?;
         // Few, quick retries: a request waits on them, and an outage should become a 503 soon.
         let retry = RetryConfig { max_retries: 2, retry_timeout: Duration::from_secs(10), ..RetryConfig::default() };
         let mut builder = AmazonS3Builder::new()
@@ -210,14 +251,73 @@ impl RemoteBlobs {
         }
         builder = with_credentials(builder, &location.credentials);
         let store = builder.build().with_context(|| format!("cannot configure the object store {location}"))?;
-        Ok(Self {
+        Ok(Self::with_client(
+            store,
+            &location.prefix,
+            location.to_string(),
+            location.timeouts,
+            location.breaker,
+            location.max_fetches,
+            location.credentials.source(),
+        ))
+    }
+
+    /// Around a configured client, with the limits of `blob_store`.
+    fn with_client(
+        store: AmazonS3,
+        prefix: &str,
+        location: String,
+        timeouts: BlobStoreTimeouts,
+        breaker: crate::config::BreakerSettings,
+        max_fetches: usize,
+        credentials: &'static str,
+    ) -> Self {
+        Self {
             store: Arc::new(store),
-            prefix: Arc::from(location.prefix.as_str()),
+            prefix: Arc::from(prefix),
             runtime: tokio::runtime::Handle::current(),
-            location: Arc::from(location.to_string()),
+            location: Arc::from(location),
             manifest_key: None,
-            credentials: location.credentials.source(),
-        })
+            credentials,
+            timeouts,
+            health: Arc::new(Health {
+                breaker: Mutex::new(Breaker::new(breaker.failures, breaker.cool_down)),
+                refused: AtomicU64::new(0),
+                reachable: AtomicBool::new(true),
+                observer: OnceLock::new(),
+            }),
+            fetches: Arc::new(tokio::sync::Semaphore::new(max_fetches)),
+            max_fetches,
+        }
+    }
+
+    /// Has `observer` told of every call from now on (once; a second observer is ignored).
+    pub fn observe_calls(&self, observer: CallObserver) {
+        let _ = self.health.observer.set(observer);
+    }
+
+    /// The circuit breaker's state now.
+    pub fn breaker_state(&self) -> BreakerState {
+        lock(&self.health.breaker).state(Instant::now())
+    }
+
+    /// Calls the open breaker refused so far.
+    pub fn refused_calls(&self) -> u64 {
+        self.health.refused.load(Ordering::Relaxed)
+    }
+
+    /// The last readiness probe's verdict: whether the store answered ([`RemoteBlobs::probe`]).
+    pub fn is_reachable(&self) -> bool {
+        self.health.reachable.load(Ordering::Acquire)
+    }
+
+    /// Pings the store and publishes the verdict [`RemoteBlobs::is_reachable`] reads; returns the result and
+    /// whether the verdict changed (so the caller logs an outage where it starts and ends).
+    pub async fn probe(&self) -> (Result<(), RemoteError>, bool) {
+        let result = self.ping().await;
+        let up = result.is_ok();
+        let was = self.health.reachable.swap(up, Ordering::AcqRel);
+        (result, was != up)
     }
 
     /// Uploads write sealed slice manifests with `key`, and the cache checks slices against them.
@@ -251,23 +351,51 @@ impl RemoteBlobs {
         StorePath::from(format!("{}.slices", self.key_of(sha256)))
     }
 
-    /// Runs `call` on the client's runtime and waits for it from wherever we are.
+    /// Runs `call` on the client's runtime and waits for it from wherever we are, if the circuit breaker lets it
+    /// through. Its verdict reaches the breaker from the spawned task, so a caller that goes away (a cancelled
+    /// request) still reports the call, a probe above all.
     async fn run<T: Send + 'static>(
         &self,
+        operation: StoreOperation,
         call: impl Future<Output = Result<T, RemoteError>> + Send + 'static,
     ) -> Result<T, RemoteError> {
+        let admission = lock(&self.health.breaker).admit(Instant::now());
+        if let Admission::Refused { retry_in } = admission {
+            self.health.refused.fetch_add(1, Ordering::Relaxed);
+            let threshold = lock(&self.health.breaker).threshold();
+            return Err(RemoteError::Unavailable(format!(
+                "the object store's circuit breaker is open after {threshold} failed calls in a row; calls fail at \
+                 once for another {:.1}s",
+                retry_in.as_secs_f64()
+            )));
+        }
+        let health = self.health.clone();
         self.runtime
-            .spawn(call)
+            .spawn(async move {
+                let started = Instant::now();
+                let result = call.await;
+                let verdict = match &result {
+                    // A refused key is an answer: the store is there, and failing fast would not help it.
+                    Ok(_) | Err(RemoteError::NotFound(_) | RemoteError::Refused(_)) => Verdict::Answered,
+                    Err(RemoteError::Unavailable(_)) => Verdict::Failed,
+                    Err(RemoteError::Local(_)) => Verdict::Unknown,
+                };
+                lock(&health.breaker).record(admission, verdict, Instant::now());
+                if let Some(observe) = health.observer.get() {
+                    observe(operation, started.elapsed());
+                }
+                result
+            })
             .await
             .map_err(|e| RemoteError::Unavailable(format!("object store task failed: {e}")))?
     }
 
     /// The stored size of a blob, `None` when the store has no such object.
     pub async fn size_of(&self, sha256: &str) -> Result<Option<u64>, RemoteError> {
-        let (store, key, sha) = (self.store.clone(), self.key_of(sha256), sha256.to_owned());
         let who = self.credentials;
-        self.run(async move {
-            match store.head(&key).await {
+        let (store, key, sha, t) = (self.store.clone(), self.key_of(sha256), sha256.to_owned(), self.timeouts);
+        self.run(StoreOperation::Head, async move {
+            match within(t.first_byte, "HEAD", store.head(&key)).await? {
                 Ok(meta) => Ok(Some(meta.size)),
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
                 Err(e) => Err(RemoteError::from_store(&sha, who, e)),
@@ -301,9 +429,11 @@ impl RemoteBlobs {
             .map_err(|e| RemoteError::Local(io::Error::other(format!("blob {sha256}: {e}"))))?;
         let sealed = Bytes::from(manifest.seal(key, sha256));
         let (store, path, sha) = (self.store.clone(), self.manifest_path(sha256), sha256.to_owned());
-        let who = self.credentials;
-        self.run(async move {
-            store.put(&path, PutPayload::from(sealed)).await.map_err(|e| RemoteError::from_store(&sha, who, e))?;
+        let (who, t) = (self.credentials, self.timeouts);
+        self.run(StoreOperation::Put, async move {
+            within(t.first_byte + t.idle_read, "PUT", store.put(&path, PutPayload::from(sealed)))
+                .await?
+                .map_err(|e| RemoteError::from_store(&sha, who, e))?;
             Ok(())
         })
         .await
@@ -311,9 +441,9 @@ impl RemoteBlobs {
 
     async fn has_manifest(&self, sha256: &str) -> Result<bool, RemoteError> {
         let (store, path, sha) = (self.store.clone(), self.manifest_path(sha256), sha256.to_owned());
-        let who = self.credentials;
-        self.run(async move {
-            match store.head(&path).await {
+        let (who, t) = (self.credentials, self.timeouts);
+        self.run(StoreOperation::Head, async move {
+            match within(t.first_byte, "HEAD", store.head(&path)).await? {
                 Ok(_) => Ok(true),
                 Err(object_store::Error::NotFound { .. }) => Ok(false),
                 Err(e) => Err(RemoteError::from_store(&sha, who, e)),
@@ -325,9 +455,9 @@ impl RemoteBlobs {
     /// The sealed slice manifest of a blob, `None` when the store has none.
     pub async fn fetch_manifest(&self, sha256: &str) -> Result<Option<Vec<u8>>, RemoteError> {
         let (store, path, sha) = (self.store.clone(), self.manifest_path(sha256), sha256.to_owned());
-        let who = self.credentials;
-        self.run(async move {
-            let result = match store.get(&path).await {
+        let (who, t) = (self.credentials, self.timeouts);
+        self.run(StoreOperation::Get, async move {
+            let result = match within(t.first_byte, "GET", store.get(&path)).await? {
                 Ok(result) => result,
                 Err(object_store::Error::NotFound { .. }) => return Ok(None),
                 Err(e) => return Err(RemoteError::from_store(&sha, who, e)),
@@ -339,7 +469,8 @@ impl RemoteBlobs {
                     result.meta.size
                 )));
             }
-            Ok(Some(result.bytes().await.map_err(|e| RemoteError::from_store(&sha, who, e))?.to_vec()))
+            let bytes = within(t.idle_read, "GET", result.bytes()).await?;
+            Ok(Some(bytes.map_err(|e| RemoteError::from_store(&sha, who, e))?.to_vec()))
         })
         .await
     }
@@ -382,9 +513,9 @@ impl RemoteBlobs {
     /// The version of a blob's store copy (ETag, size and modification time), `None` when the store has none.
     pub async fn version_of(&self, sha256: &str) -> Result<Option<String>, RemoteError> {
         let (store, key, sha) = (self.store.clone(), self.key_of(sha256), sha256.to_owned());
-        let who = self.credentials;
-        self.run(async move {
-            match store.head(&key).await {
+        let (who, t) = (self.credentials, self.timeouts);
+        self.run(StoreOperation::Head, async move {
+            match within(t.first_byte, "HEAD", store.head(&key)).await? {
                 Ok(meta) => {
                     Ok(Some(format!("{}/{}/{}", meta.e_tag.unwrap_or_default(), meta.size, meta.last_modified)))
                 }
@@ -442,34 +573,44 @@ impl RemoteBlobs {
         what: &str,
         size: u64,
     ) -> Result<Vec<ChunkDigest>, RemoteError> {
-        let (store, sha) = (self.store.clone(), what.to_owned());
+        let (store, sha, t) = (self.store.clone(), what.to_owned(), self.timeouts);
         let who = self.credentials;
-        self.run(async move {
+        // One PUT (of a blob or a part, at most MULTIPART_PART_BYTES) may take idle_read beyond its first byte.
+        let part = t.first_byte + t.idle_read;
+        self.run(StoreOperation::Put, async move {
             let file =
                 Arc::new(tokio::task::spawn_blocking(move || File::open(path)).await.map_err(io::Error::other)??);
             let mut hasher = ChunkHasher::new(CHUNK_BYTES);
             if size <= MULTIPART_PART_BYTES {
                 let bytes;
                 (bytes, hasher) = read_at(file, 0, size, hasher).await?;
-                store.put(&key, PutPayload::from(bytes)).await.map_err(|e| RemoteError::from_store(&sha, who, e))?;
+                within(part, "PUT", store.put(&key, PutPayload::from(bytes)))
+                    .await?
+                    .map_err(|e| RemoteError::from_store(&sha, who, e))?;
             } else {
-                let upload = store.put_multipart(&key).await.map_err(|e| RemoteError::from_store(&sha, who, e))?;
+                let upload = within(t.first_byte, "multipart upload", store.put_multipart(&key))
+                    .await?
+                    .map_err(|e| RemoteError::from_store(&sha, who, e))?;
                 let mut writer = WriteMultipart::new_with_chunk_size(upload, MULTIPART_PART_BYTES as usize);
                 let mut offset = 0;
                 while offset < size {
                     let len = (size - offset).min(MULTIPART_PART_BYTES);
-                    writer
-                        .wait_for_capacity(UPLOAD_CONCURRENCY)
-                        .await
+                    within(part, "upload part", writer.wait_for_capacity(UPLOAD_CONCURRENCY))
+                        .await?
                         .map_err(|e| RemoteError::from_store(&sha, who, e))?;
                     let bytes;
                     (bytes, hasher) = read_at(file.clone(), offset, len, hasher).await?;
                     writer.put(bytes);
                     offset += len;
                 }
-                writer.finish().await.map_err(|e| RemoteError::from_store(&sha, who, e))?;
+                within(part, "upload part", writer.finish())
+                    .await?
+                    .map_err(|e| RemoteError::from_store(&sha, who, e))?;
             }
-            let stored = store.head(&key).await.map_err(|e| RemoteError::from_store(&sha, who, e))?.size;
+            let stored = within(t.first_byte, "HEAD", store.head(&key))
+                .await?
+                .map_err(|e| RemoteError::from_store(&sha, who, e))?
+                .size;
             if stored != size {
                 return Err(RemoteError::Unavailable(format!("{sha} stored with {stored} bytes, not {size}")));
             }
@@ -486,11 +627,15 @@ impl RemoteBlobs {
         file: Arc<File>,
         check: Option<ChunkCheck>,
     ) -> Result<Fetched, RemoteError> {
-        let (store, sha) = (self.store.clone(), what.to_owned());
+        let (store, sha, t) = (self.store.clone(), what.to_owned(), self.timeouts);
         let who = self.credentials;
-        self.run(async move {
+        let permit = self.fetch_permit().await?;
+        self.run(StoreOperation::Get, async move {
+            let _permit = permit;
             let options = object_store::GetOptions { range: Some(range.clone().into()), ..Default::default() };
-            let result = store.get_opts(&key, options).await.map_err(|e| RemoteError::from_store(&sha, who, e))?;
+            let result = within(t.first_byte, "GET", store.get_opts(&key, options))
+                .await?
+                .map_err(|e| RemoteError::from_store(&sha, who, e))?;
             let mut stream = result.into_stream();
             let mut at = range.start;
             // Written a whole batch at a time, each one write of FILL_BATCH bytes from the range's start: one
@@ -502,7 +647,7 @@ impl RemoteBlobs {
             let mut hasher = check.as_ref().map(|c| ChunkHasher::new(c.chunk_bytes));
             let refused = || RemoteError::Unavailable(format!("blob {sha}: a chunk does not match what was uploaded"));
             loop {
-                let next = stream.next().await;
+                let next = within(t.idle_read, "GET body", stream.next()).await?;
                 let done = next.is_none();
                 if let Some(chunk) = next {
                     let chunk = chunk.map_err(|e| RemoteError::from_store(&sha, who, e))?;
@@ -568,10 +713,10 @@ impl RemoteBlobs {
     }
 
     async fn delete_key(&self, key: StorePath, what: &str) -> Result<(), RemoteError> {
-        let (store, sha) = (self.store.clone(), what.to_owned());
         let who = self.credentials;
-        self.run(async move {
-            match store.delete(&key).await {
+        let (store, sha, t) = (self.store.clone(), what.to_owned(), self.timeouts);
+        self.run(StoreOperation::Delete, async move {
+            match within(t.first_byte, "DELETE", store.delete(&key)).await? {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
                 Err(e) => Err(RemoteError::from_store(&sha, who, e)),
             }
@@ -591,12 +736,13 @@ impl RemoteBlobs {
         prefix: Option<StorePath>,
         named: fn(&str) -> bool,
     ) -> Result<Vec<(String, SystemTime)>, RemoteError> {
-        let store = self.store.clone();
         let who = self.credentials;
-        self.run(async move {
+        let (store, t) = (self.store.clone(), self.timeouts);
+        self.run(StoreOperation::List, async move {
             let mut listing = store.list(prefix.as_ref());
             let mut found = Vec::new();
-            while let Some(meta) = listing.next().await {
+            // Each page is a request of its own: the bound is per item, which a page's first item waits out.
+            while let Some(meta) = within(t.first_byte, "LIST", listing.next()).await? {
                 let meta = meta.map_err(|e| RemoteError::unavailable(who, e))?;
                 if let Some(name) = meta.location.filename().filter(|n| named(n)) {
                     found.push((name.to_owned(), SystemTime::from(meta.last_modified)));
@@ -609,15 +755,71 @@ impl RemoteBlobs {
 
     /// Whether the store answers: a listing of at most one key (the readiness probe).
     pub async fn ping(&self) -> Result<(), RemoteError> {
-        let store = self.store.clone();
         let who = self.credentials;
+        let (store, t) = (self.store.clone(), self.timeouts);
         let prefix = (!self.prefix.is_empty()).then(|| StorePath::from(&*self.prefix));
-        self.run(async move {
-            store.list_with_delimiter(prefix.as_ref()).await.map_err(|e| RemoteError::unavailable(who, e))?;
+        self.run(StoreOperation::List, async move {
+            within(t.first_byte, "LIST", store.list_with_delimiter(prefix.as_ref()))
+                .await?
+                .map_err(|e| RemoteError::unavailable(who, e))?;
             Ok(())
         })
         .await
     }
+}
+
+impl RemoteBlobs {
+    /// A place among the `blob_store.max_fetches` fetches in flight, waited for at most `timeouts.first_byte`:
+    /// beyond, the store is as slow as one that does not answer.
+    async fn fetch_permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, RemoteError> {
+        match tokio::time::timeout(self.timeouts.first_byte, self.fetches.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(closed)) => Err(RemoteError::Unavailable(closed.to_string())),
+            Err(_) => Err(RemoteError::Unavailable(format!(
+                "{} fetches from the object store in flight (blob_store.max_fetches) for {:?}",
+                self.max_fetches, self.timeouts.first_byte
+            ))),
+        }
+    }
+}
+
+/// The connection settings of the store's HTTP client: `blob_store.timeouts.connect`, no bound on a whole request
+/// (a large range may take long; `within` bounds each wait instead, and not reqwest's read timeout, which would
+/// also cut a PUT whose body takes longer than it to send), the endpoint's scheme and `ca_bundle`.
+fn client_options(location: &ObjectStoreLocation) -> anyhow::Result<ClientOptions> {
+    use anyhow::Context;
+    let mut options = ClientOptions::new()
+        .with_connect_timeout(location.timeouts.connect)
+        .with_timeout_disabled()
+        .with_pool_idle_timeout(Duration::from_secs(30));
+    if let Some(endpoint) = &location.endpoint {
+        options = options.with_allow_http(endpoint.starts_with("http://"));
+    }
+    if let Some(path) = &location.ca_bundle {
+        let pem =
+            std::fs::read(path).with_context(|| format!("cannot read blob_store.ca_bundle {}", path.display()))?;
+        let certificates = object_store::Certificate::from_pem_bundle(&pem)
+            .with_context(|| format!("blob_store.ca_bundle {} is not PEM certificates", path.display()))?;
+        for certificate in certificates {
+            options = options.with_root_certificate(certificate);
+        }
+    }
+    Ok(options)
+}
+
+/// `call`'s output, or `Unavailable` once the store has kept it waiting `limit` (`what` names the wait).
+async fn within<T>(limit: Duration, what: &str, call: impl Future<Output = T>) -> Result<T, RemoteError> {
+    tokio::time::timeout(limit, call).await.map_err(|_| {
+        RemoteError::Unavailable(format!(
+            "the object store sent nothing for {} ({what})",
+            humantime::format_duration(limit)
+        ))
+    })
+}
+
+fn lock(breaker: &Mutex<Breaker>) -> std::sync::MutexGuard<'_, Breaker> {
+    // The state machine cannot panic half-way; a poisoned lock still holds a consistent state.
+    breaker.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl RemoteFetch for RemoteBlobs {
@@ -779,5 +981,112 @@ mod tests {
         assert!(matches!(&down, RemoteError::Unavailable(l) if !l.contains('\n')), "{down:?}");
         let missing = object_store::Error::NotFound { path: "k".into(), source: "404".into() };
         assert!(matches!(RemoteError::from_store("ab", source, missing), RemoteError::NotFound(s) if s == "ab"));
+    }
+
+    const SHA: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[tokio::test]
+    async fn failed_calls_open_the_breaker_and_then_fail_at_once_counted() {
+        let remote = fake::never_asked();
+        let threshold = crate::config::BreakerSettings::default().failures;
+        for _ in 0..threshold {
+            let error = remote.size_of(SHA).await.unwrap_err();
+            assert!(matches!(&error, RemoteError::Unavailable(why) if !why.contains("breaker")), "{error}");
+        }
+        assert_eq!(remote.breaker_state(), BreakerState::Open);
+        assert_eq!(remote.refused_calls(), 0);
+        let error = remote.delete(SHA).await.unwrap_err();
+        assert!(matches!(&error, RemoteError::Unavailable(why) if why.contains("circuit breaker is open")), "{error}");
+        let (probe, changed) = remote.probe().await;
+        assert!(probe.is_err() && changed && !remote.is_reachable(), "the probe's verdict is published");
+        assert_eq!(remote.refused_calls(), 2);
+    }
+
+    /// A client of a store that answers every request with the head of a 10-byte object and 4 bytes of its body,
+    /// then nothing more (a store hung mid-body).
+    fn stalling_mid_body() -> RemoteBlobs {
+        use object_store::aws::AmazonS3Builder;
+        use object_store::client::{HttpClient, HttpConnector, HttpError, HttpRequest, HttpResponse, HttpService};
+
+        #[derive(Debug)]
+        struct Stall;
+        impl HttpConnector for Stall {
+            fn connect(&self, _: &ClientOptions) -> object_store::Result<HttpClient> {
+                Ok(HttpClient::new(Stall))
+            }
+        }
+        impl HttpService for Stall {
+            fn call<'life0, 'async_trait>(
+                &'life0 self,
+                _: HttpRequest,
+            ) -> std::pin::Pin<Box<dyn Future<Output = Result<HttpResponse, HttpError>> + Send + 'async_trait>>
+            where
+                'life0: 'async_trait,
+                Self: 'async_trait,
+            {
+                let response = http::Response::builder()
+                    .status(206)
+                    .header("content-length", "10")
+                    .header("content-range", "bytes 0-9/10")
+                    .header("last-modified", "Thu, 01 Jan 1970 00:00:00 GMT")
+                    .header("etag", "\"stalled\"")
+                    .body(object_store::client::HttpResponseBody::new(FourBytesThenNothing(false)))
+                    .unwrap();
+                Box::pin(std::future::ready(Ok(response)))
+            }
+        }
+        struct FourBytesThenNothing(bool);
+        impl http_body::Body for FourBytesThenNothing {
+            type Data = Bytes;
+            type Error = HttpError;
+            fn poll_frame(
+                mut self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, HttpError>>> {
+                if std::mem::replace(&mut self.0, true) {
+                    std::task::Poll::Pending
+                } else {
+                    std::task::Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from_static(b"four")))))
+                }
+            }
+        }
+
+        let store = AmazonS3Builder::new()
+            .with_bucket_name("stalled")
+            .with_region("us-east-1")
+            .with_endpoint("http://127.0.0.1:9")
+            .with_allow_http(true)
+            .with_skip_signature(true)
+            .with_retry(RetryConfig { max_retries: 0, ..RetryConfig::default() })
+            .with_http_connector(Stall)
+            .build()
+            .unwrap();
+        let defaults = crate::config::BlobStoreSettings::default();
+        RemoteBlobs::with_client(store, "", "s3://stalled".into(), defaults.timeouts, defaults.breaker, 1, "test keys")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_stops_mid_way_fails_after_the_idle_read_timeout_and_frees_its_place() {
+        let remote = stalling_mid_body();
+        let file = Arc::new(tempfile::tempfile().unwrap());
+        let started = tokio::time::Instant::now();
+        let error = remote.fetch_into(SHA, 0..10, file.clone(), None).await.unwrap_err();
+        assert!(matches!(&error, RemoteError::Unavailable(why) if why.contains("GET body")), "{error}");
+        assert!(started.elapsed() >= remote.timeouts.idle_read, "not before the timeout");
+        assert!(started.elapsed() < remote.timeouts.first_byte + remote.timeouts.idle_read * 2, "bounded by idleness");
+        assert_eq!(remote.fetches.available_permits(), 1, "the fetch's place is free again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fetch_waits_for_a_place_at_most_the_first_byte_timeout() {
+        let remote = fake::never_asked();
+        let taken = remote.fetches.clone().acquire_many_owned(remote.max_fetches as u32).await.unwrap();
+        let file = Arc::new(tempfile::tempfile().unwrap());
+        let started = tokio::time::Instant::now();
+        let error = remote.fetch_into(SHA, 0..10, file, None).await.unwrap_err();
+        assert!(matches!(&error, RemoteError::Unavailable(why) if why.contains("max_fetches")), "{error}");
+        assert!(started.elapsed() >= remote.timeouts.first_byte, "it waited for a place first");
+        assert_eq!(remote.breaker_state(), BreakerState::Closed, "no store call was made");
+        drop(taken);
     }
 }

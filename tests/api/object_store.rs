@@ -285,17 +285,144 @@ fn while_the_store_is_down_cached_objects_are_served_and_the_rest_get_503() {
     let response = server.put("/pub/new.bin", &token, b"new bytes", &[]);
     assert_eq!(response.status, 503, "an upload cannot be stored: {}", String::from_utf8_lossy(&response.body));
     assert!(response.header("retry-after").is_some());
-    let ready = server.admin("GET", "/readyz", &[], b"");
-    assert_eq!(ready.status, 503);
+    // /readyz says what the last probe (every second) found.
+    let mut ready = server.admin("GET", "/readyz", &[], b"");
+    assert!(wait_for(Duration::from_secs(10), || {
+        ready = server.admin("GET", "/readyz", &[], b"");
+        ready.status == 503
+    }));
     assert!(String::from_utf8_lossy(&ready.body).contains("blob_store"), "readyz names the store: {:?}", ready.body);
     assert_eq!(server.get("/pub/new.bin", &[]).status, 404, "nothing of the refused upload is visible");
 
-    // Back without a restart.
+    // Back without a restart, once the probe finds the store again (which also closes the circuit breaker).
     store.proxy.set_down(false);
+    assert!(wait_for(Duration::from_secs(10), || server.admin("GET", "/readyz", &[], b"").status == 200));
     assert_eq!(get_ok(&server, "/pub/cold.bin", &[]).body, cold);
     assert_eq!(server.put("/pub/new.bin", &token, b"new bytes", &[]).status, 201);
     assert_eq!(get_ok(&server, "/pub/new.bin", &[]).body, b"new bytes");
-    assert!(wait_for(Duration::from_secs(10), || server.admin("GET", "/readyz", &[], b"").status == 200));
+}
+
+/// The store's timeouts in the hung-store tests: small, so the test is quick, and a bound of several times them
+/// is generous on a loaded machine.
+const STORE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Settings for a hung store: each wait on it bounded by [`STORE_TIMEOUT`], the breaker open after 3 failures.
+fn hung_store_settings(store: &Store) -> Vec<(String, String)> {
+    store.env(&[
+        ("BLOBGATE_BLOB_STORE__TIMEOUTS__CONNECT", "1s"),
+        ("BLOBGATE_BLOB_STORE__TIMEOUTS__FIRST_BYTE", "1s"),
+        ("BLOBGATE_BLOB_STORE__TIMEOUTS__IDLE_READ", "1s"),
+        ("BLOBGATE_BLOB_STORE__BREAKER__FAILURES", "3"),
+        ("BLOBGATE_BLOB_STORE__BREAKER__COOL_DOWN", "2s"),
+    ])
+}
+
+/// `request` and how long it took.
+fn timed<T>(request: impl FnOnce() -> T) -> (T, Duration) {
+    let started = std::time::Instant::now();
+    let result = request();
+    (result, started.elapsed())
+}
+
+#[test]
+fn a_hung_store_is_a_slow_dependency_not_an_outage() {
+    let store = Store::start(S3Upstream::s3s_fs());
+    let store_env = hung_store_settings(&store);
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let token = env.token("pub", "write", &[]);
+    let (warm, cold) = (test_bytes(3 * MIB as usize, 17), test_bytes(2 * MIB as usize, 18));
+    put(&env, &store_env, "pub", "warm.bin", &warm);
+    put(&env, &store_env, "pub", "cold.bin", &cold);
+    let server = env.serve_with(&refs(&store_env), &[]);
+    assert_eq!(get_ok(&server, "/pub/warm.bin", &[]).body, warm);
+    // /readyz asks the store nothing: the listings in a burst of 20 are the probe's, one a second.
+    let listings = || {
+        let bucket = format!("/{}?", store.bucket);
+        store.proxy.requests().iter().filter(|r| r.method == "GET" && r.target.starts_with(&bucket)).count()
+    };
+    let (before, started) = (listings(), std::time::Instant::now());
+    for _ in 0..20 {
+        assert_eq!(server.admin("GET", "/readyz", &[], b"").status, 200);
+    }
+    let probes = started.elapsed().as_secs() as usize + 2;
+    assert!(listings() - before <= probes, "/readyz listed the store: {} listings", listings() - before);
+    let bound = STORE_TIMEOUT * 5;
+
+    store.upstream.pause();
+    let (response, took) = timed(|| server.get("/pub/cold.bin", &[]));
+    assert_eq!(response.status, 503, "a cold read: {}", String::from_utf8_lossy(&response.body));
+    assert!(response.header("retry-after").is_some());
+    assert_json_error(&response, 503, "blob_store_unavailable");
+    assert!(took < bound, "a cold read waited {took:?} on the hung store");
+    let (response, took) = timed(|| server.put("/pub/new.bin", &token, b"new bytes", &[]));
+    assert_eq!(response.status, 503, "an upload: {}", String::from_utf8_lossy(&response.body));
+    assert!(response.header("retry-after").is_some());
+    assert!(took < bound, "an upload waited {took:?} on the hung store");
+    let (response, _) = timed(|| get_ok(&server, "/pub/warm.bin", &[]));
+    assert_eq!(response.body, warm, "a cached object is served, byte-exact");
+
+    // /readyz reads the probe's verdict: it answers at once every time, and soon says the store is down.
+    let mut answers = Vec::new();
+    assert!(
+        wait_for(Duration::from_secs(15), || {
+            let (ready, took) = timed(|| server.admin("GET", "/readyz", &[], b""));
+            assert!(took < bound, "/readyz waited {took:?} on the hung store");
+            answers.push(ready.status);
+            ready.status == 503 && String::from_utf8_lossy(&ready.body).contains("blob_store")
+        }),
+        "/readyz never said the store is down: {answers:?}"
+    );
+    for _ in 0..3 {
+        let (ready, took) = timed(|| server.admin("GET", "/readyz", &[], b""));
+        assert_eq!(ready.status, 503);
+        assert!(took < bound, "/readyz waited {took:?} on the hung store");
+    }
+    // The failures open the breaker: calls then fail at once, and are counted.
+    assert!(
+        wait_for(Duration::from_secs(15), || server.metric("blobgate_blob_store_breaker_state") == 2.0),
+        "the breaker did not open:\n{}",
+        server.metrics()
+    );
+    let response = server.get("/pub/cold.bin", &[]);
+    assert_eq!(response.status, 503);
+    assert!(server.metric("blobgate_blob_store_breaker_refused_total") > 0.0, "refusals are counted");
+    assert_eq!(get_ok(&server, "/pub/warm.bin", &[]).body, warm, "still served with the breaker open");
+
+    // Back without a restart: the probe closes the breaker, and reads and uploads go on.
+    store.upstream.resume();
+    assert!(wait_for(Duration::from_secs(15), || server.admin("GET", "/readyz", &[], b"").status == 200));
+    let response = server.get("/pub/cold.bin", &[]);
+    assert_eq!(response.status, 200, "{}", server.log());
+    assert_eq!(response.body, cold);
+    assert_eq!(server.put("/pub/new.bin", &token, b"new bytes", &[]).status, 201);
+    assert_eq!(get_ok(&server, "/pub/new.bin", &[]).body, b"new bytes");
+    assert_eq!(server.metric("blobgate_blob_store_breaker_state"), 0.0);
+}
+
+#[test]
+fn metrics_show_the_stores_calls_by_operation_and_its_breaker() {
+    let store = Store::start(S3Upstream::moto());
+    let store_env = store.env(&[]);
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let bytes = test_bytes(MIB as usize, 19);
+    put(&env, &store_env, "pub", "one.bin", &bytes);
+    let server = env.serve_with(&refs(&store_env), &[]);
+    assert_eq!(get_ok(&server, "/pub/one.bin", &[]).body, bytes);
+    let metrics = server.metrics();
+    assert!(metrics.contains("blobgate_blob_store_breaker_state 0"), "{metrics}");
+    assert!(metrics.contains("blobgate_blob_store_breaker_refused_total 0"), "{metrics}");
+    // Histograms reach the exporter at its upkeep (every 5 s).
+    let mut last = String::new();
+    let seen = wait_for(Duration::from_secs(20), || {
+        last = server.metrics();
+        ["get", "list"].iter().all(|op| {
+            last.lines()
+                .any(|l| l.starts_with(&format!("blobgate_blob_store_request_seconds_count{{operation=\"{op}\"}}")))
+        })
+    });
+    assert!(seen, "no store call latency by operation:\n{last}");
 }
 
 #[test]

@@ -371,12 +371,14 @@ pub fn never_asked() -> RemoteBlobs {
         .with_http_connector(Refuse)
         .build()
         .unwrap();
-    RemoteBlobs {
-        store: Arc::new(store),
-        prefix: Arc::from(""),
-        runtime: tokio::runtime::Handle::current(),
-        location: Arc::from("s3://unused (never asked)"),
-        manifest_key: None,
-        credentials: "blob_store.anonymous (unsigned requests)",
-    }
+    let defaults = crate::config::BlobStoreSettings::default();
+    RemoteBlobs::with_client(
+        store,
+        "",
+        "s3://unused (never asked)".into(),
+        defaults.timeouts,
+        defaults.breaker,
+        defaults.max_fetches,
+        "blob_store.anonymous (unsigned requests)",
+    )
 }

@@ -102,6 +102,23 @@ impl S3Upstream {
         }
     }
 
+    /// Stops the server's process (SIGSTOP): connections still open at the kernel, nothing answered, as a hung
+    /// store. Only a server of the test's own (s3s-fs), never the shared moto.
+    pub fn pause(&self) {
+        self.signal(nix::sys::signal::Signal::SIGSTOP);
+    }
+
+    /// Lets a [`pause`](Self::pause)d server go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal(nix::sys::signal::Signal::SIGCONT);
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        let child = self.child.as_ref().unwrap_or_else(|| panic!("{} is shared: it cannot be paused", self.name));
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid"));
+        nix::sys::signal::kill(pid, signal).unwrap_or_else(|e| panic!("{signal} to {}: {e}", self.name));
+    }
+
     /// "moto" or "s3s-fs", for messages.
     pub fn name(&self) -> &'static str {
         self.name
@@ -207,6 +224,10 @@ for bucket in spec["buckets"]:
 impl Drop for S3Upstream {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
+            // A paused server goes on first, so that it dies now and its sockets close.
+            if let Ok(pid) = i32::try_from(child.id()) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGCONT);
+            }
             let _ = child.kill();
             let _ = child.wait();
             return;
