@@ -1331,7 +1331,7 @@ mod tests {
         Jail::expect_with(|jail| {
             jail.create_file(
                 "c.toml",
-                "[blob_store]\nurl = \"s3://blobs\"\nmax_fetches = 8\n[blob_store.timeouts]\nfirst_byte = \"2s\"\n",
+                "[blob_store]\nurl = \"s3://blobs\"\nanonymous = true\nmax_fetches = 8\n[blob_store.timeouts]\nfirst_byte = \"2s\"\n",
             )?;
             jail.set_env("BLOBGATE_BLOB_STORE__BREAKER__COOL_DOWN", "750ms");
             let s = Settings::load(Some(Path::new("c.toml")), &FlagOverrides::default()).map_err(|e| e.to_string())?;
@@ -1342,15 +1342,18 @@ mod tests {
             assert_eq!(at.max_fetches, 8);
             Ok(())
         });
-        let mut settings = BlobStoreSettings::default();
+        let mut settings = BlobStoreSettings { anonymous: true, ..Default::default() };
         settings.timeouts.idle_read = Duration::ZERO;
         let err = ObjectStoreLocation::parse("s3://blobs", &settings).unwrap_err().to_string();
         assert!(err.contains("blob_store.timeouts.idle_read"), "{err}");
-        let settings = BlobStoreSettings { max_fetches: 0, ..Default::default() };
+        let settings = BlobStoreSettings { max_fetches: 0, anonymous: true, ..Default::default() };
         let err = ObjectStoreLocation::parse("s3://blobs", &settings).unwrap_err().to_string();
         assert!(err.contains("blob_store.max_fetches"), "{err}");
-        let settings =
-            BlobStoreSettings { breaker: BreakerSettings { failures: 0, ..Default::default() }, ..Default::default() };
+        let settings = BlobStoreSettings {
+            breaker: BreakerSettings { failures: 0, ..Default::default() },
+            anonymous: true,
+            ..Default::default()
+        };
         let err = ObjectStoreLocation::parse("s3://blobs", &settings).unwrap_err().to_string();
         assert!(err.contains("blob_store.breaker.failures"), "{err}");
     }
