@@ -645,7 +645,7 @@ impl<S: RequestService> Connection<S> {
             }
             SendOutcome::Stalled => {
                 self.ctx.metrics.stalled();
-                tracing::info!(peer = %self.peer, key = %body.object.key, "no progress (the client read nothing, or its slice never came from the object store); closing");
+                tracing::info!(peer = %self.peer, key = %body.object.key, "client made no progress (it read nothing, or its slice never came from the object store); closing");
                 false
             }
             SendOutcome::Aborted(e) => {
