@@ -11,9 +11,25 @@
 //! never committed, which the sweep puts back (its row still references it). The data dir may be shared by live
 //! peers (other replicas, on this host or others), so the sweep removes only what no live process is doing
 //! (`store::staging`, `timeouts.sweep_grace`; ARCHITECTURE.md, "Shared blob directory"). S3 multipart uploads
-//! (`multipart`) follow the same ordering, and Complete commits its object through the same steps as a put. With
-//! an object store, a write uploads its staged blob before it takes the lock and confirms the store's copy under
-//! it (ARCHITECTURE.md, "The blob-store seam").
+//! (`multipart`) follow the same ordering, and Complete commits its object through the same steps as a put.
+//!
+//! **An object store is never called under the lock**, where one slow call would stall every writer
+//! (ARCHITECTURE.md, "The blob-store seam"). A write uploads its blobs before it. A blob whose last reference
+//! goes gets a row in `store_blob_retirements` in that commit and stays in the store for g =
+//! `timeouts.sweep_grace`, so downloads already reading it finish on every replica. Then the deleting process's delayed task, or any replica's sweep,
+//! records under the lock its decision to delete (`deleting_at`) if no row references the blob, sends the delete
+//! after the commit, and records that it came back. A put of the same content reads the row before its upload
+//! (waiting out a delete in flight) and again under the lock, and commits only if no delete can land after the
+//! upload (`store_deletes::may_commit`), else rolls back and uploads again. Why no row ever names a deleted blob:
+//! - a decision needs no reference under the lock: a put committed first stops it, one committing later sees it;
+//! - a delete is sent within g/4 of its decision and over within g/2 (the store client's timeouts are far
+//!   shorter); a put whose first read found it over uploaded after it landed;
+//! - a decision's row is kept g after it, and a put takes at most g/2 from its first read to its commit (else it
+//!   starts again): a put that finds no decision read after every pruned one had landed;
+//! - a part's store object is named for its one upload, whose row commits within g/2; the sweep takes only parts
+//!   g old that no row names under the lock, which none can name later.
+//!
+//! These compare unix seconds of different hosts: g must be many times their skew (the default hour is).
 
 pub mod blob_cache;
 pub mod blobs;
@@ -295,7 +311,8 @@ impl Store {
             // A second more: the rows count in whole seconds.
             tokio::time::sleep(grace + Duration::from_secs(1)).await;
             if let Err(e) = delete_retired(&meta, &cache, &retired, grace).await {
-                tracing::warn!(error = %format!("{e:#}"), "could not delete unreferenced blobs from the object store; the sweep will");
+                let error = format!("{e:#}");
+                tracing::warn!(error, "could not delete unreferenced blobs from the object store; the sweep will");
             }
         });
     }

@@ -679,3 +679,48 @@ fn a_delete_on_one_replica_during_a_cold_download_on_the_other_completes_byte_ex
     );
     assert_eq!(deletes(&store), 1, "one delete, by one replica: {:?}", store.proxy.requests());
 }
+
+/// Overwriting `latest` while a client downloads it cold: the download under way finishes with the old bytes,
+/// byte-exact (the old blob stays in the store for the grace period), while new GETs already get the new bytes.
+#[test]
+fn overwriting_latest_while_a_client_downloads_it_keeps_that_download_whole() {
+    let store = Store::start(S3Upstream::moto());
+    let store_env = store.env(&[("BLOBGATE_TIMEOUTS__SWEEP_GRACE", "20s")]);
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let token = env.token("pub", "write", &[]);
+    let server = env.serve_with(&refs(&store_env), &[]);
+    let (old, new) = (test_bytes(5 * MIB as usize + 1, 80), test_bytes(3 * MIB as usize + 3, 81));
+    // By the CLI, so the server's cache has never seen it: its download is cold.
+    put(&env, &store_env, "pub", "latest", &old);
+    let old_sha = sha256_hex(&old);
+    let held = old_sha.clone();
+    store.proxy.hold(move |r| {
+        r.method == "GET" && r.target.contains(&held) && r.range.as_deref().is_some_and(|r| !r.starts_with("bytes=0-"))
+    });
+    let addr = server.data;
+    let download = std::thread::spawn(move || request_at(addr, "GET", "/pub/latest", &[]));
+    assert!(
+        wait_for(Duration::from_secs(60), || store.proxy.held() > 0),
+        "the download is past its first slice: {:?}",
+        store.proxy.requests()
+    );
+
+    let response = server.put("/pub/latest", &token, &new, &[]);
+    assert_eq!(response.status, 201, "{}", String::from_utf8_lossy(&response.body));
+    assert_eq!(sha256_hex(&get_ok(&server, "/pub/latest", &[]).body), sha256_hex(&new), "new GETs get the new bytes");
+    let deletes = |store: &Store| store.proxy.requests().iter().filter(|r| is_delete(r)).count();
+    // A delete of the old store object right after the commit would show here within a moment.
+    assert!(!wait_for(Duration::from_secs(3), || deletes(&store) > 0), "{:?}", store.proxy.requests());
+    store.proxy.release();
+    let response = download.join().unwrap();
+    assert_eq!(response.status, 200);
+    assert_eq!(sha256_hex(&response.body), old_sha, "the download under way finished with the old bytes, whole");
+    assert_eq!(sha256_hex(&get_ok(&server, "/pub/latest", &[]).body), sha256_hex(&new));
+    assert!(
+        wait_for(Duration::from_secs(120), || store.blobs().iter().all(|(key, _)| !key.contains(&old_sha))),
+        "the old blob left the store after the grace period: {:?}",
+        store.blobs()
+    );
+    assert_eq!(store.blobs().len(), 1);
+}

@@ -26,7 +26,9 @@ impl From<(i64, Option<i64>, Option<i64>)> for Retirement {
 impl Metadata {
     /// The blob's retirement row, read outside any transaction (a put reads it before its upload).
     pub async fn store_blob_retirement(&self, sha256: &str) -> Result<Option<Retirement>, MetadataError> {
-        let row: Option<(i64, Option<i64>, Option<i64>)> = with_pool!(&self.backend, pool => sqlx::query_as(SELECT_RETIREMENT).bind(sha256).fetch_optional(pool).await?);
+        let row: Option<(i64, Option<i64>, Option<i64>)> = with_pool!(&self.backend, pool => {
+            sqlx::query_as(SELECT_RETIREMENT).bind(sha256).fetch_optional(pool).await?
+        });
         Ok(row.map(Retirement::from))
     }
 }
@@ -48,10 +50,9 @@ impl WriteTx {
     }
 
     pub async fn store_blob_retirement(&mut self, sha256: &str) -> Result<Option<Retirement>, MetadataError> {
-        let row: Option<(i64, Option<i64>, Option<i64>)> = with_tx!(&mut self.tx, tx => sqlx::query_as(SELECT_RETIREMENT)
-            .bind(sha256)
-            .fetch_optional(&mut **tx)
-            .await?);
+        let row: Option<(i64, Option<i64>, Option<i64>)> = with_tx!(&mut self.tx, tx => {
+            sqlx::query_as(SELECT_RETIREMENT).bind(sha256).fetch_optional(&mut **tx).await?
+        });
         Ok(row.map(Retirement::from))
     }
 
