@@ -16,11 +16,12 @@
 //! **An object store is never called under the lock**, where one slow call would stall every writer
 //! (ARCHITECTURE.md, "The blob-store seam"). A write uploads its blobs before it. A blob whose last reference
 //! goes gets a row in `store_blob_retirements` in that commit and stays in the store for g =
-//! `timeouts.sweep_grace`, so downloads already reading it finish on every replica. Then the deleting process's delayed task, or any replica's sweep,
-//! records under the lock its decision to delete (`deleting_at`) if no row references the blob, sends the delete
-//! after the commit, and records that it came back. A put of the same content reads the row before its upload
-//! (waiting out a delete in flight) and again under the lock, and commits only if no delete can land after the
-//! upload (`store_deletes::may_commit`), else rolls back and uploads again. Why no row ever names a deleted blob:
+//! `timeouts.sweep_grace`, so downloads already reading it finish on every replica. Then the deleting process's
+//! delayed task, or any replica's sweep, records under the lock its decision to delete (`deleting_at`) if no row
+//! references the blob, sends the delete after the commit, and records that it came back. A put of the same
+//! content reads the row before its upload (waiting out a delete in flight) and again under the lock, and commits
+//! only if no delete can land after the upload (`store_deletes::may_commit`), else rolls back and uploads again.
+//! Why no row ever names a deleted blob:
 //! - a decision needs no reference under the lock: a put committed first stops it, one committing later sees it;
 //! - a delete is sent within g/4 of its decision and over within g/2 (the store client's timeouts are far
 //!   shorter); a put whose first read found it over uploaded after it landed;
@@ -190,10 +191,10 @@ pub struct Store {
     grace: Duration,
 }
 
-/// What a write made sure of before the lock: each blob's retirement row as read at `read_at`, then each blob in
+/// What a write made sure of before the lock: each blob's retirement row as read at `checked_at`, then each blob in
 /// the object store.
 pub struct StoredBlobs {
-    read_at: i64,
+    checked_at: i64,
     rows: Vec<Option<metadata::Retirement>>,
 }
 
@@ -247,22 +248,22 @@ impl Store {
     /// the same content in flight, which could land after the upload. `blobs_still_stored` checks the answer.
     pub async fn upload_blobs(&self, staged: &[&StagedBlob]) -> Result<Option<StoredBlobs>, StoreError> {
         let Some(cache) = &self.cache else { return Ok(None) };
-        let (read_at, rows) = loop {
-            let read_at = unix_now();
+        let (checked_at, rows) = loop {
+            let checked_at = unix_now();
             let mut rows = Vec::with_capacity(staged.len());
             for blob in staged {
                 rows.push(self.meta.store_blob_retirement(&blob.sha256).await?);
             }
             // Bounded: a delete lapses (`store_deletes::lapse`) if its sweeper never says it came back.
-            if rows.iter().flatten().all(|r| store_deletes::delete_over(r, read_at, self.grace)) {
-                break (read_at, rows);
+            if rows.iter().flatten().all(|r| store_deletes::delete_over(r, checked_at, self.grace)) {
+                break (checked_at, rows);
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
         for blob in staged {
             cache.remote().upload(blob.path().to_owned(), &blob.sha256, blob.size).await?;
         }
-        Ok(Some(StoredBlobs { read_at, rows }))
+        Ok(Some(StoredBlobs { checked_at, rows }))
     }
 
     /// Under the write lock, without a store call: whether no sweep's delete can have landed after `stored` read
@@ -278,7 +279,7 @@ impl Store {
         let now = unix_now();
         for (blob, before) in staged.iter().zip(&stored.rows) {
             let after = tx.store_blob_retirement(&blob.sha256).await?;
-            if !store_deletes::may_commit(before.as_ref(), stored.read_at, after.as_ref(), now, self.grace) {
+            if !store_deletes::may_commit(before.as_ref(), stored.checked_at, after.as_ref(), now, self.grace) {
                 tracing::info!(sha256 = blob.sha256, "a sweep deleted this content meanwhile; uploading it again");
                 return Ok(false);
             }

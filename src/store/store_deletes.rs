@@ -42,22 +42,22 @@ pub fn may_decide(row: Option<&Retirement>, now: i64, grace: Duration) -> bool {
     row.is_none_or(|r| r.retired_at <= now.saturating_sub(secs(grace)) && delete_over(r, now, grace))
 }
 
-/// Under the blob-reference lock at `now`: may a put commit a blob whose row it read as `before` at `read_at`, then
-/// made sure of in the store (uploaded, or found there), and now reads as `after`? Only if no delete can land
-/// after that: none was ever decided (or its tombstone is gone, so it landed long before `read_at`), or the one
+/// Under the blob-reference lock at `now`: may a put commit a blob whose row it read as `before` at `checked_at`,
+/// then made sure of in the store (uploaded, or found there), and now reads as `after`? Only if no delete can land
+/// after that: none was ever decided (or its tombstone is gone, so it landed long before `checked_at`), or the one
 /// decided was already over when the put read the row.
 pub fn may_commit(
     before: Option<&Retirement>,
-    read_at: i64,
+    checked_at: i64,
     after: Option<&Retirement>,
     now: i64,
     grace: Duration,
 ) -> bool {
-    if now.saturating_sub(read_at) > max_put_span(grace) {
+    if now.saturating_sub(checked_at) > max_put_span(grace) {
         return false;
     }
     let Some(decided) = after.and_then(|r| r.deleting_at) else { return true };
-    before.is_some_and(|b| b.deleting_at == Some(decided) && delete_over(b, read_at, grace))
+    before.is_some_and(|b| b.deleting_at == Some(decided) && delete_over(b, checked_at, grace))
 }
 
 /// Tombstones of deletes decided before this are dropped (`grace` old: they landed long before any live put
@@ -90,23 +90,23 @@ mod tests {
 
     #[test]
     fn a_put_commits_unless_a_delete_may_land_after_it_read_the_row() {
-        let (read_at, now) = (100_000, 100_010);
-        assert!(may_commit(None, read_at, None, now, GRACE));
-        let waiting = row(read_at - 50, None, None);
-        assert!(may_commit(None, read_at, Some(&waiting), now, GRACE), "retired meanwhile, no delete decided");
-        let decided = row(read_at - 50, Some(read_at + 5), None);
-        assert!(!may_commit(None, read_at, Some(&decided), now, GRACE), "decided after the read");
-        assert!(!may_commit(Some(&waiting), read_at, Some(&decided), now, GRACE));
-        let in_flight = row(read_at - 50, Some(read_at - 5), None);
-        assert!(!may_commit(Some(&in_flight), read_at, Some(&in_flight), now, GRACE), "in flight at the read");
-        let done = row(read_at - 50, Some(read_at - 5), Some(read_at - 1));
-        assert!(!may_commit(Some(&in_flight), read_at, Some(&done), now, GRACE), "it came back after the read");
-        assert!(may_commit(Some(&done), read_at, Some(&done), now, GRACE), "over before the read");
-        let lapsed = row(read_at - 5000, Some(read_at - 1801), None);
-        assert!(may_commit(Some(&lapsed), read_at, Some(&lapsed), now, GRACE));
-        let again = row(read_at - 50, Some(read_at + 1), None);
-        assert!(!may_commit(Some(&done), read_at, Some(&again), now, GRACE), "a second decision");
-        assert!(!may_commit(None, read_at, None, read_at + 1801, GRACE), "too slow a put starts again");
+        let (checked_at, now) = (100_000, 100_010);
+        assert!(may_commit(None, checked_at, None, now, GRACE));
+        let waiting = row(checked_at - 50, None, None);
+        assert!(may_commit(None, checked_at, Some(&waiting), now, GRACE), "retired meanwhile, no delete decided");
+        let decided = row(checked_at - 50, Some(checked_at + 5), None);
+        assert!(!may_commit(None, checked_at, Some(&decided), now, GRACE), "decided after the read");
+        assert!(!may_commit(Some(&waiting), checked_at, Some(&decided), now, GRACE));
+        let in_flight = row(checked_at - 50, Some(checked_at - 5), None);
+        assert!(!may_commit(Some(&in_flight), checked_at, Some(&in_flight), now, GRACE), "in flight at the read");
+        let done = row(checked_at - 50, Some(checked_at - 5), Some(checked_at - 1));
+        assert!(!may_commit(Some(&in_flight), checked_at, Some(&done), now, GRACE), "it came back after the read");
+        assert!(may_commit(Some(&done), checked_at, Some(&done), now, GRACE), "over before the read");
+        let lapsed = row(checked_at - 5000, Some(checked_at - 1801), None);
+        assert!(may_commit(Some(&lapsed), checked_at, Some(&lapsed), now, GRACE));
+        let again = row(checked_at - 50, Some(checked_at + 1), None);
+        assert!(!may_commit(Some(&done), checked_at, Some(&again), now, GRACE), "a second decision");
+        assert!(!may_commit(None, checked_at, None, checked_at + 1801, GRACE), "too slow a put starts again");
     }
 
     #[test]
