@@ -115,3 +115,42 @@ impl WriteTx {
         Ok(done)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::metadata::{TestBackend, on_both_backends, pool::tests::database};
+
+    on_both_backends!(a_decision_outlives_a_new_retirement_and_is_pruned_only_once_old);
+    async fn a_decision_outlives_a_new_retirement_and_is_pruned_only_once_old(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let (a, b) = ("a".repeat(64), "b".repeat(64));
+        let row = |retired_at, deleting_at, deleted_at| Some(Retirement { retired_at, deleting_at, deleted_at });
+        let mut tx = meta.lock_blob_refs().await.unwrap();
+        tx.retire_store_blob(&a, 100).await.unwrap();
+        tx.retire_store_blob(&b, 100).await.unwrap();
+        tx.unretire_store_blob(&b).await.unwrap();
+        tx.mark_store_blob_deleting(&a, 200).await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(meta.store_blob_retirement(&a).await.unwrap(), row(100, Some(200), None));
+        assert_eq!(meta.store_blob_retirement(&b).await.unwrap(), None, "a put took it back before any decision");
+
+        let mut tx = meta.lock_blob_refs().await.unwrap();
+        tx.mark_store_blob_deleted(&a, 199, 201).await.unwrap();
+        assert_eq!(tx.store_blob_retirement(&a).await.unwrap(), row(100, Some(200), None), "another decision's");
+        tx.mark_store_blob_deleted(&a, 200, 201).await.unwrap();
+        // Retired again (a put referenced it, a delete dropped it): the decision stays, the tombstone puts check.
+        tx.retire_store_blob(&a, 300).await.unwrap();
+        tx.unretire_store_blob(&a).await.unwrap();
+        assert_eq!(tx.store_blob_retirement(&a).await.unwrap(), row(300, Some(200), Some(201)));
+        assert_eq!(tx.prune_store_blob_retirements(1000).await.unwrap(), 0, "retired since its decision: kept");
+        tx.mark_store_blob_deleting(&a, 400).await.unwrap();
+        assert_eq!(tx.store_blob_retirement(&a).await.unwrap(), row(300, Some(400), None), "a new decision");
+        assert_eq!(tx.prune_store_blob_retirements(400).await.unwrap(), 0, "not yet old");
+        assert_eq!(tx.prune_store_blob_retirements(401).await.unwrap(), 1);
+        tx.mark_store_blob_deleting(&b, 500).await.unwrap();
+        assert_eq!(tx.store_blob_retirement(&b).await.unwrap(), row(500, Some(500), None), "never retired: a leftover");
+        tx.commit().await.unwrap();
+        assert_eq!(meta.store_blob_retirement(&a).await.unwrap(), None);
+    }
+}
