@@ -119,7 +119,7 @@ impl WriteTx {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::metadata::{TestBackend, on_both_backends, pool::tests::database};
+    use crate::store::metadata::{TestBackend, pool::tests::database};
 
     on_both_backends!(a_decision_outlives_a_new_retirement_and_is_pruned_only_once_old);
     async fn a_decision_outlives_a_new_retirement_and_is_pruned_only_once_old(backend: TestBackend) {
