@@ -676,7 +676,8 @@ impl Store {
 /// Deletes from the object store (and the cache) each of `hashes` that no row references and that may go
 /// (`store_deletes::may_decide`: retired `grace` ago, no delete of it in flight). The decision is recorded under
 /// the blob-reference lock; the deletes run after it is released, each sent only before
-/// `store_deletes::send_deadline`, and each recorded as come back. Returns how many it deleted.
+/// `store_deletes::send_deadline`, and each recorded as over (come back, failed, or not sent after a failure or past
+/// that deadline). Returns how many it deleted.
 async fn delete_retired(
     meta: &Metadata,
     cache: &BlobCache,
@@ -698,20 +699,28 @@ async fn delete_retired(
     }
     tx.prune_store_blob_retirements(store_deletes::prune_before(decided_at, grace)).await?;
     tx.commit_without_announcing().await?;
-    let mut deleted = 0;
+    let (mut deleted, mut failed) = (0, None);
     for sha in decided {
-        if unix_now() > decided_at.saturating_add(store_deletes::send_deadline(grace)) {
-            tracing::info!(left = hashes.len() - deleted, "leaving the remaining store deletes to the next sweep");
-            break;
+        let late = unix_now() > decided_at.saturating_add(store_deletes::send_deadline(grace));
+        if !late && failed.is_none() {
+            match cache.remote().delete(sha).await {
+                Ok(()) => {
+                    cache.forget(sha);
+                    deleted += 1;
+                }
+                Err(e) => failed = Some(e),
+            }
         }
-        cache.remote().delete(sha).await?;
-        cache.forget(sha);
+        // Over, whether it came back, failed or was never sent: a put of the same content need not wait for it.
+        // What is left is decided again by a later sweep.
         let mut tx = meta.begin_write().await?;
         tx.mark_store_blob_deleted(sha, decided_at, unix_now()).await?;
         tx.commit_without_announcing().await?;
-        deleted += 1;
     }
-    Ok(deleted)
+    match failed {
+        Some(e) => Err(e).context("cannot delete an unreferenced blob from the object store"),
+        None => Ok(deleted),
+    }
 }
 
 /// The next attempt's number after a write's blobs were found deleted under it, or the error past the last.

@@ -10,7 +10,7 @@ pub struct Retirement {
     pub retired_at: i64,
     /// When a sweep last decided to delete it.
     pub deleting_at: Option<i64>,
-    /// When that delete came back from the store.
+    /// When that delete was over: came back from the store, failed, or was given up unsent.
     pub deleted_at: Option<i64>,
 }
 
@@ -71,7 +71,7 @@ impl WriteTx {
         Ok(())
     }
 
-    /// The delete decided at `deleting_at` came back from the store at `now` (unless a later decision replaced it).
+    /// The delete decided at `deleting_at` is over at `now` (unless a later decision replaced it).
     pub async fn mark_store_blob_deleted(
         &mut self,
         sha256: &str,
