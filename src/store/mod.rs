@@ -186,9 +186,19 @@ pub struct Store {
     /// Blobs whose last reference a write dropped, to delete from the object store once `grace` has passed and
     /// a check under the blob-reference lock confirms it (`schedule_store_deletes`).
     retired_in_store: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// Those blobs, each with when it is due, worked through by one task.
+    delete_queue: std::sync::Arc<std::sync::Mutex<DeleteQueue>>,
     /// `timeouts.sweep_grace`: how long a store blob outlives its last reference, among other bounds
     /// (`store_deletes`).
     grace: Duration,
+}
+
+/// Store blobs to delete once due, in the order they were retired (so in due order), and whether a task is
+/// working through them: one task for them all, however many writes retire blobs.
+#[derive(Default)]
+struct DeleteQueue {
+    due: std::collections::VecDeque<(tokio::time::Instant, String)>,
+    worker: bool,
 }
 
 /// What a write made sure of before the lock: each blob's retirement row as read at `checked_at`, then each blob in
@@ -224,7 +234,14 @@ impl Store {
     }
 
     fn with_parts(meta: Metadata, blobs: BlobStore) -> Self {
-        Self { meta, blobs, cache: None, retired_in_store: Default::default(), grace: Duration::from_secs(3600) }
+        Self {
+            meta,
+            blobs,
+            cache: None,
+            retired_in_store: Default::default(),
+            delete_queue: Default::default(),
+            grace: Duration::from_secs(3600),
+        }
     }
 
     /// Keeps blobs in the object store `settings` names (`blob_store.url`), cached in the data dir; unchanged
@@ -300,20 +317,42 @@ impl Store {
 
     /// Deletes from the object store, once `grace` has passed, the blobs this process's writes left unreferenced
     /// (so that every download already reading one finishes, on every replica), each only if still unreferenced
-    /// then. Runs in the background; what fails, or a restart forgets, is left to the sweep.
+    /// then. Runs in the background, one task in all; what fails, or a restart forgets, is left to the sweep.
     fn schedule_store_deletes(&self) {
         let Some(cache) = self.cache.clone() else { return };
         let retired = std::mem::take(&mut *self.retired_in_store.lock().unwrap_or_else(|p| p.into_inner()));
         if retired.is_empty() {
             return;
         }
-        let (meta, grace) = (self.meta.clone(), self.grace);
+        // A second more: the rows count in whole seconds.
+        let due = tokio::time::Instant::now() + self.grace + Duration::from_secs(1);
+        let mut queue = self.delete_queue.lock().unwrap_or_else(|p| p.into_inner());
+        queue.due.extend(retired.into_iter().map(|sha| (due, sha)));
+        if std::mem::replace(&mut queue.worker, true) {
+            return;
+        }
+        let (meta, grace, queue) = (self.meta.clone(), self.grace, self.delete_queue.clone());
         tokio::spawn(async move {
-            // A second more: the rows count in whole seconds.
-            tokio::time::sleep(grace + Duration::from_secs(1)).await;
-            if let Err(e) = delete_retired(&meta, &cache, &retired, grace).await {
-                let error = format!("{e:#}");
-                tracing::warn!(error, "could not delete unreferenced blobs from the object store; the sweep will");
+            loop {
+                let next = {
+                    let mut queue = queue.lock().unwrap_or_else(|p| p.into_inner());
+                    let next = queue.due.front().map(|(due, _)| *due);
+                    // Decided under the queue's lock, so that a write adding to it sees no worker and starts one.
+                    queue.worker = next.is_some();
+                    next
+                };
+                let Some(due) = next else { return };
+                tokio::time::sleep_until(due).await;
+                let batch: Vec<String> = {
+                    let mut queue = queue.lock().unwrap_or_else(|p| p.into_inner());
+                    let now = tokio::time::Instant::now();
+                    let ready = queue.due.iter().take_while(|(due, _)| *due <= now).count();
+                    queue.due.drain(..ready).map(|(_, sha)| sha).collect()
+                };
+                if let Err(e) = delete_retired(&meta, &cache, &batch, grace).await {
+                    let error = format!("{e:#}");
+                    tracing::warn!(error, "could not delete unreferenced blobs from the object store; the sweep will");
+                }
             }
         });
     }
