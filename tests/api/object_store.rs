@@ -724,3 +724,43 @@ fn overwriting_latest_while_a_client_downloads_it_keeps_that_download_whole() {
     );
     assert_eq!(store.blobs().len(), 1);
 }
+
+/// An upload of content whose store object a delete is removing (decided, sent, not yet back: held at the proxy)
+/// waits for that delete, then uploads the blob again before it commits: the store ends with the blob its row
+/// names. (The delete runs outside the blob-reference lock, so only its recorded decision orders the two.)
+#[test]
+fn an_upload_racing_the_delete_of_the_same_content_uploads_it_again_after() {
+    let store = Store::start(S3Upstream::moto());
+    // Long enough that the held delete stays within its lapse (half of it) on a loaded machine.
+    let store_env = store.env(&[("BLOBGATE_TIMEOUTS__SWEEP_GRACE", "30s")]);
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let token = env.token("pub", "write", &[]);
+    let server = env.serve_with(&refs(&store_env), &[]);
+    let bytes = test_bytes(MIB as usize + 7, 90);
+    let sha = sha256_hex(&bytes);
+    assert_eq!(server.put("/pub/first", &token, &bytes, &[]).status, 201);
+    store.proxy.hold(is_delete);
+    let auth = format!("Bearer {token}");
+    assert_eq!(server.admin("DELETE", "/pub/first", &[("authorization", &auth)], b"").status, 204);
+    assert!(
+        wait_for(Duration::from_secs(120), || store.proxy.held() == 1),
+        "the delete went out after the grace period: {:?}",
+        store.proxy.requests()
+    );
+
+    let addr = server.admin;
+    let again = bytes.clone();
+    let upload = std::thread::spawn(move || {
+        admin_request_at(addr, "PUT", "/pub/second", &[("authorization", &auth)], &again).status
+    });
+    assert!(!wait_for(Duration::from_secs(2), || upload.is_finished()), "the upload waits for the delete in flight");
+    store.proxy.release();
+    assert_eq!(upload.join().unwrap(), 201);
+    let requests = store.proxy.requests();
+    let delete = requests.iter().position(is_delete).expect("the delete");
+    let put_after = requests[delete..].iter().any(|r| r.method == "PUT" && r.target.contains(&sha));
+    assert!(put_after, "the blob went to the store again after the delete: {requests:?}");
+    assert!(store.blobs().iter().any(|(key, _)| key.contains(&sha)), "{:?}", store.blobs());
+    assert_eq!(sha256_hex(&get_ok(&server, "/pub/second", &[]).body), sha);
+}
