@@ -297,7 +297,8 @@ impl Store {
         for (blob, before) in staged.iter().zip(&stored.rows) {
             let after = tx.store_blob_retirement(&blob.sha256).await?;
             if !store_deletes::may_commit(before.as_ref(), stored.checked_at, after.as_ref(), now, self.grace) {
-                tracing::info!(sha256 = blob.sha256, "a sweep deleted this content meanwhile; uploading it again");
+                let sha256 = blob.sha256.as_str();
+                tracing::info!(sha256, "a store delete of this content may have raced its upload; uploading it again");
                 return Ok(false);
             }
         }
