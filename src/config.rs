@@ -779,7 +779,9 @@ pub struct Timeouts {
     /// The start-up sweep removes a temp file of no live local process, or an unreferenced blob, only when it has
     /// not been modified for this long: a peer sharing the data dir (another host, another container) may still be
     /// writing it. Keep it above the longest a live writer leaves its temp file untouched (one 512 KiB write batch
-    /// at `limits.min_upload_rate`: about 17 min at the default) plus the clock skew between hosts.
+    /// at `limits.min_upload_rate`: about 17 min at the default) plus the clock skew between hosts. With an object
+    /// store, also how long a store blob outlives its last reference (keep it above the longest download), and an
+    /// upload to the store that takes more than half of it is checked again (a part's is refused: send it again).
     #[serde(with = "humantime_serde")]
     pub sweep_grace: Duration,
     /// An S3 multipart upload not completed or aborted this long after it was created is aborted by `serve`

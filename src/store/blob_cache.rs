@@ -448,6 +448,15 @@ impl BlobCache {
         self.0.lock().entries.get(sha256).is_some_and(|e| e.missing_slices == 0)
     }
 
+    /// Lifts a quarantine: the blob was uploaded again, so the next read fetches and checks the new copy.
+    pub fn lift_quarantine(&self, sha256: &str) {
+        let mut state = self.0.lock();
+        if state.quarantined.remove(sha256).is_some() {
+            self.0.counters.quarantined.store(state.quarantined.len() as u64, Ordering::Relaxed);
+            tracing::info!(sha256, "a quarantined blob was uploaded again; it will be fetched and checked again");
+        }
+    }
+
     /// Whether the blob's store copy failed its check and is refused until it changes.
     pub fn is_quarantined(&self, sha256: &str) -> bool {
         self.0.lock().quarantined.contains_key(sha256)

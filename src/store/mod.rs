@@ -11,9 +11,26 @@
 //! never committed, which the sweep puts back (its row still references it). The data dir may be shared by live
 //! peers (other replicas, on this host or others), so the sweep removes only what no live process is doing
 //! (`store::staging`, `timeouts.sweep_grace`; ARCHITECTURE.md, "Shared blob directory"). S3 multipart uploads
-//! (`multipart`) follow the same ordering, and Complete commits its object through the same steps as a put. With
-//! an object store, a write uploads its staged blob before it takes the lock and confirms the store's copy under
-//! it (ARCHITECTURE.md, "The blob-store seam").
+//! (`multipart`) follow the same ordering, and Complete commits its object through the same steps as a put.
+//!
+//! **An object store is never called under the lock**, where one slow call would stall every writer
+//! (ARCHITECTURE.md, "The blob-store seam"). A write uploads its blobs before it. A blob whose last reference
+//! goes gets a row in `store_blob_retirements` in that commit and stays in the store for g =
+//! `timeouts.sweep_grace`, so downloads already reading it finish on every replica. Then the deleting process's
+//! delayed task, or any replica's sweep, records under the lock its decision to delete (`deleting_at`) if no row
+//! references the blob, sends the delete after the commit, and records that it came back. A put of the same
+//! content reads the row before its upload (waiting out a delete in flight) and again under the lock, and commits
+//! only if no delete can land after the upload (`store_deletes::may_commit`), else rolls back and uploads again.
+//! Why no row ever names a deleted blob:
+//! - a decision needs no reference under the lock: a put committed first stops it, one committing later sees it;
+//! - a delete is sent within g/4 of its decision and over within g/2 (the store client's timeouts are far
+//!   shorter); a put whose first read found it over uploaded after it landed;
+//! - a decision's row is kept g after it, and a put takes at most g/2 from its first read to its commit (else it
+//!   starts again): a put that finds no decision read after every pruned one had landed;
+//! - a part's store object is named for its one upload, whose row commits within g/2; the sweep takes only parts
+//!   g old that no row names under the lock, which none can name later.
+//!
+//! These compare unix seconds of different hosts: g must be many times their skew (the default hour is).
 
 pub mod blob_cache;
 pub mod blobs;
@@ -26,6 +43,7 @@ pub mod sealing;
 pub mod secrets_key;
 pub mod server_copy;
 pub mod staging;
+mod store_deletes;
 
 use std::path::Path;
 use std::time::Duration;
@@ -166,10 +184,34 @@ pub struct Store {
     pub blobs: BlobStore,
     /// With an object store: the cache of its blobs in the data dir, which holds the store's client.
     pub cache: Option<BlobCache>,
-    /// Blobs whose last reference a write dropped, to delete from the object store once a check under the
-    /// blob-reference lock confirms it (`reap_unreferenced`).
-    doomed: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// Blobs whose last reference a write dropped, to delete from the object store once `grace` has passed and
+    /// a check under the blob-reference lock confirms it (`schedule_store_deletes`).
+    retired_in_store: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// Those blobs, each with when it is due, worked through by one task.
+    delete_queue: std::sync::Arc<std::sync::Mutex<DeleteQueue>>,
+    /// `timeouts.sweep_grace`: how long a store blob outlives its last reference, among other bounds
+    /// (`store_deletes`).
+    grace: Duration,
 }
+
+/// Store blobs to delete once due, in the order they were retired (so in due order), and whether a task is
+/// working through them: one task for them all, however many writes retire blobs.
+#[derive(Default)]
+struct DeleteQueue {
+    due: std::collections::VecDeque<(tokio::time::Instant, String)>,
+    worker: bool,
+}
+
+/// What a write made sure of before the lock: each blob's retirement row as read at `checked_at`, then each blob in
+/// the object store.
+pub struct StoredBlobs {
+    checked_at: i64,
+    rows: Vec<Option<metadata::Retirement>>,
+}
+
+/// How many times a write uploads and re-checks its blobs before it gives up (each retry follows a sweep's
+/// delete of the same content that raced it).
+const STORE_ATTEMPTS: u32 = 3;
 
 impl Store {
     /// `timeouts`: how long a write waits for the database's lock held by another connection or process (a
@@ -193,7 +235,14 @@ impl Store {
     }
 
     fn with_parts(meta: Metadata, blobs: BlobStore) -> Self {
-        Self { meta, blobs, cache: None, doomed: Default::default() }
+        Self {
+            meta,
+            blobs,
+            cache: None,
+            retired_in_store: Default::default(),
+            delete_queue: Default::default(),
+            grace: Duration::from_secs(3600),
+        }
     }
 
     /// Keeps blobs in the object store `settings` names (`blob_store.url`), cached in the data dir; unchanged
@@ -213,45 +262,109 @@ impl Store {
                 .with_quarantine_recheck(settings.cache.quarantine_recheck);
             self.cache = Some(cache);
         }
+        self.grace = settings.timeouts.sweep_grace;
         Ok(self)
     }
 
     /// Stores staged blobs in the object store, if blobs live in one (before the write lock: an upload may be
-    /// long, and a blob in the store without a row is what the sweep removes).
-    pub async fn upload_blobs(&self, staged: &[&StagedBlob]) -> Result<(), StoreError> {
-        let Some(cache) = &self.cache else { return Ok(()) };
+    /// long, and a blob in the store without a row is what the sweep removes). First waits out a sweep's delete of
+    /// the same content in flight, which could land after the upload. `blobs_still_stored` checks the answer.
+    pub async fn upload_blobs(&self, staged: &[&StagedBlob]) -> Result<Option<StoredBlobs>, StoreError> {
+        let Some(cache) = &self.cache else { return Ok(None) };
+        let (checked_at, rows) = loop {
+            let checked_at = unix_now();
+            let mut rows = Vec::with_capacity(staged.len());
+            for blob in staged {
+                rows.push(self.meta.store_blob_retirement(&blob.sha256).await?);
+            }
+            // Bounded: a delete lapses (`store_deletes::lapse`) if its sweeper never says it came back.
+            if rows.iter().flatten().all(|r| store_deletes::delete_over(r, checked_at, self.grace)) {
+                break (checked_at, rows);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
         for blob in staged {
-            cache.remote().upload(blob.path().to_owned(), &blob.sha256, blob.size).await?;
+            // A quarantined store copy (it failed its check) is replaced by this sound one.
+            let replace = cache.is_quarantined(&blob.sha256);
+            cache.remote().upload_checked(blob.path().to_owned(), &blob.sha256, blob.size, replace).await?;
+            if replace {
+                cache.lift_quarantine(&blob.sha256);
+            }
         }
-        Ok(())
+        Ok(Some(StoredBlobs { checked_at, rows }))
     }
 
-    /// Under the write lock: each blob is in the object store with its size (a sweep may have removed one that
-    /// was unreferenced between the upload and the lock: it goes again), then becomes a whole cache entry.
-    async fn confirm_blobs(&self, staged: &[&StagedBlob]) -> Result<(), StoreError> {
-        let Some(cache) = &self.cache else { return Ok(()) };
-        for blob in staged {
-            if cache.remote().size_of(&blob.sha256).await? != Some(blob.size) {
-                cache.remote().upload(blob.path().to_owned(), &blob.sha256, blob.size).await?;
+    /// Under the write lock, without a store call: whether no sweep's delete can have landed after `stored` read
+    /// the blobs' rows (`store_deletes::may_commit`). If so, the blobs are no longer waiting to be deleted;
+    /// if not, the caller rolls back and uploads again.
+    async fn blobs_still_stored(
+        &self,
+        tx: &mut WriteTx,
+        staged: &[&StagedBlob],
+        stored: Option<&StoredBlobs>,
+    ) -> Result<bool, StoreError> {
+        let Some(stored) = stored else { return Ok(true) };
+        let now = unix_now();
+        for (blob, before) in staged.iter().zip(&stored.rows) {
+            let after = tx.store_blob_retirement(&blob.sha256).await?;
+            if !store_deletes::may_commit(before.as_ref(), stored.checked_at, after.as_ref(), now, self.grace) {
+                let sha256 = blob.sha256.as_str();
+                tracing::info!(sha256, "a store delete of this content may have raced its upload; uploading it again");
+                return Ok(false);
             }
+        }
+        for blob in staged {
+            tx.unretire_store_blob(&blob.sha256).await?;
+        }
+        Ok(true)
+    }
+
+    /// Under the write lock, after `blobs_still_stored`: each staged blob becomes a whole cache entry.
+    async fn adopt_blobs(&self, staged: &[&StagedBlob]) {
+        let Some(cache) = &self.cache else { return };
+        for blob in staged {
             cache.adopt(&blob.sha256, blob.size, blob.path().to_owned()).await;
         }
-        Ok(())
     }
 
-    /// Deletes from the object store the blobs writes left unreferenced, each after checking under the
-    /// blob-reference lock that no row names it (a put of the same content may have come since). Runs in the
-    /// background; what fails stays for the sweep.
-    fn reap_unreferenced(&self) {
+    /// Deletes from the object store, once `grace` has passed, the blobs this process's writes left unreferenced
+    /// (so that every download already reading one finishes, on every replica), each only if still unreferenced
+    /// then. Runs in the background, one task in all; what fails, or a restart forgets, is left to the sweep.
+    fn schedule_store_deletes(&self) {
         let Some(cache) = self.cache.clone() else { return };
-        let doomed = std::mem::take(&mut *self.doomed.lock().unwrap_or_else(|p| p.into_inner()));
-        if doomed.is_empty() {
+        let retired = std::mem::take(&mut *self.retired_in_store.lock().unwrap_or_else(|p| p.into_inner()));
+        if retired.is_empty() {
             return;
         }
-        let meta = self.meta.clone();
+        // A second more: the rows count in whole seconds.
+        let due = tokio::time::Instant::now() + self.grace + Duration::from_secs(1);
+        let mut queue = self.delete_queue.lock().unwrap_or_else(|p| p.into_inner());
+        queue.due.extend(retired.into_iter().map(|sha| (due, sha)));
+        if std::mem::replace(&mut queue.worker, true) {
+            return;
+        }
+        let (meta, grace, queue) = (self.meta.clone(), self.grace, self.delete_queue.clone());
         tokio::spawn(async move {
-            if let Err(e) = delete_unreferenced(&meta, &cache, &doomed).await {
-                tracing::warn!(error = %format!("{e:#}"), "could not delete unreferenced blobs from the object store; the sweep will");
+            loop {
+                let next = {
+                    let mut queue = queue.lock().unwrap_or_else(|p| p.into_inner());
+                    let next = queue.due.front().map(|(due, _)| *due);
+                    // Decided under the queue's lock, so that a write adding to it sees no worker and starts one.
+                    queue.worker = next.is_some();
+                    next
+                };
+                let Some(due) = next else { return };
+                tokio::time::sleep_until(due).await;
+                let batch: Vec<String> = {
+                    let mut queue = queue.lock().unwrap_or_else(|p| p.into_inner());
+                    let now = tokio::time::Instant::now();
+                    let ready = queue.due.iter().take_while(|(due, _)| *due <= now).count();
+                    queue.due.drain(..ready).map(|(_, sha)| sha).collect()
+                };
+                if let Err(e) = delete_retired(&meta, &cache, &batch, grace).await {
+                    let error = format!("{e:#}");
+                    tracing::warn!(error, "could not delete unreferenced blobs from the object store; the sweep will");
+                }
             }
         });
     }
@@ -322,17 +435,23 @@ impl Store {
         variants: Vec<StagedVariant>,
         condition: &WriteCondition,
     ) -> Result<PutReport, StoreError> {
-        if self.cache.is_some() {
-            let mut all = vec![&staged];
-            all.extend(variants.iter().map(|v| &v.blob));
-            self.upload_blobs(&all).await?;
-        }
-        let mut tx = self.meta.lock_blob_refs().await?;
-        let bucket_row = require_bucket(tx.bucket(bucket).await?, bucket)?;
-        check_write_condition(&mut tx, &bucket_row, key, condition).await?;
+        let mut all = vec![&staged];
+        all.extend(variants.iter().map(|v| &v.blob));
+        let mut attempt = 1;
+        let (mut tx, bucket_row) = loop {
+            let stored = self.upload_blobs(&all).await?;
+            let mut tx = self.meta.lock_blob_refs().await?;
+            let bucket_row = require_bucket(tx.bucket(bucket).await?, bucket)?;
+            check_write_condition(&mut tx, &bucket_row, key, condition).await?;
+            if self.blobs_still_stored(&mut tx, &all, stored.as_ref()).await? {
+                break (tx, bucket_row);
+            }
+            drop(tx);
+            attempt = next_store_attempt(attempt)?;
+        };
         let (report, retired) = self.write_object(&mut tx, &bucket_row, key, staged, attrs, variants).await?;
         finish_commit(tx, retired).await?;
-        self.reap_unreferenced();
+        self.schedule_store_deletes();
         Ok(report)
     }
 
@@ -353,7 +472,7 @@ impl Store {
         let (staged, variants) = if self.cache.is_some() {
             let mut all = vec![&staged];
             all.extend(variants.iter().map(|v| &v.blob));
-            self.confirm_blobs(&all).await?;
+            self.adopt_blobs(&all).await;
             (staged, variants)
         } else {
             // Under the write lock: no concurrent delete can retire these hashes between the rename and the commit.
@@ -421,7 +540,7 @@ impl Store {
         };
         let retired = self.retire_all_unreferenced(&mut tx, hashes).await?;
         finish_commit(tx, retired).await?;
-        self.reap_unreferenced();
+        self.schedule_store_deletes();
         Ok(true)
     }
 
@@ -463,7 +582,7 @@ impl Store {
             objects += deleted;
             let retired = self.retire_all_unreferenced(&mut tx, hashes).await?;
             finish_commit(tx, retired).await?;
-            self.reap_unreferenced();
+            self.schedule_store_deletes();
         }
     }
 
@@ -518,9 +637,9 @@ impl Store {
         Ok(SweepReport { temp_files, unreferenced_blobs, restored_blobs, part_files })
     }
 
-    /// Deletes the object store's blobs that no row references and that were written more than `grace` ago (a
-    /// younger one may be a replica's upload whose row is on its way; a put confirms its blob under the lock and
-    /// uploads it again if a sweep took it meanwhile).
+    /// Deletes the object store's blobs that no row references, that were written more than `grace` ago (a
+    /// younger one may be a replica's upload whose row is on its way) and whose last reference went more than
+    /// `grace` ago (`delete_retired`), and parts no part row names written as long ago.
     /// Returns how many it deleted. A server runs it in the background after start-up (a listing of a large store
     /// takes a while, and a store that is down must not keep the server from serving what it has cached).
     pub async fn sweep_object_store(&self, grace: Duration) -> anyhow::Result<usize> {
@@ -538,13 +657,19 @@ impl Store {
             .collect();
         if !old_parts.is_empty() {
             let mut tx = self.meta.lock_blob_refs().await?;
-            for name in &old_parts {
-                if !tx.part_file_is_referenced(name).await? {
-                    cache.remote().delete_part(name).await?;
-                    deleted += 1;
+            let mut orphans = Vec::new();
+            for name in old_parts {
+                if !tx.part_file_is_referenced(&name).await? {
+                    orphans.push(name);
                 }
             }
             tx.commit_without_announcing().await?;
+            // Outside the lock: a part's name is new to its one upload, and its row commits within
+            // `store_deletes::max_put_span` of that upload, so a part this old without a row never gets one.
+            for name in orphans {
+                cache.remote().delete_part(&name).await?;
+                deleted += 1;
+            }
         }
         let mut candidates = Vec::new();
         for (sha, written) in cache.remote().list().await? {
@@ -554,7 +679,7 @@ impl Store {
             }
         }
         if !candidates.is_empty() {
-            deleted += delete_unreferenced(&self.meta, cache, &candidates).await?;
+            deleted += delete_retired(&self.meta, cache, &candidates, grace).await?;
         }
         Ok(deleted)
     }
@@ -590,28 +715,73 @@ impl Store {
             return Ok(None);
         }
         if self.cache.is_some() {
-            // Deleted from the object store after the commit, by `reap_unreferenced`, which checks again.
-            self.doomed.lock().unwrap_or_else(|p| p.into_inner()).push(sha256.to_owned());
+            // Deleted from the object store `grace` after the commit (`schedule_store_deletes`, or the sweep).
+            tx.retire_store_blob(sha256, unix_now()).await?;
+            self.retired_in_store.lock().unwrap_or_else(|p| p.into_inner()).push(sha256.to_owned());
             return Ok(None);
         }
         self.blobs.retire(sha256)
     }
 }
 
-/// Deletes each of `hashes` from the object store (and the cache) that no row references, under the
-/// blob-reference lock, so that no put can confirm the blob in the store and commit between the check and the delete.
-async fn delete_unreferenced(meta: &Metadata, cache: &BlobCache, hashes: &[String]) -> anyhow::Result<usize> {
+/// Deletes from the object store (and the cache) each of `hashes` that no row references and that may go
+/// (`store_deletes::may_decide`: retired `grace` ago, no delete of it in flight). The decision is recorded under
+/// the blob-reference lock; the deletes run after it is released, each sent only before
+/// `store_deletes::send_deadline`, and each recorded as over (come back, failed, or not sent after a failure or past
+/// that deadline). Returns how many it deleted.
+async fn delete_retired(
+    meta: &Metadata,
+    cache: &BlobCache,
+    hashes: &[String],
+    grace: Duration,
+) -> anyhow::Result<usize> {
+    let decided_at = unix_now();
     let mut tx = meta.lock_blob_refs().await?;
-    let mut deleted = 0;
+    let mut decided = Vec::new();
     for sha in hashes {
-        if !tx.blob_is_referenced(sha).await? {
-            cache.remote().delete(sha).await?;
-            cache.forget(sha);
-            deleted += 1;
+        if tx.blob_is_referenced(sha).await? {
+            continue;
+        }
+        let row = tx.store_blob_retirement(sha).await?;
+        if store_deletes::may_decide(row.as_ref(), decided_at, grace) {
+            tx.mark_store_blob_deleting(sha, decided_at).await?;
+            decided.push(sha);
         }
     }
-    tx.commit().await?;
-    Ok(deleted)
+    tx.prune_store_blob_retirements(store_deletes::prune_before(decided_at, grace)).await?;
+    tx.commit_without_announcing().await?;
+    let (mut deleted, mut failed) = (0, None);
+    for sha in decided {
+        let late = unix_now() > decided_at.saturating_add(store_deletes::send_deadline(grace));
+        if !late && failed.is_none() {
+            match cache.remote().delete(sha).await {
+                Ok(()) => {
+                    cache.forget(sha);
+                    deleted += 1;
+                }
+                Err(e) => failed = Some(e),
+            }
+        }
+        // Over, whether it came back, failed or was never sent: a put of the same content need not wait for it.
+        // What is left is decided again by a later sweep.
+        let mut tx = meta.begin_write().await?;
+        tx.mark_store_blob_deleted(sha, decided_at, unix_now()).await?;
+        tx.commit_without_announcing().await?;
+    }
+    match failed {
+        Some(e) => Err(e).context("cannot delete an unreferenced blob from the object store"),
+        None => Ok(deleted),
+    }
+}
+
+/// The next attempt's number after a write's blobs were found deleted under it, or the error past the last.
+fn next_store_attempt(attempt: u32) -> Result<u32, StoreError> {
+    if attempt >= STORE_ATTEMPTS {
+        return Err(StoreError::BlobStoreUnavailable(remote::RemoteError::Unavailable(
+            "sweeps kept deleting this content while it was uploaded".into(),
+        )));
+    }
+    Ok(attempt + 1)
 }
 
 /// Commits, then deletes the retired blobs; if the commit fails they go back so no row loses its bytes.

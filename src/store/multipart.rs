@@ -318,13 +318,15 @@ impl Store {
             return Err(MultipartError::InvalidPartNumber(part_number));
         }
         let name = BlobStore::new_part_name();
+        let uploaded_at = unix_now();
         // With an object store, the part goes there first (before the lock, as a blob does), so that any replica
         // can complete the upload; the local file is this replica's cache of it.
         if let Some(cache) = &self.cache {
             let path = staged.path().to_owned();
             cache.remote().upload_part(path, &name, staged.size).await.map_err(MultipartError::BlobStoreUnavailable)?;
         }
-        let stored = self.put_part_as(bucket, key, upload_id, part_number, staged, limits, name.clone()).await;
+        let stored =
+            self.put_part_as(bucket, key, upload_id, part_number, staged, limits, (name.clone(), uploaded_at)).await;
         if stored.is_err() && self.cache.is_some() {
             self.remove_part_files(vec![name]).await;
         }
@@ -340,10 +342,18 @@ impl Store {
         part_number: u32,
         staged: super::StagedBlob,
         limits: &UploadLimits,
-        name: String,
+        (name, uploaded_at): (String, i64),
     ) -> Result<PartRecord, MultipartError> {
         let md5 = staged.md5.clone().context("a part must be staged by a BlobWriter, which computes its MD5")?;
         let mut tx = self.meta.lock_blob_refs().await?;
+        // The store sweep takes a part without a row once it is `grace` old: this one's row must come well before.
+        if self.cache.is_some()
+            && unix_now().saturating_sub(uploaded_at) > super::store_deletes::max_put_span(self.grace)
+        {
+            return Err(MultipartError::BlobStoreUnavailable(super::remote::RemoteError::Unavailable(
+                "the part's upload took too long to be committed safely; send it again".into(),
+            )));
+        }
         let bucket_row = require_bucket(tx.bucket(bucket).await?, bucket)?;
         let upload = tx.upload(upload_id).await?;
         let Some(upload) = upload.filter(|u| u.bucket_id == bucket_row.id && u.key == key.as_str()) else {
@@ -564,11 +574,23 @@ impl Store {
             .await
             .context("assemble task failed")?
             .context("cannot assemble the parts");
-        if let Ok(staged) = &assembled {
-            self.upload_blobs(&[staged]).await?;
-        }
-
-        let mut tx = self.meta.lock_blob_refs().await?;
+        let mut attempt = 1;
+        let mut tx = loop {
+            let stored = match &assembled {
+                Ok(staged) => self.upload_blobs(&[staged]).await?,
+                Err(_) => None,
+            };
+            let mut tx = self.meta.lock_blob_refs().await?;
+            let still = match &assembled {
+                Ok(staged) => self.blobs_still_stored(&mut tx, &[staged], stored.as_ref()).await?,
+                Err(_) => true,
+            };
+            if still {
+                break tx;
+            }
+            drop(tx);
+            attempt = super::next_store_attempt(attempt)?;
+        };
         let bucket_row = require_bucket(tx.bucket(bucket).await?, bucket)?;
         // Aborted, completed or changed by a part upload since the parts were read: assemble nothing stale.
         if !tx.upload(upload_id).await?.is_some_and(|u| u.bucket_id == bucket_row.id && u.key == key.as_str()) {
@@ -596,7 +618,7 @@ impl Store {
             return Err(e.into());
         }
         finish_commit(tx, retired).await?;
-        self.reap_unreferenced();
+        self.schedule_store_deletes();
         self.remove_part_files(part_files).await;
         Ok(put)
     }

@@ -409,7 +409,19 @@ impl RemoteBlobs {
     /// [`MULTIPART_PART_BYTES`], a multipart upload above. Its slice manifest goes with it (also when the blob
     /// was there without one). Returns whether it uploaded the blob.
     pub async fn upload(&self, path: PathBuf, sha256: &str, size: u64) -> Result<bool, RemoteError> {
-        if self.size_of(sha256).await? == Some(size) {
+        self.upload_checked(path, sha256, size, false).await
+    }
+
+    /// [`RemoteBlobs::upload`], and with `replace` the blob goes whatever the store holds: its copy there failed
+    /// its check (the cache quarantined it), and a sound one is at hand.
+    pub async fn upload_checked(
+        &self,
+        path: PathBuf,
+        sha256: &str,
+        size: u64,
+        replace: bool,
+    ) -> Result<bool, RemoteError> {
+        if !replace && self.size_of(sha256).await? == Some(size) {
             if self.manifest_key.is_some() && !self.has_manifest(sha256).await? {
                 let digests = hash_file(path, CHUNK_BYTES).await?;
                 self.put_manifest(sha256, size, digests).await?;

@@ -117,7 +117,7 @@ impl Store {
         };
         let retired = self.retire_all_unreferenced(&mut tx, dropped).await?;
         finish_commit(tx, retired).await?;
-        self.reap_unreferenced();
+        self.schedule_store_deletes();
         Ok(CopyOutcome::Copied(CopyReport { s3_etag, last_modified }))
     }
 

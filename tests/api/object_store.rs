@@ -103,7 +103,7 @@ fn get_ok(server: &Server, path: &str, headers: &[(&str, &str)]) -> Response {
 #[test]
 fn every_upload_path_stores_in_the_object_store_and_reads_back_from_another_replica() {
     let store = Store::start(S3Upstream::moto());
-    let store_env = store.env(&[]);
+    let store_env = store.env(&[("BLOBGATE_TIMEOUTS__SWEEP_GRACE", "10s")]);
     let a = TestEnv::on_postgres();
     let b = TestEnv { database_url: a.database_url.clone(), ..TestEnv::new() };
     let ok = |args: &[&str]| {
@@ -179,12 +179,12 @@ print(json.dumps({"etag": head["ETag"]}))
     assert_eq!(server_b.metric("blobgate_blob_cache_misses_total"), 4.0);
     assert_eq!(server_b.metric("blobgate_blob_store_bytes_fetched_total"), total as f64);
 
-    // A delete on A drops the store object with the blob's last reference.
+    // A delete on A drops the store object once its last reference has been gone for the grace period.
     let response =
         server_a.admin("DELETE", "/uploads/native.bin", &[("authorization", &format!("Bearer {token}"))], b"");
     assert_eq!(response.status, 204);
     assert!(
-        wait_for(Duration::from_secs(10), || store.blobs().len() == 3),
+        wait_for(Duration::from_secs(60), || store.blobs().len() == 3),
         "the deleted object's blob left the store: {:?}",
         store.blobs()
     );
@@ -769,8 +769,17 @@ print(json.dumps(out))
         files_under(&cache)
     );
 
+    // The same content uploaded again through the server replaces the forged store copy at once (its size matches,
+    // which would otherwise have skipped the upload).
+    let token = env.token("pub", "write", &[]);
+    let response = server.put("/pub/small-again.bin", &token, &small, &[]);
+    assert_eq!(response.status, 201, "{}", String::from_utf8_lossy(&response.body));
+    assert_eq!(&get_ok(&server, "/pub/small.bin", &[]).body, &small, "served at once, no recheck needed");
+    assert_eq!(server.metric("blobgate_blob_cache_quarantined"), 2.0);
+
     // Sound copies put back in the store: the quarantine lifts at the next recheck, and each is served whole.
-    for (sha, (key, bytes)) in shas.iter().zip([("small.bin", &small), ("big.bin", &big), ("tail.bin", &tail)]) {
+    for (sha, (key, bytes)) in shas.iter().zip([("small.bin", &small), ("big.bin", &big), ("tail.bin", &tail)]).skip(1)
+    {
         store.upstream.put_object(&store.bucket, &Store::blob_key(sha), bytes);
         let path = format!("/pub/{key}");
         assert!(
@@ -934,4 +943,199 @@ fn heads_of_two_thousand_cold_objects_make_no_cache_entry_and_hold_no_file() {
     // A GET still reads through the cache, one entry.
     assert_eq!(get_ok(&server, "/pub/o7", &[]).body, b"object 7");
     assert_eq!(server.metric("blobgate_blob_cache_entries"), 1.0);
+}
+
+/// A store delete as object_store sends it: DeleteObjects (`POST ?delete`), or a plain DELETE.
+fn is_delete(r: &crate::helpers::upstream::ProxiedRequest) -> bool {
+    r.method == "DELETE" || (r.method == "POST" && r.target.ends_with("?delete"))
+}
+
+/// No store call runs under the blob-reference lock (SQLite's write lock): while the store stalls one blob's
+/// delete (held at the proxy), uploads of other keys still commit, and none of them calls the store under the lock
+/// (each new blob costs the upload's own requests only: no confirming HEAD).
+#[test]
+fn uploads_of_other_keys_while_the_store_stalls_one_complete() {
+    let store = Store::start(S3Upstream::moto());
+    let store_env = store.env(&[("BLOBGATE_TIMEOUTS__SWEEP_GRACE", "4s")]);
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let token = env.token("pub", "write", &[]);
+    let server = env.serve_with(&refs(&store_env), &[]);
+    let stalled = test_bytes(MIB as usize + 1, 60);
+    let response = server.put("/pub/stalled.bin", &token, &stalled, &[]);
+    assert_eq!(response.status, 201, "{}", String::from_utf8_lossy(&response.body));
+    let sha = sha256_hex(&stalled);
+    // object_store deletes by DeleteObjects (`POST ?delete`), the keys in the body: the only delete here.
+    store.proxy.hold(is_delete);
+    let response = server.admin("DELETE", "/pub/stalled.bin", &[("authorization", &format!("Bearer {token}"))], b"");
+    assert_eq!(response.status, 204);
+    assert!(
+        wait_for(Duration::from_secs(60), || store.proxy.held() == 1),
+        "the blob's delete reached the store: {:?}",
+        store.proxy.requests()
+    );
+
+    for i in 0..3 {
+        let bytes = test_bytes(256 * 1024 + i, 61 + i as u64);
+        let response = server.put(&format!("/pub/other-{i}.bin"), &token, &bytes, &[]);
+        assert_eq!(
+            response.status,
+            201,
+            "upload {i} while the store stalls: {}",
+            String::from_utf8_lossy(&response.body)
+        );
+        let read = get_ok(&server, &format!("/pub/other-{i}.bin"), &[]);
+        assert_eq!(sha256_hex(&read.body), sha256_hex(&bytes));
+        let sha = sha256_hex(&bytes);
+        let heads = store.proxy.requests().iter().filter(|r| r.method == "HEAD" && r.target.contains(&sha)).count();
+        assert_eq!(heads, 2, "the upload's check before and after its PUT, none under the lock");
+    }
+    assert_eq!(store.proxy.held(), 1, "the delete is still stalled: {:?}", store.proxy.requests());
+    store.proxy.release();
+    assert!(
+        wait_for(Duration::from_secs(60), || store.blobs().iter().all(|(key, _)| !key.contains(&sha))),
+        "the stalled delete went through: {:?}",
+        store.blobs()
+    );
+    assert_eq!(store.blobs().len(), 3);
+}
+
+/// A delete keeps the store object `timeouts.sweep_grace` past its last reference, so that a cold download in
+/// flight on another replica (held at the proxy between its slices while the delete commits) finishes
+/// byte-exact; the object goes once the grace period is over.
+#[test]
+fn a_delete_on_one_replica_during_a_cold_download_on_the_other_completes_byte_exact() {
+    let store = Store::start(S3Upstream::moto());
+    let store_env = store.env(&[("BLOBGATE_TIMEOUTS__SWEEP_GRACE", "20s")]);
+    let a = TestEnv::on_postgres();
+    let b = TestEnv { database_url: a.database_url.clone(), ..TestEnv::new() };
+    a.bucket("pub", true);
+    let token = a.token("pub", "write", &[]);
+    std::fs::create_dir_all(b.data_dir()).unwrap();
+    std::fs::copy(a.data_dir().join("signing-secrets.key"), b.data_dir().join("signing-secrets.key")).unwrap();
+    let (server_a, server_b) = (a.serve_with(&refs(&store_env), &[]), b.serve_with(&refs(&store_env), &[]));
+    let bytes = test_bytes(6 * MIB as usize + 5, 70);
+    let response = server_a.put("/pub/big.bin", &token, &bytes, &[]);
+    assert_eq!(response.status, 201, "{}", String::from_utf8_lossy(&response.body));
+    let sha = sha256_hex(&bytes);
+    let stored = |store: &Store| store.blobs().iter().any(|(key, _)| key.contains(&sha));
+    assert!(stored(&store));
+
+    // B's cold download sends its first slice, then waits for the next, held at the store's door.
+    let held = sha.clone();
+    store.proxy.hold(move |r| {
+        r.method == "GET" && r.target.contains(&held) && r.range.as_deref().is_some_and(|r| !r.starts_with("bytes=0-"))
+    });
+    let addr_b = server_b.data;
+    let download = std::thread::spawn(move || request_at(addr_b, "GET", "/pub/big.bin", &[]));
+    assert!(
+        wait_for(Duration::from_secs(60), || store.proxy.held() > 0),
+        "B's download is past its first slice: {:?}",
+        store.proxy.requests()
+    );
+    let response = server_a.admin("DELETE", "/pub/big.bin", &[("authorization", &format!("Bearer {token}"))], b"");
+    assert_eq!(response.status, 204);
+    assert_eq!(server_a.get("/pub/big.bin", &[]).status, 404, "the delete is visible at once");
+    let deletes = |store: &Store| store.proxy.requests().iter().filter(|r| is_delete(r)).count();
+    // A delete of the store object right after the commit would show here within a moment.
+    assert!(!wait_for(Duration::from_secs(3), || deletes(&store) > 0), "{:?}", store.proxy.requests());
+    assert!(stored(&store), "the store object outlives its last reference");
+    store.proxy.release();
+    let response = download.join().unwrap();
+    assert_eq!(response.status, 200);
+    assert_eq!(response.body.len(), bytes.len(), "the download in flight finished whole");
+    assert_eq!(sha256_hex(&response.body), sha, "byte-exact");
+    assert_eq!(server_b.get("/pub/big.bin", &[]).status, 404, "new GETs on B see the delete");
+
+    assert!(
+        wait_for(Duration::from_secs(120), || !stored(&store)),
+        "the store object went once the grace period was over: {:?}",
+        store.blobs()
+    );
+    assert_eq!(deletes(&store), 1, "one delete, by one replica: {:?}", store.proxy.requests());
+}
+
+/// Overwriting `latest` while a client downloads it cold: the download under way finishes with the old bytes,
+/// byte-exact (the old blob stays in the store for the grace period), while new GETs already get the new bytes.
+#[test]
+fn overwriting_latest_while_a_client_downloads_it_keeps_that_download_whole() {
+    let store = Store::start(S3Upstream::moto());
+    let store_env = store.env(&[("BLOBGATE_TIMEOUTS__SWEEP_GRACE", "20s")]);
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let token = env.token("pub", "write", &[]);
+    let server = env.serve_with(&refs(&store_env), &[]);
+    let (old, new) = (test_bytes(5 * MIB as usize + 1, 80), test_bytes(3 * MIB as usize + 3, 81));
+    // By the CLI, so the server's cache has never seen it: its download is cold.
+    put(&env, &store_env, "pub", "latest", &old);
+    let old_sha = sha256_hex(&old);
+    let held = old_sha.clone();
+    store.proxy.hold(move |r| {
+        r.method == "GET" && r.target.contains(&held) && r.range.as_deref().is_some_and(|r| !r.starts_with("bytes=0-"))
+    });
+    let addr = server.data;
+    let download = std::thread::spawn(move || request_at(addr, "GET", "/pub/latest", &[]));
+    assert!(
+        wait_for(Duration::from_secs(60), || store.proxy.held() > 0),
+        "the download is past its first slice: {:?}",
+        store.proxy.requests()
+    );
+
+    let response = server.put("/pub/latest", &token, &new, &[]);
+    assert_eq!(response.status, 201, "{}", String::from_utf8_lossy(&response.body));
+    assert_eq!(sha256_hex(&get_ok(&server, "/pub/latest", &[]).body), sha256_hex(&new), "new GETs get the new bytes");
+    let deletes = |store: &Store| store.proxy.requests().iter().filter(|r| is_delete(r)).count();
+    // A delete of the old store object right after the commit would show here within a moment.
+    assert!(!wait_for(Duration::from_secs(3), || deletes(&store) > 0), "{:?}", store.proxy.requests());
+    store.proxy.release();
+    let response = download.join().unwrap();
+    assert_eq!(response.status, 200);
+    assert_eq!(sha256_hex(&response.body), old_sha, "the download under way finished with the old bytes, whole");
+    assert_eq!(sha256_hex(&get_ok(&server, "/pub/latest", &[]).body), sha256_hex(&new));
+    assert!(
+        wait_for(Duration::from_secs(120), || store.blobs().iter().all(|(key, _)| !key.contains(&old_sha))),
+        "the old blob left the store after the grace period: {:?}",
+        store.blobs()
+    );
+    assert_eq!(store.blobs().len(), 1);
+}
+
+/// An upload of content whose store object a delete is removing (decided, sent, not yet back: held at the proxy)
+/// waits for that delete, then uploads the blob again before it commits: the store ends with the blob its row
+/// names. (The delete runs outside the blob-reference lock, so only its recorded decision orders the two.)
+#[test]
+fn an_upload_racing_the_delete_of_the_same_content_uploads_it_again_after() {
+    let store = Store::start(S3Upstream::moto());
+    // Long enough that the held delete stays within its lapse (half of it) on a loaded machine.
+    let store_env = store.env(&[("BLOBGATE_TIMEOUTS__SWEEP_GRACE", "30s")]);
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let token = env.token("pub", "write", &[]);
+    let server = env.serve_with(&refs(&store_env), &[]);
+    let bytes = test_bytes(MIB as usize + 7, 90);
+    let sha = sha256_hex(&bytes);
+    assert_eq!(server.put("/pub/first", &token, &bytes, &[]).status, 201);
+    store.proxy.hold(is_delete);
+    let auth = format!("Bearer {token}");
+    assert_eq!(server.admin("DELETE", "/pub/first", &[("authorization", &auth)], b"").status, 204);
+    assert!(
+        wait_for(Duration::from_secs(120), || store.proxy.held() == 1),
+        "the delete went out after the grace period: {:?}",
+        store.proxy.requests()
+    );
+
+    let addr = server.admin;
+    let again = bytes.clone();
+    let upload = std::thread::spawn(move || {
+        admin_request_at(addr, "PUT", "/pub/second", &[("authorization", &auth)], &again).status
+    });
+    assert!(!wait_for(Duration::from_secs(2), || upload.is_finished()), "the upload waits for the delete in flight");
+    store.proxy.release();
+    assert_eq!(upload.join().unwrap(), 201);
+    let requests = store.proxy.requests();
+    let delete = requests.iter().position(is_delete).expect("the delete");
+    let put_after = requests[delete..].iter().any(|r| r.method == "PUT" && r.target.contains(&sha));
+    assert!(put_after, "the blob went to the store again after the delete: {requests:?}");
+    assert!(store.blobs().iter().any(|(key, _)| key.contains(&sha)), "{:?}", store.blobs());
+    assert_eq!(sha256_hex(&get_ok(&server, "/pub/second", &[]).body), sha);
 }

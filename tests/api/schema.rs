@@ -476,6 +476,11 @@ const NOT_COPIED: &[(&str, &str)] = &[
          process writing to the target can hold one",
     ),
     (
+        "store_blob_retirements",
+        "when object-store blobs lost their last reference and when sweeps deleted them: the target's sweep finds \
+         them unreferenced on its own",
+    ),
+    (
         "multipart_uploads.completing_since",
         "a CompleteMultipartUpload's claim in progress on the source; no copy should carry it over",
     ),
@@ -545,7 +550,9 @@ fn fixture() -> String {
              '{{\"a\":\"b\"}}', '{{\"c\":\"d\"}}', 'AKBGSCHEMASCHEMA0001');
          INSERT INTO multipart_parts (upload_id, part_number, size, staged_name, md5, sha256, created_at)
          VALUES ('0000018c-schema', 1, 4, 'part-schema-1', '{}', '{c}', 1700000017);
-         INSERT INTO stats_flush_marks (writer, last_seq, updated_at) VALUES ('writer-schema', 42, 1700000018);",
+         INSERT INTO stats_flush_marks (writer, last_seq, updated_at) VALUES ('writer-schema', 42, 1700000018);
+         INSERT INTO store_blob_retirements (sha256, retired_at, deleting_at, deleted_at)
+             VALUES ('{c}', 1700000019, 1700000020, 1700000021);",
         bytes(32),
         bytes(60),
         bytes(76),

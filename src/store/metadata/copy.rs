@@ -21,7 +21,8 @@ enum Column {
 /// in progress are copied with their parts, whose files stay in `parts/`, so a client can still complete them on
 /// the target. The change log is not copied: the target's triggers log every inserted row, so a replica already
 /// on the target evicts what it cached. Nor are the stats flush marks: each is one process's batch in doubt on the
-/// source, under a random writer id that no process writing to the target has. `tests/api/schema.rs` checks that
+/// source, under a random writer id that no process writing to the target has. Nor are the store blob retirements (when
+/// a sweep may delete what): the target's sweep finds unreferenced blobs on its own. `tests/api/schema.rs` checks that
 /// every other column of every table is here.
 /// (table, its columns with their types, the order its rows are copied in)
 type Table = (&'static str, &'static [(&'static str, Column)], &'static str);

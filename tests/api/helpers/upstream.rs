@@ -14,7 +14,7 @@ use std::os::fd::AsFd;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -300,6 +300,41 @@ struct Shared {
     next_id: AtomicU64,
     /// Connections accepted since the start or the last `reset`.
     connections: AtomicU64,
+    /// Requests stalled before they reach the upstream (`CountingProxy::hold`).
+    holds: Holds,
+}
+
+/// Which requests to stall, and the ones stalled now. A stalled request is logged, then waits before its head is
+/// passed on, as a store that takes its time over one call would.
+#[derive(Default)]
+struct Holds {
+    state: Mutex<HoldState>,
+    changed: Condvar,
+}
+
+type HoldRule = Arc<dyn Fn(&ProxiedRequest) -> bool + Send + Sync>;
+
+#[derive(Default)]
+struct HoldState {
+    rule: Option<HoldRule>,
+    held: usize,
+}
+
+impl Holds {
+    /// Waits while `request` matches the rule in force.
+    fn pass(&self, request: &ProxiedRequest) {
+        let mut state = lock(&self.state);
+        if !state.rule.as_ref().is_some_and(|rule| rule(request)) {
+            return;
+        }
+        state.held += 1;
+        self.changed.notify_all();
+        while state.rule.as_ref().is_some_and(|rule| rule(request)) {
+            state = self.changed.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+        state.held -= 1;
+        self.changed.notify_all();
+    }
 }
 
 struct Acceptor {
@@ -352,6 +387,24 @@ impl CountingProxy {
         self.shared.connections.store(0, Ordering::SeqCst);
     }
 
+    /// Stalls every request `matches` accepts (its head logged, nothing passed on) until `release`: a store that
+    /// takes its time over some calls. Replaces the rule in force.
+    pub fn hold(&self, matches: impl Fn(&ProxiedRequest) -> bool + Send + Sync + 'static) {
+        lock(&self.shared.holds.state).rule = Some(Arc::new(matches));
+        self.shared.holds.changed.notify_all();
+    }
+
+    /// How many requests are stalled now.
+    pub fn held(&self) -> usize {
+        lock(&self.shared.holds.state).held
+    }
+
+    /// Passes the stalled requests on, and stalls no more.
+    pub fn release(&self) {
+        lock(&self.shared.holds.state).rule = None;
+        self.shared.holds.changed.notify_all();
+    }
+
     /// Down: as if the store had stopped. When this returns, new connections are refused (the port is closed)
     /// and open ones are shut down, mid-request or idle. Up again: the same port accepts again, forwarding to the
     /// same store, which never noticed.
@@ -384,6 +437,7 @@ impl CountingProxy {
 
 impl Drop for CountingProxy {
     fn drop(&mut self) {
+        self.release();
         self.set_down(true);
     }
 }
@@ -517,6 +571,8 @@ fn forward_requests(
         }));
         let body_sent = Arc::new(AtomicBool::new(matches!(body, Body::None | Body::Length(0))));
         lock(&shared.log).push(record.clone());
+        let seen = lock(&record).clone();
+        shared.holds.pass(&seen);
         lock(pending).push_back(Exchange {
             record: record.clone(),
             head_only: method == "HEAD",
