@@ -720,8 +720,22 @@ impl RemoteBlobs {
 
     /// Deletes a blob's store object and its slice manifest; one already gone is no error.
     pub async fn delete(&self, sha256: &str) -> Result<(), RemoteError> {
-        self.delete_key(self.key_of(sha256), sha256).await?;
-        self.delete_key(self.manifest_path(sha256), sha256).await
+        let who = self.credentials;
+        let keys = [self.key_of(sha256), self.manifest_path(sha256)];
+        let (store, sha, t) = (self.store.clone(), sha256.to_owned(), self.timeouts);
+        // One request for both (S3's DeleteObjects), so a blob never goes without its manifest going too.
+        self.run(StoreOperation::Delete, async move {
+            let keys = futures_util::stream::iter(keys.into_iter().map(Ok)).boxed();
+            let deleted: Vec<_> = within(t.first_byte, "DELETE", store.delete_stream(keys).collect()).await?;
+            for result in deleted {
+                match result {
+                    Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => return Err(RemoteError::from_store(&sha, who, e)),
+                }
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn delete_key(&self, key: StorePath, what: &str) -> Result<(), RemoteError> {
