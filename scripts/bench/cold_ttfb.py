@@ -6,7 +6,12 @@ s3s-fs (Rust, a directory served as S3) holds the blobs; in front of it runs a t
 script (a child process, threads): each connection's store->client direction is paced to --rate MB/s (10^6 B/s; a
 token bucket refilled continuously, bursts of at most --burst-kib), the client->store direction is not, and the
 bytes pass unchanged (the Host header is unchanged too, so SigV4 still verifies). Every store client, blobgate
-included, has the proxy as its endpoint. One --big-mib object is put into the public bucket `pub` through the CLI
+included, has the proxy as its endpoint. The proxy acknowledges the store's bytes at once (TCP_QUICKACK after each
+read; --no-quickack: not): s3s-fs does not set TCP_NODELAY and writes a response in pieces (a 256 MiB blob's
+8,248-byte slice manifest as 166 bytes of headers, 8,192 bytes, then 56), so Nagle holds the last small piece until
+what went before is ACKed, and on a connection just used for a request and its answer (blobgate's /readyz pings the
+store, and the cold read's manifest GET reuses that connection) Linux delays that ACK by about 40 ms, which lands
+in blobgate's TTFB: a cost of this loopback set-up, not of a store across a network. One --big-mib object is put into the public bucket `pub` through the CLI
 (`blobgate put`, with the store settings), so it lands in the store, at PREFIX/ab/cd/<sha256>, with its slice
 manifest sealed by that data dir's secrets key; the second server's data dir is a copy of the first's.
 
@@ -36,7 +41,7 @@ Pinning: blobgate on CPU 0, curl and the boto3 client on CPU 1; s3s-fs and the p
 side is neither the server under test nor its client). The store's file is in the page cache.
 
 Usage (from the project root; builds target/release/blobgate with `cargo build --release` if it is missing):
-    python3 scripts/bench/cold_ttfb.py [--reps 5] [--big-mib 256] [--rate 50] [--burst-kib 64]
+    python3 scripts/bench/cold_ttfb.py [--reps 5] [--big-mib 256] [--rate 50] [--burst-kib 64] [--no-quickack]
                                        [--bin target/release/blobgate] [--s3s-fs PATH] [--json OUT] [--keep]
 Quote the ratios, never the absolute figures.
 """
@@ -69,9 +74,10 @@ def need(tool, hint):
 
 # --- the throttling proxy (run as a child process: `cold_ttfb.py --proxy LISTEN:UPSTREAM --rate R`) ---
 
-def pump(src, dst, rate, burst):
+def pump(src, dst, rate, burst, quickack=False):
     """Copies `src` to `dst` until EOF, paced to `rate` B/s (token bucket of `burst` bytes) unless `rate` is None,
-    then half-closes `dst`. A token debt is slept off before the bytes are passed on."""
+    then half-closes `dst`. A token debt is slept off before the bytes are passed on. With `quickack`, what is read
+    from `src` is acknowledged at once (TCP_QUICKACK after each read) rather than by a delayed ACK."""
     buf = bytearray(CHUNK)
     view = memoryview(buf)
     size = CHUNK if rate is None else min(CHUNK, burst)
@@ -81,6 +87,8 @@ def pump(src, dst, rate, burst):
             n = src.recv_into(buf, size)
             if not n:
                 break
+            if quickack:
+                src.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
             if rate is not None:
                 now = time.monotonic()
                 tokens = min(burst, tokens + (now - last) * rate) - n
@@ -97,7 +105,7 @@ def pump(src, dst, rate, burst):
             pass
 
 
-def proxy_connection(client, upstream_port, rate, burst):
+def proxy_connection(client, upstream_port, rate, burst, quickack):
     try:
         upstream = socket.create_connection(("127.0.0.1", upstream_port))
     except OSError:
@@ -107,34 +115,36 @@ def proxy_connection(client, upstream_port, rate, burst):
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     up = threading.Thread(target=pump, args=(client, upstream, None, burst), daemon=True)
     up.start()
-    pump(upstream, client, rate, burst)
+    pump(upstream, client, rate, burst, quickack)
     up.join()
     client.close()
     upstream.close()
 
 
-def serve_proxy(spec, rate_mb, burst_kib):
+def serve_proxy(spec, rate_mb, burst_kib, quickack):
     """The proxy's process: listens on 127.0.0.1:LISTEN, one upstream connection and two threads per client."""
     listen, upstream = (int(p) for p in spec.split(":"))
     rate, burst = rate_mb * 1e6, burst_kib << 10
     server = socket.create_server(("127.0.0.1", listen), backlog=256)
     while True:
         client, _ = server.accept()
-        threading.Thread(target=proxy_connection, args=(client, upstream, rate, burst), daemon=True).start()
+        threading.Thread(target=proxy_connection, args=(client, upstream, rate, burst, quickack),
+                         daemon=True).start()
 
 
 class Proxy:
     """The throttling proxy in front of `store`, a child process in a session of its own."""
 
-    def __init__(self, store, work, rate, burst_kib):
+    def __init__(self, store, work, rate, burst_kib, quickack=True):
         self.store, self.log, self.rate, self.burst_kib = store, work / "proxy.log", rate, burst_kib
+        self.quickack = quickack
         self.proc = None
 
     def start(self):
         self.port = common.free_port()
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--proxy",
                                       f"{self.port}:{self.store.port}", "--rate", str(self.rate), "--burst-kib",
-                                      str(self.burst_kib)],
+                                      str(self.burst_kib), *([] if self.quickack else ["--no-quickack"])],
                                      stdin=subprocess.DEVNULL, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT,
                                      start_new_session=True)
         object_store.wait_listening(self.proc, self.port, self.log, "the throttling proxy")
@@ -262,6 +272,8 @@ def main():
     ap.add_argument("--big-mib", type=int, default=256)
     ap.add_argument("--rate", type=float, default=50, help="store->client MB/s (10^6 B/s) per proxied connection")
     ap.add_argument("--burst-kib", type=int, default=64, help="the proxy's token bucket size")
+    ap.add_argument("--no-quickack", action="store_true",
+                    help="let the proxy delay its ACKs of the store's bytes (Linux's delayed ACK) as by default")
     ap.add_argument("--bin", help="blobgate binary (default: PROJECT/target/release/blobgate, built if missing)")
     ap.add_argument("--project", default=".", help="the source tree the binary reads config/default.toml from")
     ap.add_argument("--s3s-fs", help="s3s-fs binary (default: $BLOBGATE_TEST_S3S_FS, else where scripts/test "
@@ -271,7 +283,7 @@ def main():
     ap.add_argument("--proxy", help=argparse.SUPPRESS)  # LISTEN:UPSTREAM: run as the throttling proxy
     a = ap.parse_args()
     if a.proxy:
-        return serve_proxy(a.proxy, a.rate, a.burst_kib)
+        return serve_proxy(a.proxy, a.rate, a.burst_kib, not a.no_quickack)
     if a.rate <= 0 or a.burst_kib <= 0 or a.reps < 1 or a.big_mib < 1:
         fail("--rate, --burst-kib, --reps and --big-mib must be positive")
 
@@ -296,7 +308,7 @@ def main():
     work = Path(tempfile.mkdtemp(prefix="cold-ttfb-"))
     size = a.big_mib << 20
     store = object_store.Store(s3s_fs, work)
-    proxy = Proxy(store, work, a.rate, a.burst_kib)
+    proxy = Proxy(store, work, a.rate, a.burst_kib, quickack=not a.no_quickack)
     gates = {}
     try:
         # A copy of the binary: a rebuild of the tree during the run must not change what the servers run.
@@ -337,6 +349,7 @@ def main():
                 print(f"rep {rep + 1} {case:12}: TTFB {ttfb * 1000:8.1f} ms, total {total:.3f} s "
                       f"({size / 1e6 / total:,.0f} MB/s)", flush=True)
         result = {"binary": str(binary), "big_mib": a.big_mib, "rate_mb_per_s": a.rate, "burst_kib": a.burst_kib,
+                  "quickack": not a.no_quickack,
                   "reps": a.reps, **report(times, a.reps, a.big_mib, a.rate)}
     finally:
         for gate in gates.values():
