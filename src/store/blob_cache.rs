@@ -110,6 +110,83 @@ struct FillSlot {
     tx: Arc<watch::Sender<FillResult>>,
 }
 
+/// Checks a slice's chunks as they arrive against the blob's manifest, once it is known (chunks that come first
+/// wait here), and tells the slice's waiters how far the checked bytes reach.
+struct SliceChecker {
+    cache: Arc<Inner>,
+    sha: String,
+    id: u64,
+    slice: u64,
+    start: u64,
+    len: u64,
+    tx: Arc<watch::Sender<FillResult>>,
+    state: Mutex<CheckerState>,
+}
+
+#[derive(Default)]
+struct CheckerState {
+    manifest: Option<Arc<SliceManifest>>,
+    /// Chunks that arrived before the manifest: (offset, digest).
+    waiting: Vec<(u64, ChunkDigest)>,
+    mismatch: Option<String>,
+}
+
+impl SliceChecker {
+    fn lock(&self) -> MutexGuard<'_, CheckerState> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A chunk is in the file; false stops the fetch (it does not match).
+    fn on_chunk(&self, chunk_start: u64, digest: &ChunkDigest) -> bool {
+        let mut state = self.lock();
+        match state.manifest.clone() {
+            None => {
+                state.waiting.push((chunk_start, *digest));
+                true
+            }
+            Some(manifest) => self.check(&mut state, &manifest, chunk_start, digest),
+        }
+    }
+
+    /// The manifest is known: the chunks that waited for it are checked.
+    fn learn(&self, manifest: Arc<SliceManifest>) {
+        let mut state = self.lock();
+        let waiting = std::mem::take(&mut state.waiting);
+        state.manifest = Some(manifest.clone());
+        for (chunk_start, digest) in waiting {
+            if !self.check(&mut state, &manifest, chunk_start, &digest) {
+                break;
+            }
+        }
+    }
+
+    fn check(
+        &self,
+        state: &mut CheckerState,
+        manifest: &SliceManifest,
+        chunk_start: u64,
+        digest: &ChunkDigest,
+    ) -> bool {
+        if state.mismatch.is_some() {
+            return false;
+        }
+        if let Err(e) = manifest.check(chunk_start, std::slice::from_ref(digest)) {
+            state.mismatch = Some(e.to_string());
+            return false;
+        }
+        let checked = (chunk_start + manifest.chunk_bytes()).min(self.start + self.len) - self.start;
+        if let Some(entry) = self.cache.lock().entries.get_mut(&self.sha).filter(|e| e.id == self.id) {
+            entry.checked.insert(self.slice, checked);
+        }
+        self.tx.send_modify(|fill| fill.checked = checked);
+        true
+    }
+
+    fn mismatch(&self) -> Option<String> {
+        self.lock().mismatch.clone()
+    }
+}
+
 /// Why a fill failed.
 #[derive(Debug)]
 enum FillFailure {
@@ -139,6 +216,8 @@ struct Inner {
     fetch: Arc<dyn RemoteFetch>,
     /// Opens slice manifests; without it every blob is checked whole.
     manifest_key: Option<Arc<ManifestKey>>,
+    /// The chunk a fill hashes by before its blob's manifest is known (the one uploads write).
+    manifest_chunk: u64,
     /// What a response that sends nothing from its blob (a HEAD) is given: `/dev/null`, opened once.
     nothing: Arc<File>,
     runtime: tokio::runtime::Handle,
@@ -261,7 +340,8 @@ impl BlobCache {
     ) -> anyhow::Result<Self> {
         let fetch = Arc::new(remote.clone());
         let key = remote.manifest_key().cloned();
-        Self::open_with(data_dir, max_bytes, slice_bytes, remote, fetch, key, owner).await
+        let manifests = (key, super::manifest::CHUNK_BYTES);
+        Self::open_with(data_dir, max_bytes, slice_bytes, remote, fetch, manifests, owner).await
     }
 
     /// [`BlobCache::open`], its fills fetching from `fetch` and opening manifests with `manifest_key`.
@@ -271,7 +351,7 @@ impl BlobCache {
         slice_bytes: u64,
         remote: RemoteBlobs,
         fetch: Arc<dyn RemoteFetch>,
-        manifest_key: Option<ManifestKey>,
+        (manifest_key, manifest_chunk): (Option<ManifestKey>, u64),
         owner: bool,
     ) -> anyhow::Result<Self> {
         let dir = if owner {
@@ -297,6 +377,7 @@ impl BlobCache {
             remote,
             fetch,
             manifest_key: manifest_key.map(Arc::new),
+            manifest_chunk,
             nothing,
             runtime: tokio::runtime::Handle::current(),
             state: Mutex::new(State::default()),
@@ -783,52 +864,57 @@ impl Inner {
     ) -> Result<(), FillFailure> {
         let FillSlot { sha, id, size, slice, range, tx } = slot;
         let len = range.end - range.start;
-        let verification = verification.get_or_try_init(|| self.verification_of(&sha, size)).await?.clone();
-        let manifest = match verification {
-            Verification::Slices(manifest) => manifest,
-            Verification::Whole => {
-                // The whole blob is fetched by one fill; this slice's reservation is part of the whole's.
-                self.unreserve(len);
-                let outcome = match self.whole_receiver(&sha, id, size, &file) {
-                    Some(mut rx) => rx.wait_for(FillResult::done).await.ok().and_then(|fill| fill.outcome.clone()),
-                    None => Some(Err(Arc::from(format!("blob {sha}: its cache entry was dropped")))),
-                };
-                let mut state = self.lock();
-                state.bytes += len; // released again by `settle` on failure
-                if let Some(entry) = state.entries.get_mut(&sha).filter(|e| e.id == id)
-                    && matches!(outcome, Some(Ok(())))
-                {
-                    entry.filling.remove(&slice);
-                    state.bytes -= len;
-                    return Ok(());
-                }
-                drop(state);
-                return Err(FillFailure::Failed(match outcome {
-                    Some(Err(why)) => why.to_string(),
-                    _ => format!("blob {sha}: the whole blob's fill ended without an outcome"),
-                }));
-            }
+        let known = verification.get().cloned();
+        if let Some(Verification::Whole) = known {
+            return self.fill_through_whole(&sha, id, size, slice, len, &file).await;
+        }
+        // The slice is fetched while the manifest is (on a cold entry): chunks that arrive before it wait in the
+        // checker, so the first byte costs one round trip to the store, not two.
+        let chunk_bytes = match &known {
+            Some(Verification::Slices(manifest)) => manifest.chunk_bytes(),
+            _ => self.manifest_chunk,
         };
-        let mismatch: Arc<Mutex<Option<String>>> = Arc::default();
+        let checker = Arc::new(SliceChecker {
+            cache: self.clone(),
+            sha: sha.clone(),
+            id,
+            slice,
+            start: range.start,
+            len,
+            tx,
+            state: Mutex::new(CheckerState::default()),
+        });
+        if let Some(Verification::Slices(manifest)) = &known {
+            checker.learn(manifest.clone());
+        }
         let on_chunk = {
-            let (cache, sha, manifest, mismatch) = (self.clone(), sha.clone(), manifest.clone(), mismatch.clone());
-            let start = range.start;
-            move |chunk_start: u64, digest: &ChunkDigest| -> bool {
-                if let Err(e) = manifest.check(chunk_start, std::slice::from_ref(digest)) {
-                    *mismatch.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
-                    return false;
-                }
-                let checked = (chunk_start + manifest.chunk_bytes()).min(start + len) - start;
-                if let Some(entry) = cache.lock().entries.get_mut(&sha).filter(|e| e.id == id) {
-                    entry.checked.insert(slice, checked);
-                }
-                tx.send_modify(|fill| fill.checked = checked);
-                true
-            }
+            let checker = checker.clone();
+            move |chunk_start: u64, digest: &ChunkDigest| checker.on_chunk(chunk_start, digest)
         };
-        let check = ChunkCheck { chunk_bytes: manifest.chunk_bytes(), on_chunk: Arc::new(on_chunk) };
-        let fetched = self.fetch.fetch_into(&sha, range.clone(), file.clone(), Some(check)).await;
-        if let Some(why) = mismatch.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        let check = ChunkCheck { chunk_bytes, on_chunk: Arc::new(on_chunk) };
+        let fetch = self.fetch.fetch_into(&sha, range.clone(), file.clone(), Some(check));
+        let learn = async {
+            if let Some(known) = known {
+                return Ok(known);
+            }
+            let learned = verification.get_or_try_init(|| self.verification_of(&sha, size)).await?.clone();
+            if let Verification::Slices(manifest) = &learned
+                && manifest.chunk_bytes() == chunk_bytes
+            {
+                checker.learn(manifest.clone());
+            }
+            Ok::<_, FillFailure>(learned)
+        };
+        let (learned, fetched) = tokio::join!(learn, fetch);
+        let manifest = match learned? {
+            Verification::Whole => return self.fill_through_whole(&sha, id, size, slice, len, &file).await,
+            // Another chunking than the one hashed: the next read fetches the slice by the manifest's.
+            Verification::Slices(manifest) if manifest.chunk_bytes() != chunk_bytes => {
+                return Err(FillFailure::Failed(format!("blob {sha}: its manifest's chunks are not this fetch's")));
+            }
+            Verification::Slices(manifest) => manifest,
+        };
+        if let Some(why) = checker.mismatch() {
             return Err(FillFailure::Corrupt(why));
         }
         let fetched = fetched.map_err(|e| FillFailure::Failed(e.to_string()))?;
@@ -846,6 +932,38 @@ impl Inner {
         manifest.check(range.start, &fetched.digests).map_err(|e| FillFailure::Corrupt(e.to_string()))?;
         self.settle(&sha, id, slice, len, true);
         Ok(())
+    }
+
+    /// A slice of a blob without a manifest: the whole blob is fetched by one fill, and checked whole; this
+    /// slice's reservation is part of the whole's.
+    async fn fill_through_whole(
+        self: &Arc<Self>,
+        sha: &str,
+        id: u64,
+        size: u64,
+        slice: u64,
+        len: u64,
+        file: &Arc<File>,
+    ) -> Result<(), FillFailure> {
+        self.unreserve(len);
+        let outcome = match self.whole_receiver(sha, id, size, file) {
+            Some(mut rx) => rx.wait_for(FillResult::done).await.ok().and_then(|fill| fill.outcome.clone()),
+            None => Some(Err(Arc::from(format!("blob {sha}: its cache entry was dropped")))),
+        };
+        let mut state = self.lock();
+        state.bytes += len; // released again by `settle` on failure
+        if let Some(entry) = state.entries.get_mut(sha).filter(|e| e.id == id)
+            && matches!(outcome, Some(Ok(())))
+        {
+            entry.filling.remove(&slice);
+            state.bytes -= len;
+            return Ok(());
+        }
+        drop(state);
+        Err(FillFailure::Failed(match outcome {
+            Some(Err(why)) => why.to_string(),
+            _ => format!("blob {sha}: the whole blob's fill ended without an outcome"),
+        }))
     }
 
     /// How an entry's slices are checked: its manifest, fetched and opened; none (or no key) means whole.
@@ -1237,14 +1355,14 @@ mod tests {
 
     /// A cache whose store is never asked: these tests only adopt whole blobs (no fetch).
     async fn cache(dir: &Path, max_bytes: u64) -> BlobCache {
-        let key = Some(FakeRemote::manifest_key());
-        BlobCache::open_with(dir, max_bytes, 1 << 20, never_asked(), FakeRemote::new(), key, true).await.unwrap()
+        let manifests = (Some(FakeRemote::manifest_key()), crate::store::remote::fake::CHUNK);
+        BlobCache::open_with(dir, max_bytes, 1 << 20, never_asked(), FakeRemote::new(), manifests, true).await.unwrap()
     }
 
     /// A server's cache in `dir`, of `SLICE`-byte slices, whose fills fetch from `fake`.
     async fn faked(dir: &Path, max_bytes: u64, fake: &Arc<FakeRemote>) -> BlobCache {
-        let key = Some(FakeRemote::manifest_key());
-        BlobCache::open_with(dir, max_bytes, SLICE, never_asked(), fake.clone(), key, true).await.unwrap()
+        let manifests = (Some(FakeRemote::manifest_key()), crate::store::remote::fake::CHUNK);
+        BlobCache::open_with(dir, max_bytes, SLICE, never_asked(), fake.clone(), manifests, true).await.unwrap()
     }
 
     fn staged(dir: &Path, n: u8, len: usize) -> (String, PathBuf) {
@@ -1747,9 +1865,10 @@ mod tests {
         let size = 3 * SLICE + 10;
         let bytes = blob_bytes(size, 20);
         let sha = fake.put_without_manifest(&bytes);
-        // A small range of a sound blob: the whole blob is fetched (in one range) and hashed first.
+        // A small range of a sound blob: the whole blob is fetched (in one range) and hashed first. The slice was
+        // asked for while the manifest was looked for (a cold entry's first fill does both at once); unbooked.
         assert_eq!(get(&cache, &sha, size, SLICE, 10).await.unwrap(), span(&bytes, SLICE, 10));
-        assert_eq!(fake.fetches(), [(sha.clone(), 0..size)]);
+        assert_eq!(fake.fetches(), [(sha.clone(), slice(1, size)), (sha.clone(), 0..size)]);
         until_settled(&cache, &sha, 0).await;
         assert_eq!(cached_bytes(&cache), size);
 
@@ -1765,7 +1884,7 @@ mod tests {
         }
         assert!(cache.is_quarantined(&rotten));
         assert_eq!(cache.counters().corrupt.load(Ordering::Relaxed), 1);
-        assert_eq!(fake.fetches_of(&rotten, 0..size), 1);
+        assert_eq!(fake.fetches_of(&rotten, 0..size), 1, "{:?}", fake.fetches());
         until("nothing of it stays reserved", || cached_bytes(&cache) == size).await;
 
         // Larger than the cache can check whole: refused, naming the fix.
