@@ -290,18 +290,12 @@ def main():
     project = common.set_project(a.project)
     for tool, hint in (("taskset", "util-linux"), ("curl", "apt install curl")):
         need(tool, hint)
-    tools = Path(os.environ.get("BLOBGATE_TOOLS") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-                 / "blobgate-tools")
-    s3s_fs = need(a.s3s_fs or os.environ.get("BLOBGATE_TEST_S3S_FS") or str(tools / "s3s-fs-0.14.1/bin/s3s-fs"),
-                  "scripts/test installs it (into ~/.cache/blobgate-tools)")
+    s3s_fs = object_store.s3s_fs_binary(a.s3s_fs)
     try:
         import boto3  # noqa: F401  (the direct client; it runs in a child process)
     except ImportError:
         fail("boto3 is missing (pip install boto3)")
-    if a.bin is None and not (project / "target/release/blobgate").exists():
-        print("building target/release/blobgate (cargo build --release) ...", flush=True)
-        subprocess.run(["cargo", "build", "--release"], cwd=project, check=True)
-    binary = common.binary(a.bin)
+    binary = object_store.release_binary(a.bin, project)
     # SIGTERM (e.g. a timeout) unwinds through the finally below, so no server outlives the run.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("cold_ttfb: terminated"))
 

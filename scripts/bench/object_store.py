@@ -63,6 +63,22 @@ def need(tool, hint):
     return path
 
 
+def s3s_fs_binary(explicit):
+    """The s3s-fs to run: `explicit`, else $BLOBGATE_TEST_S3S_FS, else where scripts/test installs it."""
+    tools = Path(os.environ.get("BLOBGATE_TOOLS") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                 / "blobgate-tools")
+    return need(explicit or os.environ.get("BLOBGATE_TEST_S3S_FS") or str(tools / "s3s-fs-0.14.1/bin/s3s-fs"),
+                "scripts/test installs it (into ~/.cache/blobgate-tools)")
+
+
+def release_binary(explicit, project):
+    """`explicit`, else PROJECT/target/release/blobgate, built with `cargo build --release` if missing."""
+    if explicit is None and not (project / "target/release/blobgate").exists():
+        print("building target/release/blobgate (cargo build --release) ...", flush=True)
+        subprocess.run(["cargo", "build", "--release"], cwd=project, check=True)
+    return common.binary(explicit)
+
+
 def clean_env():
     """This process's environment without any BLOBGATE_ or AWS_ setting, so that local mode is local mode."""
     return {k: v for k, v in os.environ.items() if not k.startswith(("BLOBGATE_", "AWS_"))}
@@ -347,19 +363,13 @@ def main():
     for tool, hint in (("taskset", "util-linux"), ("curl", "apt install curl"), ("wrk", "apt install wrk"),
                        ("aws", "pip install awscli")):
         need(tool, hint)
-    tools = Path(os.environ.get("BLOBGATE_TOOLS") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-                 / "blobgate-tools")
-    s3s_fs = need(a.s3s_fs or os.environ.get("BLOBGATE_TEST_S3S_FS") or str(tools / "s3s-fs-0.14.1/bin/s3s-fs"),
-                  "scripts/test installs it (into ~/.cache/blobgate-tools)")
+    s3s_fs = s3s_fs_binary(a.s3s_fs)
     if "cold" in only:
         try:
             import boto3  # noqa: F401  (the cold part's direct client; it runs in a child process)
         except ImportError:
             fail("boto3 is missing (pip install boto3)")
-    if a.bin is None and not (project / "target/release/blobgate").exists():
-        print("building target/release/blobgate (cargo build --release) ...", flush=True)
-        subprocess.run(["cargo", "build", "--release"], cwd=project, check=True)
-    binary = common.binary(a.bin)
+    binary = release_binary(a.bin, project)
     # SIGTERM (e.g. a timeout) unwinds through the finally below, so no server outlives the run.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("object_store: terminated"))
 

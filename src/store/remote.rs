@@ -1031,36 +1031,7 @@ mod tests {
     /// A client of a store that answers every request with the head of a 10-byte object and 4 bytes of its body,
     /// then nothing more (a store hung mid-body).
     fn stalling_mid_body() -> RemoteBlobs {
-        use object_store::aws::AmazonS3Builder;
-        use object_store::client::{HttpClient, HttpConnector, HttpError, HttpRequest, HttpResponse, HttpService};
-
-        #[derive(Debug)]
-        struct Stall;
-        impl HttpConnector for Stall {
-            fn connect(&self, _: &ClientOptions) -> object_store::Result<HttpClient> {
-                Ok(HttpClient::new(Stall))
-            }
-        }
-        impl HttpService for Stall {
-            fn call<'life0, 'async_trait>(
-                &'life0 self,
-                _: HttpRequest,
-            ) -> std::pin::Pin<Box<dyn Future<Output = Result<HttpResponse, HttpError>> + Send + 'async_trait>>
-            where
-                'life0: 'async_trait,
-                Self: 'async_trait,
-            {
-                let response = http::Response::builder()
-                    .status(206)
-                    .header("content-length", "10")
-                    .header("content-range", "bytes 0-9/10")
-                    .header("last-modified", "Thu, 01 Jan 1970 00:00:00 GMT")
-                    .header("etag", "\"stalled\"")
-                    .body(object_store::client::HttpResponseBody::new(FourBytesThenNothing(false)))
-                    .unwrap();
-                Box::pin(std::future::ready(Ok(response)))
-            }
-        }
+        use object_store::client::HttpError;
         struct FourBytesThenNothing(bool);
         impl http_body::Body for FourBytesThenNothing {
             type Data = Bytes;
@@ -1076,19 +1047,16 @@ mod tests {
                 }
             }
         }
-
-        let store = AmazonS3Builder::new()
-            .with_bucket_name("stalled")
-            .with_region("us-east-1")
-            .with_endpoint("http://127.0.0.1:9")
-            .with_allow_http(true)
-            .with_skip_signature(true)
-            .with_retry(RetryConfig { max_retries: 0, ..RetryConfig::default() })
-            .with_http_connector(Stall)
-            .build()
-            .unwrap();
-        let defaults = crate::config::BlobStoreSettings::default();
-        RemoteBlobs::with_client(store, "", "s3://stalled".into(), defaults.timeouts, defaults.breaker, 1, "test keys")
+        fake::answering("s3://stalled", 1, || {
+            Ok(http::Response::builder()
+                .status(206)
+                .header("content-length", "10")
+                .header("content-range", "bytes 0-9/10")
+                .header("last-modified", "Thu, 01 Jan 1970 00:00:00 GMT")
+                .header("etag", "\"stalled\"")
+                .body(object_store::client::HttpResponseBody::new(FourBytesThenNothing(false)))
+                .unwrap())
+        })
     }
 
     #[tokio::test(start_paused = true)]

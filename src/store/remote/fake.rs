@@ -334,33 +334,18 @@ impl Drop for InFlight<'_> {
 /// A client of a store that is never asked, for a cache whose fills go to a [`FakeRemote`]: every request is refused
 /// before it is sent. Made without an HTTP client, whose TLS roots take ~0.1 s to load in a debug build.
 pub fn never_asked() -> RemoteBlobs {
+    use object_store::client::HttpErrorKind;
+    let defaults = crate::config::BlobStoreSettings::default();
+    answering("s3://unused (never asked)", defaults.max_fetches, || {
+        let refused = std::io::Error::other("a test's client of a store that is never asked");
+        Err(object_store::client::HttpError::new(HttpErrorKind::Connect, refused))
+    })
+}
+
+/// A client (with `blob_store`'s default timeouts and breaker) of a store whose every answer is `answer()`.
+pub fn answering(location: &str, max_fetches: usize, answer: CannedAnswer) -> RemoteBlobs {
     use object_store::RetryConfig;
     use object_store::aws::AmazonS3Builder;
-    use object_store::client::HttpService;
-    use object_store::client::{HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse};
-
-    #[derive(Debug)]
-    struct Refuse;
-    impl HttpConnector for Refuse {
-        fn connect(&self, _: &object_store::ClientOptions) -> object_store::Result<HttpClient> {
-            Ok(HttpClient::new(Refuse))
-        }
-    }
-    // `HttpService` is an `async_trait`: its method, as the macro writes it.
-    impl HttpService for Refuse {
-        fn call<'life0, 'async_trait>(
-            &'life0 self,
-            _: HttpRequest,
-        ) -> std::pin::Pin<Box<dyn Future<Output = Result<HttpResponse, HttpError>> + Send + 'async_trait>>
-        where
-            'life0: 'async_trait,
-            Self: 'async_trait,
-        {
-            let refused = std::io::Error::other("a test's client of a store that is never asked");
-            Box::pin(std::future::ready(Err(HttpError::new(HttpErrorKind::Connect, refused))))
-        }
-    }
-
     let store = AmazonS3Builder::new()
         .with_bucket_name("unused")
         .with_region("us-east-1")
@@ -368,17 +353,42 @@ pub fn never_asked() -> RemoteBlobs {
         .with_allow_http(true)
         .with_skip_signature(true)
         .with_retry(RetryConfig { max_retries: 0, ..RetryConfig::default() })
-        .with_http_connector(Refuse)
+        .with_http_connector(Canned(answer))
         .build()
         .unwrap();
     let defaults = crate::config::BlobStoreSettings::default();
-    RemoteBlobs::with_client(
-        store,
-        "",
-        "s3://unused (never asked)".into(),
-        defaults.timeouts,
-        defaults.breaker,
-        defaults.max_fetches,
-        "blob_store.anonymous (unsigned requests)",
-    )
+    let unsigned = "blob_store.anonymous (unsigned requests)";
+    RemoteBlobs::with_client(store, "", location.into(), defaults.timeouts, defaults.breaker, max_fetches, unsigned)
+}
+
+type CannedAnswer = fn() -> Result<object_store::client::HttpResponse, object_store::client::HttpError>;
+
+/// An HTTP client that answers without a network.
+#[derive(Debug, Clone, Copy)]
+struct Canned(CannedAnswer);
+
+impl object_store::client::HttpConnector for Canned {
+    fn connect(&self, _: &object_store::ClientOptions) -> object_store::Result<object_store::client::HttpClient> {
+        Ok(object_store::client::HttpClient::new(*self))
+    }
+}
+
+// `HttpService` is an `async_trait`: its method, as the macro writes it.
+impl object_store::client::HttpService for Canned {
+    fn call<'life0, 'async_trait>(
+        &'life0 self,
+        _: object_store::client::HttpRequest,
+    ) -> std::pin::Pin<
+        Box<
+            dyn Future<Output = Result<object_store::client::HttpResponse, object_store::client::HttpError>>
+                + Send
+                + 'async_trait,
+        >,
+    >
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(std::future::ready((self.0)()))
+    }
 }
