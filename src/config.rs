@@ -46,6 +46,9 @@ pub struct Settings {
     /// whatever the umask. An existing file keeps its own.
     #[serde(deserialize_with = "octal_digits")]
     pub access_log_mode: String,
+    /// Whether the admin listener's probes (`/healthz`, `/readyz`, `/metrics`) are access-logged: a load balancer
+    /// and a scraper ask every second or so, and their lines would bury the requests. `BLOBGATE_ACCESS_LOG_PROBES`.
+    pub access_log_probes: bool,
     pub limits: Limits,
     pub timeouts: Timeouts,
     pub auth: AuthSettings,
@@ -804,6 +807,7 @@ impl Default for Settings {
             log_format: LogFormat::Text,
             access_log: None,
             access_log_mode: "0640".into(),
+            access_log_probes: false,
             limits: Limits::default(),
             timeouts: Timeouts::default(),
             auth: AuthSettings::default(),
@@ -919,6 +923,7 @@ const SETTING_KEYS: &[&str] = &[
     "log_format",
     "access_log",
     "access_log_mode",
+    "access_log_probes",
     "limits",
     "timeouts",
     "auth",

@@ -250,6 +250,9 @@ impl Application {
             DriverContext::new(admin_router(self.admin.clone()), refusal_response, &self.settings, recorder)
                 .for_admin(admin_principal);
         admin_ctx.access_log = access_log;
+        if !self.settings.access_log_probes {
+            admin_ctx.unlogged_paths = crate::http::PROBE_PATHS;
+        }
         admin_ctx.tls = self.tls.clone();
         // One budget for request bodies in memory, whichever listener they arrive on.
         admin_ctx.body_budget = ctx.body_budget.clone();

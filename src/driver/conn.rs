@@ -441,7 +441,8 @@ impl<S: RequestService> Connection<S> {
         // Kept for the log line below only when debug logging is on.
         let logged = tracing::enabled!(tracing::Level::DEBUG).then(|| (head.method.clone(), head.uri()));
         // Only with the access log on: reference-counted clones of what the head holds, no formatting.
-        let mut access = self.ctx.access_log.is_some().then(|| (self.access_entry(&head), Instant::now()));
+        let logs = self.ctx.access_log.is_some() && !self.ctx.unlogged_paths.contains(&head.path());
+        let mut access = logs.then(|| (self.access_entry(&head), Instant::now()));
         let claimed = match (&access, self.ctx.listener) {
             (Some(_), Listener::Admin { principal_of }) => principal_of(&head.fields),
             _ => None,

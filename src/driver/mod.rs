@@ -233,6 +233,8 @@ pub struct DriverContext<S> {
     pub recorder: DownloadRecorder,
     /// One line per response when the access log is on; never blocks.
     pub access_log: Option<crate::access_log::AccessLog>,
+    /// Request paths the access log leaves out (the admin listener's probes, unless `access_log_probes`).
+    pub unlogged_paths: &'static [&'static str],
     pub listener: Listener,
     /// Request-body bytes in memory, across both listeners' connections (one budget, shared).
     pub body_budget: budget::BodyBudget,
@@ -261,6 +263,7 @@ impl<S: RequestService> DriverContext<S> {
             metrics: DriverMetrics::new(),
             recorder,
             access_log: None,
+            unlogged_paths: &[],
             listener: Listener::Data,
             body_budget: budget::BodyBudget::new(settings.limits.upload_buffer_bytes),
             tls: None,

@@ -41,6 +41,10 @@ use crate::s3::operation::{self, Api, RequestHead, S3Call};
 use crate::store::{DatabaseHealth, Store};
 use error::ApiError;
 
+/// The admin listener's probes: what a load balancer and a scraper ask all day (left out of the access log unless
+/// `access_log_probes`).
+pub const PROBE_PATHS: &[&str] = &["/healthz", "/readyz", "/metrics"];
+
 /// What the data listener's handler needs. Cloning it (axum does, per request) is one reference count.
 #[derive(Clone)]
 pub struct DataState(Arc<DataParts>);

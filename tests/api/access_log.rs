@@ -265,3 +265,29 @@ fn query_value(url: &str, name: &str) -> String {
 fn percent_decoded(s: &str) -> String {
     percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()
 }
+
+/// A load balancer's and a scraper's probes are left out of the access log by default (`access_log_probes`), and
+/// logged when it is on; other admin requests are logged either way.
+#[test]
+fn probes_are_not_access_logged_unless_asked_for() {
+    let env = TestEnv::new();
+    for (probes, expect_probes) in [(None, false), (Some("true"), true)] {
+        let log = env.dir.path().join(format!("access-{expect_probes}.log"));
+        let mut settings = vec![("BLOBGATE_ACCESS_LOG", log.to_str().unwrap().to_owned())];
+        if let Some(value) = probes {
+            settings.push(("BLOBGATE_ACCESS_LOG_PROBES", value.to_owned()));
+        }
+        let settings: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let server = env.serve_with(&settings, &[]);
+        for path in ["/healthz", "/readyz", "/metrics"] {
+            assert_eq!(server.admin("GET", path, &[], b"").status, 200, "{path}");
+        }
+        // Then a request that is logged either way, and the last line the log gets.
+        assert_eq!(server.admin("GET", "/stats", &[], b"").status, 401);
+        let lines = wait_for_lines(&log, 1 + if expect_probes { 3 } else { 0 });
+        let paths: Vec<_> = lines.iter().filter_map(|l| l["path"].as_str().map(str::to_owned)).collect();
+        let expected: Vec<&str> =
+            if expect_probes { vec!["/healthz", "/readyz", "/metrics", "/stats"] } else { vec!["/stats"] };
+        assert_eq!(paths, expected, "access_log_probes = {probes:?}");
+    }
+}
