@@ -197,6 +197,10 @@ print(json.dumps(out))
     let log = read_log();
     let refused_puts = log.lines().filter(|l| l.contains(r#""method":"PUT","path":"/bkt/b""#)).count();
     assert!(refused_puts >= 1, "{log}");
+    // Refused after its signature verified: the line still names the key.
+    let named = format!(r#""principal":"{}""#, key.id);
+    let refused = log.lines().filter(|l| l.contains(r#""method":"PUT","path":"/bkt/b""#));
+    assert!(refused.clone().all(|l| l.contains(&named)), "a BadDigest upload's line names its key ({named}):\n{log}");
     assert_eq!(counted("refused"), Some(refused_puts as f64), "the bad Content-MD5s:\n{log}");
     assert_eq!(server.metric("blobgate_upload_bytes_total"), (1000 + (5 << 20) + 7) as f64);
 }

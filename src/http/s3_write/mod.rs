@@ -42,6 +42,7 @@ use super::conditional::{Precondition, Validators, evaluate};
 use super::error::ApiError;
 use super::s3::{AMZ_REQUEST_ID, S3Context, S3Error, not_implemented, with_principal, xml_response};
 use super::upload::{BodyFilter, PacedBody, stage_body};
+use crate::access_log::Principal;
 use crate::auth::sigv4::checksum::{Checksum, Checksummer};
 use crate::auth::sigv4::chunked::{ChunkedDecoder, header_checksum};
 use crate::auth::sigv4::{PayloadHash, RequestParts, SigV4Error, check_payload_sha256};
@@ -65,10 +66,17 @@ pub async fn serve(app: AdminState, call: S3Call, request: Request) -> Response 
     let (parts, body) = request.into_parts();
     let ctx = S3Context::new(parts.uri.path());
     let operation = call.operation;
-    let mut response = match route(&app, call, &parts, body).await {
+    let mut principal = None;
+    let mut response = match route(&app, call, &parts, body, &mut principal).await {
         Ok(response) => response,
         Err(e) => e.render(&ctx),
     };
+    // A request refused after its signature verified (a `BadDigest` body) still names its key in the access log.
+    if let Some(principal) = principal
+        && response.extensions().get::<Principal>().is_none()
+    {
+        response.extensions_mut().insert(principal);
+    }
     if matches!(operation, Operation::PutObject | Operation::UploadPart) {
         let stored = response.extensions_mut().remove::<StoredBytes>().map_or(0, |StoredBytes(n)| n);
         crate::metrics::upload_finished(crate::metrics::UploadApi::S3, response.status(), stored);
@@ -90,7 +98,14 @@ fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
     form_urlencoded::parse(query.unwrap_or("").as_bytes()).map(|(k, v)| (k.into_owned(), v.into_owned())).collect()
 }
 
-async fn route(app: &AdminState, call: S3Call, parts: &http::request::Parts, body: Body) -> Result<Response, S3Error> {
+/// `principal` is set once the request is authorised, for the access log of whatever answer follows.
+async fn route(
+    app: &AdminState,
+    call: S3Call,
+    parts: &http::request::Parts,
+    body: Body,
+    principal: &mut Option<Principal>,
+) -> Result<Response, S3Error> {
     use Operation as Op;
     let request = RequestParts {
         method: parts.method.as_str(),
@@ -108,6 +123,7 @@ async fn route(app: &AdminState, call: S3Call, parts: &http::request::Parts, bod
         Resource::Bucket(name) => {
             let bucket = app.data.catalog.bucket(name.as_str()).await?;
             let allowed = app.data.auth.s3(&request, S3Target::Bucket(bucket.as_ref()), Access::Write).await?;
+            *principal = app.data.log_principal.then(|| Principal::S3(allowed.key.id.as_str().into()));
             let bucket_id = bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?.id;
             refuse_unsupported(operation, &parts.headers)?;
             let response = match operation {
@@ -122,6 +138,7 @@ async fn route(app: &AdminState, call: S3Call, parts: &http::request::Parts, bod
         Resource::Object(name, key) => {
             let bucket = app.data.catalog.bucket(name.as_str()).await?;
             let allowed = app.data.auth.s3(&request, S3Target::Object(bucket.as_ref(), &key), Access::Write).await?;
+            *principal = app.data.log_principal.then(|| Principal::S3(allowed.key.id.as_str().into()));
             bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?;
             refuse_unsupported(operation, &parts.headers)?;
             let upload_id = || param("uploadId").unwrap_or("");
