@@ -114,12 +114,12 @@ pub struct BlobStoreTimeouts {
     /// Between two chunks of a fetched body; an upload's PUT of one part (at most 8 MiB) gets this beyond
     /// `first_byte`.
     #[serde(with = "humantime_serde")]
-    pub idle_read: Duration,
+    pub idle: Duration,
 }
 
 impl Default for BlobStoreTimeouts {
     fn default() -> Self {
-        Self { connect: Duration::from_secs(3), first_byte: Duration::from_secs(5), idle_read: Duration::from_secs(5) }
+        Self { connect: Duration::from_secs(3), first_byte: Duration::from_secs(5), idle: Duration::from_secs(5) }
     }
 }
 
@@ -412,7 +412,7 @@ impl ObjectStoreLocation {
         for (key, value) in [
             ("blob_store.timeouts.connect", t.connect),
             ("blob_store.timeouts.first_byte", t.first_byte),
-            ("blob_store.timeouts.idle_read", t.idle_read),
+            ("blob_store.timeouts.idle", t.idle),
             ("blob_store.breaker.cool_down", settings.breaker.cool_down),
         ] {
             if value.is_zero() {
@@ -1350,9 +1350,9 @@ mod tests {
             Ok(())
         });
         let mut settings = BlobStoreSettings { anonymous: true, ..Default::default() };
-        settings.timeouts.idle_read = Duration::ZERO;
+        settings.timeouts.idle = Duration::ZERO;
         let err = ObjectStoreLocation::parse("s3://blobs", &settings).unwrap_err().to_string();
-        assert!(err.contains("blob_store.timeouts.idle_read"), "{err}");
+        assert!(err.contains("blob_store.timeouts.idle"), "{err}");
         let settings = BlobStoreSettings { max_fetches: 0, anonymous: true, ..Default::default() };
         let err = ObjectStoreLocation::parse("s3://blobs", &settings).unwrap_err().to_string();
         assert!(err.contains("blob_store.max_fetches"), "{err}");

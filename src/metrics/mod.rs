@@ -56,8 +56,9 @@ pub const BLOB_STORE_CORRUPT: &str = "blobgate_blob_store_corrupt_total";
 pub const BLOB_CACHE_QUARANTINED: &str = "blobgate_blob_cache_quarantined";
 pub const BLOB_CACHE_ENTRIES: &str = "blobgate_blob_cache_entries";
 pub const BLOB_CACHE_OPEN_FILES: &str = "blobgate_blob_cache_open_files";
-pub const BLOB_STORE_REQUEST_SECONDS: &str = "blobgate_blob_store_request_seconds";
+pub const BLOB_STORE_REQUEST_SECONDS: &str = "blobgate_blob_store_request_duration_seconds";
 pub const BLOB_STORE_BREAKER_STATE: &str = "blobgate_blob_store_breaker_state";
+pub const BLOB_STORE_BREAKER_OPEN: &str = "blobgate_blob_store_breaker_open";
 pub const BLOB_STORE_BREAKER_REFUSED: &str = "blobgate_blob_store_breaker_refused_total";
 
 /// `mode` of `blobgate_tls_connections_total`: who encrypts the connection's records after the handshake.
@@ -182,6 +183,7 @@ fn describe() {
         "Object-store calls, by operation (get, head, put, delete, list); a get until its last byte."
     );
     describe_gauge!(BLOB_STORE_BREAKER_STATE, "The object store's circuit breaker: 0 closed, 1 half-open, 2 open.");
+    describe_gauge!(BLOB_STORE_BREAKER_OPEN, "1 while the object store's circuit breaker fails calls at once, else 0.");
     describe_counter!(
         BLOB_STORE_BREAKER_REFUSED,
         "Object-store calls failed at once (503) by the open circuit breaker."
@@ -264,13 +266,14 @@ pub fn register_all(
         BLOB_CACHE_ENTRIES,
         BLOB_CACHE_OPEN_FILES,
         BLOB_STORE_BREAKER_STATE,
+        BLOB_STORE_BREAKER_OPEN,
     ] {
         gauge!(name).increment(0.0);
     }
     gauge!(CACHE_SYNC_AGE).set(0.0);
     // A registered histogram is listed (empty) from the first scrape.
     for operation in crate::store::remote::StoreOperation::ALL {
-        let _ = histogram!(BLOB_STORE_REQUEST_SECONDS, "operation" => operation.label());
+        let _ = histogram!(BLOB_STORE_REQUEST_SECONDS, "op" => operation.label());
     }
 }
 
@@ -288,13 +291,16 @@ pub fn blob_cache_snapshot(cache: &crate::store::BlobCache) {
     gauge!(BLOB_CACHE_ENTRIES).set(entries as f64);
     gauge!(BLOB_CACHE_OPEN_FILES).set(open_files as f64);
     let remote = cache.remote();
-    gauge!(BLOB_STORE_BREAKER_STATE).set(f64::from(remote.breaker_state().gauge()));
+    let state = remote.breaker_state();
+    gauge!(BLOB_STORE_BREAKER_STATE).set(f64::from(state.gauge()));
+    let open = matches!(state, crate::store::remote::breaker::BreakerState::Open);
+    gauge!(BLOB_STORE_BREAKER_OPEN).set(if open { 1.0 } else { 0.0 });
     counter!(BLOB_STORE_BREAKER_REFUSED).absolute(remote.refused_calls());
 }
 
 /// One object-store call of `operation` took `took` (the store's client reports each, see `RemoteBlobs::observe_calls`).
 pub fn blob_store_call(operation: crate::store::remote::StoreOperation, took: std::time::Duration) {
-    histogram!(BLOB_STORE_REQUEST_SECONDS, "operation" => operation.label()).record(took.as_secs_f64());
+    histogram!(BLOB_STORE_REQUEST_SECONDS, "op" => operation.label()).record(took.as_secs_f64());
 }
 
 /// One request that carried object bytes ended with `status`; `stored_bytes` is what it stored (0 unless stored).

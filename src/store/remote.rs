@@ -443,7 +443,7 @@ impl RemoteBlobs {
         let (store, path, sha) = (self.store.clone(), self.manifest_path(sha256), sha256.to_owned());
         let (who, t) = (self.credentials, self.timeouts);
         self.run(StoreOperation::Put, async move {
-            within(t.first_byte + t.idle_read, "PUT", store.put(&path, PutPayload::from(sealed)))
+            within(t.first_byte + t.idle, "PUT", store.put(&path, PutPayload::from(sealed)))
                 .await?
                 .map_err(|e| RemoteError::from_store(&sha, who, e))?;
             Ok(())
@@ -481,7 +481,7 @@ impl RemoteBlobs {
                     result.meta.size
                 )));
             }
-            let bytes = within(t.idle_read, "GET", result.bytes()).await?;
+            let bytes = within(t.idle, "GET", result.bytes()).await?;
             Ok(Some(bytes.map_err(|e| RemoteError::from_store(&sha, who, e))?.to_vec()))
         })
         .await
@@ -587,8 +587,8 @@ impl RemoteBlobs {
     ) -> Result<Vec<ChunkDigest>, RemoteError> {
         let (store, sha, t) = (self.store.clone(), what.to_owned(), self.timeouts);
         let who = self.credentials;
-        // One PUT (of a blob or a part, at most MULTIPART_PART_BYTES) may take idle_read beyond its first byte.
-        let part = t.first_byte + t.idle_read;
+        // One PUT (of a blob or a part, at most MULTIPART_PART_BYTES) may take idle beyond its first byte.
+        let part = t.first_byte + t.idle;
         self.run(StoreOperation::Put, async move {
             let file =
                 Arc::new(tokio::task::spawn_blocking(move || File::open(path)).await.map_err(io::Error::other)??);
@@ -659,7 +659,7 @@ impl RemoteBlobs {
             let mut hasher = check.as_ref().map(|c| ChunkHasher::new(c.chunk_bytes));
             let refused = || RemoteError::Unavailable(format!("blob {sha}: a chunk does not match what was uploaded"));
             loop {
-                let next = within(t.idle_read, "GET body", stream.next()).await?;
+                let next = within(t.idle, "GET body", stream.next()).await?;
                 let done = next.is_none();
                 if let Some(chunk) = next {
                     let chunk = chunk.map_err(|e| RemoteError::from_store(&sha, who, e))?;
@@ -1060,14 +1060,14 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_body_that_stops_mid_way_fails_after_the_idle_read_timeout_and_frees_its_place() {
+    async fn a_body_that_stops_mid_way_fails_after_the_idle_timeout_and_frees_its_place() {
         let remote = stalling_mid_body();
         let file = Arc::new(tempfile::tempfile().unwrap());
         let started = tokio::time::Instant::now();
         let error = remote.fetch_into(SHA, 0..10, file.clone(), None).await.unwrap_err();
         assert!(matches!(&error, RemoteError::Unavailable(why) if why.contains("GET body")), "{error}");
-        assert!(started.elapsed() >= remote.timeouts.idle_read, "not before the timeout");
-        assert!(started.elapsed() < remote.timeouts.first_byte + remote.timeouts.idle_read * 2, "bounded by idleness");
+        assert!(started.elapsed() >= remote.timeouts.idle, "not before the timeout");
+        assert!(started.elapsed() < remote.timeouts.first_byte + remote.timeouts.idle * 2, "bounded by idleness");
         assert_eq!(remote.fetches.available_permits(), 1, "the fetch's place is free again");
     }
 

@@ -311,7 +311,7 @@ fn hung_store_settings(store: &Store) -> Vec<(String, String)> {
     store.env(&[
         ("BLOBGATE_BLOB_STORE__TIMEOUTS__CONNECT", "1s"),
         ("BLOBGATE_BLOB_STORE__TIMEOUTS__FIRST_BYTE", "1s"),
-        ("BLOBGATE_BLOB_STORE__TIMEOUTS__IDLE_READ", "1s"),
+        ("BLOBGATE_BLOB_STORE__TIMEOUTS__IDLE", "1s"),
         ("BLOBGATE_BLOB_STORE__BREAKER__FAILURES", "3"),
         ("BLOBGATE_BLOB_STORE__BREAKER__COOL_DOWN", "2s"),
     ])
@@ -380,7 +380,7 @@ fn a_hung_store_is_a_slow_dependency_not_an_outage() {
     }
     // The failures open the breaker: calls then fail at once, and are counted.
     assert!(
-        wait_for(Duration::from_secs(15), || server.metric("blobgate_blob_store_breaker_state") == 2.0),
+        wait_for(Duration::from_secs(15), || server.metric("blobgate_blob_store_breaker_open") == 1.0),
         "the breaker did not open:\n{}",
         server.metrics()
     );
@@ -412,6 +412,7 @@ fn metrics_show_the_stores_calls_by_operation_and_its_breaker() {
     assert_eq!(get_ok(&server, "/pub/one.bin", &[]).body, bytes);
     let metrics = server.metrics();
     assert!(metrics.contains("blobgate_blob_store_breaker_state 0"), "{metrics}");
+    assert!(metrics.contains("blobgate_blob_store_breaker_open 0"), "{metrics}");
     assert!(metrics.contains("blobgate_blob_store_breaker_refused_total 0"), "{metrics}");
     // Histograms reach the exporter at its upkeep (every 5 s).
     let mut last = String::new();
@@ -419,7 +420,7 @@ fn metrics_show_the_stores_calls_by_operation_and_its_breaker() {
         last = server.metrics();
         ["get", "list"].iter().all(|op| {
             last.lines()
-                .any(|l| l.starts_with(&format!("blobgate_blob_store_request_seconds_count{{operation=\"{op}\"}}")))
+                .any(|l| l.starts_with(&format!("blobgate_blob_store_request_duration_seconds_count{{op=\"{op}\"}}")))
         })
     });
     assert!(seen, "no store call latency by operation:\n{last}");
