@@ -938,8 +938,8 @@ fn heads_of_two_thousand_cold_objects_make_no_cache_entry_and_hold_no_file() {
     assert_eq!(server.metric("blobgate_blob_cache_entries"), 0.0, "a HEAD makes no entry");
     assert_eq!(server.metric("blobgate_blob_cache_open_files"), 0.0);
     let after = fds();
-    // The store client's and the scrapes' connections may come and go: a handful, not one per HEAD.
-    assert!(after <= before + 8, "open files went from {before} to {after} over {OBJECTS} HEADs");
+    // The store client's pooled connections and the scrapes' come and go (a few dozen at most), never one per HEAD.
+    assert!(after < before + 64, "open files went from {before} to {after} over {OBJECTS} HEADs");
     assert_eq!(store.blob_gets().len(), 0, "a HEAD fetches nothing");
     // A GET still reads through the cache, one entry.
     assert_eq!(get_ok(&server, "/pub/o7", &[]).body, b"object 7");
