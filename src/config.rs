@@ -739,6 +739,10 @@ pub struct Limits {
     /// Slowest upload body accepted, in bytes per second averaged over each `timeouts.body_idle` window; slower
     /// gets 408, so a body that trickles a byte now and then cannot keep its upload place. 0 turns it off.
     pub min_upload_rate: u64,
+    /// A download that acknowledged nothing for `timeouts.send_progress` is still not stalled while the bytes its
+    /// connection took, at this rate, would last longer (up to a minute): a reader that takes its buffer in bursts
+    /// and then pauses (`curl --limit-rate`) is a slow reader, not a stalled one. 0: the period alone decides.
+    pub min_download_rate: u64,
     /// Download-stats aggregates (one per object plus one per object and day) that may wait in memory while the
     /// database cannot be written; a record that needs one more is dropped and counted.
     pub stats_buffer_objects: usize,
@@ -835,6 +839,7 @@ impl Default for Limits {
             max_concurrent_uploads: 64,
             upload_buffer_bytes: 1024 * 1024,
             min_upload_rate: 500,
+            min_download_rate: 32 * 1024,
             stats_buffer_objects: 100_000,
         }
     }

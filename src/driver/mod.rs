@@ -257,6 +257,7 @@ impl<S: RequestService> DriverContext<S> {
             send: SendOptions {
                 chunk: settings.limits.sendfile_chunk_bytes,
                 progress_timeout: settings.timeouts.send_progress,
+                min_download_rate: settings.limits.min_download_rate,
                 pool_sends: Arc::new(Semaphore::new(POOL_SENDS)),
                 pool_wouldblock_hold: settings.faults.pool_wouldblock_hold,
             },

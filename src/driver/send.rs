@@ -63,6 +63,8 @@ pub struct SendOptions {
     /// Most bytes per sendfile call; the task yields after each chunk so one fast reader cannot starve others.
     pub chunk: usize,
     pub progress_timeout: Duration,
+    /// `limits.min_download_rate`: how long a paused reader's bytes excuse its pause (`wait_writable_paced`).
+    pub min_download_rate: u64,
     /// Bounds concurrent pool sends (cold and bulk chunks) across all connections.
     pub pool_sends: Arc<Semaphore>,
     /// `faults.pool_wouldblock_hold`: zero except in tests.
@@ -252,7 +254,7 @@ async fn send_region(
         // concurrent ranges. A pool job goes only to a writable socket; on the event loop the call is tried first,
         // as in `send_bytes`.
         let result = if offload {
-            wait_writable(stream, options.progress_timeout).await?;
+            wait_writable_paced(stream, options.progress_timeout, options.min_download_rate).await?;
             send_from_pool(stream, file, position, want, options).await
         } else {
             stream.try_io(Interest::WRITABLE, move || sys::sendfile(stream, file, position, want))
@@ -272,7 +274,9 @@ async fn send_region(
                 }
             }
             // WouldBlock cleared tokio's readiness inside `try_io` (or the pool's probe found the socket full).
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(stream, options.progress_timeout).await?,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                wait_writable_paced(stream, options.progress_timeout, options.min_download_rate).await?
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(SendOutcome::Aborted(e)),
         }
@@ -284,23 +288,53 @@ async fn send_region(
 /// once about a third of the send buffer has drained, which a steady slow reader can take longer than `timeout`
 /// to free while it is still reading.
 pub(super) async fn wait_writable(stream: &TcpStream, timeout: Duration) -> Result<(), SendOutcome> {
+    wait_writable_paced(stream, timeout, 0).await
+}
+
+/// The longest pause the bytes a connection took can excuse (`wait_writable_paced`): a reader that took a lot
+/// and then stopped for good is cut within this, whatever it took.
+const MAX_PAUSE_CREDIT: Duration = Duration::from_secs(60);
+
+/// [`wait_writable`] for an object body: a period in which the peer acknowledged nothing is a stall only once the
+/// connection's acknowledged bytes, read at `min_rate` bytes per second, no longer cover the pause (at most
+/// [`MAX_PAUSE_CREDIT`]). A reader that takes its whole buffer at once and then sleeps to keep its average rate
+/// (curl's `--limit-rate` does) is reading; one that never read (a window shut from the start) took too little to
+/// be excused past `timeout`.
+pub(super) async fn wait_writable_paced(
+    stream: &TcpStream,
+    timeout: Duration,
+    min_rate: u64,
+) -> Result<(), SendOutcome> {
     let mut writable = std::pin::pin!(stream.writable());
     // Writable at once in the common case: no clock and no syscall.
     if let Poll::Ready(result) = std::future::poll_fn(|cx| Poll::Ready(writable.as_mut().poll(cx))).await {
         return result.map_err(SendOutcome::Aborted);
     }
     let mut acked = sys::bytes_acked(stream);
+    let mut paused = Duration::ZERO;
     loop {
         match tokio::time::timeout(timeout, writable.as_mut()).await {
             Ok(result) => return result.map_err(SendOutcome::Aborted),
             Err(_elapsed) => {
                 let now = sys::bytes_acked(stream);
-                if now.is_none() || now == acked {
+                if now.is_some() && now != acked {
+                    (acked, paused) = (now, Duration::ZERO);
+                    continue;
+                }
+                paused += timeout;
+                if paused >= pause_credit(acked, min_rate) {
                     return Err(SendOutcome::Stalled);
                 }
-                acked = now;
             }
         }
+    }
+}
+
+/// How long a pause `acked` bytes excuse at `min_rate` (never less than none, never more than the cap).
+fn pause_credit(acked: Option<u64>, min_rate: u64) -> Duration {
+    match acked {
+        Some(acked) if min_rate > 0 => Duration::from_secs_f64(acked as f64 / min_rate as f64).min(MAX_PAUSE_CREDIT),
+        _ => Duration::ZERO,
     }
 }
 
@@ -429,6 +463,14 @@ mod tests {
         }
         region.advance(500);
         assert_eq!(region.next_chunk(4096, PATIENCE).await.unwrap(), None);
+    }
+
+    #[test]
+    fn a_pause_is_excused_by_what_the_connection_took_at_the_floor_rate_up_to_a_minute() {
+        assert_eq!(pause_credit(Some(4 << 20), 32 * 1024), Duration::from_secs(60), "4 MiB at 32 KiB/s: capped");
+        assert_eq!(pause_credit(Some(320 * 1024), 32 * 1024), Duration::from_secs(10));
+        assert_eq!(pause_credit(Some(64 * 1024), 0), Duration::ZERO, "0: the period alone decides");
+        assert_eq!(pause_credit(None, 32 * 1024), Duration::ZERO, "no TCP_INFO: no credit");
     }
 
     #[tokio::test(start_paused = true)]

@@ -226,7 +226,7 @@ impl TlsServer {
         let mut conn = ServerConnection::new(config).map_err(|_| HandshakeFailure::Malformed)?;
         let mut first = &first[..];
         loop {
-            flush(&mut conn, stream, send_timeout).await.map_err(|_| HandshakeFailure::Io)?;
+            flush(&mut conn, stream, send_timeout, 0).await.map_err(|_| HandshakeFailure::Io)?;
             if !conn.is_handshaking() {
                 break;
             }
@@ -455,7 +455,7 @@ impl UserTls {
         timeout: Duration,
     ) -> Result<(), SendOutcome> {
         self.conn.writer().write_all(bytes).map_err(SendOutcome::Aborted)?;
-        if more { Ok(()) } else { flush(&mut self.conn, stream, timeout).await }
+        if more { Ok(()) } else { flush(&mut self.conn, stream, timeout, 0).await }
     }
 
     /// Sends `head` and `body` encrypted: each region read into the connection's buffer a chunk at a time.
@@ -500,7 +500,7 @@ impl UserTls {
                             return Err(SendOutcome::Truncated { missing: region.remaining() - got as u64 });
                         }
                         self.conn.writer().write_all(&self.body[..got]).map_err(SendOutcome::Aborted)?;
-                        flush(&mut self.conn, stream, timeout).await?;
+                        flush(&mut self.conn, stream, timeout, options.min_download_rate).await?;
                         region.advance(got);
                         report.object_bytes += got as u64;
                         observer.sent(got as u64);
@@ -511,7 +511,7 @@ impl UserTls {
                 }
             }
         }
-        flush(&mut self.conn, stream, timeout).await
+        flush(&mut self.conn, stream, timeout, options.min_download_rate).await
     }
 
     /// Reads `want` bytes of `file` at `position` into the body buffer (fewer only at the file's end): on the
@@ -566,12 +566,20 @@ fn read_full_at(file: &File, buf: &mut [u8], position: u64) -> io::Result<usize>
     Ok(filled)
 }
 
-/// Sends every record rustls holds, waiting for the socket as a send does.
-async fn flush(conn: &mut ServerConnection, stream: &TcpStream, timeout: Duration) -> Result<(), SendOutcome> {
+/// Sends every record rustls holds, waiting for the socket as a send does (an object body's with its pauses
+/// excused as `send::wait_writable_paced` does, at `min_rate`).
+async fn flush(
+    conn: &mut ServerConnection,
+    stream: &TcpStream,
+    timeout: Duration,
+    min_rate: u64,
+) -> Result<(), SendOutcome> {
     while conn.wants_write() {
         match conn.write_tls(&mut SocketIo(stream)) {
             Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => send::wait_writable(stream, timeout).await?,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                send::wait_writable_paced(stream, timeout, min_rate).await?
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(SendOutcome::Aborted(e)),
         }

@@ -117,3 +117,35 @@ fn a_zero_window_reader_is_still_dropped() {
     assert!(body.len() < bytes.len(), "the stalled reader got the whole body");
     assert!(server.metric("blobgate_stalled_responses_total") >= 1.0, "{}", server.metrics());
 }
+
+/// curl's `--limit-rate` reads what its buffers hold at once, then sleeps with its window shut until its average
+/// is back at the rate: seconds in which the server sees nothing acknowledged. Four of them reading 16 MiB at
+/// 1 MB/s with `send_progress = 3s` are slow readers, not stalled ones (`limits.min_download_rate`): every one
+/// gets every byte. Before the pause credit, three of four were cut after about 12 MB.
+#[test]
+fn bursty_rate_limited_curl_readers_are_not_taken_for_stalled() {
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let bytes = test_bytes(16 << 20, 29);
+    env.put_bytes("pub", "big.bin", &bytes, &[]);
+    let expected = sha256_hex(&bytes);
+    let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__SEND_PROGRESS", "3s")], &[]);
+    let url = format!("http://{}/pub/big.bin", server.data);
+    let clients: Vec<_> = (0..4)
+        .map(|n| {
+            let out = env.dir.path().join(format!("curl-{n}.bin"));
+            let child = std::process::Command::new("curl")
+                .args(["-sS", "--limit-rate", "1M", "-o", out.to_str().unwrap(), &url])
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("run curl");
+            (out, child)
+        })
+        .collect();
+    for (out, child) in clients {
+        let finished = child.wait_with_output().unwrap();
+        assert!(finished.status.success(), "curl: {}\n{}", String::from_utf8_lossy(&finished.stderr), server.log());
+        assert_eq!(sha256_hex(&std::fs::read(out).unwrap()), expected);
+    }
+    assert!(!server.log().contains("no progress"), "{}", server.log());
+}
