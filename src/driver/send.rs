@@ -294,6 +294,8 @@ pub(super) async fn wait_writable(stream: &TcpStream, timeout: Duration) -> Resu
 /// The longest pause the bytes a connection took can excuse (`wait_writable_paced`): a reader that took a lot
 /// and then stopped for good is cut within this, whatever it took.
 const MAX_PAUSE_CREDIT: Duration = Duration::from_secs(60);
+/// Acknowledged bytes that earn no credit: what a client's receive buffers take without it reading a byte.
+const UNEXCUSED_BYTES: u64 = 1 << 20;
 
 /// [`wait_writable`] for an object body: a period in which the peer acknowledged nothing is a stall only once the
 /// connection's acknowledged bytes, read at `min_rate` bytes per second, no longer cover the pause (at most
@@ -333,7 +335,10 @@ pub(super) async fn wait_writable_paced(
 /// How long a pause `acked` bytes excuse at `min_rate` (never less than none, never more than the cap).
 fn pause_credit(acked: Option<u64>, min_rate: u64) -> Duration {
     match acked {
-        Some(acked) if min_rate > 0 => Duration::from_secs_f64(acked as f64 / min_rate as f64).min(MAX_PAUSE_CREDIT),
+        Some(acked) if min_rate > 0 => {
+            let earned = acked.saturating_sub(UNEXCUSED_BYTES);
+            Duration::from_secs_f64(earned as f64 / min_rate as f64).min(MAX_PAUSE_CREDIT)
+        }
         _ => Duration::ZERO,
     }
 }
@@ -468,7 +473,8 @@ mod tests {
     #[test]
     fn a_pause_is_excused_by_what_the_connection_took_at_the_floor_rate_up_to_a_minute() {
         assert_eq!(pause_credit(Some(4 << 20), 32 * 1024), Duration::from_secs(60), "4 MiB at 32 KiB/s: capped");
-        assert_eq!(pause_credit(Some(320 * 1024), 32 * 1024), Duration::from_secs(10));
+        assert_eq!(pause_credit(Some((1 << 20) + 320 * 1024), 32 * 1024), Duration::from_secs(10));
+        assert_eq!(pause_credit(Some(900 * 1024), 32 * 1024), Duration::ZERO, "what a buffer takes unread earns none");
         assert_eq!(pause_credit(Some(64 * 1024), 0), Duration::ZERO, "0: the period alone decides");
         assert_eq!(pause_credit(None, 32 * 1024), Duration::ZERO, "no TCP_INFO: no credit");
     }
