@@ -11,6 +11,7 @@ Usage (from the project root, after `cargo build --release`):
 Each round drops the blob from the page cache (posix_fadvise DONTNEED) and then runs, at once:
 - paced readers of a large range, at 100 KB/s to 4 MB/s, for 6-9 s each, with a small fixed receive buffer;
 - pausing readers at full speed with pauses shorter than send_progress;
+- `curl --limit-rate` readers (bursts, then a shut window while curl sleeps: slow, never stalled);
 - zero-window readers that send a request and never read (the server must drop them after send_progress).
 `--full-speed` instead runs LOOPS parallel `curl` loops that download the whole object at full speed for SECONDS,
 checking each body's SHA-256 (the field report's reproduction of cut-off bulk downloads).
@@ -103,6 +104,30 @@ async def paced(port, data, spec, rate, pauses, tally, label):
         writer.close()
 
 
+async def curl_limited(port, data, spec, rate, tally, label):
+    """`curl --limit-rate`: reads its socket in bursts at full speed, then sleeps with its window shut until its
+    average is back under the rate (the field report's steady slow reader, cut by the 3 s stall timeout once)."""
+    rng = ["-r", f"{spec[0]}-{spec[1]}"] if spec else []
+    proc = await asyncio.create_subprocess_exec(
+        "curl", "-sS", "--fail", "--limit-rate", str(rate), *rng, "-o", "-", f"http://127.0.0.1:{port}/soak/blob.bin",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    digest, got = hashlib.sha256(), 0
+    while chunk := await proc.stdout.read(1 << 20):
+        digest.update(chunk); got += len(chunk)
+    err = (await proc.stderr.read()).decode(errors="replace").strip()
+    code = await proc.wait()
+    expected = data[spec[0]:spec[1] + 1] if spec else data
+    tally.bytes += got
+    if code != 0 or got != len(expected):
+        tally.cut_short += 1
+        tally.problem(f"{label}: curl exit {code} after {got} of {len(expected)} bytes: {err}")
+    elif digest.digest() != hashlib.sha256(expected).digest():
+        tally.mismatched += 1
+        tally.problem(f"{label}: bytes differ")
+    else:
+        tally.completed += 1
+
+
 async def zero_window(port, size, tally, label):
     """Sends a request, reads nothing for a while, then checks the server gave up and closed early."""
     reader, writer = await request(port, None)
@@ -128,7 +153,7 @@ async def zero_window(port, size, tally, label):
         writer.close()
 
 
-async def slow_round(port, data, rnd, tally, round_no):
+async def slow_round(port, data, rnd, tally, round_no, curl_clients, curl_rate, curl_mib):
     size = len(data)
     tasks = []
     for i in range(4):
@@ -141,6 +166,13 @@ async def slow_round(port, data, rnd, tally, round_no):
         pauses = [(rnd.randrange(1 << 20, size // 2), rnd.uniform(0.5, SEND_PROGRESS - 1)),
                   (rnd.randrange(size // 2, size - 1), rnd.uniform(0.5, SEND_PROGRESS - 1))]
         tasks.append(paced(port, data, None, None, pauses, tally, f"round {round_no} pausing"))
+    # curl --limit-rate readers, each for about 10-12 s (the issue's case, 4 clients reading 8 MiB at 250 KB/s,
+    # is `--curl-rate 250000 --curl-mib 8 --curl-clients 4`).
+    for i in range(curl_clients):
+        span = min(size, int(curl_rate * rnd.uniform(10, 12)) if curl_mib is None else curl_mib << 20)
+        start = rnd.randrange(0, max(1, size - span))
+        spec = None if span >= size else (start, start + span - 1)
+        tasks.append(curl_limited(port, data, spec, curl_rate, tally, f"round {round_no} curl --limit-rate {curl_rate}"))
     tasks.append(zero_window(port, size, tally, f"round {round_no} zero-window"))
     await asyncio.gather(*tasks)
 
@@ -205,7 +237,7 @@ def run(args, binary, workers, tmp):
             rnd = random.Random(workers)
             for round_no in range(args.rounds):
                 drop_cache(blob)
-                asyncio.run(slow_round(port, data, rnd, tally, round_no))
+                asyncio.run(slow_round(port, data, rnd, tally, round_no, args.curl_clients, args.curl_rate, args.curl_mib))
     finally:
         server.send_signal(signal.SIGTERM)
         try:
@@ -225,13 +257,16 @@ def main():
     ap.add_argument("--loops", type=int, default=6)
     ap.add_argument("--seconds", type=int, default=40)
     ap.add_argument("--workers", type=int, nargs="*", default=[1, 0], help="data_workers settings (0 = one per CPU)")
+    ap.add_argument("--curl-clients", type=int, default=2, help="curl --limit-rate readers per round")
+    ap.add_argument("--curl-rate", type=int, default=1_000_000, help="their --limit-rate, bytes/s")
+    ap.add_argument("--curl-mib", type=int, help="what each reads (default: 10-12 s at the rate)")
     ap.add_argument("--bin", default="target/release/blobgate")
     a = ap.parse_args()
     binary = Path(a.bin).resolve()
     if not binary.exists():
         sys.exit(f"slow_soak: {binary} missing: run cargo build --release first")
-    if a.full_speed and not shutil.which("curl"):
-        sys.exit("slow_soak: curl is needed for --full-speed")
+    if not shutil.which("curl"):
+        sys.exit("slow_soak: curl is needed (curl --limit-rate readers, --full-speed)")
     failed = False
     for workers in a.workers:
         tmp = Path(tempfile.mkdtemp(prefix="blobgate-slow-soak-"))
