@@ -26,6 +26,10 @@ use crate::http::{
 };
 use crate::store::{DatabaseHealth, Metadata, Store};
 
+/// At exit, how long closing the database's connections may take (a connection still held by a request past
+/// the grace period, or a server that does not answer, would hold it for ever).
+const DATABASE_CLOSE: Duration = Duration::from_secs(2);
+
 /// Download records buffered between the driver and the stats batcher; a full channel drops (and counts).
 const STATS_CHANNEL_CAPACITY: usize = 64 * 1024;
 /// How often the readiness probe asks the database, and how long it waits for the answer.
@@ -62,6 +66,8 @@ impl Application {
     }
 
     async fn build_in(settings: Settings) -> anyhow::Result<Self> {
+        // The recorder first: what start-up measures (the certificate's expiry, say) must not be lost.
+        crate::metrics::prometheus();
         // The listeners first: an address in use fails the start before anything is created.
         let data_listeners = driver::bind_data_listeners(settings.listen, settings.runtime.worker_count())
             .with_context(|| format!("cannot listen on {} (listen)", settings.listen))?;
@@ -275,11 +281,14 @@ impl Application {
         tracing::info!("shutting down: no new connections; waiting for in-flight responses");
         self.admin.ready.store(false, Ordering::Release);
         shutdown.cancel();
+        // One grace period for everything in flight, data and admin listeners alike; what follows it (the last
+        // stats, closing the database) is bounded too, so a database that is down cannot hold the exit.
+        let drained_by = tokio::time::Instant::now() + grace;
         let _ = admin.await;
         // Each data worker drains its own connections (within the grace period) before its thread ends.
         let _ = tokio::task::spawn_blocking(move || workers.into_iter().for_each(|w| drop(w.join()))).await;
         tracker.close();
-        if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
+        if tokio::time::timeout_at(drained_by, tracker.wait()).await.is_err() {
             tracing::warn!(open = tracker.len(), "shutdown grace period over; dropping remaining connections");
         }
         // Connections are done: write the last download stats, then close the database.
@@ -300,7 +309,9 @@ impl Application {
         housekeeping.abort();
         syncing.abort();
         watcher.abort();
-        self.admin.store.meta.close().await;
+        if tokio::time::timeout(DATABASE_CLOSE, self.admin.store.meta.close()).await.is_err() {
+            tracing::warn!("the database connections did not close in time; exiting without them");
+        }
         tracing::info!("stopped");
         Ok(())
     }

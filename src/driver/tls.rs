@@ -144,6 +144,7 @@ impl TlsServer {
             (_, Err(why)) => (Vec::new(), Some(why)),
         };
         let configs = load_pair(cert, key, &kernel_ciphers)?;
+        configs.publish_expiry(cert);
         Ok(Some(Arc::new(Self {
             cert: cert.to_path_buf(),
             key: key.to_path_buf(),
@@ -158,6 +159,7 @@ impl TlsServer {
     /// Reads the pair again (SIGHUP): new connections use it; on any error the pair in use stays.
     pub fn reload(&self) -> Result<(), TlsConfigError> {
         let configs = load_pair(&self.cert, &self.key, &self.kernel_ciphers)?;
+        configs.publish_expiry(&self.cert);
         *self.configs.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = configs;
         Ok(())
     }
@@ -335,6 +337,35 @@ struct Configs {
     kernel: Option<Arc<ServerConfig>>,
     /// The suites of `kernel`, as ClientHello lists them.
     kernel_suites: Vec<u16>,
+    /// The served certificate's notAfter, in seconds since the Unix epoch.
+    not_after: u64,
+}
+
+/// Within this of its notAfter, loading a certificate logs a warning (the gauge is for alerting; this is for
+/// whoever reads the log at a restart or reload).
+const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 24 * 3600);
+
+impl Configs {
+    /// Sets the expiry gauge to this pair's certificate, and warns when it has lapsed or soon will.
+    fn publish_expiry(&self, cert: &Path) {
+        crate::metrics::tls_certificate_expiry(self.not_after);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+        let not_after = humantime::format_rfc3339_seconds(
+            std::time::UNIX_EPOCH + Duration::from_secs(self.not_after.min(253_402_300_799)),
+        );
+        if self.not_after <= now {
+            tracing::error!(cert = %cert.display(), %not_after, "the TLS certificate has expired; clients will refuse it");
+        } else if self.not_after - now < EXPIRY_WARNING.as_secs() {
+            tracing::warn!(cert = %cert.display(), %not_after, "the TLS certificate expires in less than 14 days");
+        }
+    }
+}
+
+/// The notAfter of a DER certificate, in seconds since the Unix epoch.
+fn not_after(der: &CertificateDer<'_>) -> Result<u64, String> {
+    use x509_cert::der::Decode as _;
+    let cert = x509_cert::Certificate::from_der(der.as_ref()).map_err(|e| e.to_string())?;
+    Ok(cert.tbs_certificate.validity.not_after.to_unix_duration().as_secs())
 }
 
 /// Reads and checks the certificate chain and key, and makes the configurations (`kernel_ciphers`: what the
@@ -347,9 +378,13 @@ fn load_pair(cert: &Path, key: &Path, kernel_ciphers: &[u16]) -> Result<Arc<Conf
     let chain = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| TlsConfigError::BadCertificate { path: cert.to_path_buf(), reason: e.to_string() })?;
-    if chain.is_empty() {
+    let Some(leaf) = chain.first() else {
         return Err(TlsConfigError::NoCertificate { path: cert.to_path_buf() });
-    }
+    };
+    let not_after = not_after(leaf).map_err(|reason| TlsConfigError::BadCertificate {
+        path: cert.to_path_buf(),
+        reason: format!("its first certificate is not X.509 DER: {reason}"),
+    })?;
     let private =
         PrivateKeyDer::from_pem_slice(&key_pem).map_err(|_| TlsConfigError::NoKey { path: key.to_path_buf() })?;
     let config = |provider: rustls::crypto::CryptoProvider| {
@@ -382,7 +417,7 @@ fn load_pair(cert: &Path, key: &Path, kernel_ciphers: &[u16]) -> Result<Arc<Conf
             Some(Arc::new(kernel))
         }
     };
-    Ok(Arc::new(Configs { userspace, kernel, kernel_suites }))
+    Ok(Arc::new(Configs { userspace, kernel, kernel_suites, not_after }))
 }
 
 /// A connection's TLS session when rustls encrypts and decrypts its records in user space.

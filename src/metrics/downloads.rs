@@ -103,23 +103,36 @@ pub async fn run_batcher(
         }
         pending_gauge.set((flusher.entries_held() + pending.entries()) as f64);
     }
-    // Shutdown: what is being written, then what is in doubt, then what is pending, with a few retries.
+    // Shutdown: what is being written, then what is in doubt, then what is pending, with a few retries, all
+    // within SHUTDOWN_FLUSH: a database that is down must not hold the exit (each attempt may wait for a
+    // connection for `timeouts.database_acquire`).
+    let flushed = tokio::time::timeout(SHUTDOWN_FLUSH, flush_before_exit(&mut flusher, &mut pending)).await;
+    let left = flusher.records_held() + pending.records;
+    if flushed.is_err() || left > 0 {
+        buffer_dropped.increment(left as u64);
+        tracing::error!(
+            records = left,
+            "could not write the last download stats before exit; they are dropped (a write in flight may still \
+             have been committed)"
+        );
+    }
+}
+
+/// How long the batcher may go on writing after shutdown before what it holds is dropped.
+const SHUTDOWN_FLUSH: Duration = Duration::from_secs(4);
+
+/// Writes what is in flight, in doubt and pending, with a few retries; returns early once nothing is left.
+async fn flush_before_exit(flusher: &mut Flusher, pending: &mut Batch) {
     flusher.wait().await;
     for attempt in 0..5 {
         if flusher.idle() && pending.is_empty() {
             return;
         }
-        flusher.start(&mut pending);
+        flusher.start(pending);
         flusher.wait().await;
         if !flusher.idle() || !pending.is_empty() {
             tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
         }
-    }
-    if !(flusher.idle() && pending.is_empty()) {
-        tracing::error!(
-            records = flusher.records_held() + pending.records,
-            "could not write the last download stats before exit"
-        );
     }
 }
 
@@ -209,9 +222,12 @@ impl Flusher {
 
     /// Waits for the write in flight, if any, and takes its result.
     async fn wait(&mut self) {
-        let Some(task) = self.in_flight.take() else { return };
+        // Taken only once finished: a shutdown that stops waiting still counts the batch in flight as held.
+        let Some(task) = self.in_flight.as_mut() else { return };
+        let finished = task.await;
+        self.in_flight = None;
         self.in_flight_size = (0, 0);
-        let (flush, batch, result) = match task.await {
+        let (flush, batch, result) = match finished {
             Ok(done) => done,
             Err(e) => {
                 tracing::error!(error = %e, "the stats write task failed; its batch is lost");

@@ -48,6 +48,7 @@ pub const UPLOAD_BYTES: &str = "blobgate_upload_bytes_total";
 pub const TLS_CONNECTIONS: &str = "blobgate_tls_connections_total";
 pub const TLS_HANDSHAKE_FAILURES: &str = "blobgate_tls_handshake_failures_total";
 pub const TLS_KEY_UPDATE_CLOSES: &str = "blobgate_tls_key_update_closes_total";
+pub const TLS_CERTIFICATE_EXPIRY: &str = "blobgate_tls_certificate_expiry_timestamp_seconds";
 pub const BLOB_CACHE_BYTES: &str = "blobgate_blob_cache_bytes";
 pub const BLOB_CACHE_HITS: &str = "blobgate_blob_cache_hits_total";
 pub const BLOB_CACHE_MISSES: &str = "blobgate_blob_cache_misses_total";
@@ -191,6 +192,11 @@ fn describe() {
     describe_counter!(UPLOAD_BYTES, Unit::Bytes, "Object bytes stored by uploads (body bytes, after decoding).");
     describe_counter!(TLS_CONNECTIONS, "HTTPS connections past their handshake, by who encrypts their records.");
     describe_counter!(TLS_HANDSHAKE_FAILURES, "TLS handshakes that did not finish, by reason.");
+    describe_gauge!(
+        TLS_CERTIFICATE_EXPIRY,
+        Unit::Seconds,
+        "notAfter of the served TLS certificate (the chain's first), as a Unix time; set at start and each reload."
+    );
     describe_counter!(
         TLS_KEY_UPDATE_CLOSES,
         "Kernel-TLS connections closed at a TLS 1.3 KeyUpdate the kernel could not follow."
@@ -432,6 +438,11 @@ pub fn blob_open_error() {
 /// An HTTPS connection finished its handshake; `mode` is one of [`TLS_MODES`].
 pub fn tls_connection(mode: &'static str) {
     counter!(TLS_CONNECTIONS, "mode" => mode).increment(1);
+}
+
+/// The certificate now served expires at `not_after` (seconds since the Unix epoch).
+pub fn tls_certificate_expiry(not_after: u64) {
+    gauge!(TLS_CERTIFICATE_EXPIRY).set(not_after as f64);
 }
 
 pub fn tls_key_update_closed() {

@@ -506,7 +506,7 @@ fn plain_http_and_stalled_handshakes_on_the_https_port_are_closed() {
 }
 
 #[test]
-fn sighup_reloads_the_pair_and_keeps_it_when_the_new_one_is_bad() {
+fn sighup_reloads_the_pair_and_keeps_it_when_the_new_one_is_bad_and_the_expiry_gauge_follows() {
     let pki = https_pki();
     let env = TestEnv::new();
     env.bucket("pub", true);
@@ -525,8 +525,15 @@ fn sighup_reloads_the_pair_and_keeps_it_when_the_new_one_is_bad() {
     );
     let port = server.data.port();
     assert_eq!(openssl_fingerprint(&pki, port), pki.fingerprint("ecdsa"));
+    // The expiry gauge is the served certificate's notAfter; with 2 days left, the start warns of it.
+    let expiry = || metric_value(&https_metrics(&pki, &server), "blobgate_tls_certificate_expiry_timestamp_seconds");
+    assert_eq!(expiry(), not_after(&pki, "ecdsa"));
+    assert!(server.log().contains("the TLS certificate expires in less than 14 days"), "{}", server.log());
 
-    // A new pair: new connections present it after SIGHUP.
+    // A new pair (valid for 30 days): new connections present it after SIGHUP, and the gauge follows.
+    pki.openssl(
+        "x509 -req -in second.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 30 -extfile second.ext -out second.crt",
+    );
     install("second");
     assert_eq!(openssl_fingerprint(&pki, port), pki.fingerprint("ecdsa"), "nothing changes before the signal");
     server.signal("HUP");
@@ -535,6 +542,8 @@ fn sighup_reloads_the_pair_and_keeps_it_when_the_new_one_is_bad() {
         "the new certificate is not served; log:\n{}",
         server.log()
     );
+    assert_eq!(expiry(), not_after(&pki, "second"));
+    assert!(not_after(&pki, "second") > not_after(&pki, "ecdsa") + 20.0 * 86400.0);
 
     // A bad pair (a key that is not the certificate's): logged, and the pair in use stays.
     std::fs::copy(pki.file("rsa.key"), &key).unwrap();
@@ -547,6 +556,23 @@ fn sighup_reloads_the_pair_and_keeps_it_when_the_new_one_is_bad() {
     assert!(server.log().contains("tls.key"), "{}", server.log());
     assert_eq!(openssl_fingerprint(&pki, port), pki.fingerprint("second"));
     assert_eq!(curl(&pki, &[&url(server.data, "/pub/o.bin")]), b"reloaded");
+    assert_eq!(expiry(), not_after(&pki, "second"), "the gauge follows the pair in use");
+}
+
+/// Certificate `name`'s notAfter as a Unix time, as openssl reads it.
+fn not_after(pki: &TestPki, name: &str) -> f64 {
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "date -d \"$(openssl x509 -noout -enddate -in {} | cut -d= -f2)\" +%s",
+                pki.path(&format!("{name}.crt"))
+            ),
+        ])
+        .output()
+        .expect("run openssl and date");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().parse().unwrap()
 }
 
 #[test]

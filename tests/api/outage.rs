@@ -142,3 +142,79 @@ fn a_replica_rides_out_a_postgres_outage_and_resumes_without_a_restart() {
     assert!(refused, "the revocation never reached the replica: {last:?}");
     assert_eq!(last.json()["message"], "token revoked");
 }
+
+/// SIGTERM while the database is down (`halt`: connections refused) or hung (every PostgreSQL process stopped),
+/// under load: cached downloads (whose stats cannot be written), uncached ones and an upload waiting for the
+/// database. The process exits within `timeouts.shutdown_grace` + 10 s, as the contract says, and the stats it
+/// could not write are logged and counted as dropped.
+fn sigterm_during_a_database_outage(hung: bool) {
+    let cluster = OwnCluster::start();
+    let env = TestEnv { database_url: Some(cluster.url.clone()), ..TestEnv::new() };
+    env.bucket("box", false);
+    let cached = test_bytes(40_000, 3);
+    env.put_bytes("box", "cached.bin", &cached, &[]);
+    env.put_bytes("box", "uncached.bin", b"needs the database", &[]);
+    let token = env.token("box", "read", &[]);
+    let writer = env.token("box", "write", &[]);
+    let auth = format!("Bearer {token}");
+    let grace = Duration::from_secs(2);
+    let mut server = env.serve_with(&[("BLOBGATE_TIMEOUTS__SHUTDOWN_GRACE", "2s")], &[]);
+    let r = server.get("/box/cached.bin", &[("Authorization", auth.as_str())]);
+    assert_eq!((r.status, r.body == cached), (200, true));
+
+    let _frozen = match hung {
+        true => Some(cluster.freeze()),
+        false => {
+            cluster.run("halt");
+            None
+        }
+    };
+    // Downloads from the cache go on; their stats wait for the database.
+    for _ in 0..5 {
+        let r = server.get("/box/cached.bin", &[("Authorization", auth.as_str())]);
+        assert_eq!((r.status, r.body == cached), (200, true), "a cached object during the outage");
+    }
+    let stopped = std::thread::scope(|scope| {
+        // Requests that wait for the database when the signal comes: uncached reads and an upload.
+        let data = server.data;
+        for _ in 0..3 {
+            let auth = auth.clone();
+            // Cut by the shutdown or answered 503: either way, nothing to assert but that the process exits.
+            scope.spawn(move || {
+                let mut conn = Conn::open(data);
+                let _ = conn.send_lossy(&raw_request("GET", "/box/uncached.bin", &[("Authorization", &auth)], true));
+                let _ = conn.read_response(false);
+            });
+        }
+        let (admin, writer) = (server.admin, format!("Bearer {writer}"));
+        let uploading = scope.spawn(move || {
+            let mut conn = Conn::open(admin);
+            let head = format!(
+                "PUT /box/new.bin HTTP/1.1\r\nHost: t\r\nAuthorization: {writer}\r\nContent-Length: 9\r\n\r\nan upload"
+            );
+            let _ = conn.send_lossy(head.as_bytes());
+            let _ = conn.read_response(false);
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        server.signal("TERM");
+        let started = std::time::Instant::now();
+        let code = server.wait_exit(grace + Duration::from_secs(10));
+        let _ = uploading.join();
+        (code, started.elapsed())
+    });
+    assert_eq!(stopped.0, Some(0), "exit status; log:\n{}", server.log());
+    let log = server.log();
+    assert!(log.contains("stopped"), "{log}");
+    assert!(log.contains("could not write the last download stats before exit"), "{log}");
+    eprintln!("exited {:?} after SIGTERM ({} outage)", stopped.1, if hung { "hung" } else { "halted" });
+}
+
+#[test]
+fn sigterm_during_a_halted_database_exits_within_the_grace_period_and_ten_seconds() {
+    sigterm_during_a_database_outage(false);
+}
+
+#[test]
+fn sigterm_during_a_hung_database_exits_within_the_grace_period_and_ten_seconds() {
+    sigterm_during_a_database_outage(true);
+}

@@ -936,6 +936,33 @@ impl OwnCluster {
     pub fn port(&self) -> String {
         self.url.rsplit_once(':').unwrap().1.split('/').next().unwrap().to_owned()
     }
+
+    /// Stops the server and every backend (SIGSTOP): connections stay open at the kernel and nothing answers, as
+    /// a database host that hangs looks. Thawed (SIGCONT) when the guard drops.
+    pub fn freeze(&self) -> FrozenCluster {
+        let pidfile = std::fs::read_to_string(self.dir.path().join("pg/data/postmaster.pid")).expect("postmaster.pid");
+        let postmaster: i32 = pidfile.lines().next().unwrap().trim().parse().unwrap();
+        let children = std::fs::read_to_string(format!("/proc/{postmaster}/task/{postmaster}/children")).unwrap();
+        let mut pids: Vec<i32> = children.split_whitespace().map(|p| p.parse().unwrap()).collect();
+        pids.insert(0, postmaster);
+        for &pid in &pids {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGSTOP);
+        }
+        FrozenCluster { pids }
+    }
+}
+
+/// A cluster stopped by [`OwnCluster::freeze`]; dropping it lets the processes go on.
+pub struct FrozenCluster {
+    pids: Vec<i32>,
+}
+
+impl Drop for FrozenCluster {
+    fn drop(&mut self) {
+        for &pid in &self.pids {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGCONT);
+        }
+    }
 }
 
 impl Drop for OwnCluster {
