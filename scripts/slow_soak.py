@@ -166,10 +166,11 @@ async def slow_round(port, data, rnd, tally, round_no, curl_clients, curl_rate, 
         pauses = [(rnd.randrange(1 << 20, size // 2), rnd.uniform(0.5, SEND_PROGRESS - 1)),
                   (rnd.randrange(size // 2, size - 1), rnd.uniform(0.5, SEND_PROGRESS - 1))]
         tasks.append(paced(port, data, None, None, pauses, tally, f"round {round_no} pausing"))
-    # curl --limit-rate readers, each for about 10-12 s (the case, 4 clients reading 8 MiB at 250 KB/s,
-    # is `--curl-rate 250000 --curl-mib 8 --curl-clients 4`).
+    # curl --limit-rate readers of 16 MiB at 1 MB/s: with the stall timeout alone (limits.min_download_rate = 0)
+    # each is cut near its 14th MB, once its buffers have grown (the field report's case, 4 clients reading 8 MiB
+    # at 250 KB/s, is `--curl-rate 250000 --curl-mib 8 --curl-clients 4`).
     for i in range(curl_clients):
-        span = min(size, int(curl_rate * rnd.uniform(10, 12)) if curl_mib is None else curl_mib << 20)
+        span = min(size, curl_mib << 20)
         start = rnd.randrange(0, max(1, size - span))
         spec = None if span >= size else (start, start + span - 1)
         tasks.append(curl_limited(port, data, spec, curl_rate, tally, f"round {round_no} curl --limit-rate {curl_rate}"))
@@ -257,9 +258,9 @@ def main():
     ap.add_argument("--loops", type=int, default=6)
     ap.add_argument("--seconds", type=int, default=40)
     ap.add_argument("--workers", type=int, nargs="*", default=[1, 0], help="data_workers settings (0 = one per CPU)")
-    ap.add_argument("--curl-clients", type=int, default=2, help="curl --limit-rate readers per round")
+    ap.add_argument("--curl-clients", type=int, default=3, help="curl --limit-rate readers per round")
     ap.add_argument("--curl-rate", type=int, default=1_000_000, help="their --limit-rate, bytes/s")
-    ap.add_argument("--curl-mib", type=int, help="what each reads (default: 10-12 s at the rate)")
+    ap.add_argument("--curl-mib", type=int, default=16, help="what each reads, MiB")
     ap.add_argument("--bin", default="target/release/blobgate")
     a = ap.parse_args()
     binary = Path(a.bin).resolve()
