@@ -3,7 +3,8 @@
 //! - ListBuckets (the key's bucket); HeadBucket (`x-amz-bucket-region`); GetBucketLocation; ListObjects V1/V2;
 //! - GetObject/HeadObject through the native object pipeline (`object::serve_object`: the same lookup,
 //!   preconditions, ranges and `FileBody` regions sent by sendfile), with `response-*` overrides on presigned
-//!   requests only; GetObjectTagging (from the cached entry);
+//!   requests only; unsigned on a public bucket, anonymously (S3's public-read: `Authorizer::s3_object_read`);
+//!   GetObjectTagging (from the cached entry);
 //! - the probes clients send routinely, never `501`: GetBucketVersioning (never enabled), GetBucketAcl and
 //!   GetObjectAcl (the owner, FULL_CONTROL), GetBucketCors (the bucket's rule), and the configurations we do not
 //!   keep (lifecycle, policy, encryption, tagging) with S3's 404 for each.
@@ -312,9 +313,11 @@ async fn route(
             }
             _ => {
                 let bucket = app.catalog.bucket(name.as_str()).await?;
-                let allowed = app.auth.s3(request, S3Target::Object(bucket.as_ref(), &key), Access::Read).await?;
+                // `None`: an unsigned read of a public bucket, logged as the native one is.
+                let allowed = app.auth.s3_object_read(request, bucket.as_ref(), &key).await?;
                 let bucket = bucket.ok_or(AuthError::NoSuchBucket)?;
-                let overrides = if allowed.presigned { query.response_overrides()? } else { Default::default() };
+                let presigned = allowed.as_ref().is_some_and(|allowed| allowed.presigned);
+                let overrides = if presigned { query.response_overrides()? } else { Default::default() };
                 let render = |e: ApiError| S3Error::Api(e).render(ctx);
                 // `partNumber=N`: that part's bytes, served as the range they are.
                 let part = match query.get("partNumber") {
@@ -330,7 +333,10 @@ async fn route(
                     overrides: Some(&overrides.0),
                     s3: true,
                     part: part.is_some(),
-                    principal: app.log_principal.then(|| Principal::S3(allowed.key.id.as_str().into())),
+                    principal: app.log_principal.then(|| match &allowed {
+                        Some(allowed) => Principal::S3(allowed.key.id.as_str().into()),
+                        None => Principal::Public,
+                    }),
                     render: &render,
                 };
                 let mut response = object::serve_object(app, object_request).await?;
