@@ -1,8 +1,8 @@
 //! The invariant, proven with syscalls: object bytes leave by sendfile(2); read/write-like calls move only heads.
 //! Runs the server under `strace -f` (installed by `.ci/run`) and downloads a 64 MiB object whole, by one
 //! range, and as a 3-part multi-range; and the same as an S3 GetObject signed with SigV4 by botocore, on the data
-//! listener and on the admin listener (the same driver serves both); and a static site's index and error
-//! documents.
+//! listener and on the admin listener (the same driver serves both), and unsigned from a public bucket; and a
+//! static site's index and error documents.
 
 use std::path::Path;
 
