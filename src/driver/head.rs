@@ -150,7 +150,17 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
         .map_err(|_| HeadError::new(StatusCode::BAD_REQUEST, "malformed method"))?;
     // One copy of the head; the target and every field are views into it rather than a copy each. httparse
     // hands out subslices of `buf`, so each one's offset in `buf` is its offset in the copy.
-    let mut fields = HeadFields::new(bytes::Bytes::copy_from_slice(&buf[..len]), req.headers.len());
+    // An HTTP/1.0 absolute-form request may come without Host: the copy then ends with a `host` name for the
+    // target's authority to be the value of (below), a field the request did not spell but RFC 9112 §3.2.2 gives.
+    let host_from_target = version == Version::HTTP_10
+        && !target.starts_with('/')
+        && !req.headers.iter().any(|h| h.name.eq_ignore_ascii_case("host"));
+    let copy = if host_from_target {
+        bytes::Bytes::from([&buf[..len], b"host"].concat())
+    } else {
+        bytes::Bytes::copy_from_slice(&buf[..len])
+    };
+    let mut fields = HeadFields::new(copy, req.headers.len() + usize::from(host_from_target));
     // Anything else would be an httparse bug: refused rather than trusted.
     let not_ours = || HeadError::new(StatusCode::BAD_REQUEST, "malformed request head");
     let offset = |part: &[u8]| (part.as_ptr() as usize).checked_sub(buf.as_ptr() as usize).ok_or_else(not_ours);
@@ -187,6 +197,9 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
         // httparse refused names that are not tokens and values with CR, LF, NUL or other controls: what
         // `HeaderName` and `HeaderValue` refuse.
         fields.push_at(offset(name)?, name, value_start, value_len).ok_or_else(not_ours)?;
+    }
+    if let (true, Some((start, len_of))) = (host_from_target, authority) {
+        fields.push_at(len, b"host", start, len_of).ok_or_else(not_ours)?;
     }
     let body = if framed { check_framing(&fields, version, limits.bodies.takes(&method))? } else { BodyFraming::None };
     // RFC 9112 §3.2: a client MUST send Host in HTTP/1.1; a server MUST answer 400 when it is missing or repeated.
@@ -602,6 +615,11 @@ mod tests {
         assert_eq!(head.fields.to_header_map()["x"], "1", "the other fields are untouched");
         let head = complete(b"GET https://o/ HTTP/1.1\r\nHost: p\r\n\r\n");
         assert_eq!((head.path(), head.fields.get(&fields::HOST)), ("/", Some(&b"o"[..])));
+        // HTTP/1.0 may send none: the authority is the host all the same.
+        let head = complete(b"GET http://o:81/a HTTP/1.0\r\nX: 1\r\n\r\n");
+        assert_eq!(head.fields.get(&fields::HOST), Some(&b"o:81"[..]));
+        assert_eq!(head.fields.to_header_map()[header::HOST], "o:81");
+        assert_eq!(complete(b"GET /a HTTP/1.0\r\n\r\n").fields.get(&fields::HOST), None);
         // Origin-form keeps its Host.
         assert_eq!(complete(b"GET /a HTTP/1.1\r\nHost: p\r\n\r\n").fields.get(&fields::HOST), Some(&b"p"[..]));
         for raw in [

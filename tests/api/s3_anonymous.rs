@@ -208,6 +208,12 @@ fn an_absolute_form_target_chooses_the_bucket_and_host_is_ignored() {
     let r = server.get("http://pub.s3.test/a/x", &headers);
     assert_eq!((r.status, s3_code(&r)), (403, "SignatureDoesNotMatch".into()), "{}", body(&r));
 
+    // HTTP/1.0 may send no Host: the authority chooses all the same.
+    let mut conn = Conn::open(server.data);
+    conn.send(b"GET http://pub.s3.test/a/x HTTP/1.0\r\n\r\n");
+    let r = conn.read_response(false).expect("a response");
+    assert_eq!((r.status, body(&r)), (200, "pub bytes".into()));
+
     // Userinfo in the authority is refused (RFC 9110 §4.2.4), before anything is read.
     let r = server.get("http://u@pub.s3.test/a/x", &[("Host", "pub.s3.test")]);
     assert_eq!(r.status, 400);
