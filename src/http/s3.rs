@@ -46,7 +46,12 @@ pub fn answered_from_catalog(operation: Operation) -> bool {
 
 /// An S3 error answer to `request`, with its request id.
 pub fn refuse(request: &Request, error: S3Error) -> Response {
-    let ctx = S3Context::new(request.uri().path());
+    refuse_at(request.uri().path(), error)
+}
+
+/// An S3 error answer to a request for `path` (its `<Resource>`), with its request id.
+pub fn refuse_at(path: &str, error: S3Error) -> Response {
+    let ctx = S3Context::new(path);
     let mut response = error.render(&ctx);
     response.headers_mut().insert(AMZ_REQUEST_ID.clone(), ctx.request_id);
     response
@@ -162,6 +167,11 @@ impl S3Error {
         S3Error::S3 { status, code, message: message.into() }
     }
 
+    /// S3's refusal of a request without the credentials it needs: the same for a private and an absent bucket.
+    pub fn access_denied() -> Self {
+        S3Error::new(StatusCode::FORBIDDEN, "AccessDenied", "Access Denied")
+    }
+
     /// The XML error response, rendered directly. An [`ApiError`] keeps what its JSON response carries besides the
     /// body (`Content-Range` of a 416, `Allow`, `Retry-After`, the log's record of a 5xx: `ApiError::respond`), with
     /// S3's status, code and body, and no bearer challenge.
@@ -178,7 +188,7 @@ impl S3Error {
                         (StatusCode::FORBIDDEN, "InvalidAccessKeyId", e.to_string().into())
                     }
                     AuthError::Unauthorized { .. } | AuthError::Forbidden => {
-                        (StatusCode::FORBIDDEN, "AccessDenied", "Access Denied".into())
+                        return S3Error::access_denied().render(ctx);
                     }
                     AuthError::NoSuchBucket => {
                         (StatusCode::NOT_FOUND, "NoSuchBucket", "The specified bucket does not exist".into())

@@ -73,6 +73,17 @@ fn refusal(r: &Response) -> (u16, BTreeMap<String, String>, String) {
     (r.status, headers, body)
 }
 
+/// [`refusal`] without the XML error's `<Resource>`, which echoes the request's own path, and so its length.
+fn without_resource(r: &Response) -> (u16, BTreeMap<String, String>, String) {
+    let (status, mut headers, body) = refusal(r);
+    headers.remove("content-length");
+    let body = match (body.find("<Resource>"), body.find("</Resource>")) {
+        (Some(s), Some(e)) => format!("{}{}", &body[..s], &body[e..]),
+        _ => body,
+    };
+    (status, headers, body)
+}
+
 #[test]
 fn unsigned_s3_reads_serve_public_buckets_and_private_and_missing_ones_answer_alike() {
     let env = TestEnv::new();
@@ -103,10 +114,15 @@ fn unsigned_s3_reads_serve_public_buckets_and_private_and_missing_ones_answer_al
         assert_eq!(private["list"], serde_json::json!([403, "AccessDenied"]), "{style}: {out}");
     }
     // Virtual-hosted is S3 on every request: S3's 403 for the private and the absent bucket. Path-style, an
-    // unsigned object read is the native API's (docs/s3.md), whose refusal is its 401.
-    let virtual_refusal = serde_json::json!({"get": [403, "AccessDenied"], "range": [403, "AccessDenied"],
+    // unsigned object read is the native API's (docs/s3.md), but an AWS SDK's refusal is answered in S3's words
+    // all the same: the SDK sees the 403 `AccessDenied` it would see from S3, not the native 401.
+    let s3_refusal = serde_json::json!({"get": [403, "AccessDenied"], "range": [403, "AccessDenied"],
         "head": [403, "403"], "list": [403, "AccessDenied"], "put": [403, "AccessDenied"]});
-    assert_eq!(out["virtual/priv"], virtual_refusal, "{out}");
+    assert_eq!(out["virtual/priv"], s3_refusal, "{out}");
+    // (Its unsigned PutObject is a native upload, whose refusal is still the native one.)
+    for call in ["get", "range", "head", "list"] {
+        assert_eq!(out["path/priv"][call], s3_refusal[call], "{call}: {out}");
+    }
     assert_eq!(out["virtual/pub"]["list"], serde_json::json!([403, "AccessDenied"]), "{out}");
     assert_eq!(out["virtual/pub"]["put"], serde_json::json!([403, "AccessDenied"]), "{out}");
     assert_eq!(env.ok(&["ls", "pub"]).lines().count(), 1, "no anonymous upload was stored");
@@ -131,11 +147,28 @@ fn unsigned_s3_reads_serve_public_buckets_and_private_and_missing_ones_answer_al
         let (private, missing) = (answer("priv"), answer("gone"));
         assert_eq!(private.status, 403, "{method} {extra:?}");
         assert_eq!(refusal(&private), refusal(&missing), "{method} {extra:?}");
-        let path = |bucket: &str| {
+        let path = |bucket: &str, sdk: &[&str]| {
             let url = path_url(bucket);
-            curl(home.path(), &[&["-X", method][..], extra, &[url.as_str()]].concat())
+            curl(home.path(), &[&["-X", method][..], extra, sdk, &[url.as_str()]].concat())
         };
-        assert_eq!(refusal(&path("priv")), refusal(&path("gone")), "path-style {method} {extra:?}");
+        // Path-style, curl gets the native API's refusal: 401 with the bearer challenge.
+        let (native_private, native_missing) = (path("priv", &[]), path("gone", &[]));
+        assert_eq!(native_private.status, 401, "path-style {method} {extra:?}");
+        assert_eq!(native_private.header("www-authenticate"), Some("Bearer realm=\"blobgate\""));
+        assert_eq!(refusal(&native_private), refusal(&native_missing), "path-style {method} {extra:?}");
+        // The same request with the fields every AWS SDK sends gets S3's refusal, header for header the
+        // virtual-hosted one; the bodies differ only in `<Resource>`, the path each request named.
+        let sdk = [
+            "-H",
+            "amz-sdk-invocation-id: 0b8a3f7e-46a2-4d1c-9d1e-7f2c1a6b5e44",
+            "-H",
+            "amz-sdk-request: attempt=1; max=1",
+        ];
+        let (sdk_private, sdk_missing) = (path("priv", &sdk), path("gone", &sdk));
+        assert_eq!(sdk_private.status, 403, "path-style from an SDK {method} {extra:?}");
+        for answer in [&sdk_missing, &private] {
+            assert_eq!(without_resource(&sdk_private), without_resource(answer), "{method} {extra:?}");
+        }
     }
     let (private, missing) = (
         server.get("/dir/a%20b.bin", &[("Host", "priv.s3.test")]),
