@@ -493,6 +493,25 @@ impl<L: CredentialLookup> Authorizer<L> {
         Ok(AllowedS3Request { key, presigned: verified.kind == AuthKind::Query, verified })
     }
 
+    /// Authorises an S3 GetObject or HeadObject. Signed, it is [`Authorizer::s3`]'s decision. Unsigned (no
+    /// `Authorization`, no presign parameters) on a public bucket it is allowed to anyone, as S3 serves a
+    /// public-read bucket: `None`. Unsigned on a private or absent bucket, it is refused as `s3` refuses it, so
+    /// the two answer alike.
+    pub async fn s3_object_read(
+        &self,
+        request: &RequestParts<'_>,
+        bucket: Option<&Arc<Bucket>>,
+        key: &ObjectKey,
+    ) -> Result<Option<AllowedS3Request>, AuthError> {
+        if bucket.is_some_and(|b| b.public)
+            && !request.headers.contains_key("authorization")
+            && sigv4::parse(request, &self.s3_region, (self.clock)()).map_err(sigv4_refusal)?.is_none()
+        {
+            return Ok(None);
+        }
+        self.s3(request, S3Target::Object(bucket, key), Access::Read).await.map(Some)
+    }
+
     /// Whether a request already verified by [`Authorizer::s3`] may also have `access` to a second target: the
     /// source of a server-side copy, which the signed request names in a header.
     pub fn s3_also(&self, allowed: &AllowedS3Request, target: S3Target<'_>, access: Access) -> Result<(), AuthError> {
@@ -1146,6 +1165,35 @@ mod tests {
             s3(&elsewhere, &header_signed, target, Access::Read).await,
             Err("AuthorizationHeaderMalformed".into())
         );
+    }
+
+    /// An S3 GetObject/HeadObject: unsigned is anonymous on a public bucket only; private and absent buckets
+    /// refuse it alike; credentials presented on a public bucket are still checked.
+    #[tokio::test]
+    async fn unsigned_s3_object_reads_are_anonymous_on_public_buckets_only() {
+        let w = world();
+        let (private, public) = (Some(&w.private), Some(&w.public));
+        let host_only = HeaderMap::from_iter([(header::HOST, "h".parse().unwrap())]);
+        let unsigned = RequestParts { method: "GET", path: "/test.txt", query: None, headers: &host_only };
+        let headers = aws_header_request();
+        let signed = RequestParts { method: "GET", path: "/test.txt", query: None, headers: &headers };
+        let mut bearer = host_only.clone();
+        bearer.insert(header::AUTHORIZATION, "Bearer x".parse().unwrap());
+        let bearer = RequestParts { method: "GET", path: "/test.txt", query: None, headers: &bearer };
+        let object = key("test.txt");
+        let auth = s3_authorizer(Some(s3_key_record(1, "", Scope::Read, AWS_SECRET)), || AWS_NOW, 7 * DAY as u64);
+        let read = async |request, bucket| match auth.s3_object_read(request, bucket, &object).await {
+            Ok(allowed) => Ok(allowed.map(|a| a.key.id.clone())),
+            Err(e) => Err(format!("{e:?}")),
+        };
+        assert_eq!(read(&unsigned, public).await, Ok(None));
+        let refused = Err("Unauthorized { reason: Missing, message: \"Access Denied\" }".to_owned());
+        assert_eq!(read(&unsigned, private).await, refused);
+        assert_eq!(read(&unsigned, None).await, refused);
+        assert_eq!(read(&bearer, public).await, refused, "another scheme is not anonymous");
+        assert_eq!(read(&signed, public).await, Ok(Some(AWS_ID.into())));
+        let presigned_badly = RequestParts { query: Some("X-Amz-Algorithm=AWS4-HMAC-SHA256"), ..unsigned };
+        assert!(read(&presigned_badly, public).await.is_err(), "a broken presign is not anonymous");
     }
 
     /// The labels of `blobgate_auth_failures_total` are exactly the ones before `AuthError` existed.

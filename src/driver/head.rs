@@ -150,11 +150,23 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
         .map_err(|_| HeadError::new(StatusCode::BAD_REQUEST, "malformed method"))?;
     // One copy of the head; the target and every field are views into it rather than a copy each. httparse
     // hands out subslices of `buf`, so each one's offset in `buf` is its offset in the copy.
-    let mut fields = HeadFields::new(bytes::Bytes::copy_from_slice(&buf[..len]), req.headers.len());
+    // An HTTP/1.0 absolute-form request may come without Host: the copy then ends with a `host` name for the
+    // target's authority to be the value of (below), a field the request did not spell but RFC 9112 §3.2.2 gives.
+    let host_from_target = version == Version::HTTP_10
+        && !target.starts_with('/')
+        && !req.headers.iter().any(|h| h.name.eq_ignore_ascii_case("host"));
+    let copy = if host_from_target {
+        bytes::Bytes::from([&buf[..len], b"host"].concat())
+    } else {
+        bytes::Bytes::copy_from_slice(&buf[..len])
+    };
+    let mut fields = HeadFields::new(copy, req.headers.len() + usize::from(host_from_target));
     // Anything else would be an httparse bug: refused rather than trusted.
     let not_ours = || HeadError::new(StatusCode::BAD_REQUEST, "malformed request head");
     let offset = |part: &[u8]| (part.as_ptr() as usize).checked_sub(buf.as_ptr() as usize).ok_or_else(not_ours);
     let target_start = offset(target.as_bytes())?;
+    // The authority of an absolute-form target, where it lies in the head: the request's Host (below).
+    let mut authority = None;
     let target = match origin_form(target) {
         Some(query) => {
             let start = u32::try_from(target_start).map_err(|_| not_ours())?;
@@ -163,7 +175,9 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
         None => {
             // Sharing the head's bytes makes them reference-counted: only here, off the usual path.
             let shared = fields.bytes().slice(target_start..target_start + target.len());
-            Target::Uri(parse_target(target, shared, &method)?)
+            let (uri, span) = parse_target(target, shared, &method)?;
+            authority = span.map(|(start, len)| (target_start + start, len));
+            Target::Uri(uri)
         }
     };
     // Most requests have no framing or Connection field: noted here, they are not looked up again below.
@@ -172,10 +186,20 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
         let name = h.name.as_bytes();
         framed |= name.eq_ignore_ascii_case(b"content-length") || name.eq_ignore_ascii_case(b"transfer-encoding");
         connection |= name.eq_ignore_ascii_case(b"connection");
-        hosts += usize::from(name.eq_ignore_ascii_case(b"host"));
+        let host = name.eq_ignore_ascii_case(b"host");
+        hosts += usize::from(host);
+        // RFC 9112 §3.2.2: with an absolute-form target, Host is ignored and the target's authority is the host,
+        // for everything that reads it (the virtual-hosted bucket, SigV4's signed `host`, CORS, redirects).
+        let (value_start, value_len) = match authority {
+            Some(span) if host => span,
+            _ => (offset(h.value)?, h.value.len()),
+        };
         // httparse refused names that are not tokens and values with CR, LF, NUL or other controls: what
         // `HeaderName` and `HeaderValue` refuse.
-        fields.push_at(offset(name)?, name, offset(h.value)?, h.value.len()).ok_or_else(not_ours)?;
+        fields.push_at(offset(name)?, name, value_start, value_len).ok_or_else(not_ours)?;
+    }
+    if let (true, Some((start, len_of))) = (host_from_target, authority) {
+        fields.push_at(len, b"host", start, len_of).ok_or_else(not_ours)?;
     }
     let body = if framed { check_framing(&fields, version, limits.bodies.takes(&method))? } else { BodyFraming::None };
     // RFC 9112 §3.2: a client MUST send Host in HTTP/1.1; a server MUST answer 400 when it is missing or repeated.
@@ -200,7 +224,8 @@ enum Target {
     /// Origin-form (`/path?query`) whose every byte `Uri` accepts where it stands: its place in the head (and its
     /// `?`'s, from the target's start). The `Uri` is built only for a handler that takes an `http::Request`.
     Origin { start: u32, len: u32, query: Option<u32> },
-    /// Anything else `Uri` accepts (absolute-form, kept as its path and query, or `*`).
+    /// Anything else `Uri` accepts (absolute-form, kept as its path and query, its authority the Host field's
+    /// value; or `*`).
     Uri(Uri),
 }
 
@@ -342,10 +367,15 @@ fn request_line_too_long(buf: &[u8], limits: &HeadLimits) -> bool {
     line_end > limits.max_uri_bytes + 64
 }
 
-/// Origin-form (`/path?q`) and absolute-form (`http://host/path`, RFC 9112 §3.2.2) are accepted; the path alone
-/// is what gets authorised. `*` is for OPTIONS only; authority-form is for CONNECT, which we do not serve.
+/// Origin-form (`/path?q`) and absolute-form (`http://host/path`, RFC 9112 §3.2.2) are accepted: the target as
+/// a path and query, and for absolute-form where its authority lies in `target` (start, length), which then
+/// stands for Host. `*` is for OPTIONS only; authority-form is for CONNECT, which we do not serve.
 /// `shared` holds the same bytes as `target`, in the head's buffer: origin-form targets are taken without a copy.
-fn parse_target(target: &str, shared: bytes::Bytes, method: &Method) -> Result<Uri, HeadError> {
+fn parse_target(
+    target: &str,
+    shared: bytes::Bytes,
+    method: &Method,
+) -> Result<(Uri, Option<(usize, usize)>), HeadError> {
     let bad = || HeadError::new(StatusCode::BAD_REQUEST, "malformed request target");
     // RFC 9112 §3.2 has no fragment in a request target. `Uri` would drop it silently, so `/b/k#/../x` would be
     // served as `/b/k` while a proxy in front may have read it differently.
@@ -353,20 +383,26 @@ fn parse_target(target: &str, shared: bytes::Bytes, method: &Method) -> Result<U
         return Err(HeadError::new(StatusCode::BAD_REQUEST, "a request target must not contain a fragment (#)"));
     }
     if target == "*" {
-        return if method == Method::OPTIONS { Ok(Uri::from_static("*")) } else { Err(bad()) };
+        return if method == Method::OPTIONS { Ok((Uri::from_static("*"), None)) } else { Err(bad()) };
     }
     let uri = Uri::from_maybe_shared(shared).map_err(|_| bad())?;
     if target.starts_with('/') {
-        return Ok(uri);
+        return Ok((uri, None));
     }
-    match uri.scheme_str() {
-        Some("http") | Some("https") if uri.authority().is_some() => {
-            // Keep only the path and query: the data listener serves one origin.
-            let pq = uri.path_and_query().map(|pq| pq.as_str()).unwrap_or("/");
-            pq.parse().map_err(|_| bad())
-        }
-        _ => Err(bad()),
+    let (Some(scheme @ ("http" | "https")), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+        return Err(bad());
+    };
+    // RFC 9110 §4.2.4: userinfo in an http(s) URI is an error; it would also make a host of `user@host`.
+    if authority.as_str().contains('@') || authority.host().is_empty() {
+        return Err(HeadError::new(StatusCode::BAD_REQUEST, "the request target's authority must be a host"));
     }
+    // `Uri` keeps the authority as it was written, just after `scheme://` (any case).
+    let span = (scheme.len() + 3, authority.as_str().len());
+    if target.get(span.0..span.0 + span.1) != Some(authority.as_str()) {
+        return Err(bad());
+    }
+    let pq = uri.path_and_query().map(|pq| pq.as_str()).unwrap_or("/");
+    Ok((pq.parse().map_err(|_| bad())?, Some(span)))
 }
 
 /// RFC 9112 §6.3: TE with CL, differing or invalid CL, and TE on HTTP/1.0 are framing errors. Without
@@ -568,6 +604,31 @@ mod tests {
         assert_eq!(head.path(), "/b/k");
         assert_eq!(head.query(), Some("x=1"));
         assert!(head.uri().authority().is_none());
+    }
+
+    #[test]
+    fn an_absolute_form_target_s_authority_replaces_host() {
+        let head = complete(b"GET HTTP://Other.s3.test:9000/a/x HTTP/1.1\r\nX: 1\r\nHost: priv.s3.test\r\n\r\n");
+        assert_eq!((head.path(), head.query()), ("/a/x", None));
+        assert_eq!(head.fields.get(&fields::HOST), Some(&b"Other.s3.test:9000"[..]));
+        assert_eq!(head.fields.to_header_map()[header::HOST], "Other.s3.test:9000");
+        assert_eq!(head.fields.to_header_map()["x"], "1", "the other fields are untouched");
+        let head = complete(b"GET https://o/ HTTP/1.1\r\nHost: p\r\n\r\n");
+        assert_eq!((head.path(), head.fields.get(&fields::HOST)), ("/", Some(&b"o"[..])));
+        // HTTP/1.0 may send none: the authority is the host all the same.
+        let head = complete(b"GET http://o:81/a HTTP/1.0\r\nX: 1\r\n\r\n");
+        assert_eq!(head.fields.get(&fields::HOST), Some(&b"o:81"[..]));
+        assert_eq!(head.fields.to_header_map()[header::HOST], "o:81");
+        assert_eq!(complete(b"GET /a HTTP/1.0\r\n\r\n").fields.get(&fields::HOST), None);
+        // Origin-form keeps its Host.
+        assert_eq!(complete(b"GET /a HTTP/1.1\r\nHost: p\r\n\r\n").fields.get(&fields::HOST), Some(&b"p"[..]));
+        for raw in [
+            &b"GET http://u@o/a HTTP/1.1\r\nHost: p\r\n\r\n"[..],
+            b"GET http://u:pw@o/a HTTP/1.1\r\nHost: p\r\n\r\n",
+            b"GET http://o/a HTTP/1.1\r\n\r\n",
+        ] {
+            assert_eq!(status_of(raw), StatusCode::BAD_REQUEST, "{}", String::from_utf8_lossy(raw));
+        }
     }
 
     #[test]

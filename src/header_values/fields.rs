@@ -327,6 +327,10 @@ pub fn header_name(raw: &[u8]) -> Option<HeaderName> {
 static AMZ_SDK_REQUEST: HeaderName = HeaderName::from_static("amz-sdk-request");
 static AMZ_SDK_INVOCATION_ID: HeaderName = HeaderName::from_static("amz-sdk-invocation-id");
 
+/// The same two names as readers ask for them: an AWS SDK's marks (`s3::operation::from_aws_sdk`).
+pub static SDK_REQUEST: FieldName = FieldName::other(HeaderName::from_static("amz-sdk-request"));
+pub static SDK_INVOCATION_ID: FieldName = FieldName::other(HeaderName::from_static("amz-sdk-invocation-id"));
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -36,10 +36,10 @@ static ACCESS_CONTROL_REQUEST_HEADERS: FieldName = FieldName::other(header::ACCE
 pub async fn serve(app: &DataState, read: NativeRead<'_>) -> Answer {
     let head = read.head;
     let Some(origin) = head.fields.header_value(&fields::ORIGIN) else {
-        return object::authorise_and_serve(app, read)
-            .await
-            .and_then(|answer| answer)
-            .unwrap_or_else(|e| e.into_response().into());
+        return match object::authorise_and_serve(app, read).await {
+            Ok(answer) => answer.unwrap_or_else(|e| e.into_response().into()),
+            Err(refusal) => object::refusal(refusal, &head.fields, read.path).into(),
+        };
     };
     let policy = bucket_policy(app, read.path).await;
     if head.method == Method::OPTIONS && head.fields.contains(&fields::ACCESS_CONTROL_REQUEST_METHOD) {
@@ -49,7 +49,7 @@ pub async fn serve(app: &DataState, read: NativeRead<'_>) -> Answer {
     match object::authorise_and_serve(app, read).await {
         // Refused before authorisation: no CORS headers and no `Vary: Origin`, which only a bucket with a rule
         // would get, so an existing private bucket answers exactly as an absent one.
-        Err(refusal) => refusal.into_response().into(),
+        Err(refusal) => object::refusal(refusal, &head.fields, read.path).into(),
         Ok(answer) => {
             let mut answer = answer.unwrap_or_else(|e| e.into_response().into());
             if let Some(policy) = policy {

@@ -87,6 +87,23 @@ pub async fn authorise_and_serve(app: &DataState, read: NativeRead<'_>) -> Resul
     Ok(Box::pin(serve_fallbacks(app, &asked, &plan, bucket, principal)).await)
 }
 
+/// The answer to a native read refused before authorisation: the native JSON (`401` with the bearer challenge for
+/// want of credentials), except that an AWS SDK's request refused for its credentials gets S3's `403
+/// AccessDenied`, as it would virtual-hosted: the SDK (boto3 `UNSIGNED` path-style, say) reads S3's XML errors,
+/// not a bearer challenge. Either way the refusal is the same for a private and an absent bucket.
+pub fn refusal(refusal: ApiError, fields: &dyn Fields, path: &str) -> Response {
+    if in_s3_words(&refusal, fields) {
+        // Already counted as a refusal of credentials, by `From<AuthError>`.
+        return super::s3::refuse_at(path, super::s3::S3Error::access_denied());
+    }
+    refusal.into_response()
+}
+
+/// Whether a native refusal is answered as S3 answers it: a refusal of credentials, to an AWS SDK.
+fn in_s3_words(refusal: &ApiError, fields: &dyn Fields) -> bool {
+    matches!(refusal, ApiError::Unauthorized(_)) && crate::s3::operation::from_aws_sdk(fields)
+}
+
 /// A native request as the steps after authorisation need it.
 struct Asked<'a> {
     headers: &'a dyn Fields,
@@ -429,4 +446,45 @@ fn principal_of(credentials: &Credentials) -> Principal {
 
 fn header_value(v: &str) -> Result<HeaderValue, ApiError> {
     HeaderValue::from_str(v).map_err(|_| ApiError::Internal(anyhow::anyhow!("unrepresentable header value {v:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(fields: &[(&'static str, &'static str)]) -> http::HeaderMap {
+        fields.iter().map(|(n, v)| (header::HeaderName::from_static(n), HeaderValue::from_static(v))).collect()
+    }
+
+    #[test]
+    fn an_aws_sdk_refused_for_its_credentials_is_answered_in_s3_words() {
+        let sdk = headers(&[("amz-sdk-invocation-id", "0b8a3f7e"), ("amz-sdk-request", "attempt=1; max=1")]);
+        let curl = headers(&[("user-agent", "curl/8.5.0")]);
+        let unauthorized = || ApiError::Unauthorized("credentials required");
+        assert!(in_s3_words(&unauthorized(), &sdk));
+        assert!(!in_s3_words(&unauthorized(), &curl), "curl and browsers keep the native 401");
+        // Only a refusal of credentials: the rest keeps its native answer (as a bad path does for curl).
+        for other in
+            [ApiError::Forbidden, ApiError::MethodNotAllowed, ApiError::NotFound, ApiError::DatabaseUnavailable]
+        {
+            assert!(!in_s3_words(&other, &sdk), "{other:?}");
+        }
+
+        let s3 = refusal(unauthorized(), &sdk, "/priv/a%20b");
+        assert_eq!(s3.status(), StatusCode::FORBIDDEN);
+        assert_eq!(s3.headers()[header::CONTENT_TYPE], "application/xml");
+        assert!(s3.headers().contains_key(&super::super::s3::AMZ_REQUEST_ID));
+        assert!(!s3.headers().contains_key(header::WWW_AUTHENTICATE));
+        let body =
+            futures_util::FutureExt::now_or_never(axum::body::to_bytes(s3.into_body(), 1 << 16)).unwrap().unwrap();
+        let body = String::from_utf8(body.to_vec()).unwrap();
+        assert!(
+            body.contains("<Code>AccessDenied</Code><Message>Access Denied</Message><Resource>/priv/a%20b</Resource>"),
+            "{body}"
+        );
+
+        let native = refusal(unauthorized(), &curl, "/priv/a%20b");
+        assert_eq!(native.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(native.headers()[header::WWW_AUTHENTICATE], "Bearer realm=\"blobgate\"");
+    }
 }

@@ -3,7 +3,8 @@
 //! - ListBuckets (the key's bucket); HeadBucket (`x-amz-bucket-region`); GetBucketLocation; ListObjects V1/V2;
 //! - GetObject/HeadObject through the native object pipeline (`object::serve_object`: the same lookup,
 //!   preconditions, ranges and `FileBody` regions sent by sendfile), with `response-*` overrides on presigned
-//!   requests only; GetObjectTagging (from the cached entry);
+//!   requests only; unsigned on a public bucket, anonymously (S3's public-read: `Authorizer::s3_object_read`);
+//!   GetObjectTagging (from the cached entry);
 //! - the probes clients send routinely, never `501`: GetBucketVersioning (never enabled), GetBucketAcl and
 //!   GetObjectAcl (the owner, FULL_CONTROL), GetBucketCors (the bucket's rule), and the configurations we do not
 //!   keep (lifecycle, policy, encryption, tagging) with S3's 404 for each.
@@ -45,7 +46,12 @@ pub fn answered_from_catalog(operation: Operation) -> bool {
 
 /// An S3 error answer to `request`, with its request id.
 pub fn refuse(request: &Request, error: S3Error) -> Response {
-    let ctx = S3Context::new(request.uri().path());
+    refuse_at(request.uri().path(), error)
+}
+
+/// An S3 error answer to a request for `path` (its `<Resource>`), with its request id.
+pub fn refuse_at(path: &str, error: S3Error) -> Response {
+    let ctx = S3Context::new(path);
     let mut response = error.render(&ctx);
     response.headers_mut().insert(AMZ_REQUEST_ID.clone(), ctx.request_id);
     response
@@ -161,6 +167,11 @@ impl S3Error {
         S3Error::S3 { status, code, message: message.into() }
     }
 
+    /// S3's refusal of a request without the credentials it needs: the same for a private and an absent bucket.
+    pub fn access_denied() -> Self {
+        S3Error::new(StatusCode::FORBIDDEN, "AccessDenied", "Access Denied")
+    }
+
     /// The XML error response, rendered directly. An [`ApiError`] keeps what its JSON response carries besides the
     /// body (`Content-Range` of a 416, `Allow`, `Retry-After`, the log's record of a 5xx: `ApiError::respond`), with
     /// S3's status, code and body, and no bearer challenge.
@@ -177,7 +188,7 @@ impl S3Error {
                         (StatusCode::FORBIDDEN, "InvalidAccessKeyId", e.to_string().into())
                     }
                     AuthError::Unauthorized { .. } | AuthError::Forbidden => {
-                        (StatusCode::FORBIDDEN, "AccessDenied", "Access Denied".into())
+                        return S3Error::access_denied().render(ctx);
                     }
                     AuthError::NoSuchBucket => {
                         (StatusCode::NOT_FOUND, "NoSuchBucket", "The specified bucket does not exist".into())
@@ -312,9 +323,11 @@ async fn route(
             }
             _ => {
                 let bucket = app.catalog.bucket(name.as_str()).await?;
-                let allowed = app.auth.s3(request, S3Target::Object(bucket.as_ref(), &key), Access::Read).await?;
+                // `None`: an unsigned read of a public bucket, logged as the native one is.
+                let allowed = app.auth.s3_object_read(request, bucket.as_ref(), &key).await?;
                 let bucket = bucket.ok_or(AuthError::NoSuchBucket)?;
-                let overrides = if allowed.presigned { query.response_overrides()? } else { Default::default() };
+                let presigned = allowed.as_ref().is_some_and(|allowed| allowed.presigned);
+                let overrides = if presigned { query.response_overrides()? } else { Default::default() };
                 let render = |e: ApiError| S3Error::Api(e).render(ctx);
                 // `partNumber=N`: that part's bytes, served as the range they are.
                 let part = match query.get("partNumber") {
@@ -330,7 +343,10 @@ async fn route(
                     overrides: Some(&overrides.0),
                     s3: true,
                     part: part.is_some(),
-                    principal: app.log_principal.then(|| Principal::S3(allowed.key.id.as_str().into())),
+                    principal: app.log_principal.then(|| match &allowed {
+                        Some(allowed) => Principal::S3(allowed.key.id.as_str().into()),
+                        None => Principal::Public,
+                    }),
                     render: &render,
                 };
                 let mut response = object::serve_object(app, object_request).await?;

@@ -330,6 +330,15 @@ fn s3_signals<'r>(head: &RequestHead<'r>) -> (bool, Option<&'r str>) {
     (s3, virtual_bucket)
 }
 
+/// Whether a request comes from an AWS SDK: botocore, aws-cli and every AWS SDK send `amz-sdk-invocation-id` or
+/// `amz-sdk-request` on every request, signed or not; curl and browsers send neither. It does not make a request
+/// an S3 one (an unsigned path-style read stays native), but it chooses the words of a refusal: an SDK understands
+/// S3's XML errors, not a bearer challenge (`http::object::refusal`).
+#[must_use]
+pub fn from_aws_sdk(headers: &dyn Fields) -> bool {
+    headers.has_any(&[&fields::SDK_INVOCATION_ID, &fields::SDK_REQUEST])
+}
+
 /// Whether a request carries AWS credentials: SigV4 (`AWS4-…`) or SigV2 (`AWS ak:sig`, refused in S3's words)
 /// in the Authorization header, or a presign's parameters in the query.
 #[must_use]
@@ -671,6 +680,26 @@ mod tests {
             assert!(matches!(head_of(method, target, &[], None), Api::S3(_)), "{method} {target}");
         }
         assert!(matches!(head_of("GET", "/bkt/k", &[("authorization", "AWS AK:sig")], None), Api::S3(_)));
+    }
+
+    #[test]
+    fn an_aws_sdk_is_known_by_its_marks_which_leave_a_request_native() {
+        let map = |headers: &[(&str, &str)]| {
+            headers
+                .iter()
+                .map(|(n, v)| (header::HeaderName::from_bytes(n.as_bytes()).unwrap(), v.parse().unwrap()))
+                .collect::<http::HeaderMap>()
+        };
+        let invocation = ("amz-sdk-invocation-id", "0b8a3f7e-46a2-4d1c-9d1e-7f2c1a6b5e44");
+        let attempt = ("amz-sdk-request", "attempt=1; max=3");
+        let curl = ("user-agent", "curl/8.5.0");
+        for sdk in [vec![invocation, attempt], vec![invocation], vec![attempt, curl]] {
+            assert!(from_aws_sdk(&map(&sdk)), "{sdk:?}");
+            assert_eq!(head_of("GET", "/bkt/k", &sdk, None), Api::Native, "unsigned path-style stays native");
+        }
+        for other in [vec![], vec![curl], vec![("x-amz-date", "20260101T000000Z"), ("authorization", "Bearer x")]] {
+            assert!(!from_aws_sdk(&map(&other)), "{other:?}");
+        }
     }
 
     #[test]

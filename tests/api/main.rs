@@ -33,6 +33,7 @@ mod permissions;
 mod postgres;
 mod postgres_tls;
 mod replicas;
+mod s3_anonymous;
 mod s3_clients;
 mod s3_conditional;
 mod s3_copy;

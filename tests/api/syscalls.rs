@@ -1,8 +1,8 @@
 //! The invariant, proven with syscalls: object bytes leave by sendfile(2); read/write-like calls move only heads.
 //! Runs the server under `strace -f` (installed by `.ci/run`) and downloads a 64 MiB object whole, by one
 //! range, and as a 3-part multi-range; and the same as an S3 GetObject signed with SigV4 by botocore, on the data
-//! listener and on the admin listener (the same driver serves both); and a static site's index and error
-//! documents.
+//! listener and on the admin listener (the same driver serves both), and unsigned from a public bucket; and a
+//! static site's index and error documents.
 
 use std::path::Path;
 
@@ -62,9 +62,19 @@ fn traced_download(env: &TestEnv, path: &str, headers: &[(&str, &str)], name: &s
 
 /// Runs `request` against a server under strace and returns (its response, the trace).
 fn traced(env: &TestEnv, name: &str, request: impl FnOnce(&Server) -> Response) -> (Response, Trace) {
+    traced_with(env, &[], name, request)
+}
+
+/// The same with a server started with these environment variables.
+fn traced_with(
+    env: &TestEnv,
+    vars: &[(&str, &str)],
+    name: &str,
+    request: impl FnOnce(&Server) -> Response,
+) -> (Response, Trace) {
     let trace_file = env.dir.path().join(format!("{name}.strace"));
     let trace_arg = trace_file.to_str().unwrap().to_owned();
-    let mut server = env.serve_with(&[], &["strace", "-f", "-yy", "-qq", "-s", "0", "-o", &trace_arg]);
+    let mut server = env.serve_with(vars, &["strace", "-f", "-yy", "-qq", "-s", "0", "-o", &trace_arg]);
     let response = request(&server);
     assert_eq!(server.stop(), Some(0), "server log:\n{}", server.log());
     (response, parse_trace(&trace_file))
@@ -131,6 +141,26 @@ fn sigv4_get_object_bytes_leave_by_sendfile_only() {
         let headers =
             signed_headers(&key, "/big/blob.bin", &Signing { method: "GET", headers: &extra, ..Default::default() });
         let (response, trace) = traced_download(&env, "/big/blob.bin", &as_refs(&headers), name);
+        assert_sigv4_download(name, case, &response, &trace, &bytes, object_bytes);
+    }
+}
+
+/// The same for an unsigned GetObject of a public bucket, virtual-hosted (S3's anonymous read): full, one range,
+/// three ranges.
+#[test]
+fn anonymous_s3_get_object_bytes_leave_by_sendfile_only() {
+    require_tool("strace", "apt package strace");
+    let env = TestEnv::new();
+    env.bucket("big", true);
+    let size = 64 << 20;
+    let bytes = test_bytes(size, 66);
+    env.put_bytes("big", "blob.bin", &bytes, &[]);
+    for (case, (range, object_bytes)) in sigv4_cases(size).into_iter().enumerate() {
+        let name = ["anonymous-full", "anonymous-range", "anonymous-multi"][case];
+        let mut headers = vec![("Host", "big.s3.test")];
+        headers.extend(range.as_deref().map(|r| ("Range", r)));
+        let vars = [("BLOBGATE_S3__DOMAIN", "s3.test")];
+        let (response, trace) = traced_with(&env, &vars, name, |server| server.get("/blob.bin", &headers));
         assert_sigv4_download(name, case, &response, &trace, &bytes, object_bytes);
     }
 }
@@ -240,7 +270,7 @@ fn sigv4_cases(size: usize) -> [(Option<String>, usize); 3] {
     ]
 }
 
-/// What each case of [`sigv4_cases`] must show: an S3 response with the right status and body, and its object
+/// What each case of [`sigv4_cases`] must show (signed or anonymous): an S3 response with the right status and body, and its object
 /// bytes sent by sendfile only.
 fn assert_sigv4_download(
     name: &str,
