@@ -68,6 +68,8 @@ impl Application {
     async fn build_in(settings: Settings) -> anyhow::Result<Self> {
         // The recorder first: what start-up measures (the certificate's expiry, say) must not be lost.
         crate::metrics::prometheus();
+        // Before the first burst: freed buffers go back to the kernel instead of staying at the burst's peak.
+        driver::return_freed_memory_promptly();
         // The listeners first: an address in use fails the start before anything is created.
         let data_listeners = driver::bind_data_listeners(settings.listen, settings.runtime.worker_count())
             .with_context(|| format!("cannot listen on {} (listen)", settings.listen))?;

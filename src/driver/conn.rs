@@ -1,7 +1,7 @@
 //! One connection, on either listener: read a head, call the application service, write the response, repeat
-//! (keep-alive and pipelining, strictly in order). Timeouts: `header_read` from accept or from the first byte of a
-//! request until its head is complete, `keep_alive_idle` between requests, and `send_progress` while a response
-//! is being written.
+//! (keep-alive and pipelining, strictly in order). Timeouts: `header_read` from accept (an HTTPS handshake
+//! included) or from the first byte of a request until its head is complete, `keep_alive_idle` between requests,
+//! and `send_progress` while a response is being written.
 //!
 //! While a data connection waits for a head with zero bytes of it read, it is in its worker's idle list
 //! (`idle.rs`): at the connection cap the worker may close it then, and only then, to admit a new client.
@@ -51,6 +51,9 @@ use crate::stats::{DownloadRecord, Outcome, RecordKind};
 /// admin listener takes any size (listings, `/stats`, `/metrics`): its handlers build their bodies in memory
 /// anyway. Bodies up to this size go out in one send with their head, larger ones in a second.
 const MAX_BUFFERED_BODY: usize = 1 << 20;
+
+/// The largest response-head buffer a connection keeps between responses (a head is a few hundred bytes).
+const KEPT_OUT_BYTES: usize = 2 * 1024;
 
 /// The most one read of a request body takes from the socket, and the share of the body budget it waits for.
 pub const BODY_READ_BYTES: usize = 64 * 1024;
@@ -186,6 +189,9 @@ struct DriverContextSend<'a> {
 pub(crate) struct Connection<S> {
     link: Link,
     peer: SocketAddr,
+    /// When the connection was accepted (given its slot): `timeouts.header_read` runs from here to the first
+    /// request's complete head, the TLS handshake included.
+    accepted: Instant,
     /// Bytes read but not yet parsed; may hold the start of the next pipelined request.
     buf: BytesMut,
     /// Response heads are serialised here; reused for every response on the connection.
@@ -211,6 +217,7 @@ impl<S: RequestService> Connection<S> {
         Self {
             link: Link { stream, tls: None },
             peer,
+            accepted: Instant::now(),
             buf: BytesMut::new(),
             out: Vec::new(),
             // Only data workers keep idle lists; an admin connection is never reclaimed.
@@ -248,13 +255,15 @@ impl<S: RequestService> Connection<S> {
         self.link.close();
     }
 
-    /// On HTTPS, the handshake, within `timeouts.header_read` of accept; whether the connection goes on. A client
-    /// that spoke plain HTTP to the port gets its plain-text 400 here.
+    /// On HTTPS, the handshake, within `timeouts.header_read` of accept (the same deadline then bounds the first
+    /// head: the handshake and the head share one budget); whether the connection goes on. A client that spoke
+    /// plain HTTP to the port gets its plain-text 400 here.
     async fn start_tls(&mut self, shutdown: &CancellationToken) -> bool {
         let Some(server) = self.ctx.tls.clone() else { return true };
         let handshake = server.accept(&self.link.stream, self.ctx.send.progress_timeout);
+        let deadline = self.accepted + self.ctx.timeouts.header_read;
         let result = tokio::select! {
-            result = tokio::time::timeout(self.ctx.timeouts.header_read, handshake) => {
+            result = tokio::time::timeout_at(deadline, handshake) => {
                 result.unwrap_or(Err(HandshakeFailure::Timeout))
             }
             () = shutdown.cancelled() => return false,
@@ -320,9 +329,10 @@ impl<S: RequestService> Connection<S> {
 
     async fn next_head(&mut self, first: bool, mut waits: Waits<'_, '_>) -> NextHead {
         let (header_read, keep_alive_idle) = (self.ctx.timeouts.header_read, self.ctx.timeouts.keep_alive_idle);
-        // The header clock starts at accept for the first request and at its first byte for later ones.
+        // The header clock starts at accept for the first request (an HTTPS handshake used part of it) and at its
+        // first byte for later ones.
         let started = Instant::now();
-        let mut head_deadline = first.then(|| started + header_read);
+        let mut head_deadline = first.then(|| self.accepted + header_read);
         let idle_deadline = started + self.admission.keep_alive_idle(keep_alive_idle);
         // Our place in the idle list while nothing of the next head has arrived; leaves it when dropped.
         let mut idle: Option<IdleEntry> = None;
@@ -584,7 +594,9 @@ impl<S: RequestService> Connection<S> {
             persistence,
         );
         let keep = self.send_file_head_and_body(&head, status, body, is_head, persistence).await;
-        self.out = head;
+        if head.capacity() <= KEPT_OUT_BYTES {
+            self.out = head;
+        }
         keep
     }
 
@@ -704,8 +716,9 @@ impl<S: RequestService> Connection<S> {
         }
         let body_bytes = if is_head || bodiless || sent.is_err() { 0 } else { bytes.len() as u64 };
         self.last_sent = (status, body_bytes);
-        // Keep the buffer for the next response unless an error body made it large.
-        if out.capacity() <= 64 * 1024 {
+        // Kept for the next response while it holds a head's worth; one an in-memory body grew is freed, so that
+        // an idle keep-alive connection holds no more than that.
+        if out.capacity() <= KEPT_OUT_BYTES {
             self.out = out;
         }
         sent.is_ok() && persistence != Persistence::Close

@@ -545,6 +545,11 @@ impl Drop for WorkerConnection {
     }
 }
 
+/// Tunes the process's allocator to return freed memory promptly (see `sys::return_freed_memory_promptly`).
+pub fn return_freed_memory_promptly() {
+    sys::return_freed_memory_promptly();
+}
+
 /// Whether other connections share this worker's event loop (so a bulk send would make them wait).
 pub fn worker_is_shared() -> bool {
     WORKER_CONNECTIONS.with(Cell::get) > 1

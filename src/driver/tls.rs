@@ -2,8 +2,9 @@
 //! between accept and the first head, and user-space TLS for the connections the kernel does not encrypt.
 //!
 //! User-space TLS is the one declared exception to "object bytes never pass through our memory": a body region is
-//! read with `pread` in [`BODY_CHUNK`] pieces into one buffer per connection (allocated at its first body, then
-//! reused), rustls encrypts each piece into its own buffer, and the records leave with one `writev` per piece.
+//! read with `pread` in [`BODY_CHUNK`] pieces into one buffer per response (allocated at its first piece, freed
+//! when the response is sent: an idle keep-alive connection holds none), rustls encrypts each piece into its own
+//! buffer, and the records leave with one `writev` per piece.
 //! A piece that is not in the page cache is read on the blocking pool, as a cold sendfile chunk is, so a disk
 //! wait never stalls the event loop. Everything here goes through tokio's safe socket calls (`try_read`,
 //! `try_write_vectored`); readiness follows the same rule as `send.rs` (cleared only by a call that saw EAGAIN).
@@ -423,7 +424,7 @@ fn load_pair(cert: &Path, key: &Path, kernel_ciphers: &[u16]) -> Result<Arc<Conf
 /// A connection's TLS session when rustls encrypts and decrypts its records in user space.
 pub struct UserTls {
     conn: ServerConnection,
-    /// Plaintext of body regions on their way to rustls; empty until the connection's first file body.
+    /// Plaintext of body regions on their way to rustls; empty between file bodies.
     body: Vec<u8>,
     /// The client closed its side of the TCP connection.
     eof: bool,
@@ -507,6 +508,8 @@ impl UserTls {
         if let Err(outcome) = self.send_segments(stream, head, body, options, observer, &mut report).await {
             report.outcome = outcome;
         }
+        // Freed, not kept for the next body: kept, every idle keep-alive connection held its 128 KiB.
+        self.body = Vec::new();
         report
     }
 
@@ -559,8 +562,9 @@ impl UserTls {
         options: &SendOptions,
         observer: &impl SendObserver,
     ) -> Result<usize, SendOutcome> {
+        // Only as large as the region needs: a small body takes a small buffer.
         if self.body.len() < want {
-            self.body.resize(BODY_CHUNK.max(want), 0);
+            self.body.resize(want, 0);
         }
         if !send::chunk_is_cold(file, position, want as u64) {
             return read_full_at(file, &mut self.body[..want], position).map_err(SendOutcome::Aborted);

@@ -412,6 +412,76 @@ fn at_the_cap_the_longest_idle_https_connection_is_closed_first() {
     assert_eq!(ends.trim(), r#"["close", "open", "close", "open"]"#);
 }
 
+/// Python's ssl: `warm` HTTPS connections, each one GET of `/pub/big.bin` and closed, then `connections` more,
+/// each one GET and then held open, idle. Says `warm` and `idle` at those points and waits for a line on stdin.
+const IDLE_AFTER_A_BODY: &str = r#"
+import http.client, json, ssl, sys
+spec = json.loads(sys.argv[1])
+ctx = ssl.create_default_context(cafile=spec["ca"])
+def one_get():
+    conn = http.client.HTTPSConnection("localhost", spec["port"], context=ctx)
+    conn.request("GET", "/pub/big.bin")
+    r = conn.getresponse()
+    body = r.read()
+    assert r.status == 200 and len(body) == spec["size"], (r.status, len(body))
+    return conn
+for _ in range(spec["warm"]):
+    one_get().close()
+print("warm", flush=True)
+sys.stdin.readline()
+held = [one_get() for _ in range(spec["connections"])]
+print("idle", flush=True)
+sys.stdin.readline()
+"#;
+
+/// The server's resident memory (VmRSS), in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    let line = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).expect("a VmRSS line");
+    line.trim().trim_end_matches("kB").trim().parse().unwrap()
+}
+
+/// An idle keep-alive HTTPS connection holds no body buffer (user-space TLS reads a body 128 KiB at a time): 200
+/// connections that each received a 200 KiB body and went idle grow the server's RSS by a few KiB each, not by
+/// the 128 KiB of a buffer kept per connection.
+#[test]
+fn idle_https_connections_hold_no_body_buffer() {
+    use std::io::{BufRead, Write as _};
+    let pki = https_pki();
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let size = 200 * 1024;
+    env.put_bytes("pub", "big.bin", &test_bytes(size, 11), &[]);
+    let server = serve_https(&env, &pki, "ecdsa", &[("BLOBGATE_RUNTIME__DATA_WORKERS", "1")]);
+    let connections = 200;
+    let spec = serde_json::json!({
+        "ca": pki.path("ca.crt"), "port": server.data.port(), "size": size, "warm": 20, "connections": connections,
+    });
+    let mut client = Command::new(crate::helpers::s3::python())
+        .args(["-c", IDLE_AFTER_A_BODY, &spec.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run python");
+    let (mut said, mut stdin) = (BufReader::new(client.stdout.take().unwrap()).lines(), client.stdin.take().unwrap());
+    let mut next = |expected: &str| {
+        let line = said.next().and_then(Result::ok);
+        assert_eq!(line.as_deref(), Some(expected), "the client stopped early");
+    };
+    next("warm");
+    let before = rss_kib(server.pid());
+    stdin.write_all(b"\n").unwrap();
+    next("idle");
+    let after = rss_kib(server.pid());
+    stdin.write_all(b"\n").unwrap();
+    assert!(client.wait().unwrap().success());
+    let per_connection = after.saturating_sub(before) / connections;
+    eprintln!("RSS {before} -> {after} KiB over {connections} idle HTTPS connections: {per_connection} KiB each");
+    // A few KiB each (the session's keys and its 4 KiB record buffer, the connection's task); a kept body
+    // buffer is 128 KiB.
+    assert!(per_connection <= 32, "{per_connection} KiB per idle HTTPS connection ({before} -> {after} KiB)");
+}
+
 #[test]
 fn rsa_and_ed25519_keys_serve_as_ecdsa_does() {
     let pki = https_pki();
@@ -503,6 +573,61 @@ fn plain_http_and_stalled_handshakes_on_the_https_port_are_closed() {
         "{}",
         https_metrics(&pki, &server)
     );
+}
+
+/// Python's ssl: a `slow` client that connects, waits a third of `header_read` past when a `reference` client
+/// connects, then handshakes; both send part of a head and read until the server answers or closes. Prints who was
+/// answered first, and with what.
+const SLOW_HANDSHAKE: &str = r#"
+import json, socket, ssl, sys, threading, time
+spec = json.loads(sys.argv[1])
+ctx = ssl.create_default_context(cafile=spec["ca"])
+third = spec["header_read"] / 3
+ends, lock = [], threading.Lock()
+def partial_head(name, raw):
+    tls = ctx.wrap_socket(raw, server_hostname="localhost")
+    tls.sendall(b"GET /pub/o.bin HTTP/1.1\r\nHost: localhost\r\n")
+    tls.settimeout(60)
+    try:
+        first = tls.recv(4096).split(b"\r\n")[0].decode()
+    except (ssl.SSLError, OSError) as e:
+        first = type(e).__name__
+    with lock:
+        ends.append([name, first or "close"])
+slow = socket.create_connection(("127.0.0.1", spec["port"]))
+time.sleep(third)
+reference = socket.create_connection(("127.0.0.1", spec["port"]))
+threads = [threading.Thread(target=partial_head, args=("reference", reference))]
+threads[0].start()
+time.sleep(third)
+threads.append(threading.Thread(target=partial_head, args=("slow", slow)))
+threads[1].start()
+for t in threads:
+    t.join()
+print(json.dumps(ends))
+"#;
+
+/// `timeouts.header_read` is one budget from accept to the complete head, the handshake included: a client whose
+/// handshake came late gets its 408 before a reference client accepted after it (handshake at once, same partial
+/// head). With the handshake and the head timed apart, the slow client's 408 came a whole handshake later.
+#[test]
+fn a_slow_handshake_uses_the_header_read_budget_of_its_head() {
+    let pki = https_pki();
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    env.put_bytes("pub", "o.bin", b"hello", &[]);
+    // The slow client connects at 0 and handshakes at 2 s, the reference connects at 1 s (and handshakes at once):
+    // in one budget the slow one is answered at 3 s and the reference at 4 s; timed apart, the slow one at 5 s.
+    let server = serve_https(&env, &pki, "ecdsa", &[("BLOBGATE_TIMEOUTS__HEADER_READ", "3s")]);
+    let spec = serde_json::json!({ "ca": pki.path("ca.crt"), "port": server.data.port(), "header_read": 3.0 });
+    let python = crate::helpers::s3::python();
+    let ends = run_ok(Command::new(python).args(["-c", SLOW_HANDSHAKE, &spec.to_string()]));
+    let ends: Vec<(String, String)> = serde_json::from_str(ends.trim()).unwrap();
+    let names: Vec<&str> = ends.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names, ["slow", "reference"], "{ends:?}");
+    for (name, first) in &ends {
+        assert!(first.starts_with("HTTP/1.1 408 "), "{name}: {first}");
+    }
 }
 
 #[test]

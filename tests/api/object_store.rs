@@ -1140,3 +1140,49 @@ fn an_upload_racing_the_delete_of_the_same_content_uploads_it_again_after() {
     assert!(store.blobs().iter().any(|(key, _)| key.contains(&sha)), "{:?}", store.blobs());
     assert_eq!(sha256_hex(&get_ok(&server, "/pub/second", &[]).body), sha);
 }
+
+/// The server's anonymous resident memory (`RssAnon`: its heap, not the pages of its binary), in KiB.
+fn rss_anon_kib(server: &Server) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).expect("/proc status");
+    let line = status.lines().find_map(|l| l.strip_prefix("RssAnon:")).expect("an RssAnon line");
+    line.trim().trim_end_matches("kB").trim().parse().unwrap()
+}
+
+/// After a burst of parallel cold downloads from the store, the memory they took goes back: the server's heap
+/// returns within twice its idle size + 16 MiB (contract, "Field fixes, turn 4"), as it does with local blobs.
+#[test]
+fn memory_returns_near_idle_after_a_burst_of_cold_downloads_from_the_store() {
+    let store = Store::start(S3Upstream::moto());
+    // Production's slices (the fills' sizes), not the small ones of the other tests.
+    let store_env = store.env(&[("BLOBGATE_CACHE__SLICE_BYTES", "8388608")]);
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    let objects: Vec<Vec<u8>> = (0..32).map(|i| test_bytes(8 * MIB as usize + i, 100 + i as u64)).collect();
+    for (i, bytes) in objects.iter().enumerate() {
+        put(&env, &store_env, "pub", &format!("o{i}"), bytes);
+    }
+    put(&env, &store_env, "pub", "small", b"warm");
+    let server = env.serve_with(&refs(&store_env), &[]);
+    assert_eq!(get_ok(&server, "/pub/small", &[]).body, b"warm");
+    let idle = rss_anon_kib(&server);
+    let barrier = Barrier::new(objects.len());
+    std::thread::scope(|scope| {
+        for (i, bytes) in objects.iter().enumerate() {
+            let (server, barrier) = (&server, &barrier);
+            scope.spawn(move || {
+                barrier.wait();
+                let response = get_ok(server, &format!("/pub/o{i}"), &[]);
+                assert_eq!(sha256_hex(&response.body), sha256_hex(bytes), "o{i}");
+            });
+        }
+    });
+    let peak = rss_anon_kib(&server);
+    let total: usize = objects.iter().map(Vec::len).sum();
+    let fetched = server.metric("blobgate_blob_store_bytes_fetched_total");
+    assert!(fetched >= total as f64, "every download was cold: {fetched} bytes fetched of {total}");
+    let bound = 2 * idle + 16 * 1024;
+    let returned = wait_for(Duration::from_secs(60), || rss_anon_kib(&server) <= bound);
+    let now = rss_anon_kib(&server);
+    eprintln!("RssAnon: idle {idle} KiB, after the burst {peak} KiB, a while later {now} KiB (bound {bound} KiB)");
+    assert!(returned, "RssAnon stays at {now} KiB after the burst (idle {idle} KiB, bound {bound} KiB)");
+}
