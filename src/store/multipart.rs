@@ -39,6 +39,9 @@ pub const MAX_PART_NUMBER: u32 = 10_000;
 /// How long a Complete's claim on its upload holds: past it, a replica that died while assembling no longer
 /// keeps the upload from completing.
 const COMPLETE_CLAIM_LEASE: Duration = Duration::from_secs(3600);
+/// How long a committed CompleteMultipartUpload is remembered, so that a retry of it (its answer lost) gets the
+/// same answer, as S3 gives; SDKs retry within seconds.
+pub const COMPLETED_UPLOAD_MEMORY: Duration = Duration::from_secs(15 * 60);
 /// Uploads reclaimed per transaction by `abort_uploads_older_than`.
 const ABORT_BATCH: u32 = 100;
 
@@ -281,6 +284,28 @@ impl Store {
         let upload = self.meta.upload(upload_id).await?;
         let upload = upload.filter(|u| u.bucket_id == bucket_row.id && u.key == key.as_str());
         Ok((bucket_row, upload.ok_or(MultipartError::NoSuchUpload)?))
+    }
+
+    /// The ETag a CompleteMultipartUpload of `upload_id` answered when it committed `bucket/key` from the same
+    /// part list: a retry whose first answer was lost gets it again, within [`COMPLETED_UPLOAD_MEMORY`] and while
+    /// the object is still the one that Complete made (not replaced, not deleted). `None`: S3's `NoSuchUpload`.
+    /// Another part list is not a retry of that Complete: it too gets `None`.
+    pub async fn completed_upload(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        upload_id: &str,
+        parts: &[(u32, String)],
+    ) -> Result<Option<String>, MultipartError> {
+        let Some(bucket_row) = self.meta.bucket(bucket).await? else { return Ok(None) };
+        let since = unix_now().saturating_sub(COMPLETED_UPLOAD_MEMORY.as_secs() as i64);
+        let Some(etag) = self.meta.completed_upload(upload_id, bucket_row.id, key.as_str(), since).await? else {
+            return Ok(None);
+        };
+        // The ETag is the MD5 of the part MD5s in order: the same list gives the same ETag.
+        let bare: Vec<String> = parts.iter().map(|(_, etag)| bare_etag(etag)).collect();
+        let asked = multipart_etag(bare.iter().map(String::as_str));
+        Ok(asked.is_ok_and(|asked| asked == etag).then_some(etag))
     }
 
     /// Whether part `part_number` of `size` bytes (when the request declares it) would fit within `limits`,
@@ -611,6 +636,10 @@ impl Store {
         let last_steps = async {
             let part_sizes: Vec<u64> = chosen.iter().map(|p| p.size).collect();
             tx.set_s3_etag(bucket_row.id, key.as_str(), &put.sha256, s3_etag, Some(&part_sizes)).await?;
+            let now = unix_now();
+            let forget_before = now.saturating_sub(COMPLETED_UPLOAD_MEMORY.as_secs() as i64);
+            let object = (bucket_row.id, key.as_str());
+            tx.record_completion(upload_id, object, (&put.sha256, s3_etag), now, forget_before).await?;
             before_commit(&mut tx)
         };
         if let Err(e) = last_steps.await {
