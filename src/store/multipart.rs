@@ -899,6 +899,36 @@ mod tests {
         assert_eq!(store.meta.s3_etag(bucket_id, k.as_str()).await.unwrap(), Some(md5));
     }
 
+    on_both_backends!(a_committed_complete_is_remembered_while_its_object_stays);
+    async fn a_committed_complete_is_remembered_while_its_object_stays(backend: TestBackend) {
+        let (_dir, store) = store(backend).await;
+        let (b, k) = names("done.bin");
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let p1 = put(&store, "done.bin", &upload.id, 1, &bytes(MIN_PART_SIZE as usize, 1)).await;
+        let p2 = put(&store, "done.bin", &upload.id, 2, b"tail").await;
+        let parts = [(1, p1.etag()), (2, p2.etag())];
+        let report = store.complete_upload(&b, &k, Completion::unbounded(&upload.id, &parts)).await.unwrap();
+        let again = store.complete_upload(&b, &k, Completion::unbounded(&upload.id, &parts)).await;
+        assert!(matches!(again, Err(MultipartError::NoSuchUpload)), "the upload itself is gone");
+        let remembered = store.completed_upload(&b, &k, &upload.id, &parts).await.unwrap();
+        assert_eq!(remembered.as_deref(), Some(report.s3_etag.as_str()));
+        let unquoted = [(1, p1.etag().trim_matches('"').to_uppercase()), (2, p2.etag())];
+        assert_eq!(store.completed_upload(&b, &k, &upload.id, &unquoted).await.unwrap(), remembered);
+        assert_eq!(store.completed_upload(&b, &k, &upload.id, &parts[..1]).await.unwrap(), None, "other parts");
+        let (_, other_key) = names("other.bin");
+        assert_eq!(store.completed_upload(&b, &other_key, &upload.id, &parts).await.unwrap(), None);
+        assert_eq!(store.completed_upload(&b, &k, "no-such-upload", &parts).await.unwrap(), None);
+        let bucket_id = store.meta.bucket(&b).await.unwrap().unwrap().id;
+        let now = unix_now();
+        let found = |since| store.meta.completed_upload(&upload.id, bucket_id, k.as_str(), since);
+        assert!(found(now - 1).await.unwrap().is_some());
+        assert_eq!(found(now + 1).await.unwrap(), None, "remembered for a bounded time only");
+        // The same content put again is another object: its S3 ETag is its MD5, and the Complete is not replayed.
+        let content = [bytes(MIN_PART_SIZE as usize, 1), b"tail".to_vec()].concat();
+        store.put(&b, &k, stage(&store, &content), ObjectAttrs::default()).await.unwrap();
+        assert_eq!(store.completed_upload(&b, &k, &upload.id, &parts).await.unwrap(), None, "overwritten");
+    }
+
     on_both_backends!(bad_part_lists_are_refused_and_store_nothing);
     async fn bad_part_lists_are_refused_and_store_nothing(backend: TestBackend) {
         let (dir, store) = store(backend).await;
