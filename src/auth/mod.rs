@@ -312,6 +312,12 @@ impl Rights {
         self.grants.iter().any(|g| g.bucket.is_none() && g.scope == Scope::Admin)
     }
 
+    /// Whether a grant gives `admin` on the whole bucket `bucket_id` (`None`: no such bucket, which only a grant
+    /// of every bucket names): its configuration.
+    pub fn admin_of_bucket(&self, bucket_id: Option<i64>) -> bool {
+        self.grants.iter().any(|g| g.scope == Scope::Admin && g.prefix.is_empty() && g.names_bucket(bucket_id))
+    }
+
     /// Whether some grant has `admin` scope (on one bucket or all): the admin listener's management endpoints.
     pub fn has_admin(&self) -> bool {
         self.grants.iter().any(|g| g.scope == Scope::Admin)
@@ -392,6 +398,8 @@ pub enum S3Target<'a> {
     Bucket(Option<&'a Arc<Bucket>>),
     /// CreateBucket, DeleteBucket: `admin` on every bucket (`--grant '*:admin'`).
     EveryBucket,
+    /// The bucket's configuration (PutBucketCors, DeleteBucketCors): `admin` on the whole bucket.
+    BucketAdmin(Option<&'a Arc<Bucket>>),
     /// GetObject, HeadObject.
     Object(Option<&'a Arc<Bucket>>, &'a ObjectKey),
 }
@@ -416,6 +424,9 @@ fn check_s3_target(key: &S3KeyRecord, target: S3Target<'_>, access: Access, now:
         S3Target::EveryBucket => rights
             .check_liveness(now)
             .and_then(|()| if rights.admin_of_every_bucket() { Ok(()) } else { Err(Denial::Forbidden) }),
+        S3Target::BucketAdmin(bucket) => rights
+            .check_liveness(now)
+            .and_then(|()| if rights.admin_of_bucket(bucket.map(|b| b.id)) { Ok(()) } else { Err(Denial::Forbidden) }),
         // A public bucket is readable by any live key, as by anyone.
         S3Target::Object(Some(bucket), _) if bucket.public && access == Access::Read => rights.check_liveness(now),
         S3Target::Object(bucket, object) => rights.check(bucket.map(|b| b.id), object.as_str(), access, now),
@@ -708,10 +719,13 @@ mod tests {
 
         let admin = rights(vec![grant(None, "", Scope::Admin)]);
         assert!(admin.admin_of_every_bucket() && admin.has_admin());
+        assert!(admin.admin_of_bucket(Some(4)) && admin.admin_of_bucket(None));
         assert_eq!(admin.check(Some(7), "k", Write, 0), Ok(()));
         assert_eq!(admin.check(None, "k", Read, 0), Ok(()), "may learn that a bucket does not exist");
         let every_read = rights(vec![grant(None, "", Scope::Read), grant(Some(4), "", Scope::Admin)]);
         assert!(!every_read.admin_of_every_bucket() && every_read.has_admin());
+        assert!(every_read.admin_of_bucket(Some(4)) && !every_read.admin_of_bucket(Some(1)));
+        assert!(!every_read.admin_of_bucket(None), "only an admin of every bucket learns one is missing");
         assert_eq!(every_read.check(Some(9), "k", Write, 0), forbidden);
         assert_eq!(every_read.check(Some(4), "k", Write, 0), Ok(()));
         assert_eq!(rights(vec![]).check(Some(1), "k", Read, 0), forbidden, "no grant, no access");

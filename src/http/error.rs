@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use axum::response::{IntoResponse, Response};
-use http::{HeaderValue, StatusCode, header};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
 
 use crate::auth::AuthError;
 use crate::header_values::upload_digest::DigestError;
@@ -40,6 +40,10 @@ pub enum ApiError {
     RangeNotSatisfiable { size: u64 },
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// An upload with neither `Content-Length` nor chunked `Transfer-Encoding`: its end cannot be told from a
+    /// lost connection, so nothing is stored (RFC 9110 §15.5.12).
+    #[error("Content-Length or chunked Transfer-Encoding is required")]
+    LengthRequired,
     /// A declared body digest (`Content-MD5`, `Repr-Digest`, `Content-Digest`) malformed or not matched.
     #[error(transparent)]
     Digest(#[from] crate::header_values::upload_digest::DigestError),
@@ -94,6 +98,7 @@ impl ApiError {
             ApiError::PreconditionFailed => (StatusCode::PRECONDITION_FAILED, "precondition_failed"),
             ApiError::RangeNotSatisfiable { .. } => (StatusCode::RANGE_NOT_SATISFIABLE, "range_not_satisfiable"),
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::LengthRequired => (StatusCode::LENGTH_REQUIRED, "length_required"),
             ApiError::Digest(DigestError::Invalid(..)) => (StatusCode::BAD_REQUEST, "invalid_digest"),
             ApiError::Digest(DigestError::Mismatch(_)) => (StatusCode::BAD_REQUEST, "bad_digest"),
             ApiError::InsufficientStorage => (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage"),
@@ -112,6 +117,12 @@ impl ApiError {
 }
 
 impl ApiError {
+    /// Refuses an upload whose head declares no body framing (see [`ApiError::LengthRequired`]).
+    pub fn require_length(headers: &HeaderMap) -> Result<(), ApiError> {
+        let framed = headers.contains_key(header::CONTENT_LENGTH) || headers.contains_key(header::TRANSFER_ENCODING);
+        if framed { Ok(()) } else { Err(ApiError::LengthRequired) }
+    }
+
     /// Whether the log must show this error: our own failures. A refused head is the client's doing even when its
     /// status is 5xx (505), and the driver logs what it needs of those itself. Load shedding is counted in metrics,
     /// not logged: a flood of refusals must not flood the log. Nor is an unreachable database, once per request:

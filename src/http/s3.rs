@@ -130,6 +130,17 @@ impl From<crate::s3::request::RequestError> for S3Error {
     }
 }
 
+/// A PutBucketCors document the bucket's rule cannot hold: 501 naming the element, or 400.
+impl From<crate::s3::buckets::CorsConfigError> for S3Error {
+    fn from(e: crate::s3::buckets::CorsConfigError) -> Self {
+        let status = match e {
+            crate::s3::buckets::CorsConfigError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        S3Error::new(status, e.code(), e.to_string())
+    }
+}
+
 /// A SigV4 refusal of a body (a chunk signature, a payload hash, a trailing checksum), after the head verified.
 impl From<crate::auth::sigv4::SigV4Error> for S3Error {
     fn from(e: crate::auth::sigv4::SigV4Error) -> Self {
@@ -239,6 +250,11 @@ pub(super) fn api_error_parts(e: &ApiError) -> (StatusCode, &'static str, Cow<'s
             "The specified method is not allowed against this resource.".into(),
         ),
         ApiError::PayloadTooLarge(m) => (StatusCode::BAD_REQUEST, "EntityTooLarge", m.clone().into()),
+        ApiError::LengthRequired => (
+            StatusCode::LENGTH_REQUIRED,
+            "MissingContentLength",
+            "You must provide the Content-Length HTTP header.".into(),
+        ),
         ApiError::Digest(DigestError::Invalid("Content-MD5", _)) => {
             (StatusCode::BAD_REQUEST, "InvalidDigest", "The Content-MD5 you specified was invalid.".into())
         }
@@ -541,6 +557,7 @@ impl Query {
 
 async fn list_buckets(app: &DataState, request: &RequestParts<'_>) -> Result<Response, S3Error> {
     let allowed = app.auth.s3(request, S3Target::Service, Access::Read).await?;
+    let params = crate::s3::buckets::ListBucketsParams::from_query(request.query.unwrap_or(""))?;
     // A key sees the buckets its grants name; a grant of every bucket sees them all.
     let rights = &allowed.key.rights;
     let buckets: Vec<std::sync::Arc<crate::store::Bucket>> = if rights.grants.iter().any(|g| g.bucket.is_none()) {
@@ -556,7 +573,9 @@ async fn list_buckets(app: &DataState, request: &RequestParts<'_>) -> Result<Res
         }
         found
     };
-    let body = super::s3_list::list_buckets_xml(&buckets);
+    let mut buckets = buckets;
+    buckets.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+    let body = super::s3_list::list_buckets_xml(&buckets, &params);
     Ok(with_principal(app, xml_response(body), &allowed))
 }
 

@@ -21,10 +21,15 @@ fn owner() -> Owner {
     Owner { id: "blobgate".into(), display_name: "blobgate".into() }
 }
 
-pub fn list_buckets_xml(buckets: &[impl std::ops::Deref<Target = Bucket>]) -> String {
-    let buckets: Vec<ListedBucket> =
-        buckets.iter().map(|b| ListedBucket { name: b.name.clone(), created_at: b.created_at }).collect();
-    xml::list_buckets(&owner(), &buckets)
+/// ListBuckets' page of `buckets` (sorted by name) as `params` ask for it.
+pub fn list_buckets_xml(
+    buckets: &[impl std::ops::Deref<Target = Bucket>],
+    params: &crate::s3::buckets::ListBucketsParams,
+) -> String {
+    let (page, next) = params.page(buckets, |b| b.name.as_str());
+    let listed: Vec<ListedBucket> =
+        page.iter().map(|b| ListedBucket { name: b.name.clone(), created_at: b.created_at }).collect();
+    xml::list_buckets(&owner(), &listed, next.as_deref(), params.prefix.as_deref())
 }
 
 /// GetBucketAcl's and GetObjectAcl's answer: the one owner, with full control.

@@ -87,6 +87,7 @@ async fn store_body(
     let bucket = app.store.meta.bucket(&bucket_name).await?;
     app.data.auth.write(bucket.as_ref(), &key, crate::auth::credentials(headers, None)?).await?;
     crate::store::require_bucket(bucket, &bucket_name)?;
+    ApiError::require_length(headers)?;
     let text = |name: header::HeaderName| -> Result<Option<String>, ApiError> {
         headers
             .get(&name)

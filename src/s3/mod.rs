@@ -8,9 +8,11 @@
 //! - [`request`]: the parameters of ListObjects V1 and V2, ListParts and ListMultipartUploads, parsed once
 //!   (`max-keys` capped, `encoding-type`, continuation tokens); the request bodies CompleteMultipartUpload,
 //!   Delete and Tagging, bounded, with S3's error codes; the copy headers and tag sets.
+//! - [`buckets`]: ListBuckets' paging, and PutBucketCors' document read into the bucket's one CORS rule.
 //! - [`listing`]: prefix, delimiter and pagination over any source of keys in order; a page costs O(max-keys)
 //!   rows, since a common prefix is skipped by seeking past it.
 
+pub mod buckets;
 pub mod listing;
 pub mod operation;
 pub mod request;

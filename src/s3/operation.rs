@@ -79,6 +79,8 @@ pub enum Operation {
     GetBucketVersioning,
     GetBucketAcl,
     GetBucketCors,
+    PutBucketCors,
+    DeleteBucketCors,
     GetBucketLifecycleConfiguration,
     GetBucketPolicy,
     GetBucketEncryption,
@@ -105,7 +107,7 @@ pub enum Operation {
 
 impl Operation {
     /// Every operation, for tables and tests.
-    pub const ALL: [Operation; 32] = [
+    pub const ALL: [Operation; 34] = [
         Operation::ListBuckets,
         Operation::CreateBucket,
         Operation::DeleteBucket,
@@ -118,6 +120,8 @@ impl Operation {
         Operation::GetBucketVersioning,
         Operation::GetBucketAcl,
         Operation::GetBucketCors,
+        Operation::PutBucketCors,
+        Operation::DeleteBucketCors,
         Operation::GetBucketLifecycleConfiguration,
         Operation::GetBucketPolicy,
         Operation::GetBucketEncryption,
@@ -148,6 +152,8 @@ impl Operation {
             self,
             CreateBucket
                 | DeleteBucket
+                | PutBucketCors
+                | DeleteBucketCors
                 | DeleteObjects
                 | PutObject
                 | CopyObject
@@ -168,7 +174,13 @@ impl Operation {
         use Operation::*;
         matches!(
             self,
-            PutObject | UploadPart | DeleteObjects | PutObjectTagging | CompleteMultipartUpload | CreateBucket
+            PutObject
+                | UploadPart
+                | DeleteObjects
+                | PutObjectTagging
+                | CompleteMultipartUpload
+                | CreateBucket
+                | PutBucketCors
         )
     }
 
@@ -196,7 +208,7 @@ impl Operation {
             GetBucketLocation => &["location"],
             GetBucketVersioning => &["versioning"],
             GetBucketAcl | GetObjectAcl => &["acl"],
-            GetBucketCors => &["cors"],
+            GetBucketCors | PutBucketCors | DeleteBucketCors => &["cors"],
             GetBucketLifecycleConfiguration => &["lifecycle"],
             GetBucketPolicy => &["policy"],
             GetBucketEncryption => &["encryption"],
@@ -480,7 +492,9 @@ fn operation(method: &Method, resource: &Resource, q: &QueryNames, headers: &dyn
             None => ListObjects,
         },
         (Resource::Bucket(_), "HEAD") => HeadBucket,
+        (Resource::Bucket(_), "PUT") if q.has("cors") => PutBucketCors,
         (Resource::Bucket(_), "PUT") => CreateBucket,
+        (Resource::Bucket(_), "DELETE") if q.has("cors") => DeleteBucketCors,
         (Resource::Bucket(_), "DELETE") => DeleteBucket,
         (Resource::Bucket(_), "POST") if q.has("delete") => DeleteObjects,
         (Resource::Bucket(_), _) => return Err(Refusal::MethodNotAllowed),
@@ -569,6 +583,8 @@ mod tests {
             (signed("GET", "/bkt?versioning"), GetBucketVersioning),
             (signed("GET", "/bkt?acl"), GetBucketAcl),
             (signed("GET", "/bkt?cors"), GetBucketCors),
+            (signed("PUT", "/bkt?cors"), PutBucketCors),
+            (signed("DELETE", "/bkt?cors"), DeleteBucketCors),
             (signed("GET", "/bkt?lifecycle"), GetBucketLifecycleConfiguration),
             (signed("GET", "/bkt?policy"), GetBucketPolicy),
             (signed("GET", "/bkt?encryption"), GetBucketEncryption),
@@ -612,7 +628,7 @@ mod tests {
             (signed("GET", "/bkt?acl&policy"), not_implemented("policy")),
             (signed("PUT", "/bkt?tagging"), not_implemented("tagging")),
             (signed("PUT", "/bkt?versioning"), not_implemented("versioning")),
-            (signed("DELETE", "/bkt?cors"), not_implemented("cors")),
+            (signed("DELETE", "/bkt?cors&policy"), not_implemented("policy")),
             (signed("GET", "/bkt/k?retention"), not_implemented("retention")),
             (signed("GET", "/bkt/k?attributes"), not_implemented("attributes")),
             (signed("PUT", "/bkt/k?acl"), not_implemented("acl")),
@@ -743,7 +759,7 @@ mod tests {
     #[test]
     fn writes_are_told_from_reads() {
         let writes: Vec<_> = Operation::ALL.iter().filter(|o| o.is_write()).collect();
-        assert_eq!(writes.len(), 13);
+        assert_eq!(writes.len(), 15);
         for op in Operation::ALL {
             if op.reads_body() {
                 assert!(op.is_write(), "{op:?} reads a body, so it writes");

@@ -94,6 +94,13 @@ impl ListParams {
         }
         // Keys hold no control characters, and XML 1.0 cannot carry most of them even escaped: refuse them in
         // what the response would echo, unless it is URL-encoded.
+        // V1's Prefix is echoed as given even then: XML cannot carry it with a control character but tab or LF.
+        if params.url_encoded
+            && version == ListVersion::V1
+            && params.prefix.chars().any(|c| c.is_control() && c != '\t' && c != '\n')
+        {
+            return Err(RequestError::InvalidArgument("the prefix holds a control character".into()));
+        }
         if !params.url_encoded {
             let echoed =
                 [Some(&params.prefix), params.delimiter.as_ref(), params.start_after.as_ref(), params.marker.as_ref()];

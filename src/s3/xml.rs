@@ -2,8 +2,8 @@
 //! escapes text). Each function returns the whole body, with the XML declaration.
 //!
 //! `encoding-type=url` URL-encodes exactly the elements S3 does: in ListObjectsV2 `Key`, `Prefix` (also inside
-//! `CommonPrefixes`), `Delimiter` and `StartAfter`; in ListObjects V1 `Key`, `Prefix`, `Delimiter`, `Marker` and
-//! `NextMarker`; in ListMultipartUploads `Key`, `Prefix`, `Delimiter`, `KeyMarker` and `NextKeyMarker`. The V2
+//! `CommonPrefixes`), `Delimiter` and `StartAfter`; in ListObjects V1 `Key`, `CommonPrefixes`' `Prefix`,
+//! `Delimiter`, `Marker` and `NextMarker` (its own `Prefix` is echoed as given, as S3 and botocore have it); in ListMultipartUploads `Key`, `Prefix`, `Delimiter`, `KeyMarker` and `NextKeyMarker`. The V2
 //! `ContinuationToken` and `NextContinuationToken` are opaque (base64url, nothing to encode).
 
 use serde::Serialize;
@@ -77,6 +77,11 @@ struct ListAllMyBucketsResult<'a> {
     owner: &'a Owner,
     #[serde(rename = "Buckets")]
     buckets: BucketList,
+    /// The next page's token, when more buckets follow.
+    #[serde(rename = "ContinuationToken", skip_serializing_if = "Option::is_none")]
+    continuation_token: Option<&'a str>,
+    #[serde(rename = "Prefix", skip_serializing_if = "Option::is_none")]
+    prefix: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -93,14 +98,21 @@ struct BucketXml {
     creation_date: String,
 }
 
-/// ListBuckets: `ListAllMyBucketsResult`.
+/// ListBuckets: `ListAllMyBucketsResult`, with the next page's `ContinuationToken` and the `Prefix` asked for.
 #[must_use]
-pub fn list_buckets(owner: &Owner, buckets: &[ListedBucket]) -> String {
+pub fn list_buckets(
+    owner: &Owner,
+    buckets: &[ListedBucket],
+    continuation_token: Option<&str>,
+    prefix: Option<&str>,
+) -> String {
     let bucket = buckets
         .iter()
         .map(|b| BucketXml { name: b.name.clone(), creation_date: iso8601_millis(b.created_at) })
         .collect();
-    document("ListAllMyBucketsResult", &ListAllMyBucketsResult { xmlns: XMLNS, owner, buckets: BucketList { bucket } })
+    let result =
+        ListAllMyBucketsResult { xmlns: XMLNS, owner, buckets: BucketList { bucket }, continuation_token, prefix };
+    document("ListAllMyBucketsResult", &result)
 }
 
 #[derive(Serialize)]
@@ -242,7 +254,9 @@ pub fn list_objects_v1(bucket: &str, params: &ListParams, page: &Page<ListedObje
         &ListBucketResultV1 {
             xmlns: XMLNS,
             name: bucket,
-            prefix: encoded(&params.prefix, url),
+            // As given, whatever `encoding-type` (S3 does so; botocore, which adds `encoding-type=url` to every
+            // list call, decodes V1's other elements but not this one).
+            prefix: params.prefix.clone(),
             marker: encoded(params.marker.as_deref().unwrap_or_default(), url),
             max_keys: params.max_keys,
             delimiter: params.delimiter.as_deref().map(|d| encoded(d, url)),
@@ -798,7 +812,7 @@ mod tests {
 
     #[test]
     fn list_buckets_document() {
-        let xml = list_buckets(&owner(), &[ListedBucket { name: "b1".into(), created_at: 0 }]);
+        let xml = list_buckets(&owner(), &[ListedBucket { name: "b1".into(), created_at: 0 }], None, None);
         assert_eq!(
             body(&xml),
             "<ListAllMyBucketsResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
@@ -806,8 +820,14 @@ mod tests {
              <Buckets><Bucket><Name>b1</Name><CreationDate>1970-01-01T00:00:00.000Z</CreationDate></Bucket></Buckets>\
              </ListAllMyBucketsResult>"
         );
-        let empty = list_buckets(&owner(), &[]);
+        let empty = list_buckets(&owner(), &[], None, None);
         assert!(body(&empty).contains("<Buckets></Buckets>"), "{empty}");
+        let paged = list_buckets(&owner(), &[], Some("YjE"), Some("b"));
+        assert!(
+            body(&paged)
+                .ends_with("<ContinuationToken>YjE</ContinuationToken><Prefix>b</Prefix></ListAllMyBucketsResult>"),
+            "{paged}"
+        );
     }
 
     #[test]
@@ -889,6 +909,9 @@ mod tests {
         let xml = list_objects_v1("bkt", &with_delimiter, &page, &owner());
         let b = body(&xml);
         assert!(b.contains("<NextMarker>a%2Bb</NextMarker>") && b.contains("<Marker></Marker>"), "{b}");
+        let prefixed = ListParams::from_query(ListVersion::V1, "prefix=a%20b%2B&encoding-type=url").unwrap();
+        let b = list_objects_v1("bkt", &prefixed, &page, &owner());
+        assert!(body(&b).contains("<Prefix>a b+</Prefix>"), "V1's Prefix is echoed as given: {b}");
         assert!(b.contains("<Key>a%2Bb</Key>") && b.contains("<EncodingType>url</EncodingType>"), "{b}");
     }
 

@@ -39,6 +39,9 @@ pub const MAX_PART_NUMBER: u32 = 10_000;
 /// How long a Complete's claim on its upload holds: past it, a replica that died while assembling no longer
 /// keeps the upload from completing.
 const COMPLETE_CLAIM_LEASE: Duration = Duration::from_secs(3600);
+/// How long a committed CompleteMultipartUpload is remembered, so that a retry of it (its answer lost) gets the
+/// same answer, as S3 gives; SDKs retry within seconds.
+pub const COMPLETED_UPLOAD_MEMORY: Duration = Duration::from_secs(15 * 60);
 /// Uploads reclaimed per transaction by `abort_uploads_older_than`.
 const ABORT_BATCH: u32 = 100;
 
@@ -281,6 +284,28 @@ impl Store {
         let upload = self.meta.upload(upload_id).await?;
         let upload = upload.filter(|u| u.bucket_id == bucket_row.id && u.key == key.as_str());
         Ok((bucket_row, upload.ok_or(MultipartError::NoSuchUpload)?))
+    }
+
+    /// The ETag a CompleteMultipartUpload of `upload_id` answered when it committed `bucket/key` from the same
+    /// part list: a retry whose first answer was lost gets it again, within [`COMPLETED_UPLOAD_MEMORY`] and while
+    /// the object is still the one that Complete made (not replaced, not deleted). `None`: S3's `NoSuchUpload`.
+    /// Another part list is not a retry of that Complete: it too gets `None`.
+    pub async fn completed_upload(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        upload_id: &str,
+        parts: &[(u32, String)],
+    ) -> Result<Option<String>, MultipartError> {
+        let Some(bucket_row) = self.meta.bucket(bucket).await? else { return Ok(None) };
+        let since = unix_now().saturating_sub(COMPLETED_UPLOAD_MEMORY.as_secs() as i64);
+        let Some(etag) = self.meta.completed_upload(upload_id, bucket_row.id, key.as_str(), since).await? else {
+            return Ok(None);
+        };
+        // The ETag is the MD5 of the part MD5s in order: the same list gives the same ETag.
+        let bare: Vec<String> = parts.iter().map(|(_, etag)| bare_etag(etag)).collect();
+        let asked = multipart_etag(bare.iter().map(String::as_str));
+        Ok(asked.is_ok_and(|asked| asked == etag).then_some(etag))
     }
 
     /// Whether part `part_number` of `size` bytes (when the request declares it) would fit within `limits`,
@@ -611,6 +636,10 @@ impl Store {
         let last_steps = async {
             let part_sizes: Vec<u64> = chosen.iter().map(|p| p.size).collect();
             tx.set_s3_etag(bucket_row.id, key.as_str(), &put.sha256, s3_etag, Some(&part_sizes)).await?;
+            let now = unix_now();
+            let forget_before = now.saturating_sub(COMPLETED_UPLOAD_MEMORY.as_secs() as i64);
+            let object = (bucket_row.id, key.as_str());
+            tx.record_completion(upload_id, object, (&put.sha256, s3_etag), now, forget_before).await?;
             before_commit(&mut tx)
         };
         if let Err(e) = last_steps.await {
@@ -868,6 +897,36 @@ mod tests {
         store.put(&b, &k, stage(&store, b"native"), ObjectAttrs::default()).await.unwrap();
         let md5 = format!("\"{}\"", hex::encode(Md5::digest(b"native")));
         assert_eq!(store.meta.s3_etag(bucket_id, k.as_str()).await.unwrap(), Some(md5));
+    }
+
+    on_both_backends!(a_committed_complete_is_remembered_while_its_object_stays);
+    async fn a_committed_complete_is_remembered_while_its_object_stays(backend: TestBackend) {
+        let (_dir, store) = store(backend).await;
+        let (b, k) = names("done.bin");
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let p1 = put(&store, "done.bin", &upload.id, 1, &bytes(MIN_PART_SIZE as usize, 1)).await;
+        let p2 = put(&store, "done.bin", &upload.id, 2, b"tail").await;
+        let parts = [(1, p1.etag()), (2, p2.etag())];
+        let report = store.complete_upload(&b, &k, Completion::unbounded(&upload.id, &parts)).await.unwrap();
+        let again = store.complete_upload(&b, &k, Completion::unbounded(&upload.id, &parts)).await;
+        assert!(matches!(again, Err(MultipartError::NoSuchUpload)), "the upload itself is gone");
+        let remembered = store.completed_upload(&b, &k, &upload.id, &parts).await.unwrap();
+        assert_eq!(remembered.as_deref(), Some(report.s3_etag.as_str()));
+        let unquoted = [(1, p1.etag().trim_matches('"').to_uppercase()), (2, p2.etag())];
+        assert_eq!(store.completed_upload(&b, &k, &upload.id, &unquoted).await.unwrap(), remembered);
+        assert_eq!(store.completed_upload(&b, &k, &upload.id, &parts[..1]).await.unwrap(), None, "other parts");
+        let (_, other_key) = names("other.bin");
+        assert_eq!(store.completed_upload(&b, &other_key, &upload.id, &parts).await.unwrap(), None);
+        assert_eq!(store.completed_upload(&b, &k, "no-such-upload", &parts).await.unwrap(), None);
+        let bucket_id = store.meta.bucket(&b).await.unwrap().unwrap().id;
+        let now = unix_now();
+        let found = |since| store.meta.completed_upload(&upload.id, bucket_id, k.as_str(), since);
+        assert!(found(now - 1).await.unwrap().is_some());
+        assert_eq!(found(now + 1).await.unwrap(), None, "remembered for a bounded time only");
+        // The same content put again is another object: its S3 ETag is its MD5, and the Complete is not replayed.
+        let content = [bytes(MIN_PART_SIZE as usize, 1), b"tail".to_vec()].concat();
+        store.put(&b, &k, stage(&store, &content), ObjectAttrs::default()).await.unwrap();
+        assert_eq!(store.completed_upload(&b, &k, &upload.id, &parts).await.unwrap(), None, "overwritten");
     }
 
     on_both_backends!(bad_part_lists_are_refused_and_store_nothing);

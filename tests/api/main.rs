@@ -38,6 +38,7 @@ mod s3_clients;
 mod s3_conditional;
 mod s3_copy;
 mod s3_endpoint;
+mod s3_field_fixes;
 mod s3_grants;
 mod s3_listing;
 mod s3_metadata;

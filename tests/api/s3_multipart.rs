@@ -1,5 +1,5 @@
 //! Multipart uploads driven by raw requests botocore signs: Completes racing each other and an Abort get clean S3
-//! answers, and each part is held to `limits.max_upload_bytes` while the object may reach `max_object_bytes`.
+//! answers (one object), and each part is held to `limits.max_upload_bytes` while the object may reach `max_object_bytes`.
 
 use crate::helpers::s3::{AccessKey, PythonScript, run_ok, s3_key};
 use crate::helpers::sha256_hex;
@@ -91,7 +91,9 @@ fn concurrent_completes_and_an_abort_during_complete_get_clean_s3_answers() {
         .iter()
         .map(|r| (r[0].as_u64().unwrap(), r[1].as_str().unwrap().to_owned()))
         .collect();
-    assert_eq!(completes.iter().filter(|c| c.0 == 200).count(), 1, "exactly one Complete wins: {completes:?}");
+    // One Complete assembles; one that arrives after it committed is a retry and gets the same answer (200), one
+    // that arrives while it assembles gets NoSuchUpload.
+    assert!(completes.iter().any(|c| c.0 == 200), "a Complete wins: {completes:?}");
     assert!(completes.iter().all(|c| c.0 == 200 || *c == (404, "NoSuchUpload".into())), "{completes:?}");
     assert_eq!(sha256_hex(&read_back(&server, &key, "/bkt/race.bin")), out["race_sha256"]);
     for (round, pair) in out["aborts"].as_array().unwrap().iter().enumerate() {

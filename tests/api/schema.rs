@@ -481,6 +481,11 @@ const NOT_COPIED: &[(&str, &str)] = &[
          them unreferenced on its own",
     ),
     (
+        "multipart_completions",
+        "a CompleteMultipartUpload's answer, remembered on the source for a retry within minutes; no copy should \
+         answer a retry sent to the source",
+    ),
+    (
         "multipart_uploads.completing_since",
         "a CompleteMultipartUpload's claim in progress on the source; no copy should carry it over",
     ),
@@ -552,7 +557,9 @@ fn fixture() -> String {
          VALUES ('0000018c-schema', 1, 4, 'part-schema-1', '{}', '{c}', 1700000017);
          INSERT INTO stats_flush_marks (writer, last_seq, updated_at) VALUES ('writer-schema', 42, 1700000018);
          INSERT INTO store_blob_retirements (sha256, retired_at, deleting_at, deleted_at)
-             VALUES ('{c}', 1700000019, 1700000020, 1700000021);",
+             VALUES ('{c}', 1700000019, 1700000020, 1700000021);
+         INSERT INTO multipart_completions (upload_id, bucket_id, key, sha256, etag, completed_at)
+             VALUES ('0000018d-schema', 7, '{key}', '{a}', '\"0123-2\"', 1700000022);",
         bytes(32),
         bytes(60),
         bytes(76),

@@ -379,6 +379,28 @@ impl AmzDate {
         Some(AmzDate { text: b, unix })
     }
 
+    /// A request dated by its `Date` header (no `x-amz-date`), as AWS takes it: an HTTP-date (RFC 9110 §5.6.7:
+    /// IMF-fixdate, RFC 850 or asctime), or RFC 5322's form with a UTC offset of zero (`-0000`, what botocore and
+    /// Python's `email.utils.formatdate` write). The string to sign carries it as `YYYYMMDDTHHMMSSZ`.
+    pub fn from_http_date(text: &str) -> Option<Self> {
+        let text = text.trim();
+        let gmt;
+        let text = match text.strip_suffix(" -0000").or_else(|| text.strip_suffix(" +0000")) {
+            Some(rest) => {
+                gmt = format!("{rest} GMT");
+                gmt.as_str()
+            }
+            None => text,
+        };
+        let time = httpdate::parse_http_date(text).ok()?;
+        let unix = i64::try_from(time.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs()).ok()?;
+        let (year, month, day) = crate::header_values::calendar::civil_from_days(unix.div_euclid(86_400));
+        let secs = unix.rem_euclid(86_400);
+        let formatted =
+            format!("{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z", secs / 3600, secs % 3600 / 60, secs % 60);
+        Self::parse(&formatted)
+    }
+
     /// The timestamp as sent: what the string to sign carries.
     pub fn text(&self) -> &str {
         std::str::from_utf8(&self.text).expect("parse accepted ASCII only")
@@ -459,6 +481,23 @@ mod tests {
             "",
         ] {
             assert_eq!(AmzDate::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_date_header_reads_as_the_amz_date_it_means() {
+        let want = AmzDate::parse("19941106T084937Z").unwrap();
+        for text in [
+            "Sun, 06 Nov 1994 08:49:37 GMT",
+            "Sun, 06 Nov 1994 08:49:37 -0000",
+            "Sun, 06 Nov 1994 08:49:37 +0000",
+            "Sunday, 06-Nov-94 08:49:37 GMT",
+            "Sun Nov  6 08:49:37 1994",
+        ] {
+            assert_eq!(AmzDate::from_http_date(text), Some(want), "{text}");
+        }
+        for bad in ["", "19941106T084937Z", "Sun, 06 Nov 1994 08:49:37 +0100", "Sun, 31 Feb 1994 08:49:37 GMT"] {
+            assert_eq!(AmzDate::from_http_date(bad), None, "{bad}");
         }
     }
 

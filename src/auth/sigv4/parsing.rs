@@ -57,19 +57,28 @@ struct AuthHeaders<'h> {
     authorization: Option<&'h HeaderValue>,
     authorization_repeated: bool,
     date: Option<&'h HeaderValue>,
+    /// `Date`: what dates a request without `x-amz-date`.
+    http_date: Option<&'h HeaderValue>,
     content_sha256: Option<&'h HeaderValue>,
 }
 
 impl<'h> AuthHeaders<'h> {
     fn find(headers: &'h HeaderMap) -> Self {
-        let mut found =
-            AuthHeaders { authorization: None, authorization_repeated: false, date: None, content_sha256: None };
+        let mut found = AuthHeaders {
+            authorization: None,
+            authorization_repeated: false,
+            date: None,
+            http_date: None,
+            content_sha256: None,
+        };
         for (name, value) in headers {
             let slot = if name == header::AUTHORIZATION {
                 found.authorization_repeated |= found.authorization.is_some();
                 &mut found.authorization
             } else if name == X_AMZ_DATE {
                 &mut found.date
+            } else if name == header::DATE {
+                &mut found.http_date
             } else if name == X_AMZ_CONTENT_SHA256 {
                 &mut found.content_sha256
             } else {
@@ -190,12 +199,18 @@ fn parse_header_auth<'a>(
     let signed_headers = signed_headers.ok_or_else(|| cold(|| missing("SignedHeaders")))?;
     let signature = signature.ok_or_else(|| cold(|| missing("Signature")))?;
 
-    let date_text = found.date.and_then(|v| v.to_str().ok());
-    let timestamp = date_text
-        .and_then(AmzDate::parse)
-        .ok_or(SigV4Error::AccessDenied("AWS authentication requires a valid Date or x-amz-date header"))?;
+    // `x-amz-date` wins; without it, `Date` dates the request, and then it must be signed.
+    let timestamp = match found.date {
+        Some(date) => date.to_str().ok().and_then(AmzDate::parse),
+        None => found.http_date.and_then(|v| v.to_str().ok()).and_then(AmzDate::from_http_date),
+    }
+    .ok_or(SigV4Error::AccessDenied("AWS authentication requires a valid Date or x-amz-date header"))?;
     let access_key_id = parse_credential(credential, &timestamp, region, SigV4Error::header)?;
-    check_signed(request.headers, &parse_signed_headers(signed_headers, SigV4Error::header)?)?;
+    let signed = parse_signed_headers(signed_headers, SigV4Error::header)?;
+    check_signed(request.headers, &signed)?;
+    if found.date.is_none() && !signed.contains(&"date") {
+        return Err(SigV4Error::AccessDenied("The Date header dates this request, so it must be signed"));
+    }
     if (now - timestamp.unix).abs() > MAX_CLOCK_SKEW_SECS {
         return Err(SigV4Error::RequestTimeTooSkewed);
     }

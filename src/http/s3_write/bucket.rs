@@ -1,6 +1,7 @@
-//! CreateBucket and DeleteBucket. Creating a bucket and deleting one take `admin` on every bucket
+//! CreateBucket, DeleteBucket, PutBucketCors and DeleteBucketCors. Creating a bucket and deleting one take `admin` on every bucket
 //! (`--grant '*:admin'`); CreateBucket of a bucket that exists answers its writers `BucketAlreadyOwnedByYou`, as S3
-//! answers the owner, which clients that "make sure the bucket exists" before a copy take as success.
+//! answers the owner, which clients that "make sure the bucket exists" before a copy take as success. A bucket's
+//! CORS rule is set and cleared by `admin` on the whole bucket, as `blobgate bucket cors set` and `clear` do.
 
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
@@ -12,6 +13,8 @@ use super::super::s3::{S3Error, with_principal};
 use crate::auth::sigv4::RequestParts;
 use crate::auth::{Access, S3Target};
 use crate::names::BucketName;
+use crate::s3::buckets::{MAX_CORS_BODY, parse_cors_configuration};
+use crate::s3::operation::Operation;
 use crate::store::{BucketDeletion, MetadataError, unix_now};
 
 fn already_owned() -> S3Error {
@@ -68,4 +71,30 @@ pub(super) async fn delete_bucket(
     }
     tracing::info!(bucket = %name, access_key = %allowed.key.id, "bucket deleted by DeleteBucket");
     Ok(with_principal(&app.data, StatusCode::NO_CONTENT.into_response(), &allowed))
+}
+
+/// PutBucketCors (`PUT /{bucket}?cors`, the bucket's one rule: `s3::buckets`) and DeleteBucketCors (`DELETE
+/// /{bucket}?cors`). A document the rule cannot hold is refused whole, and the rule stays as it was.
+pub(super) async fn bucket_cors(
+    app: &AdminState,
+    request: &RequestParts<'_>,
+    name: &BucketName,
+    operation: Operation,
+    body: axum::body::Body,
+) -> Result<Response, S3Error> {
+    let bucket = app.data.catalog.bucket(name.as_str()).await?;
+    let allowed = app.data.auth.s3(request, S3Target::BucketAdmin(bucket.as_ref()), Access::Write).await?;
+    bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?;
+    let rule = match operation {
+        Operation::PutBucketCors => {
+            let body = super::small_body(app, &allowed, request.headers, body, MAX_CORS_BODY).await?;
+            Some(parse_cors_configuration(&body)?)
+        }
+        _ => None,
+    };
+    let updated = app.store.meta.set_bucket_cors(name, rule.as_ref()).await?;
+    crate::store::require_bucket(updated, name).map_err(ApiError::from)?;
+    tracing::info!(bucket = %name, access_key = %allowed.key.id, ?operation, "bucket CORS rule changed over S3");
+    let status = if rule.is_some() { StatusCode::OK } else { StatusCode::NO_CONTENT };
+    Ok(with_principal(&app.data, status.into_response(), &allowed))
 }

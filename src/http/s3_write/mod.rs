@@ -23,7 +23,7 @@ mod multipart;
 mod tagging;
 
 use body::{S3Body, declared_digests, put_object, upload_part};
-use bucket::{create_bucket, delete_bucket};
+use bucket::{bucket_cors, create_bucket, delete_bucket};
 use copy::{copy_object, upload_part_copy};
 use delete::delete_objects;
 use headers::{object_attrs, request_tags};
@@ -120,6 +120,9 @@ async fn route(
         Resource::Service => Err(ApiError::MethodNotAllowed.into()),
         Resource::Bucket(name) if operation == Op::CreateBucket => create_bucket(app, &request, &name).await,
         Resource::Bucket(name) if operation == Op::DeleteBucket => delete_bucket(app, &request, &name).await,
+        Resource::Bucket(name) if matches!(operation, Op::PutBucketCors | Op::DeleteBucketCors) => {
+            bucket_cors(app, &request, &name, operation, body).await
+        }
         Resource::Bucket(name) => {
             let bucket = app.data.catalog.bucket(name.as_str()).await?;
             let allowed = app.data.auth.s3(&request, S3Target::Bucket(bucket.as_ref()), Access::Write).await?;
@@ -141,6 +144,9 @@ async fn route(
             *principal = app.data.log_principal.then(|| Principal::S3(allowed.key.id.as_str().into()));
             bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?;
             refuse_unsupported(operation, &parts.headers)?;
+            if matches!(operation, Op::PutObject | Op::UploadPart) {
+                ApiError::require_length(&parts.headers)?;
+            }
             let upload_id = || param("uploadId").unwrap_or("");
             let part_number = || {
                 param("partNumber").and_then(|n| n.parse::<u32>().ok()).ok_or_else(|| {

@@ -25,14 +25,21 @@ pub(super) async fn complete(
         max_object_bytes: app.settings.limits.max_object_bytes,
         condition: &condition,
     };
-    let report = app.store.complete_upload(bucket, key, completion).await?;
+    let s3_etag = match app.store.complete_upload(bucket, key, completion).await {
+        Ok(report) => report.s3_etag,
+        // A retry of a Complete that committed (its answer lost): S3 answers it again.
+        Err(MultipartError::NoSuchUpload) => {
+            app.store.completed_upload(bucket, key, upload_id, &parts).await?.ok_or(MultipartError::NoSuchUpload)?
+        }
+        Err(e) => return Err(e.into()),
+    };
     // S3's Location is the object's URL: under `public_url` when it is set, else its path.
     let path = format!("/{}/{}", bucket.as_str(), crate::s3::url_encode(key.as_str()));
     let location = match app.settings.public_url() {
         Ok(Some(base)) => format!("{base}{path}"),
         _ => path,
     };
-    Ok(xml_response(xml::complete_multipart_upload(&location, bucket.as_str(), key.as_str(), &report.s3_etag)))
+    Ok(xml_response(xml::complete_multipart_upload(&location, bucket.as_str(), key.as_str(), &s3_etag)))
 }
 
 fn owner() -> Owner {

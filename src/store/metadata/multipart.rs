@@ -328,7 +328,65 @@ impl Metadata {
     }
 }
 
+impl Metadata {
+    /// The ETag a CompleteMultipartUpload of `upload_id` on `bucket_id/key` answered at `since` or later
+    /// (migration 0022), while that object is still the one it committed: same content, same S3 ETag.
+    pub async fn completed_upload(
+        &self,
+        upload_id: &str,
+        bucket_id: i64,
+        key: &str,
+        since: i64,
+    ) -> Result<Option<String>, MetadataError> {
+        let etag = with_pool!(&self.backend, pool => sqlx::query_scalar(
+            "SELECT c.etag FROM multipart_completions c
+             JOIN objects o ON o.bucket_id = c.bucket_id AND o.key = c.key AND o.sha256 = c.sha256
+             JOIN object_s3_etags e ON e.bucket_id = c.bucket_id AND e.key = c.key
+                 AND e.sha256 = c.sha256 AND e.etag = c.etag
+             WHERE c.upload_id = $1 AND c.bucket_id = $2 AND c.key = $3 AND c.completed_at >= $4",
+        )
+        .bind(upload_id)
+        .bind(bucket_id)
+        .bind(key)
+        .bind(since)
+        .fetch_optional(pool)
+        .await?);
+        Ok(etag)
+    }
+}
+
 impl WriteTx {
+    /// Remembers a committed CompleteMultipartUpload (see [`Metadata::completed_upload`]), and forgets those
+    /// from before `forget_before`.
+    pub async fn record_completion(
+        &mut self,
+        upload_id: &str,
+        (bucket_id, key): (i64, &str),
+        (sha256, etag): (&str, &str),
+        now: i64,
+        forget_before: i64,
+    ) -> Result<(), MetadataError> {
+        with_tx!(&mut self.tx, tx => sqlx::query("DELETE FROM multipart_completions WHERE completed_at < $1")
+            .bind(forget_before)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected());
+        with_tx!(&mut self.tx, tx => sqlx::query(
+            "INSERT INTO multipart_completions (upload_id, bucket_id, key, sha256, etag, completed_at)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(upload_id)
+        .bind(bucket_id)
+        .bind(key)
+        .bind(sha256)
+        .bind(etag)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?
+        .rows_affected());
+        Ok(())
+    }
+
     pub async fn upload(&mut self, id: &str) -> Result<Option<UploadRecord>, MetadataError> {
         let sql = format!("SELECT {UPLOAD_COLUMNS} FROM multipart_uploads WHERE id = $1");
         let row: Option<UploadRow> =
