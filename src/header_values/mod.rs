@@ -7,6 +7,7 @@
 //! write a `Date`, and names and signed URLs can validate a disposition without reaching up into `http`.
 
 pub mod calendar;
+pub mod checksum;
 pub mod content_coding;
 pub mod cors;
 pub mod disposition;

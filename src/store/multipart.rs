@@ -24,6 +24,8 @@ use std::time::Duration;
 use anyhow::Context;
 use md5::{Digest, Md5};
 
+use crate::header_values::checksum::{ChecksumAlgorithm, ChecksumType, ObjectChecksum, multipart_checksum};
+
 use super::{
     Bucket, MetadataError, PartRecord, PutReport, Store, StoreError, UploadRecord, WriteCondition, WriteTx,
     blobs::BlobStore, finish_commit, metadata::HeldBytes, require_bucket, restore_all, unix_now,
@@ -77,6 +79,9 @@ pub enum MultipartError {
     QuotaExceeded { held: u64, limit: u64 },
     #[error("At least one of the pre-conditions you specified did not hold")]
     PreconditionFailed,
+    /// A part without a checksum of the algorithm its upload was created with (S3's `InvalidRequest`).
+    #[error("The upload was created using a {algorithm} checksum. Part {part_number} has no {algorithm} checksum.")]
+    PartChecksumMissing { part_number: u32, algorithm: &'static str },
     #[error("The specified key does not exist.")]
     NoSuchKey,
     /// The object store did not take the assembled blob (or a part copy's source could not be read from it).
@@ -101,6 +106,7 @@ impl MultipartError {
             MultipartError::EntityTooLarge { .. } | MultipartError::ObjectTooLarge { .. } => "EntityTooLarge",
             MultipartError::QuotaExceeded { .. } => "QuotaExceeded",
             MultipartError::PreconditionFailed => "PreconditionFailed",
+            MultipartError::PartChecksumMissing { .. } => "InvalidRequest",
             MultipartError::NoSuchKey => "NoSuchKey",
             MultipartError::BlobStoreUnavailable(_) => "ServiceUnavailable",
             MultipartError::Other(_) => "InternalError",
@@ -213,6 +219,8 @@ impl<'a> Completion<'a> {
 #[derive(Debug, Clone)]
 pub struct CompleteReport {
     pub put: PutReport,
+    /// The object's checksum, made from its parts' as the upload asked (`checksum::multipart_checksum`).
+    pub checksum: Option<ObjectChecksum>,
     /// `"<hex MD5 of the concatenated binary part MD5s>-<parts>"`, quoted, as S3 computes it. Stored with the
     /// object (`Metadata::s3_etag`) while the object keeps this content.
     pub s3_etag: String,
@@ -227,6 +235,28 @@ pub fn multipart_etag<'a>(part_md5s: impl IntoIterator<Item = &'a str>) -> anyho
         count += 1;
     }
     Ok(format!("\"{}-{count}\"", hex::encode(hasher.finalize())))
+}
+
+/// The object checksum of an upload created with `algorithm` and `kind`, from the chosen parts' checksums: a part
+/// without one of the algorithm is refused, as S3 refuses it.
+fn upload_checksum(
+    algorithm: ChecksumAlgorithm,
+    kind: ChecksumType,
+    chosen: &[&PartRecord],
+) -> Result<ObjectChecksum, MultipartError> {
+    let mut parts = Vec::with_capacity(chosen.len());
+    for part in chosen {
+        match part.checksum.filter(|c| c.algorithm == algorithm) {
+            Some(c) => parts.push((c, part.size)),
+            None => {
+                let part_number = part.part_number;
+                return Err(MultipartError::PartChecksumMissing { part_number, algorithm: algorithm.name() });
+            }
+        }
+    }
+    multipart_checksum(algorithm, kind, &parts)
+        .with_context(|| format!("no {kind:?} {algorithm:?} checksum of {} parts", parts.len()))
+        .map_err(MultipartError::Other)
 }
 
 /// How often `Store::expire_uploads` looks: an eighth of the expiry, between 1 s and 1 h, so an upload lives at
@@ -256,6 +286,7 @@ impl Store {
         key: &ObjectKey,
         attrs: ObjectAttrs,
         created_by: Option<&str>,
+        checksum: Option<(ChecksumAlgorithm, ChecksumType)>,
     ) -> Result<UploadRecord, MultipartError> {
         let bucket_row = require_bucket(self.meta.bucket(bucket).await?, bucket)?;
         let upload = UploadRecord {
@@ -265,6 +296,7 @@ impl Store {
             attrs,
             created_at: unix_now(),
             created_by: created_by.map(str::to_owned),
+            checksum,
         };
         self.meta.create_upload(&upload).await?;
         Ok(upload)
@@ -369,6 +401,7 @@ impl Store {
             md5,
             sha256: staged.sha256.clone(),
             created_at: unix_now(),
+            checksum: staged.checksum,
         };
         // Under the write lock, so the sweep (which checks under it too) never takes the file for an orphan.
         let blobs = self.blobs.clone();
@@ -532,6 +565,10 @@ impl Store {
             chosen => chosen?,
         };
         let s3_etag = multipart_etag(chosen.iter().map(|p| p.md5.as_str()))?;
+        let checksum = match upload.checksum {
+            Some((algorithm, kind)) => Some(upload_checksum(algorithm, kind, &chosen)?),
+            None => None,
+        };
 
         // One Complete at a time per upload, on every replica: the others get NoSuchUpload (S3's answer once the
         // upload is completed), and none assembles a second copy.
@@ -540,15 +577,16 @@ impl Store {
         if !self.meta.claim_upload(upload_id, claimed_at, stale_before).await? {
             return Err(MultipartError::NoSuchUpload);
         }
-        let completed =
-            self.assemble_and_commit(bucket, key, upload, &chosen, &s3_etag, condition, before_commit).await;
+        let completed = self
+            .assemble_and_commit(bucket, key, upload, &chosen, (&s3_etag, checksum.as_ref()), condition, before_commit)
+            .await;
         if completed.is_err() {
             // The upload stays as it was (or is gone, if aborted meanwhile): a later Complete may try again.
             if let Err(e) = self.meta.release_upload_claim(upload_id, claimed_at).await {
                 tracing::warn!(error = %e, "cannot release a Complete's claim; it lapses after the lease");
             }
         }
-        Ok(CompleteReport { put: completed?, s3_etag })
+        Ok(CompleteReport { put: completed?, checksum, s3_etag })
     }
 
     /// The claimed part of Complete: assembles the chosen parts into a staged blob and commits it. A failed
@@ -561,7 +599,7 @@ impl Store {
         key: &ObjectKey,
         upload: UploadRecord,
         chosen: &[&PartRecord],
-        s3_etag: &str,
+        (s3_etag, checksum): (&str, Option<&ObjectChecksum>),
         condition: &WriteCondition,
         before_commit: impl FnOnce(&mut WriteTx) -> anyhow::Result<()>,
     ) -> Result<PutReport, MultipartError> {
@@ -610,7 +648,7 @@ impl Store {
         let (put, retired) = self.write_object(&mut tx, &bucket_row, key, staged, upload.attrs, Vec::new()).await?;
         let last_steps = async {
             let part_sizes: Vec<u64> = chosen.iter().map(|p| p.size).collect();
-            tx.set_s3_etag(bucket_row.id, key.as_str(), &put.sha256, s3_etag, Some(&part_sizes)).await?;
+            tx.set_s3_etag(bucket_row.id, key.as_str(), &put.sha256, s3_etag, Some(&part_sizes), checksum).await?;
             before_commit(&mut tx)
         };
         if let Err(e) = last_steps.await {
@@ -804,7 +842,7 @@ mod tests {
     async fn parts_complete_into_one_object_visible_only_then(backend: TestBackend) {
         let (dir, store) = store(backend).await;
         let (b, k) = names("big.bin");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         assert_eq!(upload.id.len(), 32);
         let one = bytes(MIN_PART_SIZE as usize, 1);
         let two_old = bytes(MIN_PART_SIZE as usize + 7, 2);
@@ -856,7 +894,7 @@ mod tests {
         let old = stage(&store, b"old");
         let first = store.put(&b, &k, old, ObjectAttrs::default()).await.unwrap();
         let attrs = ObjectAttrs { content_type: Some("text/x-mine".into()), ..ObjectAttrs::default() };
-        let upload = store.create_upload(&b, &k, attrs, None).await.unwrap();
+        let upload = store.create_upload(&b, &k, attrs, None, None).await.unwrap();
         let p = put(&store, "doc.txt", &upload.id, 1, b"new content").await;
         let report = store.complete_upload(&b, &k, Completion::unbounded(&upload.id, &[(1, p.etag())])).await.unwrap();
         assert_eq!(report.put.status, crate::store::PutStatus::Replaced);
@@ -874,7 +912,7 @@ mod tests {
     async fn bad_part_lists_are_refused_and_store_nothing(backend: TestBackend) {
         let (dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         let p1 = put(&store, "k", &upload.id, 1, &bytes(100, 1)).await;
         let p2 = put(&store, "k", &upload.id, 2, &bytes(100, 2)).await;
         let cases: Vec<(Vec<(u32, String)>, &str)> = vec![
@@ -913,7 +951,7 @@ mod tests {
     async fn put_part_checks_the_number_and_the_upload(backend: TestBackend) {
         let (dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         let staged = |store: &Store| {
             let mut w = store.blobs.writer().unwrap();
             w.write(b"hello").unwrap();
@@ -939,8 +977,8 @@ mod tests {
     async fn abort_removes_the_parts_and_old_uploads_are_reclaimed(backend: TestBackend) {
         let (dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let kept = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
-        let aborted = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let kept = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
+        let aborted = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         put(&store, "k", &kept.id, 1, b"keep").await;
         put(&store, "k", &aborted.id, 1, b"one").await;
         put(&store, "k", &aborted.id, 2, b"two").await;
@@ -972,7 +1010,7 @@ mod tests {
     async fn replicas_expiring_uploads_at_once_abort_each_old_upload_once(backend: TestBackend) {
         let (dir, first, second) = two_replicas(backend).await;
         let (b, k) = names("k");
-        let young = first.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let young = first.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         put(&first, "k", &young.id, 1, b"young").await;
         let mut old = Vec::new();
         for i in 0..3 {
@@ -984,6 +1022,7 @@ mod tests {
                 attrs: ObjectAttrs::default(),
                 created_at: young.created_at - 600,
                 created_by: None,
+                checksum: None,
             };
             first.meta.create_upload(&upload).await.unwrap();
             put(&first, "k", &upload.id, 1, &bytes(100, i)).await;
@@ -1012,7 +1051,7 @@ mod tests {
         let (b, k) = names("k");
         let before = store.put(&b, &k, stage(&store, b"before"), ObjectAttrs::default());
         let before = before.await.unwrap();
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         let p = put(&store, "k", &upload.id, 1, b"after").await;
         let wanted = [(1, p.etag())];
         let err = store
@@ -1042,7 +1081,7 @@ mod tests {
     async fn one_complete_at_a_time_claims_the_upload(backend: TestBackend) {
         let (_dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         let p = put(&store, "k", &upload.id, 1, b"claimed").await;
         let wanted = [(1, p.etag())];
         // Another Complete (on any replica) holds the claim: this one assembles nothing.
@@ -1062,7 +1101,7 @@ mod tests {
         assert!(outcomes.contains(&Ok(())) && outcomes.contains(&Err("NoSuchUpload")), "{outcomes:?}");
 
         // A claim older than the lease (its replica died while assembling) is taken over.
-        let stale = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let stale = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         let p = put(&store, "k", &stale.id, 1, b"stale").await;
         let long_ago = now - COMPLETE_CLAIM_LEASE.as_secs() as i64 - 1;
         assert!(store.meta.claim_upload(&stale.id, long_ago, long_ago - 10).await.unwrap());
@@ -1076,20 +1115,20 @@ mod tests {
         let (_dir, store) = store(backend).await;
         let (b, k) = names("k");
         // The parts as Complete read them, then an Abort (rows and files gone) before the assembly runs.
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         let p = put(&store, "k", &upload.id, 1, b"aborted").await;
         store.abort_upload(&b, &k, &upload.id).await.unwrap();
         let err = store
-            .assemble_and_commit(&b, &k, upload, &[&p], "\"x-1\"", &WriteCondition::Always, |_| Ok(()))
+            .assemble_and_commit(&b, &k, upload, &[&p], ("\"x-1\"", None), &WriteCondition::Always, |_| Ok(()))
             .await
             .unwrap_err();
         assert!(matches!(err, MultipartError::NoSuchUpload), "{err:?}");
         // A part replaced meanwhile: its old file is gone.
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         let old = put(&store, "k", &upload.id, 1, b"old").await;
         put(&store, "k", &upload.id, 1, b"new").await;
         let err = store
-            .assemble_and_commit(&b, &k, upload, &[&old], "\"x-1\"", &WriteCondition::Always, |_| Ok(()))
+            .assemble_and_commit(&b, &k, upload, &[&old], ("\"x-1\"", None), &WriteCondition::Always, |_| Ok(()))
             .await
             .unwrap_err();
         assert!(matches!(err, MultipartError::InvalidPart(1)), "{err:?}");
@@ -1101,7 +1140,7 @@ mod tests {
     async fn parts_adding_up_to_more_than_the_limit_are_entity_too_large(backend: TestBackend) {
         let (_dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         let one = put(&store, "k", &upload.id, 1, &bytes(MIN_PART_SIZE as usize, 1)).await;
         let two = put(&store, "k", &upload.id, 2, &bytes(10, 2)).await;
         let wanted = [(1, one.etag()), (2, two.etag())];
@@ -1130,7 +1169,7 @@ mod tests {
     async fn the_sweep_removes_part_files_no_upload_names(backend: TestBackend) {
         let (dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         let live = put(&store, "k", &upload.id, 1, b"live").await;
         // A crash after a part's file was moved in but before its row committed, or after a Complete or Abort
         // committed but before the files were removed: files no row names.
@@ -1151,7 +1190,7 @@ mod tests {
     async fn deleting_a_bucket_aborts_its_uploads_and_removes_their_part_files(backend: TestBackend) {
         let (dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         put(&store, "k", &upload.id, 1, b"x").await;
         put(&store, "k", &upload.id, 2, b"y").await;
         // With an object, a delete without force is refused and aborts nothing.
@@ -1191,7 +1230,7 @@ mod tests {
     ) {
         let (dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), Some("AKBGONE")).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), Some("AKBGONE"), None).await.unwrap();
         let bounds = limits(100, 250, None);
         put_within(&store, "k", &upload.id, 1, 100, &bounds).await.unwrap();
         put_within(&store, "k", &upload.id, 2, 100, &bounds).await.unwrap();
@@ -1223,7 +1262,7 @@ mod tests {
         let (_dir, store) = store(backend).await;
         let (b, k) = names("k");
         let bounds = limits(1000, 1000, Some(300));
-        let start = |by: Option<&'static str>| store.create_upload(&b, &k, ObjectAttrs::default(), by);
+        let start = |by: Option<&'static str>| store.create_upload(&b, &k, ObjectAttrs::default(), by, None);
         let (first, second) = (start(Some("AKBGA")).await.unwrap(), start(Some("AKBGA")).await.unwrap());
         let (other_key, from_before) = (start(Some("AKBGB")).await.unwrap(), start(None).await.unwrap());
         put_within(&store, "k", &first.id, 1, 100, &bounds).await.unwrap();
@@ -1255,8 +1294,8 @@ mod tests {
     async fn parts_on_two_replicas_at_once_cannot_pass_a_limit_together(backend: TestBackend) {
         let (_dir, first, second) = two_replicas(backend).await;
         let (b, k) = names("k");
-        let upload = first.create_upload(&b, &k, ObjectAttrs::default(), Some("AKBGA")).await.unwrap();
-        let other = first.create_upload(&b, &k, ObjectAttrs::default(), Some("AKBGA")).await.unwrap();
+        let upload = first.create_upload(&b, &k, ObjectAttrs::default(), Some("AKBGA"), None).await.unwrap();
+        let other = first.create_upload(&b, &k, ObjectAttrs::default(), Some("AKBGA"), None).await.unwrap();
         let bounds = limits(100, 250, Some(350));
         let (replicas, mut parts) = ([&first, &second], Vec::new());
         for n in 1..=5u32 {

@@ -33,6 +33,7 @@ mod permissions;
 mod postgres;
 mod postgres_tls;
 mod replicas;
+mod s3_checksums;
 mod s3_clients;
 mod s3_conditional;
 mod s3_copy;

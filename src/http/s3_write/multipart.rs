@@ -14,7 +14,10 @@ pub(super) async fn complete(
     body: Body,
 ) -> Result<Response, S3Error> {
     let condition = write_condition(headers)?;
-    let body = small_body(app, allowed, headers, body, MAX_COMPLETE_BODY).await?;
+    // A checksum header on Complete is the object's (a full-object checksum), not the XML body's.
+    let mut body_headers = headers.clone();
+    ChecksumAlgorithm::ALL.iter().for_each(|a| drop(body_headers.remove(a.header_name())));
+    let body = small_body(app, allowed, &body_headers, body, MAX_COMPLETE_BODY).await?;
     let parts = parse_complete_multipart_upload(&body)?;
     let parts: Vec<(u32, String)> = parts.into_iter().map(|p| (p.part_number, p.etag)).collect();
     // Assembly writes a whole object: it takes an upload slot like any body (`limits.max_concurrent_uploads`).
@@ -32,7 +35,9 @@ pub(super) async fn complete(
         Ok(Some(base)) => format!("{base}{path}"),
         _ => path,
     };
-    Ok(xml_response(xml::complete_multipart_upload(&location, bucket.as_str(), key.as_str(), &report.s3_etag)))
+    let (etag, checksum) = (&report.s3_etag, report.checksum.as_ref());
+    let xml = xml::complete_multipart_upload(&location, bucket.as_str(), key.as_str(), etag, checksum);
+    Ok(with_checksum(xml_response(xml), checksum))
 }
 
 fn owner() -> Owner {
@@ -47,6 +52,7 @@ pub(super) async fn list_parts(
     query: &str,
 ) -> Result<Response, S3Error> {
     let params = ListPartsParams::from_query(query)?;
+    let (_, upload) = app.store.upload_of(bucket, key, upload_id).await?;
     let (parts, is_truncated) =
         app.store.list_parts(bucket, key, upload_id, params.part_number_marker, params.max_parts).await?;
     let page = PartsPage {
@@ -63,8 +69,10 @@ pub(super) async fn list_parts(
                 last_modified: p.created_at,
                 etag: p.etag(),
                 size: p.size,
+                checksum: p.checksum,
             })
             .collect(),
+        checksum: upload.checksum,
     };
     Ok(xml_response(xml::list_parts(&page, &owner())))
 }
