@@ -79,9 +79,6 @@ pub enum MultipartError {
     QuotaExceeded { held: u64, limit: u64 },
     #[error("At least one of the pre-conditions you specified did not hold")]
     PreconditionFailed,
-    /// A part without a checksum of the algorithm its upload was created with (S3's `InvalidRequest`).
-    #[error("The upload was created using a {algorithm} checksum. Part {part_number} has no {algorithm} checksum.")]
-    PartChecksumMissing { part_number: u32, algorithm: &'static str },
     #[error("The specified key does not exist.")]
     NoSuchKey,
     /// The object store did not take the assembled blob (or a part copy's source could not be read from it).
@@ -106,7 +103,6 @@ impl MultipartError {
             MultipartError::EntityTooLarge { .. } | MultipartError::ObjectTooLarge { .. } => "EntityTooLarge",
             MultipartError::QuotaExceeded { .. } => "QuotaExceeded",
             MultipartError::PreconditionFailed => "PreconditionFailed",
-            MultipartError::PartChecksumMissing { .. } => "InvalidRequest",
             MultipartError::NoSuchKey => "NoSuchKey",
             MultipartError::BlobStoreUnavailable(_) => "ServiceUnavailable",
             MultipartError::Other(_) => "InternalError",
@@ -237,26 +233,13 @@ pub fn multipart_etag<'a>(part_md5s: impl IntoIterator<Item = &'a str>) -> anyho
     Ok(format!("\"{}-{count}\"", hex::encode(hasher.finalize())))
 }
 
-/// The object checksum of an upload created with `algorithm` and `kind`, from the chosen parts' checksums: a part
-/// without one of the algorithm is refused, as S3 refuses it.
-fn upload_checksum(
-    algorithm: ChecksumAlgorithm,
-    kind: ChecksumType,
-    chosen: &[&PartRecord],
-) -> Result<ObjectChecksum, MultipartError> {
-    let mut parts = Vec::with_capacity(chosen.len());
-    for part in chosen {
-        match part.checksum.filter(|c| c.algorithm == algorithm) {
-            Some(c) => parts.push((c, part.size)),
-            None => {
-                let part_number = part.part_number;
-                return Err(MultipartError::PartChecksumMissing { part_number, algorithm: algorithm.name() });
-            }
-        }
-    }
-    multipart_checksum(algorithm, kind, &parts)
-        .with_context(|| format!("no {kind:?} {algorithm:?} checksum of {} parts", parts.len()))
-        .map_err(MultipartError::Other)
+/// The object checksum of an upload created with `algorithm` and `kind`, from the chosen parts' checksums; none
+/// when a part has none of the algorithm (an UploadPartCopy's: its bytes are copied, never read by us), rather than
+/// refusing a Complete S3 would take (S3 computes it).
+fn upload_checksum(algorithm: ChecksumAlgorithm, kind: ChecksumType, chosen: &[&PartRecord]) -> Option<ObjectChecksum> {
+    let parts: Option<Vec<_>> =
+        chosen.iter().map(|p| p.checksum.filter(|c| c.algorithm == algorithm).map(|c| (c, p.size))).collect();
+    multipart_checksum(algorithm, kind, &parts?)
 }
 
 /// How often `Store::expire_uploads` looks: an eighth of the expiry, between 1 s and 1 h, so an upload lives at
@@ -565,10 +548,7 @@ impl Store {
             chosen => chosen?,
         };
         let s3_etag = multipart_etag(chosen.iter().map(|p| p.md5.as_str()))?;
-        let checksum = match upload.checksum {
-            Some((algorithm, kind)) => Some(upload_checksum(algorithm, kind, &chosen)?),
-            None => None,
-        };
+        let checksum = upload.checksum.and_then(|(algorithm, kind)| upload_checksum(algorithm, kind, &chosen));
 
         // One Complete at a time per upload, on every replica: the others get NoSuchUpload (S3's answer once the
         // upload is completed), and none assembles a second copy.
@@ -885,6 +865,55 @@ mod tests {
             crate::store::SweepReport::default(),
             "nothing left over"
         );
+    }
+
+    fn crc32c(content: &[u8]) -> ObjectChecksum {
+        let mut summer = crate::header_values::checksum::Checksummer::new(ChecksumAlgorithm::Crc32c);
+        summer.update(content);
+        ObjectChecksum::of(&summer.finish()).unwrap()
+    }
+
+    /// An upload of `sums.bin` asking for CRC32C of `kind`, its parts sent with their checksum or without, completed.
+    async fn complete_with_checksums(store: &Store, kind: ChecksumType, parts: &[(&[u8], bool)]) -> CompleteReport {
+        let (b, k) = names("sums.bin");
+        let checksum = Some((ChecksumAlgorithm::Crc32c, kind));
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, checksum).await.unwrap();
+        let mut wanted = Vec::new();
+        for (number, (content, with_checksum)) in (1..).zip(parts) {
+            let mut staged = stage(store, content);
+            staged.checksum = with_checksum.then(|| crc32c(content));
+            let part = store.put_part(&b, &k, &upload.id, number, staged, &UploadLimits::NONE).await.unwrap();
+            assert_eq!(part.checksum, with_checksum.then(|| crc32c(content)), "a part keeps its checksum");
+            wanted.push((number, part.etag()));
+        }
+        let listed = store.meta.upload(&upload.id).await.unwrap().unwrap();
+        assert_eq!(listed.checksum, checksum, "the upload keeps what it asked for");
+        store.complete_upload(&b, &k, Completion::unbounded(&upload.id, &wanted)).await.unwrap()
+    }
+
+    on_both_backends!(complete_makes_the_object_checksum_from_its_parts_and_keeps_it_with_the_object);
+    async fn complete_makes_the_object_checksum_from_its_parts_and_keeps_it_with_the_object(backend: TestBackend) {
+        let (_dir, store) = store(backend).await;
+        let (one, two) = (bytes(MIN_PART_SIZE as usize, 5), bytes(1000, 6));
+        let bucket_id = store.meta.bucket(&names("sums.bin").0).await.unwrap().unwrap().id;
+        let stored = || async { store.meta.object_by_key(bucket_id, "sums.bin").await.unwrap().unwrap().checksum };
+        let sized = [(crc32c(&one), one.len() as u64), (crc32c(&two), two.len() as u64)];
+
+        let report = complete_with_checksums(&store, ChecksumType::Composite, &[(&one, true), (&two, true)]).await;
+        let composite = multipart_checksum(ChecksumAlgorithm::Crc32c, ChecksumType::Composite, &sized);
+        assert_eq!(report.checksum, composite);
+        assert!(report.checksum.unwrap().value().ends_with("-2"));
+        assert_eq!(stored().await, composite, "stored with the object, read back with its row");
+
+        let report = complete_with_checksums(&store, ChecksumType::FullObject, &[(&one, true), (&two, true)]).await;
+        let whole = crc32c(&[one.as_slice(), &two].concat());
+        assert_eq!(report.checksum.map(|c| c.value()), Some(whole.value()), "the parts' CRCs make the whole one");
+        assert_eq!(stored().await.map(|c| (c.kind, c.value())), Some((ChecksumType::FullObject, whole.value())));
+
+        // A part without one (an UploadPartCopy's): the object keeps no checksum but its SHA-256, as before.
+        let report = complete_with_checksums(&store, ChecksumType::Composite, &[(&one, true), (&two, false)]).await;
+        assert_eq!(report.checksum, None);
+        assert_eq!(stored().await, None);
     }
 
     on_both_backends!(complete_keeps_the_upload_attrs_and_replaces_like_a_put);
