@@ -79,6 +79,9 @@ pub enum MultipartError {
     QuotaExceeded { held: u64, limit: u64 },
     #[error("At least one of the pre-conditions you specified did not hold")]
     PreconditionFailed,
+    /// Complete's full-object checksum is not the one the parts make.
+    #[error("The {0} you specified did not match the calculated checksum.")]
+    BadDigest(&'static str),
     #[error("The specified key does not exist.")]
     NoSuchKey,
     /// The object store did not take the assembled blob (or a part copy's source could not be read from it).
@@ -103,6 +106,7 @@ impl MultipartError {
             MultipartError::EntityTooLarge { .. } | MultipartError::ObjectTooLarge { .. } => "EntityTooLarge",
             MultipartError::QuotaExceeded { .. } => "QuotaExceeded",
             MultipartError::PreconditionFailed => "PreconditionFailed",
+            MultipartError::BadDigest(_) => "BadDigest",
             MultipartError::NoSuchKey => "NoSuchKey",
             MultipartError::BlobStoreUnavailable(_) => "ServiceUnavailable",
             MultipartError::Other(_) => "InternalError",
@@ -201,13 +205,16 @@ pub struct Completion<'a> {
     pub max_object_bytes: u64,
     /// What the key's current object must be for the commit to happen.
     pub condition: &'a WriteCondition,
+    /// The object's full checksum the request presented (`x-amz-checksum-*` on Complete): one of the upload's
+    /// algorithm that differs from what the parts make is `BadDigest`, and nothing is assembled.
+    pub checksum: Option<&'a ObjectChecksum>,
 }
 
 impl<'a> Completion<'a> {
     /// No limit on the object's size and no precondition (the tests' form).
     #[cfg(test)]
     pub fn unbounded(upload_id: &'a str, parts: &'a [(u32, String)]) -> Self {
-        Completion { upload_id, parts, max_object_bytes: u64::MAX, condition: &WriteCondition::Always }
+        Completion { upload_id, parts, max_object_bytes: u64::MAX, condition: &WriteCondition::Always, checksum: None }
     }
 }
 
@@ -529,7 +536,7 @@ impl Store {
         completion: Completion<'_>,
         before_commit: impl FnOnce(&mut WriteTx) -> anyhow::Result<()>,
     ) -> Result<CompleteReport, MultipartError> {
-        let Completion { upload_id, parts, max_object_bytes, condition } = completion;
+        let Completion { upload_id, parts, max_object_bytes, condition, checksum: presented } = completion;
         if parts.is_empty() {
             return Err(MultipartError::NoParts);
         }
@@ -549,6 +556,13 @@ impl Store {
         };
         let s3_etag = multipart_etag(chosen.iter().map(|p| p.md5.as_str()))?;
         let checksum = upload.checksum.and_then(|(algorithm, kind)| upload_checksum(algorithm, kind, &chosen));
+        if let (Some(presented), Some(made)) = (presented, checksum)
+            && made.kind == ChecksumType::FullObject
+            && presented.algorithm == made.algorithm
+            && presented.digest() != made.digest()
+        {
+            return Err(MultipartError::BadDigest(made.algorithm.name()));
+        }
 
         // One Complete at a time per upload, on every replica: the others get NoSuchUpload (S3's answer once the
         // upload is completed), and none assembles a second copy.
@@ -909,6 +923,23 @@ mod tests {
         let whole = crc32c(&[one.as_slice(), &two].concat());
         assert_eq!(report.checksum.map(|c| c.value()), Some(whole.value()), "the parts' CRCs make the whole one");
         assert_eq!(stored().await.map(|c| (c.kind, c.value())), Some((ChecksumType::FullObject, whole.value())));
+
+        // A wrong full-object checksum on Complete: BadDigest, and the object stays as it was.
+        let (b, k) = names("sums.bin");
+        let full = Some((ChecksumAlgorithm::Crc32c, ChecksumType::FullObject));
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, full).await.unwrap();
+        let mut staged = stage(&store, &two);
+        staged.checksum = Some(crc32c(&two));
+        let part = store.put_part(&b, &k, &upload.id, 1, staged, &UploadLimits::NONE).await.unwrap();
+        let (wanted, wrong) = (vec![(1, part.etag())], crc32c(b"other"));
+        let completion = Completion { checksum: Some(&wrong), ..Completion::unbounded(&upload.id, &wanted) };
+        let err = store.complete_upload(&b, &k, completion).await.unwrap_err();
+        assert!(matches!(err, MultipartError::BadDigest("CRC32C")), "{err:?}");
+        assert_eq!(stored().await.map(|c| c.value()), Some(whole.value()), "nothing changed");
+        let right = crc32c(&two);
+        let completion = Completion { checksum: Some(&right), ..Completion::unbounded(&upload.id, &wanted) };
+        store.complete_upload(&b, &k, completion).await.unwrap();
+        assert_eq!(stored().await.map(|c| c.value()), Some(right.value()));
 
         // A part without one (an UploadPartCopy's): the object keeps no checksum but its SHA-256, as before.
         let report = complete_with_checksums(&store, ChecksumType::Composite, &[(&one, true), (&two, false)]).await;

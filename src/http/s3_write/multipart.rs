@@ -14,7 +14,9 @@ pub(super) async fn complete(
     body: Body,
 ) -> Result<Response, S3Error> {
     let condition = write_condition(headers)?;
-    // A checksum header on Complete is the object's (a full-object checksum), not the XML body's.
+    // A checksum header on Complete is the object's (a full-object checksum, checked against the parts'; a
+    // composite `…-N` is not one), not the XML body's.
+    let presented = header_checksum(headers).ok().flatten().as_ref().and_then(ObjectChecksum::of);
     let mut body_headers = headers.clone();
     ChecksumAlgorithm::ALL.iter().for_each(|a| drop(body_headers.remove(a.header_name())));
     let body = small_body(app, allowed, &body_headers, body, MAX_COMPLETE_BODY).await?;
@@ -27,6 +29,7 @@ pub(super) async fn complete(
         parts: &parts,
         max_object_bytes: app.settings.limits.max_object_bytes,
         condition: &condition,
+        checksum: presented.as_ref(),
     };
     let report = app.store.complete_upload(bucket, key, completion).await?;
     // S3's Location is the object's URL: under `public_url` when it is set, else its path.
