@@ -904,7 +904,7 @@ mod tests {
         assert_ne!(entry.s3_etag, entry.etag);
         // A multipart ETag for the same content (a Complete of the same bytes): the cached entry is evicted.
         let mut tx = store.meta.lock_blob_refs().await.unwrap();
-        tx.set_s3_etag(bucket.id, "k", &entry.record.sha256, "\"abc-2\"", None).await.unwrap();
+        tx.set_s3_etag(bucket.id, "k", &entry.record.sha256, "\"abc-2\"", None, None).await.unwrap();
         tx.commit().await.unwrap();
         assert_eq!(catalog.object(bucket.id, "k").await.unwrap().unwrap().s3_etag, "\"abc-2\"");
         put(&store, "k", b"one").await;

@@ -251,6 +251,7 @@ mod tests {
             updated_at: 1_700_000_000,
             s3_etag: None,
             part_sizes: None,
+            checksum: None,
         }
     }
 

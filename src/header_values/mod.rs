@@ -2,11 +2,13 @@
 //! Content-Disposition and Repr-Digest (`disposition`), and the SigV4 header names that the driver parses and
 //! `auth` reads; and what `auth` and `s3` both encode with: the calendar of their timestamps (`calendar`) and
 //! RFC 3986 percent-encoding (`uri`). Also a bucket's CORS rule (`cors`), the stored content codings
-//! (`content_coding`), a request's fields as every reader sees them (`fields`) and an upload's declared digests
-//! (`upload_digest`). Pure and below `store`, `auth` and `http`, so the store can record an ETag, the driver can
-//! write a `Date`, and names and signed URLs can validate a disposition without reaching up into `http`.
+//! (`content_coding`), a request's fields as every reader sees them (`fields`), an upload's declared digests
+//! (`upload_digest`) and S3's checksums (`checksum`: verified by `auth`, stored by `store`). Pure and below
+//! `store`, `auth` and `http`, so the store can record an ETag or a checksum, the driver can write a `Date`, and
+//! names and signed URLs can validate a disposition without reaching up into `http`.
 
 pub mod calendar;
+pub mod checksum;
 pub mod content_coding;
 pub mod cors;
 pub mod disposition;

@@ -40,6 +40,7 @@ use crate::catalog::representation::{ObjectEntry, REPR_DIGEST, disposition_value
 use crate::catalog::{self, BlobError, BlobFile};
 use crate::driver::{Answer, FileAnswer, RequestHead};
 use crate::file_body::{DownloadKind, FileBody, Segment, Segments};
+use crate::header_values::checksum;
 use crate::header_values::fields::{self, Fields};
 use crate::names::{BucketName, Website, parse_data_path};
 use crate::store::{Bucket, CacheError};
@@ -224,6 +225,16 @@ pub(super) struct ObjectRequest<'a> {
     pub render: &'a (dyn Fn(ApiError) -> Response + Sync),
 }
 
+static CHECKSUM_MODE: fields::FieldName =
+    fields::FieldName::other(header::HeaderName::from_static("x-amz-checksum-mode"));
+
+/// Whether an S3 GetObject or HeadObject answers the object's checksums: asked for (`x-amz-checksum-mode:
+/// ENABLED`), and for the whole object (not a part, nor a GET of a range, whose bytes they do not describe).
+fn answers_checksums(method: &Method, headers: &dyn Fields, part: bool) -> bool {
+    let enabled = headers.get(&CHECKSUM_MODE).is_some_and(|v| v.eq_ignore_ascii_case(b"ENABLED"));
+    enabled && !part && !(*method == Method::GET && headers.contains(&fields::RANGE))
+}
+
 /// Response headers a presigned S3 request replaces (`response-content-type` and friends).
 #[derive(Debug, Default, Clone)]
 pub struct ResponseOverrides {
@@ -335,6 +346,11 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         }
         Precondition::Proceed { honor_range } => honor_range,
     };
+    // After the 304: an SDK would check an empty body against them.
+    if s3 && answers_checksums(&method, headers, part) {
+        let checksums = checksum::answered(entry.record.checksum, &entry.record.sha256);
+        super::s3::insert_checksum_headers(representation.to_mut(), &checksums);
+    }
 
     let sha256 = variant.map_or(entry.record.sha256.as_str(), |v| v.sha256.as_str());
     // The blob's size bounds every region: its fstat size from the data dir, its row's from an object store's cache

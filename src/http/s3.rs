@@ -4,7 +4,8 @@
 //! - GetObject/HeadObject through the native object pipeline (`object::serve_object`: the same lookup,
 //!   preconditions, ranges and `FileBody` regions sent by sendfile), with `response-*` overrides on presigned
 //!   requests only; unsigned on a public bucket, anonymously (S3's public-read: `Authorizer::s3_object_read`);
-//!   GetObjectTagging (from the cached entry);
+//!   the object's checksums (`x-amz-checksum-*`, `x-amz-checksum-type`) when the request sends
+//!   `x-amz-checksum-mode: ENABLED`; GetObjectTagging and GetObjectAttributes (from the cached entry);
 //! - the probes clients send routinely, never `501`: GetBucketVersioning (never enabled), GetBucketAcl and
 //!   GetObjectAcl (the owner, FULL_CONTROL), GetBucketCors (the bucket's rule), and the configurations we do not
 //!   keep (lifecycle, policy, encryption, tagging) with S3's 404 for each.
@@ -29,6 +30,8 @@ use super::object::{self, ObjectRequest, ResponseOverrides};
 use crate::access_log::{Principal, RequestId};
 use crate::auth::sigv4::RequestParts;
 use crate::auth::{Access, AllowedS3Request, AuthError, S3Target};
+use crate::catalog::representation::ObjectEntry;
+use crate::header_values::checksum::{self, ObjectChecksum};
 use crate::header_values::upload_digest::DigestError;
 use crate::names::{BucketName, ObjectKey};
 use crate::s3::operation::{Operation, Refusal, Resource, S3Call};
@@ -334,7 +337,7 @@ async fn route(
         Resource::Service => Box::pin(list_buckets(app, request)).await,
         Resource::Bucket(name) => Box::pin(bucket_read(app, call.operation, name, request, &query)).await,
         Resource::Object(name, key) => match call.operation {
-            Operation::GetObjectTagging | Operation::GetObjectAcl => {
+            Operation::GetObjectTagging | Operation::GetObjectAcl | Operation::GetObjectAttributes => {
                 Box::pin(object_subresource(app, call.operation, request, name, key)).await
             }
             _ => {
@@ -482,13 +485,79 @@ async fn object_subresource(
     let bucket = app.catalog.bucket(name.as_str()).await?;
     let allowed = app.auth.s3(request, S3Target::Object(bucket.as_ref(), &key), Access::Read).await?;
     let bucket = bucket.ok_or(AuthError::NoSuchBucket)?;
+    // GetObjectAttributes names what it wants; a request that names nothing is refused before the lookup.
+    let wanted = match operation {
+        Operation::GetObjectAttributes => Some(object_attributes_wanted(request.headers)?),
+        _ => None,
+    };
     let entry = app.catalog.object(bucket.id, key.as_str()).await?.ok_or(ApiError::NotFound)?;
     let body = match operation {
         Operation::GetObjectAcl => super::s3_list::owner_full_control_xml(),
+        Operation::GetObjectAttributes => {
+            let attributes = object_attributes(&entry, &wanted.unwrap_or_default());
+            let mut response = xml_response(crate::s3::xml::object_attributes(&attributes));
+            if let Some(value) = entry.headers.get(header::LAST_MODIFIED) {
+                response.headers_mut().insert(header::LAST_MODIFIED, value.clone());
+            }
+            return Ok(with_principal(app, response, &allowed));
+        }
         _ => crate::s3::xml::tagging(&entry.record.attrs.tags),
     };
     Ok(with_principal(app, xml_response(body), &allowed))
 }
+
+/// GetObjectAttributes' `x-amz-object-attributes`: the names it lists (S3's, any case), at least one.
+fn object_attributes_wanted(headers: &http::HeaderMap) -> Result<Vec<String>, S3Error> {
+    const KNOWN: [&str; 5] = ["ETag", "Checksum", "ObjectParts", "StorageClass", "ObjectSize"];
+    let invalid = |message: String| S3Error::new(StatusCode::BAD_REQUEST, "InvalidArgument", message);
+    let mut wanted = Vec::new();
+    for value in headers.get_all(&OBJECT_ATTRIBUTES) {
+        let text = value.to_str().map_err(|_| invalid(format!("{OBJECT_ATTRIBUTES} is not ASCII")))?;
+        for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let known = KNOWN.iter().find(|k| k.eq_ignore_ascii_case(name));
+            wanted.push(known.ok_or_else(|| invalid(format!("Invalid attribute name specified: {name}")))?.to_string());
+        }
+    }
+    if wanted.is_empty() {
+        return Err(invalid(format!("{OBJECT_ATTRIBUTES} must name at least one attribute")));
+    }
+    Ok(wanted)
+}
+
+static OBJECT_ATTRIBUTES: http::HeaderName = http::HeaderName::from_static("x-amz-object-attributes");
+
+/// What GetObjectAttributes answers for `entry`, of the `wanted` attributes.
+fn object_attributes(entry: &ObjectEntry, wanted: &[String]) -> crate::s3::xml::ObjectAttributes {
+    let wants = |name: &str| wanted.iter().any(|w| w == name);
+    let record = &entry.record;
+    let checksums = checksum::answered(record.checksum, &record.sha256);
+    let parts = record.part_sizes.as_ref().map(|sizes| {
+        let listed = sizes.iter().zip(1u32..).take(1000).map(|(&size, number)| (number, size)).collect();
+        (u32::try_from(sizes.len()).unwrap_or(u32::MAX), listed)
+    });
+    crate::s3::xml::ObjectAttributes {
+        etag: wants("ETag").then(|| entry.s3_etag.trim_matches('"').to_owned()),
+        checksum: wants("Checksum").then(|| crate::s3::xml::Checksums::of(checksums.iter())),
+        parts: parts.filter(|_| wants("ObjectParts")),
+        storage_class: wants("StorageClass"),
+        size: wants("ObjectSize").then_some(record.size),
+    }
+}
+
+/// The checksum fields of S3's answers: `x-amz-checksum-<algorithm>` for each checksum, and `x-amz-checksum-type`
+/// (the first's).
+pub(super) fn insert_checksum_headers(headers: &mut http::HeaderMap, checksums: &[ObjectChecksum]) {
+    for c in checksums {
+        if let Ok(value) = HeaderValue::from_str(&c.value()) {
+            headers.insert(c.algorithm.header_name(), value);
+        }
+    }
+    if let Some(first) = checksums.first() {
+        headers.insert(CHECKSUM_TYPE.clone(), HeaderValue::from_static(first.kind.name()));
+    }
+}
+
+static CHECKSUM_TYPE: http::HeaderName = http::HeaderName::from_static("x-amz-checksum-type");
 
 pub(super) fn with_principal(app: &DataState, mut response: Response, allowed: &AllowedS3Request) -> Response {
     if app.log_principal {

@@ -89,6 +89,7 @@ pub enum Operation {
     HeadObject,
     GetObjectTagging,
     GetObjectAcl,
+    GetObjectAttributes,
     ListParts,
     PutObject,
     CopyObject,
@@ -107,7 +108,7 @@ pub enum Operation {
 
 impl Operation {
     /// Every operation, for tables and tests.
-    pub const ALL: [Operation; 34] = [
+    pub const ALL: [Operation; 35] = [
         Operation::ListBuckets,
         Operation::CreateBucket,
         Operation::DeleteBucket,
@@ -130,6 +131,7 @@ impl Operation {
         Operation::HeadObject,
         Operation::GetObjectTagging,
         Operation::GetObjectAcl,
+        Operation::GetObjectAttributes,
         Operation::ListParts,
         Operation::PutObject,
         Operation::CopyObject,
@@ -208,6 +210,7 @@ impl Operation {
             GetBucketLocation => &["location"],
             GetBucketVersioning => &["versioning"],
             GetBucketAcl | GetObjectAcl => &["acl"],
+            GetObjectAttributes => &["attributes"],
             GetBucketCors | PutBucketCors | DeleteBucketCors => &["cors"],
             GetBucketLifecycleConfiguration => &["lifecycle"],
             GetBucketPolicy => &["policy"],
@@ -502,6 +505,7 @@ fn operation(method: &Method, resource: &Resource, q: &QueryNames, headers: &dyn
         (Resource::Object(..), "GET") if q.has("uploadId") => ListParts,
         (Resource::Object(..), "GET") if q.has("tagging") => GetObjectTagging,
         (Resource::Object(..), "GET") if q.has("acl") => GetObjectAcl,
+        (Resource::Object(..), "GET") if q.has("attributes") => GetObjectAttributes,
         (Resource::Object(..), "GET") => GetObject,
         (Resource::Object(..), "HEAD") => HeadObject,
         (Resource::Object(..), "PUT") if q.has("tagging") => PutObjectTagging,
@@ -595,6 +599,7 @@ mod tests {
             (signed("HEAD", "/bkt/k?partNumber=1"), HeadObject),
             (signed("GET", "/bkt/k?tagging"), GetObjectTagging),
             (signed("GET", "/bkt/k?acl"), GetObjectAcl),
+            (signed("GET", "/bkt/k?attributes"), GetObjectAttributes),
             (signed("GET", "/bkt/k?uploadId=u&max-parts=5&part-number-marker=2"), ListParts),
             (signed("PUT", "/bkt/k"), PutObject),
             (head_of("PUT", "/bkt/k", &copy, None), CopyObject),
@@ -630,7 +635,6 @@ mod tests {
             (signed("PUT", "/bkt?versioning"), not_implemented("versioning")),
             (signed("DELETE", "/bkt?cors&policy"), not_implemented("policy")),
             (signed("GET", "/bkt/k?retention"), not_implemented("retention")),
-            (signed("GET", "/bkt/k?attributes"), not_implemented("attributes")),
             (signed("PUT", "/bkt/k?acl"), not_implemented("acl")),
             (signed("PUT", "/bkt/k?legal-hold"), not_implemented("legal-hold")),
             (signed("HEAD", "/bkt/k?response-content-type=x"), not_implemented("response-content-type")),

@@ -8,6 +8,8 @@
 
 use serde::Serialize;
 
+use crate::header_values::checksum::{ChecksumAlgorithm, ChecksumType, ObjectChecksum};
+
 use super::listing::{Entry, Keyed, Listed, Page, UploadMarker};
 use super::request::{ListParams, continuation_token};
 use super::{STORAGE_CLASS, XMLNS, iso8601_millis, url_encode};
@@ -332,12 +334,156 @@ struct CompleteXml<'a> {
     key: &'a str,
     #[serde(rename = "ETag")]
     etag: &'a str,
+    #[serde(rename = "ChecksumCRC32", skip_serializing_if = "Option::is_none")]
+    crc32: Option<String>,
+    #[serde(rename = "ChecksumCRC32C", skip_serializing_if = "Option::is_none")]
+    crc32c: Option<String>,
+    #[serde(rename = "ChecksumCRC64NVME", skip_serializing_if = "Option::is_none")]
+    crc64nvme: Option<String>,
+    #[serde(rename = "ChecksumSHA1", skip_serializing_if = "Option::is_none")]
+    sha1: Option<String>,
+    #[serde(rename = "ChecksumSHA256", skip_serializing_if = "Option::is_none")]
+    sha256: Option<String>,
+    #[serde(rename = "ChecksumType", skip_serializing_if = "Option::is_none")]
+    checksum_type: Option<&'static str>,
 }
 
-/// CompleteMultipartUpload: `CompleteMultipartUploadResult`; `location` is the object's URL, `etag` quoted.
+/// CompleteMultipartUpload: `CompleteMultipartUploadResult`; `location` is the object's URL, `etag` quoted, and
+/// the object's checksum when its upload asked for one.
 #[must_use]
-pub fn complete_multipart_upload(location: &str, bucket: &str, key: &str, etag: &str) -> String {
-    document("CompleteMultipartUploadResult", &CompleteXml { xmlns: XMLNS, location, bucket, key, etag })
+pub fn complete_multipart_upload(
+    location: &str,
+    bucket: &str,
+    key: &str,
+    etag: &str,
+    checksum: Option<&ObjectChecksum>,
+) -> String {
+    let c = Checksums::of(checksum.into_iter());
+    let checksum_type = checksum.map(|c| c.kind.name());
+    let (crc32, crc32c, crc64nvme, sha1, sha256) = (c.crc32, c.crc32c, c.crc64nvme, c.sha1, c.sha256);
+    let xml = CompleteXml {
+        xmlns: XMLNS,
+        location,
+        bucket,
+        key,
+        etag,
+        crc32,
+        crc32c,
+        crc64nvme,
+        sha1,
+        sha256,
+        checksum_type,
+    };
+    document("CompleteMultipartUploadResult", &xml)
+}
+
+/// S3's checksum elements (`ChecksumCRC32`, …, `ChecksumType`): GetObjectAttributes' `Checksum`, and the fields of
+/// Complete's result and of a listed part.
+#[derive(Debug, Default, Serialize)]
+pub struct Checksums {
+    #[serde(rename = "ChecksumCRC32", skip_serializing_if = "Option::is_none")]
+    crc32: Option<String>,
+    #[serde(rename = "ChecksumCRC32C", skip_serializing_if = "Option::is_none")]
+    crc32c: Option<String>,
+    #[serde(rename = "ChecksumCRC64NVME", skip_serializing_if = "Option::is_none")]
+    crc64nvme: Option<String>,
+    #[serde(rename = "ChecksumSHA1", skip_serializing_if = "Option::is_none")]
+    sha1: Option<String>,
+    #[serde(rename = "ChecksumSHA256", skip_serializing_if = "Option::is_none")]
+    sha256: Option<String>,
+    #[serde(rename = "ChecksumType", skip_serializing_if = "Option::is_none")]
+    checksum_type: Option<&'static str>,
+}
+
+impl Checksums {
+    /// One element per algorithm (the first checksum of each), typed by the first.
+    pub fn of<'c>(checksums: impl Iterator<Item = &'c ObjectChecksum>) -> Self {
+        let mut out = Checksums::default();
+        for c in checksums {
+            out.checksum_type.get_or_insert(c.kind.name());
+            let slot = match c.algorithm {
+                ChecksumAlgorithm::Crc32 => &mut out.crc32,
+                ChecksumAlgorithm::Crc32c => &mut out.crc32c,
+                ChecksumAlgorithm::Crc64Nvme => &mut out.crc64nvme,
+                ChecksumAlgorithm::Sha1 => &mut out.sha1,
+                ChecksumAlgorithm::Sha256 => &mut out.sha256,
+            };
+            slot.get_or_insert_with(|| c.value());
+        }
+        out
+    }
+}
+
+/// GetObjectAttributes: what the request's `x-amz-object-attributes` asked for.
+#[derive(Debug, Default)]
+pub struct ObjectAttributes {
+    /// Unquoted, as S3 writes it here.
+    pub etag: Option<String>,
+    pub checksum: Option<Checksums>,
+    /// (the number of parts, the listed parts' numbers and sizes).
+    pub parts: Option<(u32, Vec<(u32, u64)>)>,
+    pub storage_class: bool,
+    pub size: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct AttributesXml<'a> {
+    #[serde(rename = "@xmlns")]
+    xmlns: &'static str,
+    #[serde(rename = "ETag", skip_serializing_if = "Option::is_none")]
+    etag: Option<&'a str>,
+    #[serde(rename = "Checksum", skip_serializing_if = "Option::is_none")]
+    checksum: Option<&'a Checksums>,
+    #[serde(rename = "ObjectParts", skip_serializing_if = "Option::is_none")]
+    parts: Option<ObjectPartsXml>,
+    #[serde(rename = "StorageClass", skip_serializing_if = "Option::is_none")]
+    storage_class: Option<&'static str>,
+    #[serde(rename = "ObjectSize", skip_serializing_if = "Option::is_none")]
+    size: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct ObjectPartsXml {
+    /// botocore's `TotalPartsCount`.
+    #[serde(rename = "PartsCount")]
+    total: u32,
+    #[serde(rename = "PartNumberMarker")]
+    marker: u32,
+    #[serde(rename = "MaxParts")]
+    max_parts: u32,
+    #[serde(rename = "IsTruncated")]
+    is_truncated: bool,
+    #[serde(rename = "Part")]
+    parts: Vec<ObjectPartXml>,
+}
+
+#[derive(Serialize)]
+struct ObjectPartXml {
+    #[serde(rename = "PartNumber")]
+    number: u32,
+    #[serde(rename = "Size")]
+    size: u64,
+}
+
+/// GetObjectAttributes: `GetObjectAttributesResponse` with the elements asked for.
+#[must_use]
+pub fn object_attributes(attributes: &ObjectAttributes) -> String {
+    let parts = attributes.parts.as_ref().map(|(total, parts)| ObjectPartsXml {
+        total: *total,
+        marker: 0,
+        max_parts: 1000,
+        is_truncated: false,
+        parts: parts.iter().map(|&(number, size)| ObjectPartXml { number, size }).collect(),
+    });
+    let xml = AttributesXml {
+        xmlns: XMLNS,
+        etag: attributes.etag.as_deref(),
+        checksum: attributes.checksum.as_ref(),
+        parts,
+        storage_class: attributes.storage_class.then_some(STORAGE_CLASS),
+        size: attributes.size,
+    };
+    document("GetObjectAttributesResponse", &xml)
 }
 
 #[derive(Serialize)]
@@ -513,6 +659,7 @@ pub struct ListedPart {
     /// Quoted.
     pub etag: String,
     pub size: u64,
+    pub checksum: Option<ObjectChecksum>,
 }
 
 /// One page of ListParts.
@@ -526,6 +673,8 @@ pub struct PartsPage {
     pub max_parts: u32,
     pub is_truncated: bool,
     pub parts: Vec<ListedPart>,
+    /// The upload's checksum algorithm and type, if it asked for one.
+    pub checksum: Option<(ChecksumAlgorithm, ChecksumType)>,
 }
 
 #[derive(Serialize)]
@@ -552,6 +701,10 @@ struct ListPartsXml<'a> {
     max_parts: u32,
     #[serde(rename = "IsTruncated")]
     is_truncated: bool,
+    #[serde(rename = "ChecksumAlgorithm", skip_serializing_if = "Option::is_none")]
+    checksum_algorithm: Option<&'static str>,
+    #[serde(rename = "ChecksumType", skip_serializing_if = "Option::is_none")]
+    checksum_type: Option<&'static str>,
     #[serde(rename = "Part")]
     parts: Vec<PartXml<'a>>,
 }
@@ -566,6 +719,16 @@ struct PartXml<'a> {
     etag: &'a str,
     #[serde(rename = "Size")]
     size: u64,
+    #[serde(rename = "ChecksumCRC32", skip_serializing_if = "Option::is_none")]
+    crc32: Option<String>,
+    #[serde(rename = "ChecksumCRC32C", skip_serializing_if = "Option::is_none")]
+    crc32c: Option<String>,
+    #[serde(rename = "ChecksumCRC64NVME", skip_serializing_if = "Option::is_none")]
+    crc64nvme: Option<String>,
+    #[serde(rename = "ChecksumSHA1", skip_serializing_if = "Option::is_none")]
+    sha1: Option<String>,
+    #[serde(rename = "ChecksumSHA256", skip_serializing_if = "Option::is_none")]
+    sha256: Option<String>,
 }
 
 /// ListParts: `ListPartsResult`, with `NextPartNumberMarker` (the last part listed) when truncated.
@@ -574,11 +737,19 @@ pub fn list_parts(page: &PartsPage, owner: &Owner) -> String {
     let parts = page
         .parts
         .iter()
-        .map(|p| PartXml {
-            part_number: p.part_number,
-            last_modified: iso8601_millis(p.last_modified),
-            etag: &p.etag,
-            size: p.size,
+        .map(|p| {
+            let c = Checksums::of(p.checksum.iter());
+            PartXml {
+                part_number: p.part_number,
+                last_modified: iso8601_millis(p.last_modified),
+                etag: &p.etag,
+                size: p.size,
+                crc32: c.crc32,
+                crc32c: c.crc32c,
+                crc64nvme: c.crc64nvme,
+                sha1: c.sha1,
+                sha256: c.sha256,
+            }
         })
         .collect();
     document(
@@ -595,6 +766,8 @@ pub fn list_parts(page: &PartsPage, owner: &Owner) -> String {
             next_part_number_marker: page.parts.last().map(|p| p.part_number).filter(|_| page.is_truncated),
             max_parts: page.max_parts,
             is_truncated: page.is_truncated,
+            checksum_algorithm: page.checksum.map(|(algorithm, _)| algorithm.name()),
+            checksum_type: page.checksum.map(|(_, kind)| kind.name()),
             parts,
         },
     )
@@ -933,10 +1106,30 @@ mod tests {
              <Bucket>b</Bucket><Key>k</Key><UploadId>u1</UploadId></InitiateMultipartUploadResult>"
         );
         assert_eq!(
-            body(&complete_multipart_upload("http://h/b/k", "b", "k", "\"ab-2\"")),
+            body(&complete_multipart_upload("http://h/b/k", "b", "k", "\"ab-2\"", None)),
             "<CompleteMultipartUploadResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
              <Location>http://h/b/k</Location><Bucket>b</Bucket><Key>k</Key><ETag>\"ab-2\"</ETag>\
              </CompleteMultipartUploadResult>"
+        );
+        let crc = ObjectChecksum::from_column("CRC32 COMPOSITE o8hrCg==-2").unwrap();
+        assert!(body(&complete_multipart_upload("http://h/b/k", "b", "k", "\"ab-2\"", Some(&crc))).ends_with(
+            "<ETag>\"ab-2\"</ETag><ChecksumCRC32>o8hrCg==-2</ChecksumCRC32><ChecksumType>COMPOSITE</ChecksumType>\
+                 </CompleteMultipartUploadResult>"
+        ));
+        let sha = ObjectChecksum::sha256_hex(&"ab".repeat(32)).unwrap();
+        let attributes = ObjectAttributes {
+            etag: Some("e".into()),
+            checksum: Some(Checksums::of([sha].iter())),
+            parts: None,
+            storage_class: true,
+            size: Some(3),
+        };
+        assert_eq!(
+            body(&object_attributes(&attributes)),
+            "<GetObjectAttributesResponse xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><ETag>e</ETag>\
+             <Checksum><ChecksumSHA256>q6urq6urq6urq6urq6urq6urq6urq6urq6urq6urq6s=</ChecksumSHA256>\
+             <ChecksumType>FULL_OBJECT</ChecksumType></Checksum><StorageClass>STANDARD</StorageClass>\
+             <ObjectSize>3</ObjectSize></GetObjectAttributesResponse>"
         );
         assert_eq!(
             body(&copy_result(CopyResult::Object, "\"abc\"", 1_714_564_800)),
@@ -955,7 +1148,8 @@ mod tests {
             part_number_marker: 0,
             max_parts: 1,
             is_truncated: true,
-            parts: vec![ListedPart { part_number: 3, last_modified: 0, etag: "\"e\"".into(), size: 5 }],
+            parts: vec![ListedPart { part_number: 3, last_modified: 0, etag: "\"e\"".into(), size: 5, checksum: None }],
+            checksum: None,
         };
         let b = list_parts(&page, &owner());
         assert!(b.contains("<PartNumberMarker>0</PartNumberMarker><NextPartNumberMarker>3</NextPartNumberMarker>"));

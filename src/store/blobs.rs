@@ -45,6 +45,9 @@ pub struct StagedBlob {
     /// Hex MD5 of the content, from a `BlobWriter` (a part's ETag, and a put object's S3 ETag); `None` for an
     /// assembled multipart object, whose S3 ETag is made of its parts' MD5s.
     pub md5: Option<String>,
+    /// The S3 checksum the upload presented and that verified (PutObject, UploadPart), stored with the object or
+    /// part; `None` for the native API's, whose SHA-256 is their key.
+    pub checksum: Option<crate::header_values::checksum::ObjectChecksum>,
 }
 
 impl StagedBlob {
@@ -138,6 +141,7 @@ impl BlobWriter {
             sha256: hex::encode(self.hasher.finalize_reset()),
             size: self.size,
             md5: Some(hex::encode(self.md5.finalize_reset())),
+            checksum: None,
         })
     }
 }
@@ -191,7 +195,7 @@ impl BlobStore {
             hasher: Sha256::new(),
             md5: Md5::new(),
             size: 0,
-            staged: StagedBlob { temp_path, sha256: String::new(), size: 0, md5: None },
+            staged: StagedBlob { temp_path, sha256: String::new(), size: 0, md5: None, checksum: None },
         })
     }
 
@@ -418,7 +422,7 @@ impl BlobStore {
         }
         let (mut output, temp_path) = self.create_stage_file().context("cannot create a temp file in the data dir")?;
         // Owns the temp file from here: an error on the way removes it.
-        let mut staged = StagedBlob { temp_path, sha256: String::new(), size: 0, md5: None };
+        let mut staged = StagedBlob { temp_path, sha256: String::new(), size: 0, md5: None, checksum: None };
         let mut hasher = Sha256::new();
         let mut buf = vec![0u8; 1 << 20];
         let mut out_offset: i64 = 0;
@@ -468,7 +472,7 @@ impl BlobStore {
         let actual = input.metadata().with_context(|| format!("cannot stat blob {sha256}"))?.len();
         anyhow::ensure!(end <= actual, "blob {sha256} has {actual} bytes, the range ends at {end}");
         let (mut output, temp_path) = self.create_stage_file().context("cannot create a temp file in the data dir")?;
-        let mut staged = StagedBlob { temp_path, sha256: String::new(), size: len, md5: None };
+        let mut staged = StagedBlob { temp_path, sha256: String::new(), size: len, md5: None, checksum: None };
         let (mut sha, mut md5) = (Sha256::new(), Md5::new());
         let mut buf = vec![0u8; usize::try_from(len.min(1 << 20)).expect("1 MiB fits in usize")];
         let mut at = offset;

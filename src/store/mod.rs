@@ -498,7 +498,8 @@ impl Store {
         // The S3 ETag of a single upload is its MD5 (as S3's); CompleteMultipartUpload, whose assembled blob has
         // none, records the parts' ETag instead. Either way S3 reads see the ETag the upload answered.
         if let Some(md5) = &staged.md5 {
-            tx.set_s3_etag(bucket_row.id, key.as_str(), &staged.sha256, &format!("\"{md5}\""), None).await?;
+            let (etag, checksum) = (format!("\"{md5}\""), staged.checksum.as_ref());
+            tx.set_s3_etag(bucket_row.id, key.as_str(), &staged.sha256, &etag, None, checksum).await?;
         }
         let mut dropped = tx.replace_variants(bucket_row.id, key.as_str(), &records).await?;
         if let Upsert::Replaced { previous_sha256 } = &upsert {

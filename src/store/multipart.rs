@@ -24,6 +24,8 @@ use std::time::Duration;
 use anyhow::Context;
 use md5::{Digest, Md5};
 
+use crate::header_values::checksum::{ChecksumAlgorithm, ChecksumType, ObjectChecksum, multipart_checksum};
+
 use super::{
     Bucket, MetadataError, PartRecord, PutReport, Store, StoreError, UploadRecord, WriteCondition, WriteTx,
     blobs::BlobStore, finish_commit, metadata::HeldBytes, require_bucket, restore_all, unix_now,
@@ -80,6 +82,9 @@ pub enum MultipartError {
     QuotaExceeded { held: u64, limit: u64 },
     #[error("At least one of the pre-conditions you specified did not hold")]
     PreconditionFailed,
+    /// Complete's full-object checksum is not the one the parts make.
+    #[error("The {0} you specified did not match the calculated checksum.")]
+    BadDigest(&'static str),
     #[error("The specified key does not exist.")]
     NoSuchKey,
     /// The object store did not take the assembled blob (or a part copy's source could not be read from it).
@@ -104,6 +109,7 @@ impl MultipartError {
             MultipartError::EntityTooLarge { .. } | MultipartError::ObjectTooLarge { .. } => "EntityTooLarge",
             MultipartError::QuotaExceeded { .. } => "QuotaExceeded",
             MultipartError::PreconditionFailed => "PreconditionFailed",
+            MultipartError::BadDigest(_) => "BadDigest",
             MultipartError::NoSuchKey => "NoSuchKey",
             MultipartError::BlobStoreUnavailable(_) => "ServiceUnavailable",
             MultipartError::Other(_) => "InternalError",
@@ -202,13 +208,16 @@ pub struct Completion<'a> {
     pub max_object_bytes: u64,
     /// What the key's current object must be for the commit to happen.
     pub condition: &'a WriteCondition,
+    /// The object's full checksum the request presented (`x-amz-checksum-*` on Complete): one of the upload's
+    /// algorithm that differs from what the parts make is `BadDigest`, and nothing is assembled.
+    pub checksum: Option<&'a ObjectChecksum>,
 }
 
 impl<'a> Completion<'a> {
     /// No limit on the object's size and no precondition (the tests' form).
     #[cfg(test)]
     pub fn unbounded(upload_id: &'a str, parts: &'a [(u32, String)]) -> Self {
-        Completion { upload_id, parts, max_object_bytes: u64::MAX, condition: &WriteCondition::Always }
+        Completion { upload_id, parts, max_object_bytes: u64::MAX, condition: &WriteCondition::Always, checksum: None }
     }
 }
 
@@ -216,6 +225,8 @@ impl<'a> Completion<'a> {
 #[derive(Debug, Clone)]
 pub struct CompleteReport {
     pub put: PutReport,
+    /// The object's checksum, made from its parts' as the upload asked (`checksum::multipart_checksum`).
+    pub checksum: Option<ObjectChecksum>,
     /// `"<hex MD5 of the concatenated binary part MD5s>-<parts>"`, quoted, as S3 computes it. Stored with the
     /// object (`Metadata::s3_etag`) while the object keeps this content.
     pub s3_etag: String,
@@ -230,6 +241,15 @@ pub fn multipart_etag<'a>(part_md5s: impl IntoIterator<Item = &'a str>) -> anyho
         count += 1;
     }
     Ok(format!("\"{}-{count}\"", hex::encode(hasher.finalize())))
+}
+
+/// The object checksum of an upload created with `algorithm` and `kind`, from the chosen parts' checksums; none
+/// when a part has none of the algorithm (an UploadPartCopy's: its bytes are copied, never read by us), rather than
+/// refusing a Complete S3 would take (S3 computes it).
+fn upload_checksum(algorithm: ChecksumAlgorithm, kind: ChecksumType, chosen: &[&PartRecord]) -> Option<ObjectChecksum> {
+    let parts: Option<Vec<_>> =
+        chosen.iter().map(|p| p.checksum.filter(|c| c.algorithm == algorithm).map(|c| (c, p.size))).collect();
+    multipart_checksum(algorithm, kind, &parts?)
 }
 
 /// How often `Store::expire_uploads` looks: an eighth of the expiry, between 1 s and 1 h, so an upload lives at
@@ -259,6 +279,7 @@ impl Store {
         key: &ObjectKey,
         attrs: ObjectAttrs,
         created_by: Option<&str>,
+        checksum: Option<(ChecksumAlgorithm, ChecksumType)>,
     ) -> Result<UploadRecord, MultipartError> {
         let bucket_row = require_bucket(self.meta.bucket(bucket).await?, bucket)?;
         let upload = UploadRecord {
@@ -268,6 +289,7 @@ impl Store {
             attrs,
             created_at: unix_now(),
             created_by: created_by.map(str::to_owned),
+            checksum,
         };
         self.meta.create_upload(&upload).await?;
         Ok(upload)
@@ -394,6 +416,7 @@ impl Store {
             md5,
             sha256: staged.sha256.clone(),
             created_at: unix_now(),
+            checksum: staged.checksum,
         };
         // Under the write lock, so the sweep (which checks under it too) never takes the file for an orphan.
         let blobs = self.blobs.clone();
@@ -538,7 +561,7 @@ impl Store {
         completion: Completion<'_>,
         before_commit: impl FnOnce(&mut WriteTx) -> anyhow::Result<()>,
     ) -> Result<CompleteReport, MultipartError> {
-        let Completion { upload_id, parts, max_object_bytes, condition } = completion;
+        let Completion { upload_id, parts, max_object_bytes, condition, checksum: presented } = completion;
         if parts.is_empty() {
             return Err(MultipartError::NoParts);
         }
@@ -557,6 +580,14 @@ impl Store {
             chosen => chosen?,
         };
         let s3_etag = multipart_etag(chosen.iter().map(|p| p.md5.as_str()))?;
+        let checksum = upload.checksum.and_then(|(algorithm, kind)| upload_checksum(algorithm, kind, &chosen));
+        if let (Some(presented), Some(made)) = (presented, checksum)
+            && made.kind == ChecksumType::FullObject
+            && presented.algorithm == made.algorithm
+            && presented.digest() != made.digest()
+        {
+            return Err(MultipartError::BadDigest(made.algorithm.name()));
+        }
 
         // One Complete at a time per upload, on every replica: the others get NoSuchUpload (S3's answer once the
         // upload is completed), and none assembles a second copy.
@@ -565,15 +596,16 @@ impl Store {
         if !self.meta.claim_upload(upload_id, claimed_at, stale_before).await? {
             return Err(MultipartError::NoSuchUpload);
         }
-        let completed =
-            self.assemble_and_commit(bucket, key, upload, &chosen, &s3_etag, condition, before_commit).await;
+        let completed = self
+            .assemble_and_commit(bucket, key, upload, &chosen, (&s3_etag, checksum.as_ref()), condition, before_commit)
+            .await;
         if completed.is_err() {
             // The upload stays as it was (or is gone, if aborted meanwhile): a later Complete may try again.
             if let Err(e) = self.meta.release_upload_claim(upload_id, claimed_at).await {
                 tracing::warn!(error = %e, "cannot release a Complete's claim; it lapses after the lease");
             }
         }
-        Ok(CompleteReport { put: completed?, s3_etag })
+        Ok(CompleteReport { put: completed?, checksum, s3_etag })
     }
 
     /// The claimed part of Complete: assembles the chosen parts into a staged blob and commits it. A failed
@@ -586,7 +618,7 @@ impl Store {
         key: &ObjectKey,
         upload: UploadRecord,
         chosen: &[&PartRecord],
-        s3_etag: &str,
+        (s3_etag, checksum): (&str, Option<&ObjectChecksum>),
         condition: &WriteCondition,
         before_commit: impl FnOnce(&mut WriteTx) -> anyhow::Result<()>,
     ) -> Result<PutReport, MultipartError> {
@@ -635,7 +667,7 @@ impl Store {
         let (put, retired) = self.write_object(&mut tx, &bucket_row, key, staged, upload.attrs, Vec::new()).await?;
         let last_steps = async {
             let part_sizes: Vec<u64> = chosen.iter().map(|p| p.size).collect();
-            tx.set_s3_etag(bucket_row.id, key.as_str(), &put.sha256, s3_etag, Some(&part_sizes)).await?;
+            tx.set_s3_etag(bucket_row.id, key.as_str(), &put.sha256, s3_etag, Some(&part_sizes), checksum).await?;
             let now = unix_now();
             let forget_before = now.saturating_sub(COMPLETED_UPLOAD_MEMORY.as_secs() as i64);
             let object = (bucket_row.id, key.as_str());
@@ -833,7 +865,7 @@ mod tests {
     async fn parts_complete_into_one_object_visible_only_then(backend: TestBackend) {
         let (dir, store) = store(backend).await;
         let (b, k) = names("big.bin");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         assert_eq!(upload.id.len(), 32);
         let one = bytes(MIN_PART_SIZE as usize, 1);
         let two_old = bytes(MIN_PART_SIZE as usize + 7, 2);
@@ -878,6 +910,72 @@ mod tests {
         );
     }
 
+    fn crc32c(content: &[u8]) -> ObjectChecksum {
+        let mut summer = crate::header_values::checksum::Checksummer::new(ChecksumAlgorithm::Crc32c);
+        summer.update(content);
+        ObjectChecksum::of(&summer.finish()).unwrap()
+    }
+
+    /// An upload of `sums.bin` asking for CRC32C of `kind`, its parts sent with their checksum or without, completed.
+    async fn complete_with_checksums(store: &Store, kind: ChecksumType, parts: &[(&[u8], bool)]) -> CompleteReport {
+        let (b, k) = names("sums.bin");
+        let checksum = Some((ChecksumAlgorithm::Crc32c, kind));
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, checksum).await.unwrap();
+        let mut wanted = Vec::new();
+        for (number, (content, with_checksum)) in (1..).zip(parts) {
+            let mut staged = stage(store, content);
+            staged.checksum = with_checksum.then(|| crc32c(content));
+            let part = store.put_part(&b, &k, &upload.id, number, staged, &UploadLimits::NONE).await.unwrap();
+            assert_eq!(part.checksum, with_checksum.then(|| crc32c(content)), "a part keeps its checksum");
+            wanted.push((number, part.etag()));
+        }
+        let listed = store.meta.upload(&upload.id).await.unwrap().unwrap();
+        assert_eq!(listed.checksum, checksum, "the upload keeps what it asked for");
+        store.complete_upload(&b, &k, Completion::unbounded(&upload.id, &wanted)).await.unwrap()
+    }
+
+    on_both_backends!(complete_makes_the_object_checksum_from_its_parts_and_keeps_it_with_the_object);
+    async fn complete_makes_the_object_checksum_from_its_parts_and_keeps_it_with_the_object(backend: TestBackend) {
+        let (_dir, store) = store(backend).await;
+        let (one, two) = (bytes(MIN_PART_SIZE as usize, 5), bytes(1000, 6));
+        let bucket_id = store.meta.bucket(&names("sums.bin").0).await.unwrap().unwrap().id;
+        let stored = || async { store.meta.object_by_key(bucket_id, "sums.bin").await.unwrap().unwrap().checksum };
+        let sized = [(crc32c(&one), one.len() as u64), (crc32c(&two), two.len() as u64)];
+
+        let report = complete_with_checksums(&store, ChecksumType::Composite, &[(&one, true), (&two, true)]).await;
+        let composite = multipart_checksum(ChecksumAlgorithm::Crc32c, ChecksumType::Composite, &sized);
+        assert_eq!(report.checksum, composite);
+        assert!(report.checksum.unwrap().value().ends_with("-2"));
+        assert_eq!(stored().await, composite, "stored with the object, read back with its row");
+
+        let report = complete_with_checksums(&store, ChecksumType::FullObject, &[(&one, true), (&two, true)]).await;
+        let whole = crc32c(&[one.as_slice(), &two].concat());
+        assert_eq!(report.checksum.map(|c| c.value()), Some(whole.value()), "the parts' CRCs make the whole one");
+        assert_eq!(stored().await.map(|c| (c.kind, c.value())), Some((ChecksumType::FullObject, whole.value())));
+
+        // A wrong full-object checksum on Complete: BadDigest, and the object stays as it was.
+        let (b, k) = names("sums.bin");
+        let full = Some((ChecksumAlgorithm::Crc32c, ChecksumType::FullObject));
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, full).await.unwrap();
+        let mut staged = stage(&store, &two);
+        staged.checksum = Some(crc32c(&two));
+        let part = store.put_part(&b, &k, &upload.id, 1, staged, &UploadLimits::NONE).await.unwrap();
+        let (wanted, wrong) = (vec![(1, part.etag())], crc32c(b"other"));
+        let completion = Completion { checksum: Some(&wrong), ..Completion::unbounded(&upload.id, &wanted) };
+        let err = store.complete_upload(&b, &k, completion).await.unwrap_err();
+        assert!(matches!(err, MultipartError::BadDigest("CRC32C")), "{err:?}");
+        assert_eq!(stored().await.map(|c| c.value()), Some(whole.value()), "nothing changed");
+        let right = crc32c(&two);
+        let completion = Completion { checksum: Some(&right), ..Completion::unbounded(&upload.id, &wanted) };
+        store.complete_upload(&b, &k, completion).await.unwrap();
+        assert_eq!(stored().await.map(|c| c.value()), Some(right.value()));
+
+        // A part without one (an UploadPartCopy's): the object keeps no checksum but its SHA-256, as before.
+        let report = complete_with_checksums(&store, ChecksumType::Composite, &[(&one, true), (&two, false)]).await;
+        assert_eq!(report.checksum, None);
+        assert_eq!(stored().await, None);
+    }
+
     on_both_backends!(complete_keeps_the_upload_attrs_and_replaces_like_a_put);
     async fn complete_keeps_the_upload_attrs_and_replaces_like_a_put(backend: TestBackend) {
         let (_dir, store) = store(backend).await;
@@ -885,7 +983,7 @@ mod tests {
         let old = stage(&store, b"old");
         let first = store.put(&b, &k, old, ObjectAttrs::default()).await.unwrap();
         let attrs = ObjectAttrs { content_type: Some("text/x-mine".into()), ..ObjectAttrs::default() };
-        let upload = store.create_upload(&b, &k, attrs, None).await.unwrap();
+        let upload = store.create_upload(&b, &k, attrs, None, None).await.unwrap();
         let p = put(&store, "doc.txt", &upload.id, 1, b"new content").await;
         let report = store.complete_upload(&b, &k, Completion::unbounded(&upload.id, &[(1, p.etag())])).await.unwrap();
         assert_eq!(report.put.status, crate::store::PutStatus::Replaced);
@@ -903,7 +1001,7 @@ mod tests {
     async fn a_committed_complete_is_remembered_while_its_object_stays(backend: TestBackend) {
         let (_dir, store) = store(backend).await;
         let (b, k) = names("done.bin");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         let p1 = put(&store, "done.bin", &upload.id, 1, &bytes(MIN_PART_SIZE as usize, 1)).await;
         let p2 = put(&store, "done.bin", &upload.id, 2, b"tail").await;
         let parts = [(1, p1.etag()), (2, p2.etag())];
@@ -933,7 +1031,7 @@ mod tests {
     async fn bad_part_lists_are_refused_and_store_nothing(backend: TestBackend) {
         let (dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         let p1 = put(&store, "k", &upload.id, 1, &bytes(100, 1)).await;
         let p2 = put(&store, "k", &upload.id, 2, &bytes(100, 2)).await;
         let cases: Vec<(Vec<(u32, String)>, &str)> = vec![
@@ -972,7 +1070,7 @@ mod tests {
     async fn put_part_checks_the_number_and_the_upload(backend: TestBackend) {
         let (dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         let staged = |store: &Store| {
             let mut w = store.blobs.writer().unwrap();
             w.write(b"hello").unwrap();
@@ -998,8 +1096,8 @@ mod tests {
     async fn abort_removes_the_parts_and_old_uploads_are_reclaimed(backend: TestBackend) {
         let (dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let kept = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
-        let aborted = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let kept = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
+        let aborted = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         put(&store, "k", &kept.id, 1, b"keep").await;
         put(&store, "k", &aborted.id, 1, b"one").await;
         put(&store, "k", &aborted.id, 2, b"two").await;
@@ -1031,7 +1129,7 @@ mod tests {
     async fn replicas_expiring_uploads_at_once_abort_each_old_upload_once(backend: TestBackend) {
         let (dir, first, second) = two_replicas(backend).await;
         let (b, k) = names("k");
-        let young = first.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let young = first.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         put(&first, "k", &young.id, 1, b"young").await;
         let mut old = Vec::new();
         for i in 0..3 {
@@ -1043,6 +1141,7 @@ mod tests {
                 attrs: ObjectAttrs::default(),
                 created_at: young.created_at - 600,
                 created_by: None,
+                checksum: None,
             };
             first.meta.create_upload(&upload).await.unwrap();
             put(&first, "k", &upload.id, 1, &bytes(100, i)).await;
@@ -1071,7 +1170,7 @@ mod tests {
         let (b, k) = names("k");
         let before = store.put(&b, &k, stage(&store, b"before"), ObjectAttrs::default());
         let before = before.await.unwrap();
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         let p = put(&store, "k", &upload.id, 1, b"after").await;
         let wanted = [(1, p.etag())];
         let err = store
@@ -1101,7 +1200,7 @@ mod tests {
     async fn one_complete_at_a_time_claims_the_upload(backend: TestBackend) {
         let (_dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         let p = put(&store, "k", &upload.id, 1, b"claimed").await;
         let wanted = [(1, p.etag())];
         // Another Complete (on any replica) holds the claim: this one assembles nothing.
@@ -1121,7 +1220,7 @@ mod tests {
         assert!(outcomes.contains(&Ok(())) && outcomes.contains(&Err("NoSuchUpload")), "{outcomes:?}");
 
         // A claim older than the lease (its replica died while assembling) is taken over.
-        let stale = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let stale = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         let p = put(&store, "k", &stale.id, 1, b"stale").await;
         let long_ago = now - COMPLETE_CLAIM_LEASE.as_secs() as i64 - 1;
         assert!(store.meta.claim_upload(&stale.id, long_ago, long_ago - 10).await.unwrap());
@@ -1135,20 +1234,20 @@ mod tests {
         let (_dir, store) = store(backend).await;
         let (b, k) = names("k");
         // The parts as Complete read them, then an Abort (rows and files gone) before the assembly runs.
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         let p = put(&store, "k", &upload.id, 1, b"aborted").await;
         store.abort_upload(&b, &k, &upload.id).await.unwrap();
         let err = store
-            .assemble_and_commit(&b, &k, upload, &[&p], "\"x-1\"", &WriteCondition::Always, |_| Ok(()))
+            .assemble_and_commit(&b, &k, upload, &[&p], ("\"x-1\"", None), &WriteCondition::Always, |_| Ok(()))
             .await
             .unwrap_err();
         assert!(matches!(err, MultipartError::NoSuchUpload), "{err:?}");
         // A part replaced meanwhile: its old file is gone.
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         let old = put(&store, "k", &upload.id, 1, b"old").await;
         put(&store, "k", &upload.id, 1, b"new").await;
         let err = store
-            .assemble_and_commit(&b, &k, upload, &[&old], "\"x-1\"", &WriteCondition::Always, |_| Ok(()))
+            .assemble_and_commit(&b, &k, upload, &[&old], ("\"x-1\"", None), &WriteCondition::Always, |_| Ok(()))
             .await
             .unwrap_err();
         assert!(matches!(err, MultipartError::InvalidPart(1)), "{err:?}");
@@ -1160,7 +1259,7 @@ mod tests {
     async fn parts_adding_up_to_more_than_the_limit_are_entity_too_large(backend: TestBackend) {
         let (_dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         let one = put(&store, "k", &upload.id, 1, &bytes(MIN_PART_SIZE as usize, 1)).await;
         let two = put(&store, "k", &upload.id, 2, &bytes(10, 2)).await;
         let wanted = [(1, one.etag()), (2, two.etag())];
@@ -1189,7 +1288,7 @@ mod tests {
     async fn the_sweep_removes_part_files_no_upload_names(backend: TestBackend) {
         let (dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         let live = put(&store, "k", &upload.id, 1, b"live").await;
         // A crash after a part's file was moved in but before its row committed, or after a Complete or Abort
         // committed but before the files were removed: files no row names.
@@ -1210,7 +1309,7 @@ mod tests {
     async fn deleting_a_bucket_aborts_its_uploads_and_removes_their_part_files(backend: TestBackend) {
         let (dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
         put(&store, "k", &upload.id, 1, b"x").await;
         put(&store, "k", &upload.id, 2, b"y").await;
         // With an object, a delete without force is refused and aborts nothing.
@@ -1250,7 +1349,7 @@ mod tests {
     ) {
         let (dir, store) = store(backend).await;
         let (b, k) = names("k");
-        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), Some("AKBGONE")).await.unwrap();
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), Some("AKBGONE"), None).await.unwrap();
         let bounds = limits(100, 250, None);
         put_within(&store, "k", &upload.id, 1, 100, &bounds).await.unwrap();
         put_within(&store, "k", &upload.id, 2, 100, &bounds).await.unwrap();
@@ -1282,7 +1381,7 @@ mod tests {
         let (_dir, store) = store(backend).await;
         let (b, k) = names("k");
         let bounds = limits(1000, 1000, Some(300));
-        let start = |by: Option<&'static str>| store.create_upload(&b, &k, ObjectAttrs::default(), by);
+        let start = |by: Option<&'static str>| store.create_upload(&b, &k, ObjectAttrs::default(), by, None);
         let (first, second) = (start(Some("AKBGA")).await.unwrap(), start(Some("AKBGA")).await.unwrap());
         let (other_key, from_before) = (start(Some("AKBGB")).await.unwrap(), start(None).await.unwrap());
         put_within(&store, "k", &first.id, 1, 100, &bounds).await.unwrap();
@@ -1314,8 +1413,8 @@ mod tests {
     async fn parts_on_two_replicas_at_once_cannot_pass_a_limit_together(backend: TestBackend) {
         let (_dir, first, second) = two_replicas(backend).await;
         let (b, k) = names("k");
-        let upload = first.create_upload(&b, &k, ObjectAttrs::default(), Some("AKBGA")).await.unwrap();
-        let other = first.create_upload(&b, &k, ObjectAttrs::default(), Some("AKBGA")).await.unwrap();
+        let upload = first.create_upload(&b, &k, ObjectAttrs::default(), Some("AKBGA"), None).await.unwrap();
+        let other = first.create_upload(&b, &k, ObjectAttrs::default(), Some("AKBGA"), None).await.unwrap();
         let bounds = limits(100, 250, Some(350));
         let (replicas, mut parts) = ([&first, &second], Vec::new());
         for n in 1..=5u32 {

@@ -103,7 +103,9 @@ impl Store {
         // The variants are the same content in other codings, so they hold for the copy whatever its attributes.
         let mut dropped = tx.replace_variants(to.id, target.key.as_str(), &variants).await?;
         let s3_etag = record.s3_etag_or_native();
-        tx.set_s3_etag(to.id, target.key.as_str(), &record.sha256, &s3_etag, record.part_sizes.as_deref()).await?;
+        // The checksum goes with the content, as S3's copy keeps it.
+        let (sizes, checksum) = (record.part_sizes.as_deref(), record.checksum.as_ref());
+        tx.set_s3_etag(to.id, target.key.as_str(), &record.sha256, &s3_etag, sizes, checksum).await?;
         let last_modified = match upsert {
             Upsert::Unchanged => {
                 let kept = tx.object_by_key(to.id, target.key.as_str()).await?;
@@ -313,7 +315,7 @@ mod tests {
         store.put(&src.0, &src.1, store.blobs.stage_bytes(&bytes), ObjectAttrs::default()).await.unwrap();
         let source = row(&store, &src).await.unwrap();
         let dst = names("bkt", "dst");
-        let upload = store.create_upload(&dst.0, &dst.1, ObjectAttrs::default(), None).await.unwrap();
+        let upload = store.create_upload(&dst.0, &dst.1, ObjectAttrs::default(), None, None).await.unwrap();
         let target = ObjectName { bucket: &dst.0, key: &dst.1 };
         let copied = store.copy_part(&source, (1000, 5000), target, &upload.id, 1, &UploadLimits::NONE).await.unwrap();
         let Some(part) = copied else { panic!("copied: {copied:?}") };
@@ -328,7 +330,7 @@ mod tests {
         assert!(blob == bytes[1000..6000], "the part holds exactly the range");
 
         assert!(store.delete(&src.0, &src.1).await.unwrap());
-        let gone = store.create_upload(&dst.0, &dst.1, ObjectAttrs::default(), None).await.unwrap();
+        let gone = store.create_upload(&dst.0, &dst.1, ObjectAttrs::default(), None, None).await.unwrap();
         let copied = store.copy_part(&source, (0, 10), target, &gone.id, 1, &UploadLimits::NONE).await.unwrap();
         assert!(copied.is_none(), "a source deleted since its row was read");
         let unknown = store.copy_part(&source, (0, 10), target, "0".repeat(32).as_str(), 1, &UploadLimits::NONE).await;
@@ -342,7 +344,7 @@ mod tests {
         store.put(&src.0, &src.1, store.blobs.stage_bytes(&[7; 1000]), ObjectAttrs::default()).await.unwrap();
         let source = row(&store, &src).await.unwrap();
         let dst = names("bkt", "dst");
-        let upload = store.create_upload(&dst.0, &dst.1, ObjectAttrs::default(), Some("AKBGA")).await.unwrap();
+        let upload = store.create_upload(&dst.0, &dst.1, ObjectAttrs::default(), Some("AKBGA"), None).await.unwrap();
         let target = ObjectName { bucket: &dst.0, key: &dst.1 };
         let copy = |range, limits| store.copy_part(&source, range, target, &upload.id, 1, limits);
         let part_limit = UploadLimits { max_part_bytes: 500, ..UploadLimits::NONE };

@@ -34,6 +34,7 @@ mod postgres;
 mod postgres_tls;
 mod replicas;
 mod s3_anonymous;
+mod s3_checksums;
 mod s3_clients;
 mod s3_conditional;
 mod s3_copy;

@@ -113,7 +113,7 @@ fn unknown_subresources_get_not_implemented_and_the_data_listener_takes_writes()
         let headers = signed_headers(&key, path, &Signing { method, ..Default::default() });
         server.request(method, path, &as_refs(&headers))
     };
-    for path in ["/site?website", "/site?versions", "/site/a.txt?retention", "/site/a.txt?attributes"] {
+    for path in ["/site?website", "/site?versions", "/site/a.txt?retention", "/site/a.txt?legal-hold"] {
         let r = signed("GET", path);
         assert_eq!((r.status, s3_code(&r)), (501, "NotImplemented".into()), "{path}");
         assert!(r.header("x-amz-request-id").is_some());

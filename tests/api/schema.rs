@@ -534,8 +534,8 @@ fn fixture() -> String {
              user_metadata, tags, created_at, updated_at)
          VALUES (7, '{key}', '{a}', 9007199254740993, 'text/plain', 'no-cache', 'attachment', '{{\"color\":\"blue\"}}',
              '{{\"team\":\"x\"}}', 1700000002, 1700000003);
-         INSERT INTO object_s3_etags (bucket_id, key, sha256, etag, part_sizes)
-             VALUES (7, '{key}', '{a}', '\"0123-2\"', '5242880,4');
+         INSERT INTO object_s3_etags (bucket_id, key, sha256, etag, part_sizes, checksum)
+             VALUES (7, '{key}', '{a}', '\"0123-2\"', '5242880,4', 'CRC32 COMPOSITE o8hrCg==-2');
          INSERT INTO object_variants (bucket_id, key, encoding, sha256, size) VALUES (7, '{key}', 'br', '{b}', 3);
          INSERT INTO tokens (id, secret_hash, bucket_id, prefix, scope, created_at, expires_at, revoked_at)
          VALUES ('tok-schema', {}, 7, 'dir/', 'read', 1700000004, 1700000005, 1700000006);
@@ -550,11 +550,11 @@ fn fixture() -> String {
              range_requests, not_modified)
          VALUES (7, '{key}', '2026-12-02', 21, 22, 23, 24, 25, 26);
          INSERT INTO multipart_uploads (id, bucket_id, key, content_type, cache_control, content_disposition,
-             created_at, completing_since, user_metadata, tags, created_by)
+             created_at, completing_since, user_metadata, tags, created_by, checksum)
          VALUES ('0000018c-schema', 7, 'big.bin', 'application/x-big', 'private', 'inline', 1700000015, 1700000016,
-             '{{\"a\":\"b\"}}', '{{\"c\":\"d\"}}', 'AKBGSCHEMASCHEMA0001');
-         INSERT INTO multipart_parts (upload_id, part_number, size, staged_name, md5, sha256, created_at)
-         VALUES ('0000018c-schema', 1, 4, 'part-schema-1', '{}', '{c}', 1700000017);
+             '{{\"a\":\"b\"}}', '{{\"c\":\"d\"}}', 'AKBGSCHEMASCHEMA0001', 'CRC32 COMPOSITE');
+         INSERT INTO multipart_parts (upload_id, part_number, size, staged_name, md5, sha256, created_at, checksum)
+         VALUES ('0000018c-schema', 1, 4, 'part-schema-1', '{}', '{c}', 1700000017, 'CRC32 FULL_OBJECT DUoRhQ==');
          INSERT INTO stats_flush_marks (writer, last_seq, updated_at) VALUES ('writer-schema', 42, 1700000018);
          INSERT INTO store_blob_retirements (sha256, retired_at, deleting_at, deleted_at)
              VALUES ('{c}', 1700000019, 1700000020, 1700000021);

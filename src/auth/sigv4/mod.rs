@@ -17,7 +17,8 @@
 //! chunked upload (seed and chunk signatures) and trailing headers.
 
 pub mod canonical;
-pub mod checksum;
+/// The checksum algorithms, below `store` so that objects keep theirs (`header_values::checksum`).
+pub use crate::header_values::checksum;
 pub mod chunked;
 
 use std::borrow::Cow;

@@ -9,6 +9,10 @@ pub(super) struct S3Body {
     decoder: Option<ChunkedDecoder>,
     /// An `x-amz-checksum-*` header on a plain body, with the running checksum.
     header_checksum: Option<(Checksum, Checksummer)>,
+    /// The checksum presented (header or trailer) once it verified, stored with the object or part.
+    verified: Option<Checksum>,
+    /// A part's checksum of its upload's algorithm when the request presents none of it, computed here.
+    computed: Option<Checksummer>,
 }
 
 impl S3Body {
@@ -21,7 +25,25 @@ impl S3Body {
                 (c, summer)
             }),
         };
-        Ok(Self { decoder, header_checksum })
+        Ok(Self { decoder, header_checksum, verified: None, computed: None })
+    }
+
+    /// Computes `algorithm`'s checksum of the body too, unless the request presents one of it.
+    fn computing(mut self, algorithm: ChecksumAlgorithm, headers: &HeaderMap) -> Self {
+        let presented = headers.contains_key(algorithm.header_name())
+            || headers
+                .get(crate::auth::sigv4::chunked::TRAILER_HEADER)
+                .is_some_and(|t| t.as_bytes().eq_ignore_ascii_case(algorithm.header_name().as_bytes()));
+        if !presented {
+            self.computed = Some(Checksummer::new(algorithm));
+        }
+        self
+    }
+
+    /// The body's checksum once it verified: the presented one, else the computed one.
+    fn checksum(&mut self) -> Option<ObjectChecksum> {
+        let checksum = self.verified.take().or_else(|| self.computed.take().map(Checksummer::finish))?;
+        ObjectChecksum::of(&checksum)
     }
 
     /// The object bytes the request says it carries: `x-amz-decoded-content-length` for aws-chunked bodies (their
@@ -47,9 +69,13 @@ impl BodyFilter for S3Body {
             if let Some((_, summer)) = &mut self.header_checksum {
                 summer.update(&chunk);
             }
+            if let Some(summer) = &mut self.computed {
+                summer.update(&chunk);
+            }
             out.push(chunk);
             return Ok(());
         };
+        let before = out.len();
         let mut offset = 0;
         while offset < chunk.len() {
             let step = decoder.feed(&chunk[offset..])?;
@@ -60,17 +86,21 @@ impl BodyFilter for S3Body {
             }
             offset += step.consumed;
         }
+        if let Some(summer) = &mut self.computed {
+            out[before..].iter().for_each(|piece| summer.update(piece));
+        }
         Ok(())
     }
 
     fn end(&mut self) -> Result<(), S3Error> {
         if let Some(decoder) = &mut self.decoder {
-            decoder.finish()?;
+            self.verified = decoder.finish()?.checksum;
         }
         if let Some((presented, summer)) = self.header_checksum.take() {
             if summer.finish() != presented {
                 return Err(S3Error::from(SigV4Error::BadDigest(presented.algorithm.name())));
             }
+            self.verified = Some(presented);
         }
         Ok(())
     }
@@ -115,6 +145,8 @@ async fn stage(
         return Err(ApiError::PayloadTooLarge(format!("objects are limited to {limit} bytes")).into());
     }
     check_staged(allowed, headers, &staged)?;
+    let mut staged = staged;
+    staged.checksum = filter.checksum();
     Ok(staged)
 }
 
@@ -134,9 +166,10 @@ pub(super) async fn put_object(
     // otherwise, rclone compares it); the put stores it as the object's S3 ETag, which S3 reads answer.
     let md5 =
         staged.md5.clone().ok_or_else(|| ApiError::Internal(anyhow::anyhow!("an S3 body is staged with its MD5")))?;
-    let size = staged.size;
+    let (size, checksum) = (staged.size, staged.checksum);
     app.store.put_if(bucket, key, staged, attrs, Vec::new(), &condition).await.map_err(ApiError::from)?;
-    Ok(stored(with_etag(StatusCode::OK.into_response(), &format!("\"{md5}\"")), size))
+    let response = with_checksum(with_etag(StatusCode::OK.into_response(), &format!("\"{md5}\"")), checksum.as_ref());
+    Ok(stored(response, size))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -152,10 +185,14 @@ pub(super) async fn upload_part(
 ) -> Result<Response, S3Error> {
     check_part_number(part_number)?;
     let limits = UploadLimits::of(&app.settings.limits);
-    let filter = S3Body::for_request(allowed, headers)?;
+    let mut filter = S3Body::for_request(allowed, headers)?;
     // An unknown upload, or a part that cannot fit by its declared length, is refused before its body is read.
     let declared = filter.declared_length(headers);
-    app.store.check_part_room(bucket, key, upload_id, part_number, declared, &limits).await.map_err(part_error)?;
+    let upload =
+        app.store.check_part_room(bucket, key, upload_id, part_number, declared, &limits).await.map_err(part_error)?;
+    if let Some((algorithm, _)) = upload.checksum {
+        filter = filter.computing(algorithm, headers);
+    }
     let staged = stage(app, allowed, headers, body, filter, limits.max_part_bytes).await.inspect_err(|e| {
         // A body longer than it declared (or declaring nothing) is refused while it streams.
         if matches!(e, S3Error::Api(ApiError::PayloadTooLarge(_))) {
@@ -163,18 +200,18 @@ pub(super) async fn upload_part(
         }
     })?;
     let part = app.store.put_part(bucket, key, upload_id, part_number, staged, &limits).await.map_err(part_error)?;
-    Ok(stored(with_etag(StatusCode::OK.into_response(), &part.etag()), part.size))
+    let response = with_checksum(with_etag(StatusCode::OK.into_response(), &part.etag()), part.checksum.as_ref());
+    Ok(stored(response, part.size))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::sigv4::checksum::ChecksumAlgorithm;
     use crate::auth::sigv4::chunked::Framing;
 
     fn unsigned_body() -> S3Body {
         let decoder = ChunkedDecoder::new(Framing::UnsignedTrailer, 11, Some(ChecksumAlgorithm::Crc32)).unwrap();
-        S3Body { decoder: Some(decoder), header_checksum: None }
+        S3Body { decoder: Some(decoder), header_checksum: None, verified: None, computed: None }
     }
 
     /// Feeds `body` in two pieces split at `at`; the object bytes yielded, and the verdict.
@@ -215,6 +252,8 @@ mod tests {
         let plain = |c: &Checksum| S3Body {
             decoder: None,
             header_checksum: Some((c.clone(), Checksummer::new(ChecksumAlgorithm::Crc32))),
+            verified: None,
+            computed: None,
         };
         let (out, verdict) = run(plain(&presented), b"hello world", 4);
         assert_eq!(out, b"hello world");

@@ -43,7 +43,7 @@ use super::error::ApiError;
 use super::s3::{AMZ_REQUEST_ID, S3Context, S3Error, not_implemented, with_principal, xml_response};
 use super::upload::{BodyFilter, PacedBody, stage_body};
 use crate::access_log::Principal;
-use crate::auth::sigv4::checksum::{Checksum, Checksummer};
+use crate::auth::sigv4::checksum::{Checksum, ChecksumAlgorithm, ChecksumType, Checksummer, ObjectChecksum};
 use crate::auth::sigv4::chunked::{ChunkedDecoder, header_checksum};
 use crate::auth::sigv4::{PayloadHash, RequestParts, SigV4Error, check_payload_sha256};
 use crate::auth::{Access, AllowedS3Request, S3Target};
@@ -180,8 +180,16 @@ async fn route(
                     let attrs = object_attrs(&parts.headers)?;
                     // The key that starts an upload is the one its parts count for (limits' per-key cap).
                     let created_by = Some(allowed.key.id.as_str());
-                    let upload = app.store.create_upload(&name, &key, attrs, created_by).await?;
-                    xml_response(xml::initiate_multipart_upload(name.as_str(), key.as_str(), &upload.id))
+                    let checksum = upload_checksum(&parts.headers)?;
+                    let upload = app.store.create_upload(&name, &key, attrs, created_by, checksum).await?;
+                    let mut response =
+                        xml_response(xml::initiate_multipart_upload(name.as_str(), key.as_str(), &upload.id));
+                    if let Some((algorithm, kind)) = checksum {
+                        let headers = response.headers_mut();
+                        headers.insert(CHECKSUM_ALGORITHM, HeaderValue::from_static(algorithm.name()));
+                        headers.insert(CHECKSUM_TYPE, HeaderValue::from_static(kind.name()));
+                    }
+                    response
                 }
                 Op::CompleteMultipartUpload => {
                     complete(app, &name, &key, upload_id(), &allowed, &parts.headers, body).await?
@@ -283,6 +291,56 @@ fn check_part_number(part_number: u32) -> Result<(), S3Error> {
     }
     Ok(())
 }
+
+/// S3's echo of a stored checksum: `x-amz-checksum-<algorithm>` and `x-amz-checksum-type`.
+fn with_checksum(mut response: Response, checksum: Option<&ObjectChecksum>) -> Response {
+    if let Some(c) = checksum {
+        super::s3::insert_checksum_headers(response.headers_mut(), std::slice::from_ref(c));
+    }
+    response
+}
+
+/// CreateMultipartUpload's `x-amz-checksum-algorithm` and `x-amz-checksum-type`, checked as S3 checks them (a type
+/// needs an algorithm, and the pair must be one S3 makes: `InvalidRequest`).
+fn upload_checksum(headers: &HeaderMap) -> Result<Option<(ChecksumAlgorithm, ChecksumType)>, S3Error> {
+    let invalid = |message: String| S3Error::new(StatusCode::BAD_REQUEST, "InvalidRequest", message);
+    let text = |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or_default().trim().to_owned());
+    let algorithm = match text(CHECKSUM_ALGORITHM) {
+        None => None,
+        Some(name) => Some(
+            ChecksumAlgorithm::from_name(&name)
+                .ok_or_else(|| invalid(format!("Value for {CHECKSUM_ALGORITHM} header is invalid: {name:?}")))?,
+        ),
+    };
+    let kind = match text(CHECKSUM_TYPE) {
+        None => None,
+        Some(name) => Some(
+            ChecksumType::from_name(&name)
+                .ok_or_else(|| invalid(format!("Value for {CHECKSUM_TYPE} header is invalid: {name:?}")))?,
+        ),
+    };
+    match (algorithm, kind) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => {
+            Err(invalid(format!("The {CHECKSUM_TYPE} header can only be used with the {CHECKSUM_ALGORITHM} header.")))
+        }
+        (Some(algorithm), kind) => {
+            let kind = kind.unwrap_or(ChecksumType::default_for(algorithm));
+            if !kind.allowed_with(algorithm) {
+                return Err(invalid(format!(
+                    "The {} checksum type cannot be used with the {} checksum algorithm.",
+                    kind.name().to_lowercase(),
+                    algorithm.name().to_lowercase()
+                )));
+            }
+            Ok(Some((algorithm, kind)))
+        }
+    }
+}
+
+/// CreateMultipartUpload's checksum request headers, echoed in its answer.
+const CHECKSUM_ALGORITHM: &str = "x-amz-checksum-algorithm";
+const CHECKSUM_TYPE: &str = "x-amz-checksum-type";
 
 fn with_etag(mut response: Response, etag: &str) -> Response {
     if let Ok(value) = HeaderValue::from_str(etag) {

@@ -14,7 +14,12 @@ pub(super) async fn complete(
     body: Body,
 ) -> Result<Response, S3Error> {
     let condition = write_condition(headers)?;
-    let body = small_body(app, allowed, headers, body, MAX_COMPLETE_BODY).await?;
+    // A checksum header on Complete is the object's (a full-object checksum, checked against the parts'; a
+    // composite `…-N` is not one), not the XML body's.
+    let presented = header_checksum(headers).ok().flatten().as_ref().and_then(ObjectChecksum::of);
+    let mut body_headers = headers.clone();
+    ChecksumAlgorithm::ALL.iter().for_each(|a| drop(body_headers.remove(a.header_name())));
+    let body = small_body(app, allowed, &body_headers, body, MAX_COMPLETE_BODY).await?;
     let parts = parse_complete_multipart_upload(&body)?;
     let parts: Vec<(u32, String)> = parts.into_iter().map(|p| (p.part_number, p.etag)).collect();
     // Assembly writes a whole object: it takes an upload slot like any body (`limits.max_concurrent_uploads`).
@@ -24,12 +29,15 @@ pub(super) async fn complete(
         parts: &parts,
         max_object_bytes: app.settings.limits.max_object_bytes,
         condition: &condition,
+        checksum: presented.as_ref(),
     };
-    let s3_etag = match app.store.complete_upload(bucket, key, completion).await {
-        Ok(report) => report.s3_etag,
-        // A retry of a Complete that committed (its answer lost): S3 answers it again.
+    let (s3_etag, checksum) = match app.store.complete_upload(bucket, key, completion).await {
+        Ok(report) => (report.s3_etag, report.checksum),
+        // A retry of a Complete that committed (its answer lost): S3 answers it again (the checksum is the
+        // object's, on HEAD and GET with checksum mode; the retry's answer carries its ETag).
         Err(MultipartError::NoSuchUpload) => {
-            app.store.completed_upload(bucket, key, upload_id, &parts).await?.ok_or(MultipartError::NoSuchUpload)?
+            let etag = app.store.completed_upload(bucket, key, upload_id, &parts).await?;
+            (etag.ok_or(MultipartError::NoSuchUpload)?, None)
         }
         Err(e) => return Err(e.into()),
     };
@@ -39,7 +47,9 @@ pub(super) async fn complete(
         Ok(Some(base)) => format!("{base}{path}"),
         _ => path,
     };
-    Ok(xml_response(xml::complete_multipart_upload(&location, bucket.as_str(), key.as_str(), &s3_etag)))
+    let checksum = checksum.as_ref();
+    let xml = xml::complete_multipart_upload(&location, bucket.as_str(), key.as_str(), &s3_etag, checksum);
+    Ok(with_checksum(xml_response(xml), checksum))
 }
 
 fn owner() -> Owner {
@@ -54,6 +64,7 @@ pub(super) async fn list_parts(
     query: &str,
 ) -> Result<Response, S3Error> {
     let params = ListPartsParams::from_query(query)?;
+    let (_, upload) = app.store.upload_of(bucket, key, upload_id).await?;
     let (parts, is_truncated) =
         app.store.list_parts(bucket, key, upload_id, params.part_number_marker, params.max_parts).await?;
     let page = PartsPage {
@@ -70,8 +81,10 @@ pub(super) async fn list_parts(
                 last_modified: p.created_at,
                 etag: p.etag(),
                 size: p.size,
+                checksum: p.checksum,
             })
             .collect(),
+        checksum: upload.checksum,
     };
     Ok(xml_response(xml::list_parts(&page, &owner())))
 }

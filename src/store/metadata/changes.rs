@@ -242,10 +242,10 @@ mod tests {
         let mut tx = meta.begin_write().await.unwrap();
         tx.upsert_object(bucket.id, &key, &"a".repeat(64), 2, &ObjectAttrs::default(), 0).await.unwrap();
         tx.replace_variants(bucket.id, "k", std::slice::from_ref(&variant)).await.unwrap();
-        tx.set_s3_etag(bucket.id, "k", &"a".repeat(64), "\"a-2\"", None).await.unwrap();
+        tx.set_s3_etag(bucket.id, "k", &"a".repeat(64), "\"a-2\"", None, None).await.unwrap();
         // New content: the ETag row goes (logged too).
         tx.upsert_object(bucket.id, &key, &"c".repeat(64), 2, &ObjectAttrs::default(), 1).await.unwrap();
-        tx.set_s3_etag(bucket.id, "k", &"c".repeat(64), "\"c-2\"", None).await.unwrap();
+        tx.set_s3_etag(bucket.id, "k", &"c".repeat(64), "\"c-2\"", None, None).await.unwrap();
         tx.commit().await.unwrap();
         let token = TokenRecord {
             id: "tok".into(),

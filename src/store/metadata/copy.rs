@@ -63,7 +63,14 @@ const TABLES: &[Table] = {
         ),
         (
             "object_s3_etags",
-            &[("bucket_id", Int), ("key", Text), ("sha256", Text), ("etag", Text), ("part_sizes", Text)],
+            &[
+                ("bucket_id", Int),
+                ("key", Text),
+                ("sha256", Text),
+                ("etag", Text),
+                ("part_sizes", Text),
+                ("checksum", Text),
+            ],
             "bucket_id, key",
         ),
         (
@@ -156,6 +163,7 @@ const TABLES: &[Table] = {
                 ("tags", Text),
                 ("created_at", Int),
                 ("created_by", Text),
+                ("checksum", Text),
             ],
             "id",
         ),
@@ -169,6 +177,7 @@ const TABLES: &[Table] = {
                 ("md5", Text),
                 ("sha256", Text),
                 ("created_at", Int),
+                ("checksum", Text),
             ],
             "upload_id, part_number",
         ),
@@ -315,11 +324,11 @@ mod tests {
         key.rights.grants.insert(0, Grant { bucket: None, prefix: String::new(), scope: Scope::Admin });
         source.meta.create_s3_key(&key).await.unwrap();
         let (done, pending) = (ObjectKey::parse("done.bin").unwrap(), ObjectKey::parse("pending.bin").unwrap());
-        let upload = source.create_upload(&b, &done, ObjectAttrs::default(), None).await.unwrap();
+        let upload = source.create_upload(&b, &done, ObjectAttrs::default(), None, None).await.unwrap();
         let p1 = source.put_part(&b, &done, &upload.id, 1, part(&source, b"whole"), &UploadLimits::NONE).await.unwrap();
         let completed =
             source.complete_upload(&b, &done, Completion::unbounded(&upload.id, &[(1, p1.etag())])).await.unwrap();
-        let open = source.create_upload(&b, &pending, ObjectAttrs::default(), Some(&key.id)).await.unwrap();
+        let open = source.create_upload(&b, &pending, ObjectAttrs::default(), Some(&key.id), None).await.unwrap();
         let open_part =
             source.put_part(&b, &pending, &open.id, 1, part(&source, b"half"), &UploadLimits::NONE).await.unwrap();
 

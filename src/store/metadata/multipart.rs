@@ -3,6 +3,7 @@
 //! not announced on the change feed; the ETag rows log object changes through their triggers.
 
 use super::{Metadata, MetadataError, WriteTx};
+use crate::header_values::checksum::{ChecksumAlgorithm, ChecksumType, ObjectChecksum};
 use crate::names::{ObjectAttrs, prefix_upper_bound};
 
 /// An upload in progress.
@@ -17,6 +18,9 @@ pub struct UploadRecord {
     /// The S3 access key id that started it (migration 0016); `None` for uploads from before, which count for
     /// no key's `limits.max_unfinished_upload_bytes_per_key`.
     pub created_by: Option<String>,
+    /// The checksum CreateMultipartUpload asked for (migration 0021): each part carries one of the algorithm,
+    /// and Complete makes the object's of this type.
+    pub checksum: Option<(ChecksumAlgorithm, ChecksumType)>,
 }
 
 /// What the other parts hold, beside the one a part upload would write (see [`Metadata::held_bytes`]).
@@ -47,6 +51,8 @@ pub struct PartRecord {
     pub md5: String,
     pub sha256: String,
     pub created_at: i64,
+    /// The part's checksum, presented (and verified) or computed for the upload's algorithm (migration 0021).
+    pub checksum: Option<ObjectChecksum>,
 }
 
 impl PartRecord {
@@ -57,8 +63,8 @@ impl PartRecord {
 }
 
 const UPLOAD_COLUMNS: &str = "id, bucket_id, key, content_type, cache_control, content_disposition, user_metadata, \
-                              tags, created_at, created_by";
-const PART_COLUMNS: &str = "part_number, size, staged_name, md5, sha256, created_at";
+                              tags, created_at, created_by, checksum";
+const PART_COLUMNS: &str = "part_number, size, staged_name, md5, sha256, created_at, checksum";
 
 struct UploadRow {
     id: String,
@@ -71,6 +77,7 @@ struct UploadRow {
     tags: Option<String>,
     created_at: i64,
     created_by: Option<String>,
+    checksum: Option<String>,
 }
 from_row!(UploadRow {
     id,
@@ -82,7 +89,8 @@ from_row!(UploadRow {
     user_metadata,
     tags,
     created_at,
-    created_by
+    created_by,
+    checksum
 });
 
 impl From<UploadRow> for UploadRecord {
@@ -100,8 +108,19 @@ impl From<UploadRow> for UploadRecord {
             },
             created_at: r.created_at,
             created_by: r.created_by,
+            checksum: r.checksum.as_deref().and_then(upload_checksum_from_column),
         }
     }
+}
+
+/// An upload's `checksum` column: `ALGORITHM TYPE`.
+fn upload_checksum_column(checksum: Option<(ChecksumAlgorithm, ChecksumType)>) -> Option<String> {
+    checksum.map(|(algorithm, kind)| format!("{} {}", algorithm.name(), kind.name()))
+}
+
+fn upload_checksum_from_column(column: &str) -> Option<(ChecksumAlgorithm, ChecksumType)> {
+    let (algorithm, kind) = column.split_once(' ')?;
+    Some((ChecksumAlgorithm::from_name(algorithm)?, ChecksumType::from_name(kind)?))
 }
 
 struct SummaryRow {
@@ -118,8 +137,9 @@ struct PartRow {
     md5: String,
     sha256: String,
     created_at: i64,
+    checksum: Option<String>,
 }
-from_row!(PartRow { part_number, size, staged_name, md5, sha256, created_at });
+from_row!(PartRow { part_number, size, staged_name, md5, sha256, created_at, checksum });
 
 impl From<PartRow> for PartRecord {
     fn from(r: PartRow) -> Self {
@@ -130,6 +150,7 @@ impl From<PartRow> for PartRecord {
             md5: r.md5,
             sha256: r.sha256,
             created_at: r.created_at,
+            checksum: r.checksum.as_deref().and_then(ObjectChecksum::from_column),
         }
     }
 }
@@ -163,8 +184,8 @@ impl Metadata {
         let mut tx = self.begin_write().await?;
         with_tx!(&mut tx.tx, sqlite => sqlx::query(
             "INSERT INTO multipart_uploads (id, bucket_id, key, content_type, cache_control, content_disposition,
-                                            created_at, user_metadata, tags, created_by)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                                            created_at, user_metadata, tags, created_by, checksum)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
         )
         .bind(&upload.id)
         .bind(upload.bucket_id)
@@ -176,6 +197,7 @@ impl Metadata {
         .bind(super::objects::string_map_column(&upload.attrs.user_metadata))
         .bind(super::objects::string_map_column(&upload.attrs.tags))
         .bind(&upload.created_by)
+        .bind(upload_checksum_column(upload.checksum))
         .execute(&mut **sqlite)
         .await?.rows_affected());
         tx.commit_without_announcing().await
@@ -414,11 +436,11 @@ impl WriteTx {
             .fetch_optional(&mut **tx)
             .await?);
         with_tx!(&mut self.tx, tx => sqlx::query(
-            "INSERT INTO multipart_parts (upload_id, part_number, size, staged_name, md5, sha256, created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)
+            "INSERT INTO multipart_parts (upload_id, part_number, size, staged_name, md5, sha256, created_at, checksum)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
              ON CONFLICT (upload_id, part_number) DO UPDATE SET
                  size = excluded.size, staged_name = excluded.staged_name, md5 = excluded.md5,
-                 sha256 = excluded.sha256, created_at = excluded.created_at",
+                 sha256 = excluded.sha256, created_at = excluded.created_at, checksum = excluded.checksum",
         )
         .bind(upload_id)
         .bind(number)
@@ -427,6 +449,7 @@ impl WriteTx {
         .bind(&part.md5)
         .bind(&part.sha256)
         .bind(part.created_at)
+        .bind(part.checksum.map(|c| c.column()))
         .execute(&mut **tx)
         .await?.rows_affected());
         Ok(previous)
@@ -498,19 +521,23 @@ impl WriteTx {
         sha256: &str,
         etag: &str,
         part_sizes: Option<&[u64]>,
+        checksum: Option<&ObjectChecksum>,
     ) -> Result<(), MetadataError> {
         let part_sizes = part_sizes.map(|sizes| sizes.iter().map(u64::to_string).collect::<Vec<_>>().join(","));
         with_tx!(&mut self.tx, tx => sqlx::query(
-            "INSERT INTO object_s3_etags (bucket_id, key, sha256, etag, part_sizes) VALUES ($1, $2, $3, $4, $5)
+            "INSERT INTO object_s3_etags (bucket_id, key, sha256, etag, part_sizes, checksum)
+             VALUES ($1, $2, $3, $4, $5, $6)
              ON CONFLICT (bucket_id, key) DO UPDATE SET sha256 = excluded.sha256, etag = excluded.etag,
-                 part_sizes = excluded.part_sizes
-             WHERE object_s3_etags.sha256 <> excluded.sha256 OR object_s3_etags.etag <> excluded.etag",
+                 part_sizes = excluded.part_sizes, checksum = excluded.checksum
+             WHERE object_s3_etags.sha256 <> excluded.sha256 OR object_s3_etags.etag <> excluded.etag
+                 OR object_s3_etags.checksum IS DISTINCT FROM excluded.checksum",
         )
         .bind(bucket_id)
         .bind(key)
         .bind(sha256)
         .bind(etag)
         .bind(part_sizes)
+        .bind(checksum.map(ObjectChecksum::column))
         .execute(&mut **tx)
         .await?.rows_affected());
         Ok(())
@@ -531,6 +558,7 @@ mod tests {
             attrs: ObjectAttrs::default(),
             created_at,
             created_by: None,
+            checksum: None,
         }
     }
 
@@ -542,6 +570,7 @@ mod tests {
             md5: "d".repeat(32),
             sha256: "e".repeat(64),
             created_at: 5,
+            checksum: None,
         }
     }
 
@@ -700,7 +729,7 @@ mod tests {
         let (sha_a, sha_b) = ("a".repeat(64), "b".repeat(64));
         let mut tx = meta.begin_write().await.unwrap();
         tx.upsert_object(bucket.id, &key, &sha_a, 1, &ObjectAttrs::default(), 0).await.unwrap();
-        tx.set_s3_etag(bucket.id, "k", &sha_a, "\"x-2\"", None).await.unwrap();
+        tx.set_s3_etag(bucket.id, "k", &sha_a, "\"x-2\"", None, None).await.unwrap();
         tx.commit().await.unwrap();
         assert_eq!(meta.s3_etag(bucket.id, "k").await.unwrap().as_deref(), Some("\"x-2\""));
 
@@ -717,7 +746,7 @@ mod tests {
 
         // Deleting the object takes its ETag row with it.
         let mut tx = meta.begin_write().await.unwrap();
-        tx.set_s3_etag(bucket.id, "k", &sha_b, "\"y-3\"", None).await.unwrap();
+        tx.set_s3_etag(bucket.id, "k", &sha_b, "\"y-3\"", None, None).await.unwrap();
         tx.delete_object(bucket.id, &key).await.unwrap();
         tx.commit().await.unwrap();
         let rows: i64 = with_pool!(&meta.backend, pool =>

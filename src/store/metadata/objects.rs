@@ -7,6 +7,7 @@ use super::{Backend, Metadata, MetadataError, WriteTx};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::header_values::checksum::ObjectChecksum;
 use crate::header_values::cors::{CorsPolicy, CorsRule};
 use crate::names::{BucketName, IndexDocument, ObjectAttrs, ObjectKey, Website, prefix_upper_bound};
 
@@ -48,6 +49,9 @@ pub struct ObjectRecord {
     /// The sizes of the parts of a multipart upload that stored this content, in order; `None` for a single
     /// upload or when not recorded (one part: the whole object).
     pub part_sizes: Option<Vec<u64>>,
+    /// The S3 checksum an upload gave or Complete made (migration 0021), stored with the S3 ETag for this
+    /// content; `None` when none was (reads then answer the SHA-256 alone: `checksum::answered`).
+    pub checksum: Option<ObjectChecksum>,
 }
 
 impl ObjectRecord {
@@ -91,7 +95,8 @@ const BUCKET_COLUMNS: &str =
     "id, name, public, created_at, default_cache_control, cors, index_document, error_document";
 /// Every column of an object row (`ObjectRow`), read from [`OBJECTS_WITH_S3_ETAG`].
 const OBJECT_COLUMNS: &str = "o.bucket_id, o.key, o.sha256, o.size, o.content_type, o.cache_control, \
-     o.content_disposition, o.user_metadata, o.tags, o.created_at, o.updated_at, e.etag AS s3_etag, e.part_sizes";
+     o.content_disposition, o.user_metadata, o.tags, o.created_at, o.updated_at, e.etag AS s3_etag, e.part_sizes, \
+     e.checksum";
 /// Objects (`o`) with their S3 ETag (`e`), if one is stored for their current content.
 const OBJECTS_WITH_S3_ETAG: &str = "objects o LEFT JOIN object_s3_etags e \
      ON e.bucket_id = o.bucket_id AND e.key = o.key AND e.sha256 = o.sha256";
@@ -139,6 +144,7 @@ struct ObjectRow {
     updated_at: i64,
     s3_etag: Option<String>,
     part_sizes: Option<String>,
+    checksum: Option<String>,
 }
 from_row!(ObjectRow {
     bucket_id,
@@ -153,7 +159,8 @@ from_row!(ObjectRow {
     created_at,
     updated_at,
     s3_etag,
-    part_sizes
+    part_sizes,
+    checksum
 });
 
 impl From<ObjectRow> for ObjectRecord {
@@ -175,6 +182,7 @@ impl From<ObjectRow> for ObjectRecord {
             s3_etag: r.s3_etag,
             // A column that does not parse (written by hand) is as good as none: the object is one part.
             part_sizes: r.part_sizes.as_deref().and_then(|sizes| sizes.split(',').map(|n| n.parse().ok()).collect()),
+            checksum: r.checksum.as_deref().and_then(ObjectChecksum::from_column),
         }
     }
 }
@@ -616,6 +624,7 @@ mod tests {
             updated_at: 0,
             s3_etag: None,
             part_sizes,
+            checksum: None,
         };
         let multi = record(12, Some(vec![5, 5, 2]));
         assert_eq!(multi.part(1), (Some((0, 5)), 3));
@@ -715,6 +724,7 @@ mod tests {
             updated_at: 9,
             s3_etag: None,
             part_sizes: None,
+            checksum: None,
         };
         assert_eq!(meta.object_by_key(bucket.id, key.as_str()).await.unwrap(), Some(want.clone()));
         assert_eq!(
@@ -725,7 +735,7 @@ mod tests {
 
         // The S3 ETag of the current content is read with the row, by every read of it.
         let mut tx = meta.begin_write().await.unwrap();
-        tx.set_s3_etag(bucket.id, key.as_str(), &"a".repeat(64), "\"x-2\"", None).await.unwrap();
+        tx.set_s3_etag(bucket.id, key.as_str(), &"a".repeat(64), "\"x-2\"", None, None).await.unwrap();
         tx.commit().await.unwrap();
         let want = ObjectRecord { s3_etag: Some("\"x-2\"".into()), ..want };
         assert_eq!(meta.object_by_key(bucket.id, key.as_str()).await.unwrap(), Some(want.clone()));
