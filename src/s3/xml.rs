@@ -334,18 +334,8 @@ struct CompleteXml<'a> {
     key: &'a str,
     #[serde(rename = "ETag")]
     etag: &'a str,
-    #[serde(rename = "ChecksumCRC32", skip_serializing_if = "Option::is_none")]
-    crc32: Option<String>,
-    #[serde(rename = "ChecksumCRC32C", skip_serializing_if = "Option::is_none")]
-    crc32c: Option<String>,
-    #[serde(rename = "ChecksumCRC64NVME", skip_serializing_if = "Option::is_none")]
-    crc64nvme: Option<String>,
-    #[serde(rename = "ChecksumSHA1", skip_serializing_if = "Option::is_none")]
-    sha1: Option<String>,
-    #[serde(rename = "ChecksumSHA256", skip_serializing_if = "Option::is_none")]
-    sha256: Option<String>,
-    #[serde(rename = "ChecksumType", skip_serializing_if = "Option::is_none")]
-    checksum_type: Option<&'static str>,
+    #[serde(flatten)]
+    checksums: Checksums,
 }
 
 /// CompleteMultipartUpload: `CompleteMultipartUploadResult`; `location` is the object's URL, `etag` quoted, and
@@ -358,22 +348,8 @@ pub fn complete_multipart_upload(
     etag: &str,
     checksum: Option<&ObjectChecksum>,
 ) -> String {
-    let c = Checksums::of(checksum.into_iter());
-    let checksum_type = checksum.map(|c| c.kind.name());
-    let (crc32, crc32c, crc64nvme, sha1, sha256) = (c.crc32, c.crc32c, c.crc64nvme, c.sha1, c.sha256);
-    let xml = CompleteXml {
-        xmlns: XMLNS,
-        location,
-        bucket,
-        key,
-        etag,
-        crc32,
-        crc32c,
-        crc64nvme,
-        sha1,
-        sha256,
-        checksum_type,
-    };
+    let checksums = Checksums::of(checksum.into_iter());
+    let xml = CompleteXml { xmlns: XMLNS, location, bucket, key, etag, checksums };
     document("CompleteMultipartUploadResult", &xml)
 }
 
@@ -719,16 +695,9 @@ struct PartXml<'a> {
     etag: &'a str,
     #[serde(rename = "Size")]
     size: u64,
-    #[serde(rename = "ChecksumCRC32", skip_serializing_if = "Option::is_none")]
-    crc32: Option<String>,
-    #[serde(rename = "ChecksumCRC32C", skip_serializing_if = "Option::is_none")]
-    crc32c: Option<String>,
-    #[serde(rename = "ChecksumCRC64NVME", skip_serializing_if = "Option::is_none")]
-    crc64nvme: Option<String>,
-    #[serde(rename = "ChecksumSHA1", skip_serializing_if = "Option::is_none")]
-    sha1: Option<String>,
-    #[serde(rename = "ChecksumSHA256", skip_serializing_if = "Option::is_none")]
-    sha256: Option<String>,
+    /// A part's checksums, without a type (the upload's is in the result).
+    #[serde(flatten)]
+    checksums: Checksums,
 }
 
 /// ListParts: `ListPartsResult`, with `NextPartNumberMarker` (the last part listed) when truncated.
@@ -737,19 +706,12 @@ pub fn list_parts(page: &PartsPage, owner: &Owner) -> String {
     let parts = page
         .parts
         .iter()
-        .map(|p| {
-            let c = Checksums::of(p.checksum.iter());
-            PartXml {
-                part_number: p.part_number,
-                last_modified: iso8601_millis(p.last_modified),
-                etag: &p.etag,
-                size: p.size,
-                crc32: c.crc32,
-                crc32c: c.crc32c,
-                crc64nvme: c.crc64nvme,
-                sha1: c.sha1,
-                sha256: c.sha256,
-            }
+        .map(|p| PartXml {
+            part_number: p.part_number,
+            last_modified: iso8601_millis(p.last_modified),
+            etag: &p.etag,
+            size: p.size,
+            checksums: Checksums { checksum_type: None, ..Checksums::of(p.checksum.iter()) },
         })
         .collect();
     document(

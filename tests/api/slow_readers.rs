@@ -128,24 +128,8 @@ fn bursty_rate_limited_curl_readers_are_not_taken_for_stalled() {
     env.bucket("pub", true);
     let bytes = test_bytes(16 << 20, 29);
     env.put_bytes("pub", "big.bin", &bytes, &[]);
-    let expected = sha256_hex(&bytes);
     let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__SEND_PROGRESS", "3s")], &[]);
     let url = format!("http://{}/pub/big.bin", server.data);
-    let clients: Vec<_> = (0..4)
-        .map(|n| {
-            let out = env.dir.path().join(format!("curl-{n}.bin"));
-            let child = std::process::Command::new("curl")
-                .args(["-sS", "--limit-rate", "1M", "-o", out.to_str().unwrap(), &url])
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .expect("run curl");
-            (out, child)
-        })
-        .collect();
-    for (out, child) in clients {
-        let finished = child.wait_with_output().unwrap();
-        assert!(finished.status.success(), "curl: {}\n{}", String::from_utf8_lossy(&finished.stderr), server.log());
-        assert_eq!(sha256_hex(&std::fs::read(out).unwrap()), expected);
-    }
+    curl_rate_limited_readers(env.dir.path(), &url, 4, "1M", &bytes, || server.log());
     assert!(!server.log().contains("no progress"), "{}", server.log());
 }

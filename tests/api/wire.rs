@@ -668,29 +668,12 @@ fn a_fragment_in_an_admin_target_is_refused_and_nothing_is_stored() {
 /// with its window shut for longer than the period; the bytes it took excuse the pause (`limits.min_download_rate`).
 #[test]
 fn four_steady_250k_curl_readers_of_8_mib_all_get_every_byte() {
-    require_tool("curl", "apt package curl");
     let env = TestEnv::new();
     env.bucket("pub", true);
     let bytes = test_bytes(8 << 20, 31);
     env.put_bytes("pub", "eight.bin", &bytes, &[]);
-    let expected = sha256_hex(&bytes);
     let server = env.serve_with(&[("BLOBGATE_TIMEOUTS__SEND_PROGRESS", "3s")], &[]);
     let url = format!("http://{}/pub/eight.bin", server.data);
-    let clients: Vec<_> = (0..4)
-        .map(|n| {
-            let out = env.dir.path().join(format!("steady-{n}.bin"));
-            let child = std::process::Command::new("curl")
-                .args(["-sS", "--limit-rate", "250K", "-o", out.to_str().unwrap(), &url])
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .expect("run curl");
-            (out, child)
-        })
-        .collect();
-    for (out, child) in clients {
-        let finished = child.wait_with_output().unwrap();
-        assert!(finished.status.success(), "curl: {}\n{}", String::from_utf8_lossy(&finished.stderr), server.log());
-        assert_eq!(sha256_hex(&std::fs::read(out).unwrap()), expected);
-    }
+    curl_rate_limited_readers(env.dir.path(), &url, 4, "250K", &bytes, || server.log());
     assert_eq!(server.metric("blobgate_stalled_responses_total"), 0.0, "{}", server.log());
 }

@@ -1189,3 +1189,33 @@ impl Conn {
 pub fn accept_backlog(addr: SocketAddr) -> u64 {
     tcp_sockets().iter().filter(|s| s.state == TCP_LISTEN && s.local == addr).map(|s| s.rx_queue).sum()
 }
+
+/// `clients` `curl --limit-rate RATE` downloads of `url` at once (files in `dir`); each must exit 0 with exactly
+/// `expected`'s bytes (`log` says what the server wrote when one does not).
+pub fn curl_rate_limited_readers(
+    dir: &Path,
+    url: &str,
+    clients: usize,
+    rate: &str,
+    expected: &[u8],
+    log: impl Fn() -> String,
+) {
+    require_tool("curl", "apt package curl");
+    let expected = sha256_hex(expected);
+    let readers: Vec<_> = (0..clients)
+        .map(|n| {
+            let out = dir.join(format!("curl-limited-{n}.bin"));
+            let child = Command::new("curl")
+                .args(["-sS", "--limit-rate", rate, "-o", out.to_str().unwrap(), url])
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("run curl");
+            (out, child)
+        })
+        .collect();
+    for (out, child) in readers {
+        let finished = child.wait_with_output().unwrap();
+        assert!(finished.status.success(), "curl: {}\n{}", String::from_utf8_lossy(&finished.stderr), log());
+        assert_eq!(sha256_hex(&std::fs::read(out).unwrap()), expected);
+    }
+}
