@@ -187,21 +187,43 @@ impl ChangeFeed {
         }
     }
 
-    /// Prunes the change log. Announces nothing: no cache depends on it. SQLite: changes up to `applied`, once
+    /// Prunes the change log, in batches of [`PRUNE_BATCH`] rows, each its own transaction, so that a log of
+    /// millions of rows (a bulk load or an `import` leaves two per object) never holds the write lock for long;
+    /// returns the rows deleted. Announces nothing: no cache depends on it. SQLite: changes up to `applied`, once
     /// the server has applied them. PostgreSQL: other replicas may lag, so by age, whatever `applied` says:
-    /// changes older than [`PG_CHANGE_RETENTION`] go and `cache_changes_horizon` is raised past them in the same
-    /// statement; a reader behind it flushes its whole cache (`pg_feed::prune`).
-    pub async fn prune(&self, applied: i64) -> Result<(), MetadataError> {
+    /// changes older than [`PG_CHANGE_RETENTION`] go and `cache_changes_horizon` is raised past each batch in the
+    /// same statement; a reader behind it flushes its whole cache (`pg_feed::prune`).
+    pub async fn prune(&self, applied: i64) -> Result<u64, MetadataError> {
         match &self.backend {
             Backend::Sqlite(pool) => {
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                sqlx::query("DELETE FROM cache_changes WHERE seq <= $1").bind(applied).execute(&mut *tx).await?;
-                Ok(tx.commit().await?)
+                let mut deleted = 0;
+                loop {
+                    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                    let batch = sqlx::query(
+                        "DELETE FROM cache_changes WHERE seq IN \
+                         (SELECT seq FROM cache_changes WHERE seq <= $1 ORDER BY seq LIMIT $2)",
+                    )
+                    .bind(applied)
+                    .bind(PRUNE_BATCH)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                    tx.commit().await?;
+                    deleted += batch;
+                    if batch < PRUNE_BATCH as u64 {
+                        return Ok(deleted);
+                    }
+                    // Writers waiting for the lock go between batches.
+                    tokio::task::yield_now().await;
+                }
             }
-            Backend::Postgres(pool) => pg_feed::prune(pool, PG_CHANGE_RETENTION).await,
+            Backend::Postgres(pool) => pg_feed::prune(pool, PG_CHANGE_RETENTION, PRUNE_BATCH).await,
         }
     }
 }
+
+/// Change-log rows deleted per transaction by [`ChangeFeed::prune`]: a few milliseconds of SQLite's write lock.
+pub const PRUNE_BATCH: i64 = 2_000;
 
 #[cfg(test)]
 mod tests {
@@ -313,6 +335,35 @@ mod tests {
         ];
         assert_eq!(sqlite, expected, "SQLite");
         assert_eq!(postgres, expected, "PostgreSQL");
+    }
+
+    on_both_backends!(a_long_log_is_pruned_whole_in_batches);
+    async fn a_long_log_is_pruned_whole_in_batches(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let feed = meta.feed().clone();
+        let rows = 2 * PRUNE_BATCH + 7;
+        let fill = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $1) \
+                    INSERT INTO cache_changes (kind, name) SELECT 'object', 'k' FROM n";
+        match &meta.backend {
+            Backend::Sqlite(pool) => drop(sqlx::query(fill).bind(rows).execute(pool).await.unwrap()),
+            Backend::Postgres(pool) => {
+                sqlx::query(fill).bind(rows).execute(pool).await.unwrap();
+                let age = "UPDATE cache_changes SET created_at = now() - interval '2 hours'";
+                sqlx::query(age).execute(pool).await.unwrap();
+            }
+        }
+        let last = feed.last_change().await.unwrap();
+        assert_eq!(feed.prune(i64::MAX).await.unwrap(), rows as u64, "every row, over three batches");
+        let count = "SELECT count(*) FROM cache_changes";
+        let left: i64 = match &meta.backend {
+            Backend::Sqlite(pool) => sqlx::query_scalar(count).fetch_one(pool).await.unwrap(),
+            Backend::Postgres(pool) => {
+                assert_eq!(horizon(pool).await, last, "the horizon is past the whole log");
+                sqlx::query_scalar(count).fetch_one(pool).await.unwrap()
+            }
+        };
+        assert_eq!(left, 0);
+        assert_eq!(feed.prune(i64::MAX).await.unwrap(), 0, "nothing is left");
     }
 
     on_both_backends!(a_commit_moves_the_feed_and_logs_what_changed);

@@ -202,25 +202,47 @@ async fn horizon(pool: &PgPool) -> Result<i64, MetadataError> {
     Ok(pruned.unwrap_or(0))
 }
 
-/// Drops changes older than `retention` and moves the horizon past them, in one statement, so a reader sees
-/// both or neither. Safe with any number of replicas pruning at once: `seq` follows commit order, so every row
-/// up to the newest old one is committed and deleted together, and the horizon only ever grows (`greatest`).
-/// Rows are cut at a `seq`, not by `created_at` alone: a long transaction's row can be older than a row with a
-/// smaller `seq`, and the horizon must name a prefix of the log.
-pub(super) async fn prune(pool: &PgPool, retention: Duration) -> Result<(), MetadataError> {
-    sqlx::query(
-        "WITH cutoff AS ( \
-             SELECT max(seq) AS seq FROM cache_changes WHERE created_at < now() - make_interval(secs => $1) \
-         ), gone AS ( \
-             DELETE FROM cache_changes WHERE seq <= (SELECT seq FROM cutoff) \
-         ) \
-         UPDATE cache_changes_horizon SET pruned_through = greatest(pruned_through, (SELECT seq FROM cutoff)) \
-         WHERE id = 1",
-    )
-    .bind(retention.as_secs_f64())
-    .execute(pool)
-    .await?;
-    Ok(())
+/// Drops changes older than `retention` and moves the horizon past them, `batch` rows per statement, each
+/// deleting a prefix of the log and raising the horizon to its end together, so a reader sees both or neither.
+/// Safe with any number of replicas pruning at once: `seq` follows commit order, so every row up to the newest
+/// old one is committed, and the horizon only ever grows (`greatest`). Rows are cut at a `seq`, not by
+/// `created_at` alone: a long transaction's row can be older than a row with a smaller `seq`, and the horizon must
+/// name a prefix of the log. Returns the rows deleted.
+pub(super) async fn prune(pool: &PgPool, retention: Duration, batch: i64) -> Result<u64, MetadataError> {
+    let cutoff: Option<i64> =
+        sqlx::query_scalar("SELECT max(seq) FROM cache_changes WHERE created_at < now() - make_interval(secs => $1)")
+            .bind(retention.as_secs_f64())
+            .fetch_one(pool)
+            .await?;
+    let Some(cutoff) = cutoff else { return Ok(0) };
+    let mut deleted = 0;
+    loop {
+        let (rows, through): (i64, Option<i64>) = sqlx::query_as(
+            "WITH gone AS ( \
+                 DELETE FROM cache_changes WHERE seq IN \
+                     (SELECT seq FROM cache_changes WHERE seq <= $1 ORDER BY seq LIMIT $2) \
+                 RETURNING seq \
+             ), moved AS ( \
+                 UPDATE cache_changes_horizon \
+                 SET pruned_through = greatest(pruned_through, (SELECT max(seq) FROM gone)) \
+                 WHERE id = 1 AND EXISTS (SELECT 1 FROM gone) \
+             ) \
+             SELECT count(*), max(seq) FROM gone",
+        )
+        .bind(cutoff)
+        .bind(batch)
+        .fetch_one(pool)
+        .await?;
+        deleted += rows as u64;
+        if rows < batch || through.is_none() {
+            // The last batch: the horizon reaches the cutoff even when its rows were gone already.
+            sqlx::query("UPDATE cache_changes_horizon SET pruned_through = greatest(pruned_through, $1) WHERE id = 1")
+                .bind(cutoff)
+                .execute(pool)
+                .await?;
+            return Ok(deleted);
+        }
+    }
 }
 
 #[cfg(test)]
