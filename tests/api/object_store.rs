@@ -2,7 +2,7 @@
 //! S3-compatible object storage"). Each test runs a real S3 server (moto's, and the Rust s3s-fs) behind a
 //! counting proxy, so what reaches the store is asserted request by request and byte by byte.
 
-use std::sync::Barrier;
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
 use crate::helpers::s3::{key_json, run_boto3, s3_key};
@@ -493,24 +493,48 @@ fn a_kill_during_the_upload_to_the_store_leaves_nothing_visible_and_the_sweep_re
     let env = TestEnv::new();
     env.bucket("pub", true);
     let token = env.token("pub", "write", &[]);
-    let mut server = env.serve_with(&refs(&store_env), &[]);
+    // The test's moto is shared by the whole run: under load it may answer a HEAD in more than the default 5 s,
+    // which would fail the upload (503) before it reaches the store, and there would be nothing to kill.
+    let patient: Vec<(String, String)> = store
+        .env(&[("BLOBGATE_BLOB_STORE__TIMEOUTS__FIRST_BYTE", "60s"), ("BLOBGATE_BLOB_STORE__TIMEOUTS__IDLE", "60s")]);
+    let mut server = env.serve_with(&refs(&patient), &[]);
     let body = test_bytes(64 * MIB as usize, 30);
     let addr = server.data;
-    let uploader = std::thread::spawn(move || {
-        // The connection dies with the server: whatever this sees, the test asserts what is visible after.
-        let mut conn = Conn::open(addr);
-        let head = format!(
-            "PUT /pub/killed.bin HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        );
-        let _ = conn.send_lossy(head.as_bytes());
-        let _ = conn.send_lossy(&body);
+    let answered = Arc::new(Mutex::new(None));
+    let uploader = std::thread::spawn({
+        let answered = answered.clone();
+        move || {
+            // The connection dies with the server: whatever this sees, the test asserts what is visible after.
+            let mut conn = Conn::open(addr);
+            let head = format!(
+                "PUT /pub/killed.bin HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            );
+            let _ = conn.send_lossy(head.as_bytes());
+            let _ = conn.send_lossy(&body);
+            // An answer before the kill means the upload ended (or failed) before it could be cut.
+            if let Some(response) = conn.read_response(false) {
+                *answered.lock().unwrap() =
+                    Some((response.status, String::from_utf8_lossy(&response.body).into_owned()));
+            }
+        }
     });
     // Killed while the blob is on its way to the store: after staging, before the row.
-    let uploading = wait_for(Duration::from_secs(60), || {
-        store.proxy.requests().iter().any(|r| matches!(r.method.as_str(), "PUT" | "POST") && r.request_body_bytes > 0)
+    let uploading = wait_for(Duration::from_secs(120), || {
+        answered.lock().unwrap().is_some()
+            || store
+                .proxy
+                .requests()
+                .iter()
+                .any(|r| matches!(r.method.as_str(), "PUT" | "POST") && r.request_body_bytes > 0)
     });
-    assert!(uploading, "the upload reached the store: {:?}", store.proxy.requests());
+    let early = answered.lock().unwrap().clone();
+    assert!(
+        uploading && early.is_none(),
+        "the upload reached the store unanswered (answer: {early:?}): {:?}\nserver log:\n{}",
+        store.proxy.requests(),
+        server.log()
+    );
     server.stop_with("KILL");
     let _ = uploader.join();
 
