@@ -2,10 +2,10 @@
 //! under a prefix from a start key), upserts leave an identical row alone, and S3 user metadata and tags are
 //! stored with the object.
 
-use super::variants::{SELECT_VARIANTS, VariantRecord};
-use super::{Backend, Metadata, MetadataError, WriteTx};
+use super::variants::VariantRecord;
+use super::{Metadata, MetadataError, WriteTx};
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use crate::header_values::checksum::ObjectChecksum;
 use crate::header_values::cors::{CorsPolicy, CorsRule};
@@ -187,12 +187,46 @@ impl From<ObjectRow> for ObjectRecord {
     }
 }
 
-/// An object row with its bucket's default Cache-Control.
-struct ObjectWithDefaultRow {
+/// The object lookup of a cache miss: the object with its S3 ETag, its bucket's default Cache-Control, and one
+/// row per variant (NULLs when it has none), in encoding order.
+static OBJECT_WITH_VARIANTS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {OBJECT_COLUMNS}, b.default_cache_control, \
+         v.encoding AS variant_encoding, v.sha256 AS variant_sha256, v.size AS variant_size \
+         FROM {OBJECTS_WITH_S3_ETAG} JOIN buckets b ON b.id = o.bucket_id \
+         LEFT JOIN object_variants v ON v.bucket_id = o.bucket_id AND v.key = o.key \
+         WHERE o.bucket_id = $1 AND o.key = $2 ORDER BY v.encoding"
+    )
+});
+
+/// A row of [`OBJECT_WITH_VARIANTS`].
+struct ObjectWithVariantRow {
     object: ObjectRow,
     default_cache_control: Option<String>,
+    variant_encoding: Option<String>,
+    variant_sha256: Option<String>,
+    variant_size: Option<i64>,
 }
-from_row!(ObjectWithDefaultRow { default_cache_control } flatten { object: ObjectRow });
+from_row!(ObjectWithVariantRow { default_cache_control, variant_encoding, variant_sha256, variant_size } flatten { object: ObjectRow });
+
+impl ObjectWithVariantRow {
+    /// The object (from the first row: every row repeats it) with its bucket's default and its variants.
+    fn assemble(rows: Vec<Self>) -> Option<(ObjectRecord, Option<String>, Vec<VariantRecord>)> {
+        let mut variants = Vec::new();
+        let mut first = None;
+        for row in rows {
+            if let (Some(encoding), Some(sha256), Some(size)) =
+                (row.variant_encoding, row.variant_sha256, row.variant_size)
+            {
+                variants.push(VariantRecord { encoding, sha256, size });
+            }
+            if first.is_none() {
+                first = Some((row.object, row.default_cache_control));
+            }
+        }
+        first.map(|(object, default)| (object.into(), default, variants))
+    }
+}
 
 /// What `upsert_object` compares to decide whether anything changes.
 #[derive(PartialEq, Eq)]
@@ -298,38 +332,19 @@ impl Metadata {
         commit_bucket_update(tx, row).await
     }
 
-    /// The object, its bucket's default Cache-Control and its variants, read in one read transaction so that they
-    /// agree (a put that replaces the object and its variants is either wholly seen or not at all). PostgreSQL:
-    /// REPEATABLE READ, so both reads see one snapshot (READ COMMITTED takes one per statement).
+    /// The object, its bucket's default Cache-Control and its variants, read by one statement (a row per variant,
+    /// or one without), so that they agree (a put that replaces the object and its variants is either wholly seen
+    /// or not at all: one statement reads one snapshot on both backends) and a miss costs one trip to the
+    /// database: no transaction around it, and on PostgreSQL one prepared round trip.
     pub async fn object_with_bucket_default(
         &self,
         bucket_id: i64,
         key: &str,
     ) -> Result<Option<(ObjectRecord, Option<String>, Vec<VariantRecord>)>, MetadataError> {
-        macro_rules! read_in {
-            ($tx:expr) => {{
-                let mut tx = $tx;
-                let sql = format!(
-                    "SELECT {OBJECT_COLUMNS}, b.default_cache_control
-                     FROM {OBJECTS_WITH_S3_ETAG} JOIN buckets b ON b.id = o.bucket_id
-                     WHERE o.bucket_id = $1 AND o.key = $2"
-                );
-                let row: Option<ObjectWithDefaultRow> =
-                    sqlx::query_as(&sql).bind(bucket_id).bind(key).fetch_optional(&mut *tx).await?;
-                let Some(row) = row else { return Ok(None) };
-                let variants: Vec<VariantRecord> =
-                    sqlx::query_as(SELECT_VARIANTS).bind(bucket_id).bind(key).fetch_all(&mut *tx).await?;
-                tx.commit().await?;
-                (row, variants)
-            }};
-        }
-        let (row, variants) = match &self.backend {
-            Backend::Sqlite(pool) => read_in!(pool.begin().await?),
-            Backend::Postgres(pool) => {
-                read_in!(pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").await?)
-            }
-        };
-        Ok(Some((row.object.into(), row.default_cache_control, variants)))
+        let rows: Vec<ObjectWithVariantRow> = with_pool!(&self.backend, pool => {
+            sqlx::query_as(OBJECT_WITH_VARIANTS.as_str()).bind(bucket_id).bind(key).fetch_all(pool).await?
+        });
+        Ok(ObjectWithVariantRow::assemble(rows))
     }
 
     /// One page of a bucket's objects whose keys start with `prefix`, in key order, after the key `after` (the
@@ -609,6 +624,8 @@ async fn commit_bucket_update(tx: WriteTx, row: Option<BucketRow>) -> Result<Opt
 #[cfg(test)]
 mod tests {
     use sqlx::Row;
+
+    use crate::store::metadata::Backend;
 
     use super::*;
 
