@@ -180,10 +180,14 @@ impl std::fmt::Debug for BlobStoreSettings {
     }
 }
 
-/// `cache`: the local cache of an object store's blobs, which bodies leave by sendfile.
+/// `cache`: the local cache of an object store's blobs, which bodies leave by sendfile, and the in-memory cache
+/// of object metadata.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CacheSettings {
+    /// The in-memory cache of objects' metadata and prepared header fields, in bytes (each entry weighed by what
+    /// it holds); beyond it, the entries least likely to be read again are dropped.
+    pub metadata_bytes: u64,
     /// The cache's size on disk; least recently used blobs are evicted beyond it.
     pub max_bytes: u64,
     /// A cold read fetches the slices of this size (aligned from offset 0) that cover it.
@@ -202,6 +206,7 @@ pub const SLICE_CHECK_BYTES: u64 = 1 << 20;
 impl Default for CacheSettings {
     fn default() -> Self {
         Self {
+            metadata_bytes: 128 << 20,
             max_bytes: 10 << 30,
             slice_bytes: 8 << 20,
             max_open_files: 4096,
@@ -1044,6 +1049,9 @@ impl Settings {
         }
         if self.cache.max_open_files == 0 {
             bail!("cache.max_open_files must be at least 1");
+        }
+        if self.cache.metadata_bytes < 1 << 20 {
+            bail!("cache.metadata_bytes must be at least 1 MiB (1048576), got {}", self.cache.metadata_bytes);
         }
         if self.cache.max_bytes < self.cache.slice_bytes {
             bail!(

@@ -108,17 +108,28 @@ pub trait FillGate: Send + Sync + std::fmt::Debug {
     fn wait(&self, offset: u64) -> std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>>;
 }
 
-/// Header fields that many file responses share (a catalog entry's prepared ones), with their wire form, made
-/// once. Checked when made: none of them frames the body or is the driver's (Connection, Date), so the driver's
-/// checks of a response's own fields still cover its framing.
+/// Header fields that many file responses share (a catalog entry's prepared ones), kept in their wire form alone
+/// (a catalog holds one per cached object: a few hundred bytes, not a `HeaderMap`'s kilobyte), made once. Checked
+/// when made: none of them frames the body or is the driver's (Connection, Date), so the driver's checks of a
+/// response's own fields still cover its framing.
 #[derive(Debug, Clone)]
 pub struct SharedFields(Arc<Shared>);
 
 #[derive(Debug)]
 struct Shared {
-    fields: http::HeaderMap,
     /// `name: value\r\n` for each field, in the map's order: what the driver writes.
     wire: Box<[u8]>,
+    /// Where each field's line is in `wire`.
+    lines: Box<[Line]>,
+}
+
+/// One field's line in [`Shared::wire`]: `wire[start..name_end]` is its (lowercase) name, the value follows
+/// `": "`, and `end` is past its `\r\n`.
+#[derive(Debug, Clone, Copy)]
+struct Line {
+    start: u32,
+    name_end: u32,
+    end: u32,
 }
 
 /// Fields only a response itself may carry: how its own fields frame its body, and the driver's.
@@ -133,13 +144,23 @@ const NOT_SHARED: [http::HeaderName; 6] = [
 
 impl SharedFields {
     /// `fields`, or the first name among them that only a response's own fields may carry.
-    pub fn new(fields: http::HeaderMap) -> Result<Self, http::HeaderName> {
+    pub fn new(fields: &http::HeaderMap) -> Result<Self, http::HeaderName> {
         if let Some(name) = NOT_SHARED.into_iter().find(|name| fields.contains_key(name)) {
             return Err(name);
         }
         let mut wire = Vec::new();
-        write_fields(&mut wire, &fields);
-        Ok(Self(Arc::new(Shared { fields, wire: wire.into_boxed_slice() })))
+        let mut lines = Vec::with_capacity(fields.len());
+        for (name, value) in fields {
+            let start = wire.len();
+            write_fields(&mut wire, [(name, value)]);
+            let offset = |at: usize| u32::try_from(at).expect("prepared fields are far below 4 GiB");
+            lines.push(Line {
+                start: offset(start),
+                name_end: offset(start + name.as_str().len()),
+                end: offset(wire.len()),
+            });
+        }
+        Ok(Self(Arc::new(Shared { wire: wire.into_boxed_slice(), lines: lines.into_boxed_slice() })))
     }
 
     /// The fields as the head carries them.
@@ -147,10 +168,51 @@ impl SharedFields {
         &self.0.wire
     }
 
+    /// Each field as (name, value, its whole line), in order.
+    fn lines(&self) -> impl Iterator<Item = (&[u8], &[u8], &[u8])> {
+        let wire = &self.0.wire[..];
+        self.0.lines.iter().map(move |l| {
+            let (start, name_end, end) = (l.start as usize, l.name_end as usize, l.end as usize);
+            (&wire[start..name_end], &wire[name_end + 2..end - 2], &wire[start..end])
+        })
+    }
+
+    /// The first value of `name`, as the head carries it.
+    pub fn get(&self, name: &http::HeaderName) -> Option<&[u8]> {
+        self.lines().find(|(n, _, _)| *n == name.as_str().as_bytes()).map(|(_, value, _)| value)
+    }
+
     /// Whether a response's `own` fields name one of these (which they then replace). The names no shared field
     /// has are not looked up: a file response's own fields are mostly those.
     pub fn overlap(&self, own: &http::HeaderMap) -> bool {
-        own.keys().any(|name| !NOT_SHARED.contains(name) && self.0.fields.contains_key(name))
+        own.keys().any(|name| !NOT_SHARED.contains(name) && self.get(name).is_some())
+    }
+
+    /// Writes the lines of the fields `own` does not name (it replaces those).
+    pub fn write_except(&self, out: &mut Vec<u8>, own: &http::HeaderMap) {
+        for (name, _, line) in self.lines() {
+            let replaced = std::str::from_utf8(name).is_ok_and(|name| own.contains_key(name));
+            if !replaced {
+                out.extend_from_slice(line);
+            }
+        }
+    }
+
+    /// The fields as a map, for a response that changes some of them.
+    pub fn to_header_map(&self) -> http::HeaderMap {
+        let mut map = http::HeaderMap::with_capacity(self.0.lines.len());
+        for (name, value, _) in self.lines() {
+            // Both were a valid name and value when written.
+            if let (Ok(name), Ok(value)) = (http::HeaderName::from_bytes(name), http::HeaderValue::from_bytes(value)) {
+                map.append(name, value);
+            }
+        }
+        map
+    }
+
+    /// The heap bytes these fields hold, for a cache that bounds its memory.
+    pub fn heap_bytes(&self) -> usize {
+        std::mem::size_of::<Shared>() + self.0.wire.len() + std::mem::size_of_val(&*self.0.lines)
     }
 }
 
@@ -168,14 +230,6 @@ pub fn write_fields<'a>(
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
-    }
-}
-
-impl std::ops::Deref for SharedFields {
-    type Target = http::HeaderMap;
-
-    fn deref(&self) -> &http::HeaderMap {
-        &self.0.fields
     }
 }
 
@@ -219,12 +273,21 @@ mod tests {
     fn shared_fields_never_describe_a_body_and_are_written_once() {
         let mut fields = http::HeaderMap::new();
         fields.insert(http::header::ETAG, http::HeaderValue::from_static("\"a\""));
-        let shared = SharedFields::new(fields.clone()).unwrap();
-        assert_eq!(shared.wire(), b"etag: \"a\"\r\n");
+        fields.append(http::header::CACHE_CONTROL, http::HeaderValue::from_static("max-age=1"));
+        fields.append(http::header::CACHE_CONTROL, http::HeaderValue::from_static("immutable"));
+        let shared = SharedFields::new(&fields).unwrap();
+        assert_eq!(shared.wire(), b"etag: \"a\"\r\ncache-control: max-age=1\r\ncache-control: immutable\r\n");
+        assert_eq!(shared.get(&http::header::ETAG), Some(&b"\"a\""[..]));
+        assert_eq!(shared.get(&http::header::CACHE_CONTROL), Some(&b"max-age=1"[..]), "the first value");
+        assert_eq!(shared.get(&http::header::EXPIRES), None);
+        assert_eq!(shared.to_header_map(), fields, "the map back, every value in order");
+        let mut out = Vec::new();
+        shared.write_except(&mut out, &http::HeaderMap::from_iter([(http::header::ETAG, "\"b\"".parse().unwrap())]));
+        assert_eq!(out, b"cache-control: max-age=1\r\ncache-control: immutable\r\n");
         for name in NOT_SHARED {
             let mut with = fields.clone();
             with.insert(name.clone(), http::HeaderValue::from_static("1"));
-            assert_eq!(SharedFields::new(with).unwrap_err(), name);
+            assert_eq!(SharedFields::new(&with).unwrap_err(), name);
         }
     }
 }

@@ -150,6 +150,7 @@ impl Application {
         let catalog = Catalog::new(store.meta.clone(), store.blobs.clone(), (open_files / 4).min(4096) as usize)
             .await?
             .with_staleness_bounds(staleness)
+            .with_metadata_bytes(settings.cache.metadata_bytes)
             .with_blob_cache(store.cache.clone());
         let settings = Arc::new(settings);
         let catalog = Arc::new(catalog);

@@ -80,13 +80,37 @@ fn looked_up<'a, T>(trip: impl Future<Output = T> + Send + 'a) -> Lookup<'a, T> 
 
 /// Capacities: generous for metadata (a few hundred bytes each), bounded for fds by the process limit.
 const BUCKETS: usize = 10_000;
-const OBJECTS: usize = 200_000;
+/// The object cache's bound in bytes unless told (`cache.metadata_bytes`'s default).
+const OBJECT_BYTES: u64 = 128 << 20;
+/// Bytes a cached object costs beyond its entry's own: the key's copy, the cache's slot, the `Arc`'s counts.
+const OBJECT_SLOT_BYTES: u64 = 96;
 const TOKENS: usize = 50_000;
 const SIGNING_KEYS: usize = 1_000;
 const REVOKED: usize = 50_000;
 const S3_KEYS: usize = 50_000;
 /// Unknown access key ids, cached apart from the keys so that a flood of made-up ids evicts only other misses.
 const S3_KEY_MISSES: usize = 4_096;
+
+/// Objects by (bucket id, key), and the keys found missing, bounded by what they hold in bytes.
+type ObjectCache = Cache<(i64, String), Option<Arc<ObjectEntry>>, ObjectWeight>;
+
+/// An object cache bounded at `bytes`. quick_cache's admission (CLOCK-PRO, with a ghost list of recent
+/// evictions) takes a key read once into a small probation area, so one scan of many keys read once passes
+/// through it and leaves the keys read again and again in place.
+fn object_cache(bytes: u64) -> ObjectCache {
+    let typical = 1500;
+    Cache::with_weighter(usize::try_from(bytes / typical).unwrap_or(usize::MAX).max(16), bytes, ObjectWeight)
+}
+
+/// What an object cache entry holds in bytes: its [`ObjectEntry::weight`] and its key's.
+#[derive(Debug, Clone, Copy)]
+struct ObjectWeight;
+
+impl quick_cache::Weighter<(i64, String), Option<Arc<ObjectEntry>>> for ObjectWeight {
+    fn weight(&self, key: &(i64, String), entry: &Option<Arc<ObjectEntry>>) -> u64 {
+        OBJECT_SLOT_BYTES + key.1.len() as u64 + entry.as_ref().map_or(0, |e| u64::from(e.weight))
+    }
+}
 
 /// How often the background sync runs when nothing asked it to look.
 const SYNC_TICK: Duration = Duration::from_secs(1);
@@ -253,7 +277,7 @@ pub struct Catalog {
     /// One sync at a time; others wait and then find nothing left to do.
     sync_lock: tokio::sync::Mutex<()>,
     buckets: Cache<String, Option<Arc<Bucket>>>,
-    objects: Cache<(i64, String), Option<Arc<ObjectEntry>>>,
+    objects: ObjectCache,
     tokens: Cache<String, Option<Arc<TokenRecord>>>,
     signing_keys: Cache<String, Option<Arc<SigningKey>>>,
     revoked: Cache<String, bool>,
@@ -292,7 +316,7 @@ impl Catalog {
             epoch: AtomicU64::new(0),
             sync_lock: tokio::sync::Mutex::new(()),
             buckets: Cache::new(BUCKETS),
-            objects: Cache::new(OBJECTS),
+            objects: object_cache(OBJECT_BYTES),
             tokens: Cache::new(TOKENS),
             signing_keys: Cache::new(SIGNING_KEYS),
             revoked: Cache::new(REVOKED),
@@ -301,6 +325,11 @@ impl Catalog {
             open_blobs: Cache::new(max_open_blobs.max(16)),
             blob_cache: None,
         })
+    }
+
+    /// The object cache bounded at `bytes` (`cache.metadata_bytes`) instead of the default. Before first use.
+    pub fn with_metadata_bytes(self, bytes: u64) -> Self {
+        Self { objects: object_cache(bytes), ..self }
     }
 
     /// Blobs read through an object store's cache instead of from the data dir.
@@ -504,11 +533,12 @@ impl Catalog {
     }
 
     /// A hit that needs no catch-up with the change feed first: what a request runs, with no await.
-    fn cached<K, Q, V>(&self, cache: &Cache<K, V>, lookup: &Q) -> Option<V>
+    fn cached<K, Q, V, W>(&self, cache: &Cache<K, V, W>, lookup: &Q) -> Option<V>
     where
         K: Eq + Hash + Clone,
         Q: Hash + Equivalent<K> + ?Sized,
         V: Clone,
+        W: quick_cache::Weighter<K, V> + Clone,
     {
         if self.feed.current() == self.synced.load(Ordering::Acquire) { cache.get(lookup) } else { None }
     }
@@ -516,9 +546,9 @@ impl Catalog {
     /// The one cache protocol, shared by every cached table: catch up with the change feed if its counter
     /// moved, serve a hit, else read the database and insert, removing the insert again if a change landed
     /// meanwhile (see "Races" in the module doc). Callers try [`Catalog::cached`] first and box this.
-    async fn read_through<K, Q, V, F, Fut>(
+    async fn read_through<K, Q, V, W, F, Fut>(
         &self,
-        cache: &Cache<K, V>,
+        cache: &Cache<K, V, W>,
         lookup: &Q,
         owned_key: impl FnOnce() -> K,
         fetch: F,
@@ -527,6 +557,7 @@ impl Catalog {
         K: Eq + Hash + Clone,
         Q: Hash + Equivalent<K> + ?Sized,
         V: Clone,
+        W: quick_cache::Weighter<K, V> + Clone,
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = Result<V, MetadataError>>,
     {
@@ -845,6 +876,67 @@ mod tests {
         (dir, store, catalog)
     }
 
+    /// A cached object as a lookup would make it: `key` in bucket 1.
+    fn entry(key: &str) -> Option<Arc<ObjectEntry>> {
+        let record = crate::store::ObjectRecord {
+            bucket_id: 1,
+            key: key.to_owned(),
+            sha256: "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855".into(),
+            size: 4096,
+            attrs: ObjectAttrs::default(),
+            created_at: 1_700_000_000,
+            updated_at: 1_700_000_000,
+            s3_etag: Some("\"d41d8cd98f00b204e9800998ecf8427e\"".into()),
+            part_sizes: None,
+            checksum: None,
+        };
+        Some(Arc::new(ObjectEntry::new(record, None)))
+    }
+
+    /// A lookup through `cache` as the catalog makes one: a hit, or a miss that inserts.
+    fn read(cache: &ObjectCache, key: &str) -> bool {
+        let hit = cache.get(&ObjectLookup(1, key)).is_some();
+        if !hit {
+            cache.insert((1, key.to_owned()), entry(key));
+        }
+        hit
+    }
+
+    #[test]
+    fn the_object_cache_holds_its_bound_in_bytes_whatever_it_is_fed() {
+        let bound = 1 << 20;
+        let cache = object_cache(bound);
+        for i in 0..20_000 {
+            read(&cache, &format!("builds/{i:07}/artifact.tar.gz"));
+        }
+        assert!(cache.weight() <= bound, "{} > {bound}", cache.weight());
+        // Entries of about 1.2 KB: most of the bound in use, none over it.
+        let weight = u64::from(entry("builds/0000000/artifact.tar.gz").unwrap().weight) + OBJECT_SLOT_BYTES;
+        assert!(cache.len() as u64 >= bound / weight / 2, "{} entries of {weight} bytes", cache.len());
+        assert!(weight < 2048, "{weight}");
+    }
+
+    #[test]
+    fn one_scan_of_keys_read_once_leaves_the_keys_read_again_and_again_cached() {
+        let cache = object_cache(1 << 20);
+        let hot: Vec<String> = (0..150).map(|i| format!("hot/{i}")).collect();
+        for _ in 0..3 {
+            for key in &hot {
+                read(&cache, key);
+            }
+        }
+        // A listing-driven sync, a crawler: each key once, twenty times what the cache holds.
+        for i in 0..20_000 {
+            read(&cache, &format!("scan/{i}"));
+            if i % 50 == 0 {
+                // The hot set keeps being read meanwhile, as a CI fleet's common dependencies are.
+                read(&cache, &hot[(i / 50) % hot.len()]);
+            }
+        }
+        let hits = hot.iter().filter(|key| cache.get(&ObjectLookup(1, key.as_str())).is_some()).count();
+        assert!(hits * 10 >= hot.len() * 9, "{hits} of {} hot keys still cached", hot.len());
+    }
+
     fn default_cache_control(value: Option<&str>) -> crate::store::BucketChanges<'_> {
         crate::store::BucketChanges { default_cache_control: Some(value), ..Default::default() }
     }
@@ -920,15 +1012,19 @@ mod tests {
         put(&store, "k", b"bytes").await;
         let bucket = catalog.bucket("bkt").await.unwrap().unwrap();
         let cached = catalog.object(bucket.id, "k").await.unwrap().unwrap();
-        assert!(!cached.headers.contains_key(http::header::CACHE_CONTROL));
+        assert_eq!(cached.fields(true).get(&http::header::CACHE_CONTROL), None);
         let other = open_store(dir.path()).await;
         let name = BucketName::parse("bkt").unwrap();
         other.meta.update_bucket(&name, default_cache_control(Some("max-age=9"))).await.unwrap();
         let entry = catalog.object(bucket.id, "k").await.unwrap().unwrap();
-        assert_eq!(entry.headers[http::header::CACHE_CONTROL], "max-age=9", "the cached entry was evicted");
+        assert_eq!(
+            entry.fields(true).get(&http::header::CACHE_CONTROL),
+            Some(&b"max-age=9"[..]),
+            "the cached entry was evicted"
+        );
         other.meta.update_bucket(&name, default_cache_control(None)).await.unwrap();
         let entry = catalog.object(bucket.id, "k").await.unwrap().unwrap();
-        assert!(!entry.headers.contains_key(http::header::CACHE_CONTROL));
+        assert_eq!(entry.fields(true).get(&http::header::CACHE_CONTROL), None);
     }
 
     #[tokio::test]

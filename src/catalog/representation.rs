@@ -2,7 +2,7 @@
 //! representation headers (RFC 9110 §8) that go on 200, 206 and 304 alike, and the values the handler needs
 //! per request. Pure: no IO.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -13,7 +13,7 @@ use crate::header_values::disposition::{DispositionKind, content_disposition, re
 use crate::header_values::{etag_from_sha256, format_http_date};
 use crate::store::{ObjectRecord, VariantRecord, effective_content_type};
 
-static NOSNIFF: HeaderValue = HeaderValue::from_static("nosniff");
+pub static NOSNIFF: HeaderValue = HeaderValue::from_static("nosniff");
 static BYTES: HeaderValue = HeaderValue::from_static("bytes");
 /// How many tags an object has, on S3 GetObject and HeadObject (boto3 reads it as `TagCount`).
 static TAGGING_COUNT: HeaderName = HeaderName::from_static("x-amz-tagging-count");
@@ -33,18 +33,23 @@ pub struct ObjectEntry {
     /// The effective type: stored, else guessed from the key, else application/octet-stream.
     pub content_type: String,
     pub content_type_value: HeaderValue,
-    /// Content-Type, ETag, Last-Modified, Accept-Ranges, nosniff, Cache-Control, Content-Disposition, Repr-Digest. Shared by
-    /// the responses that add nothing to them (`FileBody::shared_fields`).
-    pub headers: SharedFields,
-    /// The same with the Cache-Control of a private bucket's responses ([`private_cache_control`]), prepared
-    /// here so requests neither parse nor copy it.
-    pub private_headers: SharedFields,
+    /// The Cache-Control the object's responses start from: its own, else its bucket's default.
+    cache_control: Option<Box<str>>,
+    /// Content-Type, ETag, Last-Modified, Accept-Ranges, nosniff, Cache-Control, Content-Disposition, Repr-Digest,
+    /// as a public bucket's responses carry them: made at the first such response ([`ObjectEntry::fields`]), and
+    /// shared by the responses that add nothing to them (`FileBody::shared_fields`).
+    public_fields: OnceLock<SharedFields>,
+    /// The same with the Cache-Control of a private bucket's responses ([`private_cache_control`]). An object is
+    /// in one bucket, so an entry makes one of the two.
+    private_fields: OnceLock<SharedFields>,
     /// The precompressed variants, each with its own strong ETag and Repr-Digest (over its encoded bytes).
     pub variants: Vec<VariantEntry>,
     pub available: Variants,
     /// The `x-amz-*` fields S3 reads answer: the stored user metadata (`x-amz-meta-*`) and, when the object has
     /// tags, `x-amz-tagging-count`.
     pub s3_headers: Vec<(HeaderName, HeaderValue)>,
+    /// [`ObjectEntry::heap_bytes`] when made: what the catalog's bound in bytes counts for it.
+    pub weight: u32,
 }
 
 /// One precompressed variant as the handler sends it.
@@ -76,28 +81,7 @@ impl ObjectEntry {
             .as_deref()
             .and_then(|tag| Some((tag.to_owned(), HeaderValue::from_str(tag).ok()?)))
             .unwrap_or_else(|| (etag.clone(), etag_value.clone()));
-        let mut h = HeaderMap::with_capacity(8);
-        h.insert(header::CONTENT_TYPE, content_type_value.clone());
-        h.insert(header::ETAG, etag_value);
-        h.insert(
-            header::LAST_MODIFIED,
-            HeaderValue::from_str(&format_http_date(last_modified)).expect("an HTTP date is a valid header value"),
-        );
-        h.insert(header::ACCEPT_RANGES, BYTES.clone());
-        h.insert(header::X_CONTENT_TYPE_OPTIONS, NOSNIFF.clone());
-        let cache_control = record.attrs.cache_control.as_deref().or(bucket_cache_control);
-        if let Some(v) = cache_control.and_then(|v| HeaderValue::from_str(v).ok()) {
-            h.insert(header::CACHE_CONTROL, v);
-        }
-        if let Some(v) = record.attrs.content_disposition.as_deref().and_then(|v| disposition_value(v, &record.key)) {
-            h.insert(header::CONTENT_DISPOSITION, v);
-        }
-        if let Some(digest) = repr_digest_sha256(&record.sha256).and_then(|d| HeaderValue::from_str(&d).ok()) {
-            h.insert(REPR_DIGEST.clone(), digest);
-        }
-        let private_cache_control = private_cache_control(cache_control);
-        let mut private_headers = h.clone();
-        private_headers.insert(header::CACHE_CONTROL, private_cache_control);
+        let cache_control = record.attrs.cache_control.as_deref().or(bucket_cache_control).map(Box::from);
         // Names and values were checked on the way in; one that is not a valid field any more is skipped.
         let mut s3_headers: Vec<(HeaderName, HeaderValue)> = record
             .attrs
@@ -121,12 +105,20 @@ impl ObjectEntry {
             last_modified,
             content_type,
             content_type_value,
-            headers: SharedFields::new(h).expect("an object's prepared fields say nothing of a body"),
-            private_headers: SharedFields::new(private_headers).expect("as the public ones"),
+            cache_control,
+            public_fields: OnceLock::new(),
+            private_fields: OnceLock::new(),
             variants: Vec::new(),
             available: Variants::default(),
             s3_headers,
+            weight: 0,
         }
+        .weighed()
+    }
+
+    fn weighed(mut self) -> Self {
+        self.weight = u32::try_from(self.heap_bytes()).unwrap_or(u32::MAX);
+        self
     }
 
     /// Adds the object's stored variants; a row with an encoding this binary does not know is skipped.
@@ -154,7 +146,108 @@ impl ObjectEntry {
                 content_encoding,
             });
         }
-        self
+        self.weighed()
+    }
+
+    /// The prepared fields of a response from a public (`true`) or private bucket, made at the first.
+    pub fn fields(&self, public: bool) -> &SharedFields {
+        let cell = if public { &self.public_fields } else { &self.private_fields };
+        cell.get_or_init(|| self.make_fields(public))
+    }
+
+    fn make_fields(&self, public: bool) -> SharedFields {
+        let mut h = HeaderMap::with_capacity(8);
+        h.insert(header::CONTENT_TYPE, self.content_type_value.clone());
+        h.insert(
+            header::ETAG,
+            HeaderValue::from_str(&self.etag).expect("hex digits in quotes are a valid header value"),
+        );
+        h.insert(
+            header::LAST_MODIFIED,
+            HeaderValue::from_str(&format_http_date(self.last_modified)).expect("an HTTP date is a valid header value"),
+        );
+        h.insert(header::ACCEPT_RANGES, BYTES.clone());
+        h.insert(header::X_CONTENT_TYPE_OPTIONS, NOSNIFF.clone());
+        if !public {
+            h.insert(header::CACHE_CONTROL, private_cache_control(self.cache_control.as_deref()));
+        } else if let Some(v) = self.cache_control.as_deref().and_then(|v| HeaderValue::from_str(v).ok()) {
+            h.insert(header::CACHE_CONTROL, v);
+        }
+        if let Some(v) =
+            self.record.attrs.content_disposition.as_deref().and_then(|v| disposition_value(v, &self.record.key))
+        {
+            h.insert(header::CONTENT_DISPOSITION, v);
+        }
+        if let Some(digest) = repr_digest_sha256(&self.record.sha256).and_then(|d| HeaderValue::from_str(&d).ok()) {
+            h.insert(REPR_DIGEST.clone(), digest);
+        }
+        SharedFields::new(&h).expect("an object's prepared fields say nothing of a body")
+    }
+
+    /// The heap bytes the entry holds (with the one set of prepared fields a response makes), for the catalog's
+    /// bound in bytes: every allocation's length plus a word or two of the allocator's per allocation.
+    pub fn heap_bytes(&self) -> usize {
+        const PER_ALLOCATION: usize = 16;
+        let string = |s: &str| if s.is_empty() { 0 } else { s.len() + PER_ALLOCATION };
+        let value = |v: &HeaderValue| v.len() + 2 * PER_ALLOCATION;
+        let attrs = &self.record.attrs;
+        let map = |m: &std::collections::BTreeMap<String, String>| {
+            m.iter().map(|(k, v)| string(k) + string(v) + 3 * std::mem::size_of::<usize>()).sum::<usize>()
+        };
+        let record = string(&self.record.key)
+            + string(&self.record.sha256)
+            + attrs.content_type.as_deref().map_or(0, string)
+            + attrs.cache_control.as_deref().map_or(0, string)
+            + attrs.content_disposition.as_deref().map_or(0, string)
+            + map(&attrs.user_metadata)
+            + map(&attrs.tags)
+            + self.record.s3_etag.as_deref().map_or(0, string)
+            + self.record.part_sizes.as_ref().map_or(0, |p| p.len() * 8 + PER_ALLOCATION)
+            + self.record.checksum.as_ref().map_or(0, |_| PER_ALLOCATION * 4);
+        let variants = self
+            .variants
+            .iter()
+            .map(|v| {
+                std::mem::size_of::<VariantEntry>()
+                    + string(&v.sha256)
+                    + string(&v.etag)
+                    + value(&v.etag_value)
+                    + v.repr_digest.as_ref().map_or(0, value)
+            })
+            .sum::<usize>();
+        let s3_headers = self.s3_headers.iter().map(|(n, v)| n.as_str().len() + value(v) + 64).sum::<usize>();
+        std::mem::size_of::<Self>()
+            + PER_ALLOCATION
+            + record
+            + string(&self.object_ref.key)
+            + PER_ALLOCATION
+            + string(&self.etag)
+            + string(&self.s3_etag)
+            + value(&self.s3_etag_value)
+            + string(&self.content_type)
+            + value(&self.content_type_value)
+            + self.cache_control.as_deref().map_or(0, string)
+            + variants
+            + s3_headers
+            + self.fields_estimate()
+    }
+
+    /// The prepared fields are made after the entry is weighed (at its first response): what they will take.
+    /// Their lines without the variable values (names, `: `, `\r\n`, and the date, `bytes`, `nosniff` and the
+    /// digest), a span of 12 bytes per line, the `Arc`'d pair of boxes; then the variable values (a
+    /// Content-Disposition at most doubles its value and adds the key twice as filename and filename*).
+    fn fields_estimate(&self) -> usize {
+        let attrs = &self.record.attrs;
+        const PER_ALLOCATION: usize = 16;
+        const FIXED_LINES: usize = 194;
+        3 * PER_ALLOCATION
+            + 48
+            + 8 * 12
+            + FIXED_LINES
+            + self.etag.len()
+            + self.content_type.len()
+            + self.cache_control.as_deref().map_or(0, |c| 17 + "private, ".len() + c.len())
+            + attrs.content_disposition.as_deref().map_or(0, |d| 23 + 2 * d.len() + 3 * self.record.key.len())
     }
 
     /// The stored variant in `coding`; `None` for identity (the object itself) or a coding it lacks.
@@ -240,6 +333,11 @@ mod tests {
     use super::*;
     use crate::names::ObjectAttrs;
 
+    /// The value of the prepared field `name`, which must be there.
+    fn field<'a>(fields: &'a SharedFields, name: &HeaderName) -> &'a str {
+        std::str::from_utf8(fields.get(name).unwrap_or_else(|| panic!("no {name}"))).unwrap()
+    }
+
     fn record(attrs: ObjectAttrs) -> ObjectRecord {
         ObjectRecord {
             bucket_id: 1,
@@ -267,11 +365,15 @@ mod tests {
             Some("no-cache"),
         );
         assert_eq!(e.content_type, "application/pdf");
-        assert_eq!(e.headers[header::ETAG], format!("\"{}\"", e.record.sha256).as_str());
-        assert_eq!(e.headers[header::LAST_MODIFIED], "Tue, 14 Nov 2023 22:13:20 GMT");
-        assert_eq!(e.headers[header::CACHE_CONTROL], "max-age=60", "the object's own value beats the bucket's");
-        assert_eq!(e.headers[&REPR_DIGEST], "sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:");
-        let cd = e.headers[header::CONTENT_DISPOSITION].to_str().unwrap();
+        assert_eq!(field(e.fields(true), &header::ETAG), format!("\"{}\"", e.record.sha256).as_str());
+        assert_eq!(field(e.fields(true), &header::LAST_MODIFIED), "Tue, 14 Nov 2023 22:13:20 GMT");
+        assert_eq!(
+            field(e.fields(true), &header::CACHE_CONTROL),
+            "max-age=60",
+            "the object's own value beats the bucket's"
+        );
+        assert_eq!(field(e.fields(true), &REPR_DIGEST), "sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:");
+        let cd = field(e.fields(true), &header::CONTENT_DISPOSITION);
         assert!(cd.starts_with("attachment; filename=\"r_sum_.pdf\"; filename*=UTF-8''r%C3%A9sum%C3%A9.pdf"), "{cd}");
         assert_eq!(&*e.object_ref.key, "dir/résumé.pdf");
     }
@@ -280,12 +382,16 @@ mod tests {
     fn s3_requests_see_the_stored_s3_etag_and_else_the_native_one() {
         let native = ObjectEntry::new(record(ObjectAttrs::default()), None);
         assert_eq!(native.s3_etag, native.etag);
-        assert_eq!(native.s3_etag_value, native.headers[header::ETAG]);
+        assert_eq!(native.s3_etag_value, field(native.fields(true), &header::ETAG));
         let md5 = "\"d41d8cd98f00b204e9800998ecf8427e\"";
         let stored =
             ObjectEntry::new(ObjectRecord { s3_etag: Some(md5.into()), ..record(ObjectAttrs::default()) }, None);
         assert_eq!((stored.s3_etag.as_str(), stored.s3_etag_value.to_str().unwrap()), (md5, md5));
-        assert_eq!(stored.headers[header::ETAG], stored.etag.as_str(), "native responses keep the native ETag");
+        assert_eq!(
+            field(stored.fields(true), &header::ETAG),
+            stored.etag.as_str(),
+            "native responses keep the native ETag"
+        );
     }
 
     #[test]
@@ -325,12 +431,12 @@ mod tests {
             }),
             None,
         );
-        assert_eq!(e.headers[header::CACHE_CONTROL], "public, max-age=31536000, immutable");
-        assert_eq!(e.private_headers[header::CACHE_CONTROL], "private, max-age=31536000, immutable");
+        assert_eq!(field(e.fields(true), &header::CACHE_CONTROL), "public, max-age=31536000, immutable");
+        assert_eq!(field(e.fields(false), &header::CACHE_CONTROL), "private, max-age=31536000, immutable");
         // A bucket default goes through the same filter, or a private object with no value of its own would leak.
         let e = ObjectEntry::new(record(ObjectAttrs::default()), Some("public, s-maxage=600, max-age=60"));
-        assert_eq!(e.headers[header::CACHE_CONTROL], "public, s-maxage=600, max-age=60");
-        assert_eq!(e.private_headers[header::CACHE_CONTROL], "private, max-age=60");
+        assert_eq!(field(e.fields(true), &header::CACHE_CONTROL), "public, s-maxage=600, max-age=60");
+        assert_eq!(field(e.fields(false), &header::CACHE_CONTROL), "private, max-age=60");
     }
 
     mod properties {
@@ -383,12 +489,38 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_is_weighed_at_least_as_its_prepared_fields_take_and_a_plain_one_below_two_kilobytes() {
+        let plain = ObjectEntry::new(record(ObjectAttrs::default()), None);
+        let full = ObjectEntry::new(
+            record(ObjectAttrs {
+                content_type: Some("text/plain; charset=utf-8".into()),
+                cache_control: Some("public, max-age=31536000, immutable".into()),
+                content_disposition: Some("attachment; filename=\"résumé.pdf\"".into()),
+                ..ObjectAttrs::default()
+            }),
+            Some("max-age=5"),
+        );
+        for e in [&plain, &full] {
+            for public in [true, false] {
+                let made = e.fields(public).heap_bytes();
+                assert!(made <= e.fields_estimate(), "{made} > {} for {:?}", e.fields_estimate(), e.record.attrs);
+            }
+        }
+        // Two prebuilt header maps took some 5 KB.
+        assert!(plain.heap_bytes() < 2048, "{}", plain.heap_bytes());
+    }
+
+    #[test]
     fn absent_attributes_leave_their_headers_out() {
         let e = ObjectEntry::new(record(ObjectAttrs::default()), None);
-        assert!(!e.headers.contains_key(header::CACHE_CONTROL));
+        assert_eq!(e.fields(true).get(&header::CACHE_CONTROL), None);
         let defaulted = ObjectEntry::new(record(ObjectAttrs::default()), Some("public, max-age=300"));
-        assert_eq!(defaulted.headers[header::CACHE_CONTROL], "public, max-age=300", "the bucket's default applies");
-        assert!(!e.headers.contains_key(header::CONTENT_DISPOSITION));
+        assert_eq!(
+            field(defaulted.fields(true), &header::CACHE_CONTROL),
+            "public, max-age=300",
+            "the bucket's default applies"
+        );
+        assert_eq!(e.fields(true).get(&header::CONTENT_DISPOSITION), None);
         assert_eq!(disposition_value("inline; filename=x", "a/b").unwrap(), "inline; filename=x");
     }
 }

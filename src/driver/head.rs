@@ -502,7 +502,7 @@ pub fn write_response_head(
     out.extend_from_slice(b"\r\n");
     match shared {
         Some(shared) if shared.overlap(headers) => {
-            write_fields(out, shared.iter().filter(|(name, _)| !headers.contains_key(*name)));
+            shared.write_except(out, headers);
         }
         Some(shared) => out.extend_from_slice(shared.wire()),
         None => {}
@@ -783,7 +783,7 @@ mod tests {
         shared.insert(header::ETAG, HeaderValue::from_static("\"a\""));
         shared.append(header::CACHE_CONTROL, HeaderValue::from_static("max-age=1"));
         shared.append(header::CACHE_CONTROL, HeaderValue::from_static("immutable"));
-        let shared = SharedFields::new(shared).unwrap();
+        let shared = SharedFields::new(&shared).unwrap();
         let mut own = HeaderMap::new();
         own.insert(header::CONTENT_LENGTH, HeaderValue::from_static("5"));
         own.insert(header::CACHE_CONTROL, HeaderValue::from_static("private"));

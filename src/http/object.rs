@@ -18,7 +18,6 @@
 //!    `FileBody` as an extension); the driver sends its regions with sendfile (an error document too: one whole
 //!    region, with 404).
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -36,10 +35,10 @@ use super::website::{self, Plan};
 use super::{DataState, NativeRead};
 use crate::access_log::Principal;
 use crate::auth::{AuthError, Credentials};
-use crate::catalog::representation::{ObjectEntry, REPR_DIGEST, disposition_value, private_cache_control};
+use crate::catalog::representation::{NOSNIFF, ObjectEntry, REPR_DIGEST, disposition_value, private_cache_control};
 use crate::catalog::{self, BlobError, BlobFile};
 use crate::driver::{Answer, FileAnswer, RequestHead};
-use crate::file_body::{DownloadKind, FileBody, Segment, Segments};
+use crate::file_body::{DownloadKind, FileBody, Segment, Segments, SharedFields};
 use crate::header_values::checksum;
 use crate::header_values::fields::{self, Fields};
 use crate::names::{BucketName, Website, parse_data_path};
@@ -194,9 +193,7 @@ async fn error_document_response(app: &DataState, bucket: &Bucket, entry: &Objec
     };
     let mut h = http::HeaderMap::new();
     h.insert(header::CONTENT_TYPE, entry.content_type_value.clone());
-    if let Some(nosniff) = entry.headers.get(header::X_CONTENT_TYPE_OPTIONS) {
-        h.insert(header::X_CONTENT_TYPE_OPTIONS, nosniff.clone());
-    }
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, NOSNIFF.clone());
     h.insert(header::CACHE_CONTROL, miss_cache_control(bucket));
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(body.total_len()));
     super::cors::vary_on_origin(bucket, &mut h);
@@ -264,8 +261,8 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
 
     // The catalog's prepared fields for this bucket's responses, shared with every other response until this
     // request changes one (then copied once): a plain download copies no header.
-    let prepared = if grant_bucket.public { &entry.headers } else { &entry.private_headers };
-    let mut representation = Cow::Borrowed(&**prepared);
+    let prepared = entry.fields(grant_bucket.public);
+    let mut representation = Representation::Shared(prepared);
     if grant_bucket.cors.is_some() {
         super::cors::vary_on_origin(grant_bucket, representation.to_mut());
     }
@@ -414,14 +411,14 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         kind,
         object: entry.object_ref.clone(),
         encoding: variant.map_or("identity", |v| v.coding.token()),
-        shared_fields: matches!(representation, Cow::Borrowed(_)).then(|| prepared.clone()),
+        shared_fields: matches!(representation, Representation::Shared(_)).then(|| prepared.clone()),
         fill,
     };
 
     // With shared fields a whole object's response has no fields of its own: the driver writes Content-Length.
     let mut headers = match representation {
-        Cow::Owned(fields) => fields,
-        Cow::Borrowed(_) => http::HeaderMap::new(),
+        Representation::Own(fields) => fields,
+        Representation::Shared(_) => http::HeaderMap::new(),
     };
     if let Some(v) = content_type {
         headers.insert(header::CONTENT_TYPE, v);
@@ -430,6 +427,32 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         headers.insert(header::CONTENT_RANGE, v);
     }
     Ok(Answer::File(FileAnswer { status, headers, body, principal }))
+}
+
+/// A response's representation fields: the entry's prepared ones as they are, until the request changes one, then
+/// a map of its own (made once, from them).
+enum Representation<'a> {
+    Shared(&'a SharedFields),
+    Own(http::HeaderMap),
+}
+
+impl Representation<'_> {
+    fn to_mut(&mut self) -> &mut http::HeaderMap {
+        if let Representation::Shared(shared) = self {
+            *self = Representation::Own(shared.to_header_map());
+        }
+        match self {
+            Representation::Own(fields) => fields,
+            Representation::Shared(_) => unreachable!("made its own above"),
+        }
+    }
+
+    fn into_owned(self) -> http::HeaderMap {
+        match self {
+            Representation::Shared(shared) => shared.to_header_map(),
+            Representation::Own(fields) => fields,
+        }
+    }
 }
 
 /// Why the blob `sha256` of `entry` (the object or one of its variants) cannot be sent: a missing or unreadable file

@@ -496,8 +496,9 @@ async fn object_subresource(
         Operation::GetObjectAttributes => {
             let attributes = object_attributes(&entry, &wanted.unwrap_or_default());
             let mut response = xml_response(crate::s3::xml::object_attributes(&attributes));
-            if let Some(value) = entry.headers.get(header::LAST_MODIFIED) {
-                response.headers_mut().insert(header::LAST_MODIFIED, value.clone());
+            let last_modified = crate::header_values::format_http_date(entry.last_modified);
+            if let Ok(value) = HeaderValue::from_str(&last_modified) {
+                response.headers_mut().insert(header::LAST_MODIFIED, value);
             }
             return Ok(with_principal(app, response, &allowed));
         }
