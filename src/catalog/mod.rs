@@ -408,6 +408,9 @@ impl Catalog {
         if let Some(hit) = self.cached(&self.objects, &ObjectLookup(bucket_id, key)) {
             return answered(Ok(hit));
         }
+        if let Some(found) = self.object_now(bucket_id, key) {
+            return answered(Ok(found));
+        }
         looked_up(async move {
             let lookup = ObjectLookup(bucket_id, key);
             self.read_through(
@@ -425,6 +428,24 @@ impl Catalog {
             )
             .await
         })
+    }
+
+    /// A miss read on this thread, as `read_through` reads one, when the backend can (SQLite) and the caches need
+    /// no catch-up with the feed first; `None` sends the caller to the awaited path.
+    fn object_now(&self, bucket_id: i64, key: &str) -> Option<Option<Arc<ObjectEntry>>> {
+        if self.feed.current() != self.synced.load(Ordering::Acquire) {
+            return None;
+        }
+        let stamp = self.stamp();
+        let found = self.meta.object_with_bucket_default_now(bucket_id, key)?;
+        let found = found.map(|(record, default, variants)| {
+            Arc::new(ObjectEntry::new(record, default.as_deref()).with_variants(variants))
+        });
+        self.objects.insert((bucket_id, key.to_owned()), found.clone());
+        if self.stamp() != stamp {
+            self.objects.remove(&ObjectLookup(bucket_id, key));
+        }
+        Some(found)
     }
 
     pub fn token<'a>(&'a self, id: &'a str) -> Lookup<'a, Result<Option<Arc<TokenRecord>>, MetadataError>> {
@@ -945,6 +966,22 @@ mod tests {
         let staged = store.blobs.stage_bytes(bytes);
         let b = BucketName::parse("bkt").unwrap();
         store.put(&b, &ObjectKey::parse(key).unwrap(), staged, ObjectAttrs::default()).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_miss_on_sqlite_is_read_on_the_requests_thread_and_answered_without_awaiting() {
+        let (_dir, store, catalog) = setup().await;
+        let bucket = catalog.bucket("bkt").await.unwrap().expect("bucket");
+        put(&store, "k", b"one").await;
+        // The put's change is applied by the next lookup, which awaits; after it the caches are in step.
+        let _ = catalog.object(bucket.id, "other").await.unwrap();
+        for key in ["k", "absent"] {
+            let answer = at_once(catalog.object(bucket.id, key)).unwrap_or_else(|_| panic!("{key}: a trip"));
+            assert_eq!(answer.unwrap().map(|e| e.record.size), (key == "k").then_some(3), "{key}");
+        }
+        put(&store, "k", b"second").await;
+        let changed = catalog.object(bucket.id, "k").await.unwrap().unwrap();
+        assert_eq!(changed.record.size, 6, "the change evicted it and the next read saw it");
     }
 
     on_both_backends!(writes_are_seen_by_the_next_read);

@@ -1085,7 +1085,13 @@ fn a_delete_on_one_replica_during_a_cold_download_on_the_other_completes_byte_ex
 #[test]
 fn overwriting_latest_while_a_client_downloads_it_keeps_that_download_whole() {
     let store = Store::start(S3Upstream::moto());
-    let store_env = store.env(&[("BLOBGATE_TIMEOUTS__SWEEP_GRACE", "20s")]);
+    // The held fetch waits for the overwrite, a GET and three seconds: under load that can pass the default 5 s
+    // a fetch may wait for its first byte, and the download would end early for that, not for the overwrite.
+    let store_env = store.env(&[
+        ("BLOBGATE_TIMEOUTS__SWEEP_GRACE", "20s"),
+        ("BLOBGATE_BLOB_STORE__TIMEOUTS__FIRST_BYTE", "60s"),
+        ("BLOBGATE_BLOB_STORE__TIMEOUTS__IDLE", "60s"),
+    ]);
     let env = TestEnv::new();
     env.bucket("pub", true);
     let token = env.token("pub", "write", &[]);

@@ -22,7 +22,7 @@
 //!
 //! Submodules: `pool` (open, read-only open, close), `migrations` (this binary's migrations against the
 //! database's: applied, tolerated, refused), `objects` (buckets and objects), `auth` (tokens, signing keys, revoked
-//! signatures), `stats` (download counters), `s3_keys` (S3 access keys, sealed), `variants` (precompressed variants
+//! signatures), `stats` (download counters), `thread_reads` (SQLite reads on the calling thread), `s3_keys` (S3 access keys, sealed), `variants` (precompressed variants
 //! of objects), `multipart` (S3 uploads in progress, their parts, multipart ETags), `copy` (`db copy`), `changes`
 //! (the change feed, over the `generation` counter).
 
@@ -55,6 +55,14 @@ macro_rules! from_row {
     ($name:ident { $($field:ident),* $(,)? } $(flatten { $($inner:ident: $ty:ty),* $(,)? })?) => {
         from_row!(@for ::sqlx::sqlite::SqliteRow; $name { $($field),* } $($($inner: $ty),*)?);
         from_row!(@for ::sqlx::postgres::PgRow; $name { $($field),* } $($($inner: $ty),*)?);
+        impl $crate::store::metadata::thread_reads::ReadRow for $name {
+            fn read_row(row: &::rusqlite::Row<'_>) -> ::rusqlite::Result<Self> {
+                Ok(Self {
+                    $($field: row.get(stringify!($field))?,)*
+                    $($($inner: <$ty as $crate::store::metadata::thread_reads::ReadRow>::read_row(row)?,)*)?
+                })
+            }
+        }
     };
     (@for $row:ty; $name:ident { $($field:ident),* } $($inner:ident: $ty:ty),*) => {
         impl<'r> ::sqlx::FromRow<'r, $row> for $name {
@@ -107,6 +115,7 @@ mod pool;
 mod retirements;
 mod s3_keys;
 mod stats;
+mod thread_reads;
 mod variants;
 
 use std::sync::Arc;
@@ -188,6 +197,8 @@ pub struct Metadata {
     secrets_key: Option<Arc<SecretsKey>>,
     /// The schema's migrations as the open found them (after migrating, for `open`).
     migrations: Arc<MigrationStatus>,
+    /// SQLite: reads on the calling thread, for a cache miss (`thread_reads`).
+    thread_readers: Option<Arc<thread_reads::ThreadReaders>>,
 }
 
 /// The database behind [`Metadata`]. An enum rather than a trait object: every operation is a plain `match`

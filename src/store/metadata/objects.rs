@@ -2,6 +2,7 @@
 //! under a prefix from a start key), upserts leave an identical row alone, and S3 user metadata and tags are
 //! stored with the object.
 
+use super::thread_reads::ReadRow;
 use super::variants::VariantRecord;
 use super::{Metadata, MetadataError, WriteTx};
 use std::collections::BTreeMap;
@@ -187,6 +188,9 @@ impl From<ObjectRow> for ObjectRecord {
     }
 }
 
+/// An object, its bucket's default Cache-Control, and its variants: what a cache miss reads.
+pub type ObjectWithDefault = (ObjectRecord, Option<String>, Vec<VariantRecord>);
+
 /// The object lookup of a cache miss: the object with its S3 ETag, its bucket's default Cache-Control, and one
 /// row per variant (NULLs when it has none), in encoding order.
 static OBJECT_WITH_VARIANTS: LazyLock<String> = LazyLock::new(|| {
@@ -211,7 +215,7 @@ from_row!(ObjectWithVariantRow { default_cache_control, variant_encoding, varian
 
 impl ObjectWithVariantRow {
     /// The object (from the first row: every row repeats it) with its bucket's default and its variants.
-    fn assemble(rows: Vec<Self>) -> Option<(ObjectRecord, Option<String>, Vec<VariantRecord>)> {
+    fn assemble(rows: Vec<Self>) -> Option<ObjectWithDefault> {
         let mut variants = Vec::new();
         let mut first = None;
         for row in rows {
@@ -340,11 +344,21 @@ impl Metadata {
         &self,
         bucket_id: i64,
         key: &str,
-    ) -> Result<Option<(ObjectRecord, Option<String>, Vec<VariantRecord>)>, MetadataError> {
+    ) -> Result<Option<ObjectWithDefault>, MetadataError> {
         let rows: Vec<ObjectWithVariantRow> = with_pool!(&self.backend, pool => {
             sqlx::query_as(OBJECT_WITH_VARIANTS.as_str()).bind(bucket_id).bind(key).fetch_all(pool).await?
         });
         Ok(ObjectWithVariantRow::assemble(rows))
+    }
+
+    /// [`Metadata::object_with_bucket_default`] on the calling thread, without awaiting (SQLite: `thread_reads`);
+    /// `None` when the backend cannot (PostgreSQL) or the read failed, and the caller then awaits that one.
+    pub fn object_with_bucket_default_now(&self, bucket_id: i64, key: &str) -> Option<Option<ObjectWithDefault>> {
+        self.thread_readers.as_ref()?.read("object", |connection| {
+            let mut statement = connection.prepare_cached(&OBJECT_WITH_VARIANTS)?;
+            let rows = statement.query_map((bucket_id, key), ObjectWithVariantRow::read_row)?;
+            Ok(ObjectWithVariantRow::assemble(rows.collect::<Result<Vec<_>, _>>()?))
+        })
     }
 
     /// One page of a bucket's objects whose keys start with `prefix`, in key order, after the key `after` (the

@@ -16,12 +16,18 @@ use sqlx::{ConnectOptions, Connection};
 
 use super::generation::Generation;
 use super::migrations::{self, SchemaError};
+use super::thread_reads::ThreadReaders;
 use super::{Backend, ChangeFeed, Metadata};
 use crate::config::{DatabaseTimeouts, DatabaseUrl, PostgresUrl};
 
 /// How long opening a PostgreSQL database may take (a host that drops packets would otherwise hang a start for
 /// the kernel's TCP timeout, minutes), and how long any later wait for a pooled connection may take.
 pub const PG_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// SQLite's memory map of the database: its compile-time maximum (`SQLITE_MAX_MMAP_SIZE`, just under 2 GiB), so
+/// a catalog of millions of objects is read through the map, not copied page by page with pread. Address space
+/// only: the pages are the page cache's, shared by every connection.
+pub(super) const SQLITE_MMAP_BYTES: i64 = 0x7fff_0000;
 
 impl Metadata {
     /// Opens (creating if needed) the database and applies the embedded migrations: see `migrations.rs` for the
@@ -36,13 +42,14 @@ impl Metadata {
         timeouts: impl Into<DatabaseTimeouts>,
     ) -> anyhow::Result<Self> {
         let timeouts = timeouts.into();
-        let (backend, generation) = match database {
+        let (backend, generation, thread_readers) = match database {
             DatabaseUrl::Sqlite(path) => {
                 let generation = Generation::open(data_dir)?;
-                (Backend::Sqlite(open_sqlite(path, timeouts).await?), generation)
+                let readers = Arc::new(ThreadReaders::new(path.clone()));
+                (Backend::Sqlite(open_sqlite(path, timeouts).await?), generation, Some(readers))
             }
             DatabaseUrl::Postgres(url) => {
-                (Backend::Postgres(open_postgres(url, false, timeouts).await?), Generation::local())
+                (Backend::Postgres(open_postgres(url, false, timeouts).await?), Generation::local(), None)
             }
         };
         let migrations = migrations::migrate(&backend).await.map_err(|e| match e.downcast::<SchemaError>() {
@@ -50,7 +57,14 @@ impl Metadata {
             Err(e) => e.context(format!("cannot apply the migrations to {database}")),
         })?;
         let feed = ChangeFeed::new(Arc::new(generation), backend.clone());
-        Ok(Self { feed, backend, read_only: false, secrets_key: None, migrations: Arc::new(migrations) })
+        Ok(Self {
+            feed,
+            backend,
+            read_only: false,
+            secrets_key: None,
+            migrations: Arc::new(migrations),
+            thread_readers,
+        })
     }
 
     /// Opens an existing database for reading only: no migrations, no writes, no files created, so it works in a
@@ -66,7 +80,7 @@ impl Metadata {
         // Nothing is written, so nothing needs to reach other processes: a private counter.
         let generation = Arc::new(Generation::local());
         let feed = ChangeFeed::new(generation, backend.clone());
-        Ok(Self { feed, backend, read_only: true, secrets_key: None, migrations })
+        Ok(Self { feed, backend, read_only: true, secrets_key: None, migrations, thread_readers: None })
     }
 
     /// Whether the link to the database may cross a network in clear (see [`plaintext_may_leave_host`]): `serve`
@@ -149,12 +163,15 @@ async fn open_sqlite(path: &Path, timeouts: DatabaseTimeouts) -> anyhow::Result<
         .synchronous(SqliteSynchronous::Normal)
         .busy_timeout(timeouts.busy)
         // Pages come from a shared mapping instead of pread64 copies into each connection's cache.
-        .pragma("mmap_size", "268435456")
+        .pragma("mmap_size", SQLITE_MMAP_BYTES.to_string())
         .foreign_keys(true);
     // Few connections: the hot path reads from in-memory caches, and every connection loads the schema
     // with page reads of its own.
     SqlitePoolOptions::new()
         .max_connections(4)
+        // A local file's connection does not go stale, and sqlx's check before each use is one more trip to the
+        // connection's thread.
+        .test_before_acquire(false)
         .acquire_timeout(timeouts.acquire)
         .connect_with(options)
         .await
@@ -332,7 +349,7 @@ async fn open_sqlite_read_only(path: &Path, timeouts: DatabaseTimeouts) -> anyho
         .read_only(true)
         .immutable(!live_wal)
         .busy_timeout(timeouts.busy)
-        .pragma("mmap_size", "268435456");
+        .pragma("mmap_size", SQLITE_MMAP_BYTES.to_string());
     SqlitePoolOptions::new()
         .max_connections(1)
         .acquire_timeout(timeouts.acquire)

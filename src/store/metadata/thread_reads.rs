@@ -1,0 +1,84 @@
+//! SQLite reads on the calling thread: a read-only connection of its own per thread that reads (the runtime's
+//! workers), for the lookup a cache miss makes. sqlx runs each SQLite connection on a worker thread of its own and
+//! hands it every statement over a channel, so a read through the pool costs two thread hops and their wake-ups;
+//! here it costs the B-tree probes alone, through the same memory map. Such a read never waits: the connection has
+//! no busy timeout, WAL readers do not wait for writers, and a read that fails for any reason (busy while the
+//! WAL index is rebuilt, a connection that cannot open) answers `None`, and the caller reads through the pool.
+//! rusqlite for the connection, on the same `libsqlite3-sys` as sqlx: one SQLite in the binary.
+
+use std::cell::RefCell;
+use std::path::PathBuf;
+
+use rusqlite::{Connection, OpenFlags};
+use thread_local::ThreadLocal;
+
+/// The per-thread read connections to one database file.
+pub(super) struct ThreadReaders {
+    path: PathBuf,
+    connections: ThreadLocal<RefCell<Option<Connection>>>,
+}
+
+impl ThreadReaders {
+    pub(super) fn new(path: PathBuf) -> Self {
+        Self { path, connections: ThreadLocal::new() }
+    }
+
+    /// `read` on this thread's connection (opened at its first read), or `None` if it failed.
+    pub(super) fn read<T>(&self, what: &str, read: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Option<T> {
+        let cell = self.connections.get_or(|| RefCell::new(None));
+        // A read never calls back into another on the same thread; if one did, it would take the pool instead.
+        let mut slot = cell.try_borrow_mut().ok()?;
+        if slot.is_none() {
+            *slot = open(&self.path)
+                .map_err(|e| tracing::debug!(error = %e, "cannot open a thread's read connection"))
+                .ok();
+        }
+        let connection = slot.as_ref()?;
+        read(connection)
+            .map_err(|e| tracing::debug!(error = %e, what, "a read on this thread failed; through the pool"))
+            .ok()
+    }
+}
+
+fn open(path: &std::path::Path) -> rusqlite::Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let connection = Connection::open_with_flags(path, flags)?;
+    connection.pragma_update(None, "mmap_size", super::pool::SQLITE_MMAP_BYTES)?;
+    // No busy timeout (SQLite's default): a busy read fails at once, and the caller goes through the pool.
+    connection.set_prepared_statement_cache_capacity(8);
+    Ok(connection)
+}
+
+/// A row type that reads itself from a rusqlite row by column name, as `sqlx::FromRow` does (`from_row!` writes
+/// both).
+pub(super) trait ReadRow: Sized {
+    fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_opens_its_connection_once_and_a_missing_database_answers_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite");
+        let missing = ThreadReaders::new(path.clone());
+        assert_eq!(missing.read("probe", |c| c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))), None);
+        let writer = Connection::open(&path).unwrap();
+        writer.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t (v INTEGER); INSERT INTO t VALUES (7);").unwrap();
+        let readers = ThreadReaders::new(path);
+        let read = || readers.read("t", |c| c.query_row("SELECT v FROM t", [], |r| r.get::<_, i64>(0)));
+        assert_eq!(read(), Some(7));
+        writer.execute("UPDATE t SET v = 8", []).unwrap();
+        assert_eq!(read(), Some(8), "each read sees the last commit");
+        // A write lock held open does not keep a WAL reader from the last commit, nor make it wait.
+        writer.execute_batch("BEGIN IMMEDIATE; UPDATE t SET v = 9;").unwrap();
+        assert_eq!(read(), Some(8));
+        writer.execute_batch("COMMIT").unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| assert_eq!(read(), Some(9), "another thread, its own connection"));
+        });
+        assert!(readers.read("a write", |c| c.execute("UPDATE t SET v = 1", [])).is_none(), "read-only");
+    }
+}
