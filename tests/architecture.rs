@@ -353,20 +353,22 @@ fn line_at(text: &str, at: usize) -> usize {
     text[..at].matches('\n').count() + 1
 }
 
-/// The metadata seam: every query, row type and pool stays behind `store::Metadata`, so `sqlx` (a path through
-/// it, `use sqlx`, a derive) in code anywhere else is a leak. Comments and strings (a log filter's "sqlx") are
+/// The metadata seam: every query, row type and pool stays behind `store::Metadata`, so `sqlx` or `rusqlite` (a
+/// path through it, a `use`, a derive) in code anywhere else is a leak. Comments and strings (a log filter's "sqlx") are
 /// not code.
 fn stray_sqlx(sources: &[Source]) -> Vec<String> {
     let mut problems = Vec::new();
     for source in sources.iter().filter(|s| !s.shown.starts_with("src/store/metadata/")) {
         let code = code_only(&source.text);
-        for at in words(&code, "sqlx") {
-            let line = line_at(&code, at);
-            problems.push(format!(
-                "{}:{line}: sqlx outside src/store/metadata/: move this behind `store::Metadata`: {}",
-                source.shown,
-                source.line(line)
-            ));
+        for crate_name in ["sqlx", "rusqlite"] {
+            for at in words(&code, crate_name) {
+                let line = line_at(&code, at);
+                problems.push(format!(
+                    "{}:{line}: {crate_name} outside src/store/metadata/: move this behind `store::Metadata`: {}",
+                    source.shown,
+                    source.line(line)
+                ));
+            }
         }
     }
     problems
@@ -1070,7 +1072,7 @@ fn unlisted_unsafe_files(markdown: &str, sources: &[Source]) -> Vec<String> {
 const PURE_FILES: (&str, &str) = ("Pure logic does no IO", "Pure");
 
 /// What IO looks like in code: files, sockets, processes, the blocking pool, the database and the object store.
-const IO_WORDS: [&str; 15] = [
+const IO_WORDS: [&str; 16] = [
     "std::fs",
     "tokio::fs",
     "tokio::net",
@@ -1083,6 +1085,7 @@ const IO_WORDS: [&str; 15] = [
     "UnixStream",
     "spawn_blocking",
     "sqlx",
+    "rusqlite",
     "object_store",
     "reqwest",
     "libc",
