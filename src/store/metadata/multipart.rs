@@ -390,8 +390,13 @@ impl WriteTx {
         now: i64,
         forget_before: i64,
     ) -> Result<(), MetadataError> {
-        with_tx!(&mut self.tx, tx => sqlx::query("DELETE FROM multipart_completions WHERE completed_at < $1")
+        // At most a batch per completion: a burst of completions long ago must not all go in one write.
+        with_tx!(&mut self.tx, tx => sqlx::query(
+            "DELETE FROM multipart_completions WHERE upload_id IN
+                 (SELECT upload_id FROM multipart_completions WHERE completed_at < $1 LIMIT $2)",
+        )
             .bind(forget_before)
+            .bind(super::PRUNE_ON_WRITE)
             .execute(&mut **tx)
             .await?
             .rows_affected());
