@@ -157,8 +157,8 @@ pub enum BucketDeletion {
 /// many retired blobs wait for one commit.
 const DELETE_BATCH: u32 = 500;
 
-/// Blobs (or part files) a sweep checks per query and retires per write transaction: bounds the lock hold and the
-/// hashes in memory, however many blobs the data dir holds.
+/// Blobs (or part files) a sweep checks per query: bounds the hashes in memory and a query's cost, however many
+/// blobs the data dir holds.
 const SWEEP_BATCH: usize = 500;
 
 /// Unreferenced blobs retired (or decided for deletion from an object store) per write transaction: a rename or a
@@ -625,7 +625,7 @@ impl Store {
         // died): restore it. Otherwise its delete committed, and only the unlink was left to do.
         let mut retired = retired.into_iter().peekable();
         while retired.peek().is_some() {
-            let batch: Vec<blobs::RetiredBlob> = retired.by_ref().take(SWEEP_BATCH).collect();
+            let batch: Vec<blobs::RetiredBlob> = retired.by_ref().take(RETIRE_BATCH).collect();
             let hashes: Vec<String> = batch.iter().map(|r| r.sha256().to_owned()).collect();
             let mut tx = self.meta.lock_blob_refs().await?;
             let referenced = tx.referenced_blobs(&hashes).await?;
@@ -644,8 +644,8 @@ impl Store {
 
     /// Removes blobs that no object references and part files that no upload names: a server runs it in the
     /// background, at start and now and then (`serve`), as its time grows with the number of blobs. The walk goes
-    /// [`SWEEP_BATCH`] blobs at a time: one query outside any transaction finds the unreferenced ones, then one
-    /// write transaction re-checks and retires them, so no lock hold grows with the number of blobs. Safe beside
+    /// [`SWEEP_BATCH`] blobs at a time: one query outside any transaction finds the unreferenced ones, then write
+    /// transactions of at most [`RETIRE_BATCH`] re-check and retire them, so no lock hold grows with their number. Safe beside
     /// live peers: a blob goes only when idle for `grace` and still unreferenced under the blob-reference lock.
     pub async fn sweep_blobs(&self, grace: Duration) -> anyhow::Result<SweepReport> {
         // The walk runs on a blocking thread and hands over one batch at a time (at most two wait).
@@ -1250,7 +1250,7 @@ mod tests {
             })
             .unwrap();
         assert_eq!(batches, [SWEEP_BATCH, SWEEP_BATCH, SWEEP_BATCH, 8], "the planted blobs and the kept one");
-        // One full batch alone: its query, and its re-check and retire under the write lock.
+        // One full batch alone: its query, then its re-checks and retires, RETIRE_BATCH per write lock hold.
         let started = std::time::Instant::now();
         assert_eq!(store.sweep_blob_batch(planted[..SWEEP_BATCH].to_vec()).await.unwrap(), SWEEP_BATCH);
         let one_batch = started.elapsed();
