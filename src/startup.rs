@@ -1,6 +1,6 @@
 //! Builds the application from settings (store, start-up sweep, both listeners bound) and runs it until a shutdown
 //! signal: the data workers, the admin listener, the stats batcher, the catalog's sync, the database probe, cache
-//! housekeeping and upload expiry; then drains within `timeouts.shutdown_grace`.
+//! housekeeping, the blob sweep and upload expiry; then drains within `timeouts.shutdown_grace`.
 //! Tests call `Application::build` with port 0 and read the bound addresses back.
 
 use std::future::Future;
@@ -24,7 +24,7 @@ use crate::http::{
     AdminParts, AdminState, DataParts, DataState, admin::admin_router, data_service, range::RangePolicy,
     refusal_response,
 };
-use crate::store::{DatabaseHealth, Metadata, Store};
+use crate::store::{DatabaseHealth, Metadata, Store, SweepReport};
 
 /// At exit, how long closing the database's connections may take (a connection still held by a request past
 /// the grace period, or a server that does not answer, would hold it for ever).
@@ -110,16 +110,10 @@ impl Application {
                 tracing::warn!(path = %settings.data_dir.display(), error = %e, "cannot read the data dir's mode")
             }
         }
-        let swept = store.sweep(settings.timeouts.sweep_grace).await.context("start-up sweep failed")?;
-        if swept != Default::default() {
-            tracing::info!(
-                temp_files = swept.temp_files,
-                unreferenced_blobs = swept.unreferenced_blobs,
-                restored_blobs = swept.restored_blobs,
-                part_files = swept.part_files,
-                "start-up sweep removed leftovers"
-            );
-        }
+        // Only `tmp/` before serving (a retired blob a row references goes back first); the blobs and part files
+        // in the background (`Application::run_until`), as their walk grows with their number.
+        let swept = store.sweep_at_start(settings.timeouts.sweep_grace).await.context("start-up sweep failed")?;
+        log_sweep(&swept, "start-up sweep removed leftovers");
         if store.cache.is_some() {
             // In the background, now and then every grace period: a store's listing may be long, and a store that
             // is down must not keep the server from serving what it has cached.
@@ -221,6 +215,7 @@ impl Application {
             cache.remote().observe_calls(crate::metrics::blob_store_call);
             tokio::spawn(probe_blob_store(cache.remote().clone()))
         });
+        let sweeping = tokio::spawn(sweep_blobs(self.admin.store.clone(), self.settings.timeouts.sweep_grace));
         let expiry = self.settings.timeouts.multipart_upload_expiry;
         let expiring =
             tokio::spawn(self.admin.store.clone().expire_uploads(expiry, crate::metrics::multipart_uploads_expired));
@@ -309,6 +304,8 @@ impl Application {
             store_probe.abort();
         }
         expiring.abort();
+        // Between batches or inside one: a blob retired by an uncommitted batch is put back by the next start.
+        sweeping.abort();
         housekeeping.abort();
         syncing.abort();
         watcher.abort();
@@ -323,6 +320,31 @@ impl Application {
 /// The readiness probe: `SELECT 1` every [`PROBE_EVERY`], each within [`PROBE_TIMEOUT`], so `/readyz` reports a
 /// verdict at most about two seconds old without ever waiting on the database itself. An outage is logged when it
 /// starts and when it ends, not at every probe. It also publishes the age of the caches' last sync.
+/// Sweeps the blobs and part files at once, then every grace period (at least a minute), until aborted: in the
+/// background, as the walk takes time in proportion to the blobs (`Store::sweep_blobs`, a batch at a time). An
+/// error (the database away) is logged and the next round retries.
+async fn sweep_blobs(store: Store, grace: Duration) {
+    loop {
+        match store.sweep_blobs(grace).await {
+            Ok(swept) => log_sweep(&swept, "sweep removed unreferenced blobs"),
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "could not sweep the blobs; it will again"),
+        }
+        tokio::time::sleep(grace.max(Duration::from_secs(60))).await;
+    }
+}
+
+fn log_sweep(swept: &SweepReport, message: &'static str) {
+    if *swept != SweepReport::default() {
+        tracing::info!(
+            temp_files = swept.temp_files,
+            unreferenced_blobs = swept.unreferenced_blobs,
+            restored_blobs = swept.restored_blobs,
+            part_files = swept.part_files,
+            "{message}"
+        );
+    }
+}
+
 async fn probe_database(meta: Metadata, health: Arc<DatabaseHealth>, catalog: Arc<Catalog>) {
     let up = metrics::gauge!(crate::metrics::DATABASE_UP);
     let sync_age = metrics::gauge!(crate::metrics::CACHE_SYNC_AGE);

@@ -309,33 +309,54 @@ impl BlobStore {
     /// (a younger one may be a peer's, installed a moment ago).
     pub fn hashes_idle_for(&self, grace: Duration) -> anyhow::Result<Vec<String>> {
         let mut hashes = Vec::new();
-        for sha in self.list_hashes()? {
+        self.idle_hash_batches(grace, usize::MAX, |batch| {
+            hashes.extend(batch);
+            true
+        })?;
+        Ok(hashes)
+    }
+
+    /// [`BlobStore::hashes_idle_for`] as the walk finds them, handed to `batch` at most `size` at a time, so that
+    /// no more than one batch of millions of hashes is in memory. Stops when `batch` returns false.
+    pub fn idle_hash_batches(
+        &self,
+        grace: Duration,
+        size: usize,
+        mut batch: impl FnMut(Vec<String>) -> bool,
+    ) -> anyhow::Result<()> {
+        let mut hashes = Vec::new();
+        for sha in self.walk_hashes() {
+            let sha = sha?;
             if let Ok(idle) = idle_time(&self.path_of(&sha))
                 && staging::may_sweep_unreferenced_blob(idle, grace)
             {
                 hashes.push(sha);
+                if hashes.len() >= size && !batch(std::mem::take(&mut hashes)) {
+                    return Ok(());
+                }
             }
         }
-        Ok(hashes)
+        if !hashes.is_empty() {
+            batch(hashes);
+        }
+        Ok(())
     }
 
-    /// Every blob hash present on disk (for the start-up sweep of unreferenced blobs).
+    /// Every blob hash present on disk.
     pub fn list_hashes(&self) -> anyhow::Result<Vec<String>> {
-        let mut hashes = Vec::new();
+        self.walk_hashes().collect()
+    }
+
+    /// The blob hashes on disk, one directory entry at a time.
+    fn walk_hashes(&self) -> impl Iterator<Item = anyhow::Result<String>> + use<> {
         // A data dir whose blobs live in an object store may have none.
-        if !self.blobs_dir.exists() {
-            return Ok(hashes);
-        }
-        for entry in walkdir::WalkDir::new(&*self.blobs_dir).min_depth(3).max_depth(3) {
-            let entry = entry.context("cannot list the blob directory")?;
-            if entry.file_type().is_file()
-                && let Some(name) = entry.file_name().to_str()
-                && is_blob_hash(name)
-            {
-                hashes.push(name.to_owned());
-            }
-        }
-        Ok(hashes)
+        let present = self.blobs_dir.exists();
+        let walk = present.then(|| walkdir::WalkDir::new(&*self.blobs_dir).min_depth(3).max_depth(3));
+        walk.into_iter().flatten().filter_map(|entry| match entry {
+            Err(e) => Some(Err(e).context("cannot list the blob directory")),
+            Ok(entry) => (entry.file_type().is_file() && entry.file_name().to_str().is_some_and(is_blob_hash))
+                .then(|| Ok(entry.file_name().to_string_lossy().into_owned())),
+        })
     }
 
     /// A new, never reused name for a part file (so a replaced part's old file can go once its row has changed).

@@ -157,6 +157,15 @@ pub enum BucketDeletion {
 /// many retired blobs wait for one commit.
 const DELETE_BATCH: u32 = 500;
 
+/// Blobs (or part files) a sweep checks per query: bounds the hashes in memory and a query's cost, however many
+/// blobs the data dir holds.
+const SWEEP_BATCH: usize = 500;
+
+/// Unreferenced blobs retired (or decided for deletion from an object store) per write transaction: a rename or a
+/// few statements each under the lock, so a hold stays within a few milliseconds (2–9 ms for 100 renames on a busy
+/// 2-core machine).
+const RETIRE_BATCH: usize = 100;
+
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct SweepReport {
     pub temp_files: usize,
@@ -358,7 +367,8 @@ impl Store {
                 let batch: Vec<String> = {
                     let mut queue = queue.lock().unwrap_or_else(|p| p.into_inner());
                     let now = tokio::time::Instant::now();
-                    let ready = queue.due.iter().take_while(|(due, _)| *due <= now).count();
+                    // A batch per lock hold: a forced bucket delete may have made a million blobs due at once.
+                    let ready = queue.due.iter().take_while(|(due, _)| *due <= now).take(RETIRE_BATCH).count();
                     queue.due.drain(..ready).map(|(_, sha)| sha).collect()
                 };
                 if let Err(e) = delete_retired(&meta, &cache, &batch, grace).await {
@@ -588,21 +598,39 @@ impl Store {
     }
 
     /// Removes temp leftovers and blobs that no object references (after a crash between rename and commit), and
-    /// puts back blobs retired by a delete that never committed. Safe beside live peers sharing the data dir: a
-    /// temp file goes only when its owner is a dead process on this host or it has been idle for `grace`, and an
-    /// unreferenced blob only when idle for `grace` and still unreferenced under the blob-reference lock.
+    /// puts back blobs retired by a delete that never committed: [`Store::sweep_at_start`] then
+    /// [`Store::sweep_blobs`], as a server does (the second in the background).
     pub async fn sweep(&self, grace: Duration) -> anyhow::Result<SweepReport> {
+        let at_start = self.sweep_at_start(grace).await?;
+        let blobs = self.sweep_blobs(grace).await?;
+        Ok(SweepReport {
+            temp_files: at_start.temp_files,
+            restored_blobs: at_start.restored_blobs,
+            unreferenced_blobs: blobs.unreferenced_blobs,
+            part_files: blobs.part_files,
+        })
+    }
+
+    /// What must be done before serving, and is cheap: it looks only at `tmp/`, never at the blobs. Removes temp
+    /// files no live process is writing, and puts back blobs retired by a delete that never committed (a row still
+    /// references them), else unlinks them. Safe beside live peers sharing the data dir: a temp file goes only
+    /// when its owner is a dead process on this host or it has been idle for `grace`.
+    pub async fn sweep_at_start(&self, grace: Duration) -> anyhow::Result<SweepReport> {
         let blobs = self.blobs.clone();
         let (mut temp_files, retired) =
             tokio::task::spawn_blocking(move || blobs.sweep_temp_files(grace)).await.context("sweep task failed")??;
         let mut restored_blobs = 0;
-        if !retired.is_empty() {
-            // Under the write lock no delete is between its retire and its commit. A retired blob whose hash a
-            // row still references was retired by a transaction that rolled back (its process died): restore it.
-            // Otherwise its delete committed, and only the unlink was left to do.
+        // In batches, each under the write lock: there no delete is between its retire and its commit. A retired
+        // blob whose hash a row still references was retired by a transaction that rolled back (its process
+        // died): restore it. Otherwise its delete committed, and only the unlink was left to do.
+        let mut retired = retired.into_iter().peekable();
+        while retired.peek().is_some() {
+            let batch: Vec<blobs::RetiredBlob> = retired.by_ref().take(RETIRE_BATCH).collect();
+            let hashes: Vec<String> = batch.iter().map(|r| r.sha256().to_owned()).collect();
             let mut tx = self.meta.lock_blob_refs().await?;
-            for r in retired {
-                if tx.blob_is_referenced(r.sha256()).await? && !r.blob_present() {
+            let referenced = tx.referenced_blobs(&hashes).await?;
+            for r in batch {
+                if referenced.contains(r.sha256()) && !r.blob_present() {
                     r.restore().context("cannot restore a retired blob that is still referenced")?;
                     restored_blobs += 1;
                 } else if r.discard() {
@@ -611,31 +639,63 @@ impl Store {
             }
             tx.commit().await?;
         }
+        Ok(SweepReport { temp_files, restored_blobs, ..SweepReport::default() })
+    }
+
+    /// Removes blobs that no object references and part files that no upload names: a server runs it in the
+    /// background, at start and now and then (`serve`), as its time grows with the number of blobs. The walk goes
+    /// [`SWEEP_BATCH`] blobs at a time: one query outside any transaction finds the unreferenced ones, then write
+    /// transactions of at most [`RETIRE_BATCH`] re-check and retire them, so no lock hold grows with their number. Safe beside
+    /// live peers: a blob goes only when idle for `grace` and still unreferenced under the blob-reference lock.
+    pub async fn sweep_blobs(&self, grace: Duration) -> anyhow::Result<SweepReport> {
+        // The walk runs on a blocking thread and hands over one batch at a time (at most two wait).
+        let (batches, mut received) = tokio::sync::mpsc::channel(1);
         let blobs = self.blobs.clone();
-        let hashes =
-            tokio::task::spawn_blocking(move || blobs.hashes_idle_for(grace)).await.context("sweep task failed")??;
-        let mut candidates = Vec::new();
-        for sha in hashes {
-            if !self.meta.blob_is_referenced(&sha).await? {
-                candidates.push(sha);
-            }
-        }
+        let walk = tokio::task::spawn_blocking(move || {
+            blobs.idle_hash_batches(grace, SWEEP_BATCH, |batch| batches.blocking_send(batch).is_ok())
+        });
         let mut unreferenced_blobs = 0;
-        if !candidates.is_empty() {
-            // Re-check under the write lock: a concurrent put may have just referenced one of them.
-            let mut tx = self.meta.lock_blob_refs().await?;
-            let mut retired = Vec::new();
-            for sha in &candidates {
-                if let Some(r) = self.retire_if_unreferenced(&mut tx, sha).await? {
-                    retired.push(r);
+        while let Some(batch) = received.recv().await {
+            unreferenced_blobs += self.sweep_blob_batch(batch).await?;
+        }
+        walk.await.context("sweep task failed")??;
+        let part_files = self.sweep_part_files().await?;
+        Ok(SweepReport { unreferenced_blobs, part_files, ..SweepReport::default() })
+    }
+
+    /// One batch of [`Store::sweep_blobs`]: returns how many of `hashes` it removed.
+    async fn sweep_blob_batch(&self, hashes: Vec<String>) -> anyhow::Result<usize> {
+        let referenced = self.meta.referenced_blobs(&hashes).await?;
+        let candidates: Vec<String> = hashes.into_iter().filter(|sha| !referenced.contains(sha)).collect();
+        let mut removed = 0;
+        for batch in candidates.chunks(RETIRE_BATCH) {
+            removed += self.retire_batch(batch).await?;
+        }
+        Ok(removed)
+    }
+
+    /// Retires and unlinks each of `candidates` that is still unreferenced, in one write transaction.
+    async fn retire_batch(&self, candidates: &[String]) -> anyhow::Result<usize> {
+        // Re-check under the write lock: a concurrent put may have just referenced one of them.
+        let mut tx = self.meta.lock_blob_refs().await?;
+        let referenced = tx.referenced_blobs(candidates).await?;
+        let mut retired = Vec::new();
+        for sha in candidates.iter().filter(|sha| !referenced.contains(*sha)) {
+            match self.retire_unreferenced(&mut tx, sha).await {
+                Ok(r) => retired.extend(r),
+                Err(e) => {
+                    restore_all(retired)?;
+                    return Err(e);
                 }
             }
-            tx.commit().await?;
-            unreferenced_blobs =
-                retired.into_iter().map(blobs::RetiredBlob::discard).filter(|removed| *removed).count();
         }
-        let part_files = self.sweep_part_files().await?;
-        Ok(SweepReport { temp_files, unreferenced_blobs, restored_blobs, part_files })
+        match tx.commit().await {
+            Ok(()) => Ok(retired.into_iter().map(blobs::RetiredBlob::discard).filter(|removed| *removed).count()),
+            Err(e) => {
+                restore_all(retired)?;
+                Err(e).context("cannot commit the sweep's batch")
+            }
+        }
     }
 
     /// Deletes the object store's blobs that no row references, that were written more than `grace` ago (a
@@ -656,31 +716,33 @@ impl Store {
             .filter(|(_, written)| staging::may_sweep_unreferenced_blob(now.duration_since(*written).ok(), grace))
             .map(|(name, _)| name)
             .collect();
-        if !old_parts.is_empty() {
+        for batch in old_parts.chunks(SWEEP_BATCH) {
             let mut tx = self.meta.lock_blob_refs().await?;
-            let mut orphans = Vec::new();
-            for name in old_parts {
-                if !tx.part_file_is_referenced(&name).await? {
-                    orphans.push(name);
-                }
-            }
+            let referenced = tx.referenced_part_files(batch).await?;
             tx.commit_without_announcing().await?;
+            let orphans = batch.iter().filter(|name| !referenced.contains(*name));
             // Outside the lock: a part's name is new to its one upload, and its row commits within
             // `store_deletes::max_put_span` of that upload, so a part this old without a row never gets one.
             for name in orphans {
-                cache.remote().delete_part(&name).await?;
+                cache.remote().delete_part(name).await?;
                 deleted += 1;
             }
         }
-        let mut candidates = Vec::new();
-        for (sha, written) in cache.remote().list().await? {
-            let idle = now.duration_since(written).ok();
-            if staging::may_sweep_unreferenced_blob(idle, grace) && !self.meta.blob_is_referenced(&sha).await? {
-                candidates.push(sha);
+        let old_blobs: Vec<String> = cache
+            .remote()
+            .list()
+            .await?
+            .into_iter()
+            .filter(|(_, written)| staging::may_sweep_unreferenced_blob(now.duration_since(*written).ok(), grace))
+            .map(|(sha, _)| sha)
+            .collect();
+        // A batch per query, a smaller one per lock hold (`delete_retired`), however many blobs the store holds.
+        for batch in old_blobs.chunks(SWEEP_BATCH) {
+            let referenced = self.meta.referenced_blobs(batch).await?;
+            let candidates: Vec<String> = batch.iter().filter(|sha| !referenced.contains(*sha)).cloned().collect();
+            for candidates in candidates.chunks(RETIRE_BATCH) {
+                deleted += delete_retired(&self.meta, cache, candidates, grace).await?;
             }
-        }
-        if !candidates.is_empty() {
-            deleted += delete_retired(&self.meta, cache, &candidates, grace).await?;
         }
         Ok(deleted)
     }
@@ -715,6 +777,11 @@ impl Store {
         if tx.blob_is_referenced(sha256).await? {
             return Ok(None);
         }
+        self.retire_unreferenced(tx, sha256).await
+    }
+
+    /// Retires a blob that a check under the blob-reference lock, in `tx`, found unreferenced.
+    async fn retire_unreferenced(&self, tx: &mut WriteTx, sha256: &str) -> anyhow::Result<Option<blobs::RetiredBlob>> {
         if self.cache.is_some() {
             // Deleted from the object store `grace` after the commit (`schedule_store_deletes`, or the sweep).
             tx.retire_store_blob(sha256, unix_now()).await?;
@@ -738,11 +805,9 @@ async fn delete_retired(
 ) -> anyhow::Result<usize> {
     let decided_at = unix_now();
     let mut tx = meta.lock_blob_refs().await?;
+    let referenced = tx.referenced_blobs(hashes).await?;
     let mut decided = Vec::new();
-    for sha in hashes {
-        if tx.blob_is_referenced(sha).await? {
-            continue;
-        }
+    for sha in hashes.iter().filter(|sha| !referenced.contains(*sha)) {
         let row = tx.store_blob_retirement(sha).await?;
         if store_deletes::may_decide(row.as_ref(), decided_at, grace) {
             tx.mark_store_blob_deleting(sha, decided_at).await?;
@@ -1127,6 +1192,72 @@ mod tests {
         let report = store.sweep(Duration::ZERO).await.unwrap();
         assert_eq!(report.unreferenced_blobs, 1);
         assert!(store.blobs.list_hashes().unwrap().is_empty());
+    }
+
+    /// Writes a blob file under a made-up hash, with no row (as a crash between rename and commit leaves one).
+    fn plant_blob(store: &Store, i: usize) -> String {
+        let sha = format!("{i:064x}");
+        let path = store.blobs.path_of(&sha);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, b"nobody refers to me").unwrap();
+        sha
+    }
+
+    on_both_backends!(referenced_blobs_are_found_in_one_query_through_objects_and_variants);
+    async fn referenced_blobs_are_found_in_one_query_through_objects_and_variants(backend: TestBackend) {
+        let (_dir, store) = store(backend).await;
+        let b = BucketName::parse("bkt").unwrap();
+        let k = ObjectKey::parse("app.js").unwrap();
+        let vs = vec![variant(&store, ContentCoding::Br, b"br")];
+        let row = store
+            .put_with_variants(&b, &k, store.blobs.stage_bytes(b"plain"), ObjectAttrs::default(), vs)
+            .await
+            .unwrap();
+        let id = store.meta.bucket(&b).await.unwrap().unwrap().id;
+        let br = store.meta.variants(id, "app.js").await.unwrap()[0].sha256.clone();
+        let nobody = "0".repeat(64);
+        let asked = vec![nobody.clone(), row.sha256.clone(), br.clone(), row.sha256.clone()];
+        let expected: std::collections::HashSet<String> = [row.sha256.clone(), br].into();
+        assert_eq!(store.meta.referenced_blobs(&asked).await.unwrap(), expected);
+        let mut tx = store.meta.lock_blob_refs().await.unwrap();
+        assert_eq!(tx.referenced_blobs(&asked).await.unwrap(), expected);
+        assert!(tx.referenced_blobs(&[nobody]).await.unwrap().is_empty());
+        assert!(tx.referenced_blobs(&[]).await.unwrap().is_empty());
+    }
+
+    on_both_backends!(the_start_up_sweep_leaves_the_blobs_to_the_background_sweep_which_goes_in_batches);
+    async fn the_start_up_sweep_leaves_the_blobs_to_the_background_sweep_which_goes_in_batches(backend: TestBackend) {
+        let (_dir, store) = store(backend).await;
+        let b = BucketName::parse("bkt").unwrap();
+        let kept = store
+            .put(&b, &ObjectKey::parse("kept").unwrap(), store.blobs.stage_bytes(b"kept"), ObjectAttrs::default())
+            .await
+            .unwrap()
+            .sha256;
+        // Several batches' worth, and a last one that is not full.
+        let planted: Vec<String> = (0..3 * SWEEP_BATCH + 7).map(|i| plant_blob(&store, i)).collect();
+        let started = std::time::Instant::now();
+        assert_eq!(store.sweep_at_start(Duration::ZERO).await.unwrap(), SweepReport::default());
+        let at_start = started.elapsed();
+        assert_eq!(store.blobs.list_hashes().unwrap().len(), planted.len() + 1, "start-up walks no blob");
+
+        let mut batches = Vec::new();
+        store
+            .blobs
+            .idle_hash_batches(Duration::ZERO, SWEEP_BATCH, |batch| {
+                batches.push(batch.len());
+                true
+            })
+            .unwrap();
+        assert_eq!(batches, [SWEEP_BATCH, SWEEP_BATCH, SWEEP_BATCH, 8], "the planted blobs and the kept one");
+        // One full batch alone: its query, then its re-checks and retires, RETIRE_BATCH per write lock hold.
+        let started = std::time::Instant::now();
+        assert_eq!(store.sweep_blob_batch(planted[..SWEEP_BATCH].to_vec()).await.unwrap(), SWEEP_BATCH);
+        let one_batch = started.elapsed();
+        let report = store.sweep_blobs(Duration::ZERO).await.unwrap();
+        assert_eq!(report, SweepReport { unreferenced_blobs: planted.len() - SWEEP_BATCH, ..SweepReport::default() });
+        assert_eq!(store.blobs.list_hashes().unwrap(), vec![kept], "the referenced blob stays, the rest went");
+        eprintln!("{backend:?}: start-up sweep {at_start:?}; {SWEEP_BATCH} blobs checked and retired in {one_batch:?}");
     }
 
     on_both_backends!(the_sweep_leaves_unreferenced_blobs_younger_than_the_grace_period);

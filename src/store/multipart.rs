@@ -739,28 +739,25 @@ impl Store {
     }
 
     /// Removes part files that no part row names (a crash between staging and commit, or after a commit that
-    /// replaced or dropped them). Checked under the write lock, which every part install holds.
+    /// replaced or dropped them). Checked under the write lock, which every part install holds, one batch of
+    /// names per hold.
     pub(super) async fn sweep_part_files(&self) -> anyhow::Result<usize> {
         let blobs = self.blobs.clone();
         let names =
             tokio::task::spawn_blocking(move || blobs.list_part_names()).await.context("sweep task failed")??;
-        if names.is_empty() {
-            return Ok(0);
+        let mut count = 0;
+        for batch in names.chunks(super::SWEEP_BATCH) {
+            let mut tx = self.meta.lock_blob_refs().await?;
+            let referenced = tx.referenced_part_files(batch).await?;
+            let orphans: Vec<String> = batch.iter().filter(|n| !referenced.contains(*n)).cloned().collect();
+            // Removed while the lock is held: a part install (which holds it) cannot be between rename and commit.
+            let blobs = self.blobs.clone();
+            count += orphans.len();
+            tokio::task::spawn_blocking(move || orphans.iter().for_each(|n| blobs.remove_part(n)))
+                .await
+                .context("sweep task failed")?;
+            tx.commit_without_announcing().await?;
         }
-        let mut tx = self.meta.lock_blob_refs().await?;
-        let mut orphans = Vec::new();
-        for name in names {
-            if !tx.part_file_is_referenced(&name).await? {
-                orphans.push(name);
-            }
-        }
-        // Removed while the lock is held: a part install (which holds it) cannot be between rename and commit.
-        let blobs = self.blobs.clone();
-        let count = orphans.len();
-        tokio::task::spawn_blocking(move || orphans.iter().for_each(|n| blobs.remove_part(n)))
-            .await
-            .context("sweep task failed")?;
-        tx.commit_without_announcing().await?;
         Ok(count)
     }
 }
@@ -1303,6 +1300,22 @@ mod tests {
         assert_eq!((report.part_files, report.temp_files), (2, 1));
         assert_eq!(files(&parts), vec![live.staged_name.clone(), "not-a-part-name".to_owned()]);
         assert!(store.list_parts(&b, &k, &upload.id, 0, 10).await.is_ok());
+    }
+
+    on_both_backends!(the_sweep_checks_part_files_a_batch_at_a_time);
+    async fn the_sweep_checks_part_files_a_batch_at_a_time(backend: TestBackend) {
+        let (dir, store) = store(backend).await;
+        let (b, k) = names("k");
+        let upload = store.create_upload(&b, &k, ObjectAttrs::default(), None, None).await.unwrap();
+        let live = put(&store, "k", &upload.id, 1, b"live").await;
+        let parts = dir.path().join("parts");
+        let orphans = 2 * crate::store::SWEEP_BATCH + 3;
+        for _ in 0..orphans {
+            std::fs::write(parts.join(BlobStore::new_part_name()), b"orphan").unwrap();
+        }
+        assert_eq!(store.sweep_at_start(Duration::ZERO).await.unwrap().part_files, 0, "parts go in the background");
+        assert_eq!(store.sweep_blobs(Duration::ZERO).await.unwrap().part_files, orphans);
+        assert_eq!(files(&parts), vec![live.staged_name]);
     }
 
     on_both_backends!(deleting_a_bucket_aborts_its_uploads_and_removes_their_part_files);

@@ -100,9 +100,11 @@ fn the_startup_sweep_removes_dead_temp_files_and_unreferenced_blobs() {
     let unrelated = write_file(&tmp, "notes.txt", b"not ours");
 
     let server = env.serve();
+    // `tmp/` is swept before the server answers; the blobs in the background, right after.
     assert!(!dead_stage.exists(), "a dead process's staged file survived");
     assert!(!retired.exists(), "a retired blob survived");
-    assert!(!orphan.exists(), "an unreferenced blob survived");
+    assert!(wait_for(Duration::from_secs(30), || !orphan.exists()), "an unreferenced blob survived: {}", server.log());
+    assert!(wait_for(Duration::from_secs(30), || server.log().contains("sweep removed unreferenced blobs")));
     assert!(young_orphan.exists(), "an unreferenced blob younger than the grace period was removed");
     assert!(live_stage.exists(), "a live process's staged file was removed");
     assert!(unrelated.exists(), "a file that is not a temp file was removed");

@@ -411,7 +411,15 @@ impl Metadata {
     pub async fn revoke_signature(&self, signature: &str, expires_at: i64, now: i64) -> Result<(), MetadataError> {
         let mut tx = self.begin_write().await?;
         with_tx!(&mut tx.tx, sqlite => {
-            sqlx::query("DELETE FROM revoked_signatures WHERE expires_at < $1").bind(now).execute(&mut **sqlite).await?;
+            // At most a batch per revocation: the rest go with the next ones.
+            sqlx::query(
+                "DELETE FROM revoked_signatures WHERE signature IN
+                     (SELECT signature FROM revoked_signatures WHERE expires_at < $1 LIMIT $2)",
+            )
+            .bind(now)
+            .bind(super::PRUNE_ON_WRITE)
+            .execute(&mut **sqlite)
+            .await?;
             sqlx::query(
                 "INSERT INTO revoked_signatures (signature, expires_at, revoked_at) VALUES ($1, $2, $3)
                  ON CONFLICT (signature) DO NOTHING",

@@ -224,6 +224,11 @@ enum TxBackend {
 /// PostgreSQL: the advisory lock (`pg_advisory_xact_lock`) that is the blob-reference lock ("blobrefs").
 const BLOB_REFS_LOCK: i64 = 0x626c_6f62_7265_6673;
 
+/// Expired rows a write prunes on its way (old multipart completions, revoked signatures past their expiry, store
+/// delete tombstones): a bound on what one write adds to its transaction, however many expired at once; the rest
+/// go with the next writes, each of which adds one row at most.
+const PRUNE_ON_WRITE: i64 = 100;
+
 /// PostgreSQL: makes every logged change look two hours old, past the retention, as if written that long ago.
 #[cfg(test)]
 pub async fn test_age_change_log(meta: &Metadata) {

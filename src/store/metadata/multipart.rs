@@ -3,6 +3,8 @@
 //! not announced on the change feed; the ETag rows log object changes through their triggers.
 
 use super::{Metadata, MetadataError, WriteTx};
+use std::collections::HashSet;
+
 use crate::header_values::checksum::{ChecksumAlgorithm, ChecksumType, ObjectChecksum};
 use crate::names::{ObjectAttrs, prefix_upper_bound};
 
@@ -388,8 +390,13 @@ impl WriteTx {
         now: i64,
         forget_before: i64,
     ) -> Result<(), MetadataError> {
-        with_tx!(&mut self.tx, tx => sqlx::query("DELETE FROM multipart_completions WHERE completed_at < $1")
+        // At most a batch per completion: a burst of completions long ago must not all go in one write.
+        with_tx!(&mut self.tx, tx => sqlx::query(
+            "DELETE FROM multipart_completions WHERE upload_id IN
+                 (SELECT upload_id FROM multipart_completions WHERE completed_at < $1 LIMIT $2)",
+        )
             .bind(forget_before)
+            .bind(super::PRUNE_ON_WRITE)
             .execute(&mut **tx)
             .await?
             .rows_affected());
@@ -503,6 +510,23 @@ impl WriteTx {
     }
 
     /// Whether any part row names the file `parts/<name>` (for the sweep, under the write lock).
+    /// Which of `names` a part row names, in one query (the sweep's check of a batch of part files).
+    pub async fn referenced_part_files(&mut self, names: &[String]) -> Result<HashSet<String>, MetadataError> {
+        if names.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let list: Vec<String> = (1..=names.len()).map(|i| format!("${i}")).collect();
+        let sql = format!("SELECT staged_name FROM multipart_parts WHERE staged_name IN ({})", list.join(", "));
+        let found: Vec<String> = with_tx!(&mut self.tx, tx => {
+            let mut query = sqlx::query_scalar(&sql);
+            for name in names {
+                query = query.bind(name);
+            }
+            query.fetch_all(&mut **tx).await?
+        });
+        Ok(found.into_iter().collect())
+    }
+
     pub async fn part_file_is_referenced(&mut self, name: &str) -> Result<bool, MetadataError> {
         let found: bool = with_tx!(&mut self.tx, tx =>
             sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM multipart_parts WHERE staged_name = $1)")

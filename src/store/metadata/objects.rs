@@ -5,7 +5,7 @@
 use super::thread_reads::ReadRow;
 use super::variants::VariantRecord;
 use super::{Metadata, MetadataError, WriteTx};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, LazyLock};
 
 use crate::header_values::checksum::ObjectChecksum;
@@ -411,6 +411,23 @@ impl Metadata {
         Ok(row.map(ObjectRecord::from))
     }
 
+    /// Which of `hashes` an object or a variant references, in one query outside any write transaction (the
+    /// sweep's first pass over a batch of blob files).
+    pub async fn referenced_blobs(&self, hashes: &[String]) -> Result<HashSet<String>, MetadataError> {
+        if hashes.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let sql = referenced_blobs_sql(hashes.len());
+        let found: Vec<String> = with_pool!(&self.backend, pool => {
+            let mut query = sqlx::query_scalar(&sql);
+            for sha in hashes {
+                query = query.bind(sha);
+            }
+            query.fetch_all(pool).await?
+        });
+        Ok(found.into_iter().collect())
+    }
+
     /// How many objects reference the blob, outside any write transaction (for the sweep's first pass).
     pub async fn blob_is_referenced(&self, sha256: &str) -> Result<bool, MetadataError> {
         let n: i64 = with_pool!(&self.backend, pool => sqlx::query_scalar(
@@ -599,6 +616,23 @@ impl WriteTx {
         Ok(sha.map(|sha| std::iter::once(sha).chain(variant_hashes).collect()))
     }
 
+    /// [`Metadata::referenced_blobs`] inside the transaction (under the blob-reference lock: the re-check of a
+    /// batch before its blobs are retired).
+    pub async fn referenced_blobs(&mut self, hashes: &[String]) -> Result<HashSet<String>, MetadataError> {
+        if hashes.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let sql = referenced_blobs_sql(hashes.len());
+        let found: Vec<String> = with_tx!(&mut self.tx, tx => {
+            let mut query = sqlx::query_scalar(&sql);
+            for sha in hashes {
+                query = query.bind(sha);
+            }
+            query.fetch_all(&mut **tx).await?
+        });
+        Ok(found.into_iter().collect())
+    }
+
     pub async fn blob_is_referenced(&mut self, sha256: &str) -> Result<bool, MetadataError> {
         // A variant's blob is a reference like an object's.
         let found: bool = with_tx!(&mut self.tx, tx => sqlx::query_scalar(
@@ -610,6 +644,16 @@ impl WriteTx {
         .await?);
         Ok(found)
     }
+}
+
+/// The hashes among `$1..$n` that an object or a variant references (both indexed by sha256). A full batch
+/// always has the same `n`, so a sweep prepares one statement, and another for its last, shorter batch.
+fn referenced_blobs_sql(n: usize) -> String {
+    let list: Vec<String> = (1..=n).map(|i| format!("${i}")).collect();
+    let list = list.join(", ");
+    format!(
+        "SELECT sha256 FROM objects WHERE sha256 IN ({list}) UNION SELECT sha256 FROM object_variants WHERE sha256 IN ({list})"
+    )
 }
 
 /// The page query of `list_objects_page`. $2 is the lower bound (inclusive: the prefix; exclusive: the last key

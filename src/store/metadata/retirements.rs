@@ -102,13 +102,15 @@ impl WriteTx {
         Ok(())
     }
 
-    /// Drops the tombstones of deletes decided before `before`, but for blobs retired again since; returns how
-    /// many.
+    /// Drops the tombstones of deletes decided before `before`, but for blobs retired again since, at most a batch
+    /// of them (the rest go with the next call); returns how many.
     pub async fn prune_store_blob_retirements(&mut self, before: i64) -> Result<u64, MetadataError> {
         let done = with_tx!(&mut self.tx, tx => sqlx::query(
-            "DELETE FROM store_blob_retirements WHERE deleting_at < $1 AND retired_at <= deleting_at",
+            "DELETE FROM store_blob_retirements WHERE sha256 IN (SELECT sha256 FROM store_blob_retirements
+                 WHERE deleting_at < $1 AND retired_at <= deleting_at LIMIT $2)",
         )
         .bind(before)
+        .bind(super::PRUNE_ON_WRITE)
         .execute(&mut **tx)
         .await?
         .rows_affected());
@@ -152,5 +154,21 @@ mod tests {
         assert_eq!(tx.store_blob_retirement(&b).await.unwrap(), row(500, Some(500), None), "never retired: a leftover");
         tx.commit().await.unwrap();
         assert_eq!(meta.store_blob_retirement(&a).await.unwrap(), None);
+    }
+
+    on_both_backends!(a_prune_drops_at_most_a_batch_of_tombstones_per_write);
+    async fn a_prune_drops_at_most_a_batch_of_tombstones_per_write(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let old = super::super::PRUNE_ON_WRITE as u64 + 7;
+        let mut tx = meta.lock_blob_refs().await.unwrap();
+        for i in 0..old {
+            let sha = format!("{i:064x}");
+            tx.retire_store_blob(&sha, 100).await.unwrap();
+            tx.mark_store_blob_deleting(&sha, 200).await.unwrap();
+        }
+        assert_eq!(tx.prune_store_blob_retirements(300).await.unwrap(), super::super::PRUNE_ON_WRITE as u64);
+        assert_eq!(tx.prune_store_blob_retirements(300).await.unwrap(), 7, "the rest with the next write");
+        assert_eq!(tx.prune_store_blob_retirements(300).await.unwrap(), 0);
+        tx.commit().await.unwrap();
     }
 }
