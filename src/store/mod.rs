@@ -670,6 +670,7 @@ impl Store {
         let mut removed = 0;
         for batch in candidates.chunks(RETIRE_BATCH) {
             removed += self.retire_batch(batch).await?;
+            tokio::time::sleep(metadata::BETWEEN_WRITE_BATCHES).await;
         }
         Ok(removed)
     }
@@ -742,6 +743,7 @@ impl Store {
             let candidates: Vec<String> = batch.iter().filter(|sha| !referenced.contains(*sha)).cloned().collect();
             for candidates in candidates.chunks(RETIRE_BATCH) {
                 deleted += delete_retired(&self.meta, cache, candidates, grace).await?;
+                tokio::time::sleep(metadata::BETWEEN_WRITE_BATCHES).await;
             }
         }
         Ok(deleted)

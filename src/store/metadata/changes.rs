@@ -213,8 +213,9 @@ impl ChangeFeed {
                     if batch < PRUNE_BATCH as u64 {
                         return Ok(deleted);
                     }
-                    // Writers waiting for the lock go between batches.
-                    tokio::task::yield_now().await;
+                    // Writers waiting for the lock go between batches: a pause longer than SQLite's busy handler
+                    // sleeps between its tries, or a writer of another process would sleep through the gap.
+                    tokio::time::sleep(super::BETWEEN_WRITE_BATCHES).await;
                 }
             }
             Backend::Postgres(pool) => pg_feed::prune(pool, PG_CHANGE_RETENTION, PRUNE_BATCH).await,

@@ -201,6 +201,11 @@ pub struct Metadata {
     thread_readers: Option<Arc<thread_reads::ThreadReaders>>,
 }
 
+/// The pause between two write transactions of a maintenance task that goes in batches (the change-log prune,
+/// the sweep's retires): longer than the sleeps of SQLite's busy handler up to 25 ms into a wait, so a writer
+/// waiting for the lock (a request's, the CLI's) gets it between two batches instead of sleeping past the gap.
+pub const BETWEEN_WRITE_BATCHES: std::time::Duration = std::time::Duration::from_millis(30);
+
 /// The database behind [`Metadata`]. An enum rather than a trait object: every operation is a plain `match`
 /// (statically dispatched, and async methods need no boxing), and adding a backend makes the compiler name every
 /// operation that lacks it.

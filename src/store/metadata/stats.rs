@@ -133,19 +133,6 @@ impl Metadata {
             Backend::Sqlite(_) => "max",
             Backend::Postgres(_) => "greatest",
         };
-        let per_object_sql = format!(
-            "INSERT INTO object_stats AS s (bucket_id, key, requests, completed, aborted, truncated, bytes_sent,
-                                            range_requests, not_modified, head_requests, last_download_at)
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 WHERE EXISTS (SELECT 1 FROM buckets WHERE id = $1)
-             ON CONFLICT (bucket_id, key) DO UPDATE SET
-                 requests = s.requests + excluded.requests, completed = s.completed + excluded.completed,
-                 aborted = s.aborted + excluded.aborted, truncated = s.truncated + excluded.truncated,
-                 bytes_sent = s.bytes_sent + excluded.bytes_sent,
-                 range_requests = s.range_requests + excluded.range_requests,
-                 not_modified = s.not_modified + excluded.not_modified,
-                 head_requests = s.head_requests + excluded.head_requests,
-                 last_download_at = {later}(coalesce(s.last_download_at, 0), coalesce(excluded.last_download_at, 0))"
-        );
         let mut per_object: Vec<_> = batch.per_object.iter().collect();
         per_object.sort_unstable_by(|a, b| a.0.cmp(b.0));
         let mut per_day: Vec<_> = batch.per_day.iter().collect();
@@ -171,45 +158,46 @@ impl Metadata {
                 .execute(&mut **conn)
                 .await?.rows_affected());
         }
-        for ((bucket_id, key), (c, last)) in per_object {
-            with_tx!(&mut tx.tx, conn => sqlx::query(&per_object_sql)
-                .bind(bucket_id)
-                .bind(key.as_ref())
-                .bind(c.requests as i64)
-                .bind(c.completed as i64)
-                .bind(c.aborted as i64)
-                .bind(c.truncated as i64)
-                .bind(c.bytes_sent as i64)
-                .bind(c.range_requests as i64)
-                .bind(c.not_modified as i64)
-                .bind(c.head_requests as i64)
-                .bind(last)
-                .execute(&mut **conn)
-                .await?.rows_affected());
+        // Many rows a statement: a batch of distinct objects costs a statement per hundred, not two per object.
+        for chunk in per_object.chunks(STATS_ROWS_PER_STATEMENT) {
+            let sql = per_object_upsert(later, chunk.len());
+            with_tx!(&mut tx.tx, conn => {
+                let mut query = sqlx::query(&sql);
+                for ((bucket_id, key), (c, last)) in chunk {
+                    query = query
+                        .bind(bucket_id)
+                        .bind(key.as_ref())
+                        .bind(c.requests as i64)
+                        .bind(c.completed as i64)
+                        .bind(c.aborted as i64)
+                        .bind(c.truncated as i64)
+                        .bind(c.bytes_sent as i64)
+                        .bind(c.range_requests as i64)
+                        .bind(c.not_modified as i64)
+                        .bind(c.head_requests as i64)
+                        .bind(last);
+                }
+                query.execute(&mut **conn).await?.rows_affected()
+            });
         }
-        for (((bucket_id, key), day), c) in per_day {
-            let day = crate::stats::day_name(*day);
-            with_tx!(&mut tx.tx, conn => sqlx::query(
-                "INSERT INTO object_stats_daily AS s (bucket_id, key, day, requests, completed, aborted, bytes_sent,
-                                                      range_requests, not_modified)
-                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 WHERE EXISTS (SELECT 1 FROM buckets WHERE id = $1)
-                 ON CONFLICT (bucket_id, key, day) DO UPDATE SET
-                     requests = s.requests + excluded.requests, completed = s.completed + excluded.completed,
-                     aborted = s.aborted + excluded.aborted, bytes_sent = s.bytes_sent + excluded.bytes_sent,
-                     range_requests = s.range_requests + excluded.range_requests,
-                     not_modified = s.not_modified + excluded.not_modified",
-            )
-            .bind(bucket_id)
-            .bind(key.as_ref())
-            .bind(&day)
-            .bind(c.requests as i64)
-            .bind(c.completed as i64)
-            .bind(c.aborted as i64)
-            .bind(c.bytes_sent as i64)
-            .bind(c.range_requests as i64)
-            .bind(c.not_modified as i64)
-            .execute(&mut **conn)
-            .await?.rows_affected());
+        for chunk in per_day.chunks(STATS_ROWS_PER_STATEMENT) {
+            let sql = per_day_upsert(chunk.len());
+            with_tx!(&mut tx.tx, conn => {
+                let mut query = sqlx::query(&sql);
+                for (((bucket_id, key), day), c) in chunk {
+                    query = query
+                        .bind(bucket_id)
+                        .bind(key.as_ref())
+                        .bind(crate::stats::day_name(*day))
+                        .bind(c.requests as i64)
+                        .bind(c.completed as i64)
+                        .bind(c.aborted as i64)
+                        .bind(c.bytes_sent as i64)
+                        .bind(c.range_requests as i64)
+                        .bind(c.not_modified as i64);
+                }
+                query.execute(&mut **conn).await?.rows_affected()
+            });
         }
         tx.commit_without_announcing().await?;
         Ok(Flushed::Written)
@@ -236,6 +224,67 @@ impl Metadata {
             sqlx::query_as(&sql).bind(bucket_id).bind(prefix).bind(limit).fetch_all(pool).await?);
         Ok(rows.into_iter().map(ObjectStats::from).collect())
     }
+}
+
+/// Rows of a stats upsert statement: 11 parameters each, far below either backend's limit.
+const STATS_ROWS_PER_STATEMENT: usize = 100;
+
+/// `($1, $2, …), ($12, …)`: `rows` rows of `columns` parameters, the first row's first being `$1`.
+fn value_rows(rows: usize, columns: usize) -> String {
+    let mut out = String::new();
+    for row in 0..rows {
+        out.push_str(if row == 0 { "(" } else { ", (" });
+        for column in 0..columns {
+            if column > 0 {
+                out.push_str(", ");
+            }
+            out.push_str(&format!("${}", row * columns + column + 1));
+        }
+        out.push(')');
+    }
+    out
+}
+
+/// The upsert of `rows` objects' counters, adding to what is stored; rows of a bucket deleted meanwhile are
+/// dropped (the join). `later` is the dialect's two-argument max. `WHERE true`: SQLite's upsert after a SELECT.
+fn per_object_upsert(later: &str, rows: usize) -> String {
+    format!(
+        "WITH v (bucket_id, key, requests, completed, aborted, truncated, bytes_sent, range_requests, not_modified,
+                 head_requests, last_download_at) AS (VALUES {})
+         INSERT INTO object_stats AS s (bucket_id, key, requests, completed, aborted, truncated, bytes_sent,
+                                        range_requests, not_modified, head_requests, last_download_at)
+         SELECT v.bucket_id, v.key, v.requests, v.completed, v.aborted, v.truncated, v.bytes_sent, v.range_requests,
+                v.not_modified, v.head_requests, v.last_download_at
+         FROM v JOIN buckets b ON b.id = v.bucket_id WHERE true
+         ON CONFLICT (bucket_id, key) DO UPDATE SET
+             requests = s.requests + excluded.requests, completed = s.completed + excluded.completed,
+             aborted = s.aborted + excluded.aborted, truncated = s.truncated + excluded.truncated,
+             bytes_sent = s.bytes_sent + excluded.bytes_sent,
+             range_requests = s.range_requests + excluded.range_requests,
+             not_modified = s.not_modified + excluded.not_modified,
+             head_requests = s.head_requests + excluded.head_requests,
+             last_download_at = {later}(coalesce(s.last_download_at, 0), coalesce(excluded.last_download_at, 0))",
+        value_rows(rows, 11)
+    )
+}
+
+/// The upsert of `rows` objects' counters of a day, as [`per_object_upsert`].
+fn per_day_upsert(rows: usize) -> String {
+    format!(
+        "WITH v (bucket_id, key, day, requests, completed, aborted, bytes_sent, range_requests, not_modified)
+             AS (VALUES {})
+         INSERT INTO object_stats_daily AS s (bucket_id, key, day, requests, completed, aborted, bytes_sent,
+                                              range_requests, not_modified)
+         SELECT v.bucket_id, v.key, v.day, v.requests, v.completed, v.aborted, v.bytes_sent, v.range_requests,
+                v.not_modified
+         FROM v JOIN buckets b ON b.id = v.bucket_id WHERE true
+         ON CONFLICT (bucket_id, key, day) DO UPDATE SET
+             requests = s.requests + excluded.requests, completed = s.completed + excluded.completed,
+             aborted = s.aborted + excluded.aborted, bytes_sent = s.bytes_sent + excluded.bytes_sent,
+             range_requests = s.range_requests + excluded.range_requests,
+             not_modified = s.not_modified + excluded.not_modified",
+        value_rows(rows, 9)
+    )
 }
 
 #[cfg(test)]
@@ -265,6 +314,45 @@ mod tests {
         assert_eq!(meta.record_download_stats(&flush("w2", 1), &batch).await.unwrap(), Flushed::Written);
         let rows = meta.object_stats(Some(bucket.id), "", StatsOrder::Bytes, None).await.unwrap();
         assert_eq!((rows[0].counters.requests, rows[0].counters.bytes_sent), (3, 30));
+    }
+
+    on_both_backends!(a_batch_of_hundreds_of_objects_is_written_whole_and_a_deleted_buckets_rows_are_dropped);
+    async fn a_batch_of_hundreds_of_objects_is_written_whole_and_a_deleted_buckets_rows_are_dropped(
+        backend: TestBackend,
+    ) {
+        let (_dir, meta) = database(backend).await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        // Three statements' worth and a part, each object on two days, and one row of a bucket that is gone.
+        let objects = 2 * STATS_ROWS_PER_STATEMENT + 37;
+        let mut batch = Batch::default();
+        for i in 0..objects {
+            let key: Arc<str> = Arc::from(format!("k{i:04}"));
+            let counters = Counters { requests: 1, completed: 1, bytes_sent: i as u64, ..Counters::default() };
+            batch.per_object.insert((bucket.id, key.clone()), (counters, Some(i as i64)));
+            for day in [20_000, 20_001] {
+                batch.per_day.insert(((bucket.id, key.clone()), day), counters);
+            }
+        }
+        let counters = Counters { requests: 1, ..Counters::default() };
+        batch.per_object.insert((bucket.id + 1000, Arc::from("gone")), (counters, None));
+        batch.per_day.insert(((bucket.id + 1000, Arc::from("gone")), 20_000), counters);
+        let flush = StatsFlush { writer: "w".into(), seq: 1 };
+        assert_eq!(meta.record_download_stats(&flush, &batch).await.unwrap(), Flushed::Written);
+        let rows = meta.object_stats(None, "", StatsOrder::Bytes, None).await.unwrap();
+        assert_eq!(rows.len(), objects, "every object once, the deleted bucket's row dropped");
+        for row in &rows {
+            let i: u64 = row.key[1..].parse().unwrap();
+            assert_eq!((row.counters.requests, row.counters.bytes_sent), (1, i), "{row:?}");
+            assert_eq!(row.last_download_at, Some(i as i64));
+        }
+        let flush = StatsFlush { writer: "w".into(), seq: 2 };
+        meta.record_download_stats(&flush, &batch).await.unwrap();
+        let rows = meta.object_stats(None, "k0236", StatsOrder::Bytes, None).await.unwrap();
+        assert_eq!((rows[0].counters.requests, rows[0].counters.bytes_sent), (2, 472), "added to what was stored");
+        let (days, requests): (i64, i64) = with_pool!(&meta.backend, pool => sqlx::query_as(
+            "SELECT count(*), CAST(sum(requests) AS BIGINT) FROM object_stats_daily"
+        ).fetch_one(pool).await.unwrap());
+        assert_eq!((days as usize, requests as usize), (2 * objects, 2 * 2 * objects), "both days, both flushes");
     }
 
     on_both_backends!(concurrent_batches_lose_no_increment);
