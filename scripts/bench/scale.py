@@ -32,8 +32,11 @@ Measured, each catalog side by side:
   prune         the change-log prune, which `serve` runs once a minute (first a minute after start-up): from the
                 first row gone to the last; its longest write-lock hold; RSS idle once it is over.
   write lock    SQLite only: a probe thread on the database does `BEGIN IMMEDIATE; COMMIT` every millisecond
-                without a busy timeout, retrying every 0.2 ms, and records its longest wait: the longest hold it saw.
-                Waits under 0.5 ms count as 0. PostgreSQL has no database-wide write lock: there only durations
+                without a busy timeout, retrying every 0.2 ms, and records the longest hold it saw (LockProbe:
+                from its first busy try to the lock, its own scheduling stalls left out; holds under 0.5 ms count
+                as 0). The longest hold while the server idled before the prune is the probe's noise floor (0
+                unless something else writes). Back-to-back transactions with gaps shorter than a retry (the
+                prune's batches) read as one hold: the wait another process's writer would see. PostgreSQL has no database-wide write lock: there only durations
                 are reported. Durations are polled: every 5 ms (sweep) or 10 ms (prune; on PostgreSQL a psql call,
                 some 30 ms), so a prune shorter than a poll reads 0.
   GETs          req/s and server CPU per request (schedstat over the run / requests) for random keys over the whole
@@ -78,7 +81,7 @@ def object_key(i):
 
 def lua_script(mode, n, start=0):
     """A wrk script asking keys 0..n-1 at random, or in sequence from `start`."""
-    path = WORK / f"{mode}-{n}-{start}.lua"
+    path = WORK / f"{mode}-{n}.lua"  # wrk reads it at its start: the next chunk of a sequence may overwrite it
     path.write_text(LUA.format(mode=mode, n=n, start=start))
     return path
 
@@ -110,6 +113,7 @@ class Catalog(common.Gate):
         self.token = self.read_token()
         self.key_id, self.secret = self.cli("s3-key", "create", "--bucket", "bench", "--scope", "read").split()
         blob_rows = [plant_blob(self.dd, f"scale blob {i}\n".encode(), TWO_HOURS_AGO)[0] for i in range(blobs)]
+        self.blob_secs = time.perf_counter() - started
         if database_url:
             self.fill_postgres(blob_rows)
         else:
@@ -211,41 +215,50 @@ def first_answer(proc, port, path, headers, timeout=300):
             time.sleep(0.002)
 
 
+STALL = 0.010  # a probe that tried nothing for this long was descheduled, not waiting (p99.9 of a 0.2 ms sleep here at load 10: 7 ms)
+
+
 class LockProbe(threading.Thread):
-    """Waits for SQLite's write lock while it runs: `BEGIN IMMEDIATE; COMMIT` every millisecond, retried every
-    0.2 ms when busy (no busy timeout: SQLite's own back-off sleeps up to 100 ms and would blur the figure). Only
-    waits within a window count, so that the server's other writes and this busy machine's scheduling stalls
-    outside the maintenance being measured do not."""
+    """Holds of SQLite's write lock as another writer sees them: `BEGIN IMMEDIATE; COMMIT` every millisecond, retried
+    every 0.2 ms while busy (no busy timeout: SQLite's own back-off sleeps up to 100 ms and would blur the figure).
+    A hold is the time from the first busy try to the lock, counted only over tries that follow each other within
+    STALL: a gap longer than that is this busy machine descheduling the probe, and the count starts again at the
+    next busy try (so a hold can be under-read, never read from a stall). Only holds within a window count."""
 
     def __init__(self, db_path):
         super().__init__(daemon=True)
         self.db = sqlite3.connect(db_path, timeout=0, isolation_level=None, check_same_thread=False)
-        self.waits = []  # (asked at, seconds) of every wait over 0.5 ms
+        self.holds = []  # (first busy try, seconds) of every hold over 0.5 ms
         self.stopped = threading.Event()
 
     def run(self):
         while not self.stopped.is_set():
-            asked = time.perf_counter()
+            busy_since = last_try = None
             while True:
+                now = time.perf_counter()
                 try:
                     self.db.execute("BEGIN IMMEDIATE")
                     break
                 except sqlite3.OperationalError as e:
                     if "locked" not in str(e) and "busy" not in str(e):
                         raise
+                    if busy_since is None or now - last_try > STALL:
+                        busy_since = now
+                    last_try = now
                     time.sleep(0.0002)
             self.db.execute("COMMIT")
-            waited = time.perf_counter() - asked
-            if waited > 0.0005:
-                self.waits.append((asked, waited))
+            if busy_since is not None and now - last_try <= STALL and now - busy_since > 0.0005:
+                self.holds.append((busy_since, now - busy_since))
             time.sleep(0.001)
 
-    def finish(self, since, until):
-        """Stops; the longest wait that overlapped [since, until] (perf_counter seconds)."""
+    def finish(self):
         self.stopped.set()
         self.join()
         self.db.close()
-        return max((w for asked, w in self.waits if asked <= until and asked + w >= since), default=0.0)
+
+    def longest(self, since, until):
+        """The longest hold that overlapped [since, until] (perf_counter seconds)."""
+        return max((h for began, h in self.holds if began <= until and began + h >= since), default=0.0)
 
 
 def probed(catalog):
@@ -255,8 +268,8 @@ def probed(catalog):
     return probe
 
 
-def finish(probe, since, until):
-    return probe.finish(since, until) if probe else None
+def longest(probe, since, until):
+    return probe.longest(since, until) if probe else None
 
 
 def start_and_sweep(catalog):
@@ -272,16 +285,20 @@ def start_and_sweep(catalog):
             time.sleep(0.005)
         swept = time.perf_counter()
     finally:
-        lock = finish(probe, catalog.started_at, time.perf_counter())
-    return startup, (swept - catalog.started_at if catalog.orphan_paths and not left else None), lock
+        if probe:
+            probe.finish()
+    sweep = swept - catalog.started_at if catalog.orphan_paths and not left else None
+    return startup, sweep, longest(probe, catalog.started_at, swept)
 
 
 def wait_for_prune(catalog, timeout=200):
-    """From the server's start: (change-log rows, prune s from first row gone to last, longest lock wait s); the
+    """From the server's start: (change-log rows, prune s from first row gone to last, longest lock wait s during
+    it, longest lock wait s while the server idled before it: the probe's noise floor on this machine); the
     duration is None when no prune was seen within `timeout` s of the start."""
     oldest, newest = catalog.change_log()
     rows = newest - oldest + 1 if newest else 0
     probe = probed(catalog)
+    watched = time.perf_counter()
     began = done = None
     try:
         while time.perf_counter() - catalog.started_at < timeout:
@@ -294,9 +311,12 @@ def wait_for_prune(catalog, timeout=200):
                 break
             time.sleep(0.01)
     finally:
-        # A batch may have begun up to a poll before the first row was seen gone.
-        lock = finish(probe, (began or 0) - 0.02, done or 0)
-    return rows, (done - began if began and done else None), lock
+        if probe:
+            probe.finish()
+    if not (began and done):
+        return rows, None, None, longest(probe, watched, time.perf_counter())
+    # A batch may have begun up to a poll before the first row was seen gone.
+    return rows, done - began, longest(probe, began - 0.02, done), longest(probe, watched, began - 0.5)
 
 
 def gets(target, pid, script, secs):
@@ -424,8 +444,9 @@ def main():
         for name, n, blobs, url in specs:
             orphans = min(a.orphans, blobs // 100)
             catalogs.append(Catalog(name, binary, n, blobs, orphans, small, url))
-            print(f"built {name}: {n:,} objects, {blobs:,} distinct blobs in {catalogs[-1].build_secs:.1f} s",
-                  flush=True)
+            c = catalogs[-1]
+            print(f"built {name}: {n:,} objects, {blobs:,} distinct blobs in {c.build_secs:.1f} s (the CLI and the "
+                  f"blob files {c.blob_secs:.1f} s, the rows {c.build_secs - c.blob_secs:.1f} s)", flush=True)
         files = a.nginx_files or min(max(sizes), 1_000_000)
         root, secs = nginx_tree(files, small.read_bytes())
         print(f"nginx tree: {files:,} files" + (f", made in {secs:.1f} s" if secs else ", kept from a run before"),
@@ -442,11 +463,12 @@ def main():
             out["rss_start_kib"] = common.rss_kib(c.proc.pid)
             print(f"{c.name}: start-up with {c.orphans:,} orphans {out['startup_orphans_s'] * 1e3:.0f} ms, sweep "
                   f"{lock_ms(out['sweep_s'])}, longest lock wait {lock_ms(out['sweep_lock_s'])}", flush=True)
-            out["change_rows"], out["prune_s"], out["prune_lock_s"] = wait_for_prune(c)
+            out["change_rows"], out["prune_s"], out["prune_lock_s"], out["idle_lock_s"] = wait_for_prune(c)
             out["rss_idle_kib"] = common.rss_kib(c.proc.pid)
             print(f"{c.name}: prune of {out['change_rows']:,} change-log rows "
                   f"{lock_ms(out['prune_s']) if out['prune_s'] is not None else 'not seen'}, longest lock wait "
-                  f"{lock_ms(out['prune_lock_s'])}; RSS idle {mib(out['rss_idle_kib'])} MiB", flush=True)
+                  f"{lock_ms(out['prune_lock_s'])} (idle before it {lock_ms(out['idle_lock_s'])}); "
+                  f"RSS idle {mib(out['rss_idle_kib'])} MiB", flush=True)
             c.stop()
         # Start-up as the acceptance has it (the catalog's blobs, no orphans), catalogs interleaved.
         for r in range(a.starts):
@@ -523,6 +545,7 @@ def print_table(res, names, nginx_files):
             ("start-up, orphans ms", "startup_orphans_s", ms), ("sweep ms", "sweep_s", ms),
             ("start+sweep: lock ms", "sweep_lock_s", ms), ("change-log rows", "change_rows", num(",")),
             ("prune ms", "prune_s", ms), ("prune: longest lock ms", "prune_lock_s", ms),
+            ("idle: longest lock ms", "idle_lock_s", ms),
             ("RSS after start MiB", "rss_start_kib", lambda v: "-" if v is None else mib(v)),
             ("RSS idle (pruned) MiB", "rss_idle_kib", lambda v: "-" if v is None else mib(v)),
             ("random req/s", "random_rps", num(",.0f")), ("hot req/s", "hot_rps", num(",.0f")),
