@@ -525,8 +525,9 @@ def main():
             out = res[c.name]
             out["distinct_read"] = read_distinct(c, min(c.objects, a.distinct), a.distinct_secs)
             out["rss_after_kib"] = common.rss_kib(c.proc.pid)
-            print(f"{c.name}: RSS {mib(out['rss_after_kib'])} MiB after {out['distinct_read']:,} distinct keys",
-                  flush=True)
+            out["rss_anon_after_kib"] = rss_anon_kib(c.proc.pid)
+            print(f"{c.name}: RSS {mib(out['rss_after_kib'])} MiB ({mib(out['rss_anon_after_kib'])} MiB anonymous) "
+                  f"after {out['distinct_read']:,} distinct keys", flush=True)
     finally:
         stop_all(servers + catalogs)
         if a.postgres:
@@ -541,6 +542,13 @@ def main():
     print_table(res, [c.name for c in catalogs] + ["nginx"], files)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
+
+
+def rss_anon_kib(pid):
+    """RssAnon: the process's own memory, without the file pages it maps (SQLite's map of the database is the
+    page cache's, shared and reclaimable, and counts in VmRSS as its pages are touched)."""
+    line = next(l for l in Path(f"/proc/{pid}/status").read_text().splitlines() if l.startswith("RssAnon:"))
+    return int(line.split()[1])
 
 
 def print_table(res, names, nginx_files):
@@ -561,6 +569,7 @@ def print_table(res, names, nginx_files):
             ("CPU µs/req random", "random_cpu_us", num(".1f")), ("CPU µs/req hot", "hot_cpu_us", num(".1f")),
             ("distinct keys read", "distinct_read", num(",")),
             ("RSS after them MiB", "rss_after_kib", lambda v: "-" if v is None else mib(v)),
+            ("  of it anonymous MiB", "rss_anon_after_kib", lambda v: "-" if v is None else mib(v)),
             ("ListObjectsV2 keys", "list_keys", num(",")), ("ListObjectsV2 keys/s", "list_keys_per_s", num(",.0f")),
             ("ls keys", "ls_keys", num(",")), ("ls s", "ls_s", num(".2f"))]
     width = max(14, *(len(n) + 2 for n in names))
@@ -576,7 +585,8 @@ def print_table(res, names, nginx_files):
         if n in ("empty", "nginx"):
             continue
         print(f"  {n}: random/hot {r['random_over_hot']:.2f}, random/nginx {r['random_over_nginx']:.2f}, "
-              f"RSS after {r['distinct_read']:,} keys {mib(r['rss_after_kib'])} MiB, longest lock "
+              f"RSS after {r['distinct_read']:,} keys {mib(r['rss_after_kib'])} MiB "
+              f"({mib(r['rss_anon_after_kib'])} MiB anonymous), longest lock "
               f"{'- (no SQLite lock)' if r['longest_lock_s'] is None else ms(r['longest_lock_s']) + ' ms'}, "
               f"start-up/empty {r['startup_ratio']:.2f}")
 

@@ -31,7 +31,12 @@
 //! source for both places blobs live: these open files, or an object store's cache (which keeps its own).
 //!
 //! The catalog is the server's `auth::CredentialLookup`. Every lookup is a [`Lookup`]: a hit is answered at once,
-//! a miss is a boxed trip, so a request's future holds no miss path's state.
+//! a miss is a boxed trip, so a request's future holds no miss path's state. An object's miss on SQLite is answered
+//! at once too: read on the request's thread (`Metadata::object_with_bucket_default_now`), no hop, no await.
+//!
+//! **Memory.** The object cache is bounded in bytes (`cache.metadata_bytes`), each entry weighed by what it holds
+//! ([`ObjectEntry::heap_bytes`]), so a catalog of millions of objects read at random costs its bound, not its
+//! size.
 
 pub mod representation;
 
