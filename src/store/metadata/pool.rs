@@ -99,6 +99,9 @@ impl Metadata {
     /// Folds the WAL into the database file and truncates it, then closes. The next process then starts with
     /// an empty WAL instead of reading this one's frames back.
     pub async fn close(&self) {
+        if let Some(readers) = &self.thread_readers {
+            readers.close();
+        }
         let pool = match &self.backend {
             Backend::Sqlite(pool) => pool,
             Backend::Postgres(pool) => return pool.close().await,

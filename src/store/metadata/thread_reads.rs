@@ -6,8 +6,9 @@
 //! WAL index is rebuilt, a connection that cannot open) answers `None`, and the caller reads through the pool.
 //! rusqlite for the connection, on the same `libsqlite3-sys` as sqlx: one SQLite in the binary.
 
-use std::cell::RefCell;
 use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rusqlite::{Connection, OpenFlags};
 use thread_local::ThreadLocal;
@@ -15,19 +16,33 @@ use thread_local::ThreadLocal;
 /// The per-thread read connections to one database file.
 pub(super) struct ThreadReaders {
     path: PathBuf,
-    connections: ThreadLocal<RefCell<Option<Connection>>>,
+    /// Each thread's, locked by that thread alone but for [`ThreadReaders::close`] (an uncontended lock).
+    connections: ThreadLocal<Mutex<Option<Connection>>>,
+    closed: AtomicBool,
 }
 
 impl ThreadReaders {
     pub(super) fn new(path: PathBuf) -> Self {
-        Self { path, connections: ThreadLocal::new() }
+        Self { path, connections: ThreadLocal::new(), closed: AtomicBool::new(false) }
+    }
+
+    /// Closes every thread's connection, and no read opens one after: the database's last connection then is the
+    /// pool's, whose close folds and removes the WAL.
+    pub(super) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        for connection in self.connections.iter() {
+            drop(connection.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
+        }
     }
 
     /// `read` on this thread's connection (opened at its first read), or `None` if it failed.
     pub(super) fn read<T>(&self, what: &str, read: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Option<T> {
-        let cell = self.connections.get_or(|| RefCell::new(None));
+        if self.closed.load(Ordering::Acquire) {
+            return None;
+        }
+        let cell = self.connections.get_or(|| Mutex::new(None));
         // A read never calls back into another on the same thread; if one did, it would take the pool instead.
-        let mut slot = cell.try_borrow_mut().ok()?;
+        let mut slot = cell.try_lock().ok()?;
         if slot.is_none() {
             *slot = open(&self.path)
                 .map_err(|e| tracing::debug!(error = %e, "cannot open a thread's read connection"))
@@ -80,5 +95,8 @@ mod tests {
             s.spawn(|| assert_eq!(read(), Some(9), "another thread, its own connection"));
         });
         assert!(readers.read("a write", |c| c.execute("UPDATE t SET v = 1", [])).is_none(), "read-only");
+        readers.close();
+        assert_eq!(read(), None, "closed: through the pool");
+        assert!(readers.connections.iter().all(|c| c.lock().unwrap().is_none()), "every thread's closed");
     }
 }
