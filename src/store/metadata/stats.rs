@@ -129,9 +129,9 @@ impl Metadata {
     /// deadlock.
     pub async fn record_download_stats(&self, flush: &StatsFlush, batch: &Batch) -> Result<Flushed, MetadataError> {
         // The later of two timestamps: SQLite's two-argument max, PostgreSQL's greatest.
-        let later = match &self.backend {
-            Backend::Sqlite(_) => "max",
-            Backend::Postgres(_) => "greatest",
+        let (later, numbered) = match &self.backend {
+            Backend::Sqlite(_) => ("max", false),
+            Backend::Postgres(_) => ("greatest", true),
         };
         let mut per_object: Vec<_> = batch.per_object.iter().collect();
         per_object.sort_unstable_by(|a, b| a.0.cmp(b.0));
@@ -160,7 +160,7 @@ impl Metadata {
         }
         // Many rows a statement: a batch of distinct objects costs a statement per hundred, not two per object.
         for chunk in per_object.chunks(STATS_ROWS_PER_STATEMENT) {
-            let sql = per_object_upsert(later, chunk.len());
+            let sql = per_object_upsert(later, chunk.len(), numbered);
             with_tx!(&mut tx.tx, conn => {
                 let mut query = sqlx::query(&sql);
                 for ((bucket_id, key), (c, last)) in chunk {
@@ -181,7 +181,7 @@ impl Metadata {
             });
         }
         for chunk in per_day.chunks(STATS_ROWS_PER_STATEMENT) {
-            let sql = per_day_upsert(chunk.len());
+            let sql = per_day_upsert(chunk.len(), numbered);
             with_tx!(&mut tx.tx, conn => {
                 let mut query = sqlx::query(&sql);
                 for (((bucket_id, key), day), c) in chunk {
@@ -229,8 +229,10 @@ impl Metadata {
 /// Rows of a stats upsert statement: 11 parameters each, far below either backend's limit.
 const STATS_ROWS_PER_STATEMENT: usize = 100;
 
-/// `($1, $2, …), ($12, …)`: `rows` rows of `columns` parameters, the first row's first being `$1`.
-fn value_rows(rows: usize, columns: usize) -> String {
+/// `rows` rows of `columns` parameters: `($1, $2, …), ($12, …)` on PostgreSQL; anonymous `(?, ?, …)` on SQLite,
+/// whose lookup of a numbered parameter's name (`sqlite3_bind_parameter_name`, which sqlx calls for each) scans
+/// every name before it, so a statement of a thousand numbered parameters costs half a million steps to bind.
+fn value_rows(rows: usize, columns: usize, numbered: bool) -> String {
     let mut out = String::new();
     for row in 0..rows {
         out.push_str(if row == 0 { "(" } else { ", (" });
@@ -238,7 +240,11 @@ fn value_rows(rows: usize, columns: usize) -> String {
             if column > 0 {
                 out.push_str(", ");
             }
-            out.push_str(&format!("${}", row * columns + column + 1));
+            if numbered {
+                out.push_str(&format!("${}", row * columns + column + 1));
+            } else {
+                out.push('?');
+            }
         }
         out.push(')');
     }
@@ -247,7 +253,7 @@ fn value_rows(rows: usize, columns: usize) -> String {
 
 /// The upsert of `rows` objects' counters, adding to what is stored; rows of a bucket deleted meanwhile are
 /// dropped (the join). `later` is the dialect's two-argument max. `WHERE true`: SQLite's upsert after a SELECT.
-fn per_object_upsert(later: &str, rows: usize) -> String {
+fn per_object_upsert(later: &str, rows: usize, numbered: bool) -> String {
     format!(
         "WITH v (bucket_id, key, requests, completed, aborted, truncated, bytes_sent, range_requests, not_modified,
                  head_requests, last_download_at) AS (VALUES {})
@@ -264,12 +270,12 @@ fn per_object_upsert(later: &str, rows: usize) -> String {
              not_modified = s.not_modified + excluded.not_modified,
              head_requests = s.head_requests + excluded.head_requests,
              last_download_at = {later}(coalesce(s.last_download_at, 0), coalesce(excluded.last_download_at, 0))",
-        value_rows(rows, 11)
+        value_rows(rows, 11, numbered)
     )
 }
 
 /// The upsert of `rows` objects' counters of a day, as [`per_object_upsert`].
-fn per_day_upsert(rows: usize) -> String {
+fn per_day_upsert(rows: usize, numbered: bool) -> String {
     format!(
         "WITH v (bucket_id, key, day, requests, completed, aborted, bytes_sent, range_requests, not_modified)
              AS (VALUES {})
@@ -283,7 +289,7 @@ fn per_day_upsert(rows: usize) -> String {
              aborted = s.aborted + excluded.aborted, bytes_sent = s.bytes_sent + excluded.bytes_sent,
              range_requests = s.range_requests + excluded.range_requests,
              not_modified = s.not_modified + excluded.not_modified",
-        value_rows(rows, 9)
+        value_rows(rows, 9, numbered)
     )
 }
 
