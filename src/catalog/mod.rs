@@ -1056,19 +1056,19 @@ mod tests {
         put(&store, "k", b"bytes").await;
         let bucket = catalog.bucket("bkt").await.unwrap().unwrap();
         let cached = catalog.object(bucket.id, "k").await.unwrap().unwrap();
-        assert_eq!(cached.fields(true).get(&http::header::CACHE_CONTROL), None);
+        assert_eq!(cached.fields(true, false).get(&http::header::CACHE_CONTROL), None);
         let other = open_store(dir.path()).await;
         let name = BucketName::parse("bkt").unwrap();
         other.meta.update_bucket(&name, default_cache_control(Some("max-age=9"))).await.unwrap();
         let entry = catalog.object(bucket.id, "k").await.unwrap().unwrap();
         assert_eq!(
-            entry.fields(true).get(&http::header::CACHE_CONTROL),
+            entry.fields(true, false).get(&http::header::CACHE_CONTROL),
             Some(&b"max-age=9"[..]),
             "the cached entry was evicted"
         );
         other.meta.update_bucket(&name, default_cache_control(None)).await.unwrap();
         let entry = catalog.object(bucket.id, "k").await.unwrap().unwrap();
-        assert_eq!(entry.fields(true).get(&http::header::CACHE_CONTROL), None);
+        assert_eq!(entry.fields(true, false).get(&http::header::CACHE_CONTROL), None);
     }
 
     #[tokio::test]

@@ -40,12 +40,11 @@ pub struct ObjectEntry {
     /// The Cache-Control the object's responses start from: its own, else its bucket's default.
     cache_control: Option<Box<str>>,
     /// Content-Type, ETag, Last-Modified, Accept-Ranges, nosniff, Cache-Control, Content-Disposition, Repr-Digest,
-    /// as a public bucket's responses carry them: made at the first such response ([`ObjectEntry::fields`]), and
-    /// shared by the responses that add nothing to them (`FileBody::shared_fields`).
-    public_fields: OnceLock<SharedFields>,
-    /// The same with the Cache-Control of a private bucket's responses ([`private_cache_control`]). An object is
-    /// in one bucket, so an entry makes one of the two.
-    private_fields: OnceLock<SharedFields>,
+    /// made at the first response that needs them ([`ObjectEntry::fields`]) and shared by the responses that add
+    /// nothing to them (`FileBody::shared_fields`): by [`FieldSet`], a public or a private bucket's Cache-Control,
+    /// and the native API's ETag or S3's (with the `x-amz-*` fields S3 reads answer). An object is in one bucket,
+    /// so an entry makes one or two of the four (the weight counts one).
+    prepared: [OnceLock<SharedFields>; 4],
     /// The precompressed variants, each with its own strong ETag and Repr-Digest (over its encoded bytes).
     pub variants: Vec<VariantEntry>,
     pub available: Variants,
@@ -110,8 +109,7 @@ impl ObjectEntry {
             content_type,
             content_type_value,
             cache_control,
-            public_fields: OnceLock::new(),
-            private_fields: OnceLock::new(),
+            prepared: Default::default(),
             variants: Vec::new(),
             available: Variants::default(),
             s3_headers,
@@ -153,19 +151,21 @@ impl ObjectEntry {
         self.weighed()
     }
 
-    /// The prepared fields of a response from a public (`true`) or private bucket, made at the first.
-    pub fn fields(&self, public: bool) -> &SharedFields {
-        let cell = if public { &self.public_fields } else { &self.private_fields };
-        cell.get_or_init(|| self.make_fields(public))
+    /// The prepared fields of a response from a public (`public`) or private bucket, to the native API or S3 (`s3`),
+    /// made at the first.
+    pub fn fields(&self, public: bool, s3: bool) -> &SharedFields {
+        self.prepared[usize::from(public) | usize::from(s3) << 1].get_or_init(|| self.make_fields(public, s3))
     }
 
-    fn make_fields(&self, public: bool) -> SharedFields {
+    fn make_fields(&self, public: bool, s3: bool) -> SharedFields {
         let mut h = HeaderMap::with_capacity(8);
         h.insert(header::CONTENT_TYPE, self.content_type_value.clone());
-        h.insert(
-            header::ETAG,
-            HeaderValue::from_str(&self.etag).expect("hex digits in quotes are a valid header value"),
-        );
+        let etag = if s3 {
+            self.s3_etag_value.clone()
+        } else {
+            HeaderValue::from_str(&self.etag).expect("a quoted hex digest")
+        };
+        h.insert(header::ETAG, etag);
         h.insert(
             header::LAST_MODIFIED,
             HeaderValue::from_str(&format_http_date(self.last_modified)).expect("an HTTP date is a valid header value"),
@@ -184,6 +184,11 @@ impl ObjectEntry {
         }
         if let Some(digest) = repr_digest_sha256(&self.record.sha256).and_then(|d| HeaderValue::from_str(&d).ok()) {
             h.insert(REPR_DIGEST.clone(), digest);
+        }
+        if s3 {
+            for (name, value) in &self.s3_headers {
+                h.insert(name.clone(), value.clone());
+            }
         }
         SharedFields::new(&h).expect("an object's prepared fields say nothing of a body")
     }
@@ -368,15 +373,18 @@ mod tests {
             Some("no-cache"),
         );
         assert_eq!(e.content_type, "application/pdf");
-        assert_eq!(field(e.fields(true), &header::ETAG), format!("\"{}\"", e.record.sha256).as_str());
-        assert_eq!(field(e.fields(true), &header::LAST_MODIFIED), "Tue, 14 Nov 2023 22:13:20 GMT");
+        assert_eq!(field(e.fields(true, false), &header::ETAG), format!("\"{}\"", e.record.sha256).as_str());
+        assert_eq!(field(e.fields(true, false), &header::LAST_MODIFIED), "Tue, 14 Nov 2023 22:13:20 GMT");
         assert_eq!(
-            field(e.fields(true), &header::CACHE_CONTROL),
+            field(e.fields(true, false), &header::CACHE_CONTROL),
             "max-age=60",
             "the object's own value beats the bucket's"
         );
-        assert_eq!(field(e.fields(true), &REPR_DIGEST), "sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:");
-        let cd = field(e.fields(true), &header::CONTENT_DISPOSITION);
+        assert_eq!(
+            field(e.fields(true, false), &REPR_DIGEST),
+            "sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:"
+        );
+        let cd = field(e.fields(true, false), &header::CONTENT_DISPOSITION);
         assert!(cd.starts_with("attachment; filename=\"r_sum_.pdf\"; filename*=UTF-8''r%C3%A9sum%C3%A9.pdf"), "{cd}");
         assert_eq!(&*e.object_ref.key, "dir/résumé.pdf");
     }
@@ -385,16 +393,29 @@ mod tests {
     fn s3_requests_see_the_stored_s3_etag_and_else_the_native_one() {
         let native = ObjectEntry::new(record(ObjectAttrs::default()), None);
         assert_eq!(native.s3_etag, native.etag);
-        assert_eq!(native.s3_etag_value, field(native.fields(true), &header::ETAG));
+        assert_eq!(native.s3_etag_value, field(native.fields(true, false), &header::ETAG));
         let md5 = "\"d41d8cd98f00b204e9800998ecf8427e\"";
         let stored =
             ObjectEntry::new(ObjectRecord { s3_etag: Some(md5.into()), ..record(ObjectAttrs::default()) }, None);
         assert_eq!((stored.s3_etag.as_str(), stored.s3_etag_value.to_str().unwrap()), (md5, md5));
         assert_eq!(
-            field(stored.fields(true), &header::ETAG),
+            field(stored.fields(true, false), &header::ETAG),
             stored.etag.as_str(),
             "native responses keep the native ETag"
         );
+        assert_eq!(field(stored.fields(false, true), &header::ETAG), md5, "S3 responses' prepared fields: S3's");
+        let tagged = ObjectEntry::new(
+            ObjectRecord {
+                attrs: ObjectAttrs {
+                    user_metadata: [("team".to_owned(), "ci".to_owned())].into(),
+                    ..ObjectAttrs::default()
+                },
+                ..record(ObjectAttrs::default())
+            },
+            None,
+        );
+        assert_eq!(field(tagged.fields(false, true), &HeaderName::from_static("x-amz-meta-team")), "ci");
+        assert_eq!(tagged.fields(false, false).get(&HeaderName::from_static("x-amz-meta-team")), None, "native");
     }
 
     #[test]
@@ -434,12 +455,12 @@ mod tests {
             }),
             None,
         );
-        assert_eq!(field(e.fields(true), &header::CACHE_CONTROL), "public, max-age=31536000, immutable");
-        assert_eq!(field(e.fields(false), &header::CACHE_CONTROL), "private, max-age=31536000, immutable");
+        assert_eq!(field(e.fields(true, false), &header::CACHE_CONTROL), "public, max-age=31536000, immutable");
+        assert_eq!(field(e.fields(false, false), &header::CACHE_CONTROL), "private, max-age=31536000, immutable");
         // A bucket default goes through the same filter, or a private object with no value of its own would leak.
         let e = ObjectEntry::new(record(ObjectAttrs::default()), Some("public, s-maxage=600, max-age=60"));
-        assert_eq!(field(e.fields(true), &header::CACHE_CONTROL), "public, s-maxage=600, max-age=60");
-        assert_eq!(field(e.fields(false), &header::CACHE_CONTROL), "private, max-age=60");
+        assert_eq!(field(e.fields(true, false), &header::CACHE_CONTROL), "public, s-maxage=600, max-age=60");
+        assert_eq!(field(e.fields(false, false), &header::CACHE_CONTROL), "private, max-age=60");
     }
 
     mod properties {
@@ -505,7 +526,7 @@ mod tests {
         );
         for e in [&plain, &full] {
             for public in [true, false] {
-                let made = e.fields(public).heap_bytes();
+                let made = e.fields(public, false).heap_bytes();
                 assert!(made <= e.fields_estimate(), "{made} > {} for {:?}", e.fields_estimate(), e.record.attrs);
             }
         }
@@ -516,14 +537,14 @@ mod tests {
     #[test]
     fn absent_attributes_leave_their_headers_out() {
         let e = ObjectEntry::new(record(ObjectAttrs::default()), None);
-        assert_eq!(e.fields(true).get(&header::CACHE_CONTROL), None);
+        assert_eq!(e.fields(true, false).get(&header::CACHE_CONTROL), None);
         let defaulted = ObjectEntry::new(record(ObjectAttrs::default()), Some("public, max-age=300"));
         assert_eq!(
-            field(defaulted.fields(true), &header::CACHE_CONTROL),
+            field(defaulted.fields(true, false), &header::CACHE_CONTROL),
             "public, max-age=300",
             "the bucket's default applies"
         );
-        assert_eq!(e.fields(true).get(&header::CONTENT_DISPOSITION), None);
+        assert_eq!(e.fields(true, false).get(&header::CONTENT_DISPOSITION), None);
         assert_eq!(disposition_value("inline; filename=x", "a/b").unwrap(), "inline; filename=x");
     }
 }

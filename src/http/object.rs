@@ -261,7 +261,7 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
 
     // The catalog's prepared fields for this bucket's responses, shared with every other response until this
     // request changes one (then copied once): a plain download copies no header.
-    let prepared = entry.fields(grant_bucket.public);
+    let prepared = entry.fields(grant_bucket.public, s3);
     let mut representation = Representation::Shared(prepared);
     if grant_bucket.cors.is_some() {
         super::cors::vary_on_origin(grant_bucket, representation.to_mut());
@@ -271,13 +271,6 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
     let variant = if negotiates { entry.variant(accept_encoding::negotiate(headers, entry.available)) } else { None };
     if negotiates {
         crate::header_values::add_vary(representation.to_mut(), "Accept-Encoding");
-    }
-    if s3 {
-        let fields = representation.to_mut();
-        fields.insert(header::ETAG, entry.s3_etag_value.clone());
-        for (name, value) in &entry.s3_headers {
-            fields.insert(name.clone(), value.clone());
-        }
     }
     if let Some(v) = variant {
         let fields = representation.to_mut();
