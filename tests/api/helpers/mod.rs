@@ -1176,7 +1176,8 @@ impl Conn {
     /// Waits (30 s bound a hang) until the server has ended its side of the connection (its FIN or its reset has
     /// arrived), without reading anything.
     pub fn wait_until_ended_by_server(&self) {
-        let (local, remote) = (self.stream.local_addr().unwrap(), self.stream.peer_addr().unwrap());
+        // A socket whose peer reset it has no peer any more (ENOTCONN): ended already.
+        let (Ok(local), Ok(remote)) = (self.stream.local_addr(), self.stream.peer_addr()) else { return };
         let ended = wait_for(Duration::from_secs(30), || {
             tcp_socket(local, remote).is_none_or(|mine| mine.state != TCP_ESTABLISHED)
         });
