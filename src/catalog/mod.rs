@@ -108,6 +108,13 @@ fn object_cache(bytes: u64) -> ObjectCache {
     Cache::with_weighter(usize::try_from(bytes / typical).unwrap_or(usize::MAX).max(16), bytes, ObjectWeight)
 }
 
+/// The cache entry of what a miss read: the object, its bucket's default Cache-Control and its variants.
+fn cached_entry(
+    (record, default, variants): (crate::store::ObjectRecord, Option<String>, Vec<crate::store::VariantRecord>),
+) -> Arc<ObjectEntry> {
+    Arc::new(ObjectEntry::new(record, default.as_deref()).with_variants(variants))
+}
+
 /// What an object cache entry holds in bytes: its [`ObjectEntry::weight`] and its key's.
 #[derive(Debug, Clone, Copy)]
 struct ObjectWeight;
@@ -427,9 +434,7 @@ impl Catalog {
                     // The bucket's default is read with the object, not taken from a cached bucket that a
                     // concurrent change may already have replaced.
                     let found = self.meta.object_with_bucket_default(bucket_id, key).await?;
-                    Ok(found.map(|(record, default, variants)| {
-                        Arc::new(ObjectEntry::new(record, default.as_deref()).with_variants(variants))
-                    }))
+                    Ok(found.map(cached_entry))
                 },
             )
             .await
@@ -443,14 +448,14 @@ impl Catalog {
             return None;
         }
         let stamp = self.stamp();
-        let found = self.meta.object_with_bucket_default_now(bucket_id, key)?;
-        let found = found.map(|(record, default, variants)| {
-            Arc::new(ObjectEntry::new(record, default.as_deref()).with_variants(variants))
-        });
-        self.objects.insert((bucket_id, key.to_owned()), found.clone());
-        if self.stamp() != stamp {
-            self.objects.remove(&ObjectLookup(bucket_id, key));
-        }
+        let found = self.meta.object_with_bucket_default_now(bucket_id, key)?.map(cached_entry);
+        self.insert_unless_moved(
+            &self.objects,
+            stamp,
+            (bucket_id, key.to_owned()),
+            &ObjectLookup(bucket_id, key),
+            &found,
+        );
         Some(found)
     }
 
@@ -594,11 +599,23 @@ impl Catalog {
         }
         let stamp = self.stamp();
         let found = fetch().await?;
-        cache.insert(owned_key(), found.clone());
+        self.insert_unless_moved(cache, stamp, owned_key(), lookup, &found);
+        Ok(found)
+    }
+
+    /// Inserts what a miss read, and removes it again if a change landed since `stamp` was taken before the read
+    /// (see "Races" in the module doc).
+    fn insert_unless_moved<K, Q, V, W>(&self, cache: &Cache<K, V, W>, stamp: (u64, u64), key: K, lookup: &Q, found: &V)
+    where
+        K: Eq + Hash + Clone,
+        Q: Hash + Equivalent<K> + ?Sized,
+        V: Clone,
+        W: quick_cache::Weighter<K, V> + Clone,
+    {
+        cache.insert(key, found.clone());
         if self.stamp() != stamp {
             cache.remove(lookup);
         }
-        Ok(found)
     }
 
     /// The open blob for `sha256`, opening it (off the event loop) on a miss. Failures are never cached.
