@@ -56,10 +56,20 @@ macro_rules! from_row {
         from_row!(@for ::sqlx::sqlite::SqliteRow; $name { $($field),* } $($($inner: $ty),*)?);
         from_row!(@for ::sqlx::postgres::PgRow; $name { $($field),* } $($($inner: $ty),*)?);
         impl $crate::store::metadata::thread_reads::ReadRow for $name {
-            fn read_row(row: &::rusqlite::Row<'_>) -> ::rusqlite::Result<Self> {
+            fn columns(names: &mut Vec<&'static str>) {
+                $($(<$ty as $crate::store::metadata::thread_reads::ReadRow>::columns(names);)*)?
+                $(names.push(stringify!($field));)*
+            }
+
+            fn read_columns(row: &::rusqlite::Row<'_>, at: &mut usize) -> ::rusqlite::Result<Self> {
+                // Flattened rows first: their columns come first in the statement (`columns` says so).
+                $($(let $inner = <$ty as $crate::store::metadata::thread_reads::ReadRow>::read_columns(row, at)?;)*)?
                 Ok(Self {
-                    $($field: row.get(stringify!($field))?,)*
-                    $($($inner: <$ty as $crate::store::metadata::thread_reads::ReadRow>::read_row(row)?,)*)?
+                    $($($inner,)*)?
+                    $($field: {
+                        *at += 1;
+                        row.get(*at - 1)?
+                    },)*
                 })
             }
         }

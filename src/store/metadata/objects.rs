@@ -356,6 +356,7 @@ impl Metadata {
     pub fn object_with_bucket_default_now(&self, bucket_id: i64, key: &str) -> Option<Option<ObjectWithDefault>> {
         self.thread_readers.as_ref()?.read("object", |connection| {
             let mut statement = connection.prepare_cached(&OBJECT_WITH_VARIANTS)?;
+            debug_assert!(ObjectWithVariantRow::matches(&statement), "columns out of the row's order");
             let rows = statement.query_map((bucket_id, key), ObjectWithVariantRow::read_row)?;
             Ok(ObjectWithVariantRow::assemble(rows.collect::<Result<Vec<_>, _>>()?))
         })
@@ -732,6 +733,50 @@ mod tests {
             assert!(details[1].starts_with("SEARCH e USING PRIMARY KEY (bucket_id=? AND key=?)"), "{details:?}");
             assert!(!details.iter().any(|d| d.contains("TEMP B-TREE")), "no sort: {details:?}");
         }
+    }
+
+    /// The thread's read takes columns by position: every field of a row with all of them set reads back as the
+    /// pool's read (by name) has it, and the statement's columns are in the row's order.
+    #[tokio::test]
+    async fn a_read_on_the_thread_is_the_pools_read_field_for_field() {
+        let (_dir, meta) = database(TestBackend::Sqlite).await;
+        let name = BucketName::parse("bkt").unwrap();
+        let bucket = meta.create_bucket(&name, false, 0).await.unwrap();
+        let changes = BucketChanges { default_cache_control: Some(Some("max-age=60")), ..Default::default() };
+        meta.update_bucket(&name, changes).await.unwrap();
+        let attrs = ObjectAttrs {
+            content_type: Some("text/plain".into()),
+            cache_control: Some("no-cache".into()),
+            content_disposition: Some("attachment".into()),
+            user_metadata: [("a".to_owned(), "1".to_owned())].into(),
+            tags: [("t".to_owned(), "2".to_owned())].into(),
+        };
+        let sha = "ab".repeat(32);
+        let key = ObjectKey::parse("dir/k.txt").unwrap();
+        let mut tx = meta.begin_write().await.unwrap();
+        tx.upsert_object(bucket.id, &key, &sha, 12, &attrs, 7).await.unwrap();
+        let checksum = ObjectChecksum::sha256_hex(&sha).unwrap();
+        tx.set_s3_etag(bucket.id, "dir/k.txt", &sha, "\"e-2\"", Some(&[8, 4]), Some(&checksum)).await.unwrap();
+        let variants = [("br", "cd"), ("gzip", "ef")].map(|(encoding, hex)| VariantRecord {
+            encoding: encoding.into(),
+            sha256: hex.repeat(32),
+            size: 5,
+        });
+        tx.replace_variants(bucket.id, "dir/k.txt", &variants).await.unwrap();
+        tx.commit().await.unwrap();
+
+        let by_name = meta.object_with_bucket_default(bucket.id, "dir/k.txt").await.unwrap();
+        let by_position = meta.object_with_bucket_default_now(bucket.id, "dir/k.txt").expect("read on the thread");
+        assert_eq!(by_position, by_name);
+        let (record, default, read_variants) = by_position.unwrap();
+        assert_eq!((record.size, record.attrs, default), (12, attrs, Some("max-age=60".to_owned())));
+        assert_eq!((record.part_sizes, read_variants), (Some(vec![8, 4]), variants.to_vec()));
+        assert_eq!(meta.object_with_bucket_default_now(bucket.id, "absent"), Some(None));
+
+        let readers = meta.thread_readers.as_ref().unwrap();
+        let matches =
+            readers.read("columns", |c| Ok(ObjectWithVariantRow::matches(&c.prepare(&OBJECT_WITH_VARIANTS)?)));
+        assert_eq!(matches, Some(true), "the statement's columns are in the row's order");
     }
 
     on_both_backends!(pages_follow_on_from_the_last_key);
