@@ -40,15 +40,24 @@ pub(super) async fn migrate(store: &Store, to: &str, settings: &Settings) -> any
     // without a manifest is fetched, checked whole and given one.
     let (mut manifests_written, mut corrupt) = (0u64, Vec::new());
     let scratch = store.blobs.tmp_dir().to_owned();
-    for (sha, _) in remote.list().await.with_context(|| format!("cannot list the blobs in {location}"))? {
-        if !store.meta.blob_is_referenced(&sha).await? {
-            continue;
+    let mut after = None;
+    loop {
+        let page = remote.list_page_of_blobs(after.as_deref()).await;
+        let page = page.with_context(|| format!("cannot list the blobs in {location}"))?;
+        for (sha, _) in page.found {
+            if !store.meta.blob_is_referenced(&sha).await? {
+                continue;
+            }
+            let repair = remote.write_missing_manifest(&sha, &scratch).await;
+            match repair.with_context(|| format!("cannot write the slice manifest of blob {sha} in {location}"))? {
+                ManifestRepair::Present => {}
+                ManifestRepair::Written => manifests_written += 1,
+                ManifestRepair::Corrupt => corrupt.push(sha),
+            }
         }
-        let repair = remote.write_missing_manifest(&sha, &scratch).await;
-        match repair.with_context(|| format!("cannot write the slice manifest of blob {sha} in {location}"))? {
-            ManifestRepair::Present => {}
-            ManifestRepair::Written => manifests_written += 1,
-            ManifestRepair::Corrupt => corrupt.push(sha),
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
         }
     }
     println!(

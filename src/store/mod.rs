@@ -707,43 +707,51 @@ impl Store {
     pub async fn sweep_object_store(&self, grace: Duration) -> anyhow::Result<usize> {
         let Some(cache) = &self.cache else { return Ok(0) };
         let now = std::time::SystemTime::now();
+        let old = |page: remote::ListPage| -> Vec<String> {
+            let old = |(_, written): &(String, std::time::SystemTime)| {
+                staging::may_sweep_unreferenced_blob(now.duration_since(*written).ok(), grace)
+            };
+            page.found.into_iter().filter(old).map(|(name, _)| name).collect()
+        };
         let mut deleted = 0;
-        // Parts of multipart uploads that no part row names (a crash between the part's upload and its row).
-        let old_parts: Vec<String> = cache
-            .remote()
-            .list_parts()
-            .await?
-            .into_iter()
-            .filter(|(_, written)| staging::may_sweep_unreferenced_blob(now.duration_since(*written).ok(), grace))
-            .map(|(name, _)| name)
-            .collect();
-        for batch in old_parts.chunks(SWEEP_BATCH) {
-            let mut tx = self.meta.lock_blob_refs().await?;
-            let referenced = tx.referenced_part_files(batch).await?;
-            tx.commit_without_announcing().await?;
-            let orphans = batch.iter().filter(|name| !referenced.contains(*name));
-            // Outside the lock: a part's name is new to its one upload, and its row commits within
-            // `store_deletes::max_put_span` of that upload, so a part this old without a row never gets one.
-            for name in orphans {
-                cache.remote().delete_part(name).await?;
-                deleted += 1;
+        // Parts of multipart uploads that no part row names (a crash between the part's upload and its row), a
+        // page of the listing at a time.
+        let mut after = None;
+        loop {
+            let page = cache.remote().list_parts_page(after.as_deref()).await?;
+            after = page.next.clone();
+            for batch in old(page).chunks(SWEEP_BATCH) {
+                let mut tx = self.meta.lock_blob_refs().await?;
+                let referenced = tx.referenced_part_files(batch).await?;
+                tx.commit_without_announcing().await?;
+                let orphans = batch.iter().filter(|name| !referenced.contains(*name));
+                // Outside the lock: a part's name is new to its one upload, and its row commits within
+                // `store_deletes::max_put_span` of that upload, so a part this old without a row never gets one.
+                for name in orphans {
+                    cache.remote().delete_part(name).await?;
+                    deleted += 1;
+                }
+            }
+            if after.is_none() {
+                break;
             }
         }
-        let old_blobs: Vec<String> = cache
-            .remote()
-            .list()
-            .await?
-            .into_iter()
-            .filter(|(_, written)| staging::may_sweep_unreferenced_blob(now.duration_since(*written).ok(), grace))
-            .map(|(sha, _)| sha)
-            .collect();
-        // A batch per query, a smaller one per lock hold (`delete_retired`), however many blobs the store holds.
-        for batch in old_blobs.chunks(SWEEP_BATCH) {
-            let referenced = self.meta.referenced_blobs(batch).await?;
-            let candidates: Vec<String> = batch.iter().filter(|sha| !referenced.contains(*sha)).cloned().collect();
-            for candidates in candidates.chunks(RETIRE_BATCH) {
-                deleted += delete_retired(&self.meta, cache, candidates, grace).await?;
-                tokio::time::sleep(metadata::BETWEEN_WRITE_BATCHES).await;
+        // A page of the listing at a time, a batch per query, a smaller one per lock hold (`delete_retired`): the
+        // memory and every lock hold are bounded however many blobs the store holds.
+        let mut after = None;
+        loop {
+            let page = cache.remote().list_page_of_blobs(after.as_deref()).await?;
+            after = page.next.clone();
+            for batch in old(page).chunks(SWEEP_BATCH) {
+                let referenced = self.meta.referenced_blobs(batch).await?;
+                let candidates: Vec<String> = batch.iter().filter(|sha| !referenced.contains(*sha)).cloned().collect();
+                for candidates in candidates.chunks(RETIRE_BATCH) {
+                    deleted += delete_retired(&self.meta, cache, candidates, grace).await?;
+                    tokio::time::sleep(metadata::BETWEEN_WRITE_BATCHES).await;
+                }
+            }
+            if after.is_none() {
+                break;
             }
         }
         Ok(deleted)

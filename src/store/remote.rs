@@ -202,6 +202,16 @@ impl StoreOperation {
 /// metrics layer's recorder, which this layer cannot name.
 pub type CallObserver = fn(StoreOperation, Duration);
 
+/// Objects looked at by one [`RemoteBlobs::list_page`] call: an S3 ListObjectsV2 answers at most 1,000 keys.
+pub const LIST_PAGE: usize = 1000;
+
+/// A page of a store listing: what it found, and where the next page starts (`None`: this was the last).
+#[derive(Debug)]
+pub struct ListPage {
+    pub found: Vec<(String, SystemTime)>,
+    pub next: Option<String>,
+}
+
 /// The object store's client, with the prefix blobs live under.
 #[derive(Debug, Clone)]
 pub struct RemoteBlobs {
@@ -567,14 +577,15 @@ impl RemoteBlobs {
         self.delete_key(self.part_key(name), name).await
     }
 
-    /// Every part in the store with when it was written.
-    pub async fn list_parts(&self) -> Result<Vec<(String, SystemTime)>, RemoteError> {
+    /// A page of the parts in the store, with when each was written, after the page `after` ended (see
+    /// [`ListPage`]).
+    pub async fn list_parts_page(&self, after: Option<&str>) -> Result<ListPage, RemoteError> {
         let prefix = if self.prefix.is_empty() {
             StorePath::from("parts")
         } else {
             StorePath::from(format!("{}/parts", self.prefix))
         };
-        self.list_named(Some(prefix), super::blobs::is_part_name).await
+        self.list_page(Some(prefix), super::blobs::is_part_name, after).await
     }
 
     /// Uploads `path` as `key`; returns the digests of its [`CHUNK_BYTES`] chunks, hashed as they were read.
@@ -750,31 +761,43 @@ impl RemoteBlobs {
         .await
     }
 
-    /// Every blob in the store with when it was last written; other objects under the prefix are ignored.
-    pub async fn list(&self) -> Result<Vec<(String, SystemTime)>, RemoteError> {
+    /// A page of the blobs in the store, with when each was last written, after the page `after` ended (see
+    /// [`ListPage`]); other objects under the prefix are ignored.
+    pub async fn list_page_of_blobs(&self, after: Option<&str>) -> Result<ListPage, RemoteError> {
         let prefix = (!self.prefix.is_empty()).then(|| StorePath::from(&*self.prefix));
-        self.list_named(prefix, super::blobs::is_blob_hash).await
+        self.list_page(prefix, super::blobs::is_blob_hash, after).await
     }
 
-    /// The objects under `prefix` whose last path segment `named` accepts, with when each was written.
-    async fn list_named(
+    /// One page of the objects under `prefix` in name order, after the object `after` (a [`ListPage::next`]): at
+    /// most [`LIST_PAGE`] objects looked at (one request to an S3 store), those whose last path segment `named`
+    /// accepts kept. A listing of a store of millions of blobs thus holds a page in memory, never all of it.
+    async fn list_page(
         &self,
         prefix: Option<StorePath>,
         named: fn(&str) -> bool,
-    ) -> Result<Vec<(String, SystemTime)>, RemoteError> {
+        after: Option<&str>,
+    ) -> Result<ListPage, RemoteError> {
         let who = self.credentials;
         let (store, t) = (self.store.clone(), self.timeouts);
+        let after = after.map(StorePath::from);
         self.run(StoreOperation::List, async move {
-            let mut listing = store.list(prefix.as_ref());
-            let mut found = Vec::new();
-            // Each page is a request of its own: the bound is per item, which a page's first item waits out.
-            while let Some(meta) = within(t.first_byte, "LIST", listing.next()).await? {
+            let mut listing = match &after {
+                Some(after) => store.list_with_offset(prefix.as_ref(), after),
+                None => store.list(prefix.as_ref()),
+            };
+            let (mut found, mut seen, mut last) = (Vec::new(), 0, None);
+            while seen < LIST_PAGE {
+                let Some(meta) = within(t.first_byte, "LIST", listing.next()).await? else {
+                    return Ok(ListPage { found, next: None });
+                };
                 let meta = meta.map_err(|e| RemoteError::unavailable(who, e))?;
+                seen += 1;
                 if let Some(name) = meta.location.filename().filter(|n| named(n)) {
                     found.push((name.to_owned(), SystemTime::from(meta.last_modified)));
                 }
+                last = Some(meta.location);
             }
-            Ok(found)
+            Ok(ListPage { found, next: last.map(|l| l.to_string()) })
         })
         .await
     }

@@ -551,6 +551,57 @@ fn a_kill_during_the_upload_to_the_store_leaves_nothing_visible_and_the_sweep_re
     );
 }
 
+/// The store's sweep reads the listing a page at a time (`remote::LIST_PAGE` keys, one ListObjectsV2 each), each
+/// page going on after the last key of the one before, so its memory is a page's however many blobs the store
+/// holds. 1,200 keys that are no blobs fill the first page; the orphaned blobs after them are found on the second and
+/// removed, the referenced blob and its manifest kept.
+#[test]
+fn the_store_sweep_reads_a_listing_of_several_pages_a_page_at_a_time() {
+    let store = Store::start(S3Upstream::moto());
+    let grace = Duration::from_secs(8);
+    let script = "import hashlib\n\
+                  keys = ['bg/00/00/other-%04d' % i for i in range(spec['others'])]\n\
+                  orphans = [hashlib.sha256(b'orphan %d' % i).hexdigest() for i in range(spec['orphans'])]\n\
+                  for sha in orphans:\n\
+                  \x20   s3.put_object(Bucket=spec['bucket'], Key='bg/%s/%s/%s' % (sha[:2], sha[2:4], sha), Body=b'x')\n\
+                  for key in keys:\n\
+                  \x20   s3.put_object(Bucket=spec['bucket'], Key=key, Body=b'x')\n\
+                  print(json.dumps(orphans))";
+    let written = std::time::Instant::now();
+    let spec = serde_json::json!({ "bucket": store.bucket, "others": 1200, "orphans": 5 });
+    let orphans: Vec<String> = serde_json::from_value(store.upstream.boto3(&store.upstream.endpoint(), script, spec))
+        .expect("the orphans' hashes");
+    assert!(orphans.iter().all(|sha| &sha[..4] != "0000"), "every orphan sorts after the other keys");
+    let env = TestEnv::new();
+    env.bucket("pub", true);
+    put(&env, &store.env(&[]), "pub", "kept.txt", b"kept");
+    let in_store = |sha: &String| store.blobs().iter().any(|(key, _)| *key == Store::blob_key(sha));
+    assert!(orphans.iter().all(in_store));
+    // Old enough for the sweep (grace), which sends the deletes it decides within a quarter of it.
+    std::thread::sleep(grace.saturating_sub(written.elapsed()) + Duration::from_secs(1));
+    store.proxy.reset();
+
+    let settings = store.env(&[("BLOBGATE_TIMEOUTS__SWEEP_GRACE", "8s")]);
+    let server = env.serve_with(&refs(&settings), &[]);
+    let swept = wait_for(Duration::from_secs(120), || !orphans.iter().any(in_store));
+    assert!(swept, "orphans left in the store\nserver log:\n{}", server.log());
+    let keys = store.upstream.list_keys(&store.bucket);
+    assert_eq!(keys.iter().filter(|(key, _)| key.starts_with("bg/00/00/other-")).count(), 1200, "no blobs: kept");
+    assert_eq!(server.get("/pub/kept.txt", &[]).body, b"kept", "the referenced blob is kept");
+    assert_eq!(store.manifests().len(), 1, "and its manifest");
+    let listings: Vec<String> = store
+        .proxy
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.target.contains("list-type=2") && r.target.contains("prefix=bg"))
+        .map(|r| r.target)
+        .collect();
+    assert!(
+        listings.iter().any(|t| t.contains("start-after=bg%2F00%2F00%2Fother-")),
+        "the second page starts after the first one's last key: {listings:#?}"
+    );
+}
+
 #[test]
 fn blobs_migrate_copies_a_data_dirs_blobs_to_the_store_and_a_server_then_reads_them_there() {
     let store = Store::start(S3Upstream::moto());
