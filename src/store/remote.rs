@@ -786,6 +786,7 @@ impl RemoteBlobs {
                 None => store.list(prefix.as_ref()),
             };
             let (mut found, mut seen, mut last) = (Vec::new(), 0, None);
+            // An S3 page is a request of its own: the bound is per item, which a page's first item waits out.
             while seen < LIST_PAGE {
                 let Some(meta) = within(t.first_byte, "LIST", listing.next()).await? else {
                     return Ok(ListPage { found, next: None });

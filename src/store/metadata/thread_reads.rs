@@ -66,8 +66,8 @@ fn open(path: &std::path::Path) -> rusqlite::Result<Connection> {
 
 /// A row type that reads itself from a rusqlite row by column position (`from_row!` writes it beside
 /// `sqlx::FromRow`): a flattened row's columns first, then the type's own fields in their order. By position, not by
-/// name as sqlx does: rusqlite finds a name by comparing it with each column's in turn, which for an object's
-/// eighteen columns cost more than its B-tree probes. [`ReadRow::matches`] checks a statement's order.
+/// name as sqlx does: rusqlite finds a name by comparing it with each column's in turn, eighteen times for an
+/// object's row. [`ReadRow::matches`] checks a statement's order.
 pub(super) trait ReadRow: Sized {
     /// The column names this type reads, in the order it reads them.
     fn columns(names: &mut Vec<&'static str>);
@@ -79,8 +79,8 @@ pub(super) trait ReadRow: Sized {
         Self::read_columns(row, &mut 0)
     }
 
-    /// Whether `statement` answers exactly these columns in this order (checked where a statement is prepared, in
-    /// debug builds, and by the tests of each statement read this way).
+    /// Whether `statement` answers exactly these columns in this order (asserted at each such read in debug builds,
+    /// and by the tests of each statement read this way).
     fn matches(statement: &rusqlite::Statement<'_>) -> bool {
         let mut names = Vec::new();
         Self::columns(&mut names);
