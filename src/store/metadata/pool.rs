@@ -27,10 +27,11 @@ pub const PG_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// A pooled PostgreSQL connection idle for this long is pinged before its next use (see `open_postgres`).
 const PG_PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 
-/// SQLite's memory map of the database: its compile-time maximum (`SQLITE_MAX_MMAP_SIZE`, just under 2 GiB), so
-/// a catalog of millions of objects is read through the map, not copied page by page with pread. Address space
-/// only: the pages are the page cache's, shared by every connection.
-pub(super) const SQLITE_MMAP_BYTES: i64 = 0x7fff_0000;
+/// SQLite's memory map of the database: the maximum the bundled SQLite is built with (`SQLITE_MAX_MMAP_SIZE` in
+/// `.cargo/config.toml`, 1 TiB; SQLite's own default is just under 2 GiB), so a catalog of millions of objects is read
+/// through the map, not copied page by page with pread. Address space only: the pages are the page cache's, shared
+/// by every connection. A build without that flag clamps it to SQLite's maximum.
+pub(super) const SQLITE_MMAP_BYTES: i64 = 1 << 40;
 
 impl Metadata {
     /// Opens (creating if needed) the database and applies the embedded migrations: see `migrations.rs` for the
@@ -434,6 +435,21 @@ pub(super) mod tests {
         conn.close().await.unwrap();
         let (base, _) = server.rsplit_once('/').expect("the server URL ends in /DATABASE");
         format!("{base}/{name}")
+    }
+
+    /// SQLite clamps `mmap_size` to the maximum it was built with, and says what it took: the pool's connections
+    /// and the threads' read connections map the whole of a 10^7-object catalog (3 GB), past SQLite's default
+    /// maximum of just under 2 GiB.
+    #[tokio::test]
+    async fn the_memory_map_reaches_past_sqlites_default_maximum() {
+        let (_dir, meta) = database(TestBackend::Sqlite).await;
+        let super::Backend::Sqlite(pool) = &meta.backend else { unreachable!("an SQLite store") };
+        let pooled: i64 = sqlx::query_scalar("PRAGMA mmap_size").fetch_one(pool).await.unwrap();
+        assert_eq!(pooled, SQLITE_MMAP_BYTES, "LIBSQLITE3_FLAGS in .cargo/config.toml sets SQLITE_MAX_MMAP_SIZE");
+        assert!(SQLITE_MMAP_BYTES > 0x7fff_0000);
+        let readers = meta.thread_readers.as_ref().unwrap();
+        let on_thread = readers.read("mmap", |c| c.query_row("PRAGMA mmap_size", [], |r| r.get::<_, i64>(0)));
+        assert_eq!(on_thread, Some(SQLITE_MMAP_BYTES));
     }
 
     #[tokio::test]
