@@ -446,7 +446,7 @@ pub(super) mod tests {
         let super::Backend::Sqlite(pool) = &meta.backend else { unreachable!("an SQLite store") };
         let pooled: i64 = sqlx::query_scalar("PRAGMA mmap_size").fetch_one(pool).await.unwrap();
         assert_eq!(pooled, SQLITE_MMAP_BYTES, "LIBSQLITE3_FLAGS in .cargo/config.toml sets SQLITE_MAX_MMAP_SIZE");
-        assert!(SQLITE_MMAP_BYTES > 0x7fff_0000);
+        const { assert!(SQLITE_MMAP_BYTES > 0x7fff_0000) };
         let readers = meta.thread_readers.as_ref().unwrap();
         let on_thread = readers.read("mmap", |c| c.query_row("PRAGMA mmap_size", [], |r| r.get::<_, i64>(0)));
         assert_eq!(on_thread, Some(SQLITE_MMAP_BYTES));
