@@ -707,11 +707,12 @@ impl Store {
     pub async fn sweep_object_store(&self, grace: Duration) -> anyhow::Result<usize> {
         let Some(cache) = &self.cache else { return Ok(0) };
         let now = std::time::SystemTime::now();
+        // The names on a page written more than `grace` ago.
         let old = |page: remote::ListPage| -> Vec<String> {
-            let old = |(_, written): &(String, std::time::SystemTime)| {
+            let is_old = |(_, written): &(String, std::time::SystemTime)| {
                 staging::may_sweep_unreferenced_blob(now.duration_since(*written).ok(), grace)
             };
-            page.found.into_iter().filter(old).map(|(name, _)| name).collect()
+            page.found.into_iter().filter(is_old).map(|(name, _)| name).collect()
         };
         let mut deleted = 0;
         // Parts of multipart uploads that no part row names (a crash between the part's upload and its row), a
