@@ -10,7 +10,7 @@ use anyhow::Context;
 
 use crate::config::{ObjectStoreLocation, Settings};
 use crate::store::Store;
-use crate::store::remote::{ManifestRepair, RemoteBlobs};
+use crate::store::remote::{Listing, ManifestRepair, RemoteBlobs};
 
 pub(super) async fn migrate(store: &Store, to: &str, settings: &Settings) -> anyhow::Result<()> {
     let location = ObjectStoreLocation::parse(to, &settings.blob_store)?;
@@ -40,11 +40,10 @@ pub(super) async fn migrate(store: &Store, to: &str, settings: &Settings) -> any
     // without a manifest is fetched, checked whole and given one.
     let (mut manifests_written, mut corrupt) = (0u64, Vec::new());
     let scratch = store.blobs.tmp_dir().to_owned();
-    let mut after = None;
-    loop {
-        let page = remote.list_page_of_blobs(after.as_deref()).await;
-        let page = page.with_context(|| format!("cannot list the blobs in {location}"))?;
-        for (sha, _) in page.found {
+    let mut blobs = Listing::blobs();
+    let listed = |e| anyhow::Error::new(e).context(format!("cannot list the blobs in {location}"));
+    while let Some(page) = remote.next_page(&mut blobs).await.map_err(listed)? {
+        for (sha, _) in page {
             if !store.meta.blob_is_referenced(&sha).await? {
                 continue;
             }
@@ -54,10 +53,6 @@ pub(super) async fn migrate(store: &Store, to: &str, settings: &Settings) -> any
                 ManifestRepair::Written => manifests_written += 1,
                 ManifestRepair::Corrupt => corrupt.push(sha),
             }
-        }
-        match page.next {
-            Some(next) => after = Some(next),
-            None => break,
         }
     }
     println!(

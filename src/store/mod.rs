@@ -708,19 +708,17 @@ impl Store {
         let Some(cache) = &self.cache else { return Ok(0) };
         let now = std::time::SystemTime::now();
         // The names on a page written more than `grace` ago.
-        let old = |page: remote::ListPage| -> Vec<String> {
+        let old = |page: Vec<(String, std::time::SystemTime)>| -> Vec<String> {
             let is_old = |(_, written): &(String, std::time::SystemTime)| {
                 staging::may_sweep_unreferenced_blob(now.duration_since(*written).ok(), grace)
             };
-            page.found.into_iter().filter(is_old).map(|(name, _)| name).collect()
+            page.into_iter().filter(is_old).map(|(name, _)| name).collect()
         };
         let mut deleted = 0;
         // Parts of multipart uploads that no part row names (a crash between the part's upload and its row), a
         // page of the listing at a time.
-        let mut after = None;
-        loop {
-            let page = cache.remote().list_parts_page(after.as_deref()).await?;
-            after = page.next.clone();
+        let mut parts = remote::Listing::parts();
+        while let Some(page) = cache.remote().next_page(&mut parts).await? {
             for batch in old(page).chunks(SWEEP_BATCH) {
                 let mut tx = self.meta.lock_blob_refs().await?;
                 let referenced = tx.referenced_part_files(batch).await?;
@@ -733,16 +731,11 @@ impl Store {
                     deleted += 1;
                 }
             }
-            if after.is_none() {
-                break;
-            }
         }
         // A page of the listing at a time, a batch per query, a smaller one per lock hold (`delete_retired`): the
         // memory and every lock hold are bounded however many blobs the store holds.
-        let mut after = None;
-        loop {
-            let page = cache.remote().list_page_of_blobs(after.as_deref()).await?;
-            after = page.next.clone();
+        let mut blobs = remote::Listing::blobs();
+        while let Some(page) = cache.remote().next_page(&mut blobs).await? {
             for batch in old(page).chunks(SWEEP_BATCH) {
                 let referenced = self.meta.referenced_blobs(batch).await?;
                 let candidates: Vec<String> = batch.iter().filter(|sha| !referenced.contains(*sha)).cloned().collect();
@@ -750,9 +743,6 @@ impl Store {
                     deleted += delete_retired(&self.meta, cache, candidates, grace).await?;
                     tokio::time::sleep(metadata::BETWEEN_WRITE_BATCHES).await;
                 }
-            }
-            if after.is_none() {
-                break;
             }
         }
         Ok(deleted)

@@ -202,14 +202,35 @@ impl StoreOperation {
 /// metrics layer's recorder, which this layer cannot name.
 pub type CallObserver = fn(StoreOperation, Duration);
 
-/// Objects looked at by one [`RemoteBlobs::list_page`] call: an S3 ListObjectsV2 answers at most 1,000 keys.
+/// Objects looked at for one page of a [`Listing`]: an S3 ListObjectsV2 answers at most 1,000 keys.
 pub const LIST_PAGE: usize = 1000;
 
 /// A page of a store listing: what it found, and where the next page starts (`None`: this was the last).
 #[derive(Debug)]
-pub struct ListPage {
-    pub found: Vec<(String, SystemTime)>,
-    pub next: Option<String>,
+struct ListPage {
+    found: Vec<(String, SystemTime)>,
+    next: Option<String>,
+}
+
+/// How far a listing of the store's blobs or parts has gone: [`RemoteBlobs::next_page`] reads it a page at a time.
+#[derive(Debug)]
+pub struct Listing {
+    parts: bool,
+    /// Where the next page starts; `None` before the first.
+    after: Option<String>,
+    done: bool,
+}
+
+impl Listing {
+    /// The blobs in the store (other objects under the prefix are skipped).
+    pub fn blobs() -> Self {
+        Listing { parts: false, after: None, done: false }
+    }
+
+    /// The parts of multipart uploads in the store.
+    pub fn parts() -> Self {
+        Listing { parts: true, after: None, done: false }
+    }
 }
 
 /// The object store's client, with the prefix blobs live under.
@@ -577,15 +598,25 @@ impl RemoteBlobs {
         self.delete_key(self.part_key(name), name).await
     }
 
-    /// A page of the parts in the store, with when each was written, after the page `after` ended (see
-    /// [`ListPage`]).
-    pub async fn list_parts_page(&self, after: Option<&str>) -> Result<ListPage, RemoteError> {
-        let prefix = if self.prefix.is_empty() {
-            StorePath::from("parts")
+    /// The next page of `listing` (names with when each was last written), or `None` once it is over.
+    pub async fn next_page(&self, listing: &mut Listing) -> Result<Option<Vec<(String, SystemTime)>>, RemoteError> {
+        if listing.done {
+            return Ok(None);
+        }
+        let page = if listing.parts {
+            let prefix = if self.prefix.is_empty() {
+                StorePath::from("parts")
+            } else {
+                StorePath::from(format!("{}/parts", self.prefix))
+            };
+            self.list_page(Some(prefix), super::blobs::is_part_name, listing.after.as_deref()).await?
         } else {
-            StorePath::from(format!("{}/parts", self.prefix))
+            let prefix = (!self.prefix.is_empty()).then(|| StorePath::from(&*self.prefix));
+            self.list_page(prefix, super::blobs::is_blob_hash, listing.after.as_deref()).await?
         };
-        self.list_page(Some(prefix), super::blobs::is_part_name, after).await
+        listing.done = page.next.is_none();
+        listing.after = page.next;
+        Ok(Some(page.found))
     }
 
     /// Uploads `path` as `key`; returns the digests of its [`CHUNK_BYTES`] chunks, hashed as they were read.
@@ -759,13 +790,6 @@ impl RemoteBlobs {
             }
         })
         .await
-    }
-
-    /// A page of the blobs in the store, with when each was last written, after the page `after` ended (see
-    /// [`ListPage`]); other objects under the prefix are ignored.
-    pub async fn list_page_of_blobs(&self, after: Option<&str>) -> Result<ListPage, RemoteError> {
-        let prefix = (!self.prefix.is_empty()).then(|| StorePath::from(&*self.prefix));
-        self.list_page(prefix, super::blobs::is_blob_hash, after).await
     }
 
     /// One page of the objects under `prefix` in name order, after the object `after` (a [`ListPage::next`]): at

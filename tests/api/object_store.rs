@@ -551,10 +551,10 @@ fn a_kill_during_the_upload_to_the_store_leaves_nothing_visible_and_the_sweep_re
     );
 }
 
-/// The store's sweep reads the listing a page at a time (`remote::LIST_PAGE` keys, one ListObjectsV2 each), each
-/// page going on after the last key of the one before, so its memory is a page's however many blobs the store
-/// holds. 1,200 keys that are no blobs fill the first page; the orphaned blobs after them are found on the second and
-/// removed, the referenced blob and its manifest kept.
+/// The store's sweep reads the listing a page at a time (`RemoteBlobs::next_page`: `remote::LIST_PAGE` keys, one
+/// ListObjectsV2 each), each page going on after the last key of the one before, so its memory is a page's however
+/// many blobs the store holds. 1,200 keys that are no blobs fill the first page; the orphaned blobs after them are
+/// found on the second and removed, the referenced blob and its manifest kept.
 #[test]
 fn the_store_sweep_reads_a_listing_of_several_pages_a_page_at_a_time() {
     let store = Store::start(S3Upstream::moto());
