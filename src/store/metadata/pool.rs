@@ -24,9 +24,6 @@ use crate::config::{DatabaseTimeouts, DatabaseUrl, PostgresUrl};
 /// the kernel's TCP timeout, minutes), and how long any later wait for a pooled connection may take.
 pub const PG_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A pooled PostgreSQL connection idle for this long is pinged before its next use (see `open_postgres`).
-const PG_PING_AFTER_IDLE: Duration = Duration::from_secs(1);
-
 /// SQLite's memory map of the database: the maximum the bundled SQLite is built with (`SQLITE_MAX_MMAP_SIZE` in
 /// `.cargo/config.toml`, 1 TiB; SQLite's own default is just under 2 GiB), so a catalog of millions of objects is read
 /// through the map, not copied page by page with pread. Address space only: the pages are the page cache's, shared
@@ -219,18 +216,6 @@ async fn open_postgres(url: &PostgresUrl, read_only: bool, timeouts: DatabaseTim
     first.close().await.ok();
     PgPoolOptions::new()
         .max_connections(8)
-        // sqlx pings every connection before each use: a round trip as long as the query a cache miss makes. Only
-        // one that sat idle for a while is pinged (one a restarted server dropped has sat idle since), so a busy
-        // replica's miss is the one round trip of its prepared statement.
-        .test_before_acquire(false)
-        .before_acquire(|conn, meta| {
-            Box::pin(async move {
-                if meta.idle_for < PG_PING_AFTER_IDLE {
-                    return Ok(true);
-                }
-                conn.ping().await.map(|()| true)
-            })
-        })
         // Shorter than timeouts.handler: a request during an outage gets its 503 instead of the handler's.
         .acquire_timeout(timeouts.acquire)
         .connect_with(options.clone())
