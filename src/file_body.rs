@@ -109,28 +109,11 @@ pub trait FillGate: Send + Sync + std::fmt::Debug {
 }
 
 /// Header fields that many file responses share (a catalog entry's prepared ones), kept in their wire form alone
-/// (a catalog holds one per cached object: a few hundred bytes, not a `HeaderMap`'s kilobyte), made once. Checked
-/// when made: none of them frames the body or is the driver's (Connection, Date), so the driver's checks of a
-/// response's own fields still cover its framing.
+/// (a catalog holds one per cached object: one allocation of a few hundred bytes, not a `HeaderMap`'s kilobyte),
+/// made once. Checked when made: none of them frames the body or is the driver's (Connection, Date), so the
+/// driver's checks of a response's own fields still cover its framing.
 #[derive(Debug, Clone)]
-pub struct SharedFields(Arc<Shared>);
-
-#[derive(Debug)]
-struct Shared {
-    /// `name: value\r\n` for each field, in the map's order: what the driver writes.
-    wire: Box<[u8]>,
-    /// Where each field's line is in `wire`.
-    lines: Box<[Line]>,
-}
-
-/// One field's line in [`Shared::wire`]: `wire[start..name_end]` is its (lowercase) name, the value follows
-/// `": "`, and `end` is past its `\r\n`.
-#[derive(Debug, Clone, Copy)]
-struct Line {
-    start: u32,
-    name_end: u32,
-    end: u32,
-}
+pub struct SharedFields(Arc<[u8]>);
 
 /// Fields only a response itself may carry: how its own fields frame its body, and the driver's.
 const NOT_SHARED: [http::HeaderName; 6] = [
@@ -149,31 +132,26 @@ impl SharedFields {
             return Err(name);
         }
         let mut wire = Vec::new();
-        let mut lines = Vec::with_capacity(fields.len());
-        for (name, value) in fields {
-            let start = wire.len();
-            write_fields(&mut wire, [(name, value)]);
-            let offset = |at: usize| u32::try_from(at).expect("prepared fields are far below 4 GiB");
-            lines.push(Line {
-                start: offset(start),
-                name_end: offset(start + name.as_str().len()),
-                end: offset(wire.len()),
-            });
-        }
-        Ok(Self(Arc::new(Shared { wire: wire.into_boxed_slice(), lines: lines.into_boxed_slice() })))
+        write_fields(&mut wire, fields);
+        Ok(Self(Arc::from(wire)))
     }
 
     /// The fields as the head carries them.
     pub fn wire(&self) -> &[u8] {
-        &self.0.wire
+        &self.0
     }
 
-    /// Each field as (name, value, its whole line), in order.
+    /// Each field as (name, value, its whole line), in order. Read back from the wire, which only
+    /// [`write_fields`] wrote: a name has no `:`, a value no CR or LF (neither `HeaderName` nor `HeaderValue`
+    /// holds one), so the first `: ` ends the name and the first `\r\n` the line.
     fn lines(&self) -> impl Iterator<Item = (&[u8], &[u8], &[u8])> {
-        let wire = &self.0.wire[..];
-        self.0.lines.iter().map(move |l| {
-            let (start, name_end, end) = (l.start as usize, l.name_end as usize, l.end as usize);
-            (&wire[start..name_end], &wire[name_end + 2..end - 2], &wire[start..end])
+        let mut rest = &self.0[..];
+        std::iter::from_fn(move || {
+            let end = memchr::memmem::find(rest, b"\r\n")? + 2;
+            let (line, after) = rest.split_at(end);
+            rest = after;
+            let name_end = memchr::memchr(b':', line)?;
+            Some((&line[..name_end], &line[name_end + 2..end - 2], line))
         })
     }
 
@@ -200,7 +178,7 @@ impl SharedFields {
 
     /// The fields as a map, for a response that changes some of them.
     pub fn to_header_map(&self) -> http::HeaderMap {
-        let mut map = http::HeaderMap::with_capacity(self.0.lines.len());
+        let mut map = http::HeaderMap::with_capacity(8);
         for (name, value, _) in self.lines() {
             // Both were a valid name and value when written.
             if let (Ok(name), Ok(value)) = (http::HeaderName::from_bytes(name), http::HeaderValue::from_bytes(value)) {
@@ -210,9 +188,9 @@ impl SharedFields {
         map
     }
 
-    /// The heap bytes these fields hold, for a cache that bounds its memory.
+    /// The heap bytes these fields hold, for a cache that bounds its memory: the wire and the `Arc`'s two counts.
     pub fn heap_bytes(&self) -> usize {
-        std::mem::size_of::<Shared>() + self.0.wire.len() + std::mem::size_of_val(&*self.0.lines)
+        2 * std::mem::size_of::<usize>() + self.0.len()
     }
 }
 

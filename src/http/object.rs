@@ -177,10 +177,10 @@ fn redirect_response(bucket: &Bucket, location: &str) -> Result<Response, ApiErr
 /// represent the key asked for, so it is never a 304 or a 206, and its own Cache-Control (often a year) is not the
 /// answer's.
 async fn error_document_response(app: &DataState, bucket: &Bucket, entry: &ObjectEntry) -> Result<Answer, ApiError> {
-    let sha256 = entry.record.sha256.as_str();
-    let blob = app.catalog.response_blob(sha256, entry.record.size).await.map_err(|e| blob_error(entry, sha256, e))?;
+    let sha256 = entry.sha256();
+    let blob = app.catalog.response_blob(&sha256, entry.size).await.map_err(|e| blob_error(entry, &sha256, e))?;
     let segments: Segments = smallvec::smallvec![Segment::Region { offset: 0, len: blob.size }];
-    let BlobFile { file, size, fill } = blob.open_for(&segments).await.map_err(|e| blob_error(entry, sha256, e))?;
+    let BlobFile { file, size, fill } = blob.open_for(&segments).await.map_err(|e| blob_error(entry, &sha256, e))?;
     let body = FileBody {
         file,
         file_size: size,
@@ -192,7 +192,8 @@ async fn error_document_response(app: &DataState, bucket: &Bucket, entry: &Objec
         fill,
     };
     let mut h = http::HeaderMap::new();
-    h.insert(header::CONTENT_TYPE, entry.content_type_value.clone());
+    let content_type = HeaderValue::from_str(entry.content_type());
+    h.insert(header::CONTENT_TYPE, content_type.unwrap_or(HeaderValue::from_static("application/octet-stream")));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, NOSNIFF.clone());
     h.insert(header::CACHE_CONTROL, miss_cache_control(bucket));
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(body.total_len()));
@@ -267,8 +268,8 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         super::cors::vary_on_origin(grant_bucket, representation.to_mut());
     }
     // The selected representation: the object itself, or a precompressed variant with its own ETag and digest.
-    let negotiates = !s3 && entry.available.any();
-    let variant = if negotiates { entry.variant(accept_encoding::negotiate(headers, entry.available)) } else { None };
+    let negotiates = !s3 && entry.available().any();
+    let variant = if negotiates { entry.variant(accept_encoding::negotiate(headers, entry.available())) } else { None };
     if negotiates {
         crate::header_values::add_vary(representation.to_mut(), "Accept-Encoding");
     }
@@ -293,7 +294,7 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
     };
     // A signed URL may choose the download name; the signature covered it, so it is the signer's choice. It is a
     // non-empty RFC 6266 value (`presign::parse_query`), so it replaces the stored header and never removes it.
-    if let Some(v) = content_disposition.and_then(|v| disposition_value(v, &entry.record.key)) {
+    if let Some(v) = content_disposition.and_then(|v| disposition_value(v, entry.key())) {
         representation.to_mut().insert(header::CONTENT_DISPOSITION, v);
     }
     // S3's presigned `response-*` overrides: also the signer's choice, applied as S3 does (non-empty values only).
@@ -311,14 +312,14 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
     }
     // RFC 9110 §13.1.2: If-None-Match compares with the selected representation's ETag, so another variant's tag
     // does not match (a 200 with this one, whose tag the client then caches).
-    let etag = match variant {
-        Some(v) => v.etag.as_str(),
-        None if s3 => entry.s3_etag.as_str(),
-        None => entry.etag.as_str(),
-    };
-    let validators = Validators { etag, last_modified: entry.last_modified };
+    // The entry's own ETag is made from its digest, so only for a request that has a precondition.
     let precondition = match conditional::has_any(headers) {
-        true => conditional::evaluate(&method, headers, &validators, SystemTime::now()),
+        true => {
+            let own = variant.is_none().then(|| if s3 { entry.s3_etag() } else { entry.etag() });
+            let etag = variant.map_or_else(|| own.as_deref().unwrap_or_default(), |v| v.etag.as_str());
+            let validators = Validators { etag, last_modified: entry.last_modified() };
+            conditional::evaluate(&method, headers, &validators, SystemTime::now())
+        }
         false => Precondition::Proceed { honor_range: true },
     };
     let honor_range = match precondition {
@@ -338,14 +339,15 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
     };
     // After the 304: an SDK would check an empty body against them.
     if s3 && answers_checksums(&method, headers, part) {
-        let checksums = checksum::answered(entry.record.checksum, &entry.record.sha256);
+        let checksums = checksum::answered(entry.checksum(), &entry.sha256());
         super::s3::insert_checksum_headers(representation.to_mut(), &checksums);
     }
 
-    let sha256 = variant.map_or(entry.record.sha256.as_str(), |v| v.sha256.as_str());
+    let own_sha256 = entry.sha256();
+    let sha256 = variant.map_or(&*own_sha256, |v| v.sha256.as_str());
     // The blob's size bounds every region: its fstat size from the data dir, its row's from an object store's cache
     // (which then fetches only the slices the regions need).
-    let row_size = variant.map_or(entry.record.size, |v| v.size);
+    let row_size = variant.map_or(entry.size, |v| v.size);
     let blob = app.catalog.response_blob(sha256, row_size).await.map_err(|e| blob_error(entry, sha256, e))?;
     let size = blob.size;
     // RFC 9110 §14.2: Range is defined for GET only; HEAD answers what a plain GET would (an S3 part's HEAD: what
@@ -382,7 +384,7 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         }
         RangeDecision::Partial(ranges) => {
             let boundary = multipart::new_boundary();
-            let segments = multipart::layout(&ranges, size, &entry.content_type, &boundary);
+            let segments = multipart::layout(&ranges, size, entry.content_type(), &boundary);
             content_type = Some(header_value(&format!("multipart/byteranges; boundary={boundary}"))?);
             (StatusCode::PARTIAL_CONTENT, DownloadKind::Multipart, segments)
         }
@@ -396,7 +398,7 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         Err(fetch) => fetch.await,
     };
     let BlobFile { file, size, fill } =
-        opened.map_err(|e| blob_error(entry, variant.map_or(&entry.record.sha256, |v| &v.sha256), e))?;
+        opened.map_err(|e| blob_error(entry, sha256, e))?;
     let body = FileBody {
         file,
         file_size: size,
@@ -455,9 +457,11 @@ fn blob_error(entry: &ObjectEntry, sha256: &str, e: BlobError) -> ApiError {
         return e.into();
     }
     crate::metrics::blob_open_error();
-    let record = &entry.record;
-    let object =
-        format!("blob missing or unreadable: bucket_id={} key={} sha256={sha256}", record.bucket_id, record.key);
+    let object = format!(
+        "blob missing or unreadable: bucket_id={} key={} sha256={sha256}",
+        entry.object_ref.bucket_id,
+        entry.key()
+    );
     ApiError::BlobUnavailable(anyhow::Error::new(e).context(object))
 }
 

@@ -407,7 +407,7 @@ async fn part_range(
         ));
     }
     let entry = app.catalog.object(bucket.id, key.as_str()).await?.ok_or(ApiError::NotFound)?;
-    let (region, count) = entry.record.part(number);
+    let (region, count) = entry.part(number);
     let Some((offset, length)) = region else {
         return Err(S3Error::new(
             StatusCode::RANGE_NOT_SATISFIABLE,
@@ -496,13 +496,13 @@ async fn object_subresource(
         Operation::GetObjectAttributes => {
             let attributes = object_attributes(&entry, &wanted.unwrap_or_default());
             let mut response = xml_response(crate::s3::xml::object_attributes(&attributes));
-            let last_modified = crate::header_values::format_http_date(entry.last_modified);
+            let last_modified = crate::header_values::format_http_date(entry.last_modified());
             if let Ok(value) = HeaderValue::from_str(&last_modified) {
                 response.headers_mut().insert(header::LAST_MODIFIED, value);
             }
             return Ok(with_principal(app, response, &allowed));
         }
-        _ => crate::s3::xml::tagging(&entry.record.attrs.tags),
+        _ => crate::s3::xml::tagging(entry.tags()),
     };
     Ok(with_principal(app, xml_response(body), &allowed))
 }
@@ -530,18 +530,17 @@ static OBJECT_ATTRIBUTES: http::HeaderName = http::HeaderName::from_static("x-am
 /// What GetObjectAttributes answers for `entry`, of the `wanted` attributes.
 fn object_attributes(entry: &ObjectEntry, wanted: &[String]) -> crate::s3::xml::ObjectAttributes {
     let wants = |name: &str| wanted.iter().any(|w| w == name);
-    let record = &entry.record;
-    let checksums = checksum::answered(record.checksum, &record.sha256);
-    let parts = record.part_sizes.as_ref().map(|sizes| {
+    let checksums = checksum::answered(entry.checksum(), &entry.sha256());
+    let parts = entry.part_sizes().map(|sizes| {
         let listed = sizes.iter().zip(1u32..).take(1000).map(|(&size, number)| (number, size)).collect();
         (u32::try_from(sizes.len()).unwrap_or(u32::MAX), listed)
     });
     crate::s3::xml::ObjectAttributes {
-        etag: wants("ETag").then(|| entry.s3_etag.trim_matches('"').to_owned()),
+        etag: wants("ETag").then(|| entry.s3_etag().trim_matches('"').to_owned()),
         checksum: wants("Checksum").then(|| crate::s3::xml::Checksums::of(checksums.iter())),
         parts: parts.filter(|_| wants("ObjectParts")),
         storage_class: wants("StorageClass"),
-        size: wants("ObjectSize").then_some(record.size),
+        size: wants("ObjectSize").then_some(entry.size),
     }
 }
 

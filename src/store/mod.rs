@@ -57,7 +57,7 @@ pub use metadata::{
     Bucket, BucketChanges, CacheChange, Catchup, ChangeFeed, ChangeKind, DatabaseHealth, Flushed, Grant, GrantedBucket,
     Metadata, MetadataError, MigrationEntry, MigrationState, MigrationStatus, ObjectRecord, ObjectStats, PartRecord,
     Rights, S3KeyRecord, Scope, SigningKey, StatsFlush, StatsOrder, TokenRecord, UploadRecord, UploadSummary, Upsert,
-    VariantRecord, WriteTx,
+    VariantRecord, WriteTx, part_region,
 };
 pub use multipart::{CompleteReport, Completion, MultipartError, UploadLimits};
 
@@ -883,10 +883,12 @@ fn restore_all(retired: impl IntoIterator<Item = blobs::RetiredBlob>) -> anyhow:
 
 /// The stored type, else a guess from the key's extension, else `application/octet-stream`.
 pub fn effective_content_type(stored: Option<&str>, key: &str) -> String {
-    if let Some(t) = stored {
-        return t.to_owned();
-    }
-    mime_guess::from_path(key).first_raw().map(str::to_owned).unwrap_or_else(|| "application/octet-stream".to_owned())
+    stored.unwrap_or_else(|| guessed_content_type(key)).to_owned()
+}
+
+/// The type a key's extension names (a static name from mime_guess's table), else application/octet-stream.
+pub fn guessed_content_type(key: &str) -> &'static str {
+    mime_guess::from_path(key).first_raw().unwrap_or("application/octet-stream")
 }
 
 /// Checks a conditional write's precondition inside its write transaction (which holds the write lock).

@@ -138,7 +138,7 @@ pub use copy::CopyError;
 pub use health::DatabaseHealth;
 pub use migrations::{MigrationEntry, MigrationState, MigrationStatus, SchemaError, SchemaState};
 pub use multipart::{HeldBytes, PartRecord, UploadRecord, UploadSummary};
-pub use objects::{Bucket, BucketChanges, ObjectRecord, Upsert};
+pub use objects::{Bucket, BucketChanges, ObjectRecord, Upsert, part_region};
 pub use retirements::Retirement;
 pub use s3_keys::S3KeyRecord;
 pub use stats::{Flushed, ObjectStats, StatsFlush, StatsOrder};

@@ -55,16 +55,22 @@ pub struct ObjectRecord {
     pub checksum: Option<ObjectChecksum>,
 }
 
+/// Part `number` (from 1) of an object of `size` bytes stored in parts of `sizes`, as (offset, length), and the
+/// number of parts; `None` past the last part. An object without recorded parts is one part.
+pub fn part_region(sizes: Option<&[u64]>, size: u64, number: u32) -> (Option<(u64, u64)>, u32) {
+    let whole = [size];
+    let sizes = sizes.unwrap_or(&whole);
+    let count = u32::try_from(sizes.len()).unwrap_or(u32::MAX);
+    let index = number.checked_sub(1).map(|i| i as usize);
+    let region = index.filter(|&i| i < sizes.len()).map(|i| (sizes[..i].iter().sum(), sizes[i]));
+    (region, count)
+}
+
 impl ObjectRecord {
     /// Part `number` (from 1) as (offset, length) and the number of parts, or `None` past the last part. An
     /// object without recorded parts is one part.
     pub fn part(&self, number: u32) -> (Option<(u64, u64)>, u32) {
-        let whole = [self.size];
-        let sizes = self.part_sizes.as_deref().unwrap_or(&whole);
-        let count = u32::try_from(sizes.len()).unwrap_or(u32::MAX);
-        let index = number.checked_sub(1).map(|i| i as usize);
-        let region = index.filter(|&i| i < sizes.len()).map(|i| (sizes[..i].iter().sum(), sizes[i]));
-        (region, count)
+        part_region(self.part_sizes.as_deref(), self.size, number)
     }
 
     /// The ETag S3 requests see: the stored S3 ETag, else (an object stored before those were recorded) the
