@@ -34,6 +34,9 @@ const DATABASE_CLOSE: Duration = Duration::from_secs(2);
 const STATS_CHANNEL_CAPACITY: usize = 64 * 1024;
 /// How often the readiness probe asks the database, and how long it waits for the answer.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
+/// How often the download stats ledger is folded into the totals: the longer, the more downloads of an object
+/// (and of its neighbours in key order) share one write of a total's page; readers count the ledger meanwhile.
+const STATS_FOLD_EVERY: Duration = Duration::from_secs(60);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 pub struct Application {
@@ -199,6 +202,28 @@ impl Application {
                 }
             }
         });
+        let meta = self.admin.store.meta.clone();
+        let folding = tokio::spawn(async move {
+            // Download stats flushed to the ledger are added to the totals once a minute, in key order
+            // (`Metadata::fold_stats`); readers count the ledger meanwhile, so nothing waits for this.
+            let mut tick = tokio::time::interval(STATS_FOLD_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let started = std::time::Instant::now();
+                match meta.fold_stats().await {
+                    Ok(folded) => tracing::debug!(
+                        rows = folded.rows,
+                        objects = folded.objects,
+                        deleted = folded.deleted,
+                        ms = started.elapsed().as_millis() as u64,
+                        "download stats folded"
+                    ),
+                    Err(e) => tracing::warn!(error = %e, "folding the download stats ledger failed; will retry"),
+                }
+            }
+        });
         crate::metrics::register_all(
             crate::auth::FailureReason::ALL.map(crate::auth::FailureReason::label),
             HandshakeFailure::ALL.map(HandshakeFailure::label),
@@ -307,6 +332,9 @@ impl Application {
         // Between batches or inside one: a blob retired by an uncommitted batch is put back by the next start.
         sweeping.abort();
         housekeeping.abort();
+        // Between chunks or inside one: the cursor is where the last committed chunk left it, and the next fold
+        // resumes there.
+        folding.abort();
         syncing.abort();
         watcher.abort();
         if tokio::time::timeout(DATABASE_CLOSE, self.admin.store.meta.close()).await.is_err() {

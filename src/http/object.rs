@@ -397,8 +397,7 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         Ok(opened) => opened,
         Err(fetch) => fetch.await,
     };
-    let BlobFile { file, size, fill } =
-        opened.map_err(|e| blob_error(entry, sha256, e))?;
+    let BlobFile { file, size, fill } = opened.map_err(|e| blob_error(entry, sha256, e))?;
     let body = FileBody {
         file,
         file_size: size,

@@ -476,6 +476,12 @@ const NOT_COPIED: &[(&str, &str)] = &[
          process writing to the target can hold one",
     ),
     (
+        "stats_ledger",
+        "download counters not folded yet: the copy adds them to the object_stats and object_stats_daily rows it \
+         copies, so the target starts with everything folded",
+    ),
+    ("stats_fold", "the fold's cursor over the source's ledger, which is not copied (the target's starts idle)"),
+    (
         "store_blob_retirements",
         "when object-store blobs lost their last reference and when sweeps deleted them: the target's sweep finds \
          them unreferenced on its own",
@@ -556,6 +562,10 @@ fn fixture() -> String {
          INSERT INTO multipart_parts (upload_id, part_number, size, staged_name, md5, sha256, created_at, checksum)
          VALUES ('0000018c-schema', 1, 4, 'part-schema-1', '{}', '{c}', 1700000017, 'CRC32 FULL_OBJECT DUoRhQ==');
          INSERT INTO stats_flush_marks (writer, last_seq, updated_at) VALUES ('writer-schema', 42, 1700000018);
+         INSERT INTO stats_ledger (id, bucket_id, key, day, requests, completed, aborted, truncated, bytes_sent,
+             range_requests, not_modified, head_requests, last_download_at)
+         VALUES (1, 7, '{key}', '2026-12-03', 31, 32, 33, 34, 35, 36, 37, 38, 1700000023);
+         UPDATE stats_fold SET upto = 1, phase = 'deleting', done_bucket = 7, done_key = '{key}';
          INSERT INTO store_blob_retirements (sha256, retired_at, deleting_at, deleted_at)
              VALUES ('{c}', 1700000019, 1700000020, 1700000021);
          INSERT INTO multipart_completions (upload_id, bucket_id, key, sha256, etag, completed_at)

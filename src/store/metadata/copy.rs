@@ -21,7 +21,8 @@ enum Column {
 /// in progress are copied with their parts, whose files stay in `parts/`, so a client can still complete them on
 /// the target. The change log is not copied: the target's triggers log every inserted row, so a replica already
 /// on the target evicts what it cached. Nor are the stats flush marks: each is one process's batch in doubt on the
-/// source, under a random writer id that no process writing to the target has. Nor are the store blob retirements (when
+/// source, under a random writer id that no process writing to the target has. Nor is the stats ledger (nor its fold's
+/// cursor): its rows not folded yet are added to the totals they are copied with. Nor are the store blob retirements (when
 /// a sweep may delete what): the target's sweep finds unreferenced blobs on its own. `tests/api/schema.rs` checks that
 /// every other column of every table is here.
 /// (table, its columns with their types, the order its rows are copied in)
@@ -184,6 +185,16 @@ const TABLES: &[Table] = {
     ]
 };
 
+/// Where a table's rows are read: the table, but for the download totals, which are read with the ledger's rows
+/// not folded yet (the ledger itself is not copied: the target starts with everything folded).
+fn source_of(table: &str) -> String {
+    match table {
+        "object_stats" => format!("({}) AS object_stats", super::stats::all_totals_with_ledger()),
+        "object_stats_daily" => format!("({}) AS object_stats_daily", super::stats::daily_with_ledger()),
+        _ => table.to_owned(),
+    }
+}
+
 /// The grants' tables, copied after their credentials.
 const GRANT_TABLES: [&str; 2] = ["token_grants", "s3_key_grants"];
 
@@ -223,7 +234,7 @@ impl Metadata {
                 let mut source = $source;
                 for (table, columns, order) in TABLES {
                     let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
-                    let select = format!("SELECT {} FROM {table} ORDER BY {order}", names.join(", "));
+                    let select = format!("SELECT {} FROM {} ORDER BY {order}", names.join(", "), source_of(table));
                     let placeholders: Vec<String> = (1..=columns.len()).map(|i| format!("${i}")).collect();
                     let insert =
                         format!("INSERT INTO {table} ({}) VALUES ({})", names.join(", "), placeholders.join(", "));
@@ -357,6 +368,44 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(finished.put.size, 4, "the part file in parts/ completes on the target");
+    }
+
+    /// Download counters still in the source's ledger, some of them halfway through a fold, arrive in the totals
+    /// (per object and per day), and the target starts with nothing to fold.
+    #[tokio::test]
+    async fn download_stats_not_folded_yet_are_copied_in_the_totals() {
+        use std::sync::Arc;
+
+        use crate::stats::{Batch, Counters};
+        use crate::store::metadata::{StatsFlush, StatsOrder};
+        let dir = tempfile::tempdir().unwrap();
+        let source =
+            Store::open(dir.path(), &DatabaseUrl::in_data_dir(dir.path()), Duration::from_secs(5)).await.unwrap();
+        let bucket = source.meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let flush = |seq: i64, day: i64| {
+            let mut batch = Batch::default();
+            let counters = Counters { requests: 1, completed: 1, bytes_sent: 5, ..Counters::default() };
+            for key in ["a", "b"] {
+                batch.per_object.insert((bucket.id, Arc::from(key)), (counters, Some(seq)));
+                batch.per_day.insert(((bucket.id, Arc::from(key)), day), counters);
+            }
+            (StatsFlush { writer: "w".into(), seq }, batch)
+        };
+        let (first, batch) = flush(1, 20_000);
+        source.meta.record_download_stats(&first, &batch).await.unwrap();
+        source.meta.fold_stats().await.unwrap();
+        let (second, batch) = flush(2, 20_001);
+        source.meta.record_download_stats(&second, &batch).await.unwrap();
+        let before = source.meta.object_stats(None, "", StatsOrder::Bytes, None).await.unwrap();
+        assert_eq!(before.iter().map(|r| r.counters.requests).collect::<Vec<_>>(), [2, 2]);
+
+        let target_url = test_database_url(TestBackend::Postgres, dir.path()).await;
+        let target = Store::open(dir.path(), &target_url, Duration::from_secs(5)).await.unwrap();
+        let copied = source.meta.copy_to(&target.meta).await.unwrap();
+        let count = |table: &str| copied.iter().find(|(t, _)| *t == table).map(|(_, n)| *n);
+        assert_eq!((count("object_stats"), count("object_stats_daily")), (Some(2), Some(4)));
+        assert_eq!(target.meta.object_stats(None, "", StatsOrder::Bytes, None).await.unwrap(), before);
+        assert_eq!(target.meta.fold_stats().await.unwrap(), crate::store::metadata::Folded::default());
     }
 
     crate::store::metadata::on_both_backends!(every_column_of_every_copied_table_is_listed);

@@ -1,6 +1,10 @@
 //! Per-object download counters: batched adds, and the ranked read behind `blobgate stats` and `GET /stats`.
 
-use super::{Backend, Metadata, MetadataError};
+use std::sync::Arc;
+
+use futures_util::TryStreamExt;
+
+use super::{Backend, Metadata, MetadataError, TxBackend};
 use crate::stats::{Batch, Counters};
 
 /// One object's row of `object_stats`, with its bucket's name.
@@ -121,22 +125,14 @@ const FLUSH_MARK_LIFETIME_SECS: i64 = 7 * 86_400;
 
 impl Metadata {
     /// Adds a batch of download counters in one write transaction, with the flush's mark, so that a retry of a
-    /// flush whose commit did succeed adds nothing (see [`Flushed::AlreadyWritten`]). Rows of a bucket deleted
-    /// since the downloads are dropped (they would violate the foreign key and fail the whole batch, again at
-    /// every retry). Each row
-    /// is one `INSERT … ON CONFLICT DO UPDATE SET n = n + excluded.n`, so replicas adding to the same row at once
-    /// never lose an increment; rows go in key order, so two such batches lock them in the same order and cannot
-    /// deadlock.
+    /// flush whose commit did succeed adds nothing (see [`Flushed::AlreadyWritten`]). They are appended to the
+    /// ledger, one row per object and day (a batch's per-day counters carry every counter; the object's latest
+    /// download goes on each of its rows), and read with the totals until [`Metadata::fold_stats`] adds them in.
+    /// Rows of a bucket deleted since the downloads are dropped (they would violate the foreign key and fail the
+    /// whole batch, again at every retry). Appends never conflict, so replicas flushing at once wait for no row.
     pub async fn record_download_stats(&self, flush: &StatsFlush, batch: &Batch) -> Result<Flushed, MetadataError> {
-        // The later of two timestamps: SQLite's two-argument max, PostgreSQL's greatest.
-        let (later, numbered) = match &self.backend {
-            Backend::Sqlite(_) => ("max", false),
-            Backend::Postgres(_) => ("greatest", true),
-        };
-        let mut per_object: Vec<_> = batch.per_object.iter().collect();
-        per_object.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        let mut per_day: Vec<_> = batch.per_day.iter().collect();
-        per_day.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let numbered = matches!(self.backend, Backend::Postgres(_));
+        let per_day: Vec<_> = batch.per_day.iter().collect();
         let mut tx = self.begin_write().await?;
         let now = crate::stats::unix_now();
         let marked = with_tx!(&mut tx.tx, conn => sqlx::query(
@@ -158,15 +154,18 @@ impl Metadata {
                 .execute(&mut **conn)
                 .await?.rows_affected());
         }
-        // Many rows a statement: a batch of distinct objects costs a statement per hundred, not two per object.
-        for chunk in per_object.chunks(STATS_ROWS_PER_STATEMENT) {
-            let sql = per_object_upsert(later, chunk.len(), numbered);
+        // Appended to the ledger, a hundred rows a statement: a batch of distinct objects writes the pages at the
+        // ledger's end, not a page of each total's tree per object (`fold_stats` moves them there in key order).
+        for chunk in per_day.chunks(STATS_ROWS_PER_STATEMENT) {
+            let sql = ledger_insert(chunk.len(), numbered);
             with_tx!(&mut tx.tx, conn => {
                 let mut query = sqlx::query(&sql);
-                for ((bucket_id, key), (c, last)) in chunk {
+                for (((bucket_id, key), day), c) in chunk {
+                    let last = batch.per_object.get(&(*bucket_id, Arc::clone(key))).and_then(|(_, last)| *last);
                     query = query
                         .bind(bucket_id)
                         .bind(key.as_ref())
+                        .bind(crate::stats::day_name(*day))
                         .bind(c.requests as i64)
                         .bind(c.completed as i64)
                         .bind(c.aborted as i64)
@@ -180,30 +179,12 @@ impl Metadata {
                 query.execute(&mut **conn).await?.rows_affected()
             });
         }
-        for chunk in per_day.chunks(STATS_ROWS_PER_STATEMENT) {
-            let sql = per_day_upsert(chunk.len(), numbered);
-            with_tx!(&mut tx.tx, conn => {
-                let mut query = sqlx::query(&sql);
-                for (((bucket_id, key), day), c) in chunk {
-                    query = query
-                        .bind(bucket_id)
-                        .bind(key.as_ref())
-                        .bind(crate::stats::day_name(*day))
-                        .bind(c.requests as i64)
-                        .bind(c.completed as i64)
-                        .bind(c.aborted as i64)
-                        .bind(c.bytes_sent as i64)
-                        .bind(c.range_requests as i64)
-                        .bind(c.not_modified as i64);
-                }
-                query.execute(&mut **conn).await?.rows_affected()
-            });
-        }
         tx.commit_without_announcing().await?;
         Ok(Flushed::Written)
     }
 
-    /// Per-object stats, optionally for one bucket and key prefix, highest first by `order`.
+    /// Per-object stats, optionally for one bucket and key prefix, highest first by `order`: the folded totals
+    /// plus the ledger's rows not folded yet.
     pub async fn object_stats(
         &self,
         bucket_id: Option<i64>,
@@ -211,11 +192,12 @@ impl Metadata {
         order: StatsOrder,
         limit: Option<u32>,
     ) -> Result<Vec<ObjectStats>, MetadataError> {
+        let wanted = "($1 IS NULL OR bucket_id = $1) AND substr(key, 1, length($2)) = $2";
         let sql = format!(
             "SELECT b.name AS bucket, s.key, {COUNTER_COLUMNS}, s.last_download_at
-             FROM object_stats s JOIN buckets b ON b.id = s.bucket_id
-             WHERE ($1 IS NULL OR s.bucket_id = $1) AND substr(s.key, 1, length($2)) = $2
+             FROM ({}) s JOIN buckets b ON b.id = s.bucket_id
              ORDER BY {}, b.name, s.key LIMIT $3",
+            totals_with_ledger(wanted),
             order.order_by()
         );
         // No limit: the largest one, which both dialects take (SQLite's -1 is an error to PostgreSQL).
@@ -224,9 +206,341 @@ impl Metadata {
             sqlx::query_as(&sql).bind(bucket_id).bind(prefix).bind(limit).fetch_all(pool).await?);
         Ok(rows.into_iter().map(ObjectStats::from).collect())
     }
+
+    /// Moves the ledger's rows into `object_stats` and `object_stats_daily`, in key order, [`FOLD_CHUNK_ROWS`] at
+    /// a time, each chunk its own short write transaction that also moves the fold's cursor (`stats_fold`), so
+    /// that readers, a fold that stopped halfway (a crash, a lost connection) and one resuming it all agree on
+    /// what is folded: nothing is counted twice or lost. Then deletes the folded rows, in batches. Rows flushed
+    /// meanwhile wait for the next fold. Page writes: a total's page is written once per fold for all the objects
+    /// on it, where upserts at every flush wrote it once per object. One process folds at a time (a second one
+    /// finds the cursor moved and stops). `serve` runs it once a minute.
+    pub async fn fold_stats(&self) -> Result<Folded, MetadataError> {
+        self.fold_stats_stopping_after(usize::MAX).await
+    }
+
+    /// [`Metadata::fold_stats`], stopping (as a crash would) after `chunks` chunks if it gets that far.
+    async fn fold_stats_stopping_after(&self, chunks: usize) -> Result<Folded, MetadataError> {
+        let mut folded = Folded::default();
+        let Some(mut fold) = self.begin_fold().await? else { return Ok(folded) };
+        if fold.phase == "folding" && !self.fold_ledger(&mut fold, &mut folded, chunks).await? {
+            return Ok(folded);
+        }
+        folded.deleted = self.delete_folded(fold.upto).await?;
+        Ok(folded)
+    }
+
+    /// The fold to do: one left halfway, else a new one over every row in the ledger, else `None`.
+    async fn begin_fold(&self) -> Result<Option<FoldState>, MetadataError> {
+        let mut tx = self.begin_write().await?;
+        if let TxBackend::Postgres(conn) = &mut tx.tx {
+            // Identity values are drawn in insert order, not commit order: wait for the flushes in flight, so that
+            // no row at or below `upto` commits after it is chosen (flushes wait for this transaction in turn).
+            sqlx::query("LOCK TABLE stats_ledger IN SHARE ROW EXCLUSIVE MODE").execute(&mut **conn).await?;
+        }
+        let state: FoldState = with_tx!(&mut tx.tx, conn => sqlx::query_as(
+            "SELECT upto, phase, done_bucket, done_key FROM stats_fold WHERE id = 1"
+        ).fetch_one(&mut **conn).await?);
+        if state.phase != "idle" {
+            return Ok(Some(state));
+        }
+        let last: Option<i64> = with_tx!(&mut tx.tx, conn =>
+            sqlx::query_scalar("SELECT max(id) FROM stats_ledger").fetch_one(&mut **conn).await?);
+        let Some(upto) = last else { return Ok(None) };
+        with_tx!(&mut tx.tx, conn => sqlx::query(
+            "UPDATE stats_fold SET upto = $1, phase = 'folding', done_bucket = -1, done_key = '' WHERE id = 1"
+        ).bind(upto).execute(&mut **conn).await?.rows_affected());
+        tx.commit_without_announcing().await?;
+        Ok(Some(FoldState { upto, phase: "folding".into(), done_bucket: -1, done_key: String::new() }))
+    }
+
+    /// Folds the rows up to `fold.upto` of the keys past its cursor, streamed in key order (one read, sorted by
+    /// the database), then marks them all folded. `false`: another process moved the cursor, so it folds.
+    async fn fold_ledger(
+        &self,
+        fold: &mut FoldState,
+        folded: &mut Folded,
+        max_chunks: usize,
+    ) -> Result<bool, MetadataError> {
+        let sql = "SELECT bucket_id, key, day, CAST(sum(requests) AS BIGINT) AS requests,
+                          CAST(sum(completed) AS BIGINT) AS completed, CAST(sum(aborted) AS BIGINT) AS aborted,
+                          CAST(sum(truncated) AS BIGINT) AS truncated, CAST(sum(bytes_sent) AS BIGINT) AS bytes_sent,
+                          CAST(sum(range_requests) AS BIGINT) AS range_requests,
+                          CAST(sum(not_modified) AS BIGINT) AS not_modified,
+                          CAST(sum(head_requests) AS BIGINT) AS head_requests, max(last_download_at) AS last_download_at
+                   FROM stats_ledger WHERE id <= $1 AND (bucket_id, key) > ($2, $3)
+                   GROUP BY bucket_id, key, day ORDER BY bucket_id, key, day";
+        let mut chunk: Vec<LedgerRow> = Vec::new();
+        let (upto, after_bucket, after_key) = (fold.upto, fold.done_bucket, fold.done_key.clone());
+        macro_rules! stream_from {
+            ($pool:expr) => {{
+                let mut rows =
+                    sqlx::query_as::<_, LedgerRow>(sql).bind(upto).bind(after_bucket).bind(&after_key).fetch($pool);
+                while let Some(row) = rows.try_next().await? {
+                    // The cursor names whole objects: an object's days never straddle two chunks.
+                    let next_object =
+                        chunk.last().is_some_and(|l: &LedgerRow| (l.bucket_id, &l.key) != (row.bucket_id, &row.key));
+                    if chunk.len() >= FOLD_CHUNK_ROWS && next_object {
+                        if folded.chunks >= max_chunks || !self.fold_chunk(fold, &chunk, folded).await? {
+                            return Ok(false);
+                        }
+                        chunk.clear();
+                        tokio::time::sleep(super::BETWEEN_WRITE_BATCHES).await;
+                    }
+                    chunk.push(row);
+                }
+            }};
+        }
+        with_pool!(&self.backend, pool => stream_from!(pool));
+        if folded.chunks >= max_chunks || (!chunk.is_empty() && !self.fold_chunk(fold, &chunk, folded).await?) {
+            return Ok(false);
+        }
+        let mut tx = self.begin_write().await?;
+        let marked = with_tx!(&mut tx.tx, conn => sqlx::query(
+            "UPDATE stats_fold SET phase = 'deleting'
+             WHERE id = 1 AND phase = 'folding' AND upto = $1 AND done_bucket = $2 AND done_key = $3"
+        ).bind(fold.upto).bind(fold.done_bucket).bind(&fold.done_key).execute(&mut **conn).await?.rows_affected());
+        if marked != 1 {
+            return Ok(false);
+        }
+        tx.commit_without_announcing().await?;
+        fold.phase = "deleting".into();
+        Ok(true)
+    }
+
+    /// Adds one chunk of ledger sums (whole objects, in key order) to the totals and moves the cursor past it, in
+    /// one transaction. `false`: the cursor was not where this fold left it (another process folds).
+    async fn fold_chunk(
+        &self,
+        fold: &mut FoldState,
+        chunk: &[LedgerRow],
+        folded: &mut Folded,
+    ) -> Result<bool, MetadataError> {
+        // The later of two timestamps: SQLite's two-argument max, PostgreSQL's greatest.
+        let (later, numbered) = match &self.backend {
+            Backend::Sqlite(_) => ("max", false),
+            Backend::Postgres(_) => ("greatest", true),
+        };
+        let last = chunk.last().expect("a chunk has rows");
+        let mut tx = self.begin_write().await?;
+        let moved = with_tx!(&mut tx.tx, conn => sqlx::query(
+            "UPDATE stats_fold SET done_bucket = $1, done_key = $2
+             WHERE id = 1 AND phase = 'folding' AND upto = $3 AND done_bucket = $4 AND done_key = $5"
+        )
+        .bind(last.bucket_id)
+        .bind(&last.key)
+        .bind(fold.upto)
+        .bind(fold.done_bucket)
+        .bind(&fold.done_key)
+        .execute(&mut **conn)
+        .await?.rows_affected());
+        if moved != 1 {
+            return Ok(false);
+        }
+        let objects = per_object_sums(chunk);
+        for rows in objects.chunks(STATS_ROWS_PER_STATEMENT) {
+            let sql = per_object_upsert(later, rows.len(), numbered);
+            with_tx!(&mut tx.tx, conn => {
+                let mut query = sqlx::query(&sql);
+                for r in rows {
+                    query = query
+                        .bind(r.bucket_id)
+                        .bind(&r.key)
+                        .bind(r.requests)
+                        .bind(r.completed)
+                        .bind(r.aborted)
+                        .bind(r.truncated)
+                        .bind(r.bytes_sent)
+                        .bind(r.range_requests)
+                        .bind(r.not_modified)
+                        .bind(r.head_requests)
+                        .bind(r.last_download_at);
+                }
+                query.execute(&mut **conn).await?.rows_affected()
+            });
+        }
+        for rows in chunk.chunks(STATS_ROWS_PER_STATEMENT) {
+            let sql = per_day_upsert(rows.len(), numbered);
+            with_tx!(&mut tx.tx, conn => {
+                let mut query = sqlx::query(&sql);
+                for r in rows {
+                    query = query
+                        .bind(r.bucket_id)
+                        .bind(&r.key)
+                        .bind(&r.day)
+                        .bind(r.requests)
+                        .bind(r.completed)
+                        .bind(r.aborted)
+                        .bind(r.bytes_sent)
+                        .bind(r.range_requests)
+                        .bind(r.not_modified);
+                }
+                query.execute(&mut **conn).await?.rows_affected()
+            });
+        }
+        tx.commit_without_announcing().await?;
+        fold.done_bucket = last.bucket_id;
+        fold.done_key = last.key.clone();
+        folded.rows += chunk.len() as u64;
+        folded.objects += objects.len() as u64;
+        folded.chunks += 1;
+        Ok(true)
+    }
+
+    /// Deletes the folded rows (up to `upto`), [`FOLD_DELETE_BATCH`] a transaction, then marks the fold done.
+    async fn delete_folded(&self, upto: i64) -> Result<u64, MetadataError> {
+        let mut deleted = 0;
+        loop {
+            let mut tx = self.begin_write().await?;
+            let batch = with_tx!(&mut tx.tx, conn => sqlx::query(
+                "DELETE FROM stats_ledger WHERE id IN (
+                     SELECT id FROM stats_ledger
+                     WHERE id <= $1 AND EXISTS (SELECT 1 FROM stats_fold WHERE id = 1 AND phase = 'deleting' AND upto = $1)
+                     ORDER BY id LIMIT $2)"
+            ).bind(upto).bind(FOLD_DELETE_BATCH).execute(&mut **conn).await?.rows_affected());
+            deleted += batch;
+            if batch < FOLD_DELETE_BATCH as u64 {
+                // Idle only once no folded row is left: another process deleting at once may have taken this
+                // batch's rows and not committed yet (readers must go on leaving its rows out; a later fold marks
+                // the fold done when it finds none).
+                with_tx!(&mut tx.tx, conn => sqlx::query(
+                    "UPDATE stats_fold SET phase = 'idle', done_bucket = -1, done_key = ''
+                     WHERE id = 1 AND phase = 'deleting' AND upto = $1
+                       AND NOT EXISTS (SELECT 1 FROM stats_ledger WHERE id <= $1)"
+                ).bind(upto).execute(&mut **conn).await?.rows_affected());
+                tx.commit_without_announcing().await?;
+                return Ok(deleted);
+            }
+            tx.commit_without_announcing().await?;
+            tokio::time::sleep(super::BETWEEN_WRITE_BATCHES).await;
+        }
+    }
 }
 
-/// Rows of a stats upsert statement: 11 parameters each, far below either backend's limit.
+/// What one [`Metadata::fold_stats`] did: ledger rows (object-days) and objects added to the totals, in how many
+/// transactions, and rows deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Folded {
+    pub rows: u64,
+    pub objects: u64,
+    /// Write transactions that added rows.
+    pub chunks: usize,
+    pub deleted: u64,
+}
+
+/// Ledger rows (object-days, whole objects) a fold adds to the totals per write transaction: some milliseconds of
+/// SQLite's write lock, the keys in order so that neighbours share pages.
+pub const FOLD_CHUNK_ROWS: usize = 1_000;
+/// Folded ledger rows deleted per transaction: consecutive ids, so a few pages.
+const FOLD_DELETE_BATCH: i64 = 5_000;
+
+/// `stats_fold`'s one row: where the fold is (see migration 0023).
+struct FoldState {
+    upto: i64,
+    phase: String,
+    done_bucket: i64,
+    done_key: String,
+}
+from_row!(FoldState { upto, phase, done_bucket, done_key });
+
+/// An object-day's sums of ledger rows, as the fold reads them.
+#[derive(Debug, Clone)]
+struct LedgerRow {
+    bucket_id: i64,
+    key: String,
+    day: String,
+    requests: i64,
+    completed: i64,
+    aborted: i64,
+    truncated: i64,
+    bytes_sent: i64,
+    range_requests: i64,
+    not_modified: i64,
+    head_requests: i64,
+    last_download_at: Option<i64>,
+}
+from_row!(LedgerRow {
+    bucket_id,
+    key,
+    day,
+    requests,
+    completed,
+    aborted,
+    truncated,
+    bytes_sent,
+    range_requests,
+    not_modified,
+    head_requests,
+    last_download_at
+});
+
+/// Each object's sums over its days (`day` left as the first's), from rows in key order.
+fn per_object_sums(rows: &[LedgerRow]) -> Vec<LedgerRow> {
+    let mut objects: Vec<LedgerRow> = Vec::new();
+    for r in rows {
+        match objects.last_mut() {
+            Some(o) if (o.bucket_id, &o.key) == (r.bucket_id, &r.key) => {
+                o.requests += r.requests;
+                o.completed += r.completed;
+                o.aborted += r.aborted;
+                o.truncated += r.truncated;
+                o.bytes_sent += r.bytes_sent;
+                o.range_requests += r.range_requests;
+                o.not_modified += r.not_modified;
+                o.head_requests += r.head_requests;
+                o.last_download_at = o.last_download_at.max(r.last_download_at);
+            }
+            _ => objects.push(r.clone()),
+        }
+    }
+    objects
+}
+
+/// Per-object totals with the ledger's rows not folded yet (`stats_fold` says which are), of the objects
+/// `wanted` (a condition on `bucket_id` and `key`): a table of `object_stats`' columns.
+fn totals_with_ledger(wanted: &str) -> String {
+    format!(
+        "SELECT bucket_id, key, CAST(sum(requests) AS BIGINT) AS requests,
+                CAST(sum(completed) AS BIGINT) AS completed, CAST(sum(aborted) AS BIGINT) AS aborted,
+                CAST(sum(truncated) AS BIGINT) AS truncated, CAST(sum(bytes_sent) AS BIGINT) AS bytes_sent,
+                CAST(sum(range_requests) AS BIGINT) AS range_requests,
+                CAST(sum(not_modified) AS BIGINT) AS not_modified,
+                CAST(sum(head_requests) AS BIGINT) AS head_requests, max(last_download_at) AS last_download_at
+         FROM (SELECT bucket_id, key, {COUNTER_COLUMNS}, last_download_at FROM object_stats WHERE {wanted}
+               UNION ALL
+               SELECT bucket_id, key, {COUNTER_COLUMNS}, last_download_at FROM stats_ledger
+               WHERE {wanted} AND {NOT_FOLDED}) t
+         GROUP BY bucket_id, key"
+    )
+}
+
+/// Per-object-day counters with the ledger's rows not folded yet: a table of `object_stats_daily`'s columns.
+pub(super) fn daily_with_ledger() -> String {
+    format!(
+        "SELECT bucket_id, key, day, CAST(sum(requests) AS BIGINT) AS requests,
+                CAST(sum(completed) AS BIGINT) AS completed, CAST(sum(aborted) AS BIGINT) AS aborted,
+                CAST(sum(bytes_sent) AS BIGINT) AS bytes_sent, CAST(sum(range_requests) AS BIGINT) AS range_requests,
+                CAST(sum(not_modified) AS BIGINT) AS not_modified
+         FROM (SELECT bucket_id, key, day, requests, completed, aborted, bytes_sent, range_requests, not_modified
+               FROM object_stats_daily
+               UNION ALL
+               SELECT bucket_id, key, day, requests, completed, aborted, bytes_sent, range_requests, not_modified
+               FROM stats_ledger WHERE {NOT_FOLDED}) t
+         GROUP BY bucket_id, key, day"
+    )
+}
+
+/// Per-object totals with the ledger's rows not folded yet, of every object: for `db copy`.
+pub(super) fn all_totals_with_ledger() -> String {
+    totals_with_ledger("true")
+}
+
+/// A ledger row not folded yet: past the fold's `upto`, or below it with the fold still short of its key. (A
+/// correlated read of `stats_fold`'s one row.)
+const NOT_FOLDED: &str = "NOT EXISTS (SELECT 1 FROM stats_fold f WHERE f.id = 1 AND stats_ledger.id <= f.upto
+         AND (f.phase = 'deleting'
+              OR (f.phase = 'folding' AND (stats_ledger.bucket_id, stats_ledger.key) <= (f.done_bucket, f.done_key))))";
+
+/// Rows of a stats statement: 12 parameters each at most, far below either backend's limit.
 const STATS_ROWS_PER_STATEMENT: usize = 100;
 
 /// `rows` rows of `columns` parameters: `($1, $2, …), ($12, …)` on PostgreSQL; anonymous `(?, ?, …)` on SQLite,
@@ -249,6 +563,21 @@ fn value_rows(rows: usize, columns: usize, numbered: bool) -> String {
         out.push(')');
     }
     out
+}
+
+/// The append of `rows` object-days' counters to the ledger; rows of a bucket deleted meanwhile are dropped (the
+/// join).
+fn ledger_insert(rows: usize, numbered: bool) -> String {
+    format!(
+        "WITH v (bucket_id, key, day, requests, completed, aborted, truncated, bytes_sent, range_requests,
+                 not_modified, head_requests, last_download_at) AS (VALUES {})
+         INSERT INTO stats_ledger (bucket_id, key, day, requests, completed, aborted, truncated, bytes_sent,
+                                   range_requests, not_modified, head_requests, last_download_at)
+         SELECT v.bucket_id, v.key, v.day, v.requests, v.completed, v.aborted, v.truncated, v.bytes_sent,
+                v.range_requests, v.not_modified, v.head_requests, v.last_download_at
+         FROM v JOIN buckets b ON b.id = v.bucket_id",
+        value_rows(rows, 12, numbered)
+    )
 }
 
 /// The upsert of `rows` objects' counters, adding to what is stored; rows of a bucket deleted meanwhile are
@@ -333,10 +662,12 @@ mod tests {
         let mut batch = Batch::default();
         for i in 0..objects {
             let key: Arc<str> = Arc::from(format!("k{i:04}"));
-            let counters = Counters { requests: 1, completed: 1, bytes_sent: i as u64, ..Counters::default() };
-            batch.per_object.insert((bucket.id, key.clone()), (counters, Some(i as i64)));
-            for day in [20_000, 20_001] {
-                batch.per_day.insert(((bucket.id, key.clone()), day), counters);
+            // A batch's per-object counters are the sums of its per-day ones.
+            let day = Counters { requests: 1, completed: 1, bytes_sent: i as u64, ..Counters::default() };
+            let total = Counters { requests: 2, completed: 2, bytes_sent: 2 * i as u64, ..Counters::default() };
+            batch.per_object.insert((bucket.id, key.clone()), (total, Some(i as i64)));
+            for d in [20_000, 20_001] {
+                batch.per_day.insert(((bucket.id, key.clone()), d), day);
             }
         }
         let counters = Counters { requests: 1, ..Counters::default() };
@@ -348,13 +679,15 @@ mod tests {
         assert_eq!(rows.len(), objects, "every object once, the deleted bucket's row dropped");
         for row in &rows {
             let i: u64 = row.key[1..].parse().unwrap();
-            assert_eq!((row.counters.requests, row.counters.bytes_sent), (1, i), "{row:?}");
+            assert_eq!((row.counters.requests, row.counters.bytes_sent), (2, 2 * i), "{row:?}");
             assert_eq!(row.last_download_at, Some(i as i64));
         }
+        meta.fold_stats().await.unwrap();
         let flush = StatsFlush { writer: "w".into(), seq: 2 };
         meta.record_download_stats(&flush, &batch).await.unwrap();
         let rows = meta.object_stats(None, "k0236", StatsOrder::Bytes, None).await.unwrap();
-        assert_eq!((rows[0].counters.requests, rows[0].counters.bytes_sent), (2, 472), "added to what was stored");
+        assert_eq!((rows[0].counters.requests, rows[0].counters.bytes_sent), (4, 944), "added to what was stored");
+        meta.fold_stats().await.unwrap();
         let (days, requests): (i64, i64) = with_pool!(&meta.backend, pool => sqlx::query_as(
             "SELECT count(*), CAST(sum(requests) AS BIGINT) FROM object_stats_daily"
         ).fetch_one(pool).await.unwrap());
@@ -395,6 +728,167 @@ mod tests {
         }
         let top = meta.object_stats(None, "b", StatsOrder::Requests, Some(1)).await.unwrap();
         assert_eq!(top.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["b"]);
+    }
+
+    /// Flushes one batch: `objects` objects `k00000`…, each downloaded once on each of `days` days (`bytes`
+    /// bytes each time, its latest download at `at`).
+    async fn flush_downloads(
+        meta: &Metadata,
+        bucket_id: i64,
+        writer: &str,
+        seq: i64,
+        objects: usize,
+        days: i64,
+        at: i64,
+    ) {
+        let mut batch = Batch::default();
+        for i in 0..objects {
+            let key: Arc<str> = Arc::from(format!("k{i:05}"));
+            let day =
+                Counters { requests: 1, completed: 1, bytes_sent: i as u64, head_requests: 1, ..Counters::default() };
+            let mut total = Counters::default();
+            for d in 0..days {
+                batch.per_day.insert(((bucket_id, key.clone()), 20_000 + d), day);
+                total = Counters {
+                    requests: total.requests + 1,
+                    completed: total.completed + 1,
+                    bytes_sent: total.bytes_sent + i as u64,
+                    head_requests: total.head_requests + 1,
+                    ..total
+                };
+            }
+            batch.per_object.insert((bucket_id, key), (total, Some(at)));
+        }
+        let flush = StatsFlush { writer: writer.into(), seq };
+        assert_eq!(meta.record_download_stats(&flush, &batch).await.unwrap(), Flushed::Written);
+    }
+
+    /// Every object's (requests, bytes, head requests, last download) as readers see them, and the daily rows'
+    /// (count, requests) once folded.
+    async fn seen(meta: &Metadata) -> Vec<(String, u64, u64, u64, Option<i64>)> {
+        let mut rows: Vec<_> = meta
+            .object_stats(None, "", StatsOrder::Bytes, None)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.key, r.counters.requests, r.counters.bytes_sent, r.counters.head_requests, r.last_download_at))
+            .collect();
+        rows.sort();
+        rows
+    }
+
+    async fn ledger_and_fold(meta: &Metadata) -> (i64, String) {
+        let rows: i64 = with_pool!(&meta.backend, pool =>
+            sqlx::query_scalar("SELECT count(*) FROM stats_ledger").fetch_one(pool).await.unwrap());
+        let phase: String = with_pool!(&meta.backend, pool =>
+            sqlx::query_scalar("SELECT phase FROM stats_fold").fetch_one(pool).await.unwrap());
+        (rows, phase)
+    }
+
+    async fn daily(meta: &Metadata) -> (i64, i64) {
+        with_pool!(&meta.backend, pool => sqlx::query_as(
+            "SELECT count(*), CAST(coalesce(sum(requests), 0) AS BIGINT) FROM object_stats_daily"
+        ).fetch_one(pool).await.unwrap())
+    }
+
+    fn expected(objects: usize, times: u64, at: i64) -> Vec<(String, u64, u64, u64, Option<i64>)> {
+        (0..objects).map(|i| (format!("k{i:05}"), times, times * i as u64, times, Some(at))).collect()
+    }
+
+    on_both_backends!(a_fold_moves_the_ledger_into_the_totals_in_chunks_and_readers_count_every_row_once);
+    async fn a_fold_moves_the_ledger_into_the_totals_in_chunks_and_readers_count_every_row_once(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        assert_eq!(meta.fold_stats().await.unwrap(), Folded::default(), "an empty ledger: nothing to do");
+        // Two days an object, so chunks end on whole objects, and two flushes.
+        let objects = FOLD_CHUNK_ROWS + FOLD_CHUNK_ROWS / 2 + 7;
+        flush_downloads(&meta, bucket.id, "w", 1, objects, 2, 50).await;
+        flush_downloads(&meta, bucket.id, "w", 2, objects, 2, 60).await;
+        assert_eq!(seen(&meta).await, expected(objects, 4, 60), "read from the ledger alone");
+        let folded = meta.fold_stats().await.unwrap();
+        assert_eq!(
+            (folded.rows, folded.objects, folded.deleted),
+            (2 * objects as u64, objects as u64, 4 * objects as u64)
+        );
+        assert_eq!(folded.chunks, 4, "{FOLD_CHUNK_ROWS} object-days a chunk, whole objects: {folded:?}");
+        assert_eq!(ledger_and_fold(&meta).await, (0, "idle".into()));
+        assert_eq!(seen(&meta).await, expected(objects, 4, 60), "read from the totals alone");
+        assert_eq!(daily(&meta).await, (2 * objects as i64, 4 * objects as i64));
+        // More downloads: read with the totals, then added to them.
+        flush_downloads(&meta, bucket.id, "w", 3, objects, 1, 70).await;
+        assert_eq!(seen(&meta).await, expected(objects, 5, 70));
+        meta.fold_stats().await.unwrap();
+        assert_eq!(seen(&meta).await, expected(objects, 5, 70));
+        assert_eq!(daily(&meta).await, (2 * objects as i64, 5 * objects as i64));
+        // A bucket's deletion takes its rows, folded or not.
+        flush_downloads(&meta, bucket.id, "w", 4, 3, 1, 80).await;
+        let mut tx = meta.begin_write().await.unwrap();
+        tx.delete_empty_bucket(bucket.id).await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(seen(&meta).await, vec![]);
+        assert_eq!(ledger_and_fold(&meta).await, (0, "idle".into()));
+    }
+
+    on_both_backends!(a_fold_stopped_halfway_is_resumed_and_downloads_flushed_meanwhile_count_once);
+    async fn a_fold_stopped_halfway_is_resumed_and_downloads_flushed_meanwhile_count_once(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let objects = 2 * FOLD_CHUNK_ROWS + 11;
+        flush_downloads(&meta, bucket.id, "w", 1, objects, 1, 50).await;
+        // Stopped after one chunk, as a crash would stop it: its cursor is past the first chunk's keys.
+        let first = meta.fold_stats_stopping_after(1).await.unwrap();
+        assert_eq!((first.chunks, first.deleted), (1, 0));
+        assert_eq!(ledger_and_fold(&meta).await, (objects as i64, "folding".into()));
+        assert_eq!(
+            seen(&meta).await,
+            expected(objects, 1, 50),
+            "folded keys from the totals, the rest from the ledger"
+        );
+        // Downloads flushed meanwhile, of keys on both sides of the cursor: the next fold leaves them for later.
+        flush_downloads(&meta, bucket.id, "w", 2, objects, 1, 60).await;
+        assert_eq!(seen(&meta).await, expected(objects, 2, 60));
+        let resumed = meta.fold_stats().await.unwrap();
+        assert_eq!(resumed.rows, (objects - FOLD_CHUNK_ROWS) as u64, "only what the first did not: {resumed:?}");
+        assert_eq!(resumed.deleted, objects as u64);
+        assert_eq!(ledger_and_fold(&meta).await, (objects as i64, "idle".into()), "the later flush is left");
+        assert_eq!(seen(&meta).await, expected(objects, 2, 60));
+        meta.fold_stats().await.unwrap();
+        assert_eq!(ledger_and_fold(&meta).await, (0, "idle".into()));
+        assert_eq!(seen(&meta).await, expected(objects, 2, 60));
+        assert_eq!(daily(&meta).await, (objects as i64, 2 * objects as i64));
+    }
+
+    on_both_backends!(folds_and_flushes_of_several_processes_at_once_lose_and_double_nothing);
+    async fn folds_and_flushes_of_several_processes_at_once_lose_and_double_nothing(backend: TestBackend) {
+        let (_dir, meta) = database(backend).await;
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let (objects, flushes) = (FOLD_CHUNK_ROWS + 300, 8);
+        let mut tasks = Vec::new();
+        for writer in 0..2 {
+            let meta = meta.clone();
+            tasks.push(tokio::spawn(async move {
+                for seq in 1..=flushes {
+                    flush_downloads(&meta, bucket.id, &format!("w{writer}"), seq, objects, 1, 7).await;
+                }
+            }));
+        }
+        for _ in 0..2 {
+            let meta = meta.clone();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..6 {
+                    meta.fold_stats().await.unwrap();
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(seen(&meta).await, expected(objects, 2 * flushes as u64, 7));
+        while ledger_and_fold(&meta).await != (0, "idle".into()) {
+            meta.fold_stats().await.unwrap();
+        }
+        assert_eq!(seen(&meta).await, expected(objects, 2 * flushes as u64, 7));
+        assert_eq!(daily(&meta).await, (objects as i64, 2 * flushes * objects as i64));
     }
 
     #[test]
