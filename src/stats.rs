@@ -106,8 +106,9 @@ pub type ObjectId = (i64, Arc<str>);
 #[derive(Debug, Default)]
 pub struct Batch {
     pub per_object: foldhash::HashMap<ObjectId, (Counters, Option<i64>)>,
-    /// Keyed by days since the epoch (UTC); formatted only when written.
-    pub per_day: foldhash::HashMap<(ObjectId, i64), Counters>,
+    /// Keyed by days since the epoch (UTC); formatted only when written. With each object-day, the object's
+    /// latest download in the batch (as `per_object` has it), so that a flush writes a day's row alone.
+    pub per_day: foldhash::HashMap<(ObjectId, i64), (Counters, Option<i64>)>,
     pub records: usize,
     oldest: Option<Instant>,
 }
@@ -120,7 +121,10 @@ impl Batch {
         if Counters::is_download(r) {
             *last = Some(last.map_or(r.finished_at, |l| l.max(r.finished_at)));
         }
-        self.per_day.entry((id, r.finished_at.div_euclid(86_400))).or_default().add(r);
+        let latest = *last;
+        let (day, day_last) = self.per_day.entry((id, r.finished_at.div_euclid(86_400))).or_default();
+        day.add(r);
+        *day_last = latest;
         self.records += 1;
         self.oldest.get_or_insert_with(Instant::now);
     }
@@ -232,7 +236,8 @@ mod tests {
         assert_eq!((c.requests, c.bytes_sent, c.head_requests), (2, 200, 1));
         assert_eq!(last, Some(86_400), "HEAD does not move last_download_at");
         assert_eq!(b.per_day.len(), 2);
-        assert_eq!(b.per_day[&((1, Arc::from("k")), 0)].requests, 1);
+        assert_eq!(b.per_day[&((1, Arc::from("k")), 0)].0.requests, 1);
+        assert_eq!(b.per_day[&((1, Arc::from("k")), 1)].1, Some(86_400), "each day carries the object's latest");
         assert_eq!(day_name(1), "1970-01-02");
     }
 

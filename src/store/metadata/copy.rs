@@ -387,7 +387,7 @@ mod tests {
             let counters = Counters { requests: 1, completed: 1, bytes_sent: 5, ..Counters::default() };
             for key in ["a", "b"] {
                 batch.per_object.insert((bucket.id, Arc::from(key)), (counters, Some(seq)));
-                batch.per_day.insert(((bucket.id, Arc::from(key)), day), counters);
+                batch.per_day.insert(((bucket.id, Arc::from(key)), day), (counters, Some(seq)));
             }
             (StatsFlush { writer: "w".into(), seq }, batch)
         };

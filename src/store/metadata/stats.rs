@@ -1,7 +1,5 @@
 //! Per-object download counters: batched adds, and the ranked read behind `blobgate stats` and `GET /stats`.
 
-use std::sync::Arc;
-
 use futures_util::TryStreamExt;
 
 use super::{Backend, Metadata, MetadataError, TxBackend};
@@ -156,16 +154,25 @@ impl Metadata {
         }
         // Appended to the ledger, a hundred rows a statement: a batch of distinct objects writes the pages at the
         // ledger's end, not a page of each total's tree per object (`fold_stats` moves them there in key order).
-        for chunk in per_day.chunks(STATS_ROWS_PER_STATEMENT) {
+        // A batch spans a day or two: each day's name made once.
+        let mut day_names: Vec<(i64, String)> = Vec::new();
+        for chunk in per_day.chunks(LEDGER_ROWS_PER_STATEMENT) {
             let sql = ledger_insert(chunk.len(), numbered);
             with_tx!(&mut tx.tx, conn => {
                 let mut query = sqlx::query(&sql);
-                for (((bucket_id, key), day), c) in chunk {
-                    let last = batch.per_object.get(&(*bucket_id, Arc::clone(key))).and_then(|(_, last)| *last);
+                for (((bucket_id, key), day), (c, last)) in chunk {
+                    let day = match day_names.iter().find(|(d, _)| d == day) {
+                        Some((_, name)) => name.clone(),
+                        None => {
+                            let name = crate::stats::day_name(*day);
+                            day_names.push((*day, name.clone()));
+                            name
+                        }
+                    };
                     query = query
                         .bind(bucket_id)
                         .bind(key.as_ref())
-                        .bind(crate::stats::day_name(*day))
+                        .bind(day)
                         .bind(c.requests as i64)
                         .bind(c.completed as i64)
                         .bind(c.aborted as i64)
@@ -174,7 +181,7 @@ impl Metadata {
                         .bind(c.range_requests as i64)
                         .bind(c.not_modified as i64)
                         .bind(c.head_requests as i64)
-                        .bind(last);
+                        .bind(*last);
                 }
                 query.execute(&mut **conn).await?.rows_affected()
             });
@@ -540,7 +547,10 @@ const NOT_FOLDED: &str = "NOT EXISTS (SELECT 1 FROM stats_fold f WHERE f.id = 1 
          AND (f.phase = 'deleting'
               OR (f.phase = 'folding' AND (stats_ledger.bucket_id, stats_ledger.key) <= (f.done_bucket, f.done_key))))";
 
-/// Rows of a stats statement: 12 parameters each at most, far below either backend's limit.
+/// Rows of a ledger append: 12 parameters each, 6,000 a statement, far below either backend's limit (SQLite's
+/// 32,766, PostgreSQL's 65,535): each statement is a round trip to sqlx's SQLite thread.
+const LEDGER_ROWS_PER_STATEMENT: usize = 500;
+/// Rows of a totals upsert statement: 11 parameters each.
 const STATS_ROWS_PER_STATEMENT: usize = 100;
 
 /// `rows` rows of `columns` parameters: `($1, $2, …), ($12, …)` on PostgreSQL; anonymous `(?, ?, …)` on SQLite,
@@ -638,7 +648,7 @@ mod tests {
         let mut batch = Batch::default();
         let counters = Counters { requests: 1, bytes_sent: 10, ..Counters::default() };
         batch.per_object.insert((bucket.id, Arc::from("a")), (counters, Some(5)));
-        batch.per_day.insert(((bucket.id, Arc::from("a")), 20_000), counters);
+        batch.per_day.insert(((bucket.id, Arc::from("a")), 20_000), (counters, Some(5)));
         let flush = |writer: &str, seq| StatsFlush { writer: writer.into(), seq };
         assert_eq!(meta.record_download_stats(&flush("w1", 1), &batch).await.unwrap(), Flushed::Written);
         // The answer to that commit was lost: the same flush again adds nothing.
@@ -667,12 +677,12 @@ mod tests {
             let total = Counters { requests: 2, completed: 2, bytes_sent: 2 * i as u64, ..Counters::default() };
             batch.per_object.insert((bucket.id, key.clone()), (total, Some(i as i64)));
             for d in [20_000, 20_001] {
-                batch.per_day.insert(((bucket.id, key.clone()), d), day);
+                batch.per_day.insert(((bucket.id, key.clone()), d), (day, Some(i as i64)));
             }
         }
         let counters = Counters { requests: 1, ..Counters::default() };
         batch.per_object.insert((bucket.id + 1000, Arc::from("gone")), (counters, None));
-        batch.per_day.insert(((bucket.id + 1000, Arc::from("gone")), 20_000), counters);
+        batch.per_day.insert(((bucket.id + 1000, Arc::from("gone")), 20_000), (counters, None));
         let flush = StatsFlush { writer: "w".into(), seq: 1 };
         assert_eq!(meta.record_download_stats(&flush, &batch).await.unwrap(), Flushed::Written);
         let rows = meta.object_stats(None, "", StatsOrder::Bytes, None).await.unwrap();
@@ -709,7 +719,7 @@ mod tests {
                     for key in ["a", "b"] {
                         let counters = Counters { requests: 1, completed: 1, bytes_sent: 10, ..Counters::default() };
                         batch.per_object.insert((bucket.id, Arc::from(key)), (counters, Some(writer * 100 + n)));
-                        batch.per_day.insert(((bucket.id, Arc::from(key)), 20_000), counters);
+                        batch.per_day.insert(((bucket.id, Arc::from(key)), 20_000), (counters, Some(writer * 100 + n)));
                     }
                     let flush = StatsFlush { writer: format!("w{writer}"), seq: n + 1 };
                     meta.record_download_stats(&flush, &batch).await.unwrap();
@@ -748,7 +758,7 @@ mod tests {
                 Counters { requests: 1, completed: 1, bytes_sent: i as u64, head_requests: 1, ..Counters::default() };
             let mut total = Counters::default();
             for d in 0..days {
-                batch.per_day.insert(((bucket_id, key.clone()), 20_000 + d), day);
+                batch.per_day.insert(((bucket_id, key.clone()), 20_000 + d), (day, Some(at)));
                 total = Counters {
                     requests: total.requests + 1,
                     completed: total.completed + 1,
