@@ -211,13 +211,14 @@ impl Application {
             tick.tick().await;
             loop {
                 tick.tick().await;
-                let started = std::time::Instant::now();
                 match meta.fold_stats().await {
                     Ok(folded) => tracing::debug!(
                         rows = folded.rows,
                         objects = folded.objects,
+                        chunks = folded.chunks,
                         deleted = folded.deleted,
-                        ms = started.elapsed().as_millis() as u64,
+                        folding_ms = folded.folding.as_millis() as u64,
+                        deleting_ms = folded.deleting.as_millis() as u64,
                         "download stats folded"
                     ),
                     Err(e) => tracing::warn!(error = %e, "folding the download stats ledger failed; will retry"),

@@ -229,10 +229,14 @@ impl Metadata {
     async fn fold_stats_stopping_after(&self, chunks: usize) -> Result<Folded, MetadataError> {
         let mut folded = Folded::default();
         let Some(mut fold) = self.begin_fold().await? else { return Ok(folded) };
+        let started = std::time::Instant::now();
         if fold.phase == "folding" && !self.fold_ledger(&mut fold, &mut folded, chunks).await? {
             return Ok(folded);
         }
+        folded.folding = started.elapsed();
+        let started = std::time::Instant::now();
         folded.deleted = self.delete_folded(fold.upto).await?;
+        folded.deleting = started.elapsed();
         Ok(folded)
     }
 
@@ -393,22 +397,24 @@ impl Metadata {
         Ok(true)
     }
 
-    /// Deletes the folded rows (up to `upto`), [`FOLD_DELETE_BATCH`] a transaction, then marks the fold done.
+    /// Deletes the folded rows (up to `upto`), consecutive ids [`FOLD_DELETE_BATCH`] at a time, each range its
+    /// own transaction, then marks the fold done.
     async fn delete_folded(&self, upto: i64) -> Result<u64, MetadataError> {
+        let first: Option<i64> = with_pool!(&self.backend, pool =>
+            sqlx::query_scalar("SELECT min(id) FROM stats_ledger").fetch_one(pool).await?);
+        let mut from = first.unwrap_or(upto + 1);
         let mut deleted = 0;
         loop {
+            let through = upto.min(from.saturating_add(FOLD_DELETE_BATCH - 1));
             let mut tx = self.begin_write().await?;
-            let batch = with_tx!(&mut tx.tx, conn => sqlx::query(
-                "DELETE FROM stats_ledger WHERE id IN (
-                     SELECT id FROM stats_ledger
-                     WHERE id <= $1 AND EXISTS (SELECT 1 FROM stats_fold WHERE id = 1 AND phase = 'deleting' AND upto = $1)
-                     ORDER BY id LIMIT $2)"
-            ).bind(upto).bind(FOLD_DELETE_BATCH).execute(&mut **conn).await?.rows_affected());
-            deleted += batch;
-            if batch < FOLD_DELETE_BATCH as u64 {
-                // Idle only once no folded row is left: another process deleting at once may have taken this
-                // batch's rows and not committed yet (readers must go on leaving its rows out; a later fold marks
-                // the fold done when it finds none).
+            deleted += with_tx!(&mut tx.tx, conn => sqlx::query(
+                "DELETE FROM stats_ledger WHERE id >= $1 AND id <= $2
+                 AND EXISTS (SELECT 1 FROM stats_fold WHERE id = 1 AND phase = 'deleting' AND upto = $3)"
+            ).bind(from).bind(through).bind(upto).execute(&mut **conn).await?.rows_affected());
+            if through == upto {
+                // Idle only once no folded row is left: another process deleting at once may hold some of these
+                // rows uncommitted (readers must go on leaving them out; a later fold marks the fold done when it
+                // finds none).
                 with_tx!(&mut tx.tx, conn => sqlx::query(
                     "UPDATE stats_fold SET phase = 'idle', done_bucket = -1, done_key = ''
                      WHERE id = 1 AND phase = 'deleting' AND upto = $1
@@ -418,6 +424,7 @@ impl Metadata {
                 return Ok(deleted);
             }
             tx.commit_without_announcing().await?;
+            from = through + 1;
             tokio::time::sleep(super::BETWEEN_WRITE_BATCHES).await;
         }
     }
@@ -432,13 +439,16 @@ pub struct Folded {
     /// Write transactions that added rows.
     pub chunks: usize,
     pub deleted: u64,
+    /// How long adding and deleting took, pauses between transactions included.
+    pub folding: std::time::Duration,
+    pub deleting: std::time::Duration,
 }
 
 /// Ledger rows (object-days, whole objects) a fold adds to the totals per write transaction: some milliseconds of
 /// SQLite's write lock, the keys in order so that neighbours share pages.
 pub const FOLD_CHUNK_ROWS: usize = 1_000;
-/// Folded ledger rows deleted per transaction: consecutive ids, so a few pages.
-const FOLD_DELETE_BATCH: i64 = 5_000;
+/// Ledger ids deleted per transaction once folded: consecutive rows, so consecutive pages.
+const FOLD_DELETE_BATCH: i64 = 20_000;
 
 /// `stats_fold`'s one row: where the fold is (see migration 0023).
 struct FoldState {
@@ -809,7 +819,7 @@ mod tests {
     async fn a_fold_moves_the_ledger_into_the_totals_in_chunks_and_readers_count_every_row_once(backend: TestBackend) {
         let (_dir, meta) = database(backend).await;
         let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
-        assert_eq!(meta.fold_stats().await.unwrap(), Folded::default(), "an empty ledger: nothing to do");
+        assert_eq!(meta.fold_stats().await.unwrap().rows, 0, "an empty ledger: nothing to do");
         // Two days an object, so chunks end on whole objects, and two flushes.
         let objects = FOLD_CHUNK_ROWS + FOLD_CHUNK_ROWS / 2 + 7;
         flush_downloads(&meta, bucket.id, "w", 1, objects, 2, 50).await;
