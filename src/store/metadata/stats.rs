@@ -448,7 +448,7 @@ pub struct Folded {
 /// SQLite's write lock, the keys in order so that neighbours share pages.
 pub const FOLD_CHUNK_ROWS: usize = 1_000;
 /// Ledger ids deleted per transaction once folded: consecutive rows, so consecutive pages.
-const FOLD_DELETE_BATCH: i64 = 20_000;
+const FOLD_DELETE_BATCH: i64 = 5_000;
 
 /// `stats_fold`'s one row: where the fold is (see migration 0023).
 struct FoldState {
