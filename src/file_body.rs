@@ -143,11 +143,11 @@ impl SharedFields {
 
     /// Each field as (name, value, its whole line), in order. Read back from the wire, which only
     /// [`write_fields`] wrote: a name has no `:`, a value no CR or LF (neither `HeaderName` nor `HeaderValue`
-    /// holds one), so the first `: ` ends the name and the first `\r\n` the line.
+    /// holds one), so the first `:` ends the name and the first CR its line (with the LF after it).
     fn lines(&self) -> impl Iterator<Item = (&[u8], &[u8], &[u8])> {
         let mut rest = &self.0[..];
         std::iter::from_fn(move || {
-            let end = memchr::memmem::find(rest, b"\r\n")? + 2;
+            let end = memchr::memchr(b'\r', rest)? + 2;
             let (line, after) = rest.split_at(end);
             rest = after;
             let name_end = memchr::memchr(b':', line)?;

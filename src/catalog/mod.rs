@@ -832,7 +832,7 @@ impl Catalog {
                 let removed = self.objects.remove(&ObjectLookup(bucket_id, &change.name));
                 // The old content's fd may belong to a blob that is now deleted: let it close.
                 if let Some((_, Some(entry))) = removed {
-                    self.open_blobs.remove(&*entry.sha256());
+                    self.open_blobs.remove(entry.sha256());
                     for v in entry.variants() {
                         self.open_blobs.remove(v.sha256.as_str());
                     }
@@ -1068,7 +1068,7 @@ mod tests {
         assert_ne!(*entry.s3_etag(), *entry.etag());
         // A multipart ETag for the same content (a Complete of the same bytes): the cached entry is evicted.
         let mut tx = store.meta.lock_blob_refs().await.unwrap();
-        tx.set_s3_etag(bucket.id, "k", &entry.sha256(), "\"abc-2\"", None, None).await.unwrap();
+        tx.set_s3_etag(bucket.id, "k", entry.sha256(), "\"abc-2\"", None, None).await.unwrap();
         tx.commit().await.unwrap();
         assert_eq!(catalog.object(bucket.id, "k").await.unwrap().unwrap().s3_etag().to_string(), "\"abc-2\"");
         put(&store, "k", b"one").await;
@@ -1408,8 +1408,8 @@ mod tests {
         put(&store, "k", b"bytes").await;
         let bucket = catalog.bucket("bkt").await.unwrap().unwrap();
         let entry = catalog.object(bucket.id, "k").await.unwrap().unwrap();
-        let a = catalog.open_blob(&entry.sha256()).await.unwrap();
-        let b = catalog.open_blob(&entry.sha256()).await.unwrap();
+        let a = catalog.open_blob(entry.sha256()).await.unwrap();
+        let b = catalog.open_blob(entry.sha256()).await.unwrap();
         assert!(Arc::ptr_eq(&a, &b));
         assert_eq!(a.size, 5);
         let missing = "f".repeat(64);

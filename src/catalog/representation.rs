@@ -34,7 +34,9 @@ pub struct ObjectEntry {
     /// Bucket and key: shared with the cache's key and with every response's download record, so the key is
     /// neither copied per request nor held twice.
     pub object_ref: ObjectRef,
-    digest: Digest,
+    /// The SHA-256 of the content in hex, as its row holds it: what its blob is named by, looked up per response
+    /// (so kept as text, not made again each time); the ETag and Repr-Digest are made from it.
+    sha256: Box<str>,
     /// The object's size by its row.
     pub size: u64,
     /// Unix seconds of the object's last change: its Last-Modified.
@@ -53,14 +55,6 @@ pub struct ObjectEntry {
     rare: Option<Box<Rare>>,
     /// [`ObjectEntry::heap_bytes`] when made: what the catalog's bound in bytes counts for it.
     pub weight: u32,
-}
-
-/// An object's content digest: the SHA-256 its blob is named by, 32 bytes when its row holds 64 hex digits (what
-/// every write stores), else the row's text as it is (answered as it was before entries were compact).
-#[derive(Debug)]
-enum Digest {
-    Sha256([u8; 32]),
-    Text(Box<str>),
 }
 
 /// What few objects have, kept apart so that an object without any costs one null pointer.
@@ -92,12 +86,10 @@ impl Rare {
     }
 }
 
-/// Text an entry answers from its compact fields, made on the stack when it is not stored: a digest's hex digits
-/// or an ETag.
+/// An ETag an entry answers: stored, or made from the digest (on the stack for 64 lower-case hex digits).
 #[derive(Debug, Clone)]
 pub enum Text<'a> {
     Stored(&'a str),
-    Hex([u8; 64]),
     QuotedHex([u8; 66]),
     Made(String),
 }
@@ -108,7 +100,6 @@ impl std::ops::Deref for Text<'_> {
     fn deref(&self) -> &str {
         match self {
             Text::Stored(text) => text,
-            Text::Hex(digits) => std::str::from_utf8(digits).expect("hex digits are ASCII"),
             Text::QuotedHex(tag) => std::str::from_utf8(tag).expect("quoted hex digits are ASCII"),
             Text::Made(text) => text,
         }
@@ -153,11 +144,6 @@ impl ObjectEntry {
             checksum,
         } = record;
         let ObjectAttrs { content_type, cache_control, content_disposition, user_metadata, tags } = attrs;
-        let mut raw = [0u8; 32];
-        let digest = match hex::decode_to_slice(&sha256, &mut raw) {
-            Ok(()) if sha256.bytes().all(|b| !b.is_ascii_uppercase()) => Digest::Sha256(raw),
-            _ => Digest::Text(sha256.into()),
-        };
         let content_type = match content_type {
             Some(stored) => Cow::Owned(stored),
             None => Cow::Borrowed(guessed_content_type(&key)),
@@ -185,7 +171,7 @@ impl ObjectEntry {
         };
         Self {
             object_ref: ObjectRef { bucket_id, key: Arc::from(key) },
-            digest,
+            sha256: sha256.into_boxed_str(),
             size,
             updated_at,
             s3_etag: s3_etag.map(String::into_boxed_str),
@@ -237,27 +223,19 @@ impl ObjectEntry {
     }
 
     /// The SHA-256 of the object's content, in hex: what its blob is named by.
-    pub fn sha256(&self) -> Text<'_> {
-        match &self.digest {
-            Digest::Sha256(raw) => {
-                let mut digits = [0u8; 64];
-                hex::encode_to_slice(raw, &mut digits).expect("64 digits for 32 bytes");
-                Text::Hex(digits)
-            }
-            Digest::Text(text) => Text::Stored(text),
-        }
+    pub fn sha256(&self) -> &str {
+        &self.sha256
     }
 
-    /// The native API's ETag: the content's SHA-256, quoted.
+    /// The native API's ETag: the content's SHA-256, quoted (its hex digits, lower-case, whatever the row held).
     pub fn etag(&self) -> Text<'_> {
-        match &self.digest {
-            Digest::Sha256(raw) => {
-                let mut tag = [b'"'; 66];
-                hex::encode_to_slice(raw, &mut tag[1..65]).expect("64 digits for 32 bytes");
-                Text::QuotedHex(tag)
-            }
-            Digest::Text(text) => Text::Made(etag_from_sha256(text)),
+        let digits = self.sha256.as_bytes();
+        if digits.len() == 64 && digits.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b)) {
+            let mut tag = [b'"'; 66];
+            tag[1..65].copy_from_slice(digits);
+            return Text::QuotedHex(tag);
         }
+        Text::Made(etag_from_sha256(&self.sha256))
     }
 
     /// The ETag S3 requests see: the stored S3 ETag (an MD5, or a multipart upload's), else the native one (an
@@ -346,7 +324,7 @@ impl ObjectEntry {
         if let Some(v) = self.content_disposition().and_then(|v| disposition_value(v, self.key())) {
             h.insert(header::CONTENT_DISPOSITION, v);
         }
-        if let Some(digest) = repr_digest_sha256(&self.sha256()).and_then(|d| HeaderValue::from_str(&d).ok()) {
+        if let Some(digest) = repr_digest_sha256(self.sha256()).and_then(|d| HeaderValue::from_str(&d).ok()) {
             h.insert(REPR_DIGEST.clone(), digest);
         }
         if s3 && let Some(rare) = &self.rare {
@@ -388,10 +366,6 @@ impl ObjectEntry {
                 + rare.part_sizes.as_ref().map_or(0, |p| p.len() * 8 + PER_ALLOCATION)
                 + variants
         });
-        let digest = match &self.digest {
-            Digest::Sha256(_) => 0,
-            Digest::Text(text) => string(text),
-        };
         let content_type = match &self.content_type {
             Cow::Owned(stored) => string(stored),
             Cow::Borrowed(_) => 0,
@@ -402,7 +376,7 @@ impl ObjectEntry {
             + self.object_ref.key.len()
             + counts
             + PER_ALLOCATION
-            + digest
+            + string(&self.sha256)
             + self.s3_etag.as_deref().map_or(0, string)
             + content_type
             + rare
@@ -543,7 +517,7 @@ mod tests {
             Some("no-cache"),
         );
         assert_eq!(e.content_type(), "application/pdf");
-        assert_eq!(field(e.fields(true, false), &header::ETAG), format!("\"{}\"", &*e.sha256()).as_str());
+        assert_eq!(field(e.fields(true, false), &header::ETAG), format!("\"{}\"", e.sha256()).as_str());
         assert_eq!(field(e.fields(true, false), &header::LAST_MODIFIED), "Tue, 14 Nov 2023 22:13:20 GMT");
         assert_eq!(
             field(e.fields(true, false), &header::CACHE_CONTROL),
@@ -702,20 +676,19 @@ mod tests {
         }
         // Two prebuilt header maps took some 5 KB; the record, its header values and four-allocation fields beside
         // them some 2 KB. What the entry keeps now: its compact fields, the key once, one allocation of fields.
-        assert!(plain.heap_bytes() < 720, "{}", plain.heap_bytes());
-        assert!(std::mem::size_of::<ObjectEntry>() <= 240, "{}", std::mem::size_of::<ObjectEntry>());
+        assert!(plain.heap_bytes() < 800, "{}", plain.heap_bytes());
+        assert!(std::mem::size_of::<ObjectEntry>() <= 224, "{}", std::mem::size_of::<ObjectEntry>());
     }
 
     #[test]
-    fn a_digest_is_kept_in_32_bytes_and_answered_as_the_row_held_it() {
+    fn the_etag_is_made_from_the_digest_as_the_row_held_it() {
         let e = ObjectEntry::new(record(ObjectAttrs::default()), None);
-        assert!(matches!(e.digest, Digest::Sha256(_)));
-        assert_eq!(&*e.sha256(), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        assert_eq!(e.sha256(), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
         assert_eq!(&*e.etag(), "\"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\"");
         assert!(e.rare.is_none(), "nothing rare, nothing allocated for it");
-        // A row that does not hold 64 lower-case hex digits is answered as before: its text, its ETag the digits.
+        // A row that does not hold 64 lower-case hex digits: its ETag is its hex digits, lower-cased, as before.
         let odd = ObjectEntry::new(ObjectRecord { sha256: "E3B0".into(), ..record(ObjectAttrs::default()) }, None);
-        assert_eq!((&*odd.sha256(), &*odd.etag()), ("E3B0", "\"e3b0\""));
+        assert_eq!((odd.sha256(), &*odd.etag()), ("E3B0", "\"e3b0\""));
         assert_eq!(odd.fields(true, false).get(&REPR_DIGEST), None);
     }
 

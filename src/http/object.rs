@@ -178,9 +178,9 @@ fn redirect_response(bucket: &Bucket, location: &str) -> Result<Response, ApiErr
 /// answer's.
 async fn error_document_response(app: &DataState, bucket: &Bucket, entry: &ObjectEntry) -> Result<Answer, ApiError> {
     let sha256 = entry.sha256();
-    let blob = app.catalog.response_blob(&sha256, entry.size).await.map_err(|e| blob_error(entry, &sha256, e))?;
+    let blob = app.catalog.response_blob(sha256, entry.size).await.map_err(|e| blob_error(entry, sha256, e))?;
     let segments: Segments = smallvec::smallvec![Segment::Region { offset: 0, len: blob.size }];
-    let BlobFile { file, size, fill } = blob.open_for(&segments).await.map_err(|e| blob_error(entry, &sha256, e))?;
+    let BlobFile { file, size, fill } = blob.open_for(&segments).await.map_err(|e| blob_error(entry, sha256, e))?;
     let body = FileBody {
         file,
         file_size: size,
@@ -339,12 +339,11 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
     };
     // After the 304: an SDK would check an empty body against them.
     if s3 && answers_checksums(&method, headers, part) {
-        let checksums = checksum::answered(entry.checksum(), &entry.sha256());
+        let checksums = checksum::answered(entry.checksum(), entry.sha256());
         super::s3::insert_checksum_headers(representation.to_mut(), &checksums);
     }
 
-    let own_sha256 = entry.sha256();
-    let sha256 = variant.map_or(&*own_sha256, |v| v.sha256.as_str());
+    let sha256 = variant.map_or(entry.sha256(), |v| v.sha256.as_str());
     // The blob's size bounds every region: its fstat size from the data dir, its row's from an object store's cache
     // (which then fetches only the slices the regions need).
     let row_size = variant.map_or(entry.size, |v| v.size);

@@ -530,7 +530,7 @@ static OBJECT_ATTRIBUTES: http::HeaderName = http::HeaderName::from_static("x-am
 /// What GetObjectAttributes answers for `entry`, of the `wanted` attributes.
 fn object_attributes(entry: &ObjectEntry, wanted: &[String]) -> crate::s3::xml::ObjectAttributes {
     let wants = |name: &str| wanted.iter().any(|w| w == name);
-    let checksums = checksum::answered(entry.checksum(), &entry.sha256());
+    let checksums = checksum::answered(entry.checksum(), entry.sha256());
     let parts = entry.part_sizes().map(|sizes| {
         let listed = sizes.iter().zip(1u32..).take(1000).map(|(&size, number)| (number, size)).collect();
         (u32::try_from(sizes.len()).unwrap_or(u32::MAX), listed)
