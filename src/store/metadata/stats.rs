@@ -54,9 +54,9 @@ impl std::fmt::Display for StatsOrder {
 const COUNTER_COLUMNS: &str =
     "requests, completed, aborted, truncated, bytes_sent, range_requests, not_modified, head_requests";
 
-struct ObjectStatsRow {
-    bucket: String,
-    key: String,
+/// The eight counters of a totals or ledger row, by their column names.
+#[derive(Debug, Clone, Copy)]
+struct CounterRow {
     requests: i64,
     completed: i64,
     aborted: i64,
@@ -65,11 +65,8 @@ struct ObjectStatsRow {
     range_requests: i64,
     not_modified: i64,
     head_requests: i64,
-    last_download_at: Option<i64>,
 }
-from_row!(ObjectStatsRow {
-    bucket,
-    key,
+from_row!(CounterRow {
     requests,
     completed,
     aborted,
@@ -77,27 +74,48 @@ from_row!(ObjectStatsRow {
     bytes_sent,
     range_requests,
     not_modified,
-    head_requests,
-    last_download_at
+    head_requests
 });
+
+impl CounterRow {
+    fn add(&mut self, other: &CounterRow) {
+        self.requests += other.requests;
+        self.completed += other.completed;
+        self.aborted += other.aborted;
+        self.truncated += other.truncated;
+        self.bytes_sent += other.bytes_sent;
+        self.range_requests += other.range_requests;
+        self.not_modified += other.not_modified;
+        self.head_requests += other.head_requests;
+    }
+}
+
+impl From<CounterRow> for Counters {
+    fn from(r: CounterRow) -> Self {
+        Counters {
+            requests: r.requests as u64,
+            completed: r.completed as u64,
+            aborted: r.aborted as u64,
+            truncated: r.truncated as u64,
+            bytes_sent: r.bytes_sent as u64,
+            range_requests: r.range_requests as u64,
+            not_modified: r.not_modified as u64,
+            head_requests: r.head_requests as u64,
+        }
+    }
+}
+
+struct ObjectStatsRow {
+    bucket: String,
+    key: String,
+    counters: CounterRow,
+    last_download_at: Option<i64>,
+}
+from_row!(ObjectStatsRow { bucket, key, last_download_at } flatten { counters: CounterRow });
 
 impl From<ObjectStatsRow> for ObjectStats {
     fn from(r: ObjectStatsRow) -> Self {
-        ObjectStats {
-            bucket: r.bucket,
-            key: r.key,
-            counters: Counters {
-                requests: r.requests as u64,
-                completed: r.completed as u64,
-                aborted: r.aborted as u64,
-                truncated: r.truncated as u64,
-                bytes_sent: r.bytes_sent as u64,
-                range_requests: r.range_requests as u64,
-                not_modified: r.not_modified as u64,
-                head_requests: r.head_requests as u64,
-            },
-            last_download_at: r.last_download_at,
-        }
+        ObjectStats { bucket: r.bucket, key: r.key, counters: r.counters.into(), last_download_at: r.last_download_at }
     }
 }
 
@@ -353,17 +371,18 @@ impl Metadata {
             with_tx!(&mut tx.tx, conn => {
                 let mut query = sqlx::query(&sql);
                 for r in rows {
+                    let c = &r.counters;
                     query = query
                         .bind(r.bucket_id)
                         .bind(&r.key)
-                        .bind(r.requests)
-                        .bind(r.completed)
-                        .bind(r.aborted)
-                        .bind(r.truncated)
-                        .bind(r.bytes_sent)
-                        .bind(r.range_requests)
-                        .bind(r.not_modified)
-                        .bind(r.head_requests)
+                        .bind(c.requests)
+                        .bind(c.completed)
+                        .bind(c.aborted)
+                        .bind(c.truncated)
+                        .bind(c.bytes_sent)
+                        .bind(c.range_requests)
+                        .bind(c.not_modified)
+                        .bind(c.head_requests)
                         .bind(r.last_download_at);
                 }
                 query.execute(&mut **conn).await?.rows_affected()
@@ -374,16 +393,17 @@ impl Metadata {
             with_tx!(&mut tx.tx, conn => {
                 let mut query = sqlx::query(&sql);
                 for r in rows {
+                    let c = &r.counters;
                     query = query
                         .bind(r.bucket_id)
                         .bind(&r.key)
                         .bind(&r.day)
-                        .bind(r.requests)
-                        .bind(r.completed)
-                        .bind(r.aborted)
-                        .bind(r.bytes_sent)
-                        .bind(r.range_requests)
-                        .bind(r.not_modified);
+                        .bind(c.requests)
+                        .bind(c.completed)
+                        .bind(c.aborted)
+                        .bind(c.bytes_sent)
+                        .bind(c.range_requests)
+                        .bind(c.not_modified);
                 }
                 query.execute(&mut **conn).await?.rows_affected()
             });
@@ -465,30 +485,10 @@ struct LedgerRow {
     bucket_id: i64,
     key: String,
     day: String,
-    requests: i64,
-    completed: i64,
-    aborted: i64,
-    truncated: i64,
-    bytes_sent: i64,
-    range_requests: i64,
-    not_modified: i64,
-    head_requests: i64,
+    counters: CounterRow,
     last_download_at: Option<i64>,
 }
-from_row!(LedgerRow {
-    bucket_id,
-    key,
-    day,
-    requests,
-    completed,
-    aborted,
-    truncated,
-    bytes_sent,
-    range_requests,
-    not_modified,
-    head_requests,
-    last_download_at
-});
+from_row!(LedgerRow { bucket_id, key, day, last_download_at } flatten { counters: CounterRow });
 
 /// Each object's sums over its days (`day` left as the first's), from rows in key order.
 fn per_object_sums(rows: &[LedgerRow]) -> Vec<LedgerRow> {
@@ -496,14 +496,7 @@ fn per_object_sums(rows: &[LedgerRow]) -> Vec<LedgerRow> {
     for r in rows {
         match objects.last_mut() {
             Some(o) if (o.bucket_id, &o.key) == (r.bucket_id, &r.key) => {
-                o.requests += r.requests;
-                o.completed += r.completed;
-                o.aborted += r.aborted;
-                o.truncated += r.truncated;
-                o.bytes_sent += r.bytes_sent;
-                o.range_requests += r.range_requests;
-                o.not_modified += r.not_modified;
-                o.head_requests += r.head_requests;
+                o.counters.add(&r.counters);
                 o.last_download_at = o.last_download_at.max(r.last_download_at);
             }
             _ => objects.push(r.clone()),
