@@ -5,7 +5,9 @@ SQLite; with --pg URL, one PostgreSQL database all share), and hot and random ro
 between them, as scale.py's GETs (server on CPU 0, wrk on CPU 1, bearer token on a private bucket). Prints per
 round and the medians: req/s, random/hot, server CPU per request. --warm reads every key once first (with a large
 `--env BLOBGATE_CACHE__METADATA_BYTES=…`, every key cached); --env sets the servers' environment; --perf records
-the first binary's random round.
+the first binary's random round. --charged SECS runs each binary alone, SECS of random keys then --secs of one key,
+so whatever else the process does meanwhile (the stats fold) is in its CPU per request; --fold runs each alone and
+reports the next stats fold (its phases, and the longest write-lock hold seen meanwhile).
 
     BENCH_WORK=/tmp/ab python3 scripts/bench/scale_ab.py --bin OLD --bin NEW [--rounds 6] [--secs 5] [--n 1000000]
 """
@@ -22,6 +24,12 @@ ap.add_argument("--perf", help="perf record the first binary's random run into t
 ap.add_argument("--env", action="append", default=[])
 ap.add_argument("--warm", action="store_true", help="read every key once first")
 ap.add_argument("--pg", help="a PostgreSQL server URL (…/postgres): the catalog in a database of its own there")
+ap.add_argument("--charged", type=int, metavar="SECS",
+                help="each binary alone in turn: random keys for SECS, then one key for --secs, so that background "
+                     "work (the stats fold, once a minute) is charged to the rounds it shares the CPU with")
+ap.add_argument("--fold", action="store_true",
+                help="each binary alone in turn, SQLite: after --warm, waits for the stats fold and prints its log "
+                     "line and the longest write-lock hold scale.py's probe saw meanwhile")
 a = ap.parse_args()
 common.set_project(a.project)
 os.sched_setaffinity(0, {1})
@@ -59,6 +67,39 @@ for i, b in enumerate(a.bin):
     shutil.rmtree(dd, ignore_errors=True)
     shutil.copytree(pristine / "data", dd)
     gates.append(G(f"g{i}", b, dd))
+def alone(g):
+    """Starts `g` with its debug log (the fold's line), reads every key first with --warm."""
+    g.log = scale.WORK / f"{g.name}.log"
+    g.log.write_bytes(b"")
+    os.environ["RUST_LOG"] = "blobgate=debug"
+    g.start()
+    if a.warm:
+        print(g.bin, "warmed", scale.read_distinct(g, a.n, 300), flush=True)
+
+if a.charged or a.fold:
+    for g in gates:
+        try:
+            alone(g)
+            if a.charged:
+                r = scale.gets(g, g.proc.pid, scale.lua_script("random", a.n), a.charged)
+                h = scale.gets(g, g.proc.pid, scale.lua_script("random", 1), a.secs)
+                print(f"{g.bin}: random {r[0]:,.0f} req/s, {r[2]:.1f} us a request over {a.charged} s; hot {h[0]:,.0f}, "
+                      f"{h[2]:.1f} us; random/hot {r[0] / h[0]:.3f}; rss anon {scale.rss_anon_kib(g.proc.pid) / 1024:.0f} MiB",
+                      flush=True)
+            if a.fold:
+                probe = scale.LockProbe(str(g.dd / "blobgate.db")); probe.start()
+                since, deadline, line = time.perf_counter(), time.monotonic() + 600, None
+                while line is None and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    line = next((l for l in open(g.log, errors="replace")
+                                 if "download stats folded" in l and " rows=0 " not in l), None)
+                probe.finish()
+                print(f"{g.bin}: {line.strip() if line else 'no fold within 600 s'}; longest write-lock hold "
+                      f"{1000 * probe.longest(since, time.perf_counter()):.1f} ms", flush=True)
+        finally:
+            common.stop_all([g])
+    raise SystemExit(0)
+
 try:
     for g in gates: g.start()
     scripts = {"random": scale.lua_script("random", a.n), "hot": scale.lua_script("random", 1)}
