@@ -189,7 +189,7 @@ const TABLES: &[Table] = {
 /// not folded yet (the ledger itself is not copied: the target starts with everything folded).
 fn source_of(table: &str) -> String {
     match table {
-        "object_stats" => format!("({}) AS object_stats", super::stats::all_totals_with_ledger()),
+        "object_stats" => format!("({}) AS object_stats", super::stats::totals_with_ledger("true")),
         "object_stats_daily" => format!("({}) AS object_stats_daily", super::stats::daily_with_ledger()),
         _ => table.to_owned(),
     }

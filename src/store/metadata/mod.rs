@@ -141,7 +141,7 @@ pub use multipart::{HeldBytes, PartRecord, UploadRecord, UploadSummary};
 pub use objects::{Bucket, BucketChanges, ObjectRecord, Upsert, part_region};
 pub use retirements::Retirement;
 pub use s3_keys::S3KeyRecord;
-pub use stats::{FOLD_CHUNK_ROWS, Flushed, Folded, ObjectStats, StatsFlush, StatsOrder};
+pub use stats::{Flushed, Folded, ObjectStats, StatsFlush, StatsOrder};
 pub use variants::VariantRecord;
 
 use crate::store::sealing::{SealError, SecretsKey};

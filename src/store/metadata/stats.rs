@@ -466,7 +466,7 @@ pub struct Folded {
 
 /// Ledger rows (object-days, whole objects) a fold adds to the totals per write transaction: some milliseconds of
 /// SQLite's write lock, the keys in order so that neighbours share pages.
-pub const FOLD_CHUNK_ROWS: usize = 1_000;
+const FOLD_CHUNK_ROWS: usize = 1_000;
 /// Ledger ids deleted per transaction once folded: consecutive rows, so consecutive pages.
 const FOLD_DELETE_BATCH: i64 = 5_000;
 
@@ -507,7 +507,7 @@ fn per_object_sums(rows: &[LedgerRow]) -> Vec<LedgerRow> {
 
 /// Per-object totals with the ledger's rows not folded yet (`stats_fold` says which are), of the objects
 /// `wanted` (a condition on `bucket_id` and `key`): a table of `object_stats`' columns.
-fn totals_with_ledger(wanted: &str) -> String {
+pub(super) fn totals_with_ledger(wanted: &str) -> String {
     format!(
         "SELECT bucket_id, key, CAST(sum(requests) AS BIGINT) AS requests,
                 CAST(sum(completed) AS BIGINT) AS completed, CAST(sum(aborted) AS BIGINT) AS aborted,
@@ -537,11 +537,6 @@ pub(super) fn daily_with_ledger() -> String {
                FROM stats_ledger WHERE {NOT_FOLDED}) t
          GROUP BY bucket_id, key, day"
     )
-}
-
-/// Per-object totals with the ledger's rows not folded yet, of every object: for `db copy`.
-pub(super) fn all_totals_with_ledger() -> String {
-    totals_with_ledger("true")
 }
 
 /// A ledger row not folded yet: past the fold's `upto`, or below it with the fold still short of its key. (A
