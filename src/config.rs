@@ -748,8 +748,8 @@ pub struct Limits {
     /// connection took, at this rate, would last longer (up to a minute): a reader that takes its buffer in bursts
     /// and then pauses (`curl --limit-rate`) is a slow reader, not a stalled one. 0: the period alone decides.
     pub min_download_rate: u64,
-    /// Download-stats aggregates (one per object plus one per object and day) that may wait in memory while the
-    /// database cannot be written; a record that needs one more is dropped and counted.
+    /// Download-stats aggregates (one per object and day) that may wait in memory while the database cannot be
+    /// written; a record that needs one more is dropped and counted.
     pub stats_buffer_objects: usize,
 }
 

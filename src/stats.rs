@@ -93,6 +93,18 @@ impl Counters {
         }
     }
 
+    /// Adds another aggregate's counters.
+    pub fn add_counters(&mut self, o: &Counters) {
+        self.requests += o.requests;
+        self.completed += o.completed;
+        self.aborted += o.aborted;
+        self.truncated += o.truncated;
+        self.bytes_sent += o.bytes_sent;
+        self.range_requests += o.range_requests;
+        self.not_modified += o.not_modified;
+        self.head_requests += o.head_requests;
+    }
+
     pub fn is_download(r: &DownloadRecord) -> bool {
         matches!(r.kind, RecordKind::Full | RecordKind::Range | RecordKind::Multipart)
     }
@@ -101,56 +113,70 @@ impl Counters {
 /// Object identity inside a batch.
 pub type ObjectId = (i64, Arc<str>);
 
-/// Records aggregated since the last flush. Every record is looked up in both maps, so they hash with foldhash
+/// Records aggregated since the last flush, one aggregate per object and day: a flush appends exactly these to the
+/// ledger, and an object's totals are their sum. Every record is looked up once, so the map hashes with foldhash
 /// rather than SipHash (a seeded hash: keys are object names that a client may choose, but only names it may read).
 #[derive(Debug, Default)]
 pub struct Batch {
-    pub per_object: foldhash::HashMap<ObjectId, (Counters, Option<i64>)>,
     /// Keyed by days since the epoch (UTC); formatted only when written. With each object-day, the object's
-    /// latest download in the batch (as `per_object` has it), so that a flush writes a day's row alone.
+    /// latest download that day (a HEAD or 304 does not move it).
     pub per_day: foldhash::HashMap<(ObjectId, i64), (Counters, Option<i64>)>,
     pub records: usize,
     oldest: Option<Instant>,
 }
 
 impl Batch {
+    /// An empty batch with room for `entries` object-days: the next batch is sized as the last, so that a second of
+    /// distinct objects does not grow (and move) its table a dozen times.
+    pub fn with_capacity(entries: usize) -> Self {
+        Batch { per_day: foldhash::HashMap::with_capacity_and_hasher(entries, Default::default()), ..Batch::default() }
+    }
+
     pub fn add(&mut self, r: &DownloadRecord) {
-        let id: ObjectId = (r.object.bucket_id, r.object.key.clone());
-        let (counters, last) = self.per_object.entry(id.clone()).or_default();
+        let (counters, last) = self
+            .per_day
+            .entry(((r.object.bucket_id, r.object.key.clone()), r.finished_at.div_euclid(86_400)))
+            .or_default();
         counters.add(r);
         if Counters::is_download(r) {
             *last = Some(last.map_or(r.finished_at, |l| l.max(r.finished_at)));
         }
-        let latest = *last;
-        let (day, day_last) = self.per_day.entry((id, r.finished_at.div_euclid(86_400))).or_default();
-        day.add(r);
-        *day_last = latest;
         self.records += 1;
         self.oldest.get_or_insert_with(Instant::now);
     }
 
-    /// Adds `r` only if the batch then holds at most `max_entries` aggregates (per-object plus per-day); a
-    /// record for an object (and day) already in the batch always fits, since it adds no entry. Returns whether
-    /// it was added. This bounds the memory of a batch that waits while the database cannot be written.
+    /// Adds `r` only if the batch then holds at most `max_entries` object-days; a record for an object-day already
+    /// in the batch always fits. Returns whether it was added. This bounds the memory of a batch that waits while
+    /// the database cannot be written.
     pub fn add_within(&mut self, r: &DownloadRecord, max_entries: usize) -> bool {
         // Far from the bound (always, while the database answers) there is nothing to look up first.
-        if self.entries() + 2 <= max_entries {
+        if self.entries() < max_entries {
             self.add(r);
             return true;
         }
         let id: ObjectId = (r.object.bucket_id, r.object.key.clone());
-        let new_object = !self.per_object.contains_key(&id);
-        let new_day = !self.per_day.contains_key(&(id, r.finished_at.div_euclid(86_400)));
-        if self.entries() + usize::from(new_object) + usize::from(new_day) > max_entries {
+        if !self.per_day.contains_key(&(id, r.finished_at.div_euclid(86_400))) {
             return false;
         }
         self.add(r);
         true
     }
 
-    /// Aggregates held: one per object and one per object-day.
+    /// Aggregates held: one per object-day.
     pub fn entries(&self) -> usize {
-        self.per_object.len() + self.per_day.len()
+        self.per_day.len()
+    }
+
+    /// The objects' totals of this batch (each object's days summed, its latest download), in no order.
+    #[cfg(test)]
+    pub fn per_object(&self) -> foldhash::HashMap<ObjectId, (Counters, Option<i64>)> {
+        let mut objects: foldhash::HashMap<ObjectId, (Counters, Option<i64>)> = Default::default();
+        for ((id, _), (c, last)) in &self.per_day {
+            let (total, latest) = objects.entry(id.clone()).or_default();
+            total.add_counters(c);
+            *latest = (*latest).max(*last);
+        }
+        objects
     }
 
     pub fn is_empty(&self) -> bool {
@@ -227,17 +253,20 @@ mod tests {
     }
 
     #[test]
-    fn batches_aggregate_per_object_and_day() {
+    fn batches_aggregate_per_object_day() {
         let mut b = Batch::default();
         b.add(&record(RecordKind::Full, Outcome::Completed, 100, 86_400 - 1));
         b.add(&record(RecordKind::Full, Outcome::Completed, 100, 86_400));
         b.add(&record(RecordKind::Head, Outcome::Completed, 0, 90_000));
-        let (c, last) = b.per_object[&(1, Arc::from("k"))];
+        let (c, last) = b.per_object()[&(1, Arc::from("k"))];
         assert_eq!((c.requests, c.bytes_sent, c.head_requests), (2, 200, 1));
         assert_eq!(last, Some(86_400), "HEAD does not move last_download_at");
         assert_eq!(b.per_day.len(), 2);
-        assert_eq!(b.per_day[&((1, Arc::from("k")), 0)].0.requests, 1);
-        assert_eq!(b.per_day[&((1, Arc::from("k")), 1)].1, Some(86_400), "each day carries the object's latest");
+        assert_eq!(
+            b.per_day[&((1, Arc::from("k")), 0)],
+            (Counters { requests: 1, completed: 1, bytes_sent: 100, ..Counters::default() }, Some(86_400 - 1))
+        );
+        assert_eq!(b.per_day[&((1, Arc::from("k")), 1)].1, Some(86_400), "a day's latest download, not its HEAD");
         assert_eq!(day_name(1), "1970-01-02");
     }
 
@@ -248,13 +277,13 @@ mod tests {
             ..record(RecordKind::Full, Outcome::Completed, 10, at)
         };
         let mut b = Batch::default();
-        assert!(b.add_within(&of("a", 0), 4), "object + day: 2 entries");
-        assert!(b.add_within(&of("b", 0), 4), "4 entries");
-        assert!(b.add_within(&of("a", 5), 4), "same object, same day: no new entry");
-        assert!(!b.add_within(&of("c", 0), 4), "a new object needs two more");
-        assert!(!b.add_within(&of("a", 86_400), 4), "a new day of a known object needs one more");
-        assert_eq!((b.entries(), b.records), (4, 3));
-        let (c, _) = b.per_object[&(1, Arc::from("a"))];
+        assert!(b.add_within(&of("a", 0), 2), "an object-day: 1 entry");
+        assert!(b.add_within(&of("b", 0), 2), "2 entries");
+        assert!(b.add_within(&of("a", 5), 2), "same object, same day: no new entry");
+        assert!(!b.add_within(&of("c", 0), 2), "a new object needs one more");
+        assert!(!b.add_within(&of("a", 86_400), 2), "a new day of a known object needs one more");
+        assert_eq!((b.entries(), b.records), (2, 3));
+        let (c, _) = b.per_object()[&(1, Arc::from("a"))];
         assert_eq!((c.requests, c.bytes_sent), (2, 20), "refused records were not counted");
     }
 

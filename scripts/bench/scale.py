@@ -45,7 +45,11 @@ Measured, each catalog side by side:
   GETs          req/s and server CPU per request (schedstat over the run / requests) for random keys over the whole
                 key space and for one hot key (the same Lua script with a key space of 1, so the client costs the
                 same), --rounds rounds of --secs, catalogs and nginx interleaved, the order alternating.
-  RSS after     after reading min(N, --distinct) distinct keys in sequence (wrk in chunks, at most --distinct-secs).
+  first read    before the GET rounds, min(N, --distinct) distinct keys read in sequence (wrk in chunks, at most
+                --distinct-secs): each key's first read, a miss; its req/s (and its ratio to the hot key's) and CPU
+                per request. The rounds then measure the steady state (with a bound below the catalog's
+                size, mostly misses still).
+  RSS after     after that first read of every key.
   listing       ListObjectsV2 (SigV4 by botocore, pages of 1,000) over the prefix `k/07/` (N/100 keys): keys/s;
                 `blobgate ls bench` over the whole bucket: seconds and keys/s.
 
@@ -341,14 +345,18 @@ def gets(target, pid, script, secs):
 
 
 def read_distinct(catalog, want, max_secs):
-    """Reads keys 0, 1, … in sequence until `want` were answered (or `max_secs` ran out): how many were."""
-    done, rate, end = 0, None, time.monotonic() + max_secs
+    """Reads keys 0, 1, … in sequence until `want` were answered (or `max_secs` ran out): how many were, and
+    their rate (req/s and server CPU µs per request over the chunks: each key's first read, a miss unless cached)."""
+    done, rate, end, spent, cpu = 0, None, time.monotonic() + max_secs, 0.0, 0.0
     while done < want and time.monotonic() < end:
         secs = 2 if rate is None else max(1, min(10, round((want - done) / rate + 0.5)))
-        rate, requests, _ = gets(catalog, catalog.proc.pid, lua_script("sequence", catalog.objects, done),
-                                 max(1, min(secs, int(end - time.monotonic()))))
+        secs = max(1, min(secs, int(end - time.monotonic())))
+        rate, requests, per_request = gets(catalog, catalog.proc.pid, lua_script("sequence", catalog.objects, done),
+                                           secs)
         done += requests
-    return min(done, want)
+        spent += requests / max(rate, 1)
+        cpu += per_request * requests
+    return min(done, want), done / max(spent, 1e-9), cpu / max(done, 1)
 
 
 def list_keys_per_s(catalog, prefix):
@@ -502,6 +510,17 @@ def main():
         got = {s.name: {"random": [], "hot": []} for s in servers}
         for s in servers:
             gets(s, s.proc.pid, scripts[s.name]["hot"], 1)  # warm: connections, bucket, token, the open blob
+        # Each key's first read (misses, unless the bound is smaller than the catalog) before the rounds, so
+        # that the rounds measure the steady state; the first reads are reported as their own rate.
+        for c in served:
+            out = res[c.name]
+            out["distinct_read"], out["first_read_rps"], out["first_read_cpu_us"] = read_distinct(
+                c, min(c.objects, a.distinct), a.distinct_secs)
+            out["rss_after_kib"] = common.rss_kib(c.proc.pid)
+            out["rss_anon_after_kib"] = rss_anon_kib(c.proc.pid)
+            print(f"{c.name}: first read of {out['distinct_read']:,} distinct keys at {out['first_read_rps']:,.0f} "
+                  f"req/s ({out['first_read_cpu_us']:.1f} µs CPU/req); RSS {mib(out['rss_after_kib'])} MiB "
+                  f"({mib(out['rss_anon_after_kib'])} MiB anonymous) after them", flush=True)
         for r in range(a.rounds):
             for s in (servers if r % 2 == 0 else servers[::-1]):
                 for kind in (("random", "hot") if r % 2 == 0 else ("hot", "random")):
@@ -519,17 +538,11 @@ def main():
         for c in served:
             out = res[c.name]
             out["random_over_nginx"] = out["random_rps"] / res["nginx"]["random_rps"]
+            out["first_read_over_hot"] = out["first_read_rps"] / out["hot_rps"]
             out["list_keys"], out["list_keys_per_s"] = list_keys_per_s(c, LIST_PREFIX)
             out["ls_keys"], out["ls_s"] = ls_seconds(c)
             print(f"{c.name}: ListObjectsV2 {out['list_keys']:,} keys at {out['list_keys_per_s']:,.0f} keys/s; "
                   f"ls {out['ls_keys']:,} keys in {out['ls_s']:.2f} s", flush=True)
-        for c in served:
-            out = res[c.name]
-            out["distinct_read"] = read_distinct(c, min(c.objects, a.distinct), a.distinct_secs)
-            out["rss_after_kib"] = common.rss_kib(c.proc.pid)
-            out["rss_anon_after_kib"] = rss_anon_kib(c.proc.pid)
-            print(f"{c.name}: RSS {mib(out['rss_after_kib'])} MiB ({mib(out['rss_anon_after_kib'])} MiB anonymous) "
-                  f"after {out['distinct_read']:,} distinct keys", flush=True)
     finally:
         stop_all(servers + catalogs)
         if a.postgres:
@@ -570,6 +583,9 @@ def print_table(res, names, nginx_files):
             ("random / hot", "random_over_hot", num(".2f")), ("random / nginx random", "random_over_nginx", num(".2f")),
             ("CPU µs/req random", "random_cpu_us", num(".1f")), ("CPU µs/req hot", "hot_cpu_us", num(".1f")),
             ("distinct keys read", "distinct_read", num(",")),
+            ("  first read req/s", "first_read_rps", num(",.0f")),
+            ("  first read / hot", "first_read_over_hot", num(".2f")),
+            ("  CPU µs/req first read", "first_read_cpu_us", num(".1f")),
             ("RSS after them MiB", "rss_after_kib", lambda v: "-" if v is None else mib(v)),
             ("  of it anonymous MiB", "rss_anon_after_kib", lambda v: "-" if v is None else mib(v)),
             ("ListObjectsV2 keys", "list_keys", num(",")), ("ListObjectsV2 keys/s", "list_keys_per_s", num(",.0f")),
@@ -586,7 +602,8 @@ def print_table(res, names, nginx_files):
         r = res[n]
         if n in ("empty", "nginx"):
             continue
-        print(f"  {n}: random/hot {r['random_over_hot']:.2f}, random/nginx {r['random_over_nginx']:.2f}, "
+        print(f"  {n}: random/hot {r['random_over_hot']:.2f}, random/nginx {r['random_over_nginx']:.2f} "
+              f"(each key's first read / hot {r['first_read_over_hot']:.2f}), "
               f"RSS after {r['distinct_read']:,} keys {mib(r['rss_after_kib'])} MiB "
               f"({mib(r['rss_anon_after_kib'])} MiB anonymous), longest lock "
               f"{'- (no SQLite lock)' if r['longest_lock_s'] is None else ms(r['longest_lock_s']) + ' ms'}, "

@@ -5,7 +5,7 @@ SQLite; with --pg URL, one PostgreSQL database all share), and hot and random ro
 between them, as scale.py's GETs (server on CPU 0, wrk on CPU 1, bearer token on a private bucket). Prints per
 round and the medians: req/s, random/hot, server CPU per request. --warm reads every key once first (with a large
 `--env BLOBGATE_CACHE__METADATA_BYTES=…`, every key cached); --env sets the servers' environment; --perf records
-the first binary's random round. --charged SECS runs each binary alone, SECS of random keys then --secs of one key,
+the first binary's random round (or --perf-kind hot). --charged SECS runs each binary alone, SECS of random keys then --secs of one key,
 so whatever else the process does meanwhile (the stats fold) is in its CPU per request; --fold runs each alone and
 reports the next stats fold (its phases, and the longest write-lock hold seen meanwhile).
 
@@ -20,7 +20,8 @@ ap.add_argument("--project", default=".")
 ap.add_argument("--rounds", type=int, default=3)
 ap.add_argument("--secs", type=int, default=5)
 ap.add_argument("--n", type=int, default=1_000_000)
-ap.add_argument("--perf", help="perf record the first binary's random run into this file")
+ap.add_argument("--perf", help="perf record the first binary's random run (--perf-kind) into this file")
+ap.add_argument("--perf-kind", choices=("random", "hot"), default="random")
 ap.add_argument("--env", action="append", default=[])
 ap.add_argument("--warm", action="store_true", help="read every key once first")
 ap.add_argument("--pg", help="a PostgreSQL server URL (…/postgres): the catalog in a database of its own there")
@@ -74,7 +75,7 @@ def alone(g):
     os.environ["RUST_LOG"] = "blobgate=debug"
     g.start()
     if a.warm:
-        print(g.bin, "warmed", scale.read_distinct(g, a.n, 300), flush=True)
+        print(g.bin, "warmed: keys, req/s, us a request", scale.read_distinct(g, a.n, 300), flush=True)
 
 if a.charged or a.fold:
     for g in gates:
@@ -105,15 +106,15 @@ try:
     scripts = {"random": scale.lua_script("random", a.n), "hot": scale.lua_script("random", 1)}
     for g in gates: scale.gets(g, g.proc.pid, scripts["hot"], 1)
     if a.warm:
-        for g in gates: print("warmed", scale.read_distinct(g, a.n, 300), flush=True)
+        for g in gates: print("warmed: keys, req/s, us a request", scale.read_distinct(g, a.n, 300), flush=True)
     got = {g.name: {"random": [], "hot": []} for g in gates}
     if a.perf:
         g = gates[0]
-        p = subprocess.Popen(["perf", "record", "-g", "-o", a.perf, "-p", str(g.proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        p = subprocess.Popen(["perf", "record", *os.environ.get("PERF_CG", "-g").split(), "-o", a.perf, "-p", str(g.proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.5)
-        r = scale.gets(g, g.proc.pid, scripts["random"], a.secs)
+        r = scale.gets(g, g.proc.pid, scripts[a.perf_kind], a.secs)
         p.send_signal(2); p.wait()
-        print("perf random", r, flush=True)
+        print("perf", a.perf_kind, r, flush=True)
     for r in range(a.rounds):
         for g in (gates if r % 2 == 0 else gates[::-1]):
             for kind in (("random", "hot") if r % 2 == 0 else ("hot", "random")):

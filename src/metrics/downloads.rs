@@ -202,7 +202,8 @@ impl Flusher {
             None => {
                 let flush = StatsFlush { writer: self.writer.clone(), seq: self.next_seq };
                 self.next_seq += 1;
-                (flush, std::mem::take(pending))
+                let entries = pending.entries();
+                (flush, std::mem::replace(pending, Batch::with_capacity(entries)))
             }
         };
         self.in_flight_size = (batch.entries(), batch.records);
@@ -349,8 +350,8 @@ mod tests {
 
         let (recorder, rx) = channel(1024);
         let stop = CancellationToken::new();
-        // Room for two objects (each one object entry and one day entry) in the pending batch.
-        let batcher = tokio::spawn(run_batcher(meta.clone(), rx, 4, stop.clone()));
+        // Room for two object-days in the pending batch.
+        let batcher = tokio::spawn(run_batcher(meta.clone(), rx, 2, stop.clone()));
         recorder.record(download(bucket.id, "a", 10));
         recorder.record(download(bucket.id, "b", 20));
         // Their write failed (counted): the first two are in doubt now.

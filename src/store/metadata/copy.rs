@@ -386,7 +386,6 @@ mod tests {
             let mut batch = Batch::default();
             let counters = Counters { requests: 1, completed: 1, bytes_sent: 5, ..Counters::default() };
             for key in ["a", "b"] {
-                batch.per_object.insert((bucket.id, Arc::from(key)), (counters, Some(seq)));
                 batch.per_day.insert(((bucket.id, Arc::from(key)), day), (counters, Some(seq)));
             }
             (StatsFlush { writer: "w".into(), seq }, batch)

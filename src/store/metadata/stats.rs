@@ -142,10 +142,10 @@ const FLUSH_MARK_LIFETIME_SECS: i64 = 7 * 86_400;
 impl Metadata {
     /// Adds a batch of download counters in one write transaction, with the flush's mark, so that a retry of a
     /// flush whose commit did succeed adds nothing (see [`Flushed::AlreadyWritten`]). They are appended to the
-    /// ledger, one row per object and day (a batch's per-day counters carry every counter; the object's latest
-    /// download goes on each of its rows), and read with the totals until [`Metadata::fold_stats`] adds them in.
-    /// Rows of a bucket deleted since the downloads are dropped (they would violate the foreign key and fail the
-    /// whole batch, again at every retry). Appends never conflict, so replicas flushing at once wait for no row.
+    /// ledger, one row per object and day (with the object's latest download that day), and read with the totals
+    /// until [`Metadata::fold_stats`] adds them in. Rows of a bucket deleted since the downloads are dropped (they
+    /// would violate the foreign key and fail the whole batch, again at every retry). Appends never conflict, so
+    /// replicas flushing at once wait for no row.
     pub async fn record_download_stats(&self, flush: &StatsFlush, batch: &Batch) -> Result<Flushed, MetadataError> {
         let numbered = matches!(self.backend, Backend::Postgres(_));
         let per_day: Vec<_> = batch.per_day.iter().collect();
@@ -170,27 +170,25 @@ impl Metadata {
                 .execute(&mut **conn)
                 .await?.rows_affected());
         }
-        // Appended to the ledger, a hundred rows a statement: a batch of distinct objects writes the pages at the
-        // ledger's end, not a page of each total's tree per object (`fold_stats` moves them there in key order).
-        // A batch spans a day or two: each day's name made once.
+        // Appended to the ledger, LEDGER_ROWS_PER_STATEMENT rows a statement: a batch of distinct objects writes
+        // the pages at the ledger's end, not a page of each total's tree per object (`fold_stats` moves them there
+        // in key order). A batch spans a day or two: each day's name made once.
         let mut day_names: Vec<(i64, String)> = Vec::new();
+        for (_, day) in batch.per_day.keys() {
+            if !day_names.iter().any(|(d, _)| d == day) {
+                day_names.push((*day, crate::stats::day_name(*day)));
+            }
+        }
+        let day_name = |day: i64| day_names.iter().find(|(d, _)| *d == day).map_or("", |(_, name)| name.as_str());
         for chunk in per_day.chunks(LEDGER_ROWS_PER_STATEMENT) {
             let sql = ledger_insert(chunk.len(), numbered);
             with_tx!(&mut tx.tx, conn => {
                 let mut query = sqlx::query(&sql);
                 for (((bucket_id, key), day), (c, last)) in chunk {
-                    let day = match day_names.iter().find(|(d, _)| d == day) {
-                        Some((_, name)) => name.clone(),
-                        None => {
-                            let name = crate::stats::day_name(*day);
-                            day_names.push((*day, name.clone()));
-                            name
-                        }
-                    };
                     query = query
                         .bind(bucket_id)
                         .bind(key.as_ref())
-                        .bind(day)
+                        .bind(day_name(*day))
                         .bind(c.requests as i64)
                         .bind(c.completed as i64)
                         .bind(c.aborted as i64)
@@ -645,7 +643,6 @@ mod tests {
         let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
         let mut batch = Batch::default();
         let counters = Counters { requests: 1, bytes_sent: 10, ..Counters::default() };
-        batch.per_object.insert((bucket.id, Arc::from("a")), (counters, Some(5)));
         batch.per_day.insert(((bucket.id, Arc::from("a")), 20_000), (counters, Some(5)));
         let flush = |writer: &str, seq| StatsFlush { writer: writer.into(), seq };
         assert_eq!(meta.record_download_stats(&flush("w1", 1), &batch).await.unwrap(), Flushed::Written);
@@ -670,16 +667,12 @@ mod tests {
         let mut batch = Batch::default();
         for i in 0..objects {
             let key: Arc<str> = Arc::from(format!("k{i:04}"));
-            // A batch's per-object counters are the sums of its per-day ones.
             let day = Counters { requests: 1, completed: 1, bytes_sent: i as u64, ..Counters::default() };
-            let total = Counters { requests: 2, completed: 2, bytes_sent: 2 * i as u64, ..Counters::default() };
-            batch.per_object.insert((bucket.id, key.clone()), (total, Some(i as i64)));
             for d in [20_000, 20_001] {
                 batch.per_day.insert(((bucket.id, key.clone()), d), (day, Some(i as i64)));
             }
         }
         let counters = Counters { requests: 1, ..Counters::default() };
-        batch.per_object.insert((bucket.id + 1000, Arc::from("gone")), (counters, None));
         batch.per_day.insert(((bucket.id + 1000, Arc::from("gone")), 20_000), (counters, None));
         let flush = StatsFlush { writer: "w".into(), seq: 1 };
         assert_eq!(meta.record_download_stats(&flush, &batch).await.unwrap(), Flushed::Written);
@@ -716,7 +709,6 @@ mod tests {
                     let mut batch = Batch::default();
                     for key in ["a", "b"] {
                         let counters = Counters { requests: 1, completed: 1, bytes_sent: 10, ..Counters::default() };
-                        batch.per_object.insert((bucket.id, Arc::from(key)), (counters, Some(writer * 100 + n)));
                         batch.per_day.insert(((bucket.id, Arc::from(key)), 20_000), (counters, Some(writer * 100 + n)));
                     }
                     let flush = StatsFlush { writer: format!("w{writer}"), seq: n + 1 };
@@ -754,18 +746,9 @@ mod tests {
             let key: Arc<str> = Arc::from(format!("k{i:05}"));
             let day =
                 Counters { requests: 1, completed: 1, bytes_sent: i as u64, head_requests: 1, ..Counters::default() };
-            let mut total = Counters::default();
             for d in 0..days {
                 batch.per_day.insert(((bucket_id, key.clone()), 20_000 + d), (day, Some(at)));
-                total = Counters {
-                    requests: total.requests + 1,
-                    completed: total.completed + 1,
-                    bytes_sent: total.bytes_sent + i as u64,
-                    head_requests: total.head_requests + 1,
-                    ..total
-                };
             }
-            batch.per_object.insert((bucket_id, key), (total, Some(at)));
         }
         let flush = StatsFlush { writer: writer.into(), seq };
         assert_eq!(meta.record_download_stats(&flush, &batch).await.unwrap(), Flushed::Written);
