@@ -281,45 +281,73 @@ impl Metadata {
     }
 
     /// Folds the rows up to `fold.upto` of the keys past its cursor, streamed in key order (one read, sorted by
-    /// the database), then marks them all folded. `false`: another process moved the cursor, so it folds.
+    /// the database), then marks them all folded. `false`: another process moved the cursor, so it folds (or, on
+    /// SQLite, the scan failed: the next fold resumes from the cursor).
+    ///
+    /// SQLite: the ledger is scanned on a blocking thread through a read connection of its own, and handed over a
+    /// chunk at a time: sqlx hands each row from its connection's thread to the reading task, two thread switches
+    /// a row, which were most of a fold's CPU. PostgreSQL's rows come in batches over the socket.
     async fn fold_ledger(
         &self,
         fold: &mut FoldState,
         folded: &mut Folded,
         max_chunks: usize,
     ) -> Result<bool, MetadataError> {
-        let sql = "SELECT bucket_id, key, day, CAST(sum(requests) AS BIGINT) AS requests,
-                          CAST(sum(completed) AS BIGINT) AS completed, CAST(sum(aborted) AS BIGINT) AS aborted,
-                          CAST(sum(truncated) AS BIGINT) AS truncated, CAST(sum(bytes_sent) AS BIGINT) AS bytes_sent,
-                          CAST(sum(range_requests) AS BIGINT) AS range_requests,
-                          CAST(sum(not_modified) AS BIGINT) AS not_modified,
-                          CAST(sum(head_requests) AS BIGINT) AS head_requests, max(last_download_at) AS last_download_at
-                   FROM stats_ledger WHERE id <= $1 AND (bucket_id, key) > ($2, $3)
-                   GROUP BY bucket_id, key, day ORDER BY bucket_id, key, day";
-        let mut chunk: Vec<LedgerRow> = Vec::new();
         let (upto, after_bucket, after_key) = (fold.upto, fold.done_bucket, fold.done_key.clone());
-        macro_rules! stream_from {
-            ($pool:expr) => {{
-                let mut rows =
-                    sqlx::query_as::<_, LedgerRow>(sql).bind(upto).bind(after_bucket).bind(&after_key).fetch($pool);
-                while let Some(row) = rows.try_next().await? {
-                    // The cursor names whole objects: an object's days never straddle two chunks.
-                    let next_object =
-                        chunk.last().is_some_and(|l: &LedgerRow| (l.bucket_id, &l.key) != (row.bucket_id, &row.key));
-                    if chunk.len() >= FOLD_CHUNK_ROWS && next_object {
-                        if folded.chunks >= max_chunks || !self.fold_chunk(fold, &chunk, folded).await? {
-                            return Ok(false);
-                        }
-                        chunk.clear();
-                        tokio::time::sleep(super::BETWEEN_WRITE_BATCHES).await;
-                    }
-                    chunk.push(row);
+        let scan = match (&self.backend, &self.thread_readers) {
+            (Backend::Sqlite(_), Some(readers)) => readers.open_for_scan(),
+            _ => None,
+        };
+        if let Some(connection) = scan {
+            let (sender, mut chunks) = tokio::sync::mpsc::channel(1);
+            let scan =
+                tokio::task::spawn_blocking(move || scan_ledger(&connection, upto, after_bucket, &after_key, &sender));
+            let mut first = true;
+            while let Some(chunk) = chunks.recv().await {
+                if !std::mem::take(&mut first) {
+                    tokio::time::sleep(super::BETWEEN_WRITE_BATCHES).await;
                 }
-            }};
-        }
-        with_pool!(&self.backend, pool => stream_from!(pool));
-        if folded.chunks >= max_chunks || (!chunk.is_empty() && !self.fold_chunk(fold, &chunk, folded).await?) {
-            return Ok(false);
+                // Returning drops `chunks`, which stops the scan at its next chunk.
+                if folded.chunks >= max_chunks || !self.fold_chunk(fold, &chunk, folded).await? {
+                    return Ok(false);
+                }
+            }
+            match scan.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "the stats fold's scan of the ledger failed; the next fold resumes");
+                    return Ok(false);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the stats fold's scan of the ledger stopped; the next fold resumes");
+                    return Ok(false);
+                }
+            }
+        } else {
+            let mut chunk: Vec<LedgerRow> = Vec::new();
+            macro_rules! stream_from {
+                ($pool:expr) => {{
+                    let mut rows = sqlx::query_as::<_, LedgerRow>(LEDGER_SCAN)
+                        .bind(upto)
+                        .bind(after_bucket)
+                        .bind(&after_key)
+                        .fetch($pool);
+                    while let Some(row) = rows.try_next().await? {
+                        if ends_chunk(&chunk, &row) {
+                            if folded.chunks >= max_chunks || !self.fold_chunk(fold, &chunk, folded).await? {
+                                return Ok(false);
+                            }
+                            chunk.clear();
+                            tokio::time::sleep(super::BETWEEN_WRITE_BATCHES).await;
+                        }
+                        chunk.push(row);
+                    }
+                }};
+            }
+            with_pool!(&self.backend, pool => stream_from!(pool));
+            if folded.chunks >= max_chunks || (!chunk.is_empty() && !self.fold_chunk(fold, &chunk, folded).await?) {
+                return Ok(false);
+            }
         }
         let mut tx = self.begin_write().await?;
         let marked = with_tx!(&mut tx.tx, conn => sqlx::query(
@@ -460,6 +488,50 @@ pub struct Folded {
     /// How long adding and deleting took, pauses between transactions included.
     pub folding: std::time::Duration,
     pub deleting: std::time::Duration,
+}
+
+/// The ledger's object-days up to `$1` of the keys past (`$2`, `$3`), summed, in key order; the columns in
+/// [`LedgerRow`]'s order for the thread's read by position (its counters first).
+const LEDGER_SCAN: &str = "SELECT CAST(sum(requests) AS BIGINT) AS requests,
+        CAST(sum(completed) AS BIGINT) AS completed, CAST(sum(aborted) AS BIGINT) AS aborted,
+        CAST(sum(truncated) AS BIGINT) AS truncated, CAST(sum(bytes_sent) AS BIGINT) AS bytes_sent,
+        CAST(sum(range_requests) AS BIGINT) AS range_requests, CAST(sum(not_modified) AS BIGINT) AS not_modified,
+        CAST(sum(head_requests) AS BIGINT) AS head_requests,
+        bucket_id, key, day, max(last_download_at) AS last_download_at
+    FROM stats_ledger WHERE id <= $1 AND (bucket_id, key) > ($2, $3)
+    GROUP BY bucket_id, key, day ORDER BY bucket_id, key, day";
+
+/// Whether `row` starts the next chunk after `chunk`: the chunk is full and `row` is another object's (the cursor
+/// names whole objects, so an object's days never straddle two chunks).
+fn ends_chunk(chunk: &[LedgerRow], row: &LedgerRow) -> bool {
+    chunk.len() >= FOLD_CHUNK_ROWS && chunk.last().is_some_and(|l| (l.bucket_id, &l.key) != (row.bucket_id, &row.key))
+}
+
+/// SQLite: reads [`LEDGER_SCAN`] on this (blocking) thread and sends it a chunk at a time, until the rows end or
+/// the fold stops listening.
+fn scan_ledger(
+    connection: &rusqlite::Connection,
+    upto: i64,
+    after_bucket: i64,
+    after_key: &str,
+    chunks: &tokio::sync::mpsc::Sender<Vec<LedgerRow>>,
+) -> rusqlite::Result<()> {
+    use super::thread_reads::ReadRow;
+    let mut statement = connection.prepare(LEDGER_SCAN)?;
+    debug_assert!(LedgerRow::matches(&statement), "LEDGER_SCAN's columns in LedgerRow's order");
+    let mut rows = statement.query(rusqlite::params![upto, after_bucket, after_key])?;
+    let mut chunk = Vec::new();
+    while let Some(row) = rows.next()? {
+        let row = LedgerRow::read_row(row)?;
+        if ends_chunk(&chunk, &row) && chunks.blocking_send(std::mem::take(&mut chunk)).is_err() {
+            return Ok(());
+        }
+        chunk.push(row);
+    }
+    if !chunk.is_empty() {
+        let _ = chunks.blocking_send(chunk);
+    }
+    Ok(())
 }
 
 /// Ledger rows (object-days, whole objects) a fold adds to the totals per write transaction: some milliseconds of

@@ -35,6 +35,15 @@ impl ThreadReaders {
         }
     }
 
+    /// A read-only connection of the caller's own, for a long read on a blocking thread (the stats fold's scan of
+    /// the ledger), or `None` once closed or if it cannot open. It is the caller's to drop.
+    pub(super) fn open_for_scan(&self) -> Option<Connection> {
+        if self.closed.load(Ordering::Acquire) {
+            return None;
+        }
+        open(&self.path).map_err(|e| tracing::debug!(error = %e, "cannot open a read connection for a scan")).ok()
+    }
+
     /// `read` on this thread's connection (opened at its first read), or `None` if it failed.
     pub(super) fn read<T>(&self, what: &str, read: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Option<T> {
         if self.closed.load(Ordering::Acquire) {
