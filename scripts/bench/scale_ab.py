@@ -12,7 +12,7 @@ reports the next stats fold (its phases, and the longest write-lock hold seen me
     BENCH_WORK=/tmp/ab python3 scripts/bench/scale_ab.py --bin OLD --bin NEW [--rounds 6] [--secs 5] [--n 1000000]
 """
 import argparse, json, os, shutil, subprocess, time, statistics
-import common, scale
+import common, scale, scaling
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bin", action="append", required=True)
@@ -90,13 +90,15 @@ if a.charged or a.fold:
             if a.fold:
                 probe = scale.LockProbe(str(g.dd / "blobgate.db")); probe.start()
                 since, deadline, line = time.perf_counter(), time.monotonic() + 600, None
+                cpu0 = scaling.run_seconds(g.proc.pid)
                 while line is None and time.monotonic() < deadline:
                     time.sleep(0.5)
                     line = next((l for l in open(g.log, errors="replace")
                                  if "download stats folded" in l and " rows=0 " not in l), None)
                 probe.finish()
                 print(f"{g.bin}: {line.strip() if line else 'no fold within 600 s'}; longest write-lock hold "
-                      f"{1000 * probe.longest(since, time.perf_counter()):.1f} ms", flush=True)
+                      f"{1000 * probe.longest(since, time.perf_counter()):.1f} ms; the process's CPU from the warm "
+                      f"read's end to the fold's end {scaling.run_seconds(g.proc.pid) - cpu0:.1f} s", flush=True)
         finally:
             common.stop_all([g])
     raise SystemExit(0)

@@ -25,8 +25,10 @@ use tokio_util::sync::CancellationToken;
 use crate::stats::{Batch, DownloadRecord};
 use crate::store::{Flushed, Metadata, MetadataError, StatsFlush};
 
-/// Most records aggregated before a flush, even if a second has not passed.
-const MAX_BATCH_RECORDS: usize = 50_000;
+/// Most object-days aggregated before a flush, even if a second has not passed: a flush appends one row each in
+/// one write transaction, so this bounds how long it holds SQLite's write lock (some 15 ms), however many distinct
+/// objects a second's downloads name.
+const MAX_BATCH_ENTRIES: usize = 10_000;
 /// How often the channel is drained; with the channel's capacity this bounds the rate before records drop.
 const DRAIN_EVERY: Duration = Duration::from_millis(100);
 /// How often the aggregate is written to SQLite.
@@ -97,7 +99,7 @@ pub async fn run_batcher(
         if stopping {
             break;
         }
-        if !flusher.writing() && (last_flush.elapsed() >= FLUSH_EVERY || pending.records >= MAX_BATCH_RECORDS) {
+        if !flusher.writing() && (last_flush.elapsed() >= FLUSH_EVERY || pending.entries() >= MAX_BATCH_ENTRIES) {
             flusher.start(&mut pending);
             last_flush = Instant::now();
         }
