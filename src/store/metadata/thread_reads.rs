@@ -4,6 +4,7 @@
 //! here it costs the B-tree probes alone, through the same memory map. Such a read never waits: the connection has
 //! no busy timeout, WAL readers do not wait for writers, and a read that fails for any reason (busy while the
 //! WAL index is rebuilt, a connection that cannot open) answers `None`, and the caller reads through the pool.
+//! A long scan (the stats fold's read of the ledger) takes a connection of its own to a blocking thread.
 //! rusqlite for the connection, on the same `libsqlite3-sys` as sqlx: one SQLite in the binary.
 
 use std::path::PathBuf;
