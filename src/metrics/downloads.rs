@@ -25,8 +25,9 @@ use tokio_util::sync::CancellationToken;
 use crate::stats::{Batch, DownloadRecord};
 use crate::store::{Flushed, Metadata, MetadataError, StatsFlush};
 
-/// Most object-days aggregated before a flush, even if a second has not passed: a flush appends one row each in
-/// one write transaction, so this bounds how long it holds SQLite's write lock (some 15 ms), however many distinct
+/// Most object-days aggregated before a flush, even if a second has not passed (the write starts as the batch
+/// reaches it, unless one is in flight): a flush appends one row each in one write transaction, so while the
+/// database keeps up this bounds how long it holds SQLite's write lock (some 15 ms), however many distinct
 /// objects a second's downloads name.
 const MAX_BATCH_ENTRIES: usize = 10_000;
 /// How often the channel is drained; with the channel's capacity this bounds the rate before records drop.
@@ -93,6 +94,13 @@ pub async fn run_batcher(
                 buffer_dropped.increment(1);
                 drops.dropped += 1;
             }
+            if pending.entries() >= MAX_BATCH_ENTRIES && !stopping {
+                flusher.collect().await;
+                if !flusher.writing() {
+                    flusher.start(&mut pending);
+                    last_flush = Instant::now();
+                }
+            }
         }
         drops.warn_now_and_then(max_pending_entries);
         flusher.collect().await;
@@ -153,6 +161,9 @@ struct Flusher {
     in_doubt: Option<(StatsFlush, Batch)>,
     lag: Gauge,
     failures: Counter,
+    /// Batches written, and the object-days they held (a batch found already written counts: its rows are in).
+    batches_written: Counter,
+    object_days_written: Counter,
     /// Whether the last write failed: the failure is logged when writes start failing, not at every retry.
     failing: bool,
 }
@@ -168,6 +179,8 @@ impl Flusher {
             in_doubt: None,
             lag: gauge!(super::STATS_LAG),
             failures: counter!(super::STATS_FLUSH_ERRORS),
+            batches_written: counter!(super::STATS_BATCHES_WRITTEN),
+            object_days_written: counter!(super::STATS_OBJECT_DAYS_WRITTEN),
             failing: false,
         }
     }
@@ -239,6 +252,8 @@ impl Flusher {
         };
         match result {
             Ok(written) => {
+                self.batches_written.increment(1);
+                self.object_days_written.increment(batch.entries() as u64);
                 if written == Flushed::AlreadyWritten {
                     tracing::info!(records = batch.records, "a stats batch whose commit seemed to fail was written");
                 }
@@ -381,5 +396,35 @@ mod tests {
         let want =
             vec![("a".to_owned(), 2, 20), ("b".to_owned(), 1, 20), ("c".to_owned(), 1, 30), ("d".to_owned(), 1, 40)];
         assert_eq!(totals(&meta).await, want, "the last records are written at shutdown, nothing twice");
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_distinct_objects_is_written_in_batches_of_bounded_size() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let metrics = recorder.handle();
+        let _local = metrics::set_default_local_recorder(&recorder);
+        let dir = tempfile::tempdir().unwrap();
+        let url = DatabaseUrl::in_data_dir(dir.path());
+        let timeouts = DatabaseTimeouts { busy: Duration::from_secs(5), acquire: Duration::from_secs(5) };
+        let meta = Metadata::open(&url, dir.path(), timeouts).await.unwrap();
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        // Two and a half batches' worth, all in the channel before the batcher's first drain.
+        let objects = MAX_BATCH_ENTRIES * 5 / 2;
+        let (recorder, rx) = channel(objects);
+        for i in 0..objects {
+            recorder.record(download(bucket.id, &format!("k{i:06}"), 1));
+        }
+        let stop = CancellationToken::new();
+        let batcher = tokio::spawn(run_batcher(meta.clone(), rx, 1_000_000, stop.clone()));
+        let written = crate::metrics::STATS_OBJECT_DAYS_WRITTEN;
+        until("every object-day written", || counter_in(&metrics, written) == objects as f64).await;
+        // The first write started as the batch reached the bound, in the middle of that drain.
+        let batches = counter_in(&metrics, crate::metrics::STATS_BATCHES_WRITTEN);
+        assert!(batches >= 2.0, "{objects} object-days in {batches} batch(es)");
+        stop.cancel();
+        batcher.await.unwrap();
+        let rows = totals(&meta).await;
+        assert_eq!(rows.len(), objects);
+        assert!(rows.iter().all(|(_, requests, bytes)| (*requests, *bytes) == (1, 1)), "each counted once");
     }
 }

@@ -30,6 +30,8 @@ pub const RESPONSE_SECONDS: &str = "blobgate_response_duration_seconds";
 pub const STATS_DROPPED: &str = "blobgate_stats_records_dropped_total";
 pub const STATS_LAG: &str = "blobgate_stats_batch_lag_seconds";
 pub const STATS_FLUSH_ERRORS: &str = "blobgate_stats_flush_errors_total";
+pub const STATS_BATCHES_WRITTEN: &str = "blobgate_stats_batches_written_total";
+pub const STATS_OBJECT_DAYS_WRITTEN: &str = "blobgate_stats_object_days_written_total";
 pub const IDLE_RECLAIMED: &str = "blobgate_idle_connections_reclaimed_total";
 pub const PER_IP_REFUSED: &str = "blobgate_per_ip_refused_connections_total";
 pub const UPLOADS_REFUSED: &str = "blobgate_uploads_refused_total";
@@ -130,6 +132,8 @@ fn describe() {
     describe_counter!(STATS_DROPPED, "Download records dropped because the stats channel was full.");
     describe_gauge!(STATS_LAG, Unit::Seconds, "Age of the oldest record in the last stats batch written.");
     describe_counter!(STATS_FLUSH_ERRORS, "Failed writes of a stats batch (retried).");
+    describe_counter!(STATS_BATCHES_WRITTEN, "Stats batches written (each one write transaction).");
+    describe_counter!(STATS_OBJECT_DAYS_WRITTEN, "Object-days (stats ledger rows) the written stats batches held.");
     describe_counter!(IDLE_RECLAIMED, "Idle data connections closed at the connection cap to admit new clients.");
     describe_counter!(PER_IP_REFUSED, "Data connections refused (503) beyond limits.max_connections_per_ip.");
     describe_counter!(
@@ -158,7 +162,7 @@ fn describe() {
         STATS_BUFFER_DROPPED,
         "Download records dropped because the stats buffer (limits.stats_buffer_objects) was full while writes failed."
     );
-    describe_gauge!(STATS_PENDING, "Objects (and object-days) whose download counts wait to be written.");
+    describe_gauge!(STATS_PENDING, "Object-days whose download counts wait to be written.");
     describe_counter!(
         UPLOADS,
         "Requests that carried object bytes (native PUT, S3 PutObject and UploadPart), by API and result."
@@ -221,6 +225,8 @@ pub fn register_all(
         COLD_CHUNKS,
         STATS_DROPPED,
         STATS_FLUSH_ERRORS,
+        STATS_BATCHES_WRITTEN,
+        STATS_OBJECT_DAYS_WRITTEN,
         IDLE_RECLAIMED,
         PER_IP_REFUSED,
         UPLOADS_REFUSED,
