@@ -26,9 +26,9 @@ use crate::stats::{Batch, DownloadRecord};
 use crate::store::{Flushed, Metadata, MetadataError, StatsFlush};
 
 /// Most object-days aggregated before a flush, even if a second has not passed (the write starts as the batch
-/// reaches it, unless one is in flight): a flush appends one row each in one write transaction, so while the
-/// database keeps up this bounds how long it holds SQLite's write lock (some 15 ms), however many distinct
-/// objects a second's downloads name.
+/// reaches it, unless one is in flight or in doubt): a flush appends one row each in one write transaction, so
+/// while the database keeps up this bounds how long it holds SQLite's write lock (some 15 ms), however many
+/// distinct objects a second's downloads name.
 const MAX_BATCH_ENTRIES: usize = 10_000;
 /// How often the channel is drained; with the channel's capacity this bounds the rate before records drop.
 const DRAIN_EVERY: Duration = Duration::from_millis(100);
@@ -94,9 +94,10 @@ pub async fn run_batcher(
                 buffer_dropped.increment(1);
                 drops.dropped += 1;
             }
+            // Mid-drain only while writes succeed: a batch in doubt is retried at the tick's pace below.
             if pending.entries() >= MAX_BATCH_ENTRIES && !stopping {
                 flusher.collect().await;
-                if !flusher.writing() {
+                if flusher.idle() {
                     flusher.start(&mut pending);
                     last_flush = Instant::now();
                 }

@@ -312,16 +312,10 @@ impl Metadata {
                     return Ok(false);
                 }
             }
-            match scan.await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "the stats fold's scan of the ledger failed; the next fold resumes");
-                    return Ok(false);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "the stats fold's scan of the ledger stopped; the next fold resumes");
-                    return Ok(false);
-                }
+            let scanned = scan.await.map_err(|e| e.to_string()).and_then(|read| read.map_err(|e| e.to_string()));
+            if let Err(error) = scanned {
+                tracing::warn!(%error, "the stats fold's scan of the ledger failed; the next fold resumes");
+                return Ok(false);
             }
         } else {
             let mut chunk: Vec<LedgerRow> = Vec::new();
