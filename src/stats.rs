@@ -94,6 +94,7 @@ impl Counters {
     }
 
     /// Adds another aggregate's counters.
+    #[cfg(test)]
     pub fn add_counters(&mut self, o: &Counters) {
         self.requests += o.requests;
         self.completed += o.completed;

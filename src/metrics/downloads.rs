@@ -350,6 +350,17 @@ mod tests {
         }
     }
 
+    /// A SQLite database in a temp dir with the bucket `bkt`.
+    async fn database_with_bucket(
+        timeouts: DatabaseTimeouts,
+    ) -> (tempfile::TempDir, DatabaseUrl, Metadata, crate::store::Bucket) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = DatabaseUrl::in_data_dir(dir.path());
+        let meta = Metadata::open(&url, dir.path(), timeouts).await.unwrap();
+        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        (dir, url, meta, bucket)
+    }
+
     #[tokio::test]
     async fn records_wait_while_writes_fail_within_the_bound_and_are_written_once_when_the_database_returns() {
         // The batcher's counters, in a recorder of this test's own: a current-thread runtime polls the batcher on
@@ -357,11 +368,8 @@ mod tests {
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
         let metrics = recorder.handle();
         let _local = metrics::set_default_local_recorder(&recorder);
-        let dir = tempfile::tempdir().unwrap();
-        let url = DatabaseUrl::in_data_dir(dir.path());
         let timeouts = DatabaseTimeouts { busy: Duration::from_millis(50), acquire: Duration::from_millis(500) };
-        let meta = Metadata::open(&url, dir.path(), timeouts).await.unwrap();
-        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let (dir, url, meta, bucket) = database_with_bucket(timeouts).await;
         // Another process holds the write lock: every stats write fails (busy) until it lets go.
         let other = Metadata::open(&url, dir.path(), timeouts).await.unwrap();
         let lock = other.begin_write().await.unwrap();
@@ -404,11 +412,8 @@ mod tests {
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
         let metrics = recorder.handle();
         let _local = metrics::set_default_local_recorder(&recorder);
-        let dir = tempfile::tempdir().unwrap();
-        let url = DatabaseUrl::in_data_dir(dir.path());
         let timeouts = DatabaseTimeouts { busy: Duration::from_secs(5), acquire: Duration::from_secs(5) };
-        let meta = Metadata::open(&url, dir.path(), timeouts).await.unwrap();
-        let bucket = meta.create_bucket(&BucketName::parse("bkt").unwrap(), false, 0).await.unwrap();
+        let (_dir, _url, meta, bucket) = database_with_bucket(timeouts).await;
         // Two and a half batches' worth, all in the channel before the batcher's first drain.
         let objects = MAX_BATCH_ENTRIES * 5 / 2;
         let (recorder, rx) = channel(objects);
