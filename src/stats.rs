@@ -188,10 +188,6 @@ impl Batch {
     pub fn oldest(&self) -> Option<Instant> {
         self.oldest
     }
-
-    pub fn clear(&mut self) {
-        *self = Batch::default();
-    }
 }
 
 /// `YYYY-MM-DD` (UTC) of a unix time.
