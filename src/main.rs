@@ -10,6 +10,10 @@ use blobgate::config::LogFormat;
 use blobgate::startup::{Application, shutdown_signal};
 use clap::Parser;
 
+/// jemalloc, configured in `blobgate::driver::sys` (huge pages, freed memory returned by a background thread).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     // Owner-only files whatever the caller's umask: the database holds the signing keys and blobs are private
     // objects. It also covers files that others create for us (SQLite's); ours get explicit modes as well.

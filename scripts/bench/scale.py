@@ -518,9 +518,11 @@ def main():
                 c, min(c.objects, a.distinct), a.distinct_secs)
             out["rss_after_kib"] = common.rss_kib(c.proc.pid)
             out["rss_anon_after_kib"] = rss_anon_kib(c.proc.pid)
+            out["huge_after_kib"] = huge_pages_kib(c.proc.pid)
             print(f"{c.name}: first read of {out['distinct_read']:,} distinct keys at {out['first_read_rps']:,.0f} "
                   f"req/s ({out['first_read_cpu_us']:.1f} µs CPU/req); RSS {mib(out['rss_after_kib'])} MiB "
-                  f"({mib(out['rss_anon_after_kib'])} MiB anonymous) after them", flush=True)
+                  f"({mib(out['rss_anon_after_kib'])} MiB anonymous, {mib(out['huge_after_kib'])} MiB in huge pages) "
+                  "after them", flush=True)
         for r in range(a.rounds):
             for s in (servers if r % 2 == 0 else servers[::-1]):
                 for kind in (("random", "hot") if r % 2 == 0 else ("hot", "random")):
@@ -566,6 +568,13 @@ def rss_anon_kib(pid):
     return int(line.split()[1])
 
 
+def huge_pages_kib(pid):
+    """AnonHugePages: how much of the process's memory the kernel backs with transparent huge pages."""
+    line = next(l for l in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+                if l.startswith("AnonHugePages:"))
+    return int(line.split()[1])
+
+
 def print_table(res, names, nginx_files):
     """One column per catalog (and nginx), then the acceptance's ratios per catalog."""
     ms = lambda v: "-" if v is None else f"{v * 1e3:,.1f}"  # noqa: E731
@@ -588,6 +597,7 @@ def print_table(res, names, nginx_files):
             ("  CPU µs/req first read", "first_read_cpu_us", num(".1f")),
             ("RSS after them MiB", "rss_after_kib", lambda v: "-" if v is None else mib(v)),
             ("  of it anonymous MiB", "rss_anon_after_kib", lambda v: "-" if v is None else mib(v)),
+            ("  in huge pages MiB", "huge_after_kib", lambda v: "-" if v is None else mib(v)),
             ("ListObjectsV2 keys", "list_keys", num(",")), ("ListObjectsV2 keys/s", "list_keys_per_s", num(",.0f")),
             ("ls keys", "ls_keys", num(",")), ("ls s", "ls_s", num(".2f"))]
     width = max(14, *(len(n) + 2 for n in names))

@@ -127,6 +127,6 @@ try:
     for g, b in zip(gates, a.bin):
         x = got[g.name]
         rr = statistics.median(v[0] for v in x["random"]); hh = statistics.median(v[0] for v in x["hot"])
-        print(f"{b}: random {rr:,.0f} hot {hh:,.0f} ratio {rr/hh:.3f}; cpu random {statistics.median(v[2] for v in x['random']):.1f} hot {statistics.median(v[2] for v in x['hot']):.1f} us; rss anon {scale.rss_anon_kib(g.proc.pid)/1024:.0f} MiB")
+        print(f"{b}: random {rr:,.0f} hot {hh:,.0f} ratio {rr/hh:.3f}; cpu random {statistics.median(v[2] for v in x['random']):.1f} hot {statistics.median(v[2] for v in x['hot']):.1f} us; rss anon {scale.rss_anon_kib(g.proc.pid)/1024:.0f} MiB, {scale.huge_pages_kib(g.proc.pid)/1024:.0f} MiB in huge pages")
 finally:
     common.stop_all(gates)

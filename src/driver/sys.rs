@@ -195,11 +195,10 @@ fn mincore(file: &File, offset: u64, len: u64) -> Residency {
     }
 }
 
-/// Makes glibc's malloc give freed memory back to the kernel promptly: buffers of 128 KiB and more (the object
-/// store's 1 MiB fill batches, user-space TLS body pieces) get mappings of their own, unmapped when freed, and a
-/// heap's free top beyond 128 KiB is trimmed. By default glibc raises both thresholds after the first large free,
-/// and the fills of a burst of cold downloads then stayed in the allocator's arenas at their peak
-/// (docs/measurements.md, "RSS after a burst").
+/// Makes glibc's malloc, which C code in the process uses (SQLite's page cache and statements; Rust's allocations
+/// go to jemalloc, see [`JEMALLOC_OPTIONS`]), give freed memory back to the kernel promptly: blocks of 128 KiB and
+/// more get mappings of their own, unmapped when freed, and a heap's free top beyond 128 KiB is trimmed. By default
+/// glibc raises both thresholds after the first large free, and keeps a burst's peak.
 pub fn return_freed_memory_promptly() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     for (param, value) in [(libc::M_MMAP_THRESHOLD, 128 * 1024), (libc::M_TRIM_THRESHOLD, 128 * 1024)] {
@@ -208,6 +207,28 @@ pub fn return_freed_memory_promptly() {
         unsafe { libc::mallopt(param, value) };
     }
 }
+
+/// jemalloc's options, read once as it starts (before `main`), from this symbol (its name, `malloc_conf`, carries
+/// the `_rjem_` prefix of tikv-jemalloc-sys):
+/// - `thp:always`: its mappings are asked for transparent huge pages (`madvise(MADV_HUGEPAGE)`: a kernel set to
+///   `madvise`, as many are, gives them only where asked). A metadata cache of a gigabyte read at random otherwise
+///   costs a page walk per entry touched (docs/measurements.md, "jemalloc with huge pages").
+/// - `background_thread:true` (one), `dirty_decay_ms:1000`, `muzzy_decay_ms:0`: freed memory goes back to the kernel
+///   (`MADV_DONTNEED`, so it leaves RSS) within about a second, from a thread of jemalloc's, whether or not the
+///   process allocates meanwhile.
+///
+/// `MALLOC_CONF`'s counterpart for this build, `_RJEM_MALLOC_CONF`, overrides them at run time.
+#[unsafe(export_name = "_rjem_malloc_conf")]
+pub static JEMALLOC_OPTIONS: JemallocOptions = JemallocOptions(
+    c"thp:always,metadata_thp:auto,background_thread:true,max_background_threads:1,dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr(),
+);
+
+/// A C string pointer, as jemalloc declares `malloc_conf` (`const char *`).
+#[repr(transparent)]
+pub struct JemallocOptions(*const libc::c_char);
+
+// SAFETY: the pointer is to a string literal, immutable and alive for the whole program; nothing writes through it.
+unsafe impl Sync for JemallocOptions {}
 
 /// Sets the calling thread's nice value to 19 (Linux nice values are per thread).
 pub fn lower_this_thread_priority() {
