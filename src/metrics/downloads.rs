@@ -16,6 +16,7 @@
 //!   range request, whose bytes add to `bytes_sent`.
 //! - `not_modified`: 304 responses. `head_requests`: HEAD responses, which are not downloads.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use metrics::{Counter, Gauge, counter, gauge};
@@ -148,7 +149,7 @@ async fn flush_before_exit(flusher: &mut Flusher, pending: &mut Batch) {
 }
 
 /// A finished write: its mark, its batch (kept for a retry), and how it went.
-type FlushOutcome = (StatsFlush, Batch, Result<Flushed, MetadataError>);
+type FlushOutcome = (StatsFlush, Arc<Batch>, Result<Flushed, MetadataError>);
 
 /// The writing side of the batcher: at most one write in flight, and at most one batch in doubt.
 struct Flusher {
@@ -159,7 +160,7 @@ struct Flusher {
     in_flight: Option<tokio::task::JoinHandle<FlushOutcome>>,
     /// Entries and records of the batch in flight (it is inside the task).
     in_flight_size: (usize, usize),
-    in_doubt: Option<(StatsFlush, Batch)>,
+    in_doubt: Option<(StatsFlush, Arc<Batch>)>,
     lag: Gauge,
     failures: Counter,
     /// Batches written, and the object-days they held (a batch found already written counts: its rows are in).
@@ -219,7 +220,7 @@ impl Flusher {
                 let flush = StatsFlush { writer: self.writer.clone(), seq: self.next_seq };
                 self.next_seq += 1;
                 let entries = pending.entries();
-                (flush, std::mem::replace(pending, Batch::with_capacity(entries)))
+                (flush, Arc::new(std::mem::replace(pending, Batch::with_capacity(entries))))
             }
         };
         self.in_flight_size = (batch.entries(), batch.records);

@@ -391,9 +391,11 @@ mod tests {
             (StatsFlush { writer: "w".into(), seq }, batch)
         };
         let (first, batch) = flush(1, 20_000);
+        let batch = Arc::new(batch);
         source.meta.record_download_stats(&first, &batch).await.unwrap();
         source.meta.fold_stats().await.unwrap();
         let (second, batch) = flush(2, 20_001);
+        let batch = Arc::new(batch);
         source.meta.record_download_stats(&second, &batch).await.unwrap();
         let before = source.meta.object_stats(None, "", StatsOrder::Bytes, None).await.unwrap();
         assert_eq!(before.iter().map(|r| r.counters.requests).collect::<Vec<_>>(), [2, 2]);

@@ -162,6 +162,9 @@ pub enum MetadataError {
     Stale { age: std::time::Duration },
     #[error(transparent)]
     Database(sqlx::Error),
+    /// An error of a statement run on a connection of our own, outside sqlx (`thread_reads`).
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
     #[error(transparent)]
     Sealing(#[from] SealError),
     #[error("signing keys need the secrets key, and none was loaded")]

@@ -46,7 +46,7 @@ impl Metadata {
         let (backend, generation, thread_readers) = match database {
             DatabaseUrl::Sqlite(path) => {
                 let generation = Generation::open(data_dir)?;
-                let readers = Arc::new(ThreadReaders::new(path.clone()));
+                let readers = Arc::new(ThreadReaders::new(path.clone(), timeouts.busy));
                 (Backend::Sqlite(open_sqlite(path, timeouts).await?), generation, Some(readers))
             }
             DatabaseUrl::Postgres(url) => {

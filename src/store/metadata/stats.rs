@@ -1,5 +1,7 @@
 //! Per-object download counters: batched adds, and the ranked read behind `blobgate stats` and `GET /stats`.
 
+use std::sync::Arc;
+
 use futures_util::TryStreamExt;
 
 use super::{Backend, Metadata, MetadataError, TxBackend};
@@ -146,40 +148,50 @@ impl Metadata {
     /// until [`Metadata::fold_stats`] adds them in. Rows of a bucket deleted since the downloads are dropped (they
     /// would violate the foreign key and fail the whole batch, again at every retry). Appends never conflict, so
     /// replicas flushing at once wait for no row.
-    pub async fn record_download_stats(&self, flush: &StatsFlush, batch: &Batch) -> Result<Flushed, MetadataError> {
+    ///
+    /// SQLite: on a write connection of our own, on a blocking thread ([`append_on_thread`]); through the pool
+    /// only if that connection cannot open.
+    pub async fn record_download_stats(
+        &self,
+        flush: &StatsFlush,
+        batch: &Arc<Batch>,
+    ) -> Result<Flushed, MetadataError> {
+        if let (Backend::Sqlite(_), Some(readers)) = (&self.backend, &self.thread_readers) {
+            let (readers, on_thread, rows) = (Arc::clone(readers), flush.clone(), Arc::clone(batch));
+            match tokio::task::spawn_blocking(move || readers.write(|c| append_on_thread(c, &on_thread, &rows))).await {
+                Ok(Some(written)) => return Ok(written?),
+                Ok(None) => {}
+                // A panic goes on; a cancel means it never ran (the runtime shutting down): nothing was written.
+                Err(e) => {
+                    if let Ok(panic) = e.try_into_panic() {
+                        std::panic::resume_unwind(panic)
+                    }
+                }
+            }
+        }
         let numbered = matches!(self.backend, Backend::Postgres(_));
         let per_day: Vec<_> = batch.per_day.iter().collect();
         let mut tx = self.begin_write().await?;
         let now = crate::stats::unix_now();
-        let marked = with_tx!(&mut tx.tx, conn => sqlx::query(
-            "INSERT INTO stats_flush_marks AS m (writer, last_seq, updated_at) VALUES ($1, $2, $3)
-             ON CONFLICT (writer) DO UPDATE SET last_seq = excluded.last_seq, updated_at = excluded.updated_at
-             WHERE m.last_seq < excluded.last_seq",
-        )
-        .bind(&flush.writer)
-        .bind(flush.seq)
-        .bind(now)
-        .execute(&mut **conn)
-        .await?.rows_affected());
+        let marked = with_tx!(&mut tx.tx, conn => sqlx::query(MARK_FLUSH)
+            .bind(&flush.writer)
+            .bind(flush.seq)
+            .bind(now)
+            .execute(&mut **conn)
+            .await?.rows_affected());
         if marked == 0 {
             return Ok(Flushed::AlreadyWritten);
         }
         if flush.seq == 1 {
-            with_tx!(&mut tx.tx, conn => sqlx::query("DELETE FROM stats_flush_marks WHERE updated_at < $1")
+            with_tx!(&mut tx.tx, conn => sqlx::query(FORGET_OLD_MARKS)
                 .bind(now - FLUSH_MARK_LIFETIME_SECS)
                 .execute(&mut **conn)
                 .await?.rows_affected());
         }
         // Appended to the ledger, LEDGER_ROWS_PER_STATEMENT rows a statement: a batch of distinct objects writes
         // the pages at the ledger's end, not a page of each total's tree per object (`fold_stats` moves them there
-        // in key order). A batch spans a day or two: each day's name made once.
-        let mut day_names: Vec<(i64, String)> = Vec::new();
-        for (_, day) in batch.per_day.keys() {
-            if !day_names.iter().any(|(d, _)| d == day) {
-                day_names.push((*day, crate::stats::day_name(*day)));
-            }
-        }
-        let day_name = |day: i64| day_names.iter().find(|(d, _)| *d == day).map_or("", |(_, name)| name.as_str());
+        // in key order).
+        let days = DayNames::of(batch);
         for chunk in per_day.chunks(LEDGER_ROWS_PER_STATEMENT) {
             let sql = ledger_insert(chunk.len(), numbered);
             with_tx!(&mut tx.tx, conn => {
@@ -188,7 +200,7 @@ impl Metadata {
                     query = query
                         .bind(bucket_id)
                         .bind(key.as_ref())
-                        .bind(day_name(*day))
+                        .bind(days.name(*day))
                         .bind(c.requests as i64)
                         .bind(c.completed as i64)
                         .bind(c.aborted as i64)
@@ -501,6 +513,81 @@ fn ends_chunk(chunk: &[LedgerRow], row: &LedgerRow) -> bool {
     chunk.len() >= FOLD_CHUNK_ROWS && chunk.last().is_some_and(|l| (l.bucket_id, &l.key) != (row.bucket_id, &row.key))
 }
 
+/// Records a flush's mark, unless this writer's mark is already at or past it (then the statement changes no row).
+const MARK_FLUSH: &str = "INSERT INTO stats_flush_marks AS m (writer, last_seq, updated_at) VALUES ($1, $2, $3)
+     ON CONFLICT (writer) DO UPDATE SET last_seq = excluded.last_seq, updated_at = excluded.updated_at
+     WHERE m.last_seq < excluded.last_seq";
+const FORGET_OLD_MARKS: &str = "DELETE FROM stats_flush_marks WHERE updated_at < $1";
+
+/// The `YYYY-MM-DD` names of a batch's days (a day or two), each made once.
+struct DayNames(Vec<(i64, String)>);
+
+impl DayNames {
+    fn of(batch: &Batch) -> Self {
+        let mut names: Vec<(i64, String)> = Vec::new();
+        for (_, day) in batch.per_day.keys() {
+            if !names.iter().any(|(d, _)| d == day) {
+                names.push((*day, crate::stats::day_name(*day)));
+            }
+        }
+        DayNames(names)
+    }
+
+    fn name(&self, day: i64) -> &str {
+        self.0.iter().find(|(d, _)| *d == day).map_or("", |(_, name)| name.as_str())
+    }
+}
+
+/// SQLite: [`Metadata::record_download_stats`] on our own write connection, on this (blocking) thread. Each
+/// value is bound straight from the batch: through sqlx, every key was copied into the statement's arguments,
+/// and every statement crossed to the connection's thread and back.
+fn append_on_thread(
+    connection: &mut rusqlite::Connection,
+    flush: &StatsFlush,
+    batch: &Batch,
+) -> rusqlite::Result<Flushed> {
+    let tx = connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let now = crate::stats::unix_now();
+    // Dropping `tx` without a commit rolls back.
+    if tx.prepare_cached(MARK_FLUSH)?.execute(rusqlite::params![flush.writer, flush.seq, now])? == 0 {
+        return Ok(Flushed::AlreadyWritten);
+    }
+    if flush.seq == 1 {
+        tx.prepare_cached(FORGET_OLD_MARKS)?.execute([now - FLUSH_MARK_LIFETIME_SECS])?;
+    }
+    let days = DayNames::of(batch);
+    let per_day: Vec<_> = batch.per_day.iter().collect();
+    for chunk in per_day.chunks(LEDGER_ROWS_PER_STATEMENT) {
+        let mut statement = tx.prepare_cached(&ledger_insert(chunk.len(), false))?;
+        let mut column = 0;
+        let mut bind = |value: &dyn rusqlite::ToSql| {
+            column += 1;
+            statement.raw_bind_parameter(column, value)
+        };
+        for (((bucket_id, key), day), (c, last)) in chunk {
+            bind(bucket_id)?;
+            bind(&key.as_ref())?;
+            bind(&days.name(*day))?;
+            for counter in [
+                c.requests,
+                c.completed,
+                c.aborted,
+                c.truncated,
+                c.bytes_sent,
+                c.range_requests,
+                c.not_modified,
+                c.head_requests,
+            ] {
+                bind(&(counter as i64))?;
+            }
+            bind(last)?;
+        }
+        statement.raw_execute()?;
+    }
+    tx.commit()?;
+    Ok(Flushed::Written)
+}
+
 /// SQLite: reads [`LEDGER_SCAN`] on this (blocking) thread and sends it a chunk at a time, until the rows end or
 /// the fold stops listening.
 fn scan_ledger(
@@ -711,6 +798,7 @@ mod tests {
         let counters = Counters { requests: 1, bytes_sent: 10, ..Counters::default() };
         batch.per_day.insert(((bucket.id, Arc::from("a")), 20_000), (counters, Some(5)));
         let flush = |writer: &str, seq| StatsFlush { writer: writer.into(), seq };
+        let batch = Arc::new(batch);
         assert_eq!(meta.record_download_stats(&flush("w1", 1), &batch).await.unwrap(), Flushed::Written);
         // The answer to that commit was lost: the same flush again adds nothing.
         assert_eq!(meta.record_download_stats(&flush("w1", 1), &batch).await.unwrap(), Flushed::AlreadyWritten);
@@ -741,6 +829,7 @@ mod tests {
         let counters = Counters { requests: 1, ..Counters::default() };
         batch.per_day.insert(((bucket.id + 1000, Arc::from("gone")), 20_000), (counters, None));
         let flush = StatsFlush { writer: "w".into(), seq: 1 };
+        let batch = Arc::new(batch);
         assert_eq!(meta.record_download_stats(&flush, &batch).await.unwrap(), Flushed::Written);
         let rows = meta.object_stats(None, "", StatsOrder::Bytes, None).await.unwrap();
         assert_eq!(rows.len(), objects, "every object once, the deleted bucket's row dropped");
@@ -778,6 +867,7 @@ mod tests {
                         batch.per_day.insert(((bucket.id, Arc::from(key)), 20_000), (counters, Some(writer * 100 + n)));
                     }
                     let flush = StatsFlush { writer: format!("w{writer}"), seq: n + 1 };
+                    let batch = Arc::new(batch);
                     meta.record_download_stats(&flush, &batch).await.unwrap();
                 }
             }));
@@ -817,6 +907,7 @@ mod tests {
             }
         }
         let flush = StatsFlush { writer: writer.into(), seq };
+        let batch = Arc::new(batch);
         assert_eq!(meta.record_download_stats(&flush, &batch).await.unwrap(), Flushed::Written);
     }
 

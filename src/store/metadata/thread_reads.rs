@@ -4,27 +4,32 @@
 //! here it costs the B-tree probes alone, through the same memory map. Such a read never waits: the connection has
 //! no busy timeout, WAL readers do not wait for writers, and a read that fails for any reason (busy while the
 //! WAL index is rebuilt, a connection that cannot open) answers `None`, and the caller reads through the pool.
-//! A long scan (the stats fold's read of the ledger) takes a connection of its own to a blocking thread.
+//! A long scan (the stats fold's read of the ledger) takes a connection of its own to a blocking thread, and the
+//! stats flush appends to the ledger on the one write connection kept here, on a blocking thread too.
 //! rusqlite for the connection, on the same `libsqlite3-sys` as sqlx: one SQLite in the binary.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 use thread_local::ThreadLocal;
 
-/// The per-thread read connections to one database file.
+/// The per-thread read connections to one database file, and one write connection.
 pub(super) struct ThreadReaders {
     path: PathBuf,
     /// Each thread's, locked by that thread alone but for [`ThreadReaders::close`] (an uncontended lock).
     connections: ThreadLocal<Mutex<Option<Connection>>>,
+    /// The write connection, opened at the first write; a write waits for the lock up to `busy`, as the pool's do.
+    writer: Mutex<Option<Connection>>,
+    busy: Duration,
     closed: AtomicBool,
 }
 
 impl ThreadReaders {
-    pub(super) fn new(path: PathBuf) -> Self {
-        Self { path, connections: ThreadLocal::new(), closed: AtomicBool::new(false) }
+    pub(super) fn new(path: PathBuf, busy: Duration) -> Self {
+        Self { path, connections: ThreadLocal::new(), writer: Mutex::new(None), busy, closed: AtomicBool::new(false) }
     }
 
     /// Closes every thread's connection, and no read opens one after: the database's last connection then is the
@@ -34,6 +39,26 @@ impl ThreadReaders {
         for connection in self.connections.iter() {
             drop(connection.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
         }
+        drop(self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
+    }
+
+    /// `write` on the write connection, on the calling thread, which may wait (a blocking thread): `None` once
+    /// closed or if the connection cannot open, and the caller writes through the pool. A write that fails leaves
+    /// the connection as it was (its transaction rolled back) for the next.
+    pub(super) fn write<T>(
+        &self,
+        write: impl FnOnce(&mut Connection) -> rusqlite::Result<T>,
+    ) -> Option<rusqlite::Result<T>> {
+        if self.closed.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut slot = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if slot.is_none() {
+            *slot = open_for_write(&self.path, self.busy)
+                .map_err(|e| tracing::debug!(error = %e, "cannot open a write connection; through the pool"))
+                .ok();
+        }
+        Some(write(slot.as_mut()?))
     }
 
     /// A read-only connection of the caller's own, for a long read on a blocking thread (the stats fold's scan of
@@ -74,6 +99,18 @@ fn open(path: &std::path::Path) -> rusqlite::Result<Connection> {
     Ok(connection)
 }
 
+/// The pool's settings for a writer (`pool::open_sqlite`): the database is in WAL mode already.
+fn open_for_write(path: &std::path::Path, busy: Duration) -> rusqlite::Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let connection = Connection::open_with_flags(path, flags)?;
+    connection.pragma_update(None, "mmap_size", super::pool::SQLITE_MMAP_BYTES)?;
+    connection.pragma_update(None, "synchronous", "NORMAL")?;
+    connection.pragma_update(None, "foreign_keys", true)?;
+    connection.busy_timeout(busy)?;
+    connection.set_prepared_statement_cache_capacity(8);
+    Ok(connection)
+}
+
 /// A row type that reads itself from a rusqlite row by column position (`from_row!` writes it beside
 /// `sqlx::FromRow`): a flattened row's columns first, then the type's own fields in their order. By position, not by
 /// name as sqlx does: rusqlite finds a name by comparing it with each column's in turn, eighteen times for an
@@ -106,11 +143,11 @@ mod tests {
     fn a_thread_opens_its_connection_once_and_a_missing_database_answers_none() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db.sqlite");
-        let missing = ThreadReaders::new(path.clone());
+        let missing = ThreadReaders::new(path.clone(), Duration::from_secs(5));
         assert_eq!(missing.read("probe", |c| c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))), None);
         let writer = Connection::open(&path).unwrap();
         writer.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t (v INTEGER); INSERT INTO t VALUES (7);").unwrap();
-        let readers = ThreadReaders::new(path);
+        let readers = ThreadReaders::new(path, Duration::from_secs(5));
         let read = || readers.read("t", |c| c.query_row("SELECT v FROM t", [], |r| r.get::<_, i64>(0)));
         assert_eq!(read(), Some(7));
         writer.execute("UPDATE t SET v = 8", []).unwrap();
