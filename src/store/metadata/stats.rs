@@ -320,7 +320,7 @@ impl Metadata {
                     tokio::time::sleep(super::BETWEEN_WRITE_BATCHES).await;
                 }
                 // Returning drops `chunks`, which stops the scan at its next chunk.
-                if folded.chunks >= max_chunks || !self.fold_chunk(fold, &chunk, folded).await? {
+                if folded.chunks >= max_chunks || !self.fold_chunk(fold, chunk, folded).await? {
                     return Ok(false);
                 }
             }
@@ -340,10 +340,10 @@ impl Metadata {
                         .fetch($pool);
                     while let Some(row) = rows.try_next().await? {
                         if ends_chunk(&chunk, &row) {
-                            if folded.chunks >= max_chunks || !self.fold_chunk(fold, &chunk, folded).await? {
+                            let full = std::mem::take(&mut chunk);
+                            if folded.chunks >= max_chunks || !self.fold_chunk(fold, full, folded).await? {
                                 return Ok(false);
                             }
-                            chunk.clear();
                             tokio::time::sleep(super::BETWEEN_WRITE_BATCHES).await;
                         }
                         chunk.push(row);
@@ -351,7 +351,7 @@ impl Metadata {
                 }};
             }
             with_pool!(&self.backend, pool => stream_from!(pool));
-            if folded.chunks >= max_chunks || (!chunk.is_empty() && !self.fold_chunk(fold, &chunk, folded).await?) {
+            if folded.chunks >= max_chunks || (!chunk.is_empty() && !self.fold_chunk(fold, chunk, folded).await?) {
                 return Ok(false);
             }
         }
@@ -369,12 +369,63 @@ impl Metadata {
     }
 
     /// Adds one chunk of ledger sums (whole objects, in key order) to the totals and moves the cursor past it, in
-    /// one transaction. `false`: the cursor was not where this fold left it (another process folds).
+    /// one transaction. `false`: the cursor was not where this fold left it (another process folds). SQLite: on the
+    /// store's write connection on a blocking thread ([`fold_chunk_on_thread`]), as the appends are.
     async fn fold_chunk(
         &self,
         fold: &mut FoldState,
-        chunk: &[LedgerRow],
+        chunk: Vec<LedgerRow>,
         folded: &mut Folded,
+    ) -> Result<bool, MetadataError> {
+        let Some(last) = chunk.last().map(|l| (l.bucket_id, l.key.clone())) else { return Ok(true) };
+        let objects = per_object_sums(&chunk);
+        let (rows, object_count) = (chunk.len(), objects.len());
+        // What is left to write through the pool: everything, unless SQLite's write connection wrote it.
+        let through_pool = match (&self.backend, &self.thread_readers) {
+            (Backend::Sqlite(_), Some(readers)) => {
+                let readers = Arc::clone(readers);
+                let cursor = (fold.upto, fold.done_bucket, fold.done_key.clone());
+                let on_thread = tokio::task::spawn_blocking(move || {
+                    let moved = readers.write(|c| fold_chunk_on_thread(c, &cursor, &chunk, &objects));
+                    (moved, chunk, objects)
+                })
+                .await;
+                match on_thread {
+                    Ok((Some(moved), _, _)) => {
+                        if !moved? {
+                            return Ok(false);
+                        }
+                        None
+                    }
+                    Ok((None, chunk, objects)) => Some((chunk, objects)),
+                    Err(e) => match e.try_into_panic() {
+                        Ok(panic) => std::panic::resume_unwind(panic),
+                        // Cancelled before it ran (the runtime shutting down): the next fold resumes.
+                        Err(_) => return Ok(false),
+                    },
+                }
+            }
+            _ => Some((chunk, objects)),
+        };
+        if let Some((chunk, objects)) = through_pool {
+            if !self.fold_chunk_through_pool(fold, &chunk, &objects).await? {
+                return Ok(false);
+            }
+        }
+        fold.done_bucket = last.0;
+        fold.done_key = last.1;
+        folded.rows += rows as u64;
+        folded.objects += object_count as u64;
+        folded.chunks += 1;
+        Ok(true)
+    }
+
+    /// [`Metadata::fold_chunk`]'s transaction through the pool (PostgreSQL; SQLite without a write connection).
+    async fn fold_chunk_through_pool(
+        &self,
+        fold: &FoldState,
+        chunk: &[LedgerRow],
+        objects: &[LedgerRow],
     ) -> Result<bool, MetadataError> {
         // The later of two timestamps: SQLite's two-argument max, PostgreSQL's greatest.
         let (later, numbered) = match &self.backend {
@@ -383,10 +434,7 @@ impl Metadata {
         };
         let last = chunk.last().expect("a chunk has rows");
         let mut tx = self.begin_write().await?;
-        let moved = with_tx!(&mut tx.tx, conn => sqlx::query(
-            "UPDATE stats_fold SET done_bucket = $1, done_key = $2
-             WHERE id = 1 AND phase = 'folding' AND upto = $3 AND done_bucket = $4 AND done_key = $5"
-        )
+        let moved = with_tx!(&mut tx.tx, conn => sqlx::query(MOVE_FOLD_CURSOR)
         .bind(last.bucket_id)
         .bind(&last.key)
         .bind(fold.upto)
@@ -397,7 +445,6 @@ impl Metadata {
         if moved != 1 {
             return Ok(false);
         }
-        let objects = per_object_sums(chunk);
         for rows in objects.chunks(STATS_ROWS_PER_STATEMENT) {
             let sql = per_object_upsert(later, rows.len(), numbered);
             with_tx!(&mut tx.tx, conn => {
@@ -441,11 +488,6 @@ impl Metadata {
             });
         }
         tx.commit_without_announcing().await?;
-        fold.done_bucket = last.bucket_id;
-        fold.done_key = last.key.clone();
-        folded.rows += chunk.len() as u64;
-        folded.objects += objects.len() as u64;
-        folded.chunks += 1;
         Ok(true)
     }
 
@@ -586,6 +628,82 @@ fn append_on_thread(
     }
     tx.commit()?;
     Ok(Flushed::Written)
+}
+
+/// Moves the fold's cursor past a chunk, if it is where this fold left it (else another process folds).
+const MOVE_FOLD_CURSOR: &str = "UPDATE stats_fold SET done_bucket = $1, done_key = $2
+     WHERE id = 1 AND phase = 'folding' AND upto = $3 AND done_bucket = $4 AND done_key = $5";
+
+/// SQLite: [`Metadata::fold_chunk`]'s transaction on the store's write connection, on this (blocking) thread:
+/// the cursor moved (`false` if it was not where `cursor` says), the objects' totals and their days' upserted.
+fn fold_chunk_on_thread(
+    connection: &mut rusqlite::Connection,
+    (upto, done_bucket, done_key): &(i64, i64, String),
+    chunk: &[LedgerRow],
+    objects: &[LedgerRow],
+) -> rusqlite::Result<bool> {
+    let Some(last) = chunk.last() else { return Ok(true) };
+    let tx = connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let moved = tx.prepare_cached(MOVE_FOLD_CURSOR)?.execute(rusqlite::params![
+        last.bucket_id,
+        last.key,
+        upto,
+        done_bucket,
+        done_key
+    ])?;
+    if moved != 1 {
+        return Ok(false);
+    }
+    for rows in objects.chunks(STATS_ROWS_PER_STATEMENT) {
+        let mut statement = tx.prepare_cached(&per_object_upsert("max", rows.len(), false))?;
+        let mut column = 0;
+        for r in rows {
+            let c = &r.counters;
+            let values: [&dyn rusqlite::ToSql; 11] = [
+                &r.bucket_id,
+                &r.key,
+                &c.requests,
+                &c.completed,
+                &c.aborted,
+                &c.truncated,
+                &c.bytes_sent,
+                &c.range_requests,
+                &c.not_modified,
+                &c.head_requests,
+                &r.last_download_at,
+            ];
+            for value in values {
+                column += 1;
+                statement.raw_bind_parameter(column, value)?;
+            }
+        }
+        statement.raw_execute()?;
+    }
+    for rows in chunk.chunks(STATS_ROWS_PER_STATEMENT) {
+        let mut statement = tx.prepare_cached(&per_day_upsert(rows.len(), false))?;
+        let mut column = 0;
+        for r in rows {
+            let c = &r.counters;
+            let values: [&dyn rusqlite::ToSql; 9] = [
+                &r.bucket_id,
+                &r.key,
+                &r.day,
+                &c.requests,
+                &c.completed,
+                &c.aborted,
+                &c.bytes_sent,
+                &c.range_requests,
+                &c.not_modified,
+            ];
+            for value in values {
+                column += 1;
+                statement.raw_bind_parameter(column, value)?;
+            }
+        }
+        statement.raw_execute()?;
+    }
+    tx.commit()?;
+    Ok(true)
 }
 
 /// SQLite: reads [`LEDGER_SCAN`] on this (blocking) thread and sends it a chunk at a time, until the rows end or

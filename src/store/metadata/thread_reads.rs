@@ -5,7 +5,8 @@
 //! no busy timeout, WAL readers do not wait for writers, and a read that fails for any reason (busy while the
 //! WAL index is rebuilt, a connection that cannot open) answers `None`, and the caller reads through the pool.
 //! A long scan (the stats fold's read of the ledger) takes a connection of its own to a blocking thread, and the
-//! stats flush appends to the ledger on the one write connection kept here, on a blocking thread too.
+//! stats flush's appends to the ledger and the fold's chunks go through the one write connection kept here, on
+//! blocking threads too.
 //! rusqlite for the connection, on the same `libsqlite3-sys` as sqlx: one SQLite in the binary.
 
 use std::path::PathBuf;
