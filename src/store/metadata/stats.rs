@@ -655,11 +655,9 @@ fn fold_chunk_on_thread(
         return Ok(false);
     }
     for rows in objects.chunks(STATS_ROWS_PER_STATEMENT) {
-        let mut statement = tx.prepare_cached(&per_object_upsert("max", rows.len(), false))?;
-        let mut column = 0;
-        for r in rows {
+        execute_for_rows(&tx, &per_object_upsert("max", rows.len(), false), rows, |r| {
             let c = &r.counters;
-            let values: [&dyn rusqlite::ToSql; 11] = [
+            [
                 &r.bucket_id,
                 &r.key,
                 &c.requests,
@@ -671,20 +669,13 @@ fn fold_chunk_on_thread(
                 &c.not_modified,
                 &c.head_requests,
                 &r.last_download_at,
-            ];
-            for value in values {
-                column += 1;
-                statement.raw_bind_parameter(column, value)?;
-            }
-        }
-        statement.raw_execute()?;
+            ]
+        })?;
     }
     for rows in chunk.chunks(STATS_ROWS_PER_STATEMENT) {
-        let mut statement = tx.prepare_cached(&per_day_upsert(rows.len(), false))?;
-        let mut column = 0;
-        for r in rows {
+        execute_for_rows(&tx, &per_day_upsert(rows.len(), false), rows, |r| {
             let c = &r.counters;
-            let values: [&dyn rusqlite::ToSql; 9] = [
+            [
                 &r.bucket_id,
                 &r.key,
                 &r.day,
@@ -694,16 +685,30 @@ fn fold_chunk_on_thread(
                 &c.bytes_sent,
                 &c.range_requests,
                 &c.not_modified,
-            ];
-            for value in values {
-                column += 1;
-                statement.raw_bind_parameter(column, value)?;
-            }
-        }
-        statement.raw_execute()?;
+            ]
+        })?;
     }
     tx.commit()?;
     Ok(true)
+}
+
+/// Runs `sql`, whose parameters are `N` for each of `rows` in turn, with the values `values` gives for each.
+fn execute_for_rows<'r, const N: usize>(
+    tx: &rusqlite::Transaction<'_>,
+    sql: &str,
+    rows: &'r [LedgerRow],
+    values: impl Fn(&'r LedgerRow) -> [&'r dyn rusqlite::ToSql; N],
+) -> rusqlite::Result<()> {
+    let mut statement = tx.prepare_cached(sql)?;
+    let mut column = 0;
+    for row in rows {
+        for value in values(row) {
+            column += 1;
+            statement.raw_bind_parameter(column, value)?;
+        }
+    }
+    statement.raw_execute()?;
+    Ok(())
 }
 
 /// SQLite: reads [`LEDGER_SCAN`] on this (blocking) thread and sends it a chunk at a time, until the rows end or
