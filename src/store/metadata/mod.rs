@@ -210,7 +210,7 @@ pub struct Metadata {
     secrets_key: Option<Arc<SecretsKey>>,
     /// The schema's migrations as the open found them (after migrating, for `open`).
     migrations: Arc<MigrationStatus>,
-    /// SQLite: reads on the calling thread, for a cache miss (`thread_reads`).
+    /// SQLite only: reads on the calling thread, for a cache miss, and the stats' write connection (`thread_reads`).
     thread_readers: Option<Arc<thread_reads::ThreadReaders>>,
 }
 

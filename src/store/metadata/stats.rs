@@ -156,17 +156,11 @@ impl Metadata {
         flush: &StatsFlush,
         batch: &Arc<Batch>,
     ) -> Result<Flushed, MetadataError> {
-        if let (Backend::Sqlite(_), Some(readers)) = (&self.backend, &self.thread_readers) {
-            let (readers, on_thread, rows) = (Arc::clone(readers), flush.clone(), Arc::clone(batch));
-            match tokio::task::spawn_blocking(move || readers.write(|c| append_on_thread(c, &on_thread, &rows))).await {
-                Ok(Some(written)) => return Ok(written?),
-                Ok(None) => {}
-                // A panic goes on; a cancel means it never ran (the runtime shutting down): nothing was written.
-                Err(e) => {
-                    if let Ok(panic) = e.try_into_panic() {
-                        std::panic::resume_unwind(panic)
-                    }
-                }
+        if let Some(readers) = &self.thread_readers {
+            let (flush, batch) = (flush.clone(), Arc::clone(batch));
+            if let Some(written) = readers.write_on_blocking_thread(move |c| append_on_thread(c, &flush, &batch)).await
+            {
+                return Ok(written?);
             }
         }
         let numbered = matches!(self.backend, Backend::Postgres(_));
@@ -306,11 +300,7 @@ impl Metadata {
         max_chunks: usize,
     ) -> Result<bool, MetadataError> {
         let (upto, after_bucket, after_key) = (fold.upto, fold.done_bucket, fold.done_key.clone());
-        let scan = match (&self.backend, &self.thread_readers) {
-            (Backend::Sqlite(_), Some(readers)) => readers.open_for_scan(),
-            _ => None,
-        };
-        if let Some(connection) = scan {
+        if let Some(connection) = self.thread_readers.as_ref().and_then(|readers| readers.open_for_scan()) {
             let (sender, mut chunks) = tokio::sync::mpsc::channel(1);
             let scan =
                 tokio::task::spawn_blocking(move || scan_ledger(&connection, upto, after_bucket, &after_key, &sender));
@@ -379,43 +369,25 @@ impl Metadata {
     ) -> Result<bool, MetadataError> {
         let Some(last) = chunk.last().map(|l| (l.bucket_id, l.key.clone())) else { return Ok(true) };
         let objects = per_object_sums(&chunk);
-        let (rows, object_count) = (chunk.len(), objects.len());
-        // What is left to write through the pool: everything, unless SQLite's write connection wrote it.
-        let through_pool = match (&self.backend, &self.thread_readers) {
-            (Backend::Sqlite(_), Some(readers)) => {
-                let readers = Arc::clone(readers);
-                let cursor = (fold.upto, fold.done_bucket, fold.done_key.clone());
-                let on_thread = tokio::task::spawn_blocking(move || {
-                    let moved = readers.write(|c| fold_chunk_on_thread(c, &cursor, &chunk, &objects));
-                    (moved, chunk, objects)
-                })
-                .await;
-                match on_thread {
-                    Ok((Some(moved), _, _)) => {
-                        if !moved? {
-                            return Ok(false);
-                        }
-                        None
-                    }
-                    Ok((None, chunk, objects)) => Some((chunk, objects)),
-                    Err(e) => match e.try_into_panic() {
-                        Ok(panic) => std::panic::resume_unwind(panic),
-                        // Cancelled before it ran (the runtime shutting down): the next fold resumes.
-                        Err(_) => return Ok(false),
-                    },
-                }
+        let both = Arc::new((chunk, objects));
+        let on_thread = match &self.thread_readers {
+            Some(readers) => {
+                let (both, cursor) = (Arc::clone(&both), (fold.upto, fold.done_bucket, fold.done_key.clone()));
+                readers.write_on_blocking_thread(move |c| fold_chunk_on_thread(c, &cursor, &both.0, &both.1)).await
             }
-            _ => Some((chunk, objects)),
+            None => None,
         };
-        if let Some((chunk, objects)) = through_pool {
-            if !self.fold_chunk_through_pool(fold, &chunk, &objects).await? {
-                return Ok(false);
-            }
+        let moved = match on_thread {
+            Some(moved) => moved?,
+            None => self.fold_chunk_through_pool(fold, &both.0, &both.1).await?,
+        };
+        if !moved {
+            return Ok(false);
         }
         fold.done_bucket = last.0;
         fold.done_key = last.1;
-        folded.rows += rows as u64;
-        folded.objects += object_count as u64;
+        folded.rows += both.0.len() as u64;
+        folded.objects += both.1.len() as u64;
         folded.chunks += 1;
         Ok(true)
     }
@@ -642,7 +614,7 @@ fn fold_chunk_on_thread(
     chunk: &[LedgerRow],
     objects: &[LedgerRow],
 ) -> rusqlite::Result<bool> {
-    let Some(last) = chunk.last() else { return Ok(true) };
+    let last = chunk.last().expect("a chunk has rows");
     let tx = connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let moved = tx.prepare_cached(MOVE_FOLD_CURSOR)?.execute(rusqlite::params![
         last.bucket_id,

@@ -10,8 +10,8 @@
 //! rusqlite for the connection, on the same `libsqlite3-sys` as sqlx: one SQLite in the binary.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
@@ -60,6 +60,22 @@ impl ThreadReaders {
                 .ok();
         }
         Some(write(slot.as_mut()?))
+    }
+
+    /// [`ThreadReaders::write`] on a blocking thread, for an async caller. `None`: nothing was written (closed, no
+    /// connection, or the runtime shutting down before it ran), and the caller writes through the pool.
+    pub(super) async fn write_on_blocking_thread<T: Send + 'static>(
+        self: &Arc<Self>,
+        write: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Option<rusqlite::Result<T>> {
+        let readers = Arc::clone(self);
+        match tokio::task::spawn_blocking(move || readers.write(write)).await {
+            Ok(written) => written,
+            Err(e) => match e.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                Err(_) => None,
+            },
+        }
     }
 
     /// A read-only connection of the caller's own, for a long read on a blocking thread (the stats fold's scan of
