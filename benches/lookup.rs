@@ -191,6 +191,7 @@ async fn run(objects: usize, backend: Backend, postgres: Option<&PostgresServer>
     let app = DataState::new(DataParts {
         log_principal: false,
         s3_domain: None,
+        throttle: Default::default(),
         catalog: catalog.clone(),
         auth: Authorizer::new(catalog.clone(), presign_max_lifetime),
         range_policy: RangePolicy::default(),

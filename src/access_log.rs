@@ -143,6 +143,23 @@ pub struct Entry {
     pub encoding: Option<&'static str>,
     /// Who encrypted the connection (`ktls` or `userspace`); `None` on plain HTTP.
     pub tls: Option<&'static str>,
+    /// The limit that refused the request, if one did.
+    pub throttled: Option<ThrottledBy>,
+}
+
+/// Which limit refused a request (`blobgate limits`): its kind (`requests`, `concurrent`) and the scope it was set
+/// on (`token`, `s3-key`, `bucket`, `anonymous`, `default`); logged as `scope:kind`. A response carries it as an
+/// extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThrottledBy {
+    pub limit: &'static str,
+    pub scope: &'static str,
+}
+
+impl fmt::Display for ThrottledBy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.scope, self.limit)
+    }
 }
 
 /// A field serialised from its `Display` form, straight into the output (serde_json's `collect_str` escapes as
@@ -188,6 +205,8 @@ struct Line<'a> {
     encoding: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tls: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    throttled: Option<Shown<ThrottledBy>>,
 }
 
 impl Entry {
@@ -209,6 +228,7 @@ impl Entry {
             connection_requests: self.connection_requests,
             encoding: self.encoding,
             tls: self.tls,
+            throttled: self.throttled.map(Shown),
         }
     }
 
@@ -437,6 +457,7 @@ mod tests {
             connection_requests: 2,
             encoding: Some("br"),
             tls: Some("userspace"),
+            throttled: None,
         };
         let line = entry.to_json();
         assert!(!line.contains("SECRET"), "{line}");

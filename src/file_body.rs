@@ -97,6 +97,9 @@ pub struct FileBody {
     /// Set when the file is filled while it is sent (a blob cached from an object store): the driver sends only
     /// bytes the gate says are there, and waits on it for the rest. `None` for a blob that is whole on disk.
     pub fill: Option<Arc<dyn FillGate>>,
+    /// Whatever must live until the last byte is sent: a place among a principal's requests in progress (a
+    /// concurrency limit), given back when the driver drops the body.
+    pub held: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 /// A file that fills while it is sent: a cache of an object store's blob, whose slices arrive from the store.

@@ -24,6 +24,7 @@
 //! - [`s3`]: the S3 wire format (XML documents, list parameters, the listing planner) and `operation::classify`, pure.
 //! - [`stats`]: download records and the per-object counters they add up to (pure data).
 //! - [`access_log`]: one JSON line per response, written by its own thread, credentials redacted.
+//! - [`throttle`]: limits on principals (pure values) and the counters a replica keeps for them.
 
 // `unsafe` only where a module allows it (the driver's raw syscalls, the shared generation mapping), and each block
 // says why it is sound.
@@ -45,3 +46,4 @@ pub mod s3;
 pub mod startup;
 pub mod stats;
 pub mod store;
+pub mod throttle;

@@ -158,6 +158,7 @@ impl Application {
             range_policy: RangePolicy::default(),
             log_principal: access_log.is_some(),
             s3_domain: settings.s3_domain()?,
+            throttle: Default::default(),
         });
         let admin = AdminState::new(AdminParts {
             store,

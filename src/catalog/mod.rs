@@ -59,6 +59,7 @@ use crate::store::{
     BlobCache, BlobStore, Bucket, CacheChange, CacheError, Catchup, ChangeFeed, ChangeKind, Metadata, MetadataError,
     S3KeyRecord, SigningKey, TokenRecord,
 };
+use crate::throttle::state::LimitTable;
 use representation::ObjectEntry;
 
 /// What a cached lookup returns: the answer at once on a hit, or the boxed trip to the database (or the feed's
@@ -309,6 +310,10 @@ pub struct Catalog {
     s3_keys: Cache<String, Option<Arc<S3KeyRecord>>>,
     s3_key_misses: Cache<String, ()>,
     open_blobs: Cache<String, Arc<OpenBlob>>,
+    /// Every limit on principals, reloaded whole when one changes (one entry); `last_limits` is what the last load
+    /// read, answered while the database cannot be.
+    limits: Cache<(), Arc<LimitTable>>,
+    last_limits: std::sync::Mutex<Arc<LimitTable>>,
     /// With an object store: its cache, which keeps its own open files (`open_blobs` stays empty).
     blob_cache: Option<BlobCache>,
     /// See "Bounded staleness": the windows, the clock's origin, when the last successful sync started
@@ -347,6 +352,8 @@ impl Catalog {
             s3_keys: Cache::new(S3_KEYS),
             s3_key_misses: Cache::new(S3_KEY_MISSES),
             open_blobs: Cache::new(max_open_blobs.max(16)),
+            limits: Cache::new(2),
+            last_limits: Default::default(),
             blob_cache: None,
         })
     }
@@ -480,6 +487,27 @@ impl Catalog {
 
     pub fn signature_revoked<'a>(&'a self, signature: &'a str) -> Lookup<'a, Result<bool, MetadataError>> {
         self.credential(&self.revoked, signature, || self.meta.signature_revoked(signature))
+    }
+
+    /// Every limit on principals. Never refused: while the database cannot be read, the table last read (a limit
+    /// is not a credential, and an anonymous read of a public bucket must not fail for it).
+    pub fn limits(&self) -> Lookup<'_, Arc<LimitTable>> {
+        if let Some(hit) = self.cached(&self.limits, &()) {
+            return answered(hit);
+        }
+        looked_up(async move {
+            let fetch = || async { Ok(Arc::new(LimitTable::new(self.meta.limits().await?))) };
+            match self.read_through(&self.limits, &(), |_| (), fetch).await {
+                Ok(table) => {
+                    *self.last_limits.lock().unwrap_or_else(|p| p.into_inner()) = table.clone();
+                    table
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "limits not read; the last ones read apply");
+                    self.last_limits.lock().unwrap_or_else(|p| p.into_inner()).clone()
+                }
+            }
+        })
     }
 
     /// A credential-table lookup: refused while the caches are too stale for credentials, else a hit at once or
@@ -851,6 +879,9 @@ impl Catalog {
                 self.s3_keys.remove(change.name.as_str());
                 self.s3_key_misses.remove(change.name.as_str());
             }
+            (ChangeKind::Limit, _) => {
+                self.limits.clear();
+            }
             (kind, _) => {
                 // An unknown kind comes from a newer schema: be safe and forget everything.
                 tracing::warn!(kind = kind.as_str(), "unknown cache change kind; clearing all caches");
@@ -868,6 +899,7 @@ impl Catalog {
         self.s3_keys.clear();
         self.s3_key_misses.clear();
         self.open_blobs.clear();
+        self.limits.clear();
     }
 
     fn stamp(&self) -> (u64, u64) {

@@ -1,6 +1,7 @@
 //! The CLI's auth commands: tokens and S3 keys (`--grant BUCKET[/PREFIX]:SCOPE`, parsed by the pure
 //! `parse_grant`), signed URLs and signing keys.
 
+use crate::throttle::{LimitSet, Subject};
 use anyhow::{Context, bail};
 
 use super::{GrantArgs, S3KeyCommand, SigningCommand, TokenCommand, rfc3339};
@@ -91,7 +92,7 @@ fn grant_spec(grant: &Grant) -> String {
 /// A credential as the list commands print it: its id and what it grants (`grants`, as `--grant` takes them;
 /// `bucket`, `prefix` and `scope`, its first grant's, as before credentials had several), `state` being `live`,
 /// `revoked` or `expired`.
-fn list_line(id: &str, rights: &Rights, now: i64) -> serde_json::Value {
+fn list_line(id: &str, rights: &Rights, now: i64, limit: Option<&LimitSet>) -> serde_json::Value {
     let state = if rights.revoked_at.is_some() {
         "revoked"
     } else if rights.expires_at.is_some_and(|at| now >= at) {
@@ -108,7 +109,13 @@ fn list_line(id: &str, rights: &Rights, now: i64) -> serde_json::Value {
         "grants": rights.grants.iter().map(grant_spec).collect::<Vec<_>>(),
         "created_at": rfc3339(rights.created_at), "expires_at": rights.expires_at.map(rfc3339),
         "revoked_at": rights.revoked_at.map(rfc3339), "state": state,
+        "limit": limit.map(LimitSet::describe),
     })
+}
+
+/// The limit set on `subject` itself (`token list` and `s3-key list` show it; the default is not theirs).
+fn limit_on(limits: &[(Subject, LimitSet)], subject: Subject) -> Option<&LimitSet> {
+    limits.iter().find(|(s, _)| *s == subject).map(|(_, l)| l)
 }
 
 pub async fn s3_key(store: &Store, command: S3KeyCommand) -> anyhow::Result<()> {
@@ -126,8 +133,10 @@ pub async fn s3_key(store: &Store, command: S3KeyCommand) -> anyhow::Result<()> 
         }
         S3KeyCommand::List => {
             let now = unix_now();
+            let limits = store.meta.limits().await?;
             for k in store.meta.list_s3_keys().await? {
-                println!("{}", list_line(&k.id, &k.rights, now));
+                let limit = limit_on(&limits, Subject::S3Key(k.id.clone()));
+                println!("{}", list_line(&k.id, &k.rights, now, limit));
             }
         }
     }
@@ -163,8 +172,10 @@ pub async fn token(store: &Store, command: TokenCommand) -> anyhow::Result<()> {
         }
         TokenCommand::List => {
             let now = unix_now();
+            let limits = store.meta.limits().await?;
             for t in store.meta.list_tokens().await? {
-                println!("{}", list_line(&t.id, &t.rights, now));
+                let limit = limit_on(&limits, Subject::Token(t.id.clone()));
+                println!("{}", list_line(&t.id, &t.rights, now, limit));
             }
         }
     }

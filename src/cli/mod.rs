@@ -5,6 +5,7 @@
 mod auth;
 mod blobs;
 mod db;
+mod limits;
 mod objects;
 mod stats;
 mod uploads;
@@ -96,6 +97,10 @@ pub enum Command {
     /// Manage S3 access keys (SigV4).
     #[command(subcommand, name = "s3-key")]
     S3Key(S3KeyCommand),
+    /// Limit what principals may ask of each server: request rate and requests in progress, on a token, an S3
+    /// key, a bucket, anonymous clients or everyone by default.
+    #[command(subcommand)]
+    Limits(LimitsCommand),
     /// Print a signed URL for BUCKET/KEY.
     Presign {
         /// The object's bucket.
@@ -389,6 +394,67 @@ pub enum S3KeyCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum LimitsCommand {
+    /// Set or change the limit on PRINCIPAL (only the options given change) and print it as a JSON line. Running
+    /// servers apply it at their next request.
+    Set {
+        /// `default` (each principal without a limit of its own), `anonymous` (each client address group),
+        /// `token:ID`, `s3-key:ACCESS_KEY_ID` or `bucket:NAME` (shared by everyone using the bucket).
+        principal: String,
+        #[command(flatten)]
+        limits: LimitArgs,
+    },
+    /// Print limits as JSON lines: PRINCIPAL's, or all.
+    Show {
+        /// As `limits set` takes it.
+        principal: Option<String>,
+    },
+    /// Remove the limit on PRINCIPAL.
+    Clear {
+        /// As `limits set` takes it.
+        principal: String,
+    },
+}
+
+/// What a limit allows (per server); an option not given leaves that part as it was.
+#[derive(Debug, clap::Args)]
+pub struct LimitArgs {
+    /// Requests per second, minute or hour: `100/s`, `6000/min`, `10/h`.
+    #[arg(long, value_name = "RATE", value_parser = request_rate)]
+    requests: Option<crate::throttle::RequestRate>,
+    /// Requests that may come at once above the rate [default: the rate's count].
+    #[arg(long, value_name = "N")]
+    request_burst: Option<u32>,
+    /// Requests in progress at once (a download counts until its last byte is sent).
+    #[arg(long, value_name = "N")]
+    concurrent: Option<u32>,
+    /// `anonymous` only: the leading bits of an IPv4 address that make one client [default: 32].
+    #[arg(long, value_name = "BITS")]
+    ipv4_prefix: Option<u8>,
+    /// `anonymous` only: the leading bits of an IPv6 address that make one client [default: 64].
+    #[arg(long, value_name = "BITS")]
+    ipv6_prefix: Option<u8>,
+}
+
+impl LimitArgs {
+    fn into_set(self) -> crate::throttle::LimitSet {
+        crate::throttle::LimitSet {
+            requests: self.requests,
+            request_burst: self.request_burst,
+            concurrent: self.concurrent,
+            ipv4_prefix: self.ipv4_prefix,
+            ipv6_prefix: self.ipv6_prefix,
+            ..Default::default()
+        }
+    }
+}
+
+/// `--requests`: `COUNT/s`, `COUNT/min` or `COUNT/h`.
+fn request_rate(value: &str) -> Result<crate::throttle::RequestRate, String> {
+    crate::throttle::RequestRate::parse(value).map_err(|e| e.to_string())
+}
+
+#[derive(Debug, Subcommand)]
 pub enum SigningCommand {
     /// Add a new signing key; new links are signed with it, old ones keep verifying.
     Rotate,
@@ -444,6 +510,7 @@ fn access(command: &Command) -> Access {
         | Command::Stats { .. }
         | Command::Token(TokenCommand::List)
         | Command::S3Key(S3KeyCommand::List)
+        | Command::Limits(LimitsCommand::Show { .. })
         | Command::Signing(SigningCommand::List)
         | Command::Uploads(UploadsCommand::List { .. })
         | Command::Blobs(BlobsCommand::Migrate { .. })
@@ -582,6 +649,7 @@ async fn run_on_store(command: Command, settings: Settings) -> anyhow::Result<()
         }
         Command::Token(command) => auth::token(&store, command).await,
         Command::S3Key(command) => auth::s3_key(&store, command).await,
+        Command::Limits(command) => limits::limits(&store, command).await,
         Command::Presign { bucket, key, expires_in, base_url, response_content_disposition } => {
             let base_url = match (base_url, settings.public_url()?) {
                 (Some(given), _) => given,

@@ -41,7 +41,7 @@ use super::head::{Parsed, Persistence, RequestHead, parse_request_head, write_re
 use super::idle::IdleEntry;
 use super::send::{SendOutcome, SendReport, send_bytes, send_file_response};
 use super::tls::{HandshakeFailure, Session};
-use super::{Answer, DriverContext, FileAnswer, Listener, Refusal, RequestService};
+use super::{Answer, ClientAddr, DriverContext, FileAnswer, Listener, Refusal, RequestService};
 use crate::access_log::{Entry, REQUEST_ID_HEADER, RequestId};
 use crate::file_body::{DownloadKind, FileBody, ObjectRef};
 use crate::header_values::fields::{self, FieldName, Fields};
@@ -441,7 +441,8 @@ impl<S: RequestService> Connection<S> {
     }
 
     /// Serves one request; returns whether the connection may carry another.
-    async fn respond(&mut self, head: Box<RequestHead>, shutdown: &CancellationToken) -> bool {
+    async fn respond(&mut self, mut head: Box<RequestHead>, shutdown: &CancellationToken) -> bool {
+        head.peer = self.peer.ip().to_canonical();
         let is_head = head.method == Method::HEAD;
         let mut persistence = match (head.keep_alive && !shutdown.is_cancelled(), head.version) {
             (false, _) => Persistence::Close,
@@ -489,6 +490,7 @@ impl<S: RequestService> Connection<S> {
             let refused = matches!(answer.status(), StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN);
             // A handler that authorised the request names its principal; else the admin credentials claimed.
             entry.principal = answer.take_principal().or(claimed.filter(|_| !refused));
+            entry.throttled = answer.take_throttled();
             answer.headers_mut().insert(REQUEST_ID_HEADER, entry.request_id.header_value());
         }
         let keep = match answer.into_file() {
@@ -527,6 +529,7 @@ impl<S: RequestService> Connection<S> {
         *request.method_mut() = std::mem::replace(&mut head.method, Method::GET);
         *request.version_mut() = head.version;
         *request.headers_mut() = head.fields.to_header_map();
+        request.extensions_mut().insert(ClientAddr(head.peer));
         drop(head);
         let call = self.ctx.service.clone().oneshot(request);
         let Ok(response) = match pump.as_mut() {
@@ -567,6 +570,7 @@ impl<S: RequestService> Connection<S> {
             connection_requests: self.served,
             encoding: None,
             tls: self.link.tls_mode(),
+            throttled: None,
         }
     }
 
@@ -915,6 +919,7 @@ mod tests {
             encoding,
             shared_fields: None,
             fill: None,
+            held: None,
         }
     }
 

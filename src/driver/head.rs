@@ -65,6 +65,9 @@ pub struct RequestHead {
     pub body: BodyFraming,
     /// Bytes of the buffer this head used; whatever follows belongs to the next (pipelined) request.
     pub len: usize,
+    /// The client's address (an IPv4 address mapped into IPv6 as IPv4), set by the connection: what limits on
+    /// anonymous clients count by.
+    pub peer: std::net::IpAddr,
 }
 
 /// Why a request head was refused. The connection is always closed afterwards.
@@ -215,6 +218,7 @@ pub fn parse_request_head(buf: &[u8], limits: &HeadLimits) -> Result<Parsed, Hea
         keep_alive,
         body,
         len: len + skipped,
+        peer: std::net::Ipv4Addr::UNSPECIFIED.into(),
     })))
 }
 

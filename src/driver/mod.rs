@@ -53,6 +53,10 @@ use crate::metrics::downloads::DownloadRecorder;
 use admission::Admission;
 use head::HeadLimits;
 pub use head::RequestHead;
+
+/// The client's address, on every `http::Request` the driver hands a service (as `RequestHead::peer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientAddr(pub std::net::IpAddr);
 use send::{SendObserver, SendOptions};
 
 /// Concurrent pool sends (cold or bulk chunks) across all workers: enough to keep a disk busy, few enough that
@@ -112,6 +116,14 @@ impl Answer {
         match self {
             Answer::File(file) => file.principal.take(),
             Answer::Response(response) => response.extensions_mut().remove::<Principal>(),
+        }
+    }
+
+    /// The limit that refused the request, if one did (a refusal is never a file response).
+    pub fn take_throttled(&mut self) -> Option<crate::access_log::ThrottledBy> {
+        match self {
+            Answer::File(_) => None,
+            Answer::Response(response) => response.extensions_mut().remove::<crate::access_log::ThrottledBy>(),
         }
     }
 

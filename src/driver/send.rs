@@ -426,6 +426,7 @@ mod tests {
             encoding: "identity",
             shared_fields: None,
             fill,
+            held: None,
         }
     }
 

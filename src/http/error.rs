@@ -57,6 +57,10 @@ pub enum ApiError {
     /// The request needs the database, and it cannot be reached (`MetadataError::Unavailable`, anywhere in the
     /// cause chain), or this server's caches are too stale to answer it (`MetadataError::Stale`): 503 with
     /// `Retry-After`, so clients and load balancers come back later.
+    /// A limit on the request's principal or bucket (`blobgate limits`) refused it: 429 natively, S3's 503
+    /// `SlowDown`; `Retry-After` and the IETF `RateLimit-Policy` / `RateLimit` fields either way.
+    #[error("{}", .0.message())]
+    Throttled(Box<crate::throttle::Throttled>),
     #[error("the metadata database is unreachable; retry later")]
     DatabaseUnavailable,
     /// The object store blobs live in cannot be reached: a blob not in the local cache cannot be read, and no upload
@@ -83,6 +87,10 @@ pub enum ApiError {
     #[error("the request body arrived slower than {0} bytes per second")]
     BodyTooSlow(u64),
 }
+
+/// The IETF fields of a throttled answer (draft-ietf-httpapi-ratelimit-headers).
+const RATELIMIT_POLICY: header::HeaderName = header::HeaderName::from_static("ratelimit-policy");
+const RATELIMIT: header::HeaderName = header::HeaderName::from_static("ratelimit");
 
 impl ApiError {
     fn status_and_code(&self) -> (StatusCode, &'static str) {
@@ -112,6 +120,7 @@ impl ApiError {
             ApiError::TooManyUploads => (StatusCode::SERVICE_UNAVAILABLE, "too_many_uploads"),
             ApiError::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
             ApiError::BodyTooSlow(_) => (StatusCode::REQUEST_TIMEOUT, "body_too_slow"),
+            ApiError::Throttled(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
         }
     }
 }
@@ -206,9 +215,19 @@ impl ApiError {
             ApiError::BodyTimeout | ApiError::BodyTooSlow(_) => {
                 headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
+            ApiError::Throttled(throttled) => {
+                let field = |text: String| HeaderValue::from_str(&text).expect("names and digits are a valid value");
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(throttled.retry_after_secs));
+                headers.insert(RATELIMIT_POLICY, field(throttled.policy_field()));
+                headers.insert(RATELIMIT, field(throttled.limit_field()));
+            }
             _ => {}
         }
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if let ApiError::Throttled(throttled) = &self {
+            let by = crate::access_log::ThrottledBy { limit: throttled.kind.label(), scope: throttled.scope };
+            response.extensions_mut().insert(by);
+        }
         if self.is_logged(self.status_and_code().0) {
             response.extensions_mut().insert(LoggedError(Arc::new(self)));
         }

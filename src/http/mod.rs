@@ -19,6 +19,7 @@ mod s3_list;
 pub mod s3_write;
 #[cfg(test)]
 mod signed_url_tests;
+pub mod throttling;
 pub mod upload;
 pub mod website;
 
@@ -61,6 +62,8 @@ pub struct DataParts {
     pub log_principal: bool,
     /// `s3.domain` (validated): virtual-hosted-style S3 addressing under it.
     pub s3_domain: Option<String>,
+    /// The replica's counters for limits on principals (`throttling`).
+    pub throttle: crate::throttle::state::Throttle,
 }
 
 impl DataState {

@@ -31,6 +31,7 @@ use super::conditional::{self, Precondition, Validators};
 use super::error::ApiError;
 use super::multipart;
 use super::range::{self, RangeDecision};
+use super::throttling::{Asker, HeldPermit, admit};
 use super::website::{self, Plan};
 use super::{DataState, NativeRead};
 use crate::access_log::Principal;
@@ -48,7 +49,7 @@ use crate::store::{Bucket, CacheError};
 /// credentials, no access, a stale replica) kept apart from whatever follows authorisation (the inner result),
 /// so that `cors` can leave the former bare: they must look alike whether the bucket exists or not.
 pub async fn authorise_and_serve(app: &DataState, read: NativeRead<'_>) -> Result<Result<Answer, ApiError>, ApiError> {
-    let NativeRead { head: RequestHead { method, fields, .. }, path, query } = read;
+    let NativeRead { head: RequestHead { method, fields, peer, .. }, path, query } = read;
     if method != Method::GET && method != Method::HEAD {
         return Err(ApiError::MethodNotAllowed);
     }
@@ -57,8 +58,13 @@ pub async fn authorise_and_serve(app: &DataState, read: NativeRead<'_>) -> Resul
     let plan = website::plan(requested, path, bucket.as_deref().map_or(&Website::NONE, |b| &b.website));
     let credentials = crate::auth::credentials(fields, query)?;
     let principal = app.log_principal.then(|| principal_of(&credentials));
+    let asker = Asker::of(&credentials, *peer);
     let allowed = app.auth.read(&bucket_name, bucket.as_ref(), plan.authorised_key(), credentials).await?;
     let bucket = &allowed.bucket;
+    let held = match admit(app, &asker, bucket_name.as_str()).await {
+        Ok(held) => held,
+        Err(refused) => return Ok(Err(refused)),
+    };
     // The object the plan reads, served from here: each async layer a request passes through moves the state of
     // those below it once more, so the fallbacks, the rare path, are a boxed layer of their own.
     let found = match &plan.object {
@@ -79,6 +85,7 @@ pub async fn authorise_and_serve(app: &DataState, read: NativeRead<'_>) -> Resul
             s3: false,
             part: false,
             principal,
+            held,
             render: &IntoResponse::into_response,
         };
         return Ok(serve_entry(app, request, &entry).await);
@@ -190,6 +197,7 @@ async fn error_document_response(app: &DataState, bucket: &Bucket, entry: &Objec
         encoding: "identity",
         shared_fields: None,
         fill,
+        held: None,
     };
     let mut h = http::HeaderMap::new();
     let content_type = HeaderValue::from_str(entry.content_type());
@@ -219,6 +227,8 @@ pub(super) struct ObjectRequest<'a> {
     /// (S3's `206` with the part's length), where RFC 9110 has HEAD ignore Range.
     pub part: bool,
     pub principal: Option<Principal>,
+    /// A place among the requests in progress of the principal or bucket, held until the body is sent.
+    pub held: HeldPermit,
     /// How a refusal after authorisation (404, 412, 416) is written: JSON natively, XML for S3.
     pub render: &'a (dyn Fn(ApiError) -> Response + Sync),
 }
@@ -255,8 +265,19 @@ async fn serve_found(app: &DataState, request: ObjectRequest<'_>) -> Result<Answ
 
 /// Steps 3 (the representation) to 7, for an object that was found.
 async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &ObjectEntry) -> Result<Answer, ApiError> {
-    let ObjectRequest { method, headers, bucket, key: _, content_disposition, overrides, s3, part, principal, render } =
-        request;
+    let ObjectRequest {
+        method,
+        headers,
+        bucket,
+        key: _,
+        content_disposition,
+        overrides,
+        s3,
+        part,
+        principal,
+        held,
+        render,
+    } = request;
     let method = method.clone();
     let grant_bucket = bucket;
 
@@ -406,6 +427,7 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         encoding: variant.map_or("identity", |v| v.coding.token()),
         shared_fields: matches!(representation, Representation::Shared(_)).then(|| prepared.clone()),
         fill,
+        held,
     };
 
     // With shared fields a whole object's response has no fields of its own: the driver writes Content-Length.

@@ -27,10 +27,12 @@ use http::{Method, StatusCode};
 use super::DataState;
 use super::error::ApiError;
 use super::object::{self, ObjectRequest, ResponseOverrides};
+use super::throttling::{self, Asker};
 use crate::access_log::{Principal, RequestId};
 use crate::auth::sigv4::RequestParts;
 use crate::auth::{Access, AllowedS3Request, AuthError, S3Target};
 use crate::catalog::representation::ObjectEntry;
+use crate::driver::ClientAddr;
 use crate::header_values::checksum::{self, ObjectChecksum};
 use crate::header_values::upload_digest::DigestError;
 use crate::names::{BucketName, ObjectKey};
@@ -285,7 +287,8 @@ pub(super) fn api_error_parts(e: &ApiError) -> (StatusCode, &'static str, Cow<'s
         ApiError::NotReady
         | ApiError::HandlerTimeout
         | ApiError::TooManyConnectionsFromAddress
-        | ApiError::TooManyUploads => {
+        | ApiError::TooManyUploads
+        | ApiError::Throttled(_) => {
             (StatusCode::SERVICE_UNAVAILABLE, "SlowDown", "Please reduce your request rate.".into())
         }
         ApiError::InsufficientStorage | ApiError::BlobUnavailable(_) | ApiError::Internal(_) => (
@@ -306,7 +309,8 @@ pub async fn serve(app: DataState, call: S3Call, request: Request) -> Response {
         query: parts.uri.query(),
         headers: &parts.headers,
     };
-    let mut response = match route(&app, &parts.method, call, &request, &ctx).await {
+    let peer = parts.extensions.get::<ClientAddr>().map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |c| c.0);
+    let mut response = match route(&app, &parts.method, call, &request, &ctx, peer).await {
         Ok(response) => response,
         Err(e) => e.render(&ctx),
     };
@@ -320,6 +324,7 @@ async fn route(
     call: S3Call,
     request: &RequestParts<'_>,
     ctx: &S3Context<'_>,
+    peer: std::net::IpAddr,
 ) -> Result<Response, S3Error> {
     if call.operation == Operation::CorsPreflight {
         // From the bucket's rule alone, before and without any lookup of the object or of credentials (a
@@ -344,6 +349,11 @@ async fn route(
                 let bucket = app.catalog.bucket(name.as_str()).await?;
                 // `None`: an unsigned read of a public bucket, logged as the native one is.
                 let allowed = app.auth.s3_object_read(request, bucket.as_ref(), &key).await?;
+                let asker = match &allowed {
+                    Some(allowed) => Asker::S3Key(allowed.key.id.clone()),
+                    None => Asker::Anonymous(peer),
+                };
+                let held = throttling::admit(app, &asker, name.as_str()).await?;
                 let bucket = bucket.ok_or(AuthError::NoSuchBucket)?;
                 let presigned = allowed.as_ref().is_some_and(|allowed| allowed.presigned);
                 let overrides = if presigned { query.response_overrides()? } else { Default::default() };
@@ -366,6 +376,7 @@ async fn route(
                         Some(allowed) => Principal::S3(allowed.key.id.as_str().into()),
                         None => Principal::Public,
                     }),
+                    held,
                     render: &render,
                 };
                 let mut response = object::serve_object(app, object_request).await?;
@@ -435,6 +446,7 @@ async fn bucket_read(
 ) -> Result<Response, S3Error> {
     let bucket = app.catalog.bucket(name.as_str()).await?;
     let allowed = app.auth.s3(request, S3Target::Bucket(bucket.as_ref()), Access::Read).await?;
+    let _held = throttling::admit(app, &Asker::S3Key(allowed.key.id.clone()), name.as_str()).await?;
     if operation == Operation::GetBucketLocation {
         return Ok(with_principal(app, location(app), &allowed));
     }
@@ -484,6 +496,7 @@ async fn object_subresource(
 ) -> Result<Response, S3Error> {
     let bucket = app.catalog.bucket(name.as_str()).await?;
     let allowed = app.auth.s3(request, S3Target::Object(bucket.as_ref(), &key), Access::Read).await?;
+    let _held = throttling::admit(app, &Asker::S3Key(allowed.key.id.clone()), name.as_str()).await?;
     let bucket = bucket.ok_or(AuthError::NoSuchBucket)?;
     // GetObjectAttributes names what it wants; a request that names nothing is refused before the lookup.
     let wanted = match operation {

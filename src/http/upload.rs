@@ -85,7 +85,11 @@ async fn store_body(
 ) -> Result<crate::store::PutReport, ApiError> {
     let (bucket_name, key) = parse_object_path(uri.path())?;
     let bucket = app.store.meta.bucket(&bucket_name).await?;
-    app.data.auth.write(bucket.as_ref(), &key, crate::auth::credentials(headers, None)?).await?;
+    let credentials = crate::auth::credentials(headers, None)?;
+    let asker = writer(&credentials);
+    app.data.auth.write(bucket.as_ref(), &key, credentials).await?;
+    // Held until the body is stored: a concurrency limit counts uploads in progress too.
+    let _held = super::throttling::admit(&app.data, &asker, bucket_name.as_str()).await?;
     crate::store::require_bucket(bucket, &bucket_name)?;
     ApiError::require_length(headers)?;
     let text = |name: header::HeaderName| -> Result<Option<String>, ApiError> {
@@ -121,7 +125,10 @@ async fn store_body(
 pub async fn delete_object(State(app): State<AdminState>, uri: Uri, headers: HeaderMap) -> Result<Response, ApiError> {
     let (bucket_name, key) = parse_object_path(uri.path())?;
     let bucket = app.store.meta.bucket(&bucket_name).await?;
-    app.data.auth.write(bucket.as_ref(), &key, crate::auth::credentials(&headers, None)?).await?;
+    let credentials = crate::auth::credentials(&headers, None)?;
+    let asker = writer(&credentials);
+    app.data.auth.write(bucket.as_ref(), &key, credentials).await?;
+    let _held = super::throttling::admit(&app.data, &asker, bucket_name.as_str()).await?;
     crate::store::require_bucket(bucket, &bucket_name)?;
     if app.store.delete(&bucket_name, &key).await? {
         Ok(StatusCode::NO_CONTENT.into_response())
@@ -381,6 +388,11 @@ fn storage_error(e: std::io::Error) -> ApiError {
     } else {
         ApiError::Internal(anyhow::Error::new(e).context("cannot write the upload to the data dir"))
     }
+}
+
+/// Who a native write is for limits: writes need a token, so the address never counts (`UNSPECIFIED`).
+fn writer<'a>(credentials: &crate::auth::Credentials<'a>) -> super::throttling::Asker<'a> {
+    super::throttling::Asker::of(credentials, std::net::Ipv4Addr::UNSPECIFIED.into())
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@ pub const STATS_BATCHES_WRITTEN: &str = "blobgate_stats_batches_written_total";
 pub const STATS_OBJECT_DAYS_WRITTEN: &str = "blobgate_stats_object_days_written_total";
 pub const IDLE_RECLAIMED: &str = "blobgate_idle_connections_reclaimed_total";
 pub const PER_IP_REFUSED: &str = "blobgate_per_ip_refused_connections_total";
+pub const THROTTLED_REQUESTS: &str = "blobgate_throttled_requests_total";
 pub const UPLOADS_REFUSED: &str = "blobgate_uploads_refused_total";
 pub const MULTIPART_EXPIRED: &str = "blobgate_multipart_uploads_expired_total";
 pub const MULTIPART_PARTS_REFUSED: &str = "blobgate_multipart_parts_refused_total";
@@ -136,6 +137,11 @@ fn describe() {
     describe_counter!(STATS_OBJECT_DAYS_WRITTEN, "Object-days (stats ledger rows) the written stats batches held.");
     describe_counter!(IDLE_RECLAIMED, "Idle data connections closed at the connection cap to admit new clients.");
     describe_counter!(PER_IP_REFUSED, "Data connections refused (503) beyond limits.max_connections_per_ip.");
+    describe_counter!(
+        THROTTLED_REQUESTS,
+        "Requests refused by a limit on principals (`blobgate limits`), by limit (requests, concurrent), scope \
+         (token, s3-key, bucket, anonymous, default) and principal (named only for a limit set on it)."
+    );
     describe_counter!(
         UPLOADS_REFUSED,
         "Uploads refused (503) beyond limits.max_concurrent_uploads, after waiting timeouts.upload_queue."
@@ -461,6 +467,12 @@ pub fn tls_handshake_failure(reason: &'static str) {
 
 pub fn idle_connection_reclaimed() {
     counter!(IDLE_RECLAIMED).increment(1);
+}
+
+/// A request refused by a limit: `principal` is the token id, access key id or bucket name the limit was set on,
+/// empty for the default and anonymous limits (their principals are unbounded).
+pub fn throttled(limit: &'static str, scope: &'static str, principal: &str) {
+    counter!(THROTTLED_REQUESTS, "limit" => limit, "scope" => scope, "principal" => principal.to_owned()).increment(1);
 }
 
 pub fn per_ip_refused() {

@@ -55,6 +55,7 @@ mod slow_readers;
 mod stats;
 mod store_credentials;
 mod syscalls;
+mod throttling;
 mod upload_bounds;
 mod upstream_harness;
 mod variants;

@@ -569,7 +569,12 @@ fn fixture() -> String {
          INSERT INTO store_blob_retirements (sha256, retired_at, deleting_at, deleted_at)
              VALUES ('{c}', 1700000019, 1700000020, 1700000021);
          INSERT INTO multipart_completions (upload_id, bucket_id, key, sha256, etag, completed_at)
-             VALUES ('0000018d-schema', 7, '{key}', '{a}', '\"0123-2\"', 1700000022);",
+             VALUES ('0000018d-schema', 7, '{key}', '{a}', '\"0123-2\"', 1700000022);
+         INSERT INTO principal_limits (subject_kind, subject_name, request_count, request_period_secs, request_burst,
+             read_bytes_per_sec, read_burst_bytes, write_bytes_per_sec, write_burst_bytes, concurrent, ipv4_prefix,
+             ipv6_prefix, updated_at)
+         VALUES ('anonymous', '', 6000, 60, 200, 10485760, 1048576, 5242880, 524288, 8, 24, 56, 1700000024),
+             ('bucket', 'schema-bkt', 5, 1, NULL, NULL, NULL, NULL, NULL, 2, NULL, NULL, 1700000025);",
         bytes(32),
         bytes(60),
         bytes(76),

@@ -33,6 +33,8 @@ use tagging::object_tagging;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
+
+use crate::http::throttling::{Asker, admit};
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode};
@@ -127,6 +129,7 @@ async fn route(
             let bucket = app.data.catalog.bucket(name.as_str()).await?;
             let allowed = app.data.auth.s3(&request, S3Target::Bucket(bucket.as_ref()), Access::Write).await?;
             *principal = app.data.log_principal.then(|| Principal::S3(allowed.key.id.as_str().into()));
+            let _held = admit(&app.data, &Asker::S3Key(allowed.key.id.clone()), name.as_str()).await?;
             let bucket_id = bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?.id;
             refuse_unsupported(operation, &parts.headers)?;
             let response = match operation {
@@ -142,6 +145,8 @@ async fn route(
             let bucket = app.data.catalog.bucket(name.as_str()).await?;
             let allowed = app.data.auth.s3(&request, S3Target::Object(bucket.as_ref(), &key), Access::Write).await?;
             *principal = app.data.log_principal.then(|| Principal::S3(allowed.key.id.as_str().into()));
+            // Held until the write ends: a concurrency limit counts uploads in progress too.
+            let _held = admit(&app.data, &Asker::S3Key(allowed.key.id.clone()), name.as_str()).await?;
             bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?;
             refuse_unsupported(operation, &parts.headers)?;
             if matches!(operation, Op::PutObject | Op::UploadPart) {

@@ -40,6 +40,8 @@ pub enum ChangeKind {
     RevokedSignature,
     /// `name` is the S3 access key id (migration 0010).
     S3Key,
+    /// `name` is the limit's principal, `KIND:NAME` (migration 0024): servers reload every limit.
+    Limit,
     /// A kind this binary does not know (from a newer schema), as stored.
     Unknown(String),
 }
@@ -54,6 +56,7 @@ impl ChangeKind {
             "signing_key" => ChangeKind::SigningKey,
             "revoked_signature" => ChangeKind::RevokedSignature,
             "s3_key" => ChangeKind::S3Key,
+            "limit" => ChangeKind::Limit,
             other => ChangeKind::Unknown(other.to_owned()),
         }
     }
@@ -66,6 +69,7 @@ impl ChangeKind {
             ChangeKind::SigningKey => "signing_key",
             ChangeKind::RevokedSignature => "revoked_signature",
             ChangeKind::S3Key => "s3_key",
+            ChangeKind::Limit => "limit",
             ChangeKind::Unknown(stored) => stored,
         }
     }
@@ -239,7 +243,7 @@ mod tests {
 
     #[test]
     fn change_kinds_keep_their_stored_spelling() {
-        for stored in ["bucket", "object", "token", "signing_key", "revoked_signature", "s3_key"] {
+        for stored in ["bucket", "object", "token", "signing_key", "revoked_signature", "s3_key", "limit"] {
             let kind = ChangeKind::parse(stored);
             assert!(!matches!(kind, ChangeKind::Unknown(_)), "{stored}");
             assert_eq!(kind.as_str(), stored);

@@ -182,6 +182,25 @@ const TABLES: &[Table] = {
             ],
             "upload_id, part_number",
         ),
+        (
+            "principal_limits",
+            &[
+                ("subject_kind", Text),
+                ("subject_name", Text),
+                ("request_count", Int),
+                ("request_period_secs", Int),
+                ("request_burst", Int),
+                ("read_bytes_per_sec", Int),
+                ("read_burst_bytes", Int),
+                ("write_bytes_per_sec", Int),
+                ("write_burst_bytes", Int),
+                ("concurrent", Int),
+                ("ipv4_prefix", Int),
+                ("ipv6_prefix", Int),
+                ("updated_at", Int),
+            ],
+            "subject_kind, subject_name",
+        ),
     ]
 };
 

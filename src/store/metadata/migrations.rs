@@ -32,7 +32,7 @@ macro_rules! migration_files {
 /// Every file of `migrations/`, listed by hand where `sqlx::migrate!` would read the directory: that macro needs
 /// sqlx's `macros` feature (see `from_row!`). `every_migration_file_is_embedded_as_sqlx_reads_it` checks the lists
 /// against the directories.
-const SQLITE_FILES: [(&str, &str); 23] = migration_files!("migrations":
+const SQLITE_FILES: [(&str, &str); 24] = migration_files!("migrations":
     "0001_buckets_objects.sql",
     "0002_auth.sql",
     "0003_download_stats.sql",
@@ -56,10 +56,11 @@ const SQLITE_FILES: [(&str, &str); 23] = migration_files!("migrations":
     "0021_object_checksums.sql",
     "0022_multipart_completions.sql",
     "0023_stats_ledger.sql",
+    "0024_principal_limits.sql",
 );
 
 /// Every file of `migrations/postgres/`, as [`SQLITE_FILES`].
-const POSTGRES_FILES: [(&str, &str); 15] = migration_files!("migrations/postgres":
+const POSTGRES_FILES: [(&str, &str); 16] = migration_files!("migrations/postgres":
     "0001_schema.sql",
     "0010_s3_keys.sql",
     "0011_multipart.sql",
@@ -75,6 +76,7 @@ const POSTGRES_FILES: [(&str, &str); 15] = migration_files!("migrations/postgres
     "0021_object_checksums.sql",
     "0022_multipart_completions.sql",
     "0023_stats_ledger.sql",
+    "0024_principal_limits.sql",
 );
 
 /// A migrator of `files` made as `sqlx::migrate!` makes one (`sqlx::migrate::resolve_blocking`): version and

@@ -117,6 +117,7 @@ mod changes;
 mod copy;
 mod generation;
 mod health;
+mod limits;
 mod migrations;
 mod multipart;
 mod objects;

@@ -1,0 +1,368 @@
+//! What one replica counts per principal, shared by its data workers: a request bucket (GCRA, `governor`: one
+//! compare-and-swap per request, no lock) and the requests in progress. A principal's counters live as long as the
+//! bounded map keeps them; a limit changed by `limits set` starts them again.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultDirectRateLimiter, Quota};
+use quick_cache::Equivalent;
+
+use super::{LimitKind, LimitSet, Subject, Throttled, address_group, whole_secs_at_least_one};
+
+/// Every limit stored, as the catalog loaded it: one lookup per principal kind.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct LimitTable {
+    default: Option<LimitSet>,
+    anonymous: Option<LimitSet>,
+    tokens: HashMap<Box<str>, LimitSet>,
+    s3_keys: HashMap<Box<str>, LimitSet>,
+    buckets: HashMap<Box<str>, LimitSet>,
+}
+
+impl LimitTable {
+    pub fn new(rows: impl IntoIterator<Item = (Subject, LimitSet)>) -> LimitTable {
+        let mut table = LimitTable::default();
+        for (subject, limits) in rows {
+            match subject {
+                Subject::Default => table.default = Some(limits),
+                Subject::Anonymous => table.anonymous = Some(limits),
+                Subject::Token(id) => _ = table.tokens.insert(id.into(), limits),
+                Subject::S3Key(id) => _ = table.s3_keys.insert(id.into(), limits),
+                Subject::Bucket(name) => _ = table.buckets.insert(name.into(), limits),
+            }
+        }
+        table
+    }
+
+    /// No limit at all: every request passes without a look at any counter.
+    pub fn is_empty(&self) -> bool {
+        *self == LimitTable::default()
+    }
+
+    /// The limit that covers `who` itself, and the scope it was set on: its own, else the default.
+    fn own(&self, who: &Who<'_>) -> Option<(&LimitSet, &'static str)> {
+        let own = match who {
+            Who::Token(id) => self.tokens.get(*id).map(|l| (l, "token")),
+            Who::S3Key(id) => self.s3_keys.get(*id).map(|l| (l, "s3-key")),
+            Who::Anonymous(_) => self.anonymous.as_ref().map(|l| (l, "anonymous")),
+            Who::Signer(_) => None,
+        };
+        own.or_else(|| self.default.as_ref().map(|l| (l, "default")))
+    }
+}
+
+/// Who a request is, as far as limits go: known once it is authorised.
+#[derive(Debug, Clone, Copy)]
+pub enum Who<'a> {
+    /// A bearer token, by its id.
+    Token(&'a str),
+    /// An S3 access key (a SigV4 request or URL).
+    S3Key(&'a str),
+    /// A native signed URL, by the id of the key that signed it: covered by the default limit.
+    Signer(&'a str),
+    /// No credentials: the client's address.
+    Anonymous(IpAddr),
+}
+
+/// The counters of one principal (or bucket, or anonymous address group) under one set of limits.
+#[derive(Debug)]
+struct Counters {
+    limits: LimitSet,
+    scope: &'static str,
+    named: Option<Box<str>>,
+    requests: Option<DefaultDirectRateLimiter>,
+    in_progress: AtomicU32,
+}
+
+impl Counters {
+    fn new(limits: LimitSet, scope: &'static str, named: Option<Box<str>>) -> Counters {
+        let requests = limits.requests.map(|rate| {
+            let burst = NonZeroU32::new(limits.request_burst().unwrap_or(1)).unwrap_or(NonZeroU32::MIN);
+            let quota = Quota::with_period(rate.interval()).expect("a rate's interval is positive").allow_burst(burst);
+            DefaultDirectRateLimiter::direct(quota)
+        });
+        Counters { limits, scope, named, requests, in_progress: AtomicU32::new(0) }
+    }
+
+    /// Takes a place among the requests in progress, then a request from the bucket; gives the place back if the
+    /// bucket refuses.
+    fn admit(&self, clock: &DefaultClock) -> Result<(), Throttled> {
+        if let Some(max) = self.limits.concurrent {
+            let before = self.in_progress.fetch_add(1, Ordering::AcqRel);
+            if before >= max {
+                self.in_progress.fetch_sub(1, Ordering::AcqRel);
+                return Err(Throttled {
+                    kind: LimitKind::Concurrent,
+                    scope: self.scope,
+                    named: self.named.clone(),
+                    quota: u64::from(max),
+                    window_secs: 1,
+                    retry_after_secs: 1,
+                });
+            }
+        }
+        let refused = match (&self.requests, self.limits.requests) {
+            (Some(bucket), Some(rate)) => bucket.check().err().map(|not_until| (not_until, rate)),
+            _ => None,
+        };
+        if let Some((not_until, rate)) = refused {
+            self.release();
+            return Err(Throttled {
+                kind: LimitKind::Requests,
+                scope: self.scope,
+                named: self.named.clone(),
+                quota: u64::from(rate.count),
+                window_secs: u64::from(rate.period_secs),
+                retry_after_secs: whole_secs_at_least_one(not_until.wait_time_from(clock.now())),
+            });
+        }
+        Ok(())
+    }
+
+    fn release(&self) {
+        if self.limits.concurrent.is_some() {
+            self.in_progress.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Owner {
+    Token(Box<str>),
+    AccessKey(Box<str>),
+    Signer(Box<str>),
+    Address(IpAddr),
+    Bucket(Box<str>),
+}
+
+/// An [`Owner`] borrowed from the request: the map is searched without a copy of the name.
+#[derive(Debug, Clone, Copy, Hash)]
+enum OwnerRef<'a> {
+    Token(&'a str),
+    AccessKey(&'a str),
+    Signer(&'a str),
+    Address(IpAddr),
+    Bucket(&'a str),
+}
+
+impl Equivalent<Owner> for OwnerRef<'_> {
+    fn equivalent(&self, key: &Owner) -> bool {
+        match (self, key) {
+            (OwnerRef::Token(a), Owner::Token(b))
+            | (OwnerRef::AccessKey(a), Owner::AccessKey(b))
+            | (OwnerRef::Signer(a), Owner::Signer(b))
+            | (OwnerRef::Bucket(a), Owner::Bucket(b)) => *a == &**b,
+            (OwnerRef::Address(a), Owner::Address(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl OwnerRef<'_> {
+    fn owned(self) -> Owner {
+        match self {
+            OwnerRef::Token(id) => Owner::Token(id.into()),
+            OwnerRef::AccessKey(id) => Owner::AccessKey(id.into()),
+            OwnerRef::Signer(id) => Owner::Signer(id.into()),
+            OwnerRef::Address(ip) => Owner::Address(ip),
+            OwnerRef::Bucket(name) => Owner::Bucket(name.into()),
+        }
+    }
+}
+
+/// Principals (and address groups) counted at once; beyond, the least used start again.
+pub const COUNTED_PRINCIPALS: usize = 100_000;
+
+/// The replica's counters, shared by every data worker.
+#[derive(Debug)]
+pub struct Throttle {
+    counters: quick_cache::sync::Cache<Owner, Arc<Counters>>,
+    clock: DefaultClock,
+}
+
+impl Default for Throttle {
+    fn default() -> Self {
+        Throttle::new(COUNTED_PRINCIPALS)
+    }
+}
+
+/// A request's places among the requests in progress of its principal and its bucket, given back when it drops:
+/// a download holds it until its last byte is sent.
+#[derive(Debug, Default)]
+pub struct Permit {
+    held: Vec<Arc<Counters>>,
+}
+
+impl Permit {
+    /// Whether it holds a place (a concurrency limit covers the request): else there is nothing to keep.
+    pub fn holds(&self) -> bool {
+        !self.held.is_empty()
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        for counters in &self.held {
+            counters.release();
+        }
+    }
+}
+
+impl Throttle {
+    pub fn new(principals: usize) -> Throttle {
+        Throttle { counters: quick_cache::sync::Cache::new(principals), clock: DefaultClock::default() }
+    }
+
+    /// Whether `who`'s request on `bucket` may go on under `table`: it passes only if every limit that covers it
+    /// allows. The permit must be held until the response ends.
+    pub fn admit(&self, table: &LimitTable, who: Who<'_>, bucket: &str) -> Result<Permit, Throttled> {
+        let mut permit = Permit::default();
+        if table.is_empty() {
+            return Ok(permit);
+        }
+        if let Some((limits, scope)) = table.own(&who) {
+            let key = match who {
+                Who::Token(id) => OwnerRef::Token(id),
+                Who::S3Key(id) => OwnerRef::AccessKey(id),
+                Who::Signer(id) => OwnerRef::Signer(id),
+                Who::Anonymous(ip) => OwnerRef::Address(address_group(ip, limits.prefixes())),
+            };
+            self.admit_one(&mut permit, key, limits, scope)?;
+        }
+        if let Some(limits) = table.buckets.get(bucket) {
+            self.admit_one(&mut permit, OwnerRef::Bucket(bucket), limits, "bucket")?;
+        }
+        Ok(permit)
+    }
+
+    fn admit_one(
+        &self,
+        permit: &mut Permit,
+        key: OwnerRef<'_>,
+        limits: &LimitSet,
+        scope: &'static str,
+    ) -> Result<(), Throttled> {
+        let counters = match self.counters.get(&key) {
+            Some(c) if c.limits == *limits && c.scope == scope => c,
+            _ => {
+                let named = match (scope, key) {
+                    ("token" | "s3-key", OwnerRef::Token(n) | OwnerRef::AccessKey(n))
+                    | ("bucket", OwnerRef::Bucket(n)) => Some(n.into()),
+                    _ => None,
+                };
+                let fresh = Arc::new(Counters::new(*limits, scope, named));
+                self.counters.insert(key.owned(), fresh.clone());
+                fresh
+            }
+        };
+        counters.admit(&self.clock)?;
+        if limits.concurrent.is_some() {
+            permit.held.push(counters);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::throttle::RequestRate;
+
+    fn rate(count: u32) -> Option<RequestRate> {
+        Some(RequestRate { count, period_secs: 1 })
+    }
+
+    #[test]
+    fn no_limit_passes_without_counting() {
+        let throttle = Throttle::new(16);
+        let table = LimitTable::default();
+        for _ in 0..1000 {
+            assert!(throttle.admit(&table, Who::Token("t"), "b").is_ok());
+        }
+        assert_eq!(throttle.counters.len(), 0);
+    }
+
+    #[test]
+    fn a_request_rate_refuses_past_its_burst_and_names_the_limit() {
+        let throttle = Throttle::new(16);
+        let limits = LimitSet { requests: rate(5), ..Default::default() };
+        let table = LimitTable::new([(Subject::Token("t".into()), limits)]);
+        for _ in 0..5 {
+            throttle.admit(&table, Who::Token("t"), "b").unwrap();
+        }
+        let refused = throttle.admit(&table, Who::Token("t"), "b").unwrap_err();
+        assert_eq!(
+            (refused.kind, refused.scope, refused.quota, refused.retry_after_secs),
+            (LimitKind::Requests, "token", 5, 1)
+        );
+        // Another token is not covered (no default).
+        throttle.admit(&table, Who::Token("u"), "b").unwrap();
+    }
+
+    #[test]
+    fn the_default_covers_each_principal_alone() {
+        let throttle = Throttle::new(16);
+        let table = LimitTable::new([(Subject::Default, LimitSet { requests: rate(1), ..Default::default() })]);
+        throttle.admit(&table, Who::Token("a"), "b").unwrap();
+        throttle.admit(&table, Who::S3Key("a"), "b").unwrap();
+        throttle.admit(&table, Who::Signer("k"), "b").unwrap();
+        assert_eq!(throttle.admit(&table, Who::Token("a"), "b").unwrap_err().scope, "default");
+    }
+
+    #[test]
+    fn concurrency_places_return_when_permits_drop() {
+        let throttle = Throttle::new(16);
+        let table =
+            LimitTable::new([(Subject::S3Key("k".into()), LimitSet { concurrent: Some(2), ..Default::default() })]);
+        let first = throttle.admit(&table, Who::S3Key("k"), "b").unwrap();
+        let _second = throttle.admit(&table, Who::S3Key("k"), "b").unwrap();
+        let refused = throttle.admit(&table, Who::S3Key("k"), "b").unwrap_err();
+        assert_eq!((refused.kind, refused.quota), (LimitKind::Concurrent, 2));
+        drop(first);
+        throttle.admit(&table, Who::S3Key("k"), "b").unwrap();
+    }
+
+    #[test]
+    fn a_bucket_limit_is_shared_and_a_refusal_there_gives_the_principals_place_back() {
+        let throttle = Throttle::new(16);
+        let table = LimitTable::new([
+            (Subject::Bucket("shared".into()), LimitSet { requests: rate(3), ..Default::default() }),
+            (Subject::Token("a".into()), LimitSet { concurrent: Some(1), ..Default::default() }),
+        ]);
+        let _b1 = throttle.admit(&table, Who::Token("b"), "shared").unwrap();
+        let _b2 = throttle.admit(&table, Who::Token("b"), "shared").unwrap();
+        let _a = throttle.admit(&table, Who::Token("a"), "shared").unwrap();
+        drop(_a);
+        let refused = throttle.admit(&table, Who::Token("a"), "shared").unwrap_err();
+        assert_eq!(refused.scope, "bucket");
+        // The token's one place was given back when the bucket refused: another bucket takes it.
+        let _other = throttle.admit(&table, Who::Token("a"), "elsewhere").unwrap();
+    }
+
+    #[test]
+    fn anonymous_clients_are_counted_per_address_group() {
+        let throttle = Throttle::new(16);
+        let limits = LimitSet { requests: rate(1), ipv4_prefix: Some(24), ..Default::default() };
+        let table = LimitTable::new([(Subject::Anonymous, limits)]);
+        let ip = |s: &str| Who::Anonymous(s.parse().unwrap());
+        throttle.admit(&table, ip("192.0.2.1"), "b").unwrap();
+        assert_eq!(throttle.admit(&table, ip("192.0.2.200"), "b").unwrap_err().scope, "anonymous");
+        throttle.admit(&table, ip("198.51.100.1"), "b").unwrap();
+    }
+
+    #[test]
+    fn a_changed_limit_applies_at_once() {
+        let throttle = Throttle::new(16);
+        let one = LimitTable::new([(Subject::Token("t".into()), LimitSet { requests: rate(1), ..Default::default() })]);
+        throttle.admit(&one, Who::Token("t"), "b").unwrap();
+        assert!(throttle.admit(&one, Who::Token("t"), "b").is_err());
+        let ten =
+            LimitTable::new([(Subject::Token("t".into()), LimitSet { requests: rate(10), ..Default::default() })]);
+        throttle.admit(&ten, Who::Token("t"), "b").unwrap();
+    }
+}
