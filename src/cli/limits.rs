@@ -5,7 +5,7 @@ use anyhow::bail;
 
 use super::LimitsCommand;
 use crate::names::BucketName;
-use crate::store::Store;
+use crate::store::{Store, unix_now};
 use crate::throttle::{LimitSet, Subject};
 
 pub async fn limits(store: &Store, command: LimitsCommand) -> anyhow::Result<()> {
@@ -14,7 +14,7 @@ pub async fn limits(store: &Store, command: LimitsCommand) -> anyhow::Result<()>
             let subject = Subject::parse(&principal)?;
             require_principal(store, &subject).await?;
             let change = limits.into_set();
-            let set = match store.meta.set_limit(&subject, &change, crate::stats::unix_now()).await? {
+            let set = match store.meta.set_limit(&subject, &change, unix_now()).await? {
                 Ok(set) => set,
                 Err(refused) => bail!("{refused}"),
             };

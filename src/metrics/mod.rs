@@ -267,6 +267,12 @@ pub fn register_all(
     for limit in PART_LIMITS {
         counter!(MULTIPART_PARTS_REFUSED, "limit" => limit).increment(0);
     }
+    // The unnamed scopes, at 0; a named principal's series appears at its first refusal.
+    for limit in ["requests", "concurrent"] {
+        for scope in ["default", "anonymous"] {
+            counter!(THROTTLED_REQUESTS, "limit" => limit, "scope" => scope, "principal" => "").increment(0);
+        }
+    }
     for api in [UploadApi::Native, UploadApi::S3] {
         for result in UPLOAD_RESULTS {
             counter!(UPLOADS, "api" => api.label(), "result" => result).increment(0);
