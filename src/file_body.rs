@@ -100,6 +100,17 @@ pub struct FileBody {
     /// Whatever must live until the last byte is sent: a place among a principal's requests in progress (a
     /// concurrency limit), given back when the driver drops the body.
     pub held: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// Set when a bandwidth limit covers the response: the driver sends each chunk of a region only once the pace
+    /// grants its bytes, and gives back what sendfile did not take.
+    pub pace: Option<Arc<dyn Pace>>,
+}
+
+/// Bytes per second shared by every response it is given to (a principal's bandwidth limit, on every worker).
+pub trait Pace: Send + Sync + std::fmt::Debug {
+    /// Up to `want` bytes that may be sent now (at least one), or how long to wait before asking again.
+    fn grant(&self, want: u64) -> Result<u64, std::time::Duration>;
+    /// Granted bytes that were not sent after all.
+    fn refund(&self, unsent: u64);
 }
 
 /// A file that fills while it is sent: a cache of an object store's blob, whose slices arrive from the store.

@@ -164,7 +164,7 @@ pub fn show_size(bytes: u64) -> String {
 }
 
 /// What a limit allows; a field not set does not limit. Each rate has a burst: by default a rate's one period's
-/// worth (requests) or one second's (bytes).
+/// worth (requests) or a tenth of a second's (bytes).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LimitSet {
     pub requests: Option<RequestRate>,
@@ -242,14 +242,14 @@ impl LimitSet {
         self.requests.map(|rate| self.request_burst.unwrap_or(rate.count))
     }
 
-    /// The read bucket's size in bytes.
+    /// The read bucket's size in bytes: by default a tenth of a second's worth, so that a rate holds over seconds.
     pub fn read_burst(&self) -> Option<u64> {
-        self.read_bytes.map(|rate| self.read_burst.unwrap_or(rate).max(MIN_BYTE_BURST))
+        self.read_bytes.map(|rate| self.read_burst.unwrap_or(rate / 10).max(MIN_BYTE_BURST))
     }
 
-    /// The write bucket's size in bytes.
+    /// The write bucket's size in bytes, as [`LimitSet::read_burst`].
     pub fn write_burst(&self) -> Option<u64> {
-        self.write_bytes.map(|rate| self.write_burst.unwrap_or(rate).max(MIN_BYTE_BURST))
+        self.write_bytes.map(|rate| self.write_burst.unwrap_or(rate / 10).max(MIN_BYTE_BURST))
     }
 
     /// One line, as `limits show` and `token list` print it: `requests 100/s (burst 100), read 50MiB/s …`.
@@ -436,7 +436,7 @@ mod tests {
         assert_eq!(
             LimitSet { requests: rate, read_bytes: Some(10 << 20), concurrent: Some(2), ..Default::default() }
                 .describe(),
-            "requests 5/s (burst 5), read 10MiB/s (burst 10MiB), concurrent 2"
+            "requests 5/s (burst 5), read 10MiB/s (burst 1MiB), concurrent 2"
         );
     }
 

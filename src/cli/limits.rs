@@ -6,7 +6,7 @@ use anyhow::bail;
 use super::LimitsCommand;
 use crate::names::BucketName;
 use crate::store::{Store, unix_now};
-use crate::throttle::{LimitSet, Subject};
+use crate::throttle::{LimitSet, Subject, show_size};
 
 pub async fn limits(store: &Store, command: LimitsCommand) -> anyhow::Result<()> {
     match command {
@@ -50,6 +50,10 @@ pub fn line(subject: &Subject, set: &LimitSet) -> serde_json::Value {
         "principal": subject.to_string(),
         "requests": set.requests.map(|r| r.to_string()),
         "request_burst": set.request_burst(),
+        "read": set.read_bytes.map(|r| format!("{}/s", show_size(r))),
+        "read_burst": set.read_burst().map(show_size),
+        "write": set.write_bytes.map(|r| format!("{}/s", show_size(r))),
+        "write_burst": set.write_burst().map(show_size),
         "concurrent": set.concurrent,
         "ipv4_prefix": (*subject == Subject::Anonymous).then(|| set.prefixes().0),
         "ipv6_prefix": (*subject == Subject::Anonymous).then(|| set.prefixes().1),

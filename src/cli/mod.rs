@@ -97,8 +97,8 @@ pub enum Command {
     /// Manage S3 access keys (SigV4).
     #[command(subcommand, name = "s3-key")]
     S3Key(S3KeyCommand),
-    /// Limit what principals may ask of each server: request rate and requests in progress, on a token, an S3
-    /// key, a bucket, anonymous clients or everyone by default.
+    /// Limit what principals may ask of each server: request rate, bandwidth and requests in progress, on a token,
+    /// an S3 key, a bucket, anonymous clients or everyone by default.
     #[command(subcommand)]
     Limits(LimitsCommand),
     /// Print a signed URL for BUCKET/KEY.
@@ -425,6 +425,19 @@ pub struct LimitArgs {
     /// Requests that may come at once above the rate [default: the rate's count].
     #[arg(long, value_name = "N")]
     request_burst: Option<u32>,
+    /// Object bytes sent per second, shared by all the principal's downloads: `50MiB/s`, `10MB/s`.
+    #[arg(long, value_name = "RATE", value_parser = read_rate)]
+    read: Option<u64>,
+    /// Bytes that may go at once above the read rate: `8MiB` [default: a tenth of a second's worth, 64KiB at
+    /// least].
+    #[arg(long, value_name = "SIZE", value_parser = burst_size)]
+    read_burst: Option<u64>,
+    /// Upload body bytes received per second, shared by all the principal's uploads: `20MiB/s`.
+    #[arg(long, value_name = "RATE", value_parser = write_rate)]
+    write: Option<u64>,
+    /// Bytes that may come at once above the write rate [default: as `--read-burst`].
+    #[arg(long, value_name = "SIZE", value_parser = burst_size)]
+    write_burst: Option<u64>,
     /// Requests in progress at once (a download counts until its last byte is sent).
     #[arg(long, value_name = "N")]
     concurrent: Option<u32>,
@@ -441,12 +454,30 @@ impl LimitArgs {
         crate::throttle::LimitSet {
             requests: self.requests,
             request_burst: self.request_burst,
+            read_bytes: self.read,
+            read_burst: self.read_burst,
+            write_bytes: self.write,
+            write_burst: self.write_burst,
             concurrent: self.concurrent,
             ipv4_prefix: self.ipv4_prefix,
             ipv6_prefix: self.ipv6_prefix,
-            ..Default::default()
         }
     }
+}
+
+/// `--read`: `SIZE/s`.
+fn read_rate(value: &str) -> Result<u64, String> {
+    crate::throttle::parse_byte_rate(value, "--read").map_err(|e| e.to_string())
+}
+
+/// `--write`: `SIZE/s`.
+fn write_rate(value: &str) -> Result<u64, String> {
+    crate::throttle::parse_byte_rate(value, "--write").map_err(|e| e.to_string())
+}
+
+/// `--read-burst`, `--write-burst`: a size.
+fn burst_size(value: &str) -> Result<u64, String> {
+    crate::throttle::parse_size(value, "burst").map_err(|e| e.to_string())
 }
 
 /// `--requests`: `COUNT/s`, `COUNT/min` or `COUNT/h`.

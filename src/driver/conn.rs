@@ -920,6 +920,7 @@ mod tests {
             shared_fields: None,
             fill: None,
             held: None,
+            pace: None,
         }
     }
 

@@ -244,6 +244,12 @@ async fn send_region(
                 None => return Ok(()),
             },
         };
+        // A paced body sends what its bandwidth grants: the wait is a timer, never a blocked thread, and it is not
+        // a stall (the reader is not behind).
+        let want = match body.pace.as_deref() {
+            Some(pace) => paced(pace, want).await,
+            None => want,
+        };
         let (position, chunk) = (region.position(), want as u64);
         let offload = (chunk >= OFFLOAD_MIN && super::worker_is_shared())
             || (chunk_is_cold(file, position, chunk) && {
@@ -259,6 +265,9 @@ async fn send_region(
         } else {
             stream.try_io(Interest::WRITABLE, move || sys::sendfile(stream, file, position, want))
         };
+        if let Some(pace) = body.pace.as_deref() {
+            pace.refund((want - *result.as_ref().unwrap_or(&0)) as u64);
+        }
         match result {
             Ok(0) => {
                 return Err(SendOutcome::Truncated { missing: region.remaining() });
@@ -279,6 +288,16 @@ async fn send_region(
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(SendOutcome::Aborted(e)),
+        }
+    }
+}
+
+/// Waits until `pace` grants bytes of a `want`-byte chunk; returns how many.
+async fn paced(pace: &dyn crate::file_body::Pace, want: usize) -> usize {
+    loop {
+        match pace.grant(want as u64) {
+            Ok(granted) => return (granted as usize).clamp(1, want),
+            Err(wait) => tokio::time::sleep(wait).await,
         }
     }
 }
@@ -427,6 +446,7 @@ mod tests {
             shared_fields: None,
             fill,
             held: None,
+            pace: None,
         }
     }
 

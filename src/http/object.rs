@@ -31,7 +31,7 @@ use super::conditional::{self, Precondition, Validators};
 use super::error::ApiError;
 use super::multipart;
 use super::range::{self, RangeDecision};
-use super::throttling::{Asker, HeldPermit, admit};
+use super::throttling::{Admitted, Asker, admit};
 use super::website::{self, Plan};
 use super::{DataState, NativeRead};
 use crate::access_log::Principal;
@@ -61,8 +61,8 @@ pub async fn authorise_and_serve(app: &DataState, read: NativeRead<'_>) -> Resul
     let asker = Asker::of(&credentials, *peer);
     let allowed = app.auth.read(&bucket_name, bucket.as_ref(), plan.authorised_key(), credentials).await?;
     let bucket = &allowed.bucket;
-    let held = match admit(app, &asker, bucket_name.as_str()).await {
-        Ok(held) => held,
+    let admitted = match admit(app, &asker, bucket_name.as_str()).await {
+        Ok(admitted) => admitted,
         Err(refused) => return Ok(Err(refused)),
     };
     // The object the plan reads, served from here: each async layer a request passes through moves the state of
@@ -85,7 +85,7 @@ pub async fn authorise_and_serve(app: &DataState, read: NativeRead<'_>) -> Resul
             s3: false,
             part: false,
             principal,
-            held,
+            admitted,
             render: &IntoResponse::into_response,
         };
         return Ok(serve_entry(app, request, &entry).await);
@@ -198,6 +198,7 @@ async fn error_document_response(app: &DataState, bucket: &Bucket, entry: &Objec
         shared_fields: None,
         fill,
         held: None,
+        pace: None,
     };
     let mut h = http::HeaderMap::new();
     let content_type = HeaderValue::from_str(entry.content_type());
@@ -227,8 +228,9 @@ pub(super) struct ObjectRequest<'a> {
     /// (S3's `206` with the part's length), where RFC 9110 has HEAD ignore Range.
     pub part: bool,
     pub principal: Option<Principal>,
-    /// A place among the requests in progress of the principal or bucket, held until the body is sent.
-    pub held: HeldPermit,
+    /// What limits gave the request: places among the requests in progress, held until the body is sent, and the
+    /// pace of its bytes.
+    pub admitted: Admitted,
     /// How a refusal after authorisation (404, 412, 416) is written: JSON natively, XML for S3.
     pub render: &'a (dyn Fn(ApiError) -> Response + Sync),
 }
@@ -275,7 +277,7 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         s3,
         part,
         principal,
-        held,
+        admitted,
         render,
     } = request;
     let method = method.clone();
@@ -427,7 +429,8 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         encoding: variant.map_or("identity", |v| v.coding.token()),
         shared_fields: matches!(representation, Representation::Shared(_)).then(|| prepared.clone()),
         fill,
-        held,
+        held: admitted.held,
+        pace: admitted.read_pace,
     };
 
     // With shared fields a whole object's response has no fields of its own: the driver writes Content-Length.

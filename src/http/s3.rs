@@ -353,7 +353,7 @@ async fn route(
                     Some(allowed) => Asker::S3Key(allowed.key.id.clone()),
                     None => Asker::Anonymous(peer),
                 };
-                let held = throttling::admit(app, &asker, name.as_str()).await?;
+                let admitted = throttling::admit(app, &asker, name.as_str()).await?;
                 let bucket = bucket.ok_or(AuthError::NoSuchBucket)?;
                 let presigned = allowed.as_ref().is_some_and(|allowed| allowed.presigned);
                 let overrides = if presigned { query.response_overrides()? } else { Default::default() };
@@ -376,7 +376,7 @@ async fn route(
                         Some(allowed) => Principal::S3(allowed.key.id.as_str().into()),
                         None => Principal::Public,
                     }),
-                    held,
+                    admitted,
                     render: &render,
                 };
                 let mut response = object::serve_object(app, object_request).await?;

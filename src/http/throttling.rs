@@ -4,12 +4,16 @@
 //! requests in progress rides with the response until its last byte is sent.
 
 use std::net::IpAddr;
+
+use axum::body::Body;
+use futures_util::StreamExt;
 use std::sync::Arc;
 
 use super::DataState;
 use super::error::ApiError;
 use crate::auth::Credentials;
 use crate::catalog::at_once;
+use crate::file_body::Pace;
 use crate::throttle::state::Who;
 
 /// Who a request is for limits, owned past its credentials' check (which consumes them).
@@ -41,20 +45,30 @@ impl<'a> Asker<'a> {
     }
 }
 
-/// A held place among the requests in progress, as a `FileBody` carries it to the end of the send.
-pub type HeldPermit = Option<Arc<dyn std::any::Any + Send + Sync>>;
+/// What an admitted request carries to its end: its places among the requests in progress (a `FileBody` holds
+/// them until the last byte is sent) and the paces of its object bytes and of its body.
+#[derive(Debug, Default, Clone)]
+pub struct Admitted {
+    pub held: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    pub read_pace: Option<Arc<dyn Pace>>,
+    pub write_pace: Option<Arc<dyn Pace>>,
+}
 
 /// Admits `asker`'s request on `bucket`, or refuses it with the limit that did. No limit at all costs a cache hit.
-pub async fn admit(app: &DataState, asker: &Asker<'_>, bucket: &str) -> Result<HeldPermit, ApiError> {
+pub async fn admit(app: &DataState, asker: &Asker<'_>, bucket: &str) -> Result<Admitted, ApiError> {
     let table = match at_once(app.catalog.limits()) {
         Ok(table) => table,
         Err(trip) => trip.await,
     };
     if table.is_empty() {
-        return Ok(None);
+        return Ok(Admitted::default());
     }
     match app.throttle.admit(&table, asker.who(), bucket) {
-        Ok(permit) => Ok(permit.holds().then(|| Arc::new(permit) as Arc<dyn std::any::Any + Send + Sync>)),
+        Ok(permit) => Ok(Admitted {
+            read_pace: permit.read_pace(),
+            write_pace: permit.write_pace(),
+            held: permit.holds().then(|| Arc::new(permit) as Arc<dyn std::any::Any + Send + Sync>),
+        }),
         Err(throttled) => {
             crate::metrics::throttled(
                 throttled.kind.label(),
@@ -64,4 +78,26 @@ pub async fn admit(app: &DataState, asker: &Asker<'_>, bucket: &str) -> Result<H
             Err(ApiError::Throttled(Box::new(throttled)))
         }
     }
+}
+
+/// An upload's body read no faster than its write limit: each chunk is handed on once `pace` granted its bytes,
+/// and the next is not asked for before, so the client feels the limit as TCP flow control. The wait is a timer,
+/// which needs no more body: a handler that holds a budgeted chunk while it waits cannot deadlock the budget.
+pub fn paced_body(body: Body, pace: Option<Arc<dyn Pace>>) -> Body {
+    let Some(pace) = pace else { return body };
+    Body::from_stream(body.into_data_stream().then(move |chunk| {
+        let pace = Arc::clone(&pace);
+        async move {
+            if let Ok(bytes) = &chunk {
+                let mut owed = bytes.len() as u64;
+                while owed > 0 {
+                    match pace.grant(owed) {
+                        Ok(granted) => owed -= granted.clamp(1, owed),
+                        Err(wait) => tokio::time::sleep(wait).await,
+                    }
+                }
+            }
+            chunk
+        }
+    }))
 }

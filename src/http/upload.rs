@@ -89,7 +89,8 @@ async fn store_body(
     let asker = writer(&credentials);
     app.data.auth.write(bucket.as_ref(), &key, credentials).await?;
     // Held until the body is stored: a concurrency limit counts uploads in progress too.
-    let _held = super::throttling::admit(&app.data, &asker, bucket_name.as_str()).await?;
+    let admitted = super::throttling::admit(&app.data, &asker, bucket_name.as_str()).await?;
+    let body = super::throttling::paced_body(body, admitted.write_pace.clone());
     crate::store::require_bucket(bucket, &bucket_name)?;
     ApiError::require_length(headers)?;
     let text = |name: header::HeaderName| -> Result<Option<String>, ApiError> {

@@ -6,11 +6,15 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, Quota};
 use quick_cache::Equivalent;
+
+use crate::file_body::Pace;
 
 use super::{LimitKind, LimitSet, Subject, Throttled, address_group, whole_secs_at_least_one};
 
@@ -69,6 +73,100 @@ pub enum Who<'a> {
     Anonymous(IpAddr),
 }
 
+/// Bytes a second with a burst, shared by every response or upload its principal has in progress, on every
+/// worker: a token bucket under a lock held for a few arithmetic operations per grant (a chunk, not a request).
+#[derive(Debug)]
+struct ByteBucket {
+    per_sec: f64,
+    burst: f64,
+    /// The least a grant gives (unless less is wanted), so that a low rate still sends chunks worth a syscall.
+    quantum: f64,
+    /// Bytes available, and when they were counted.
+    state: Mutex<(f64, Instant)>,
+}
+
+impl ByteBucket {
+    fn new(per_sec: u64, burst: u64) -> ByteBucket {
+        let (per_sec, burst) = (per_sec as f64, burst as f64);
+        let quantum = (per_sec / 50.0).clamp(4096.0, 256.0 * 1024.0).min(burst);
+        ByteBucket { per_sec, burst, quantum, state: Mutex::new((burst, Instant::now())) }
+    }
+
+    /// Up to `want` bytes now, at least a quantum's (or `want`) worth; else how long until that many are there.
+    fn take(&self, want: u64) -> Result<u64, Duration> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let (available, since) = *state;
+        let available = (available + now.saturating_duration_since(since).as_secs_f64() * self.per_sec).min(self.burst);
+        let least = self.quantum.min(want as f64);
+        if available < least {
+            *state = (available, now);
+            return Err(Duration::from_secs_f64((least - available) / self.per_sec));
+        }
+        let granted = (available.floor() as u64).min(want);
+        *state = (available - granted as f64, now);
+        Ok(granted)
+    }
+
+    fn give_back(&self, bytes: u64) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.0 = (state.0 + bytes as f64).min(self.burst);
+    }
+}
+
+/// The bandwidth limits that cover one response (or upload): its principal's and its bucket's. A grant is what
+/// all of them allow; what one gave beyond the others goes back to it.
+#[derive(Debug)]
+pub struct BytePace {
+    counters: Vec<Arc<Counters>>,
+    write: bool,
+}
+
+impl BytePace {
+    fn bucket<'c>(&self, counters: &'c Counters) -> Option<&'c ByteBucket> {
+        if self.write { counters.write.as_ref() } else { counters.read.as_ref() }
+    }
+}
+
+impl Pace for BytePace {
+    fn grant(&self, want: u64) -> Result<u64, Duration> {
+        let mut granted = want;
+        for (i, counters) in self.counters.iter().enumerate() {
+            let Some(bucket) = self.bucket(counters) else { continue };
+            match bucket.take(granted) {
+                Ok(n) => {
+                    // The buckets before this one gave `granted`; keep only what this one allows too.
+                    for earlier in &self.counters[..i] {
+                        if let Some(b) = self.bucket(earlier) {
+                            b.give_back(granted - n);
+                        }
+                    }
+                    granted = n;
+                }
+                Err(wait) => {
+                    for earlier in &self.counters[..i] {
+                        if let Some(b) = self.bucket(earlier) {
+                            b.give_back(granted);
+                        }
+                    }
+                    return Err(wait);
+                }
+            }
+        }
+        Ok(granted)
+    }
+
+    fn refund(&self, unsent: u64) {
+        if unsent > 0 {
+            for counters in &self.counters {
+                if let Some(bucket) = self.bucket(counters) {
+                    bucket.give_back(unsent);
+                }
+            }
+        }
+    }
+}
+
 /// The counters of one principal (or bucket, or anonymous address group) under one set of limits.
 #[derive(Debug)]
 struct Counters {
@@ -77,6 +175,8 @@ struct Counters {
     named: Option<Box<str>>,
     requests: Option<DefaultDirectRateLimiter>,
     in_progress: AtomicU32,
+    read: Option<ByteBucket>,
+    write: Option<ByteBucket>,
 }
 
 impl Counters {
@@ -86,7 +186,9 @@ impl Counters {
             let quota = Quota::with_period(rate.interval()).expect("a rate's interval is positive").allow_burst(burst);
             DefaultDirectRateLimiter::direct(quota)
         });
-        Counters { limits, scope, named, requests, in_progress: AtomicU32::new(0) }
+        let read = limits.read_bytes.zip(limits.read_burst()).map(|(rate, burst)| ByteBucket::new(rate, burst));
+        let write = limits.write_bytes.zip(limits.write_burst()).map(|(rate, burst)| ByteBucket::new(rate, burst));
+        Counters { limits, scope, named, requests, in_progress: AtomicU32::new(0), read, write }
     }
 
     /// Takes a place among the requests in progress, then a request from the bucket; gives the place back if the
@@ -196,12 +298,29 @@ impl Default for Throttle {
 #[derive(Debug, Default)]
 pub struct Permit {
     held: Vec<Arc<Counters>>,
+    paced: Vec<Arc<Counters>>,
 }
 
 impl Permit {
     /// Whether it holds a place (a concurrency limit covers the request): else there is nothing to keep.
     pub fn holds(&self) -> bool {
         !self.held.is_empty()
+    }
+
+    /// The pace of the response's object bytes, when a read bandwidth limit covers it.
+    pub fn read_pace(&self) -> Option<Arc<dyn Pace>> {
+        self.pace(false)
+    }
+
+    /// The pace of the request's body, when a write bandwidth limit covers it.
+    pub fn write_pace(&self) -> Option<Arc<dyn Pace>> {
+        self.pace(true)
+    }
+
+    fn pace(&self, write: bool) -> Option<Arc<dyn Pace>> {
+        let counters: Vec<_> =
+            self.paced.iter().filter(|c| if write { c.write.is_some() } else { c.read.is_some() }).cloned().collect();
+        (!counters.is_empty()).then(|| Arc::new(BytePace { counters, write }) as Arc<dyn Pace>)
     }
 }
 
@@ -261,6 +380,9 @@ impl Throttle {
             }
         };
         counters.admit(&self.clock)?;
+        if counters.read.is_some() || counters.write.is_some() {
+            permit.paced.push(counters.clone());
+        }
         if limits.concurrent.is_some() {
             permit.held.push(counters);
         }
@@ -353,6 +475,37 @@ mod tests {
         throttle.admit(&table, ip("192.0.2.1"), "b").unwrap();
         assert_eq!(throttle.admit(&table, ip("192.0.2.200"), "b").unwrap_err().scope, "anonymous");
         throttle.admit(&table, ip("198.51.100.1"), "b").unwrap();
+    }
+
+    #[test]
+    fn a_byte_bucket_grants_its_burst_then_waits_for_the_rate() {
+        // 4 KiB a second: a quantum (4 KiB) takes a second to come back, longer than any pause between two lines.
+        let bucket = ByteBucket::new(4096, 64 << 10);
+        assert_eq!(bucket.take(1 << 20), Ok(64 << 10), "the burst at once");
+        let wait = bucket.take(64 << 10).unwrap_err();
+        assert!(wait <= Duration::from_secs(1) && wait > Duration::ZERO, "a quantum's time at most: {wait:?}");
+        bucket.give_back(10_000);
+        assert_eq!(bucket.take(5_000), Ok(5_000), "what was given back");
+    }
+
+    #[test]
+    fn a_pace_grants_what_every_covering_limit_allows_and_refunds_them_all() {
+        let throttle = Throttle::new(16);
+        let token = LimitSet { read_bytes: Some(10 << 20), read_burst: Some(1 << 20), ..Default::default() };
+        let bucket = LimitSet { read_bytes: Some(4096), read_burst: Some(128 << 10), ..Default::default() };
+        let table = LimitTable::new([(Subject::Token("t".into()), token), (Subject::Bucket("b".into()), bucket)]);
+        let permit = throttle.admit(&table, Who::Token("t"), "b").unwrap();
+        assert!(permit.write_pace().is_none(), "no write limit");
+        let pace = permit.read_pace().unwrap();
+        assert_eq!(pace.grant(4 << 20), Ok(128 << 10), "the bucket's burst, the smaller");
+        pace.refund(128 << 10);
+        assert_eq!(pace.grant(4 << 20), Ok(128 << 10), "refunded to both");
+        assert!(pace.grant(4 << 20).is_err(), "the bucket is empty for a second");
+        // The token's bucket gave only what the bucket's allowed: another bucket's request has the rest of its
+        // burst (and what refilled meanwhile).
+        let other = throttle.admit(&table, Who::Token("t"), "other").unwrap().read_pace().unwrap();
+        let rest = other.grant(4 << 20).unwrap();
+        assert!(((1 << 20) - (128 << 10)..=1 << 20).contains(&rest), "{rest}");
     }
 
     #[test]

@@ -124,6 +124,45 @@ fn object_bytes_leave_by_sendfile_only() {
     }
 }
 
+/// The same with a bandwidth limit on the token: a paced body is still regions of the file, sent by sendfile in
+/// the chunks its pace grants, never copied.
+#[test]
+fn paced_object_bytes_leave_by_sendfile_only() {
+    require_tool("strace", "apt package strace");
+    let env = TestEnv::new();
+    env.bucket("paced", false);
+    let size = 24 << 20;
+    let bytes = test_bytes(size, 24);
+    env.put_bytes("paced", "blob.bin", &bytes, &[]);
+    let token = env.token("paced", "read", &[]);
+    let listed = env.ok(&["token", "list"]);
+    let id = listed.lines().find_map(|l| {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        let id = v["id"].as_str().unwrap().to_owned();
+        token.contains(&id).then_some(id)
+    });
+    env.ok(&["limits", "set", &format!("token:{}", id.unwrap()), "--read", "48MiB/s", "--read-burst", "1MiB"]);
+    let auth = format!("Bearer {token}");
+    let multi = format!("bytes=0-99999,{}-{},{}-", size / 4, size / 4 + 8_000_000, size - 1000);
+    let cases: [(&str, Option<&str>, usize); 3] = [
+        ("paced-full", None, size),
+        ("paced-range", Some("bytes=1000-12000000"), 12_000_000 - 1000 + 1),
+        ("paced-multi", Some(multi.as_str()), 100_000 + 8_000_001 + 1000),
+    ];
+    for (name, range, object_bytes) in cases {
+        let mut headers = vec![("Authorization", auth.as_str())];
+        headers.extend(range.map(|r| ("Range", r)));
+        let (response, trace) = traced_download(&env, "/paced/blob.bin", &headers, name);
+        assert_eq!(response.status, if range.is_some() { 206 } else { 200 }, "{name}");
+        if range.is_none() {
+            assert!(response.body == bytes, "full body differs");
+        }
+        assert_by_sendfile_only(name, &trace, object_bytes as u64);
+        // Paced: in grants of at most the burst, so more calls than the 2 MiB chunks of an unpaced send.
+        assert!(trace.sendfile_calls as usize >= object_bytes / (1 << 20), "{name}: {} calls", trace.sendfile_calls);
+    }
+}
+
 /// The same for an S3 GetObject signed by botocore (SigV4 header auth): full, one range, three ranges.
 #[test]
 fn sigv4_get_object_bytes_leave_by_sendfile_only() {

@@ -3,7 +3,9 @@
 //! fields natively and S3's `SlowDown` (which SDKs back off on). Rates are per minute here, so that no refill
 //! happens during a test: every assertion counts requests, none times them.
 
-use crate::helpers::s3::{boto3_output, key_json, s3_key};
+use crate::helpers::s3::{boto3_output, key_json, run_ok, s3_key};
+use std::process::Command;
+
 use crate::helpers::*;
 
 fn json_lines(out: &str) -> Vec<serde_json::Value> {
@@ -142,22 +144,22 @@ fn a_concurrency_limit_of_two_refuses_a_third_download_until_one_ends() {
     env.ok(&["limits", "set", &format!("token:{id}"), "--concurrent", "2"]);
     // Two downloads that cannot finish while nobody reads them: each holds its place until its last byte.
     let auth = format!("Bearer {token}");
+    // Each one's head read, so both hold their places before the third asks (a refusal has no body to wait for).
     let mut held: Vec<Conn> = (0..2)
         .map(|_| {
             let mut conn = Conn::open(server.data);
             conn.send(&raw_request("GET", "/bkt/big", &[("authorization", &auth)], false));
+            let (status, _) = conn.read_head().expect("a response head");
+            assert_eq!(status, 200, "two downloads may be in progress");
             conn
         })
         .collect();
-    let third = wait_for(std::time::Duration::from_secs(10), || {
-        server.get_auth("/bkt/big", &token, &[("range", "bytes=0-0")]).status == 429
-    });
-    assert!(third, "a third request is refused while two are in progress");
     let refused = server.get_auth("/bkt/big", &token, &[("range", "bytes=0-0")]);
+    assert_json_error(&refused, 429, "too_many_requests");
     assert_eq!(refused.header("ratelimit-policy"), Some("\"token\";q=2;qu=\"concurrent-requests\";w=1"));
     // One ends (read whole and checked): its place is given back.
-    let response = held[0].read_response(false).expect("the first download");
-    assert_eq!(sha256_hex(&response.body), sha256_hex(&bytes));
+    let body = held[0].read_raw(bytes.len());
+    assert_eq!(sha256_hex(&body), sha256_hex(&bytes));
     drop(held.remove(0));
     let passed = wait_for(std::time::Duration::from_secs(10), || {
         server.get_auth("/bkt/big", &token, &[("range", "bytes=0-0")]).status == 206
@@ -195,4 +197,88 @@ fn boto3_backs_off_on_slowdown_and_finishes_every_download() {
     assert_eq!(got, want, "every object, every byte");
     let labels = format!("limit=\"requests\",scope=\"s3-key\",principal=\"{}\"", key.id);
     assert!(throttled(&server, &labels) >= 1.0, "SlowDown was answered and retried: {}", server.metrics());
+}
+
+/// The id of `token`, as `limits set token:ID` takes it.
+fn token_id(env: &TestEnv, token: &str) -> String {
+    json_lines(&env.ok(&["token", "list"]))
+        .into_iter()
+        .map(|t| t["id"].as_str().unwrap().to_owned())
+        .find(|id| token.contains(id.as_str()))
+        .expect("the token's id is listed")
+}
+
+/// MiB a second over a transfer of `bytes` that took `secs`.
+fn mib_per_sec(bytes: usize, secs: f64) -> f64 {
+    bytes as f64 / (1 << 20) as f64 / secs
+}
+
+#[test]
+fn curl_and_aria2c_each_get_their_tokens_10_mib_a_second_and_every_byte() {
+    require_tool("curl", "apt package curl");
+    require_tool("aria2c", "apt package aria2");
+    let env = TestEnv::new();
+    env.bucket("bkt", false);
+    let size = 100 << 20;
+    let bytes = test_bytes(size, 10);
+    env.put_bytes("bkt", "big", &bytes, &[]);
+    let (for_curl, for_aria) = (env.token("bkt", "read", &[]), env.token("bkt", "read", &[]));
+    for token in [&for_curl, &for_aria] {
+        env.ok(&["limits", "set", &format!("token:{}", token_id(&env, token)), "--read", "10MiB/s"]);
+    }
+    let server = env.serve();
+    let url = format!("http://{}/bkt/big", server.data);
+    let dir = env.dir.path().to_owned();
+    // At once: each token's budget is its own, and aria2c's four connections share one.
+    let curl = {
+        let (url, out, auth) = (url.clone(), dir.join("curl.bin"), format!("Authorization: Bearer {for_curl}"));
+        std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            run_ok(Command::new("curl").args(["-sSf", "-H", &auth, "-o"]).arg(&out).arg(&url));
+            (started.elapsed().as_secs_f64(), std::fs::read(&out).unwrap())
+        })
+    };
+    let started = std::time::Instant::now();
+    run_ok(
+        Command::new("aria2c")
+            .args(["-q", "-x4", "-s4", "-k1M", "--file-allocation=none", "--allow-overwrite=true"])
+            .arg(format!("--header=Authorization: Bearer {for_aria}"))
+            .args(["--auto-file-renaming=false", "-o", "aria.bin", "-d"])
+            .arg(&dir)
+            .arg(&url),
+    );
+    let aria_secs = started.elapsed().as_secs_f64();
+    let (curl_secs, curl_bytes) = curl.join().unwrap();
+    assert!(curl_bytes == bytes, "curl's copy differs");
+    assert!(std::fs::read(dir.join("aria.bin")).unwrap() == bytes, "aria2c's copy differs");
+    for (client, secs) in [("curl", curl_secs), ("aria2c -x4", aria_secs)] {
+        let rate = mib_per_sec(size, secs);
+        eprintln!("{client}: {rate:.2} MiB/s over {secs:.1} s");
+        assert!((9.0..=11.0).contains(&rate), "{client}: {rate:.2} MiB/s over {secs:.1} s, not 10 ± 10%");
+    }
+}
+
+#[test]
+fn an_upload_is_read_no_faster_than_its_write_limit() {
+    require_tool("curl", "apt package curl");
+    let env = TestEnv::new();
+    env.bucket("bkt", false);
+    let token = env.token("bkt", "write", &[]);
+    env.ok(&["limits", "set", &format!("token:{}", token_id(&env, &token)), "--write", "2MiB/s"]);
+    let size = 8 << 20;
+    let bytes = test_bytes(size, 11);
+    let file = write_file(env.dir.path(), "up.bin", &bytes);
+    let server = env.serve();
+    let started = std::time::Instant::now();
+    run_ok(
+        Command::new("curl")
+            .args(["-sSf", "-H", &format!("Authorization: Bearer {token}"), "-T"])
+            .arg(&file)
+            .arg(format!("http://{}/bkt/up.bin", server.data)),
+    );
+    let rate = mib_per_sec(size, started.elapsed().as_secs_f64());
+    eprintln!("curl -T: {rate:.2} MiB/s");
+    assert!((1.8..=2.2).contains(&rate), "{rate:.2} MiB/s, not 2 ± 10%");
+    let read = server.get_auth("/bkt/up.bin", &token, &[]);
+    assert_eq!(sha256_hex(&read.body), sha256_hex(&bytes), "every byte stored");
 }

@@ -34,7 +34,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 
-use crate::http::throttling::{Asker, admit};
+use crate::http::throttling::{Asker, admit, paced_body};
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, StatusCode};
@@ -146,7 +146,8 @@ async fn route(
             let allowed = app.data.auth.s3(&request, S3Target::Object(bucket.as_ref(), &key), Access::Write).await?;
             *principal = app.data.log_principal.then(|| Principal::S3(allowed.key.id.as_str().into()));
             // Held until the write ends: a concurrency limit counts uploads in progress too.
-            let _held = admit(&app.data, &Asker::S3Key(allowed.key.id.clone()), name.as_str()).await?;
+            let admitted = admit(&app.data, &Asker::S3Key(allowed.key.id.clone()), name.as_str()).await?;
+            let body = paced_body(body, admitted.write_pace.clone());
             bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?;
             refuse_unsupported(operation, &parts.headers)?;
             if matches!(operation, Op::PutObject | Op::UploadPart) {
