@@ -16,6 +16,7 @@ CREATE TABLE principal_limits (
     concurrent           INTEGER CHECK (concurrent > 0),
     ipv4_prefix          INTEGER CHECK (ipv4_prefix BETWEEN 1 AND 32),    -- anonymous: bits that make one client
     ipv6_prefix          INTEGER CHECK (ipv6_prefix BETWEEN 1 AND 128),
+    weight               INTEGER CHECK (weight BETWEEN 1 AND 1000),  -- share of a saturated worker; NULL: 1
     updated_at           INTEGER NOT NULL,
     PRIMARY KEY (subject_kind, subject_name)
 );

@@ -103,6 +103,15 @@ pub struct FileBody {
     /// Set when a bandwidth limit covers the response: the driver sends each chunk of a region only once the pace
     /// grants its bytes, and gives back what sendfile did not take.
     pub pace: Option<Arc<dyn Pace>>,
+    /// Who the response is for, as the worker shares its sends between principals (`None`: it takes no part).
+    pub share: Option<Share>,
+}
+
+/// A principal as a worker's fair sharing of sends knows it: a key (a hash of who it is) and its weight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    pub key: u64,
+    pub weight: u32,
 }
 
 /// Bytes per second shared by every response it is given to (a principal's bandwidth limit, on every worker).

@@ -180,7 +180,12 @@ pub struct LimitSet {
     /// Anonymous clients only: how many leading bits of an address make one client (default 32 and 64).
     pub ipv4_prefix: Option<u8>,
     pub ipv6_prefix: Option<u8>,
+    /// The principal's share of a saturated worker's sends against others' (default 1).
+    pub weight: Option<u32>,
 }
+
+/// The largest weight: a thousand to one is already more than anyone can notice beside the others.
+pub const MAX_WEIGHT: u32 = 1000;
 
 /// The smallest burst of bytes a rate is given, so that a low rate still sends whole chunks.
 pub const MIN_BYTE_BURST: u64 = 64 * 1024;
@@ -204,6 +209,7 @@ impl LimitSet {
             concurrent: other.concurrent.or(self.concurrent),
             ipv4_prefix: other.ipv4_prefix.or(self.ipv4_prefix),
             ipv6_prefix: other.ipv6_prefix.or(self.ipv6_prefix),
+            weight: other.weight.or(self.weight),
         }
     }
 
@@ -211,7 +217,7 @@ impl LimitSet {
     /// prefix longer than the address, zero counts.
     pub fn check(&self, subject: &Subject) -> Result<(), LimitError> {
         if self.is_empty() {
-            return refuse("nothing to limit: give --requests, --read, --write or --concurrent");
+            return refuse("nothing to limit: give --requests, --read, --write, --concurrent or --weight");
         }
         if self.request_burst.is_some() && self.requests.is_none() {
             return refuse("--request-burst needs --requests");
@@ -227,6 +233,9 @@ impl LimitSet {
         }
         if (self.ipv4_prefix.is_some() || self.ipv6_prefix.is_some()) && *subject != Subject::Anonymous {
             return refuse("--ipv4-prefix and --ipv6-prefix group anonymous clients only (principal `anonymous`)");
+        }
+        if self.weight.is_some_and(|w| !(1..=MAX_WEIGHT).contains(&w)) {
+            return refuse(format!("--weight: expected 1 to {MAX_WEIGHT}"));
         }
         if self.ipv4_prefix.is_some_and(|p| !(1..=32).contains(&p)) {
             return refuse("--ipv4-prefix: expected 1 to 32 bits");
@@ -266,6 +275,9 @@ impl LimitSet {
         }
         if let Some(n) = self.concurrent {
             parts.push(format!("concurrent {n}"));
+        }
+        if let Some(w) = self.weight {
+            parts.push(format!("weight {w}"));
         }
         if self.ipv4_prefix.is_some() || self.ipv6_prefix.is_some() {
             let (v4, v6) = self.prefixes();

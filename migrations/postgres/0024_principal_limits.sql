@@ -14,6 +14,7 @@ CREATE TABLE principal_limits (
     concurrent           BIGINT CHECK (concurrent > 0),
     ipv4_prefix          BIGINT CHECK (ipv4_prefix BETWEEN 1 AND 32),
     ipv6_prefix          BIGINT CHECK (ipv6_prefix BETWEEN 1 AND 128),
+    weight               BIGINT CHECK (weight BETWEEN 1 AND 1000),
     updated_at           BIGINT NOT NULL,
     PRIMARY KEY (subject_kind, subject_name)
 );

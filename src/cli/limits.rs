@@ -55,6 +55,7 @@ pub fn line(subject: &Subject, set: &LimitSet) -> serde_json::Value {
         "write": set.write_bytes.map(|r| format!("{}/s", show_size(r))),
         "write_burst": set.write_burst().map(show_size),
         "concurrent": set.concurrent,
+        "weight": set.weight.unwrap_or(1),
         "ipv4_prefix": (*subject == Subject::Anonymous).then(|| set.prefixes().0),
         "ipv6_prefix": (*subject == Subject::Anonymous).then(|| set.prefixes().1),
         "summary": set.describe(),

@@ -441,6 +441,9 @@ pub struct LimitArgs {
     /// Requests in progress at once (a download counts until its last byte is sent).
     #[arg(long, value_name = "N")]
     concurrent: Option<u32>,
+    /// The principal's share of a saturated server's sends against other principals' (1 to 1000) [default: 1].
+    #[arg(long, value_name = "N")]
+    weight: Option<u32>,
     /// `anonymous` only: the leading bits of an IPv4 address that make one client [default: 32].
     #[arg(long, value_name = "BITS")]
     ipv4_prefix: Option<u8>,
@@ -461,6 +464,7 @@ impl LimitArgs {
             concurrent: self.concurrent,
             ipv4_prefix: self.ipv4_prefix,
             ipv6_prefix: self.ipv6_prefix,
+            weight: self.weight,
         }
     }
 }

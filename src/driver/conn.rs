@@ -921,6 +921,7 @@ mod tests {
             fill: None,
             held: None,
             pace: None,
+            share: None,
         }
     }
 

@@ -21,6 +21,7 @@ mod admission;
 pub mod body;
 mod budget;
 mod conn;
+mod fair;
 pub mod head;
 mod idle;
 mod ktls;
@@ -383,6 +384,7 @@ pub fn spawn_workers<S: RequestService>(
                 let anchor = tokio::spawn(anchor_timer_wheel());
                 let idle = admission.worker(n);
                 idle::attach_worker(idle.clone());
+                fair::attach_worker();
                 let close_requests = tokio::spawn(idle.serve_close_requests());
                 serve(listener, ctx, admission, n, shutdown, tracker.clone()).await;
                 anchor.abort();

@@ -32,6 +32,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
+use super::fair;
 use super::sys::{self, Residency};
 use crate::file_body::{FileBody, Segment};
 
@@ -71,6 +72,9 @@ pub struct SendOptions {
     pub pool_wouldblock_hold: Duration,
 }
 
+/// Regions at least this large take turns with other principals' (`fair.rs`); smaller ones are a chunk or two,
+/// which cannot crowd anyone out, and skip the bookkeeping.
+const FAIR_MIN: u64 = 256 * 1024;
 /// Chunks smaller than this are sent inline without a residency probe: a cold small read costs about one disk
 /// access, less than the probe would cost every hot request.
 const PROBE_MIN: u64 = 64 * 1024;
@@ -234,6 +238,8 @@ async fn send_region(
 ) -> Result<(), SendOutcome> {
     let file = &body.file;
     let mut region = RegionCursor::new(body, offset, len);
+    // A large region takes its turns with the other principals' on this worker; a small one goes at once.
+    let mut ready = fair::Ready::new(body.share.filter(|_| len >= FAIR_MIN));
     loop {
         // The first arm is every chunk of a data-dir blob: no future polled. Not `while let`: its scrutinee's
         // temporary would take room in this future for the whole loop body.
@@ -247,9 +253,15 @@ async fn send_region(
         // A paced body sends what its bandwidth grants: the wait is a timer, never a blocked thread, and it is not
         // a stall (the reader is not behind).
         let want = match body.pace.as_deref() {
-            Some(pace) => paced(pace, want).await,
+            Some(pace) => {
+                ready.pause();
+                let granted = paced(pace, want).await;
+                ready.resume();
+                granted
+            }
             None => want,
         };
+        ready.turn().await;
         let (position, chunk) = (region.position(), want as u64);
         let offload = (chunk >= OFFLOAD_MIN && super::worker_is_shared())
             || (chunk_is_cold(file, position, chunk) && {
@@ -260,7 +272,9 @@ async fn send_region(
         // concurrent ranges. A pool job goes only to a writable socket; on the event loop the call is tried first,
         // as in `send_bytes`.
         let result = if offload {
+            ready.pause();
             wait_writable_paced(stream, options.progress_timeout, options.min_download_rate).await?;
+            ready.resume();
             send_from_pool(stream, file, position, want, options).await
         } else {
             stream.try_io(Interest::WRITABLE, move || sys::sendfile(stream, file, position, want))
@@ -273,6 +287,7 @@ async fn send_region(
                 return Err(SendOutcome::Truncated { missing: region.remaining() });
             }
             Ok(n) => {
+                ready.sent(n as u64);
                 region.advance(n);
                 report.object_bytes += n as u64;
                 report.sendfile_calls += 1;
@@ -284,7 +299,9 @@ async fn send_region(
             }
             // WouldBlock cleared tokio's readiness inside `try_io` (or the pool's probe found the socket full).
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                wait_writable_paced(stream, options.progress_timeout, options.min_download_rate).await?
+                ready.pause();
+                wait_writable_paced(stream, options.progress_timeout, options.min_download_rate).await?;
+                ready.resume();
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(SendOutcome::Aborted(e)),
@@ -447,6 +464,7 @@ mod tests {
             fill,
             held: None,
             pace: None,
+            share: None,
         }
     }
 

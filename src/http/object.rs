@@ -199,6 +199,7 @@ async fn error_document_response(app: &DataState, bucket: &Bucket, entry: &Objec
         fill,
         held: None,
         pace: None,
+        share: None,
     };
     let mut h = http::HeaderMap::new();
     let content_type = HeaderValue::from_str(entry.content_type());
@@ -431,6 +432,7 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         fill,
         held: admitted.held,
         pace: admitted.read_pace,
+        share: admitted.share,
     };
 
     // With shared fields a whole object's response has no fields of its own: the driver writes Content-Length.

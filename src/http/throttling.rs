@@ -13,7 +13,7 @@ use super::DataState;
 use super::error::ApiError;
 use crate::auth::Credentials;
 use crate::catalog::at_once;
-use crate::file_body::Pace;
+use crate::file_body::{Pace, Share};
 use crate::throttle::state::Who;
 
 /// Who a request is for limits, owned past its credentials' check (which consumes them).
@@ -52,6 +52,8 @@ pub struct Admitted {
     pub held: Option<Arc<dyn std::any::Any + Send + Sync>>,
     pub read_pace: Option<Arc<dyn Pace>>,
     pub write_pace: Option<Arc<dyn Pace>>,
+    /// Who the request is for, as a worker shares its sends fairly between principals.
+    pub share: Option<Share>,
 }
 
 /// Admits `asker`'s request on `bucket`, or refuses it with the limit that did. No limit at all costs a cache hit.
@@ -60,11 +62,13 @@ pub async fn admit(app: &DataState, asker: &Asker<'_>, bucket: &str) -> Result<A
         Ok(table) => table,
         Err(trip) => trip.await,
     };
+    let share = Some(table.share(&asker.who()));
     if table.is_empty() {
-        return Ok(Admitted::default());
+        return Ok(Admitted { share, ..Admitted::default() });
     }
     match app.throttle.admit(&table, asker.who(), bucket) {
         Ok(permit) => Ok(Admitted {
+            share,
             read_pace: permit.read_pace(),
             write_pace: permit.write_pace(),
             held: permit.holds().then(|| Arc::new(permit) as Arc<dyn std::any::Any + Send + Sync>),

@@ -14,7 +14,7 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, Quota};
 use quick_cache::Equivalent;
 
-use crate::file_body::Pace;
+use crate::file_body::{Pace, Share};
 
 use super::{LimitKind, LimitSet, Subject, Throttled, address_group, whole_secs_at_least_one};
 
@@ -46,6 +46,24 @@ impl LimitTable {
     /// No limit at all: every request passes without a look at any counter.
     pub fn is_empty(&self) -> bool {
         *self == LimitTable::default()
+    }
+
+    /// `who` as a worker shares its sends: a key for who it is (an anonymous client's address group) and the
+    /// weight its limit gives it (default 1).
+    pub fn share(&self, who: &Who<'_>) -> Share {
+        use std::hash::{BuildHasher, Hash, Hasher};
+        let own = self.own(who);
+        let mut hasher = foldhash::fast::FixedState::with_seed(0x5eed).build_hasher();
+        match who {
+            Who::Token(id) => (0u8, *id).hash(&mut hasher),
+            Who::S3Key(id) => (1u8, *id).hash(&mut hasher),
+            Who::Signer(id) => (2u8, *id).hash(&mut hasher),
+            Who::Anonymous(ip) => {
+                let prefixes = own.map_or((32, 64), |(limits, _)| limits.prefixes());
+                (3u8, address_group(*ip, prefixes)).hash(&mut hasher)
+            }
+        }
+        Share { key: hasher.finish(), weight: own.and_then(|(limits, _)| limits.weight).unwrap_or(1) }
     }
 
     /// The limit that covers `who` itself, and the scope it was set on: its own, else the default.
@@ -506,6 +524,20 @@ mod tests {
         let other = throttle.admit(&table, Who::Token("t"), "other").unwrap().read_pace().unwrap();
         let rest = other.grant(4 << 20).unwrap();
         assert!(((1 << 20) - (128 << 10)..=1 << 20).contains(&rest), "{rest}");
+    }
+
+    #[test]
+    fn shares_name_principals_apart_and_carry_their_weight() {
+        let weighty = LimitSet { weight: Some(3), ..Default::default() };
+        let table = LimitTable::new([(Subject::Token("a".into()), weighty)]);
+        let (a, b) = (table.share(&Who::Token("a")), table.share(&Who::Token("b")));
+        assert_ne!(a.key, b.key);
+        assert_ne!(table.share(&Who::S3Key("a")).key, a.key, "kinds apart");
+        assert_eq!((a.weight, b.weight), (3, 1));
+        let ip = |s: &str| Who::Anonymous(s.parse().unwrap());
+        assert_ne!(table.share(&ip("192.0.2.1")).key, table.share(&ip("192.0.2.2")).key, "/32 by default");
+        let grouped = LimitTable::new([(Subject::Anonymous, LimitSet { ipv4_prefix: Some(24), ..Default::default() })]);
+        assert_eq!(grouped.share(&ip("192.0.2.1")).key, grouped.share(&ip("192.0.2.2")).key);
     }
 
     #[test]

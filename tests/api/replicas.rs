@@ -5,7 +5,7 @@
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::sync::Barrier;
+use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::helpers::*;
@@ -152,6 +152,101 @@ fn a_token_revocation_is_refused_by_every_replica_within_a_second() {
     for server in &all {
         assert_eq!(server.get_auth("/secure/doc", &reader, &[]).status, 401, "stays refused on {}", server.data);
     }
+}
+
+/// [`delays_until`], keeping every answer each server gave, in order (one list per server, as `servers`).
+fn answers_until(
+    servers: &[&Server],
+    since: Instant,
+    ask: impl Fn(&Server) -> Response + Sync,
+    done: impl Fn(&Response) -> bool + Sync,
+) -> (Vec<Option<Duration>>, Vec<Vec<Response>>) {
+    let answers: Vec<Mutex<Vec<Response>>> = servers.iter().map(|_| Mutex::default()).collect();
+    let keep = |server: &Server| {
+        let response = ask(server);
+        let n = servers.iter().position(|s| s.data == server.data).expect("one of the servers");
+        answers[n].lock().unwrap().push(response.clone());
+        response
+    };
+    let delays = delays_until(servers, since, keep, done);
+    (delays, answers.into_iter().map(|a| a.into_inner().unwrap()).collect())
+}
+
+/// `blobgate_throttled_requests_total` for a token's request-rate limit on `server` (0 when absent).
+fn throttled_token_requests(server: &Server, id: &str) -> f64 {
+    let prefix = format!("blobgate_throttled_requests_total{{limit=\"requests\",scope=\"token\",principal=\"{id}\"}} ");
+    server
+        .metrics()
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()).map(|v| v.trim().parse().unwrap()))
+        .unwrap_or(0.0)
+}
+
+/// A limit is stored once and counted by each replica on its own: `limits set` reaches every replica through the
+/// change feed, and each then allows the token its one request a minute and refuses the next; `limits clear`
+/// reaches them the same way. Every answer on the way is counted, and each replica's throttled series matches.
+#[test]
+fn a_limit_set_through_one_replica_applies_on_the_other_at_its_next_request() {
+    let r = Replicas::start(2, |r| {
+        r.ok(&["bucket", "create", "metered"]);
+    });
+    let (writer, reader) = (r.token("metered", "write"), r.token("metered", "read"));
+    let put = r.servers[0].put("/metered/doc", &writer, b"counted", &[]);
+    assert!(put.status == 200 || put.status == 201, "upload: {}", put.status);
+    let all: Vec<&Server> = r.servers.iter().collect();
+    let get = |s: &Server| s.get_auth("/metered/doc", &reader, &[]);
+    // Warm: each replica has the token and the object cached, and no limit.
+    for server in &all {
+        let got = get(server);
+        assert_eq!((got.status, got.body.as_slice()), (200, &b"counted"[..]), "warm on {}", server.data);
+    }
+    let id = r
+        .ok(&["token", "list"])
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("token list prints JSON lines"))
+        .map(|t| t["id"].as_str().expect("an id").to_owned())
+        .find(|id| reader.contains(id.as_str()))
+        .expect("the read token is listed");
+    let principal = format!("token:{id}");
+
+    r.ok(&["limits", "set", &principal, "--requests", "1/min"]);
+    // Measured from the CLI's exit, as the revocation is: the commit happened before it.
+    let set = Instant::now();
+    let (delays, answers) = answers_until(&all, set, get, |resp| resp.status == 429);
+    assert_reached_every_replica("a CLI limit refusing a request", &delays);
+    for (server, answers) in all.iter().zip(&answers) {
+        let statuses: Vec<u16> = answers.iter().map(|a| a.status).collect();
+        println!("limit set: {} answered {} requests before its 429", server.data, statuses.len() - 1);
+        let (refused, served) = answers.split_last().expect("at least the 429");
+        // Served until the limit arrived, and then once more: the one request a minute this replica's own counter
+        // allows (the other replica's requests do not count here).
+        assert!(!served.is_empty() && served.iter().all(|a| a.status == 200), "on {}: {statuses:?}", server.data);
+        assert_json_error(refused, 429, "too_many_requests");
+        let policy = refused.header("ratelimit-policy");
+        assert!(policy.is_some_and(|p| p.starts_with("\"token\";q=1;")), "on {}: {policy:?}", server.data);
+        let again = get(server);
+        assert_eq!(again.status, 429, "stays refused on {}", server.data);
+        assert_eq!(throttled_token_requests(server, &id), 2.0, "two refusals counted on {}", server.data);
+    }
+
+    r.ok(&["limits", "clear", &principal]);
+    let cleared = Instant::now();
+    let (delays, answers) = answers_until(&all, cleared, get, |resp| resp.status == 200);
+    assert_reached_every_replica("a CLI limit clear being served", &delays);
+    for (server, answers) in all.iter().zip(&answers) {
+        let statuses: Vec<u16> = answers.iter().map(|a| a.status).collect();
+        println!("limit cleared: {} refused {} requests before its 200", server.data, statuses.len() - 1);
+        let (served, refused) = answers.split_last().expect("at least the 200");
+        assert!(refused.iter().all(|a| a.status == 429), "on {}: {statuses:?}", server.data);
+        assert_eq!(served.body, b"counted", "on {}", server.data);
+        // More requests than the limit would allow in a minute: it is gone, not refilled.
+        for _ in 0..3 {
+            assert_eq!(get(server).status, 200, "stays served on {}", server.data);
+        }
+        let refusals = 2.0 + refused.len() as f64;
+        assert_eq!(throttled_token_requests(server, &id), refusals, "every refusal counted on {}", server.data);
+    }
+    assert_eq!(r.ok(&["limits", "show"]), "", "nothing stored");
 }
 
 #[test]

@@ -572,9 +572,9 @@ fn fixture() -> String {
              VALUES ('0000018d-schema', 7, '{key}', '{a}', '\"0123-2\"', 1700000022);
          INSERT INTO principal_limits (subject_kind, subject_name, request_count, request_period_secs, request_burst,
              read_bytes_per_sec, read_burst_bytes, write_bytes_per_sec, write_burst_bytes, concurrent, ipv4_prefix,
-             ipv6_prefix, updated_at)
-         VALUES ('anonymous', '', 6000, 60, 200, 10485760, 1048576, 5242880, 524288, 8, 24, 56, 1700000024),
-             ('bucket', 'schema-bkt', 5, 1, NULL, NULL, NULL, NULL, NULL, 2, NULL, NULL, 1700000025);",
+             ipv6_prefix, weight, updated_at)
+         VALUES ('anonymous', '', 6000, 60, 200, 10485760, 1048576, 5242880, 524288, 8, 24, 56, 3, 1700000024),
+             ('bucket', 'schema-bkt', 5, 1, NULL, NULL, NULL, NULL, NULL, 2, NULL, NULL, NULL, 1700000025);",
         bytes(32),
         bytes(60),
         bytes(76),

@@ -197,6 +197,7 @@ const TABLES: &[Table] = {
                 ("concurrent", Int),
                 ("ipv4_prefix", Int),
                 ("ipv6_prefix", Int),
+                ("weight", Int),
                 ("updated_at", Int),
             ],
             "subject_kind, subject_name",

@@ -17,6 +17,7 @@ struct LimitRow {
     concurrent: Option<i64>,
     ipv4_prefix: Option<i64>,
     ipv6_prefix: Option<i64>,
+    weight: Option<i64>,
 }
 from_row!(LimitRow {
     subject_kind,
@@ -31,10 +32,12 @@ from_row!(LimitRow {
     concurrent,
     ipv4_prefix,
     ipv6_prefix,
+    weight,
 });
 
 const COLUMNS: &str = "subject_kind, subject_name, request_count, request_period_secs, request_burst, \
-     read_bytes_per_sec, read_burst_bytes, write_bytes_per_sec, write_burst_bytes, concurrent, ipv4_prefix, ipv6_prefix";
+     read_bytes_per_sec, read_burst_bytes, write_bytes_per_sec, write_burst_bytes, concurrent, ipv4_prefix, ipv6_prefix, \
+     weight";
 
 impl LimitRow {
     /// `None` for a row of a kind this binary does not know (a newer release's), or with a value out of range.
@@ -60,6 +63,7 @@ impl LimitRow {
             concurrent: number(self.concurrent)?,
             ipv4_prefix: number(self.ipv4_prefix)?,
             ipv6_prefix: number(self.ipv6_prefix)?,
+            weight: number(self.weight)?,
         };
         Some((subject, limits))
     }
@@ -103,14 +107,14 @@ impl Metadata {
         };
         let upsert = format!(
             "INSERT INTO principal_limits ({COLUMNS}, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
              ON CONFLICT (subject_kind, subject_name) DO UPDATE SET
                  request_count = excluded.request_count, request_period_secs = excluded.request_period_secs,
                  request_burst = excluded.request_burst, read_bytes_per_sec = excluded.read_bytes_per_sec,
                  read_burst_bytes = excluded.read_burst_bytes, write_bytes_per_sec = excluded.write_bytes_per_sec,
                  write_burst_bytes = excluded.write_burst_bytes, concurrent = excluded.concurrent,
                  ipv4_prefix = excluded.ipv4_prefix, ipv6_prefix = excluded.ipv6_prefix,
-                 updated_at = excluded.updated_at"
+                 weight = excluded.weight, updated_at = excluded.updated_at"
         );
         with_tx!(&mut tx.tx, c => sqlx::query(&upsert)
             .bind(subject.scope())
@@ -125,6 +129,7 @@ impl Metadata {
             .bind(stored(new.concurrent))
             .bind(stored(new.ipv4_prefix))
             .bind(stored(new.ipv6_prefix))
+            .bind(stored(new.weight))
             .bind(now)
             .execute(&mut **c)
             .await?
