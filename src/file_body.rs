@@ -120,6 +120,8 @@ pub trait Pace: Send + Sync + std::fmt::Debug {
     fn grant(&self, want: u64) -> Result<u64, std::time::Duration>;
     /// Granted bytes that were not sent after all.
     fn refund(&self, unsent: u64);
+    /// The scope of the limit that paces (`token`, `bucket`, …), a metric label.
+    fn scope(&self) -> &'static str;
 }
 
 /// A file that fills while it is sent: a cache of an object store's blob, whose slices arrive from the store.

@@ -8,9 +8,16 @@ Per round and build: req/s of each path, and the server's user and system CPU pe
 first build's, round by round, by their medians. Those last ratios are what to quote: the machine's speed drifts
 between rounds by more than a change moves it, and a round-by-round ratio of two builds cancels that drift.
 
-    python3 scripts/bench/s3_ab.py --bin OLD --bin NEW [--rounds 12] [--secs 3]
+--limits: every build that has `blobgate limits` (`BIN limits --help` exits 0) gets, before its server starts, limits
+that cover every request of the bench and are never reached (`--requests 100000000/s --concurrent 1000000
+--read 1000GiB/s`, the options its `limits set --help` lists) on `default`, `bucket:bench`, the bench's read token
+(`token:ID`) and its S3 key (`s3-key:ACCESS_KEY_ID`); so the A/B shows what the limit checks cost. Builds without
+the command run as they are. A limit reached would fail the round (non-2xx answers).
+
+    python3 scripts/bench/s3_ab.py --bin OLD --bin NEW [--rounds 12] [--secs 3] [--limits]
 """
 import argparse
+import json
 import os
 import re
 import statistics
@@ -35,6 +42,33 @@ def server_cpu(pid):
     return user / TICK, system / TICK
 
 
+# Never reached on this bench: far above what one core serves, in requests, requests in progress and bytes.
+NEVER_REACHED = (("--requests", "100000000/s"), ("--concurrent", "1000000"), ("--read", "1000GiB/s"))
+
+
+def limit_options(binary):
+    """The options of NEVER_REACHED that `binary limits set` takes, or None when `binary` has no `limits`."""
+    def help_of(*args):
+        return subprocess.run([binary, *args, "--help"], capture_output=True, text=True, cwd=s3_bench.common.PROJECT)
+    if help_of("limits").returncode != 0:
+        return None
+    usage = help_of("limits", "set").stdout
+    return [(opt, value) for opt, value in NEVER_REACHED if re.search(rf"\s{re.escape(opt)}\s", usage)]
+
+
+def set_limits(server, options):
+    """Limits set with `options` on default, the bench's bucket, its read token and its S3 key, through the CLI on
+    the server's data dir (before it starts); returns the principals."""
+    tokens = [json.loads(line) for line in server.cli("token", "list").splitlines() if line.strip()]
+    ids = [t["id"] for t in tokens if t["id"] in server.token]
+    if len(ids) != 1:
+        raise RuntimeError(f"{server.name}: {len(ids)} listed tokens match the bench's token")
+    principals = ["default", "bucket:bench", f"token:{ids[0]}", f"s3-key:{server.key_id}"]
+    for principal in principals:
+        server.cli("limits", "set", principal, *[a for pair in options for a in pair])
+    return principals
+
+
 def round_of(server, kind, secs):
     """(req/s, user µs per request, system µs per request) of one wrk run."""
     headers = ({"Authorization": f"Bearer {server.token}"} if kind == "bearer"
@@ -52,6 +86,8 @@ def main():
     ap.add_argument("--bin", action="append", required=True, help="a build; give two or more, the first is the base")
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--secs", type=int, default=3)
+    ap.add_argument("--limits", action="store_true",
+                    help="set never-reached limits on every principal of the bench, on the builds that have them")
     args = ap.parse_args()
     if len(args.bin) < 2:
         sys.exit("s3_ab: give at least two --bin")
@@ -64,6 +100,16 @@ def main():
     try:
         for i, binary in enumerate(args.bin):
             server = s3_bench.S3Gate(f"ab{i}", str(Path(binary).resolve()), files=[small])
+            if args.limits:
+                options = limit_options(server.bin)
+                if options is None:
+                    print(f"build {i} ({binary}): no limits (it has no `limits` command)", flush=True)
+                else:
+                    principals = set_limits(server, options)
+                    missing = [opt for opt, _ in NEVER_REACHED if opt not in dict(options)]
+                    print(f"build {i} ({binary}): limits {' '.join(a for pair in options for a in pair)} on "
+                          f"{', '.join(principals)}" + (f" (its `limits set` has no {', '.join(missing)})"
+                                                        if missing else ""), flush=True)
             server.start()
             servers.append(server)
         for server in servers:

@@ -211,6 +211,10 @@ impl SendObserver for DriverMetrics {
     fn cold_chunk(&self) {
         self.add_cold_chunk();
     }
+
+    fn paced(&self, scope: &'static str, object_bytes: u64) {
+        crate::metrics::paced_bytes("read", scope, object_bytes);
+    }
 }
 
 /// Which listener a context serves.

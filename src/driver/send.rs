@@ -90,6 +90,8 @@ pub trait SendObserver {
     fn sent(&self, object_bytes: u64);
     /// A chunk was not in the page cache, so its sendfile ran on the blocking pool.
     fn cold_chunk(&self);
+    /// Object bytes sent under a bandwidth limit set on `scope`.
+    fn paced(&self, scope: &'static str, object_bytes: u64);
 }
 
 /// Sends `head`, then every segment of `body`, as one response. Heads and literal segments go with `MSG_MORE`
@@ -288,6 +290,9 @@ async fn send_region(
             }
             Ok(n) => {
                 ready.sent(n as u64);
+                if let Some(pace) = body.pace.as_deref() {
+                    observer.paced(pace.scope(), n as u64);
+                }
                 region.advance(n);
                 report.object_bytes += n as u64;
                 report.sendfile_calls += 1;

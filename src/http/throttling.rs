@@ -93,6 +93,7 @@ pub fn paced_body(body: Body, pace: Option<Arc<dyn Pace>>) -> Body {
         let pace = Arc::clone(&pace);
         async move {
             if let Ok(bytes) = &chunk {
+                crate::metrics::paced_bytes("write", pace.scope(), bytes.len() as u64);
                 let mut owed = bytes.len() as u64;
                 while owed > 0 {
                     match pace.grant(owed) {

@@ -35,6 +35,7 @@ pub const STATS_OBJECT_DAYS_WRITTEN: &str = "blobgate_stats_object_days_written_
 pub const IDLE_RECLAIMED: &str = "blobgate_idle_connections_reclaimed_total";
 pub const PER_IP_REFUSED: &str = "blobgate_per_ip_refused_connections_total";
 pub const THROTTLED_REQUESTS: &str = "blobgate_throttled_requests_total";
+pub const PACED_BYTES: &str = "blobgate_paced_bytes_total";
 pub const UPLOADS_REFUSED: &str = "blobgate_uploads_refused_total";
 pub const MULTIPART_EXPIRED: &str = "blobgate_multipart_uploads_expired_total";
 pub const MULTIPART_PARTS_REFUSED: &str = "blobgate_multipart_parts_refused_total";
@@ -137,6 +138,11 @@ fn describe() {
     describe_counter!(STATS_OBJECT_DAYS_WRITTEN, "Object-days (stats ledger rows) the written stats batches held.");
     describe_counter!(IDLE_RECLAIMED, "Idle data connections closed at the connection cap to admit new clients.");
     describe_counter!(PER_IP_REFUSED, "Data connections refused (503) beyond limits.max_connections_per_ip.");
+    describe_counter!(
+        PACED_BYTES,
+        "Bytes sent (read) or received (write) under a bandwidth limit on principals, by direction and the scope \
+         of the limit (token, s3-key, bucket, anonymous, default)."
+    );
     describe_counter!(
         THROTTLED_REQUESTS,
         "Requests refused by a limit on principals (`blobgate limits`), by limit (requests, concurrent), scope \
@@ -268,6 +274,11 @@ pub fn register_all(
         counter!(MULTIPART_PARTS_REFUSED, "limit" => limit).increment(0);
     }
     // The unnamed scopes, at 0; a named principal's series appears at its first refusal.
+    for direction in ["read", "write"] {
+        for scope in ["token", "s3-key", "bucket", "anonymous", "default"] {
+            counter!(PACED_BYTES, "direction" => direction, "scope" => scope).increment(0);
+        }
+    }
     for limit in ["requests", "concurrent"] {
         for scope in ["default", "anonymous"] {
             counter!(THROTTLED_REQUESTS, "limit" => limit, "scope" => scope, "principal" => "").increment(0);
@@ -473,6 +484,11 @@ pub fn tls_handshake_failure(reason: &'static str) {
 
 pub fn idle_connection_reclaimed() {
     counter!(IDLE_RECLAIMED).increment(1);
+}
+
+/// Bytes that went out (`read`) or came in (`write`) under a bandwidth limit set on `scope`.
+pub fn paced_bytes(direction: &'static str, scope: &'static str, bytes: u64) {
+    counter!(PACED_BYTES, "direction" => direction, "scope" => scope).increment(bytes);
 }
 
 /// A request refused by a limit: `principal` is the token id, access key id or bucket name the limit was set on,

@@ -174,6 +174,10 @@ impl Pace for BytePace {
         Ok(granted)
     }
 
+    fn scope(&self) -> &'static str {
+        self.counters.first().map_or("default", |c| c.scope)
+    }
+
     fn refund(&self, unsent: u64) {
         if unsent > 0 {
             for counters in &self.counters {
