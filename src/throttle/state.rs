@@ -132,11 +132,14 @@ impl ByteBucket {
     }
 }
 
+/// The counters that cover one request: its principal's and its bucket's, inline.
+type Covering = smallvec::SmallVec<[Arc<Counters>; 2]>;
+
 /// The bandwidth limits that cover one response (or upload): its principal's and its bucket's. A grant is what
 /// all of them allow; what one gave beyond the others goes back to it.
 #[derive(Debug)]
 pub struct BytePace {
-    counters: Vec<Arc<Counters>>,
+    counters: Covering,
     write: bool,
 }
 
@@ -319,8 +322,8 @@ impl Default for Throttle {
 /// a download holds it until its last byte is sent.
 #[derive(Debug, Default)]
 pub struct Permit {
-    held: Vec<Arc<Counters>>,
-    paced: Vec<Arc<Counters>>,
+    held: Covering,
+    paced: Covering,
 }
 
 impl Permit {
@@ -340,7 +343,7 @@ impl Permit {
     }
 
     fn pace(&self, write: bool) -> Option<Arc<dyn Pace>> {
-        let counters: Vec<_> =
+        let counters: Covering =
             self.paced.iter().filter(|c| if write { c.write.is_some() } else { c.read.is_some() }).cloned().collect();
         (!counters.is_empty()).then(|| Arc::new(BytePace { counters, write }) as Arc<dyn Pace>)
     }
