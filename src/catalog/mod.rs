@@ -314,6 +314,10 @@ pub struct Catalog {
     /// read, answered while the database cannot be.
     limits: Cache<(), Arc<LimitTable>>,
     last_limits: std::sync::Mutex<Arc<LimitTable>>,
+    /// The `epoch` at which the cached table was seen empty: while the caches are synced and no sync has evicted
+    /// since (every sync that evicts bumps the epoch first), a request learns that nothing limits it from three
+    /// atomic loads (the common case, and the hot path's).
+    no_limits_epoch: AtomicU64,
     /// With an object store: its cache, which keeps its own open files (`open_blobs` stays empty).
     blob_cache: Option<BlobCache>,
     /// See "Bounded staleness": the windows, the clock's origin, when the last successful sync started
@@ -354,6 +358,7 @@ impl Catalog {
             open_blobs: Cache::new(max_open_blobs.max(16)),
             limits: Cache::new(2),
             last_limits: Default::default(),
+            no_limits_epoch: AtomicU64::new(u64::MAX),
             blob_cache: None,
         })
     }
@@ -491,13 +496,24 @@ impl Catalog {
 
     /// Every limit on principals. Never refused: while the database cannot be read, the table last read (a limit
     /// is not a credential, and an anonymous read of a public bucket must not fail for it).
-    pub fn limits(&self) -> Lookup<'_, Arc<LimitTable>> {
+    /// `None`: no limit at all.
+    pub fn limits(&self) -> Lookup<'_, Option<Arc<LimitTable>>> {
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let synced = self.feed.current() == self.synced.load(Ordering::Acquire);
+        if synced && self.no_limits_epoch.load(Ordering::Acquire) == epoch {
+            return answered(None);
+        }
+        let some = |table: Arc<LimitTable>| (!table.is_empty()).then_some(table);
         if let Some(hit) = self.cached(&self.limits, &()) {
-            return answered(hit);
+            if hit.is_empty() {
+                // Seen empty at `epoch`: a sync that evicts it bumps the epoch first, so a late store cannot hide it.
+                self.no_limits_epoch.store(epoch, Ordering::Release);
+            }
+            return answered(some(hit));
         }
         looked_up(async move {
             let fetch = || async { Ok(Arc::new(LimitTable::new(self.meta.limits().await?))) };
-            match self.read_through(&self.limits, &(), |_| (), fetch).await {
+            let table = match self.read_through(&self.limits, &(), |_| (), fetch).await {
                 Ok(table) => {
                     *self.last_limits.lock().unwrap_or_else(|p| p.into_inner()) = table.clone();
                     table
@@ -506,7 +522,8 @@ impl Catalog {
                     tracing::warn!(error = %e, "limits not read; the last ones read apply");
                     self.last_limits.lock().unwrap_or_else(|p| p.into_inner()).clone()
                 }
-            }
+            };
+            some(table)
         })
     }
 

@@ -14,7 +14,7 @@ use super::error::ApiError;
 use crate::auth::Credentials;
 use crate::catalog::at_once;
 use crate::file_body::{Pace, Share};
-use crate::throttle::state::Who;
+use crate::throttle::state::{LimitTable, Who};
 
 /// Who a request is for limits, owned past its credentials' check (which consumes them).
 #[derive(Debug, Clone)]
@@ -56,16 +56,19 @@ pub struct Admitted {
     pub share: Option<Share>,
 }
 
+/// Where no limit is set: principals share by their identity alone, at weight 1.
+static NO_LIMITS: std::sync::LazyLock<LimitTable> = std::sync::LazyLock::new(LimitTable::default);
+
 /// Admits `asker`'s request on `bucket`, or refuses it with the limit that did. No limit at all costs a cache hit.
 pub async fn admit(app: &DataState, asker: &Asker<'_>, bucket: &str) -> Result<Admitted, ApiError> {
     let table = match at_once(app.catalog.limits()) {
         Ok(table) => table,
         Err(trip) => trip.await,
     };
+    let Some(table) = table else {
+        return Ok(Admitted { share: Some(NO_LIMITS.share(&asker.who())), ..Admitted::default() });
+    };
     let share = Some(table.share(&asker.who()));
-    if table.is_empty() {
-        return Ok(Admitted { share, ..Admitted::default() });
-    }
     match app.throttle.admit(&table, asker.who(), bucket) {
         Ok(permit) => Ok(Admitted {
             share,
