@@ -59,12 +59,36 @@ pub struct Admitted {
 /// Where no limit is set: principals share by their identity alone, at weight 1.
 static NO_LIMITS: std::sync::LazyLock<LimitTable> = std::sync::LazyLock::new(LimitTable::default);
 
-/// Admits `asker`'s request on `bucket`, or refuses it with the limit that did. No limit at all costs a cache hit.
+/// Admits `asker`'s request on `bucket`, or refuses it with the limit that did. No limit at all costs a few atomic
+/// loads.
 pub async fn admit(app: &DataState, asker: &Asker<'_>, bucket: &str) -> Result<Admitted, ApiError> {
-    let table = match at_once(app.catalog.limits()) {
-        Ok(table) => table,
+    match admit_at_once(app, asker, bucket) {
+        Ok(answer) => answer,
         Err(trip) => trip.await,
-    };
+    }
+}
+
+/// [`admit`]'s answer now when the limits are cached (always, but after a change), else its trip: the native
+/// read's future then holds no state for it.
+#[allow(clippy::type_complexity)]
+pub fn admit_at_once<'a>(
+    app: &'a DataState,
+    asker: &'a Asker<'_>,
+    bucket: &'a str,
+) -> Result<Result<Admitted, ApiError>, std::pin::Pin<Box<dyn Future<Output = Result<Admitted, ApiError>> + Send + 'a>>>
+{
+    match at_once(app.catalog.limits()) {
+        Ok(table) => Ok(admit_under(app, table, asker, bucket)),
+        Err(trip) => Err(Box::pin(async move { admit_under(app, trip.await, asker, bucket) })),
+    }
+}
+
+fn admit_under(
+    app: &DataState,
+    table: Option<Arc<LimitTable>>,
+    asker: &Asker<'_>,
+    bucket: &str,
+) -> Result<Admitted, ApiError> {
     let Some(table) = table else {
         return Ok(Admitted { share: Some(NO_LIMITS.share(&asker.who())), ..Admitted::default() });
     };
