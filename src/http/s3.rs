@@ -350,7 +350,7 @@ async fn route(
                 // `None`: an unsigned read of a public bucket, logged as the native one is.
                 let allowed = app.auth.s3_object_read(request, bucket.as_ref(), &key).await?;
                 let asker = match &allowed {
-                    Some(allowed) => Asker::S3Key(allowed.key.id.clone()),
+                    Some(allowed) => Asker::S3Key(&allowed.key.id),
                     None => Asker::Anonymous(peer),
                 };
                 let admitted = throttling::admit(app, &asker, name.as_str()).await?;
@@ -446,7 +446,7 @@ async fn bucket_read(
 ) -> Result<Response, S3Error> {
     let bucket = app.catalog.bucket(name.as_str()).await?;
     let allowed = app.auth.s3(request, S3Target::Bucket(bucket.as_ref()), Access::Read).await?;
-    let _held = throttling::admit(app, &Asker::S3Key(allowed.key.id.clone()), name.as_str()).await?;
+    let _held = throttling::admit(app, &Asker::S3Key(&allowed.key.id), name.as_str()).await?;
     if operation == Operation::GetBucketLocation {
         return Ok(with_principal(app, location(app), &allowed));
     }
@@ -496,7 +496,7 @@ async fn object_subresource(
 ) -> Result<Response, S3Error> {
     let bucket = app.catalog.bucket(name.as_str()).await?;
     let allowed = app.auth.s3(request, S3Target::Object(bucket.as_ref(), &key), Access::Read).await?;
-    let _held = throttling::admit(app, &Asker::S3Key(allowed.key.id.clone()), name.as_str()).await?;
+    let _held = throttling::admit(app, &Asker::S3Key(&allowed.key.id), name.as_str()).await?;
     let bucket = bucket.ok_or(AuthError::NoSuchBucket)?;
     // GetObjectAttributes names what it wants; a request that names nothing is refused before the lookup.
     let wanted = match operation {

@@ -20,7 +20,7 @@ use crate::throttle::state::{LimitTable, Who};
 #[derive(Debug, Clone)]
 pub enum Asker<'a> {
     Token(&'a str),
-    S3Key(String),
+    S3Key(&'a str),
     Signer(String),
     Anonymous(IpAddr),
 }
@@ -45,8 +45,9 @@ impl<'a> Asker<'a> {
     }
 }
 
-/// What an admitted request carries to its end: its places among the requests in progress (a `FileBody` holds
-/// them until the last byte is sent) and the paces of its object bytes and of its body.
+/// What an admitted request carries to its end: the permit that holds its places among the requests in progress
+/// and paces its object bytes (a `FileBody` keeps it until the last byte is sent; one allocation for both), the
+/// pace of its body, and who it is for the worker's fair shares.
 #[derive(Debug, Default, Clone)]
 pub struct Admitted {
     pub held: Option<Arc<dyn std::any::Any + Send + Sync>>,
@@ -94,12 +95,13 @@ fn admit_under(
     };
     let share = Some(table.share(&asker.who()));
     match app.throttle.admit(&table, asker.who(), bucket) {
-        Ok(permit) => Ok(Admitted {
-            share,
-            read_pace: permit.read_pace(),
-            write_pace: permit.write_pace(),
-            held: permit.holds().then(|| Arc::new(permit) as Arc<dyn std::any::Any + Send + Sync>),
-        }),
+        Ok(permit) if permit.is_empty() => Ok(Admitted { share, ..Admitted::default() }),
+        Ok(permit) => {
+            let write_pace = permit.write_pace();
+            let permit = Arc::new(permit);
+            let read_pace = permit.paces_reads().then(|| Arc::clone(&permit) as Arc<dyn Pace>);
+            Ok(Admitted { share, read_pace, write_pace, held: Some(permit) })
+        }
         Err(throttled) => {
             crate::metrics::throttled(
                 throttled.kind.label(),

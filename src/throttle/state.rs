@@ -2,7 +2,6 @@
 //! compare-and-swap per request, no lock) and the requests in progress. A principal's counters live as long as the
 //! bounded map keeps them; a limit changed by `limits set` starts them again.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -23,9 +22,9 @@ use super::{LimitKind, LimitSet, Subject, Throttled, address_group, whole_secs_a
 pub struct LimitTable {
     default: Option<LimitSet>,
     anonymous: Option<LimitSet>,
-    tokens: HashMap<Box<str>, LimitSet>,
-    s3_keys: HashMap<Box<str>, LimitSet>,
-    buckets: HashMap<Box<str>, LimitSet>,
+    tokens: foldhash::HashMap<Box<str>, LimitSet>,
+    s3_keys: foldhash::HashMap<Box<str>, LimitSet>,
+    buckets: foldhash::HashMap<Box<str>, LimitSet>,
 }
 
 impl LimitTable {
@@ -111,9 +110,8 @@ impl ByteBucket {
     }
 
     /// Up to `want` bytes now, at least a quantum's (or `want`) worth; else how long until that many are there.
-    fn take(&self, want: u64) -> Result<u64, Duration> {
+    fn take(&self, want: u64, now: Instant) -> Result<u64, Duration> {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
         let (available, since) = *state;
         let available = (available + now.saturating_duration_since(since).as_secs_f64() * self.per_sec).min(self.burst);
         let least = self.quantum.min(want as f64);
@@ -144,29 +142,29 @@ pub struct BytePace {
 }
 
 impl BytePace {
-    fn bucket<'c>(&self, counters: &'c Counters) -> Option<&'c ByteBucket> {
-        if self.write { counters.write.as_ref() } else { counters.read.as_ref() }
+    fn bucket(counters: &Counters, write: bool) -> Option<&ByteBucket> {
+        if write { counters.write.as_ref() } else { counters.read.as_ref() }
     }
-}
 
-impl Pace for BytePace {
-    fn grant(&self, want: u64) -> Result<u64, Duration> {
+    /// What every bucket of `covering` (in `write`'s direction) allows of `want`, taken from each.
+    fn grant_from(covering: &[Arc<Counters>], write: bool, want: u64) -> Result<u64, Duration> {
+        let now = Instant::now();
         let mut granted = want;
-        for (i, counters) in self.counters.iter().enumerate() {
-            let Some(bucket) = self.bucket(counters) else { continue };
-            match bucket.take(granted) {
+        for (i, counters) in covering.iter().enumerate() {
+            let Some(bucket) = Self::bucket(counters, write) else { continue };
+            match bucket.take(granted, now) {
                 Ok(n) => {
                     // The buckets before this one gave `granted`; keep only what this one allows too.
-                    for earlier in &self.counters[..i] {
-                        if let Some(b) = self.bucket(earlier) {
+                    for earlier in &covering[..i] {
+                        if let Some(b) = Self::bucket(earlier, write) {
                             b.give_back(granted - n);
                         }
                     }
                     granted = n;
                 }
                 Err(wait) => {
-                    for earlier in &self.counters[..i] {
-                        if let Some(b) = self.bucket(earlier) {
+                    for earlier in &covering[..i] {
+                        if let Some(b) = Self::bucket(earlier, write) {
                             b.give_back(granted);
                         }
                     }
@@ -177,18 +175,43 @@ impl Pace for BytePace {
         Ok(granted)
     }
 
+    fn refund_to(covering: &[Arc<Counters>], write: bool, unsent: u64) {
+        if unsent > 0 {
+            for counters in covering {
+                if let Some(bucket) = Self::bucket(counters, write) {
+                    bucket.give_back(unsent);
+                }
+            }
+        }
+    }
+}
+
+impl Pace for BytePace {
+    fn grant(&self, want: u64) -> Result<u64, Duration> {
+        Self::grant_from(&self.counters, self.write, want)
+    }
+
     fn scope(&self) -> &'static str {
         self.counters.first().map_or("default", |c| c.scope)
     }
 
     fn refund(&self, unsent: u64) {
-        if unsent > 0 {
-            for counters in &self.counters {
-                if let Some(bucket) = self.bucket(counters) {
-                    bucket.give_back(unsent);
-                }
-            }
-        }
+        Self::refund_to(&self.counters, self.write, unsent)
+    }
+}
+
+/// A permit paces the object bytes of its response: no second allocation for the pace.
+impl Pace for Permit {
+    fn grant(&self, want: u64) -> Result<u64, Duration> {
+        BytePace::grant_from(&self.paced, false, want)
+    }
+
+    fn refund(&self, unsent: u64) {
+        BytePace::refund_to(&self.paced, false, unsent)
+    }
+
+    fn scope(&self) -> &'static str {
+        self.paced.iter().find(|c| c.read.is_some()).map_or("default", |c| c.scope)
     }
 }
 
@@ -330,6 +353,16 @@ impl Permit {
     /// Whether it holds a place (a concurrency limit covers the request): else there is nothing to keep.
     pub fn holds(&self) -> bool {
         !self.held.is_empty()
+    }
+
+    /// Neither a place nor a pace: nothing to keep.
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty() && self.paced.is_empty()
+    }
+
+    /// Whether a read bandwidth limit covers the request: the permit is then its object bytes' pace.
+    pub fn paces_reads(&self) -> bool {
+        self.paced.iter().any(|c| c.read.is_some())
     }
 
     /// The pace of the response's object bytes, when a read bandwidth limit covers it.
@@ -506,11 +539,11 @@ mod tests {
     fn a_byte_bucket_grants_its_burst_then_waits_for_the_rate() {
         // 4 KiB a second: a quantum (4 KiB) takes a second to come back, longer than any pause between two lines.
         let bucket = ByteBucket::new(4096, 64 << 10);
-        assert_eq!(bucket.take(1 << 20), Ok(64 << 10), "the burst at once");
-        let wait = bucket.take(64 << 10).unwrap_err();
+        assert_eq!(bucket.take(1 << 20, Instant::now()), Ok(64 << 10), "the burst at once");
+        let wait = bucket.take(64 << 10, Instant::now()).unwrap_err();
         assert!(wait <= Duration::from_secs(1) && wait > Duration::ZERO, "a quantum's time at most: {wait:?}");
         bucket.give_back(10_000);
-        assert_eq!(bucket.take(5_000), Ok(5_000), "what was given back");
+        assert_eq!(bucket.take(5_000, Instant::now()), Ok(5_000), "what was given back");
     }
 
     #[test]

@@ -129,7 +129,7 @@ async fn route(
             let bucket = app.data.catalog.bucket(name.as_str()).await?;
             let allowed = app.data.auth.s3(&request, S3Target::Bucket(bucket.as_ref()), Access::Write).await?;
             *principal = app.data.log_principal.then(|| Principal::S3(allowed.key.id.as_str().into()));
-            let _held = admit(&app.data, &Asker::S3Key(allowed.key.id.clone()), name.as_str()).await?;
+            let _held = admit(&app.data, &Asker::S3Key(&allowed.key.id), name.as_str()).await?;
             let bucket_id = bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?.id;
             refuse_unsupported(operation, &parts.headers)?;
             let response = match operation {
@@ -146,7 +146,7 @@ async fn route(
             let allowed = app.data.auth.s3(&request, S3Target::Object(bucket.as_ref(), &key), Access::Write).await?;
             *principal = app.data.log_principal.then(|| Principal::S3(allowed.key.id.as_str().into()));
             // Held until the write ends: a concurrency limit counts uploads in progress too.
-            let admitted = admit(&app.data, &Asker::S3Key(allowed.key.id.clone()), name.as_str()).await?;
+            let admitted = admit(&app.data, &Asker::S3Key(&allowed.key.id), name.as_str()).await?;
             let body = paced_body(body, admitted.write_pace.clone());
             bucket.ok_or(crate::auth::AuthError::NoSuchBucket)?;
             refuse_unsupported(operation, &parts.headers)?;
