@@ -275,7 +275,7 @@ pub fn register_all(
     }
     // The unnamed scopes, at 0; a named principal's series appears at its first refusal.
     for direction in ["read", "write"] {
-        for scope in ["token", "s3-key", "bucket", "anonymous", "default"] {
+        for scope in PACED_SCOPES {
             counter!(PACED_BYTES, "direction" => direction, "scope" => scope).increment(0);
         }
     }
@@ -486,9 +486,26 @@ pub fn idle_connection_reclaimed() {
     counter!(IDLE_RECLAIMED).increment(1);
 }
 
-/// Bytes that went out (`read`) or came in (`write`) under a bandwidth limit set on `scope`.
+/// The scopes a limit is set on, as the paced-bytes series name them.
+const PACED_SCOPES: [&str; 5] = ["token", "s3-key", "bucket", "anonymous", "default"];
+
+/// Bytes that went out (`read`) or came in (`write`) under a bandwidth limit set on `scope`: a chunk's worth each
+/// time, so the counters are looked up once per process, not per call.
 pub fn paced_bytes(direction: &'static str, scope: &'static str, bytes: u64) {
-    counter!(PACED_BYTES, "direction" => direction, "scope" => scope).increment(bytes);
+    static HANDLES: std::sync::OnceLock<Vec<((&str, &str), metrics::Counter)>> = std::sync::OnceLock::new();
+    let handles = HANDLES.get_or_init(|| {
+        let mut all = Vec::new();
+        for direction in ["read", "write"] {
+            for scope in PACED_SCOPES {
+                all.push(((direction, scope), counter!(PACED_BYTES, "direction" => direction, "scope" => scope)));
+            }
+        }
+        all
+    });
+    match handles.iter().find(|((d, s), _)| *d == direction && *s == scope) {
+        Some((_, counter)) => counter.increment(bytes),
+        None => counter!(PACED_BYTES, "direction" => direction, "scope" => scope).increment(bytes),
+    }
 }
 
 /// A request refused by a limit: `principal` is the token id, access key id or bucket name the limit was set on,
