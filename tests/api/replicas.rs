@@ -174,12 +174,8 @@ fn answers_until(
 
 /// `blobgate_throttled_requests_total` for a token's request-rate limit on `server` (0 when absent).
 fn throttled_token_requests(server: &Server, id: &str) -> f64 {
-    let prefix = format!("blobgate_throttled_requests_total{{limit=\"requests\",scope=\"token\",principal=\"{id}\"}} ");
-    server
-        .metrics()
-        .lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()).map(|v| v.trim().parse().unwrap()))
-        .unwrap_or(0.0)
+    let labels = format!("limit=\"requests\",scope=\"token\",principal=\"{id}\"");
+    server.metric_with("blobgate_throttled_requests_total", &labels)
 }
 
 /// A limit is stored once and counted by each replica on its own: `limits set` reaches every replica through the

@@ -14,12 +14,7 @@ fn json_lines(out: &str) -> Vec<serde_json::Value> {
 
 /// The throttled series of `/metrics` with these labels (0 when absent).
 fn throttled(server: &Server, labels: &str) -> f64 {
-    let prefix = format!("blobgate_throttled_requests_total{{{labels}}} ");
-    server
-        .metrics()
-        .lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()).map(|v| v.trim().parse().unwrap()))
-        .unwrap_or(0.0)
+    server.metric_with("blobgate_throttled_requests_total", labels)
 }
 
 #[test]
@@ -254,9 +249,10 @@ fn curl_and_aria2c_each_get_their_tokens_10_mib_a_second_and_every_byte() {
     for (client, secs) in [("curl", curl_secs), ("aria2c -x4", aria_secs)] {
         let rate = mib_per_sec(size, secs);
         eprintln!("{client}: {rate:.2} MiB/s over {secs:.1} s");
-        // Never faster than the limit allows (its burst is a tenth of a second's worth); the lower side only
-        // against a pace that over-throttles, with room for a loaded machine (a quiet run: docs/measurements.md).
-        assert!((7.5..=11.0).contains(&rate), "{client}: {rate:.2} MiB/s over {secs:.1} s, not 10 MiB/s");
+        // Never faster than the limit allows (its burst is a tenth of a second's worth). The lower side only
+        // catches a pace that throttles far too hard: a loaded machine slows any transfer, so the ±10% of a quiet
+        // run is a measurement (docs/measurements.md), not an assertion.
+        assert!((5.0..=11.0).contains(&rate), "{client}: {rate:.2} MiB/s over {secs:.1} s, not 10 MiB/s");
     }
 }
 
@@ -280,7 +276,9 @@ fn an_upload_is_read_no_faster_than_its_write_limit() {
     );
     let rate = mib_per_sec(size, started.elapsed().as_secs_f64());
     eprintln!("curl -T: {rate:.2} MiB/s");
-    assert!((1.5..=2.2).contains(&rate), "{rate:.2} MiB/s, not 2 MiB/s (never faster, slower only if loaded)");
+    // The time includes storing the object (an fsync, slow on a loaded disk): never faster than the limit, and a
+    // lower side that only catches a pace throttling far too hard (a quiet run: docs/measurements.md).
+    assert!((0.5..=2.2).contains(&rate), "{rate:.2} MiB/s, not 2 MiB/s");
     let read = server.get_auth("/bkt/up.bin", &token, &[]);
     assert_eq!(sha256_hex(&read.body), sha256_hex(&bytes), "every byte stored");
 }

@@ -220,6 +220,15 @@ impl Server {
         (series.iter().sum(), series.len())
     }
 
+    /// The value of the series `name{labels}` (labels as Prometheus prints them: `a="x",b="y"`), 0 when absent.
+    pub fn metric_with(&self, name: &str, labels: &str) -> f64 {
+        let prefix = format!("{name}{{{labels}}} ");
+        self.metrics()
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()).map(|v| v.trim().parse().unwrap()))
+            .unwrap_or(0.0)
+    }
+
     /// The value of an unlabelled metric (0 when absent).
     pub fn metric(&self, name: &str) -> f64 {
         self.metrics()
