@@ -196,13 +196,7 @@ fn a_limit_set_through_one_replica_applies_on_the_other_at_its_next_request() {
         let got = get(server);
         assert_eq!((got.status, got.body.as_slice()), (200, &b"counted"[..]), "warm on {}", server.data);
     }
-    let id = r
-        .ok(&["token", "list"])
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("token list prints JSON lines"))
-        .map(|t| t["id"].as_str().expect("an id").to_owned())
-        .find(|id| reader.contains(id.as_str()))
-        .expect("the read token is listed");
+    let id = token_id_in(&r.ok(&["token", "list"]), &reader);
     let principal = format!("token:{id}");
 
     r.ok(&["limits", "set", &principal, "--requests", "1/min"]);

@@ -135,13 +135,8 @@ fn paced_object_bytes_leave_by_sendfile_only() {
     let bytes = test_bytes(size, 24);
     env.put_bytes("paced", "blob.bin", &bytes, &[]);
     let token = env.token("paced", "read", &[]);
-    let listed = env.ok(&["token", "list"]);
-    let id = listed.lines().find_map(|l| {
-        let v: serde_json::Value = serde_json::from_str(l).unwrap();
-        let id = v["id"].as_str().unwrap().to_owned();
-        token.contains(&id).then_some(id)
-    });
-    env.ok(&["limits", "set", &format!("token:{}", id.unwrap()), "--read", "48MiB/s", "--read-burst", "1MiB"]);
+    let id = token_id_in(&env.ok(&["token", "list"]), &token);
+    env.ok(&["limits", "set", &format!("token:{id}"), "--read", "48MiB/s", "--read-burst", "1MiB"]);
     let auth = format!("Bearer {token}");
     let multi = format!("bytes=0-99999,{}-{},{}-", size / 4, size / 4 + 8_000_000, size - 1000);
     let cases: [(&str, Option<&str>, usize); 3] = [

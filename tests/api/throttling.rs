@@ -51,11 +51,7 @@ fn a_token_over_its_rate_gets_429_with_the_rate_limit_fields_and_others_pass() {
     let server = env.serve();
     assert_eq!(server.get_auth("/bkt/k", &noisy, &[]).status, 200, "no limit yet");
     // Set while the server runs: applied at its next request.
-    let noisy_id = json_lines(&env.ok(&["token", "list"]))
-        .into_iter()
-        .map(|t| t["id"].as_str().unwrap().to_owned())
-        .find(|id| noisy.contains(id.as_str()))
-        .expect("the token's id is in it");
+    let noisy_id = token_id(&env, &noisy);
     let set = env.ok(&["limits", "set", &format!("token:{noisy_id}"), "--requests", "3/min"]);
     assert!(set.contains("\"requests\":\"3/min\""), "{set}");
     for _ in 0..3 {
@@ -135,7 +131,7 @@ fn a_concurrency_limit_of_two_refuses_a_third_download_until_one_ends() {
     env.put_bytes("bkt", "big", &bytes, &[]);
     let token = env.token("bkt", "read", &[]);
     let server = env.serve();
-    let id = json_lines(&env.ok(&["token", "list"]))[0]["id"].as_str().unwrap().to_owned();
+    let id = token_id(&env, &token);
     env.ok(&["limits", "set", &format!("token:{id}"), "--concurrent", "2"]);
     // Two downloads that cannot finish while nobody reads them: each holds its place until its last byte.
     let auth = format!("Bearer {token}");
@@ -196,11 +192,7 @@ fn boto3_backs_off_on_slowdown_and_finishes_every_download() {
 
 /// The id of `token`, as `limits set token:ID` takes it.
 fn token_id(env: &TestEnv, token: &str) -> String {
-    json_lines(&env.ok(&["token", "list"]))
-        .into_iter()
-        .map(|t| t["id"].as_str().unwrap().to_owned())
-        .find(|id| token.contains(id.as_str()))
-        .expect("the token's id is listed")
+    token_id_in(&env.ok(&["token", "list"]), token)
 }
 
 /// MiB a second over a transfer of `bytes` that took `secs`.

@@ -651,6 +651,16 @@ pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// The id of `token` in a `token list` listing (JSON lines): what `limits set token:ID` and the metrics name.
+pub fn token_id_in(listing: &str, token: &str) -> String {
+    listing
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("token list prints JSON lines"))
+        .map(|t| t["id"].as_str().expect("an id").to_owned())
+        .find(|id| token.contains(id.as_str()))
+        .expect("the token is listed")
+}
+
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(bytes))
