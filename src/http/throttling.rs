@@ -93,10 +93,10 @@ fn admit_under(
     let Some(table) = table else {
         return Ok(Admitted { share: Some(NO_LIMITS.share(&asker.who())), ..Admitted::default() });
     };
+    let share = Some(table.share(&asker.who()));
     match app.throttle.admit(&table, asker.who(), bucket) {
-        Ok(permit) if permit.is_empty() => Ok(Admitted { share: Some(permit.share), ..Admitted::default() }),
+        Ok(permit) if permit.is_empty() => Ok(Admitted { share, ..Admitted::default() }),
         Ok(permit) => {
-            let share = Some(permit.share);
             let write_pace = permit.write_pace();
             let permit = Arc::new(permit);
             let read_pace = permit.paces_reads().then(|| Arc::clone(&permit) as Arc<dyn Pace>);

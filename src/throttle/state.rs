@@ -52,7 +52,19 @@ impl LimitTable {
     /// `who` as a worker shares its sends: a key for who it is (an anonymous client's address group) and the
     /// weight its limit gives it (default 1).
     pub fn share(&self, who: &Who<'_>) -> Share {
-        share_of(who, self.own(who).map(|(limits, _)| limits))
+        use std::hash::{BuildHasher, Hash, Hasher};
+        let own = self.own(who);
+        let mut hasher = foldhash::fast::FixedState::with_seed(0x5eed).build_hasher();
+        match who {
+            Who::Token(id) => (0u8, *id).hash(&mut hasher),
+            Who::S3Key(id) => (1u8, *id).hash(&mut hasher),
+            Who::Signer(id) => (2u8, *id).hash(&mut hasher),
+            Who::Anonymous(ip) => {
+                let prefixes = own.map_or((32, 64), |(limits, _)| limits.prefixes());
+                (3u8, address_group(*ip, prefixes)).hash(&mut hasher)
+            }
+        }
+        Share { key: hasher.finish(), weight: own.and_then(|(limits, _)| limits.weight).unwrap_or(1) }
     }
 
     /// The limit that covers `who` itself, and the scope it was set on: its own, else the default.
@@ -65,23 +77,6 @@ impl LimitTable {
         };
         own.or_else(|| self.default.as_ref().map(|l| (l, "default")))
     }
-}
-
-/// `who` as a worker shares its sends, under `own`, the limit that covers it (its weight; an anonymous client's
-/// address group).
-fn share_of(who: &Who<'_>, own: Option<&LimitSet>) -> Share {
-    use std::hash::{BuildHasher, Hash, Hasher};
-    let mut hasher = foldhash::fast::FixedState::with_seed(0x5eed).build_hasher();
-    match who {
-        Who::Token(id) => (0u8, *id).hash(&mut hasher),
-        Who::S3Key(id) => (1u8, *id).hash(&mut hasher),
-        Who::Signer(id) => (2u8, *id).hash(&mut hasher),
-        Who::Anonymous(ip) => {
-            let prefixes = own.map_or((32, 64), LimitSet::prefixes);
-            (3u8, address_group(*ip, prefixes)).hash(&mut hasher)
-        }
-    }
-    Share { key: hasher.finish(), weight: own.and_then(|limits| limits.weight).unwrap_or(1) }
 }
 
 /// Who a request is, as far as limits go: known once it is authorised.
@@ -350,12 +345,10 @@ impl Default for Throttle {
 
 /// A request's places among the requests in progress of its principal and its bucket, given back when it drops:
 /// a download holds it until its last byte is sent.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Permit {
     held: Covering,
     paced: Covering,
-    /// Who the request is for, as its worker shares its sends.
-    pub share: Share,
 }
 
 impl Permit {
@@ -374,10 +367,20 @@ impl Permit {
         self.paced.iter().any(|c| c.read.is_some())
     }
 
-    /// The pace of the request's body, when a write bandwidth limit covers it (the permit itself paces reads).
+    /// The pace of the response's object bytes, when a read bandwidth limit covers it.
+    pub fn read_pace(&self) -> Option<Arc<dyn Pace>> {
+        self.pace(false)
+    }
+
+    /// The pace of the request's body, when a write bandwidth limit covers it.
     pub fn write_pace(&self) -> Option<Arc<dyn Pace>> {
-        let counters: Covering = self.paced.iter().filter(|c| c.write.is_some()).cloned().collect();
-        (!counters.is_empty()).then(|| Arc::new(BytePace { counters, write: true }) as Arc<dyn Pace>)
+        self.pace(true)
+    }
+
+    fn pace(&self, write: bool) -> Option<Arc<dyn Pace>> {
+        let counters: Covering =
+            self.paced.iter().filter(|c| if write { c.write.is_some() } else { c.read.is_some() }).cloned().collect();
+        (!counters.is_empty()).then(|| Arc::new(BytePace { counters, write }) as Arc<dyn Pace>)
     }
 }
 
@@ -397,10 +400,11 @@ impl Throttle {
     /// Whether `who`'s request on `bucket` may go on under `table`: it passes only if every limit that covers it
     /// allows. The permit must be held until the response ends.
     pub fn admit(&self, table: &LimitTable, who: Who<'_>, bucket: &str) -> Result<Permit, Throttled> {
-        let own = table.own(&who);
-        let share = share_of(&who, own.map(|(limits, _)| limits));
-        let mut permit = Permit { held: Covering::new(), paced: Covering::new(), share };
-        if let Some((limits, scope)) = own {
+        let mut permit = Permit::default();
+        if table.is_empty() {
+            return Ok(permit);
+        }
+        if let Some((limits, scope)) = table.own(&who) {
             let key = match who {
                 Who::Token(id) => OwnerRef::Token(id),
                 Who::S3Key(id) => OwnerRef::AccessKey(id),
@@ -552,15 +556,14 @@ mod tests {
         let table = LimitTable::new([(Subject::Token("t".into()), token), (Subject::Bucket("b".into()), bucket)]);
         let permit = throttle.admit(&table, Who::Token("t"), "b").unwrap();
         assert!(permit.write_pace().is_none(), "no write limit");
-        assert!(permit.paces_reads());
-        let pace: &dyn Pace = &permit;
+        let pace = permit.read_pace().unwrap();
         assert_eq!(pace.grant(4 << 20), Ok(128 << 10), "the bucket's burst, the smaller");
         pace.refund(128 << 10);
         assert_eq!(pace.grant(4 << 20), Ok(128 << 10), "refunded to both");
         assert!(pace.grant(4 << 20).is_err(), "the bucket is empty for a second");
         // The token's bucket gave only what the bucket's allowed: another bucket's request has the rest of its
         // burst (and what refilled meanwhile).
-        let other = throttle.admit(&table, Who::Token("t"), "other").unwrap();
+        let other = throttle.admit(&table, Who::Token("t"), "other").unwrap().read_pace().unwrap();
         let rest = other.grant(4 << 20).unwrap();
         assert!(((1 << 20) - (128 << 10)..=1 << 20).contains(&rest), "{rest}");
     }
