@@ -2093,6 +2093,8 @@ mod tests {
         });
         until("g's first slice is being fetched", || fake.fetches_of(g, slice(0, size)) == 1).await;
         drop(read(h).await);
+        // h settled first: were it still settling when a's fill ends, a would be the one entry free to go.
+        until_settled(&cache, h, 0).await;
         drop(read(a).await);
         assert!(cache.0.lock().entries.contains_key(g), "filling");
         gate.open();
