@@ -137,6 +137,28 @@ impl quick_cache::Weighter<(i64, Arc<str>), Option<Arc<ObjectEntry>>> for Object
     }
 }
 
+static NEXT_CATALOG_ID: AtomicU64 = AtomicU64::new(0);
+
+/// The table of limits a worker thread last read, with the catalog and the limits epoch it was read at.
+#[derive(Debug, Default)]
+struct SeenLimits {
+    catalog: u64,
+    epoch: u64,
+    table: Option<Arc<LimitTable>>,
+}
+
+impl SeenLimits {
+    /// The table seen for `catalog` at `epoch` (`Some(None)`: no limit at all), or `None` when it must be read.
+    fn table(&self, catalog: u64, epoch: u64) -> Option<Option<Arc<LimitTable>>> {
+        (self.catalog == catalog && self.epoch == epoch && self.epoch != u64::MAX).then(|| self.table.clone())
+    }
+}
+
+thread_local! {
+    static SEEN_LIMITS: std::cell::RefCell<SeenLimits> =
+        const { std::cell::RefCell::new(SeenLimits { catalog: 0, epoch: u64::MAX, table: None }) };
+}
+
 /// How often the background sync runs when nothing asked it to look.
 const SYNC_TICK: Duration = Duration::from_secs(1);
 /// A background sync that has not finished by then is given up (a partition can leave a query hanging until
@@ -314,10 +336,11 @@ pub struct Catalog {
     /// read, answered while the database cannot be.
     limits: Cache<(), Arc<LimitTable>>,
     last_limits: std::sync::Mutex<Arc<LimitTable>>,
-    /// The `epoch` at which the cached table was seen empty: while the caches are synced and no sync has evicted
-    /// since (every sync that evicts bumps the epoch first), a request learns that nothing limits it from three
-    /// atomic loads (the common case, and the hot path's).
-    no_limits_epoch: AtomicU64,
+    /// Bumped by every sync that evicts the limits, before it does: while the caches are synced and it has not
+    /// moved, a worker's own copy of the table ([`SEEN_LIMITS`]) is the table, found from three atomic loads.
+    limits_epoch: AtomicU64,
+    /// Tells this catalog's table apart in a thread's [`SEEN_LIMITS`] (tests run several catalogs in one process).
+    id: u64,
     /// With an object store: its cache, which keeps its own open files (`open_blobs` stays empty).
     blob_cache: Option<BlobCache>,
     /// See "Bounded staleness": the windows, the clock's origin, when the last successful sync started
@@ -358,7 +381,8 @@ impl Catalog {
             open_blobs: Cache::new(max_open_blobs.max(16)),
             limits: Cache::new(2),
             last_limits: Default::default(),
-            no_limits_epoch: AtomicU64::new(u64::MAX),
+            limits_epoch: AtomicU64::new(0),
+            id: NEXT_CATALOG_ID.fetch_add(1, Ordering::Relaxed),
             blob_cache: None,
         })
     }
@@ -498,18 +522,18 @@ impl Catalog {
     /// is not a credential, and an anonymous read of a public bucket must not fail for it).
     /// `None`: no limit at all.
     pub fn limits(&self) -> Lookup<'_, Option<Arc<LimitTable>>> {
-        let epoch = self.epoch.load(Ordering::Acquire);
+        let epoch = self.limits_epoch.load(Ordering::Acquire);
         let synced = self.feed.current() == self.synced.load(Ordering::Acquire);
-        if synced && self.no_limits_epoch.load(Ordering::Acquire) == epoch {
-            return answered(None);
+        if synced && let Some(seen) = SEEN_LIMITS.with_borrow(|seen| seen.table(self.id, epoch)) {
+            return answered(seen);
         }
         let some = |table: Arc<LimitTable>| (!table.is_empty()).then_some(table);
         if let Some(hit) = self.cached(&self.limits, &()) {
-            if hit.is_empty() {
-                // Seen empty at `epoch`: a sync that evicts it bumps the epoch first, so a late store cannot hide it.
-                self.no_limits_epoch.store(epoch, Ordering::Release);
-            }
-            return answered(some(hit));
+            // Seen at `epoch`: a sync that evicts it bumps the epoch first, so a late store cannot hide a change.
+            // The thread's own copy: its reference count is touched by this thread alone, request after request.
+            let own = some(hit).map(|table| Arc::new(LimitTable::clone(&table)));
+            SEEN_LIMITS.with_borrow_mut(|seen| *seen = SeenLimits { catalog: self.id, epoch, table: own.clone() });
+            return answered(own);
         }
         looked_up(async move {
             let fetch = || async { Ok(Arc::new(LimitTable::new(self.meta.limits().await?))) };
@@ -897,6 +921,7 @@ impl Catalog {
                 self.s3_key_misses.remove(change.name.as_str());
             }
             (ChangeKind::Limit, _) => {
+                self.limits_epoch.fetch_add(1, Ordering::AcqRel);
                 self.limits.clear();
             }
             (kind, _) => {
@@ -916,6 +941,7 @@ impl Catalog {
         self.s3_keys.clear();
         self.s3_key_misses.clear();
         self.open_blobs.clear();
+        self.limits_epoch.fetch_add(1, Ordering::AcqRel);
         self.limits.clear();
     }
 

@@ -5,8 +5,8 @@
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use quanta::Instant;
@@ -19,26 +19,44 @@ use crate::file_body::{Pace, Share};
 
 use super::{LimitKind, LimitSet, Subject, Throttled, address_group, whole_secs_at_least_one};
 
-/// Every limit stored, as the catalog loaded it: one lookup per principal kind.
-#[derive(Debug, Default, Clone, PartialEq)]
+/// Every limit stored, as the catalog loaded it: one lookup per principal kind. A named principal's entry keeps
+/// the counters its first request found, so the next ones reach them without a look in the replica's map.
+#[derive(Debug, Default, Clone)]
 pub struct LimitTable {
     default: Option<LimitSet>,
     anonymous: Option<LimitSet>,
-    tokens: foldhash::HashMap<Box<str>, LimitSet>,
-    s3_keys: foldhash::HashMap<Box<str>, LimitSet>,
-    buckets: foldhash::HashMap<Box<str>, LimitSet>,
+    tokens: foldhash::HashMap<Box<str>, Named>,
+    s3_keys: foldhash::HashMap<Box<str>, Named>,
+    buckets: foldhash::HashMap<Box<str>, Named>,
+}
+
+/// A limit set on a token, an S3 key or a bucket, and its counters in the [`Throttle`] (by its id) once used.
+#[derive(Debug, Clone)]
+struct Named {
+    limits: LimitSet,
+    counters: OnceLock<(u64, Arc<Counters>)>,
+}
+
+/// The limit that covers a principal itself, where it was set, and its counters' slot when it was set on the
+/// principal by name (the default and anonymous limits count each principal or group apart).
+#[derive(Debug, Clone, Copy)]
+struct Own<'t> {
+    limits: &'t LimitSet,
+    scope: &'static str,
+    slot: Option<&'t OnceLock<(u64, Arc<Counters>)>>,
 }
 
 impl LimitTable {
     pub fn new(rows: impl IntoIterator<Item = (Subject, LimitSet)>) -> LimitTable {
         let mut table = LimitTable::default();
+        let named = |limits| Named { limits, counters: OnceLock::new() };
         for (subject, limits) in rows {
             match subject {
                 Subject::Default => table.default = Some(limits),
                 Subject::Anonymous => table.anonymous = Some(limits),
-                Subject::Token(id) => _ = table.tokens.insert(id.into(), limits),
-                Subject::S3Key(id) => _ = table.s3_keys.insert(id.into(), limits),
-                Subject::Bucket(name) => _ = table.buckets.insert(name.into(), limits),
+                Subject::Token(id) => _ = table.tokens.insert(id.into(), named(limits)),
+                Subject::S3Key(id) => _ = table.s3_keys.insert(id.into(), named(limits)),
+                Subject::Bucket(name) => _ = table.buckets.insert(name.into(), named(limits)),
             }
         }
         table
@@ -46,7 +64,11 @@ impl LimitTable {
 
     /// No limit at all: every request passes without a look at any counter.
     pub fn is_empty(&self) -> bool {
-        *self == LimitTable::default()
+        self.default.is_none()
+            && self.anonymous.is_none()
+            && self.tokens.is_empty()
+            && self.s3_keys.is_empty()
+            && self.buckets.is_empty()
     }
 
     /// `who` as a worker shares its sends: a key for who it is (an anonymous client's address group) and the
@@ -60,23 +82,31 @@ impl LimitTable {
             Who::S3Key(id) => (1u8, *id).hash(&mut hasher),
             Who::Signer(id) => (2u8, *id).hash(&mut hasher),
             Who::Anonymous(ip) => {
-                let prefixes = own.map_or((32, 64), |(limits, _)| limits.prefixes());
+                let prefixes = own.map_or((32, 64), |own| own.limits.prefixes());
                 (3u8, address_group(*ip, prefixes)).hash(&mut hasher)
             }
         }
-        Share { key: hasher.finish(), weight: own.and_then(|(limits, _)| limits.weight).unwrap_or(1) }
+        Share { key: hasher.finish(), weight: own.and_then(|own| own.limits.weight).unwrap_or(1) }
     }
 
-    /// The limit that covers `who` itself, and the scope it was set on: its own, else the default.
-    fn own(&self, who: &Who<'_>) -> Option<(&LimitSet, &'static str)> {
+    /// The limit that covers `who` itself: its own, else the default.
+    fn own(&self, who: &Who<'_>) -> Option<Own<'_>> {
         let own = match who {
-            Who::Token(id) => self.tokens.get(*id).map(|l| (l, "token")),
-            Who::S3Key(id) => self.s3_keys.get(*id).map(|l| (l, "s3-key")),
-            Who::Anonymous(_) => self.anonymous.as_ref().map(|l| (l, "anonymous")),
+            Who::Token(id) => self.tokens.get(*id).map(|n| named(n, "token")),
+            Who::S3Key(id) => self.s3_keys.get(*id).map(|n| named(n, "s3-key")),
+            Who::Anonymous(_) => self.anonymous.as_ref().map(|limits| Own { limits, scope: "anonymous", slot: None }),
             Who::Signer(_) => None,
         };
-        own.or_else(|| self.default.as_ref().map(|l| (l, "default")))
+        own.or_else(|| self.default.as_ref().map(|limits| Own { limits, scope: "default", slot: None }))
     }
+
+    fn bucket(&self, name: &str) -> Option<Own<'_>> {
+        self.buckets.get(name).map(|n| named(n, "bucket"))
+    }
+}
+
+fn named<'t>(named: &'t Named, scope: &'static str) -> Own<'t> {
+    Own { limits: &named.limits, scope, slot: Some(&named.counters) }
 }
 
 /// Who a request is, as far as limits go: known once it is authorised.
@@ -335,7 +365,11 @@ pub const COUNTED_PRINCIPALS: usize = 100_000;
 pub struct Throttle {
     counters: quick_cache::sync::Cache<Owner, Arc<Counters>>,
     clock: DefaultClock,
+    /// Tells this throttle's counters apart in a table's slots (tests run several in one process).
+    id: u64,
 }
+
+static NEXT_THROTTLE_ID: AtomicU64 = AtomicU64::new(0);
 
 impl Default for Throttle {
     fn default() -> Self {
@@ -394,7 +428,11 @@ impl Drop for Permit {
 
 impl Throttle {
     pub fn new(principals: usize) -> Throttle {
-        Throttle { counters: quick_cache::sync::Cache::new(principals), clock: DefaultClock::default() }
+        Throttle {
+            counters: quick_cache::sync::Cache::new(principals),
+            clock: DefaultClock::default(),
+            id: NEXT_THROTTLE_ID.fetch_add(1, Ordering::Relaxed),
+        }
     }
 
     /// Whether `who`'s request on `bucket` may go on under `table`: it passes only if every limit that covers it
@@ -404,49 +442,58 @@ impl Throttle {
         if table.is_empty() {
             return Ok(permit);
         }
-        if let Some((limits, scope)) = table.own(&who) {
+        if let Some(own) = table.own(&who) {
             let key = match who {
                 Who::Token(id) => OwnerRef::Token(id),
                 Who::S3Key(id) => OwnerRef::AccessKey(id),
                 Who::Signer(id) => OwnerRef::Signer(id),
-                Who::Anonymous(ip) => OwnerRef::Address(address_group(ip, limits.prefixes())),
+                Who::Anonymous(ip) => OwnerRef::Address(address_group(ip, own.limits.prefixes())),
             };
-            self.admit_one(&mut permit, key, limits, scope)?;
+            self.admit_one(&mut permit, key, own)?;
         }
-        if let Some(limits) = table.buckets.get(bucket) {
-            self.admit_one(&mut permit, OwnerRef::Bucket(bucket), limits, "bucket")?;
+        if let Some(own) = table.bucket(bucket) {
+            self.admit_one(&mut permit, OwnerRef::Bucket(bucket), own)?;
         }
         Ok(permit)
     }
 
-    fn admit_one(
-        &self,
-        permit: &mut Permit,
-        key: OwnerRef<'_>,
-        limits: &LimitSet,
-        scope: &'static str,
-    ) -> Result<(), Throttled> {
-        let counters = match self.counters.get(&key) {
-            Some(c) if c.limits == *limits && c.scope == scope => c,
+    fn admit_one(&self, permit: &mut Permit, key: OwnerRef<'_>, own: Own<'_>) -> Result<(), Throttled> {
+        let counters = match own.slot.and_then(OnceLock::get) {
+            Some((throttle, counters)) if *throttle == self.id => counters.clone(),
             _ => {
-                let named = match (scope, key) {
-                    ("token" | "s3-key", OwnerRef::Token(n) | OwnerRef::AccessKey(n))
-                    | ("bucket", OwnerRef::Bucket(n)) => Some(n.into()),
-                    _ => None,
-                };
-                let fresh = Arc::new(Counters::new(*limits, scope, named));
-                self.counters.insert(key.owned(), fresh.clone());
-                fresh
+                let counters = self.counters_of(key, own);
+                if let Some(slot) = own.slot {
+                    let _ = slot.set((self.id, counters.clone()));
+                }
+                counters
             }
         };
         counters.admit(&self.clock)?;
         if counters.read.is_some() || counters.write.is_some() {
             permit.paced.push(counters.clone());
         }
-        if limits.concurrent.is_some() {
+        if own.limits.concurrent.is_some() {
             permit.held.push(counters);
         }
         Ok(())
+    }
+
+    /// `key`'s counters under `own`'s limit: the ones in the map if that limit is the one they count for, else new
+    /// ones (a limit changed starts again).
+    fn counters_of(&self, key: OwnerRef<'_>, own: Own<'_>) -> Arc<Counters> {
+        match self.counters.get(&key) {
+            Some(c) if c.limits == *own.limits && c.scope == own.scope => c,
+            _ => {
+                let named = match (own.scope, key) {
+                    ("token" | "s3-key", OwnerRef::Token(n) | OwnerRef::AccessKey(n))
+                    | ("bucket", OwnerRef::Bucket(n)) => Some(n.into()),
+                    _ => None,
+                };
+                let fresh = Arc::new(Counters::new(*own.limits, own.scope, named));
+                self.counters.insert(key.owned(), fresh.clone());
+                fresh
+            }
+        }
     }
 }
 
@@ -580,6 +627,22 @@ mod tests {
         assert_ne!(table.share(&ip("192.0.2.1")).key, table.share(&ip("192.0.2.2")).key, "/32 by default");
         let grouped = LimitTable::new([(Subject::Anonymous, LimitSet { ipv4_prefix: Some(24), ..Default::default() })]);
         assert_eq!(grouped.share(&ip("192.0.2.1")).key, grouped.share(&ip("192.0.2.2")).key);
+    }
+
+    #[test]
+    fn a_reloaded_table_keeps_the_counts_of_an_unchanged_limit_and_each_throttle_counts_its_own() {
+        let throttle = Throttle::new(16);
+        let limits = LimitSet { requests: rate(1), ..Default::default() };
+        let rows = || [(Subject::Token("t".into()), limits), (Subject::Bucket("b".into()), limits)];
+        let before = LimitTable::new(rows());
+        throttle.admit(&before, Who::Token("t"), "c").unwrap();
+        assert_eq!(throttle.admit(&before, Who::Token("t"), "c").unwrap_err().scope, "token", "through its entry");
+        let after = LimitTable::new(rows());
+        assert_eq!(throttle.admit(&after, Who::Token("t"), "c").unwrap_err().scope, "token", "the same counts");
+        let other = Throttle::new(16);
+        other.admit(&before, Who::Token("t"), "b").unwrap();
+        assert_eq!(other.admit(&before, Who::Token("u"), "b").unwrap_err().scope, "bucket");
+        throttle.admit(&before, Who::Token("u"), "b").unwrap();
     }
 
     #[test]
