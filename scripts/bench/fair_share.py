@@ -9,7 +9,10 @@ worker), the clients on CPU 1.
      (target for the quiet one >= 40% at equal weights; by connections alone it would be 4/68 = 6%).
 
 The download clients discard what they receive without copying it (`recv` with MSG_TRUNC), so the server's sends
-are the bottleneck, not the clients. With several --bin, each binary is measured in turn, round by round
+are the bottleneck, not the clients. wrk runs at real-time priority (`chrt -f`; `--wrk-priority normal` to compare)
+on the CPU it shares with the download clients: on this 2-core machine they cannot have CPUs of their own, and at the
+same priority wrk would wait for the noisy clients' time slices on its CPU, a wait a client on another machine does
+not have, so the ratio would measure the clients' scheduler instead of the server. With several --bin, each binary is measured in turn, round by round
 (alternating order), and the medians are reported; a binary without fair sharing shows the split by connections.
 
     python3 scripts/bench/fair_share.py --bin target/release/blobgate [--bin OLD] [--rounds 3] [--secs 8]
@@ -28,12 +31,14 @@ ap.add_argument("--secs", type=int, default=8)
 ap.add_argument("--big-mib", type=int, default=1024)
 ap.add_argument("--noisy-conns", type=int, default=64)
 ap.add_argument("--quiet-conns", type=int, default=4)
+ap.add_argument("--wrk-priority", choices=["realtime", "normal"], default="realtime")
 a = ap.parse_args()
 common.set_project(a.project)
 WORK = Path(os.environ.get("BENCH_WORK", "/tmp/blobgate-fair"))
 WORK.mkdir(parents=True, exist_ok=True)
 compare.WORK = WORK
 compare.need("wrk", "wrk")
+compare.need("chrt", "util-linux")
 
 
 def drain(port, token, conns, secs, out):
@@ -95,7 +100,8 @@ def downloads(port, tokens_conns, secs):
 
 def quiet_p99(port, token, secs):
     """wrk --latency with 4 connections of 4 KiB GETs: its p99 in ms."""
-    cmd = ["taskset", "-c", "1", "wrk", "-t1", f"-c{a.quiet_conns}", f"-d{secs}s", "--latency",
+    priority = ["chrt", "-f", "50"] if a.wrk_priority == "realtime" else []
+    cmd = priority + ["taskset", "-c", "1", "wrk", "-t1", f"-c{a.quiet_conns}", f"-d{secs}s", "--latency",
            "-H", f"Authorization: Bearer {token}", f"http://127.0.0.1:{port}/bench/small"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     value, unit = re.search(r"99%\s+([\d.]+)(us|ms|s)", out).groups()

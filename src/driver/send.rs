@@ -83,6 +83,11 @@ const PROBE_MIN: u64 = 64 * 1024;
 /// response waiting on the event loop. A lone download stays inline, where it costs less CPU. The figures behind
 /// this choice are in docs/measurements.md.
 const OFFLOAD_MIN: u64 = 512 * 1024;
+/// The most one sendfile call sends while other connections share the worker. Such a call runs on the pool, and
+/// the event loop, woken meanwhile by a small request, can wait for the CPU for much of it (the kernel preempts a
+/// sendfile only at points of its own): calls this size keep that wait a fraction of a millisecond. The figures are
+/// in docs/measurements.md.
+const SHARED_CHUNK_MAX: usize = OFFLOAD_MIN as usize;
 
 /// Observes every sendfile return value as it happens (the Prometheus byte counter), so bytes are counted even
 /// when the response later aborts.
@@ -245,9 +250,10 @@ async fn send_region(
     loop {
         // The first arm is every chunk of a data-dir blob: no future polled. Not `while let`: its scrutinee's
         // temporary would take room in this future for the whole loop body.
-        let want = match region.chunk_now(options.chunk) {
+        let max = if super::worker_is_shared() { options.chunk.min(SHARED_CHUNK_MAX) } else { options.chunk };
+        let want = match region.chunk_now(max) {
             Some(want) => want,
-            None => match region.next_chunk(options.chunk, options.progress_timeout).await? {
+            None => match region.next_chunk(max, options.progress_timeout).await? {
                 Some(want) => want,
                 None => return Ok(()),
             },

@@ -7,7 +7,7 @@
 //!   the connection's socket or on a pool thread's own descriptor of it ([`PoolSocket`]);
 //! - TCP_CORK, `TCP_INFO`'s acknowledged bytes, a zero-timeout `poll` for room in the socket;
 //! - page-cache residency: `cachestat(2)`, else `mincore(2)` on a mapping;
-//! - `setpriority(2)` for the blocking pool's threads;
+//! - `sched_setscheduler(2)` (`SCHED_IDLE`, else `setpriority(2)`) for the blocking pool's threads;
 //! - kernel TLS: `TCP_ULP` and the keys (`TLS_TX`, `TLS_RX`), the start-up cipher probe, `recvmsg(2)` with the
 //!   record type, `sendmsg(2)` of a control record.
 
@@ -230,11 +230,19 @@ pub struct JemallocOptions(*const libc::c_char);
 // SAFETY: the pointer is to a string literal, immutable and alive for the whole program; nothing writes through it.
 unsafe impl Sync for JemallocOptions {}
 
-/// Sets the calling thread's nice value to 19 (Linux nice values are per thread).
+/// Puts the calling thread under `SCHED_IDLE` (Linux scheduling policies are per thread), else at nice 19. Under
+/// `SCHED_IDLE` a thread that wakes with the normal policy preempts it at once; at nice 19 alone, the scheduler
+/// (EEVDF) lets it finish its time slice first, which is milliseconds of an event loop's wait.
 pub fn lower_this_thread_priority() {
-    // SAFETY: setpriority on the calling thread (who = 0 means "this thread" for PRIO_PROCESS on Linux threads)
-    // takes no pointers; failure only leaves the priority as it was.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler on the calling thread (pid 0) reads `param`, which lives across the call; failure
+    // leaves the policy as it was.
+    let idle = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } == 0;
+    if !idle {
+        // SAFETY: setpriority on the calling thread (who = 0 means "this thread" for PRIO_PROCESS on Linux
+        // threads) takes no pointers; failure only leaves the priority as it was.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
+    }
 }
 
 /// The record keys of one direction of a TLS session, as the kernel takes them (`TLS_TX`, `TLS_RX`).
