@@ -5,8 +5,8 @@
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use quanta::Instant;
@@ -123,42 +123,59 @@ pub enum Who<'a> {
 }
 
 /// Bytes a second with a burst, shared by every response or upload its principal has in progress, on every
-/// worker: a token bucket under a lock held for a few arithmetic operations per grant (a chunk, not a request).
+/// worker: a token bucket kept as the instant it was (or will be) empty, so that a grant is one compare-and-swap
+/// and no lock (a chunk's, not a request's: but a small response is one chunk).
 #[derive(Debug)]
 struct ByteBucket {
     per_sec: f64,
-    burst: f64,
+    /// The burst, as the time the rate takes to fill it (nanoseconds).
+    burst_nanos: f64,
     /// The least a grant gives (unless less is wanted), so that a low rate still sends chunks worth a syscall.
     quantum: f64,
-    /// Bytes available, and when they were counted.
-    state: Mutex<(f64, Instant)>,
+    /// Nanoseconds after `origin` at which the bucket held nothing, counting what was taken since: at `t` it holds
+    /// `min(burst, (t - empty_at) * per_sec)` bytes.
+    empty_at: AtomicI64,
+    origin: Instant,
 }
 
 impl ByteBucket {
     fn new(per_sec: u64, burst: u64) -> ByteBucket {
-        let (per_sec, burst) = (per_sec as f64, burst as f64);
+        let (per_sec, burst) = (per_sec.max(1) as f64, burst as f64);
         let quantum = (per_sec / 50.0).clamp(4096.0, 256.0 * 1024.0).min(burst);
-        ByteBucket { per_sec, burst, quantum, state: Mutex::new((burst, Instant::now())) }
+        let burst_nanos = burst / per_sec * 1e9;
+        ByteBucket {
+            per_sec,
+            burst_nanos,
+            quantum,
+            empty_at: AtomicI64::new(-(burst_nanos as i64)),
+            origin: Instant::now(),
+        }
     }
 
     /// Up to `want` bytes now, at least a quantum's (or `want`) worth; else how long until that many are there.
     fn take(&self, want: u64, now: Instant) -> Result<u64, Duration> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let (available, since) = *state;
-        let available = (available + now.saturating_duration_since(since).as_secs_f64() * self.per_sec).min(self.burst);
+        let now = now.saturating_duration_since(self.origin).as_nanos() as f64;
         let least = self.quantum.min(want as f64);
-        if available < least {
-            *state = (available, now);
-            return Err(Duration::from_secs_f64((least - available) / self.per_sec));
+        let mut empty_at = self.empty_at.load(Ordering::Acquire);
+        loop {
+            // What was given beyond the burst is not kept: the bucket is never emptier than full at `now`.
+            let from = (empty_at as f64).max(now - self.burst_nanos);
+            let available = (now - from) * self.per_sec / 1e9;
+            if available < least {
+                return Err(Duration::from_secs_f64((least - available) / self.per_sec));
+            }
+            let granted = (available.floor() as u64).min(want);
+            let taken = from + granted as f64 / self.per_sec * 1e9;
+            match self.empty_at.compare_exchange_weak(empty_at, taken as i64, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(granted),
+                Err(current) => empty_at = current,
+            }
         }
-        let granted = (available.floor() as u64).min(want);
-        *state = (available - granted as f64, now);
-        Ok(granted)
     }
 
     fn give_back(&self, bytes: u64) {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        state.0 = (state.0 + bytes as f64).min(self.burst);
+        let nanos = (bytes as f64 / self.per_sec * 1e9) as i64;
+        self.empty_at.fetch_sub(nanos, Ordering::AcqRel);
     }
 }
 
@@ -235,15 +252,15 @@ impl Pace for BytePace {
 /// A permit paces the object bytes of its response: no second allocation for the pace.
 impl Pace for Permit {
     fn grant(&self, want: u64) -> Result<u64, Duration> {
-        BytePace::grant_from(&self.paced, false, want)
+        BytePace::grant_from(&self.covering, false, want)
     }
 
     fn refund(&self, unsent: u64) {
-        BytePace::refund_to(&self.paced, false, unsent)
+        BytePace::refund_to(&self.covering, false, unsent)
     }
 
     fn scope(&self) -> &'static str {
-        self.paced.iter().find(|c| c.read.is_some()).map_or("default", |c| c.scope)
+        self.covering.iter().find(|c| c.read.is_some()).map_or("default", |c| c.scope)
     }
 }
 
@@ -381,24 +398,24 @@ impl Default for Throttle {
 /// a download holds it until its last byte is sent.
 #[derive(Debug, Default)]
 pub struct Permit {
-    held: Covering,
-    paced: Covering,
+    /// The counters of the limits that hold a place or pace bytes (one reference each, for both).
+    covering: Covering,
 }
 
 impl Permit {
     /// Whether it holds a place (a concurrency limit covers the request): else there is nothing to keep.
     pub fn holds(&self) -> bool {
-        !self.held.is_empty()
+        self.covering.iter().any(|c| c.limits.concurrent.is_some())
     }
 
     /// Neither a place nor a pace: nothing to keep.
     pub fn is_empty(&self) -> bool {
-        self.held.is_empty() && self.paced.is_empty()
+        self.covering.is_empty()
     }
 
     /// Whether a read bandwidth limit covers the request: the permit is then its object bytes' pace.
     pub fn paces_reads(&self) -> bool {
-        self.paced.iter().any(|c| c.read.is_some())
+        self.covering.iter().any(|c| c.read.is_some())
     }
 
     /// The pace of the response's object bytes, when a read bandwidth limit covers it.
@@ -412,15 +429,19 @@ impl Permit {
     }
 
     fn pace(&self, write: bool) -> Option<Arc<dyn Pace>> {
-        let counters: Covering =
-            self.paced.iter().filter(|c| if write { c.write.is_some() } else { c.read.is_some() }).cloned().collect();
+        let counters: Covering = self
+            .covering
+            .iter()
+            .filter(|c| if write { c.write.is_some() } else { c.read.is_some() })
+            .cloned()
+            .collect();
         (!counters.is_empty()).then(|| Arc::new(BytePace { counters, write }) as Arc<dyn Pace>)
     }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        for counters in &self.held {
+        for counters in &self.covering {
             counters.release();
         }
     }
@@ -469,11 +490,8 @@ impl Throttle {
             }
         };
         counters.admit(&self.clock)?;
-        if counters.read.is_some() || counters.write.is_some() {
-            permit.paced.push(counters.clone());
-        }
-        if own.limits.concurrent.is_some() {
-            permit.held.push(counters);
+        if counters.read.is_some() || counters.write.is_some() || own.limits.concurrent.is_some() {
+            permit.covering.push(counters);
         }
         Ok(())
     }
