@@ -93,10 +93,10 @@ fn admit_under(
     let Some(table) = table else {
         return Ok(Admitted { share: Some(NO_LIMITS.share(&asker.who())), ..Admitted::default() });
     };
-    let share = Some(table.share(&asker.who()));
-    match app.throttle.admit(&table, asker.who(), bucket) {
-        Ok(permit) if permit.is_empty() => Ok(Admitted { share, ..Admitted::default() }),
-        Ok(permit) => {
+    match app.throttle.admit_shared(&table, asker.who(), bucket) {
+        Ok((permit, share)) if permit.is_empty() => Ok(Admitted { share: Some(share), ..Admitted::default() }),
+        Ok((permit, share)) => {
+            let share = Some(share);
             let write_pace = permit.write_pace();
             let permit = Arc::new(permit);
             let read_pace = permit.paces_reads().then(|| Arc::clone(&permit) as Arc<dyn Pace>);

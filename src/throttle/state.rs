@@ -74,8 +74,12 @@ impl LimitTable {
     /// `who` as a worker shares its sends: a key for who it is (an anonymous client's address group) and the
     /// weight its limit gives it (default 1).
     pub fn share(&self, who: &Who<'_>) -> Share {
+        Self::share_under(self.own(who), who)
+    }
+
+    /// [`share`](Self::share) once `who`'s own limit is found.
+    fn share_under(own: Option<Own<'_>>, who: &Who<'_>) -> Share {
         use std::hash::{BuildHasher, Hash, Hasher};
-        let own = self.own(who);
         let mut hasher = foldhash::fast::FixedState::with_seed(0x5eed).build_hasher();
         match who {
             Who::Token(id) => (0u8, *id).hash(&mut hasher),
@@ -154,7 +158,8 @@ impl ByteBucket {
 
     /// Up to `want` bytes now, at least a quantum's (or `want`) worth; else how long until that many are there.
     fn take(&self, want: u64, now: Instant) -> Result<u64, Duration> {
-        let now = now.saturating_duration_since(self.origin).as_nanos() as f64;
+        // Through u64: a u128's conversion to f64 is a library call.
+        let now = now.saturating_duration_since(self.origin).as_nanos() as u64 as f64;
         let least = self.quantum.min(want as f64);
         let mut empty_at = self.empty_at.load(Ordering::Acquire);
         loop {
@@ -164,7 +169,8 @@ impl ByteBucket {
             if available < least {
                 return Err(Duration::from_secs_f64((least - available) / self.per_sec));
             }
-            let granted = (available.floor() as u64).min(want);
+            // `available` is at least `least`, so positive: the cast truncates, as floor would.
+            let granted = (available as u64).min(want);
             let taken = from + granted as f64 / self.per_sec * 1e9;
             match self.empty_at.compare_exchange_weak(empty_at, taken as i64, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Ok(granted),
@@ -459,11 +465,16 @@ impl Throttle {
     /// Whether `who`'s request on `bucket` may go on under `table`: it passes only if every limit that covers it
     /// allows. The permit must be held until the response ends.
     pub fn admit(&self, table: &LimitTable, who: Who<'_>, bucket: &str) -> Result<Permit, Throttled> {
+        self.admit_shared(table, who, bucket).map(|(permit, _)| permit)
+    }
+
+    /// [`admit`](Self::admit), and who the request is for the worker's fair shares (`LimitTable::share`), from
+    /// one look at the table.
+    pub fn admit_shared(&self, table: &LimitTable, who: Who<'_>, bucket: &str) -> Result<(Permit, Share), Throttled> {
+        let own = table.own(&who);
+        let share = LimitTable::share_under(own, &who);
         let mut permit = Permit::default();
-        if table.is_empty() {
-            return Ok(permit);
-        }
-        if let Some(own) = table.own(&who) {
+        if let Some(own) = own {
             let key = match who {
                 Who::Token(id) => OwnerRef::Token(id),
                 Who::S3Key(id) => OwnerRef::AccessKey(id),
@@ -475,7 +486,7 @@ impl Throttle {
         if let Some(own) = table.bucket(bucket) {
             self.admit_one(&mut permit, OwnerRef::Bucket(bucket), own)?;
         }
-        Ok(permit)
+        Ok((permit, share))
     }
 
     fn admit_one(&self, permit: &mut Permit, key: OwnerRef<'_>, own: Own<'_>) -> Result<(), Throttled> {
