@@ -1,6 +1,8 @@
 //! What one replica counts per principal, shared by its data workers: a request bucket (GCRA, `governor`: one
-//! compare-and-swap per request, no lock) and the requests in progress. A principal's counters live as long as the
-//! bounded map keeps them; a limit changed by `limits set` starts them again.
+//! compare-and-swap per request, no lock), the requests in progress and byte buckets (one compare-and-swap per
+//! grant). A principal's counters live in a bounded map, and a named principal's also in the limits table that
+//! found them there (each worker's copy reaches them without the map); a limit changed by `limits set` starts them
+//! again.
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
