@@ -639,6 +639,8 @@ impl Query {
 
 async fn list_buckets(app: &DataState, request: &RequestParts<'_>) -> Result<Response, S3Error> {
     let allowed = app.auth.s3(request, S3Target::Service, Access::Read).await?;
+    // On no bucket: the key's own limit (or the default) alone.
+    let _held = throttling::admit(app, &Asker::S3Key(&allowed.key.id), "").await?;
     let params = crate::s3::buckets::ListBucketsParams::from_query(request.query.unwrap_or(""))?;
     // A key sees the buckets its grants name; a grant of every bucket sees them all.
     let rights = &allowed.key.rights;

@@ -60,7 +60,8 @@ pub struct Admitted {
 /// Where no limit is set: principals share by their identity alone, at weight 1.
 static NO_LIMITS: std::sync::LazyLock<LimitTable> = std::sync::LazyLock::new(LimitTable::default);
 
-/// Admits `asker`'s request on `bucket`, or refuses it with the limit that did. No limit at all costs a few atomic
+/// Admits `asker`'s request on `bucket` (`""` for a request on no bucket, as ListBuckets: no bucket is named so),
+/// or refuses it with the limit that did. No limit at all costs a few atomic
 /// loads.
 pub async fn admit(app: &DataState, asker: &Asker<'_>, bucket: &str) -> Result<Admitted, ApiError> {
     match admit_at_once(app, asker, bucket) {

@@ -190,6 +190,36 @@ fn boto3_backs_off_on_slowdown_and_finishes_every_download() {
     assert!(throttled(&server, &labels) >= 1.0, "SlowDown was answered and retried: {}", server.metrics());
 }
 
+const BOTO3_LISTS_BUCKETS: &str = r#"
+import botocore.exceptions
+s3 = boto3.client("s3", endpoint_url=spec["endpoint"], aws_access_key_id=spec["key"]["id"],
+    aws_secret_access_key=spec["key"]["secret"], region_name="us-east-1",
+    config=Config(signature_version="s3v4", s3={"addressing_style": "path"},
+                  retries={"mode": "standard", "max_attempts": 1}))
+answers = []
+for _ in range(3):
+    try:
+        answers.append([b["Name"] for b in s3.list_buckets()["Buckets"]])
+    except botocore.exceptions.ClientError as e:
+        answers.append(e.response["Error"]["Code"])
+print(json.dumps(answers))
+"#;
+
+#[test]
+fn list_buckets_counts_against_the_keys_own_limit() {
+    let env = TestEnv::new();
+    env.bucket("bkt", false);
+    let key = s3_key(&env, "bkt", &["--scope", "read"]);
+    env.ok(&["limits", "set", &format!("s3-key:{}", key.id), "--requests", "2/min"]);
+    let server = env.serve();
+    let spec = serde_json::json!({"endpoint": format!("http://{}", server.data), "key": key_json(&key)});
+    let out = boto3_output(&env.dir.path().join("boto3-home"), BOTO3_LISTS_BUCKETS, &spec);
+    let answers: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(answers, serde_json::json!([["bkt"], ["bkt"], "SlowDown"]), "{out}");
+    let labels = format!("limit=\"requests\",scope=\"s3-key\",principal=\"{}\"", key.id);
+    assert!(throttled(&server, &labels) >= 1.0, "{}", server.metrics());
+}
+
 /// The id of `token`, as `limits set token:ID` takes it.
 fn token_id(env: &TestEnv, token: &str) -> String {
     token_id_in(&env.ok(&["token", "list"]), token)
