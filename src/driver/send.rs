@@ -321,7 +321,7 @@ async fn send_region(
 }
 
 /// Waits until `pace` grants bytes of a `want`-byte chunk; returns how many.
-async fn paced(pace: &dyn crate::file_body::Pace, want: usize) -> usize {
+pub(super) async fn paced(pace: &dyn crate::file_body::Pace, want: usize) -> usize {
     loop {
         match pace.grant(want as u64) {
             Ok(granted) => return (granted as usize).clamp(1, want),

@@ -533,7 +533,17 @@ impl UserTls {
                         // Not `while let`: its scrutinee's temporary would take room in this future for the whole
                         // loop body.
                         let Some(want) = region.next_chunk(BODY_CHUNK, timeout).await? else { break };
-                        let got = self.read_chunk(&body.file, region.position(), want, options, observer).await?;
+                        // A paced body reads and encrypts what its bandwidth grants, as the sendfile loop sends it.
+                        let want = match body.pace.as_deref() {
+                            Some(pace) => send::paced(pace, want).await,
+                            None => want,
+                        };
+                        let got = self.read_chunk(&body.file, region.position(), want, options, observer).await;
+                        if let Some(pace) = body.pace.as_deref() {
+                            pace.refund((want - *got.as_ref().unwrap_or(&0)) as u64);
+                            observer.paced(pace.scope(), *got.as_ref().unwrap_or(&0) as u64);
+                        }
+                        let got = got?;
                         if got < want {
                             return Err(SendOutcome::Truncated { missing: region.remaining() - got as u64 });
                         }

@@ -1019,3 +1019,24 @@ fn kernel_tls_sends_bodies_by_sendfile_in_a_kernel_with_tls() {
     let off = std::fs::read_to_string(out.path().join("metrics-full13-off")).unwrap();
     assert_eq!(metric_value(&off, r#"blobgate_tls_connections_total{mode="ktls"}"#), 0.0);
 }
+
+#[test]
+fn a_paced_download_over_user_space_tls_goes_no_faster_than_its_limit_and_every_byte_arrives() {
+    let (env, pki) = (TestEnv::new(), https_pki());
+    env.bucket("bkt", false);
+    let bytes = test_bytes(12 << 20, 48);
+    env.put_bytes("bkt", "big", &bytes, &[]);
+    let token = env.token("bkt", "read", &[]);
+    let id = token_id_in(&env.ok(&["token", "list"]), &token);
+    env.ok(&["limits", "set", &format!("token:{id}"), "--read", "4MiB/s", "--read-burst", "1MiB"]);
+    let server = serve_https(&env, &pki, "ecdsa", &[]);
+    let started = std::time::Instant::now();
+    let body = curl(&pki, &["-H", &format!("Authorization: Bearer {token}"), &url(server.data, "/bkt/big")]);
+    let secs = started.elapsed().as_secs_f64();
+    assert_eq!(sha256_hex(&body), sha256_hex(&bytes), "every byte");
+    // 11 MiB beyond the 1 MiB burst at 4 MiB/s: 2.75 s at the least.
+    assert!(secs >= 2.6, "{secs:.2} s for 12 MiB: faster than 4 MiB/s");
+    let paced =
+        metric_value(&https_metrics(&pki, &server), "blobgate_paced_bytes_total{direction=\"read\",scope=\"token\"}");
+    assert_eq!(paced, bytes.len() as f64, "every body byte paced");
+}
