@@ -14,8 +14,10 @@ use std::task::{Poll, Waker};
 
 use crate::file_body::Share;
 
-/// How far ahead (in weighted bytes) of the one that has had least a principal may be and still send: one chunk.
-const AHEAD: u64 = 2 << 20;
+/// How far ahead (in weighted bytes) of the one that has had least a principal may be and still send: 2 MiB at
+/// weight 1, four of a shared worker's chunks, so that several of its chunks can be in flight on the pool at once
+/// (at a sixty-fourth of that, each principal's sends went one at a time, and the worker sent less in all).
+const AHEAD: u64 = (2 << 20) * SCALE;
 /// Weighted bytes are bytes times this over the weight.
 const SCALE: u64 = 64;
 
