@@ -74,7 +74,7 @@ pub struct SendOptions {
 
 /// Regions at least this large take turns with other principals' (`fair.rs`); smaller ones are a chunk or two,
 /// which cannot crowd anyone out, and skip the bookkeeping.
-const FAIR_MIN: u64 = 256 * 1024;
+pub(super) const FAIR_MIN: u64 = 256 * 1024;
 /// Chunks smaller than this are sent inline without a residency probe: a cold small read costs about one disk
 /// access, less than the probe would cost every hot request.
 const PROBE_MIN: u64 = 64 * 1024;

@@ -23,6 +23,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpStream;
 
+use super::fair;
 use super::ktls::{self, KernelTls};
 use super::send::{self, RegionCursor, SendObserver, SendOptions, SendOutcome, SendReport};
 use super::sys;
@@ -529,15 +530,23 @@ impl UserTls {
                 Segment::Literal(bytes) => self.conn.writer().write_all(bytes).map_err(SendOutcome::Aborted)?,
                 Segment::Region { offset, len } => {
                     let mut region = RegionCursor::new(body, *offset, *len);
+                    // A large region takes its turns with other principals' on this worker, as on the sendfile path.
+                    let mut turns = fair::Ready::new(body.share.filter(|_| *len >= send::FAIR_MIN));
                     loop {
                         // Not `while let`: its scrutinee's temporary would take room in this future for the whole
                         // loop body.
                         let Some(want) = region.next_chunk(BODY_CHUNK, timeout).await? else { break };
                         // A paced body reads and encrypts what its bandwidth grants, as the sendfile loop sends it.
                         let want = match body.pace.as_deref() {
-                            Some(pace) => send::paced(pace, want).await,
+                            Some(pace) => {
+                                turns.pause();
+                                let granted = send::paced(pace, want).await;
+                                turns.resume();
+                                granted
+                            }
                             None => want,
                         };
+                        turns.turn().await;
                         let got = self.read_chunk(&body.file, region.position(), want, options, observer).await;
                         if let Some(pace) = body.pace.as_deref() {
                             pace.refund((want - *got.as_ref().unwrap_or(&0)) as u64);
@@ -548,7 +557,9 @@ impl UserTls {
                             return Err(SendOutcome::Truncated { missing: region.remaining() - got as u64 });
                         }
                         self.conn.writer().write_all(&self.body[..got]).map_err(SendOutcome::Aborted)?;
-                        flush(&mut self.conn, stream, timeout, options.min_download_rate).await?;
+                        flush_taking_turns(&mut self.conn, stream, timeout, options.min_download_rate, &mut turns)
+                            .await?;
+                        turns.sent(got as u64);
                         region.advance(got);
                         report.object_bytes += got as u64;
                         observer.sent(got as u64);
@@ -623,11 +634,24 @@ async fn flush(
     timeout: Duration,
     min_rate: u64,
 ) -> Result<(), SendOutcome> {
+    flush_taking_turns(conn, stream, timeout, min_rate, &mut fair::Ready::new(None)).await
+}
+
+/// [`flush`] for a body region that takes turns: not ready for one while it waits for its client.
+async fn flush_taking_turns(
+    conn: &mut ServerConnection,
+    stream: &TcpStream,
+    timeout: Duration,
+    min_rate: u64,
+    turns: &mut fair::Ready,
+) -> Result<(), SendOutcome> {
     while conn.wants_write() {
         match conn.write_tls(&mut SocketIo(stream)) {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                send::wait_writable_paced(stream, timeout, min_rate).await?
+                turns.pause();
+                send::wait_writable_paced(stream, timeout, min_rate).await?;
+                turns.resume();
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(SendOutcome::Aborted(e)),
