@@ -261,12 +261,7 @@ async fn send_region(
         // A paced body sends what its bandwidth grants: the wait is a timer, never a blocked thread, and it is not
         // a stall (the reader is not behind).
         let want = match body.pace.as_deref() {
-            Some(pace) => {
-                ready.pause();
-                let granted = paced(pace, want).await;
-                ready.resume();
-                granted
-            }
+            Some(pace) => paced(pace, want, &mut ready).await,
             None => want,
         };
         ready.turn().await;
@@ -320,12 +315,19 @@ async fn send_region(
     }
 }
 
-/// Waits until `pace` grants bytes of a `want`-byte chunk; returns how many.
-pub(super) async fn paced(pace: &dyn crate::file_body::Pace, want: usize) -> usize {
+/// Waits until `pace` grants bytes of a `want`-byte chunk; returns how many. While it waits, the region is not
+/// ready for a fair turn (a paced principal holds no one back).
+pub(super) async fn paced(pace: &dyn crate::file_body::Pace, want: usize, turns: &mut fair::Ready) -> usize {
     loop {
         match pace.grant(want as u64) {
-            Ok(granted) => return (granted as usize).clamp(1, want),
-            Err(wait) => tokio::time::sleep(wait).await,
+            Ok(granted) => {
+                turns.resume();
+                return (granted as usize).clamp(1, want);
+            }
+            Err(wait) => {
+                turns.pause();
+                tokio::time::sleep(wait).await
+            }
         }
     }
 }

@@ -538,12 +538,7 @@ impl UserTls {
                         let Some(want) = region.next_chunk(BODY_CHUNK, timeout).await? else { break };
                         // A paced body reads and encrypts what its bandwidth grants, as the sendfile loop sends it.
                         let want = match body.pace.as_deref() {
-                            Some(pace) => {
-                                turns.pause();
-                                let granted = send::paced(pace, want).await;
-                                turns.resume();
-                                granted
-                            }
+                            Some(pace) => send::paced(pace, want, &mut turns).await,
                             None => want,
                         };
                         turns.turn().await;
