@@ -282,8 +282,9 @@ async fn send_region(
         } else {
             stream.try_io(Interest::WRITABLE, move || sys::sendfile(stream, file, position, want))
         };
-        if let Some(pace) = body.pace.as_deref() {
-            pace.refund((want - *result.as_ref().unwrap_or(&0)) as u64);
+        let unsent = want - *result.as_ref().unwrap_or(&0);
+        if let (Some(pace), 1..) = (body.pace.as_deref(), unsent) {
+            pace.refund(unsent as u64);
         }
         match result {
             Ok(0) => {

@@ -151,5 +151,6 @@ async fn metrics(State(app): State<AdminState>) -> impl IntoResponse {
     if let Some(cache) = app.data.catalog.blob_cache() {
         crate::metrics::blob_cache_snapshot(cache);
     }
+    crate::metrics::paced_snapshot();
     (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], app.prometheus.render())
 }

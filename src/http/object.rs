@@ -426,6 +426,8 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         Err(fetch) => fetch.await,
     };
     let BlobFile { file, size, fill } = opened.map_err(|e| blob_error(entry, sha256, e))?;
+    let object_bytes = sent.iter().map(|s| if let Segment::Region { len, .. } = s { *len } else { 0 }).sum();
+    let (held, pace) = admitted.for_body(object_bytes);
     let body = FileBody {
         file,
         file_size: size,
@@ -435,8 +437,8 @@ async fn serve_entry(app: &DataState, request: ObjectRequest<'_>, entry: &Object
         encoding: variant.map_or("identity", |v| v.coding.token()),
         shared_fields: matches!(representation, Representation::Shared(_)).then(|| prepared.clone()),
         fill,
-        held: admitted.held,
-        pace: admitted.read_pace,
+        held,
+        pace,
         share: admitted.share,
     };
 

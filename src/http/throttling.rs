@@ -14,7 +14,7 @@ use super::error::ApiError;
 use crate::auth::Credentials;
 use crate::catalog::at_once;
 use crate::file_body::{Pace, Share};
-use crate::throttle::state::{LimitTable, Who};
+use crate::throttle::state::{LimitTable, Permit, Who};
 
 /// Who a request is for limits, owned past its credentials' check (which consumes them).
 #[derive(Debug, Clone)]
@@ -30,7 +30,8 @@ impl<'a> Asker<'a> {
     pub fn of(credentials: &Credentials<'a>, peer: IpAddr) -> Asker<'a> {
         match credentials {
             Credentials::Anonymous => Asker::Anonymous(peer),
-            Credentials::Bearer(token) => Asker::Token(crate::auth::token::token_id(token).unwrap_or(token)),
+            // Its layout alone: a token whose characters are not ours is refused by the check that follows.
+            Credentials::Bearer(token) => Asker::Token(crate::auth::token::claimed_id(token).unwrap_or(token)),
             Credentials::Presigned(params) => Asker::Signer(params.key_id.clone()),
         }
     }
@@ -50,11 +51,40 @@ impl<'a> Asker<'a> {
 /// pace of its body, and who it is for the worker's fair shares.
 #[derive(Debug, Default, Clone)]
 pub struct Admitted {
-    pub held: Option<Arc<dyn std::any::Any + Send + Sync>>,
-    pub read_pace: Option<Arc<dyn Pace>>,
+    pub permit: Option<Arc<Permit>>,
     pub write_pace: Option<Arc<dyn Pace>>,
     /// Who the request is for, as a worker shares its sends fairly between principals.
     pub share: Option<Share>,
+}
+
+/// A body of object bytes up to this is granted whole before its head is sent, when its pace has the bytes at
+/// once: the driver then sends it unpaced, with no grant per chunk (a small body is one chunk anyway).
+pub const PREPAID_MAX: u64 = 64 << 10;
+
+/// What a file body keeps until its last byte is sent, and the pace its object bytes go at.
+pub type BodyHold = (Option<Arc<dyn std::any::Any + Send + Sync>>, Option<Arc<dyn Pace>>);
+
+impl Admitted {
+    /// What a response body of `object_bytes` object bytes carries: the permit, as its pace when a read bandwidth
+    /// limit covers it, unless the body is small and the pace grants it whole now (counted as paced then).
+    pub fn for_body(&self, object_bytes: u64) -> BodyHold {
+        let Some(permit) = &self.permit else { return (None, None) };
+        let held = || Some(Arc::clone(permit) as Arc<dyn std::any::Any + Send + Sync>);
+        if !permit.paces_reads() || object_bytes == 0 {
+            return (held(), None);
+        }
+        if object_bytes <= PREPAID_MAX {
+            match permit.grant(object_bytes) {
+                Ok(granted) if granted == object_bytes => {
+                    crate::metrics::paced_bytes("read", permit.scope(), granted);
+                    return (held(), None);
+                }
+                Ok(granted) => permit.refund(granted),
+                Err(_) => {}
+            }
+        }
+        (None, Some(Arc::clone(permit) as Arc<dyn Pace>))
+    }
 }
 
 /// Where no limit is set: principals share by their identity alone, at weight 1.
@@ -99,9 +129,7 @@ fn admit_under(
         Ok((permit, share)) => {
             let share = Some(share);
             let write_pace = permit.write_pace();
-            let permit = Arc::new(permit);
-            let read_pace = permit.paces_reads().then(|| Arc::clone(&permit) as Arc<dyn Pace>);
-            Ok(Admitted { share, read_pace, write_pace, held: Some(permit) })
+            Ok(Admitted { share, write_pace, permit: Some(Arc::new(permit)) })
         }
         Err(throttled) => {
             crate::metrics::throttled(
@@ -135,4 +163,45 @@ pub fn paced_body(body: Body, pace: Option<Arc<dyn Pace>>) -> Body {
             chunk
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::throttle::state::Throttle;
+    use crate::throttle::{LimitSet, Subject};
+
+    fn admitted(throttle: &Throttle, table: &LimitTable) -> Admitted {
+        let (permit, share) = throttle.admit_shared(table, Who::Token("t"), "b").unwrap();
+        Admitted { permit: Some(Arc::new(permit)), write_pace: None, share: Some(share) }
+    }
+
+    #[test]
+    fn a_small_body_is_granted_whole_up_front_and_a_large_one_or_one_the_pace_lacks_is_paced() {
+        let throttle = Throttle::new(16);
+        let limits = LimitSet { read_bytes: Some(4096), read_burst: Some(64 << 10), ..Default::default() };
+        let table = LimitTable::new([(Subject::Token("t".into()), limits)]);
+        let small = admitted(&throttle, &table).for_body(40 << 10);
+        assert!(small.0.is_some() && small.1.is_none(), "granted whole: held, not paced");
+        let large = admitted(&throttle, &table).for_body(1 << 20);
+        assert!(large.0.is_none() && large.1.is_some(), "paced (the permit is the pace and holds the places)");
+        // 24 KiB are left of the burst: a 40 KiB body is paced, and what it was granted went back.
+        let lacking = admitted(&throttle, &table).for_body(40 << 10);
+        assert!(lacking.1.is_some(), "paced");
+        assert_eq!(lacking.1.unwrap().grant(1 << 20), Ok(24 << 10), "the rest of the burst, given back");
+        let head = admitted(&throttle, &table).for_body(0);
+        assert!(head.0.is_some() && head.1.is_none(), "no body: nothing to pace");
+    }
+
+    #[test]
+    fn without_a_read_limit_the_permit_is_only_held() {
+        let throttle = Throttle::new(16);
+        let limits = LimitSet { concurrent: Some(1), ..Default::default() };
+        let table = LimitTable::new([(Subject::Token("t".into()), limits)]);
+        let (held, pace) = admitted(&throttle, &table).for_body(1 << 20);
+        assert!(held.is_some() && pace.is_none());
+        assert!(throttle.admit(&table, Who::Token("t"), "b").is_err(), "the place is held");
+        drop(held);
+        throttle.admit(&table, Who::Token("t"), "b").unwrap();
+    }
 }
