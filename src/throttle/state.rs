@@ -298,7 +298,8 @@ impl Hold {
         Hold { counters, shard, leased: Leased::default() }
     }
 
-    /// A new hold of the calling thread's on `counters`, which their leases' owners know of.
+    /// The calling thread's hold on `counters`, made known to them when it may lease: they take its leases back
+    /// before they refuse.
     fn registered(counters: Arc<Counters>) -> Arc<Hold> {
         let hold = Arc::new(Hold::new(counters));
         if hold.leases.any() {
